@@ -1,0 +1,90 @@
+"""The `genie` entry point: registers each area's sub-app and turns GenieError into one line and exit code 2."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from genie import __version__
+from genie.core.errors import GenieError
+
+app = typer.Typer(
+    name="genie",
+    help="Network-emulation testbed for ML communication.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+# (module under genie.cli, command name) — each module exposes `app`, a typer.Typer.
+_SUBAPPS = (
+    ("testbed_cmd", "testbed"),
+    ("trace_cmd", "trace"),
+    ("astra_cmd", "astra"),
+)
+# modules whose `register(app)` adds top-level commands (bench, replay, ...)
+_COMMAND_MODULES = ("bench_cmd",)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"genie {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Print genie's version and exit."),
+) -> None:
+    """genie: how does this network change the training time of this workload?"""
+
+
+def _register() -> None:
+    for module_name, command in _SUBAPPS:
+        try:
+            module = importlib.import_module(f"genie.cli.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"genie.cli.{module_name}":
+                continue
+            raise
+        app.add_typer(module.app, name=command)
+    for module_name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"genie.cli.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"genie.cli.{module_name}":
+                continue
+            raise
+        module.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register()
+    try:
+        app(args=argv, standalone_mode=False)
+    except GenieError as exc:
+        typer.echo(f"genie: error: {exc}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        typer.echo("genie: interrupted", err=True)
+        return 130
+    except typer.Exit as exc:
+        return exc.exit_code
+    except SystemExit as exc:  # click's usage errors in non-standalone mode surface as exceptions below
+        return int(exc.code or 0)
+    except Exception as exc:  # click.UsageError and friends
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return 2
+        if isinstance(exc, click.exceptions.Abort):
+            return 130
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

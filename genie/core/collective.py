@@ -1,0 +1,49 @@
+"""Collective kinds and algorithms, shared by schedules, traces and reports."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Collective(Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    SEND_RECV = "send_recv"
+
+    @classmethod
+    def parse(cls, text: str) -> "Collective":
+        key = text.strip().lower().replace("-", "_")
+        aliases = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+                   "alltoall": "all_to_all", "a2a": "all_to_all", "bcast": "broadcast", "p2p": "send_recv",
+                   "sendrecv": "send_recv"}
+        key = aliases.get(key, key)
+        try:
+            return cls(key)
+        except ValueError:
+            names = ", ".join(c.value for c in cls)
+            raise ValueError(f"unknown collective {text!r} (expected one of: {names})") from None
+
+
+class Algorithm(Enum):
+    AUTO = "auto"
+    RING = "ring"
+    DIRECT = "direct"
+    HALVING_DOUBLING = "halving_doubling"
+    DOUBLE_BINARY_TREE = "double_binary_tree"
+    PIPELINED_RING = "pipelined_ring"
+    P2P = "p2p"
+
+    @classmethod
+    def parse(cls, text: str) -> "Algorithm":
+        key = text.strip().lower().replace("-", "_")
+        aliases = {"hd": "halving_doubling", "halvingdoubling": "halving_doubling", "tree": "double_binary_tree",
+                   "doublebinarytree": "double_binary_tree", "dbt": "double_binary_tree"}
+        key = aliases.get(key, key)
+        try:
+            return cls(key)
+        except ValueError:
+            names = ", ".join(a.value for a in cls)
+            raise ValueError(f"unknown algorithm {text!r} (expected one of: {names})") from None

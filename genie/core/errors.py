@@ -1,0 +1,26 @@
+"""The error types every layer raises; the CLI turns them into one-line messages and exit code 2."""
+
+from __future__ import annotations
+
+
+class GenieError(Exception):
+    """Bad input or an impossible request: reported in one line, exit code 2."""
+
+
+class InputError(GenieError):
+    """Malformed or invalid input, located by file and field path (e.g. ``links[3].bandwidth``)."""
+
+    def __init__(self, message: str, *, source: str | None = None, path: str | None = None) -> None:
+        self.source = source
+        self.path = path
+        self.detail = message
+        where = ": ".join(p for p in (source, path) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class EnvironmentProblem(GenieError):
+    """The machine lacks something genie needs (privileges, a kernel feature, a program)."""
+
+
+class RunFailure(GenieError):
+    """A run started but could not finish (dead peer, op timeout)."""

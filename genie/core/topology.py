@@ -1,0 +1,81 @@
+"""Topology: hosts (running ranks), switches, and links with a shape. Pure data; see genie.topology for YAML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class SwitchKind(Enum):
+    """How a switch node is realised: a plain L2 bridge, or an L3 router (static routes, ECMP)."""
+
+    BRIDGE = "bridge"
+    ROUTER = "router"
+
+
+@dataclass(frozen=True)
+class LinkShape:
+    """What a link does to traffic in each direction. None / 0 means 'not shaped' for that property."""
+
+    rate_bps: int | None = None
+    delay_us: float = 0.0
+    jitter_us: float = 0.0
+    loss_pct: float = 0.0
+    queue_packets: int | None = None
+    mtu_bytes: int = 1500
+
+    @property
+    def needs_delay_emulation(self) -> bool:
+        """True when the shape asks for more than a rate limit (netem or the userspace emulator)."""
+        return self.delay_us > 0 or self.jitter_us > 0 or self.loss_pct > 0
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    ranks: int = 1
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    kind: SwitchKind = SwitchKind.BRIDGE
+
+
+@dataclass(frozen=True)
+class Link:
+    """A full-duplex link between two nodes (host or switch); `shape` applies to each direction."""
+
+    a: str
+    b: str
+    shape: LinkShape = field(default_factory=LinkShape)
+
+    @property
+    def endpoints(self) -> tuple[str, str]:
+        return (self.a, self.b)
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    hosts: tuple[Host, ...]
+    switches: tuple[Switch, ...] = ()
+    links: tuple[Link, ...] = ()
+    subnet: str = "198.18.0.0/15"
+
+    @property
+    def world_size(self) -> int:
+        return sum(h.ranks for h in self.hosts)
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def rank_hosts(self) -> tuple[str, ...]:
+        """Host name of each global rank: ranks are numbered host by host in file order."""
+        return tuple(h.name for h in self.hosts for _ in range(h.ranks))
+
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(h.name for h in self.hosts) + tuple(s.name for s in self.switches)

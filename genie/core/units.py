@@ -1,0 +1,78 @@
+"""Parsing of human quantities into integers with units in their names.
+
+Rates follow tc's conventions: ``bit`` suffixes are bits per second, ``bps`` suffixes are *bytes* per second
+(tc's historic meaning), SI prefixes are powers of 1000. Times accept ``ns``, ``us``, ``ms``, ``s``.
+Sizes accept ``B``, ``K``/``KiB`` (1024) , ``KB`` (1000), ``M``/``MiB``, ``MB``, ``G``/``GiB``, ``GB``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*"
+
+_RATE_UNITS_BPS = {
+    "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
+    "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9, "tbps": 8 * 10**12,
+}
+_TIME_UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1024, "kib": 1024, "kb": 1000,
+    "m": 1024**2, "mib": 1024**2, "mb": 1000**2,
+    "g": 1024**3, "gib": 1024**3, "gb": 1000**3,
+}
+
+
+def _split(text: str, what: str) -> tuple[float, str]:
+    m = re.fullmatch(_NUMBER + r"(?P<unit>[A-Za-z]*)", str(text).strip())
+    if not m:
+        raise ValueError(f"expected a {what} such as {_EXAMPLES[what]}, got {text!r}")
+    return float(m.group("num")), m.group("unit").lower()
+
+
+_EXAMPLES = {"rate": "'100mbit' or '25gbit'", "time": "'50us' or '2ms'", "size": "'1KiB' or '64M'"}
+
+
+def parse_rate_bps(text: str) -> int:
+    """'1gbit' -> 1_000_000_000. A unit is required."""
+    value, unit = _split(text, "rate")
+    if unit not in _RATE_UNITS_BPS:
+        raise ValueError(f"expected a rate with a unit (bit, kbit, mbit, gbit, tbit), got {text!r}")
+    return round(value * _RATE_UNITS_BPS[unit])
+
+
+def parse_time_ns(text: str | int | float) -> int:
+    """'50us' -> 50_000. A unit is required for strings; 0 may stand alone."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool) and text == 0:
+        return 0
+    value, unit = _split(str(text), "time")
+    if unit not in _TIME_UNITS_NS:
+        if unit == "" and value == 0:
+            return 0
+        raise ValueError(f"expected a time with a unit (ns, us, ms, s), got {text!r}")
+    return round(value * _TIME_UNITS_NS[unit])
+
+
+def parse_size_bytes(text: str | int) -> int:
+    """'64M' -> 67108864, '1KB' -> 1000, 4096 -> 4096."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    value, unit = _split(str(text), "size")
+    if unit not in _SIZE_UNITS:
+        raise ValueError(f"expected a size such as '1KiB', '64M' or '4096', got {text!r}")
+    return round(value * _SIZE_UNITS[unit])
+
+
+def format_rate(bps: int) -> str:
+    for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bps >= scale and bps % scale == 0:
+            return f"{bps // scale}{unit}"
+    return f"{bps}bit"
+
+
+def format_size(size_bytes: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size_bytes >= scale and size_bytes % scale == 0:
+            return f"{size_bytes // scale}{unit}"
+    return f"{size_bytes}B"

@@ -1,0 +1,132 @@
+"""The bench service — genie's nccl-tests: sweep collectives over sizes on a testbed and measure them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from genie.collectives.registry import build_schedule, choose_algorithm
+from genie.core.collective import Algorithm, Collective
+from genie.core.errors import InputError
+from genie.core.schedule import CollectiveOp
+from genie.core.testbed import TestbedInfo
+from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
+from genie.engine.launch import Launcher, RankPlacement
+from genie.engine.session import RankSession
+from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns
+
+DTYPE_BYTES = 4  # float32, as nccl-tests' default
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    collectives: tuple[Collective, ...] = (Collective.ALL_REDUCE,)
+    algorithm: Algorithm = Algorithm.AUTO
+    min_bytes: int = 1024
+    max_bytes: int = 1 << 20
+    factor: int = 2
+    iterations: int = 20
+    warmup: int = 5
+    ranks: int | None = None
+    verify: bool = False
+    timeout_s: float = 60.0
+    record_steps: bool = False
+    chunks: int = 1
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    stats: tuple[CaseStats, ...]
+    job: BenchJob
+    placements: tuple[RankPlacement, ...]
+    steps: dict[int, dict[int, list]] = field(default_factory=dict)  # case -> rank -> step rows
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    if min_bytes <= 0:
+        raise InputError("must be a positive size", path="--minbytes")
+    if max_bytes < min_bytes:
+        raise InputError(f"must be >= --minbytes ({min_bytes})", path="--maxbytes")
+    if factor < 2:
+        raise InputError("must be an integer >= 2", path="--stepfactor")
+    sizes, s = [], min_bytes
+    while s <= max_bytes:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def aligned_size(collective: Collective, size_bytes: int, ranks: int, dtype_bytes: int = DTYPE_BYTES) -> int:
+    """Round down as nccl-tests does: to whole elements, and for the collectives whose buffer is split per rank
+    to a multiple of ranks x element size (never below one such unit)."""
+    per_rank = collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL)
+    unit = dtype_bytes * (ranks if per_rank else 1)
+    return max(unit, size_bytes // unit * unit)
+
+
+def placements_for(testbed: TestbedInfo, ranks: int | None) -> list[RankPlacement]:
+    """Global ranks are numbered host by host in topology order; `ranks` takes the first N."""
+    hosts = testbed.topology.rank_hosts()
+    n = len(hosts) if ranks is None else ranks
+    if n < 1 or n > len(hosts):
+        raise InputError(f"testbed {testbed.name} has {len(hosts)} ranks, asked for {n}", path="--ranks")
+    out = []
+    for rank, host in enumerate(hosts[:n]):
+        ep = testbed.endpoint(host)
+        out.append(RankPlacement(rank=rank, host=host, netns=ep.netns, address=ep.address))
+    return out
+
+
+def loopback_placements(ranks: int) -> list[RankPlacement]:
+    """All ranks in the current namespace on 127.0.0.1: no root needed (tests, quick checks)."""
+    if ranks < 1:
+        raise InputError("must be >= 1", path="--ranks")
+    return [RankPlacement(rank=r, host="localhost", netns=None, address="127.0.0.1") for r in range(ranks)]
+
+
+def build_job(request: BenchRequest, ranks: int) -> BenchJob:
+    if request.iterations < 1:
+        raise InputError("must be >= 1", path="--iters")
+    if request.warmup < 0:
+        raise InputError("must be >= 0", path="--warmup_iters")
+    group = tuple(range(ranks))
+    cases = []
+    for collective in request.collectives:
+        for size in sweep_sizes(request.min_bytes, request.max_bytes, request.factor):
+            size = aligned_size(collective, size, ranks)
+            algorithm = request.algorithm
+            if algorithm is Algorithm.AUTO:
+                algorithm = choose_algorithm(collective, size, ranks)
+            root, peer = (0, ranks - 1) if collective is Collective.SEND_RECV else (0, None)
+            op = CollectiveOp(collective=collective, size_bytes=size, group=group, algorithm=algorithm,
+                              root=root, peer=peer, chunks=request.chunks, dtype_bytes=DTYPE_BYTES)
+            try:
+                build_schedule(op)
+            except ValueError as exc:
+                raise InputError(str(exc), path="--algorithm") from None
+            cases.append(BenchCase(op=op, warmup=request.warmup, iterations=request.iterations))
+    return BenchJob(cases=tuple(cases), verify=request.verify, timeout_s=request.timeout_s,
+                    record_steps=request.record_steps)
+
+
+def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launcher: Launcher | None = None,
+              on_pids: Callable[[list[int]], None] | None = None,
+              progress: Callable[[int, int, CaseStats], None] | None = None) -> BenchOutcome:
+    job = build_job(request, len(placements))
+    stats: dict[int, CaseStats] = {}
+    steps: dict[int, dict[int, list]] = {}
+
+    def on_case(index: int, per_rank: dict[int, dict]) -> None:
+        op = job.cases[index].op
+        times = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()})
+        stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times)
+        if job.record_steps:
+            steps[index] = {r: m["steps"] for r, m in per_rank.items()}
+        if progress:
+            progress(len(stats), len(job.cases), stats[index])
+
+    session = RankSession(placements, launcher=launcher, on_pids=on_pids,
+                          idle_timeout_s=max(120.0, job.timeout_s * 2))
+    session.run(bench_job_to_json(job), on_case=on_case)
+    return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=job, placements=tuple(placements),
+                        steps=steps)

@@ -1,0 +1,90 @@
+"""Execute one rank's schedule on a transport, optionally with real data (``verify``), stamping each step."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from genie.core.errors import RunFailure
+from genie.core.schedule import Buffer, RankSchedule
+from genie.engine.transport import Transfer, Transport
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step_index: int
+    start_ns: int
+    end_ns: int
+    sent_bytes: int
+    received_bytes: int
+    peers: tuple[int, ...]
+
+
+class DataBuffers:
+    """Real buffers for ``--verify``: float32 arrays per Buffer plus a reusable scratch area for reductions."""
+
+    def __init__(self, arrays: dict[Buffer, np.ndarray]) -> None:
+        self.arrays = {b: np.ascontiguousarray(a) for b, a in arrays.items()}
+        self.dtype = next(iter(self.arrays.values())).dtype
+        self.bytes = {b: memoryview(a.view(np.uint8).reshape(-1)) for b, a in self.arrays.items()}
+        self._scratch = np.empty(0, dtype=np.uint8)
+
+    def scratch(self, size_bytes: int) -> np.ndarray:
+        if self._scratch.size < size_bytes:
+            self._scratch = np.empty(size_bytes, dtype=np.uint8)
+        return self._scratch
+
+    def region(self, buffer: Buffer, offset_bytes: int, size_bytes: int) -> np.ndarray:
+        raw = self.arrays[buffer].view(np.uint8).reshape(-1)
+        return raw[offset_bytes:offset_bytes + size_bytes]
+
+
+def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: float,
+                 data: DataBuffers | None = None, record_steps: bool = False,
+                 clock=time.monotonic_ns) -> list[StepRecord]:
+    """Run every step of `schedule`; raise RunFailure (naming rank and peer) when a peer fails or times out."""
+    records: list[StepRecord] = []
+    deadline = time.monotonic() + timeout_s
+    for index, step in enumerate(schedule.steps):
+        start_ns = clock() if record_steps else 0
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0:
+            raise RunFailure(f"rank {schedule.rank}: op timed out after {timeout_s:g} s at step {index}")
+        if data is None:
+            sends = [Transfer(s.peer, s.size_bytes) for s in step.sends]
+            recvs = [Transfer(r.peer, r.size_bytes) for r in step.recvs]
+            transport.exchange(sends, recvs, remaining_s)
+        else:
+            _run_data_step(step, transport, data, remaining_s)
+        if record_steps:
+            records.append(StepRecord(index, start_ns, clock(), step.sent_bytes, step.received_bytes,
+                                      tuple(sorted({t.peer for t in (*step.sends, *step.recvs)}))))
+    return records
+
+
+def _run_data_step(step, transport: Transport, data: DataBuffers, timeout_s: float) -> None:
+    for c in step.copies:
+        data.region(c.dst_buffer, c.dst_offset_bytes, c.size_bytes)[:] = \
+            data.region(c.src_buffer, c.src_offset_bytes, c.size_bytes)
+    sends = [Transfer(s.peer, s.size_bytes, data.bytes[s.buffer][s.offset_bytes:s.offset_bytes + s.size_bytes])
+             for s in step.sends]
+    reduce_total = sum(r.size_bytes for r in step.recvs if r.reduce)
+    scratch = data.scratch(reduce_total)
+    recvs: list[Transfer] = []
+    reductions: list[tuple[np.ndarray, np.ndarray]] = []
+    scratch_offset = 0
+    for r in step.recvs:
+        if r.reduce:
+            landing = scratch[scratch_offset:scratch_offset + r.size_bytes]
+            scratch_offset += r.size_bytes
+            reductions.append((data.region(r.buffer, r.offset_bytes, r.size_bytes), landing))
+            recvs.append(Transfer(r.peer, r.size_bytes, memoryview(landing)))
+        else:
+            recvs.append(Transfer(r.peer, r.size_bytes,
+                                  data.bytes[r.buffer][r.offset_bytes:r.offset_bytes + r.size_bytes]))
+    transport.exchange(sends, recvs, timeout_s)
+    for target, landing in reductions:
+        t = target.view(data.dtype)
+        t += landing.view(data.dtype)

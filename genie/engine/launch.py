@@ -1,0 +1,73 @@
+"""Starting rank processes: the one place that spawns them, inside a testbed namespace or in the current one."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+@dataclass(frozen=True)
+class RankPlacement:
+    """Where global rank `rank` runs: namespace (None = current) and the address it listens on."""
+
+    rank: int
+    host: str
+    netns: str | None
+    address: str
+
+
+class Launcher(Protocol):
+    def start(self, placement: RankPlacement, argv: list[str], log_path: Path) -> subprocess.Popen: ...
+
+
+class NamespaceLauncher:
+    """Runs argv inside the placement's network namespace through `ip netns exec` (argv, never a shell)."""
+
+    def start(self, placement: RankPlacement, argv: list[str], log_path: Path) -> subprocess.Popen:
+        full = argv if placement.netns is None else ["ip", "netns", "exec", placement.netns, *argv]
+        with open(log_path, "wb") as log:
+            return subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=_die_with_parent, close_fds=True)
+
+
+def stop_processes(procs: list[subprocess.Popen], grace_s: float = 2.0) -> None:
+    """Terminate the given processes by PID: SIGTERM, a grace period, then SIGKILL; always reaps them."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        try:
+            os.kill(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])

@@ -1,0 +1,147 @@
+"""The rank program: one process per GPU rank. Run as ``python -m genie.engine.rank --control SOCK --rank R
+--address A`` inside the rank's host namespace.
+
+Life: listen on A → hello to the orchestrator (port) → receive the address book and the job → one persistent
+TCP connection per peer the job needs → run the job, reporting records case by case → wait for "exit".
+Any failure is reported as one message naming this rank (and the peer) before the process exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from genie.core.errors import RunFailure
+from genie.engine.control import ControlClosed, recv_message, send_message
+from genie.engine.jobs import BenchJob, bench_job_from_json
+from genie.engine.transport import SocketTransport, Transport, connect_mesh, listen_socket
+
+
+class ControlChannel:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def send(self, message: dict[str, Any]) -> None:
+        send_message(self.sock, message)
+
+    def barrier(self) -> None:
+        send_message(self.sock, {"type": "barrier"})
+        reply = recv_message(self.sock)
+        if reply.get("type") != "go":
+            raise RunFailure(f"unexpected control message {reply.get('type')!r} during barrier")
+
+
+def job_peers(job: BenchJob, rank: int) -> frozenset[int]:
+    from genie.collectives.registry import build_schedule
+
+    peers: set[int] = set()
+    for case in job.cases:
+        if rank in case.op.group:
+            peers |= build_schedule(case.op).peers_of(rank)
+    return frozenset(peers)
+
+
+def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: ControlChannel) -> None:
+    """For each case: barrier, warmup, barrier, timed iterations; report per-iteration start/end (ns)."""
+    from genie.collectives.registry import build_schedule
+    from genie.engine.executor import run_schedule
+
+    clock = time.monotonic_ns
+    for index, case in enumerate(job.cases):
+        member = rank in case.op.group
+        schedule = build_schedule(case.op).for_rank(rank) if member else None
+        verifier = _Verifier(case.op, rank) if (job.verify and member) else None
+        control.barrier()
+        for _ in range(case.warmup if member else 0):
+            run_schedule(schedule, transport, timeout_s=job.timeout_s,
+                         data=verifier.fresh() if verifier else None)
+        control.barrier()
+        iterations: list[tuple[int, int]] = []
+        steps: list[list[Any]] = []
+        for it in range(case.iterations if member else 0):
+            data = verifier.fresh() if verifier else None
+            start = clock()
+            records = run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data,
+                                   record_steps=job.record_steps, clock=clock)
+            end = clock()
+            iterations.append((start, end))
+            steps.extend([it, r.step_index, r.start_ns, r.end_ns, r.sent_bytes, r.received_bytes, list(r.peers)]
+                         for r in records)
+            if verifier:
+                verifier.check(data)
+        control.send({"type": "case_result", "case": index, "rank": rank, "iterations": iterations,
+                      "steps": steps})
+
+
+class _Verifier:
+    """Real data for --verify: fresh deterministic inputs per iteration, exact check of the result."""
+
+    def __init__(self, op, rank: int) -> None:
+        from genie.collectives import check
+
+        self.op = op
+        self.rank = rank
+        self._check = check
+        self._initial = check.initial_buffers(op, rank)
+
+    def fresh(self):
+        from genie.engine.executor import DataBuffers
+
+        return DataBuffers({b: a.copy() for b, a in self._initial.items()})
+
+    def check(self, data) -> None:
+        problem = self._check.verify_buffers(self.op, self.rank, data.arrays)
+        if problem:
+            raise RunFailure(f"--verify failed for {self.op.collective.value} {self.op.size_bytes} B "
+                             f"({self.op.algorithm.value}): {problem}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="genie-rank")
+    parser.add_argument("--control", required=True)
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--world", type=int, required=True)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    ctrl_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ctrl_sock.connect(args.control)
+    control = ControlChannel(ctrl_sock)
+    transport: SocketTransport | None = None
+    try:
+        listener = listen_socket(args.address, args.world)
+        control.send({"type": "hello", "rank": args.rank, "port": listener.getsockname()[1], "pid": os.getpid()})
+        setup = recv_message(ctrl_sock)
+        job = bench_job_from_json(setup["job"])
+        addresses = {int(r): (a, int(p)) for r, (a, p) in setup["addresses"].items()}
+        sockets = connect_mesh(args.rank, listener, addresses, job_peers(job, args.rank),
+                               timeout_s=float(setup.get("connect_timeout_s", 30.0)),
+                               buffer_bytes=setup.get("socket_buffer_bytes"))
+        listener.close()
+        transport = SocketTransport(args.rank, sockets)
+        run_bench_job(job, args.rank, transport, control)
+        control.send({"type": "done", "rank": args.rank})
+        recv_message(ctrl_sock)  # "exit": every rank is done, connections may close
+        return 0
+    except ControlClosed:
+        return 3
+    except Exception as exc:  # reported to the orchestrator, which names this rank
+        message = str(exc) if isinstance(exc, RunFailure) else f"rank {args.rank}: {type(exc).__name__}: {exc}"
+        try:
+            control.send({"type": "error", "rank": args.rank, "message": message})
+        except OSError:
+            pass
+        return 1
+    finally:
+        if transport is not None:
+            transport.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Records → metrics (pure)."""

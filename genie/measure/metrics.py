@@ -1,0 +1,65 @@
+"""Per-iteration times and nccl-tests bandwidths from rank records (pure functions).
+
+Iterations run back to back after a barrier, like nccl-tests' timed loop. Iteration i of a collective ends
+when its last rank finishes it, so its time is ``max_r end[r][i] - max_r end[r][i-1]`` (for i = 0, the
+reference is the last rank's start). The sum over iterations is exactly the wall time of the timed loop,
+as nccl-tests measures it; the per-iteration values give the distribution (min, median, p99, max).
+algbw = size / median time; busbw = algbw x the collective's nccl-tests factor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from genie.collectives.busbw import busbw_factor
+from genie.core.collective import Algorithm, Collective
+
+
+@dataclass(frozen=True)
+class CaseStats:
+    collective: Collective
+    algorithm: Algorithm
+    ranks: int
+    size_bytes: int
+    dtype_bytes: int
+    iterations: int
+    time_min_us: float
+    time_median_us: float
+    time_p99_us: float
+    time_max_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+
+    @property
+    def count(self) -> int:
+        return self.size_bytes // self.dtype_bytes
+
+
+def iteration_times_ns(per_rank: Mapping[int, Sequence[Sequence[int]]]) -> list[int]:
+    """Per-rank [(start_ns, end_ns), ...] for the same iterations → each iteration's time in ns."""
+    runs = [list(v) for v in per_rank.values() if len(v)]
+    if not runs:
+        return []
+    n = len(runs[0])
+    if any(len(r) != n for r in runs):
+        raise ValueError("ranks reported different iteration counts")
+    starts = np.array([[it[0] for it in r] for r in runs], dtype=np.int64)
+    ends = np.array([[it[1] for it in r] for r in runs], dtype=np.int64)
+    last_end = ends.max(axis=0)
+    previous = np.concatenate(([starts[:, 0].max()], last_end[:-1]))
+    return [int(t) for t in (last_end - previous)]
+
+
+def case_stats(collective: Collective, algorithm: Algorithm, ranks: int, size_bytes: int, dtype_bytes: int,
+               times_ns: Sequence[int]) -> CaseStats:
+    t_us = np.asarray(times_ns, dtype=np.float64) / 1e3
+    median_us = float(np.median(t_us))
+    algbw = size_bytes / (median_us * 1e3) if median_us > 0 else 0.0  # bytes per ns == GB/s
+    return CaseStats(collective=collective, algorithm=algorithm, ranks=ranks, size_bytes=size_bytes,
+                     dtype_bytes=dtype_bytes, iterations=len(t_us), time_min_us=float(t_us.min()),
+                     time_median_us=median_us, time_p99_us=float(np.percentile(t_us, 99)),
+                     time_max_us=float(t_us.max()), algbw_GBps=algbw,
+                     busbw_GBps=algbw * busbw_factor(collective, ranks))

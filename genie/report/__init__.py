@@ -1,0 +1,1 @@
+"""Run directories, CSV/JSON writers, tables, plots."""

@@ -1,0 +1,155 @@
+"""The link properties of the topology YAML format: how each is written, read, formatted and range-checked.
+
+One table (`LINK_PROPERTIES`) maps a YAML key (``bandwidth``) to a `LinkShape` field (``rate_bps``); the reader,
+the writer and the validator all go through it, so the three never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from genie.core.topology import LinkShape
+from genie.core.units import format_rate, parse_rate_bps, parse_time_ns
+
+MIN_RATE_BPS = 8  # tc works in bytes per second: one byte per second is the smallest rate it can express
+MAX_DELAY_US = 10_000_000.0  # 10 s per hop: anything larger is a typo, not a network
+MIN_MTU_BYTES = 576  # the smallest datagram every IPv4 host must accept (RFC 791)
+MAX_MTU_BYTES = 65535  # the largest MTU a veth accepts
+MAX_QUEUE_PACKETS = 2**32 - 1  # tc limits are 32-bit
+
+
+@dataclass(frozen=True)
+class LinkProperty:
+    """A YAML key of a link (or of ``defaults``) and the `LinkShape` field it sets."""
+
+    key: str
+    field: str
+    read: Callable[[object], object]  # YAML value -> field value; raises ValueError("expected ...")
+    write: Callable[[object], object]  # field value -> YAML value
+
+
+def _reject_bool(value: object, what: str) -> None:
+    if isinstance(value, bool):
+        raise ValueError(f"expected {what}, got {value!r} (YAML reads yes/no/on/off as booleans)")
+
+
+def _read_rate(value: object) -> int | None:
+    if value is None:
+        return None
+    _reject_bool(value, "a rate with a unit such as '100mbit' or '25gbit'")
+    if isinstance(value, (int, float)):
+        raise ValueError(f"expected a rate with a unit such as '100mbit' or '25gbit', got {value!r} (unit missing)")
+    return parse_rate_bps(str(value))
+
+
+def _read_time_us(value: object) -> float:
+    _reject_bool(value, "a time with a unit such as '50us' or '2ms'")
+    if value is None:
+        raise ValueError("expected a time with a unit such as '50us' or '2ms' (write 0 for none), got null")
+    return parse_time_ns(value) / 1000  # type: ignore[arg-type]
+
+
+def _read_loss_pct(value: object) -> float:
+    what = "a loss percentage such as 0.5 or '0.5%'"
+    _reject_bool(value, what)
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text.removesuffix("%").strip())
+    except ValueError:
+        raise ValueError(f"expected {what}, got {value!r}") from None
+
+
+def _read_int(value: object, what: str) -> int:
+    _reject_bool(value, what)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, int):
+        raise ValueError(f"expected {what}, got {value!r}")
+    return value
+
+
+def _read_queue(value: object) -> int | None:
+    if value is None:
+        return None
+    return _read_int(value, "a queue length in packets such as 100")
+
+
+def _read_mtu(value: object) -> int:
+    return _read_int(value, f"an MTU in bytes such as 1500 or 9000 ({MIN_MTU_BYTES}..{MAX_MTU_BYTES})")
+
+
+def format_time_us(delay_us: float) -> str | int:
+    """50.0 -> '50us', 2000.0 -> '2ms', 0.5 -> '500ns', 0 -> 0. Precision is one nanosecond."""
+    ns = round(delay_us * 1000)
+    if ns == 0:
+        return 0
+    for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
+        if ns % scale == 0:
+            return f"{ns // scale}{unit}"
+    return f"{ns}ns"
+
+
+def _write_rate(rate_bps: object) -> str | None:
+    return None if rate_bps is None else format_rate(int(rate_bps))  # type: ignore[call-overload]
+
+
+def _write_loss(loss_pct: object) -> float | int:
+    value = float(loss_pct)  # type: ignore[arg-type]
+    return int(value) if value.is_integer() else value
+
+
+LINK_PROPERTIES: tuple[LinkProperty, ...] = (
+    LinkProperty("bandwidth", "rate_bps", _read_rate, _write_rate),
+    LinkProperty("delay", "delay_us", _read_time_us, format_time_us),  # type: ignore[arg-type]
+    LinkProperty("jitter", "jitter_us", _read_time_us, format_time_us),  # type: ignore[arg-type]
+    LinkProperty("loss", "loss_pct", _read_loss_pct, _write_loss),
+    LinkProperty("queue", "queue_packets", _read_queue, lambda v: v),
+    LinkProperty("mtu", "mtu_bytes", _read_mtu, lambda v: v),
+)
+LINK_PROPERTY_KEYS: tuple[str, ...] = tuple(p.key for p in LINK_PROPERTIES)
+
+
+def property_for_key(key: str) -> LinkProperty:
+    for prop in LINK_PROPERTIES:
+        if prop.key == key:
+            return prop
+    raise KeyError(key)
+
+
+def shape_problems(shape: LinkShape) -> tuple[tuple[str, str], ...]:
+    """Range problems of a shape as (YAML key, message) pairs, empty when the shape is possible.
+
+    Jitter larger than the delay is rejected: netem would clip the negative delays at zero, so the link's
+    mean delay would no longer be the one written down.
+    """
+    problems: list[tuple[str, str]] = []
+    if shape.rate_bps is not None and shape.rate_bps < MIN_RATE_BPS:
+        problems.append(("bandwidth", f"expected a rate of at least {MIN_RATE_BPS}bit (1 byte/s), "
+                                      f"got {shape.rate_bps}bit"))
+    for key, value in (("delay", shape.delay_us), ("jitter", shape.jitter_us)):
+        if not 0 <= value <= MAX_DELAY_US:
+            problems.append((key, f"expected a time between 0 and 10s, got {format_time_us(value)}"))
+    if shape.jitter_us > shape.delay_us:
+        problems.append(("jitter", f"jitter {format_time_us(shape.jitter_us)} exceeds delay "
+                                   f"{format_time_us(shape.delay_us)}; expected jitter <= delay"))
+    if not 0 <= shape.loss_pct < 100:
+        why = " (a link that drops everything cannot carry a collective)" if shape.loss_pct >= 100 else ""
+        problems.append(("loss", f"expected a loss percentage in [0, 100), got {shape.loss_pct:g}{why}"))
+    if shape.queue_packets is not None and not 1 <= shape.queue_packets <= MAX_QUEUE_PACKETS:
+        problems.append(("queue", f"expected a queue of at least 1 packet, got {shape.queue_packets}"))
+    if not MIN_MTU_BYTES <= shape.mtu_bytes <= MAX_MTU_BYTES:
+        problems.append(("mtu", f"expected an MTU between {MIN_MTU_BYTES} and {MAX_MTU_BYTES} bytes, "
+                                f"got {shape.mtu_bytes}"))
+    return tuple(problems)
+
+
+def shape_to_yaml(shape: LinkShape, *, relative_to: LinkShape = LinkShape()) -> dict[str, object]:
+    """The YAML keys of `shape` whose values differ from `relative_to`, in table order."""
+    return {
+        p.key: p.write(getattr(shape, p.field))
+        for p in LINK_PROPERTIES
+        if getattr(shape, p.field) != getattr(relative_to, p.field)
+    }

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything genie needs on a fresh Debian/Ubuntu machine, as root: system packages (only those
+# missing), then a virtual environment in ./.venv with genie and its test tools. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv python3-pip)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v tc >/dev/null 2>&1 || missing+=(iproute2)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing system packages: ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python3 - <<'PY'
+import sys
+if sys.version_info < (3, 11):
+    sys.exit(f"setup: genie needs Python >= 3.11, found {sys.version.split()[0]}")
+PY
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+echo "setup: genie installed in $(pwd)/.venv ($(.venv/bin/genie --version))" >&2

@@ -1,0 +1,148 @@
+"""The replay engine without root: schedules executed over socket pairs in threads, and whole bench runs with
+rank processes on 127.0.0.1 (the same rank program that runs inside testbed namespaces)."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from genie.collectives import check
+from genie.collectives.registry import build_schedule, supported_algorithms
+from genie.core.collective import Algorithm, Collective
+from genie.core.errors import RunFailure
+from genie.core.schedule import CollectiveOp
+from genie.engine.bench import BenchRequest, loopback_placements, run_bench
+from genie.engine.executor import DataBuffers, run_schedule
+from genie.engine.transport import PeerFailure, SocketTransport, Transfer, socketpair_mesh
+
+ALL_CASES = [(c, a) for c in Collective for a in supported_algorithms(c)]
+
+
+def _run_threads(op: CollectiveOp, verify: bool = True, record_steps: bool = False):
+    schedule = build_schedule(op)
+    mesh = socketpair_mesh(len(op.group))
+    results, errors = {}, []
+
+    def rank_main(pos: int) -> None:
+        rank = op.group[pos]
+        transport = SocketTransport(rank, mesh[pos])
+        data = DataBuffers(check.initial_buffers(op, rank)) if verify else None
+        try:
+            records = run_schedule(schedule.for_rank(rank), transport, timeout_s=20, data=data,
+                                   record_steps=record_steps)
+            results[rank] = (data, records)
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank_main, args=(i,)) for i in range(len(op.group))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for peers in mesh:
+        for s in peers.values():
+            s.close()
+    assert not errors, errors
+    return schedule, results
+
+
+@pytest.mark.parametrize("collective,algorithm", ALL_CASES, ids=lambda v: getattr(v, "value", v))
+@pytest.mark.parametrize("n,size", [(2, 4096), (3, 1000), (5, 65536), (8, 1 << 18)])
+def test_schedule_moves_correct_data_over_sockets(collective, algorithm, n, size):
+    group = tuple(range(n))
+    op = CollectiveOp(collective, size // (4 * n) * 4 * n or 4 * n, group, algorithm,
+                      root=0, peer=n - 1 if collective is Collective.SEND_RECV else None)
+    _, results = _run_threads(op)
+    for rank, (data, _) in results.items():
+        assert check.verify_buffers(op, rank, data.arrays) is None
+
+
+def test_step_records_account_every_byte():
+    op = CollectiveOp(Collective.ALL_REDUCE, 1 << 16, tuple(range(4)), Algorithm.RING)
+    schedule, results = _run_threads(op, verify=False, record_steps=True)
+    for rank, (_, records) in results.items():
+        assert len(records) == 2 * (4 - 1)
+        assert sum(r.sent_bytes for r in records) == schedule.for_rank(rank).sent_bytes == 2 * 3 * (1 << 16) // 4
+        assert all(r.end_ns >= r.start_ns for r in records)
+
+
+def test_silent_peer_times_out_naming_rank_and_peer():
+    mesh = socketpair_mesh(2)
+    t = SocketTransport(0, mesh[0])
+    started = time.monotonic()
+    with pytest.raises(PeerFailure, match=r"rank 0: op timed out .* receiving from rank 1 \(0/100 bytes\)"):
+        t.exchange([], [Transfer(1, 100)], timeout_s=0.3)
+    assert time.monotonic() - started < 3
+
+
+def test_closed_peer_is_named():
+    mesh = socketpair_mesh(2)
+    mesh[1][0].close()
+    with pytest.raises(PeerFailure, match="rank 1 closed the connection"):
+        SocketTransport(0, mesh[0]).exchange([], [Transfer(1, 10)], timeout_s=5)
+
+
+def test_bench_over_loopback_processes_with_verify():
+    request = BenchRequest(collectives=(Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.ALL_TO_ALL),
+                           min_bytes=1024, max_bytes=1 << 16, factor=8, iterations=3, warmup=1, verify=True)
+    progress = []
+    outcome = run_bench(request, loopback_placements(3), progress=lambda d, t, s: progress.append((d, t)))
+    split = [1020, 8184, 65532]  # rounded down to a multiple of 3 ranks x 4 bytes, as nccl-tests does
+    assert [(s.collective, s.size_bytes) for s in outcome.stats] == (
+        [(Collective.ALL_REDUCE, s) for s in (1024, 8192, 65536)]
+        + [(Collective.ALL_GATHER, s) for s in split] + [(Collective.ALL_TO_ALL, s) for s in split])
+    assert progress[-1] == (9, 9)
+    for s in outcome.stats:
+        assert s.iterations == 3 and s.time_median_us > 0 and s.busbw_GBps > 0
+
+
+def _children_of(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def test_killed_rank_fails_the_run_fast_and_leaves_no_process():
+    pids: list[int] = []
+
+    def kill_one_later(p: list[int]) -> None:
+        pids.extend(p)
+        threading.Timer(1.5, lambda: os.kill(p[1], signal.SIGKILL)).start()
+
+    request = BenchRequest(collectives=(Collective.ALL_REDUCE,), min_bytes=1 << 20, max_bytes=1 << 20,
+                           iterations=100000, warmup=0, timeout_s=10)
+    started = time.monotonic()
+    with pytest.raises(RunFailure, match=r"rank 1 .*(exited with code -9|killed)|rank 1 closed the connection"):
+        run_bench(request, loopback_placements(3), on_pids=kill_one_later)
+    assert time.monotonic() - started < 30
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert _children_of(os.getpid()) == [] or all(
+        p not in pids for p in _children_of(os.getpid()))
+
+
+def test_cli_bench_loopback_writes_reports(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", "--loopback", "--ranks", "2",
+                           "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "-w", "0", "--steps", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "# all_reduce, 2 ranks" in proc.stdout
+    assert {p.name for p in out.iterdir()} == {"sweep.csv", "sweep.json", "steps.csv"}
+    assert len((out / "sweep.csv").read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-b", "1X"], "--minbytes"), (["--collective", "allfoo"], "unknown collective"),
+    (["-a", "direct"], "--algorithm"), (["-n", "0"], "--iters"), ([], "exactly one of"),
+])
+def test_cli_bench_bad_input_is_one_line_exit_2(args, needle):
+    base = ["--loopback", "--ranks", "2"] if args else []
+    proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", *base, *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
