@@ -61,9 +61,12 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from genie.testbed.lifecycle import signals_raise
+
     _register()
     try:
-        app(args=argv, standalone_mode=False)
+        with signals_raise():  # SIGTERM/SIGHUP unwind like Ctrl-C: every command tears down what it built
+            app(args=argv, standalone_mode=False)
     except GenieError as exc:
         typer.echo(f"genie: error: {exc}", err=True)
         return 2

@@ -32,6 +32,7 @@ class Algorithm(Enum):
     RING = "ring"
     DIRECT = "direct"
     HALVING_DOUBLING = "halving_doubling"
+    RECURSIVE_DOUBLING = "recursive_doubling"
     DOUBLE_BINARY_TREE = "double_binary_tree"
     PIPELINED_RING = "pipelined_ring"
     P2P = "p2p"
@@ -39,7 +40,7 @@ class Algorithm(Enum):
     @classmethod
     def parse(cls, text: str) -> "Algorithm":
         key = text.strip().lower().replace("-", "_")
-        aliases = {"hd": "halving_doubling", "halvingdoubling": "halving_doubling", "tree": "double_binary_tree",
+        aliases = {"hd": "halving_doubling", "rd": "recursive_doubling", "halvingdoubling": "halving_doubling", "tree": "double_binary_tree",
                    "doublebinarytree": "double_binary_tree", "dbt": "double_binary_tree"}
         key = aliases.get(key, key)
         try:

@@ -2,8 +2,13 @@
 
 A rank executes its steps in order. Within one step every send, receive and local copy runs concurrently and
 the step ends when all of them are done. Sends read the buffer as it was when the step began; receives land
-(or, with ``reduce=True``, are summed into their region) when the step ends. A schedule never writes a region
-in the same step in which it sends from it, so an executor may receive straight into the destination.
+(or, with ``reduce=True``, are summed into their region) when the step ends. A plain (non-reducing) receive
+or copy never targets a region that anything else touches in the same step, so an executor may receive
+straight into the destination; reducing receives may overlap sends and each other (each is received into
+scratch memory and summed in at the end of the step).
+
+Every rank of a schedule has the same number of steps: step ``i`` is the same moment of the algorithm on all
+ranks, and a rank with nothing to do at that moment has an empty Step.
 
 Buffers: every rank holds a ``DATA`` buffer of the op's nccl-tests size; all-to-all also holds an ``OUTPUT``
 buffer of the same size (it is not in place). Offsets and sizes are in bytes and always multiples of the op's

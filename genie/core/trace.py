@@ -7,9 +7,9 @@ attribute list with each attribute's protobuf value type. The typed view (``comm
 ``comm_dst``, ``comm_tag``, ``pg_name``, ``num_ops``, ``tensor_size``); the builders (:func:`compute_node`,
 :func:`collective_node`, :func:`send_node`, :func:`recv_node`) write them the way ASTRA-sim expects.
 
-Times are nanoseconds. Chakra stores microseconds, so an ET file keeps durations to the microsecond.
+Times are nanoseconds (Chakra stores microseconds; see genie.workloads.chakra_et for how ns survive).
 Collectives without ``pg_name`` run on the world (all ranks); ``pg_name`` names a :class:`ProcessGroup`.
-Analysis (validation, topological order, critical paths, summaries) lives in :mod:`genie.workloads.analysis`.
+Topological order is here; validation, critical paths and summaries live in :mod:`genie.workloads.analysis`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from functools import cached_property
 
 from genie.core.collective import Algorithm, Collective
 
@@ -210,9 +211,11 @@ class TraceNode:
         return replace(self, attrs=(*self.attrs, Attribute(name, type, value)))
 
     # ---- typed view -------------------------------------------------------------------------------------
-    @property
+    @cached_property
     def deps(self) -> tuple[int, ...]:
         """Data then control dependencies, without repeats."""
+        if not self.ctrl_deps:
+            return self.data_deps
         return tuple(dict.fromkeys((*self.data_deps, *self.ctrl_deps)))
 
     @property
@@ -250,7 +253,10 @@ class TraceNode:
     @property
     def algorithm(self) -> Algorithm | None:
         v = self.attr_value("algorithm")
-        return Algorithm.parse(v) if isinstance(v, str) and v else None
+        try:
+            return Algorithm.parse(v) if isinstance(v, str) and v else None
+        except ValueError:
+            return None  # a hint genie does not know: ignored
 
     @property
     def num_ops(self) -> int | None:

@@ -32,6 +32,7 @@ class BenchRequest:
     timeout_s: float = 60.0
     record_steps: bool = False
     chunks: int = 1
+    spin_us: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launche
             progress(len(stats), len(job.cases), stats[index])
 
     session = RankSession(placements, launcher=launcher, on_pids=on_pids,
-                          idle_timeout_s=max(120.0, job.timeout_s * 2))
+                          idle_timeout_s=max(120.0, job.timeout_s * 2), spin_s=request.spin_us / 1e6)
     session.run(bench_job_to_json(job), on_case=on_case)
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=job, placements=tuple(placements),
                         steps=steps)

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                                timeout_s=float(setup.get("connect_timeout_s", 30.0)),
                                buffer_bytes=setup.get("socket_buffer_bytes"))
         listener.close()
-        transport = SocketTransport(args.rank, sockets)
+        transport = SocketTransport(args.rank, sockets, spin_s=float(setup.get("spin_s", 0.0)))
         run_bench_job(job, args.rank, transport, control)
         control.send({"type": "done", "rank": args.rank})
         recv_message(ctrl_sock)  # "exit": every rank is done, connections may close

@@ -29,7 +29,9 @@ class RankSession:
 
     def __init__(self, placements: list[RankPlacement], *, launcher: Launcher | None = None,
                  on_pids: Callable[[list[int]], None] | None = None, startup_timeout_s: float = 60.0,
-                 idle_timeout_s: float = 120.0, socket_buffer_bytes: int | None = None) -> None:
+                 idle_timeout_s: float = 120.0, socket_buffer_bytes: int | None = None,
+                 spin_s: float = 0.0) -> None:
+        self.spin_s = spin_s
         self.placements = sorted(placements, key=lambda p: p.rank)
         self.launcher = launcher or NamespaceLauncher()
         self.on_pids = on_pids
@@ -53,7 +55,7 @@ class RankSession:
             addresses = {str(p.rank): [p.address, ports[p.rank]] for p in self.placements}
             for rank, conn in self._conns.items():
                 send_message(conn, {"type": "setup", "addresses": addresses, "job": job,
-                                    "socket_buffer_bytes": self.socket_buffer_bytes})
+                                    "socket_buffer_bytes": self.socket_buffer_bytes, "spin_s": self.spin_s})
             result = self._serve(on_case)
             for conn in self._conns.values():
                 send_message(conn, {"type": "exit"})

@@ -12,6 +12,7 @@ process (`socketpair_mesh`), which is how schedules are executed in tests withou
 from __future__ import annotations
 
 import errno
+import os
 import select
 import socket
 import struct
@@ -23,9 +24,10 @@ from typing import Protocol, Sequence
 from genie.core.errors import RunFailure
 
 _RANK_HEADER = struct.Struct("!I")
-_POLLIN = select.POLLIN
-_POLLOUT = select.POLLOUT
-_POLLERR = select.POLLERR | select.POLLHUP
+_WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
+_WATCH_IN_OUT = _WATCH_IN | select.EPOLLOUT
+_EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
+_EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 
 
 class PeerFailure(RunFailure):
@@ -70,14 +72,18 @@ class _Flow:
 
 
 class SocketTransport:
-    def __init__(self, rank: int, sockets: dict[int, socket.socket], window_bytes: int = 1 << 20) -> None:
+    def __init__(self, rank: int, sockets: dict[int, socket.socket], window_bytes: int = 1 << 20,
+                 spin_s: float = 0.0) -> None:
         self.rank = rank
+        self.spin_s = spin_s
         self._sockets = sockets
         for sock in sockets.values():
             sock.setblocking(False)
         self._fd_peer = {sock.fileno(): peer for peer, sock in sockets.items()}
         self._window = memoryview(bytearray(window_bytes))
-        self._poll = select.poll()
+        self._epoll = select.epoll()
+        for fd in self._fd_peer:
+            self._epoll.register(fd, _WATCH_IN)
 
     @property
     def peers(self) -> frozenset[int]:
@@ -158,51 +164,57 @@ class SocketTransport:
         pending_in = {p: f for p, f in inc.items() if not self._pump_recv(f)}
         if not pending_out and not pending_in:
             return
+        if self.spin_s > 0 and self._spin(pending_out, pending_in):
+            return
         self._wait_loop(pending_out, pending_in, timeout_s)
 
+    def _spin(self, pending_out: dict[int, _Flow], pending_in: dict[int, _Flow]) -> bool:
+        """Retry for up to `spin_s`, yielding the CPU between tries: with more ranks than cores the peer we
+        wait for gets the core at once, instead of this rank paying a sleep/wake-up per step."""
+        until = time.perf_counter() + self.spin_s
+        yield_cpu = os.sched_yield
+        while time.perf_counter() < until:
+            yield_cpu()
+            for peer in [p for p, f in pending_out.items() if self._pump_send(f)]:
+                del pending_out[peer]
+            for peer in [p for p, f in pending_in.items() if self._pump_recv(f)]:
+                del pending_in[peer]
+            if not pending_out and not pending_in:
+                return True
+        return False
+
     def _wait_loop(self, pending_out: dict[int, _Flow], pending_in: dict[int, _Flow], timeout_s: float) -> None:
-        poll = self._poll
-        registered: dict[int, int] = {}
-        deadline = time.monotonic() + timeout_s
+        """Wait for readiness with the edge-triggered epoll set registered once at start-up. Edge triggering
+        is safe because every wait follows an attempt that hit EAGAIN on that socket (the optimistic pass,
+        or a pump), so no readiness edge can have been missed. Write readiness is watched only while a send
+        is blocked: otherwise every ACK would wake the rank."""
+        watching_out = [self._sockets[peer].fileno() for peer in pending_out]
+        for fd in watching_out:
+            self._epoll.modify(fd, _WATCH_IN_OUT)
         try:
-            while pending_out or pending_in:
-                wanted: dict[int, int] = {}
-                for peer in pending_out:
-                    fd = self._sockets[peer].fileno()
-                    wanted[fd] = wanted.get(fd, 0) | _POLLOUT
-                for peer in pending_in:
-                    fd = self._sockets[peer].fileno()
-                    wanted[fd] = wanted.get(fd, 0) | _POLLIN
-                for fd, mask in wanted.items():
-                    if registered.get(fd) != mask:
-                        if fd in registered:
-                            poll.modify(fd, mask)
-                        else:
-                            poll.register(fd, mask)
-                        registered[fd] = mask
-                for fd in [fd for fd in registered if fd not in wanted]:
-                    poll.unregister(fd)
-                    del registered[fd]
-                remaining_s = deadline - time.monotonic()
-                if remaining_s <= 0:
-                    raise PeerFailure(self._timeout_message(pending_out, pending_in, timeout_s))
-                try:
-                    events = poll.poll(max(1, int(remaining_s * 1000)))
-                except InterruptedError:
-                    continue
-                for fd, ev in events:
-                    peer = self._fd_peer[fd]
-                    if ev & (_POLLIN | _POLLERR) and peer in pending_in:
-                        if self._pump_recv(pending_in[peer]):
-                            del pending_in[peer]
-                    if ev & (_POLLOUT | _POLLERR) and peer in pending_out:
-                        if self._pump_send(pending_out[peer]):
-                            del pending_out[peer]
-                    if ev & _POLLERR and peer not in pending_in and peer not in pending_out:
-                        continue
+            self._wait(pending_out, pending_in, timeout_s)
         finally:
-            for fd in registered:
-                poll.unregister(fd)
+            for fd in watching_out:
+                self._epoll.modify(fd, _WATCH_IN)
+
+    def _wait(self, pending_out: dict[int, _Flow], pending_in: dict[int, _Flow], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        wait = self._epoll.poll
+        fd_peer = self._fd_peer
+        while pending_out or pending_in:
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                raise PeerFailure(self._timeout_message(pending_out, pending_in, timeout_s))
+            try:
+                events = wait(remaining_s)
+            except InterruptedError:
+                continue
+            for fd, ev in events:
+                peer = fd_peer[fd]
+                if ev & _EPOLL_IN and peer in pending_in and self._pump_recv(pending_in[peer]):
+                    del pending_in[peer]
+                if ev & _EPOLL_OUT and peer in pending_out and self._pump_send(pending_out[peer]):
+                    del pending_out[peer]
 
     def _timeout_message(self, pending_out: dict[int, _Flow], pending_in: dict[int, _Flow], timeout_s: float) -> str:
         parts = [f"sending to rank {p} ({f.done_bytes}/{f.total_bytes} bytes)" for p, f in sorted(pending_out.items())]
@@ -211,6 +223,7 @@ class SocketTransport:
         return f"rank {self.rank}: op timed out after {timeout_s:g} s " + ", ".join(parts)
 
     def close(self) -> None:
+        self._epoll.close()
         for sock in self._sockets.values():
             try:
                 sock.close()

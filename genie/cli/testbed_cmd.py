@@ -1,0 +1,114 @@
+"""`genie testbed up|down|status|list`: parse, call genie.testbed.service, print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from genie.core.errors import InputError
+from genie.core.testbed import TestbedInfo
+from genie.core.units import format_rate
+from genie.testbed import service
+from genie.testbed.plan import describe_plan
+from genie.testbed.service import DownReport
+
+app = typer.Typer(help="Emulated testbeds: network namespaces, veth links, bridges, routes and tc shaping.",
+                  no_args_is_help=True)
+
+
+@app.command("up")
+def up_command(
+    file: Path = typer.Argument(..., help="Topology YAML file (see docs/topology.md)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Testbed name (default: the file's stem)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing."),
+) -> None:
+    """Build the topology as namespaces, veths, bridges, routes and qdiscs."""
+    from genie.topology import load_topology_file
+
+    topology = load_topology_file(file)
+    testbed = name if name is not None else file.stem
+    result = service.up(topology, name=testbed, source=file, dry_run=dry_run)
+    if isinstance(result, TestbedInfo):
+        _print_up(result)
+        return
+    typer.echo(f"plan for testbed {testbed} ({len(result)} steps; dry run, nothing changed):")
+    for line in describe_plan(result):
+        typer.echo(line)
+
+
+@app.command("down")
+def down_command(
+    name: Optional[str] = typer.Argument(None, help="Testbed to tear down."),
+    all_testbeds: bool = typer.Option(False, "--all", help="Every testbed, plus leftover genie-* namespaces."),
+) -> None:
+    """End the testbed's processes and remove everything it created."""
+    if (name is None) == (not all_testbeds):
+        raise InputError("give a testbed NAME or --all (not both)", path="down")
+    report = service.down_all() if all_testbeds else service.down(name)  # type: ignore[arg-type]
+    _print_down(report)
+
+
+@app.command("status")
+def status_command(name: str = typer.Argument(..., help="Testbed name.")) -> None:
+    """Namespaces, interfaces, addresses, qdiscs (with rates) and routes of a testbed."""
+    state = service.status(name)
+    info = state.info
+    typer.echo(f"testbed {info.name}: {'up' if state.complete else 'INCOMPLETE'}, shaping {info.shaper}, "
+               f"source {state.source or '-'}")
+    for host in info.hosts:
+        typer.echo(f"  host {host.host}: {host.address} in {host.netns}")
+    for ns in state.namespaces:
+        if not ns.present:
+            typer.echo(f"{ns.netns}: MISSING")
+            continue
+        pids = ", ".join(map(str, ns.pids)) or "none"
+        typer.echo(f"{ns.netns}  (processes: {pids})")
+        for iface in ns.interfaces:
+            parts = [f"  {iface.ifname:<5} {iface.kind:<8} {'up' if iface.up else 'down':<4} mtu {iface.mtu_bytes}"]
+            parts += list(iface.addresses)
+            if iface.master:
+                parts.append(f"master {iface.master}")
+            for q in iface.qdiscs:
+                if q.kind == "noqueue":
+                    continue
+                rate = f" rate {format_rate(q.rate_bps)}" if q.rate_bps else ""
+                detail = f" {q.detail}" if q.detail else ""
+                parts.append(f"qdisc {q.kind} {q.handle} parent {q.parent}{rate}{detail}")
+            typer.echo("  ".join(parts))
+        for route in ns.routes:
+            typer.echo(f"    route {route.destination} {' | '.join(route.nexthops)}")
+
+
+@app.command("list")
+def list_command() -> None:
+    """Testbeds recorded in the state directory."""
+    summaries = service.list_testbeds()
+    if not summaries:
+        typer.echo("no testbeds")
+        return
+    typer.echo(f"{'NAME':<24} {'HOSTS':>5} {'LINKS':>5} {'SHAPER':<10} {'STATE':<10} SOURCE")
+    for s in summaries:
+        state = "up" if s.complete and s.namespaces_present == s.namespaces_planned else "incomplete"
+        typer.echo(f"{s.name:<24} {s.hosts:>5} {s.links:>5} {s.shaper:<10} {state:<10} {s.source or '-'}")
+
+
+def _print_up(info: TestbedInfo) -> None:
+    typer.echo(f"testbed {info.name} is up: {len(info.hosts)} hosts, {len(info.topology.links)} links, "
+               f"shaping {info.shaper}")
+    for host in info.hosts:
+        typer.echo(f"  {host.host:<12} {host.address:<15} {host.netns}")
+    typer.echo(f"tear down with: genie testbed down {info.name}")
+
+
+def _print_down(report: DownReport) -> None:
+    if not report.testbeds and not report.orphan_namespaces:
+        typer.echo("nothing to tear down")
+        return
+    for name in report.testbeds:
+        typer.echo(f"testbed {name} is down")
+    for netns in report.orphan_namespaces:
+        typer.echo(f"removed leftover namespace {netns}")
+    if report.pids_ended:
+        typer.echo(f"ended {len(report.pids_ended)} processes: {' '.join(map(str, report.pids_ended))}")

@@ -1,0 +1,90 @@
+"""`genie trace`: convert, show and validate workload traces."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from genie.core.errors import InputError
+from genie.core.units import format_size
+from genie.workloads.analysis import critical_path, summarize, validate
+from genie.workloads.loader import load_trace, output_format, save_trace
+
+app = typer.Typer(help="Workload traces: Chakra ET, PARAM basic JSON, ASTRA-sim text, genie JSON/YAML.",
+                  no_args_is_help=True)
+
+_NPUS = typer.Option(None, "--npus", min=1, help="Number of ranks (needed for ASTRA-sim text workloads).")
+_DIM0 = typer.Option(None, "--dim0-npus", min=1,
+                     help="Ranks in network dimension 0 (ASTRA-sim HYBRID_DATA_MODEL / HYBRID_MODEL_DATA).")
+
+
+@app.command()
+def convert(
+    source: str = typer.Argument(..., help="Trace to read: ET prefix or file, directory, JSON/YAML, text."),
+    out: str = typer.Argument(..., help="Output: an ET prefix (writes OUT.<rank>.et) or a JSON/YAML file."),
+    to: str = typer.Option(..., "--to", help="et | json | yaml (json writes YAML when OUT ends in .yaml)."),
+    npus: Optional[int] = _NPUS,
+    dim0_npus: Optional[int] = _DIM0,
+    check: bool = typer.Option(True, "--check/--no-check", help="Refuse traces that fail validation."),
+) -> None:
+    """Convert a trace to Chakra ET or genie JSON/YAML."""
+    fmt = output_format(to, out)
+    trace = load_trace(source, npus=npus, dim0_npus=dim0_npus)
+    if check:
+        problems = validate(trace)
+        if problems:
+            raise InputError(f"{problems[0]} ({len(problems)} problem(s); --no-check converts anyway)",
+                             source=source)
+    paths = save_trace(trace, out, to=fmt)
+    typer.echo(f"wrote {len(paths)} file(s): {paths[0]}{' ...' if len(paths) > 1 else ''}")
+
+
+@app.command()
+def show(
+    trace_path: str = typer.Argument(..., metavar="TRACE"),
+    npus: Optional[int] = _NPUS,
+    dim0_npus: Optional[int] = _DIM0,
+) -> None:
+    """Ranks, nodes by type, bytes per collective and group, compute total, critical path."""
+    trace = load_trace(trace_path, npus=npus, dim0_npus=dim0_npus)
+    s = summarize(trace)
+    info = ", ".join(f"{k}={v}" for k, v in trace.info)
+    typer.echo(f"trace: {trace_path}" + (f" ({info})" if info else ""))
+    typer.echo(f"ranks: {s.num_ranks}   nodes: {s.num_nodes}   groups: {len(trace.groups)}")
+    typer.echo("nodes by type: " + ", ".join(f"{k} {v}" for k, v in sorted(s.nodes_by_kind.items())))
+    for name, size in sorted(s.bytes_by_collective.items()):
+        typer.echo(f"  {name:<16} {s.count_by_collective.get(name, 0):>7} ops  {size:>16} B  ({format_size(size)})")
+    for group, size in sorted(s.bytes_by_group.items()):
+        ranks = trace.group("" if group == "world" else group)
+        members = f"{len(ranks.ranks)} ranks" if ranks else "unknown group"
+        typer.echo(f"  group {group:<10} ({members}) {size:>16} B")
+    typer.echo(f"compute: total {s.compute_total_ns / 1e3:.3f} us over all ranks, "
+               f"busiest rank {s.compute_max_rank_ns / 1e3:.3f} us")
+    typer.echo(f"critical path, compute only (per rank): {s.critical_path_compute_ns / 1e3:.3f} us")
+    if s.critical_path_ns is None:
+        typer.echo("critical path with zero-cost comm: none (the ranks deadlock; run `genie trace validate`)")
+    else:
+        path = critical_path(trace)
+        typer.echo(f"critical path with zero-cost comm: {s.critical_path_ns / 1e3:.3f} us over {len(path.nodes)} "
+                   f"nodes")
+
+
+@app.command(name="validate")
+def validate_cmd(
+    trace_path: str = typer.Argument(..., metavar="TRACE"),
+    npus: Optional[int] = _NPUS,
+    dim0_npus: Optional[int] = _DIM0,
+) -> None:
+    """Check dependencies, comm types, ranks and groups; exit 2 on any problem."""
+    trace = load_trace(trace_path, npus=npus, dim0_npus=dim0_npus)
+    problems = validate(trace)
+    for p in problems[:50]:
+        typer.echo(f"{p.kind.value}: {p}", err=True)
+    if len(problems) > 50:
+        typer.echo(f"... {len(problems) - 50} more", err=True)
+    if problems:
+        raise InputError(f"{len(problems)} problem(s); first: {problems[0]}", source=trace_path)
+    typer.echo(f"ok: {trace.num_ranks} ranks, {sum(len(r.nodes) for r in trace.ranks)} nodes")
+
+

@@ -1,0 +1,40 @@
+"""The emulated testbed: Topology -> plan of steps (pure) -> pyroute2 backend with an undo log -> live testbed.
+
+Public API (the pyroute2 backend itself lives in `genie.testbed.netlink`, the only module importing pyroute2):
+
+* `plan_testbed(topology, name, *, netem_available, shaper)` -> list of steps, each with `describe()`
+* `up`, `down`, `down_all`, `status`, `list_testbeds`, `load_info`, `register_pids`, `temporary_testbed`
+* `Backend`, `FakeBackend`, `apply_plan`, `undo_steps`; `signals_raise`, `signals_deferred`
+"""
+
+from genie.testbed.backend import Backend, FakeBackend, StepFailed, apply_plan, undo_steps
+from genie.testbed.lifecycle import Terminated, signals_deferred, signals_raise
+from genie.testbed.plan import TestbedPlan, build_plan, describe_plan, plan_testbed
+from genie.testbed.service import (down, down_all, list_testbeds, load_info, register_pids, status,
+                                   temporary_testbed, up)
+from genie.testbed.steps import PlanStep, Shaper
+
+__all__ = [
+    "Backend",
+    "FakeBackend",
+    "PlanStep",
+    "Shaper",
+    "StepFailed",
+    "Terminated",
+    "TestbedPlan",
+    "apply_plan",
+    "build_plan",
+    "describe_plan",
+    "down",
+    "down_all",
+    "list_testbeds",
+    "load_info",
+    "plan_testbed",
+    "register_pids",
+    "signals_deferred",
+    "signals_raise",
+    "status",
+    "temporary_testbed",
+    "undo_steps",
+    "up",
+]

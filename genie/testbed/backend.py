@@ -1,0 +1,99 @@
+"""Applying a plan: the `Backend` protocol, a `FakeBackend` that records calls, and the undo log.
+
+`apply_plan` applies steps in order and keeps an undo log; when a step fails (or Ctrl-C / SIGTERM arrives) it
+undoes every applied step in reverse, with signals deferred so the rollback itself cannot be cut short, and
+re-raises. `undo_steps` is the same reverse walk for teardown: best effort, every step is attempted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from genie.core.errors import EnvironmentProblem, GenieError
+from genie.testbed.lifecycle import signals_deferred
+from genie.testbed.steps import PlanStep
+
+
+class Backend(Protocol):
+    def apply(self, step: PlanStep) -> None:
+        """Make the step real; raise on failure (leaving nothing of this step behind where possible)."""
+
+    def undo(self, step: PlanStep) -> None:
+        """Revert an applied step; must tolerate that its objects are already gone."""
+
+
+class StepFailed(EnvironmentProblem):
+    """A step could not be applied; everything applied before it has been rolled back."""
+
+
+@dataclass
+class FakeBackend:
+    """Records ``("apply", step)`` / ``("undo", step)`` calls; fails applying the step at index ``fail_at``
+    (0-based, in call order) and undoing any step in ``fail_undo``."""
+
+    fail_at: int | None = None
+    fail_undo: frozenset[PlanStep] = frozenset()
+    calls: list[tuple[str, PlanStep]] = field(default_factory=list)
+    _applied_count: int = 0
+
+    def apply(self, step: PlanStep) -> None:
+        index = self._applied_count
+        self._applied_count += 1
+        if index == self.fail_at:
+            raise OSError(f"fake failure applying step {index}")
+        self.calls.append(("apply", step))
+
+    def undo(self, step: PlanStep) -> None:
+        self.calls.append(("undo", step))
+        if step in self.fail_undo:
+            raise OSError("fake failure undoing")
+
+    @property
+    def applied(self) -> list[PlanStep]:
+        return [step for kind, step in self.calls if kind == "apply"]
+
+    @property
+    def undone(self) -> list[PlanStep]:
+        return [step for kind, step in self.calls if kind == "undo"]
+
+
+def apply_plan(backend: Backend, steps: Sequence[PlanStep], *,
+               before_step: Callable[[int], None] | None = None) -> None:
+    """Apply `steps` in order. ``before_step(k)`` runs before step k (0-based) is applied, so a write-ahead log
+    can record that steps [0, k] may exist. On any failure or interrupt: undo the applied steps in reverse,
+    then raise (StepFailed for an error of the backend, the original exception otherwise)."""
+    applied: list[PlanStep] = []
+    try:
+        for index, step in enumerate(steps):
+            if before_step is not None:
+                before_step(index)
+            try:
+                backend.apply(step)
+            except GenieError:
+                raise
+            except Exception as exc:  # netlink, OS errors: located by step
+                raise StepFailed(f"step {index + 1} ({step.describe()}) failed: {_reason(exc)}; "
+                                 f"rolled back the {len(applied)} steps applied before it") from exc
+            applied.append(step)
+    except BaseException:
+        with signals_deferred():
+            undo_steps(backend, applied)
+        raise
+
+
+def undo_steps(backend: Backend, steps: Sequence[PlanStep]) -> list[tuple[PlanStep, Exception]]:
+    """Undo `steps` in reverse order, attempting every one; returns the failures (step, error)."""
+    failures: list[tuple[PlanStep, Exception]] = []
+    for step in reversed(steps):
+        try:
+            backend.undo(step)
+        except Exception as exc:  # keep going: the rest must still be undone
+            failures.append((step, exc))
+    return failures
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0] if text else type(exc).__name__

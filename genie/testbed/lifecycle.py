@@ -1,0 +1,130 @@
+"""Signals and processes around critical sections: SIGTERM as an exception, deferred signals during rollback,
+and ending processes by PID (never by name).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+_HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived inside `signals_raise()`. A KeyboardInterrupt, so that generic ``except
+    Exception`` blocks do not swallow it and the CLI reports "interrupted" (exit 130)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """Inside the block SIGTERM/SIGHUP raise `Terminated` (SIGINT raises KeyboardInterrupt as usual), so a
+    critical section can roll back in ``except``/``finally``. No-op outside the main thread."""
+    if not _in_main_thread():
+        yield
+        return
+
+    def raise_terminated(signum: int, _frame: FrameType | None) -> None:
+        raise Terminated(signum)
+
+    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Inside the block SIGINT/SIGTERM/SIGHUP are only recorded; the first one is raised when the block ends
+    (KeyboardInterrupt or `Terminated`), unless an exception is already propagating. For rollbacks and
+    teardowns that must run to the end. No-op outside the main thread."""
+    if not _in_main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def record(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, record) for sig in _HANDLED}
+    completed = False
+    try:
+        yield
+        completed = True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if completed and received:
+        if received[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(received[0])
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22), None if it is gone.
+    A (pid, start) pair names one process even after its PID is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read().decode(errors="replace")
+    except OSError:
+        return None
+    return int(text.rsplit(")", 1)[1].split()[19])
+
+
+def terminate_pids(pids: Iterable[int], *, grace_s: float = 1.0) -> list[int]:
+    """SIGTERM each PID, wait up to `grace_s` for them to exit, SIGKILL the rest. Never signals this process.
+    Returns the PIDs that were signalled. Callers pass only PIDs of processes genie started or found inside its
+    own namespaces."""
+    me = os.getpid()
+    targets = sorted({pid for pid in pids if pid > 1 and pid != me})
+    signalled = [pid for pid in targets if _signal(pid, signal.SIGTERM)]
+    deadline = time.monotonic() + grace_s
+    alive = list(signalled)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [pid for pid in alive if _alive(pid)]
+    for pid in alive:
+        _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + grace_s
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [pid for pid in alive if _alive(pid)]
+    return signalled
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (a zombie of ours is reaped here)."""
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")

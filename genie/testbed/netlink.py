@@ -1,0 +1,361 @@
+"""The pyroute2 backend: the only module of genie that imports pyroute2.
+
+Every netlink socket is opened *inside* a testbed namespace (``IPRoute(netns=..., flags=0)``: never creating a
+namespace by accident) — nothing here changes the root namespace. Sysctls are written from a short-lived thread
+that has entered the namespace with setns(2) (net sysctls follow the calling thread's namespace).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from pyroute2 import IPRoute, netns
+from pyroute2.netlink.exceptions import NetlinkError
+
+from genie.core.errors import EnvironmentProblem
+from genie.core.testbed import TestbedInfo
+from genie.testbed.layout import NETNS_DIR, NETNS_PREFIX
+from genie.testbed.observed import InterfaceStatus, LinkCounters, NamespaceStatus, QdiscStatus, RouteStatus
+from genie.testbed.steps import (AddAddress, AddBridge, AddHtb, AddNetem, AddPfifo, AddRoute, CreateNetns,
+                                 CreateVethPair, EnslaveLink, PlanStep, QdiscParent, SetLinkUp, SetSysctl)
+
+HTB_ROOT = 0x10000  # 1:
+HTB_CLASS = 0x10001  # 1:1
+LEAF_HANDLE = 0x100000  # 10:
+TC_H_ROOT = 0xFFFFFFFF
+_GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.EADDRNOTAVAIL, errno.EINVAL}
+_T = TypeVar("_T")
+
+
+def netns_path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)
+
+
+def netns_exists(name: str) -> bool:
+    return os.path.exists(netns_path(name))
+
+
+def list_genie_namespaces() -> list[str]:
+    """Names of every namespace carrying genie's prefix (``genie-``), sorted."""
+    return sorted(name for name in netns.listnetns(NETNS_DIR) if name.startswith(NETNS_PREFIX))
+
+
+def remove_namespace(name: str) -> bool:
+    """Unmount and delete the named namespace; False if it did not exist."""
+    if not netns_exists(name):
+        return False
+    netns.remove(name)
+    return True
+
+
+def namespace_pids(name: str) -> list[int]:
+    """PIDs of the processes whose network namespace is `name` (compared by device and inode)."""
+    try:
+        target = os.stat(netns_path(name))
+    except FileNotFoundError:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            st = os.stat(f"/proc/{entry}/ns/net")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def run_in_netns(name: str, fn: Callable[[], _T]) -> _T:
+    """Run `fn` in a fresh thread that has entered namespace `name` (the caller's thread never moves)."""
+    outcome: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            fd = os.open(netns_path(name), os.O_RDONLY)
+            try:
+                netns.setns(fd)
+            finally:
+                os.close(fd)
+            outcome["value"] = fn()
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=body, name=f"genie-netns-{name}")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
+
+
+def write_sysctl(name: str, key: str, value: str) -> None:
+    path = "/proc/sys/" + key.replace(".", "/")
+
+    def write() -> None:
+        with open(path, "w") as handle:
+            handle.write(value)
+
+    run_in_netns(name, write)
+
+
+class NetlinkBackend:
+    """Applies and undoes plan steps with pyroute2. Use as a context manager (closes its sockets)."""
+
+    def __init__(self) -> None:
+        self._sockets: dict[str, IPRoute] = {}
+
+    def __enter__(self) -> NetlinkBackend:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for ipr in self._sockets.values():
+            ipr.close()
+        self._sockets.clear()
+
+    def _ipr(self, name: str) -> IPRoute:
+        if name not in self._sockets:
+            if not netns_exists(name):
+                raise FileNotFoundError(f"namespace {name} does not exist")
+            self._sockets[name] = IPRoute(netns=name, flags=0)
+        return self._sockets[name]
+
+    def _drop(self, name: str) -> None:
+        ipr = self._sockets.pop(name, None)
+        if ipr is not None:
+            ipr.close()
+
+    def _index(self, name: str, ifname: str) -> int:
+        found = self._ipr(name).link_lookup(ifname=ifname)
+        if not found:
+            raise FileNotFoundError(f"{name}: no interface {ifname}")
+        return int(found[0])
+
+    def apply(self, step: PlanStep) -> None:
+        match step:
+            case CreateNetns(netns=name):
+                if netns_exists(name):
+                    raise FileExistsError(f"namespace {name} already exists")
+                netns.create(name)
+            case SetSysctl(netns=name, key=key, value=value):
+                write_sysctl(name, key, value)
+            case SetLinkUp(netns=name, ifname=ifname):
+                self._ipr(name).link("set", index=self._index(name, ifname), state="up")
+            case AddBridge(netns=name, ifname=ifname):
+                self._ipr(name).link("add", ifname=ifname, kind="bridge")
+            case CreateVethPair():
+                self._ipr(step.netns_a).link("add", ifname=step.ifname_a, kind="veth",
+                                             peer={"ifname": step.ifname_b, "net_ns_fd": step.netns_b})
+                for name, ifname in ((step.netns_a, step.ifname_a), (step.netns_b, step.ifname_b)):
+                    self._ipr(name).link("set", index=self._index(name, ifname), mtu=step.mtu_bytes)
+            case EnslaveLink(netns=name, ifname=ifname, bridge=bridge):
+                self._ipr(name).link("set", index=self._index(name, ifname), master=self._index(name, bridge))
+            case AddAddress(netns=name, ifname=ifname):
+                self._ipr(name).addr("add", index=self._index(name, ifname), address=step.address,
+                                     prefixlen=step.prefix_len)
+            case AddRoute(netns=name):
+                self._ipr(name).route("add", **self._route_spec(step))
+            case AddHtb(netns=name, ifname=ifname):
+                self._add_htb(self._ipr(name), self._index(name, ifname), step)
+            case AddNetem(netns=name, ifname=ifname):
+                self._ipr(name).tc("add", "netem", index=self._index(name, ifname), handle=LEAF_HANDLE,
+                                   parent=_parent(step.parent), delay=int(step.delay_us),
+                                   jitter=int(step.jitter_us), loss=step.loss_pct, limit=step.limit_packets)
+            case AddPfifo(netns=name, ifname=ifname):
+                self._ipr(name).tc("add", "pfifo", index=self._index(name, ifname), handle=LEAF_HANDLE,
+                                   parent=_parent(step.parent), limit=step.limit_packets)
+            case _:
+                raise TypeError(f"unknown step {step!r}")
+
+    def undo(self, step: PlanStep) -> None:
+        """Revert `step`; objects (or whole namespaces) that are already gone count as undone."""
+        if isinstance(step, CreateNetns):
+            self._drop(step.netns)
+            remove_namespace(step.netns)
+            return
+        if isinstance(step, SetSysctl):
+            return  # a namespace's sysctls vanish with it
+        try:
+            self._undo_in_namespace(step)
+        except FileNotFoundError:
+            return
+        except NetlinkError as exc:
+            if exc.code not in _GONE:
+                raise
+
+    def _undo_in_namespace(self, step: PlanStep) -> None:
+        match step:
+            case SetLinkUp(netns=name, ifname=ifname):
+                self._ipr(name).link("set", index=self._index(name, ifname), state="down")
+            case EnslaveLink(netns=name, ifname=ifname):
+                self._ipr(name).link("set", index=self._index(name, ifname), master=0)
+            case AddBridge(netns=name, ifname=ifname):
+                self._ipr(name).link("del", index=self._index(name, ifname))
+            case CreateVethPair():
+                for name, ifname in ((step.netns_a, step.ifname_a), (step.netns_b, step.ifname_b)):
+                    try:
+                        self._ipr(name).link("del", index=self._index(name, ifname))
+                        return  # deleting one end deletes the pair
+                    except FileNotFoundError:
+                        continue
+            case AddAddress(netns=name, ifname=ifname):
+                self._ipr(name).addr("del", index=self._index(name, ifname), address=step.address,
+                                     prefixlen=step.prefix_len)
+            case AddRoute(netns=name):
+                self._ipr(name).route("del", dst=step.destination)
+            case AddHtb(netns=name, ifname=ifname):
+                self._ipr(name).tc("del", index=self._index(name, ifname), parent=TC_H_ROOT)
+            case AddNetem(netns=name, ifname=ifname) | AddPfifo(netns=name, ifname=ifname):
+                self._ipr(name).tc("del", index=self._index(name, ifname), handle=LEAF_HANDLE,
+                                   parent=_parent(step.parent))
+            case _:
+                raise TypeError(f"unknown step {step!r}")
+
+    def _route_spec(self, step: AddRoute) -> dict[str, Any]:
+        hops = [{"oif": self._index(step.netns, hop.ifname), **({"gateway": hop.gateway} if hop.gateway else {})}
+                for hop in step.nexthops]
+        spec: dict[str, Any] = {"dst": step.destination}
+        if step.source:
+            spec["prefsrc"] = step.source
+        if len(hops) == 1:
+            spec.update(hops[0])
+        else:
+            spec["multipath"] = hops
+        return spec
+
+    @staticmethod
+    def _add_htb(ipr: IPRoute, index: int, step: AddHtb) -> None:
+        rate_bytes = step.rate_bps // 8
+        ipr.tc("add", "htb", index=index, handle=HTB_ROOT, default=HTB_CLASS & 0xFFFF)
+        ipr.tc("add-class", "htb", index=index, handle=HTB_CLASS, parent=HTB_ROOT, rate=rate_bytes,
+               ceil=rate_bytes, burst=step.burst_bytes, cburst=step.burst_bytes, quantum=step.quantum_bytes)
+
+
+def _parent(parent: QdiscParent) -> int:
+    return HTB_CLASS if parent is QdiscParent.HTB_CLASS else TC_H_ROOT
+
+
+@functools.cache
+def probe_netem() -> bool:
+    """Can this kernel add a netem qdisc? Tried once per process on ``lo`` of a scratch namespace
+    (``genie-probe-<pid>``), which is removed afterwards."""
+    scratch = f"{NETNS_PREFIX}probe-{os.getpid()}"
+    remove_namespace(scratch)
+    netns.create(scratch)
+    try:
+        with IPRoute(netns=scratch, flags=0) as ipr:
+            lo = ipr.link_lookup(ifname="lo")[0]
+            try:
+                ipr.tc("add", "netem", index=lo, handle=LEAF_HANDLE, delay=1000)
+            except NetlinkError as exc:
+                if exc.code == errno.ENOENT:
+                    return False
+                raise EnvironmentProblem(f"probing for sch_netem failed: {exc}") from exc
+            return True
+    finally:
+        remove_namespace(scratch)
+
+
+def link_counters(info: TestbedInfo) -> list[LinkCounters]:
+    """Byte, packet and drop counters of every link end of a live testbed, in `info.link_ends` order."""
+    result = []
+    sockets: dict[str, IPRoute] = {}
+    try:
+        for end in info.link_ends:
+            name = end.netns or ""
+            if name not in sockets:
+                sockets[name] = IPRoute(netns=name, flags=0) if name else IPRoute()
+            ipr = sockets[name]
+            found = ipr.link_lookup(ifname=end.ifname)
+            if not found:
+                raise EnvironmentProblem(f"testbed {info.name}: {name}:{end.ifname} is gone")
+            link = ipr.get_links(found[0])[0]
+            stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS")
+            qdisc_drops = sum(_qdisc_drops(q) for q in ipr.get_qdiscs(index=found[0]) if q["parent"] == TC_H_ROOT)
+            result.append(LinkCounters(end, stats["tx_bytes"], stats["tx_packets"], stats["tx_dropped"],
+                                       stats["rx_bytes"], stats["rx_packets"], stats["rx_dropped"], qdisc_drops))
+    finally:
+        for ipr in sockets.values():
+            ipr.close()
+    return result
+
+
+def _qdisc_drops(msg: Any) -> int:
+    stats = msg.get_attr("TCA_STATS2")
+    basic = stats.get_attr("TCA_STATS_QUEUE") if stats is not None else None
+    if basic is not None:
+        return int(basic["drops"])
+    legacy = msg.get_attr("TCA_STATS")
+    return int(legacy["drops"]) if legacy is not None else 0
+
+
+def inspect_namespace(name: str) -> NamespaceStatus:
+    """Interfaces (state, MTU, addresses, bridge, qdiscs with rates), routes and processes of a namespace."""
+    if not netns_exists(name):
+        return NamespaceStatus(name, present=False)
+    with IPRoute(netns=name, flags=0) as ipr:
+        links = list(ipr.get_links())
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in links}
+        addresses: dict[int, list[str]] = {}
+        for addr in ipr.get_addr(family=2):
+            addresses.setdefault(addr["index"], []).append(f"{addr.get_attr('IFA_ADDRESS')}/{addr['prefixlen']}")
+        interfaces = []
+        for link in links:
+            index = link["index"]
+            linkinfo = link.get_attr("IFLA_LINKINFO")
+            kind = linkinfo.get_attr("IFLA_INFO_KIND") if linkinfo is not None else None
+            interfaces.append(InterfaceStatus(
+                ifname=names[index], kind=kind or ("loopback" if names[index] == "lo" else "other"),
+                up=bool(link["flags"] & 1), mtu_bytes=int(link.get_attr("IFLA_MTU")),
+                addresses=tuple(addresses.get(index, ())), master=names.get(link.get_attr("IFLA_MASTER")),
+                qdiscs=_qdiscs(ipr, index)))
+        routes = [_route_status(route, names) for route in ipr.get_routes(family=2, table=254)]
+    return NamespaceStatus(name, True, tuple(interfaces), tuple(routes), tuple(namespace_pids(name)))
+
+
+def _handle(value: int) -> str:
+    return "root" if value == TC_H_ROOT else f"{value >> 16:x}:{value & 0xFFFF or ''}"
+
+
+def _qdiscs(ipr: IPRoute, index: int) -> tuple[QdiscStatus, ...]:
+    rates = {}
+    for cls in ipr.get_classes(index=index):
+        options = cls.get_attr("TCA_OPTIONS")
+        if cls.get_attr("TCA_KIND") == "htb" and options is not None:
+            params = options.get_attr("TCA_HTB_PARMS")
+            rate64 = options.get_attr("TCA_HTB_RATE64")
+            rates[cls["handle"] & 0xFFFF0000] = 8 * int(rate64 or params["rate"])  # keyed by qdisc handle
+    result = []
+    for q in ipr.get_qdiscs(index=index):
+        kind = q.get_attr("TCA_KIND")
+        detail = ""
+        options = q.get_attr("TCA_OPTIONS")
+        if kind == "netem" and options is not None:
+            detail = f"limit {options['limit']}"
+        elif kind == "pfifo" and options is not None:
+            detail = f"limit {options['limit']}"
+        result.append(QdiscStatus(kind, _handle(q["handle"]), _handle(q["parent"]),
+                                  rates.get(q["handle"]) if kind == "htb" else None, detail))
+    return tuple(result)
+
+
+def _route_status(route: Any, names: dict[int, str]) -> RouteStatus:
+    dst = route.get_attr("RTA_DST")
+    destination = f"{dst}/{route['dst_len']}" if dst else "default"
+    hops: Iterable[Any] = route.get_attr("RTA_MULTIPATH") or [route]
+    nexthops = []
+    for hop in hops:
+        gateway = hop.get_attr("RTA_GATEWAY")
+        oif = hop.get("oif") if "oif" in hop else hop.get_attr("RTA_OIF")
+        dev = names.get(oif, str(oif))
+        nexthops.append(f"via {gateway} dev {dev}" if gateway else f"dev {dev}")
+    return RouteStatus(destination, tuple(nexthops))

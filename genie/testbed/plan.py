@@ -1,0 +1,172 @@
+"""Topology -> the plan of a testbed: an ordered list of steps, plus the TestbedInfo its users will see. Pure.
+
+Order of the plan:
+1. per node (hosts, then switches): its namespace, loopback up, IPv6 off (keeps link counters free of
+   neighbour-discovery chatter), and for routers / forwarding hosts ``ip_forward`` (plus L4 ECMP hashing where a
+   node has multipath routes);
+2. per bridge switch: ``br0`` and up;
+3. per link: the veth pair, then for each end its bridge port or address, its qdiscs, and up;
+4. static routes: every host and router gets a /32 route to every host it is not directly attached to, with
+   every equal-cost next hop (ECMP multipath). Hosts' routes carry their rank address as preferred source. No
+   default routes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+from genie.core.errors import InputError
+from genie.core.testbed import HostEndpoint, LinkEnd, TestbedInfo
+from genie.core.topology import Link, Switch, SwitchKind, Topology
+from genie.testbed.layout import (BRIDGE_IFNAME, NETNS_PREFIX, Segment, SegmentKind, TestbedLayout,
+                                  check_testbed_name, plan_layout)
+from genie.testbed.shaping import check_delay_emulation, shaper_summary, shaping_steps
+from genie.testbed.steps import (AddAddress, AddBridge, AddRoute, CreateNetns, CreateVethPair, EnslaveLink, NextHop,
+                                 PlanStep, SetLinkUp, SetSysctl, Shaper)
+from genie.topology.routing import shortest_paths_next_hops
+from genie.topology.validation import validate_topology
+
+IP_FORWARD = "net.ipv4.ip_forward"
+MULTIPATH_HASH_POLICY = "net.ipv4.fib_multipath_hash_policy"  # 1: hash on L4 ports, so flows spread over ECMP
+IPV6_OFF = ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6")
+
+
+@dataclass(frozen=True)
+class TestbedPlan:
+    info: TestbedInfo
+    steps: tuple[PlanStep, ...]
+
+
+@dataclass(frozen=True)
+class _Routing:
+    routes: tuple[AddRoute, ...]
+    forwarders: frozenset[str]  # nodes that forward: routers and hosts on someone's path
+    multipath: frozenset[str]  # nodes with at least one ECMP route
+
+
+def plan_testbed(topology: Topology, name: str, *, netem_available: bool, shaper: Shaper = Shaper.KERNEL,
+                 source: str | None = None) -> list[PlanStep]:
+    """The steps that build `topology` as testbed `name`. Raises InputError before anything when the topology
+    cannot be built here (e.g. a link asks for delay and sch_netem is missing)."""
+    return list(build_plan(topology, name, netem_available=netem_available, shaper=shaper, source=source).steps)
+
+
+def build_plan(topology: Topology, name: str, *, netem_available: bool, shaper: Shaper = Shaper.KERNEL,
+               source: str | None = None) -> TestbedPlan:
+    check_testbed_name(name)
+    validate_topology(topology, source=source or "<topology>")
+    for index, link in enumerate(topology.links):
+        check_delay_emulation(link.shape, shaper=shaper, netem_available=netem_available,
+                              link_path=f"links[{index}]", source=source)
+    layout = plan_layout(topology, name)
+    routing = _plan_routes(layout)
+    steps: list[PlanStep] = []
+    for node in topology.node_names():
+        steps.extend(_namespace_steps(layout, node, routing))
+    for switch in topology.switches:
+        if switch.kind is SwitchKind.BRIDGE:
+            netns = layout.netns_of(switch.name)
+            steps += [AddBridge(netns, BRIDGE_IFNAME), SetLinkUp(netns, BRIDGE_IFNAME)]
+    for index, link in enumerate(topology.links):
+        steps.extend(_link_steps(layout, index, link))
+    steps.extend(routing.routes)
+    return TestbedPlan(_testbed_info(layout, steps), tuple(steps))
+
+
+def describe_plan(steps: list[PlanStep] | tuple[PlanStep, ...]) -> list[str]:
+    """One numbered line per step, as `genie testbed up --dry-run` prints them."""
+    width = len(str(len(steps)))
+    return [f"{i:>{width}}. {step.describe()}" for i, step in enumerate(steps, 1)]
+
+
+def _testbed_info(layout: TestbedLayout, steps: list[PlanStep]) -> TestbedInfo:
+    hosts = tuple(HostEndpoint(h.name, layout.netns_of(h.name), layout.address_of(h.name))
+                  for h in layout.topology.hosts)
+    ends = tuple(LinkEnd(e.link_index, e.node, e.peer, e.netns, e.ifname) for e in layout.ends)
+    return TestbedInfo(layout.name, f"{NETNS_PREFIX}{layout.name}-", layout.topology, hosts, ends,
+                       shaper_summary(steps))
+
+
+def _namespace_steps(layout: TestbedLayout, node: str, routing: _Routing) -> list[PlanStep]:
+    netns = layout.netns_of(node)
+    steps: list[PlanStep] = [CreateNetns(netns), SetLinkUp(netns, "lo")]
+    steps += [SetSysctl(netns, key, "1") for key in IPV6_OFF]
+    if node in routing.forwarders:
+        steps.append(SetSysctl(netns, IP_FORWARD, "1"))
+    if node in routing.multipath:
+        steps.append(SetSysctl(netns, MULTIPATH_HASH_POLICY, "1"))
+    for segment in layout.segments:
+        if segment.kind is SegmentKind.LOOPBACK and segment.members[0].node == node:
+            steps.append(AddAddress(netns, "lo", segment.members[0].address, segment.prefix_len))
+    return steps
+
+
+def _link_steps(layout: TestbedLayout, index: int, link: Link) -> list[PlanStep]:
+    end_a, end_b = layout.ends[2 * index], layout.ends[2 * index + 1]
+    steps: list[PlanStep] = [CreateVethPair(end_a.netns, end_a.ifname, end_b.netns, end_b.ifname,
+                                            link.shape.mtu_bytes)]
+    for end in (end_a, end_b):
+        if end.bridge is not None:
+            steps.append(EnslaveLink(end.netns, end.ifname, end.bridge))
+        else:
+            assert end.address is not None and end.prefix_len is not None
+            steps.append(AddAddress(end.netns, end.ifname, end.address, end.prefix_len))
+        steps.extend(shaping_steps(end.netns, end.ifname, link.shape))
+        steps.append(SetLinkUp(end.netns, end.ifname))
+    return steps
+
+
+def _plan_routes(layout: TestbedLayout) -> _Routing:
+    """Static /32 routes to every host from every host and router not attached to the host's segment."""
+    topology = layout.topology
+    routers = tuple(s for s in topology.switches if s.kind is SwitchKind.ROUTER)
+    hosts = {h.name for h in topology.hosts}
+    segments = [s for s in layout.segments if s.kind is not SegmentKind.LOOPBACK]
+    next_hops = shortest_paths_next_hops(_l3_topology(topology, routers, segments))
+    shared: dict[frozenset[str], list[Segment]] = {}
+    for segment in segments:
+        for a, b in combinations([m.node for m in segment.members], 2):
+            shared.setdefault(frozenset((a, b)), []).append(segment)
+
+    routes: list[AddRoute] = []
+    forwarders = {r.name for r in routers}
+    multipath: set[str] = set()
+    for node in [h.name for h in topology.hosts] + [r.name for r in routers]:
+        netns = layout.netns_of(node)
+        source = layout.address_of(node) if node in hosts else None
+        for dst in topology.hosts:
+            if dst.name == node:
+                continue
+            address = layout.address_of(dst.name)
+            mine = layout.primary_segment(dst.name).member(node)
+            if mine is not None:
+                if source is not None and mine.address != source:  # attached, but not through the rank address
+                    routes.append(AddRoute(netns, f"{address}/32", (NextHop(mine.ifname),), source))
+                continue
+            hops = next_hops.get((node, dst.name))
+            if not hops:
+                raise InputError(f"host {dst.name!r} cannot be reached from {node!r}", path="links")
+            nexthops = []
+            for hop in hops:
+                if hop in hosts and hop != dst.name:
+                    forwarders.add(hop)
+                for segment in shared[frozenset((node, hop))]:
+                    nexthops.append(NextHop(segment.member(node).ifname,  # type: ignore[union-attr]
+                                            segment.member(hop).address))  # type: ignore[union-attr]
+            if len(nexthops) > 1:
+                multipath.add(node)
+            routes.append(AddRoute(netns, f"{address}/32", tuple(nexthops), source))
+    return _Routing(tuple(routes), frozenset(forwarders), frozenset(multipath))
+
+
+def _l3_topology(topology: Topology, routers: tuple[Switch, ...], segments: list[Segment]) -> Topology:
+    """The topology as IP sees it: bridges vanish, every pair of nodes on one segment is one hop apart."""
+    links = []
+    seen: set[frozenset[str]] = set()
+    for segment in segments:
+        for a, b in combinations([m.node for m in segment.members], 2):
+            if frozenset((a, b)) not in seen:
+                seen.add(frozenset((a, b)))
+                links.append(Link(a, b))
+    return Topology(topology.name, topology.hosts, routers, tuple(links), topology.subnet)

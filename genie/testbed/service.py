@@ -1,0 +1,265 @@
+"""Bringing testbeds up and down: checks, write-ahead state, apply with rollback, teardown, inspection.
+
+Every check runs before anything is created. `up` records the testbed in the state directory before the first
+step and rolls back on any failure, Ctrl-C or SIGTERM. `down` ends every process inside the testbed's
+namespaces (by PID), undoes the applied steps in reverse and removes the namespaces, with signals deferred so
+it always runs to the end. `down_all` also removes ``genie-*`` namespaces that no state record claims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from genie.core.errors import EnvironmentProblem, GenieError
+from genie.core.testbed import TestbedInfo
+from genie.core.topology import Topology
+from genie.testbed.backend import apply_plan, undo_steps
+from genie.testbed.layout import NETNS_DIR, check_testbed_name
+from genie.testbed.lifecycle import process_start_ticks, signals_deferred, signals_raise, terminate_pids
+from genie.testbed.observed import NamespaceStatus
+from genie.testbed.plan import build_plan
+from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, record_names,
+                                 save_record)
+from genie.testbed.steps import CreateNetns, PlanStep, Shaper
+
+CAP_NET_ADMIN_BIT = 12
+KILL_GRACE_S = 1.0
+_temporary_numbers = itertools.count()
+
+
+@dataclass(frozen=True)
+class TestbedSummary:
+    name: str
+    source: str | None
+    hosts: int
+    links: int
+    shaper: str
+    complete: bool
+    namespaces_present: int
+    namespaces_planned: int
+
+
+@dataclass(frozen=True)
+class TestbedStatus:
+    info: TestbedInfo
+    source: str | None
+    complete: bool
+    namespaces: tuple[NamespaceStatus, ...]
+
+
+@dataclass(frozen=True)
+class DownReport:
+    testbeds: tuple[str, ...]  # testbeds torn down
+    orphan_namespaces: tuple[str, ...] = ()  # genie-* namespaces without a state record, removed
+    pids_ended: tuple[int, ...] = ()
+
+
+def has_net_admin() -> bool:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN_BIT & 1)
+    except OSError:
+        pass
+    return os.geteuid() == 0
+
+
+def require_net_admin() -> None:
+    if not has_net_admin():
+        raise EnvironmentProblem("needs CAP_NET_ADMIN: run as root")
+
+
+def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None = None, dry_run: bool = False,
+       shaper: Shaper = Shaper.KERNEL, refuse_same_source: bool = True) -> TestbedInfo | list[PlanStep]:
+    """Build `topology` as testbed `name` and return its TestbedInfo; with `dry_run` return the plan instead
+    (without root it assumes sch_netem is present). `source` is the topology file: a second `up` of the same
+    file is refused unless `refuse_same_source` is False (temporary testbeds)."""
+    check_testbed_name(name)
+    source_text = str(source) if source is not None else None
+    needs_netem = any(link.shape.needs_delay_emulation for link in topology.links)
+    if dry_run:
+        netem = _probe_netem() if needs_netem and has_net_admin() else True
+        return list(build_plan(topology, name, netem_available=netem, shaper=shaper, source=source_text).steps)
+    require_net_admin()
+    source_path = str(Path(source).resolve()) if source is not None else None
+    _refuse_duplicate(name, source_path if refuse_same_source else None)
+    netem = _probe_netem() if needs_netem and shaper is Shaper.KERNEL else True
+    plan = build_plan(topology, name, netem_available=netem, shaper=shaper, source=source_text)
+    netlink = _netlink()
+    record = TestbedRecord(plan.info, plan.steps, applied_count=0, complete=False, shaper=shaper,
+                           owner_pid=os.getpid(), source=source_path, source_digest=_digest(source_path))
+    busy = [ns for ns in record.namespaces if netlink.netns_exists(ns)]
+    if busy:
+        raise GenieError(f"namespace {busy[0]} already exists (another testbed?); choose another --name or run "
+                         "`genie testbed down --all`")
+    create_record(record)  # exclusive: loses cleanly against a concurrent `up` of the same name
+
+    def before_step(index: int) -> None:
+        if isinstance(plan.steps[index], CreateNetns):  # all else lives inside namespaces recorded here
+            save_record(dataclasses.replace(record, applied_count=index + 1))
+
+    try:
+        with signals_raise(), netlink.NetlinkBackend() as backend:
+            apply_plan(backend, plan.steps, before_step=before_step)
+    except BaseException:
+        with signals_deferred():
+            delete_record(name)
+        raise
+    save_record(dataclasses.replace(record, applied_count=len(plan.steps), complete=True))
+    return plan.info
+
+
+def down(name: str) -> DownReport:
+    """End the testbed's processes, undo its steps, remove its namespaces and its state record."""
+    check_testbed_name(name)
+    require_net_admin()
+    record = load_record(name)
+    with signals_deferred():
+        pids = _teardown(record)
+        delete_record(name)
+    return DownReport((name,), (), tuple(pids))
+
+
+def down_all() -> DownReport:
+    """Tear down every recorded testbed, then every ``genie-*`` namespace no remaining record claims (leftovers
+    of a killed run). Unreadable records are dropped once their namespaces are gone."""
+    require_net_admin()
+    netlink = _netlink()
+    torn: list[str] = []
+    pids: list[int] = []
+    unreadable: list[str] = []
+    with signals_deferred():
+        for name in record_names():
+            try:
+                record = load_record(name)
+            except GenieError:
+                unreadable.append(name)
+                continue
+            pids += _teardown(record)
+            delete_record(name)
+            torn.append(name)
+        orphans = netlink.list_genie_namespaces()
+        for netns in orphans:
+            pids += terminate_pids(netlink.namespace_pids(netns), grace_s=KILL_GRACE_S)
+            netlink.remove_namespace(netns)
+        for name in unreadable:
+            delete_record(name)
+    return DownReport(tuple(torn), tuple(orphans), tuple(pids))
+
+
+def status(name: str) -> TestbedStatus:
+    check_testbed_name(name)
+    record = load_record(name)
+    namespaces = tuple(_netlink().inspect_namespace(ns) for ns in record.namespaces)
+    return TestbedStatus(record.info, record.source, record.complete, namespaces)
+
+
+def list_testbeds() -> list[TestbedSummary]:
+    summaries = []
+    for name in record_names():
+        try:
+            record = load_record(name)
+        except GenieError:
+            continue
+        present = sum(os.path.exists(os.path.join(NETNS_DIR, ns)) for ns in record.namespaces)
+        summaries.append(TestbedSummary(name, record.source, len(record.info.hosts), len(record.info.topology.links),
+                                        record.info.shaper, record.complete, present, len(record.namespaces)))
+    return summaries
+
+
+def load_info(name: str) -> TestbedInfo:
+    """The TestbedInfo of a testbed that is fully up (for the engine and measurements)."""
+    check_testbed_name(name)
+    record = load_record(name)
+    if not record.complete:
+        raise GenieError(f"testbed {name!r} is not completely up (its `up` failed or is still running); "
+                         f"run `genie testbed down {name}`")
+    return record.info
+
+
+def register_pids(name: str, pids: Iterable[int]) -> None:
+    """Remember processes started for testbed `name` (e.g. rank launchers outside its namespaces) so that
+    `down` ends them too. Each PID is stored with its start time, so a reused PID is never signalled."""
+    record = load_record(name)
+    known = {pid for pid, _ in record.registered_pids}
+    added = tuple((pid, process_start_ticks(pid)) for pid in pids if pid not in known)
+    save_record(dataclasses.replace(record, registered_pids=record.registered_pids + added))
+
+
+@contextmanager
+def temporary_testbed(topology: Topology, name: str | None = None, *,
+                      source: str | os.PathLike[str] | None = None) -> Iterator[TestbedInfo]:
+    """Bring a testbed up for the duration of the block and always tear it down (SIGTERM included).
+    The default name is ``tmp<pid>-<n>``; the same file may be up elsewhere at the same time."""
+    name = name or f"tmp{os.getpid()}-{next(_temporary_numbers)}"
+    info = up(topology, name=name, source=source, refuse_same_source=False)
+    assert isinstance(info, TestbedInfo)
+    try:
+        with signals_raise():
+            yield info
+    finally:
+        with signals_deferred():
+            down(name)
+
+
+def _teardown(record: TestbedRecord) -> list[int]:
+    netlink = _netlink()
+    created = [step.netns for step in record.steps[:record.applied_count] if isinstance(step, CreateNetns)]
+    registered = [pid for pid, start in record.registered_pids
+                  if start is not None and process_start_ticks(pid) == start]
+    inside = [pid for netns in created for pid in netlink.namespace_pids(netns)]
+    ended = terminate_pids(registered + inside, grace_s=KILL_GRACE_S)
+    with netlink.NetlinkBackend() as backend:
+        undo_steps(backend, record.steps[:record.applied_count])
+    for netns in created:
+        netlink.remove_namespace(netns)
+    left = [netns for netns in created if netlink.netns_exists(netns)]
+    if left:
+        raise EnvironmentProblem(f"testbed {record.name!r}: could not remove namespace {left[0]}")
+    return ended
+
+
+def _refuse_duplicate(name: str, source_path: str | None) -> None:
+    for other in record_names():
+        if other == name:
+            raise GenieError(f"testbed {name!r} is already up; choose another --name or run "
+                             f"`genie testbed down {name}`")
+        if source_path is None:
+            continue
+        try:
+            record = load_record(other)
+        except GenieError:
+            continue
+        if record.source == source_path:
+            raise GenieError(f"{source_path} is already up as testbed {other!r}; run `genie testbed down {other}` "
+                             "first")
+
+
+def _digest(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _probe_netem() -> bool:
+    return bool(_netlink().probe_netem())
+
+
+def _netlink() -> ModuleType:
+    """The pyroute2 backend, imported on first use: pyroute2 takes ~0.3 s to import, and only commands that
+    touch the kernel should pay for it."""
+    from genie.testbed import netlink
+
+    return netlink

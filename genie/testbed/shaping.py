@@ -1,0 +1,87 @@
+"""From a LinkShape to the qdisc steps on one interface's egress. Pure.
+
+Every shaped veth end gets (each direction of a link is shaped at the sender):
+* ``rate_bps`` -> HTB root ``1:`` with class ``1:1`` at the rate (ceil = rate). The burst must cover what the
+  kernel hands over at once (GSO packets up to 64 KiB) and about 1 ms at the rate, or the rate is not reached:
+  ``burst = max(128 KiB, rate * 1 ms)``. The quantum follows HTB's r2q rule (rate / 10) kept within
+  [MTU + Ethernet header, 200000] (measured: 200000 reaches 1 Gbit/s).
+* delay / jitter / loss -> netem under class 1:1 (or at the root when there is no rate); needs sch_netem with the
+  KERNEL shaper. Its queue limit is ``queue_packets`` or enough for twice the bandwidth-delay product.
+* ``queue_packets`` alone -> a pfifo with that limit under class 1:1 (or at the root).
+Unshaped ends get no qdisc at all.
+"""
+
+from __future__ import annotations
+
+import math
+
+from genie.core.errors import EnvironmentProblem, InputError
+from genie.core.topology import LinkShape
+from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, PlanStep, QdiscParent, Shaper
+
+MIN_BURST_BYTES = 128 * 1024
+BURST_TIME_S = 0.001
+MAX_QUANTUM_BYTES = 200_000
+HTB_R2Q = 10
+ETHERNET_HEADER_BYTES = 14
+DEFAULT_NETEM_LIMIT_PACKETS = 1000
+UNSHAPED_RATE_BPS = 20 * 10**9  # what a veth carries unshaped, for sizing netem's queue
+
+
+def htb_burst_bytes(rate_bps: int) -> int:
+    return max(MIN_BURST_BYTES, math.ceil(rate_bps / 8 * BURST_TIME_S))
+
+
+def htb_quantum_bytes(rate_bps: int, mtu_bytes: int) -> int:
+    return max(mtu_bytes + ETHERNET_HEADER_BYTES, min(MAX_QUANTUM_BYTES, rate_bps // 8 // HTB_R2Q))
+
+
+def netem_limit_packets(shape: LinkShape) -> int:
+    if shape.queue_packets is not None:
+        return shape.queue_packets
+    rate_bps = shape.rate_bps or UNSHAPED_RATE_BPS
+    bdp_packets = rate_bps / 8 * (shape.delay_us + shape.jitter_us) / 1e6 / shape.mtu_bytes
+    return max(DEFAULT_NETEM_LIMIT_PACKETS, math.ceil(2 * bdp_packets))
+
+
+def is_shaped(shape: LinkShape) -> bool:
+    return shape.rate_bps is not None or shape.needs_delay_emulation or shape.queue_packets is not None
+
+
+def check_delay_emulation(shape: LinkShape, *, shaper: Shaper, netem_available: bool, link_path: str,
+                          source: str | None = None) -> None:
+    """Fail up front when the shape needs delay emulation this machine cannot give."""
+    if not shape.needs_delay_emulation:
+        return
+    if shaper is Shaper.USERSPACE:
+        raise EnvironmentProblem("the userspace delay emulator (shaper 'userspace') is not available yet; "
+                                 "use the kernel shaper with sch_netem")
+    if not netem_available:
+        wanted = ", ".join(what for what, value in (("delay", shape.delay_us), ("jitter", shape.jitter_us),
+                                                    ("loss", shape.loss_pct)) if value)
+        raise InputError(f"asks for {wanted}, which needs the qdisc sch_netem, missing from this kernel; "
+                         "remove delay/jitter/loss from the link or use a kernel with sch_netem",
+                         source=source, path=link_path)
+
+
+def shaping_steps(netns: str, ifname: str, shape: LinkShape) -> list[PlanStep]:
+    """Qdisc steps for one interface's egress (empty when the shape shapes nothing)."""
+    steps: list[PlanStep] = []
+    parent = QdiscParent.ROOT
+    if shape.rate_bps is not None:
+        steps.append(AddHtb(netns, ifname, shape.rate_bps, htb_burst_bytes(shape.rate_bps),
+                            htb_quantum_bytes(shape.rate_bps, shape.mtu_bytes)))
+        parent = QdiscParent.HTB_CLASS
+    if shape.needs_delay_emulation:
+        steps.append(AddNetem(netns, ifname, parent, shape.delay_us, shape.jitter_us, shape.loss_pct,
+                              netem_limit_packets(shape)))
+    elif shape.queue_packets is not None:
+        steps.append(AddPfifo(netns, ifname, parent, shape.queue_packets))
+    return steps
+
+
+def shaper_summary(steps: list[PlanStep]) -> str:
+    """'none', 'htb', 'htb+netem', ...: the qdisc kinds a plan uses, for TestbedInfo.shaper."""
+    kinds = [kind for kind, step_type in (("htb", AddHtb), ("netem", AddNetem), ("pfifo", AddPfifo))
+             if any(isinstance(step, step_type) for step in steps)]
+    return "+".join(kinds) or "none"

@@ -1,0 +1,210 @@
+"""The state directory: one JSON record per testbed, written before anything is built and kept up to date.
+
+``/run/genie/<name>.json`` (directory overridable with ``GENIE_STATE_DIR``) holds the TestbedInfo, the source
+file and its digest, the planned steps and how many of them may have been applied (write-ahead: the count is
+raised *before* a step is applied), the shaper and the PIDs registered to the testbed. Records are created
+exclusively (a second `up` of the same name loses the race cleanly) and replaced atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from genie.core.errors import GenieError, InputError
+from genie.core.testbed import HostEndpoint, LinkEnd, TestbedInfo
+from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
+from genie.testbed.steps import STEP_TYPES, AddRoute, CreateNetns, NextHop, PlanStep, QdiscParent, Shaper
+
+STATE_DIR_ENV = "GENIE_STATE_DIR"
+DEFAULT_STATE_DIR = "/run/genie"
+RECORD_FORMAT = 1
+_STEP_BY_NAME = {cls.__name__: cls for cls in STEP_TYPES}
+
+
+@dataclass(frozen=True)
+class TestbedRecord:
+    info: TestbedInfo
+    steps: tuple[PlanStep, ...]
+    applied_count: int  # steps [0, applied_count) may exist
+    complete: bool
+    shaper: Shaper
+    owner_pid: int  # the process that brought it up
+    source: str | None = None
+    source_digest: str | None = None  # sha256 of the topology file
+    registered_pids: tuple[tuple[int, int | None], ...] = ()  # (pid, start ticks) of processes to end on down
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(step.netns for step in self.steps if isinstance(step, CreateNetns))
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def record_path(name: str) -> Path:
+    return state_dir() / f"{name}.json"
+
+
+def record_names() -> list[str]:
+    directory = state_dir()
+    if not directory.is_dir():
+        return []
+    return sorted(p.stem for p in directory.glob("*.json"))
+
+
+def create_record(record: TestbedRecord) -> None:
+    """Write a new record; GenieError if one with that name exists (checked atomically)."""
+    path = record_path(record.name)
+    tmp = _write_temp(record)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise GenieError(f"testbed {record.name!r} is already up (state in {path}); choose another --name or "
+                         f"run `genie testbed down {record.name}`") from None
+    finally:
+        os.unlink(tmp)
+
+
+def save_record(record: TestbedRecord) -> None:
+    tmp = _write_temp(record)
+    os.replace(tmp, record_path(record.name))
+
+
+def load_record(name: str) -> TestbedRecord:
+    path = record_path(name)
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise GenieError(f"no testbed named {name!r} (state directory {state_dir()}); see `genie testbed list`")\
+            from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"unreadable testbed state: {exc}", source=str(path)) from None
+    try:
+        return record_from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"unreadable testbed state: missing or bad field {exc}", source=str(path)) from None
+
+
+def delete_record(name: str) -> None:
+    try:
+        record_path(name).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _write_temp(record: TestbedRecord) -> str:
+    directory = state_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{record.name}.", suffix=".tmp", dir=directory)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(record_to_dict(record), handle, indent=1, default=_json_default)
+        handle.write("\n")
+    return tmp
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, Enum):
+        return value.value
+    raise TypeError(f"cannot store {value!r}")
+
+
+# --- dict <-> dataclasses -------------------------------------------------------------------------------------
+
+def record_to_dict(record: TestbedRecord) -> dict[str, Any]:
+    return {
+        "format": RECORD_FORMAT,
+        "name": record.name,
+        "source": record.source,
+        "source_digest": record.source_digest,
+        "shaper": record.shaper.value,
+        "owner_pid": record.owner_pid,
+        "complete": record.complete,
+        "applied_count": record.applied_count,
+        "registered_pids": [list(p) for p in record.registered_pids],
+        "info": info_to_dict(record.info),
+        "steps": [step_to_dict(step) for step in record.steps],
+    }
+
+
+def record_from_dict(data: dict[str, Any]) -> TestbedRecord:
+    if data.get("format") != RECORD_FORMAT:
+        raise ValueError(f"format {data.get('format')!r}, expected {RECORD_FORMAT}")
+    return TestbedRecord(
+        info=info_from_dict(data["info"]),
+        steps=tuple(step_from_dict(s) for s in data["steps"]),
+        applied_count=int(data["applied_count"]),
+        complete=bool(data["complete"]),
+        shaper=Shaper(data["shaper"]),
+        owner_pid=int(data["owner_pid"]),
+        source=data.get("source"),
+        source_digest=data.get("source_digest"),
+        registered_pids=tuple((int(p), None if s is None else int(s)) for p, s in data.get("registered_pids", [])),
+    )
+
+
+def step_to_dict(step: PlanStep) -> dict[str, Any]:
+    return {"step": type(step).__name__, **dataclasses.asdict(step)}
+
+
+def step_from_dict(data: dict[str, Any]) -> PlanStep:
+    fields = dict(data)
+    cls = _STEP_BY_NAME[fields.pop("step")]
+    if cls is AddRoute:
+        fields["nexthops"] = tuple(NextHop(**hop) for hop in fields["nexthops"])
+    if "parent" in fields:
+        fields["parent"] = QdiscParent(fields["parent"])
+    return cls(**fields)  # type: ignore[no-any-return]
+
+
+def info_to_dict(info: TestbedInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "prefix": info.prefix,
+        "shaper": info.shaper,
+        "topology": topology_to_dict(info.topology),
+        "hosts": [dataclasses.asdict(h) for h in info.hosts],
+        "link_ends": [dataclasses.asdict(e) for e in info.link_ends],
+    }
+
+
+def info_from_dict(data: dict[str, Any]) -> TestbedInfo:
+    return TestbedInfo(
+        name=data["name"],
+        prefix=data["prefix"],
+        topology=topology_from_dict(data["topology"]),
+        hosts=tuple(HostEndpoint(**h) for h in data["hosts"]),
+        link_ends=tuple(LinkEnd(**e) for e in data["link_ends"]),
+        shaper=data["shaper"],
+    )
+
+
+def topology_to_dict(topology: Topology) -> dict[str, Any]:
+    return {
+        "name": topology.name,
+        "subnet": topology.subnet,
+        "hosts": [dataclasses.asdict(h) for h in topology.hosts],
+        "switches": [{"name": s.name, "kind": s.kind.value} for s in topology.switches],
+        "links": [{"a": link.a, "b": link.b, "shape": dataclasses.asdict(link.shape)} for link in topology.links],
+    }
+
+
+def topology_from_dict(data: dict[str, Any]) -> Topology:
+    return Topology(
+        name=data["name"],
+        hosts=tuple(Host(**h) for h in data["hosts"]),
+        switches=tuple(Switch(s["name"], SwitchKind(s["kind"])) for s in data["switches"]),
+        links=tuple(Link(link["a"], link["b"], LinkShape(**link["shape"])) for link in data["links"]),
+        subnet=data["subnet"],
+    )

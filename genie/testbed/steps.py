@@ -1,0 +1,196 @@
+"""The steps of a testbed plan: frozen dataclasses, each one netlink-sized change with a one-line `describe()`.
+
+A plan is a list of these; a backend applies them in order and undoes them in reverse. Every step names the
+namespace it acts in, so nothing ever lands in the root namespace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from genie.core.units import format_rate, format_size
+
+
+class Shaper(Enum):
+    """How link shapes are realised. KERNEL: HTB for rates, netem (sch_netem) for delay/jitter/loss.
+    USERSPACE: HTB for rates, genie's userspace delay emulator for the rest (a later issue)."""
+
+    KERNEL = "kernel"
+    USERSPACE = "userspace"
+
+
+class QdiscParent(Enum):
+    """Where a leaf qdisc (netem, pfifo) hangs: at the interface root, or under the HTB rate class 1:1."""
+
+    ROOT = "root"
+    HTB_CLASS = "1:1"
+
+
+@dataclass(frozen=True)
+class CreateNetns:
+    netns: str
+
+    def describe(self) -> str:
+        return f"netns add {self.netns}"
+
+
+@dataclass(frozen=True)
+class SetSysctl:
+    """A per-namespace sysctl such as ``net.ipv4.ip_forward``; it lives and dies with the namespace."""
+
+    netns: str
+    key: str
+    value: str
+
+    def describe(self) -> str:
+        return f"{self.netns}: sysctl {self.key}={self.value}"
+
+
+@dataclass(frozen=True)
+class SetLinkUp:
+    netns: str
+    ifname: str
+
+    def describe(self) -> str:
+        return f"{self.netns}: link set {self.ifname} up"
+
+
+@dataclass(frozen=True)
+class AddBridge:
+    netns: str
+    ifname: str
+
+    def describe(self) -> str:
+        return f"{self.netns}: link add {self.ifname} type bridge"
+
+
+@dataclass(frozen=True)
+class CreateVethPair:
+    """A veth created inside ``netns_a`` with its peer created directly inside ``netns_b``: neither end ever
+    exists in the root namespace."""
+
+    netns_a: str
+    ifname_a: str
+    netns_b: str
+    ifname_b: str
+    mtu_bytes: int = 1500
+
+    def describe(self) -> str:
+        return f"veth {self.netns_a}:{self.ifname_a} <-> {self.netns_b}:{self.ifname_b} mtu {self.mtu_bytes}"
+
+
+@dataclass(frozen=True)
+class EnslaveLink:
+    netns: str
+    ifname: str
+    bridge: str
+
+    def describe(self) -> str:
+        return f"{self.netns}: link set {self.ifname} master {self.bridge}"
+
+
+@dataclass(frozen=True)
+class AddAddress:
+    netns: str
+    ifname: str
+    address: str
+    prefix_len: int
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.address}/{self.prefix_len}"
+
+    def describe(self) -> str:
+        return f"{self.netns}: addr add {self.cidr} dev {self.ifname}"
+
+
+@dataclass(frozen=True)
+class NextHop:
+    """One next hop of a route: a gateway on interface ``ifname`` (None: the destination is on that link)."""
+
+    ifname: str
+    gateway: str | None = None
+
+    def describe(self) -> str:
+        return f"via {self.gateway} dev {self.ifname}" if self.gateway else f"dev {self.ifname}"
+
+
+@dataclass(frozen=True)
+class AddRoute:
+    """A static route to ``destination`` (a CIDR); several next hops make an ECMP multipath route.
+    ``source`` is the preferred source address (hosts answer from the address their ranks listen on)."""
+
+    netns: str
+    destination: str
+    nexthops: tuple[NextHop, ...]
+    source: str | None = None
+
+    def describe(self) -> str:
+        if len(self.nexthops) == 1:
+            hops = self.nexthops[0].describe()
+        else:
+            hops = " ".join(f"nexthop {hop.describe()}" for hop in self.nexthops)
+        src = f" src {self.source}" if self.source else ""
+        return f"{self.netns}: route add {self.destination} {hops}{src}"
+
+
+@dataclass(frozen=True)
+class AddHtb:
+    """HTB root qdisc 1: (default class 1:1) plus class 1:1 at ``rate_bps`` on an interface's egress."""
+
+    netns: str
+    ifname: str
+    rate_bps: int
+    burst_bytes: int
+    quantum_bytes: int
+
+    def describe(self) -> str:
+        return (f"{self.netns}: tc htb dev {self.ifname} root 1: class 1:1 rate {format_rate(self.rate_bps)} "
+                f"burst {format_size(self.burst_bytes)} quantum {self.quantum_bytes}")
+
+
+@dataclass(frozen=True)
+class AddNetem:
+    netns: str
+    ifname: str
+    parent: QdiscParent
+    delay_us: float
+    jitter_us: float
+    loss_pct: float
+    limit_packets: int
+
+    def describe(self) -> str:
+        parts = [f"delay {self.delay_us:g}us"]
+        if self.jitter_us:
+            parts.append(f"jitter {self.jitter_us:g}us")
+        if self.loss_pct:
+            parts.append(f"loss {self.loss_pct:g}%")
+        parts.append(f"limit {self.limit_packets}")
+        return f"{self.netns}: tc netem dev {self.ifname} parent {self.parent.value} " + " ".join(parts)
+
+
+@dataclass(frozen=True)
+class AddPfifo:
+    """A packet-limited FIFO: the link's queue length when nothing else (netem) holds the queue."""
+
+    netns: str
+    ifname: str
+    parent: QdiscParent
+    limit_packets: int
+
+    def describe(self) -> str:
+        return f"{self.netns}: tc pfifo dev {self.ifname} parent {self.parent.value} limit {self.limit_packets}"
+
+
+PlanStep = (CreateNetns | SetSysctl | SetLinkUp | AddBridge | CreateVethPair | EnslaveLink | AddAddress | AddRoute
+            | AddHtb | AddNetem | AddPfifo)
+STEP_TYPES: tuple[type, ...] = (CreateNetns, SetSysctl, SetLinkUp, AddBridge, CreateVethPair, EnslaveLink,
+                                AddAddress, AddRoute, AddHtb, AddNetem, AddPfifo)
+
+
+def step_namespaces(step: PlanStep) -> tuple[str, ...]:
+    """The namespaces a step touches."""
+    if isinstance(step, CreateVethPair):
+        return (step.netns_a, step.netns_b)
+    return (step.netns,)

@@ -1,0 +1,134 @@
+"""Load any supported trace by sniffing its format; save as Chakra ET or genie JSON/YAML.
+
+What a path may name:
+- a Chakra ET prefix (``dir/workload`` for ``dir/workload.<rank>.et``), one of its files (``workload.3.et``:
+  the whole set is loaded), or a directory holding one such set (directly or in ``workload/``);
+- a directory of PARAM basic traces (``rank<N>.json``) or one of those files (the whole set is loaded);
+- a genie trace (``.json``/``.yaml``/``.yml`` with ``format: genie-trace``);
+- an ASTRA-sim 1.0 text workload (needs ``npus``).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+
+from genie.core.errors import InputError
+from genie.core.trace import RankTrace, Trace
+from genie.workloads import astra_text, chakra_et, native, param_comms
+
+
+class TraceFormat(Enum):
+    CHAKRA_ET = "et"
+    NATIVE = "json"
+    PARAM_BASIC = "param"
+    ASTRA_TEXT = "astra"
+
+
+class OutputFormat(Enum):
+    ET = "et"
+    JSON = "json"
+    YAML = "yaml"
+
+
+_ET_FILE = re.compile(r"^(?P<prefix>.+)\.(\d+)\.et(\.gz)?$")
+
+
+def _et_prefixes(directory: Path) -> list[Path]:
+    prefixes = {m.group("prefix") for p in directory.iterdir() if (m := _ET_FILE.match(p.name))}
+    return [directory / p for p in sorted(prefixes)]
+
+
+def _sniff_file(path: Path, head: bytes) -> TraceFormat:
+    if _ET_FILE.match(path.name) or head[:2] == b"\x1f\x8b":
+        return TraceFormat.CHAKRA_ET
+    text = head.decode("utf-8", errors="replace").lstrip()
+    if text.startswith("["):
+        return TraceFormat.PARAM_BASIC
+    if "genie-trace" in text[:2000]:
+        return TraceFormat.NATIVE
+    first = text.split(maxsplit=1)[0] if text.split() else ""
+    if first in {p.value for p in astra_text.Policy}:
+        return TraceFormat.ASTRA_TEXT
+    raise InputError("cannot tell the trace format (expected Chakra ET, PARAM basic JSON, a genie trace or an "
+                     "ASTRA-sim text workload)", source=str(path))
+
+
+def detect_format(path_or_prefix: str | Path) -> tuple[TraceFormat, Path]:
+    """The format and the path to load it from (an ET prefix, a PARAM directory, or the file)."""
+    path = Path(path_or_prefix)
+    if path.is_dir():
+        for directory in (path, path / "workload"):
+            if directory.is_dir():
+                prefixes = _et_prefixes(directory)
+                if len(prefixes) == 1:
+                    return TraceFormat.CHAKRA_ET, prefixes[0]
+                if len(prefixes) > 1:
+                    names = ", ".join(p.name for p in prefixes)
+                    raise InputError(f"several ET sets here ({names}): name one prefix", source=str(directory))
+        if param_comms.param_rank_files(path):
+            return TraceFormat.PARAM_BASIC, path
+        raise InputError("no trace found in this directory", source=str(path))
+    if path.is_file():
+        with path.open("rb") as f:
+            head = f.read(4096)
+        fmt = _sniff_file(path, head)
+        if fmt is TraceFormat.CHAKRA_ET:
+            m = _ET_FILE.match(path.name)
+            return fmt, (path.with_name(m.group("prefix")) if m else path)
+        if fmt is TraceFormat.PARAM_BASIC and param_comms.RANK_FILE.search(path.name):
+            return fmt, path.parent
+        return fmt, path
+    if chakra_et.rank_files(path):
+        return TraceFormat.CHAKRA_ET, path
+    raise InputError("no such file, directory or ET prefix", source=str(path))
+
+
+def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus: int | None = None) -> Trace:
+    fmt, path = detect_format(path_or_prefix)
+    if fmt is TraceFormat.CHAKRA_ET:
+        if path.is_file():  # a single ET file not named <prefix>.<rank>.et: one rank
+            meta, nodes = chakra_et.read_et(path.read_bytes(), source=str(path))
+            return Trace((RankTrace(0, tuple(nodes), meta),), (), (("format", "chakra_et"),))
+        return chakra_et.read_et_set(path)
+    if fmt is TraceFormat.PARAM_BASIC:
+        if path.is_dir():
+            return param_comms.read_param_set(path)
+        return param_comms.read_param_traces([path.read_bytes()], sources=[str(path)])
+    text = path.read_bytes()
+    if fmt is TraceFormat.NATIVE:
+        return native.read_native(text, source=str(path))
+    if npus is None:
+        raise InputError("an ASTRA-sim text workload needs the number of NPUs (--npus)", source=str(path))
+    return astra_text.read_astra_text(text.decode("utf-8", errors="replace"), npus=npus, source=str(path),
+                                      dim0_npus=dim0_npus)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def save_trace(trace: Trace, out: str | Path, *, to: OutputFormat) -> list[Path]:
+    """Write ``trace``; ``out`` is a prefix for ET (``out.<rank>.et``), a file path otherwise."""
+    out = Path(out)
+    if to is OutputFormat.ET:
+        return chakra_et.write_et_set(trace, out)
+    data = native.write_native_yaml(trace) if to is OutputFormat.YAML else native.write_native_json(trace)
+    _write_atomic(out, data)
+    return [out]
+
+
+def output_format(to: str, out: str | Path) -> OutputFormat:
+    """``--to`` value to format; ``json`` writes YAML when ``out`` ends in .yaml/.yml."""
+    try:
+        fmt = OutputFormat(to.strip().lower())
+    except ValueError:
+        raise InputError(f"unknown output format {to!r} (expected et, json or yaml)", path="--to") from None
+    if fmt is OutputFormat.JSON and Path(out).suffix in (".yaml", ".yml"):
+        return OutputFormat.YAML
+    return fmt
+
