@@ -24,7 +24,7 @@ _SUBAPPS = (
     ("astra_cmd", "astra"),
 )
 # modules whose `register(app)` adds top-level commands (bench, replay, ...)
-_COMMAND_MODULES = ("bench_cmd",)
+_COMMAND_MODULES = ("bench_cmd", "replay_cmd")
 
 
 def _version_callback(value: bool) -> None:

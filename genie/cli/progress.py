@@ -21,3 +21,16 @@ def bench_progress() -> Iterator[Callable]:
                             description=f"{stats.collective.value} {stats.size_bytes} B")
 
         yield update
+
+
+@contextlib.contextmanager
+def count_progress(label: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    console = Console(stderr=True)
+    with Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update

@@ -29,11 +29,17 @@ class ControlChannel:
     def send(self, message: dict[str, Any]) -> None:
         send_message(self.sock, message)
 
-    def barrier(self) -> None:
+    def barrier(self) -> int:
+        """Wait for every rank, then for the common start time the orchestrator sets; returns it (ns)."""
+        from genie.engine.clock import sleep_until
+
         send_message(self.sock, {"type": "barrier"})
         reply = recv_message(self.sock)
         if reply.get("type") != "go":
             raise RunFailure(f"unexpected control message {reply.get('type')!r} during barrier")
+        start_ns = int(reply.get("start_ns") or time.monotonic_ns())
+        sleep_until(start_ns)
+        return start_ns
 
 
 def job_peers(job: BenchJob, rank: int) -> frozenset[int]:
@@ -78,6 +84,23 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
                       "steps": steps})
 
 
+def run_replay_job(job: dict[str, Any], program, sockets, control: ControlChannel) -> None:
+    """Walk the program `warmup + iterations` times, each after a barrier; report each timed iteration."""
+    from genie.engine.walker import ProgramWalker
+
+    walker = ProgramWalker(program, sockets, timeout_s=float(job["timeout_s"]), spin_ns=int(job["spin_ns"]))
+    try:
+        warmup = int(job["warmup"])
+        for it in range(warmup + int(job["iterations"])):
+            t0 = control.barrier()
+            records = walker.run(t0)
+            if it >= warmup:
+                control.send({"type": "case_result", "case": it - warmup, "rank": program.rank, "t0_ns": t0,
+                              "records": [[r.node_id, r.start_ns, r.end_ns] for r in records]})
+    finally:
+        walker.close()
+
+
 class _Verifier:
     """Real data for --verify: fresh deterministic inputs per iteration, exact check of the result."""
 
@@ -114,18 +137,31 @@ def main(argv: list[str] | None = None) -> int:
     ctrl_sock.connect(args.control)
     control = ControlChannel(ctrl_sock)
     transport: SocketTransport | None = None
+    sockets: dict = {}
     try:
         listener = listen_socket(args.address, args.world)
         control.send({"type": "hello", "rank": args.rank, "port": listener.getsockname()[1], "pid": os.getpid()})
         setup = recv_message(ctrl_sock)
-        job = bench_job_from_json(setup["job"])
+        job_doc = setup["job"]
         addresses = {int(r): (a, int(p)) for r, (a, p) in setup["addresses"].items()}
-        sockets = connect_mesh(args.rank, listener, addresses, job_peers(job, args.rank),
+        if job_doc["kind"] == "replay":
+            from genie.engine.program import program_from_json
+
+            program = program_from_json(job_doc["program"])
+            links = program.links
+        else:
+            job = bench_job_from_json(job_doc)
+            links = frozenset((0, peer) for peer in job_peers(job, args.rank))
+        sockets = connect_mesh(args.rank, listener, addresses, links,
                                timeout_s=float(setup.get("connect_timeout_s", 30.0)),
                                buffer_bytes=setup.get("socket_buffer_bytes"))
         listener.close()
-        transport = SocketTransport(args.rank, sockets, spin_s=float(setup.get("spin_s", 0.0)))
-        run_bench_job(job, args.rank, transport, control)
+        if job_doc["kind"] == "replay":
+            run_replay_job(job_doc, program, sockets, control)
+        else:
+            transport = SocketTransport(args.rank, {peer: sock for (_, peer), sock in sockets.items()},
+                                        spin_s=float(setup.get("spin_s", 0.0)))
+            run_bench_job(job, args.rank, transport, control)
         control.send({"type": "done", "rank": args.rank})
         recv_message(ctrl_sock)  # "exit": every rank is done, connections may close
         return 0
@@ -141,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if transport is not None:
             transport.close()
+        for sock in sockets.values():
+            sock.close()
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ class RankSession:
                  idle_timeout_s: float = 120.0, socket_buffer_bytes: int | None = None,
                  spin_s: float = 0.0) -> None:
         self.spin_s = spin_s
+        self.start_lead_ns = max(2_000_000, 150_000 * len(placements))
         self.placements = sorted(placements, key=lambda p: p.rank)
         self.launcher = launcher or NamespaceLauncher()
         self.on_pids = on_pids
@@ -42,8 +43,10 @@ class RankSession:
         self._logs: dict[int, Path] = {}
         self._conns: dict[int, socket.socket] = {}
 
-    def run(self, job: dict[str, Any], on_case: Callable[[int, dict[int, dict[str, Any]]], None] | None = None,
-            ) -> SessionResult:
+    def run(self, job: dict[str, Any] | Callable[[int], dict[str, Any]],
+            on_case: Callable[[int, dict[int, dict[str, Any]]], None] | None = None) -> SessionResult:
+        """Run `job` (the same for every rank, or a function of the rank) to the end; `on_case(case, per_rank)`
+        is called as soon as every rank has reported a case (a bench size, a replay iteration)."""
         workdir = Path(tempfile.mkdtemp(prefix="genie-run-"))
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -54,7 +57,8 @@ class RankSession:
             ports = self._rendezvous(server)
             addresses = {str(p.rank): [p.address, ports[p.rank]] for p in self.placements}
             for rank, conn in self._conns.items():
-                send_message(conn, {"type": "setup", "addresses": addresses, "job": job,
+                send_message(conn, {"type": "setup", "addresses": addresses,
+                                    "job": job(rank) if callable(job) else job,
                                     "socket_buffer_bytes": self.socket_buffer_bytes, "spin_s": self.spin_s})
             result = self._serve(on_case)
             for conn in self._conns.values():
@@ -149,8 +153,11 @@ class RankSession:
                     if kind == "barrier":
                         waiting.add(rank)
                         if len(waiting) == len(self._conns):
+                            # a common start time on the shared monotonic clock: every rank waits for it,
+                            # so all start within microseconds instead of in the order they were told
+                            start_ns = time.monotonic_ns() + self.start_lead_ns
                             for conn in self._conns.values():
-                                send_message(conn, {"type": "go"})
+                                send_message(conn, {"type": "go", "start_ns": start_ns})
                             waiting.clear()
                     elif kind == "case_result":
                         per_rank = result.case_results.setdefault(int(msg["case"]), {})

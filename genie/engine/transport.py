@@ -23,9 +23,9 @@ from typing import Protocol, Sequence
 
 from genie.core.errors import RunFailure
 
-_RANK_HEADER = struct.Struct("!I")
-_WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
-_WATCH_IN_OUT = _WATCH_IN | select.EPOLLOUT
+_LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
+WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
+WATCH_IN_OUT = WATCH_IN | select.EPOLLOUT
 _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 
@@ -71,7 +71,115 @@ class _Flow:
             self.total_bytes += t.size_bytes
 
 
+def _pump_send(flow: _Flow, window: memoryview, rank: int) -> bool:
+    """Send as much as the socket takes; True when the flow is complete."""
+    queue = flow.queue
+    send = flow.sock.send
+    while queue:
+        t = queue[0]
+        if t.view is not None:
+            chunk = t.view[flow.pos:t.size_bytes]
+        else:
+            chunk = window[:min(t.size_bytes - flow.pos, len(window))]
+        try:
+            n = send(chunk)
+        except BlockingIOError:
+            return False
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise PeerFailure(f"rank {rank}: connection to rank {flow.peer} lost while sending "
+                              f"({exc.strerror or exc})") from None
+        flow.pos += n
+        flow.done_bytes += n
+        if flow.pos >= t.size_bytes:
+            queue.popleft()
+            flow.pos = 0
+    return True
+
+
+def _pump_recv(flow: _Flow, window: memoryview, rank: int) -> bool:
+    """Receive what has arrived; True when the flow is complete."""
+    queue = flow.queue
+    recv_into = flow.sock.recv_into
+    while queue:
+        t = queue[0]
+        if t.view is not None:
+            target = t.view[flow.pos:t.size_bytes]
+        else:
+            target = window[:min(t.size_bytes - flow.pos, len(window))]
+        try:
+            n = recv_into(target)
+        except BlockingIOError:
+            return False
+        except ConnectionResetError:
+            n = 0
+        if n == 0:
+            raise PeerFailure(f"rank {rank}: rank {flow.peer} closed the connection "
+                              f"({flow.done_bytes} of {flow.total_bytes} bytes received)")
+        flow.pos += n
+        flow.done_bytes += n
+        if flow.pos >= t.size_bytes:
+            queue.popleft()
+            flow.pos = 0
+    return True
+
+
+class StepExchange:
+    """The sends and receives of one schedule step in progress over `sockets` (peer -> socket). Driven by
+    `progress()` (try everything) and `on_ready(peer, events)` (a readiness event of that peer's socket)."""
+
+    __slots__ = ("rank", "window", "pending_out", "pending_in")
+
+    def __init__(self, rank: int, sockets: dict[int, socket.socket], sends: Sequence[Transfer],
+                 recvs: Sequence[Transfer], window: memoryview) -> None:
+        self.rank = rank
+        self.window = window
+        self.pending_out: dict[int, _Flow] = {}
+        self.pending_in: dict[int, _Flow] = {}
+        for flows, transfers in ((self.pending_out, sends), (self.pending_in, recvs)):
+            for t in transfers:
+                flow = flows.get(t.peer)
+                if flow is None:
+                    try:
+                        flow = flows[t.peer] = _Flow(t.peer, sockets[t.peer])
+                    except KeyError:
+                        raise PeerFailure(f"rank {rank}: no connection to rank {t.peer}") from None
+                flow.add(t)
+
+    @property
+    def done(self) -> bool:
+        return not self.pending_out and not self.pending_in
+
+    def progress(self) -> bool:
+        """Push every pending flow as far as the sockets allow; True when the step is complete."""
+        window, rank = self.window, self.rank
+        for peer in [p for p, f in self.pending_out.items() if _pump_send(f, window, rank)]:
+            del self.pending_out[peer]
+        for peer in [p for p, f in self.pending_in.items() if _pump_recv(f, window, rank)]:
+            del self.pending_in[peer]
+        return not self.pending_out and not self.pending_in
+
+    def on_ready(self, peer: int, events: int) -> bool:
+        if events & _EPOLL_IN:
+            flow = self.pending_in.get(peer)
+            if flow is not None and _pump_recv(flow, self.window, self.rank):
+                del self.pending_in[peer]
+        if events & _EPOLL_OUT:
+            flow = self.pending_out.get(peer)
+            if flow is not None and _pump_send(flow, self.window, self.rank):
+                del self.pending_out[peer]
+        return not self.pending_out and not self.pending_in
+
+    def describe_pending(self) -> str:
+        parts = [f"sending to rank {p} ({f.done_bytes}/{f.total_bytes} bytes)"
+                 for p, f in sorted(self.pending_out.items())]
+        parts += [f"receiving from rank {p} ({f.done_bytes}/{f.total_bytes} bytes)"
+                  for p, f in sorted(self.pending_in.items())]
+        return ", ".join(parts)
+
+
 class SocketTransport:
+    """Executes steps one at a time over one connection per peer (the bench path)."""
+
     def __init__(self, rank: int, sockets: dict[int, socket.socket], window_bytes: int = 1 << 20,
                  spin_s: float = 0.0) -> None:
         self.rank = rank
@@ -83,144 +191,58 @@ class SocketTransport:
         self._window = memoryview(bytearray(window_bytes))
         self._epoll = select.epoll()
         for fd in self._fd_peer:
-            self._epoll.register(fd, _WATCH_IN)
+            self._epoll.register(fd, WATCH_IN)
 
     @property
     def peers(self) -> frozenset[int]:
         return frozenset(self._sockets)
 
-    def _socket(self, peer: int) -> socket.socket:
-        try:
-            return self._sockets[peer]
-        except KeyError:
-            raise PeerFailure(f"rank {self.rank}: no connection to rank {peer}") from None
-
-    def _pump_send(self, flow: _Flow) -> bool:
-        """Send as much as the socket takes; True when the flow is complete."""
-        queue = flow.queue
-        send = flow.sock.send
-        while queue:
-            t = queue[0]
-            remaining = t.size_bytes - flow.pos
-            if t.view is not None:
-                chunk = t.view[flow.pos:t.size_bytes]
-            else:
-                chunk = self._window[:min(remaining, len(self._window))]
-            try:
-                n = send(chunk)
-            except BlockingIOError:
-                return False
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                raise PeerFailure(f"rank {self.rank}: connection to rank {flow.peer} lost while sending "
-                                  f"({exc.strerror or exc})") from None
-            flow.pos += n
-            flow.done_bytes += n
-            if flow.pos >= t.size_bytes:
-                queue.popleft()
-                flow.pos = 0
-        return True
-
-    def _pump_recv(self, flow: _Flow) -> bool:
-        queue = flow.queue
-        recv_into = flow.sock.recv_into
-        while queue:
-            t = queue[0]
-            remaining = t.size_bytes - flow.pos
-            if t.view is not None:
-                target = t.view[flow.pos:t.size_bytes]
-            else:
-                target = self._window[:min(remaining, len(self._window))]
-            try:
-                n = recv_into(target)
-            except BlockingIOError:
-                return False
-            except ConnectionResetError:
-                n = 0
-            if n == 0:
-                raise PeerFailure(f"rank {self.rank}: rank {flow.peer} closed the connection "
-                                  f"({flow.done_bytes} of {flow.total_bytes} bytes received)")
-            flow.pos += n
-            flow.done_bytes += n
-            if flow.pos >= t.size_bytes:
-                queue.popleft()
-                flow.pos = 0
-        return True
-
     def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float) -> None:
-        out: dict[int, _Flow] = {}
-        inc: dict[int, _Flow] = {}
-        for t in sends:
-            flow = out.get(t.peer)
-            if flow is None:
-                flow = out[t.peer] = _Flow(t.peer, self._socket(t.peer))
-            flow.add(t)
-        for t in recvs:
-            flow = inc.get(t.peer)
-            if flow is None:
-                flow = inc[t.peer] = _Flow(t.peer, self._socket(t.peer))
-            flow.add(t)
-        # Optimistic pass: small messages usually complete without touching poll.
-        pending_out = {p: f for p, f in out.items() if not self._pump_send(f)}
-        pending_in = {p: f for p, f in inc.items() if not self._pump_recv(f)}
-        if not pending_out and not pending_in:
+        step = StepExchange(self.rank, self._sockets, sends, recvs, self._window)
+        if step.progress():  # optimistic pass: small messages usually complete here
             return
-        if self.spin_s > 0 and self._spin(pending_out, pending_in):
+        if self.spin_s > 0 and self._spin(step):
             return
-        self._wait_loop(pending_out, pending_in, timeout_s)
+        self._wait_loop(step, timeout_s)
 
-    def _spin(self, pending_out: dict[int, _Flow], pending_in: dict[int, _Flow]) -> bool:
+    def _spin(self, step: StepExchange) -> bool:
         """Retry for up to `spin_s`, yielding the CPU between tries: with more ranks than cores the peer we
         wait for gets the core at once, instead of this rank paying a sleep/wake-up per step."""
         until = time.perf_counter() + self.spin_s
         yield_cpu = os.sched_yield
         while time.perf_counter() < until:
             yield_cpu()
-            for peer in [p for p, f in pending_out.items() if self._pump_send(f)]:
-                del pending_out[peer]
-            for peer in [p for p, f in pending_in.items() if self._pump_recv(f)]:
-                del pending_in[peer]
-            if not pending_out and not pending_in:
+            if step.progress():
                 return True
         return False
 
-    def _wait_loop(self, pending_out: dict[int, _Flow], pending_in: dict[int, _Flow], timeout_s: float) -> None:
+    def _wait_loop(self, step: StepExchange, timeout_s: float) -> None:
         """Wait for readiness with the edge-triggered epoll set registered once at start-up. Edge triggering
         is safe because every wait follows an attempt that hit EAGAIN on that socket (the optimistic pass,
         or a pump), so no readiness edge can have been missed. Write readiness is watched only while a send
         is blocked: otherwise every ACK would wake the rank."""
-        watching_out = [self._sockets[peer].fileno() for peer in pending_out]
+        watching_out = [self._sockets[peer].fileno() for peer in step.pending_out]
         for fd in watching_out:
-            self._epoll.modify(fd, _WATCH_IN_OUT)
+            self._epoll.modify(fd, WATCH_IN_OUT)
         try:
-            self._wait(pending_out, pending_in, timeout_s)
+            deadline = time.monotonic() + timeout_s
+            wait = self._epoll.poll
+            fd_peer = self._fd_peer
+            while True:
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0:
+                    raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s "
+                                      + step.describe_pending())
+                try:
+                    events = wait(remaining_s)
+                except InterruptedError:
+                    continue
+                for fd, ev in events:
+                    if step.on_ready(fd_peer[fd], ev):
+                        return
         finally:
             for fd in watching_out:
-                self._epoll.modify(fd, _WATCH_IN)
-
-    def _wait(self, pending_out: dict[int, _Flow], pending_in: dict[int, _Flow], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        wait = self._epoll.poll
-        fd_peer = self._fd_peer
-        while pending_out or pending_in:
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                raise PeerFailure(self._timeout_message(pending_out, pending_in, timeout_s))
-            try:
-                events = wait(remaining_s)
-            except InterruptedError:
-                continue
-            for fd, ev in events:
-                peer = fd_peer[fd]
-                if ev & _EPOLL_IN and peer in pending_in and self._pump_recv(pending_in[peer]):
-                    del pending_in[peer]
-                if ev & _EPOLL_OUT and peer in pending_out and self._pump_send(pending_out[peer]):
-                    del pending_out[peer]
-
-    def _timeout_message(self, pending_out: dict[int, _Flow], pending_in: dict[int, _Flow], timeout_s: float) -> str:
-        parts = [f"sending to rank {p} ({f.done_bytes}/{f.total_bytes} bytes)" for p, f in sorted(pending_out.items())]
-        parts += [f"receiving from rank {p} ({f.done_bytes}/{f.total_bytes} bytes)"
-                  for p, f in sorted(pending_in.items())]
-        return f"rank {self.rank}: op timed out after {timeout_s:g} s " + ", ".join(parts)
+                self._epoll.modify(fd, WATCH_IN)
 
     def close(self) -> None:
         self._epoll.close()
@@ -249,32 +271,35 @@ def listen_socket(address: str, backlog: int) -> socket.socket:
 
 
 def connect_mesh(rank: int, listener: socket.socket, addresses: dict[int, tuple[str, int]],
-                 peers: frozenset[int], timeout_s: float, buffer_bytes: int | None = None) -> dict[int, socket.socket]:
-    """One TCP connection per peer: the lower rank connects, the higher accepts (peer sets are symmetric)."""
+                 links: frozenset[tuple[int, int]], timeout_s: float,
+                 buffer_bytes: int | None = None) -> dict[tuple[int, int], socket.socket]:
+    """One TCP connection per (channel, peer) link: the lower rank connects, the higher accepts (link sets are
+    symmetric). A channel is a communicator: ops of different channels may be in flight at once, each on its
+    own connections, as NCCL gives each communicator its own. Returns {(channel, peer): socket}."""
     deadline = time.monotonic() + timeout_s
-    sockets: dict[int, socket.socket] = {}
+    sockets: dict[tuple[int, int], socket.socket] = {}
     try:
-        for peer in sorted(p for p in peers if p > rank):
-            sockets[peer] = _connect(rank, peer, addresses[peer], deadline, buffer_bytes)
-        expected = {p for p in peers if p < rank}
+        for channel, peer in sorted(link for link in links if link[1] > rank):
+            sockets[(channel, peer)] = _connect(rank, channel, peer, addresses[peer], deadline, buffer_bytes)
+        expected = {link for link in links if link[1] < rank}
         listener.settimeout(1.0)
         while expected:
             if time.monotonic() > deadline:
-                raise PeerFailure(f"rank {rank}: ranks {sorted(expected)} did not connect within {timeout_s:g} s")
+                missing = sorted({peer for _, peer in expected})
+                raise PeerFailure(f"rank {rank}: ranks {missing} did not connect within {timeout_s:g} s")
             try:
                 conn, _ = listener.accept()
             except socket.timeout:
                 continue
             conn.settimeout(max(0.1, deadline - time.monotonic()))
-            header = _recv_header(conn)
-            (peer,) = _RANK_HEADER.unpack(header)
-            if peer not in expected:
+            peer, channel = _LINK_HEADER.unpack(_recv_header(conn))
+            if (channel, peer) not in expected:
                 conn.close()
-                raise PeerFailure(f"rank {rank}: unexpected connection claiming to be rank {peer}")
+                raise PeerFailure(f"rank {rank}: unexpected connection from rank {peer} (channel {channel})")
             _tune(conn, buffer_bytes)
             conn.settimeout(None)
-            sockets[peer] = conn
-            expected.discard(peer)
+            sockets[(channel, peer)] = conn
+            expected.discard((channel, peer))
     except BaseException:
         for s in sockets.values():
             s.close()
@@ -284,15 +309,15 @@ def connect_mesh(rank: int, listener: socket.socket, addresses: dict[int, tuple[
 
 def _recv_header(conn: socket.socket) -> bytes:
     data = b""
-    while len(data) < _RANK_HEADER.size:
-        chunk = conn.recv(_RANK_HEADER.size - len(data))
+    while len(data) < _LINK_HEADER.size:
+        chunk = conn.recv(_LINK_HEADER.size - len(data))
         if not chunk:
             raise PeerFailure("a peer closed its connection during setup")
         data += chunk
     return data
 
 
-def _connect(rank: int, peer: int, address: tuple[str, int], deadline: float,
+def _connect(rank: int, channel: int, peer: int, address: tuple[str, int], deadline: float,
              buffer_bytes: int | None) -> socket.socket:
     while True:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -300,7 +325,7 @@ def _connect(rank: int, peer: int, address: tuple[str, int], deadline: float,
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         try:
             sock.connect(address)
-            sock.sendall(_RANK_HEADER.pack(rank))
+            sock.sendall(_LINK_HEADER.pack(rank, channel))
             sock.settimeout(None)
             return sock
         except OSError as exc:

@@ -1,0 +1,145 @@
+"""Trace → per-rank replay programs (pure): what each rank process walks during `genie replay`.
+
+Each trace node becomes a `ProgramNode` on a *lane*: compute nodes share the rank's compute lane (one at a
+time, like a GPU's compute stream); collectives run on the channel of their process group (one op at a time
+per channel, in program order, like an NCCL communicator — different groups progress concurrently, each over
+its own TCP connections); sends and receives run on a per-peer, per-direction lane in program order.
+Communication overlaps compute. Collective sizes are converted from Chakra's `comm_size` (ASTRA-sim's
+meaning) to genie's nccl-tests convention: all-gather's comm_size is the per-rank input, so the op moves
+`comm_size x group size`; the others keep it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+
+from genie.collectives.registry import build_schedule, choose_algorithm
+from genie.core.collective import Algorithm, Collective
+from genie.core.errors import InputError
+from genie.core.schedule import CollectiveOp, Schedule
+from genie.core.trace import NodeKind, Trace, TraceNode, topological_order
+
+
+class Lane(Enum):
+    COMPUTE = "compute"
+    COLLECTIVE = "collective"
+    SEND = "send"
+    RECV = "recv"
+    NONE = "none"  # nodes that take no time (metadata, memory ops): done as soon as their deps are
+
+
+@dataclass(frozen=True)
+class ProgramNode:
+    id: int
+    name: str
+    lane: Lane
+    deps: tuple[int, ...]
+    duration_ns: int = 0
+    op: CollectiveOp | None = None  # collectives
+    channel: int = 0  # collectives: the group's channel; p2p: the p2p channel
+    peer: int | None = None  # send / recv
+    size_bytes: int = 0  # bytes this rank's op moves per nccl-tests convention (collective) or the message
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class RankProgram:
+    rank: int
+    nodes: tuple[ProgramNode, ...]  # in a topological order
+    links: frozenset[tuple[int, int]]  # (channel, peer) connections this rank needs
+
+    @property
+    def compute_ns(self) -> int:
+        return sum(n.duration_ns for n in self.nodes if n.lane is Lane.COMPUTE)
+
+
+@lru_cache(maxsize=4096)
+def cached_schedule(op: CollectiveOp) -> Schedule:
+    return build_schedule(op)
+
+
+def _dtype_bytes(size_bytes: int) -> int:
+    return 4 if size_bytes % 4 == 0 else 1
+
+
+def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> CollectiveOp:
+    ctype = node.comm_type
+    collective = ctype.collective if ctype is not None else None
+    where = f"rank {rank} node {node.id} ({node.name})"
+    if collective is None or collective is Collective.SEND_RECV:
+        kind = ctype.name if ctype is not None else node.comm_type_code
+        raise InputError(f"{where}: comm_type {kind} cannot be replayed (supported: all_reduce, all_gather, "
+                         f"reduce_scatter, all_to_all, broadcast)", source=source)
+    group = trace.group(node.process_group)
+    if group is None:
+        raise InputError(f"{where}: unknown process group {node.process_group!r}", source=source)
+    n = len(group.ranks)
+    size = int(node.size_bytes or 0)
+    if collective is Collective.ALL_GATHER:
+        size *= n
+    dtype = _dtype_bytes(size)
+    if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
+        unit = dtype * n
+        size = max(unit, size // unit * unit) if size else 0
+    algorithm = node.algorithm or Algorithm.AUTO
+    if algorithm is Algorithm.AUTO:
+        algorithm = choose_algorithm(collective, size, n)
+    return CollectiveOp(collective=collective, size_bytes=size, group=tuple(group.ranks), algorithm=algorithm,
+                        root=group.ranks[0], dtype_bytes=dtype)
+
+
+def build_programs(trace: Trace, *, source: str = "<trace>") -> list[RankProgram]:
+    """One program per rank. The trace must already be valid (genie.workloads.analysis.check)."""
+    channels = {"": 0}
+    for g in trace.groups:
+        channels.setdefault(g.name, len(channels))
+    p2p_channel = len(channels)
+    programs = []
+    for rank_trace in trace.ranks:
+        rank = rank_trace.rank
+        nodes: list[ProgramNode] = []
+        links: set[tuple[int, int]] = set()
+        for node in topological_order(rank_trace.nodes):
+            deps = node.deps
+            if node.kind is NodeKind.COMPUTE:
+                nodes.append(ProgramNode(node.id, node.name, Lane.COMPUTE, deps, duration_ns=max(0, node.duration_ns)))
+            elif node.kind is NodeKind.COLLECTIVE:
+                op = collective_op(node, trace, rank, source=source)
+                channel = channels[node.process_group or ""]
+                if op.size_bytes and len(op.group) > 1:
+                    links |= {(channel, peer) for peer in cached_schedule(op).peers_of(rank)}
+                nodes.append(ProgramNode(node.id, node.name, Lane.COLLECTIVE, deps, op=op, channel=channel,
+                                         size_bytes=op.size_bytes, group=node.process_group or ""))
+            elif node.kind in (NodeKind.SEND, NodeKind.RECV):
+                peer = node.peer
+                if peer is None or peer == rank:
+                    raise InputError(f"rank {rank} node {node.id} ({node.name}): bad peer {peer}", source=source)
+                lane = Lane.SEND if node.kind is NodeKind.SEND else Lane.RECV
+                links.add((p2p_channel, peer))
+                nodes.append(ProgramNode(node.id, node.name, lane, deps, channel=p2p_channel, peer=peer,
+                                         size_bytes=int(node.size_bytes or 0)))
+            else:
+                nodes.append(ProgramNode(node.id, node.name, Lane.NONE, deps))
+        programs.append(RankProgram(rank, tuple(nodes), frozenset(links)))
+    return programs
+
+
+def program_to_json(program: RankProgram) -> dict:
+    from genie.engine.jobs import op_to_json
+
+    return {"rank": program.rank, "links": sorted(program.links),
+            "nodes": [[n.id, n.name, n.lane.value, list(n.deps), n.duration_ns,
+                       op_to_json(n.op) if n.op else None, n.channel, n.peer, n.size_bytes, n.group]
+                      for n in program.nodes]}
+
+
+def program_from_json(d: dict) -> RankProgram:
+    from genie.engine.jobs import op_from_json
+
+    nodes = tuple(ProgramNode(id=int(i), name=name, lane=Lane(lane), deps=tuple(deps), duration_ns=int(dur),
+                              op=op_from_json(op) if op else None, channel=int(ch), peer=peer,
+                              size_bytes=int(size), group=group)
+                  for i, name, lane, deps, dur, op, ch, peer, size, group in d["nodes"])
+    return RankProgram(int(d["rank"]), nodes, frozenset(tuple(link) for link in d["links"]))

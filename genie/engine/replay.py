@@ -1,0 +1,67 @@
+"""The replay service: a whole trace on a testbed — compute waited out, communication sent for real."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from genie.core.errors import InputError
+from genie.core.trace import Trace
+from genie.engine.launch import Launcher, RankPlacement
+from genie.engine.program import RankProgram, build_programs, program_to_json
+from genie.engine.session import RankSession
+from genie.measure.replay import IterationRecords, RankRecords
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    iterations: int = 1
+    warmup: int = 0
+    timeout_s: float = 60.0
+    spin_us: int = 200
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    programs: tuple[RankProgram, ...]
+    iterations: tuple[IterationRecords, ...]
+    placements: tuple[RankPlacement, ...]
+
+
+def check_fits(trace: Trace, placements: list[RankPlacement], *, source: str) -> list[RankPlacement]:
+    """The first `trace.num_ranks` placements; an error naming the first rank the testbed lacks."""
+    if trace.num_ranks > len(placements):
+        missing = len(placements)
+        users = [g.name for g in trace.groups if any(r >= len(placements) for r in g.ranks)]
+        where = f" (used by group {users[0]!r})" if users else ""
+        raise InputError(f"the trace has {trace.num_ranks} ranks but the testbed only {len(placements)}: "
+                         f"rank {missing}{where} has no host", source=source)
+    return placements[:trace.num_ranks]
+
+
+def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayRequest = ReplayRequest(), *,
+               source: str = "<trace>", launcher: Launcher | None = None,
+               on_pids: Callable[[list[int]], None] | None = None,
+               progress: Callable[[int, int], None] | None = None) -> ReplayOutcome:
+    if request.iterations < 1:
+        raise InputError("must be >= 1", path="--iterations")
+    if request.warmup < 0:
+        raise InputError("must be >= 0", path="--warmup")
+    placements = check_fits(trace, placements, source=source)
+    programs = build_programs(trace, source=source)
+    docs = {p.rank: program_to_json(p) for p in programs}
+    common = {"kind": "replay", "iterations": request.iterations, "warmup": request.warmup,
+              "timeout_s": request.timeout_s, "spin_ns": request.spin_us * 1000}
+    results: dict[int, IterationRecords] = {}
+
+    def on_case(index: int, per_rank: dict[int, dict]) -> None:
+        results[index] = IterationRecords(index, tuple(
+            RankRecords(rank, int(m["t0_ns"]), tuple(tuple(r) for r in m["records"]))
+            for rank, m in sorted(per_rank.items())))
+        if progress:
+            progress(len(results), request.iterations)
+
+    session = RankSession(placements, launcher=launcher, on_pids=on_pids,
+                          idle_timeout_s=max(120.0, request.timeout_s * 2))
+    session.run(lambda rank: {**common, "program": docs[rank]}, on_case=on_case)
+    return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements))

@@ -1,0 +1,100 @@
+"""Replay reports: ops.csv, ranks.csv, a Chrome/Perfetto timeline, replay.json."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from statistics import median
+
+from genie.engine.program import Lane
+from genie.measure.replay import iteration_time_ns, rank_summaries
+from genie.report.rundir import write_atomic
+
+OPS_COLUMNS = ("iteration", "rank", "node_id", "name", "type", "bytes", "group", "algorithm", "start_ns", "end_ns")
+RANKS_COLUMNS = ("iteration", "rank", "iteration_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "overlap_ns")
+
+
+def _node_index(outcome) -> dict[int, dict[int, object]]:
+    return {p.rank: {n.id: n for n in p.nodes} for p in outcome.programs}
+
+
+def ops_csv(outcome) -> str:
+    """One row per node per timed iteration; times in ns from the iteration's start (earliest rank)."""
+    nodes = _node_index(outcome)
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(OPS_COLUMNS)
+    for it in outcome.iterations:
+        origin = it.start_ns
+        for rr in it.ranks:
+            for nid, s, e in rr.records:
+                n = nodes[rr.rank][nid]
+                kind = n.op.collective.value if n.op else n.lane.value
+                w.writerow((it.iteration, rr.rank, nid, n.name, kind, n.size_bytes, n.group,
+                            n.op.algorithm.value if n.op else "", s - origin, e - origin))
+    return out.getvalue()
+
+
+def ranks_csv(summaries) -> str:
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(RANKS_COLUMNS)
+    for s in summaries:
+        w.writerow((s.iteration, s.rank, s.iteration_ns, s.compute_ns, s.comm_ns, s.exposed_comm_ns, s.overlap_ns))
+    return out.getvalue()
+
+
+def chrome_trace(outcome) -> str:
+    """Chrome / Perfetto trace-event JSON: a process per rank, a thread per lane (compute, each channel)."""
+    nodes = _node_index(outcome)
+    events: list[dict] = []
+    for p in outcome.programs:
+        events.append({"name": "process_name", "ph": "M", "pid": p.rank, "args": {"name": f"rank {p.rank}"}})
+    for it in outcome.iterations:
+        origin = outcome.iterations[0].start_ns
+        for rr in it.ranks:
+            for nid, s, e in rr.records:
+                n = nodes[rr.rank][nid]
+                if n.lane is Lane.NONE:
+                    continue
+                tid = ("compute" if n.lane is Lane.COMPUTE else
+                       f"{n.group or 'world'}" if n.lane is Lane.COLLECTIVE else f"{n.lane.value} {n.peer}")
+                events.append({"name": n.name, "cat": n.lane.value, "ph": "X", "pid": rr.rank, "tid": tid,
+                               "ts": (s - origin) / 1e3, "dur": (e - s) / 1e3,
+                               "args": {"iteration": it.iteration, "node": nid, "bytes": n.size_bytes}})
+    return json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}) + "\n"
+
+
+def summarize(outcome) -> tuple[list, list[int]]:
+    summaries, times = [], []
+    for it in outcome.iterations:
+        per_rank = rank_summaries(outcome.programs, it)
+        summaries.extend(per_rank)
+        times.append(iteration_time_ns(per_rank))
+    return summaries, times
+
+
+def write_replay(run_dir: Path, outcome, meta: dict) -> dict:
+    summaries, times = summarize(outcome)
+    doc = {"meta": meta, "iteration_ns": times, "iteration_median_ns": int(median(times)),
+           "ranks": [s.__dict__ for s in summaries if s.iteration == 0]}
+    run_dir = Path(run_dir)
+    write_atomic(run_dir / "ops.csv", ops_csv(outcome))
+    write_atomic(run_dir / "ranks.csv", ranks_csv(summaries))
+    write_atomic(run_dir / "timeline.json", chrome_trace(outcome))
+    write_atomic(run_dir / "replay.json", json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+def format_summary(outcome) -> str:
+    summaries, times = summarize(outcome)
+    lines = [f"# replay: {len(outcome.programs)} ranks, {len(times)} iteration(s), "
+             f"iteration time median {median(times) / 1e6:.3f} ms",
+             f"#{'rank':>5} {'iter_ms':>10} {'compute_ms':>11} {'comm_ms':>9} {'exposed_ms':>11} {'overlap_ms':>11}"]
+    for s in summaries:
+        if s.iteration == 0:
+            lines.append(f" {s.rank:>5} {s.iteration_ns / 1e6:>10.3f} {s.compute_ns / 1e6:>11.3f} "
+                         f"{s.comm_ns / 1e6:>9.3f} {s.exposed_comm_ns / 1e6:>11.3f} {s.overlap_ns / 1e6:>11.3f}")
+    return "\n".join(lines)
