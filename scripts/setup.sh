@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything genie needs on a fresh Debian/Ubuntu machine, as root: system packages (only those
 # missing), then a virtual environment in ./.venv with genie and its test tools. Safe to run again.
+#   --test   also the tools the test suite uses: vagrant (validates rendered labs), ssh-keygen
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
+if [ "${1:-}" = "--test" ]; then
+    command -v vagrant >/dev/null 2>&1 || missing+=(vagrant)
+    command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
+fi
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv python3-pip)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)

@@ -22,6 +22,7 @@ _SUBAPPS = (
     ("testbed_cmd", "testbed"),
     ("trace_cmd", "trace"),
     ("astra_cmd", "astra"),
+    ("lab_cmd", "lab"),
 )
 # modules whose `register(app)` adds top-level commands (bench, replay, ...)
 _COMMAND_MODULES = ("bench_cmd", "replay_cmd")
@@ -66,27 +67,30 @@ def main(argv: list[str] | None = None) -> int:
     _register()
     try:
         with signals_raise():  # SIGTERM/SIGHUP unwind like Ctrl-C: every command tears down what it built
-            app(args=argv, standalone_mode=False)
+            rc = app(args=argv, standalone_mode=False)
     except GenieError as exc:
         typer.echo(f"genie: error: {exc}", err=True)
         return 2
     except KeyboardInterrupt:
         typer.echo("genie: interrupted", err=True)
         return 130
-    except typer.Exit as exc:
-        return exc.exit_code
-    except SystemExit as exc:  # click's usage errors in non-standalone mode surface as exceptions below
+    except SystemExit as exc:
         return int(exc.code or 0)
-    except Exception as exc:  # click.UsageError and friends
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return 2
-        if isinstance(exc, click.exceptions.Abort):
+    except Exception as exc:
+        # usage errors: typer ships its own copy of click (typer._click), so match by shape, not by class
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            return 2 if code != 0 else 0
+        if type(exc).__name__ == "Abort":
+            typer.echo("genie: interrupted", err=True)
             return 130
+        if type(exc).__name__ == "Exit":
+            return int(getattr(exc, "exit_code", 0) or 0)
         raise
-    return 0
+    if rc == 130:  # typer converts Ctrl-C into exit code 130 and returns it
+        typer.echo("genie: interrupted", err=True)
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":

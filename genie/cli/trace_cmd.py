@@ -88,3 +88,8 @@ def validate_cmd(
     typer.echo(f"ok: {trace.num_ranks} ranks, {sum(len(r.nodes) for r in trace.ranks)} nodes")
 
 
+
+
+from genie.cli.gen_cmd import gen  # noqa: E402  (the generator command lives in its own module)
+
+app.command("gen")(gen)

@@ -33,6 +33,7 @@ class BenchRequest:
     record_steps: bool = False
     chunks: int = 1
     spin_us: int = 0
+    socket_buffer_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launche
             progress(len(stats), len(job.cases), stats[index])
 
     session = RankSession(placements, launcher=launcher, on_pids=on_pids,
-                          idle_timeout_s=max(120.0, job.timeout_s * 2), spin_s=request.spin_us / 1e6)
+                          idle_timeout_s=max(120.0, job.timeout_s * 2), spin_s=request.spin_us / 1e6,
+                          socket_buffer_bytes=request.socket_buffer_bytes)
     session.run(bench_job_to_json(job), on_case=on_case)
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=job, placements=tuple(placements),
                         steps=steps)

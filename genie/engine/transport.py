@@ -24,6 +24,7 @@ from typing import Protocol, Sequence
 from genie.core.errors import RunFailure
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
+_DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
 WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 WATCH_IN_OUT = WATCH_IN | select.EPOLLOUT
 _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
@@ -82,7 +83,7 @@ def _pump_send(flow: _Flow, window: memoryview, rank: int) -> bool:
         else:
             chunk = window[:min(t.size_bytes - flow.pos, len(window))]
         try:
-            n = send(chunk)
+            n = send(chunk, _DONTWAIT)
         except BlockingIOError:
             return False
         except (BrokenPipeError, ConnectionResetError) as exc:
@@ -107,7 +108,7 @@ def _pump_recv(flow: _Flow, window: memoryview, rank: int) -> bool:
         else:
             target = window[:min(t.size_bytes - flow.pos, len(window))]
         try:
-            n = recv_into(target)
+            n = recv_into(target, 0, _DONTWAIT)
         except BlockingIOError:
             return False
         except ConnectionResetError:
@@ -186,7 +187,7 @@ class SocketTransport:
         self.spin_s = spin_s
         self._sockets = sockets
         for sock in sockets.values():
-            sock.setblocking(False)
+            sock.settimeout(None)  # blocking mode: see _blocking_recv; attempts elsewhere use MSG_DONTWAIT
         self._fd_peer = {sock.fileno(): peer for peer, sock in sockets.items()}
         self._window = memoryview(bytearray(window_bytes))
         self._epoll = select.epoll()
@@ -199,11 +200,51 @@ class SocketTransport:
 
     def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float) -> None:
         step = StepExchange(self.rank, self._sockets, sends, recvs, self._window)
+        if not sends and len(recvs) == 1:
+            self._blocking_recv(step, timeout_s)  # the latency-critical shape: one message to wait for
+            return
         if step.progress():  # optimistic pass: small messages usually complete here
+            return
+        if not step.pending_out and len(step.pending_in) == 1:
+            self._blocking_recv(step, timeout_s)
             return
         if self.spin_s > 0 and self._spin(step):
             return
         self._wait_loop(step, timeout_s)
+
+    def _blocking_recv(self, step: StepExchange, timeout_s: float) -> None:
+        """Receive the single pending flow with blocking recv calls bounded by SO_RCVTIMEO: one system call
+        that sleeps, instead of an attempt that fails, an epoll_wait and a second attempt."""
+        (peer, flow), = step.pending_in.items()
+        sock = flow.sock
+        deadline = time.monotonic() + timeout_s
+        window = self._window
+        while flow.queue:
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s "
+                                  + step.describe_pending())
+            sec = int(remaining_s)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                            struct.pack("ll", sec, int((remaining_s - sec) * 1e6)))
+            t = flow.queue[0]
+            target = (t.view[flow.pos:t.size_bytes] if t.view is not None
+                      else window[:min(t.size_bytes - flow.pos, len(window))])
+            try:
+                n = sock.recv_into(target)
+            except (BlockingIOError, InterruptedError):
+                continue  # SO_RCVTIMEO expired or a signal: re-check the deadline
+            except ConnectionResetError:
+                n = 0
+            if n == 0:
+                raise PeerFailure(f"rank {self.rank}: rank {peer} closed the connection "
+                                  f"({flow.done_bytes} of {flow.total_bytes} bytes received)")
+            flow.pos += n
+            flow.done_bytes += n
+            if flow.pos >= t.size_bytes:
+                flow.queue.popleft()
+                flow.pos = 0
+        del step.pending_in[peer]
 
     def _spin(self, step: StepExchange) -> bool:
         """Retry for up to `spin_s`, yielding the CPU between tries: with more ranks than cores the peer we

@@ -77,7 +77,7 @@ class ProgramWalker:
         self.fd_users: dict[int, set[_CommRun]] = {}
         self.fd_peer: dict[int, int] = {}
         for (channel, peer), sock in sockets.items():
-            sock.setblocking(False)
+            sock.settimeout(None)  # attempts use MSG_DONTWAIT (see genie.engine.transport)
             self.channels.setdefault(channel, {})[peer] = sock
             self.epoll.register(sock.fileno(), WATCH_IN)
             self.fd_users[sock.fileno()] = set()

@@ -1,8 +1,8 @@
 """Applying a plan: the `Backend` protocol, a `FakeBackend` that records calls, and the undo log.
 
 `apply_plan` applies steps in order and keeps an undo log; when a step fails (or Ctrl-C / SIGTERM arrives) it
-undoes every applied step in reverse, with signals deferred so the rollback itself cannot be cut short, and
-re-raises. `undo_steps` is the same reverse walk for teardown: best effort, every step is attempted.
+undoes every applied step in reverse and re-raises. Signals are deferred while a step is applied (a step is
+never cut in half, and pyroute2 is never interrupted mid-request) and during the rollback. `undo_steps` is the same reverse walk for teardown: best effort, every step is attempted.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from genie.testbed.steps import PlanStep
 
 class Backend(Protocol):
     def apply(self, step: PlanStep) -> None:
-        """Make the step real; raise on failure (leaving nothing of this step behind where possible)."""
+        """Make the step real, or raise leaving nothing of it behind (also when interrupted half-way)."""
 
     def undo(self, step: PlanStep) -> None:
         """Revert an applied step; must tolerate that its objects are already gone."""
@@ -60,23 +60,30 @@ class FakeBackend:
 
 
 def apply_plan(backend: Backend, steps: Sequence[PlanStep], *,
-               before_step: Callable[[int], None] | None = None) -> None:
+               before_step: Callable[[int], None] | None = None,
+               check_interrupt: Callable[[], None] | None = None) -> None:
     """Apply `steps` in order. ``before_step(k)`` runs before step k (0-based) is applied, so a write-ahead log
-    can record that steps [0, k] may exist. On any failure or interrupt: undo the applied steps in reverse,
-    then raise (StepFailed for an error of the backend, the original exception otherwise)."""
+    can record that steps [0, k] may exist; ``check_interrupt()`` runs before every step and after the last
+    one (see `SignalGuard.check`). On any failure or interrupt: undo the applied steps in reverse, then raise
+    (StepFailed for an error of the backend, the original exception otherwise)."""
     applied: list[PlanStep] = []
     try:
         for index, step in enumerate(steps):
+            if check_interrupt is not None:
+                check_interrupt()
             if before_step is not None:
                 before_step(index)
-            try:
-                backend.apply(step)
-            except GenieError:
-                raise
-            except Exception as exc:  # netlink, OS errors: located by step
-                raise StepFailed(f"step {index + 1} ({step.describe()}) failed: {_reason(exc)}; "
-                                 f"rolled back the {len(applied)} steps applied before it") from exc
-            applied.append(step)
+            with signals_deferred():  # a step is never cut in half: a signal is raised once it is logged
+                try:
+                    backend.apply(step)
+                except GenieError:
+                    raise
+                except Exception as exc:  # netlink, OS errors: located by step
+                    raise StepFailed(f"step {index + 1} ({step.describe()}) failed: {_reason(exc)}; "
+                                     f"rolled back the {len(applied)} steps applied before it") from exc
+                applied.append(step)
+        if check_interrupt is not None:
+            check_interrupt()
     except BaseException:
         with signals_deferred():
             undo_steps(backend, applied)

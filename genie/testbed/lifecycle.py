@@ -28,20 +28,50 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _is_forked_child(owner_pid: int) -> bool:
+    """True in a process forked after the handler was installed: pyroute2 forks helpers to enter namespaces,
+    and they inherit our handlers. There a signal must never raise into (and so run) the parent's code."""
+    return os.getpid() != owner_pid
+
+
+class SignalGuard:
+    """The signals received inside `signals_raise()`. Python runs handlers wherever the interpreter is, and an
+    exception raised inside e.g. an at-fork hook or a ``__del__`` is printed and dropped; `check()` at safe
+    points re-raises such a lost signal."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def check(self) -> None:
+        if self.received:
+            raise _interruption(self.received[0])
+
+
+def _interruption(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
 @contextmanager
-def signals_raise() -> Iterator[None]:
-    """Inside the block SIGTERM/SIGHUP raise `Terminated` (SIGINT raises KeyboardInterrupt as usual), so a
-    critical section can roll back in ``except``/``finally``. No-op outside the main thread."""
+def signals_raise() -> Iterator[SignalGuard]:
+    """Inside the block SIGTERM/SIGHUP raise `Terminated` and SIGINT raises KeyboardInterrupt, so a critical
+    section can roll back in ``except``/``finally``; call the yielded guard's `check()` between steps. In a
+    process forked inside the block the signals end that process instead. Outside the main thread signals
+    cannot be handled: the guard then never fires."""
+    guard = SignalGuard()
     if not _in_main_thread():
-        yield
+        yield guard
         return
+    owner_pid = os.getpid()
 
-    def raise_terminated(signum: int, _frame: FrameType | None) -> None:
-        raise Terminated(signum)
+    def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+        if _is_forked_child(owner_pid):
+            os._exit(128 + signum)  # what the default action would do
+        guard.received.append(signum)
+        raise _interruption(signum)
 
-    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, raise_interrupt) for sig in _HANDLED}
     try:
-        yield
+        yield guard
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -50,14 +80,18 @@ def signals_raise() -> Iterator[None]:
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """Inside the block SIGINT/SIGTERM/SIGHUP are only recorded; the first one is raised when the block ends
-    (KeyboardInterrupt or `Terminated`), unless an exception is already propagating. For rollbacks and
-    teardowns that must run to the end. No-op outside the main thread."""
+    (KeyboardInterrupt or `Terminated`), unless an exception is already propagating. For steps, rollbacks and
+    teardowns that must run to the end. Processes forked inside the block ignore these signals. No-op outside
+    the main thread."""
     if not _in_main_thread():
         yield
         return
     received: list[int] = []
+    owner_pid = os.getpid()
 
     def record(signum: int, _frame: FrameType | None) -> None:
+        if _is_forked_child(owner_pid):
+            return  # a helper forked inside the block finishes its short job; the parent handles the signal
         received.append(signum)
 
     previous = {sig: signal.signal(sig, record) for sig in _HANDLED}
@@ -69,9 +103,7 @@ def signals_deferred() -> Iterator[None]:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if completed and received:
-        if received[0] == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Terminated(received[0])
+        raise _interruption(received[0])
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -115,13 +147,8 @@ def _signal(pid: int, sig: int) -> bool:
 
 
 def _alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie (a zombie of ours is reaped here)."""
-    try:
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-        if reaped == pid:
-            return False
-    except ChildProcessError:
-        pass
+    """True while `pid` exists and is not a zombie. Zombies are left for their parent to reap (it may be a
+    Popen of the caller that wants the exit status)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             state = stat.read().rsplit(b")", 1)[1].split()[0]

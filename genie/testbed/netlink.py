@@ -14,12 +14,14 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from pyroute2 import IPRoute, netns
+from pyroute2 import IPRoute, config, netns
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from genie.core.errors import EnvironmentProblem
 from genie.core.testbed import TestbedInfo
 from genie.testbed.layout import NETNS_DIR, NETNS_PREFIX
+from genie.testbed.lifecycle import signals_deferred
 from genie.testbed.observed import InterfaceStatus, LinkCounters, NamespaceStatus, QdiscStatus, RouteStatus
 from genie.testbed.steps import (AddAddress, AddBridge, AddHtb, AddNetem, AddPfifo, AddRoute, CreateNetns,
                                  CreateVethPair, EnslaveLink, PlanStep, QdiscParent, SetLinkUp, SetSysctl)
@@ -30,6 +32,13 @@ LEAF_HANDLE = 0x100000  # 10:
 TC_H_ROOT = 0xFFFFFFFF
 _GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.EADDRNOTAVAIL, errno.EINVAL}
 _T = TypeVar("_T")
+
+
+def _configure_pyroute2() -> None:
+    """pyroute2 forks a helper to enter a namespace. In its default 'fork' mode a KeyboardInterrupt (Ctrl-C
+    reaches the whole process group) escapes the helper, which then runs on in *our* code with copies of our
+    netlink sockets. The 'mp' mode runs the helper under multiprocessing, which always ends the child."""
+    config.child_process_mode = "mp"
 
 
 def netns_path(name: str) -> str:
@@ -109,6 +118,7 @@ class NetlinkBackend:
     """Applies and undoes plan steps with pyroute2. Use as a context manager (closes its sockets)."""
 
     def __init__(self) -> None:
+        _configure_pyroute2()
         self._sockets: dict[str, IPRoute] = {}
 
     def __enter__(self) -> NetlinkBackend:
@@ -141,10 +151,30 @@ class NetlinkBackend:
         return int(found[0])
 
     def apply(self, step: PlanStep) -> None:
+        """Apply one step atomically: if it fails or is interrupted half-way, what it made is removed."""
+        if isinstance(step, CreateNetns) and netns_exists(step.netns):
+            raise FileExistsError(f"namespace {step.netns} already exists")  # someone else's: never undo it
+        try:
+            self._apply(step)
+        except FileExistsError:
+            if isinstance(step, CreateNetns):
+                raise  # created by someone else in the meantime
+            self._undo_partial(step)
+            raise
+        except BaseException:
+            self._undo_partial(step)
+            raise
+
+    def _undo_partial(self, step: PlanStep) -> None:
+        with signals_deferred():
+            try:
+                self.undo(step)
+            except Exception:  # the original error is the one to report
+                pass
+
+    def _apply(self, step: PlanStep) -> None:
         match step:
             case CreateNetns(netns=name):
-                if netns_exists(name):
-                    raise FileExistsError(f"namespace {name} already exists")
                 netns.create(name)
             case SetSysctl(netns=name, key=key, value=value):
                 write_sysctl(name, key, value)
@@ -248,6 +278,7 @@ def _parent(parent: QdiscParent) -> int:
 def probe_netem() -> bool:
     """Can this kernel add a netem qdisc? Tried once per process on ``lo`` of a scratch namespace
     (``genie-probe-<pid>``), which is removed afterwards."""
+    _configure_pyroute2()
     scratch = f"{NETNS_PREFIX}probe-{os.getpid()}"
     remove_namespace(scratch)
     netns.create(scratch)
@@ -267,6 +298,7 @@ def probe_netem() -> bool:
 
 def link_counters(info: TestbedInfo) -> list[LinkCounters]:
     """Byte, packet and drop counters of every link end of a live testbed, in `info.link_ends` order."""
+    _configure_pyroute2()
     result = []
     sockets: dict[str, IPRoute] = {}
     try:
@@ -302,6 +334,7 @@ def inspect_namespace(name: str) -> NamespaceStatus:
     """Interfaces (state, MTU, addresses, bridge, qdiscs with rates), routes and processes of a namespace."""
     if not netns_exists(name):
         return NamespaceStatus(name, present=False)
+    _configure_pyroute2()
     with IPRoute(netns=name, flags=0) as ipr:
         links = list(ipr.get_links())
         names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in links}
@@ -340,7 +373,8 @@ def _qdiscs(ipr: IPRoute, index: int) -> tuple[QdiscStatus, ...]:
         detail = ""
         options = q.get_attr("TCA_OPTIONS")
         if kind == "netem" and options is not None:
-            detail = f"limit {options['limit']}"
+            detail = (f"delay {options['delay'] / tick_in_usec:g}us jitter {options['jitter'] / tick_in_usec:g}us "
+                      f"loss {100 * options['loss'] / (2**32 - 1):.3g}% limit {options['limit']}")
         elif kind == "pfifo" and options is not None:
             detail = f"limit {options['limit']}"
         result.append(QdiscStatus(kind, _handle(q["handle"]), _handle(q["parent"]),

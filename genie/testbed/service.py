@@ -101,20 +101,30 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
     if busy:
         raise GenieError(f"namespace {busy[0]} already exists (another testbed?); choose another --name or run "
                          "`genie testbed down --all`")
-    create_record(record)  # exclusive: loses cleanly against a concurrent `up` of the same name
 
     def before_step(index: int) -> None:
         if isinstance(plan.steps[index], CreateNetns):  # all else lives inside namespaces recorded here
             save_record(dataclasses.replace(record, applied_count=index + 1))
 
+    created = False
     try:
-        with signals_raise(), netlink.NetlinkBackend() as backend:
-            apply_plan(backend, plan.steps, before_step=before_step)
+        with signals_raise() as guard, netlink.NetlinkBackend() as backend:
+            with signals_deferred():
+                create_record(record)  # exclusive: loses cleanly against a concurrent `up` of the same name
+                created = True
+            apply_plan(backend, plan.steps, before_step=before_step, check_interrupt=guard.check)
+            try:
+                with signals_deferred():
+                    save_record(dataclasses.replace(record, applied_count=len(plan.steps), complete=True))
+            except BaseException:  # interrupted at the very end: nothing may stay half-recorded
+                with signals_deferred():
+                    undo_steps(backend, plan.steps)
+                raise
     except BaseException:
-        with signals_deferred():
-            delete_record(name)
+        if created:
+            with signals_deferred():
+                delete_record(name)
         raise
-    save_record(dataclasses.replace(record, applied_count=len(plan.steps), complete=True))
     return plan.info
 
 
@@ -159,6 +169,7 @@ def down_all() -> DownReport:
 def status(name: str) -> TestbedStatus:
     check_testbed_name(name)
     record = load_record(name)
+    require_net_admin()
     namespaces = tuple(_netlink().inspect_namespace(ns) for ns in record.namespaces)
     return TestbedStatus(record.info, record.source, record.complete, namespaces)
 

@@ -1,0 +1,104 @@
+"""`genie astra`: ASTRA-sim's analytical backend without ASTRA-sim, and its output as estimate.csv.
+
+``genie astra simulate`` takes ASTRA-sim's own options and prints ASTRA-sim's lines, so scripts written for
+``AstraSim_Analytical_Congestion_Unaware`` can call genie instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="ASTRA-sim: built-in analytical estimator, real-binary runner, output parsing.",
+                  no_args_is_help=True)
+
+
+def _summary(result, path: Path) -> str:
+    return (f"wrote {path} ({len(result.ranks)} ranks, max finish {result.max_finish_cycles} cycles, "
+            f"max exposed communication {result.max_exposed_comm_cycles} cycles)")
+
+
+@app.command()
+def simulate(
+    workload_configuration: str = typer.Option(..., "--workload-configuration",
+                                               help="Chakra ET prefix: <prefix>.<rank>.et per rank."),
+    system_configuration: Path = typer.Option(..., "--system-configuration", help="ASTRA-sim system.json."),
+    network_configuration: Path = typer.Option(..., "--network-configuration", help="Analytical network.yml."),
+    remote_memory_configuration: Optional[Path] = typer.Option(None, "--remote-memory-configuration",
+                                                               help="remote_memory.json (needed for memory nodes)."),
+    comm_group_configuration: Optional[Path] = typer.Option(
+        None, "--comm-group-configuration", help="Process groups: JSON object, pg_name -> list of ranks."),
+    logging_folder: Optional[Path] = typer.Option(None, "--logging-folder", help="Accepted for compatibility."),
+    logging_configuration: Optional[Path] = typer.Option(None, "--logging-configuration",
+                                                         help="Accepted for compatibility."),
+    num_queues_per_dim: int = typer.Option(1, "--num-queues-per-dim", help="Queues per network dimension."),
+    injection_scale: float = typer.Option(1.0, "--injection-scale", help="Multiplies endpoint-delay."),
+    comm_scale: float = typer.Option(1.0, "--comm-scale", help="Only 1 is supported."),
+    compute_scale: float = typer.Option(1.0, "--compute-scale", help="Only 1 is supported."),
+    rendezvous_protocol: bool = typer.Option(False, "--rendezvous-protocol", help="Not supported."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write DIR/estimate.csv."),
+    symmetry: Optional[bool] = typer.Option(None, "--symmetry/--no-symmetry",
+                                            help="Simulate one rank per class of identical ranks "
+                                                 "(default: above 64 ranks)."),
+) -> None:
+    """Estimate like ASTRA-sim's congestion-unaware analytical binary and print its lines."""
+    from genie.core.errors import InputError
+
+    from astra_adapter.estimate import estimate_files
+    from astra_adapter.output import write_estimate_csv
+
+    for option, value in (("--comm-scale", comm_scale), ("--compute-scale", compute_scale)):
+        if value != 1.0:
+            raise InputError("the built-in estimator supports only 1", path=option)
+    if rendezvous_protocol:
+        raise InputError("the built-in estimator does not model the rendezvous protocol",
+                         path="--rendezvous-protocol")
+    comm_group = comm_group_configuration
+    if comm_group is not None and comm_group.name == "empty":
+        comm_group = None  # ASTRA-sim's spelling of "no communicator groups"
+    est = estimate_files(workload_configuration, system_configuration, network_configuration,
+                         remote_memory_configuration, comm_group, symmetry=symmetry,
+                         queues_per_dim=num_queues_per_dim, injection_scale=injection_scale)
+    if out is not None:
+        write_estimate_csv(est.result, out)
+    typer.echo(est.stdout(), nl=False)
+
+
+@app.command()
+def parse(
+    stdout_file: Path = typer.Argument(..., help="ASTRA-sim's captured stdout."),
+    out: Path = typer.Option(Path("."), "--out", help="Directory for estimate.csv."),
+) -> None:
+    """Turn a real ASTRA-sim log into estimate.csv."""
+    from genie.core.errors import InputError
+
+    from astra_adapter.output import parse_astra_output, write_estimate_csv
+
+    try:
+        data = stdout_file.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(stdout_file)) from None
+    result = parse_astra_output(data, source=str(stdout_file))
+    typer.echo(_summary(result, write_estimate_csv(result, out)))
+
+
+@app.command()
+def run(
+    binary: Path = typer.Option(..., "--binary", help="ASTRA-sim analytical binary."),
+    workload_configuration: str = typer.Option(..., "--workload-configuration"),
+    system_configuration: Path = typer.Option(..., "--system-configuration"),
+    network_configuration: Path = typer.Option(..., "--network-configuration"),
+    remote_memory_configuration: Path = typer.Option(..., "--remote-memory-configuration"),
+    comm_group_configuration: Optional[Path] = typer.Option(None, "--comm-group-configuration"),
+    out: Path = typer.Option(Path("."), "--out", help="Directory for estimate.csv."),
+) -> None:
+    """Run a real ASTRA-sim binary, print its output and write estimate.csv."""
+    from astra_adapter.output import write_estimate_csv
+    from astra_adapter.runner import run_astra_binary
+
+    done = run_astra_binary(binary, workload_configuration, system_configuration, network_configuration,
+                            remote_memory_configuration, comm_group=comm_group_configuration)
+    typer.echo(done.stdout, nl=False)
+    typer.echo(_summary(done.result, write_estimate_csv(done.result, out)), err=True)

@@ -1,0 +1,173 @@
+"""Inventory YAML -> Inventory, with one-line errors naming the file and the field (``hosts[2].address``).
+
+The format is described in docs/inventory.md: an optional ``name``, optional ``defaults`` (ranks, interface,
+subnet, ssh_user, ssh_port) and a non-empty list of ``hosts``. Each field is checked where it is written (a bad
+default is reported at ``defaults.<key>``); `validate_inventory` then checks the hosts together (duplicates,
+loopback mixed with real addresses).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from genie.core.errors import InputError
+from genie.inventory.model import DEFAULT_INVENTORY_NAME, Inventory, InventoryHost
+from genie.inventory.validation import (HOST_FIELD_CHECKS, InventoryPaths, describe, host_name_problem,
+                                        inventory_name_problem, validate_inventory)
+from genie.topology.validation import did_you_mean
+
+TOP_LEVEL_KEYS = ("name", "defaults", "hosts")
+DEFAULT_KEYS = ("ranks", "interface", "subnet", "ssh_user", "ssh_port")
+HOST_KEYS = ("name", "address", *DEFAULT_KEYS)
+
+_Fail = Callable[[str, str], InputError]
+
+
+def load_inventory(data: str | bytes | IO[str] | IO[bytes], *, source: str = "<string>") -> Inventory:
+    """Read an inventory from YAML text, bytes or a stream; `source` names it in error messages."""
+    document = _parse_yaml(_as_text(data, source), source)
+
+    def fail(path: str, message: str) -> InputError:
+        return InputError(message, source=source, path=path)
+
+    inventory, paths = _inventory_from_document(document, source, fail)
+    return validate_inventory(inventory, source=source, paths=paths)
+
+
+def load_inventory_file(path: str | os.PathLike[str]) -> Inventory:
+    """Read an inventory YAML file; errors name the file."""
+    source = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read inventory file: {error.strerror or error}", source=source) from None
+    return load_inventory(data, source=source)
+
+
+# --- YAML ------------------------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                except TypeError:
+                    continue  # unhashable: the base class reports it
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}",
+                        key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _as_text(data: str | bytes | IO[str] | IO[bytes], source: str) -> str:
+    if hasattr(data, "read"):
+        data = data.read()  # type: ignore[union-attr]
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            return bytes(data).decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise InputError(f"expected UTF-8 text, got an undecodable byte at offset {error.start}",
+                             source=source) from None
+    if not isinstance(data, str):
+        raise TypeError(f"load_inventory expects str, bytes or a stream, got {type(data).__name__}")
+    return data
+
+
+def _parse_yaml(text: str, source: str) -> object:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        problem = " ".join(str(error.problem or error).split())
+        context = f" ({' '.join(str(error.context).split())})" if error.context else ""
+        raise InputError(f"invalid YAML: {problem}{context}", source=source, path=where) from None
+    except yaml.YAMLError as error:
+        raise InputError(f"invalid YAML: {' '.join(str(error).split())}", source=source) from None
+
+
+# --- document -> Inventory ----------------------------------------------------------------------------------
+
+
+def _check_keys(mapping: dict[Any, Any], allowed: tuple[str, ...], path: str, fail: _Fail) -> None:
+    for key in mapping:
+        where = f"{path}.{key}" if path else str(key)
+        if not isinstance(key, str):
+            raise fail(where, f"expected a key among {', '.join(allowed)}, got {describe(key)}")
+        if key not in allowed:
+            raise fail(where, f"unknown key {key!r}{did_you_mean(key, allowed)}; expected one of: {', '.join(allowed)}")
+
+
+def _read_fields(mapping: dict[str, Any], keys: tuple[str, ...], path: str, fail: _Fail) -> dict[str, Any]:
+    """The values of `keys` present in `mapping`, each checked, errors at ``<path>.<key>``."""
+    values = {}
+    for key in keys:
+        if key in mapping:
+            if problem := HOST_FIELD_CHECKS[key](mapping[key]):
+                raise fail(f"{path}.{key}", problem)
+            values[key] = mapping[key]
+    return values
+
+
+def _inventory_from_document(document: object, source: str, fail: _Fail) -> tuple[Inventory, InventoryPaths]:
+    if not isinstance(document, dict):
+        raise InputError(f"expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)} at the top level, "
+                         f"got {describe(document)}", source=source)
+    _check_keys(document, TOP_LEVEL_KEYS, "", fail)
+    name = document.get("name", DEFAULT_INVENTORY_NAME)
+    if problem := inventory_name_problem(name):
+        raise fail("name", problem)
+    defaults_doc = document.get("defaults")
+    if defaults_doc is None:
+        defaults: dict[str, Any] = {}
+    elif not isinstance(defaults_doc, dict):
+        raise fail("defaults", f"expected a mapping of host settings ({', '.join(DEFAULT_KEYS)}), "
+                               f"got {describe(defaults_doc)}")
+    else:
+        _check_keys(defaults_doc, DEFAULT_KEYS, "defaults", fail)
+        defaults = _read_fields(defaults_doc, DEFAULT_KEYS, "defaults", fail)
+    entries = document.get("hosts")
+    if "hosts" not in document:
+        raise fail("hosts", "missing required key 'hosts'; expected a list such as [{name: h0, address: 10.0.0.11}]")
+    if not isinstance(entries, list) or not entries:
+        raise fail("hosts", f"expected a non-empty list of hosts, got {describe(entries)}")
+    hosts, names, addresses = [], [], []
+    for index, entry in enumerate(entries):
+        host, name_path, address_path = _read_host(entry, f"hosts[{index}]", defaults, fail)
+        hosts.append(host)
+        names.append(name_path)
+        addresses.append(address_path)
+    return Inventory(name=name, hosts=tuple(hosts)), InventoryPaths(tuple(names), tuple(addresses))
+
+
+def _read_host(entry: object, path: str, defaults: dict[str, Any], fail: _Fail) -> tuple[InventoryHost, str, str]:
+    """One host entry: a bare name (its address is the name) or a mapping. Returns the host and the paths of
+    its name and address."""
+    if isinstance(entry, str):
+        if problem := host_name_problem(entry):
+            raise fail(path, problem)
+        return InventoryHost(name=entry, address=entry, **defaults), path, path
+    if not isinstance(entry, dict):
+        raise fail(path, f"expected a host name, or a mapping such as {{name: h0, address: 10.0.0.11, ranks: 2}}, "
+                         f"got {describe(entry)}")
+    _check_keys(entry, HOST_KEYS, path, fail)
+    if "name" not in entry:
+        raise fail(f"{path}.name", "missing 'name'; expected a short label for the host such as h0")
+    own = _read_fields(entry, HOST_KEYS, path, fail)
+    address_path = f"{path}.address" if "address" in own else f"{path}.name"
+    fields = {**defaults, **own}
+    fields.setdefault("address", fields["name"])
+    return InventoryHost(**fields), f"{path}.name", address_path

@@ -1,0 +1,276 @@
+"""Topology -> the plan of a Vagrant lab: VMs, private networks, addresses and static routes. Pure.
+
+The lab follows the emulated testbed's L3 design (genie.testbed.layout / plan), with VMs instead of namespaces:
+* every topology **host** is a VM that runs ranks; every **router** switch is a small VM that only forwards;
+* every **bridged segment** (a bridge, or bridges linked to bridges) is one private network holding all the
+  hosts and routers attached to it — the hypervisor's virtual switch stands in for the bridge, so bridges get
+  no VM; every other link (host-host, host-router, router-router) is a private network of its own;
+* every segment gets a **/24** from the topology's subnet, in order (bridged segments, then links in file
+  order): segment *j* is the *j*-th /24. In it ``.1`` is left to the hypervisor (libvirt puts its side of the
+  network there; VirtualBox internal networks need none but keep the rule) and VMs take ``.10``, ``.11``, ...
+  in link order;
+* a host's **rank address** is its address on its first link (a host without links — a one-host topology —
+  still gets a network of its own);
+* **routes**: every VM gets a /32 route to every host it is not attached to, through every equal-cost next
+  hop (ECMP), from the hop-count shortest paths of genie.topology; routers and hosts that lie on other
+  hosts' paths forward. No default routes are touched: the VM's management NIC keeps Vagrant's.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass
+from enum import Enum
+from itertools import combinations
+
+from genie.core.errors import InputError
+from genie.core.topology import Link, SwitchKind, Topology
+from genie.topology.graph import bridged_segments
+from genie.topology.routing import shortest_paths_next_hops
+from genie.topology.validation import validate_topology
+
+DEFAULT_BOX = "debian/bookworm64"
+DEFAULT_MEMORY_MB = 2048
+DEFAULT_CPUS = 2
+DEFAULT_ROUTER_MEMORY_MB = 512
+ROUTER_CPUS = 1
+MIN_MEMORY_MB = 256
+SEGMENT_PREFIX_LEN = 24
+HYPERVISOR_OFFSET = 1  # .1 of every /24
+FIRST_VM_OFFSET = 10  # VMs from .10
+MAX_SEGMENT_VMS = 254 - FIRST_VM_OFFSET + 1
+DEFAULT_MTU_BYTES = 1500
+
+
+class MachineRole(Enum):
+    HOST = "host"  # runs ranks
+    ROUTER = "router"  # a router switch of the topology: forwards only
+
+
+class NetworkKind(Enum):
+    BRIDGED = "bridged"  # a bridged segment: all hosts and routers on one switch (or bridged switches)
+    POINT_TO_POINT = "point-to-point"  # one link between two hosts or routers
+    ALONE = "alone"  # the network of a host without links
+
+
+@dataclass(frozen=True)
+class LabNetwork:
+    """A Vagrant private network: ``name`` is the libvirt network / VirtualBox internal network name."""
+
+    name: str
+    kind: NetworkKind
+    network: str  # CIDR, a /24
+    description: str  # what of the topology it stands for: "bridge s0", "link h0 - leaf0"
+    members: tuple[tuple[str, str], ...]  # (machine, address) in link order
+    mtu_bytes: int = DEFAULT_MTU_BYTES
+
+    @property
+    def netmask(self) -> str:
+        return str(ipaddress.IPv4Network(self.network).netmask)
+
+    @property
+    def hypervisor_address(self) -> str:
+        return str(ipaddress.IPv4Network(self.network).network_address + HYPERVISOR_OFFSET)
+
+    def address_of(self, machine: str) -> str | None:
+        return dict(self.members).get(machine)
+
+
+@dataclass(frozen=True)
+class LabRoute:
+    destination: str  # a host's rank address as /32
+    gateways: tuple[str, ...]  # several: an ECMP multipath route
+
+
+@dataclass(frozen=True)
+class LabMachine:
+    name: str  # the topology node; the Vagrant machine name
+    hostname: str  # ``name`` made a valid hostname ('_' -> '-')
+    role: MachineRole
+    ranks: int  # 0 for routers
+    address: str | None  # the rank address (hosts)
+    networks: tuple[str, ...]  # LabNetwork names, in the order the VM's NICs are defined
+    routes: tuple[LabRoute, ...]
+    forwards: bool
+    multipath: bool
+    memory_mb: int
+    cpus: int
+
+
+@dataclass(frozen=True)
+class Lab:
+    name: str
+    topology: Topology
+    box: str
+    networks: tuple[LabNetwork, ...]
+    machines: tuple[LabMachine, ...]  # hosts in rank order, then routers
+
+    @property
+    def hosts(self) -> tuple[LabMachine, ...]:
+        return tuple(m for m in self.machines if m.role is MachineRole.HOST)
+
+    @property
+    def routers(self) -> tuple[LabMachine, ...]:
+        return tuple(m for m in self.machines if m.role is MachineRole.ROUTER)
+
+    def network(self, name: str) -> LabNetwork:
+        for network in self.networks:
+            if network.name == name:
+                return network
+        raise KeyError(name)
+
+    def primary_network(self, host: str) -> LabNetwork:
+        """The network holding the host's rank address."""
+        machine = next(m for m in self.machines if m.name == host)
+        for network in self.networks:
+            if network.address_of(host) == machine.address:
+                return network
+        raise KeyError(host)
+
+
+def plan_lab(topology: Topology, *, box: str = DEFAULT_BOX, memory_mb: int = DEFAULT_MEMORY_MB,
+             cpus: int = DEFAULT_CPUS, router_memory_mb: int = DEFAULT_ROUTER_MEMORY_MB,
+             source: str | None = None) -> Lab:
+    """The lab for `topology`. InputError (naming `source`) when the subnet cannot hold a /24 per segment."""
+    _check_options(box, memory_mb, cpus, router_memory_mb)
+    validate_topology(topology, source=source or "<topology>")
+    networks, first_network = _networks(topology, source)
+    primary = {host: dict(networks[first_network[host]].members)[host] for host in first_network}
+    routes, forwarders = _routes(topology, networks, primary)
+    hostnames = _hostnames(topology)
+    machines = []
+    for node, role in ([(h.name, MachineRole.HOST) for h in topology.hosts]
+                       + [(s.name, MachineRole.ROUTER) for s in topology.switches if s.kind is SwitchKind.ROUTER]):
+        host = role is MachineRole.HOST
+        node_routes = tuple(routes.get(node, ()))
+        machines.append(LabMachine(
+            name=node, hostname=hostnames[node], role=role, ranks=topology.host(node).ranks if host else 0,
+            address=primary[node] if host else None,
+            networks=tuple(n.name for n in networks if n.address_of(node) is not None),
+            routes=node_routes, forwards=not host or node in forwarders,
+            multipath=any(len(r.gateways) > 1 for r in node_routes),
+            memory_mb=memory_mb if host else router_memory_mb, cpus=cpus if host else ROUTER_CPUS))
+    return Lab(topology.name, topology, box, tuple(networks), tuple(machines))
+
+
+def _check_options(box: str, memory_mb: int, cpus: int, router_memory_mb: int) -> None:
+    if not isinstance(box, str) or not box.strip() or any(c.isspace() for c in box):
+        raise InputError(f"expected a Vagrant box name such as {DEFAULT_BOX}, got {box!r}", path="--box")
+    for value, option in ((memory_mb, "--memory"), (router_memory_mb, "--router-memory")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < MIN_MEMORY_MB:
+            raise InputError(f"expected the memory of a VM in MiB (an integer >= {MIN_MEMORY_MB}), got {value!r}",
+                             path=option)
+    if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
+        raise InputError(f"expected the number of CPUs of a host VM (an integer >= 1), got {cpus!r}", path="--cpus")
+
+
+def _hostnames(topology: Topology) -> dict[str, str]:
+    """Node names are letters, digits, '-' and '_'; hostnames may not hold '_' nor end with '-'."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for node in topology.node_names():
+        base = node.replace("_", "-").rstrip("-") or "node"
+        name, n = base, 1
+        while name.lower() in taken:
+            name, n = f"{base}-{n}", n + 1
+        taken.add(name.lower())
+        names[node] = name
+    return names
+
+
+def _networks(topology: Topology, source: str | None) -> tuple[list[LabNetwork], dict[str, int]]:
+    """The lab's networks in order, and for each host the index of the network of its first link."""
+    bridge_names = {s.name for s in topology.switches if s.kind is SwitchKind.BRIDGE}
+    segment_of_bridge = bridged_segments(topology)
+    groups: list[tuple[NetworkKind, str, list[str], list[Link]]] = []
+    group_of_segment: dict[int, int] = {}
+    for bridge in (s.name for s in topology.switches if s.name in bridge_names):
+        segment = segment_of_bridge[bridge]
+        if segment not in group_of_segment:
+            group_of_segment[segment] = len(groups)
+            members = sorted((b for b, s in segment_of_bridge.items() if s == segment),
+                             key=topology.node_names().index)
+            groups.append((NetworkKind.BRIDGED, f"bridge{'s' if len(members) > 1 else ''} {', '.join(members)}",
+                           [], []))
+    link_group: list[int] = []
+    for link in topology.links:
+        bridges_here = [end for end in link.endpoints if end in bridge_names]
+        if bridges_here:
+            index = group_of_segment[segment_of_bridge[bridges_here[0]]]
+        else:
+            index = len(groups)
+            groups.append((NetworkKind.POINT_TO_POINT, f"link {link.a} - {link.b}", [], []))
+        groups[index][2].extend(end for end in link.endpoints if end not in bridge_names)
+        groups[index][3].append(link)
+        link_group.append(index)
+    linked = {end for link in topology.links for end in link.endpoints}
+    for host in topology.hosts:
+        if host.name not in linked:
+            groups.append((NetworkKind.ALONE, f"host {host.name} (no links)", [host.name], []))
+    blocks = _blocks(topology.subnet, len(groups), source)
+    networks = []
+    for j, ((kind, description, members, links), block) in enumerate(zip(groups, blocks)):
+        if len(members) > MAX_SEGMENT_VMS:
+            raise InputError(f"{description} has {len(members)} hosts and routers but a lab /24 holds at most "
+                             f"{MAX_SEGMENT_VMS} VMs (.{FIRST_VM_OFFSET}-.254)", source=source, path="links")
+        addresses = tuple((m, str(block.network_address + FIRST_VM_OFFSET + k)) for k, m in enumerate(members))
+        mtu = min((link.shape.mtu_bytes for link in links), default=DEFAULT_MTU_BYTES)
+        networks.append(LabNetwork(f"genie-{topology.name}-net{j}", kind, str(block), description, addresses, mtu))
+    first_network: dict[str, int] = {}
+    for link, index in zip(topology.links, link_group):
+        for end in link.endpoints:
+            if end not in bridge_names:
+                first_network.setdefault(end, index)
+    for i, network in enumerate(networks):
+        if network.kind is NetworkKind.ALONE:
+            first_network[network.members[0][0]] = i
+    return networks, first_network
+
+
+def _blocks(subnet: str, count: int, source: str | None) -> list[ipaddress.IPv4Network]:
+    network = ipaddress.IPv4Network(subnet)
+    available = 2 ** (SEGMENT_PREFIX_LEN - network.prefixlen) if network.prefixlen <= SEGMENT_PREFIX_LEN else 0
+    if count > available:
+        needed = SEGMENT_PREFIX_LEN - math.ceil(math.log2(max(count, 1)))
+        raise InputError(f"a lab gives every network segment its own /24 and this topology has {count} segments, "
+                         f"which {network} cannot hold; expected a /{needed} or larger subnet such as "
+                         "198.18.0.0/15", source=source, path="subnet")
+    start = int(network.network_address)
+    return [ipaddress.IPv4Network((start + j * 2 ** (32 - SEGMENT_PREFIX_LEN), SEGMENT_PREFIX_LEN))
+            for j in range(count)]
+
+
+def _routes(topology: Topology, networks: list[LabNetwork],
+            primary: dict[str, str]) -> tuple[dict[str, list[LabRoute]], set[str]]:
+    """Per VM, a /32 route to every host whose rank network it is not on; and the hosts that forward."""
+    routers = tuple(s for s in topology.switches if s.kind is SwitchKind.ROUTER)
+    hosts = {h.name for h in topology.hosts}
+    shared: dict[frozenset[str], list[LabNetwork]] = {}
+    l3_links: list[Link] = []
+    for network in networks:
+        for (a, _), (b, _) in combinations(network.members, 2):
+            pair = frozenset((a, b))
+            if pair not in shared:
+                l3_links.append(Link(a, b))
+            shared.setdefault(pair, []).append(network)
+    # as IP sees it: bridges vanish, every pair of VMs on one network is one hop apart
+    l3 = Topology(topology.name, topology.hosts, routers, tuple(l3_links), topology.subnet)
+    next_hops = shortest_paths_next_hops(l3)
+    network_of_address = {address: n for n in networks for _, address in n.members}
+    routes: dict[str, list[LabRoute]] = {}
+    forwarders: set[str] = set()
+    for node in [h.name for h in topology.hosts] + [r.name for r in routers]:
+        for dst in topology.hosts:
+            if dst.name == node or network_of_address[primary[dst.name]].address_of(node) is not None:
+                continue
+            hops = next_hops.get((node, dst.name))
+            if not hops:
+                raise InputError(f"host {dst.name!r} cannot be reached from {node!r}", path="links")
+            gateways: list[str] = []
+            for hop in hops:
+                if hop in hosts and hop != dst.name:
+                    forwarders.add(hop)
+                gateways.extend(address for n in shared[frozenset((node, hop))] if (address := n.address_of(hop)))
+            routes.setdefault(node, []).append(LabRoute(f"{primary[dst.name]}/32", tuple(gateways)))
+    return routes, forwarders

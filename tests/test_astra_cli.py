@@ -1,0 +1,107 @@
+"""`genie astra simulate|parse|run` and the ASTRA-sim binary runner (with a stand-in binary)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from astra_adapter.runner import run_astra_binary
+from genie.core.errors import EnvironmentProblem, GenieError, InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT.parent / "shared" / "astra-reference"
+needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="ASTRA-sim reference data not found")
+CASE = REFERENCE / "cc_trainstep_L4_f50us_b100us_ar4MB_8npus_ring"
+
+
+def genie(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "genie.cli.main", "astra", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def _lines(text: str) -> list[str]:
+    return [re.sub(r"^\[[^\]]*\] ", "", line) for line in text.splitlines()]
+
+
+@needs_reference
+def test_simulate_is_a_drop_in_for_the_binary(tmp_path: Path) -> None:
+    """ASTRA-sim's own command line (cmd.sh), run from the case directory."""
+    command = (CASE / "cmd.sh").read_text().splitlines()[2].split(">")[0].split()[1:]
+    done = genie("simulate", *command, "--out", tmp_path, cwd=CASE)
+    assert done.returncode == 0, done.stderr
+    assert _lines(done.stdout) == _lines((CASE / "stdout_congestion_unaware.txt").read_text())
+    rows = (tmp_path / "estimate.csv").read_text().splitlines()
+    assert rows[0] == "rank,finish_cycles,exposed_comm_cycles,comm_time,gpu_time,overlap"
+    assert rows[1:] == [f"{r},988400,388400,688400,600000,300000" for r in range(8)]
+
+
+@needs_reference
+def test_parse_writes_estimate_csv(tmp_path: Path) -> None:
+    done = genie("parse", CASE / "stdout_congestion_unaware.txt", "--out", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "8 ranks, max finish 988400 cycles" in done.stdout
+    assert (tmp_path / "estimate.csv").read_text().splitlines()[1] == "0,988400,388400,688400,600000,300000"
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text("Segmentation fault\n")
+    done = genie("parse", log, "--out", tmp_path / "out")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "genie: error:" in done.stderr
+    assert not (tmp_path / "out").exists()
+    net = tmp_path / "net.yml"
+    net.write_text("topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50 ]\nlatency: [ -5 ]\n")
+    sys_json = tmp_path / "sys.json"
+    sys_json.write_text('{"preferred-dataset-splits": 4}')
+    done = genie("simulate", "--workload-configuration=w", f"--system-configuration={sys_json}",
+                 f"--network-configuration={net}", "--out", tmp_path / "o2")
+    assert done.returncode == 2 and "latency[0]" in done.stderr and not (tmp_path / "o2").exists()
+
+
+def _fake_binary(tmp_path: Path, body: str) -> Path:
+    exe = tmp_path / "fake_astra"
+    exe.write_text(f"#!{sys.executable}\nimport sys, json\n" + body)
+    exe.chmod(0o755)
+    return exe
+
+
+def _configs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    files = (tmp_path / "system.json", tmp_path / "network.yml", tmp_path / "remote_memory.json")
+    for f in files:
+        f.write_text("{}")
+    return files
+
+
+def test_runner_parses_the_binary_output(tmp_path: Path) -> None:
+    exe = _fake_binary(tmp_path, (
+        "open(sys.argv[0] + '.argv', 'w').write(json.dumps(sys.argv[1:]))\n"
+        "print('[t] [workload] [info] sys[1] finished, 70 cycles, exposed communication 20 cycles.')\n"
+        "print('[t] [statistics] [info] sys[1], Wall time: 70')\n"
+        "print('[t] [workload] [info] sys[0] finished, 50 cycles, exposed communication 50 cycles.')\n"))
+    system, net, mem = _configs(tmp_path)
+    done = run_astra_binary(exe, "work/prefix", system, net, mem, comm_group=tmp_path / "groups.json")
+    assert [r.rank for r in done.result.by_rank()] == [0, 1] and done.result.max_finish_cycles == 70
+    assert json.loads(Path(str(exe) + ".argv").read_text()) == [
+        "--workload-configuration=work/prefix", f"--system-configuration={system}",
+        f"--network-configuration={net}", f"--remote-memory-configuration={mem}",
+        f"--comm-group-configuration={tmp_path / 'groups.json'}"]
+
+
+def test_runner_failures(tmp_path: Path) -> None:
+    system, net, mem = _configs(tmp_path)
+    with pytest.raises(EnvironmentProblem, match="not found"):
+        run_astra_binary(tmp_path / "nope", "w", system, net, mem)
+    crash = _fake_binary(tmp_path, "print('assertion event_time > current_time', file=sys.stderr)\nsys.exit(134)\n")
+    with pytest.raises(GenieError, match="status 134: assertion event_time > current_time"):
+        run_astra_binary(crash, "w", system, net, mem)
+    quiet = _fake_binary(tmp_path, "print('nothing useful')\n")
+    with pytest.raises(GenieError, match="no 'sys\\[N\\] finished' line: nothing useful"):
+        run_astra_binary(quiet, "w", system, net, mem)
+    with pytest.raises(InputError, match="network configuration not found"):
+        run_astra_binary(quiet, "w", system, tmp_path / "missing.yml", mem)

@@ -1,0 +1,303 @@
+"""Live testbeds (root only): connectivity, shaping on both ends, ECMP, teardown, signals, leftovers.
+
+Every testbed here is named ``t<pid>-...`` and recorded in a temporary state directory; whatever a test leaves
+behind, the fixtures tear down (only names of this run). The root namespace must look the same afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from genie.cli.main import main
+from genie.core.errors import GenieError
+from genie.core import testbed as core_testbed
+from genie.testbed import service
+from genie.testbed.layout import NETNS_DIR
+from genie.testbed.state import STATE_DIR_ENV, record_path
+from genie.topology import load_topology_file, ring, star
+from netns_checks import root_namespace_snapshot
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPOLOGIES = ROOT / "topologies"
+RUN = f"t{os.getpid()}"
+PORT = 47001
+
+MESH = r"""
+import json, socket, sys, time
+cfg = json.loads(sys.argv[1])
+me, peers, port = cfg["me"], cfg["peers"], cfg["port"]
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((me, port)); srv.listen(64); srv.settimeout(20)
+deadline = time.monotonic() + 20
+sources = []
+for peer in peers:
+    while True:
+        try:
+            c = socket.create_connection((peer, port), timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    c.sendall(me.encode()); sources.append(c.getsockname()[0]); c.close()
+got = {}
+for _ in peers:
+    conn, (addr, _) = srv.accept()
+    conn.settimeout(5)
+    data = b""
+    while chunk := conn.recv(64):
+        data += chunk
+    got[data.decode()] = addr
+    conn.close()
+print(json.dumps({"sources": sources, "got": got}))
+"""
+
+
+def _names() -> list[str]:
+    return sorted(n for n in os.listdir(NETNS_DIR)) if os.path.isdir(NETNS_DIR) else []
+
+
+def _ours() -> list[str]:
+    return [n for n in _names() if n.startswith(f"genie-{RUN}")]
+
+
+def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, **kwargs)  # type: ignore
+
+
+@pytest.fixture(scope="module", autouse=True)
+def root_namespace_untouched() -> Iterator[None]:
+    before = root_namespace_snapshot()
+    yield
+    assert root_namespace_snapshot() == before
+    assert _ours() == []
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    directory = tmp_path / "state"
+    monkeypatch.setenv(STATE_DIR_ENV, str(directory))
+    yield directory
+    for record in directory.glob("*.json") if directory.is_dir() else []:
+        if record.stem.startswith(RUN):
+            service.down(record.stem)
+    for netns in _ours():  # only if a test failed half-way
+        subprocess.run(["ip", "netns", "delete", netns], check=False)
+
+
+def _env(state_dir: Path) -> dict[str, str]:
+    return {**os.environ, STATE_DIR_ENV: str(state_dir)}
+
+
+def _tcp_mesh(info: core_testbed.TestbedInfo) -> None:
+    """Every host connects to every other over TCP; sources must be the hosts' rank addresses."""
+    procs = {}
+    for host in info.hosts:
+        peers = [h.address for h in info.hosts if h.host != host.host]
+        cfg = json.dumps({"me": host.address, "peers": peers, "port": PORT})
+        procs[host.address] = subprocess.Popen(
+            ["ip", "netns", "exec", host.netns, sys.executable, "-c", MESH, cfg],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for address, proc in procs.items():
+        out, err = proc.communicate(timeout=40)
+        assert proc.returncode == 0, err
+        result = json.loads(out)
+        others = {a for a in procs if a != address}
+        assert set(result["sources"]) == {address}
+        assert result["got"] == {a: a for a in others}
+
+
+def _tc_json(netns: str, *argv: str) -> list[dict[str, object]]:
+    return json.loads(_run(["ip", "netns", "exec", netns, "tc", "-j", *argv]).stdout)
+
+
+def _up(topology_file: str | None = None, *, suffix: str, topology: object = None) -> core_testbed.TestbedInfo:
+    topo = load_topology_file(TOPOLOGIES / topology_file) if topology_file else topology
+    info = service.up(topo, name=f"{RUN}-{suffix}",  # type: ignore[arg-type]
+                      source=TOPOLOGIES / topology_file if topology_file else None)
+    assert isinstance(info, core_testbed.TestbedInfo)
+    return info
+
+
+def test_star_4_full_mesh_htb_on_both_ends_counters_and_down(state_dir: Path) -> None:
+    info = _up("star-4.yaml", suffix="star")
+    assert set(_ours()) == {f"genie-{RUN}-star-{n}" for n in ("h0", "h1", "h2", "h3", "s0")}
+    _tcp_mesh(info)
+    for netns in (f"genie-{RUN}-star-h0", f"genie-{RUN}-star-s0"):  # both ends of link 0
+        classes = _run(["ip", "netns", "exec", netns, "tc", "class", "show", "dev", "eth0"]).stdout.splitlines()
+        assert [line.split(" prio")[0] for line in classes] == ["class htb 1:1 root"]
+        assert " rate 1Gbit ceil 1Gbit burst 131000b cburst 131000b" in classes[0]  # 128 KiB
+        assert [q["kind"] for q in _tc_json(netns, "qdisc", "show", "dev", "eth0")] == ["htb"]
+    from genie.testbed.netlink import link_counters
+
+    counters = link_counters(info)
+    assert len(counters) == 8 and all(c.tx_packets > 0 and c.rx_packets > 0 for c in counters)
+    h0, s0_port = counters[0], counters[1]
+    assert (h0.end.node, s0_port.end.node) == ("h0", "s0")
+    assert h0.tx_packets == s0_port.rx_packets  # nothing else talks on a testbed link (IPv6 is off)
+    state = service.status(info.name)
+    eth0 = next(i for i in state.namespaces[0].interfaces if i.ifname == "eth0")
+    assert eth0.addresses == ("198.18.0.1/24",) and eth0.qdiscs[0].rate_bps == 10**9
+    report = service.down(info.name)
+    assert report.testbeds == (info.name,)
+    assert _ours() == [] and not record_path(info.name).exists()
+
+
+def test_leaf_spine_full_mesh_with_ecmp_routes(state_dir: Path) -> None:
+    info = _up("leaf-spine-2x4.yaml", suffix="ls")
+    _tcp_mesh(info)
+    routes = json.loads(_run(["ip", "-j", "-n", f"genie-{RUN}-ls-leaf0", "route", "show"]).stdout)
+    remote = [r for r in routes if r["dst"] in ("198.18.0.17", "198.18.0.29")]
+    assert len(remote) == 2
+    assert all(sorted(h["gateway"] for h in r["nexthops"]) == ["198.18.0.34", "198.18.0.38"] for r in remote)
+    assert not any(r["dst"] == "default" for r in routes)
+    service.down(info.name)
+    assert _ours() == []
+
+
+def test_ring_4_forwards_through_hosts(state_dir: Path) -> None:
+    info = _up(topology=ring(4), suffix="ring")
+    _tcp_mesh(info)
+    service.down(info.name)
+    assert _ours() == []
+
+
+def test_down_ends_processes_inside_and_registered(state_dir: Path) -> None:
+    info = _up(topology=star(2), suffix="procs")
+    inside = subprocess.Popen(["ip", "netns", "exec", info.hosts[0].netns, "sleep", "60"])
+    outside = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 5
+        from genie.testbed.netlink import namespace_pids
+
+        while inside.pid not in namespace_pids(info.hosts[0].netns) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert inside.pid in namespace_pids(info.hosts[0].netns)
+        service.register_pids(info.name, [outside.pid])
+        report = service.down(info.name)
+        assert {inside.pid, outside.pid} <= set(report.pids_ended)
+        assert inside.wait(timeout=5) == -signal.SIGTERM and outside.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        for proc in (inside, outside):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert _ours() == []
+
+
+def test_temporary_testbed_is_torn_down_even_on_error(state_dir: Path) -> None:
+    with pytest.raises(RuntimeError):
+        with service.temporary_testbed(ring(3), name=f"{RUN}-tmp") as info:
+            assert len(_ours()) == 3 and info.hosts[2].address
+            raise RuntimeError("boom")
+    assert _ours() == [] and not record_path(f"{RUN}-tmp").exists()
+
+
+def test_name_in_use_and_second_up_of_the_same_file_are_refused(state_dir: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    first = f"{RUN}-dup"
+    star4 = str(TOPOLOGIES / "star-4.yaml")
+    assert main(["testbed", "up", star4, "--name", first]) == 0
+    assert f"testbed {first} is up" in capsys.readouterr().out
+    assert main(["testbed", "up", star4, "--name", f"{RUN}-dup2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"already up as testbed '{first}'" in err
+    assert main(["testbed", "up", str(TOPOLOGIES / "ring-8.yaml"), "--name", first]) == 2
+    assert f"testbed '{first}' is already up" in capsys.readouterr().err
+    assert len(_ours()) == 5  # nothing of the refused attempts was built
+    assert main(["testbed", "list"]) == 0
+    assert first in capsys.readouterr().out
+    assert main(["testbed", "status", first]) == 0
+    assert "qdisc htb 1: parent root rate 1gbit" in capsys.readouterr().out
+    assert main(["testbed", "down", first]) == 0
+    assert _ours() == []
+
+
+def test_without_cap_net_admin_one_line_exit_2(state_dir: Path) -> None:
+    result = _run(["setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin", "--", sys.executable, "-m",
+                   "genie.cli.main", "testbed", "up", str(TOPOLOGIES / "star-4.yaml"), "--name", f"{RUN}-nocap"],
+                  env=_env(state_dir), cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr == "genie: error: needs CAP_NET_ADMIN: run as root\n"
+    assert _ours() == []
+
+
+def test_delay_without_netem_is_refused_before_anything_is_built(state_dir: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from genie.testbed.netlink import probe_netem
+
+    if probe_netem():
+        pytest.skip("this kernel has sch_netem")
+    topology = tmp_path / "delayed.yaml"
+    topology.write_text("name: delayed\nhosts: [{prefix: h, count: 2}]\n"
+                        "links: [{endpoints: [h0, h1], bandwidth: 1gbit, delay: 100us}]\n")
+    assert main(["testbed", "up", str(topology), "--name", f"{RUN}-delay"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "links[0]" in err and "sch_netem" in err
+    assert _ours() == [] and not record_path(f"{RUN}-delay").exists()
+
+
+def _start_up_and_wait_for_a_namespace(name: str, state_dir: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-m", "genie.cli.main", "testbed", "up",
+                             str(TOPOLOGIES / "leaf-spine-2x4.yaml"), "--name", name],
+                            env=_env(state_dir), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not any(n.startswith(f"genie-{name}-") for n in _names()):
+        assert proc.poll() is None and time.monotonic() < deadline, "up ended before building anything"
+        time.sleep(0.005)
+    return proc
+
+
+def test_sigterm_during_up_rolls_everything_back(state_dir: Path) -> None:
+    for attempt in range(3):
+        name = f"{RUN}-term{attempt}"
+        proc = _start_up_and_wait_for_a_namespace(name, state_dir)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        if record_path(name).exists():  # finished before the signal landed: try again
+            service.down(name)
+            continue
+        assert not any(n.startswith(f"genie-{name}-") for n in _names())
+        # 130 once genie.cli.main returns the exit code typer hands back for KeyboardInterrupt (it drops it now)
+        assert proc.returncode in (0, 130), err.decode()
+        return
+    pytest.skip("`up` kept finishing before SIGTERM arrived")
+
+
+@pytest.mark.parametrize("how", ["down NAME", "down --all"])
+def test_a_sigkilled_up_leaves_nothing_after_down(how: str, state_dir: Path) -> None:
+    foreign = [n for n in _names() if n.startswith("genie-") and not n.startswith(f"genie-{RUN}")]
+    if how == "down --all" and foreign:
+        pytest.skip(f"other genie testbeds are live ({foreign[0]}...); `down --all` would remove them")
+    name = f"{RUN}-kill"
+    proc = _start_up_and_wait_for_a_namespace(name, state_dir)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert any(n.startswith(f"genie-{name}-") for n in _names())
+    orphan = f"genie-{RUN}-orphan-h0"  # as if killed before its state record was written
+    subprocess.run(["ip", "netns", "add", orphan], check=True)
+    argv = ["testbed", "down", name] if how == "down NAME" else ["testbed", "down", "--all"]
+    result = _run([sys.executable, "-m", "genie.cli.main", *argv], env=_env(state_dir), cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert not record_path(name).exists()
+    assert not any(n.startswith(f"genie-{name}-") for n in _names())
+    if how == "down --all":
+        assert f"removed leftover namespace {orphan}" in result.stdout
+        assert orphan not in _names()
+    else:
+        subprocess.run(["ip", "netns", "delete", orphan], check=True)
+    with pytest.raises(GenieError):
+        service.down(name)
