@@ -25,17 +25,17 @@ SMALL = ["--model", "gpt3-125m", "--layers", "2", "--seq", "128"]
 
 
 def run_gen(*args: str) -> tuple[int, str]:
-    """The gen command in-process, with genie.cli.main's error mapping (GenieError -> one line, exit 2)."""
-    import click
-    import typer
+    """`genie trace gen ARGS` in-process through genie.cli.main (GenieError -> one line, exit 2); returns the
+    exit code and the error text without its "genie: error: " prefix."""
+    import contextlib
+    import io
 
-    try:
-        gen_cmd.app(args=list(args), standalone_mode=False)
-    except GenieError as exc:
-        return 2, str(exc)
-    except (click.exceptions.ClickException, typer.BadParameter) as exc:  # usage errors
-        return 2, str(exc)
-    return 0, ""
+    from genie.cli.main import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["trace", "gen", *args])
+    return code, err.getvalue().strip().removeprefix("genie: error: ")
 
 
 def test_gen_writes_an_et_set(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
