@@ -12,7 +12,7 @@ from genie.core.schedule import CollectiveOp
 from genie.core.testbed import TestbedInfo
 from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
 from genie.engine.launch import Launcher, RankPlacement
-from genie.engine.session import RankSession
+from genie.engine.session import SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns
 
 DTYPE_BYTES = 4  # float32, as nccl-tests' default
@@ -113,7 +113,9 @@ def build_job(request: BenchRequest, ranks: int) -> BenchJob:
 
 def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launcher: Launcher | None = None,
               on_pids: Callable[[list[int]], None] | None = None,
-              progress: Callable[[int, int, CaseStats], None] | None = None) -> BenchOutcome:
+              progress: Callable[[int, int, CaseStats], None] | None = None,
+              sessions: SessionFactory | None = None) -> BenchOutcome:
+    """Run the sweep; `sessions` chooses how ranks are started (default: local processes via `launcher`)."""
     job = build_job(request, len(placements))
     stats: dict[int, CaseStats] = {}
     steps: dict[int, dict[int, list]] = {}
@@ -127,9 +129,9 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launche
         if progress:
             progress(len(stats), len(job.cases), stats[index])
 
-    session = RankSession(placements, launcher=launcher, on_pids=on_pids,
-                          idle_timeout_s=max(120.0, job.timeout_s * 2), spin_s=request.spin_us / 1e6,
-                          socket_buffer_bytes=request.socket_buffer_bytes)
+    options = SessionOptions(idle_timeout_s=max(120.0, job.timeout_s * 2), spin_s=request.spin_us / 1e6,
+                             socket_buffer_bytes=request.socket_buffer_bytes, on_pids=on_pids)
+    session = (sessions or local_sessions(launcher))(placements, options)
     session.run(bench_job_to_json(job), on_case=on_case)
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=job, placements=tuple(placements),
                         steps=steps)

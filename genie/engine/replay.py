@@ -9,7 +9,7 @@ from genie.core.errors import InputError
 from genie.core.trace import Trace
 from genie.engine.launch import Launcher, RankPlacement
 from genie.engine.program import RankProgram, build_programs, program_to_json
-from genie.engine.session import RankSession
+from genie.engine.session import SessionFactory, SessionOptions, local_sessions
 from genie.measure.replay import IterationRecords, RankRecords
 
 
@@ -42,7 +42,8 @@ def check_fits(trace: Trace, placements: list[RankPlacement], *, source: str) ->
 def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayRequest = ReplayRequest(), *,
                source: str = "<trace>", launcher: Launcher | None = None,
                on_pids: Callable[[list[int]], None] | None = None,
-               progress: Callable[[int, int], None] | None = None) -> ReplayOutcome:
+               progress: Callable[[int, int], None] | None = None,
+               sessions: SessionFactory | None = None) -> ReplayOutcome:
     if request.iterations < 1:
         raise InputError("must be >= 1", path="--iterations")
     if request.warmup < 0:
@@ -61,7 +62,7 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
         if progress:
             progress(len(results), request.iterations)
 
-    session = RankSession(placements, launcher=launcher, on_pids=on_pids,
-                          idle_timeout_s=max(120.0, request.timeout_s * 2))
+    options = SessionOptions(idle_timeout_s=max(120.0, request.timeout_s * 2), on_pids=on_pids)
+    session = (sessions or local_sessions(launcher))(placements, options)
     session.run(lambda rank: {**common, "program": docs[rank]}, on_case=on_case)
     return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements))

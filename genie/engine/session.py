@@ -12,7 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from genie.core.errors import RunFailure
 from genie.engine.control import ControlClosed, recv_message, send_message
@@ -22,6 +22,37 @@ from genie.engine.launch import Launcher, NamespaceLauncher, RankPlacement, log_
 @dataclass
 class SessionResult:
     case_results: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)  # case -> rank -> message
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """How a session runs its ranks, whatever starts them (local processes, MPI)."""
+
+    idle_timeout_s: float = 120.0
+    spin_s: float = 0.0
+    socket_buffer_bytes: int | None = None
+    on_pids: Callable[[list[int]], None] | None = None
+
+
+class Session(Protocol):
+    """Runs one job on a set of rank placements; `on_case(case, per_rank)` as each case completes."""
+
+    def run(self, job: dict[str, Any] | Callable[[int], dict[str, Any]],
+            on_case: Callable[[int, dict[int, dict[str, Any]]], None] | None = None) -> SessionResult: ...
+
+
+SessionFactory = Callable[[list[RankPlacement], SessionOptions], Session]
+
+
+def local_sessions(launcher: Launcher | None = None) -> SessionFactory:
+    """Sessions whose orchestrator starts every rank on this machine (in testbed namespaces or not)."""
+
+    def make(placements: list[RankPlacement], options: SessionOptions) -> Session:
+        return RankSession(placements, launcher=launcher, on_pids=options.on_pids,
+                           idle_timeout_s=options.idle_timeout_s, spin_s=options.spin_s,
+                           socket_buffer_bytes=options.socket_buffer_bytes)
+
+    return make
 
 
 class RankSession:
