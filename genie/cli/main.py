@@ -25,7 +25,7 @@ _SUBAPPS = (
     ("lab_cmd", "lab"),
 )
 # modules whose `register(app)` adds top-level commands (bench, replay, ...)
-_COMMAND_MODULES = ("bench_cmd", "replay_cmd")
+_COMMAND_MODULES = ("bench_cmd", "replay_cmd", "diagnose_cmd")
 
 
 def _version_callback(value: bool) -> None:

@@ -1,0 +1,79 @@
+"""Diagnosis reports: diagnose.csv (one row per ordered host pair), a bandwidth heatmap PNG, and a summary."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from genie.measure.diagnose import Diagnosis
+from genie.report.rundir import write_atomic
+
+DIAGNOSE_COLUMNS = ("src", "dst", "latency_us", "reference_latency_us", "bandwidth_GBps",
+                    "expected_bandwidth_GBps", "reference_bandwidth_GBps", "slow_bandwidth", "slow_latency")
+
+
+def diagnose_csv(d: Diagnosis) -> str:
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(DIAGNOSE_COLUMNS)
+    for v in d.pairs:
+        m = v.measurement
+        w.writerow((m.src, m.dst, round(m.latency_us, 2), round(v.reference_latency_us, 2),
+                    round(m.bandwidth_GBps, 6), "" if v.expected_bandwidth_GBps is None
+                    else round(v.expected_bandwidth_GBps, 6), round(v.reference_bandwidth_GBps, 6),
+                    int(v.slow_bandwidth), int(v.slow_latency)))
+    return out.getvalue()
+
+
+def heatmap_png(d: Diagnosis) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    hosts = sorted({h for v in d.pairs for h in (v.measurement.src, v.measurement.dst)},
+                   key=lambda h: (len(h), h))
+    idx = {h: i for i, h in enumerate(hosts)}
+    grid = np.full((len(hosts), len(hosts)), np.nan)
+    for v in d.pairs:
+        grid[idx[v.measurement.src], idx[v.measurement.dst]] = v.measurement.bandwidth_GBps
+    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * len(hosts), 0.8 + 0.55 * len(hosts)))
+    im = ax.imshow(grid, cmap="viridis")
+    ax.set_xticks(range(len(hosts)), hosts, rotation=45)
+    ax.set_yticks(range(len(hosts)), hosts)
+    ax.set_xlabel("receiver")
+    ax.set_ylabel("sender")
+    for v in d.pairs:
+        if v.flagged:
+            ax.add_patch(plt.Rectangle((idx[v.measurement.dst] - 0.5, idx[v.measurement.src] - 0.5), 1, 1,
+                                       fill=False, edgecolor="red", linewidth=2))
+    fig.colorbar(im, ax=ax, label="bandwidth (GB/s)")
+    ax.set_title("pairwise bandwidth (red: flagged)")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_diagnosis(run_dir: Path, d: Diagnosis) -> None:
+    write_atomic(Path(run_dir) / "diagnose.csv", diagnose_csv(d))
+    write_atomic(Path(run_dir) / "diagnose_heatmap.png", heatmap_png(d))
+
+
+def format_diagnosis(d: Diagnosis) -> str:
+    lines = [f"# {len(d.pairs)} host pairs measured, {sum(v.flagged for v in d.pairs)} flagged"]
+    for v in d.pairs:
+        if v.flagged:
+            m = v.measurement
+            why = []
+            if v.slow_bandwidth:
+                why.append(f"bandwidth {m.bandwidth_GBps:.4f} GB/s vs {v.reference_bandwidth_GBps:.4f}")
+            if v.slow_latency:
+                why.append(f"latency {m.latency_us:.0f} us vs {v.reference_latency_us:.0f}")
+            lines.append(f"  {m.src} -> {m.dst}: " + ", ".join(why))
+    lines.append("suspect links: " + (", ".join(x.label() for x in d.suspect_links) or "none"))
+    lines.append("suspect hosts: " + (", ".join(d.suspect_hosts) or "none"))
+    return "\n".join(lines)
