@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from genie.core.errors import GenieError
 from genie.workloads.analysis import check, summarize
 from genie.workloads.chakra_et import read_et_set, write_et_set
 from genie.workloads.generators import Parallelism, TrainingConfig, generate

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from genie.core.collective import Collective
-from genie.core.schedule import Buffer, Copy, CollectiveOp, Recv, Schedule, Send, Step
+from genie.core.schedule import Buffer, CollectiveOp, Recv, Schedule, Send, Step
 from genie.collectives.plan import alltoall_block_count, block_bounds, element_count
 
 _ELEMENT_DTYPES = {1: np.dtype(np.uint8), 2: np.dtype(np.float16), 4: np.dtype(np.float32),

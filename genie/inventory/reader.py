@@ -13,11 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from genie.core.errors import InputError
+from genie.input_yaml import as_text, describe, parse_yaml
 from genie.inventory.model import DEFAULT_INVENTORY_NAME, Inventory, InventoryHost
-from genie.inventory.validation import (HOST_FIELD_CHECKS, InventoryPaths, describe, host_name_problem,
+from genie.inventory.validation import (HOST_FIELD_CHECKS, InventoryPaths, host_name_problem,
                                         inventory_name_problem, validate_inventory)
 from genie.topology.validation import did_you_mean
 
@@ -30,7 +29,7 @@ _Fail = Callable[[str, str], InputError]
 
 def load_inventory(data: str | bytes | IO[str] | IO[bytes], *, source: str = "<string>") -> Inventory:
     """Read an inventory from YAML text, bytes or a stream; `source` names it in error messages."""
-    document = _parse_yaml(_as_text(data, source), source)
+    document = parse_yaml(as_text(data, source, reader="load_inventory"), source)
 
     def fail(path: str, message: str) -> InputError:
         return InputError(message, source=source, path=path)
@@ -50,53 +49,6 @@ def load_inventory_file(path: str | os.PathLike[str]) -> Inventory:
 
 
 # --- YAML ------------------------------------------------------------------------------------------------
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
-
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[object] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    duplicate = key in seen
-                except TypeError:
-                    continue  # unhashable: the base class reports it
-                if duplicate:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}",
-                        key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _as_text(data: str | bytes | IO[str] | IO[bytes], source: str) -> str:
-    if hasattr(data, "read"):
-        data = data.read()  # type: ignore[union-attr]
-    if isinstance(data, (bytes, bytearray)):
-        try:
-            return bytes(data).decode("utf-8-sig")
-        except UnicodeDecodeError as error:
-            raise InputError(f"expected UTF-8 text, got an undecodable byte at offset {error.start}",
-                             source=source) from None
-    if not isinstance(data, str):
-        raise TypeError(f"load_inventory expects str, bytes or a stream, got {type(data).__name__}")
-    return data
-
-
-def _parse_yaml(text: str, source: str) -> object:
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = " ".join(str(error.problem or error).split())
-        context = f" ({' '.join(str(error.context).split())})" if error.context else ""
-        raise InputError(f"invalid YAML: {problem}{context}", source=source, path=where) from None
-    except yaml.YAMLError as error:
-        raise InputError(f"invalid YAML: {' '.join(str(error).split())}", source=source) from None
 
 
 # --- document -> Inventory ----------------------------------------------------------------------------------

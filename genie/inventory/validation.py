@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from genie.core.errors import InputError
+from genie.input_yaml import describe
 from genie.inventory.model import Inventory, InventoryHost
 from genie.topology.validation import node_name_problem, topology_name_problem
 
@@ -35,23 +36,6 @@ class InventoryPaths:
     def of(inventory: Inventory) -> InventoryPaths:
         return InventoryPaths(tuple(f"hosts[{i}].name" for i in range(len(inventory.hosts))),
                               tuple(f"hosts[{i}].address" for i in range(len(inventory.hosts))))
-
-
-def describe(value: object) -> str:
-    """How an unexpected YAML value is shown in an error: its kind and its text."""
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return f"a boolean ({value}; YAML reads unquoted yes/no/on/off as booleans, quote it)"
-    if isinstance(value, (int, float)):
-        return f"a number ({value!r})"
-    if isinstance(value, str):
-        return f"a string ({value!r})"
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
 
 
 def inventory_name_problem(name: object) -> str | None:

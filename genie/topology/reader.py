@@ -12,9 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from genie.core.errors import InputError
+from genie.input_yaml import as_text, describe, parse_yaml
 from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
 from genie.topology.link_properties import LINK_PROPERTY_KEYS, property_for_key, shape_problems
 from genie.topology.validation import (
@@ -39,7 +38,7 @@ _Fail = Callable[[str, str], InputError]
 
 def load_topology(data: str | bytes | IO[str] | IO[bytes], *, source: str = "<string>") -> Topology:
     """Read a topology from YAML text, bytes or a stream; `source` names it in error messages."""
-    document = _parse_yaml(_as_text(data, source), source)
+    document = parse_yaml(as_text(data, source, reader="load_topology"), source)
 
     def fail(path: str, message: str) -> InputError:
         return InputError(message, source=source, path=path)
@@ -61,72 +60,7 @@ def load_topology_file(path: str | os.PathLike[str]) -> Topology:
 # --- YAML ------------------------------------------------------------------------------------------------
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
-
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[object] = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    duplicate = key in seen
-                except TypeError:
-                    continue  # unhashable: the base class reports it
-                if duplicate:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}",
-                        key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _as_text(data: str | bytes | IO[str] | IO[bytes], source: str) -> str:
-    if hasattr(data, "read"):
-        data = data.read()  # type: ignore[union-attr]
-    if isinstance(data, (bytes, bytearray)):
-        try:
-            return bytes(data).decode("utf-8-sig")
-        except UnicodeDecodeError as error:
-            raise InputError(f"expected UTF-8 text, got an undecodable byte at offset {error.start}",
-                             source=source) from None
-    if not isinstance(data, str):
-        raise TypeError(f"load_topology expects str, bytes or a stream, got {type(data).__name__}")
-    return data
-
-
-def _parse_yaml(text: str, source: str) -> object:
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = " ".join(str(error.problem or error).split())
-        context = f" ({' '.join(str(error.context).split())})" if error.context else ""
-        raise InputError(f"invalid YAML: {problem}{context}", source=source, path=where) from None
-    except yaml.YAMLError as error:
-        raise InputError(f"invalid YAML: {' '.join(str(error).split())}", source=source) from None
-
-
 # --- document -> Topology -----------------------------------------------------------------------------------
-
-
-def _describe(value: object) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return f"a boolean ({value}; YAML reads unquoted yes/no/on/off as booleans, quote it)"
-    if isinstance(value, (int, float)):
-        return f"a number ({value!r})"
-    if isinstance(value, str):
-        return f"a string ({value!r})"
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
 
 
 def _join(path: str, key: object) -> str:
@@ -136,7 +70,7 @@ def _join(path: str, key: object) -> str:
 def _check_keys(mapping: dict[Any, Any], allowed: tuple[str, ...], path: str, fail: _Fail) -> None:
     for key in mapping:
         if not isinstance(key, str):
-            raise fail(_join(path, key), f"expected a key among {', '.join(allowed)}, got {_describe(key)}")
+            raise fail(_join(path, key), f"expected a key among {', '.join(allowed)}, got {describe(key)}")
         if key not in allowed:
             raise fail(_join(path, key), f"unknown key {key!r}{did_you_mean(key, allowed)}; "
                                          f"expected one of: {', '.join(allowed)}")
@@ -147,14 +81,14 @@ def _list_at(document: dict[str, Any], key: str, fail: _Fail, *, required: bool)
     if value is None and not required:
         return []
     if not isinstance(value, list) or (required and not value):
-        raise fail(key, f"expected a {'non-empty ' if required else ''}list of {key}, got {_describe(value)}")
+        raise fail(key, f"expected a {'non-empty ' if required else ''}list of {key}, got {describe(value)}")
     return value
 
 
 def _topology_from_document(document: object, source: str, fail: _Fail) -> tuple[Topology, TopologyPaths]:
     if not isinstance(document, dict):
         raise InputError(f"expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)} at the top level, "
-                         f"got {_describe(document)}", source=source)
+                         f"got {describe(document)}", source=source)
     _check_keys(document, TOP_LEVEL_KEYS, "", fail)
     for key in REQUIRED_TOP_LEVEL_KEYS:
         if key not in document:
@@ -192,7 +126,7 @@ def _read_defaults(value: object, fail: _Fail) -> dict[str, object]:
         return {}
     if not isinstance(value, dict):
         raise fail("defaults", f"expected a mapping of link properties ({', '.join(LINK_PROPERTY_KEYS)}), "
-                               f"got {_describe(value)}")
+                               f"got {describe(value)}")
     _check_keys(value, LINK_PROPERTY_KEYS, "defaults", fail)
     fields = _read_shape_fields(value, "defaults", fail)
     if problems := shape_problems(LinkShape(**fields)):  # type: ignore[arg-type]
@@ -204,7 +138,7 @@ def _read_defaults(value: object, fail: _Fail) -> dict[str, object]:
 def _read_int(value: object, path: str, what: str, minimum: int, fail: _Fail, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum else f">= {minimum}"
-        raise fail(path, f"expected {what} (an integer {bound}), got {_describe(value)}")
+        raise fail(path, f"expected {what} (an integer {bound}), got {describe(value)}")
     return value
 
 
@@ -217,7 +151,7 @@ def _node_names(entry: object, path: str, allowed: tuple[str, ...], what: str,
         return [(entry, path)]
     if not isinstance(entry, dict):
         raise fail(path, f"expected a {what} name, or a mapping with 'name' (or 'prefix' and 'count'), "
-                         f"got {_describe(entry)}")
+                         f"got {describe(entry)}")
     _check_keys(entry, allowed, path, fail)
     group_keys = [k for k in ("prefix", "count", "start") if k in entry]
     if "name" in entry:
@@ -234,7 +168,7 @@ def _node_names(entry: object, path: str, allowed: tuple[str, ...], what: str,
     count = _read_int(entry["count"], _join(path, "count"), f"the number of {what}s", 1, fail, MAX_GROUP_COUNT)
     start = _read_int(entry.get("start", 0), _join(path, "start"), "the first number", 0, fail)
     if not isinstance(prefix, str):
-        raise fail(_join(path, "prefix"), f"expected a name prefix (a string), got {_describe(prefix)}")
+        raise fail(_join(path, "prefix"), f"expected a name prefix (a string), got {describe(prefix)}")
     names = [f"{prefix}{start + i}" for i in range(count)]
     if problem := node_name_problem(names[-1]) or node_name_problem(names[0]):
         raise fail(_join(path, "prefix"), f"{problem} (from prefix {prefix!r})")
@@ -266,7 +200,7 @@ def _read_switches(entries: list[Any], fail: _Fail) -> tuple[tuple[Switch, ...],
         if isinstance(entry, dict) and "kind" in entry:
             value = entry["kind"]
             if value not in kinds:
-                raise fail(f"{path}.kind", f"expected one of {', '.join(kinds)}, got {_describe(value)}"
+                raise fail(f"{path}.kind", f"expected one of {', '.join(kinds)}, got {describe(value)}"
                                            f"{did_you_mean(value, kinds)}")
             kind = SwitchKind(value)
         switches.extend(Switch(name=name, kind=kind) for name, _ in named)
@@ -282,17 +216,17 @@ def _read_links(entries: list[Any], defaults: dict[str, object],
         path = f"links[{index}]"
         if not isinstance(entry, dict):
             raise fail(path, f"expected a mapping such as {{endpoints: [h0, s0], bandwidth: 1gbit}}, "
-                             f"got {_describe(entry)}")
+                             f"got {describe(entry)}")
         _check_keys(entry, LINK_KEYS, path, fail)
         if "endpoints" not in entry:
             raise fail(f"{path}.endpoints", "missing 'endpoints'; expected two node names such as [h0, s0]")
         ends = entry["endpoints"]
         if not isinstance(ends, list) or len(ends) != 2:
-            raise fail(f"{path}.endpoints", f"expected two node names such as [h0, s0], got {_describe(ends)}"
+            raise fail(f"{path}.endpoints", f"expected two node names such as [h0, s0], got {describe(ends)}"
                                             + (f" of {len(ends)}" if isinstance(ends, list) else ""))
         for end_index, end in enumerate(ends):
             if not isinstance(end, str):
-                raise fail(f"{path}.endpoints[{end_index}]", f"expected a node name, got {_describe(end)}")
+                raise fail(f"{path}.endpoints[{end_index}]", f"expected a node name, got {describe(end)}")
         own = _read_shape_fields(entry, path, fail)
         shape = LinkShape(**{**defaults, **own})  # type: ignore[arg-type]
         if problems := shape_problems(shape):
