@@ -97,8 +97,9 @@ def _pump_send(flow: _Flow, window: memoryview, rank: int) -> bool:
     return True
 
 
-def _pump_recv(flow: _Flow, window: memoryview, rank: int) -> bool:
-    """Receive what has arrived; True when the flow is complete."""
+def _pump_recv(flow: _Flow, window: memoryview, rank: int, flags: int = _DONTWAIT) -> bool:
+    """Receive what has arrived (with ``flags=0``: block in each call, bounded by the socket's SO_RCVTIMEO);
+    True when the flow is complete, False when the socket has nothing more now."""
     queue = flow.queue
     recv_into = flow.sock.recv_into
     while queue:
@@ -108,8 +109,8 @@ def _pump_recv(flow: _Flow, window: memoryview, rank: int) -> bool:
         else:
             target = window[:min(t.size_bytes - flow.pos, len(window))]
         try:
-            n = recv_into(target, 0, _DONTWAIT)
-        except BlockingIOError:
+            n = recv_into(target, 0, flags)
+        except (BlockingIOError, InterruptedError):
             return False
         except ConnectionResetError:
             n = 0
@@ -216,35 +217,18 @@ class SocketTransport:
         """Receive the single pending flow with blocking recv calls bounded by SO_RCVTIMEO: one system call
         that sleeps, instead of an attempt that fails, an epoll_wait and a second attempt."""
         (peer, flow), = step.pending_in.items()
-        sock = flow.sock
         deadline = time.monotonic() + timeout_s
-        window = self._window
-        while flow.queue:
+        while True:
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
                 raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s "
                                   + step.describe_pending())
             sec = int(remaining_s)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                            struct.pack("ll", sec, int((remaining_s - sec) * 1e6)))
-            t = flow.queue[0]
-            target = (t.view[flow.pos:t.size_bytes] if t.view is not None
-                      else window[:min(t.size_bytes - flow.pos, len(window))])
-            try:
-                n = sock.recv_into(target)
-            except (BlockingIOError, InterruptedError):
-                continue  # SO_RCVTIMEO expired or a signal: re-check the deadline
-            except ConnectionResetError:
-                n = 0
-            if n == 0:
-                raise PeerFailure(f"rank {self.rank}: rank {peer} closed the connection "
-                                  f"({flow.done_bytes} of {flow.total_bytes} bytes received)")
-            flow.pos += n
-            flow.done_bytes += n
-            if flow.pos >= t.size_bytes:
-                flow.queue.popleft()
-                flow.pos = 0
-        del step.pending_in[peer]
+            flow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                                 struct.pack("ll", sec, int((remaining_s - sec) * 1e6)))
+            if _pump_recv(flow, self._window, self.rank, 0):
+                del step.pending_in[peer]
+                return
 
     def _spin(self, step: StepExchange) -> bool:
         """Retry for up to `spin_s`, yielding the CPU between tries: with more ranks than cores the peer we
