@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import typer
 
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.units import parse_size_bytes
+
+if TYPE_CHECKING:
+    from genie.core.testbed import TestbedInfo
+    from genie.engine.launch import RankPlacement
+    from genie.report.manifest import InputDigest
 
 
 def _parse_size(text: str, option: str) -> int:
@@ -32,28 +39,72 @@ def _parse_collectives(values: list[str]) -> tuple[Collective, ...]:
     return tuple(out) or (Collective.ALL_REDUCE,)
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where a run happens: rank placements, the PID registrar, the testbed (None for loopback), and what the
+    run directory's manifest says about it."""
+
+    placements: list[RankPlacement]
+    on_pids: Optional[Callable[[list[int]], None]]
+    name: str
+    info: Optional[TestbedInfo] = None
+    inputs: tuple[InputDigest, ...] = ()  # the topology's digest
+    shaper: Optional[str] = None
+    topology: Optional[dict[str, Any]] = None
+
+
 @contextlib.contextmanager
-def _placements(topology: Optional[Path], testbed: Optional[str], loopback: bool, ranks: Optional[int]) -> Iterator:
-    """Yield (placements, on_pids, testbed name) for the chosen target; a --topology testbed lives only here."""
+def _target(topology: Optional[Path], testbed: Optional[str], loopback: bool, ranks: Optional[int]) -> Iterator[Target]:
+    """The chosen target; a --topology testbed lives only inside this block."""
     from genie.engine import bench
+    from genie.report.manifest import InputDigest, input_digest, topology_summary
 
     chosen = sum(x is not None and x is not False for x in (topology, testbed, loopback or None))
     if chosen != 1:
         raise InputError("give exactly one of --topology FILE, --testbed NAME, --loopback", path="bench")
     if loopback:
-        yield bench.loopback_placements(ranks or 2), None, "loopback"
+        yield Target(bench.loopback_placements(ranks or 2), None, "loopback")
         return
     from genie.testbed import service
+    from genie.testbed.state import load_record
 
     if testbed is not None:
         info = service.load_info(testbed)
-        yield bench.placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)), info.name
+        record = load_record(testbed)
+        yield Target(bench.placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
+                     info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",
+                                                   record.source_digest, 1),),
+                     info.shaper, topology_summary(info.topology))
         return
     from genie.topology import load_topology_file
 
     topo = load_topology_file(topology)
+    digest = input_digest(topology, "topology")
     with service.temporary_testbed(topo, source=str(topology)) as info:
-        yield bench.placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)), info.name
+        yield Target(bench.placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
+                     info.name, info, (digest,), info.shaper, topology_summary(info.topology))
+
+
+@contextlib.contextmanager
+def _placements(topology: Optional[Path], testbed: Optional[str], loopback: bool, ranks: Optional[int]) -> Iterator:
+    """Yield (placements, on_pids, testbed name) for the chosen target (kept for other commands)."""
+    with _target(topology, testbed, loopback, ranks) as t:
+        yield t.placements, t.on_pids, t.name
+
+
+def _observe(run, target: Target, sample_ms: int):
+    """Link counters, TCP counters and link samples of a testbed run (nothing for loopback)."""
+    from genie.report.observe import observe_links
+
+    if target.info is None:
+        return observe_links(run, None, None)
+    from genie.testbed import netlink
+
+    return observe_links(run, target.info, netlink, interval_s=sample_ms / 1e3)
+
+
+def _devices(target: Target) -> list[dict]:
+    return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in target.placements]
 
 
 def bench(
@@ -76,12 +127,15 @@ def bench(
     timeout: float = typer.Option(60.0, "--timeout", help="Per-op timeout in seconds."),
     steps: bool = typer.Option(False, "--steps", help="Also record every algorithm step (steps.csv)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-bench)."),
+    sample_ms: int = typer.Option(200, "--sample-ms", help="Link counter sampling period on a testbed (0: off)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result document as JSON instead of the table."),
 ) -> None:
-    """Sweep collectives over sizes and print an nccl-tests table; writes sweep.csv and sweep.json."""
+    """Sweep collectives over sizes and print an nccl-tests table; writes a run directory (docs/reports.md)."""
     from genie.cli.progress import bench_progress
     from genie.engine import bench as service
     from genie.report import sweep
-    from genie.report.rundir import new_run_dir
+    from genie.report.manifest import RunRecorder
+    from genie.report.sweep_recorder import SweepRecorder
 
     try:
         algo = Algorithm.parse(algorithm)
@@ -92,17 +146,33 @@ def bench(
         min_bytes=_parse_size(minbytes, "--minbytes"), max_bytes=_parse_size(maxbytes, "--maxbytes"),
         factor=stepfactor, iterations=iters, warmup=warmup_iters, ranks=ranks, verify=verify, timeout_s=timeout,
         record_steps=steps, chunks=chunks)
-    with _placements(topology, testbed, loopback, ranks) as (placements, on_pids, target):
-        service.build_job(request, len(placements))  # validate before anything starts
-        with bench_progress() as progress:
-            outcome = service.run_bench(request, placements, on_pids=on_pids, progress=progress)
-    run_dir = new_run_dir("bench", out=out)
-    sweep.write_sweep(run_dir, outcome.stats, meta={"target": target, "ranks": len(placements),
-                                                    "verify": verify, "iterations": iters, "warmup": warmup_iters})
-    if steps:
-        sweep.write_steps(run_dir, outcome)
-    typer.echo(sweep.format_table(outcome.stats))
-    typer.echo(f"# results in {run_dir}")
+    if sample_ms < 0:
+        raise InputError("must be >= 0", path="--sample-ms")
+    config = {"min_bytes": request.min_bytes, "max_bytes": request.max_bytes, "step_factor": stepfactor,
+              "warmup_iters": warmup_iters, "iterations": iters, "verify": verify}
+    with _target(topology, testbed, loopback, ranks) as target:
+        service.build_job(request, len(target.placements))  # validate before anything starts
+        meta = {"target": target.name, "ranks": len(target.placements), "verify": verify, "iterations": iters,
+                "warmup": warmup_iters}
+        with RunRecorder("bench", out=out, inputs=target.inputs,
+                         params={**config, "algorithm": algorithm, "chunks": chunks, "steps": steps}) as run:
+            run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
+            files = SweepRecorder(run, meta)
+            with _observe(run, target, sample_ms) as observer, bench_progress() as bar:
+                outcome = service.run_bench(request, target.placements, on_pids=target.on_pids,
+                                            progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)))
+            doc = files.finish(outcome, config=config, devices=_devices(target), steps=steps)
+            links = observer.observation.summary() if observer else None
+            run.set_summary({"cases": len(outcome.stats), **(links or {})})
+    rate = (target.topology or {}).get("link_rate_bps")
+    summary = sweep.end_summary(outcome.stats, run.run_dir, duration_s=run.manifest.duration_s,
+                                link_rate_bps=rate, links=links)
+    if as_json:
+        typer.echo(json.dumps({"run_dir": str(run.run_dir), "status": run.status.value, **doc}, indent=2))
+        typer.echo(summary, err=True)
+    else:
+        typer.echo(sweep.format_table(outcome.stats))
+        typer.echo(summary)
 
 
 def register(app: typer.Typer) -> None:

@@ -23,6 +23,7 @@ _SUBAPPS = (
     ("trace_cmd", "trace"),
     ("astra_cmd", "astra"),
     ("lab_cmd", "lab"),
+    ("report_cmd", "report"),
 )
 # modules whose `register(app)` adds top-level commands (bench, replay, ...)
 _COMMAND_MODULES = ("bench_cmd", "replay_cmd", "diagnose_cmd")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+from genie.core.errors import InputError
 
 
 def replay(
@@ -19,29 +22,46 @@ def replay(
     warmup: int = typer.Option(0, "--warmup", "-w", help="Untimed iterations first."),
     timeout: float = typer.Option(60.0, "--timeout", help="Per-op timeout in seconds."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-replay)."),
+    sample_ms: int = typer.Option(200, "--sample-ms", help="Link counter sampling period on a testbed (0: off)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result document as JSON instead of the table."),
 ) -> None:
-    """Replay TRACE: compute waited out, communication sent for real; writes ops.csv, ranks.csv, timeline.json."""
-    from genie.cli.bench_cmd import _placements
+    """Replay TRACE: compute waited out, communication sent for real; writes a run directory (docs/reports.md)."""
+    from genie.cli.bench_cmd import _observe, _target
     from genie.cli.progress import count_progress
-    from genie.engine.replay import ReplayRequest, run_replay
-    from genie.report.replay import format_summary, write_replay
-    from genie.report.rundir import new_run_dir
+    from genie.engine.replay import ReplayRequest, check_fits, run_replay
+    from genie.report.manifest import RunRecorder, input_digest
+    from genie.report.replay import end_summary, format_summary, replay_files
     from genie.workloads.analysis import check
     from genie.workloads.loader import load_trace
 
+    if sample_ms < 0:
+        raise InputError("must be >= 0", path="--sample-ms")
     loaded = load_trace(trace, npus=npus)
     check(loaded, source=str(trace))
     request = ReplayRequest(iterations=iterations, warmup=warmup, timeout_s=timeout)
     ranks = loaded.num_ranks
-    with _placements(topology, testbed, loopback, None if not loopback else ranks) as (placements, on_pids, target):
-        with count_progress("replay", "iteration") as progress:
-            outcome = run_replay(loaded, placements, request, source=str(trace), on_pids=on_pids,
-                                 progress=progress)
-    run_dir = new_run_dir("replay", out=out)
-    write_replay(run_dir, outcome, {"trace": str(trace), "target": target, "ranks": ranks,
-                                    "iterations": iterations, "warmup": warmup})
-    typer.echo(format_summary(outcome))
-    typer.echo(f"# results in {run_dir}")
+    digest = input_digest(trace, "trace")
+    with _target(topology, testbed, loopback, None if not loopback else ranks) as target:
+        check_fits(loaded, target.placements, source=str(trace))
+        params = {"iterations": iterations, "warmup": warmup, "npus": npus, "ranks": ranks}
+        with RunRecorder("replay", out=out, inputs=(digest, *target.inputs), params=params) as run:
+            run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
+            with _observe(run, target, sample_ms) as observer, count_progress("replay", "iteration") as progress:
+                outcome = run_replay(loaded, target.placements, request, source=str(trace), on_pids=target.on_pids,
+                                     progress=progress)
+            doc, files = replay_files(outcome, {"trace": str(trace), "target": target.name, "ranks": ranks,
+                                                "iterations": iterations, "warmup": warmup})
+            for name, text in files.items():
+                run.write(name, text)
+            links = observer.observation.summary() if observer else None
+            run.set_summary({"iteration_median_ns": doc["iteration_median_ns"], **(links or {})})
+    summary = end_summary(doc, run.run_dir, links)
+    if as_json:
+        typer.echo(json.dumps({"run_dir": str(run.run_dir), "status": run.status.value, **doc}, indent=2))
+        typer.echo(summary, err=True)
+    else:
+        typer.echo(format_summary(outcome))
+        typer.echo(summary)
 
 
 def register(app: typer.Typer) -> None:

@@ -32,6 +32,7 @@ class CaseStats:
     time_max_us: float
     algbw_GBps: float
     busbw_GBps: float
+    iteration_ns: tuple[int, ...] = ()  # every timed iteration, in order
 
     @property
     def count(self) -> int:
@@ -62,4 +63,5 @@ def case_stats(collective: Collective, algorithm: Algorithm, ranks: int, size_by
                      dtype_bytes=dtype_bytes, iterations=len(t_us), time_min_us=float(t_us.min()),
                      time_median_us=median_us, time_p99_us=float(np.percentile(t_us, 99)),
                      time_max_us=float(t_us.max()), algbw_GBps=algbw,
-                     busbw_GBps=algbw * busbw_factor(collective, ranks))
+                     busbw_GBps=algbw * busbw_factor(collective, ranks),
+                     iteration_ns=tuple(int(t) for t in times_ns))

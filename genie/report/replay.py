@@ -76,16 +76,41 @@ def summarize(outcome) -> tuple[list, list[int]]:
     return summaries, times
 
 
+def replay_document(outcome, meta: dict, summarized: tuple[list, list[int]] | None = None) -> dict:
+    summaries, times = summarized or summarize(outcome)
+    return {"meta": meta, "iteration_ns": times, "iteration_median_ns": int(median(times)),
+            "ranks": [s.__dict__ for s in summaries if s.iteration == 0]}
+
+
+def replay_files(outcome, meta: dict) -> tuple[dict, dict[str, str]]:
+    """(replay.json's document, {file name: text}) for ops.csv, ranks.csv, timeline.json, replay.json."""
+    summarized = summarize(outcome)
+    doc = replay_document(outcome, meta, summarized)
+    return doc, {"ops.csv": ops_csv(outcome), "ranks.csv": ranks_csv(summarized[0]),
+                 "timeline.json": chrome_trace(outcome), "replay.json": json.dumps(doc, indent=2) + "\n"}
+
+
 def write_replay(run_dir: Path, outcome, meta: dict) -> dict:
-    summaries, times = summarize(outcome)
-    doc = {"meta": meta, "iteration_ns": times, "iteration_median_ns": int(median(times)),
-           "ranks": [s.__dict__ for s in summaries if s.iteration == 0]}
-    run_dir = Path(run_dir)
-    write_atomic(run_dir / "ops.csv", ops_csv(outcome))
-    write_atomic(run_dir / "ranks.csv", ranks_csv(summaries))
-    write_atomic(run_dir / "timeline.json", chrome_trace(outcome))
-    write_atomic(run_dir / "replay.json", json.dumps(doc, indent=2) + "\n")
+    doc, files = replay_files(outcome, meta)
+    for name, text in files.items():
+        write_atomic(Path(run_dir) / name, text)
     return doc
+
+
+def end_summary(doc: dict, run_dir: Path, links: dict | None = None) -> str:
+    """The closing line of `genie replay`: iteration time, exposed communication, where the files are."""
+    ranks = doc.get("ranks") or []
+    median_ms = doc["iteration_median_ns"] / 1e6
+    line = f"# replay: {len(ranks)} ranks, iteration median {median_ms:.3f} ms"
+    if ranks:
+        worst = max(ranks, key=lambda r: r["exposed_comm_ns"])
+        share = 100.0 * worst["exposed_comm_ns"] / worst["iteration_ns"] if worst["iteration_ns"] else 0.0
+        line += (f", exposed communication up to {worst['exposed_comm_ns'] / 1e6:.3f} ms "
+                 f"({share:.0f}%, rank {worst['rank']})")
+    if links:
+        line += (f"; links moved {links['link_bytes'] / 1e6:.3f} MB, {links['link_drops']} drops, "
+                 f"{links['tcp_retrans_segs']} TCP retransmissions")
+    return line + f"\n# results in {run_dir}"
 
 
 def format_summary(outcome) -> str:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from genie.measure.metrics import CaseStats
+from genie.core.errors import InputError
+from genie.measure.metrics import CaseStats, iteration_times_ns
 from genie.report.rundir import write_atomic
 
 SWEEP_COLUMNS = ("collective", "algorithm", "ranks", "size_bytes", "count", "dtype", "iterations",
@@ -35,13 +37,96 @@ def sweep_csv(stats: Sequence[CaseStats]) -> str:
     return out.getvalue()
 
 
-def sweep_json(stats: Sequence[CaseStats], meta: dict[str, object] | None = None) -> str:
-    return json.dumps({"meta": meta or {}, "results": [_row(s) for s in stats]}, indent=2) + "\n"
+def sweep_document(stats: Sequence[CaseStats], meta: dict[str, object] | None = None,
+                   iteration_ns: Sequence[Sequence[int]] | None = None) -> dict[str, object]:
+    """sweep.json's content. `iteration_ns[i]`, when given and not empty, adds result i's per-iteration times
+    as ``iteration_us`` (the box plots use them)."""
+    results = []
+    for i, s in enumerate(stats):
+        row: dict[str, object] = _row(s)
+        times = iteration_ns[i] if iteration_ns is not None and i < len(iteration_ns) else ()
+        if times:
+            row["iteration_us"] = [round(t / 1e3, 3) for t in times]
+        results.append(row)
+    return {"meta": meta or {}, "results": results}
+
+
+def sweep_json(stats: Sequence[CaseStats], meta: dict[str, object] | None = None,
+               iteration_ns: Sequence[Sequence[int]] | None = None) -> str:
+    return json.dumps(sweep_document(stats, meta, iteration_ns), indent=2) + "\n"
 
 
 def write_sweep(run_dir: Path, stats: Sequence[CaseStats], meta: dict[str, object] | None = None) -> None:
     write_atomic(Path(run_dir) / "sweep.csv", sweep_csv(stats))
     write_atomic(Path(run_dir) / "sweep.json", sweep_json(stats, meta))
+
+
+def iteration_ns_from_steps(outcome) -> list[list[int]]:
+    """Per-iteration times of each case from its step records (`genie bench --steps`): a rank's iteration
+    spans its first step's start to its last step's end; then the engine's rule (`iteration_times_ns`).
+    Aligned with ``outcome.stats``; an empty list where no rank recorded every iteration."""
+    out: list[list[int]] = []
+    for index in range(len(outcome.stats)):
+        per_rank = outcome.steps.get(index, {})
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for rank, rows in per_rank.items():
+            by_iteration: dict[int, tuple[int, int]] = {}
+            for it, _step, start, end, *_ in rows:
+                s, e = by_iteration.get(it, (start, end))
+                by_iteration[it] = (min(s, start), max(e, end))
+            if by_iteration and sorted(by_iteration) == list(range(len(by_iteration))):
+                spans[rank] = [by_iteration[i] for i in range(len(by_iteration))]
+        lengths = {len(v) for v in spans.values()}
+        out.append(iteration_times_ns(spans) if len(lengths) == 1 else [])
+    return out
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One row of sweep.csv as read back (reports, compare)."""
+
+    collective: str
+    algorithm: str
+    ranks: int
+    size_bytes: int
+    count: int
+    dtype: str
+    iterations: int
+    time_min_us: float
+    time_median_us: float
+    time_p99_us: float
+    time_max_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+
+
+def read_sweep_csv(data: bytes | str, *, source: str = "sweep.csv") -> list[SweepRow]:
+    text = data.decode() if isinstance(data, (bytes, bytearray)) else data
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in SWEEP_COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise InputError(f"missing column {missing[0]!r}", source=source)
+    rows = []
+    types = {f.name: f.type for f in SweepRow.__dataclass_fields__.values()}
+    for line, raw in enumerate(reader, start=2):
+        values: dict[str, object] = {}
+        for name, kind in types.items():
+            try:
+                values[name] = int(raw[name]) if kind == "int" else float(raw[name]) if kind == "float" else raw[name]
+            except (TypeError, ValueError):
+                raise InputError(f"expected a number, got {raw[name]!r}", source=source,
+                                 path=f"line {line}: {name}") from None
+        rows.append(SweepRow(**values))  # type: ignore[arg-type]
+    return rows
+
+
+def iteration_us_by_case(doc: Mapping[str, object]) -> dict[tuple[str, int], list[float]]:
+    """(collective, size_bytes) → per-iteration times in us, from a sweep.json document."""
+    out: dict[tuple[str, int], list[float]] = {}
+    for r in doc.get("results", []) or []:  # type: ignore[union-attr]
+        if isinstance(r, dict) and r.get("iteration_us"):
+            out[(str(r["collective"]), int(r["size_bytes"]))] = [float(t) for t in r["iteration_us"]]
+    return out
 
 
 def format_table(stats: Sequence[CaseStats]) -> str:
@@ -85,3 +170,23 @@ def steps_csv(outcome) -> str:
 
 def write_steps(run_dir: Path, outcome) -> None:
     write_atomic(Path(run_dir) / "steps.csv", steps_csv(outcome))
+
+
+def end_summary(stats: Sequence[CaseStats], run_dir: Path, *, duration_s: float | None = None,
+                link_rate_bps: int | None = None, links: Mapping[str, int] | None = None) -> str:
+    """The closing lines of `genie bench`: what ran, the best busbw (against the line rate when known), links."""
+    if not stats:
+        return f"# bench: nothing measured\n# results in {run_dir}"
+    ranks = max(s.ranks for s in stats)
+    collectives = ", ".join(dict.fromkeys(s.collective.value for s in stats))
+    took = f" in {duration_s:.1f} s" if duration_s is not None else ""
+    best = max(stats, key=lambda s: s.busbw_GBps)
+    line = (f"# bench: {len(stats)} sizes of {collectives} on {ranks} ranks{took}; peak busbw "
+            f"{best.busbw_GBps:.4f} GB/s ({best.collective.value}, {best.size_bytes} B)")
+    if link_rate_bps:
+        line_rate = link_rate_bps / 8e9
+        line += f" = {100 * best.busbw_GBps / line_rate:.0f}% of the {line_rate:.4f} GB/s line rate"
+    if links:
+        line += (f"; links moved {links['link_bytes'] / 1e6:.3f} MB, {links['link_drops']} drops, "
+                 f"{links['tcp_retrans_segs']} TCP retransmissions")
+    return line + f"\n# results in {run_dir}"

@@ -1,0 +1,173 @@
+"""Watching a live testbed during a run: link counters before/after, TX bytes over time, TCP counters.
+
+How (and why this way):
+- before/after: ``link_counters(info)`` (netlink: bytes, packets, drops and root-qdisc drops per link end).
+  It costs ~15 ms per namespace (pyroute2 enters each namespace through a helper process), too much to
+  repeat often on a 2-core machine while ranks run, so it is used only twice.
+- over time: a background thread reads ``/proc/net/dev`` of every testbed namespace every `interval_s`
+  (TX bytes per interface; ~1 ms per namespace). The interval grows to 20x the cost of one sample, so the
+  sampler never takes more than ~5% of a core.
+- TCP: ``/proc/net/snmp`` of each host namespace before and after (retransmitted segments...).
+Namespace files are read from a short-lived thread that entered the namespace (``run_in_netns``) through
+``/proc/thread-self/net/...``: no subprocess, no dependence on a rank process being alive.
+
+The testbed side comes in as `probe`, an object with ``link_counters(info)`` and ``run_in_netns(name, fn)`` —
+`genie.testbed.netlink` in the CLI, a fake in tests — so this module imports nothing of the testbed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol
+
+from genie.core.testbed import TestbedInfo
+from genie.measure.links import (LinkDirectionTraffic, LinkRateSample, NamespaceTcp, diff_link_counters, diff_tcp,
+                                 parse_proc_net_dev, parse_snmp_tcp, rate_samples)
+from genie.report.links import links_csv, samples_csv, tcp_csv
+from genie.report.manifest import RunRecorder
+
+
+class TestbedProbe(Protocol):
+    def link_counters(self, info: TestbedInfo) -> list[Any]: ...
+
+    def run_in_netns(self, name: str, fn: Callable[[], Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class LinkObservation:
+    links: tuple[LinkDirectionTraffic, ...]
+    tcp: tuple[NamespaceTcp, ...]
+    samples: tuple[LinkRateSample, ...]
+    error: str | None = None  # why (part of) the observation is missing
+
+    def files(self) -> dict[str, str]:
+        """{file name: CSV text} for what was observed."""
+        out = {}
+        if self.links:
+            out["links.csv"] = links_csv(self.links)
+        if self.tcp:
+            out["tcp.csv"] = tcp_csv(self.tcp)
+        if self.samples:
+            out["link_samples.csv"] = samples_csv(self.samples)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"link_bytes": sum(r.bytes for r in self.links),
+                "link_drops": sum(r.tx_drops + (r.rx_drops or 0) + r.qdisc_drops for r in self.links),
+                "tcp_retrans_segs": sum(t.counters.retrans_segs for t in self.tcp)}
+
+
+def _read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _read(path: str) -> Callable[[], str]:
+    """What runs inside a namespace: read one /proc file (a partial, so fakes can see the path)."""
+    return functools.partial(_read_text, path)
+
+
+class LinkObserver:
+    """``with LinkObserver(info, netlink) as obs: run()`` then ``obs.observation``. Never fails the run: a
+    counter that cannot be read leaves its part out and says why in ``observation.error``."""
+
+    def __init__(self, info: TestbedInfo, probe: TestbedProbe, *, interval_s: float = 0.2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.info, self.probe, self.interval_s, self.clock = info, probe, interval_s, clock
+        self.observation = LinkObservation((), (), ())
+        self._namespaces = sorted({e.netns for e in info.link_ends if e.netns})
+        self._hosts = [(h.host, h.netns) for h in info.hosts if h.netns]
+        self._snapshots: list[tuple[float, dict[tuple[str, str], int]]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._errors: list[str] = []
+        self._before: list[Any] = []
+        self._tcp_before: dict[str, Any] = {}
+        self._t0 = 0.0
+
+    def __enter__(self) -> LinkObserver:
+        self._before = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
+        self._tcp_before = self._tcp_snapshot()
+        self._t0 = self.clock()
+        if self.interval_s > 0 and self._namespaces:
+            self._thread = threading.Thread(target=self._sample_loop, name="genie-link-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self._sample()
+        duration_s = self.clock() - self._t0
+        after = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
+        tcp_after = self._tcp_snapshot()
+        rates = {i: link.shape.rate_bps for i, link in enumerate(self.info.topology.links)}
+        links = diff_link_counters(self._before, after, duration_s=duration_s, rates_bps=rates)
+        tcp = [NamespaceTcp(ns, host, diff_tcp(self._tcp_before[ns], tcp_after[ns]))
+               for host, ns in self._hosts if ns in self._tcp_before and ns in tcp_after]
+        samples = rate_samples(self.info.link_ends, self._snapshots)
+        self.observation = LinkObservation(tuple(links), tuple(tcp), tuple(samples),
+                                           "; ".join(dict.fromkeys(self._errors)) or None)
+
+    # -- internals
+    def _attempt(self, what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as exc:  # observing must never fail the measured run
+            self._errors.append(f"{what}: {exc}")
+            return None
+
+    def _tcp_snapshot(self) -> dict[str, Any]:
+        out = {}
+        for _host, ns in self._hosts:
+            text = self._attempt(f"{ns} /proc/net/snmp",
+                                 lambda ns=ns: self.probe.run_in_netns(ns, _read("/proc/thread-self/net/snmp")))
+            if text is not None:
+                counters = self._attempt(f"{ns} /proc/net/snmp", lambda text=text: parse_snmp_tcp(text))
+                if counters is not None:
+                    out[ns] = counters
+        return out
+
+    def _sample(self) -> None:
+        t = self.clock() - self._t0
+        tx: dict[tuple[str, str], int] = {}
+        for ns in self._namespaces:
+            text = self._attempt(f"{ns} /proc/net/dev",
+                                 lambda ns=ns: self.probe.run_in_netns(ns, _read("/proc/thread-self/net/dev")))
+            if text is None:
+                continue
+            for ifname, (_rx, tx_bytes) in parse_proc_net_dev(text).items():
+                tx[(ns, ifname)] = tx_bytes
+        self._snapshots.append((t, tx))
+
+    def _sample_loop(self) -> None:
+        interval = self.interval_s
+        self._sample()
+        while not self._stop.wait(interval):
+            started = self.clock()
+            self._sample()
+            interval = max(self.interval_s, 20 * (self.clock() - started))
+
+
+@contextlib.contextmanager
+def observe_links(run: RunRecorder, info: TestbedInfo | None, probe: TestbedProbe | None, *,
+                  interval_s: float = 0.2) -> Iterator[LinkObserver | None]:
+    """Observe `info`'s links for the block and add links.csv, tcp.csv, link_samples.csv to the run — also
+    when the block fails or is interrupted. Yields None (and observes nothing) without a testbed."""
+    if info is None or probe is None:
+        yield None
+        return
+    observer = LinkObserver(info, probe, interval_s=interval_s)
+    try:
+        with observer:
+            yield observer
+    finally:
+        for name, text in observer.observation.files().items():
+            run.write(name, text)
+        if observer.observation.error:
+            run.warn(f"link observation incomplete: {observer.observation.error}")

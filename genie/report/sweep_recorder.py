@@ -1,0 +1,54 @@
+"""A bench run's files as they come: sweep.csv/sweep.json rewritten after every measured size (so an
+interrupted sweep keeps what finished), then per-iteration times, steps.csv and the nccl-tests JSON."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Mapping, Sequence
+
+from genie.measure.metrics import CaseStats
+from genie.report import nccl_json, sweep
+from genie.report.manifest import RunRecorder
+
+
+def _engine_iteration_ns(stats: Sequence[CaseStats]) -> list[list[int]] | None:
+    """The engine's own per-iteration times, once CaseStats carries them (a proposed ``iteration_ns`` field);
+    until then None, and the step records are used."""
+    times = [list(getattr(s, "iteration_ns", ()) or ()) for s in stats]
+    return times if any(times) else None
+
+
+class SweepRecorder:
+    def __init__(self, run: RunRecorder, meta: Mapping[str, Any]) -> None:
+        self.run, self.meta = run, dict(meta)
+        self.stats: list[CaseStats] = []
+        self.started = datetime.now()
+        self.document: dict[str, Any] = sweep.sweep_document([], self.meta)
+
+    def add(self, _done: int, _total: int, stats: CaseStats) -> None:
+        """The bench service's progress callback: one more size measured."""
+        self.stats.append(stats)
+        self._write_sweep(None)
+
+    def finish(self, outcome: Any, *, config: Mapping[str, Any], devices: Sequence[Mapping[str, Any]],
+               steps: bool) -> dict[str, Any]:
+        """After the sweep: final sweep files (with per-iteration times when the steps were recorded),
+        steps.csv, nccl_<binary>.json per collective. Returns sweep.json's document."""
+        self.stats = list(outcome.stats)
+        iteration_ns = _engine_iteration_ns(self.stats) or (sweep.iteration_ns_from_steps(outcome) if steps else None)
+        self._write_sweep(iteration_ns)
+        if steps:
+            self.run.write("steps.csv", sweep.steps_csv(outcome))
+        manifest = self.run.manifest
+        documents = nccl_json.nccl_tests_documents(
+            self.stats, iteration_ns, config=config, argv=manifest.argv if manifest else (), devices=devices,
+            start_time=self.started, end_time=datetime.now(),
+            genie_version=manifest.genie_version if manifest else "")
+        for name, text in documents.items():
+            self.run.write(name, text)
+        return self.document
+
+    def _write_sweep(self, iteration_ns: Sequence[Sequence[int]] | None) -> None:
+        self.document = sweep.sweep_document(self.stats, self.meta, iteration_ns)
+        self.run.write("sweep.csv", sweep.sweep_csv(self.stats))
+        self.run.write("sweep.json", sweep.sweep_json(self.stats, self.meta, iteration_ns))
