@@ -103,6 +103,20 @@ def _observe(run, target: Target, sample_ms: int):
     return observe_links(run, target.info, netlink, interval_s=sample_ms / 1e3)
 
 
+def _capture_end(target: Target, spec: Optional[str]):
+    """--capture LINK checked against the target before anything runs (InputError: exit code 2)."""
+    from genie.report.capture import capture_end
+
+    return capture_end(target.info, spec)
+
+
+def _echo_capture(capture, err: bool) -> None:
+    if capture is not None:
+        from genie.report.capture import summary_line
+
+        typer.echo(summary_line(capture.result), err=err)
+
+
 def _devices(target: Target) -> list[dict]:
     return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in target.placements]
 
@@ -128,12 +142,16 @@ def bench(
     steps: bool = typer.Option(False, "--steps", help="Also record every algorithm step (steps.csv)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-bench)."),
     sample_ms: int = typer.Option(200, "--sample-ms", help="Link counter sampling period on a testbed (0: off)."),
+    capture: Optional[str] = typer.Option(None, "--capture", metavar="LINK",
+                                          help="Record link LINK (e.g. h0-s0: at h0's end) to capture-LINK.pcap "
+                                               "and write flows.csv (testbed only)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result document as JSON instead of the table."),
 ) -> None:
     """Sweep collectives over sizes and print an nccl-tests table; writes a run directory (docs/reports.md)."""
     from genie.cli.progress import bench_progress
     from genie.engine import bench as service
     from genie.report import sweep
+    from genie.report.capture import capture_link
     from genie.report.manifest import RunRecorder
     from genie.report.sweep_recorder import SweepRecorder
 
@@ -152,18 +170,22 @@ def bench(
               "warmup_iters": warmup_iters, "iterations": iters, "verify": verify}
     with _target(topology, testbed, loopback, ranks) as target:
         service.build_job(request, len(target.placements))  # validate before anything starts
+        capture_end = _capture_end(target, capture)
         meta = {"target": target.name, "ranks": len(target.placements), "verify": verify, "iterations": iters,
                 "warmup": warmup_iters}
         with RunRecorder("bench", out=out, inputs=target.inputs,
-                         params={**config, "algorithm": algorithm, "chunks": chunks, "steps": steps}) as run:
+                         params={**config, "algorithm": algorithm, "chunks": chunks, "steps": steps,
+                                 **({"capture": capture} if capture else {})}) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
             files = SweepRecorder(run, meta)
-            with _observe(run, target, sample_ms) as observer, bench_progress() as bar:
+            with capture_link(run, capture_end) as capturing, _observe(run, target, sample_ms) as observer, \
+                    bench_progress() as bar:
                 outcome = service.run_bench(request, target.placements, on_pids=target.on_pids,
                                             progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)))
             doc = files.finish(outcome, config=config, devices=_devices(target), steps=steps)
             links = observer.observation.summary() if observer else None
-            run.set_summary({"cases": len(outcome.stats), **(links or {})})
+            run.set_summary({"cases": len(outcome.stats), **(links or {}),
+                             **(capturing.result.summary() if capturing else {})})
     rate = (target.topology or {}).get("link_rate_bps")
     summary = sweep.end_summary(outcome.stats, run.run_dir, duration_s=run.manifest.duration_s,
                                 link_rate_bps=rate, links=links)
@@ -173,6 +195,7 @@ def bench(
     else:
         typer.echo(sweep.format_table(outcome.stats))
         typer.echo(summary)
+    _echo_capture(capturing, err=as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -23,12 +23,16 @@ def replay(
     timeout: float = typer.Option(60.0, "--timeout", help="Per-op timeout in seconds."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-replay)."),
     sample_ms: int = typer.Option(200, "--sample-ms", help="Link counter sampling period on a testbed (0: off)."),
+    capture: Optional[str] = typer.Option(None, "--capture", metavar="LINK",
+                                          help="Record link LINK (e.g. h0-s0: at h0's end) to capture-LINK.pcap "
+                                               "and write flows.csv (testbed only)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result document as JSON instead of the table."),
 ) -> None:
     """Replay TRACE: compute waited out, communication sent for real; writes a run directory (docs/reports.md)."""
-    from genie.cli.bench_cmd import _observe, _target
+    from genie.cli.bench_cmd import _capture_end, _echo_capture, _observe, _target
     from genie.cli.progress import count_progress
     from genie.engine.replay import ReplayRequest, check_fits, run_replay
+    from genie.report.capture import capture_link
     from genie.report.manifest import RunRecorder, input_digest
     from genie.report.replay import end_summary, format_summary, replay_files
     from genie.workloads.analysis import check
@@ -43,10 +47,13 @@ def replay(
     digest = input_digest(trace, "trace")
     with _target(topology, testbed, loopback, None if not loopback else ranks) as target:
         check_fits(loaded, target.placements, source=str(trace))
-        params = {"iterations": iterations, "warmup": warmup, "npus": npus, "ranks": ranks}
+        capture_end = _capture_end(target, capture)
+        params = {"iterations": iterations, "warmup": warmup, "npus": npus, "ranks": ranks,
+                  **({"capture": capture} if capture else {})}
         with RunRecorder("replay", out=out, inputs=(digest, *target.inputs), params=params) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
-            with _observe(run, target, sample_ms) as observer, count_progress("replay", "iteration") as progress:
+            with capture_link(run, capture_end) as capturing, _observe(run, target, sample_ms) as observer, \
+                    count_progress("replay", "iteration") as progress:
                 outcome = run_replay(loaded, target.placements, request, source=str(trace), on_pids=target.on_pids,
                                      progress=progress)
             doc, files = replay_files(outcome, {"trace": str(trace), "target": target.name, "ranks": ranks,
@@ -54,7 +61,8 @@ def replay(
             for name, text in files.items():
                 run.write(name, text)
             links = observer.observation.summary() if observer else None
-            run.set_summary({"iteration_median_ns": doc["iteration_median_ns"], **(links or {})})
+            run.set_summary({"iteration_median_ns": doc["iteration_median_ns"], **(links or {}),
+                             **(capturing.result.summary() if capturing else {})})
     summary = end_summary(doc, run.run_dir, links)
     if as_json:
         typer.echo(json.dumps({"run_dir": str(run.run_dir), "status": run.status.value, **doc}, indent=2))
@@ -62,6 +70,7 @@ def replay(
     else:
         typer.echo(format_summary(outcome))
         typer.echo(summary)
+    _echo_capture(capturing, err=as_json)
 
 
 def register(app: typer.Typer) -> None:

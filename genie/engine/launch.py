@@ -14,7 +14,7 @@ from typing import Protocol
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
@@ -42,7 +42,7 @@ class NamespaceLauncher:
         full = argv if placement.netns is None else ["ip", "netns", "exec", placement.netns, *argv]
         with open(log_path, "wb") as log:
             return subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    preexec_fn=_die_with_parent, close_fds=True)
+                                    preexec_fn=die_with_parent, close_fds=True)
 
 
 def stop_processes(procs: list[subprocess.Popen], grace_s: float = 2.0) -> None:
