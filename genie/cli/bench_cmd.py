@@ -61,7 +61,8 @@ def _target(topology: Optional[Path], testbed: Optional[str], loopback: bool, ra
 
     chosen = sum(x is not None and x is not False for x in (topology, testbed, loopback or None))
     if chosen != 1:
-        raise InputError("give exactly one of --topology FILE, --testbed NAME, --loopback", path="bench")
+        raise InputError("give exactly one of --topology FILE, --testbed NAME, --loopback "
+                         "(or --inventory FILE with --launcher mpi)", path="bench")
     if loopback:
         yield Target(bench.loopback_placements(ranks or 2), None, "loopback")
         return
@@ -145,9 +146,23 @@ def bench(
     capture: Optional[str] = typer.Option(None, "--capture", metavar="LINK",
                                           help="Record link LINK (e.g. h0-s0: at h0's end) to capture-LINK.pcap "
                                                "and write flows.csv (testbed only)."),
+    launcher: str = typer.Option("local", "--launcher",
+                                 help="Who starts the ranks: local (genie) or mpi (MPICH's mpiexec; docs/mpi.md)."),
+    transport: str = typer.Option("tcp", "--transport",
+                                  help="Data over genie's TCP engine (tcp) or MPI point-to-point (mpi; needs "
+                                       "--launcher mpi)."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory",
+                                             help="Run on the real hosts of this inventory (docs/inventory.md; "
+                                                  "needs --launcher mpi)."),
+    mpiexec: Optional[Path] = typer.Option(None, "--mpiexec", help="MPICH's mpiexec (default: beside python, "
+                                                                    "then PATH)."),
+    port_range: Optional[str] = typer.Option(None, "--port-range",
+                                             help="Ports of rank listeners and MPI, LOW-HIGH (default: "
+                                                  "$GENIE_PORT_RANGE, else any)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result document as JSON instead of the table."),
 ) -> None:
     """Sweep collectives over sizes and print an nccl-tests table; writes a run directory (docs/reports.md)."""
+    from genie.cli.launch_options import launch_meta, launch_target, other_target, resolve_launch
     from genie.cli.progress import bench_progress
     from genie.engine import bench as service
     from genie.report import sweep
@@ -168,20 +183,26 @@ def bench(
         raise InputError("must be >= 0", path="--sample-ms")
     config = {"min_bytes": request.min_bytes, "max_bytes": request.max_bytes, "step_factor": stepfactor,
               "warmup_iters": warmup_iters, "iterations": iters, "verify": verify}
-    with _target(topology, testbed, loopback, ranks) as target:
+    choice = resolve_launch(launcher, transport, inventory, mpiexec, ranks=ranks, port_range=port_range,
+                            other_target=other_target(topology, testbed, loopback))
+    with launch_target(choice, inventory, lambda: _target(topology, testbed, loopback, ranks)) as target:
         service.build_job(request, len(target.placements))  # validate before anything starts
         capture_end = _capture_end(target, capture)
         meta = {"target": target.name, "ranks": len(target.placements), "verify": verify, "iterations": iters,
                 "warmup": warmup_iters}
         with RunRecorder("bench", out=out, inputs=target.inputs,
                          params={**config, "algorithm": algorithm, "chunks": chunks, "steps": steps,
+                                 "launcher": launcher, "transport": transport,
                                  **({"capture": capture} if capture else {})}) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
             files = SweepRecorder(run, meta)
             with capture_link(run, capture_end) as capturing, _observe(run, target, sample_ms) as observer, \
                     bench_progress() as bar:
                 outcome = service.run_bench(request, target.placements, on_pids=target.on_pids,
-                                            progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)))
+                                            progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)),
+                                            sessions=choice.sessions)
+            if choice.sessions is not None:
+                run.write("launch.json", json.dumps(launch_meta(launcher, transport, choice), indent=2))
             doc = files.finish(outcome, config=config, devices=_devices(target), steps=steps)
             links = observer.observation.summary() if observer else None
             run.set_summary({"cases": len(outcome.stats), **(links or {}),

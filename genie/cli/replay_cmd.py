@@ -26,10 +26,21 @@ def replay(
     capture: Optional[str] = typer.Option(None, "--capture", metavar="LINK",
                                           help="Record link LINK (e.g. h0-s0: at h0's end) to capture-LINK.pcap "
                                                "and write flows.csv (testbed only)."),
+    launcher: str = typer.Option("local", "--launcher",
+                                 help="Who starts the ranks: local (genie) or mpi (MPICH's mpiexec; docs/mpi.md)."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory",
+                                             help="Run on the real hosts of this inventory (docs/inventory.md; "
+                                                  "needs --launcher mpi)."),
+    mpiexec: Optional[Path] = typer.Option(None, "--mpiexec", help="MPICH's mpiexec (default: beside python, "
+                                                                    "then PATH)."),
+    port_range: Optional[str] = typer.Option(None, "--port-range",
+                                             help="Ports of rank listeners and MPI, LOW-HIGH (default: "
+                                                  "$GENIE_PORT_RANGE, else any)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result document as JSON instead of the table."),
 ) -> None:
     """Replay TRACE: compute waited out, communication sent for real; writes a run directory (docs/reports.md)."""
     from genie.cli.bench_cmd import _capture_end, _echo_capture, _observe, _target
+    from genie.cli.launch_options import launch_meta, launch_target, other_target, resolve_launch
     from genie.cli.progress import count_progress
     from genie.engine.replay import ReplayRequest, check_fits, run_replay
     from genie.report.capture import capture_link
@@ -45,17 +56,22 @@ def replay(
     request = ReplayRequest(iterations=iterations, warmup=warmup, timeout_s=timeout)
     ranks = loaded.num_ranks
     digest = input_digest(trace, "trace")
-    with _target(topology, testbed, loopback, None if not loopback else ranks) as target:
+    choice = resolve_launch(launcher, "tcp", inventory, mpiexec, port_range=port_range, replay=True,
+                            other_target=other_target(topology, testbed, loopback))
+    with launch_target(choice, inventory,
+                       lambda: _target(topology, testbed, loopback, None if not loopback else ranks)) as target:
         check_fits(loaded, target.placements, source=str(trace))
         capture_end = _capture_end(target, capture)
-        params = {"iterations": iterations, "warmup": warmup, "npus": npus, "ranks": ranks,
+        params = {"iterations": iterations, "warmup": warmup, "npus": npus, "ranks": ranks, "launcher": launcher,
                   **({"capture": capture} if capture else {})}
         with RunRecorder("replay", out=out, inputs=(digest, *target.inputs), params=params) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
             with capture_link(run, capture_end) as capturing, _observe(run, target, sample_ms) as observer, \
                     count_progress("replay", "iteration") as progress:
                 outcome = run_replay(loaded, target.placements, request, source=str(trace), on_pids=target.on_pids,
-                                     progress=progress)
+                                     progress=progress, sessions=choice.sessions)
+            if choice.sessions is not None:
+                run.write("launch.json", json.dumps(launch_meta(launcher, "tcp", choice), indent=2))
             doc, files = replay_files(outcome, {"trace": str(trace), "target": target.name, "ranks": ranks,
                                                 "iterations": iterations, "warmup": warmup})
             for name, text in files.items():

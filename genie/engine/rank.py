@@ -14,12 +14,22 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from genie.core.errors import RunFailure
 from genie.engine.control import ControlClosed, recv_message, send_message
 from genie.engine.jobs import BenchJob, bench_job_from_json
 from genie.engine.transport import SocketTransport, Transport, connect_mesh, listen_socket
+
+
+class Control(Protocol):
+    """What the job runners need from a control plane: the orchestrator's unix socket (`ControlChannel`) or MPI
+    (`genie.engine.mpi.control.MpiControl`)."""
+
+    def send(self, message: dict[str, Any]) -> None: ...
+
+    def barrier(self) -> int:
+        """Wait for every rank and a common start time; return it on this rank's monotonic clock (ns)."""
 
 
 class ControlChannel:
@@ -52,7 +62,7 @@ def job_peers(job: BenchJob, rank: int) -> frozenset[int]:
     return frozenset(peers)
 
 
-def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: ControlChannel) -> None:
+def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Control) -> None:
     """For each case: barrier, warmup, barrier, timed iterations; report per-iteration start/end (ns)."""
     from genie.collectives.registry import build_schedule
     from genie.engine.executor import run_schedule
@@ -84,7 +94,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
                       "steps": steps})
 
 
-def run_replay_job(job: dict[str, Any], program, sockets, control: ControlChannel) -> None:
+def run_replay_job(job: dict[str, Any], program, sockets, control: Control) -> None:
     """Walk the program `warmup + iterations` times, each after a barrier; report each timed iteration."""
     from genie.engine.walker import ProgramWalker
 
@@ -124,6 +134,36 @@ class _Verifier:
                              f"({self.op.algorithm.value}): {problem}")
 
 
+def run_job_over_tcp(job_doc: dict[str, Any], rank: int, listener: socket.socket,
+                     addresses: dict[int, tuple[str, int]], control: Control, sockets: dict, *,
+                     connect_timeout_s: float = 30.0, socket_buffer_bytes: int | None = None,
+                     spin_s: float = 0.0) -> SocketTransport | None:
+    """Connect to the peers the job needs (one TCP connection per (channel, peer)), close `listener`, run the
+    job (bench or replay). The connections land in `sockets`, and the bench transport is returned: the caller
+    closes them (also on failure) once every rank is done."""
+    if job_doc["kind"] == "replay":
+        from genie.engine.program import program_from_json
+
+        program = program_from_json(job_doc["program"])
+        links = program.links
+    else:
+        job = bench_job_from_json(job_doc)
+        links = frozenset((0, peer) for peer in job_peers(job, rank))
+    sockets.update(connect_mesh(rank, listener, addresses, links, timeout_s=connect_timeout_s,
+                                buffer_bytes=socket_buffer_bytes))
+    listener.close()
+    if job_doc["kind"] == "replay":
+        run_replay_job(job_doc, program, sockets, control)
+        return None
+    transport = SocketTransport(rank, {peer: sock for (_, peer), sock in sockets.items()}, spin_s=spin_s)
+    try:
+        run_bench_job(job, rank, transport, control)
+    except BaseException:
+        transport.close()
+        raise
+    return transport
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="genie-rank")
     parser.add_argument("--control", required=True)
@@ -142,26 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         listener = listen_socket(args.address, args.world)
         control.send({"type": "hello", "rank": args.rank, "port": listener.getsockname()[1], "pid": os.getpid()})
         setup = recv_message(ctrl_sock)
-        job_doc = setup["job"]
         addresses = {int(r): (a, int(p)) for r, (a, p) in setup["addresses"].items()}
-        if job_doc["kind"] == "replay":
-            from genie.engine.program import program_from_json
-
-            program = program_from_json(job_doc["program"])
-            links = program.links
-        else:
-            job = bench_job_from_json(job_doc)
-            links = frozenset((0, peer) for peer in job_peers(job, args.rank))
-        sockets = connect_mesh(args.rank, listener, addresses, links,
-                               timeout_s=float(setup.get("connect_timeout_s", 30.0)),
-                               buffer_bytes=setup.get("socket_buffer_bytes"))
-        listener.close()
-        if job_doc["kind"] == "replay":
-            run_replay_job(job_doc, program, sockets, control)
-        else:
-            transport = SocketTransport(args.rank, {peer: sock for (_, peer), sock in sockets.items()},
-                                        spin_s=float(setup.get("spin_s", 0.0)))
-            run_bench_job(job, args.rank, transport, control)
+        transport = run_job_over_tcp(setup["job"], args.rank, listener, addresses, control, sockets,
+                                     connect_timeout_s=float(setup.get("connect_timeout_s", 30.0)),
+                                     socket_buffer_bytes=setup.get("socket_buffer_bytes"),
+                                     spin_s=float(setup.get("spin_s", 0.0)))
         control.send({"type": "done", "rank": args.rank})
         recv_message(ctrl_sock)  # "exit": every rank is done, connections may close
         return 0

@@ -1,0 +1,108 @@
+"""`--launcher`, `--transport`, `--inventory`, `--mpiexec`, `--port-range` of `genie bench` and `genie replay`:
+turned into the placements (real hosts) and the session factory the bench/replay services take. Parsing and
+checks only: every problem is an InputError naming the option (exit code 2 in the CLI)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Mapping, NamedTuple
+
+from genie.core.errors import InputError
+from genie.engine.launch import RankPlacement
+from genie.engine.session import SessionFactory
+
+LAUNCHERS = ("local", "mpi")
+TRANSPORTS = ("tcp", "mpi")
+
+
+class LaunchChoice(NamedTuple):
+    """`placements`: the inventory's ranks for a real-host run, None when the run's placements come from
+    --topology/--testbed/--loopback. `sessions`: None for genie's own local launch (the default)."""
+
+    placements: list[RankPlacement] | None
+    sessions: SessionFactory | None
+
+
+def resolve_launch(launcher: str, transport: str, inventory: Path | None, mpiexec: Path | None, *,
+                   ranks: int | None = None, port_range: str | None = None, replay: bool = False,
+                   other_target: str | None = None,
+                   environ: Mapping[str, str] = os.environ) -> LaunchChoice:
+    """Check the launch options together and build what they ask for.
+
+    `other_target` names a --topology/--testbed/--loopback option also given (it excludes --inventory);
+    `port_range` falls back to $GENIE_PORT_RANGE; `replay` refuses --transport mpi (bench only)."""
+    from genie.engine.mpi.plan import PORT_RANGE_ENV, parse_port_range
+
+    launcher = (launcher or "local").strip().lower()
+    transport = (transport or "tcp").strip().lower()
+    if launcher not in LAUNCHERS:
+        raise InputError(f"expected one of {', '.join(LAUNCHERS)}, got {launcher!r}", path="--launcher")
+    if transport not in TRANSPORTS:
+        raise InputError(f"expected one of {', '.join(TRANSPORTS)}, got {transport!r}", path="--transport")
+    if launcher != "mpi":
+        for given, option, what in ((transport == "mpi", "--transport", "MPI point-to-point needs"),
+                                    (inventory is not None, "--inventory", "real hosts need"),
+                                    (mpiexec is not None, "--mpiexec", "an mpiexec needs"),
+                                    (port_range is not None, "--port-range", "a port range needs")):
+            if given:
+                raise InputError(f"{what} --launcher mpi", path=option)
+        return LaunchChoice(None, None)
+    if transport == "mpi" and replay:
+        raise InputError("MPI point-to-point runs bench sweeps only; replay moves its data with --transport tcp",
+                         path="--transport")
+    if inventory is not None and other_target:
+        raise InputError(f"give either --inventory or {other_target}, not both", path="--inventory")
+    ports_text = port_range if port_range is not None else environ.get(PORT_RANGE_ENV) or None
+    ports = parse_port_range(ports_text, path="--port-range" if port_range is not None else PORT_RANGE_ENV) \
+        if ports_text else None
+
+    from genie.engine.mpi import MpiLaunch, MpiSessions, find_mpiexec, mpi4py_available
+    from genie.engine.mpi.discover import INSTALL_HINT
+
+    exe = find_mpiexec(mpiexec)
+    if not mpi4py_available():
+        raise InputError(f"mpi4py is not installed for this Python; {INSTALL_HINT}", path="--launcher")
+    placements = None
+    inv = None
+    if inventory is not None:
+        from genie.engine.bench import placements_for
+        from genie.inventory import inventory_to_testbed_info, load_inventory_file
+
+        inv = load_inventory_file(inventory)
+        placements = placements_for(inventory_to_testbed_info(inv), ranks)
+    return LaunchChoice(placements, MpiSessions(MpiLaunch(mpiexec=exe, transport=transport, inventory=inv,
+                                                          port_range=ports)))
+
+
+def other_target(topology: Path | None, testbed: str | None, loopback: bool) -> str | None:
+    """The --topology/--testbed/--loopback option given, if any (for `resolve_launch`'s `other_target`)."""
+    for option, value in (("--topology", topology), ("--testbed", testbed), ("--loopback", loopback or None)):
+        if value is not None:
+            return option
+    return None
+
+
+def launch_target(choice: LaunchChoice, inventory: Path | None,
+                  testbed_target: Callable[[], ContextManager[Any]]) -> ContextManager[Any]:
+    """What `genie bench`/`genie replay` enter for their `Target`: the inventory's hosts for a real-host run
+    (no testbed, no PIDs to register: the ranks run on other machines; the inventory's digest as input),
+    else `testbed_target()` (their --topology/--testbed/--loopback context, `bench_cmd._target`)."""
+    if choice.placements is None:
+        return testbed_target()
+    from genie.cli.bench_cmd import Target
+    from genie.report.manifest import input_digest
+
+    name = f"inventory {inventory}"
+    return contextlib.nullcontext(Target(choice.placements, None, name, None,
+                                         (input_digest(inventory, "inventory"),), "none", None))
+
+
+def launch_meta(launcher: str, transport: str, choice: LaunchChoice) -> dict[str, Any]:
+    """For the run directory's metadata: how the ranks were started and, for MPI, the clock offsets."""
+    meta: dict[str, Any] = {"launcher": launcher, "transport": transport}
+    offsets = getattr(choice.sessions, "clock_offsets", None)
+    if offsets is not None:
+        meta["clock_offsets"] = offsets
+    return meta

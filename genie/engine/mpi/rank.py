@@ -1,0 +1,232 @@
+"""The rank program under MPI: ``python -m genie.engine.mpi.rank --map-json MAP --transport tcp|mpi``, started
+by mpiexec (through the trampoline on namespace testbeds). See docs/mpi.md.
+
+Life of a rank:
+1. before MPI starts: find its place in the launch map (the launcher's rank variable), choose its listen
+   address (the placement's, or on a real host the inventory's traffic address), and point MPICH's TCP
+   netmod at the interface holding it (FI_TCP_IFACE / UCX_NET_DEVICES, unless set);
+2. MPI_Init (importing mpi4py), check the world size against the map;
+3. rank 0 reads the job from stdin and scatters it; clock offsets against rank 0 (ping-pongs);
+4. ``--transport tcp``: a listener (in ``--port-range`` if given), addresses allgathered, genie's TCP mesh;
+   ``--transport mpi``: MPI point-to-point on a duplicate of COMM_WORLD;
+5. the job runs with `genie.engine.rank`'s runners and an `MpiControl` (barriers with a common start time,
+   results gathered to rank 0, which writes them to the orchestrator line by line);
+6. any failure: one ``@genie-mpi-error`` line on stderr naming the rank and its host, then MPI_Abort (hydra
+   stops every rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+from genie.core.errors import EnvironmentProblem, GenieError, RunFailure
+from genie.engine.launch import die_with_parent
+from genie.engine.mpi.plan import ERROR_MARKER, LaunchMap, Transport, parse_port_range, port_candidates
+from genie.engine.mpi.trampoline import RANK_VARIABLES, launcher_rank
+
+def boot_id() -> str:
+    """Identifies the running kernel, hence the CLOCK_MONOTONIC this process reads."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return f"unknown-{os.getpid()}"
+
+
+def choose_address(launch: LaunchMap, rank: int, local: list[tuple[str, str]]) -> tuple[str, str]:
+    """(listen address, interface holding it) of `rank` on this machine."""
+    from genie.engine.mpi.netif import interface_of
+    from genie.inventory.placement import traffic_address
+
+    host = launch.host_of(rank)
+    if host.interface is not None or host.subnet is not None:
+        address = traffic_address(host.inventory_host(), local)
+    else:
+        address = launch.addresses[rank]
+    iface = interface_of(address, local)
+    if iface is None:
+        seen = ", ".join(f"{name} {cidr}" for name, cidr in local) or "none"
+        raise EnvironmentProblem(f"address {address} is not on this machine (it has: {seen})")
+    return address, iface
+
+
+def point_mpi_at(iface: str, env: dict[str, str] | Any = os.environ) -> None:
+    """Keep MPICH's own traffic on the interface genie listens on (the user's settings win)."""
+    env.setdefault("FI_TCP_IFACE", iface)
+    env.setdefault("UCX_NET_DEVICES", iface)
+
+
+def failure_message(rank: int | None, host: str | None, exc: BaseException) -> str:
+    """One line naming the rank and its host: ``rank 3 on host h3: ...``."""
+    detail = str(exc) if isinstance(exc, GenieError) else f"{type(exc).__name__}: {exc}"
+    detail = " ".join(detail.split())
+    who = "a rank" if rank is None else f"rank {rank}"
+    for prefix in (f"rank {rank}: ", f"host {host}: "):
+        if rank is not None and detail.startswith(prefix):
+            detail = detail[len(prefix):]
+    where = f" on host {host}" if host else ""
+    return f"{who}{where}: {detail}"[:2000]
+
+
+def report_failure(message: str, rank: int | None) -> None:
+    line = ERROR_MARKER + json.dumps({"rank": rank, "message": message}) + "\n"
+    try:
+        os.write(2, line.encode())
+    except OSError:
+        pass
+
+
+class _Rank:
+    """One rank's run, with the state its failure report needs."""
+
+    def __init__(self, args: argparse.Namespace, outbox_fd: int) -> None:
+        self.args = args
+        self.launch = LaunchMap.from_json(json.loads(args.map_json))
+        self.outbox_fd = outbox_fd
+        self.rank: int | None = launcher_rank(os.environ)
+        self.host: str | None = None
+        self.comm: Any = None
+        self.listener: Any = None
+        self.transport: Any = None
+        self.sockets: dict = {}
+
+    def prepare(self) -> tuple[str, str]:
+        from genie.engine.mpi.netif import local_ipv4_addresses
+
+        if self.rank is None:
+            raise EnvironmentProblem(f"no rank from the MPI launcher (none of {', '.join(RANK_VARIABLES)} "
+                                     "is set): start it with MPICH's mpiexec")
+        if self.rank >= self.launch.world:
+            raise RunFailure(f"the MPI launcher started more ranks than the run needs ({self.launch.world})")
+        self.host = self.launch.host_of(self.rank).name
+        address, iface = choose_address(self.launch, self.rank, local_ipv4_addresses())
+        point_mpi_at(iface)
+        if self.args.transport == Transport.TCP:  # before MPI_Init, so MPI's own listeners walk around it
+            self.listener = self._listen(address)
+        return address, iface
+
+    def _listen(self, address: str):
+        from genie.engine.mpi.netif import listen_in_range
+
+        ports = parse_port_range(self.args.port_range) if self.args.port_range else None
+        candidates = port_candidates(ports, self.launch.local_rank(self.rank)) if ports else None
+        try:
+            return listen_in_range(address, self.launch.world, candidates)
+        except EnvironmentProblem as exc:
+            where = f" in {self.args.port_range}" if ports else ""
+            raise EnvironmentProblem(f"cannot listen on {address}{where}: {exc}") from None
+
+    def run(self) -> int:
+        address, iface = self.prepare()
+        from mpi4py import MPI  # MPI_Init happens here, with the environment set above
+
+        comm = self.comm = MPI.COMM_WORLD
+        rank, world = comm.Get_rank(), comm.Get_size()
+        if world != self.launch.world:
+            raise RunFailure(f"mpiexec started {world} ranks but the run needs {self.launch.world} "
+                             "(one per placement)")
+        if rank != self.rank:
+            raise RunFailure(f"MPI rank {rank} differs from the launcher's rank {self.rank}")
+        return self._job(comm, address, iface)
+
+    def _job(self, comm: Any, address: str, iface: str) -> int:
+        from genie.engine.mpi.clocksync import barrier_lead_ns
+        from genie.engine.mpi.control import MpiControl, Outbox, measure_clock_offsets, receive_job
+
+        rank, world = self.rank, self.launch.world
+        outbox = Outbox(self.outbox_fd) if rank == 0 else None
+        boots = comm.allgather(boot_id())
+        envelope = receive_job(outbox, sys.stdin.buffer) if rank == 0 else None
+        settings = comm.bcast({**{k: v for k, v in envelope.items() if k not in ("job", "jobs")},
+                               "per_rank": "jobs" in envelope} if rank == 0 else None, root=0)
+        if settings["per_rank"]:  # replay: one program per rank
+            job_doc = comm.scatter([envelope["jobs"][str(r)] for r in range(world)] if rank == 0 else None,
+                                   root=0)
+        else:
+            job_doc = comm.bcast(envelope["job"] if rank == 0 else None, root=0)
+        offsets = measure_clock_offsets(comm, int(self.args.clock_rounds), [b == boots[0] for b in boots])
+        applied = comm.scatter([o.applied_ns for o in offsets] if rank == 0 else None, root=0)
+        lead_ns = barrier_lead_ns(world, [o.rtt_ns for o in offsets]) if rank == 0 else 0
+        if outbox:
+            outbox.emit({"type": "clock", "offsets": [o.to_json() for o in offsets]})
+
+        transport = self.args.transport
+        if transport == Transport.MPI and job_doc["kind"] != "bench":
+            raise RunFailure("--transport mpi runs bench jobs only; replay uses --transport tcp")
+        listener = self.listener
+        port = listener.getsockname()[1] if listener is not None else None
+        started = comm.gather({"rank": rank, "host": self.host, "pid": os.getpid(), "address": address,
+                               "port": port, "iface": iface, "boot_id": boots[rank]}, root=0)
+        if outbox:
+            outbox.emit({"type": "started", "ranks": started})
+        control = MpiControl(comm, rank, offset_ns=int(applied), lead_ns=lead_ns,
+                             emit=outbox.emit if outbox else None)
+        if transport == Transport.TCP:
+            from genie.engine.rank import run_job_over_tcp
+
+            book = comm.allgather((address, port))
+            self.transport = run_job_over_tcp(
+                job_doc, rank, listener, {r: (a, int(p)) for r, (a, p) in enumerate(book)}, control, self.sockets,
+                connect_timeout_s=float(settings.get("connect_timeout_s", 30.0)),
+                socket_buffer_bytes=settings.get("socket_buffer_bytes"), spin_s=float(settings.get("spin_s", 0.0)))
+        else:
+            from genie.engine.jobs import bench_job_from_json
+            from genie.engine.mpi.transport import MpiTransport
+            from genie.engine.rank import run_bench_job
+
+            data_comm = comm.Dup()
+            mpi_transport = MpiTransport(data_comm, rank)
+            try:
+                run_bench_job(bench_job_from_json(job_doc), rank, mpi_transport, control)
+            finally:
+                mpi_transport.close()
+                data_comm.Free()
+        comm.Barrier()
+        if outbox:
+            outbox.emit({"type": "done"})
+        return 0
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+        for sock in self.sockets.values():
+            sock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="genie-mpi-rank")
+    parser.add_argument("--map-json", required=True)
+    parser.add_argument("--transport", choices=Transport.ALL, default=Transport.TCP)
+    parser.add_argument("--port-range", default=None)
+    parser.add_argument("--clock-rounds", type=int, default=8)
+    args = parser.parse_args(argv)
+    die_with_parent()  # an orphaned rank never outlives its launcher (hydra's proxy)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # rank 0's stdout carries the marker lines alone: keep it aside, send fd 1 (print, C libraries) to stderr
+    outbox_fd = os.dup(1)
+    os.dup2(2, 1)
+    state = _Rank(args, outbox_fd)
+    try:
+        return state.run()
+    except SystemExit:
+        raise
+    except BaseException as exc:  # reported with rank and host, then every rank is stopped
+        report_failure(failure_message(state.rank, state.host, exc), state.rank)
+        if state.comm is not None:
+            state.close()
+            state.comm.Abort(1)
+        return 1
+    finally:
+        state.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

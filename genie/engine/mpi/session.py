@@ -1,0 +1,380 @@
+"""`MpiSession`: a `Session` whose ranks mpiexec (MPICH's hydra) starts — in the namespaces of a testbed on
+this machine (through the trampoline) or on the real hosts of an inventory (through a hostfile and ssh).
+
+The orchestrator talks only to mpiexec's standard streams: rank 0 writes ``@genie-mpi {json}`` lines on
+stdout (job requests, clock offsets, the ranks' places, gathered case results, done) and reads the job,
+chunk by chunk, from stdin; every rank's failure arrives as an ``@genie-mpi-error`` line on stderr. Whatever
+happens, mpiexec and every process under it are stopped by PID before `run` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from genie.core.errors import RunFailure
+from genie.engine.launch import RankPlacement
+from genie.engine.mpi import plan
+from genie.engine.mpi.control import encode_job
+from genie.engine.mpi.processes import Proc, descendants, identify, stop_tree
+from genie.engine.session import SessionOptions, SessionResult
+from genie.inventory.model import Inventory
+
+_PR_SET_PDEATHSIG = 1
+_HYDRA_TRACE = re.compile(r"^\[(mpiexec|proxy:[^\]]*)@[^\]]*\] ")
+_BANNER_PID = re.compile(r"^=\s+PID (\d+) RUNNING AT (\S+)")
+_EXIT_STRING = re.compile(r"EXIT STRING: (.+)$")
+_ERROR_GRACE_S = 1.0
+
+
+def _term_with_parent() -> None:  # in mpiexec between fork and exec: SIGTERM lets hydra stop its ranks
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+@dataclass(frozen=True)
+class MpiLaunch:
+    """How to start ranks with MPI, whatever the job: the mpiexec to run, the data transport, the inventory of
+    a real-host run (None: placements on this machine), the ports rank listeners take, extra mpiexec
+    arguments, and a prefix to run mpiexec under (``ip netns exec NS`` — tests emulate real hosts so)."""
+
+    mpiexec: Path
+    transport: str = plan.Transport.TCP
+    inventory: Inventory | None = None
+    port_range: range | None = None
+    extra_args: tuple[str, ...] = ()
+    command_prefix: tuple[str, ...] = ()
+    python: str = sys.executable
+    clock_rounds: int = 8
+    startup_timeout_s: float = 60.0
+    connect_timeout_s: float = 30.0
+
+
+@dataclass
+class _Run:
+    lines_err: list[str] = field(default_factory=list)
+    first_error: str | None = None
+    done: bool = False
+    started: bool = False
+    dead_pid: int | None = None  # hydra's "BAD TERMINATION" banner: the process that ended the run
+    exit_string: str | None = None
+    error_at: float | None = None
+    error_ranks: set = field(default_factory=set)  # ranks that reported an error themselves
+    first_dead: int | None = None  # the first rank on this machine seen exiting (pidfd)
+    selector: Any = None
+    pidfds: dict = field(default_factory=dict)  # fd -> rank
+
+
+class MpiSession:
+    """One job on `placements`, launched by mpiexec. After `run`: `clock_offsets` (per rank, as rank 0
+    measured them) and `ranks` (each rank's host, pid, listen address, port and interface)."""
+
+    def __init__(self, placements: list[RankPlacement], options: SessionOptions, launch: MpiLaunch) -> None:
+        self.placements = sorted(placements, key=lambda p: p.rank)
+        self.options = options
+        self.launch = launch
+        self.clock_offsets: list[dict[str, Any]] = []
+        self.ranks: list[dict[str, Any]] = []
+        self.mpiexec_pid: int | None = None
+        self.log_path: Path | None = None
+        self._known: list[Proc] = []
+
+    def command(self, workdir: Path) -> list[str]:
+        """mpiexec's argv for this session (files it names are written into `workdir`)."""
+        launch = self.launch
+        lmap = plan.launch_map(self.placements, launch.inventory)
+        rank_cmd = plan.rank_argv(launch.python, lmap, transport=launch.transport, port_range=launch.port_range,
+                                  clock_rounds=launch.clock_rounds)
+        command = rank_cmd
+        if lmap.namespaced:
+            map_path = workdir / "map.json"
+            map_path.write_text(lmap.dumps())
+            command = plan.trampoline_argv(launch.python, map_path, rank_cmd)
+        hostfile_path = None
+        if launch.inventory is not None:
+            hostfile_path = workdir / "hostfile"
+            hostfile_path.write_text(plan.mpi_hostfile(lmap))
+        return [*launch.command_prefix, *plan.mpiexec_argv(launch.mpiexec, lmap.world, command,
+                                                           hostfile_path=hostfile_path, extra=launch.extra_args)]
+
+    def run(self, job: dict[str, Any] | Callable[[int], dict[str, Any]],
+            on_case: Callable[[int, dict[int, dict[str, Any]]], None] | None = None) -> SessionResult:
+        envelope: dict[str, Any] = {"socket_buffer_bytes": self.options.socket_buffer_bytes,
+                                    "spin_s": self.options.spin_s,
+                                    "connect_timeout_s": self.launch.connect_timeout_s}
+        if callable(job):
+            envelope["jobs"] = {str(p.rank): job(p.rank) for p in self.placements}
+        else:
+            envelope["job"] = job
+        chunks = encode_job(envelope)
+        workdir = Path(tempfile.mkdtemp(prefix="genie-mpi-"))
+        self.log_path = workdir / "mpiexec.log"
+        proc: subprocess.Popen | None = None
+        try:
+            argv = self.command(workdir)
+            env = plan.launch_env(os.environ, port_range=self.launch.port_range,
+                                  real_hosts=self.launch.inventory is not None)
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        env=env, preexec_fn=_term_with_parent, close_fds=True)
+            except OSError as exc:
+                raise RunFailure(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+            self.mpiexec_pid = proc.pid
+            if self.options.on_pids:
+                self.options.on_pids([proc.pid])
+            return self._serve(proc, chunks, on_case)
+        finally:
+            if proc is not None:
+                stop_tree(proc, self._known)
+                for stream in (proc.stdin, proc.stdout, proc.stderr):
+                    try:
+                        stream.close()
+                    except (OSError, ValueError):
+                        pass
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    # -- the streams ---------------------------------------------------------------------------------------
+
+    def _serve(self, proc: subprocess.Popen, chunks: list[str],
+               on_case: Callable[[int, dict[int, dict[str, Any]]], None] | None) -> SessionResult:
+        result = SessionResult()
+        state = _Run()
+        sel = state.selector = selectors.DefaultSelector()
+        buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+        for stream in buffers:
+            os.set_blocking(stream.fileno(), False)
+            sel.register(stream, selectors.EVENT_READ)
+        last = time.monotonic()
+        open_streams = 2
+        try:
+            with open(self.log_path, "ab") as log:
+                while open_streams:
+                    if state.first_error is not None:
+                        # a rank's error ends the run; a moment more shows whether hydra names another rank
+                        # that died without a word (the error may only be a peer seeing it go)
+                        if state.error_at is None:
+                            state.error_at = time.monotonic()
+                        elif time.monotonic() - state.error_at > _ERROR_GRACE_S:
+                            break
+                    limit = self.launch.startup_timeout_s if not state.started else self.options.idle_timeout_s
+                    if time.monotonic() - last > limit:
+                        raise RunFailure(self._timeout_message(state, limit))
+                    for key, _ in sel.select(timeout=0.1 if state.first_error else 0.5):
+                        stream = key.fileobj
+                        if key.data is not None:  # a local rank's pidfd: it exited
+                            self._rank_exited(state, stream)
+                            continue
+                        data = os.read(stream.fileno(), 1 << 16)
+                        if not data:
+                            sel.unregister(stream)
+                            open_streams -= 1
+                            continue
+                        last = time.monotonic()
+                        buf = buffers[stream]
+                        if b"\n" not in data:  # a long line (gathered records) arrives in many reads
+                            buf += data
+                            continue
+                        buf += data
+                        *lines, rest = buf.split(b"\n")
+                        buffers[stream] = bytearray(rest)
+                        for raw in lines:
+                            log.write(raw + b"\n")
+                            line = raw.decode(errors="replace")
+                            if stream is proc.stdout:
+                                self._on_stdout(line, proc, chunks, state, result, on_case)
+                            else:
+                                self._on_stderr(line, state)
+                    log.flush()
+                if not state.done and state.pidfds:  # which rank went first, if mpiexec went quicker than that
+                    for key, _ in sel.select(timeout=0.3):
+                        if key.data is not None:
+                            self._rank_exited(state, key.fileobj)
+        finally:
+            sel.close()
+            for fd in state.pidfds:
+                os.close(fd)
+        if state.first_error:
+            silent = self._silent_death(state)
+            raise RunFailure(silent or state.first_error)
+        try:
+            code = proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        if not state.done or code != 0:
+            raise RunFailure(self._exit_message(code, state))
+        return result
+
+    def _on_stdout(self, line: str, proc: subprocess.Popen, chunks: list[str], state: _Run, result: SessionResult,
+                   on_case) -> None:
+        if not line.startswith(plan.MARKER):
+            self._note(line, state)  # hydra writes its banners on stdout
+            return
+        msg = json.loads(line[len(plan.MARKER):])
+        kind = msg.get("type")
+        if kind == "need":
+            index = int(msg["chunk"])
+            text = chunks[index] if index < len(chunks) else ""
+            try:
+                proc.stdin.write(text.encode() + b"\n")
+                proc.stdin.flush()
+                if index >= len(chunks):
+                    proc.stdin.close()
+            except (BrokenPipeError, ValueError):
+                pass  # mpiexec is going away; its exit tells why
+        elif kind == "clock":
+            self.clock_offsets = list(msg["offsets"])
+        elif kind == "started":
+            state.started = True
+            self.ranks = list(msg["ranks"])
+            self._remember_local_ranks(proc, state)
+        elif kind == "gathered":
+            for m in msg["messages"]:
+                if m.get("type") != "case_result":
+                    continue
+                per_rank = result.case_results.setdefault(int(m["case"]), {})
+                per_rank[int(m["rank"])] = m
+                if on_case and len(per_rank) == len(self.placements):
+                    on_case(int(m["case"]), per_rank)
+        elif kind == "done":
+            state.done = True
+
+    def _on_stderr(self, line: str, state: _Run) -> None:
+        marker = line.find(plan.ERROR_MARKER)
+        if marker >= 0:
+            try:
+                message = json.loads(line[marker + len(plan.ERROR_MARKER):])["message"]
+            except (ValueError, KeyError, TypeError):
+                message = line[marker + len(plan.ERROR_MARKER):]
+            if state.first_error is None:
+                state.first_error = message
+            try:
+                state.error_ranks.add(json.loads(line[marker + len(plan.ERROR_MARKER):])["rank"])
+            except (ValueError, KeyError, TypeError):
+                pass
+            return
+        self._note(line, state)
+
+    @staticmethod
+    def _note(line: str, state: _Run) -> None:
+        """Keep the line for error messages; remember what hydra's termination banner says."""
+        banner = _BANNER_PID.match(line)
+        if banner and state.dead_pid is None:
+            state.dead_pid = int(banner.group(1))
+        exit_string = _EXIT_STRING.search(line)
+        if exit_string and state.exit_string is None:
+            state.exit_string = exit_string.group(1).strip()
+        if line.strip():
+            state.lines_err.append(line.strip())
+            del state.lines_err[:-40]
+
+    def _remember_local_ranks(self, proc: subprocess.Popen, state: _Run) -> None:
+        """Ranks on this machine (same kernel) are registered and remembered by PID, with mpiexec's tree, and
+        watched (pidfd) so that a rank dying without a word is named — hydra kills the others at once, and its
+        own banner may name any of them."""
+        from genie.engine.mpi.rank import boot_id
+
+        here = boot_id()
+        local = {int(r["pid"]): int(r["rank"]) for r in self.ranks if r.get("boot_id") == here}
+        self._known = descendants(proc.pid)
+        self._known += [p for p in (identify(pid) for pid in local) if p is not None and p not in self._known]
+        for pid, rank in local.items():
+            try:
+                fd = os.pidfd_open(pid)
+            except (OSError, AttributeError):
+                continue
+            state.pidfds[fd] = rank
+            state.selector.register(fd, selectors.EVENT_READ, rank)
+        if self.options.on_pids and local:
+            self.options.on_pids(list(local))
+
+    @staticmethod
+    def _rank_exited(state: _Run, fd: int) -> None:
+        state.selector.unregister(fd)
+        if state.first_dead is None and not state.done:
+            state.first_dead = state.pidfds[fd]
+
+    # -- messages ------------------------------------------------------------------------------------------
+
+    def _tail(self, state: _Run, lines: int = 3) -> str:
+        """The last lines that say something: hydra's own stack of '[mpiexec@host] file.c:line' lines and
+        MPICH's '====' banners only when nothing else was written."""
+        text = [line for line in state.lines_err if not line.startswith("=")]
+        useful = [line for line in text if not _HYDRA_TRACE.match(line)] or text
+        return " | ".join(useful[-lines:])
+
+    def _hosts_in(self, state: _Run) -> list[str]:
+        text = "\n".join(state.lines_err)
+        hosts = []
+        inventory = self.launch.inventory
+        if inventory is not None:
+            for h in inventory.hosts:
+                if h.address in text and h.name not in hosts:
+                    hosts.append(f"host {h.name} ({h.address})")
+        return hosts
+
+    def _silent_death(self, state: _Run) -> str | None:
+        """'rank R on host H died during the run (...)' when hydra's banner names a rank that reported nothing
+        (killed, out of memory): that rank, not a peer that saw its connection close, ended the run."""
+        if state.first_dead is not None:  # seen here: exact
+            dead = next(r for r in self.ranks if r["rank"] == state.first_dead)
+        else:  # on another machine: hydra's banner
+            dead = next((r for r in self.ranks if state.dead_pid is not None and r.get("pid") == state.dead_pid),
+                        None)
+        if dead is None or dead["rank"] in state.error_ranks:
+            return None
+        how = state.exit_string or "no error reported: killed, or crashed"
+        return f"rank {dead['rank']} on host {dead['host']} died during the run ({how})"
+
+    def _exit_message(self, code: int | None, state: _Run) -> str:
+        silent = self._silent_death(state)
+        if silent:
+            return silent
+        status = "did not exit" if code is None else f"exited with code {code}"
+        phase = "after the run" if state.done else ("during the run" if state.started else
+                                                     "before the ranks started")
+        hosts = self._hosts_in(state)
+        where = f" ({', '.join(hosts)})" if hosts else ""
+        tail = self._tail(state)
+        return f"mpiexec {status} {phase}{where}" + (f": {tail}" if tail else "")
+
+    def _timeout_message(self, state: _Run, limit: float) -> str:
+        if not state.started:
+            hosts = self._hosts_in(state)
+            where = f" ({', '.join(hosts)})" if hosts else ""
+            tail = self._tail(state)
+            return (f"the MPI ranks did not start within {limit:g} s{where}"
+                    + (f": {tail}" if tail else ""))
+        return f"no progress from the MPI ranks for {limit:g} s"
+
+
+class MpiSessions:
+    """A `SessionFactory` of `MpiSession`s with one `MpiLaunch`; keeps the sessions it made, so a caller can
+    report the last run's clock offsets (`clock_offsets`)."""
+
+    def __init__(self, launch: MpiLaunch) -> None:
+        self.launch = launch
+        self.sessions: list[MpiSession] = []
+
+    def __call__(self, placements: list[RankPlacement], options: SessionOptions) -> MpiSession:
+        session = MpiSession(placements, options, self.launch)
+        self.sessions.append(session)
+        return session
+
+    @property
+    def clock_offsets(self) -> list[dict[str, Any]]:
+        return self.sessions[-1].clock_offsets if self.sessions else []
