@@ -89,7 +89,12 @@ def test_replay_of_a_trace_on_the_testbed(testbed):
     assert all(len(rr.records) == len(trace.ranks[rr.rank].nodes) for rr in it.ranks)
 
 
+def _temporary_namespaces() -> set[str]:
+    return {n for n in (os.listdir(NETNS_DIR) if os.path.isdir(NETNS_DIR) else []) if n.startswith("genie-tmp")}
+
+
 def test_cli_bench_with_topology_brings_up_and_tears_down(tmp_path):
+    before = _temporary_namespaces()
     out = tmp_path / "run"
     env = {**os.environ, STATE_DIR_ENV: str(tmp_path / "state")}
     proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", "--topology",
@@ -99,5 +104,4 @@ def test_cli_bench_with_topology_brings_up_and_tears_down(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "# all_to_all, 4 ranks" in proc.stdout
     assert (out / "sweep.csv").read_text().count("\n") == 1 + 2 * 2
-    assert not [n for n in (os.listdir(NETNS_DIR) if os.path.isdir(NETNS_DIR) else []) if "tmp" in n
-                and str(proc.pid) in n]
+    assert _temporary_namespaces() <= before  # the --topology testbed is gone

@@ -13,6 +13,7 @@ from genie.core.schedule import CollectiveOp
 from genie.core.testbed import TestbedInfo
 from genie.engine.bench import DTYPE_BYTES, placements_for
 from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
+from genie.engine.launch import RankPlacement
 from genie.engine.session import SessionFactory, SessionOptions, local_sessions
 from genie.measure.diagnose import Diagnosis, PairMeasurement, diagnose
 from genie.measure.metrics import case_stats, iteration_times_ns
@@ -39,6 +40,26 @@ def run_diagnose(info: TestbedInfo, request: DiagnoseRequest = DiagnoseRequest()
     if len(first) < 2:
         raise InputError(f"testbed {info.name} has {len(first)} host(s): diagnosis needs at least 2")
     pairs = list(itertools.permutations(first, 2))
+    measurements = _measure(pairs, first, placements, request, sessions, on_pids, progress)
+    result = diagnose(info.topology, measurements)
+    suspect = [(v.measurement.src, v.measurement.dst) for v in result.pairs if v.flagged]
+    if suspect:
+        # confirm: measure the flagged pairs again and keep each pair's better result, so a stall of the
+        # machine during one pair's test is not reported as a network fault (a real fault shows twice)
+        again = _measure(suspect, first, placements, request, sessions, on_pids, None)
+        for pair, m in again.items():
+            old = measurements[pair]
+            measurements[pair] = PairMeasurement(m.src, m.dst, min(old.latency_us, m.latency_us),
+                                                 max(old.bandwidth_GBps, m.bandwidth_GBps))
+        result = diagnose(info.topology, measurements)
+    return result
+
+
+def _measure(pairs: list[tuple[str, str]], first: dict[str, RankPlacement], placements: list[RankPlacement],
+             request: DiagnoseRequest, sessions: SessionFactory | None,
+             on_pids: Callable[[list[int]], None] | None, progress: Callable[[int, int], None] | None,
+             ) -> dict[tuple[str, str], PairMeasurement]:
+    """One job: per pair a latency case and a bandwidth case, run on every rank of the testbed."""
     cases = []
     for src, dst in pairs:
         group = tuple(sorted((first[src].rank, first[dst].rank)))
@@ -70,4 +91,4 @@ def run_diagnose(info: TestbedInfo, request: DiagnoseRequest = DiagnoseRequest()
         latency_us, bulk_us = medians_us[2 * k], medians_us[2 * k + 1]
         size = job.cases[2 * k + 1].op.size_bytes
         measurements[(src, dst)] = PairMeasurement(src, dst, latency_us, size / (bulk_us * 1e3))
-    return diagnose(info.topology, measurements)
+    return measurements
