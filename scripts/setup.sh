@@ -14,6 +14,7 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv python3-pip)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v tc >/dev/null 2>&1 || missing+=(iproute2)
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)  # NFQUEUE rules of the userspace link emulator
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing system packages: ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

@@ -244,7 +244,7 @@ def test_delay_without_netem_is_refused_before_anything_is_built(state_dir: Path
     topology = tmp_path / "delayed.yaml"
     topology.write_text("name: delayed\nhosts: [{prefix: h, count: 2}]\n"
                         "links: [{endpoints: [h0, h1], bandwidth: 1gbit, delay: 100us}]\n")
-    assert main(["testbed", "up", str(topology), "--name", f"{RUN}-delay"]) == 2
+    assert main(["testbed", "up", str(topology), "--name", f"{RUN}-delay", "--shaper", "netem"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "links[0]" in err and "sch_netem" in err
     assert _ours() == [] and not record_path(f"{RUN}-delay").exists()

@@ -102,3 +102,75 @@ def run(
                             remote_memory_configuration, comm_group=comm_group_configuration)
     typer.echo(done.stdout, nl=False)
     typer.echo(_summary(done.result, write_estimate_csv(done.result, out)), err=True)
+
+
+@app.command()
+def export(
+    trace: Path = typer.Argument(..., help="Trace: Chakra ET prefix or directory, genie JSON/YAML, PARAM dir, "
+                                           "ASTRA-sim text (with --npus)."),
+    out: Path = typer.Argument(..., help="Output directory for the ASTRA-sim input set."),
+    topology: Path = typer.Option(..., "--topology", help="genie topology the trace runs on (mapped to ASTRA-sim "
+                                                          "dimensions)."),
+    network: Optional[Path] = typer.Option(None, "--network",
+                                           help="Calibration (calibration.json or its run directory) or a "
+                                                "network.yml; default: the topology's link rates and delays."),
+    npus: Optional[int] = typer.Option(None, "--npus", help="Ranks for an ASTRA-sim text workload."),
+    name: str = typer.Option("workload", "--name", help="ET file prefix: OUT/workload/<name>.<rank>.et."),
+    algorithm: list[str] = typer.Option([], "--algorithm",
+                                        help="COLLECTIVE=ALGORITHM (e.g. all_reduce=ring); default: the trace's "
+                                             "hints, else ring (direct for all_to_all)."),
+    splits: int = typer.Option(1, "--splits", help="preferred-dataset-splits."),
+    endpoint_delay: Optional[int] = typer.Option(None, "--endpoint-delay",
+                                                 help="endpoint-delay in ns (default: calibrated, else 10)."),
+) -> None:
+    """Write the ASTRA-sim input set: per-rank ETs, system.json, network.yml, remote_memory.json, comm groups."""
+    from dataclasses import replace
+
+    from genie.core.collective import Algorithm, Collective
+    from genie.core.errors import InputError
+    from genie.topology import load_topology_file
+    from genie.workloads.analysis import check
+    from genie.workloads.loader import load_trace
+
+    from astra_adapter.calibrate import calibrated_network, scaled_trace
+    from astra_adapter.calibration_io import load_calibration
+    from astra_adapter.config import load_network
+    from astra_adapter.export import SystemParams, export_astra
+    from astra_adapter.mapping import map_topology
+
+    if splits < 1:
+        raise InputError("must be >= 1", path="--splits")
+    chosen = []
+    for item in algorithm:
+        coll, _, alg = item.partition("=")
+        try:
+            chosen.append((Collective.parse(coll), Algorithm.parse(alg)))
+        except ValueError as exc:
+            raise InputError(f"{exc} (expected COLLECTIVE=ALGORITHM)", path="--algorithm") from None
+    mapping = map_topology(load_topology_file(topology), source=str(topology))
+    params = SystemParams(preferred_dataset_splits=splits, algorithms=tuple(chosen))
+    net, calibration = None, None
+    if network is not None:
+        if network.suffix in (".yml", ".yaml"):
+            net = load_network(network)
+        else:
+            calibration = load_calibration(network)
+            net, notes = calibrated_network(mapping, calibration)
+            params = calibration.system_params(params)
+            for note in notes:
+                typer.echo(f"# note: {note}")
+    if endpoint_delay is not None:
+        params = replace(params, endpoint_delay_ns=endpoint_delay)
+    loaded = load_trace(trace, npus=npus)
+    check(loaded, source=str(trace))
+    if calibration is not None and calibration.size_factors:
+        loaded = scaled_trace(loaded, calibration)
+        typer.echo("# note: comm_size scaled by the calibration's size factors: "
+                   + ", ".join(f"{c.value} x{f:.3f}" for c, f in calibration.size_factors))
+    done = export_astra(loaded, mapping, out, network=net, params=params, name=name)
+    dims = " x ".join(f"{d.topology.value}({d.npus_count})" for d in done.network.dims)
+    typer.echo(f"wrote {len(done.files)} files to {out}: {loaded.num_ranks} ranks on {dims}"
+               + (f", {len(done.renaming.names)} groups renumbered" if done.renaming.names else ""))
+    for note in done.notes:
+        typer.echo(f"# note: {note}")
+    typer.echo(f"# run: {out / 'cmd.sh'}")

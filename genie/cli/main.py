@@ -26,7 +26,7 @@ _SUBAPPS = (
     ("report_cmd", "report"),
 )
 # modules whose `register(app)` adds top-level commands (bench, replay, ...)
-_COMMAND_MODULES = ("bench_cmd", "replay_cmd", "diagnose_cmd")
+_COMMAND_MODULES = ("bench_cmd", "replay_cmd", "diagnose_cmd", "estimate_cmd")
 
 
 def _version_callback(value: bool) -> None:

@@ -1,4 +1,4 @@
-"""`genie testbed up|down|status|list`: parse, call genie.testbed.service, print."""
+"""`genie testbed up|down|status|list|verify`: parse, call genie.testbed.service (or verify_run), print."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from genie.core.units import format_rate
 from genie.testbed import service
 from genie.testbed.plan import describe_plan
 from genie.testbed.service import DownReport
+from genie.testbed.steps import ShaperChoice
 
 app = typer.Typer(help="Emulated testbeds: network namespaces, veth links, bridges, routes and tc shaping.",
                   no_args_is_help=True)
@@ -23,13 +24,16 @@ def up_command(
     file: Path = typer.Argument(..., help="Topology YAML file (see docs/topology.md)."),
     name: Optional[str] = typer.Option(None, "--name", help="Testbed name (default: the file's stem)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing."),
+    shaper: ShaperChoice = typer.Option(ShaperChoice.AUTO, "--shaper", case_sensitive=False,
+                                        help="How delay, jitter and loss are made: netem (sch_netem), userspace "
+                                             "(NFQUEUE link emulator), or auto (netem where the kernel has it)."),
 ) -> None:
     """Build the topology as namespaces, veths, bridges, routes and qdiscs."""
     from genie.topology import load_topology_file
 
     topology = load_topology_file(file)
     testbed = name if name is not None else file.stem
-    result = service.up(topology, name=testbed, source=file, dry_run=dry_run)
+    result = service.up(topology, name=testbed, source=file, dry_run=dry_run, shaper=shaper)
     if isinstance(result, TestbedInfo):
         _print_up(result)
         return
@@ -79,6 +83,49 @@ def status_command(name: str = typer.Argument(..., help="Testbed name.")) -> Non
             typer.echo("  ".join(parts))
         for route in ns.routes:
             typer.echo(f"    route {route.destination} {' | '.join(route.nexthops)}")
+    for emulator in state.emulators:
+        stats = emulator.stats or {}
+        counts = (f"accepted {stats.get('accepted', '?')} dropped {stats.get('dropped', '?')} "
+                  f"held {stats.get('held', '?')}, late median {stats.get('late_median_us', '?')}us")
+        typer.echo(f"link emulator {emulator.netns} pid {emulator.pid}: "
+                   f"{'running' if emulator.running else 'NOT RUNNING'}; {counts}")
+        for stage, stage_counts in sorted((stats.get("stages") or {}).items()):
+            typer.echo(f"    {stage}: " + " ".join(f"{k} {v}" for k, v in stage_counts.items()))
+
+
+@app.command("verify")
+def verify_command(
+    name: str = typer.Argument(..., help="Testbed to measure."),
+    csv_path: Path = typer.Option(Path("links_verify.csv"), "--csv", help="Where to write the table as CSV."),
+    seconds: float = typer.Option(2.0, "--seconds", min=0.5, help="Measured seconds of each TCP flow."),
+    loss_probes: int = typer.Option(5000, "--loss-probes", min=100, help="UDP probes per direction for loss."),
+    rtt_probes: int = typer.Option(200, "--rtt-probes", min=10, help="UDP echo probes for the round trip."),
+    pair: Optional[list[str]] = typer.Option(None, "--pair", help="Measure this host pair only, e.g. h0,h1 "
+                                                                  "(repeatable; default: pairs covering every link)."),
+) -> None:
+    """Measure RTT, throughput and loss of every link (end to end between hosts) against its configuration."""
+    from genie.testbed.verify import Status, format_table, write_verify_csv_file
+    from genie.testbed.verify_run import VerifySettings, verify_testbed
+
+    pairs = None
+    if pair:
+        pairs = []
+        for text in pair:
+            hosts = [part.strip() for part in text.split(",")]
+            if len(hosts) != 2 or not all(hosts):
+                raise InputError(f"expected two hosts such as h0,h1, got {text!r}", path="--pair")
+            pairs.append((hosts[0], hosts[1]))
+    settings = VerifySettings(bulk_seconds=seconds, rtt_probes=rtt_probes, loss_probes=loss_probes)
+    rows = verify_testbed(name, settings, pairs=pairs, progress=lambda line: typer.echo(line, err=True))
+    for line in format_table(rows):
+        typer.echo(line)
+    path = write_verify_csv_file(rows, csv_path)
+    failed = [row for row in rows if row.status is Status.FAIL]
+    ceilings = [row for row in rows if row.status is Status.CEILING]
+    typer.echo(f"wrote {path}: {len(rows)} measurements, {len(failed)} failed, {len(ceilings)} at this machine's "
+               "ceiling")
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command("list")

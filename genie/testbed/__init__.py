@@ -3,24 +3,29 @@
 Public API (the pyroute2 backend itself lives in `genie.testbed.netlink`, the only module importing pyroute2):
 
 * `plan_testbed(topology, name, *, netem_available, shaper)` -> list of steps, each with `describe()`
-* `up`, `down`, `down_all`, `status`, `list_testbeds`, `load_info`, `register_pids`, `temporary_testbed`
-* `Backend`, `FakeBackend`, `apply_plan`, `undo_steps`; `signals_raise`, `signals_deferred`
+* `up(..., shaper=ShaperChoice.AUTO)`, `down`, `down_all`, `status`, `list_testbeds`, `load_info`,
+  `register_pids`, `temporary_testbed`, `resolve_shaper`
+* `Backend`, `FakeBackend`, `TestbedBackend`, `apply_plan`, `undo_steps`; `signals_raise`, `signals_deferred`
+* link emulation without sch_netem: `genie.testbed.userspace` (plan), `genie.testbed.emulators` (processes),
+  `genie.linkemu` (the emulator); measuring links: `genie.testbed.verify` (pure), `genie.testbed.verify_run`
 """
 
-from genie.testbed.backend import Backend, FakeBackend, StepFailed, apply_plan, undo_steps
+from genie.testbed.backend import Backend, FakeBackend, StepFailed, TestbedBackend, apply_plan, undo_steps
 from genie.testbed.lifecycle import Terminated, signals_deferred, signals_raise
 from genie.testbed.plan import TestbedPlan, build_plan, describe_plan, plan_testbed
-from genie.testbed.service import (down, down_all, list_testbeds, load_info, register_pids, status,
-                                   temporary_testbed, up)
-from genie.testbed.steps import PlanStep, Shaper
+from genie.testbed.service import (down, down_all, list_testbeds, load_info, register_pids, resolve_shaper,
+                                   status, temporary_testbed, up)
+from genie.testbed.steps import PlanStep, Shaper, ShaperChoice
 
 __all__ = [
     "Backend",
     "FakeBackend",
     "PlanStep",
     "Shaper",
+    "ShaperChoice",
     "StepFailed",
     "Terminated",
+    "TestbedBackend",
     "TestbedPlan",
     "apply_plan",
     "build_plan",
@@ -31,6 +36,7 @@ __all__ = [
     "load_info",
     "plan_testbed",
     "register_pids",
+    "resolve_shaper",
     "signals_deferred",
     "signals_raise",
     "status",

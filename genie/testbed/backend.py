@@ -13,7 +13,7 @@ from typing import Protocol
 
 from genie.core.errors import EnvironmentProblem, GenieError
 from genie.testbed.lifecycle import signals_deferred
-from genie.testbed.steps import PlanStep
+from genie.testbed.steps import USERSPACE_STEP_TYPES, PlanStep
 
 
 class Backend(Protocol):
@@ -57,6 +57,25 @@ class FakeBackend:
     @property
     def undone(self) -> list[PlanStep]:
         return [step for kind, step in self.calls if kind == "undo"]
+
+
+@dataclass
+class TestbedBackend:
+    """Netlink steps to ``netlink``, the userspace shaper's steps (queue rules, emulators) to ``userspace``."""
+
+    __test__ = False  # not a pytest test class
+
+    netlink: Backend
+    userspace: Backend
+
+    def _for(self, step: PlanStep) -> Backend:
+        return self.userspace if isinstance(step, USERSPACE_STEP_TYPES) else self.netlink
+
+    def apply(self, step: PlanStep) -> None:
+        self._for(step).apply(step)
+
+    def undo(self, step: PlanStep) -> None:
+        self._for(step).undo(step)
 
 
 def apply_plan(backend: Backend, steps: Sequence[PlanStep], *,

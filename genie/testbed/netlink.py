@@ -183,8 +183,12 @@ class NetlinkBackend:
             case AddBridge(netns=name, ifname=ifname):
                 self._ipr(name).link("add", ifname=ifname, kind="bridge")
             case CreateVethPair():
-                self._ipr(step.netns_a).link("add", ifname=step.ifname_a, kind="veth",
-                                             peer={"ifname": step.ifname_b, "net_ns_fd": step.netns_b})
+                peer: dict[str, Any] = {"ifname": step.ifname_b, "net_ns_fd": step.netns_b}
+                mac: dict[str, Any] = {}
+                if step.mac_a and step.mac_b:
+                    peer["address"] = step.mac_b
+                    mac["address"] = step.mac_a
+                self._ipr(step.netns_a).link("add", ifname=step.ifname_a, kind="veth", peer=peer, **mac)
                 for name, ifname in ((step.netns_a, step.ifname_a), (step.netns_b, step.ifname_b)):
                     self._ipr(name).link("set", index=self._index(name, ifname), mtu=step.mtu_bytes)
             case EnslaveLink(netns=name, ifname=ifname, bridge=bridge):

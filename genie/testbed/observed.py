@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from genie.core.testbed import LinkEnd
 
@@ -55,3 +56,13 @@ class NamespaceStatus:
     interfaces: tuple[InterfaceStatus, ...] = ()
     routes: tuple[RouteStatus, ...] = ()
     pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EmulatorStatus:
+    """A link emulator of a testbed: its process and its last written counters (None before the first)."""
+
+    netns: str
+    pid: int
+    running: bool
+    stats: dict[str, Any] | None = None

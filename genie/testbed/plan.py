@@ -8,7 +8,10 @@ Order of the plan:
 3. per link: the veth pair, then for each end its bridge port or address, its qdiscs, and up;
 4. static routes: every host and router gets a /32 route to every host it is not directly attached to, with
    every equal-cost next hop (ECMP multipath). Hosts' routes carry their rank address as preferred source. No
-   default routes.
+   default routes;
+5. where links have delays: larger TCP buffer maxima in hosts whose longest round trip needs them;
+6. with the USERSPACE shaper: per receiving namespace its link emulator, then its NFQUEUE rules
+   (`genie.testbed.userspace`; veths then get fixed MACs, by which emulators tell senders apart).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from genie.testbed.layout import (BRIDGE_IFNAME, NETNS_PREFIX, Segment, SegmentK
 from genie.testbed.shaping import check_delay_emulation, shaper_summary, shaping_steps
 from genie.testbed.steps import (AddAddress, AddBridge, AddRoute, CreateNetns, CreateVethPair, EnslaveLink, NextHop,
                                  PlanStep, SetLinkUp, SetSysctl, Shaper)
+from genie.testbed.userspace import tcp_buffer_steps, userspace_steps, veth_macs
 from genie.topology.routing import shortest_paths_next_hops
 from genie.topology.validation import validate_topology
 
@@ -61,6 +65,7 @@ def build_plan(topology: Topology, name: str, *, netem_available: bool, shaper: 
                               link_path=f"links[{index}]", source=source)
     layout = plan_layout(topology, name)
     routing = _plan_routes(layout)
+    emulation = userspace_steps(layout) if shaper is Shaper.USERSPACE else []
     steps: list[PlanStep] = []
     for node in topology.node_names():
         steps.extend(_namespace_steps(layout, node, routing))
@@ -69,8 +74,10 @@ def build_plan(topology: Topology, name: str, *, netem_available: bool, shaper: 
             netns = layout.netns_of(switch.name)
             steps += [AddBridge(netns, BRIDGE_IFNAME), SetLinkUp(netns, BRIDGE_IFNAME)]
     for index, link in enumerate(topology.links):
-        steps.extend(_link_steps(layout, index, link))
+        steps.extend(_link_steps(layout, index, link, shaper, fixed_macs=bool(emulation)))
     steps.extend(routing.routes)
+    steps.extend(tcp_buffer_steps(layout))
+    steps.extend(emulation)
     return TestbedPlan(_testbed_info(layout, steps), tuple(steps))
 
 
@@ -102,17 +109,19 @@ def _namespace_steps(layout: TestbedLayout, node: str, routing: _Routing) -> lis
     return steps
 
 
-def _link_steps(layout: TestbedLayout, index: int, link: Link) -> list[PlanStep]:
+def _link_steps(layout: TestbedLayout, index: int, link: Link, shaper: Shaper, *,
+                fixed_macs: bool) -> list[PlanStep]:
     end_a, end_b = layout.ends[2 * index], layout.ends[2 * index + 1]
+    mac_a, mac_b = veth_macs(index) if fixed_macs else (None, None)
     steps: list[PlanStep] = [CreateVethPair(end_a.netns, end_a.ifname, end_b.netns, end_b.ifname,
-                                            link.shape.mtu_bytes)]
+                                            link.shape.mtu_bytes, mac_a, mac_b)]
     for end in (end_a, end_b):
         if end.bridge is not None:
             steps.append(EnslaveLink(end.netns, end.ifname, end.bridge))
         else:
             assert end.address is not None and end.prefix_len is not None
             steps.append(AddAddress(end.netns, end.ifname, end.address, end.prefix_len))
-        steps.extend(shaping_steps(end.netns, end.ifname, link.shape))
+        steps.extend(shaping_steps(end.netns, end.ifname, link.shape, shaper))
         steps.append(SetLinkUp(end.netns, end.ifname))
     return steps
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +22,16 @@ from types import ModuleType
 from genie.core.errors import EnvironmentProblem, GenieError
 from genie.core.testbed import TestbedInfo
 from genie.core.topology import Topology
-from genie.testbed.backend import apply_plan, undo_steps
+from genie.testbed.backend import TestbedBackend, apply_plan, undo_steps
+from genie.testbed.emulators import (EmulatorBackend, EmulatorProcess, end_emulators, is_running,
+                                     reap_children, remove_emulator_files, stats_path, userspace_problem)
 from genie.testbed.layout import NETNS_DIR, check_testbed_name
 from genie.testbed.lifecycle import process_start_ticks, signals_deferred, signals_raise, terminate_pids
-from genie.testbed.observed import NamespaceStatus
+from genie.testbed.observed import EmulatorStatus, NamespaceStatus
 from genie.testbed.plan import build_plan
 from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, record_names,
-                                 save_record)
-from genie.testbed.steps import CreateNetns, PlanStep, Shaper
+                                 save_record, state_dir)
+from genie.testbed.steps import CreateNetns, PlanStep, Shaper, ShaperChoice
 
 CAP_NET_ADMIN_BIT = 12
 KILL_GRACE_S = 1.0
@@ -53,6 +56,8 @@ class TestbedStatus:
     source: str | None
     complete: bool
     namespaces: tuple[NamespaceStatus, ...]
+    shaper: Shaper = Shaper.KERNEL
+    emulators: tuple[EmulatorStatus, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,44 +83,79 @@ def require_net_admin() -> None:
         raise EnvironmentProblem("needs CAP_NET_ADMIN: run as root")
 
 
+def resolve_shaper(topology: Topology, choice: ShaperChoice | Shaper, *,
+                   netem_available: Callable[[], bool]) -> Shaper:
+    """The shaper a testbed of `topology` uses. AUTO takes netem when `netem_available()` (probed only when a
+    link needs delay emulation), otherwise the userspace emulator; a topology without delay/jitter/loss needs
+    neither (KERNEL, unless USERSPACE was asked for)."""
+    if isinstance(choice, Shaper):
+        choice = ShaperChoice.NETEM if choice is Shaper.KERNEL else ShaperChoice.USERSPACE
+    if choice is ShaperChoice.USERSPACE:
+        return Shaper.USERSPACE
+    needs_emulation = any(link.shape.needs_delay_emulation for link in topology.links)
+    if choice is ShaperChoice.NETEM or not needs_emulation:
+        return Shaper.KERNEL
+    return Shaper.KERNEL if netem_available() else Shaper.USERSPACE
+
+
 def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None = None, dry_run: bool = False,
-       shaper: Shaper = Shaper.KERNEL, refuse_same_source: bool = True) -> TestbedInfo | list[PlanStep]:
+       shaper: ShaperChoice | Shaper = ShaperChoice.AUTO,
+       refuse_same_source: bool = True) -> TestbedInfo | list[PlanStep]:
     """Build `topology` as testbed `name` and return its TestbedInfo; with `dry_run` return the plan instead
-    (without root it assumes sch_netem is present). `source` is the topology file: a second `up` of the same
-    file is refused unless `refuse_same_source` is False (temporary testbeds)."""
+    (without root it assumes sch_netem is present). `shaper` picks how delay/jitter/loss are made: netem,
+    the userspace emulator, or AUTO (netem where the kernel has it). `source` is the topology file: a second
+    `up` of the same file is refused unless `refuse_same_source` is False (temporary testbeds)."""
     check_testbed_name(name)
     source_text = str(source) if source is not None else None
     needs_netem = any(link.shape.needs_delay_emulation for link in topology.links)
     if dry_run:
-        netem = _probe_netem() if needs_netem and has_net_admin() else True
-        return list(build_plan(topology, name, netem_available=netem, shaper=shaper, source=source_text).steps)
+        probe = has_net_admin()
+        resolved = resolve_shaper(topology, shaper, netem_available=_probe_netem if probe else lambda: True)
+        netem = _probe_netem() if needs_netem and probe and resolved is Shaper.KERNEL else True
+        return list(build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text).steps)
     require_net_admin()
     source_path = str(Path(source).resolve()) if source is not None else None
     _refuse_duplicate(name, source_path if refuse_same_source else None)
-    netem = _probe_netem() if needs_netem and shaper is Shaper.KERNEL else True
-    plan = build_plan(topology, name, netem_available=netem, shaper=shaper, source=source_text)
+    resolved = resolve_shaper(topology, shaper, netem_available=_probe_netem)
+    if resolved is Shaper.USERSPACE and needs_netem and (problem := userspace_problem()):
+        raise EnvironmentProblem(problem)
+    netem = _probe_netem() if needs_netem and resolved is Shaper.KERNEL else True
+    plan = build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text)
     netlink = _netlink()
-    record = TestbedRecord(plan.info, plan.steps, applied_count=0, complete=False, shaper=shaper,
+    record = TestbedRecord(plan.info, plan.steps, applied_count=0, complete=False, shaper=resolved,
                            owner_pid=os.getpid(), source=source_path, source_digest=_digest(source_path))
     busy = [ns for ns in record.namespaces if netlink.netns_exists(ns)]
     if busy:
         raise GenieError(f"namespace {busy[0]} already exists (another testbed?); choose another --name or run "
                          "`genie testbed down --all`")
+    progress = {"applied": 0}
+    emulators: list[tuple[str, int, int | None]] = []
+
+    def current(**changes: object) -> TestbedRecord:
+        return dataclasses.replace(record, applied_count=progress["applied"], emulators=tuple(emulators),
+                                   **changes)  # type: ignore[arg-type]
 
     def before_step(index: int) -> None:
+        progress["applied"] = index + 1
         if isinstance(plan.steps[index], CreateNetns):  # all else lives inside namespaces recorded here
-            save_record(dataclasses.replace(record, applied_count=index + 1))
+            save_record(current())
+
+    def on_started(process: EmulatorProcess) -> None:  # recorded before the emulator is waited for
+        emulators.append((process.netns, process.pid, process.start_ticks))
+        save_record(current())
 
     created = False
     try:
-        with signals_raise() as guard, netlink.NetlinkBackend() as backend:
+        with signals_raise() as guard, netlink.NetlinkBackend() as netlink_backend:
+            backend = TestbedBackend(netlink_backend, EmulatorBackend(name, on_started=on_started))
             with signals_deferred():
                 create_record(record)  # exclusive: loses cleanly against a concurrent `up` of the same name
                 created = True
             apply_plan(backend, plan.steps, before_step=before_step, check_interrupt=guard.check)
             try:
                 with signals_deferred():
-                    save_record(dataclasses.replace(record, applied_count=len(plan.steps), complete=True))
+                    progress["applied"] = len(plan.steps)
+                    save_record(current(complete=True))
             except BaseException:  # interrupted at the very end: nothing may stay half-recorded
                 with signals_deferred():
                     undo_steps(backend, plan.steps)
@@ -123,7 +163,9 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
     except BaseException:
         if created:
             with signals_deferred():
+                end_emulators([EmulatorProcess(*e) for e in emulators])
                 delete_record(name)
+                remove_emulator_files(name)
         raise
     return plan.info
 
@@ -163,6 +205,11 @@ def down_all() -> DownReport:
             netlink.remove_namespace(netns)
         for name in unreadable:
             delete_record(name)
+        recorded = set(record_names())
+        leftovers = state_dir() / "emulators"
+        for directory in sorted(leftovers.iterdir()) if leftovers.is_dir() else []:
+            if directory.name not in recorded:
+                remove_emulator_files(directory.name)
     return DownReport(tuple(torn), tuple(orphans), tuple(pids))
 
 
@@ -171,7 +218,16 @@ def status(name: str) -> TestbedStatus:
     record = load_record(name)
     require_net_admin()
     namespaces = tuple(_netlink().inspect_namespace(ns) for ns in record.namespaces)
-    return TestbedStatus(record.info, record.source, record.complete, namespaces)
+    emulators = tuple(_emulator_status(record.name, EmulatorProcess(*e)) for e in record.emulators)
+    return TestbedStatus(record.info, record.source, record.complete, namespaces, record.shaper, emulators)
+
+
+def _emulator_status(testbed: str, process: EmulatorProcess) -> EmulatorStatus:
+    try:
+        stats = json.loads(stats_path(testbed, process.netns).read_text())
+    except (OSError, ValueError):
+        stats = None
+    return EmulatorStatus(process.netns, process.pid, is_running(process), stats)
 
 
 def list_testbeds() -> list[TestbedSummary]:
@@ -208,11 +264,12 @@ def register_pids(name: str, pids: Iterable[int]) -> None:
 
 @contextmanager
 def temporary_testbed(topology: Topology, name: str | None = None, *,
-                      source: str | os.PathLike[str] | None = None) -> Iterator[TestbedInfo]:
+                      source: str | os.PathLike[str] | None = None,
+                      shaper: ShaperChoice | Shaper = ShaperChoice.AUTO) -> Iterator[TestbedInfo]:
     """Bring a testbed up for the duration of the block and always tear it down (SIGTERM included).
     The default name is ``tmp<pid>-<n>``; the same file may be up elsewhere at the same time."""
     name = name or f"tmp{os.getpid()}-{next(_temporary_numbers)}"
-    info = up(topology, name=name, source=source, refuse_same_source=False)
+    info = up(topology, name=name, source=source, refuse_same_source=False, shaper=shaper)
     assert isinstance(info, TestbedInfo)
     try:
         with signals_raise():
@@ -227,12 +284,16 @@ def _teardown(record: TestbedRecord) -> list[int]:
     created = [step.netns for step in record.steps[:record.applied_count] if isinstance(step, CreateNetns)]
     registered = [pid for pid, start in record.registered_pids
                   if start is not None and process_start_ticks(pid) == start]
+    emulators = [p.pid for p in (EmulatorProcess(*e) for e in record.emulators) if is_running(p)]
     inside = [pid for netns in created for pid in netlink.namespace_pids(netns)]
-    ended = terminate_pids(registered + inside, grace_s=KILL_GRACE_S)
-    with netlink.NetlinkBackend() as backend:
-        undo_steps(backend, record.steps[:record.applied_count])
+    ended = terminate_pids(registered + emulators + inside, grace_s=KILL_GRACE_S)
+    reap_children()
+    with netlink.NetlinkBackend() as netlink_backend:
+        undo_steps(TestbedBackend(netlink_backend, EmulatorBackend(record.name)),
+                   record.steps[:record.applied_count])
     for netns in created:
         netlink.remove_namespace(netns)
+    remove_emulator_files(record.name)
     left = [netns for netns in created if netlink.netns_exists(netns)]
     if left:
         raise EnvironmentProblem(f"testbed {record.name!r}: could not remove namespace {left[0]}")

@@ -5,8 +5,10 @@ Every shaped veth end gets (each direction of a link is shaped at the sender):
   kernel hands over at once (GSO packets up to 64 KiB) and about 1 ms at the rate, or the rate is not reached:
   ``burst = max(128 KiB, rate * 1 ms)``. The quantum follows HTB's r2q rule (rate / 10) kept within
   [MTU + Ethernet header, 200000] (measured: 200000 reaches 1 Gbit/s).
-* delay / jitter / loss -> netem under class 1:1 (or at the root when there is no rate); needs sch_netem with the
-  KERNEL shaper. Its queue limit is ``queue_packets`` or enough for twice the bandwidth-delay product.
+* delay / jitter / loss -> with the KERNEL shaper netem under class 1:1 (or at the root when there is no
+  rate; needs sch_netem). Its queue limit is ``queue_packets`` or enough for twice the bandwidth-delay product.
+  With the USERSPACE shaper the receiving namespace's link emulator does it (`genie.testbed.userspace`), and
+  the sender's egress keeps only HTB (plus a pfifo of ``queue_packets``, like a queue alone).
 * ``queue_packets`` alone -> a pfifo with that limit under class 1:1 (or at the root).
 Unshaped ends get no qdisc at all.
 """
@@ -15,9 +17,9 @@ from __future__ import annotations
 
 import math
 
-from genie.core.errors import EnvironmentProblem, InputError
+from genie.core.errors import InputError
 from genie.core.topology import LinkShape
-from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, PlanStep, QdiscParent, Shaper
+from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, PlanStep, QdiscParent, Shaper, StartEmulator
 
 MIN_BURST_BYTES = 128 * 1024
 BURST_TIME_S = 0.001
@@ -26,6 +28,7 @@ HTB_R2Q = 10
 ETHERNET_HEADER_BYTES = 14
 DEFAULT_NETEM_LIMIT_PACKETS = 1000
 UNSHAPED_RATE_BPS = 20 * 10**9  # what a veth carries unshaped, for sizing netem's queue
+EMULATOR_SLACK_US = 5000.0  # the userspace emulator may answer this late under load: its line holds that too
 
 
 def htb_burst_bytes(rate_bps: int) -> int:
@@ -44,6 +47,16 @@ def netem_limit_packets(shape: LinkShape) -> int:
     return max(DEFAULT_NETEM_LIMIT_PACKETS, math.ceil(2 * bdp_packets))
 
 
+def emulator_limit_packets(shape: LinkShape) -> int:
+    """The userspace delay line's limit (in MTU-sized segments): ``queue_packets``, or twice the
+    bandwidth-delay product with the emulator's own slack added to the delay (at least 1000)."""
+    if shape.queue_packets is not None:
+        return shape.queue_packets
+    rate_bps = shape.rate_bps or UNSHAPED_RATE_BPS
+    held_s = (shape.delay_us + shape.jitter_us + EMULATOR_SLACK_US) / 1e6
+    return max(DEFAULT_NETEM_LIMIT_PACKETS, math.ceil(2 * rate_bps / 8 * held_s / shape.mtu_bytes))
+
+
 def is_shaped(shape: LinkShape) -> bool:
     return shape.rate_bps is not None or shape.needs_delay_emulation or shape.queue_packets is not None
 
@@ -51,28 +64,26 @@ def is_shaped(shape: LinkShape) -> bool:
 def check_delay_emulation(shape: LinkShape, *, shaper: Shaper, netem_available: bool, link_path: str,
                           source: str | None = None) -> None:
     """Fail up front when the shape needs delay emulation this machine cannot give."""
-    if not shape.needs_delay_emulation:
+    if not shape.needs_delay_emulation or shaper is Shaper.USERSPACE:
         return
-    if shaper is Shaper.USERSPACE:
-        raise EnvironmentProblem("the userspace delay emulator (shaper 'userspace') is not available yet; "
-                                 "use the kernel shaper with sch_netem")
     if not netem_available:
         wanted = ", ".join(what for what, value in (("delay", shape.delay_us), ("jitter", shape.jitter_us),
                                                     ("loss", shape.loss_pct)) if value)
         raise InputError(f"asks for {wanted}, which needs the qdisc sch_netem, missing from this kernel; "
-                         "remove delay/jitter/loss from the link or use a kernel with sch_netem",
+                         "use --shaper userspace (or auto), or a kernel with sch_netem",
                          source=source, path=link_path)
 
 
-def shaping_steps(netns: str, ifname: str, shape: LinkShape) -> list[PlanStep]:
-    """Qdisc steps for one interface's egress (empty when the shape shapes nothing)."""
+def shaping_steps(netns: str, ifname: str, shape: LinkShape, shaper: Shaper = Shaper.KERNEL) -> list[PlanStep]:
+    """Qdisc steps for one interface's egress (empty when the shape shapes nothing). With the USERSPACE shaper
+    delay, jitter and loss are left to the receiver's emulator."""
     steps: list[PlanStep] = []
     parent = QdiscParent.ROOT
     if shape.rate_bps is not None:
         steps.append(AddHtb(netns, ifname, shape.rate_bps, htb_burst_bytes(shape.rate_bps),
                             htb_quantum_bytes(shape.rate_bps, shape.mtu_bytes)))
         parent = QdiscParent.HTB_CLASS
-    if shape.needs_delay_emulation:
+    if shape.needs_delay_emulation and shaper is Shaper.KERNEL:
         steps.append(AddNetem(netns, ifname, parent, shape.delay_us, shape.jitter_us, shape.loss_pct,
                               netem_limit_packets(shape)))
     elif shape.queue_packets is not None:
@@ -81,7 +92,9 @@ def shaping_steps(netns: str, ifname: str, shape: LinkShape) -> list[PlanStep]:
 
 
 def shaper_summary(steps: list[PlanStep]) -> str:
-    """'none', 'htb', 'htb+netem', ...: the qdisc kinds a plan uses, for TestbedInfo.shaper."""
-    kinds = [kind for kind, step_type in (("htb", AddHtb), ("netem", AddNetem), ("pfifo", AddPfifo))
+    """'none', 'htb', 'htb+netem', 'htb+userspace', ...: the qdisc kinds (and the userspace emulator) a plan
+    uses, for TestbedInfo.shaper."""
+    kinds = [kind for kind, step_type in (("htb", AddHtb), ("netem", AddNetem), ("pfifo", AddPfifo),
+                                          ("userspace", StartEmulator))
              if any(isinstance(step, step_type) for step in steps)]
     return "+".join(kinds) or "none"

@@ -19,8 +19,11 @@ from typing import Any
 
 from genie.core.errors import GenieError, InputError
 from genie.core.testbed import HostEndpoint, LinkEnd, TestbedInfo
-from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
-from genie.testbed.steps import STEP_TYPES, AddRoute, CreateNetns, NextHop, PlanStep, QdiscParent, Shaper
+from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
+from genie.linkemu.config import EmulatorConfig
+from genie.testbed.steps import (STEP_TYPES, AddRoute, CreateNetns, NextHop, PlanStep, QdiscParent, Shaper,
+                                 StartEmulator)
+from genie.topology.link_properties import make_shape
 
 STATE_DIR_ENV = "GENIE_STATE_DIR"
 DEFAULT_STATE_DIR = "/run/genie"
@@ -30,6 +33,8 @@ _STEP_BY_NAME = {cls.__name__: cls for cls in STEP_TYPES}
 
 @dataclass(frozen=True)
 class TestbedRecord:
+    __test__ = False  # not a pytest test class
+
     info: TestbedInfo
     steps: tuple[PlanStep, ...]
     applied_count: int  # steps [0, applied_count) may exist
@@ -39,6 +44,7 @@ class TestbedRecord:
     source: str | None = None
     source_digest: str | None = None  # sha256 of the topology file
     registered_pids: tuple[tuple[int, int | None], ...] = ()  # (pid, start ticks) of processes to end on down
+    emulators: tuple[tuple[str, int, int | None], ...] = ()  # (netns, pid, start ticks) of link emulators
 
     @property
     def name(self) -> str:
@@ -133,6 +139,7 @@ def record_to_dict(record: TestbedRecord) -> dict[str, Any]:
         "complete": record.complete,
         "applied_count": record.applied_count,
         "registered_pids": [list(p) for p in record.registered_pids],
+        "emulators": [list(e) for e in record.emulators],
         "info": info_to_dict(record.info),
         "steps": [step_to_dict(step) for step in record.steps],
     }
@@ -151,6 +158,7 @@ def record_from_dict(data: dict[str, Any]) -> TestbedRecord:
         source=data.get("source"),
         source_digest=data.get("source_digest"),
         registered_pids=tuple((int(p), None if s is None else int(s)) for p, s in data.get("registered_pids", [])),
+        emulators=tuple((str(n), int(p), None if s is None else int(s)) for n, p, s in data.get("emulators", [])),
     )
 
 
@@ -165,6 +173,8 @@ def step_from_dict(data: dict[str, Any]) -> PlanStep:
         fields["nexthops"] = tuple(NextHop(**hop) for hop in fields["nexthops"])
     if "parent" in fields:
         fields["parent"] = QdiscParent(fields["parent"])
+    if cls is StartEmulator:
+        fields["config"] = EmulatorConfig.from_dict(fields["config"])
     return cls(**fields)  # type: ignore[no-any-return]
 
 
@@ -205,6 +215,6 @@ def topology_from_dict(data: dict[str, Any]) -> Topology:
         name=data["name"],
         hosts=tuple(Host(**h) for h in data["hosts"]),
         switches=tuple(Switch(s["name"], SwitchKind(s["kind"])) for s in data["switches"]),
-        links=tuple(Link(link["a"], link["b"], LinkShape(**link["shape"])) for link in data["links"]),
+        links=tuple(Link(link["a"], link["b"], make_shape(**link["shape"])) for link in data["links"]),
         subnet=data["subnet"],
     )

@@ -10,13 +10,22 @@ from dataclasses import dataclass
 from enum import Enum
 
 from genie.core.units import format_rate, format_size
+from genie.linkemu.config import EmulatorConfig
 
 
 class Shaper(Enum):
     """How link shapes are realised. KERNEL: HTB for rates, netem (sch_netem) for delay/jitter/loss.
-    USERSPACE: HTB for rates, genie's userspace delay emulator for the rest (a later issue)."""
+    USERSPACE: HTB for rates, genie's userspace link emulator (NFQUEUE, `genie.linkemu`) for the rest."""
 
     KERNEL = "kernel"
+    USERSPACE = "userspace"
+
+
+class ShaperChoice(Enum):
+    """What the user asks for (``--shaper``): AUTO takes netem where the kernel has sch_netem, else userspace."""
+
+    AUTO = "auto"
+    NETEM = "netem"
     USERSPACE = "userspace"
 
 
@@ -75,9 +84,12 @@ class CreateVethPair:
     netns_b: str
     ifname_b: str
     mtu_bytes: int = 1500
+    mac_a: str | None = None  # fixed MAC addresses (the userspace emulator tells senders apart by MAC)
+    mac_b: str | None = None
 
     def describe(self) -> str:
-        return f"veth {self.netns_a}:{self.ifname_a} <-> {self.netns_b}:{self.ifname_b} mtu {self.mtu_bytes}"
+        macs = f" mac {self.mac_a} / {self.mac_b}" if self.mac_a and self.mac_b else ""
+        return f"veth {self.netns_a}:{self.ifname_a} <-> {self.netns_b}:{self.ifname_b} mtu {self.mtu_bytes}{macs}"
 
 
 @dataclass(frozen=True)
@@ -183,10 +195,41 @@ class AddPfifo:
         return f"{self.netns}: tc pfifo dev {self.ifname} parent {self.parent.value} limit {self.limit_packets}"
 
 
+@dataclass(frozen=True)
+class AddQueueRule:
+    """Inside ``netns``: send every IPv4 packet arriving on ``ifname`` to NFQUEUE ``queue_num`` (iptables-nft:
+    nft's own ``queue`` statement is missing from some kernels). No ``--queue-bypass``: without its emulator a
+    queued link carries nothing, which is loud rather than silently unshaped."""
+
+    netns: str
+    ifname: str
+    queue_num: int
+
+    def iptables_argv(self, action: str = "-A") -> list[str]:
+        return ["iptables", "-w", "5", "-t", "mangle", action, "PREROUTING", "-i", self.ifname, "-j", "NFQUEUE",
+                "--queue-num", str(self.queue_num)]
+
+    def describe(self) -> str:
+        return f"{self.netns}: {' '.join(self.iptables_argv())}"
+
+
+@dataclass(frozen=True)
+class StartEmulator:
+    """Start the namespace's link emulator (``ip netns exec NETNS python -m genie.linkemu``), which binds the
+    queues of `config` and holds each packet for its chain of link stages. Undone by ending the process."""
+
+    netns: str
+    config: EmulatorConfig
+
+    def describe(self) -> str:
+        return f"{self.netns}: start link emulator (python -m genie.linkemu): {self.config.describe()}"
+
+
 PlanStep = (CreateNetns | SetSysctl | SetLinkUp | AddBridge | CreateVethPair | EnslaveLink | AddAddress | AddRoute
-            | AddHtb | AddNetem | AddPfifo)
+            | AddHtb | AddNetem | AddPfifo | AddQueueRule | StartEmulator)
 STEP_TYPES: tuple[type, ...] = (CreateNetns, SetSysctl, SetLinkUp, AddBridge, CreateVethPair, EnslaveLink,
-                                AddAddress, AddRoute, AddHtb, AddNetem, AddPfifo)
+                                AddAddress, AddRoute, AddHtb, AddNetem, AddPfifo, AddQueueRule, StartEmulator)
+USERSPACE_STEP_TYPES: tuple[type, ...] = (AddQueueRule, StartEmulator)
 
 
 def step_namespaces(step: PlanStep) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ the writer and the validator all go through it, so the three never disagree.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from genie.core.topology import LinkShape
 from genie.core.units import format_rate, parse_rate_bps, parse_time_ns
@@ -17,6 +17,48 @@ MAX_DELAY_US = 10_000_000.0  # 10 s per hop: anything larger is a typo, not a ne
 MIN_MTU_BYTES = 576  # the smallest datagram every IPv4 host must accept (RFC 791)
 MAX_MTU_BYTES = 65535  # the largest MTU a veth accepts
 MAX_QUEUE_PACKETS = 2**32 - 1  # tc limits are 32-bit
+MAX_LOSS_BURST_PACKETS = 1_000_000.0
+
+
+@dataclass(frozen=True)
+class EmulatedLinkShape(LinkShape):
+    """A `LinkShape` plus the options only the delay emulators read. A link gets this class only when one of
+    them differs from its default, so every other shape stays a plain (and equal-comparing) LinkShape.
+
+    * ``reorder``: with jitter, may packets overtake each other (netem's behaviour)? False keeps each link
+      direction FIFO: a packet leaves no earlier than the one before it.
+    * ``loss_burst_packets``: mean length of a loss burst; 0 means independent (Bernoulli) losses, >= 1 a
+      Gilbert(-Elliott) two-state loss process with the same mean loss rate (``loss_pct``).
+
+    Kept here until `genie.core.topology.LinkShape` carries these fields; read them through `shape_option`.
+    """
+
+    reorder: bool = False
+    loss_burst_packets: float = 0.0
+
+
+SHAPE_OPTION_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(EmulatedLinkShape)
+                                            if f.name not in {g.name for g in fields(LinkShape)}}
+
+
+def make_shape(**values: object) -> LinkShape:
+    """A LinkShape from field values; an `EmulatedLinkShape` only when an emulator option is not its default."""
+    if any(values.get(key, default) != default for key, default in SHAPE_OPTION_DEFAULTS.items()):
+        return EmulatedLinkShape(**values)  # type: ignore[arg-type]
+    return LinkShape(**{k: v for k, v in values.items() if k not in SHAPE_OPTION_DEFAULTS})  # type: ignore[arg-type]
+
+
+def shape_option(shape: LinkShape, field: str) -> object:
+    """A shape field, with the default of the emulator options for a plain LinkShape."""
+    return getattr(shape, field, SHAPE_OPTION_DEFAULTS.get(field))
+
+
+def shape_reorders(shape: LinkShape) -> bool:
+    return bool(shape_option(shape, "reorder"))
+
+
+def shape_loss_burst(shape: LinkShape) -> float:
+    return float(shape_option(shape, "loss_burst_packets"))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -60,6 +102,20 @@ def _read_loss_pct(value: object) -> float:
         return float(text.removesuffix("%").strip())
     except ValueError:
         raise ValueError(f"expected {what}, got {value!r}") from None
+
+
+def _read_bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _read_loss_burst(value: object) -> float:
+    what = "a mean loss burst length in packets such as 4 (0: independent losses)"
+    _reject_bool(value, what)
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"expected {what}, got {value!r}")
+    return float(value)
 
 
 def _read_int(value: object, what: str) -> int:
@@ -109,11 +165,17 @@ LINK_PROPERTIES: tuple[LinkProperty, ...] = (
     LinkProperty("queue", "queue_packets", _read_queue, lambda v: v),
     LinkProperty("mtu", "mtu_bytes", _read_mtu, lambda v: v),
 )
-LINK_PROPERTY_KEYS: tuple[str, ...] = tuple(p.key for p in LINK_PROPERTIES)
+# Options only the delay emulators read (fields of EmulatedLinkShape, not of LinkShape).
+EMULATOR_LINK_PROPERTIES: tuple[LinkProperty, ...] = (
+    LinkProperty("reorder", "reorder", _read_bool, lambda v: v),
+    LinkProperty("loss_burst", "loss_burst_packets", _read_loss_burst, _write_loss),
+)
+ALL_LINK_PROPERTIES = LINK_PROPERTIES + EMULATOR_LINK_PROPERTIES
+LINK_PROPERTY_KEYS: tuple[str, ...] = tuple(p.key for p in ALL_LINK_PROPERTIES)
 
 
 def property_for_key(key: str) -> LinkProperty:
-    for prop in LINK_PROPERTIES:
+    for prop in ALL_LINK_PROPERTIES:
         if prop.key == key:
             return prop
     raise KeyError(key)
@@ -138,6 +200,16 @@ def shape_problems(shape: LinkShape) -> tuple[tuple[str, str], ...]:
     if not 0 <= shape.loss_pct < 100:
         why = " (a link that drops everything cannot carry a collective)" if shape.loss_pct >= 100 else ""
         problems.append(("loss", f"expected a loss percentage in [0, 100), got {shape.loss_pct:g}{why}"))
+    burst = shape_loss_burst(shape)
+    if burst != 0 and not 1 <= burst <= MAX_LOSS_BURST_PACKETS:
+        problems.append(("loss_burst", f"expected 0 (independent losses) or a mean burst length of at least 1 "
+                                       f"packet, got {burst:g}"))
+    elif burst and not shape.loss_pct:
+        problems.append(("loss_burst", "loss_burst shapes the losses of `loss`, which is 0; set loss too"))
+    elif burst and 0 <= shape.loss_pct < 100 and shape.loss_pct / 100 > burst / (burst + 1):
+        problems.append(("loss_burst", f"loss {shape.loss_pct:g}% cannot come in bursts of {burst:g} packets on "
+                                       f"average (at most {100 * burst / (burst + 1):.3g}%); expected a longer "
+                                       "burst or less loss"))
     if shape.queue_packets is not None and not 1 <= shape.queue_packets <= MAX_QUEUE_PACKETS:
         problems.append(("queue", f"expected a queue of at least 1 packet, got {shape.queue_packets}"))
     if not MIN_MTU_BYTES <= shape.mtu_bytes <= MAX_MTU_BYTES:
@@ -149,7 +221,7 @@ def shape_problems(shape: LinkShape) -> tuple[tuple[str, str], ...]:
 def shape_to_yaml(shape: LinkShape, *, relative_to: LinkShape = LinkShape()) -> dict[str, object]:
     """The YAML keys of `shape` whose values differ from `relative_to`, in table order."""
     return {
-        p.key: p.write(getattr(shape, p.field))
-        for p in LINK_PROPERTIES
-        if getattr(shape, p.field) != getattr(relative_to, p.field)
+        p.key: p.write(shape_option(shape, p.field))
+        for p in ALL_LINK_PROPERTIES
+        if shape_option(shape, p.field) != shape_option(relative_to, p.field)
     }

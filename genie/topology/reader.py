@@ -14,8 +14,8 @@ from typing import IO, Any
 
 from genie.core.errors import InputError
 from genie.input_yaml import as_text, describe, parse_yaml
-from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
-from genie.topology.link_properties import LINK_PROPERTY_KEYS, property_for_key, shape_problems
+from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
+from genie.topology.link_properties import LINK_PROPERTY_KEYS, make_shape, property_for_key, shape_problems
 from genie.topology.validation import (
     DEFAULT_SUBNET,
     TopologyPaths,
@@ -129,7 +129,7 @@ def _read_defaults(value: object, fail: _Fail) -> dict[str, object]:
                                f"got {describe(value)}")
     _check_keys(value, LINK_PROPERTY_KEYS, "defaults", fail)
     fields = _read_shape_fields(value, "defaults", fail)
-    if problems := shape_problems(LinkShape(**fields)):  # type: ignore[arg-type]
+    if problems := shape_problems(make_shape(**fields)):
         key, message = problems[0]
         raise fail(f"defaults.{key}", message)
     return fields
@@ -228,7 +228,7 @@ def _read_links(entries: list[Any], defaults: dict[str, object],
             if not isinstance(end, str):
                 raise fail(f"{path}.endpoints[{end_index}]", f"expected a node name, got {describe(end)}")
         own = _read_shape_fields(entry, path, fail)
-        shape = LinkShape(**{**defaults, **own})  # type: ignore[arg-type]
+        shape = make_shape(**{**defaults, **own})
         if problems := shape_problems(shape):
             key, message = problems[0]
             if key == "jitter" and "jitter" not in entry and "delay" in entry:

@@ -1,0 +1,279 @@
+"""Measured mode's clock: a trace played with fixed communication times, under the replay's rules (pure).
+
+Every communication node takes a given time (``duration_ns(op)``, e.g. the interpolated measurement); what
+remains to decide is *when* it runs, and that follows ``genie replay`` (``genie.engine.program`` / ``walker``):
+
+- one compute node at a time per rank, in the order they became ready, each for its duration;
+- collectives on one *channel per process group* (the world is one more), one at a time and in program order;
+  different groups progress concurrently (ASTRA-sim instead allows one collective in flight per NPU - that is
+  the calibrated mode);
+- sends and receives on a lane per peer and direction, in program order;
+- communication overlaps compute; metadata and memory nodes finish as soon as their dependencies do.
+
+A collective starts on a rank when it heads its channel and its dependencies are done, and runs once every
+member has started it (the replay's ranks wait for each other inside the op); all members finish together
+``duration`` later. The k-th send from a to b pairs with the k-th receive at b from a.
+
+With ``share_nic`` (the default), ops in flight at the same time share each rank's link, as they do on the
+testbed: every op loads its ranks' transmit and receive sides (a collective all of its members' both sides, a
+message the sender's transmit and the receiver's receive side) and progresses at ``1 / (largest number of
+ops on any side it uses)`` of its measured speed (processor sharing). Without it, concurrent ops do not slow
+each other (an ideal network).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from genie.core.collective import Algorithm, Collective
+from genie.core.errors import GenieError
+from genie.core.trace import NodeKind, Trace, topological_order
+
+from astra_adapter.measurements import CommOp, comm_op
+
+_EPS_NS = 1e-6
+
+
+@dataclass(frozen=True)
+class RankTimes:
+    rank: int
+    iteration_ns: int
+    compute_ns: int
+    comm_ns: int
+    exposed_comm_ns: int
+    overlap_ns: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    ranks: tuple[RankTimes, ...]
+    spans: tuple[tuple[tuple[int, float, float], ...], ...] = ()  # per rank: (node id, start_ns, end_ns)
+
+    @property
+    def iteration_ns(self) -> int:
+        return max((r.iteration_ns for r in self.ranks), default=0)
+
+
+class _Op:
+    """One communication op shared by its members: runs once all of them started it."""
+
+    __slots__ = ("members", "sides", "duration_ns", "started", "nodes", "remaining_ns")
+
+    def __init__(self, members: tuple[int, ...], sides: tuple[tuple[int, int], ...], duration_ns: float) -> None:
+        self.members = members
+        self.sides = sides  # (rank, 0 = transmit / 1 = receive)
+        self.duration_ns = duration_ns
+        self.started: dict[int, float] = {}
+        self.nodes: dict[int, int] = {}  # rank -> node index
+        self.remaining_ns = duration_ns
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, None
+    for s, e in sorted(spans):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+class _Player:
+    def __init__(self, trace: Trace, duration_ns: Callable[[CommOp], float], share_nic: bool) -> None:
+        self.share_nic = share_nic
+        self.nodes, self.lanes, self.children, self.waiting = [], [], [], []
+        self.op_index: dict[tuple, _Op] = {}
+        for rank_trace in trace.ranks:
+            r = rank_trace.rank
+            order = topological_order(rank_trace.nodes)
+            index = {n.id: i for i, n in enumerate(order)}
+            children: list[list[int]] = [[] for _ in order]
+            waiting = []
+            lanes: dict[tuple, deque[int]] = {}
+            node_lane, node_op = [], []
+            counters: dict[tuple, int] = {}
+            for i, n in enumerate(order):
+                deps = [index[d] for d in n.deps if d in index]
+                waiting.append(len(deps))
+                for d in deps:
+                    children[d].append(i)
+                lane, op = self._lane(n, r, trace, counters, duration_ns)
+                node_lane.append(lane)
+                node_op.append(op)
+                if lane is not None and lane[0] != "compute":
+                    lanes.setdefault(lane, deque()).append(i)
+            self.nodes.append(order)
+            self.children.append(children)
+            self.waiting.append(waiting)
+            self.lanes.append((node_lane, node_op, lanes))
+        self.busy: list[set] = [set() for _ in trace.ranks]
+        self.compute_ready: list[deque[int]] = [deque() for _ in trace.ranks]
+        self.compute_busy = [False] * trace.num_ranks
+        self.spans: list[dict[int, tuple[float, float]]] = [{} for _ in trace.ranks]
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.running: list[_Op] = []
+        self.done = 0
+        self.total = sum(len(n) for n in self.nodes)
+
+    def _lane(self, node, rank: int, trace: Trace, counters: dict, duration_ns) -> tuple[tuple | None, _Op | None]:
+        kind = node.kind
+        if kind is NodeKind.COMPUTE:
+            return ("compute",), None
+        if kind is NodeKind.COLLECTIVE:
+            group = node.process_group or ""
+            lane = ("coll", group)
+            k = counters[lane] = counters.get(lane, -1) + 1
+            op = comm_op(node, trace)
+            if op is None:
+                return lane, None  # moves nothing: done when started, without waiting for the others
+            members = tuple(trace.group(node.process_group).ranks)
+            return lane, self._shared_op(("coll", group, k), members, op, duration_ns,
+                                         tuple((m, side) for m in members for side in (0, 1)))
+        if kind in (NodeKind.SEND, NodeKind.RECV):
+            send = kind is NodeKind.SEND
+            lane = ("send" if send else "recv", node.peer)
+            src, dst = (rank, node.peer) if send else (node.peer, rank)
+            k = counters[lane] = counters.get(lane, -1) + 1
+            size = int(node.size_bytes or 0)
+            if not size:
+                return lane, None
+            op = CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size)
+            return lane, self._shared_op(("p2p", src, dst, k), (src, dst), op, duration_ns, ((src, 0), (dst, 1)))
+        return None, None
+
+    def _shared_op(self, key: tuple, members: tuple[int, ...], op: CommOp, duration_ns, sides: tuple) -> _Op:
+        shared = self.op_index.get(key)
+        if shared is None:
+            shared = self.op_index[key] = _Op(members, sides, float(duration_ns(op)))
+        return shared
+
+    # ---- events ---------------------------------------------------------------------------------------
+    def finish(self, rank: int, i: int, start: float, end: float) -> None:
+        work = [(i, start, end)]
+        node_lane = self.lanes[rank][0]
+        while work:
+            j, s, e = work.pop()
+            self.spans[rank][j] = (s, e)
+            self.done += 1
+            for c in self.children[rank][j]:
+                self.waiting[rank][c] -= 1
+                if self.waiting[rank][c] == 0:
+                    if node_lane[c] is None:
+                        work.append((c, e, e))
+                    elif node_lane[c][0] == "compute":
+                        self.compute_ready[rank].append(c)
+
+    def pump(self, rank: int, t: float) -> None:
+        node_lane, node_op, lanes = self.lanes[rank]
+        progressed = True
+        while progressed:
+            progressed = False
+            if not self.compute_busy[rank] and self.compute_ready[rank]:
+                i = self.compute_ready[rank].popleft()
+                self.compute_busy[rank] = True
+                self.seq += 1
+                heapq.heappush(self.heap, (t + max(0, self.nodes[rank][i].duration_ns), self.seq, rank, i))
+                self.spans[rank][i] = (t, t)
+            for lane, queue in lanes.items():
+                if lane in self.busy[rank] or not queue or self.waiting[rank][queue[0]]:
+                    continue
+                i = queue.popleft()
+                op = node_op[i]
+                if op is None:
+                    self.finish(rank, i, t, t)
+                    progressed = True
+                    continue
+                self.busy[rank].add(lane)
+                op.started[rank] = t
+                op.nodes[rank] = i
+                if len(op.started) == len(op.members):
+                    self.running.append(op)
+
+    def complete(self, op: _Op, t: float) -> None:
+        self.running.remove(op)
+        for rank in op.members:
+            i = op.nodes[rank]
+            self.busy[rank].discard(self.lanes[rank][0][i])
+            self.finish(rank, i, op.started[rank], t)
+        for rank in op.members:
+            self.pump(rank, t)
+
+    def rates(self) -> list[float]:
+        if not self.share_nic:
+            return [1.0] * len(self.running)
+        load: dict[tuple[int, int], int] = {}
+        for op in self.running:
+            for side in op.sides:
+                load[side] = load.get(side, 0) + 1
+        return [1.0 / max(load[s] for s in op.sides) for op in self.running]
+
+    def play(self) -> float:
+        for rank, order in enumerate(self.nodes):
+            node_lane = self.lanes[rank][0]
+            for i in range(len(order)):
+                if self.waiting[rank][i] == 0:
+                    if node_lane[i] is None:
+                        self.finish(rank, i, 0.0, 0.0)
+                    elif node_lane[i][0] == "compute":
+                        self.compute_ready[rank].append(i)
+        for rank in range(len(self.nodes)):
+            self.pump(rank, 0.0)
+        t = 0.0
+        while self.done < self.total:
+            for op in [o for o in self.running if o.remaining_ns <= _EPS_NS]:
+                self.complete(op, t)
+            rates = self.rates()
+            t_op = min((t + op.remaining_ns / rate for op, rate in zip(self.running, rates)), default=float("inf"))
+            t_next = min(t_op, self.heap[0][0] if self.heap else float("inf"))
+            if t_next == float("inf"):
+                if self.done < self.total:
+                    raise GenieError(f"measured-mode schedule is stuck: {self._stuck()}")
+                break
+            for op, rate in zip(self.running, rates):
+                op.remaining_ns -= (t_next - t) * rate
+            t = t_next
+            while self.heap and self.heap[0][0] <= t:
+                end, _, rank, i = heapq.heappop(self.heap)
+                self.compute_busy[rank] = False
+                self.finish(rank, i, self.spans[rank][i][0], end)
+                self.pump(rank, end)
+        return t
+
+    def _stuck(self) -> str:
+        for rank, order in enumerate(self.nodes):
+            left = [n for i, n in enumerate(order) if i not in self.spans[rank]]
+            if left:
+                return f"rank {rank} never starts node {left[0].id} ({left[0].name})"
+        return "no event left"
+
+
+def play_trace(trace: Trace, duration_ns: Callable[[CommOp], float], *, share_nic: bool = True) -> Timeline:
+    """Play ``trace`` with fixed communication times under the replay's rules; per-rank statistics."""
+    player = _Player(trace, duration_ns, share_nic)
+    player.play()
+    ranks, spans = [], []
+    for rank, order in enumerate(player.nodes):
+        node_lane = player.lanes[rank][0]
+        compute, comm, rows = [], [], []
+        for i, node in enumerate(order):
+            s, e = player.spans[rank][i]
+            rows.append((node.id, s, e))
+            lane = node_lane[i]
+            if lane is None:
+                continue
+            (compute if lane[0] == "compute" else comm).append((s, e))
+        end = max((e for _, _, e in rows), default=0.0)
+        compute_ns = sum(max(0, n.duration_ns) for n in order if n.kind is NodeKind.COMPUTE)
+        comm_ns = _union(comm)
+        overlap = sum(e - s for s, e in compute) + comm_ns - _union(compute + comm)
+        iteration = round(end)
+        ranks.append(RankTimes(rank, iteration, compute_ns, round(comm_ns), max(0, iteration - compute_ns),
+                               max(0, round(overlap))))
+        spans.append(tuple(rows))
+    return Timeline(tuple(ranks), tuple(spans))

@@ -1,0 +1,179 @@
+"""The estimate loop: a trace's iteration time from measurements, in two modes (``genie estimate``).
+
+- **measured**: every communication node takes the measured latency of its (collective, algorithm, group size),
+  interpolated log-log in size between measured sizes (:class:`~astra_adapter.measurements.MeasurementTable`),
+  and the trace is played under the replay's rules (:mod:`astra_adapter.timeline`). Nothing is extrapolated:
+  ops outside the measured range are an error listing them, unless ``extrapolate``, which times those ops
+  (only those) with the calibrated model.
+- **calibrated**: the whole trace goes through the built-in estimator (ASTRA-sim's semantics: one collective in
+  flight per NPU, a process group smaller than the world is a ring) on the topology's ASTRA-sim dimensions with
+  the fitted bandwidth, latency and endpoint delay, and the collectives' sizes scaled by the fitted size factors
+  - for what-if questions at other sizes, scales and topologies.
+
+Per rank: iteration time, compute, communication (time with any communication in flight), exposed
+communication (iteration - compute) and overlap; ``estimate.csv`` is written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Callable
+
+from genie.core.errors import InputError
+from genie.core.trace import Trace
+
+from astra_adapter.calibrate import Calibration, calibrate, calibrated_network, calibration_mapping, op_time_ns, \
+    scaled_op, scaled_trace
+from astra_adapter.calibration_io import CALIBRATION_JSON, load_calibration
+from astra_adapter.estimate import estimate
+from astra_adapter.export import system_config
+from astra_adapter.mapping import TopologyMapping
+from astra_adapter.measurements import CommOp, Measurement, MeasurementTable, describe_missing, \
+    read_measurements, trace_comm_ops
+from astra_adapter.output import write_bytes_atomic
+from astra_adapter.timeline import RankTimes, play_trace
+
+ESTIMATE_COLUMNS = ("mode", "rank", "iteration_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "overlap_ns")
+
+
+class EstimateMode(Enum):
+    MEASURED = "measured"
+    CALIBRATED = "calibrated"
+
+    @classmethod
+    def parse(cls, text: str) -> "EstimateMode":
+        for mode in cls:
+            if mode.value == text.strip().lower():
+                return mode
+        raise InputError(f"unknown mode {text!r} (expected measured or calibrated)", path="--mode")
+
+
+@dataclass(frozen=True)
+class TraceEstimate:
+    mode: EstimateMode
+    ranks: tuple[RankTimes, ...]
+    extrapolated: tuple[CommOp, ...] = ()  # measured mode: ops timed by the calibrated model
+    notes: tuple[str, ...] = ()
+
+    @property
+    def iteration_ns(self) -> int:
+        return max((r.iteration_ns for r in self.ranks), default=0)
+
+
+def model_timer(mapping: TopologyMapping, calibration: Calibration):
+    """CommOp -> ns with the calibrated model (cached per op)."""
+    network, _ = calibrated_network(mapping, calibration)
+    params = calibration.system_params()
+    cache: dict[CommOp, int] = {}
+
+    def timer(op: CommOp) -> int:
+        if op not in cache:
+            cache[op] = op_time_ns(scaled_op(op, calibration.size_factor(op.collective)), mapping, network, params)
+        return cache[op]
+
+    return timer
+
+
+def estimate_measured(trace: Trace, table: MeasurementTable, *,
+                      extrapolate_with: Callable[[], Callable[[CommOp], int]] | None = None,
+                      share_nic: bool = True) -> TraceEstimate:
+    """Measured mode (see the module doc). ``extrapolate_with`` makes the calibrated model's timer (called only
+    when some op is outside the measurements); None: such ops are an error listing them."""
+    missing = table.missing(trace_comm_ops(trace))
+    notes = []
+    timer = None
+    if missing:
+        if extrapolate_with is None:
+            raise InputError(describe_missing(missing, table))
+        timer = extrapolate_with()
+        notes.append(f"{len(missing)} op(s) outside the measurements timed by the calibrated model")
+    missing_set = set(missing)
+
+    def duration_ns(op: CommOp) -> float:
+        if op in missing_set:
+            return float(timer(op))  # type: ignore[misc]
+        return table.time_us(op) * 1000.0  # type: ignore[operator]
+
+    timeline = play_trace(trace, duration_ns, share_nic=share_nic)
+    return TraceEstimate(EstimateMode.MEASURED, timeline.ranks, tuple(missing), tuple(notes))
+
+
+def estimate_calibrated(trace: Trace, mapping: TopologyMapping, calibration: Calibration) -> TraceEstimate:
+    """Calibrated mode: the built-in estimator with the fitted network on ``mapping``."""
+    if trace.num_ranks != mapping.npus_count:
+        raise InputError(f"the trace has {trace.num_ranks} ranks but {mapping.topology_name} maps to "
+                         f"{mapping.npus_count} NPUs", path="--topology")
+    network, notes = calibrated_network(mapping, calibration)
+    system, more = system_config(mapping, calibration.system_params(), trace)
+    est = estimate(scaled_trace(trace, calibration), system, network)
+    ranks = []
+    for r in est.result.by_rank():
+        compute = r.finish_cycles - r.exposed_comm_cycles
+        ranks.append(RankTimes(r.rank, r.finish_cycles, compute, r.comm_time, r.exposed_comm_cycles, r.overlap))
+    return TraceEstimate(EstimateMode.CALIBRATED, tuple(ranks), (), (*notes, *more))
+
+
+def calibration_for(run_dirs, measurements: tuple[Measurement, ...],
+                    mapping: TopologyMapping | None) -> tuple[Calibration, TopologyMapping]:
+    """(calibration, the mapping to estimate on). A ``calibration.json`` in a run
+    directory is used as it is (on ``mapping`` if given, else on the dimensions it was fitted on); otherwise
+    the measurements are fitted on ``mapping`` (they are taken to come from that topology)."""
+    for entry in run_dirs:
+        path = Path(entry)
+        if (path / CALIBRATION_JSON).is_file():
+            cal = load_calibration(path)
+            return cal, mapping or calibration_mapping(cal)
+    if mapping is None:
+        raise InputError("calibrating needs the topology the measurements were taken on (--topology FILE), or a "
+                         "run directory with calibration.json", path="--topology")
+    return calibrate(measurements, mapping), mapping
+
+
+def estimate_from_runs(trace: Trace, run_dirs, mode: EstimateMode, *, mapping: TopologyMapping | None = None,
+                       extrapolate: bool = False, share_nic: bool = True) -> tuple[TraceEstimate, Calibration | None]:
+    """``genie estimate``: the trace estimated from bench/experiment run directories (the calibration, when one
+    was needed, is returned so that a fitted one can be saved)."""
+    measurements = read_measurements(run_dirs)
+    if mode is EstimateMode.CALIBRATED:
+        cal, target = calibration_for(run_dirs, measurements, mapping)
+        return estimate_calibrated(trace, target, cal), cal
+    used: list[Calibration] = []
+
+    def extrapolator() -> Callable[[CommOp], int]:
+        cal, target = calibration_for(run_dirs, measurements, mapping)
+        used.append(cal)
+        return model_timer(target, cal)
+
+    est = estimate_measured(trace, MeasurementTable(measurements), extrapolate_with=extrapolator if extrapolate else None,
+                            share_nic=share_nic)
+    return est, (used[0] if used else None)
+
+
+# ---- reporting ----------------------------------------------------------------------------------------
+def estimate_csv(est: TraceEstimate) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(ESTIMATE_COLUMNS)
+    for r in est.ranks:
+        writer.writerow((est.mode.value, r.rank, r.iteration_ns, r.compute_ns, r.comm_ns, r.exposed_comm_ns,
+                         r.overlap_ns))
+    return out.getvalue()
+
+
+def write_estimate(est: TraceEstimate, out_dir: str | Path, name: str = "estimate.csv") -> Path:
+    return write_bytes_atomic(Path(out_dir) / name, estimate_csv(est).encode())
+
+
+def format_estimate(est: TraceEstimate) -> str:
+    lines = [f"# {est.mode.value} estimate: iteration {est.iteration_ns / 1e6:.3f} ms",
+             f"{'rank':>5} {'iteration_ms':>13} {'compute_ms':>11} {'comm_ms':>10} {'exposed_ms':>11} "
+             f"{'overlap_ms':>11}"]
+    for r in est.ranks:
+        lines.append(f"{r.rank:>5} {r.iteration_ns / 1e6:>13.3f} {r.compute_ns / 1e6:>11.3f} {r.comm_ns / 1e6:>10.3f} "
+                     f"{r.exposed_comm_ns / 1e6:>11.3f} {r.overlap_ns / 1e6:>11.3f}")
+    lines += [f"# note: {n}" for n in est.notes]
+    return "\n".join(lines)

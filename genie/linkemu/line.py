@@ -1,0 +1,213 @@
+"""The emulator's core, pure: loss models, stages and the delay line (a heap of release times). No clock, no
+sockets: callers pass times in nanoseconds, so every decision is a function of the config, the seeds and the
+arrival sequence.
+
+Semantics per stage (one link direction), in netem's order: the loss model decides first (a lost packet is
+dropped), then the limit (a packet that would hold more than ``limit_packets`` segments in the stage is
+dropped, tail drop), then the delay ``delay ± jitter`` (uniform, like netem without a distribution table). With
+``reorder`` False a packet never leaves a jittered stage before the packet admitted before it (FIFO); with True
+it may overtake. A packet's release time is the end of its last stage; chains of stages add up.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from genie.linkemu.config import EmulatorConfig, StageSpec
+
+SEED_SALT_DELAY = 0x5EED_DE1A
+
+
+class BernoulliLoss:
+    """Each packet is lost with probability ``p`` (0..1), independently."""
+
+    def __init__(self, p: float, rng: random.Random) -> None:
+        self.p = p
+        self._rng = rng
+
+    def lost(self) -> bool:
+        return self.p > 0 and self._rng.random() < self.p
+
+
+class GilbertElliottLoss:
+    """Two-state Markov loss: GOOD -> BAD with probability ``p``, BAD -> GOOD with ``r`` (evaluated per packet,
+    before its loss draw), loss probability ``loss_bad`` in BAD and ``loss_good`` in GOOD. The stationary loss
+    rate is ``(p * loss_bad + r * loss_good) / (p + r)``; with loss_bad 1 and loss_good 0 bursts last ``1/r``
+    packets on average."""
+
+    def __init__(self, p: float, r: float, rng: random.Random, *, loss_bad: float = 1.0,
+                 loss_good: float = 0.0) -> None:
+        self.p, self.r, self.loss_bad, self.loss_good = p, r, loss_bad, loss_good
+        self.bad = False
+        self._rng = rng
+
+    @staticmethod
+    def from_rate(loss: float, burst_packets: float, rng: random.Random) -> GilbertElliottLoss:
+        """The simple Gilbert model with mean loss rate ``loss`` (0..1) and mean burst length ``burst_packets``
+        (>= 1): every packet in BAD is lost, none in GOOD; r = 1/burst, p = loss * r / (1 - loss)."""
+        r = 1.0 / burst_packets
+        p = loss * r / (1.0 - loss)
+        if p > 1.0:
+            raise ValueError(f"loss {loss:g} cannot come in bursts of {burst_packets:g} packets")
+        return GilbertElliottLoss(p, r, rng)
+
+    def stationary_loss(self) -> float:
+        return (self.p * self.loss_bad + self.r * self.loss_good) / (self.p + self.r) if self.p + self.r else 0.0
+
+    def lost(self) -> bool:
+        if self.bad:
+            if self._rng.random() < self.r:
+                self.bad = False
+        elif self._rng.random() < self.p:
+            self.bad = True
+        probability = self.loss_bad if self.bad else self.loss_good
+        return probability > 0 and self._rng.random() < probability
+
+
+LossModel = BernoulliLoss | GilbertElliottLoss
+
+
+def loss_model(spec: StageSpec, rng: random.Random) -> LossModel:
+    if spec.loss_burst_packets >= 1 and spec.loss_pct > 0:
+        return GilbertElliottLoss.from_rate(spec.loss_pct / 100, spec.loss_burst_packets, rng)
+    return BernoulliLoss(spec.loss_pct / 100, rng)
+
+
+def segments(length_bytes: int, mtu_bytes: int) -> int:
+    """How many MTU-sized packets a (possibly GSO) packet of ``length_bytes`` stands for: at least 1."""
+    return max(1, -(-length_bytes // mtu_bytes))
+
+
+@dataclass
+class StageCounters:
+    packets: int = 0  # admitted to the stage (not lost, not over the limit)
+    lost: int = 0
+    overflow: int = 0  # dropped by the limit
+
+
+class Stage:
+    """One link direction's state: RNGs (loss and delay draw from separate streams, so changing the jitter
+    never changes which packets are lost), the loss model, held segments, the last exit time (FIFO)."""
+
+    def __init__(self, spec: StageSpec) -> None:
+        self.spec = spec
+        self.loss = loss_model(spec, random.Random(spec.seed))
+        self._delay_rng = random.Random(spec.seed ^ SEED_SALT_DELAY)
+        self.held_segments = 0
+        self.last_exit_ns = 0
+        self.counters = StageCounters()
+
+    def delay_ns(self) -> int:
+        spec = self.spec
+        if not spec.jitter_ns:
+            return spec.delay_ns
+        return max(0, spec.delay_ns + round(self._delay_rng.uniform(-spec.jitter_ns, spec.jitter_ns)))
+
+    def exit_ns(self, enter_ns: int) -> int:
+        """When a packet entering now leaves; FIFO stages never let it leave before the previous one."""
+        exit_ns = enter_ns + self.delay_ns()
+        if self.spec.jitter_ns and not self.spec.reorder:
+            exit_ns = max(exit_ns, self.last_exit_ns)
+        self.last_exit_ns = max(self.last_exit_ns, exit_ns)
+        return exit_ns
+
+
+class Released(NamedTuple):
+    queue_num: int
+    packet_id: int
+
+
+class DropReason:
+    LOSS = "loss"
+    LIMIT = "limit"
+
+
+class DelayLine:
+    """All queues of one emulator process. `admit` decides a packet's fate (a release time, or a drop reason);
+    `due` pops the packets whose release time has come, in release order."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.stages = tuple(Stage(spec) for spec in config.stages)
+        self._routes: dict[tuple[int, bytes], tuple[Stage, ...]] = {}
+        self._defaults: dict[int, tuple[Stage, ...]] = {}
+        for queue in config.queues:
+            self._defaults[queue.queue_num] = tuple(self.stages[i] for i in queue.default_chain)
+            for route in queue.routes:
+                self._routes[(queue.queue_num, mac_bytes(route.mac))] = tuple(self.stages[i] for i in route.chain)
+        self._heap: list[tuple[int, int, int, int, tuple[Stage, ...], tuple[int, ...]]] = []
+        self._order = itertools.count()
+        self.passed_through = 0  # packets on a queue/MAC with no stage at all
+
+    def chain(self, queue_num: int, mac: bytes | None) -> tuple[Stage, ...]:
+        if mac is not None:
+            found = self._routes.get((queue_num, mac))
+            if found is not None:
+                return found
+        return self._defaults.get(queue_num, ())
+
+    def admit(self, queue_num: int, packet_id: int, arrival_ns: int, length_bytes: int,
+              mac: bytes | None = None) -> int | str:
+        """The release time of the packet (ns, same clock as ``arrival_ns``), or the `DropReason`."""
+        chain = self.chain(queue_num, mac)
+        held = tuple(segments(length_bytes, stage.spec.mtu_bytes) for stage in chain)
+        for stage, count in zip(chain, held):
+            if stage.loss.lost():
+                stage.counters.lost += 1
+                return DropReason.LOSS
+            if stage.held_segments + count > stage.spec.limit_packets:
+                stage.counters.overflow += 1
+                return DropReason.LIMIT
+        t = arrival_ns
+        for stage, count in zip(chain, held):
+            stage.counters.packets += 1
+            stage.held_segments += count
+            t = stage.exit_ns(t)
+        if not chain:
+            self.passed_through += 1
+        heapq.heappush(self._heap, (t, next(self._order), queue_num, packet_id, chain, held))
+        return t
+
+    def next_release_ns(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def due(self, now_ns: int) -> list[Released]:
+        """Pop every packet whose release time is <= ``now_ns``."""
+        out: list[Released] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now_ns:
+            _, _, queue_num, packet_id, chain, held = heapq.heappop(heap)
+            for stage, count in zip(chain, held):
+                stage.held_segments -= count
+            out.append(Released(queue_num, packet_id))
+        return out
+
+    def drain(self) -> list[Released]:
+        """Everything still held (shutdown)."""
+        return self.due(2**63)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        return {stage.spec.name: {"packets": stage.counters.packets, "lost": stage.counters.lost,
+                                  "overflow": stage.counters.overflow, "held_segments": stage.held_segments}
+                for stage in self.stages}
+
+
+def mac_bytes(text: str) -> bytes:
+    """'02:00:00:00:00:01' -> 6 bytes."""
+    return bytes(int(part, 16) for part in text.split(":"))
+
+
+def release_order(line: DelayLine, arrivals: Iterable[tuple[int, int, int]], *, queue_num: int = 0,
+                  mac: bytes | None = None) -> list[int]:
+    """Packet ids in the order the line releases them, for arrivals ``(packet_id, arrival_ns, length)``
+    (a pure helper for tests and docs)."""
+    for packet_id, arrival_ns, length in arrivals:
+        line.admit(queue_num, packet_id, arrival_ns, length, mac)
+    return [r.packet_id for r in line.drain()]

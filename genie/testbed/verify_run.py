@@ -1,0 +1,162 @@
+"""`genie testbed verify NAME`: measure the links of a live testbed from inside its namespaces.
+
+Per chosen host pair (`genie.testbed.verify.choose_pairs`): RTT (paced UDP echo probes, median, minus the same
+probe's median over loopback in the sending namespace: the probe's own overhead), loss in each direction
+(paced UDP probes counted by the receiver) and throughput in each direction (one TCP flow; its rate after a
+warm-up of 20 round trips, with the machine's CPU load over the flow). Measurements run one at a time. The probe
+servers are registered to the testbed (so `down` ends them) and ended at the end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from genie.core.errors import EnvironmentProblem
+from genie.testbed.emulators import python_env
+from genie.testbed.layout import NETNS_PREFIX, plan_layout
+from genie.testbed.lifecycle import terminate_pids
+from genie.testbed.service import load_info, register_pids, require_net_admin
+from genie.testbed.verify import (PairTargets, VerifyRow, choose_pairs, loss_row, rate_from_timeline, rtt_row,
+                                  throughput_row, uncovered_links)
+
+PROBE_PORT = 47311
+SERVER_READY_S = 15.0
+WARMUP_RTTS = 20
+MIN_WARMUP_S, MAX_WARMUP_S = 0.5, 5.0
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    bulk_seconds: float = 2.0  # measured part of each TCP flow, after its warm-up
+    rtt_probes: int = 200
+    rtt_rate_pps: float = 500.0
+    loss_probes: int = 5000
+    loss_rate_pps: float = 5000.0
+
+
+class _Probes:
+    """Runs probe programs inside the testbed's namespaces."""
+
+    def __init__(self, testbed: str, python: str = sys.executable) -> None:
+        self.testbed = testbed
+        self.python = python
+        self.servers: dict[tuple[str, str], subprocess.Popen[str]] = {}
+        self.streams = itertools.count(1)
+
+    def _argv(self, netns: str, *args: str) -> list[str]:
+        if not netns.startswith(NETNS_PREFIX):
+            raise EnvironmentProblem(f"refusing to run a probe outside genie's namespaces: {netns!r}")
+        return ["ip", "netns", "exec", netns, self.python, "-m", "genie.testbed.probe", *args]
+
+    def start_server(self, netns: str, what: str, lifetime_s: float) -> None:
+        """A probe server: ``udp`` (echo and counter) or ``tcp`` (sink), separate so that a bulk flow never
+        delays an echo."""
+        proc = subprocess.Popen(self._argv(netns, "serve", "--what", what, "--port", str(PROBE_PORT),
+                                           "--lifetime", f"{lifetime_s:.0f}"),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=python_env(), start_new_session=True)
+        self.servers[(netns, what)] = proc
+        register_pids(self.testbed, [proc.pid])
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the server prints {"ready": true} once bound
+        if not line:
+            _, err = proc.communicate(timeout=5)
+            raise EnvironmentProblem(f"{netns}: probe server failed: {(err.strip().splitlines() or ['?'])[-1]}")
+
+    def stop_servers(self) -> None:
+        terminate_pids([proc.pid for proc in self.servers.values()], grace_s=1.0)
+        for proc in self.servers.values():
+            try:
+                proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+        self.servers.clear()
+
+    def run(self, netns: str, *args: str, timeout_s: float) -> dict[str, object]:
+        result = subprocess.run(self._argv(netns, *args), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=timeout_s, env=python_env(), check=False)
+        if result.returncode != 0:
+            reason = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
+            raise EnvironmentProblem(f"{netns}: probe {args[0]} failed: {reason}")
+        return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def verify_testbed(name: str, settings: VerifySettings = VerifySettings(), *,
+                   pairs: Sequence[tuple[str, str]] | None = None,
+                   progress: Callable[[str], None] | None = None) -> list[VerifyRow]:
+    """Measure every link of testbed `name` (see the module doc), or only the host `pairs` given; rows in pair
+    order."""
+    info = load_info(name)
+    layout = plan_layout(info.topology, name)
+    targets = choose_pairs(layout, pairs)
+    require_net_admin()
+    if progress and pairs is None and (skipped := uncovered_links(layout, targets)):
+        progress("not crossed by any measured path (equal-cost alternatives): "
+                 + ", ".join(f"links[{i}]" for i in skipped))
+    netns = {h.host: h.netns for h in info.hosts}
+    address = {h.host: h.address for h in info.hosts}
+    probes = _Probes(name)
+    rows: list[VerifyRow] = []
+    involved = sorted({host for t in targets for host in (t.there.src, t.there.dst)})
+    lifetime = 120 + len(targets) * (60 + 4 * (MAX_WARMUP_S + settings.bulk_seconds))
+    try:
+        for host in involved:
+            for what in ("udp", "tcp"):
+                probes.start_server(netns[host], what, lifetime)
+        for target in targets:
+            a, b = target.there.src, target.there.dst
+            if progress:
+                progress(f"measuring {a} <-> {b} ({target.links})")
+            rows += _measure_pair(probes, settings, target, netns, address)  # type: ignore[arg-type]
+    finally:
+        probes.stop_servers()
+    return rows
+
+
+def _measure_pair(probes: _Probes, settings: VerifySettings, target: PairTargets, netns: dict[str, str],
+                  address: dict[str, str]) -> list[VerifyRow]:
+    a, b = target.there.src, target.there.dst
+    wait_s = max(0.2, 3 * target.rtt_us / 1e6)
+    port = str(PROBE_PORT)
+    rtt_args = ["--port", port, "--count", str(settings.rtt_probes), "--rate", str(settings.rtt_rate_pps),
+                "--wait", f"{wait_s:.3f}"]
+    baseline = probes.run(netns[a], "rtt", "--to", "127.0.0.1", *rtt_args, timeout_s=60)
+    measured = probes.run(netns[a], "rtt", "--to", address[b], *rtt_args,
+                          timeout_s=60 + settings.rtt_probes / settings.rtt_rate_pps)
+    rows = [rtt_row(target, measured["rtt_us"], baseline["rtt_us"], settings.rtt_probes)]  # type: ignore[arg-type]
+    for src, dst, loss_pct in ((a, b, target.loss_there_pct), (b, a, target.loss_back_pct)):
+        stream = next(probes.streams)  # unique per run: a server counts every stream it receives
+        counted = probes.run(netns[src], "loss", "--to", address[dst], "--port", port, "--count",
+                             str(settings.loss_probes), "--rate", str(settings.loss_rate_pps), "--stream",
+                             str(stream), "--wait", f"{wait_s:.3f}",
+                             timeout_s=90 + settings.loss_probes / settings.loss_rate_pps)
+        rows.append(loss_row(target, src, dst, loss_pct, int(counted["sent"]),  # type: ignore[call-overload]
+                             int(counted["received"])))  # type: ignore[call-overload]
+    warmup = min(MAX_WARMUP_S, max(MIN_WARMUP_S, WARMUP_RTTS * target.rtt_us / 1e6))
+    for src, dst, rate, loss_pct in ((a, b, target.rate_there_bps, target.loss_there_pct),
+                                     (b, a, target.rate_back_bps, target.loss_back_pct)):
+        seconds = warmup + settings.bulk_seconds
+        before = cpu_times()
+        flow = probes.run(netns[src], "bulk", "--to", address[dst], "--port", port, "--seconds", f"{seconds:.3f}",
+                          timeout_s=90 + 2 * seconds)
+        after = cpu_times()
+        busy = (after[0] - before[0]) / (after[1] - before[1]) if after[1] > before[1] else None
+        rate_bps = rate_from_timeline(flow.get("timeline", []), warmup)  # type: ignore[arg-type]
+        rows.append(throughput_row(target, src, dst, rate, loss_pct, rate_bps, busy))
+        time.sleep(0.2)  # let the queues drain between flows
+    return rows

@@ -1,0 +1,157 @@
+"""`genie experiment`: the YAML format and its errors, the sweep planned from the trace, and the comparison
+(without a testbed; tests/test_experiment_root.py runs one for real)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from astra_adapter.calibrate import model_ns
+from astra_adapter.experiment import (ExperimentResult, Statistic, accuracy_csv, evaluate, format_summary,
+                                      measurements_of, prepare, sweep_stats)
+from astra_adapter.experiment_spec import load_experiment, parse_experiment, plan_sweep
+from astra_adapter.measurements import Measurement, op_time_us
+from genie.core.collective import Algorithm, Collective
+from genie.core.errors import InputError
+from genie.workloads.loader import load_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_TRACE = """format: genie-trace
+version: 1
+ranks: 4
+groups: {pair0: [0, 1], pair1: [2, 3]}
+program:
+  - {id: 0, type: compute, duration: 2ms}
+  - {id: 1, type: all_reduce, size: 256KiB, group: "pair{rank//2}", deps: [0]}
+  - {id: 2, type: compute, duration: 1ms, deps: [1]}
+  - {id: 3, type: all_reduce, size: 1MiB, deps: [2]}
+"""
+
+
+def write_tiny(tmp_path: Path, extra: str = "") -> Path:
+    (tmp_path / "tiny.yaml").write_text(TINY_TRACE)
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"name: tiny\nworkload: {{trace: tiny.yaml}}\ntopology: {ROOT}/topologies/star-4.yaml\n"
+                    f"sweep: {{iterations: 3, warmup: 1, grid: [64KiB]}}\nreplay: {{iterations: 2, warmup: 1}}\n"
+                    + extra)
+    return spec
+
+
+@pytest.mark.parametrize("text, where", [
+    ("workload: {trace: t}\n", "topology: missing"),
+    ("workload: {trace: t}\ntopology: x.yaml\nsweeps: {}\n", "sweeps: unknown key"),
+    ("workload: {trace: t, generate: {model: resnet50}}\ntopology: x\n", "workload: give exactly one"),
+    ("workload: {generate: {dp: 8}}\ntopology: x\n", "workload.generate.model: missing"),
+    ("workload: {generate: {model: resnet50, dpp: 8}}\ntopology: x\n", "workload.generate.dpp: unknown key"),
+    ("workload: {trace: t}\ntopology: x\nsweep: {iterations: 0}\n", "sweep.iterations: expected an integer >= 1"),
+    ("workload: {trace: t}\ntopology: x\nsweep: {grid: [1XB]}\n", "sweep.grid[0]"),
+    ("workload: {trace: t}\ntopology: x\nalgorithms: {all_reduce: fastest}\n", "algorithms.all_reduce: unknown"),
+    ("workload: {trace: t}\ntopology: x\nalgorithms: {broadcast: ring}\n", "algorithms.broadcast: unknown key"),
+    ("workload: {trace: t}\ntopology: x\nreplay: {timeout: -1}\n", "replay.timeout: expected seconds > 0"),
+    ("workload: {trace: t}\ntopology: x\nestimate: {share_nic: maybe}\n", "estimate.share_nic: expected true"),
+    ("workload: [1, 2]\ntopology: x\n", "workload: expected a mapping"),
+    ("[a, b]\n", "expected a mapping"),
+    ("workload: {trace: t\n", "not YAML"),
+])
+def test_bad_experiment_files_name_file_and_key(text: str, where: str) -> None:
+    with pytest.raises(InputError) as err:
+        parse_experiment(text, source="e.yaml")
+    assert str(err.value).startswith("e.yaml: ") and where in str(err.value)
+
+
+def test_defaults_and_relative_paths(tmp_path: Path) -> None:
+    spec = load_experiment(write_tiny(tmp_path))
+    assert spec.name == "tiny" and spec.workload.trace_path == tmp_path / "tiny.yaml"
+    assert dict(spec.algorithms)[Collective.ALL_TO_ALL] is Algorithm.DIRECT
+    assert (spec.sweep_iterations, spec.replay_iterations, spec.grid_bytes, spec.share_nic) == (3, 2, (65536,), True)
+
+
+def test_prepare_checks_everything_before_a_testbed(tmp_path: Path) -> None:
+    prepared = prepare(load_experiment(write_tiny(tmp_path)))
+    assert prepared.mapping.dims[0].npus_count == 4
+    curves = {(c.collective, c.algorithm, c.ranks): (c.sizes, c.groups) for c in prepared.sweep}
+    assert curves == {(Collective.ALL_REDUCE, Algorithm.RING, 2): ((65536, 262144), ((0, 1), (2, 3))),
+                      (Collective.ALL_REDUCE, Algorithm.RING, 4): ((65536, 1 << 20), ((0, 1, 2, 3),))}
+    assert all(n.algorithm is Algorithm.RING for r in prepared.trace.ranks for n in r.nodes if n.comm_type)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"workload: {{trace: tiny.yaml}}\ntopology: {ROOT}/topologies/star-8.yaml\n")
+    with pytest.raises(InputError, match="bad.yaml: workload: the workload has 4 ranks but topology star-8 runs 8"):
+        prepare(load_experiment(bad))
+    bad.write_text("workload: {trace: nothing-here}\ntopology: x.yaml\n")
+    with pytest.raises(InputError, match="topology: no such topology file"):
+        prepare(load_experiment(bad))
+    bad.write_text(f"workload: {{trace: nothing-here}}\ntopology: {ROOT}/topologies/star-4.yaml\n")
+    with pytest.raises(InputError, match="workload.trace: no such trace"):
+        prepare(load_experiment(bad))
+    bad.write_text(f"workload: {{generate: {{model: gpt3-125m, layers: 0, dp: 4}}}}\n"
+                   f"topology: {ROOT}/topologies/star-4.yaml\n")
+    with pytest.raises(InputError, match="workload.generate.layers"):
+        prepare(load_experiment(bad))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_experiments_are_ready(path: Path) -> None:
+    prepared = prepare(load_experiment(path))
+    assert prepared.trace.num_ranks == 8 and prepared.sweep
+
+
+def test_sweep_of_a_pipeline_measures_its_message_pairs() -> None:
+    trace = load_trace(ROOT / "traces" / "gen_pp4_dp2_gpt3")
+    p2p = [c for c in plan_sweep(trace) if c.collective is Collective.SEND_RECV]
+    assert len(p2p) == 1 and p2p[0].ranks == 2 and p2p[0].groups == ((0, 1), (2, 3), (4, 5), (6, 7))
+
+
+def test_evaluate_compares_both_modes_with_the_replay(tmp_path: Path) -> None:
+    prepared = prepare(load_experiment(write_tiny(tmp_path)))
+    theta = np.array([20_000.0, 8.0, 10.0])
+    rows = []
+    for case in prepared.sweep:
+        for size in case.sizes:
+            op = case.op(size)
+            rows.append(Measurement(op.collective, op.algorithm, op.ranks, size,
+                                    model_ns(op, prepared.mapping, theta, group=case.groups[0]) / 1000,
+                                    groups=case.groups))
+    calibration, estimates, accuracy = evaluate(prepared, tuple(rows), (9_000_000, 10_000_000, 11_000_000))
+    assert calibration.rms_residual_pct < 0.01
+    assert [a.mode for a in accuracy] == ["measured", "calibrated"]
+    assert all(a.measured_s == 0.01 for a in accuracy)
+    # the model measured itself: both modes agree (one op in flight per rank at a time here)
+    assert estimates[0].iteration_ns == pytest.approx(estimates[1].iteration_ns, rel=1e-4)
+    text = accuracy_csv(accuracy)
+    assert text.splitlines()[0] == "workload,topology,mode,estimated_s,measured_s,error_pct"
+    assert text.splitlines()[1].startswith("tiny.yaml,star-4,measured,")
+    result = ExperimentResult(tmp_path, prepared, tuple(rows), calibration, estimates, (10_000_000,), accuracy)
+    summary = format_summary(result)
+    assert "calibrated" in summary and "star -> Switch(4)" in summary and len(summary.splitlines()) < 24
+
+
+def test_measurements_keep_their_groups_and_iterations(tmp_path: Path) -> None:
+    prepared = prepare(load_experiment(write_tiny(tmp_path)))
+    times = [[1000 * (i + 1)] * 9 + [50_000 * (i + 1)] for i in range(4)]  # one stall in ten iterations
+    stats = sweep_stats(prepared.sweep, times)
+    typical = measurements_of(stats, prepared.sweep, times)
+    assert [m.groups for m in typical] == [((0, 1), (2, 3))] * 2 + [((0, 1, 2, 3),)] * 2
+    assert typical[1].size_bytes == 262144 and typical[1].time_us == pytest.approx(2.0)  # the stall is trimmed
+    assert stats[1].time_median_us == 2.0 and len(typical[1].iterations_us) == 10
+    best = measurements_of(stats, prepared.sweep, times, Statistic.BEST)
+    assert [m.time_us for m in best] == [1.0, 2.0, 3.0, 4.0]
+    assert op_time_us([1.0, 2.0, 3.0, 100.0]) == pytest.approx(26.5)  # fewer than 10: nothing trimmed
+    assert op_time_us([10.0] * 8 + [1.0, 1000.0]) == 10.0
+
+
+def test_cli_experiment_bad_file_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload: {trace: t}\ntopology: x\nsweep: {warmup: -1}\n")
+    code = ("import sys; from genie.cli import main as m\n"
+            "if 'estimate_cmd' not in m._COMMAND_MODULES: m._COMMAND_MODULES += ('estimate_cmd',)\n"
+            "sys.exit(m.main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "experiment", str(bad), "--out", str(tmp_path / "run")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "bad.yaml: sweep.warmup: expected an integer >= 0" in done.stderr
+    assert not (tmp_path / "run").exists()
