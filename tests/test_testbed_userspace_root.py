@@ -74,6 +74,7 @@ def nfqueue_works(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Skip (with the reason) unless iptables can queue to userspace and a queue can be bound, in a testbed."""
     if problem := userspace_problem():
         pytest.skip(problem)
+    previous = os.environ.get(STATE_DIR_ENV)
     os.environ[STATE_DIR_ENV] = str(tmp_path_factory.mktemp("probe-state"))
     name = f"{RUN}-nfq"
     try:
@@ -93,7 +94,10 @@ def nfqueue_works(tmp_path_factory: pytest.TempPathFactory) -> None:
     finally:
         if record_path(name).exists():
             service.down(name)
-        del os.environ[STATE_DIR_ENV]
+        if previous is None:
+            del os.environ[STATE_DIR_ENV]
+        else:
+            os.environ[STATE_DIR_ENV] = previous
 
 
 def _up(text: str, suffix: str) -> core_testbed.TestbedInfo:
