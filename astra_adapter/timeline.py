@@ -31,6 +31,7 @@ from typing import Callable
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import GenieError
 from genie.core.trace import NodeKind, Trace, topological_order
+from genie.measure.replay import union_ns
 
 from astra_adapter.measurements import CommOp, comm_op
 
@@ -69,18 +70,6 @@ class _Op:
         self.started: dict[int, float] = {}
         self.nodes: dict[int, int] = {}  # rank -> node index
         self.remaining_ns = duration_ns
-
-
-def _union(spans: list[tuple[float, float]]) -> float:
-    total, end = 0.0, None
-    for s, e in sorted(spans):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 class _Player:
@@ -270,8 +259,8 @@ def play_trace(trace: Trace, duration_ns: Callable[[CommOp], float], *, share_ni
             (compute if lane[0] == "compute" else comm).append((s, e))
         end = max((e for _, _, e in rows), default=0.0)
         compute_ns = sum(max(0, n.duration_ns) for n in order if n.kind is NodeKind.COMPUTE)
-        comm_ns = _union(comm)
-        overlap = sum(e - s for s, e in compute) + comm_ns - _union(compute + comm)
+        comm_ns = union_ns(comm)
+        overlap = sum(e - s for s, e in compute) + comm_ns - union_ns(compute + comm)
         iteration = round(end)
         ranks.append(RankTimes(rank, iteration, compute_ns, round(comm_ns), max(0, iteration - compute_ns),
                                max(0, round(overlap))))

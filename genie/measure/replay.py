@@ -44,7 +44,8 @@ class RankSummary:
     overlap_ns: int
 
 
-def _union_ns(intervals: Sequence[tuple[int, int]]) -> int:
+def union_ns(intervals: Sequence[tuple[float, float]]) -> float:
+    """Total length covered by possibly overlapping [start, end) intervals."""
     total, end = 0, None
     for s, e in sorted(intervals):
         if end is None or s > end:
@@ -67,8 +68,8 @@ def rank_summaries(programs: Sequence[RankProgram], it: IterationRecords) -> lis
         comm = [(s, e) for nid, s, e in rr.records if lane_of.get(nid) in (Lane.COLLECTIVE, Lane.SEND, Lane.RECV)]
         end = max((e for _, _, e in rr.records), default=origin)
         compute_ns = nominal[rr.rank]
-        comm_ns = _union_ns(comm)
-        busy = _union_ns(compute + comm)
+        comm_ns = union_ns(comm)
+        busy = union_ns(compute + comm)
         iteration_ns = end - origin
         out.append(RankSummary(it.iteration, rr.rank, iteration_ns, compute_ns, comm_ns,
                                max(0, iteration_ns - compute_ns),
