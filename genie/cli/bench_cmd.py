@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import typer
 
+from genie.cli import options
+
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.units import parse_size_bytes
@@ -133,33 +135,25 @@ def bench(
     stepfactor: int = typer.Option(2, "--stepfactor", "-f", help="Multiply the size by this factor."),
     iters: int = typer.Option(20, "--iters", "-n", help="Timed iterations per size."),
     warmup_iters: int = typer.Option(5, "--warmup_iters", "-w", help="Untimed warmup iterations per size."),
-    topology: Optional[Path] = typer.Option(None, "--topology", help="Bring this topology up for the run."),
-    testbed: Optional[str] = typer.Option(None, "--testbed", help="Use a testbed that is already up."),
-    loopback: bool = typer.Option(False, "--loopback", help="All ranks on 127.0.0.1 here (no testbed, no root)."),
+    topology: Optional[Path] = options.TOPOLOGY,
+    testbed: Optional[str] = options.TESTBED,
+    loopback: bool = options.LOOPBACK,
     ranks: Optional[int] = typer.Option(None, "--ranks", help="Number of ranks (default: all of the testbed)."),
     verify: bool = typer.Option(False, "--verify", help="Move real data and check the results with numpy."),
     chunks: int = typer.Option(1, "--chunks", help="Pipelining chunks per algorithm step."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Per-op timeout in seconds."),
+    timeout: float = options.TIMEOUT,
     steps: bool = typer.Option(False, "--steps", help="Also record every algorithm step (steps.csv)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-bench)."),
-    sample_ms: int = typer.Option(200, "--sample-ms", help="Link counter sampling period on a testbed (0: off)."),
-    capture: Optional[str] = typer.Option(None, "--capture", metavar="LINK",
-                                          help="Record link LINK (e.g. h0-s0: at h0's end) to capture-LINK.pcap "
-                                               "and write flows.csv (testbed only)."),
-    launcher: str = typer.Option("local", "--launcher",
-                                 help="Who starts the ranks: local (genie) or mpi (MPICH's mpiexec; docs/mpi.md)."),
+    sample_ms: int = options.SAMPLE_MS,
+    capture: Optional[str] = options.CAPTURE,
+    launcher: str = options.LAUNCHER,
     transport: str = typer.Option("tcp", "--transport",
                                   help="Data over genie's TCP engine (tcp) or MPI point-to-point (mpi; needs "
                                        "--launcher mpi)."),
-    inventory: Optional[Path] = typer.Option(None, "--inventory",
-                                             help="Run on the real hosts of this inventory (docs/inventory.md; "
-                                                  "needs --launcher mpi)."),
-    mpiexec: Optional[Path] = typer.Option(None, "--mpiexec", help="MPICH's mpiexec (default: beside python, "
-                                                                    "then PATH)."),
-    port_range: Optional[str] = typer.Option(None, "--port-range",
-                                             help="Ports of rank listeners and MPI, LOW-HIGH (default: "
-                                                  "$GENIE_PORT_RANGE, else any)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result document as JSON instead of the table."),
+    inventory: Optional[Path] = options.INVENTORY,
+    mpiexec: Optional[Path] = options.MPIEXEC,
+    port_range: Optional[str] = options.PORT_RANGE,
+    as_json: bool = options.AS_JSON,
 ) -> None:
     """Sweep collectives over sizes and print an nccl-tests table; writes a run directory (docs/reports.md)."""
     from genie.cli.launch_options import launch_meta, launch_target, other_target, resolve_launch

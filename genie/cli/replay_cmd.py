@@ -8,35 +8,29 @@ from typing import Optional
 
 import typer
 
+from genie.cli import options
+
 from genie.core.errors import InputError
 
 
 def replay(
     trace: Path = typer.Argument(..., help="Trace: Chakra ET prefix or directory, genie JSON/YAML, PARAM dir, "
                                            "ASTRA-sim text (with --npus)."),
-    topology: Optional[Path] = typer.Option(None, "--topology", help="Bring this topology up for the run."),
-    testbed: Optional[str] = typer.Option(None, "--testbed", help="Use a testbed that is already up."),
-    loopback: bool = typer.Option(False, "--loopback", help="All ranks on 127.0.0.1 here (no testbed, no root)."),
+    topology: Optional[Path] = options.TOPOLOGY,
+    testbed: Optional[str] = options.TESTBED,
+    loopback: bool = options.LOOPBACK,
     npus: Optional[int] = typer.Option(None, "--npus", help="Ranks for an ASTRA-sim text workload."),
     iterations: int = typer.Option(1, "--iterations", "-n", help="Timed iterations of the whole trace."),
     warmup: int = typer.Option(0, "--warmup", "-w", help="Untimed iterations first."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Per-op timeout in seconds."),
+    timeout: float = options.TIMEOUT,
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-replay)."),
-    sample_ms: int = typer.Option(200, "--sample-ms", help="Link counter sampling period on a testbed (0: off)."),
-    capture: Optional[str] = typer.Option(None, "--capture", metavar="LINK",
-                                          help="Record link LINK (e.g. h0-s0: at h0's end) to capture-LINK.pcap "
-                                               "and write flows.csv (testbed only)."),
-    launcher: str = typer.Option("local", "--launcher",
-                                 help="Who starts the ranks: local (genie) or mpi (MPICH's mpiexec; docs/mpi.md)."),
-    inventory: Optional[Path] = typer.Option(None, "--inventory",
-                                             help="Run on the real hosts of this inventory (docs/inventory.md; "
-                                                  "needs --launcher mpi)."),
-    mpiexec: Optional[Path] = typer.Option(None, "--mpiexec", help="MPICH's mpiexec (default: beside python, "
-                                                                    "then PATH)."),
-    port_range: Optional[str] = typer.Option(None, "--port-range",
-                                             help="Ports of rank listeners and MPI, LOW-HIGH (default: "
-                                                  "$GENIE_PORT_RANGE, else any)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result document as JSON instead of the table."),
+    sample_ms: int = options.SAMPLE_MS,
+    capture: Optional[str] = options.CAPTURE,
+    launcher: str = options.LAUNCHER,
+    inventory: Optional[Path] = options.INVENTORY,
+    mpiexec: Optional[Path] = options.MPIEXEC,
+    port_range: Optional[str] = options.PORT_RANGE,
+    as_json: bool = options.AS_JSON,
 ) -> None:
     """Replay TRACE: compute waited out, communication sent for real; writes a run directory (docs/reports.md)."""
     from genie.cli.bench_cmd import _capture_end, _echo_capture, _observe, _target
