@@ -21,10 +21,9 @@ from genie.cli.main import main
 from genie.core.errors import GenieError
 from genie.core import testbed as core_testbed
 from genie.testbed import service
-from genie.testbed.layout import NETNS_DIR
 from genie.testbed.state import STATE_DIR_ENV, record_path
 from genie.topology import load_topology_file, ring, star
-from netns_checks import root_namespace_snapshot
+from netns_checks import namespace_names, namespaces_of_run, root_namespace_snapshot, tear_down_run
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
@@ -66,12 +65,8 @@ print(json.dumps({"sources": sources, "got": got}))
 """
 
 
-def _names() -> list[str]:
-    return sorted(n for n in os.listdir(NETNS_DIR)) if os.path.isdir(NETNS_DIR) else []
-
-
 def _ours() -> list[str]:
-    return [n for n in _names() if n.startswith(f"genie-{RUN}")]
+    return namespaces_of_run(RUN)
 
 
 def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -91,11 +86,7 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     directory = tmp_path / "state"
     monkeypatch.setenv(STATE_DIR_ENV, str(directory))
     yield directory
-    for record in directory.glob("*.json") if directory.is_dir() else []:
-        if record.stem.startswith(RUN):
-            service.down(record.stem)
-    for netns in _ours():  # only if a test failed half-way
-        subprocess.run(["ip", "netns", "delete", netns], check=False)
+    tear_down_run(directory, RUN)
 
 
 def _env(state_dir: Path) -> dict[str, str]:
@@ -255,7 +246,7 @@ def _start_up_and_wait_for_a_namespace(name: str, state_dir: Path) -> subprocess
                              str(TOPOLOGIES / "leaf-spine-2x4.yaml"), "--name", name],
                             env=_env(state_dir), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
-    while not any(n.startswith(f"genie-{name}-") for n in _names()):
+    while not any(n.startswith(f"genie-{name}-") for n in namespace_names()):
         assert proc.poll() is None and time.monotonic() < deadline, "up ended before building anything"
         time.sleep(0.005)
     return proc
@@ -270,7 +261,7 @@ def test_sigterm_during_up_rolls_everything_back(state_dir: Path) -> None:
         if record_path(name).exists():  # finished before the signal landed: try again
             service.down(name)
             continue
-        assert not any(n.startswith(f"genie-{name}-") for n in _names())
+        assert not any(n.startswith(f"genie-{name}-") for n in namespace_names())
         # 130 once genie.cli.main returns the exit code typer hands back for KeyboardInterrupt (it drops it now)
         assert proc.returncode in (0, 130), err.decode()
         return
@@ -279,24 +270,24 @@ def test_sigterm_during_up_rolls_everything_back(state_dir: Path) -> None:
 
 @pytest.mark.parametrize("how", ["down NAME", "down --all"])
 def test_a_sigkilled_up_leaves_nothing_after_down(how: str, state_dir: Path) -> None:
-    foreign = [n for n in _names() if n.startswith("genie-") and not n.startswith(f"genie-{RUN}")]
+    foreign = [n for n in namespace_names() if n.startswith("genie-") and not n.startswith(f"genie-{RUN}")]
     if how == "down --all" and foreign:
         pytest.skip(f"other genie testbeds are live ({foreign[0]}...); `down --all` would remove them")
     name = f"{RUN}-kill"
     proc = _start_up_and_wait_for_a_namespace(name, state_dir)
     proc.kill()
     proc.wait(timeout=10)
-    assert any(n.startswith(f"genie-{name}-") for n in _names())
+    assert any(n.startswith(f"genie-{name}-") for n in namespace_names())
     orphan = f"genie-{RUN}-orphan-h0"  # as if killed before its state record was written
     subprocess.run(["ip", "netns", "add", orphan], check=True)
     argv = ["testbed", "down", name] if how == "down NAME" else ["testbed", "down", "--all"]
     result = _run([sys.executable, "-m", "genie.cli.main", *argv], env=_env(state_dir), cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert not record_path(name).exists()
-    assert not any(n.startswith(f"genie-{name}-") for n in _names())
+    assert not any(n.startswith(f"genie-{name}-") for n in namespace_names())
     if how == "down --all":
         assert f"removed leftover namespace {orphan}" in result.stdout
-        assert orphan not in _names()
+        assert orphan not in namespace_names()
     else:
         subprocess.run(["ip", "netns", "delete", orphan], check=True)
     with pytest.raises(GenieError):

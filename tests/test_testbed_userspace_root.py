@@ -24,12 +24,13 @@ from genie.core.errors import EnvironmentProblem
 from genie.core.topology import Host, Topology
 from genie.testbed import service
 from genie.testbed.emulators import EmulatorProcess, is_running, userspace_problem
-from genie.testbed.layout import NETNS_DIR
 from genie.testbed.state import STATE_DIR_ENV, load_record, record_path
 from genie.testbed.steps import ShaperChoice
 from genie.testbed.verify import Metric, Status
 from genie.testbed.verify_run import VerifySettings, verify_testbed
 from genie.topology import load_topology
+
+from netns_checks import namespace_names, namespaces_of_run, tear_down_run
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
@@ -49,12 +50,8 @@ links:
 PAIR = "name: pair\nhosts: [{prefix: h, count: 2}]\nlinks: [{endpoints: [h0, h1], delay: 2ms, jitter: 100us}]\n"
 
 
-def _names() -> list[str]:
-    return sorted(os.listdir(NETNS_DIR)) if os.path.isdir(NETNS_DIR) else []
-
-
 def _ours() -> list[str]:
-    return [n for n in _names() if n.startswith(f"genie-{RUN}")]
+    return namespaces_of_run(RUN)
 
 
 @pytest.fixture(autouse=True)
@@ -62,11 +59,7 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     directory = tmp_path / "state"
     monkeypatch.setenv(STATE_DIR_ENV, str(directory))
     yield directory
-    for record in directory.glob("*.json") if directory.is_dir() else []:
-        if record.stem.startswith(RUN):
-            service.down(record.stem)
-    for netns in _ours():  # only if a test failed half-way
-        subprocess.run(["ip", "netns", "delete", netns], check=False)
+    tear_down_run(directory, RUN)
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +181,7 @@ def test_a_sigkilled_up_with_emulators_leaves_nothing_after_down(nfqueue_works: 
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert not any(is_running(e) for e in emulators)
-    assert not any(n.startswith(f"genie-{name}-") for n in _names())
+    assert not any(n.startswith(f"genie-{name}-") for n in namespace_names())
 
 
 def test_the_netem_path(state_dir: Path) -> None:
