@@ -3,6 +3,7 @@ rank processes on 127.0.0.1 (the same rank program that runs inside testbed name
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,9 +23,15 @@ from genie.engine.transport import PeerFailure, SocketTransport, Transfer, socke
 ALL_CASES = [(c, a) for c in Collective for a in supported_algorithms(c)]
 
 
-def _run_threads(op: CollectiveOp, verify: bool = True, record_steps: bool = False):
+def _run_threads(op: CollectiveOp, verify: bool = True, record_steps: bool = False,
+                 send_buffer_bytes: int | None = None):
     schedule = build_schedule(op)
     mesh = socketpair_mesh(len(op.group))
+    if send_buffer_bytes:  # tiny socket buffers keep sends queued across steps (the eager path)
+        for peers in mesh:
+            for sock in peers.values():
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, send_buffer_bytes)
     results, errors = {}, []
 
     def rank_main(pos: int) -> None:
@@ -59,6 +66,90 @@ def test_schedule_moves_correct_data_over_sockets(collective, algorithm, n, size
     _, results = _run_threads(op)
     for rank, (data, _) in results.items():
         assert check.verify_buffers(op, rank, data.arrays) is None
+
+
+@pytest.mark.parametrize("collective,algorithm", ALL_CASES, ids=lambda v: getattr(v, "value", v))
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_queued_sends_never_see_later_writes(collective, algorithm, n):
+    """A step starts once the previous receives are done, while earlier sends may still be queued: with
+    socket buffers far smaller than a step, every reduction or receive that would overwrite a region still
+    being sent must wait for it, or the verified data would be wrong."""
+    op = CollectiveOp(collective, 4 * n * 8192, tuple(range(n)), algorithm,
+                      root=0, peer=n - 1 if collective is Collective.SEND_RECV else None)
+    _, results = _run_threads(op, send_buffer_bytes=2048)
+    for rank, (data, _) in results.items():
+        assert check.verify_buffers(op, rank, data.arrays) is None
+
+
+def test_executor_leaves_sends_queued_between_steps_but_not_after_the_op():
+    """Ring steps proceed on received data while the previous send is still queued; the op ends only when
+    every send is out (the outbox is empty)."""
+    op = CollectiveOp(Collective.ALL_GATHER, 4 * 4 * 65536, tuple(range(4)), Algorithm.RING)
+    schedule = build_schedule(op)
+    mesh = socketpair_mesh(4)
+    for peers in mesh:
+        for sock in peers.values():
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    transports = [SocketTransport(r, mesh[r]) for r in range(4)]
+    queued_during: list[int] = []
+    left_after: list[int] = []
+
+    class Watching:
+        def __init__(self, t):
+            self.t, self.rank = t, t.rank
+
+        def exchange(self, sends, recvs, timeout_s, *, wait_for_sends=True):
+            self.t.exchange(sends, recvs, timeout_s, wait_for_sends=wait_for_sends)
+            queued_during.append(len(self.t._outbox))
+
+        def flush(self, timeout_s):
+            self.t.flush(timeout_s)
+            left_after.append(len(self.t._outbox))
+
+    threads = [threading.Thread(target=run_schedule, args=(schedule.for_rank(r), Watching(transports[r])),
+                                kwargs={"timeout_s": 20}) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for t in transports:
+        t.close()
+    assert left_after == [0, 0, 0, 0]
+    assert any(queued_during)
+
+
+def test_tcp_connections_use_the_pinned_congestion_control():
+    from genie.engine.transport import CONGESTION_CONTROL, connect_mesh, listen_socket
+
+    available = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    if CONGESTION_CONTROL.decode() not in available:
+        pytest.skip(f"{CONGESTION_CONTROL.decode()} is not available on this kernel")
+    if os.geteuid() != 0 and CONGESTION_CONTROL.decode() not in \
+            open("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read().split():
+        pytest.skip("choosing a congestion control outside the allowed list needs root")
+    listeners = [listen_socket("127.0.0.1", 4) for _ in range(2)]
+    addresses = {r: l.getsockname() for r, l in enumerate(listeners)}
+    meshes = [None, None]
+
+    def side(r):
+        meshes[r] = connect_mesh(r, listeners[r], addresses, frozenset({(0, 1 - r)}), timeout_s=10)
+
+    threads = [threading.Thread(target=side, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    try:
+        for mesh in meshes:
+            (sock,) = mesh.values()
+            algo = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0")
+            assert algo == CONGESTION_CONTROL
+    finally:
+        for mesh in meshes:
+            for sock in (mesh or {}).values():
+                sock.close()
+        for l in listeners:
+            l.close()
 
 
 def test_step_records_account_every_byte():

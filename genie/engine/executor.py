@@ -44,9 +44,16 @@ class DataBuffers:
 def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: float,
                  data: DataBuffers | None = None, record_steps: bool = False,
                  clock=time.monotonic_ns) -> list[StepRecord]:
-    """Run every step of `schedule`; raise RunFailure (naming rank and peer) when a peer fails or times out."""
+    """Run every step of `schedule`; raise RunFailure (naming rank and peer) when a peer fails or times out.
+
+    A step starts once the previous step's receives are complete — its data dependency — while the previous
+    sends may still be in progress (queued per peer, in order): each link stays busy across step boundaries,
+    like NCCL's pipelined slices, instead of idling while the slowest flow of the step ends. With real data,
+    a step whose writes overlap a region still being sent first waits for the sends. The op ends when every
+    send and receive is complete. A step record ends when the step's receives are complete."""
     records: list[StepRecord] = []
     deadline = time.monotonic() + timeout_s
+    sending: list[tuple[Buffer, int, int]] = []  # regions of sends not yet waited for (real data only)
     for index, step in enumerate(schedule.steps):
         start_ns = clock() if record_steps else 0
         remaining_s = deadline - time.monotonic()
@@ -55,13 +62,32 @@ def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: flo
         if data is None:
             sends = [Transfer(s.peer, s.size_bytes) for s in step.sends]
             recvs = [Transfer(r.peer, r.size_bytes) for r in step.recvs]
-            transport.exchange(sends, recvs, remaining_s)
+            transport.exchange(sends, recvs, remaining_s, wait_for_sends=False)
         else:
+            if sending and _overwrites(step, sending):
+                transport.flush(remaining_s)
+                sending.clear()
             _run_data_step(step, transport, data, remaining_s)
+            sending.extend((s.buffer, s.offset_bytes, s.offset_bytes + s.size_bytes) for s in step.sends)
         if record_steps:
             records.append(StepRecord(index, start_ns, clock(), step.sent_bytes, step.received_bytes,
                                       tuple(sorted({t.peer for t in (*step.sends, *step.recvs)}))))
+    remaining_s = deadline - time.monotonic()
+    if remaining_s <= 0:
+        raise RunFailure(f"rank {schedule.rank}: op timed out after {timeout_s:g} s")
+    transport.flush(remaining_s)
     return records
+
+
+def _overwrites(step, sending: list[tuple[Buffer, int, int]]) -> bool:
+    """Does `step` write (copy into, receive into, reduce into) a region a queued send still reads?"""
+    writes = [(c.dst_buffer, c.dst_offset_bytes, c.dst_offset_bytes + c.size_bytes) for c in step.copies]
+    writes += [(r.buffer, r.offset_bytes, r.offset_bytes + r.size_bytes) for r in step.recvs]
+    return _overlap(writes, sending)
+
+
+def _overlap(a: list[tuple[Buffer, int, int]], b: list[tuple[Buffer, int, int]]) -> bool:
+    return any(xb == yb and x0 < y1 and y0 < x1 for xb, x0, x1 in a for yb, y0, y1 in b)
 
 
 def _run_data_step(step, transport: Transport, data: DataBuffers, timeout_s: float) -> None:
@@ -84,7 +110,10 @@ def _run_data_step(step, transport: Transport, data: DataBuffers, timeout_s: flo
         else:
             recvs.append(Transfer(r.peer, r.size_bytes,
                                   data.bytes[r.buffer][r.offset_bytes:r.offset_bytes + r.size_bytes]))
-    transport.exchange(sends, recvs, timeout_s)
+    # a reduction lands after the receives: it must not change what this step is still sending
+    own = [(s.buffer, s.offset_bytes, s.offset_bytes + s.size_bytes) for s in step.sends]
+    reduced = [(r.buffer, r.offset_bytes, r.offset_bytes + r.size_bytes) for r in step.recvs if r.reduce]
+    transport.exchange(sends, recvs, timeout_s, wait_for_sends=_overlap(reduced, own))
     for target, landing in reductions:
         t = target.view(data.dtype)
         t += landing.view(data.dtype)

@@ -44,7 +44,9 @@ class MpiTransport:
             return area
         return (np.zeros if zero else np.empty)(max(size, 2 * area.size), dtype=np.uint8)
 
-    def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float) -> None:
+    def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float, *,
+                 wait_for_sends: bool = True) -> None:
+        """Always waits for the sends too (MPI requests complete together)."""
         MPI = self._mpi
         for t in (*sends, *recvs):
             if not 0 <= t.peer < self.world or t.peer == self.rank:
@@ -95,6 +97,9 @@ class MpiTransport:
                 raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s "
                                   + ", ".join(pending))
             yield_cpu()
+
+    def flush(self, timeout_s: float) -> None:
+        """Nothing is ever left queued (see `exchange`)."""
 
     def close(self) -> None:
         self._send_area = self._recv_area = np.empty(0, dtype=np.uint8)
