@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The default demo: install, bring up the 8-host star testbed, sweep all-reduce / all-gather / all-to-all,
-# print the nccl-tests tables, tear the testbed down.
+# The default demo, genie's main job end to end: install, then `genie experiment` on the 8-host star
+# (topologies/star-8.yaml, 1 Gbit/s): bring the testbed up, sweep the collectives the TP+DP GPT-3 trace uses,
+# calibrate the network model, estimate the iteration time (measured and calibrated modes), replay the whole
+# trace, compare estimate and replay (accuracy.csv), tear the testbed down. About 1-2 minutes.
+# Other experiments: experiments/*.yaml; nccl-tests-style sweeps: genie bench (README "Using genie").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/genie bench --topology topologies/star-8.yaml \
-    --collective all_reduce,all_gather,all_to_all -b 1K -e 16M -f 4 -n 10 -w 3 "$@"
+exec .venv/bin/genie experiment experiments/tp2dp4-gpt3-star8.yaml "$@"
