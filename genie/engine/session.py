@@ -87,13 +87,17 @@ class RankSession:
             self._start_ranks(path, workdir)
             ports = self._rendezvous(server)
             addresses = {str(p.rank): [p.address, ports[p.rank]] for p in self.placements}
-            for rank, conn in self._conns.items():
-                send_message(conn, {"type": "setup", "addresses": addresses,
-                                    "job": job(rank) if callable(job) else job,
-                                    "socket_buffer_bytes": self.socket_buffer_bytes, "spin_s": self.spin_s})
+            for rank in self._conns:
+                self._send(rank, {"type": "setup", "addresses": addresses,
+                                  "job": job(rank) if callable(job) else job,
+                                  "socket_buffer_bytes": self.socket_buffer_bytes, "spin_s": self.spin_s},
+                           "startup")
             result = self._serve(on_case)
             for conn in self._conns.values():
-                send_message(conn, {"type": "exit"})
+                try:
+                    send_message(conn, {"type": "exit"})
+                except OSError:
+                    pass  # every rank reported "done": one that is gone already has nothing left to do
             self._reap()
             return result
         finally:
@@ -125,6 +129,13 @@ class RankSession:
         placement = next(p for p in self.placements if p.rank == rank)
         return RunFailure(f"rank {rank} on host {placement.host} {status} during {during}"
                           + (f": {tail}" if tail else ""))
+
+    def _send(self, rank: int, message: dict[str, Any], during: str) -> None:
+        """A control message to `rank`; a rank that died meanwhile is named, not a broken pipe."""
+        try:
+            send_message(self._conns[rank], message)
+        except OSError:
+            raise self._dead_rank_error(rank, during) from None
 
     def _check_alive(self, during: str) -> None:
         for rank, proc in self._procs.items():
@@ -187,8 +198,8 @@ class RankSession:
                             # a common start time on the shared monotonic clock: every rank waits for it,
                             # so all start within microseconds instead of in the order they were told
                             start_ns = time.monotonic_ns() + self.start_lead_ns
-                            for conn in self._conns.values():
-                                send_message(conn, {"type": "go", "start_ns": start_ns})
+                            for peer in self._conns:
+                                self._send(peer, {"type": "go", "start_ns": start_ns}, "the run")
                             waiting.clear()
                     elif kind == "case_result":
                         per_rank = result.case_results.setdefault(int(msg["case"]), {})

@@ -18,12 +18,12 @@ import os
 import select
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from genie.core.files import write_atomic
 from genie.linkemu.config import EmulatorConfig
 from genie.linkemu.line import DelayLine
 from genie.linkemu.nfqueue import NfQueue, QueuedPacket
@@ -249,17 +249,7 @@ def _median_us(samples: collections.deque[int]) -> float | None:
 
 
 def write_json_atomic(path: Path, data: object) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(data))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import time
 from pathlib import Path
 
+from genie.core.files import write_atomic  # the report writers' atomic write, re-exported
 
-def write_atomic(path: Path, data: bytes | str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+__all__ = ["new_run_dir", "write_atomic"]
 
 
 def new_run_dir(name: str, *, out: Path | None = None, root: Path = Path("runs")) -> Path:

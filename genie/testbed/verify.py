@@ -14,7 +14,6 @@ import csv
 import io
 import os
 import statistics
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from genie.core.errors import InputError
+from genie.core.files import write_atomic
 from genie.core.units import format_rate
 from genie.testbed.layout import TestbedLayout
 from genie.testbed.paths import HostPath, PathFinder, one_way_delay_us, path_loss_pct, path_rate_bps
@@ -244,18 +244,9 @@ def write_verify_csv(rows: Sequence[VerifyRow], stream: IO[str]) -> None:
 
 def write_verify_csv_file(rows: Sequence[VerifyRow], path: str | os.PathLike[str]) -> Path:
     """Write ``links_verify.csv`` atomically (temp file + rename): never a partial file."""
-    target = Path(path)
     buffer = io.StringIO()
     write_verify_csv(rows, buffer)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(buffer.getvalue())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(path, buffer.getvalue())
 
 
 def format_value(metric: Metric, value: float | None) -> str:

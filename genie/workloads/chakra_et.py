@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 from google.protobuf.message import DecodeError
 
 from genie.core.errors import InputError
+from genie.core.files import write_atomic
 from genie.core.trace import (Attribute, AttrType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace, TraceMetadata,
                               TraceNode)
 from genie.workloads.et_schema import messages
@@ -315,12 +316,6 @@ def read_et_set(prefix_path: str | Path) -> Trace:
     return Trace(tuple(ranks), groups, (("format", "chakra_et"), ("prefix", prefix.name)))
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
 def write_et_set(trace: Trace, prefix_path: str | Path) -> list[Path]:
     """Write ``<prefix>.<rank>.et`` per rank (and the comm-group JSON if the trace has groups)."""
     prefix = Path(prefix_path)
@@ -330,5 +325,5 @@ def write_et_set(trace: Trace, prefix_path: str | Path) -> list[Path]:
         encoded.append((prefix.with_name(prefix.name + COMM_GROUP_SUFFIX), write_comm_groups(trace.groups)))
     prefix.parent.mkdir(parents=True, exist_ok=True)
     for path, data in encoded:
-        _write_atomic(path, data)
+        write_atomic(path, data)
     return [path for path, _ in encoded]

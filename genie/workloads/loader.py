@@ -15,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 from genie.core.errors import InputError
+from genie.core.files import write_atomic
 from genie.core.trace import RankTrace, Trace
 from genie.workloads import astra_text, chakra_et, native, param_comms
 
@@ -105,20 +106,13 @@ def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus
                                       dim0_npus=dim0_npus)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
 def save_trace(trace: Trace, out: str | Path, *, to: OutputFormat) -> list[Path]:
     """Write ``trace``; ``out`` is a prefix for ET (``out.<rank>.et``), a file path otherwise."""
     out = Path(out)
     if to is OutputFormat.ET:
         return chakra_et.write_et_set(trace, out)
     data = native.write_native_yaml(trace) if to is OutputFormat.YAML else native.write_native_json(trace)
-    _write_atomic(out, data)
+    write_atomic(out, data)
     return [out]
 
 
