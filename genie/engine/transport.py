@@ -29,6 +29,7 @@ WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 WATCH_IN_OUT = WATCH_IN | select.EPOLLOUT
 _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
+_RECV_SLICE = struct.pack("ll", 0, 50_000)  # a blocking recv returns at least every 50 ms to check the deadline
 
 
 class PeerFailure(RunFailure):
@@ -202,7 +203,8 @@ class SocketTransport:
         self.spin_s = spin_s
         self._sockets = sockets
         for sock in sockets.values():
-            sock.settimeout(None)  # blocking mode: see _blocking_recv; attempts elsewhere use MSG_DONTWAIT
+            sock.settimeout(None)  # blocking mode: see _recv_blocking; attempts elsewhere use MSG_DONTWAIT
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RECV_SLICE)
         self._fd_peer = {sock.fileno(): peer for peer, sock in sockets.items()}
         self._window = memoryview(bytearray(window_bytes))
         self._outbox: dict[int, _Flow] = {}
@@ -216,15 +218,22 @@ class SocketTransport:
 
     def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float, *,
                  wait_for_sends: bool = True) -> None:
+        if not self._outbox and len(sends) <= 1 and len(recvs) == 1:
+            # the latency-critical shape (recursive doubling, trees, p2p): at most one send, then one message
+            # to wait for — no step object, no failed attempt, no epoll: a send and a recv that sleeps
+            if not sends or self._send_now(sends[0]):
+                flow = _Flow(recvs[0].peer, self._socket(recvs[0].peer))
+                flow.add(recvs[0])
+                self._recv_blocking(flow, timeout_s)
+                return
+            sends = ()  # the rest of that send waits in the outbox
         step = StepExchange(self.rank, self._sockets, sends, recvs, self._window, outbox=self._outbox,
                             wait_for_sends=wait_for_sends)
-        if not step.pending_out and len(step.pending_in) == 1:
-            self._blocking_recv(step, timeout_s)  # the latency-critical shape: one message to wait for
-            return
         if step.progress():  # optimistic pass: small messages usually complete here
             return
         if not step.pending_out and len(step.pending_in) == 1:
-            self._blocking_recv(step, timeout_s)
+            (flow,) = step.pending_in.values()
+            self._recv_blocking(flow, timeout_s)
             return
         if self.spin_s > 0 and self._spin(step):
             return
@@ -234,22 +243,31 @@ class SocketTransport:
         if self._outbox:
             self.exchange((), (), timeout_s)
 
-    def _blocking_recv(self, step: StepExchange, timeout_s: float) -> None:
-        """Receive the single pending flow with blocking recv calls bounded by SO_RCVTIMEO: one system call
-        that sleeps, instead of an attempt that fails, an epoll_wait and a second attempt."""
-        (peer, flow), = step.pending_in.items()
+    def _socket(self, peer: int) -> socket.socket:
+        try:
+            return self._sockets[peer]
+        except KeyError:
+            raise PeerFailure(f"rank {self.rank}: no connection to rank {peer}") from None
+
+    def _send_now(self, transfer: Transfer) -> bool:
+        """Send as much of `transfer` as the socket takes now; True when all of it went, else the rest is
+        queued in the outbox."""
+        flow = _Flow(transfer.peer, self._socket(transfer.peer))
+        flow.add(transfer)
+        if _pump_send(flow, self._window, self.rank):
+            return True
+        self._outbox[transfer.peer] = flow
+        return False
+
+    def _recv_blocking(self, flow: _Flow, timeout_s: float) -> None:
+        """Receive `flow` with blocking recv calls, each bounded by the socket's SO_RCVTIMEO slice (set once):
+        one system call that sleeps, instead of an attempt that fails, an epoll_wait and a second attempt.
+        The op's deadline is checked whenever a slice ends, so a silent peer is named within the slice."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s "
-                                  + step.describe_pending())
-            sec = int(remaining_s)
-            flow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                                 struct.pack("ll", sec, int((remaining_s - sec) * 1e6)))
-            if _pump_recv(flow, self._window, self.rank, 0):
-                del step.pending_in[peer]
-                return
+        while not _pump_recv(flow, self._window, self.rank, 0):
+            if time.monotonic() >= deadline:
+                raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s receiving from rank "
+                                  f"{flow.peer} ({flow.done_bytes}/{flow.total_bytes} bytes)")
 
     def _spin(self, step: StepExchange) -> bool:
         """Retry for up to `spin_s`, yielding the CPU between tries: with more ranks than cores the peer we
