@@ -33,9 +33,12 @@ class NodeRecord:
 
 
 class _CommRun:
-    """One communication node in flight: its steps, executed in order over its channel's sockets."""
+    """One communication node in flight: its steps, executed in order over its channel's sockets with the
+    bench's step semantics (`genie.engine.executor.run_schedule`): a step starts once the previous step's
+    receives are complete, earlier sends still queued in the node's outbox; the node ends when the outbox
+    is empty too."""
 
-    __slots__ = ("node", "steps", "index", "exchange", "sockets", "start_ns", "deadline_s", "fds_out")
+    __slots__ = ("node", "steps", "index", "exchange", "sockets", "start_ns", "deadline_s", "fds_out", "outbox")
 
     def __init__(self, node: ProgramNode, steps: tuple[Step, ...], sockets: dict[int, socket.socket],
                  start_ns: int, deadline_s: float) -> None:
@@ -47,17 +50,20 @@ class _CommRun:
         self.start_ns = start_ns
         self.deadline_s = deadline_s
         self.fds_out: list[int] = []
+        self.outbox: dict = {}
 
     def advance(self, rank: int, window: memoryview) -> bool:
         """Progress through as many steps as complete without waiting; True when the node is done."""
         while True:
             if self.exchange is None:
-                if self.index >= len(self.steps):
+                flushing = self.index >= len(self.steps)  # after the last step: the queued sends
+                if flushing and not self.outbox:
                     return True
-                step = self.steps[self.index]
+                step = Step() if flushing else self.steps[self.index]
                 self.exchange = StepExchange(rank, self.sockets,
                                              [Transfer(s.peer, s.size_bytes) for s in step.sends],
-                                             [Transfer(r.peer, r.size_bytes) for r in step.recvs], window)
+                                             [Transfer(r.peer, r.size_bytes) for r in step.recvs], window,
+                                             outbox=self.outbox, wait_for_sends=flushing)
             if not self.exchange.progress():
                 return False
             self.exchange = None
