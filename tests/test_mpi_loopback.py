@@ -61,11 +61,14 @@ def _zombie_free(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_replay_of_a_trace_under_mpi(mpiexec):
+@pytest.mark.parametrize("transport", ["tcp", "mpi"])
+def test_replay_of_a_trace_under_mpi(mpiexec, transport):
     trace = read_native((ROOT / "traces" / "tp2_dp2_step.yaml").read_bytes())
-    sessions = MpiSessions(MpiLaunch(mpiexec=mpiexec))
+    sessions = MpiSessions(MpiLaunch(mpiexec=mpiexec, transport=transport))
     outcome = run_replay(trace, loopback_placements(4), ReplayRequest(iterations=2), sessions=sessions)
     assert len(outcome.iterations) == 2
+    if transport == "mpi":
+        assert all(r["port"] is None for r in sessions.sessions[-1].ranks)  # no genie listener: data over MPI
     for it in outcome.iterations:
         assert {rr.rank for rr in it.ranks} == {0, 1, 2, 3}
         assert all(len(rr.records) == len(trace.ranks[rr.rank].nodes) for rr in it.ranks)

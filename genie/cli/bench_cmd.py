@@ -147,9 +147,7 @@ def bench(
     sample_ms: int = options.SAMPLE_MS,
     capture: Optional[str] = options.CAPTURE,
     launcher: str = options.LAUNCHER,
-    transport: str = typer.Option("tcp", "--transport",
-                                  help="Data over genie's TCP engine (tcp) or MPI point-to-point (mpi; needs "
-                                       "--launcher mpi)."),
+    transport: str = options.TRANSPORT,
     inventory: Optional[Path] = options.INVENTORY,
     mpiexec: Optional[Path] = options.MPIEXEC,
     port_range: Optional[str] = options.PORT_RANGE,

@@ -14,6 +14,9 @@ CAPTURE = typer.Option(None, "--capture", metavar="LINK",
                             "(testbed only).")
 LAUNCHER = typer.Option("local", "--launcher",
                         help="Who starts the ranks: local (genie) or mpi (MPICH's mpiexec; docs/mpi.md).")
+TRANSPORT = typer.Option("tcp", "--transport",
+                         help="Data over genie's TCP engine (tcp) or MPI point-to-point (mpi; needs --launcher mpi "
+                              "or slurm).")
 INVENTORY = typer.Option(None, "--inventory",
                          help="Run on the real hosts of this inventory (docs/inventory.md; needs --launcher mpi).")
 MPIEXEC = typer.Option(None, "--mpiexec", help="MPICH's mpiexec (default: beside python, then PATH).")
