@@ -240,26 +240,25 @@ def test_failure_lines_name_rank_and_host_once():
 
 
 def test_local_launch_is_the_default_and_mpi_options_need_the_mpi_launcher(tmp_path):
-    assert resolve_launch("local", "tcp", None, None) == (None, None)
+    choice = resolve_launch("local", "tcp", None, None)
+    assert choice.placements is None and choice.sessions is None
     cases = [(("mpi",), "--transport"), ((None, tmp_path / "i.yaml"), "--inventory"),
              ((None, None, tmp_path / "mpiexec"), "--mpiexec")]
     for args, option in cases:
         transport = args[0] or "tcp"
         inventory = args[1] if len(args) > 1 else None
         mpiexec = args[2] if len(args) > 2 else None
-        with pytest.raises(InputError, match=f"^{option}: [a-zA-Z -]+ needs? --launcher mpi$"):
+        with pytest.raises(InputError, match=f"^{option}: [a-zA-Z -]+ needs? --launcher mpi or slurm$"):
             resolve_launch("local", transport, inventory, mpiexec)
-    with pytest.raises(InputError, match="^--port-range: a port range needs --launcher mpi$"):
+    with pytest.raises(InputError, match="^--port-range: a port range needs --launcher mpi or slurm$"):
         resolve_launch("local", "tcp", None, None, port_range="40000-40099")
-    with pytest.raises(InputError, match="^--launcher: expected one of local, mpi, got 'slurm'"):
-        resolve_launch("slurm", "tcp", None, None)
+    with pytest.raises(InputError, match="^--launcher: expected one of local, mpi, slurm, got 'pbs'"):
+        resolve_launch("pbs", "tcp", None, None)
     with pytest.raises(InputError, match="^--transport: expected one of tcp, mpi, got 'rdma'"):
         resolve_launch("local", "rdma", None, None)
 
 
 def test_mpi_launch_option_errors(tmp_path):
-    with pytest.raises(InputError, match="^--transport: MPI point-to-point runs bench sweeps only"):
-        resolve_launch("mpi", "mpi", None, None, replay=True)
     with pytest.raises(InputError, match="^--inventory: give either --inventory or --topology"):
         resolve_launch("mpi", "tcp", tmp_path / "i.yaml", None, other_target="--topology")
     with pytest.raises(InputError, match="^GENIE_PORT_RANGE: expected a port range"):
@@ -295,7 +294,7 @@ def test_inventory_ranks_are_checked_before_anything_starts(tmp_path):
     inv.write_text("hosts: [{name: a, address: 127.0.0.1, ranks: 2}]\n")
     with pytest.raises(InputError, match="^--ranks: testbed inventory has 2 ranks, asked for 3"):
         resolve_launch("mpi", "tcp", inv, None, ranks=3)
-    placements, sessions = resolve_launch("mpi", "mpi", inv, None, port_range="40000-40009")
+    placements, sessions, _ = resolve_launch("mpi", "mpi", inv, None, port_range="40000-40009")
     assert [p.address for p in placements] == ["127.0.0.1", "127.0.0.1"]
     assert sessions.launch.transport == "mpi" and sessions.launch.port_range == range(40000, 40010)
     assert loopback_placements(2) != placements  # host names come from the inventory

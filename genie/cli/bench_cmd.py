@@ -154,7 +154,7 @@ def bench(
     as_json: bool = options.AS_JSON,
 ) -> None:
     """Sweep collectives over sizes and print an nccl-tests table; writes a run directory (docs/reports.md)."""
-    from genie.cli.launch_options import launch_meta, launch_target, other_target, resolve_launch
+    from genie.cli.launch_options import check_launch, launch_meta, launch_target, other_target, resolve_launch
     from genie.cli.progress import bench_progress
     from genie.engine import bench as service
     from genie.report import sweep
@@ -179,6 +179,7 @@ def bench(
                             other_target=other_target(topology, testbed, loopback))
     with launch_target(choice, inventory, lambda: _target(topology, testbed, loopback, ranks)) as target:
         service.build_job(request, len(target.placements))  # validate before anything starts
+        check_launch(choice, target.placements)
         capture_end = _capture_end(target, capture)
         meta = {"target": target.name, "ranks": len(target.placements), "verify": verify, "iterations": iters,
                 "warmup": warmup_iters}

@@ -35,7 +35,7 @@ def replay(
 ) -> None:
     """Replay TRACE: compute waited out, communication sent for real; writes a run directory (docs/reports.md)."""
     from genie.cli.bench_cmd import _capture_end, _echo_capture, _observe, _target
-    from genie.cli.launch_options import launch_meta, launch_target, other_target, resolve_launch
+    from genie.cli.launch_options import check_launch, launch_meta, launch_target, other_target, resolve_launch
     from genie.cli.progress import count_progress
     from genie.engine.replay import ReplayRequest, check_fits, run_replay
     from genie.report.capture import capture_link
@@ -55,7 +55,7 @@ def replay(
                             other_target=other_target(topology, testbed, loopback))
     with launch_target(choice, inventory,
                        lambda: _target(topology, testbed, loopback, None if not loopback else ranks)) as target:
-        check_fits(loaded, target.placements, source=str(trace))
+        check_launch(choice, check_fits(loaded, target.placements, source=str(trace)))
         capture_end = _capture_end(target, capture)
         params = {"iterations": iterations, "warmup": warmup, "npus": npus, "ranks": ranks, "launcher": launcher,
                   "transport": transport,

@@ -1,5 +1,6 @@
 """`MpiSession`: a `Session` whose ranks mpiexec (MPICH's hydra) starts — in the namespaces of a testbed on
-this machine (through the trampoline) or on the real hosts of an inventory (through a hostfile and ssh).
+this machine (through the trampoline) or on the real hosts of an inventory (through a hostfile and ssh) — or,
+inside a Slurm allocation, Slurm's srun (`MpiLaunch.slurm`; the ranks bootstrap MPI through Slurm's PMI).
 
 The orchestrator talks only to mpiexec's standard streams: rank 0 writes ``@genie-mpi {json}`` lines on
 stdout (job requests, clock offsets, the ranks' places, gathered case results, done) and reads the job,
@@ -28,6 +29,7 @@ from genie.engine.launch import RankPlacement
 from genie.engine.mpi import plan
 from genie.engine.mpi.control import encode_job
 from genie.engine.mpi.processes import Proc, descendants, identify, stop_tree
+from genie.engine.mpi.slurm import HOSTFILE_ENV, SlurmLaunch, slurm_hostfile, srun_argv
 from genie.engine.session import SessionOptions, SessionResult
 from genie.inventory.model import Inventory
 
@@ -51,7 +53,8 @@ def _term_with_parent() -> None:  # in mpiexec between fork and exec: SIGTERM le
 class MpiLaunch:
     """How to start ranks with MPI, whatever the job: the mpiexec to run, the data transport, the inventory of
     a real-host run (None: placements on this machine), the ports rank listeners take, extra mpiexec
-    arguments, and a prefix to run mpiexec under (``ip netns exec NS`` — tests emulate real hosts so)."""
+    arguments, and a prefix to run mpiexec under (``ip netns exec NS`` — tests emulate real hosts so).
+    With `slurm` set, `mpiexec` is Slurm's srun and the ranks go where `slurm` places them."""
 
     mpiexec: Path
     transport: str = plan.Transport.TCP
@@ -63,6 +66,7 @@ class MpiLaunch:
     clock_rounds: int = 8
     startup_timeout_s: float = 60.0
     connect_timeout_s: float = 30.0
+    slurm: SlurmLaunch | None = None
 
 
 @dataclass
@@ -93,6 +97,10 @@ class MpiSession:
         self.mpiexec_pid: int | None = None
         self.log_path: Path | None = None
         self._known: list[Proc] = []
+        self._env: dict[str, str] = {}
+        self.starter = Path(launch.mpiexec).name  # mpiexec or srun, for messages
+        if launch.slurm is not None:
+            self.rank_nodes = launch.slurm.rank_nodes(self.placements)  # checked before anything starts
 
     def command(self, workdir: Path) -> list[str]:
         """mpiexec's argv for this session (files it names are written into `workdir`)."""
@@ -105,6 +113,12 @@ class MpiSession:
             map_path = workdir / "map.json"
             map_path.write_text(lmap.dumps())
             command = plan.trampoline_argv(launch.python, map_path, rank_cmd)
+        if launch.slurm is not None:
+            hostfile_path = workdir / "slurm-hosts"
+            hostfile_path.write_text(slurm_hostfile(self.rank_nodes))
+            self._env = {HOSTFILE_ENV: str(hostfile_path)}
+            return [*launch.command_prefix, *srun_argv(launch.mpiexec, lmap.world, command,
+                                                       mpi_type=launch.slurm.mpi_type, extra=launch.extra_args)]
         hostfile_path = None
         if launch.inventory is not None:
             hostfile_path = workdir / "hostfile"
@@ -129,6 +143,7 @@ class MpiSession:
             argv = self.command(workdir)
             env = plan.launch_env(os.environ, port_range=self.launch.port_range,
                                   real_hosts=self.launch.inventory is not None)
+            env.update(self._env)
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env=env, preexec_fn=_term_with_parent, close_fds=True)
@@ -350,7 +365,7 @@ class MpiSession:
         hosts = self._hosts_in(state)
         where = f" ({', '.join(hosts)})" if hosts else ""
         tail = self._tail(state)
-        return f"mpiexec {status} {phase}{where}" + (f": {tail}" if tail else "")
+        return f"{self.starter} {status} {phase}{where}" + (f": {tail}" if tail else "")
 
     def _timeout_message(self, state: _Run, limit: float) -> str:
         if not state.started:
@@ -369,6 +384,12 @@ class MpiSessions:
     def __init__(self, launch: MpiLaunch) -> None:
         self.launch = launch
         self.sessions: list[MpiSession] = []
+
+    def check(self, placements: list[RankPlacement]) -> None:
+        """Raise the InputError a session on `placements` would (srun's placement against the allocation)
+        without starting anything: callers check before they create run directories."""
+        if self.launch.slurm is not None:
+            self.launch.slurm.rank_nodes(placements)
 
     def __call__(self, placements: list[RankPlacement], options: SessionOptions) -> MpiSession:
         session = MpiSession(placements, options, self.launch)
