@@ -75,6 +75,22 @@ def test_replay_of_a_trace_under_mpi(mpiexec, transport):
     assert our_descendants() == []
 
 
+def test_replay_over_mpi_times_out_naming_the_rank_and_the_peer(mpiexec):
+    """Rank 1 waits for a message rank 0 never sends: the op timeout names both, the run ends, nothing is left."""
+    trace = read_native(b"""format: genie-trace
+version: 1
+name: lost-message
+ranks:
+  - {rank: 0, nodes: [{id: 0, type: compute, duration: 10us}]}
+  - {rank: 1, nodes: [{id: 0, name: wait_for_0, type: recv, size: 4KiB, peer: 0, tag: 1}]}
+""")
+    sessions = MpiSessions(MpiLaunch(mpiexec=mpiexec, transport="mpi"))
+    with pytest.raises(RunFailure, match=r"^rank 1 on host \S+: wait_for_0 \(node 0\) timed out after 1 s "
+                                         r"receiving from rank 0 \(0/4096 bytes\)$"):
+        run_replay(trace, loopback_placements(2), ReplayRequest(iterations=1, timeout_s=1.0), sessions=sessions)
+    assert our_descendants() == []
+
+
 def test_inventory_on_loopback_with_a_port_range(mpiexec):
     inv = load_inventory("hosts: [{name: a, address: 127.0.0.1, ranks: 3}]")
     ports = range(45100, 45120)
