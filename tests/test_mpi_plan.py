@@ -299,3 +299,27 @@ def test_inventory_ranks_are_checked_before_anything_starts(tmp_path):
     assert sessions.launch.transport == "mpi" and sessions.launch.port_range == range(40000, 40010)
     assert loopback_placements(2) != placements  # host names come from the inventory
     assert Path(sessions.launch.mpiexec).name.startswith("mpiexec")
+
+
+def test_a_death_after_a_rank_reported_its_failure_is_not_the_cause():
+    """A rank that reports an error waits before MPI_Abort, so the ranks the abort kills die well after the
+    report; a rank that dies before any report (killed) is named instead of the peer that saw it go."""
+    from genie.engine.mpi import MpiLaunch
+    from genie.engine.mpi.rank import boot_id
+    from genie.engine.mpi.session import MpiSession, _Run
+    from genie.engine.session import SessionOptions
+
+    session = MpiSession(loopback_placements(2), SessionOptions(), MpiLaunch(mpiexec=Path("mpiexec")))
+    session.ranks = [{"rank": 0, "host": "localhost", "pid": 10}, {"rank": 1, "host": "localhost", "pid": 11}]
+
+    def state(error_ns: int, dead_ns: int) -> _Run:
+        run = _Run()
+        line = plan.ERROR_MARKER + json.dumps({"rank": 1, "message": "rank 1: timed out", "t_ns": error_ns,
+                                                "boot_id": boot_id()})
+        session._on_stderr(line, run)
+        run.first_dead, run.first_dead_ns = 0, dead_ns
+        return run
+
+    assert session._silent_death(state(error_ns=1_000_000_000, dead_ns=1_260_000_000)) is None
+    assert session._silent_death(state(error_ns=1_000_000_000, dead_ns=1_001_000_000)).startswith(
+        "rank 0 on host localhost died during the run (")

@@ -191,3 +191,18 @@ def test_session_argv_under_slurm(tmp_path):
     assert session._env == {"SLURM_HOSTFILE": str(tmp_path / "slurm-hosts")}
     with pytest.raises(InputError, match="has 2 tasks there"):
         MpiSession(_placements(3), SessionOptions(), launch)
+
+
+def test_an_inventory_host_name_is_resolved_on_the_rank():
+    """The allocation's inventory reaches nodes by name; the rank resolves its own name to listen on, and a
+    loopback answer (Debian's 127.0.1.1) is useless when other hosts must connect."""
+    from genie.core.errors import EnvironmentProblem
+    from genie.engine.mpi.rank import resolve_own_name
+
+    assert resolve_own_name("10.1.0.7", multi_host=True) == "10.1.0.7"
+    assert resolve_own_name("localhost", multi_host=False) == "127.0.0.1"
+    with pytest.raises(EnvironmentProblem, match=r"^host name 'localhost' resolves to 127\.0\.0\.1 here, which other "
+                                                 r"hosts cannot reach; give the inventory an interface or subnet"):
+        resolve_own_name("localhost", multi_host=True)
+    with pytest.raises(EnvironmentProblem, match=r"^cannot resolve host name 'no-such-node\.invalid'"):
+        resolve_own_name("no-such-node.invalid", multi_host=True)

@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 from genie.core.errors import EnvironmentProblem, GenieError, RunFailure
@@ -96,8 +97,14 @@ def failure_message(rank: int | None, host: str | None, exc: BaseException) -> s
     return f"{who}{where}: {detail}"[:2000]
 
 
+ABORT_DELAY_S = 0.25  # between a rank's error report and its MPI_Abort
+
+
 def report_failure(message: str, rank: int | None) -> None:
-    line = ERROR_MARKER + json.dumps({"rank": rank, "message": message}) + "\n"
+    """The rank's last words; `t_ns` (its monotonic clock) lets an orchestrator on the same machine tell
+    whether they came before another rank's death (then that death is a consequence of the abort)."""
+    line = ERROR_MARKER + json.dumps({"rank": rank, "message": message, "t_ns": time.monotonic_ns(),
+                                      "boot_id": boot_id()}) + "\n"
     try:
         os.write(2, line.encode())
     except OSError:
@@ -259,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         report_failure(failure_message(state.rank, state.host, exc), state.rank)
         if state.comm is not None:
             state.close()
+            time.sleep(ABORT_DELAY_S)  # the report first: every death the abort causes comes clearly after it
             state.comm.Abort(1)
         return 1
     finally:

@@ -38,6 +38,13 @@ _HYDRA_TRACE = re.compile(r"^\[(mpiexec|proxy:[^\]]*)@[^\]]*\] ")
 _BANNER_PID = re.compile(r"^=\s+PID (\d+) RUNNING AT (\S+)")
 _EXIT_STRING = re.compile(r"EXIT STRING: (.+)$")
 _ERROR_GRACE_S = 1.0
+_ERROR_LEAD_NS = 100_000_000  # < the ranks' ABORT_DELAY_S: margin for this loop noticing a death late
+
+
+def _here() -> str:
+    from genie.engine.mpi.rank import boot_id
+
+    return boot_id()
 
 
 def _term_with_parent() -> None:  # in mpiexec between fork and exec: SIGTERM lets hydra stop its ranks
@@ -80,6 +87,8 @@ class _Run:
     error_at: float | None = None
     error_ranks: set = field(default_factory=set)  # ranks that reported an error themselves
     first_dead: int | None = None  # the first rank on this machine seen exiting (pidfd)
+    first_dead_ns: int | None = None  # when (this machine's monotonic clock)
+    first_error_ns: int | None = None  # when the earliest error report was written, if written on this machine
     selector: Any = None
     pidfds: dict = field(default_factory=dict)  # fd -> rank
 
@@ -278,7 +287,11 @@ class MpiSession:
             if state.first_error is None:
                 state.first_error = message
             try:
-                state.error_ranks.add(json.loads(line[marker + len(plan.ERROR_MARKER):])["rank"])
+                doc = json.loads(line[marker + len(plan.ERROR_MARKER):])
+                state.error_ranks.add(doc["rank"])
+                if doc.get("boot_id") == _here() and isinstance(doc.get("t_ns"), int):
+                    t_ns = doc["t_ns"]
+                    state.first_error_ns = t_ns if state.first_error_ns is None else min(state.first_error_ns, t_ns)
             except (ValueError, KeyError, TypeError):
                 pass
             return
@@ -322,6 +335,7 @@ class MpiSession:
         state.selector.unregister(fd)
         if state.first_dead is None and not state.done:
             state.first_dead = state.pidfds[fd]
+            state.first_dead_ns = time.monotonic_ns()
 
     # -- messages ------------------------------------------------------------------------------------------
 
@@ -350,6 +364,11 @@ class MpiSession:
         else:  # on another machine: hydra's banner
             dead = next((r for r in self.ranks if state.dead_pid is not None and r.get("pid") == state.dead_pid),
                         None)
+        if state.first_dead is not None and state.first_error_ns is not None \
+                and state.first_error_ns < state.first_dead_ns - _ERROR_LEAD_NS:
+            # a rank reported its failure well before any rank here died (a reporting rank waits
+            # ABORT_DELAY_S before MPI_Abort): the deaths follow its abort
+            return None
         if dead is None or dead["rank"] in state.error_ranks:
             return None
         how = state.exit_string or "no error reported: killed, or crashed"
