@@ -1,9 +1,12 @@
 """A private single-node Slurm cluster for the Slurm tests (root): slurmctld and slurmd from Debian's packages
 (`apt-get install slurmd slurmctld slurm-client`; `scripts/setup.sh --test` installs them), on free ports, with
 a config, state and spool in a temporary directory, auth/none (no munge) — this machine is its only node,
-under its own host name, with more CPUs than it has (`config_overrides`) so 4 ranks fit on 2 cores. Tests skip
-with a clear reason where Slurm is not installed. The daemons are ours: stopped by PID afterwards, jobs and
-all, and other clusters on this machine (other ports, other configs) are never touched."""
+under its own host name, with more CPUs than it has (`config_overrides`) so 4 ranks fit on 2 cores. Because
+auth/none trusts whoever connects, the daemons live in a network namespace of their own that has only a
+loopback interface (`genie-<run>-slurm`, with one non-127 address on lo for getaddrinfo): nothing outside it can reach them, and the clients (salloc, and
+genie under it) run in it too — the ranks still enter the testbed's namespaces through the trampoline.
+Tests skip with a clear reason where Slurm is not installed. The daemons and the namespace are ours: stopped
+by PID and removed afterwards; other clusters on this machine are never touched."""
 
 from __future__ import annotations
 
@@ -49,7 +52,13 @@ class Cluster:
     env: dict[str, str]  # os.environ + SLURM_CONF (clients talk to this cluster only)
     tools: dict[str, str]
     log_dir: Path
+    netns: str = ""
     daemon_pids: tuple[int, ...] = ()
+
+    def argv(self, *argv: str) -> list[str]:
+        """`argv` run inside the cluster's namespace (where slurmctld is reachable). nsenter, not `ip netns
+        exec`, which would remount /sys without the cgroup hierarchy slurmd reads."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", "--", *argv]
 
     def logs(self) -> str:
         return " | ".join(f"{p.name}: {' / '.join(p.read_text(errors='replace').splitlines()[-3:])}"
@@ -87,8 +96,9 @@ PartitionName=genietest Nodes={node} Default=YES MaxTime=INFINITE State=UP OverS
 """
 
 
-def start_cluster(root: Path, *, cpus: int = 8, timeout_s: float = 20.0):
-    """A generator for a fixture: yields a running `Cluster`, stops it (by PID) when resumed."""
+def start_cluster(root: Path, netns: str, *, cpus: int = 8, timeout_s: float = 20.0):
+    """A generator for a fixture: yields a running `Cluster` in a new namespace `netns` (loopback only), stops
+    it (by PID) and removes the namespace when resumed."""
     tools = slurm_or_skip()
     node = socket.gethostname().split(".")[0]
     for sub in ("state", "spool", "log"):
@@ -98,17 +108,23 @@ def start_cluster(root: Path, *, cpus: int = 8, timeout_s: float = 20.0):
     env = {**os.environ, "SLURM_CONF": str(conf)}
     for var in [v for v in env if v.startswith("SLURM_") and v != "SLURM_CONF"]:
         env.pop(var)  # a test run inside someone's allocation must not leak it into ours
-    cluster = Cluster(conf, node, env, tools, root / "log")
+    cluster = Cluster(conf, node, env, tools, root / "log", netns)
     daemons: list[subprocess.Popen] = []
+    subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True)
     try:
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True, capture_output=True)
+        # a non-127 address (on lo: still nothing outside reaches it) so getaddrinfo(AI_ADDRCONFIG) answers
+        subprocess.run(["ip", "-n", netns, "address", "add", "198.19.255.254/32", "dev", "lo"], check=True,
+                       capture_output=True)
         for argv in ([tools["slurmctld"], "-D", "-i", "-f", str(conf)],
                      [tools["slurmd"], "-D", "-f", str(conf), "-N", node]):
-            daemons.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            daemons.append(subprocess.Popen(cluster.argv(*argv), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL))
         cluster.daemon_pids = tuple(d.pid for d in daemons)
         deadline = time.monotonic() + timeout_s
         while True:
-            out = subprocess.run([tools["sinfo"], "-h", "-o", "%T"], env=env, capture_output=True, text=True)
+            out = subprocess.run(cluster.argv(tools["sinfo"], "-h", "-o", "%T"), env=env, capture_output=True,
+                                 text=True)
             if out.stdout.strip() in ("idle", "mixed", "allocated"):
                 break
             if time.monotonic() > deadline or any(d.poll() is not None for d in daemons):
@@ -116,7 +132,7 @@ def start_cluster(root: Path, *, cpus: int = 8, timeout_s: float = 20.0):
             time.sleep(0.2)
         yield cluster
     finally:
-        subprocess.run([tools["scancel"], "--full", "--quiet", "--partition=genietest"], env=env,
+        subprocess.run(cluster.argv(tools["scancel"], "--full", "--quiet", "--partition=genietest"), env=env,
                        capture_output=True)
         for d in reversed(daemons):
             if d.poll() is None:
@@ -126,6 +142,7 @@ def start_cluster(root: Path, *, cpus: int = 8, timeout_s: float = 20.0):
             except subprocess.TimeoutExpired:
                 d.kill()
                 d.wait()
+        subprocess.run(["ip", "netns", "delete", netns], capture_output=True)
 
 
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
@@ -133,8 +150,8 @@ _GRANTED = re.compile(r"Granted job allocation (\d+)")
 
 def allocate(cluster: Cluster, ntasks: int) -> str:
     """`salloc --no-shell -n N`: a job id (released with `release`)."""
-    out = subprocess.run([cluster.tools["salloc"], "--no-shell", f"--ntasks={ntasks}", "--job-name=genie-test",
-                          "--immediate=20"], env=cluster.env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(cluster.argv(cluster.tools["salloc"], "--no-shell", f"--ntasks={ntasks}",
+                                      "--job-name=genie-test", "--immediate=20"), env=cluster.env, capture_output=True, text=True, timeout=60)
     match = _GRANTED.search(out.stderr + out.stdout)
     if not match:
         pytest.fail(f"salloc failed: {out.stderr.strip()} | {cluster.logs()}")
@@ -142,4 +159,4 @@ def allocate(cluster: Cluster, ntasks: int) -> str:
 
 
 def release(cluster: Cluster, job_id: str) -> None:
-    subprocess.run([cluster.tools["scancel"], job_id], env=cluster.env, capture_output=True)
+    subprocess.run(cluster.argv(cluster.tools["scancel"], job_id), env=cluster.env, capture_output=True)

@@ -41,14 +41,17 @@ program:
 
 
 def _ours() -> list[str]:
+    """The testbed's namespaces (the cluster's own, genie-<run>-slurm, outlives the testbed)."""
     names = os.listdir(NETNS_DIR) if os.path.isdir(NETNS_DIR) else []
-    return [n for n in names if n.startswith(f"genie-{RUN}")]
+    return [n for n in names if n.startswith(f"genie-{RUN}") and n != f"genie-{RUN}-slurm"]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     mpiexec_or_skip()  # mpi4py and the MPICH wheel (the ranks' MPI)
-    yield from start_cluster(tmp_path_factory.mktemp("slurm"))
+    netns = f"genie-{RUN}-slurm"
+    yield from start_cluster(tmp_path_factory.mktemp("slurm"), netns)
+    assert netns not in (os.listdir(NETNS_DIR) if os.path.isdir(NETNS_DIR) else [])
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +88,8 @@ def _left(cluster) -> list[tuple[int, int]]:
 
 def _genie_in_allocation(cluster, ntasks: int, args: list[str]) -> subprocess.CompletedProcess:
     env = {**cluster.env, STATE_DIR_ENV: os.environ[STATE_DIR_ENV]}
-    argv = [cluster.tools["salloc"], f"--ntasks={ntasks}", "--job-name=genie-test", "--immediate=20",
-            sys.executable, "-m", "genie.cli.main", *args]
+    argv = cluster.argv(cluster.tools["salloc"], f"--ntasks={ntasks}", "--job-name=genie-test", "--immediate=20",
+                        sys.executable, "-m", "genie.cli.main", *args)
     started = time.monotonic()
     try:
         return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
