@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything genie needs on a fresh Debian/Ubuntu machine, as root: system packages (only those
 # missing), then a virtual environment in ./.venv with genie and its test tools. Safe to run again.
-#   --test   also the tools the test suite uses: vagrant (validates rendered labs), ssh-keygen
+#   --test   also the tools the test suite uses: vagrant (validates rendered labs), ssh-keygen, and Slurm's
+#            daemons and clients (a private single-node cluster runs --launcher slurm for real; ~13 MB, ~15 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +10,9 @@ missing=()
 if [ "${1:-}" = "--test" ]; then
     command -v vagrant >/dev/null 2>&1 || missing+=(vagrant)
     command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
+    command -v srun >/dev/null 2>&1 || missing+=(slurm-client)
+    PATH="$PATH:/usr/sbin" command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
+    PATH="$PATH:/usr/sbin" command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)
 fi
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv python3-pip)

@@ -61,14 +61,33 @@ def _zombie_free(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_replay_of_a_trace_under_mpi(mpiexec):
+@pytest.mark.parametrize("transport", ["tcp", "mpi"])
+def test_replay_of_a_trace_under_mpi(mpiexec, transport):
     trace = read_native((ROOT / "traces" / "tp2_dp2_step.yaml").read_bytes())
-    sessions = MpiSessions(MpiLaunch(mpiexec=mpiexec))
+    sessions = MpiSessions(MpiLaunch(mpiexec=mpiexec, transport=transport))
     outcome = run_replay(trace, loopback_placements(4), ReplayRequest(iterations=2), sessions=sessions)
     assert len(outcome.iterations) == 2
+    if transport == "mpi":
+        assert all(r["port"] is None for r in sessions.sessions[-1].ranks)  # no genie listener: data over MPI
     for it in outcome.iterations:
         assert {rr.rank for rr in it.ranks} == {0, 1, 2, 3}
         assert all(len(rr.records) == len(trace.ranks[rr.rank].nodes) for rr in it.ranks)
+    assert our_descendants() == []
+
+
+def test_replay_over_mpi_times_out_naming_the_rank_and_the_peer(mpiexec):
+    """Rank 1 waits for a message rank 0 never sends: the op timeout names both, the run ends, nothing is left."""
+    trace = read_native(b"""format: genie-trace
+version: 1
+name: lost-message
+ranks:
+  - {rank: 0, nodes: [{id: 0, type: compute, duration: 10us}]}
+  - {rank: 1, nodes: [{id: 0, name: wait_for_0, type: recv, size: 4KiB, peer: 0, tag: 1}]}
+""")
+    sessions = MpiSessions(MpiLaunch(mpiexec=mpiexec, transport="mpi"))
+    with pytest.raises(RunFailure, match=r"^rank 1 on host \S+: wait_for_0 \(node 0\) timed out after 1 s "
+                                         r"receiving from rank 0 \(0/4096 bytes\)$"):
+        run_replay(trace, loopback_placements(2), ReplayRequest(iterations=1, timeout_s=1.0), sessions=sessions)
     assert our_descendants() == []
 
 

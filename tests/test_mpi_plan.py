@@ -240,26 +240,25 @@ def test_failure_lines_name_rank_and_host_once():
 
 
 def test_local_launch_is_the_default_and_mpi_options_need_the_mpi_launcher(tmp_path):
-    assert resolve_launch("local", "tcp", None, None) == (None, None)
+    choice = resolve_launch("local", "tcp", None, None)
+    assert choice.placements is None and choice.sessions is None
     cases = [(("mpi",), "--transport"), ((None, tmp_path / "i.yaml"), "--inventory"),
              ((None, None, tmp_path / "mpiexec"), "--mpiexec")]
     for args, option in cases:
         transport = args[0] or "tcp"
         inventory = args[1] if len(args) > 1 else None
         mpiexec = args[2] if len(args) > 2 else None
-        with pytest.raises(InputError, match=f"^{option}: [a-zA-Z -]+ needs? --launcher mpi$"):
+        with pytest.raises(InputError, match=f"^{option}: [a-zA-Z -]+ needs? --launcher mpi or slurm$"):
             resolve_launch("local", transport, inventory, mpiexec)
-    with pytest.raises(InputError, match="^--port-range: a port range needs --launcher mpi$"):
+    with pytest.raises(InputError, match="^--port-range: a port range needs --launcher mpi or slurm$"):
         resolve_launch("local", "tcp", None, None, port_range="40000-40099")
-    with pytest.raises(InputError, match="^--launcher: expected one of local, mpi, got 'slurm'"):
-        resolve_launch("slurm", "tcp", None, None)
+    with pytest.raises(InputError, match="^--launcher: expected one of local, mpi, slurm, got 'pbs'"):
+        resolve_launch("pbs", "tcp", None, None)
     with pytest.raises(InputError, match="^--transport: expected one of tcp, mpi, got 'rdma'"):
         resolve_launch("local", "rdma", None, None)
 
 
 def test_mpi_launch_option_errors(tmp_path):
-    with pytest.raises(InputError, match="^--transport: MPI point-to-point runs bench sweeps only"):
-        resolve_launch("mpi", "mpi", None, None, replay=True)
     with pytest.raises(InputError, match="^--inventory: give either --inventory or --topology"):
         resolve_launch("mpi", "tcp", tmp_path / "i.yaml", None, other_target="--topology")
     with pytest.raises(InputError, match="^GENIE_PORT_RANGE: expected a port range"):
@@ -295,8 +294,32 @@ def test_inventory_ranks_are_checked_before_anything_starts(tmp_path):
     inv.write_text("hosts: [{name: a, address: 127.0.0.1, ranks: 2}]\n")
     with pytest.raises(InputError, match="^--ranks: testbed inventory has 2 ranks, asked for 3"):
         resolve_launch("mpi", "tcp", inv, None, ranks=3)
-    placements, sessions = resolve_launch("mpi", "mpi", inv, None, port_range="40000-40009")
+    placements, sessions, _ = resolve_launch("mpi", "mpi", inv, None, port_range="40000-40009")
     assert [p.address for p in placements] == ["127.0.0.1", "127.0.0.1"]
     assert sessions.launch.transport == "mpi" and sessions.launch.port_range == range(40000, 40010)
     assert loopback_placements(2) != placements  # host names come from the inventory
     assert Path(sessions.launch.mpiexec).name.startswith("mpiexec")
+
+
+def test_a_death_after_a_rank_reported_its_failure_is_not_the_cause():
+    """A rank that reports an error waits before MPI_Abort, so the ranks the abort kills die well after the
+    report; a rank that dies before any report (killed) is named instead of the peer that saw it go."""
+    from genie.engine.mpi import MpiLaunch
+    from genie.engine.mpi.rank import boot_id
+    from genie.engine.mpi.session import MpiSession, _Run
+    from genie.engine.session import SessionOptions
+
+    session = MpiSession(loopback_placements(2), SessionOptions(), MpiLaunch(mpiexec=Path("mpiexec")))
+    session.ranks = [{"rank": 0, "host": "localhost", "pid": 10}, {"rank": 1, "host": "localhost", "pid": 11}]
+
+    def state(error_ns: int, dead_ns: int) -> _Run:
+        run = _Run()
+        line = plan.ERROR_MARKER + json.dumps({"rank": 1, "message": "rank 1: timed out", "t_ns": error_ns,
+                                                "boot_id": boot_id()})
+        session._on_stderr(line, run)
+        run.first_dead, run.first_dead_ns = 0, dead_ns
+        return run
+
+    assert session._silent_death(state(error_ns=1_000_000_000, dead_ns=1_260_000_000)) is None
+    assert session._silent_death(state(error_ns=1_000_000_000, dead_ns=1_001_000_000)).startswith(
+        "rank 0 on host localhost died during the run (")

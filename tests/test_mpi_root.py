@@ -1,6 +1,7 @@
 """MPI launch on a live 4-host star (root only): mpiexec in the root namespace starts every rank in its host's
 namespace (the trampoline), and the sweep's bytes really cross the emulated links — the same op counts and
-per-link bytes as genie's own launch, for both transports. Then the real-host path, emulated: an inventory
+per-link bytes as genie's own launch, for both transports; a trace replayed over MPI point-to-point gives the
+same ops and bytes as over genie's TCP engine. Then the real-host path, emulated: an inventory
 of the testbed's addresses, mpiexec inside h0's namespace, hydra reaching the other "hosts" through a fake
 ssh that enters their namespaces. Nothing is left afterwards: namespaces, processes, root-namespace state."""
 
@@ -17,6 +18,10 @@ from genie.core.errors import RunFailure
 from genie.core.topology import LinkShape
 from genie.engine.bench import BenchRequest, placements_for, run_bench
 from genie.engine.mpi import MpiLaunch, MpiSessions
+from genie.engine.replay import ReplayRequest, run_replay
+from genie.measure.replay import iteration_time_ns, rank_summaries
+from genie.report.replay import ops_csv
+from genie.workloads.native import read_native
 from genie.inventory import inventory_to_testbed_info, load_inventory
 from genie.testbed import service
 from genie.testbed.layout import NETNS_DIR
@@ -165,4 +170,70 @@ def test_interface_missing_on_one_host_names_its_rank(testbed, tmp_path, mpiexec
                                          r"traffic \(this machine has: lo 127.0.0.1/8, eth0 198.18.0.4/\d+\)"):
         run_bench(REQUEST, placements_for(inventory_to_testbed_info(inv), None), sessions=sessions,
                   on_pids=pids.extend)
+    assert our_descendants() == []
+
+
+# tensor parallel in pairs, data parallel across them, a p2p ring: groups whose collectives overlap in time
+REPLAY_TRACE = b"""format: genie-trace
+version: 1
+name: tp2-dp2-small
+ranks: 4
+groups: {tp0: [0, 1], tp1: [2, 3], dp0: [0, 2], dp1: [1, 3]}
+program:
+  - {id: 0, name: fwd, type: compute, duration: 200us}
+  - {id: 1, name: fwd_ar, type: all_reduce, size: 512KiB, group: "tp{rank//2}", deps: [0]}
+  - {id: 2, name: act_send, type: send, size: 256KiB, peer: "+1", tag: 1, deps: [1]}
+  - {id: 3, name: act_recv, type: recv, size: 256KiB, peer: "-1", tag: 1, deps: [1]}
+  - {id: 4, name: bwd, type: compute, duration: 400us, deps: [2, 3]}
+  - {id: 5, name: grad_rs, type: reduce_scatter, size: 2MiB, group: "dp{rank%2}", algorithm: ring, deps: [4]}
+  - {id: 6, name: tp_ag, type: all_gather, size: 128KiB, group: "tp{rank//2}", deps: [4]}
+  - {id: 7, name: grad_ag, type: all_gather, size: 1MiB, group: "dp{rank%2}", deps: [5]}
+  - {id: 8, name: optimizer, type: compute, duration: 100us, deps: [6, 7]}
+"""
+
+
+def _ops(outcome) -> list[tuple]:
+    """(iteration, rank, node, name, type, bytes, group, algorithm) of every op: everything but the times."""
+    rows = [tuple(line.split(",")[:8]) for line in ops_csv(outcome).splitlines()[1:]]
+    return sorted(rows)
+
+
+def _replay_payload(outcome, runs: int) -> dict[str, int]:
+    from genie.engine.walker import node_steps
+
+    hosts = {p.rank: p.host for p in outcome.placements}
+    sent = {h: 0 for h in hosts.values()}
+    for program in outcome.programs:
+        for node in program.nodes:
+            if node.op is not None or node.peer is not None:
+                steps = node_steps(node, program.rank)
+                sent[hosts[program.rank]] += runs * sum(s.size_bytes for st in steps for s in st.sends)
+    return sent
+
+
+def test_replay_over_mpi_moves_the_same_ops_and_bytes_as_tcp(testbed, mpiexec):
+    info, pids = testbed
+    trace = read_native(REPLAY_TRACE)
+    request = ReplayRequest(iterations=3, warmup=1, timeout_s=30)
+    results = {}
+    for transport in ("tcp", "mpi"):
+        sessions = MpiSessions(MpiLaunch(mpiexec=mpiexec, transport=transport))
+        before = _host_tx(info)
+        outcome = run_replay(trace, placements_for(info, None), request, sessions=sessions, on_pids=pids.extend)
+        after = _host_tx(info)
+        sent = {h: after[h] - before[h] for h in before}
+        ports = [r["port"] for r in sessions.sessions[-1].ranks]
+        assert all(p is None for p in ports) if transport == "mpi" else all(ports)
+        payload = _replay_payload(outcome, request.iterations + request.warmup)
+        for host, want in payload.items():
+            assert want > 0 and sent[host] >= want, f"{transport}: {host} sent {sent[host]} < payload {want}"
+        times = [iteration_time_ns(rank_summaries(outcome.programs, it)) for it in outcome.iterations]
+        results[transport] = (_ops(outcome), sent, sorted(times)[len(times) // 2])
+    tcp_ops, tcp_sent, tcp_ns = results["tcp"]
+    mpi_ops, mpi_sent, mpi_ns = results["mpi"]
+    assert len(tcp_ops) == 3 * 4 * 9 and mpi_ops == tcp_ops  # same ops, per-op bytes, groups, algorithms
+    for host in tcp_sent:
+        # MPI adds its headers and rendezvous messages; genie's control traffic differs a little
+        assert abs(mpi_sent[host] - tcp_sent[host]) <= 0.05 * tcp_sent[host] + 300_000, (host, mpi_sent, tcp_sent)
+    print(f"replay iteration median: tcp {tcp_ns / 1e6:.2f} ms, mpi {mpi_ns / 1e6:.2f} ms")
     assert our_descendants() == []

@@ -147,16 +147,14 @@ def bench(
     sample_ms: int = options.SAMPLE_MS,
     capture: Optional[str] = options.CAPTURE,
     launcher: str = options.LAUNCHER,
-    transport: str = typer.Option("tcp", "--transport",
-                                  help="Data over genie's TCP engine (tcp) or MPI point-to-point (mpi; needs "
-                                       "--launcher mpi)."),
+    transport: str = options.TRANSPORT,
     inventory: Optional[Path] = options.INVENTORY,
     mpiexec: Optional[Path] = options.MPIEXEC,
     port_range: Optional[str] = options.PORT_RANGE,
     as_json: bool = options.AS_JSON,
 ) -> None:
     """Sweep collectives over sizes and print an nccl-tests table; writes a run directory (docs/reports.md)."""
-    from genie.cli.launch_options import launch_meta, launch_target, other_target, resolve_launch
+    from genie.cli.launch_options import check_launch, launch_meta, launch_target, other_target, resolve_launch
     from genie.cli.progress import bench_progress
     from genie.engine import bench as service
     from genie.report import sweep
@@ -181,6 +179,7 @@ def bench(
                             other_target=other_target(topology, testbed, loopback))
     with launch_target(choice, inventory, lambda: _target(topology, testbed, loopback, ranks)) as target:
         service.build_job(request, len(target.placements))  # validate before anything starts
+        check_launch(choice, target.placements)
         capture_end = _capture_end(target, capture)
         meta = {"target": target.name, "ranks": len(target.placements), "verify": verify, "iterations": iters,
                 "warmup": warmup_iters}

@@ -13,9 +13,14 @@ CAPTURE = typer.Option(None, "--capture", metavar="LINK",
                        help="Record link LINK (e.g. h0-s0: at h0's end) to capture-LINK.pcap and write flows.csv "
                             "(testbed only).")
 LAUNCHER = typer.Option("local", "--launcher",
-                        help="Who starts the ranks: local (genie) or mpi (MPICH's mpiexec; docs/mpi.md).")
+                        help="Who starts the ranks: local (genie), mpi (MPICH's mpiexec; docs/mpi.md) or slurm "
+                             "(srun, inside a Slurm allocation; docs/real-hosts.md).")
+TRANSPORT = typer.Option("tcp", "--transport",
+                         help="Data over genie's TCP engine (tcp) or MPI point-to-point (mpi; needs --launcher mpi "
+                              "or slurm).")
 INVENTORY = typer.Option(None, "--inventory",
-                         help="Run on the real hosts of this inventory (docs/inventory.md; needs --launcher mpi).")
+                         help="Run on the real hosts of this inventory (docs/inventory.md; needs --launcher mpi or "
+                              "slurm).")
 MPIEXEC = typer.Option(None, "--mpiexec", help="MPICH's mpiexec (default: beside python, then PATH).")
 PORT_RANGE = typer.Option(None, "--port-range",
                           help="Ports of rank listeners and MPI, LOW-HIGH (default: $GENIE_PORT_RANGE, else any).")

@@ -27,6 +27,7 @@ def replay(
     sample_ms: int = options.SAMPLE_MS,
     capture: Optional[str] = options.CAPTURE,
     launcher: str = options.LAUNCHER,
+    transport: str = options.TRANSPORT,
     inventory: Optional[Path] = options.INVENTORY,
     mpiexec: Optional[Path] = options.MPIEXEC,
     port_range: Optional[str] = options.PORT_RANGE,
@@ -34,7 +35,7 @@ def replay(
 ) -> None:
     """Replay TRACE: compute waited out, communication sent for real; writes a run directory (docs/reports.md)."""
     from genie.cli.bench_cmd import _capture_end, _echo_capture, _observe, _target
-    from genie.cli.launch_options import launch_meta, launch_target, other_target, resolve_launch
+    from genie.cli.launch_options import check_launch, launch_meta, launch_target, other_target, resolve_launch
     from genie.cli.progress import count_progress
     from genie.engine.replay import ReplayRequest, check_fits, run_replay
     from genie.report.capture import capture_link
@@ -50,13 +51,14 @@ def replay(
     request = ReplayRequest(iterations=iterations, warmup=warmup, timeout_s=timeout)
     ranks = loaded.num_ranks
     digest = input_digest(trace, "trace")
-    choice = resolve_launch(launcher, "tcp", inventory, mpiexec, port_range=port_range, replay=True,
+    choice = resolve_launch(launcher, transport, inventory, mpiexec, port_range=port_range, replay=True,
                             other_target=other_target(topology, testbed, loopback))
     with launch_target(choice, inventory,
                        lambda: _target(topology, testbed, loopback, None if not loopback else ranks)) as target:
-        check_fits(loaded, target.placements, source=str(trace))
+        check_launch(choice, check_fits(loaded, target.placements, source=str(trace)))
         capture_end = _capture_end(target, capture)
         params = {"iterations": iterations, "warmup": warmup, "npus": npus, "ranks": ranks, "launcher": launcher,
+                  "transport": transport,
                   **({"capture": capture} if capture else {})}
         with RunRecorder("replay", out=out, inputs=(digest, *target.inputs), params=params) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
@@ -65,7 +67,7 @@ def replay(
                 outcome = run_replay(loaded, target.placements, request, source=str(trace), on_pids=target.on_pids,
                                      progress=progress, sessions=choice.sessions)
             if choice.sessions is not None:
-                run.write("launch.json", json.dumps(launch_meta(launcher, "tcp", choice), indent=2))
+                run.write("launch.json", json.dumps(launch_meta(launcher, transport, choice), indent=2))
             doc, files = replay_files(outcome, {"trace": str(trace), "target": target.name, "ranks": ranks,
                                                 "iterations": iterations, "warmup": warmup})
             for name, text in files.items():

@@ -94,11 +94,12 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
                       "steps": steps})
 
 
-def run_replay_job(job: dict[str, Any], program, sockets, control: Control) -> None:
-    """Walk the program `warmup + iterations` times, each after a barrier; report each timed iteration."""
+def run_replay_job(job: dict[str, Any], program, mover, control: Control) -> None:
+    """Walk the program `warmup + iterations` times, each after a barrier; report each timed iteration.
+    `mover` (a `genie.engine.walker.StepMover`) moves the bytes; the walker closes it."""
     from genie.engine.walker import ProgramWalker
 
-    walker = ProgramWalker(program, sockets, timeout_s=float(job["timeout_s"]), spin_ns=int(job["spin_ns"]))
+    walker = ProgramWalker(program, mover, timeout_s=float(job["timeout_s"]), spin_ns=int(job["spin_ns"]))
     try:
         warmup = int(job["warmup"])
         for it in range(warmup + int(job["iterations"])):
@@ -153,7 +154,9 @@ def run_job_over_tcp(job_doc: dict[str, Any], rank: int, listener: socket.socket
                                 buffer_bytes=socket_buffer_bytes))
     listener.close()
     if job_doc["kind"] == "replay":
-        run_replay_job(job_doc, program, sockets, control)
+        from genie.engine.socket_mover import SocketMover
+
+        run_replay_job(job_doc, program, SocketMover(rank, sockets), control)
         return None
     transport = SocketTransport(rank, {peer: sock for (_, peer), sock in sockets.items()}, spin_s=spin_s)
     try:

@@ -1,9 +1,14 @@
 """Walks one rank's replay program: compute waited out, communication sent for real, overlapping.
 
-A single thread drives everything from one epoll set: the sockets of every channel (edge-triggered, as in
-`SocketTransport`), and a timerfd for the running compute node. Lanes (see `genie.engine.program`): one compute
-node at a time; one collective at a time per channel, in program order; one send and one receive at a time per
-peer, in program order. A node starts when its dependencies are done and it heads its lane.
+A single thread drives everything. Lanes (see `genie.engine.program`): one compute node at a time; one
+collective at a time per channel, in program order; one send and one receive at a time per peer, in program
+order. A node starts when its dependencies are done and it heads its lane. This module holds that logic only;
+how a step's bytes move is a `StepMover`'s job:
+
+* `genie.engine.socket_mover.SocketMover` — genie's TCP connections, one per (channel, peer), driven by one
+  epoll set (edge-triggered, as in `SocketTransport`) holding a timerfd for the running compute node;
+* `genie.engine.mpi.mover.MpiMover` — MPI nonblocking point-to-point (``--transport mpi``), polled with
+  Testall between compute wake-ups.
 
 Compute keeps time on an oversubscribed machine by sleeping most of the duration (timerfd, 1 ns slack) and
 spinning the last `spin_ns` with sched_yield, so a late wake-up does not stretch the node.
@@ -11,16 +16,15 @@ spinning the last `spin_ns` with sched_yield, so a late wake-up does not stretch
 
 from __future__ import annotations
 
-import select
-import socket
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
-from genie.core.schedule import Step
-from genie.engine.clock import DeadlineTimer, minimise_timer_slack, spin_until
+from genie.core.schedule import Recv, Send, Step
+from genie.engine.clock import minimise_timer_slack, spin_until
 from genie.engine.program import Lane, ProgramNode, RankProgram, cached_schedule
-from genie.engine.transport import WATCH_IN, WATCH_IN_OUT, PeerFailure, StepExchange, Transfer
+from genie.engine.transport import PeerFailure
 
 DEFAULT_SPIN_NS = 200_000
 
@@ -32,38 +36,66 @@ class NodeRecord:
     end_ns: int
 
 
-class _CommRun:
-    """One communication node in flight: its steps, executed in order over its channel's sockets with the
-    bench's step semantics (`genie.engine.executor.run_schedule`): a step starts once the previous step's
-    receives are complete, earlier sends still queued in the node's outbox; the node ends when the outbox
-    is empty too."""
+class Exchange(Protocol):
+    """One schedule step's sends and receives in flight."""
 
-    __slots__ = ("node", "steps", "index", "exchange", "sockets", "start_ns", "deadline_s", "fds_out", "outbox")
+    def progress(self) -> bool:
+        """Move what can move without waiting; True when the step is complete."""
 
-    def __init__(self, node: ProgramNode, steps: tuple[Step, ...], sockets: dict[int, socket.socket],
-                 start_ns: int, deadline_s: float) -> None:
+    def describe_pending(self) -> str:
+        """What is still pending, naming the peers: ``receiving from rank 2 (0/4096 bytes)``."""
+
+
+class StepMover(Protocol):
+    """Moves the bytes of the walker's steps. `begin` starts a step of a run; the walker `watch`es a run whose
+    step did not complete at once and `unwatch`es it when it did; `wait` returns the watched runs whose step
+    completed, at the latest after `wait_s` seconds or at `wake_ns` (monotonic; the compute timer)."""
+
+    def begin(self, run: "CommRun", step: Step) -> Exchange: ...
+
+    def watch(self, run: "CommRun") -> None: ...
+
+    def unwatch(self, run: "CommRun") -> None: ...
+
+    def wait(self, wait_s: float, wake_ns: int | None) -> list["CommRun"]: ...
+
+    def close(self) -> None: ...
+
+
+def lane_key(node: ProgramNode) -> tuple:
+    """The lane a communication node runs on: its channel for a collective, (direction, peer) for p2p."""
+    return ("coll", node.channel) if node.lane is Lane.COLLECTIVE else (node.lane, node.peer)
+
+
+def node_steps(node: ProgramNode, rank: int) -> tuple[Step, ...]:
+    """The schedule steps of a communication node on `rank` (a send or receive is one single-transfer step)."""
+    if node.lane is Lane.COLLECTIVE:
+        return cached_schedule(node.op).for_rank(rank).steps if node.op.size_bytes else ()
+    if node.lane is Lane.SEND:
+        return (Step(sends=(Send(node.peer, 0, node.size_bytes),)),)
+    return (Step(recvs=(Recv(node.peer, 0, node.size_bytes),)),)
+
+
+class CommRun:
+    """One communication node in flight: its steps, executed in order by the mover."""
+
+    __slots__ = ("node", "steps", "index", "exchange", "start_ns", "deadline_s")
+
+    def __init__(self, node: ProgramNode, steps: tuple[Step, ...], start_ns: int, deadline_s: float) -> None:
         self.node = node
         self.steps = steps
         self.index = 0
-        self.exchange: StepExchange | None = None
-        self.sockets = sockets
+        self.exchange: Exchange | None = None
         self.start_ns = start_ns
         self.deadline_s = deadline_s
-        self.fds_out: list[int] = []
-        self.outbox: dict = {}
 
-    def advance(self, rank: int, window: memoryview) -> bool:
+    def advance(self, mover: StepMover) -> bool:
         """Progress through as many steps as complete without waiting; True when the node is done."""
         while True:
             if self.exchange is None:
-                flushing = self.index >= len(self.steps)  # after the last step: the queued sends
-                if flushing and not self.outbox:
+                if self.index >= len(self.steps):
                     return True
-                step = Step() if flushing else self.steps[self.index]
-                self.exchange = StepExchange(rank, self.sockets,
-                                             [Transfer(s.peer, s.size_bytes) for s in step.sends],
-                                             [Transfer(r.peer, r.size_bytes) for r in step.recvs], window,
-                                             outbox=self.outbox, wait_for_sends=flushing)
+                self.exchange = mover.begin(self, self.steps[self.index])
             if not self.exchange.progress():
                 return False
             self.exchange = None
@@ -71,30 +103,19 @@ class _CommRun:
 
 
 class ProgramWalker:
-    def __init__(self, program: RankProgram, sockets: dict[tuple[int, int], socket.socket], *,
-                 timeout_s: float = 60.0, spin_ns: int = DEFAULT_SPIN_NS, window_bytes: int = 1 << 20) -> None:
+    """Walks `program` with `mover` moving the bytes (the walker closes the mover)."""
+
+    def __init__(self, program: RankProgram, mover: StepMover, *, timeout_s: float = 60.0,
+                 spin_ns: int = DEFAULT_SPIN_NS) -> None:
         self.program = program
         self.rank = program.rank
         self.timeout_s = timeout_s
         self.spin_ns = spin_ns
-        self.window = memoryview(bytearray(window_bytes))
-        self.channels: dict[int, dict[int, socket.socket]] = {}
-        self.epoll = select.epoll()
-        self.fd_users: dict[int, set[_CommRun]] = {}
-        self.fd_peer: dict[int, int] = {}
-        for (channel, peer), sock in sockets.items():
-            sock.settimeout(None)  # attempts use MSG_DONTWAIT (see genie.engine.transport)
-            self.channels.setdefault(channel, {})[peer] = sock
-            self.epoll.register(sock.fileno(), WATCH_IN)
-            self.fd_users[sock.fileno()] = set()
-            self.fd_peer[sock.fileno()] = peer
-        self.timer = DeadlineTimer()
-        self.epoll.register(self.timer.fd, select.EPOLLIN)
+        self.mover = mover
         minimise_timer_slack()
 
     def close(self) -> None:
-        self.epoll.close()
-        self.timer.close()
+        self.mover.close()
 
     # ------------------------------------------------------------------------------------------ walking
     def run(self, start_ns: int | None = None) -> list[NodeRecord]:
@@ -115,15 +136,14 @@ class ProgramWalker:
         lanes: dict[tuple, deque[int]] = {}
         compute_ready: deque[int] = deque()
         for n in self.program.nodes:  # program (topological) order within each comm lane
-            if n.lane is Lane.COLLECTIVE:
-                lanes.setdefault(("coll", n.channel), deque()).append(n.id)
-            elif n.lane in (Lane.SEND, Lane.RECV):
-                lanes.setdefault((n.lane, n.peer), deque()).append(n.id)
+            if n.lane in (Lane.COLLECTIVE, Lane.SEND, Lane.RECV):
+                lanes.setdefault(lane_key(n), deque()).append(n.id)
         busy_lanes: set[tuple] = set()
         records: dict[int, NodeRecord] = {}
-        running: dict[tuple, _CommRun] = {}
+        running: dict[tuple, CommRun] = {}
         compute: tuple[int, int, int] | None = None  # (node id, start, deadline)
         now = time.monotonic_ns
+        mover = self.mover
 
         origin = now() if start_ns is None else start_ns
         ready_at: dict[int, int] = {}  # ideal time each node became ready
@@ -160,18 +180,17 @@ class ProgramWalker:
                 ideal_end = ideal_start + nodes[nid].duration_ns
                 compute = (nid, start, max(start, ideal_end))
                 lane_ideal_end = ideal_end
-                self.timer.set(max(start, compute[2] - self.spin_ns))
             for key, queue in lanes.items():
                 if key in busy_lanes or not queue or remaining[queue[0]] != 0:
                     continue
                 node = nodes[queue.popleft()]
-                run = self._start(node)
-                if run.advance(self.rank, self.window):
+                run = CommRun(node, node_steps(node, self.rank), now(), time.monotonic() + self.timeout_s)
+                if run.advance(mover):
                     finish(node.id, run.start_ns, now())
                 else:
                     busy_lanes.add(key)
                     running[key] = run
-                    self._watch(run)
+                    mover.watch(run)
             if len(records) >= total:
                 break
             if compute is not None:
@@ -182,7 +201,6 @@ class ProgramWalker:
                 if t >= compute[2]:
                     nid, start, deadline = compute
                     compute = None
-                    self.timer.set(None)
                     finish(nid, start, t, deadline)
                     continue
             if not running and compute is None:
@@ -190,30 +208,24 @@ class ProgramWalker:
                     continue
                 raise PeerFailure(f"rank {self.rank}: replay is stuck: no node can start "
                                   f"({total - len(records)} of {total} left)")
-            # wait for socket readiness, the compute timer, or the nearest op deadline
+            # wait for the mover: a step completed, the compute timer, or the nearest op deadline
             wait_s = 1.0
             if running:
                 wait_s = min(wait_s, max(0.0, min(r.deadline_s for r in running.values()) - time.monotonic()))
             if compute is not None and now() >= compute[2] - self.spin_ns:
                 wait_s = 0.0  # spinning the end of a compute node while communication is in flight
-            for fd, ev in self.epoll.poll(wait_s):
-                if fd == self.timer.fd:
-                    self.timer.clear()
-                    continue
-                peer = self.fd_peer[fd]
-                for run in list(self.fd_users.get(fd, ())):
-                    ex = run.exchange
-                    if ex is not None and ex.on_ready(peer, ev):
-                        run.exchange = None
-                        run.index += 1
-                        self._unwatch(run)
-                        if run.advance(self.rank, self.window):
-                            key = self._lane_key(run.node)
-                            del running[key]
-                            busy_lanes.discard(key)
-                            finish(run.node.id, run.start_ns, now())
-                        else:
-                            self._watch(run)
+            wake_ns = None if compute is None else max(compute[1], compute[2] - self.spin_ns)
+            for run in mover.wait(wait_s, wake_ns):
+                run.exchange = None
+                run.index += 1
+                mover.unwatch(run)
+                if run.advance(mover):
+                    key = lane_key(run.node)
+                    del running[key]
+                    busy_lanes.discard(key)
+                    finish(run.node.id, run.start_ns, now())
+                else:
+                    mover.watch(run)
             mono = time.monotonic()
             for run in running.values():
                 if mono > run.deadline_s:
@@ -221,46 +233,3 @@ class ProgramWalker:
                     raise PeerFailure(f"rank {self.rank}: {run.node.name} (node {run.node.id}) timed out after "
                                       f"{self.timeout_s:g} s {pending}")
         return [records[n.id] for n in self.program.nodes]
-
-    # ------------------------------------------------------------------------------------------ plumbing
-    @staticmethod
-    def _lane_key(node: ProgramNode) -> tuple:
-        return ("coll", node.channel) if node.lane is Lane.COLLECTIVE else (node.lane, node.peer)
-
-    def _start(self, node: ProgramNode) -> _CommRun:
-        sockets = self.channels.get(node.channel, {})
-        if node.lane is Lane.COLLECTIVE:
-            steps = cached_schedule(node.op).for_rank(self.rank).steps if node.op.size_bytes else ()
-        elif node.lane is Lane.SEND:
-            steps = (Step(sends=(_send(node),)),)
-        else:
-            steps = (Step(recvs=(_recv(node),)),)
-        return _CommRun(node, steps, sockets, time.monotonic_ns(), time.monotonic() + self.timeout_s)
-
-    def _watch(self, run: _CommRun) -> None:
-        """Register `run` as a user of its sockets; watch write readiness where its sends are blocked."""
-        for sock in run.sockets.values():
-            self.fd_users[sock.fileno()].add(run)
-        if run.exchange is not None:
-            run.fds_out = [run.sockets[p].fileno() for p in run.exchange.pending_out]
-            for fd in run.fds_out:
-                self.epoll.modify(fd, WATCH_IN_OUT)
-
-    def _unwatch(self, run: _CommRun) -> None:
-        for sock in run.sockets.values():
-            self.fd_users[sock.fileno()].discard(run)
-        for fd in run.fds_out:
-            self.epoll.modify(fd, WATCH_IN)
-        run.fds_out = []
-
-
-def _send(node: ProgramNode):
-    from genie.core.schedule import Send
-
-    return Send(node.peer, 0, node.size_bytes)
-
-
-def _recv(node: ProgramNode):
-    from genie.core.schedule import Recv
-
-    return Recv(node.peer, 0, node.size_bytes)

@@ -44,9 +44,19 @@ def descendants(root: int) -> list[Proc]:
     return out
 
 
+def _state(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return b"X"
+    return data[data.rindex(b")") + 2:][:1]
+
+
 def alive(proc: Proc) -> bool:
+    """Still running: a zombie (exited, its parent gone and init not yet reaping) is not."""
     st = _stat(proc[0])
-    return st is not None and st[1] == proc[1]
+    return st is not None and st[1] == proc[1] and _state(proc[0]) not in (b"Z", b"X")
 
 
 def identify(pid: int) -> Proc | None:

@@ -8,7 +8,8 @@ Life of a rank:
 2. MPI_Init (importing mpi4py), check the world size against the map;
 3. rank 0 reads the job from stdin and scatters it; clock offsets against rank 0 (ping-pongs);
 4. ``--transport tcp``: a listener (in ``--port-range`` if given), addresses allgathered, genie's TCP mesh;
-   ``--transport mpi``: MPI point-to-point on a duplicate of COMM_WORLD;
+   ``--transport mpi``: MPI point-to-point on a duplicate of COMM_WORLD (bench: `MpiTransport`, replay: the
+   walker with an `MpiMover`);
 5. the job runs with `genie.engine.rank`'s runners and an `MpiControl` (barriers with a common start time,
    results gathered to rank 0, which writes them to the orchestrator line by line);
 6. any failure: one ``@genie-mpi-error`` line on stderr naming the rank and its host, then MPI_Abort (hydra
@@ -22,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 from genie.core.errors import EnvironmentProblem, GenieError, RunFailure
@@ -47,12 +49,34 @@ def choose_address(launch: LaunchMap, rank: int, local: list[tuple[str, str]]) -
     if host.interface is not None or host.subnet is not None:
         address = traffic_address(host.inventory_host(), local)
     else:
-        address = launch.addresses[rank]
+        address = resolve_own_name(launch.addresses[rank], multi_host=len(launch.hosts) > 1)
     iface = interface_of(address, local)
     if iface is None:
         seen = ", ".join(f"{name} {cidr}" for name, cidr in local) or "none"
         raise EnvironmentProblem(f"address {address} is not on this machine (it has: {seen})")
     return address, iface
+
+
+def resolve_own_name(address: str, *, multi_host: bool) -> str:
+    """An inventory address that is a host name (a Slurm node name) resolved here to the IPv4 address to
+    listen on; a loopback answer (Debian maps a machine's own name to 127.0.1.1) is useless to other hosts."""
+    import ipaddress
+    import socket
+
+    try:
+        ipaddress.IPv4Address(address)
+        return address
+    except ValueError:
+        pass
+    try:
+        resolved = socket.gethostbyname(address)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot resolve host name {address!r} ({exc.strerror or exc}); give the "
+                                 "inventory an address, interface or subnet") from None
+    if multi_host and ipaddress.IPv4Address(resolved).is_loopback:
+        raise EnvironmentProblem(f"host name {address!r} resolves to {resolved} here, which other hosts cannot "
+                                 "reach; give the inventory an interface or subnet for genie traffic")
+    return resolved
 
 
 def point_mpi_at(iface: str, env: dict[str, str] | Any = os.environ) -> None:
@@ -73,8 +97,14 @@ def failure_message(rank: int | None, host: str | None, exc: BaseException) -> s
     return f"{who}{where}: {detail}"[:2000]
 
 
+ABORT_DELAY_S = 0.25  # between a rank's error report and its MPI_Abort
+
+
 def report_failure(message: str, rank: int | None) -> None:
-    line = ERROR_MARKER + json.dumps({"rank": rank, "message": message}) + "\n"
+    """The rank's last words; `t_ns` (its monotonic clock) lets an orchestrator on the same machine tell
+    whether they came before another rank's death (then that death is a consequence of the abort)."""
+    line = ERROR_MARKER + json.dumps({"rank": rank, "message": message, "t_ns": time.monotonic_ns(),
+                                      "boot_id": boot_id()}) + "\n"
     try:
         os.write(2, line.encode())
     except OSError:
@@ -156,8 +186,6 @@ class _Rank:
             outbox.emit({"type": "clock", "offsets": [o.to_json() for o in offsets]})
 
         transport = self.args.transport
-        if transport == Transport.MPI and job_doc["kind"] != "bench":
-            raise RunFailure("--transport mpi runs bench jobs only; replay uses --transport tcp")
         listener = self.listener
         port = listener.getsockname()[1] if listener is not None else None
         started = comm.gather({"rank": rank, "host": self.host, "pid": os.getpid(), "address": address,
@@ -175,16 +203,10 @@ class _Rank:
                 connect_timeout_s=float(settings.get("connect_timeout_s", 30.0)),
                 socket_buffer_bytes=settings.get("socket_buffer_bytes"), spin_s=float(settings.get("spin_s", 0.0)))
         else:
-            from genie.engine.jobs import bench_job_from_json
-            from genie.engine.mpi.transport import MpiTransport
-            from genie.engine.rank import run_bench_job
-
-            data_comm = comm.Dup()
-            mpi_transport = MpiTransport(data_comm, rank)
+            data_comm = comm.Dup()  # data never matches control messages
             try:
-                run_bench_job(bench_job_from_json(job_doc), rank, mpi_transport, control)
+                run_job_over_mpi(job_doc, rank, data_comm, control)
             finally:
-                mpi_transport.close()
                 data_comm.Free()
         comm.Barrier()
         if outbox:
@@ -199,6 +221,28 @@ class _Rank:
             self.transport = None
         for sock in self.sockets.values():
             sock.close()
+
+
+def run_job_over_mpi(job_doc: dict[str, Any], rank: int, comm: Any, control: Any) -> None:
+    """``--transport mpi``: a bench job through `MpiTransport`, a replay job through the walker with an
+    `MpiMover`, both on `comm`."""
+    if job_doc["kind"] == "replay":
+        from genie.engine.mpi.mover import MpiMover
+        from genie.engine.program import program_from_json
+        from genie.engine.rank import run_replay_job
+
+        program = program_from_json(job_doc["program"])
+        run_replay_job(job_doc, program, MpiMover(comm, program), control)
+        return
+    from genie.engine.jobs import bench_job_from_json
+    from genie.engine.mpi.transport import MpiTransport
+    from genie.engine.rank import run_bench_job
+
+    mpi_transport = MpiTransport(comm, rank)
+    try:
+        run_bench_job(bench_job_from_json(job_doc), rank, mpi_transport, control)
+    finally:
+        mpi_transport.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         report_failure(failure_message(state.rank, state.host, exc), state.rank)
         if state.comm is not None:
             state.close()
+            time.sleep(ABORT_DELAY_S)  # the report first: every death the abort causes comes clearly after it
             state.comm.Abort(1)
         return 1
     finally:

@@ -1,5 +1,6 @@
 """`MpiSession`: a `Session` whose ranks mpiexec (MPICH's hydra) starts — in the namespaces of a testbed on
-this machine (through the trampoline) or on the real hosts of an inventory (through a hostfile and ssh).
+this machine (through the trampoline) or on the real hosts of an inventory (through a hostfile and ssh) — or,
+inside a Slurm allocation, Slurm's srun (`MpiLaunch.slurm`; the ranks bootstrap MPI through Slurm's PMI).
 
 The orchestrator talks only to mpiexec's standard streams: rank 0 writes ``@genie-mpi {json}`` lines on
 stdout (job requests, clock offsets, the ranks' places, gathered case results, done) and reads the job,
@@ -28,6 +29,7 @@ from genie.engine.launch import RankPlacement
 from genie.engine.mpi import plan
 from genie.engine.mpi.control import encode_job
 from genie.engine.mpi.processes import Proc, descendants, identify, stop_tree
+from genie.engine.mpi.slurm import HOSTFILE_ENV, SlurmLaunch, slurm_hostfile, srun_argv
 from genie.engine.session import SessionOptions, SessionResult
 from genie.inventory.model import Inventory
 
@@ -36,6 +38,13 @@ _HYDRA_TRACE = re.compile(r"^\[(mpiexec|proxy:[^\]]*)@[^\]]*\] ")
 _BANNER_PID = re.compile(r"^=\s+PID (\d+) RUNNING AT (\S+)")
 _EXIT_STRING = re.compile(r"EXIT STRING: (.+)$")
 _ERROR_GRACE_S = 1.0
+_ERROR_LEAD_NS = 100_000_000  # < the ranks' ABORT_DELAY_S: margin for this loop noticing a death late
+
+
+def _here() -> str:
+    from genie.engine.mpi.rank import boot_id
+
+    return boot_id()
 
 
 def _term_with_parent() -> None:  # in mpiexec between fork and exec: SIGTERM lets hydra stop its ranks
@@ -51,7 +60,8 @@ def _term_with_parent() -> None:  # in mpiexec between fork and exec: SIGTERM le
 class MpiLaunch:
     """How to start ranks with MPI, whatever the job: the mpiexec to run, the data transport, the inventory of
     a real-host run (None: placements on this machine), the ports rank listeners take, extra mpiexec
-    arguments, and a prefix to run mpiexec under (``ip netns exec NS`` — tests emulate real hosts so)."""
+    arguments, and a prefix to run mpiexec under (``ip netns exec NS`` — tests emulate real hosts so).
+    With `slurm` set, `mpiexec` is Slurm's srun and the ranks go where `slurm` places them."""
 
     mpiexec: Path
     transport: str = plan.Transport.TCP
@@ -63,6 +73,7 @@ class MpiLaunch:
     clock_rounds: int = 8
     startup_timeout_s: float = 60.0
     connect_timeout_s: float = 30.0
+    slurm: SlurmLaunch | None = None
 
 
 @dataclass
@@ -76,6 +87,8 @@ class _Run:
     error_at: float | None = None
     error_ranks: set = field(default_factory=set)  # ranks that reported an error themselves
     first_dead: int | None = None  # the first rank on this machine seen exiting (pidfd)
+    first_dead_ns: int | None = None  # when (this machine's monotonic clock)
+    first_error_ns: int | None = None  # when the earliest error report was written, if written on this machine
     selector: Any = None
     pidfds: dict = field(default_factory=dict)  # fd -> rank
 
@@ -93,6 +106,10 @@ class MpiSession:
         self.mpiexec_pid: int | None = None
         self.log_path: Path | None = None
         self._known: list[Proc] = []
+        self._env: dict[str, str] = {}
+        self.starter = Path(launch.mpiexec).name  # mpiexec or srun, for messages
+        if launch.slurm is not None:
+            self.rank_nodes = launch.slurm.rank_nodes(self.placements)  # checked before anything starts
 
     def command(self, workdir: Path) -> list[str]:
         """mpiexec's argv for this session (files it names are written into `workdir`)."""
@@ -105,6 +122,12 @@ class MpiSession:
             map_path = workdir / "map.json"
             map_path.write_text(lmap.dumps())
             command = plan.trampoline_argv(launch.python, map_path, rank_cmd)
+        if launch.slurm is not None:
+            hostfile_path = workdir / "slurm-hosts"
+            hostfile_path.write_text(slurm_hostfile(self.rank_nodes))
+            self._env = {HOSTFILE_ENV: str(hostfile_path)}
+            return [*launch.command_prefix, *srun_argv(launch.mpiexec, lmap.world, command,
+                                                       mpi_type=launch.slurm.mpi_type, extra=launch.extra_args)]
         hostfile_path = None
         if launch.inventory is not None:
             hostfile_path = workdir / "hostfile"
@@ -129,6 +152,7 @@ class MpiSession:
             argv = self.command(workdir)
             env = plan.launch_env(os.environ, port_range=self.launch.port_range,
                                   real_hosts=self.launch.inventory is not None)
+            env.update(self._env)
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env=env, preexec_fn=_term_with_parent, close_fds=True)
@@ -263,7 +287,11 @@ class MpiSession:
             if state.first_error is None:
                 state.first_error = message
             try:
-                state.error_ranks.add(json.loads(line[marker + len(plan.ERROR_MARKER):])["rank"])
+                doc = json.loads(line[marker + len(plan.ERROR_MARKER):])
+                state.error_ranks.add(doc["rank"])
+                if doc.get("boot_id") == _here() and isinstance(doc.get("t_ns"), int):
+                    t_ns = doc["t_ns"]
+                    state.first_error_ns = t_ns if state.first_error_ns is None else min(state.first_error_ns, t_ns)
             except (ValueError, KeyError, TypeError):
                 pass
             return
@@ -307,6 +335,7 @@ class MpiSession:
         state.selector.unregister(fd)
         if state.first_dead is None and not state.done:
             state.first_dead = state.pidfds[fd]
+            state.first_dead_ns = time.monotonic_ns()
 
     # -- messages ------------------------------------------------------------------------------------------
 
@@ -335,6 +364,11 @@ class MpiSession:
         else:  # on another machine: hydra's banner
             dead = next((r for r in self.ranks if state.dead_pid is not None and r.get("pid") == state.dead_pid),
                         None)
+        if state.first_dead is not None and state.first_error_ns is not None \
+                and state.first_error_ns < state.first_dead_ns - _ERROR_LEAD_NS:
+            # a rank reported its failure well before any rank here died (a reporting rank waits
+            # ABORT_DELAY_S before MPI_Abort): the deaths follow its abort
+            return None
         if dead is None or dead["rank"] in state.error_ranks:
             return None
         how = state.exit_string or "no error reported: killed, or crashed"
@@ -350,7 +384,7 @@ class MpiSession:
         hosts = self._hosts_in(state)
         where = f" ({', '.join(hosts)})" if hosts else ""
         tail = self._tail(state)
-        return f"mpiexec {status} {phase}{where}" + (f": {tail}" if tail else "")
+        return f"{self.starter} {status} {phase}{where}" + (f": {tail}" if tail else "")
 
     def _timeout_message(self, state: _Run, limit: float) -> str:
         if not state.started:
@@ -369,6 +403,12 @@ class MpiSessions:
     def __init__(self, launch: MpiLaunch) -> None:
         self.launch = launch
         self.sessions: list[MpiSession] = []
+
+    def check(self, placements: list[RankPlacement]) -> None:
+        """Raise the InputError a session on `placements` would (srun's placement against the allocation)
+        without starting anything: callers check before they create run directories."""
+        if self.launch.slurm is not None:
+            self.launch.slurm.rank_nodes(placements)
 
     def __call__(self, placements: list[RankPlacement], options: SessionOptions) -> MpiSession:
         session = MpiSession(placements, options, self.launch)

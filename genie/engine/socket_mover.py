@@ -1,0 +1,87 @@
+"""`SocketMover`: the replay walker's steps over genie's TCP connections (one per (channel, peer)).
+
+One epoll set holds every socket (edge-triggered, as in `SocketTransport`: every wait follows an attempt that
+hit EAGAIN, so no edge is missed) and a timerfd for the walker's compute wake-up. A run in flight is a user
+of its channel's sockets; write readiness is watched only where one of its sends is blocked.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+
+from genie.core.schedule import Step
+from genie.engine.clock import DeadlineTimer
+from genie.engine.transport import WATCH_IN, WATCH_IN_OUT, StepExchange, Transfer
+from genie.engine.walker import CommRun
+
+
+class SocketMover:
+    """`sockets`: {(channel, peer): connected socket}; they stay the caller's to close."""
+
+    def __init__(self, rank: int, sockets: dict[tuple[int, int], socket.socket], *,
+                 window_bytes: int = 1 << 20) -> None:
+        self.rank = rank
+        self.window = memoryview(bytearray(window_bytes))
+        self.channels: dict[int, dict[int, socket.socket]] = {}
+        self.epoll = select.epoll()
+        self.fd_users: dict[int, set[CommRun]] = {}
+        self.fd_peer: dict[int, int] = {}
+        self.fds_out: dict[CommRun, list[int]] = {}
+        self.outboxes: dict[CommRun, dict] = {}  # sends of a run's earlier steps still queued
+        for (channel, peer), sock in sockets.items():
+            sock.settimeout(None)  # attempts use MSG_DONTWAIT (see genie.engine.transport)
+            self.channels.setdefault(channel, {})[peer] = sock
+            self.epoll.register(sock.fileno(), WATCH_IN)
+            self.fd_users[sock.fileno()] = set()
+            self.fd_peer[sock.fileno()] = peer
+        self.timer = DeadlineTimer()
+        self.epoll.register(self.timer.fd, select.EPOLLIN)
+        self._armed: int | None = None
+
+    def begin(self, run: CommRun, step: Step) -> StepExchange:
+        """The bench's step semantics (`genie.engine.executor.run_schedule`): a step completes once its
+        receives are done, its sends staying queued in the run's outbox while later steps go on; the run's
+        last step completes only when the outbox is empty too."""
+        last = run.index >= len(run.steps) - 1
+        outbox = self.outboxes.pop(run, {}) if last else self.outboxes.setdefault(run, {})
+        return StepExchange(self.rank, self.channels.get(run.node.channel, {}),
+                            [Transfer(s.peer, s.size_bytes) for s in step.sends],
+                            [Transfer(r.peer, r.size_bytes) for r in step.recvs], self.window,
+                            outbox=outbox, wait_for_sends=last)
+
+    def watch(self, run: CommRun) -> None:
+        """Register `run` as a user of its sockets; watch write readiness where its sends are blocked."""
+        sockets = self.channels.get(run.node.channel, {})
+        for sock in sockets.values():
+            self.fd_users[sock.fileno()].add(run)
+        if run.exchange is not None:
+            fds = self.fds_out[run] = [sockets[p].fileno() for p in run.exchange.pending_out]
+            for fd in fds:
+                self.epoll.modify(fd, WATCH_IN_OUT)
+
+    def unwatch(self, run: CommRun) -> None:
+        for sock in self.channels.get(run.node.channel, {}).values():
+            self.fd_users[sock.fileno()].discard(run)
+        for fd in self.fds_out.pop(run, ()):
+            self.epoll.modify(fd, WATCH_IN)
+
+    def wait(self, wait_s: float, wake_ns: int | None) -> list[CommRun]:
+        if wake_ns != self._armed:
+            self.timer.set(wake_ns)
+            self._armed = wake_ns
+        done: list[CommRun] = []
+        for fd, ev in self.epoll.poll(wait_s):
+            if fd == self.timer.fd:
+                self.timer.clear()
+                continue
+            peer = self.fd_peer[fd]
+            for run in self.fd_users.get(fd, ()):
+                ex = run.exchange
+                if ex is not None and run not in done and ex.on_ready(peer, ev):
+                    done.append(run)
+        return done
+
+    def close(self) -> None:
+        self.epoll.close()
+        self.timer.close()
