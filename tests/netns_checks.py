@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+from typing import Any, Callable, Iterator
 
 
 def _run(argv: list[str]) -> str:
@@ -46,3 +48,36 @@ def tear_down_run(state_dir, run: str) -> None:
             service.down(record.stem)
     for netns in namespaces_of_run(run):
         subprocess.run(["ip", "netns", "delete", netns], check=False)
+
+
+@contextlib.contextmanager
+def state_dir(path) -> Iterator[None]:
+    """Testbed state recorded under `path` (GENIE_STATE_DIR) inside the block, as it was afterwards."""
+    from genie.testbed.state import STATE_DIR_ENV
+
+    old = os.environ.get(STATE_DIR_ENV)
+    os.environ[STATE_DIR_ENV] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(STATE_DIR_ENV, None)
+        else:
+            os.environ[STATE_DIR_ENV] = old
+
+
+@contextlib.contextmanager
+def clean_star_testbed(state_path, name: str, *, hosts: int = 4, rate_bps: int = 1_000_000_000,
+                       left: Callable[[], list[str]]) -> Iterator[Any]:
+    """A `hosts`-host star at `rate_bps` for a module's tests; afterwards `left()` (the run's namespaces still
+    there) must be empty and the root namespace exactly as before."""
+    from genie.core.topology import LinkShape
+    from genie.testbed import service
+    from genie.topology import star
+
+    before = root_namespace_snapshot()
+    with state_dir(state_path):
+        with service.temporary_testbed(star(hosts, shape=LinkShape(rate_bps=rate_bps)), name=name) as info:
+            yield info
+    assert left() == []
+    assert root_namespace_snapshot() == before

@@ -12,16 +12,13 @@ import pytest
 
 from genie.collectives.registry import build_schedule
 from genie.core.collective import Collective
-from genie.core.topology import LinkShape
 from genie.engine.bench import BenchRequest, placements_for, run_bench
 from genie.engine.replay import ReplayRequest, run_replay
-from genie.testbed import service
 from genie.testbed.layout import NETNS_DIR
 from genie.testbed.netlink import link_counters
 from genie.testbed.state import STATE_DIR_ENV
-from genie.topology import star
 from genie.workloads.native import read_native
-from netns_checks import root_namespace_snapshot
+from netns_checks import clean_star_testbed
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
@@ -37,21 +34,9 @@ def _ours() -> list[str]:
 
 @pytest.fixture(scope="module")
 def testbed(tmp_path_factory):
-    state = tmp_path_factory.mktemp("state")
-    old = os.environ.get(STATE_DIR_ENV)
-    os.environ[STATE_DIR_ENV] = str(state)
-    before = root_namespace_snapshot()
     pids: list[int] = []
-    try:
-        with service.temporary_testbed(star(4, shape=LinkShape(rate_bps=1_000_000_000)), name=f"{RUN}-s4") as info:
-            yield info, pids
-    finally:
-        if old is None:
-            os.environ.pop(STATE_DIR_ENV, None)
-        else:
-            os.environ[STATE_DIR_ENV] = old
-    assert _ours() == []
-    assert root_namespace_snapshot() == before
+    with clean_star_testbed(tmp_path_factory.mktemp("state"), f"{RUN}-s4", left=_ours) as info:
+        yield info, pids
     for pid in pids:  # every rank process is gone (reaped, not a zombie of ours)
         assert not os.path.exists(f"/proc/{pid}")
 

@@ -14,14 +14,11 @@ import time
 
 import pytest
 
-from genie.core.topology import LinkShape
-from genie.testbed import service
 from genie.testbed.layout import NETNS_DIR
 from genie.testbed.netlink import link_counters
 from genie.testbed.state import STATE_DIR_ENV
-from genie.topology import star
 from mpi_support import mpiexec_or_skip, our_descendants
-from netns_checks import root_namespace_snapshot
+from netns_checks import clean_star_testbed
 from slurm_support import allocate, release, start_cluster
 
 pytestmark = [pytest.mark.root,
@@ -56,20 +53,8 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def testbed(tmp_path_factory, cluster):
-    state = tmp_path_factory.mktemp("state")
-    old = os.environ.get(STATE_DIR_ENV)
-    os.environ[STATE_DIR_ENV] = str(state)
-    before = root_namespace_snapshot()
-    try:
-        with service.temporary_testbed(star(4, shape=LinkShape(rate_bps=1_000_000_000)), name=f"{RUN}-s4") as info:
-            yield info
-    finally:
-        if old is None:
-            os.environ.pop(STATE_DIR_ENV, None)
-        else:
-            os.environ[STATE_DIR_ENV] = old
-    assert _ours() == []
-    assert root_namespace_snapshot() == before
+    with clean_star_testbed(tmp_path_factory.mktemp("state"), f"{RUN}-s4", left=_ours) as info:
+        yield info
 
 
 def _host_tx(info) -> dict[str, int]:
