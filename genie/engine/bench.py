@@ -129,7 +129,11 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launche
         if progress:
             progress(len(stats), len(job.cases), stats[index])
 
-    options = SessionOptions(idle_timeout_s=max(120.0, job.timeout_s * 2), spin_s=request.spin_us / 1e6,
+    # a case reports only when all its ops are done, each op bounded by the op timeout: the orchestrator's
+    # no-progress backstop must outlast the longest legitimate case (a 64-rank 16 MiB sweep at 100 Mbit/s
+    # is minutes), while a silent peer is still named by the op timeout itself
+    longest_case = max((c.warmup + c.iterations for c in job.cases), default=1) + 1
+    options = SessionOptions(idle_timeout_s=max(120.0, job.timeout_s * longest_case), spin_s=request.spin_us / 1e6,
                              socket_buffer_bytes=request.socket_buffer_bytes, on_pids=on_pids)
     session = (sessions or local_sessions(launcher))(placements, options)
     session.run(bench_job_to_json(job), on_case=on_case)
