@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -12,7 +13,7 @@ from genie.core.schedule import CollectiveOp
 from genie.core.testbed import TestbedInfo
 from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
 from genie.engine.launch import Launcher, RankPlacement
-from genie.engine.session import SessionFactory, SessionOptions, local_sessions
+from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns
 
 DTYPE_BYTES = 4  # float32, as nccl-tests' default
@@ -114,15 +115,20 @@ def build_job(request: BenchRequest, ranks: int) -> BenchJob:
 def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launcher: Launcher | None = None,
               on_pids: Callable[[list[int]], None] | None = None,
               progress: Callable[[int, int, CaseStats], None] | None = None,
-              sessions: SessionFactory | None = None) -> BenchOutcome:
-    """Run the sweep; `sessions` chooses how ranks are started (default: local processes via `launcher`)."""
+              sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
+              fault_points: tuple[int, ...] = ()) -> BenchOutcome:
+    """Run the sweep; `sessions` chooses how ranks are started (default: local processes via `launcher`).
+    `fault_hooks` (genie.faults) inject faults live, pausing the ranks before the timed ops `fault_points`."""
     job = build_job(request, len(placements))
+    if fault_hooks is not None:
+        job = dataclasses.replace(job, fault_points=tuple(fault_points), faults=True)
     stats: dict[int, CaseStats] = {}
     steps: dict[int, dict[int, list]] = {}
 
     def on_case(index: int, per_rank: dict[int, dict]) -> None:
         op = job.cases[index].op
-        times = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()})
+        restarts = next((m["restarts"] for m in per_rank.values() if m.get("restarts")), ())
+        times = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()}, restarts)
         stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times)
         if job.record_steps:
             steps[index] = {r: m["steps"] for r, m in per_rank.items()}
@@ -130,7 +136,8 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launche
             progress(len(stats), len(job.cases), stats[index])
 
     options = SessionOptions(idle_timeout_s=max(120.0, job.timeout_s * 2), spin_s=request.spin_us / 1e6,
-                             socket_buffer_bytes=request.socket_buffer_bytes, on_pids=on_pids)
+                             socket_buffer_bytes=request.socket_buffer_bytes, on_pids=on_pids,
+                             fault_hooks=fault_hooks)
     session = (sessions or local_sessions(launcher))(placements, options)
     session.run(bench_job_to_json(job), on_case=on_case)
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=job, placements=tuple(placements),
