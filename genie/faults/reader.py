@@ -106,6 +106,13 @@ def _trigger(doc: Mapping[str, Any], source: str | None, path: str) -> Trigger:
     return Trigger(at_s=_time_s(at, source, f"{path}.at", positive=False))
 
 
+def _kind(value: object, source: str | None, path: str) -> FaultKind:
+    try:
+        return FaultKind.parse(str(value))
+    except ValueError as exc:
+        raise _fail(f"{exc}{did_you_mean(value, [k.value for k in FaultKind])}", source, f"{path}.kind") from None
+
+
 def fault_from_mapping(raw: object, *, source: str | None, path: str) -> Fault:
     """One fault from its keys (YAML mapping or parsed compact spec); InputError naming `path`.key."""
     if not isinstance(raw, Mapping):
@@ -113,11 +120,7 @@ def fault_from_mapping(raw: object, *, source: str | None, path: str) -> Fault:
     doc = {ALIASES.get(str(k), str(k)): v for k, v in raw.items()}
     if "kind" not in doc:
         raise _fail("missing field `kind` (degrade, flap, down, straggler, cross_traffic)", source, f"{path}.kind")
-    try:
-        kind = FaultKind.parse(str(doc["kind"]))
-    except ValueError as exc:
-        raise _fail(f"{exc}{did_you_mean(doc['kind'], [k.value for k in FaultKind])}", source,
-                    f"{path}.kind") from None
+    kind = _kind(doc["kind"], source, path)
     allowed = COMMON_KEYS + KIND_KEYS[kind]
     for key in doc:
         if key not in allowed:
@@ -215,14 +218,10 @@ def parse_fault_spec(spec: str, *, path: str = "--fault") -> Fault:
             doc[key] = value
         else:
             positional.append(token)
-    try:
-        kind = FaultKind.parse(tokens[0])
-    except ValueError:
-        kind = None  # fault_from_mapping reports it
+    kind = _kind(tokens[0], None, path)
     if kind is FaultKind.CROSS_TRAFFIC and len(positional) == 1 and "->" in positional[0]:
         positional = positional[0].split("->", 1)
-    slots = {FaultKind.STRAGGLER: ("rank",), FaultKind.CROSS_TRAFFIC: ("src", "dst")}.get(kind, ("link",)) \
-        if kind is not None else ()
+    slots = {FaultKind.STRAGGLER: ("rank",), FaultKind.CROSS_TRAFFIC: ("src", "dst")}.get(kind, ("link",))
     if len(positional) > len(slots):
         raise _fail(f"unexpected {positional[len(slots)]!r} (expected key=value after the target)", None, path)
     for slot, value in zip(slots, positional):
