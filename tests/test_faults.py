@@ -132,8 +132,8 @@ def test_validation_names_the_field(info, spec, bounds, path, words):
 
 
 def test_delay_changes_need_netem_and_links_need_a_testbed(info):
-    with pytest.raises(InputError, match="needs netem") as err:
-        _plan(["degrade h3-s0 delay=1ms at=1s"], info, delay_problem="needs netem")
+    with pytest.raises(InputError, match=r"needs netem \(h3-s0\)") as err:
+        _plan(["degrade h3-s0 delay=1ms at=1s"], info, delay_check=lambda link: f"needs netem ({link.name})")
     assert err.value.path == "--fault[0].delay"
     assert _plan(["degrade h3-s0 delay=1ms at=1s"], info).faults[0].fault.change.delay_us == 1000.0
     with pytest.raises(InputError, match="needs a testbed"):
@@ -296,3 +296,25 @@ def test_cli_replay_straggler_on_loopback(tmp_path):
     assert fwd[(1, 1)] > 2.0 * fwd[(0, 1)] and fwd[(1, 1)] >= 55.0  # 3 x 20 ms, measured
     assert fwd[(1, 0)] < 40.0  # rank 0 is not slowed
     assert "applied" in (tmp_path / "run" / "faults.csv").read_text()
+
+
+# ---- the userspace emulator's live stage changes ---------------------------------------------------------------
+def test_delay_line_overrides_change_stages_live_and_revert():
+    from genie.linkemu.config import EmulatorConfig, QueueSpec, StageSpec
+    from genie.linkemu.emulator import overrides_path_for
+    from genie.linkemu.line import DelayLine, DropReason
+
+    ms = 1_000_000
+    line = DelayLine(EmulatorConfig("genie-t-h1", (StageSpec("links[0] h0>h1", delay_ns=ms),),
+                                    (QueueSpec(0, "eth0", (0,)),)))
+    assert line.admit(0, 0, 0, 1500) == ms
+    line.apply_overrides({"links[0] h0>h1": {"delay_ns": 10 * ms, "loss_pct": 99.9999}, "links[9] x>y": {}})
+    assert line.admit(0, 1, 0, 1500) == DropReason.LOSS
+    line.apply_overrides({"links[0] h0>h1": {"delay_ns": 10 * ms}})
+    assert line.admit(0, 2, 0, 1500) == 10 * ms
+    assert [r.packet_id for r in line.due(ms)] == [0]  # held packets keep their release times
+    line.apply_overrides({})
+    assert line.admit(0, 3, 0, 1500) == ms and line.stages[0].spec.loss_pct == 0.0
+    from pathlib import Path
+
+    assert overrides_path_for(Path("/x/genie-t-h1.stats.json")) == Path("/x/genie-t-h1.overrides.json")

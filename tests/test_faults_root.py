@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import os
 import statistics
 import subprocess
@@ -163,3 +164,24 @@ def test_straggler_and_cross_traffic_in_replay(testbed, tmp_path):
     kinds = {r["kind"]: r for r in _faults(run)}
     assert kinds["straggler"]["outcome"] == "applied" and kinds["cross_traffic"]["outcome"] == "applied"
     assert kinds["cross_traffic"]["restored_at_s"]
+
+
+@pytest.mark.skipif(shutil.which("iptables") is None, reason="the userspace link emulator needs iptables")
+def test_delay_degrade_on_a_userspace_shaped_testbed(tmp_path):
+    """Delay changes live in the link emulators' stages (no sch_netem needed) and go back afterwards."""
+    from genie.testbed.steps import ShaperChoice
+
+    topology = star(4, shape=LinkShape(rate_bps=1_000_000_000, delay_us=1000.0))
+    run = tmp_path / "run"
+    with service.temporary_testbed(topology, name=f"{RUN}-d4", shaper=ShaperChoice.USERSPACE) as info:
+        proc = _genie("bench", "--testbed", info.name, "-b", "4K", "-e", "4K", "-n", "8", "-w", "1",
+                      "--fault", "degrade h3-s0 delay=15ms at=op4", "--sample-ms", "0", "--out", run)
+        assert proc.returncode == 0, proc.stderr
+        stats = [json.loads(p.read_text()) for p in (Path(os.environ[STATE_DIR_ENV]) / "emulators"
+                                                     / info.name).glob("*.stats.json")]
+    times = json.loads((run / "sweep.json").read_text())["results"][0]["iteration_us"]
+    before, after = statistics.median(times[:4]), statistics.median(times[4:])
+    assert after > before + 20_000, times  # h3's exchanges cross 2 x 14 ms more
+    (row,) = _faults(run)
+    assert row["outcome"] == "applied" and row["restored_at_s"]
+    assert stats and all(s["overrides_generation"] == 2 for s in stats if "links[3] h3>s0" in s["stages"])

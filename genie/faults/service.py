@@ -17,10 +17,10 @@ from genie.faults.reader import parse_fault_specs, read_faults_yaml
 from genie.faults.record import faults_csv, faults_json
 from genie.faults.validation import RunBounds, plan_faults
 
-USERSPACE_DELAY_PROBLEM = ("live delay/jitter/loss changes need netem; this testbed's delays come from the "
-                           "userspace link emulator (degrade the rate instead, or use a kernel with sch_netem)")
-NO_NETEM_PROBLEM = "live delay/jitter/loss changes need the qdisc sch_netem, missing from this kernel (degrade " \
-                   "the rate instead)"
+NO_NETEM_PROBLEM = ("live delay/jitter/loss changes need the qdisc sch_netem, missing from this kernel, or a "
+                    "testbed whose links already have delay emulation (--shaper userspace); degrade the rate instead")
+NO_STAGE_PROBLEM = ("live delay/jitter/loss changes on a userspace-shaped testbed need the link to have delay "
+                    "emulation already (a delay, jitter or loss in its topology); {link} has none")
 
 
 def read_faults(path: Path | None, specs: Sequence[str]) -> list[Fault]:
@@ -65,23 +65,32 @@ def replay_bounds(programs: Sequence[Any], iterations: int, warmup: int, timeout
                      ranks=len(programs), has_compute=any(p.compute_ns for p in programs), command="replay")
 
 
-def _delay_problem(faults: Sequence[Fault], info: TestbedInfo | None) -> str | None:
+def _delay_check(faults: Sequence[Fault], info: TestbedInfo | None) -> Callable[[Any], str | None] | None:
+    """Why a link's delay/jitter/loss cannot change live on this testbed (None: it can). Netem testbeds change
+    netem; userspace-shaped ones change the link emulators' stages of that link (which must exist)."""
     if info is None or not any(f.kind is FaultKind.DEGRADE and f.change.needs_delay_emulation for f in faults):
         return None
-    if "netem" in info.shaper:
-        return None
-    if "userspace" in info.shaper:
-        return USERSPACE_DELAY_PROBLEM
+    from genie.testbed.state import load_record
+    from genie.testbed.steps import Shaper
+
+    record = load_record(info.name)
+    if record.shaper is Shaper.USERSPACE:
+        from genie.faults.live import emulator_stages
+
+        stages = emulator_stages(record.steps)
+        return lambda link: None if all(f"links[{link.link_index}] {a}>{b}" in stages for a, b in link.ends) \
+            else NO_STAGE_PROBLEM.format(link=link.name)
     from genie.testbed import netlink
 
-    return None if netlink.probe_netem() else NO_NETEM_PROBLEM
+    problem = None if "netem" in info.shaper or netlink.probe_netem() else NO_NETEM_PROBLEM
+    return lambda link: problem
 
 
 def plan(faults: Sequence[Fault], info: TestbedInfo | None, bounds: RunBounds) -> FaultPlan:
     """Check `faults` against the target and the run (InputError naming the field: exit code 2)."""
     if not faults:
         return FaultPlan()
-    return plan_faults(faults, info, bounds, delay_problem=_delay_problem(faults, info))
+    return plan_faults(faults, info, bounds, delay_check=_delay_check(faults, info))
 
 
 def stragglers_by_rank(fault_plan: FaultPlan) -> dict[int, list[dict[str, Any]]]:

@@ -12,7 +12,7 @@ A time within it that the run still does not reach is recorded as ``not_reached`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from genie.core.errors import InputError
@@ -81,12 +81,16 @@ def _check_trigger(fault: Fault, bounds: RunBounds) -> None:
                          path=f"{fault.path}.at")
 
 
-def _check_shape(info: TestbedInfo, fault: Fault, target: LinkTarget, delay_problem: str | None) -> None:
+DelayCheck = Callable[[LinkTarget], "str | None"]
+
+
+def _check_shape(info: TestbedInfo, fault: Fault, target: LinkTarget, delay_check: DelayCheck | None) -> None:
     change = fault.change
-    if change.needs_delay_emulation and delay_problem:
+    problem = delay_check(target) if change.needs_delay_emulation and delay_check is not None else None
+    if problem:
         key = next(k for k, v in (("delay", change.delay_us), ("jitter", change.jitter_us),
                                   ("loss", change.loss_pct)) if v is not None)
-        raise InputError(delay_problem, source=fault.source, path=f"{fault.path}.{key}")
+        raise InputError(problem, source=fault.source, path=f"{fault.path}.{key}")
     shape = info.topology.links[target.link_index].shape
     updates = {k: v for k, v in dataclasses.asdict(change).items() if v is not None}
     new_shape = dataclasses.replace(shape, **updates)
@@ -96,9 +100,9 @@ def _check_shape(info: TestbedInfo, fault: Fault, target: LinkTarget, delay_prob
 
 
 def plan_faults(faults: Sequence[Fault], info: TestbedInfo | None, bounds: RunBounds, *,
-                delay_problem: str | None = None) -> FaultPlan:
-    """Check every fault; `delay_problem` is why this testbed cannot change delay/jitter/loss live (None: it
-    can). Raises InputError at the first problem."""
+                delay_check: DelayCheck | None = None) -> FaultPlan:
+    """Check every fault; `delay_check(link)` says why this testbed cannot change that link's delay, jitter
+    or loss live (None: it can). Raises InputError at the first problem."""
     planned = []
     for index, fault in enumerate(faults):
         _check_trigger(fault, bounds)
@@ -124,7 +128,7 @@ def plan_faults(faults: Sequence[Fault], info: TestbedInfo | None, bounds: RunBo
             assert fault.link is not None
             link = resolve_link(info, fault.link, source=fault.source, path=f"{fault.path}.link")
             if fault.kind is FaultKind.DEGRADE:
-                _check_shape(info, fault, link, delay_problem)
+                _check_shape(info, fault, link, delay_check)
             elif len(link.ends) == 1:
                 raise InputError(f"a {fault.kind.value} fault takes the whole link down: name it A-B, not A->B",
                                  source=fault.source, path=f"{fault.path}.link")
