@@ -181,7 +181,7 @@ def test_delay_degrade_on_a_userspace_shaped_testbed(tmp_path):
                                                      / info.name).glob("*.stats.json")]
     times = json.loads((run / "sweep.json").read_text())["results"][0]["iteration_us"]
     before, after = statistics.median(times[:4]), statistics.median(times[4:])
-    assert after > before + 20_000, times  # h3's exchanges cross 2 x 14 ms more
+    assert after > 2 * before and after > before + 10_000, times  # +14 ms one way on h3's link (measured ~4x)
     (row,) = _faults(run)
     assert row["outcome"] == "applied" and row["restored_at_s"]
     assert stats and all(s["overrides_generation"] == 2 for s in stats if "links[3] h3>s0" in s["stages"])

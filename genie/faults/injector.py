@@ -1,7 +1,7 @@
 """Applying a `FaultPlan` during a run, on the orchestrator side, and recording what was done and when.
 
-The session calls two hooks (`genie.engine.session.FaultHooks`): ``timed_start(start_ns)`` when the run's first timed barrier is
-released (zero of the run clock), and ``fault_point(k)`` while every rank waits at the barrier before timed op
+The session calls two hooks (`genie.engine.session.FaultHooks`): ``timed_start(start_ns)`` when the run's
+first timed barrier is released (zero of the run clock), and ``fault_point(k)`` while every rank waits at the barrier before timed op
 k (the op's faults are applied before the ranks are released). Time-triggered faults and the ends of faults
 with a duration (a flap's way back up, a degrade or cross-traffic that lasts `duration`) run on one timer
 thread. Everything goes through a `LiveNetwork` (the testbed, or a fake in tests); one lock serialises it.

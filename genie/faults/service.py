@@ -125,11 +125,14 @@ def inject_faults(run: Any, fault_plan: FaultPlan, info: TestbedInfo | None,
         yield injector
         completed = True
     finally:
-        try:
-            records = injector.close()
-        finally:
-            if network is not None and hasattr(network, "stop_all"):
-                network.stop_all()
+        from genie.testbed.lifecycle import signals_deferred
+
+        with signals_deferred():  # a second Ctrl-C must not leave a link down or degraded
+            try:
+                records = injector.close()
+            finally:
+                if network is not None and hasattr(network, "stop_all"):
+                    network.stop_all()
         run.write("faults.csv", faults_csv(records))
         run.write("faults.json", faults_json(records, fault_plan))
         failures = injector.failures()
