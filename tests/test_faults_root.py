@@ -38,14 +38,13 @@ program:
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory):
+def state_dir(tmp_path_factory):
     state = tmp_path_factory.mktemp("state")
     old = os.environ.get(STATE_DIR_ENV)
     os.environ[STATE_DIR_ENV] = str(state)
     before = root_namespace_snapshot()
     try:
-        with service.temporary_testbed(star(4, shape=LinkShape(rate_bps=1_000_000_000)), name=f"{RUN}-s4") as info:
-            yield info
+        yield state
     finally:
         if old is None:
             os.environ.pop(STATE_DIR_ENV, None)
@@ -53,6 +52,12 @@ def testbed(tmp_path_factory):
             os.environ[STATE_DIR_ENV] = old
     assert namespaces_of_run(RUN) == []
     assert root_namespace_snapshot() == before
+
+
+@pytest.fixture(scope="module")
+def testbed(state_dir):
+    with service.temporary_testbed(star(4, shape=LinkShape(rate_bps=1_000_000_000)), name=f"{RUN}-s4") as info:
+        yield info
 
 
 def _genie(*args, timeout=120):
@@ -167,7 +172,7 @@ def test_straggler_and_cross_traffic_in_replay(testbed, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="the userspace link emulator needs iptables")
-def test_delay_degrade_on_a_userspace_shaped_testbed(tmp_path):
+def test_delay_degrade_on_a_userspace_shaped_testbed(state_dir, tmp_path):
     """Delay changes live in the link emulators' stages (no sch_netem needed) and go back afterwards."""
     from genie.testbed.steps import ShaperChoice
 
@@ -177,8 +182,7 @@ def test_delay_degrade_on_a_userspace_shaped_testbed(tmp_path):
         proc = _genie("bench", "--testbed", info.name, "-b", "4K", "-e", "4K", "-n", "8", "-w", "1",
                       "--fault", "degrade h3-s0 delay=15ms at=op4", "--sample-ms", "0", "--out", run)
         assert proc.returncode == 0, proc.stderr
-        stats = [json.loads(p.read_text()) for p in (Path(os.environ[STATE_DIR_ENV]) / "emulators"
-                                                     / info.name).glob("*.stats.json")]
+        stats = [json.loads(p.read_text()) for p in (state_dir / "emulators" / info.name).glob("*.stats.json")]
     times = json.loads((run / "sweep.json").read_text())["results"][0]["iteration_us"]
     before, after = statistics.median(times[:4]), statistics.median(times[4:])
     assert after > 2 * before and after > before + 10_000, times  # +14 ms one way on h3's link (measured ~4x)
