@@ -318,3 +318,14 @@ def test_delay_line_overrides_change_stages_live_and_revert():
     from pathlib import Path
 
     assert overrides_path_for(Path("/x/genie-t-h1.stats.json")) == Path("/x/genie-t-h1.overrides.json")
+
+
+def test_cli_topology_faults_are_checked_before_the_testbed_is_built(tmp_path):
+    """An unknown link with --topology fails before `up` (which would need root): one line, exit code 2."""
+    topo = tmp_path / "star.yaml"
+    topo.write_text("name: s\nhosts:\n  - {prefix: h, count: 2}\nswitches:\n  - {name: s0, kind: bridge}\n"
+                    "links:\n  - {endpoints: [h0, s0]}\n  - {endpoints: [h1, s0]}\n")
+    proc = _genie("bench", "--topology", str(topo), "--fault", "down h2-s0 at=1s", "--out", str(tmp_path / "run"),
+                  cwd=tmp_path)
+    assert proc.returncode == 2 and "--fault[0].link: no link 'h2-s0' in testbed s (links: h0-s0" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

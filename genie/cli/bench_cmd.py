@@ -184,6 +184,8 @@ def bench(
     choice = resolve_launch(launcher, transport, inventory, mpiexec, ranks=ranks, port_range=port_range,
                             other_target=other_target(topology, testbed, loopback))
     faults_service.check_launcher(faults, choice.sessions is None)
+    faults_service.precheck_topology(faults, topology,
+                                     lambda n: faults_service.bench_bounds(service.build_job(request, ranks or n)))
     with launch_target(choice, inventory, lambda: _target(topology, testbed, loopback, ranks)) as target:
         job = service.build_job(request, len(target.placements))  # validate before anything starts
         fault_plan = faults_service.plan(faults, target.info, faults_service.bench_bounds(job))

@@ -60,6 +60,7 @@ def replay(
     faults_service.check_launcher(faults, choice.sessions is None)
     bounds = faults_service.replay_bounds(build_programs(loaded, source=str(trace)) if faults else (), iterations,
                                           warmup, timeout, faults)
+    faults_service.precheck_topology(faults, topology, lambda _ranks: bounds)
     with launch_target(choice, inventory,
                        lambda: _target(topology, testbed, loopback, None if not loopback else ranks)) as target:
         check_fits(loaded, target.placements, source=str(trace))

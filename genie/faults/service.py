@@ -5,6 +5,7 @@ writing faults.csv / faults.json into the run directory whatever happens."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,21 @@ def plan(faults: Sequence[Fault], info: TestbedInfo | None, bounds: RunBounds) -
     if not faults:
         return FaultPlan()
     return plan_faults(faults, info, bounds, delay_check=_delay_check(faults, info))
+
+
+def precheck_topology(faults: Sequence[Fault], topology_path: Path | None,
+                      bounds: Callable[[int], RunBounds]) -> None:
+    """With ``--topology``, check the faults against the testbed the file will become *before* it is brought
+    up (its plan is pure): a bad link, host or rank starts nothing. `bounds(ranks)` gives the run's bounds for
+    the topology's rank count. Delay checks that depend on the live shaper run again after `up`."""
+    if not faults or topology_path is None:
+        return
+    from genie.testbed.plan import build_plan
+    from genie.topology import load_topology_file
+
+    topology = load_topology_file(topology_path)
+    info = dataclasses.replace(build_plan(topology, "precheck", netem_available=True).info, name=topology.name)
+    plan_faults(faults, info, bounds(topology.world_size))
 
 
 def stragglers_by_rank(fault_plan: FaultPlan) -> dict[int, list[dict[str, Any]]]:
