@@ -327,5 +327,5 @@ def test_cli_topology_faults_are_checked_before_the_testbed_is_built(tmp_path):
                     "links:\n  - {endpoints: [h0, s0]}\n  - {endpoints: [h1, s0]}\n")
     proc = _genie("bench", "--topology", str(topo), "--fault", "down h2-s0 at=1s", "--out", str(tmp_path / "run"),
                   cwd=tmp_path)
-    assert proc.returncode == 2 and "--fault[0].link: no link 'h2-s0' in testbed s (links: h0-s0" in proc.stderr
+    assert proc.returncode == 2 and "--fault[0].link: no link 'h2-s0' in testbed s (did you mean 'h1-s0'?) (links: h0-s0, h1-s0)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

@@ -37,7 +37,11 @@ class RunBounds:
 
 
 def link_names(info: TestbedInfo) -> list[str]:
-    return [f"{e.node}-{e.peer}" for e in info.link_ends]
+    """One name per link (its first end's view: ``h0-s0``)."""
+    first = {}
+    for e in info.link_ends:
+        first.setdefault(e.link_index, f"{e.node}-{e.peer}")
+    return list(first.values())
 
 
 def resolve_link(info: TestbedInfo, text: str, *, source: str | None, path: str) -> LinkTarget:
@@ -58,7 +62,8 @@ def resolve_link(info: TestbedInfo, text: str, *, source: str | None, path: str)
             return LinkTarget(end.link_index, f"{end.node}->{end.peer}" if directed else f"{end.node}-{end.peer}",
                               (pair,) if directed else both)
     names = link_names(info)
-    hint = did_you_mean(spec.replace("->", "-").replace(":", "-"), names)
+    hint = did_you_mean(spec.replace("->", "-").replace(":", "-"),
+                        names + [f"{e.node}-{e.peer}" for e in info.link_ends])
     raise InputError(f"no link {spec!r} in testbed {info.name}{hint} (links: {', '.join(names)})",
                      source=source, path=path)
 
