@@ -115,8 +115,10 @@ def test_link_down_mid_collective_ends_within_the_timeout(testbed, tmp_path):
     assert elapsed < 30
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "timed out" in manifest["error"]
-    rows = list(csv.DictReader((run / "sweep.csv").open()))
-    assert len(rows) == 1 and int(rows[0]["size_bytes"]) == 256 * 1024  # what was measured is kept
+    rows = list(csv.DictReader((run / "sweep.csv").open()))  # what was measured is kept: size 0 whole, and
+    assert [int(r["size_bytes"]) for r in rows] == [256 * 1024, 512 * 1024]  # size 1's ops before the fault
+    iterations = [r["iterations"] for r in json.loads((run / "sweep.json").read_text())["results"]]
+    assert iterations == [4, 2], iterations
     (fault,) = _faults(run)
     assert fault["outcome"] == "applied" and fault["restored_at_s"]
     time.sleep(0.5)

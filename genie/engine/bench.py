@@ -8,7 +8,7 @@ from typing import Callable
 
 from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
-from genie.core.errors import InputError
+from genie.core.errors import InputError, RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.core.testbed import TestbedInfo
 from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
@@ -43,6 +43,25 @@ class BenchOutcome:
     job: BenchJob
     placements: tuple[RankPlacement, ...]
     steps: dict[int, dict[int, list]] = field(default_factory=dict)  # case -> rank -> step rows
+
+
+class _PartialCase:
+    """Forwards fault hooks, remembering what the ranks reported at the last fault point (the case it was in
+    and each rank's timed iterations so far)."""
+
+    def __init__(self, inner: FaultHooks) -> None:
+        self.inner = inner
+        self.case: int | None = None
+        self.reports: dict[int, dict] = {}
+
+    def timed_start(self, start_ns: int) -> None:
+        self.inner.timed_start(start_ns)
+
+    def fault_point(self, op_index: int, reports: dict[int, dict] | None = None) -> None:
+        if reports:
+            self.case = int(next(iter(reports.values())).get("case", -1))
+            self.reports = reports
+        self.inner.fault_point(op_index, reports)
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
@@ -131,14 +150,22 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launche
         times = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()}, restarts)
         stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times)
         if job.record_steps:
-            steps[index] = {r: m["steps"] for r, m in per_rank.items()}
+            steps[index] = {r: m.get("steps", []) for r, m in per_rank.items()}
         if progress:
             progress(len(stats), len(job.cases), stats[index])
 
+    partial = _PartialCase(fault_hooks) if fault_hooks is not None else None
     options = SessionOptions(idle_timeout_s=max(120.0, job.timeout_s * 2), spin_s=request.spin_us / 1e6,
                              socket_buffer_bytes=request.socket_buffer_bytes, on_pids=on_pids,
-                             fault_hooks=fault_hooks)
+                             fault_hooks=partial)
     session = (sessions or local_sessions(launcher))(placements, options)
-    session.run(bench_job_to_json(job), on_case=on_case)
+    try:
+        session.run(bench_job_to_json(job), on_case=on_case)
+    except RunFailure:
+        # a fault ended the run inside a size: keep its iterations measured before its last fault point
+        if partial is not None and partial.case is not None and partial.case not in stats and partial.reports:
+            if all(m.get("iterations") for m in partial.reports.values()):
+                on_case(partial.case, partial.reports)
+        raise
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=job, placements=tuple(placements),
                         steps=steps)

@@ -94,8 +94,9 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
         restarts: list[int] = []
         for it in range(case.iterations):
             op += 1
-            if op - 1 in points:
-                _barrier(control, fault_point=op - 1)
+            if op - 1 in points:  # the iterations so far go along: kept if a fault ends the run in this case
+                _barrier(control, fault_point=op - 1, case=index, iterations=list(iterations),
+                         restarts=list(restarts))
                 restarts.append(it)
             if not member:
                 continue

@@ -41,7 +41,8 @@ class FaultHooks(Protocol):
 
     def timed_start(self, start_ns: int) -> None: ...
 
-    def fault_point(self, op_index: int) -> None: ...
+    def fault_point(self, op_index: int, reports: dict[int, dict[str, Any]] | None = None) -> None:
+        """`reports`: each rank's barrier message (a bench rank reports its timed iterations so far)."""
 
 
 class Session(Protocol):
@@ -172,6 +173,7 @@ class RankSession:
             sel.register(conn, selectors.EVENT_READ, rank)
         waiting: set[int] = set()
         tags: dict[str, Any] = {}  # what the waiting ranks said about this barrier (timed, fault_point)
+        reports: dict[int, dict[str, Any]] = {}
         done: set[int] = set()
         last_activity = time.monotonic()
         try:
@@ -196,9 +198,11 @@ class RankSession:
                     if kind == "barrier":
                         waiting.add(rank)
                         tags.update({k: msg[k] for k in ("timed", "fault_point") if msg.get(k) is not None})
+                        if "fault_point" in msg:
+                            reports[rank] = msg
                         if len(waiting) == len(self._conns):
                             if self.fault_hooks is not None and "fault_point" in tags:
-                                self.fault_hooks.fault_point(int(tags["fault_point"]))
+                                self.fault_hooks.fault_point(int(tags["fault_point"]), dict(reports))
                             # a common start time on the shared monotonic clock: every rank waits for it,
                             # so all start within microseconds instead of in the order they were told
                             start_ns = time.monotonic_ns() + self.start_lead_ns
@@ -208,6 +212,7 @@ class RankSession:
                                 self.fault_hooks.timed_start(start_ns)
                             waiting.clear()
                             tags.clear()
+                            reports.clear()
                     elif kind == "case_result":
                         per_rank = result.case_results.setdefault(int(msg["case"]), {})
                         per_rank[rank] = msg

@@ -88,7 +88,7 @@ class FaultInjector:
             self._schedule(start_ns + round(at_s * 1e9), lambda f=fault: self._apply(f))
         self._ensure_thread()
 
-    def fault_point(self, op_index: int) -> None:
+    def fault_point(self, op_index: int, reports: dict[int, dict[str, Any]] | None = None) -> None:
         if op_index in self._done_points:
             return
         self._done_points.add(op_index)
