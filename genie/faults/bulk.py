@@ -19,9 +19,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from genie.engine.launch import die_with_parent
+from genie.testbed.emulators import python_env
 from genie.testbed.lifecycle import terminate_pids
 
 READY_TIMEOUT_S = 10.0
@@ -51,14 +51,6 @@ def _argv(netns: str | None, args: list[str]) -> list[str]:
     return ["ip", "netns", "exec", netns, *inner]
 
 
-def _env() -> dict[str, str]:
-    import genie
-
-    root = str(Path(genie.__file__).resolve().parent.parent)
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
-
-
 def _wait_ready(proc: subprocess.Popen) -> int:
     assert proc.stdout is not None
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -82,7 +74,7 @@ def start(src: str, src_netns: str | None, dst: str, dst_netns: str | None, dst_
     """Start the receiver in `dst_netns`, then the sender in `src_netns`; `on_pids` is told of each PID as
     soon as it exists."""
     common = dict(stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
-                  close_fds=True, env=_env(), cwd="/")
+                  close_fds=True, env=python_env(), cwd="/")
     receiver = subprocess.Popen(_argv(dst_netns, ["recv", "--address", dst_address]), stdout=subprocess.PIPE,
                                 **common)
     try:
