@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
 
 RUN = f"f{os.getpid()}"
+RATE_BPS = 200_000_000
 TRACE = """format: genie-trace
 version: 1
 name: straggle
@@ -56,7 +57,8 @@ def state_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def testbed(state_dir):
-    with service.temporary_testbed(star(4, shape=LinkShape(rate_bps=1_000_000_000)), name=f"{RUN}-s4") as info:
+    # 200 Mbit/s: a 256 KiB ring all-reduce is network-bound (~16 ms) even when the machine is busy
+    with service.temporary_testbed(star(4, shape=LinkShape(rate_bps=RATE_BPS)), name=f"{RUN}-s4") as info:
         yield info
 
 
@@ -80,23 +82,23 @@ def _links_healthy(info) -> None:
             if iface.ifname.startswith("eth"):
                 assert iface.up, f"{ns}:{iface.ifname} left down"
                 rates = [q.rate_bps for q in iface.qdiscs if q.kind == "htb"]
-                assert rates == [1_000_000_000], f"{ns}:{iface.ifname} rates {rates}"
+                assert rates == [RATE_BPS], f"{ns}:{iface.ifname} rates {rates}"
 
 
 def test_degrade_at_op_slows_the_later_iterations(testbed, tmp_path):
     run = tmp_path / "run"
-    proc = _genie("bench", "--testbed", testbed.name, "-b", "1M", "-e", "1M", "-n", "12", "-w", "2",
-                  "--fault", "degrade h3-s0 rate=100mbit at=op6", "--sample-ms", "0", "--out", run)
+    proc = _genie("bench", "--testbed", testbed.name, "-b", "256K", "-e", "256K", "-n", "10", "-w", "2",
+                  "--fault", "degrade h3-s0 rate=20mbit at=op5", "--sample-ms", "0", "--out", run)
     assert proc.returncode == 0, proc.stderr
     times = json.loads((run / "sweep.json").read_text())["results"][0]["iteration_us"]
-    before, after = statistics.median(times[:6]), statistics.median(times[6:])
-    assert after / before > 3.0, (before, after)  # 10x less rate on one ring link: ~10x (measured 9-11x)
+    before, after = statistics.median(times[:5]), statistics.median(times[5:])
+    assert after / before > 2.5, (before, after)  # 1/10 of the rate on one ring link: ~10x when idle
     (row,) = _faults(run)
     assert (row["kind"], row["target"], row["params"], row["trigger"], row["outcome"]) == \
-        ("degrade", "h3-s0", "rate=100mbit", "op 6", "applied")
+        ("degrade", "h3-s0", "rate=20mbit", "op 5", "applied")
     assert float(row["restored_at_s"]) >= float(row["applied_at_s"])
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["params"]["faults"] == ["degrade h3-s0 rate=100mbit at=op6"]
+    assert manifest["params"]["faults"] == ["degrade h3-s0 rate=20mbit at=op5"]
     assert "faults.csv" in {f["name"] for f in manifest["files"]}
     _links_healthy(testbed)
 
@@ -181,13 +183,13 @@ def test_delay_degrade_on_a_userspace_shaped_testbed(state_dir, tmp_path):
     topology = star(4, shape=LinkShape(rate_bps=1_000_000_000, delay_us=1000.0))
     run = tmp_path / "run"
     with service.temporary_testbed(topology, name=f"{RUN}-d4", shaper=ShaperChoice.USERSPACE) as info:
-        proc = _genie("bench", "--testbed", info.name, "-b", "4K", "-e", "4K", "-n", "8", "-w", "1",
-                      "--fault", "degrade h3-s0 delay=15ms at=op4", "--sample-ms", "0", "--out", run)
+        proc = _genie("bench", "--testbed", info.name, "-b", "4K", "-e", "4K", "-n", "10", "-w", "1",
+                      "--fault", "degrade h3-s0 delay=50ms at=op5", "--sample-ms", "0", "--out", run)
         assert proc.returncode == 0, proc.stderr
         stats = [json.loads(p.read_text()) for p in (state_dir / "emulators" / info.name).glob("*.stats.json")]
     times = json.loads((run / "sweep.json").read_text())["results"][0]["iteration_us"]
-    before, after = statistics.median(times[:4]), statistics.median(times[4:])
-    assert after > 2 * before and after > before + 10_000, times  # +14 ms one way on h3's link (measured ~4x)
+    before, after = statistics.median(times[:5]), statistics.median(times[5:])
+    assert after > before + 35_000 and after > 1.5 * before, times  # every op crosses h3's link: +49 ms each way
     (row,) = _faults(run)
     assert row["outcome"] == "applied" and row["restored_at_s"]
     assert stats and all(s["overrides_generation"] == 2 for s in stats if "links[3] h3>s0" in s["stages"])
