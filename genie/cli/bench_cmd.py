@@ -151,12 +151,15 @@ def bench(
     inventory: Optional[Path] = options.INVENTORY,
     mpiexec: Optional[Path] = options.MPIEXEC,
     port_range: Optional[str] = options.PORT_RANGE,
+    faults_file: Optional[Path] = options.FAULTS,
+    fault: list[str] = options.FAULT,
     as_json: bool = options.AS_JSON,
 ) -> None:
     """Sweep collectives over sizes and print an nccl-tests table; writes a run directory (docs/reports.md)."""
     from genie.cli.launch_options import check_launch, launch_meta, launch_target, other_target, resolve_launch
     from genie.cli.progress import bench_progress
     from genie.engine import bench as service
+    from genie.faults import service as faults_service
     from genie.report import sweep
     from genie.report.capture import capture_link
     from genie.report.manifest import RunRecorder
@@ -175,25 +178,33 @@ def bench(
         raise InputError("must be >= 0", path="--sample-ms")
     config = {"min_bytes": request.min_bytes, "max_bytes": request.max_bytes, "step_factor": stepfactor,
               "warmup_iters": warmup_iters, "iterations": iters, "verify": verify}
+    faults = faults_service.read_faults(faults_file, fault)
     choice = resolve_launch(launcher, transport, inventory, mpiexec, ranks=ranks, port_range=port_range,
                             other_target=other_target(topology, testbed, loopback))
+    faults_service.check_launcher(faults, choice.sessions is None)
+    faults_service.precheck_topology(faults, topology,
+                                     lambda n: faults_service.bench_bounds(service.build_job(request, ranks or n)))
     with launch_target(choice, inventory, lambda: _target(topology, testbed, loopback, ranks)) as target:
-        service.build_job(request, len(target.placements))  # validate before anything starts
+        job = service.build_job(request, len(target.placements))  # validate before anything starts
         check_launch(choice, target.placements)
+        fault_plan = faults_service.plan(faults, target.info, faults_service.bench_bounds(job))
         capture_end = _capture_end(target, capture)
         meta = {"target": target.name, "ranks": len(target.placements), "verify": verify, "iterations": iters,
                 "warmup": warmup_iters}
         with RunRecorder("bench", out=out, inputs=target.inputs,
                          params={**config, "algorithm": algorithm, "chunks": chunks, "steps": steps,
                                  "launcher": launcher, "transport": transport,
-                                 **({"capture": capture} if capture else {})}) as run:
+                                 **({"capture": capture} if capture else {}),
+                                 **({"faults": fault_plan.specs()} if fault_plan else {})}) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
             files = SweepRecorder(run, meta)
             with capture_link(run, capture_end) as capturing, _observe(run, target, sample_ms) as observer, \
-                    bench_progress() as bar:
+                    bench_progress() as bar, \
+                    faults_service.inject_faults(run, fault_plan, target.info, target.on_pids) as injector:
                 outcome = service.run_bench(request, target.placements, on_pids=target.on_pids,
                                             progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)),
-                                            sessions=choice.sessions)
+                                            sessions=choice.sessions, fault_hooks=injector,
+                                            fault_points=fault_plan.fault_points())
             if choice.sessions is not None:
                 run.write("launch.json", json.dumps(launch_meta(launcher, transport, choice), indent=2))
             doc = files.finish(outcome, config=config, devices=_devices(target), steps=steps)

@@ -25,3 +25,8 @@ MPIEXEC = typer.Option(None, "--mpiexec", help="MPICH's mpiexec (default: beside
 PORT_RANGE = typer.Option(None, "--port-range",
                           help="Ports of rank listeners and MPI, LOW-HIGH (default: $GENIE_PORT_RANGE, else any).")
 AS_JSON = typer.Option(False, "--json", help="Print the result document as JSON instead of the table.")
+FAULTS = typer.Option(None, "--faults", metavar="FILE",
+                      help="Inject the faults of this YAML file live during the run (docs/faults.md).")
+FAULT = typer.Option([], "--fault", metavar="SPEC",
+                     help="Inject one fault, e.g. 'degrade h3-s0 rate=100mbit at=op10', 'flap h1-s0 for=200ms "
+                          "at=2s' (repeatable; docs/faults.md).")

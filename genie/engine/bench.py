@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
 from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
-from genie.core.errors import InputError
+from genie.core.errors import InputError, RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.core.testbed import TestbedInfo
 from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
 from genie.engine.launch import Launcher, RankPlacement
-from genie.engine.session import SessionFactory, SessionOptions, local_sessions
+from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns
 
 DTYPE_BYTES = 4  # float32, as nccl-tests' default
@@ -42,6 +43,25 @@ class BenchOutcome:
     job: BenchJob
     placements: tuple[RankPlacement, ...]
     steps: dict[int, dict[int, list]] = field(default_factory=dict)  # case -> rank -> step rows
+
+
+class _PartialCase:
+    """Forwards fault hooks, remembering what the ranks reported at the last fault point (the case it was in
+    and each rank's timed iterations so far)."""
+
+    def __init__(self, inner: FaultHooks) -> None:
+        self.inner = inner
+        self.case: int | None = None
+        self.reports: dict[int, dict] = {}
+
+    def timed_start(self, start_ns: int) -> None:
+        self.inner.timed_start(start_ns)
+
+    def fault_point(self, op_index: int, reports: dict[int, dict] | None = None) -> None:
+        if reports:
+            self.case = int(next(iter(reports.values())).get("case", -1))
+            self.reports = reports
+        self.inner.fault_point(op_index, reports)
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
@@ -114,18 +134,23 @@ def build_job(request: BenchRequest, ranks: int) -> BenchJob:
 def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launcher: Launcher | None = None,
               on_pids: Callable[[list[int]], None] | None = None,
               progress: Callable[[int, int, CaseStats], None] | None = None,
-              sessions: SessionFactory | None = None) -> BenchOutcome:
-    """Run the sweep; `sessions` chooses how ranks are started (default: local processes via `launcher`)."""
+              sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
+              fault_points: tuple[int, ...] = ()) -> BenchOutcome:
+    """Run the sweep; `sessions` chooses how ranks are started (default: local processes via `launcher`).
+    `fault_hooks` (genie.faults) inject faults live, pausing the ranks before the timed ops `fault_points`."""
     job = build_job(request, len(placements))
+    if fault_hooks is not None:
+        job = dataclasses.replace(job, fault_points=tuple(fault_points), faults=True)
     stats: dict[int, CaseStats] = {}
     steps: dict[int, dict[int, list]] = {}
 
     def on_case(index: int, per_rank: dict[int, dict]) -> None:
         op = job.cases[index].op
-        times = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()})
+        restarts = next((m["restarts"] for m in per_rank.values() if m.get("restarts")), ())
+        times = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()}, restarts)
         stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times)
         if job.record_steps:
-            steps[index] = {r: m["steps"] for r, m in per_rank.items()}
+            steps[index] = {r: m.get("steps", []) for r, m in per_rank.items()}
         if progress:
             progress(len(stats), len(job.cases), stats[index])
 
@@ -133,9 +158,18 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launche
     # no-progress backstop must outlast the longest legitimate case (a 64-rank 16 MiB sweep at 100 Mbit/s
     # is minutes), while a silent peer is still named by the op timeout itself
     longest_case = max((c.warmup + c.iterations for c in job.cases), default=1) + 1
+    partial = _PartialCase(fault_hooks) if fault_hooks is not None else None
     options = SessionOptions(idle_timeout_s=max(120.0, job.timeout_s * longest_case), spin_s=request.spin_us / 1e6,
-                             socket_buffer_bytes=request.socket_buffer_bytes, on_pids=on_pids)
+                             socket_buffer_bytes=request.socket_buffer_bytes, on_pids=on_pids,
+                             fault_hooks=partial)
     session = (sessions or local_sessions(launcher))(placements, options)
-    session.run(bench_job_to_json(job), on_case=on_case)
+    try:
+        session.run(bench_job_to_json(job), on_case=on_case)
+    except RunFailure:
+        # a fault ended the run inside a size: keep its iterations measured before its last fault point
+        if partial is not None and partial.case is not None and partial.case not in stats and partial.reports:
+            if all(m.get("iterations") for m in partial.reports.values()):
+                on_case(partial.case, partial.reports)
+        raise
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=job, placements=tuple(placements),
                         steps=steps)

@@ -24,6 +24,8 @@ class BenchJob:
     verify: bool = False
     timeout_s: float = 60.0
     record_steps: bool = False
+    fault_points: tuple[int, ...] = ()  # timed ops (over the whole sweep) before which faults are injected
+    faults: bool = False  # tag barriers for the orchestrator's fault injector (timed starts, fault points)
 
 
 def op_to_json(op: CollectiveOp) -> dict[str, Any]:
@@ -41,10 +43,12 @@ def op_from_json(d: dict[str, Any]) -> CollectiveOp:
 
 def bench_job_to_json(job: BenchJob) -> dict[str, Any]:
     return {"kind": "bench", "verify": job.verify, "timeout_s": job.timeout_s, "record_steps": job.record_steps,
+            "fault_points": list(job.fault_points), "faults": job.faults,
             "cases": [{"op": op_to_json(c.op), "warmup": c.warmup, "iterations": c.iterations} for c in job.cases]}
 
 
 def bench_job_from_json(d: dict[str, Any]) -> BenchJob:
     return BenchJob(cases=tuple(BenchCase(op_from_json(c["op"]), int(c["warmup"]), int(c["iterations"]))
                                 for c in d["cases"]),
-                    verify=bool(d["verify"]), timeout_s=float(d["timeout_s"]), record_steps=bool(d["record_steps"]))
+                    verify=bool(d["verify"]), timeout_s=float(d["timeout_s"]), record_steps=bool(d["record_steps"]),
+                    fault_points=tuple(int(k) for k in d.get("fault_points") or ()), faults=bool(d.get("faults")))

@@ -39,11 +39,13 @@ class ControlChannel:
     def send(self, message: dict[str, Any]) -> None:
         send_message(self.sock, message)
 
-    def barrier(self) -> int:
-        """Wait for every rank, then for the common start time the orchestrator sets; returns it (ns)."""
+    def barrier(self, **tags: Any) -> int:
+        """Wait for every rank, then for the common start time the orchestrator sets; returns it (ns). `tags`
+        tell the orchestrator about the barrier: ``timed=True`` (timed ops follow), ``fault_point=k`` (timed op
+        k follows: faults planned for it are injected before the ranks are released)."""
         from genie.engine.clock import sleep_until
 
-        send_message(self.sock, {"type": "barrier"})
+        send_message(self.sock, {"type": "barrier", **tags})
         reply = recv_message(self.sock)
         if reply.get("type") != "go":
             raise RunFailure(f"unexpected control message {reply.get('type')!r} during barrier")
@@ -62,12 +64,22 @@ def job_peers(job: BenchJob, rank: int) -> frozenset[int]:
     return frozenset(peers)
 
 
+def _barrier(control: Control, **tags: Any) -> int:
+    """A barrier, tagged only when there is something to say (runs with faults; MPI control takes no tags)."""
+    tags = {k: v for k, v in tags.items() if v is not None and v is not False}
+    return control.barrier(**tags) if tags else control.barrier()  # type: ignore[call-arg]
+
+
 def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Control) -> None:
-    """For each case: barrier, warmup, barrier, timed iterations; report per-iteration start/end (ns)."""
+    """For each case: barrier, warmup, barrier, timed iterations; report per-iteration start/end (ns). Before
+    a timed op that is a fault point (`job.fault_points`, counted over the whole sweep) every rank waits at
+    one more barrier while the orchestrator injects; that iteration is then timed from its own start."""
     from genie.collectives.registry import build_schedule
     from genie.engine.executor import run_schedule
 
     clock = time.monotonic_ns
+    points = set(job.fault_points)
+    op = 0
     for index, case in enumerate(job.cases):
         member = rank in case.op.group
         schedule = build_schedule(case.op).for_rank(rank) if member else None
@@ -76,10 +88,18 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
         for _ in range(case.warmup if member else 0):
             run_schedule(schedule, transport, timeout_s=job.timeout_s,
                          data=verifier.fresh() if verifier else None)
-        control.barrier()
+        _barrier(control, timed=job.faults)
         iterations: list[tuple[int, int]] = []
         steps: list[list[Any]] = []
-        for it in range(case.iterations if member else 0):
+        restarts: list[int] = []
+        for it in range(case.iterations):
+            op += 1
+            if op - 1 in points:  # the iterations so far go along: kept if a fault ends the run in this case
+                _barrier(control, fault_point=op - 1, case=index, iterations=list(iterations),
+                         restarts=list(restarts))
+                restarts.append(it)
+            if not member:
+                continue
             data = verifier.fresh() if verifier else None
             start = clock()
             records = run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data,
@@ -91,20 +111,55 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
             if verifier:
                 verifier.check(data)
         control.send({"type": "case_result", "case": index, "rank": rank, "iterations": iterations,
-                      "steps": steps})
+                      "steps": steps, **({"restarts": restarts} if restarts else {})})
+
+
+def compute_factor(stragglers: list[dict[str, Any]], op: int, run_t0_ns: int):
+    """How much longer this rank's compute lasts in timed op `op` (None: not at all). ``at_op`` stragglers
+    stretch every compute node from that op on; ``at_s`` ones every compute node whose (ideal) start is at or
+    after the run clock's `at_s` (zero: the first timed start)."""
+    base = 1.0
+    timed: list[tuple[int, float]] = []
+    for s in stragglers:
+        if s.get("at_op") is not None:
+            if op >= int(s["at_op"]):
+                base *= float(s["factor"])
+        else:
+            timed.append((run_t0_ns + round(float(s["at_s"]) * 1e9), float(s["factor"])))
+    if not timed:
+        return None if base == 1.0 else (lambda _start_ns: base)
+
+    def factor(start_ns: int) -> float:
+        out = base
+        for from_ns, f in timed:
+            if start_ns >= from_ns:
+                out *= f
+        return out
+
+    return factor
 
 
 def run_replay_job(job: dict[str, Any], program, mover, control: Control) -> None:
     """Walk the program `warmup + iterations` times, each after a barrier; report each timed iteration.
-    `mover` (a `genie.engine.walker.StepMover`) moves the bytes; the walker closes it."""
+    `mover` (a `genie.engine.walker.StepMover`) moves the bytes; the walker closes it. With faults, timed
+    barriers are tagged (``timed``, ``fault_point``: timed iteration k is op k) and this rank's stragglers
+    (`job["stragglers"]`) stretch its compute."""
     from genie.engine.walker import ProgramWalker
 
     walker = ProgramWalker(program, mover, timeout_s=float(job["timeout_s"]), spin_ns=int(job["spin_ns"]))
+    faults = bool(job.get("faults"))
+    points = set(job.get("fault_points") or ())
+    stragglers = list(job.get("stragglers") or ())
+    run_t0: int | None = None
     try:
         warmup = int(job["warmup"])
         for it in range(warmup + int(job["iterations"])):
-            t0 = control.barrier()
-            records = walker.run(t0)
+            op = it - warmup
+            t0 = _barrier(control, timed=faults and op >= 0, fault_point=op if op in points else None)
+            if op == 0:
+                run_t0 = t0
+            factor = compute_factor(stragglers, op, run_t0) if stragglers and run_t0 is not None else None
+            records = walker.run(t0, compute_factor=factor)
             if it >= warmup:
                 control.send({"type": "case_result", "case": it - warmup, "rank": program.rank, "t0_ns": t0,
                               "records": [[r.node_id, r.start_ns, r.end_ns] for r in records]})

@@ -9,7 +9,7 @@ from genie.core.errors import InputError
 from genie.core.trace import Trace
 from genie.engine.launch import Launcher, RankPlacement
 from genie.engine.program import RankProgram, build_programs, program_to_json
-from genie.engine.session import SessionFactory, SessionOptions, local_sessions
+from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.replay import IterationRecords, RankRecords
 
 
@@ -43,7 +43,11 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                source: str = "<trace>", launcher: Launcher | None = None,
                on_pids: Callable[[list[int]], None] | None = None,
                progress: Callable[[int, int], None] | None = None,
-               sessions: SessionFactory | None = None) -> ReplayOutcome:
+               sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
+               fault_points: tuple[int, ...] = (),
+               stragglers: dict[int, list[dict]] | None = None) -> ReplayOutcome:
+    """Replay `trace` on `placements`. `fault_hooks` (genie.faults) inject faults live, before the timed
+    iterations `fault_points`; `stragglers` per rank stretch that rank's compute (see `genie.engine.rank`)."""
     if request.iterations < 1:
         raise InputError("must be >= 1", path="--iterations")
     if request.warmup < 0:
@@ -53,6 +57,9 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
     docs = {p.rank: program_to_json(p) for p in programs}
     common = {"kind": "replay", "iterations": request.iterations, "warmup": request.warmup,
               "timeout_s": request.timeout_s, "spin_ns": request.spin_us * 1000}
+    if fault_hooks is not None:
+        common.update({"faults": True, "fault_points": list(fault_points)})
+    stragglers = stragglers or {}
     results: dict[int, IterationRecords] = {}
 
     def on_case(index: int, per_rank: dict[int, dict]) -> None:
@@ -62,7 +69,9 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
         if progress:
             progress(len(results), request.iterations)
 
-    options = SessionOptions(idle_timeout_s=max(120.0, request.timeout_s * 2), on_pids=on_pids)
+    options = SessionOptions(idle_timeout_s=max(120.0, request.timeout_s * 2), on_pids=on_pids,
+                             fault_hooks=fault_hooks)
     session = (sessions or local_sessions(launcher))(placements, options)
-    session.run(lambda rank: {**common, "program": docs[rank]}, on_case=on_case)
+    session.run(lambda rank: {**common, "program": docs[rank], "stragglers": stragglers.get(rank, [])},
+                on_case=on_case)
     return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements))

@@ -32,6 +32,17 @@ class SessionOptions:
     spin_s: float = 0.0
     socket_buffer_bytes: int | None = None
     on_pids: Callable[[list[int]], None] | None = None
+    fault_hooks: FaultHooks | None = None  # live fault injection (genie.faults); local sessions only
+
+
+class FaultHooks(Protocol):
+    """Told when the first timed barrier is released (the run clock's zero) and, while every rank waits at
+    the barrier before timed op k, asked to inject that op's faults (`genie.faults.injector.FaultInjector`)."""
+
+    def timed_start(self, start_ns: int) -> None: ...
+
+    def fault_point(self, op_index: int, reports: dict[int, dict[str, Any]] | None = None) -> None:
+        """`reports`: each rank's barrier message (a bench rank reports its timed iterations so far)."""
 
 
 class Session(Protocol):
@@ -50,7 +61,7 @@ def local_sessions(launcher: Launcher | None = None) -> SessionFactory:
     def make(placements: list[RankPlacement], options: SessionOptions) -> Session:
         return RankSession(placements, launcher=launcher, on_pids=options.on_pids,
                            idle_timeout_s=options.idle_timeout_s, spin_s=options.spin_s,
-                           socket_buffer_bytes=options.socket_buffer_bytes)
+                           socket_buffer_bytes=options.socket_buffer_bytes, fault_hooks=options.fault_hooks)
 
     return make
 
@@ -61,8 +72,9 @@ class RankSession:
     def __init__(self, placements: list[RankPlacement], *, launcher: Launcher | None = None,
                  on_pids: Callable[[list[int]], None] | None = None, startup_timeout_s: float = 60.0,
                  idle_timeout_s: float = 120.0, socket_buffer_bytes: int | None = None,
-                 spin_s: float = 0.0) -> None:
+                 spin_s: float = 0.0, fault_hooks: FaultHooks | None = None) -> None:
         self.spin_s = spin_s
+        self.fault_hooks = fault_hooks
         self.start_lead_ns = max(2_000_000, 150_000 * len(placements))
         self.placements = sorted(placements, key=lambda p: p.rank)
         self.launcher = launcher or NamespaceLauncher()
@@ -171,6 +183,8 @@ class RankSession:
         for rank, conn in self._conns.items():
             sel.register(conn, selectors.EVENT_READ, rank)
         waiting: set[int] = set()
+        tags: dict[str, Any] = {}  # what the waiting ranks said about this barrier (timed, fault_point)
+        reports: dict[int, dict[str, Any]] = {}
         done: set[int] = set()
         last_activity = time.monotonic()
         try:
@@ -194,13 +208,22 @@ class RankSession:
                         raise RunFailure(msg["message"])
                     if kind == "barrier":
                         waiting.add(rank)
+                        tags.update({k: msg[k] for k in ("timed", "fault_point") if msg.get(k) is not None})
+                        if "fault_point" in msg:
+                            reports[rank] = msg
                         if len(waiting) == len(self._conns):
+                            if self.fault_hooks is not None and "fault_point" in tags:
+                                self.fault_hooks.fault_point(int(tags["fault_point"]), dict(reports))
                             # a common start time on the shared monotonic clock: every rank waits for it,
                             # so all start within microseconds instead of in the order they were told
                             start_ns = time.monotonic_ns() + self.start_lead_ns
                             for peer in self._conns:
                                 self._send(peer, {"type": "go", "start_ns": start_ns}, "the run")
+                            if self.fault_hooks is not None and tags.get("timed"):
+                                self.fault_hooks.timed_start(start_ns)
                             waiting.clear()
+                            tags.clear()
+                            reports.clear()
                     elif kind == "case_result":
                         per_rank = result.case_results.setdefault(int(msg["case"]), {})
                         per_rank[rank] = msg

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 from genie.core.schedule import Recv, Send, Step
 from genie.engine.clock import minimise_timer_slack, spin_until
@@ -118,8 +118,10 @@ class ProgramWalker:
         self.mover.close()
 
     # ------------------------------------------------------------------------------------------ walking
-    def run(self, start_ns: int | None = None) -> list[NodeRecord]:
+    def run(self, start_ns: int | None = None, *,
+            compute_factor: Callable[[int], float] | None = None) -> list[NodeRecord]:
         """Walk the whole program once from `start_ns` (monotonic; default now); a record per node.
+        `compute_factor(ideal start ns)` stretches compute nodes (a straggler fault, `genie.faults`).
 
         Compute keeps an ideal clock: a compute node's deadline is `ideal start + duration`, where the ideal
         start is when it became ready (its last dependency's end; for a compute dependency, that node's
@@ -177,7 +179,10 @@ class ProgramWalker:
                 nid = compute_ready.popleft()
                 start = now()
                 ideal_start = max(ready_at.get(nid, origin), lane_ideal_end)
-                ideal_end = ideal_start + nodes[nid].duration_ns
+                duration = nodes[nid].duration_ns
+                if compute_factor is not None:
+                    duration = round(duration * compute_factor(ideal_start))
+                ideal_end = ideal_start + duration
                 compute = (nid, start, max(start, ideal_end))
                 lane_ideal_end = ideal_end
             for key, queue in lanes.items():

@@ -128,6 +128,9 @@ class Emulator:
         self.config = config
         self.line = DelayLine(config)
         self.stats_path = stats_path
+        self.overrides_path = overrides_path_for(stats_path) if stats_path is not None else None
+        self.overrides_generation = 0
+        self._reload = False
         self.stopping = False
         self.accepted = 0
         self.dropped = 0
@@ -141,6 +144,24 @@ class Emulator:
     def stop(self, _signum: int = 0, _frame: FrameType | None = None) -> None:
         self.stopping = True
 
+    def request_reload(self, _signum: int = 0, _frame: FrameType | None = None) -> None:
+        self._reload = True
+
+    def reload_overrides(self) -> None:
+        """Apply the live stage changes of `overrides_path` (written by genie's fault injector, then SIGUSR1):
+        ``{"generation": N, "stages": {name: {delay_ns, jitter_ns, loss_pct, limit_packets}}}``; stages not
+        named go back to their configuration. The generation is reported in the statistics, written at once."""
+        self._reload = False
+        if self.overrides_path is None:
+            return
+        try:
+            doc = json.loads(self.overrides_path.read_text())
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"genie.linkemu: cannot read {self.overrides_path}: {exc}\n")
+            return
+        self.line.apply_overrides(doc.get("stages") or {})
+        self.overrides_generation = int(doc.get("generation") or 0)
+
     def run(self, ready: Callable[[], None]) -> None:
         self.scheduling = _tune_scheduling(self.config.realtime)
         with NfQueue() as queue:
@@ -149,27 +170,44 @@ class Emulator:
             planner = WakePlanner(_calibrate(lambda s: select.select([queue], [], [], s)),
                                   compensate=self.config.wake_compensation)
             self._planner = planner
-            ready()
-            self._loop(queue, planner)
+            wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)  # a signal ends a sleep at once
+            try:
+                ready()
+                self._loop(queue, planner, wake_r)
+            finally:
+                signal.set_wakeup_fd(previous)
+                os.close(wake_r), os.close(wake_w)
             self._write_stats(queue)
 
-    def _loop(self, queue: NfQueue, planner: WakePlanner) -> None:
+    def _loop(self, queue: NfQueue, planner: WakePlanner, wake_fd: int | None = None) -> None:
         """Never spins: select() sleeps until the margin before the next release target or a packet arrives;
         a release closer than half the margin goes at once."""
         line = self.line
         next_stats = time.monotonic_ns() + STATS_PERIOD_NS
         while not self.stopping:
+            if self._reload:
+                self.reload_overrides()
+                self._write_stats(queue)
             now = time.monotonic_ns()
             due = line.next_release_ns()
             timer_wake = slept = False
             if planner.should_sleep(now, due):
                 timeout = IDLE_WAKE_S if due is None else planner.timeout_s(now, due)
                 try:
-                    readable, _, _ = select.select([queue], [], [], max(timeout, MIN_SLEEP_S))
+                    readable, _, _ = select.select([queue] if wake_fd is None else [queue, wake_fd], [], [],
+                                                   max(timeout, MIN_SLEEP_S))
                 except InterruptedError:
                     continue
+                signalled = wake_fd is not None and wake_fd in readable
+                if signalled:
+                    readable.remove(wake_fd)
+                    try:
+                        os.read(wake_fd, 64)
+                    except BlockingIOError:
+                        pass
                 slept = True
-                timer_wake = not readable and due is not None
+                timer_wake = not readable and due is not None and not signalled
             decisions: list[tuple[int, int, bool]] = []
             packets = queue.read()
             if packets:
@@ -230,6 +268,7 @@ class Emulator:
             "socket_overflows": queue.overflows if queue else 0,
             "verdict_errors": queue.errors if queue else 0,
             "stages": self.line.counters(),
+            "overrides_generation": self.overrides_generation,
         }
 
     def _write_stats(self, queue: NfQueue) -> None:
@@ -246,6 +285,11 @@ def _median_us(samples: collections.deque[int]) -> float | None:
         return None
     ordered = sorted(samples)
     return round(ordered[len(ordered) // 2] / 1000, 1)
+
+
+def overrides_path_for(stats_path: Path) -> Path:
+    """Where live stage changes for the emulator writing `stats_path` are put: beside it."""
+    return stats_path.with_name(stats_path.name.removesuffix(".stats.json") + ".overrides.json")
 
 
 def write_json_atomic(path: Path, data: object) -> None:
@@ -266,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, emulator.stop)
     signal.signal(signal.SIGINT, emulator.stop)
     signal.signal(signal.SIGHUP, emulator.stop)
+    signal.signal(signal.SIGUSR1, emulator.request_reload)
 
     def ready() -> None:
         sys.stdout.write(f"ready {os.getpid()}\n")

@@ -11,6 +11,7 @@ it may overtake. A packet's release time is the end of its last stage; chains of
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import random
@@ -21,6 +22,7 @@ from typing import NamedTuple
 from genie.linkemu.config import EmulatorConfig, StageSpec
 
 SEED_SALT_DELAY = 0x5EED_DE1A
+_LIVE_FIELDS = frozenset({"delay_ns", "jitter_ns", "loss_pct", "limit_packets"})
 
 
 class BernoulliLoss:
@@ -102,6 +104,13 @@ class Stage:
         self.last_exit_ns = 0
         self.counters = StageCounters()
 
+    def update(self, spec: StageSpec) -> None:
+        """Change the stage's parameters live (fault injection): packets already held keep their release
+        times; new packets see the new delay, jitter, loss and limit."""
+        if spec.loss_pct != self.spec.loss_pct or spec.loss_burst_packets != self.spec.loss_burst_packets:
+            self.loss = loss_model(spec, random.Random(spec.seed))
+        self.spec = spec
+
     def delay_ns(self) -> int:
         spec = self.spec
         if not spec.jitter_ns:
@@ -133,6 +142,7 @@ class DelayLine:
 
     def __init__(self, config: EmulatorConfig) -> None:
         self.stages = tuple(Stage(spec) for spec in config.stages)
+        self._configured = tuple(config.stages)
         self._routes: dict[tuple[int, bytes], tuple[Stage, ...]] = {}
         self._defaults: dict[int, tuple[Stage, ...]] = {}
         for queue in config.queues:
@@ -192,6 +202,13 @@ class DelayLine:
     def drain(self) -> list[Released]:
         """Everything still held (shutdown)."""
         return self.due(2**63)
+
+    def apply_overrides(self, overrides: dict[str, dict[str, object]]) -> None:
+        """Stage name -> new StageSpec fields (delay_ns, jitter_ns, loss_pct, limit_packets); stages not named
+        go back to their configured spec."""
+        for stage, spec in zip(self.stages, self._configured):
+            changes = overrides.get(spec.name) or {}
+            stage.update(dataclasses.replace(spec, **{k: v for k, v in changes.items() if k in _LIVE_FIELDS}))
 
     def counters(self) -> dict[str, dict[str, int]]:
         return {stage.spec.name: {"packets": stage.counters.packets, "lost": stage.counters.lost,

@@ -39,8 +39,10 @@ class CaseStats:
         return self.size_bytes // self.dtype_bytes
 
 
-def iteration_times_ns(per_rank: Mapping[int, Sequence[Sequence[int]]]) -> list[int]:
-    """Per-rank [(start_ns, end_ns), ...] for the same iterations → each iteration's time in ns."""
+def iteration_times_ns(per_rank: Mapping[int, Sequence[Sequence[int]]], restarts: Sequence[int] = ()) -> list[int]:
+    """Per-rank [(start_ns, end_ns), ...] for the same iterations → each iteration's time in ns. Iterations in
+    `restarts` followed a pause (a fault point's barrier) and are timed from the last rank's start, like the
+    first, instead of from the previous iteration's end."""
     runs = [list(v) for v in per_rank.values() if len(v)]
     if not runs:
         return []
@@ -51,6 +53,9 @@ def iteration_times_ns(per_rank: Mapping[int, Sequence[Sequence[int]]]) -> list[
     ends = np.array([[it[1] for it in r] for r in runs], dtype=np.int64)
     last_end = ends.max(axis=0)
     previous = np.concatenate(([starts[:, 0].max()], last_end[:-1]))
+    for i in restarts:
+        if 0 <= i < n:
+            previous[i] = starts[:, i].max()
     return [int(t) for t in (last_end - previous)]
 
 

@@ -397,3 +397,55 @@ def _route_status(route: Any, names: dict[int, str]) -> RouteStatus:
         dev = names.get(oif, str(oif))
         nexthops.append(f"via {gateway} dev {dev}" if gateway else f"dev {dev}")
     return RouteStatus(destination, tuple(nexthops))
+
+
+# ---- live changes of a running testbed (fault injection, genie.faults) --------------------------------------
+def set_link_state(name: str, ifname: str, up: bool) -> None:
+    """Set interface `ifname` of testbed namespace `name` administratively up or down."""
+    _configure_pyroute2()
+    with signals_deferred(), IPRoute(netns=name, flags=0) as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise EnvironmentProblem(f"{name}: no interface {ifname}")
+        ipr.link("set", index=found[0], state="up" if up else "down")
+
+
+def change_htb_rate(name: str, ifname: str, rate_bps: int, burst_bytes: int, quantum_bytes: int) -> None:
+    """Change the rate of the HTB class 1:1 on `ifname`'s egress in place (queued packets are kept)."""
+    _configure_pyroute2()
+    rate_bytes = rate_bps // 8
+    with signals_deferred(), IPRoute(netns=name, flags=0) as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise EnvironmentProblem(f"{name}: no interface {ifname}")
+        ipr.tc("change-class", "htb", index=found[0], handle=HTB_CLASS, parent=HTB_ROOT, rate=rate_bytes,
+               ceil=rate_bytes, burst=burst_bytes, cburst=burst_bytes, quantum=quantum_bytes)
+
+
+def replace_egress_qdiscs(name: str, ifname: str, steps: list[PlanStep]) -> None:
+    """Remove the root qdisc of `ifname` (and everything under it), then apply `steps` (the qdisc steps of a
+    new shape, `genie.testbed.shaping.shaping_steps`)."""
+    _configure_pyroute2()
+    with signals_deferred(), NetlinkBackend() as backend:
+        ipr = backend._ipr(name)
+        index = backend._index(name, ifname)
+        if any(q["parent"] == TC_H_ROOT for q in ipr.get_qdiscs(index=index)):
+            try:
+                ipr.tc("del", index=index, parent=TC_H_ROOT)
+            except NetlinkError as exc:
+                if exc.code not in _GONE:
+                    raise
+        for step in steps:
+            backend.apply(step)
+
+
+def add_routes(steps: Iterable[AddRoute]) -> None:
+    """Add routes again (those a link taken down removed); routes still present are left alone."""
+    _configure_pyroute2()
+    with signals_deferred(), NetlinkBackend() as backend:
+        for step in steps:
+            try:
+                backend._ipr(step.netns).route("add", **backend._route_spec(step))
+            except NetlinkError as exc:
+                if exc.code != errno.EEXIST:
+                    raise
