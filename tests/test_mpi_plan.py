@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from genie.cli.launch_options import resolve_launch
+from genie.runs.launch import resolve_launch
 from genie.core.errors import InputError
 from genie.engine.bench import loopback_placements, placements_for
 from genie.engine.launch import RankPlacement

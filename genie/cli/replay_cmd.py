@@ -10,7 +10,6 @@ import typer
 
 from genie.cli import options
 
-from genie.core.errors import InputError
 
 
 def replay(
@@ -36,67 +35,29 @@ def replay(
     as_json: bool = options.AS_JSON,
 ) -> None:
     """Replay TRACE: compute waited out, communication sent for real; writes a run directory (docs/reports.md)."""
-    from genie.cli.bench_cmd import _capture_end, _echo_capture, _observe, _target
-    from genie.cli.launch_options import check_launch, launch_meta, launch_target, other_target, resolve_launch
+    from genie.cli.bench_cmd import echo_capture
     from genie.cli.progress import count_progress
-    from genie.engine.program import build_programs
-    from genie.engine.replay import ReplayRequest, check_fits, run_replay
-    from genie.faults import service as faults_service
-    from genie.report.capture import capture_link
-    from genie.report.manifest import RunRecorder, input_digest
-    from genie.report.replay import end_summary, format_summary, replay_files
-    from genie.workloads.analysis import check
-    from genie.workloads.loader import load_trace
+    from genie.engine.replay import ReplayRequest
+    from genie.report.replay import end_summary, format_summary
+    from genie.runs.options import RunOptions
+    from genie.runs.replay_run import ReplayCommand, run_replay_command
 
-    if sample_ms < 0:
-        raise InputError("must be >= 0", path="--sample-ms")
-    faults = faults_service.read_faults(faults_file, fault)
-    loaded = load_trace(trace, npus=npus)
-    check(loaded, source=str(trace))
-    request = ReplayRequest(iterations=iterations, warmup=warmup, timeout_s=timeout)
-    ranks = loaded.num_ranks
-    digest = input_digest(trace, "trace")
-    choice = resolve_launch(launcher, transport, inventory, mpiexec, port_range=port_range, replay=True,
-                            other_target=other_target(topology, testbed, loopback))
-    faults_service.check_launcher(faults, choice.sessions is None)
-    bounds = faults_service.replay_bounds(build_programs(loaded, source=str(trace)) if faults else (), iterations,
-                                          warmup, timeout, faults)
-    faults_service.precheck_topology(faults, topology, lambda _ranks: bounds)
-    with launch_target(choice, inventory,
-                       lambda: _target(topology, testbed, loopback, None if not loopback else ranks)) as target:
-        check_launch(choice, check_fits(loaded, target.placements, source=str(trace)))
-        fault_plan = faults_service.plan(faults, target.info, bounds)
-        capture_end = _capture_end(target, capture)
-        params = {"iterations": iterations, "warmup": warmup, "npus": npus, "ranks": ranks, "launcher": launcher,
-                  "transport": transport,
-                  **({"capture": capture} if capture else {}),
-                  **({"faults": fault_plan.specs()} if fault_plan else {})}
-        with RunRecorder("replay", out=out, inputs=(digest, *target.inputs), params=params) as run:
-            run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
-            with capture_link(run, capture_end) as capturing, _observe(run, target, sample_ms) as observer, \
-                    count_progress("replay", "iteration") as progress, \
-                    faults_service.inject_faults(run, fault_plan, target.info, target.on_pids) as injector:
-                outcome = run_replay(loaded, target.placements, request, source=str(trace), on_pids=target.on_pids,
-                                     progress=progress, sessions=choice.sessions, fault_hooks=injector,
-                                     fault_points=fault_plan.fault_points(),
-                                     stragglers=faults_service.stragglers_by_rank(fault_plan))
-            if choice.sessions is not None:
-                run.write("launch.json", json.dumps(launch_meta(launcher, transport, choice), indent=2))
-            doc, files = replay_files(outcome, {"trace": str(trace), "target": target.name, "ranks": ranks,
-                                                "iterations": iterations, "warmup": warmup})
-            for name, text in files.items():
-                run.write(name, text)
-            links = observer.observation.summary() if observer else None
-            run.set_summary({"iteration_median_ns": doc["iteration_median_ns"], **(links or {}),
-                             **(capturing.result.summary() if capturing else {})})
-    summary = end_summary(doc, run.run_dir, links)
+    run_options = RunOptions(topology=topology, testbed=testbed, loopback=loopback, launcher=launcher,
+                             transport=transport, inventory=inventory, mpiexec=mpiexec, port_range=port_range,
+                             out=out, sample_ms=sample_ms, capture=capture, faults_file=faults_file,
+                             faults=tuple(fault))
+    command = ReplayCommand(trace, ReplayRequest(iterations=iterations, warmup=warmup, timeout_s=timeout),
+                            run_options, npus=npus)
+    result = run_replay_command(command, progress=lambda: count_progress("replay", "iteration"))
+    summary = end_summary(result.doc, result.run.run_dir, result.links)
     if as_json:
-        typer.echo(json.dumps({"run_dir": str(run.run_dir), "status": run.status.value, **doc}, indent=2))
+        typer.echo(json.dumps({"run_dir": str(result.run.run_dir), "status": result.run.status.value,
+                               **result.doc}, indent=2))
         typer.echo(summary, err=True)
     else:
-        typer.echo(format_summary(outcome))
+        typer.echo(format_summary(result.outcome))
         typer.echo(summary)
-    _echo_capture(capturing, err=as_json)
+    echo_capture(result.capture, err=as_json)
 
 
 def register(app: typer.Typer) -> None:

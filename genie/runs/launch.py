@@ -118,10 +118,10 @@ def launch_target(choice: LaunchChoice, inventory: Path | None,
                   testbed_target: Callable[[], ContextManager[Any]]) -> ContextManager[Any]:
     """What `genie bench`/`genie replay` enter for their `Target`: the inventory's hosts for a real-host run
     (no testbed, no PIDs to register: the ranks run on other machines; the inventory's digest as input),
-    else `testbed_target()` (their --topology/--testbed/--loopback context, `bench_cmd._target`)."""
+    else `testbed_target()` (their --topology/--testbed/--loopback context, `genie.runs.target.open_target`)."""
     if choice.placements is None:
         return testbed_target()
-    from genie.cli.bench_cmd import Target
+    from genie.runs.target import Target
     from genie.report.manifest import input_digest
 
     if inventory is None:  # a Slurm allocation's nodes: no file to digest
