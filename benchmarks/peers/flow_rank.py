@@ -2,18 +2,20 @@
 host i's namespace, it sends to host i+1 and receives from host i-1, so N of them make N simultaneous flows in
 the ring pattern of a ring all-reduce:
 
-    python -m benchmarks.peers.flow_rank --listen ADDR:PORT --connect PEER:PORT --start-ns T0 \
+    python -m benchmarks.peers.flow_rank --listen ADDR:PORT --connect PEER:PORT --sync-dir DIR --rank R \
         --warmup-s 1 --duration-s 3
 
-Every process starts sending at T0 (CLOCK_MONOTONIC, shared by all namespaces of the machine), and counts
-the bytes it receives between T0 + warmup and T0 + warmup + duration. It prints one JSON line:
-{"bytes": B, "seconds": S, "GBps": B / S / 1e9}.
+Once connected both ways it creates DIR/ready-R and waits for DIR/start, which the harness writes when every
+flow is ready: a start time T0 on CLOCK_MONOTONIC (shared by all namespaces of the machine). Every process
+starts sending at T0 and counts the bytes it receives between T0 + warmup and T0 + warmup + duration. It
+prints one JSON line: {"bytes": B, "seconds": S, "GBps": B / S / 1e9}.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import threading
@@ -58,11 +60,26 @@ def receive(conn: socket.socket, window: tuple[int, int], result: dict) -> None:
         result.update(bytes=bb - ba, seconds=(tb - ta) / 1e9)
 
 
+def wait_for_start(sync_dir: str, rank: int, deadline_ns: int) -> int:
+    """Say ready, then wait for the harness's common start time."""
+    with open(os.path.join(sync_dir, f"ready-{rank}"), "w", encoding="ascii"):
+        pass
+    path = os.path.join(sync_dir, "start")
+    while not os.path.exists(path):
+        if time.monotonic_ns() > deadline_ns:
+            raise TimeoutError("no start time from the harness")
+        time.sleep(0.01)
+    with open(path, encoding="ascii") as f:
+        return int(f.read())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--listen", required=True)
     p.add_argument("--connect", required=True)
-    p.add_argument("--start-ns", type=int, required=True)
+    p.add_argument("--sync-dir", required=True)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--setup-timeout-s", type=float, default=60.0)
     p.add_argument("--warmup-s", type=float, default=1.0)
     p.add_argument("--duration-s", type=float, default=3.0)
     args = p.parse_args(argv)
@@ -70,17 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(_endpoint(args.listen))
     listener.listen(1)
-    t_a = args.start_ns + int(args.warmup_s * 1e9)
-    t_b = t_a + int(args.duration_s * 1e9)
-    out = connect(_endpoint(args.connect), args.start_ns)
-    listener.settimeout(max(1.0, (args.start_ns - time.monotonic_ns()) / 1e9 + 5))
+    deadline_ns = time.monotonic_ns() + int(args.setup_timeout_s * 1e9)
+    out = connect(_endpoint(args.connect), deadline_ns)
+    listener.settimeout(args.setup_timeout_s)
     conn, _ = listener.accept()
     conn.settimeout(None)
     out.settimeout(None)
+    start_ns = wait_for_start(args.sync_dir, args.rank, deadline_ns)
+    t_a = start_ns + int(args.warmup_s * 1e9)
+    t_b = t_a + int(args.duration_s * 1e9)
     result: dict = {}
     receiver = threading.Thread(target=receive, args=(conn, (t_a, t_b), result), daemon=True)
     receiver.start()
-    time.sleep(max(0.0, (args.start_ns - time.monotonic_ns()) / 1e9))
+    time.sleep(max(0.0, (start_ns - time.monotonic_ns()) / 1e9))
     payload = memoryview(bytes(CHUNK))
     stop = t_b + 200_000_000  # keep sending a little past the window
     while time.monotonic_ns() < stop:
