@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -97,13 +96,21 @@ def header_lines(args: argparse.Namespace) -> list[str]:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     v = versions()
-    return [f"# genie peers harness, {now}, genie {_git_commit()}",
+    lines = [f"# genie peers harness, {now}, genie {_git_commit()}",
             f"# machine: {socket.gethostname()}, {os.cpu_count()} cores ({_cpu_model()}), {mem_gib:.0f} GiB, "
             f"kernel {platform.release()}, {platform.python_implementation()} {platform.python_version()}",
             f"# peers: torch {v['torch']} (gloo), mpi4py {v['mpi4py']} + mpich {v['mpich']}, numpy {v['numpy']}",
-            f"# load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-            f"# sizes {args.sizes} (factor {args.factor}), iterations SIZE:WARMUP/ITERS {args.policy}; "
-            "time = median iteration, iteration i ends when its last rank ends it (genie's definition)"]
+            f"# load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+            "(other jobs on the machine make every number noisy, the shaped ones included)"]
+    if args.mode in ("main", "all"):
+        lines.append(f"# {args.systems} on {args.shapes}: sizes {args.sizes} (factor {args.factor}), iterations "
+                     f"SIZE:WARMUP/ITERS {args.policy}")
+    if args.mode in ("scale", "all"):
+        lines.append(f"# scale: genie all_reduce {plan.SCALE_SIZES} (factor 4) on {args.topology_scale.name}, "
+                     f"iterations {args.scale_policy}")
+    lines.append("# time = median iteration; iteration i ends when its last rank ends it (genie's definition); "
+                 "busbw with nccl-tests' factors")
+    return lines
 
 
 def _parse_list(text: str, allowed: Sequence[str], option: str) -> list[str]:
@@ -151,6 +158,15 @@ def run_main(args, systems, collectives, sizes, policy, raw: Path, out: Path, ro
                 _write_atomic(out / "peers.csv", report.peers_csv(rows))
 
 
+def _process_age_s() -> float:
+    """Seconds since this process started (interpreter start-up and imports included)."""
+    with open("/proc/self/stat", "rb") as f:
+        start_ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+    with open("/proc/uptime", encoding="ascii") as f:
+        uptime_s = float(f.read().split()[0])
+    return uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -175,7 +191,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw.mkdir(parents=True, exist_ok=True)
     # SIGTERM unwinds like Ctrl-C: every `finally` stops its processes by PID and brings its testbed down
     signal.signal(signal.SIGTERM, _interrupt)
-    started = time.monotonic()
     rows: list[report.Row] = []
     flow_limits: dict[bool, report.FlowLimit] = {}
     problems: list[str] = []
@@ -201,10 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("# interrupted: processes stopped, testbeds down; writing what was measured")
         problems.append("interrupted")
-    elapsed = time.monotonic() - started
+    elapsed = _process_age_s()
     text = report.full_report(rows, ranks=8, flow_limits=flow_limits, scale=scale,
                               header=header or header_lines(args))
     text += "".join(f"# problem: {p}\n" for p in problems)
+    text += f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
     text += f"# harness run time {elapsed:.0f} s ({elapsed / 60:.1f} min); results in {out}\n"
     if rows:
         _write_atomic(out / "peers.csv", report.peers_csv(rows))
