@@ -195,3 +195,30 @@ def test_vm_rss():
 
 def test_format_size():
     assert [report.format_size(s) for s in (1024, 64 * MIB, 1 << 30, 1000)] == ["1K", "64M", "1G", "1000"]
+
+
+def test_host_interface_is_the_first_link_of_the_host():
+    from genie.core.testbed import HostEndpoint, LinkEnd, TestbedInfo
+    from genie.topology.builders import star
+
+    from benchmarks.peers.systems import RunError, host_interface
+
+    topo = star(2)
+    info = TestbedInfo(name="t", prefix="genie-t", topology=topo,
+                       hosts=(HostEndpoint("h0", "genie-t-h0", "198.18.0.1"),
+                              HostEndpoint("h1", "genie-t-h1", "198.18.0.2")),
+                       link_ends=(LinkEnd(1, "h0", "s0", "genie-t-h0", "eth1"),
+                                  LinkEnd(0, "h0", "s0", "genie-t-h0", "eth0"),
+                                  LinkEnd(0, "s0", "h0", "genie-t-s0", "eth0")))
+    assert host_interface(info, "h0") == "eth0"
+    with pytest.raises(RunError):
+        host_interface(info, "h1")
+
+
+def test_missing_packages(tmp_path):
+    from benchmarks.peers.install import TORCH, missing_packages
+
+    assert missing_packages(["genie"]) == []
+    python = tmp_path / "bin" / "python"  # no mpiexec beside it
+    assert "mpich" in missing_packages(["mpi"], python=str(python))
+    assert all(p in ("mpi4py", "mpich", TORCH) for p in missing_packages(["gloo", "mpi"], python=str(python)))

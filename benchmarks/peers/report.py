@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from genie.collectives.busbw import busbw_factor
@@ -218,7 +218,6 @@ class _Need:
     at_most: bool = False
     unit: str = "GB/s"
     reference_label: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 def _judge(name: str, need: _Need) -> Target:
