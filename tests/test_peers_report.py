@@ -180,11 +180,11 @@ def test_peers_csv_round_trip():
 
 def test_full_report_sections():
     rows = _full_rows(0.98e6, 1.0e6, 0.9e6)
-    limits = {False: FlowLimit(False, (0.3,) * 8), True: FlowLimit(True, (0.119,) * 8)}
+    limits = {False: FlowLimit(False, (0.3,) * 8, retrans_segs=5), True: FlowLimit(True, (0.119,) * 8)}
     text = report.full_report(rows, ranks=8, flow_limits=limits, scale=None, header=["# head"])
     assert text.startswith("# head\n")
     assert text.index("1 Gbit/s HTB, 8 ranks") < text.index("unshaped, 8 ranks") < text.index("# targets")
-    assert "per flow mean 0.3000 GB/s" in text
+    assert "per flow mean 0.3000 GB/s" in text and "; 5 TCP retransmissions" in text
     assert text.count("# genie / peer") == 2
 
 

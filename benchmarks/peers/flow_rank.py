@@ -8,7 +8,8 @@ the ring pattern of a ring all-reduce:
 Once connected both ways it creates DIR/ready-R and waits for DIR/start, which the harness writes when every
 flow is ready: a start time T0 on CLOCK_MONOTONIC (shared by all namespaces of the machine). Every process
 starts sending at T0 and counts the bytes it receives between T0 + warmup and T0 + warmup + duration. It
-prints one JSON line: {"bytes": B, "seconds": S, "GBps": B / S / 1e9}.
+prints one JSON line: {"bytes": B, "seconds": S, "GBps": B / S / 1e9, "retrans_segs": R} (R: TCP
+retransmissions of its namespace while it sent).
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ def receive(conn: socket.socket, window: tuple[int, int], result: dict) -> None:
         result.update(bytes=bb - ba, seconds=(tb - ta) / 1e9)
 
 
+def retrans_segs() -> int | None:
+    """TCP segments retransmitted so far in this network namespace (/proc/net/snmp, Tcp: RetransSegs)."""
+    try:
+        with open("/proc/net/snmp", encoding="ascii") as f:
+            tcp = [line.split() for line in f if line.startswith("Tcp:")]
+        return int(tcp[1][tcp[0].index("RetransSegs")])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def wait_for_start(sync_dir: str, rank: int, deadline_ns: int) -> int:
     """Say ready, then wait for the harness's common start time."""
     with open(os.path.join(sync_dir, f"ready-{rank}"), "w", encoding="ascii"):
@@ -100,10 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     receiver = threading.Thread(target=receive, args=(conn, (t_a, t_b), result), daemon=True)
     receiver.start()
     time.sleep(max(0.0, (start_ns - time.monotonic_ns()) / 1e9))
+    retrans_before = retrans_segs()
     payload = memoryview(bytes(CHUNK))
     stop = t_b + 200_000_000  # keep sending a little past the window
     while time.monotonic_ns() < stop:
         out.sendall(payload)
+    retrans_after = retrans_segs()
     out.shutdown(socket.SHUT_WR)
     receiver.join(timeout=30)
     out.close()
@@ -112,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     if "bytes" not in result:
         print(json.dumps({"error": "the receive window was not covered"}))
         return 1
-    print(json.dumps({**result, "GBps": result["bytes"] / result["seconds"] / 1e9}))
+    retrans = None if retrans_before is None or retrans_after is None else retrans_after - retrans_before
+    print(json.dumps({**result, "GBps": result["bytes"] / result["seconds"] / 1e9, "retrans_segs": retrans}))
     return 0
 
 

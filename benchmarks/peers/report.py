@@ -78,6 +78,7 @@ class FlowLimit:
 
     shaped: bool
     per_flow_GBps: tuple[float, ...]
+    retrans_segs: int | None = None  # TCP retransmissions of the flows' senders while they ran
 
     @property
     def mean_GBps(self) -> float:
@@ -191,7 +192,8 @@ def format_flow_limit(limit: FlowLimit) -> str:
     flows = " ".join(f"{v:.4f}" for v in limit.per_flow_GBps)
     return (f"# {len(limit.per_flow_GBps)} simultaneous TCP flows rank i -> i+1, {shape_label(limit.shaped)}: "
             f"per flow mean {limit.mean_GBps:.4f} GB/s (min {limit.min_GBps:.4f}, max {limit.max_GBps:.4f}; "
-            f"flows: {flows})")
+            f"flows: {flows})" + ("" if limit.retrans_segs is None else
+                                  f"; {limit.retrans_segs} TCP retransmissions"))
 
 
 class Verdict:

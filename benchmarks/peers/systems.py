@@ -282,11 +282,13 @@ def run_flows(info: TestbedInfo, workdir: Path, shaped: bool, log: Log, *, warmu
     finally:
         stop_processes(procs)
     per_flow = []
+    retrans: int | None = 0
     for path in outs:
         doc = json.loads(path.read_text().strip().splitlines()[-1])
         if "GBps" not in doc:
             return None, f"flows: {path.name}: {doc.get('error', doc)}"
         per_flow.append(float(doc["GBps"]))
-    limit = report.FlowLimit(shaped=shaped, per_flow_GBps=tuple(per_flow))
+        retrans = None if retrans is None or doc.get("retrans_segs") is None else retrans + doc["retrans_segs"]
+    limit = report.FlowLimit(shaped=shaped, per_flow_GBps=tuple(per_flow), retrans_segs=retrans)
     log(report.format_flow_limit(limit))
     return limit, None
