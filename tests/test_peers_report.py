@@ -222,3 +222,11 @@ def test_missing_packages(tmp_path):
     python = tmp_path / "bin" / "python"  # no mpiexec beside it
     assert "mpich" in missing_packages(["mpi"], python=str(python))
     assert all(p in ("mpi4py", "mpich", TORCH) for p in missing_packages(["gloo", "mpi"], python=str(python)))
+
+
+def test_markdown_summary():
+    rows = [row(GENIE, True, AR, 1024, 100.0), row(GLOO, True, AR, 1024, 400.0)]
+    text = report.markdown_summary(rows, {True: FlowLimit(True, (0.1,) * 8)})
+    lines = [line for line in text.splitlines() if line]
+    assert lines[0] == "**1 Gbit/s HTB** — per-flow limit (8 flows i → i+1): 0.1000 GB/s"
+    assert lines[-1].startswith("| 1K | 100 | ") and lines[-1].endswith(" | - | - | 4.00 | - |")

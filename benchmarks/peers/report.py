@@ -367,5 +367,34 @@ def full_report(rows: Sequence[Row], *, ranks: int, flow_limits: Mapping[bool, F
     return "\n".join(parts) + "\n"
 
 
+def markdown_summary(rows: Sequence[Row], flow_limits: Mapping[bool, FlowLimit]) -> str:
+    """summary.md: per shape and collective, one Markdown table of median time and busbw per system, and the
+    busbw ratios genie/gloo and genie/MPI (what benchmarks/README.md shows)."""
+    parts: list[str] = []
+    for shaped in (True, False):
+        mine = [r for r in rows if r.shaped == shaped]
+        if not mine:
+            continue
+        parts.append(f"**{shape_label(shaped)}**" + (
+            f" — per-flow limit (8 flows i → i+1): {flow_limits[shaped].mean_GBps:.4f} GB/s"
+            if shaped in flow_limits else ""))
+        for collective in _collectives(mine):
+            parts += ["", f"{collective.value} (time in us, busbw in GB/s)", "",
+                      "| size | genie time | genie busbw | gloo time | gloo busbw | MPI time | MPI busbw "
+                      "| busbw genie/gloo | busbw genie/MPI |", "|" + "---:|" * 9]
+            for size in sorted({r.size_bytes for r in mine if r.collective is collective}):
+                cells = [format_size(size)]
+                for system in SYSTEMS:
+                    r = find(mine, system, shaped, collective, size)
+                    cells += ["-", "-"] if r is None else [f"{r.time_us:.0f}", f"{r.busbw:.4f}"]
+                g = find(mine, GENIE, shaped, collective, size)
+                for peer in PEERS:
+                    p = find(mine, peer, shaped, collective, size)
+                    cells.append("-" if g is None or p is None or p.busbw <= 0 else f"{g.busbw / p.busbw:.2f}")
+                parts.append("| " + " | ".join(cells) + " |")
+        parts.append("")
+    return "\n".join(parts) + "\n"
+
+
 def _collectives(rows: Iterable[Row]) -> list[Collective]:
     return list(dict.fromkeys(r.collective for r in rows))

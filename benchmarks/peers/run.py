@@ -224,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text += f"# harness run time {elapsed:.0f} s ({elapsed / 60:.1f} min); results in {out}\n"
     if rows:
         _write_atomic(out / "peers.csv", report.peers_csv(rows))
+        _write_atomic(out / "summary.md", report.markdown_summary(rows, flow_limits))
     _write_atomic(out / "report.txt", text)
     print(text, end="")
     return 1 if problems else 0
