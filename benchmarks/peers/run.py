@@ -125,7 +125,7 @@ def run_main(args, systems, collectives, sizes, policy, raw: Path, out: Path, ro
     from genie.testbed import service
     from genie.topology import load_topology_file
 
-    from benchmarks.peers.systems import run_flows, run_genie, run_gloo, run_mpi
+    from benchmarks.peers.systems import SystemRun, run_flows, run_genie, run_gloo, run_mpi
 
     cases = plan.cases(collectives, sizes, policy)
     for shape in _parse_list(args.shapes, list(SHAPES), "--shapes"):
@@ -144,13 +144,17 @@ def run_main(args, systems, collectives, sizes, policy, raw: Path, out: Path, ro
                 problems.append(f"{shape} flows: {error}")
             for system in systems:
                 log(f"# {shape}: {system}")
-                if system == report.GENIE:
-                    run = run_genie(info, collectives, sizes, policy, workdir, shaped, args.timeout, log)
-                elif system == report.GLOO:
-                    run = run_gloo(info, cases, workdir, shaped, args.timeout, log, threads=args.torch_threads)
-                else:
-                    run = run_mpi(info, cases, workdir, shaped, args.timeout, log)
-                rows += run.rows
+                run = SystemRun(system, shaped)
+                try:
+                    if system == report.GENIE:
+                        run_genie(info, collectives, sizes, policy, workdir, shaped, args.timeout, log, run=run)
+                    elif system == report.GLOO:
+                        run_gloo(info, cases, workdir, shaped, args.timeout, log, threads=args.torch_threads,
+                                 run=run)
+                    else:
+                        run_mpi(info, cases, workdir, shaped, args.timeout, log, run=run)
+                finally:
+                    rows += run.rows
                 log(f"# {shape}: {system} took {run.seconds:.1f} s, {len(run.rows)} cases"
                     + (f"; FAILED: {run.error}" if run.error else ""))
                 if run.error:
@@ -191,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw.mkdir(parents=True, exist_ok=True)
     # SIGTERM unwinds like Ctrl-C: every `finally` stops its processes by PID and brings its testbed down
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (`cmd &`)
     rows: list[report.Row] = []
     flow_limits: dict[bool, report.FlowLimit] = {}
     problems: list[str] = []

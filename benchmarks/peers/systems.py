@@ -49,6 +49,8 @@ class RunError(Exception):
 
 @dataclass
 class SystemRun:
+    """What one system measured on one shape; a runner given one fills it as it goes, so an interrupted run
+    keeps its rows."""
     system: str
     shaped: bool
     rows: list[report.Row] = field(default_factory=list)
@@ -152,9 +154,9 @@ def _sweep_rows(run_dir: Path, shaped: bool) -> list[report.Row]:
 
 def run_genie(info: TestbedInfo, collectives: Sequence[Collective], sizes: Sequence[int],
               policy: Sequence[tuple[int, Iterations]], workdir: Path, shaped: bool, timeout_s: float,
-              log: Log, on_started: Callable[[int], None] | None = None) -> SystemRun:
+              log: Log, on_started: Callable[[int], None] | None = None, run: SystemRun | None = None) -> SystemRun:
     """`genie bench --testbed` once per band of sizes sharing warmup/iterations; rows from each sweep.csv."""
-    run = SystemRun(report.GENIE, shaped)
+    run = run or SystemRun(report.GENIE, shaped)
     start = time.monotonic()
     try:
         for k, band in enumerate(bands(sizes, policy)):
@@ -179,9 +181,9 @@ def run_genie(info: TestbedInfo, collectives: Sequence[Collective], sizes: Seque
 
 
 def run_gloo(info: TestbedInfo, cases: Sequence[Case], workdir: Path, shaped: bool, timeout_s: float,
-             log: Log, threads: int = 1) -> SystemRun:
+             log: Log, threads: int = 1, run: SystemRun | None = None) -> SystemRun:
     """One gloo process per host, started in its namespace, rendezvous at rank 0's testbed address."""
-    run = SystemRun(report.GLOO, shaped)
+    run = run or SystemRun(report.GLOO, shaped)
     start = time.monotonic()
     placements = placements_for(info, None)
     job = _job_file(workdir / "gloo-job.json", cases)
@@ -210,10 +212,10 @@ def run_gloo(info: TestbedInfo, cases: Sequence[Case], workdir: Path, shaped: bo
 
 
 def run_mpi(info: TestbedInfo, cases: Sequence[Case], workdir: Path, shaped: bool, timeout_s: float,
-            log: Log) -> SystemRun:
+            log: Log, run: SystemRun | None = None) -> SystemRun:
     """mpiexec (hydra, root namespace) -> genie's trampoline -> ``ip netns exec <ns> python -m
     benchmarks.peers.mpi_rank``, with genie's MPI launch environment (TCP over the testbed, no shared memory)."""
-    run = SystemRun(report.MPI, shaped)
+    run = run or SystemRun(report.MPI, shaped)
     start = time.monotonic()
     placements = placements_for(info, None)
     launch = launch_map(placements)
