@@ -4,6 +4,7 @@ files to rows, tables, ratios, targets and peers.csv. No root, no torch, no proc
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -230,3 +231,15 @@ def test_markdown_summary():
     lines = [line for line in text.splitlines() if line]
     assert lines[0] == "**1 Gbit/s HTB** — per-flow limit (8 flows i → i+1): 0.1000 GB/s"
     assert lines[-1].startswith("| 1K | 100 | ") and lines[-1].endswith(" | - | - | 4.00 | - |")
+
+
+def test_genie_bench_argv():
+    from benchmarks.peers.systems import genie_bench_argv
+
+    band = plan.Band(1024, MIB, 4, 5, 20)
+    argv = genie_bench_argv("tb", [AR, AG], band, Path("/o"))
+    assert argv[argv.index("bench"):] == ["bench", "--testbed", "tb", "-c", "all_reduce,all_gather", "-b", "1024",
+                                          "-e", str(MIB), "-f", "4", "-w", "5", "-n", "20", "--out", "/o",
+                                          "--sample-ms", "0"]
+    assert genie_bench_argv("tb", [AR], band, Path("/o"), op_timeout_s=150)[-2:] == [
+        "--timeout", "150"]

@@ -18,6 +18,9 @@ from benchmarks.peers.plan import Iterations
 from benchmarks.peers.systems import Log, run_genie
 
 RANK_MODULE = b"genie.engine.rank"
+# genie bench's per-op timeout here: its orchestrator stops a run after max(120 s, 2 x this) without a control
+# message, and 64 ranks on 2 busy cores can spend more than 120 s in one case's timed loop at 16 MiB
+OP_TIMEOUT_S = 150.0
 
 
 def vm_rss_kib(status_text: str) -> int | None:
@@ -78,7 +81,7 @@ def run_scale(topology_path: Path, sizes: Sequence[int], policy: Sequence[tuple[
     with service.temporary_testbed(topology, name=f"peers{os.getpid()}s", source=str(topology_path)) as info, \
             RssSampler() as sampler:
         run = run_genie(info, (Collective.ALL_REDUCE,), sizes, policy, workdir, True, timeout_s, log,
-                        on_started=sampler.watch)
+                        on_started=sampler.watch, op_timeout_s=OP_TIMEOUT_S)
     expected = {(Collective.ALL_REDUCE, s) for s in sizes}
     done = {(r.collective, r.size_bytes) for r in run.rows}
     completed = run.error is None and expected <= done
