@@ -3,7 +3,7 @@ vs MPI (mpi4py over MPICH) side by side on one emulated testbed, all-reduce / al
 1 KiB to 256 MiB, every link 1 Gbit/s HTB and unshaped; plus the per-flow TCP limit of the machine.
 
     sudo .venv/bin/python -m benchmarks.peers                 # the full run (< 10 minutes)
-    sudo .venv/bin/python -m benchmarks.peers --quick         # fewer sizes and iterations (~3 minutes)
+    sudo .venv/bin/python -m benchmarks.peers --quick         # fewer sizes and iterations
     sudo .venv/bin/python -m benchmarks.peers --mode scale    # 64 ranks, star, 100 Mbit/s, genie only
     sudo .venv/bin/python -m benchmarks.peers --systems genie,gloo --shapes unshaped --sizes 1K,64M
 
