@@ -243,3 +243,11 @@ def test_genie_bench_argv():
                                           "--sample-ms", "0"]
     assert genie_bench_argv("tb", [AR], band, Path("/o"), op_timeout_s=150)[-2:] == [
         "--timeout", "150"]
+
+
+def test_best_flow_limit():
+    a, b = FlowLimit(False, (0.1, 0.1), 7), FlowLimit(False, (0.2, 0.3), 3)
+    best = report.best_flow_limit([a, b])
+    assert best.per_flow_GBps == (0.2, 0.3) and best.retrans_segs == 3 and best.other_means_GBps == (0.1,)
+    assert "best of 2 measurements, the other per-flow means: 0.1000" in report.format_flow_limit(best)
+    assert report.best_flow_limit([]) is None
