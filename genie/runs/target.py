@@ -1,0 +1,85 @@
+"""Where a bench or replay runs: rank placements, the PID registrar, the testbed (None for loopback), and what
+the run directory's manifest says about it; plus the link observers and capture end that go with it."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+
+from genie.core.errors import InputError
+
+if TYPE_CHECKING:
+    from genie.core.testbed import TestbedInfo
+    from genie.engine.launch import RankPlacement
+    from genie.report.manifest import InputDigest
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a run happens: rank placements, the PID registrar, the testbed (None for loopback), and what the
+    run directory's manifest says about it."""
+
+    placements: list[RankPlacement]
+    on_pids: Optional[Callable[[list[int]], None]]
+    name: str
+    info: Optional[TestbedInfo] = None
+    inputs: tuple[InputDigest, ...] = ()  # the topology's digest
+    shaper: Optional[str] = None
+    topology: Optional[dict[str, Any]] = None
+
+    def devices(self) -> list[dict]:
+        return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in self.placements]
+
+
+@contextlib.contextmanager
+def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
+                ranks: Optional[int]) -> Iterator[Target]:
+    """The chosen target; a --topology testbed lives only inside this block."""
+    from genie.engine import bench
+    from genie.report.manifest import InputDigest, input_digest, topology_summary
+
+    chosen = sum(x is not None and x is not False for x in (topology, testbed, loopback or None))
+    if chosen != 1:
+        raise InputError("give exactly one of --topology FILE, --testbed NAME, --loopback "
+                         "(or --inventory FILE with --launcher mpi)", path="bench")
+    if loopback:
+        yield Target(bench.loopback_placements(ranks or 2), None, "loopback")
+        return
+    from genie.testbed import service
+    from genie.testbed.state import load_record
+
+    if testbed is not None:
+        info = service.load_info(testbed)
+        record = load_record(testbed)
+        yield Target(bench.placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
+                     info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",
+                                                   record.source_digest, 1),),
+                     info.shaper, topology_summary(info.topology))
+        return
+    from genie.topology import load_topology_file
+
+    topo = load_topology_file(topology)
+    digest = input_digest(topology, "topology")
+    with service.temporary_testbed(topo, source=str(topology)) as info:
+        yield Target(bench.placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
+                     info.name, info, (digest,), info.shaper, topology_summary(info.topology))
+
+
+def observe(run, target: Target, sample_ms: int):
+    """Link counters, TCP counters and link samples of a testbed run (nothing for loopback)."""
+    from genie.report.observe import observe_links
+
+    if target.info is None:
+        return observe_links(run, None, None)
+    from genie.testbed import netlink
+
+    return observe_links(run, target.info, netlink, interval_s=sample_ms / 1e3)
+
+
+def capture_end_for(target: Target, spec: Optional[str]):
+    """--capture LINK checked against the target before anything runs (InputError: exit code 2)."""
+    from genie.report.capture import capture_end
+
+    return capture_end(target.info, spec)
