@@ -9,7 +9,8 @@ Once connected both ways it creates DIR/ready-R and waits for DIR/start, which t
 flow is ready: a start time T0 on CLOCK_MONOTONIC (shared by all namespaces of the machine). Every process
 starts sending at T0 and counts the bytes it receives between T0 + warmup and T0 + warmup + duration. It
 prints one JSON line: {"bytes": B, "seconds": S, "GBps": B / S / 1e9, "retrans_segs": R} (R: TCP
-retransmissions of its namespace while it sent).
+retransmissions of its namespace while it sent). The sending socket uses the congestion control genie's
+connections pin (`genie.engine.transport.CONGESTION_CONTROL`), so the limit is measured with the same TCP.
 """
 
 from __future__ import annotations
@@ -100,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     listener.listen(1)
     deadline_ns = time.monotonic_ns() + int(args.setup_timeout_s * 1e9)
     out = connect(_endpoint(args.connect), deadline_ns)
+    try:
+        from genie.engine.transport import CONGESTION_CONTROL
+
+        out.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CONGESTION_CONTROL)
+    except OSError:
+        pass  # the namespace's default stays (as it does for genie's own connections)
     listener.settimeout(args.setup_timeout_s)
     conn, _ = listener.accept()
     conn.settimeout(None)
