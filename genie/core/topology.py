@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from genie.core.hosts import RankedHosts
+
 
 class SwitchKind(Enum):
     """How a switch node is realised: a plain L2 bridge, or an L3 router (static routes, ECMP)."""
@@ -56,26 +58,12 @@ class Link:
 
 
 @dataclass(frozen=True)
-class Topology:
+class Topology(RankedHosts):
     name: str
     hosts: tuple[Host, ...]
     switches: tuple[Switch, ...] = ()
     links: tuple[Link, ...] = ()
     subnet: str = "198.18.0.0/15"
-
-    @property
-    def world_size(self) -> int:
-        return sum(h.ranks for h in self.hosts)
-
-    def host(self, name: str) -> Host:
-        for h in self.hosts:
-            if h.name == name:
-                return h
-        raise KeyError(name)
-
-    def rank_hosts(self) -> tuple[str, ...]:
-        """Host name of each global rank: ranks are numbered host by host in file order."""
-        return tuple(h.name for h in self.hosts for _ in range(h.ranks))
 
     def node_names(self) -> tuple[str, ...]:
         return tuple(h.name for h in self.hosts) + tuple(s.name for s in self.switches)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from genie.core.hosts import RankedHosts
+
 DEFAULT_INVENTORY_NAME = "inventory"
 
 
@@ -35,20 +37,6 @@ class InventoryHost:
 
 
 @dataclass(frozen=True)
-class Inventory:
+class Inventory(RankedHosts):
     name: str
     hosts: tuple[InventoryHost, ...]
-
-    @property
-    def world_size(self) -> int:
-        return sum(h.ranks for h in self.hosts)
-
-    def host(self, name: str) -> InventoryHost:
-        for h in self.hosts:
-            if h.name == name:
-                return h
-        raise KeyError(name)
-
-    def rank_hosts(self) -> tuple[str, ...]:
-        """Host name of each global rank: ranks are numbered host by host in inventory order."""
-        return tuple(h.name for h in self.hosts for _ in range(h.ranks))
