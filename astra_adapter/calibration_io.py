@@ -14,6 +14,7 @@ from pathlib import Path
 
 from genie.core.collective import Collective
 from genie.core.errors import InputError
+from genie.core.files import read_input
 
 from astra_adapter.calibrate import CalibratedDim, Calibration
 from astra_adapter.config import TopologyKind
@@ -128,9 +129,5 @@ def load_calibration(path: str | Path) -> Calibration:
     p = Path(path)
     if p.is_dir():
         p = p / CALIBRATION_JSON
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(p)) from None
-    return parse_calibration(data, source=str(p))
+    return parse_calibration(read_input(p), source=str(p))
 

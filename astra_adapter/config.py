@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from genie.core.errors import InputError
+from genie.core.files import read_input
 
 GIB_BYTES = 1 << 30
 
@@ -333,20 +334,13 @@ def parse_remote_memory(data: bytes | str, *, source: str = "remote_memory.json"
 
 
 # ---- paths ---------------------------------------------------------------------------------------------
-def _read(path: str | Path) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
-
-
 def load_system(path: str | Path) -> SystemConfig:
-    return parse_system(_read(path), source=str(path))
+    return parse_system(read_input(path), source=str(path))
 
 
 def load_network(path: str | Path) -> NetworkConfig:
-    return parse_network(_read(path), source=str(path))
+    return parse_network(read_input(path), source=str(path))
 
 
 def load_remote_memory(path: str | Path) -> RemoteMemoryConfig:
-    return parse_remote_memory(_read(path), source=str(path))
+    return parse_remote_memory(read_input(path), source=str(path))

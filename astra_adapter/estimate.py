@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from genie.core.errors import GenieError, InputError
+from genie.core.files import read_input
 from genie.core.trace import Trace
 
 from astra_adapter.collective_plan import ring_log_lines
@@ -183,9 +184,5 @@ def estimate_files(workload_prefix: str | Path, system_path: str | Path, network
     remote = load_remote_memory(remote_memory_path) if remote_memory_path is not None else None
     trace = read_et_set(workload_prefix)
     if comm_group_path is not None:
-        try:
-            data = Path(comm_group_path).read_bytes()
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", source=str(comm_group_path)) from None
-        trace = replace(trace, groups=read_comm_groups(data, source=str(comm_group_path)))
+        trace = replace(trace, groups=read_comm_groups(read_input(comm_group_path), source=str(comm_group_path)))
     return estimate(trace, system, network, remote, symmetry=symmetry, queues_per_dim=queues_per_dim)

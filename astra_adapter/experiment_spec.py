@@ -41,6 +41,7 @@ import yaml
 from genie.collectives.registry import choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
+from genie.core.files import read_input
 from genie.core.trace import AttrType, NodeKind, Trace
 from genie.core.units import parse_size_bytes
 
@@ -214,11 +215,7 @@ def _algorithms(r: _Reader, value: Any) -> tuple[tuple[Collective, Algorithm], .
 
 def load_experiment(path: str | Path) -> ExperimentSpec:
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(p)) from None
-    return parse_experiment(data, source=str(p), base=p.parent)
+    return parse_experiment(read_input(p), source=str(p), base=p.parent)
 
 
 # ---- the workload -------------------------------------------------------------------------------------

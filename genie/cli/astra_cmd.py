@@ -72,15 +72,10 @@ def parse(
     out: Path = typer.Option(Path("."), "--out", help="Directory for estimate.csv."),
 ) -> None:
     """Turn a real ASTRA-sim log into estimate.csv."""
-    from genie.core.errors import InputError
-
     from astra_adapter.output import parse_astra_output, write_estimate_csv
+    from genie.core.files import read_input
 
-    try:
-        data = stdout_file.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(stdout_file)) from None
-    result = parse_astra_output(data, source=str(stdout_file))
+    result = parse_astra_output(read_input(stdout_file), source=str(stdout_file))
     typer.echo(_summary(result, write_estimate_csv(result, out)))
 
 

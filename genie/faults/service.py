@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from genie.core.errors import InputError, RunFailure
+from genie.core.files import read_input
 from genie.core.testbed import TestbedInfo
 from genie.faults.injector import FaultInjector
 from genie.faults.model import Fault, FaultKind, FaultPlan
@@ -28,11 +29,7 @@ def read_faults(path: Path | None, specs: Sequence[str]) -> list[Fault]:
     """Faults of ``--faults FILE`` followed by those of each ``--fault SPEC`` (InputError: exit code 2)."""
     faults: list[Fault] = []
     if path is not None:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
-        faults += read_faults_yaml(data, source=str(path))
+        faults += read_faults_yaml(read_input(path), source=str(path))
     return faults + parse_fault_specs(list(specs))
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import IO, Any
 
 from genie.core.errors import InputError
+from genie.core.files import read_input
 from genie.input_yaml import as_text, describe, parse_yaml
 from genie.inventory.model import DEFAULT_INVENTORY_NAME, Inventory, InventoryHost
 from genie.inventory.validation import (HOST_FIELD_CHECKS, InventoryPaths, host_name_problem,
@@ -40,12 +40,7 @@ def load_inventory(data: str | bytes | IO[str] | IO[bytes], *, source: str = "<s
 
 def load_inventory_file(path: str | os.PathLike[str]) -> Inventory:
     """Read an inventory YAML file; errors name the file."""
-    source = os.fspath(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as error:
-        raise InputError(f"cannot read inventory file: {error.strerror or error}", source=source) from None
-    return load_inventory(data, source=source)
+    return load_inventory(read_input(path, "inventory file"), source=os.fspath(path))
 
 
 # --- YAML ------------------------------------------------------------------------------------------------
