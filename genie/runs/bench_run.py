@@ -34,11 +34,10 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress) -> BenchResult
     around the sweep and yields a callback(done, total, case stats)."""
     from genie.engine import bench as service
     from genie.faults import service as faults_service
-    from genie.report.capture import capture_link
     from genie.report.manifest import RunRecorder
     from genie.report.sweep_recorder import SweepRecorder
     from genie.runs.launch import check_launch, launch_meta, launch_target, other_target, resolve_launch
-    from genie.runs.target import capture_end_for, observe, open_target
+    from genie.runs.target import capture_end_for, open_target, watched
 
     request, opts = cmd.request, cmd.options
     opts.check()
@@ -65,18 +64,14 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress) -> BenchResult
         with RunRecorder("bench", out=opts.out, inputs=target.inputs, params=params) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
             files = SweepRecorder(run, meta)
-            with capture_link(run, capture_end) as capturing, observe(run, target, opts.sample_ms) as observer, \
-                    progress() as bar, \
-                    faults_service.inject_faults(run, fault_plan, target.info, target.on_pids) as injector:
+            with watched(run, target, sample_ms=opts.sample_ms, capture_end=capture_end,
+                         fault_plan=fault_plan) as watch, progress() as bar:
                 outcome = service.run_bench(request, target.placements, on_pids=target.on_pids,
                                             progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)),
-                                            sessions=choice.sessions, fault_hooks=injector,
+                                            sessions=choice.sessions, fault_hooks=watch.injector,
                                             fault_points=fault_plan.fault_points())
             if choice.sessions is not None:
                 run.write("launch.json", json.dumps(launch_meta(opts.launcher, opts.transport, choice), indent=2))
             doc = files.finish(outcome, config=config, devices=target.devices(), steps=request.record_steps)
-            links = observer.observation.summary() if observer else None
-            run.set_summary({"cases": len(outcome.stats), **(links or {}),
-                             **(capturing.result.summary() if capturing else {})})
-    return BenchResult(run, outcome, doc, links, capturing.result if capturing else None,
-                       (target.topology or {}).get("link_rate_bps"))
+            run.set_summary({"cases": len(outcome.stats), **watch.summary()})
+    return BenchResult(run, outcome, doc, watch.links(), watch.capture, (target.topology or {}).get("link_rate_bps"))

@@ -37,11 +37,10 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
     from genie.engine.program import build_programs
     from genie.engine.replay import check_fits, run_replay
     from genie.faults import service as faults_service
-    from genie.report.capture import capture_link
     from genie.report.manifest import RunRecorder, input_digest
     from genie.report.replay import replay_files
     from genie.runs.launch import check_launch, launch_meta, launch_target, other_target, resolve_launch
-    from genie.runs.target import capture_end_for, observe, open_target
+    from genie.runs.target import capture_end_for, open_target, watched
     from genie.workloads.analysis import check
     from genie.workloads.loader import load_trace
 
@@ -69,11 +68,10 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
                   **opts.extra_params(), **({"faults": fault_plan.specs()} if fault_plan else {})}
         with RunRecorder("replay", out=opts.out, inputs=(digest, *target.inputs), params=params) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
-            with capture_link(run, capture_end) as capturing, observe(run, target, opts.sample_ms) as observer, \
-                    progress() as bar, \
-                    faults_service.inject_faults(run, fault_plan, target.info, target.on_pids) as injector:
+            with watched(run, target, sample_ms=opts.sample_ms, capture_end=capture_end,
+                         fault_plan=fault_plan) as watch, progress() as bar:
                 outcome = run_replay(loaded, target.placements, request, source=str(trace), on_pids=target.on_pids,
-                                     progress=bar, sessions=choice.sessions, fault_hooks=injector,
+                                     progress=bar, sessions=choice.sessions, fault_hooks=watch.injector,
                                      fault_points=fault_plan.fault_points(),
                                      stragglers=faults_service.stragglers_by_rank(fault_plan))
             if choice.sessions is not None:
@@ -82,7 +80,5 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
                                                 "iterations": request.iterations, "warmup": request.warmup})
             for name, text in files.items():
                 run.write(name, text)
-            links = observer.observation.summary() if observer else None
-            run.set_summary({"iteration_median_ns": doc["iteration_median_ns"], **(links or {}),
-                             **(capturing.result.summary() if capturing else {})})
-    return ReplayResult(run, outcome, doc, links, capturing.result if capturing else None)
+            run.set_summary({"iteration_median_ns": doc["iteration_median_ns"], **watch.summary()})
+    return ReplayResult(run, outcome, doc, watch.links(), watch.capture)

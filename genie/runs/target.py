@@ -83,3 +83,36 @@ def capture_end_for(target: Target, spec: Optional[str]):
     from genie.report.capture import capture_end
 
     return capture_end(target.info, spec)
+
+
+@dataclass
+class Watch:
+    """What watches a run while it goes: link observation, packet capture, the fault injector (the session's
+    `fault_hooks`); each None when not asked for or not possible on the target."""
+
+    observer: Any = None
+    capturing: Any = None
+    injector: Any = None
+
+    @property
+    def capture(self) -> Any:
+        return self.capturing.result if self.capturing else None
+
+    def links(self) -> Optional[dict[str, Any]]:
+        return self.observer.observation.summary() if self.observer else None
+
+    def summary(self) -> dict[str, Any]:
+        """Link and capture figures for the manifest's summary."""
+        return {**(self.links() or {}), **(self.capture.summary() if self.capturing else {})}
+
+
+@contextlib.contextmanager
+def watched(run, target: Target, *, sample_ms: int, capture_end, fault_plan) -> Iterator[Watch]:
+    """Capture `capture_end`, observe the links every `sample_ms` and inject `fault_plan` for the block; their
+    files join `run` (a RunRecorder) also when the block fails or is interrupted."""
+    from genie.faults.service import inject_faults
+    from genie.report.capture import capture_link
+
+    with capture_link(run, capture_end) as capturing, observe(run, target, sample_ms) as observer, \
+            inject_faults(run, fault_plan, target.info, target.on_pids) as injector:
+        yield Watch(observer, capturing, injector)
