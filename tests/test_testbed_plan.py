@@ -11,7 +11,7 @@ from genie.core.errors import InputError
 from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
 from genie.testbed.layout import check_testbed_name, netns_name, plan_layout
 from genie.testbed.plan import build_plan, describe_plan, plan_testbed
-from genie.testbed.shaping import htb_burst_bytes, htb_quantum_bytes
+from genie.testbed.shaping import htb_class, htb_quantum_bytes
 from genie.testbed.steps import (AddAddress, AddHtb, AddNetem, AddPfifo, AddRoute, CreateNetns, CreateVethPair,
                                  QdiscParent, SetSysctl, Shaper, step_namespaces)
 from genie.topology import leaf_spine, load_topology_file, ring, star
@@ -37,7 +37,7 @@ def test_star_4_golden_plan() -> None:
         preamble += [f"netns add {name}", f"{name}: link set lo up",
                      f"{name}: sysctl net.ipv6.conf.all.disable_ipv6=1",
                      f"{name}: sysctl net.ipv6.conf.default.disable_ipv6=1"]
-    htb = "tc htb dev {dev} root 1: class 1:1 rate 1gbit burst 128KiB quantum 200000"
+    htb = "tc htb dev {dev} root 1: class 1:1 rate 1gbit burst 1000000B ceil 1020mbit cburst 128KiB quantum 200000"
     links = []
     for i in range(4):
         h = f"genie-s4-h{i}"
@@ -219,9 +219,15 @@ def test_mtu_per_link() -> None:
     assert [s.mtu_bytes for s in steps if isinstance(s, CreateVethPair)] == [9000]
 
 
-def test_htb_burst_and_quantum() -> None:
-    assert htb_burst_bytes(GBIT) == 128 * 1024
-    assert htb_burst_bytes(10 * GBIT) == 1_250_000  # 1 ms at the rate
+def test_htb_buckets_and_quantum() -> None:
+    gbit = htb_class("ns", "eth0", GBIT, 1500)
+    assert (gbit.rate_bps, gbit.ceil_bps) == (GBIT, 1_020_000_000)  # pays late-timer losses back at +2%
+    assert gbit.cburst_bytes == 128 * 1024  # at once: GSO packets and ~1 ms at the rate
+    assert gbit.burst_bytes == 1_000_000  # long-term: 8 ms of lost link time can be paid back
+    ten = htb_class("ns", "eth0", 10 * GBIT, 1500)
+    assert (ten.cburst_bytes, ten.burst_bytes) == (1_250_000, 10_000_000)
+    slow = htb_class("ns", "eth0", 10 * 10**6, 1500)
+    assert slow.burst_bytes == slow.cburst_bytes == 128 * 1024  # never a smaller long-term bucket
     assert htb_quantum_bytes(GBIT, 1500) == 200_000
     assert htb_quantum_bytes(10 * 10**6, 1500) == 125_000
     assert htb_quantum_bytes(10**5, 1500) == 1514  # never below one full frame

@@ -94,6 +94,15 @@ def test_state_record_round_trip(state_dir: Path) -> None:
     assert [p.name for p in state_dir.iterdir()] == ["rt.json"]  # no temp files left behind
 
 
+def test_records_of_an_older_genie_still_tear_down() -> None:
+    """A testbed brought up before HTB classes had a ceil bucket: its record still loads (one bucket at the
+    rate), so `genie testbed down NAME` works after an upgrade."""
+    old = {"step": "AddHtb", "netns": "genie-o-h0", "ifname": "eth0", "rate_bps": 10**9, "burst_bytes": 131072,
+           "quantum_bytes": 200000}
+    step = state.step_from_dict(old)
+    assert (step.ceil_bps, step.cburst_bytes, step.burst_bytes) == (10**9, 131072, 131072)
+
+
 def test_missing_and_corrupt_records(state_dir: Path) -> None:
     with pytest.raises(GenieError, match="no testbed named 'nope'"):
         load_record("nope")

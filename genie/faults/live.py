@@ -91,7 +91,7 @@ class LiveTestbed:
             if len(before) == len(after) and all(isinstance(a, AddHtb) and isinstance(b, AddHtb)
                                                  for a, b in changed):
                 (_, htb), = changed
-                netlink.change_htb_rate(end.netns, end.ifname, htb.rate_bps, htb.burst_bytes, htb.quantum_bytes)
+                netlink.change_htb_class(htb)
             else:
                 netlink.replace_egress_qdiscs(end.netns, end.ifname, after)
         self._shapes[(end.node, end.peer)] = new

@@ -268,10 +268,13 @@ class NetlinkBackend:
 
     @staticmethod
     def _add_htb(ipr: IPRoute, index: int, step: AddHtb) -> None:
-        rate_bytes = step.rate_bps // 8
         ipr.tc("add", "htb", index=index, handle=HTB_ROOT, default=HTB_CLASS & 0xFFFF)
-        ipr.tc("add-class", "htb", index=index, handle=HTB_CLASS, parent=HTB_ROOT, rate=rate_bytes,
-               ceil=rate_bytes, burst=step.burst_bytes, cburst=step.burst_bytes, quantum=step.quantum_bytes)
+        ipr.tc("add-class", "htb", index=index, handle=HTB_CLASS, parent=HTB_ROOT, **_htb_class_args(step))
+
+
+def _htb_class_args(step: AddHtb) -> dict[str, int]:
+    return {"rate": step.rate_bps // 8, "burst": step.burst_bytes, "ceil": step.ceil_bps // 8,
+            "cburst": step.cburst_bytes, "quantum": step.quantum_bytes}
 
 
 def _parent(parent: QdiscParent) -> int:
@@ -410,16 +413,16 @@ def set_link_state(name: str, ifname: str, up: bool) -> None:
         ipr.link("set", index=found[0], state="up" if up else "down")
 
 
-def change_htb_rate(name: str, ifname: str, rate_bps: int, burst_bytes: int, quantum_bytes: int) -> None:
-    """Change the rate of the HTB class 1:1 on `ifname`'s egress in place (queued packets are kept)."""
+def change_htb_class(step: AddHtb) -> None:
+    """Change the HTB class 1:1 on the step's interface in place to the step's rates (queued packets are
+    kept)."""
     _configure_pyroute2()
-    rate_bytes = rate_bps // 8
+    name, ifname = step.netns, step.ifname
     with signals_deferred(), IPRoute(netns=name, flags=0) as ipr:
         found = ipr.link_lookup(ifname=ifname)
         if not found:
             raise EnvironmentProblem(f"{name}: no interface {ifname}")
-        ipr.tc("change-class", "htb", index=found[0], handle=HTB_CLASS, parent=HTB_ROOT, rate=rate_bytes,
-               ceil=rate_bytes, burst=burst_bytes, cburst=burst_bytes, quantum=quantum_bytes)
+        ipr.tc("change-class", "htb", index=found[0], handle=HTB_CLASS, parent=HTB_ROOT, **_htb_class_args(step))
 
 
 def replace_egress_qdiscs(name: str, ifname: str, steps: list[PlanStep]) -> None:

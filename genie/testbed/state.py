@@ -21,7 +21,7 @@ from genie.core.errors import GenieError, InputError
 from genie.core.testbed import HostEndpoint, LinkEnd, TestbedInfo
 from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
 from genie.linkemu.config import EmulatorConfig
-from genie.testbed.steps import (STEP_TYPES, AddRoute, CreateNetns, NextHop, PlanStep, QdiscParent, Shaper,
+from genie.testbed.steps import (STEP_TYPES, AddHtb, AddRoute, CreateNetns, NextHop, PlanStep, QdiscParent, Shaper,
                                  StartEmulator)
 from genie.topology.link_properties import make_shape
 
@@ -96,11 +96,13 @@ def load_record(name: str) -> TestbedRecord:
         raise GenieError(f"no testbed named {name!r} (state directory {state_dir()}); see `genie testbed list`")\
             from None
     except (OSError, ValueError) as exc:
-        raise InputError(f"unreadable testbed state: {exc}", source=str(path)) from None
+        raise InputError(f"unreadable testbed state: {exc}; `genie testbed down --all` removes it and every "
+                         "genie namespace", source=str(path)) from None
     try:
         return record_from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"unreadable testbed state: missing or bad field {exc}", source=str(path)) from None
+        raise InputError(f"unreadable testbed state: missing or bad field {exc}; `genie testbed down --all` "
+                         "removes it and every genie namespace", source=str(path)) from None
 
 
 def delete_record(name: str) -> None:
@@ -175,6 +177,9 @@ def step_from_dict(data: dict[str, Any]) -> PlanStep:
         fields["parent"] = QdiscParent(fields["parent"])
     if cls is StartEmulator:
         fields["config"] = EmulatorConfig.from_dict(fields["config"])
+    if cls is AddHtb:  # records of genie before the ceil bucket: one bucket at the rate
+        fields.setdefault("ceil_bps", fields.get("rate_bps"))
+        fields.setdefault("cburst_bytes", fields.get("burst_bytes"))
     return cls(**fields)  # type: ignore[no-any-return]
 
 

@@ -149,17 +149,21 @@ class AddRoute:
 
 @dataclass(frozen=True)
 class AddHtb:
-    """HTB root qdisc 1: (default class 1:1) plus class 1:1 at ``rate_bps`` on an interface's egress."""
+    """HTB root qdisc 1: (default class 1:1) plus class 1:1 on an interface's egress: ``rate_bps`` long-term
+    (bucket ``burst_bytes``), at most ``ceil_bps`` at any time (bucket ``cburst_bytes``)."""
 
     netns: str
     ifname: str
     rate_bps: int
     burst_bytes: int
+    ceil_bps: int
+    cburst_bytes: int
     quantum_bytes: int
 
     def describe(self) -> str:
         return (f"{self.netns}: tc htb dev {self.ifname} root 1: class 1:1 rate {format_rate(self.rate_bps)} "
-                f"burst {format_size(self.burst_bytes)} quantum {self.quantum_bytes}")
+                f"burst {format_size(self.burst_bytes)} ceil {format_rate(self.ceil_bps)} "
+                f"cburst {format_size(self.cburst_bytes)} quantum {self.quantum_bytes}")
 
 
 @dataclass(frozen=True)
