@@ -12,7 +12,7 @@ from genie.core.units import parse_size_bytes
 DEFAULT_SIZES = "1K-256M"
 DEFAULT_FACTOR = 4
 # up to this size: warmup / timed iterations (larger sizes take the last entry)
-DEFAULT_POLICY = "1M:5/20,16M:2/10,64M:1/3,256M:1/2"
+DEFAULT_POLICY = "1M:5/20,16M:2/10,64M:1/5,256M:1/2"
 QUICK_SIZES = "1K-64M"
 QUICK_FACTOR = 16
 QUICK_POLICY = "1M:2/10,16M:1/5,64M:1/3"
