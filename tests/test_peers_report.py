@@ -47,7 +47,7 @@ def test_bands_split_on_policy_and_factor():
     policy = plan.parse_policy(plan.DEFAULT_POLICY)
     got = plan.bands(plan.parse_sizes("1K-256M", 4), policy)
     assert got == [plan.Band(1024, MIB, 4, 5, 20), plan.Band(4 * MIB, 16 * MIB, 4, 2, 10),
-                   plan.Band(64 * MIB, 64 * MIB, 2, 1, 3), plan.Band(256 * MIB, 256 * MIB, 2, 1, 2)]
+                   plan.Band(64 * MIB, 64 * MIB, 2, 1, 5), plan.Band(256 * MIB, 256 * MIB, 2, 1, 2)]
     # a change of step factor starts a new band; a non-integer ratio stands alone
     got = plan.bands([1024, 2048, 8192, 12288], plan.parse_policy("1M:1/3"))
     assert [(b.min_bytes, b.max_bytes, b.factor) for b in got] == [(1024, 2048, 2), (8192, 8192, 2),
