@@ -141,6 +141,21 @@ def test_corrupt_varint_and_corrupt_node() -> None:
         read_et(b"\x1f\x8b\x08garbage")
 
 
+def test_a_set_parses_each_distinct_record_once_and_shares_it(tmp_path: Path) -> None:
+    """Replicas repeat each other's records: read once, shared (nodes are immutable), equal to reading alone."""
+    replica = [compute_node(0, "fwd", duration_ns=1500),
+               collective_node(1, "ar", comm_type=CommType.ALL_REDUCE, size_bytes=4096, process_group="dp",
+                               data_deps=(0,))]
+    trace = make_trace([replica, replica, [compute_node(0, "other", duration_ns=7)]],
+                       groups=(ProcessGroup("dp", (0, 1)),))
+    write_et_set(trace, tmp_path / "w")
+    back = read_et_set(tmp_path / "w")
+    assert back.ranks == trace.ranks
+    assert all(a is b for a, b in zip(back.ranks[0].nodes, back.ranks[1].nodes))
+    alone = [read_et((tmp_path / f"w.{r}.et").read_bytes())[1] for r in range(3)]
+    assert [list(r.nodes) for r in back.ranks] == alone
+
+
 def test_set_round_trip_with_groups_and_missing_rank(tmp_path: Path) -> None:
     trace = make_trace([
         [compute_node(0, "c", duration_ns=2000), send_node(1, "s", rank=0, peer=1, size_bytes=64, data_deps=(0,)),

@@ -228,8 +228,12 @@ def _metadata_to_pb(meta: TraceMetadata) -> Any:
 
 
 # ---- one rank ------------------------------------------------------------------------------------------
-def read_et(data: bytes | BinaryIO, *, source: str = "<bytes>") -> tuple[TraceMetadata, list[TraceNode]]:
-    """Metadata and nodes (file order) of one rank's ET file. Bad input -> InputError with the byte offset."""
+def read_et(data: bytes | BinaryIO, *, source: str = "<bytes>",
+            parsed: dict[bytes, TraceNode] | None = None) -> tuple[TraceMetadata, list[TraceNode]]:
+    """Metadata and nodes (file order) of one rank's ET file. Bad input -> InputError with the byte offset.
+    `parsed` memoises nodes by their encoded bytes across calls: the ranks of a set repeat each other's records
+    (every data-parallel replica of a pipeline stage has the same compute nodes), and a TraceNode is immutable,
+    so identical records are parsed once and shared."""
     buf, note = _load_bytes(data, source)
     frames = iter_frames(buf, source, note)
     if not frames:
@@ -242,23 +246,37 @@ def read_et(data: bytes | BinaryIO, *, source: str = "<bytes>") -> tuple[TraceMe
     except (DecodeError, ValueError) as exc:
         raise InputError(f"corrupt GlobalMetadata at byte offset {offset}{note}: {exc}", source=source) from None
     nodes = []
+    memo: dict[bytes, TraceNode] = {} if parsed is None else parsed
     for index, (offset, payload) in enumerate(frames[1:], start=1):
         try:
-            nodes.append(_parse_node(payload))
+            node = memo.get(payload)
+            if node is None:
+                node = memo[payload] = _parse_node(payload)
+            nodes.append(node)
         except (DecodeError, ValueError) as exc:
             raise InputError(f"corrupt Node (frame {index}) at byte offset {offset}{note}: {exc}",
                              source=source) from None
     return _metadata_from_pb(meta_pb), nodes
 
 
-def write_et(nodes: list[TraceNode] | tuple[TraceNode, ...], metadata: TraceMetadata | None = None) -> bytes:
-    """One rank's ET file (uncompressed). Metadata defaults to version "0.0.4" without attributes."""
+def write_et(nodes: list[TraceNode] | tuple[TraceNode, ...], metadata: TraceMetadata | None = None, *,
+             encoded: dict[TraceNode, bytes] | None = None) -> bytes:
+    """One rank's ET file (uncompressed). Metadata defaults to version "0.0.4" without attributes. `encoded`
+    memoises framed records by node across calls (the ranks of a set repeat each other's nodes)."""
+    memo: dict[TraceNode, bytes] = {} if encoded is None else encoded
     out = io.BytesIO()
-    for pb in (_metadata_to_pb(metadata or TraceMetadata()), *(node_to_pb(n) for n in nodes)):
-        payload = pb.SerializeToString()
-        out.write(encode_varint(len(payload)))
-        out.write(payload)
+    out.write(_framed(_metadata_to_pb(metadata or TraceMetadata())))
+    for node in nodes:
+        frame = memo.get(node)
+        if frame is None:
+            frame = memo[node] = _framed(node_to_pb(node))
+        out.write(frame)
     return out.getvalue()
+
+
+def _framed(pb: Any) -> bytes:
+    payload = pb.SerializeToString()
+    return encode_varint(len(payload)) + payload
 
 
 # ---- a set of ranks ------------------------------------------------------------------------------------
@@ -305,9 +323,10 @@ def read_et_set(prefix_path: str | Path) -> Trace:
         names = ", ".join(f"{prefix.name}.{r}.et" for r in missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise InputError(f"missing rank file(s) {names} (found ranks up to {max(found)})", source=str(prefix.parent))
     ranks = []
+    parsed: dict[bytes, TraceNode] = {}
     for rank in range(len(found)):
         path = found[rank]
-        meta, nodes = read_et(path.read_bytes(), source=str(path))
+        meta, nodes = read_et(path.read_bytes(), source=str(path), parsed=parsed)
         ranks.append(RankTrace(rank, tuple(nodes), meta))
     groups: tuple[ProcessGroup, ...] = ()
     group_path = prefix.with_name(prefix.name + COMM_GROUP_SUFFIX)
@@ -319,7 +338,8 @@ def read_et_set(prefix_path: str | Path) -> Trace:
 def write_et_set(trace: Trace, prefix_path: str | Path) -> list[Path]:
     """Write ``<prefix>.<rank>.et`` per rank (and the comm-group JSON if the trace has groups)."""
     prefix = Path(prefix_path)
-    encoded = [(prefix.with_name(f"{prefix.name}.{i}.et"), write_et(r.nodes, r.metadata))
+    frames: dict[TraceNode, bytes] = {}
+    encoded = [(prefix.with_name(f"{prefix.name}.{i}.et"), write_et(r.nodes, r.metadata, encoded=frames))
                for i, r in enumerate(trace.ranks)]
     if trace.groups:
         encoded.append((prefix.with_name(prefix.name + COMM_GROUP_SUFFIX), write_comm_groups(trace.groups)))
