@@ -229,6 +229,10 @@ def test_verify_rows() -> None:
     assert (rtt.metric, rtt.measured, rtt.status, rtt.tolerance) == (Metric.RTT, 4015.0, Status.OK, "±200us")
     assert rtt_row(target, [5000.0], [100.0], 10).status is Status.FAIL
     assert rtt_row(target, [], [100.0], 10).measured is None
+    (plain, _) = choose_pairs(plan_layout(star(4, shape=LinkShape(rate_bps=GBIT)), "p"))  # no delay configured
+    stack = rtt_row(plain, [140.0], [100.0], 1)  # the path's own 40 us: more than the 20 us floor, still fine
+    assert (stack.configured, stack.measured, stack.status, stack.tolerance) == (0.0, 40.0, Status.OK, "<=250us")
+    assert rtt_row(plain, [1100.0], [100.0], 1).status is Status.FAIL  # 1 ms where none is configured
     expected = goodput_bps(100 * MBIT, 1500)
     assert expected == pytest.approx(100 * MBIT * 1448 / 1514)
     ok = throughput_row(target, "h0", "h1", 100 * MBIT, 0.0, expected * 0.97, 0.3)
