@@ -27,6 +27,7 @@ from typing import Callable
 
 from genie.core.collective import Collective
 from genie.core.errors import InputError
+from genie.core.sizes import dtype_bytes_for
 from genie.core.topology import Topology
 from genie.core.trace import Trace
 
@@ -134,7 +135,7 @@ def _bench_op(case: SweepCase, size_bytes: int, group: tuple[int, ...]):
     from genie.core.schedule import CollectiveOp
 
     op = case.op(size_bytes)
-    dtype = 4 if size_bytes % 4 == 0 else 1
+    dtype = dtype_bytes_for(size_bytes)
     peer = group[-1] if op.collective is Collective.SEND_RECV else None
     collective_op = CollectiveOp(collective=op.collective, size_bytes=size_bytes, group=group,
                                  algorithm=op.algorithm, root=group[0], peer=peer, dtype_bytes=dtype)
@@ -189,7 +190,7 @@ def sweep_stats(sweep: tuple[SweepCase, ...], times: list[list[int]]) -> list:
     out = []
     for (case, size), t in zip(sweep_items(sweep), times):
         op = case.op(size)
-        out.append(case_stats(op.collective, op.algorithm, case.ranks, size, 4 if size % 4 == 0 else 1, t))
+        out.append(case_stats(op.collective, op.algorithm, case.ranks, size, dtype_bytes_for(size), t))
     return out
 
 

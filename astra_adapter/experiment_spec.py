@@ -41,6 +41,7 @@ import yaml
 from genie.collectives.registry import choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
+from genie.core.sizes import aligned_size
 from genie.core.files import read_input
 from genie.core.trace import AttrType, NodeKind, Trace
 from genie.core.units import parse_size_bytes
@@ -266,12 +267,6 @@ def pin_algorithms(trace: Trace, algorithms: tuple[tuple[Collective, Algorithm],
 
 
 # ---- the sweep ------------------------------------------------------------------------------------------
-def _aligned(collective: Collective, size_bytes: int, ranks: int) -> int:
-    per_rank = collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL)
-    unit = 4 * (ranks if per_rank else 1)
-    return max(unit, size_bytes // unit * unit)
-
-
 def _disjoint(groups: list[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
     taken: set[int] = set()
     chosen = []
@@ -302,7 +297,7 @@ def plan_sweep(trace: Trace, grid_bytes: tuple[int, ...] = DEFAULT_GRID_BYTES) -
     for key, sizes in sorted(curves.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value if kv[0][1] else "",
                                                              kv[0][2])):
         collective, algorithm, ranks = key
-        grid = {_aligned(collective, s, ranks) for s in grid_bytes}
+        grid = {aligned_size(collective, s, ranks) for s in grid_bytes}
         cases.append(SweepCase(collective, algorithm, ranks, tuple(sorted(sizes | grid)),
                                _disjoint(list(groups[key]))))
     return tuple(cases)

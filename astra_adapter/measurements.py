@@ -25,6 +25,7 @@ from statistics import median
 from genie.collectives.registry import choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
+from genie.core.sizes import trace_op_size
 from genie.core.trace import NodeKind, Trace, TraceNode
 
 SWEEP_FILE = "sweep.csv"
@@ -64,10 +65,6 @@ def _size(size_bytes: int) -> str:
         f"{size_bytes} B ({size_bytes / 1024:.1f} KiB)"
 
 
-def _dtype_bytes(size_bytes: int) -> int:
-    return 4 if size_bytes % 4 == 0 else 1
-
-
 def comm_op(node: TraceNode, trace: Trace) -> CommOp | None:
     """The op the replay runs for ``node`` (None: not communication, or a 0-byte / 1-rank op that moves nothing).
     Mirrors ``genie.engine.program.collective_op`` (tests check they agree)."""
@@ -81,13 +78,7 @@ def comm_op(node: TraceNode, trace: Trace) -> CommOp | None:
     if collective is None or collective is Collective.SEND_RECV or group is None:
         return None
     n = len(group.ranks)
-    size = int(node.size_bytes or 0)
-    if collective is Collective.ALL_GATHER:
-        size *= n
-    dtype = _dtype_bytes(size)
-    if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
-        unit = dtype * n
-        size = max(unit, size // unit * unit) if size else 0
+    size, _ = trace_op_size(collective, int(node.size_bytes or 0), n)
     if not size or n < 2:
         return None
     hint = node.algorithm or Algorithm.AUTO

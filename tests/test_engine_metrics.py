@@ -7,7 +7,8 @@ import json
 import pytest
 
 from genie.core.collective import Algorithm, Collective
-from genie.engine.bench import aligned_size, sweep_sizes
+from genie.core.sizes import aligned_size
+from genie.engine.bench import sweep_sizes
 from genie.core.errors import InputError
 from genie.measure.metrics import case_stats, iteration_times_ns
 from genie.report.sweep import SWEEP_COLUMNS, format_table, sweep_csv, sweep_json

@@ -10,13 +10,14 @@ from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError, RunFailure
 from genie.core.schedule import CollectiveOp
+from genie.core.sizes import DEFAULT_DTYPE_BYTES, aligned_size
 from genie.core.testbed import TestbedInfo
 from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
 from genie.engine.launch import Launcher, RankPlacement
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns
 
-DTYPE_BYTES = 4  # float32, as nccl-tests' default
+DTYPE_BYTES = DEFAULT_DTYPE_BYTES  # float32, as nccl-tests' default
 
 
 @dataclass(frozen=True)
@@ -76,14 +77,6 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
         sizes.append(s)
         s *= factor
     return sizes
-
-
-def aligned_size(collective: Collective, size_bytes: int, ranks: int, dtype_bytes: int = DTYPE_BYTES) -> int:
-    """Round down as nccl-tests does: to whole elements, and for the collectives whose buffer is split per rank
-    to a multiple of ranks x element size (never below one such unit)."""
-    per_rank = collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL)
-    unit = dtype_bytes * (ranks if per_rank else 1)
-    return max(unit, size_bytes // unit * unit)
 
 
 def placements_for(testbed: TestbedInfo, ranks: int | None) -> list[RankPlacement]:

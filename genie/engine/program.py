@@ -19,6 +19,7 @@ from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.schedule import CollectiveOp, Schedule
+from genie.core.sizes import trace_op_size
 from genie.core.trace import NodeKind, Trace, TraceNode, topological_order
 
 
@@ -60,10 +61,6 @@ def cached_schedule(op: CollectiveOp) -> Schedule:
     return build_schedule(op)
 
 
-def _dtype_bytes(size_bytes: int) -> int:
-    return 4 if size_bytes % 4 == 0 else 1
-
-
 def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> CollectiveOp:
     ctype = node.comm_type
     collective = ctype.collective if ctype is not None else None
@@ -76,13 +73,7 @@ def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> C
     if group is None:
         raise InputError(f"{where}: unknown process group {node.process_group!r}", source=source)
     n = len(group.ranks)
-    size = int(node.size_bytes or 0)
-    if collective is Collective.ALL_GATHER:
-        size *= n
-    dtype = _dtype_bytes(size)
-    if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
-        unit = dtype * n
-        size = max(unit, size // unit * unit) if size else 0
+    size, dtype = trace_op_size(collective, int(node.size_bytes or 0), n)
     algorithm = node.algorithm or Algorithm.AUTO
     if algorithm is Algorithm.AUTO:
         algorithm = choose_algorithm(collective, size, n)
