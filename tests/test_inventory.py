@@ -96,7 +96,7 @@ def test_ssh_config() -> None:
 
 
 def test_testbed_info_places_ranks_on_real_hosts() -> None:
-    from genie.engine.bench import placements_for
+    from genie.services.target import placements_for
 
     inventory = load_inventory(FULL)
     info = inventory_to_testbed_info(inventory)

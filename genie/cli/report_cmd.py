@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,23 +30,11 @@ def show(
     out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default: RUN_DIR/report.html)."),
 ) -> None:
     """Render RUN_DIR as one self-contained HTML page (summary, tables, plots); plots also go to plots/*.png."""
-    from genie.report.html import build_page
-    from genie.report.manifest import add_run_files
-    from genie.report.rundata import load_run
-    from genie.report.rundir import write_atomic
+    from genie.services.report import ShowRequest, show_run
 
-    run = load_run(run_dir)
-    html_path = Path(out) if out is not None else run_dir / "report.html"
-    inside = html_path.parent.resolve() == run_dir.resolve()
-    prefix = "" if inside else os.path.relpath(run_dir.resolve(), html_path.parent.resolve()) + "/"
-    page = build_page(run, link_prefix=prefix)
-    for name, png in page.plots.items():
-        write_atomic(html_path.parent / "plots" / name, png)
-    write_atomic(html_path, page.html)
-    if inside:
-        add_run_files(run_dir, [html_path.name, *(f"plots/{name}" for name in page.plots)])
-    typer.echo(f"# {run.kind} run, status {run.status}: {len(page.plots)} plot(s)")
-    typer.echo(f"# report in {html_path}")
+    shown = show_run(ShowRequest(run_dir, out))
+    typer.echo(f"# {shown.kind} run, status {shown.status}: {shown.plots} plot(s)")
+    typer.echo(f"# report in {shown.html_path}")
 
 
 @app.command("compare")
@@ -60,30 +47,19 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON instead of the table."),
 ) -> None:
     """Per collective and size (bench) or per op kind and the iteration time (replay): B − A in us and %."""
-    from genie.report.compare import compare_csv, compare_runs, format_compare
-    from genie.report.manifest import RunRecorder, input_digest
-    from genie.report.plots import compare_deltas
-    from genie.report.rundata import load_run
+    from genie.report.compare import format_compare
+    from genie.services.report import CompareRequest, compare_run_dirs
 
-    a, b = load_run(run_a), load_run(run_b)
-    comparison = compare_runs(a, b, force=force)
-    with RunRecorder("compare", out=out, inputs=(input_digest(run_a, "run_a"), input_digest(run_b, "run_b")),
-                     params={"force": force}) as run:
-        run.write("compare.csv", compare_csv(comparison))
-        png = compare_deltas(comparison.rows, a.run_dir.name, b.run_dir.name)
-        if png:
-            run.write("compare.png", png)
-        if comparison.notes:
-            for note in comparison.notes:
-                run.warn(note)
+    result = compare_run_dirs(CompareRequest(run_a, run_b, out, force))
+    comparison = result.comparison
     if as_json:
         rows = [{"scope": r.scope, "collective": r.collective, "size_bytes": r.size_bytes, "time_a_us": r.time_a_us,
                  "time_b_us": r.time_b_us, "time_delta_us": r.time_delta_us, "time_delta_pct": r.time_delta_pct,
                  "busbw_a_GBps": r.busbw_a_GBps, "busbw_b_GBps": r.busbw_b_GBps,
                  "busbw_delta_GBps": r.busbw_delta_GBps, "busbw_delta_pct": r.busbw_delta_pct}
                 for r in comparison.rows]
-        typer.echo(json.dumps({"run_dir": str(run.run_dir), "kind": comparison.kind, "run_a": comparison.run_a,
+        typer.echo(json.dumps({"run_dir": str(result.run_dir), "kind": comparison.kind, "run_a": comparison.run_a,
                                "run_b": comparison.run_b, "notes": list(comparison.notes), "rows": rows}, indent=2))
         return
     typer.echo(format_compare(comparison))
-    typer.echo(f"# results in {run.run_dir}")
+    typer.echo(f"# results in {result.run_dir}")
