@@ -17,8 +17,17 @@ RUN_FLAGS: Mapping[str, str] = {
     "topology": "--topology", "testbed": "--testbed", "loopback": "--loopback", "launcher": "--launcher",
     "transport": "--transport", "inventory": "--inventory", "mpiexec": "--mpiexec", "port_range": "--port-range",
     "out": "--out", "sample_ms": "--sample-ms", "capture": "--capture", "faults_file": "--faults",
-    "faults": "--faults", "timeout_s": "--timeout",
+    "faults": "--faults", "fault": "--fault", "timeout_s": "--timeout",
 }
+_HEAD = re.compile(r"^([a-z][a-z0-9_]*)(.*)$", re.S)
+
+
+def flag_path(path: str | None, flags: Mapping[str, str]) -> str | None:
+    """A field path (``iterations``, ``fault[2].rate``) with its leading field spelt as its flag."""
+    match = _HEAD.match(path or "")
+    if match is None or match.group(1) not in flags:
+        return path
+    return flags[match.group(1)] + match.group(2)
 
 
 def flag_message(text: str, flags: Mapping[str, str]) -> str:
@@ -32,6 +41,7 @@ def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
     try:
         yield
     except InputError as exc:
-        if exc.source is not None or (exc.path not in flags and not _FIELD.search(exc.detail)):
+        path = flag_path(exc.path, flags)
+        if exc.source is not None or (path == exc.path and not _FIELD.search(exc.detail)):
             raise
-        raise InputError(flag_message(exc.detail, flags), path=flags.get(exc.path or "", exc.path)) from None
+        raise InputError(flag_message(exc.detail, flags), path=path) from None

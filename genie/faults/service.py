@@ -35,7 +35,7 @@ def read_faults(path: Path | None, specs: Sequence[str]) -> list[Fault]:
 
 def check_launcher(faults: Sequence[Fault], local: bool) -> None:
     if faults and not local:
-        raise InputError("faults are injected on genie's own testbeds: use --launcher local", path="--faults")
+        raise InputError("faults are injected on genie's own testbeds: use `launcher` local", path="faults")
 
 
 def bench_bounds(job: Any) -> RunBounds:
