@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from genie.core.errors import GenieError
+from genie.core.testbed import Shaping
 from genie.core import testbed as core_testbed
 from genie.core.topology import Host, Link, LinkShape, Topology
 from genie.testbed import service
@@ -86,6 +87,7 @@ def test_star_4_up_status_down(state_dir: Path) -> None:
     eth0 = next(i for i in state.namespaces[0].interfaces if i.ifname == "eth0")
     assert eth0.addresses == ("198.18.0.1/24",) and eth0.qdiscs[0].rate_bps == 10**9
     [summary] = service.list_testbeds(environment=env)
+    assert info.shaper is Shaping.HTB and summary.shaper is Shaping.HTB
     assert summary.namespaces_present == summary.namespaces_planned == 5 and summary.complete
     assert load_record(info.name).applied_count == len(load_record(info.name).steps)
 

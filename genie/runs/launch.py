@@ -121,15 +121,16 @@ def launch_target(choice: LaunchChoice, inventory: Path | None,
     else `testbed_target()` (their --topology/--testbed/--loopback context, `genie.runs.target.open_target`)."""
     if choice.placements is None:
         return testbed_target()
+    from genie.core.testbed import Shaping
     from genie.runs.target import Target
     from genie.report.manifest import input_digest
 
     if inventory is None:  # a Slurm allocation's nodes: no file to digest
         return contextlib.nullcontext(Target(choice.placements, None, choice.target or "allocation", None, (),
-                                             "none", None))
+                                             Shaping.NONE, None))
     name = f"inventory {inventory}"
     return contextlib.nullcontext(Target(choice.placements, None, name, None,
-                                         (input_digest(inventory, "inventory"),), "none", None))
+                                         (input_digest(inventory, "inventory"),), Shaping.NONE, None))
 
 
 def check_launch(choice: LaunchChoice, placements: list[RankPlacement]) -> None:

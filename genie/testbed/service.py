@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genie.core.errors import EnvironmentProblem, GenieError
-from genie.core.testbed import TestbedInfo
+from genie.core.testbed import Shaping, TestbedInfo
 from genie.core.topology import Topology
 from genie.testbed.backend import apply_plan, undo_steps
 from genie.testbed.emulators import EmulatorProcess, remove_emulator_files, stats_path
@@ -44,7 +44,7 @@ class TestbedSummary:
     source: str | None
     hosts: int
     links: int
-    shaper: str
+    shaper: Shaping
     complete: bool
     namespaces_present: int
     namespaces_planned: int
