@@ -3,6 +3,7 @@ its kernel model shows the end state — namespaces, interfaces, addresses, rout
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from pathlib import Path
 
@@ -219,3 +220,32 @@ def test_a_netem_link_gets_netem_under_the_htb_class(state_dir: Path) -> None:
         assert qdiscs[1].detail.startswith("delay 100us")
     service.down("fk-nm", environment=env)
     assert env.kernel.is_empty()
+
+
+class _InterruptedEnvironment(FakeEnvironment):
+    """Ctrl-C arrives while step `at` is applied."""
+
+    at: int = 0
+
+    @contextlib.contextmanager
+    def backend(self, testbed, on_started=None):  # type: ignore[no-untyped-def,override]
+        environment = self
+
+        class Interrupting(FakeBackend):
+            def apply(self, step):  # type: ignore[no-untyped-def]
+                if len(self.applied) == environment.at:
+                    raise KeyboardInterrupt
+                super().apply(step)
+
+        backend = Interrupting(kernel=self.kernel)
+        self.backends.append(backend)
+        yield backend
+
+
+def test_ctrl_c_mid_way_leaves_nothing_and_no_record(state_dir: Path) -> None:
+    env = _InterruptedEnvironment()
+    env.at = 30
+    with pytest.raises(KeyboardInterrupt):
+        _up(env, "star-4.yaml", "fk-intr")
+    assert env.kernel.is_empty() and not record_path("fk-intr").exists()
+    assert len(env.backends[0].applied) == 30 and env.backends[0].undone == env.backends[0].applied[::-1]
