@@ -97,15 +97,16 @@ def launch_target(choice: LaunchChoice, inventory: Path | None,
     `testbed_target()` (its topology/testbed/loopback context, `genie.services.target.open_target`)."""
     if choice.placements is None:
         return testbed_target()
+    from genie.core.testbed import Shaping
     from genie.report.manifest import input_digest
     from genie.services.target import Target
 
     if inventory is None:  # a Slurm allocation's nodes: no file to digest
         return contextlib.nullcontext(Target(choice.placements, None, choice.target or "allocation", None, (),
-                                             "none", None))
+                                             Shaping.NONE, None))
     name = f"inventory {inventory}"
     return contextlib.nullcontext(Target(choice.placements, None, name, None,
-                                         (input_digest(inventory, "inventory"),), "none", None))
+                                         (input_digest(inventory, "inventory"),), Shaping.NONE, None))
 
 
 def check_launch(choice: LaunchChoice, placements: list[RankPlacement]) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from genie.core.errors import InputError
 
-from genie.core.testbed import TestbedInfo
+from genie.core.testbed import Shaping, TestbedInfo
 from genie.engine.launch import RankPlacement
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ class Target:
     name: str
     info: Optional[TestbedInfo] = None
     inputs: tuple[InputDigest, ...] = ()  # the topology's digest
-    shaper: Optional[str] = None
+    shaper: Optional[Shaping] = None
     topology: Optional[dict[str, Any]] = None
 
     def devices(self) -> list[dict]:
