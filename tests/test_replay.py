@@ -7,8 +7,9 @@ import json
 import pytest
 
 from genie.core.errors import InputError
+from genie.core.program import Lane
 from genie.engine.bench import loopback_placements
-from genie.engine.program import Lane, build_programs
+from genie.engine.program import build_programs
 from genie.engine.replay import ReplayRequest, check_fits, run_replay
 from genie.measure.replay import iteration_time_ns, rank_summaries
 from genie.report.replay import OPS_COLUMNS, chrome_trace, ops_csv

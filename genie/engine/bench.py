@@ -9,11 +9,12 @@ from typing import Callable
 from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError, RunFailure
+from genie.core.placement import RankPlacement
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import DEFAULT_DTYPE_BYTES, aligned_size
 from genie.core.testbed import TestbedInfo
 from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
-from genie.engine.launch import Launcher, RankPlacement
+from genie.engine.launch import Launcher
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns
 

@@ -9,11 +9,11 @@ from typing import Callable
 
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
+from genie.core.placement import RankPlacement
 from genie.core.schedule import CollectiveOp
 from genie.core.testbed import TestbedInfo
 from genie.engine.bench import DTYPE_BYTES, placements_for
 from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
-from genie.engine.launch import RankPlacement
 from genie.engine.session import SessionFactory, SessionOptions, local_sessions
 from genie.measure.diagnose import Diagnosis, PairMeasurement, diagnose
 from genie.measure.metrics import case_stats, iteration_times_ns

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from genie.core.errors import InputError
+from genie.core.placement import RankPlacement
+from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
 from genie.core.trace import Trace
-from genie.engine.launch import Launcher, RankPlacement
-from genie.engine.program import RankProgram, build_programs, program_to_json
+from genie.engine.launch import Launcher
+from genie.engine.program import build_programs, program_to_json
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
-from genie.measure.replay import IterationRecords, RankRecords
 
 
 @dataclass(frozen=True)
@@ -19,13 +20,6 @@ class ReplayRequest:
     warmup: int = 0
     timeout_s: float = 60.0
     spin_us: int = 200
-
-
-@dataclass(frozen=True)
-class ReplayOutcome:
-    programs: tuple[RankProgram, ...]
-    iterations: tuple[IterationRecords, ...]
-    placements: tuple[RankPlacement, ...]
 
 
 def check_fits(trace: Trace, placements: list[RankPlacement], *, source: str) -> list[RankPlacement]:

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from genie.core.errors import RunFailure
+from genie.core.placement import RankPlacement
 from genie.engine.control import ControlClosed, recv_message, send_message
-from genie.engine.launch import Launcher, NamespaceLauncher, RankPlacement, log_tail, stop_processes
+from genie.engine.launch import Launcher, NamespaceLauncher, log_tail, stop_processes
 
 
 @dataclass

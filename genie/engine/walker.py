@@ -21,9 +21,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import Recv, Send, Step
 from genie.engine.clock import minimise_timer_slack, spin_until
-from genie.engine.program import Lane, ProgramNode, RankProgram, cached_schedule
+from genie.engine.program import cached_schedule
 from genie.engine.transport import PeerFailure
 
 DEFAULT_SPIN_NS = 200_000

@@ -1,6 +1,6 @@
 """Applying a `FaultPlan` during a run, on the orchestrator side, and recording what was done and when.
 
-The session calls two hooks (`genie.engine.session.FaultHooks`): ``timed_start(start_ns)`` when the run's
+The session calls two hooks (the engine session's `FaultHooks`): ``timed_start(start_ns)`` when the run's
 first timed barrier is released (zero of the run clock), and ``fault_point(k)`` while every rank waits at the barrier before timed op
 k (the op's faults are applied before the ranks are released). Time-triggered faults and the ends of faults
 with a duration (a flap's way back up, a degrade or cross-traffic that lasts `duration`) run on one timer
@@ -8,7 +8,7 @@ thread. Everything goes through a `LiveNetwork` (the testbed, or a fake in tests
 
 `close()` (always called, also on failure) stops the timer, then restores every link still degraded or down,
 stops cross-traffic, and finishes the records: faults never reached are ``not_reached``.
-Stragglers are applied by the ranks themselves (`genie.engine.rank`); they are recorded here at their trigger.
+Stragglers are applied by the ranks themselves (the engine's rank program, `compute_factor`); they are recorded here at their trigger.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def replay_bounds(programs: Sequence[Any], iterations: int, warmup: int, timeout
     """A replay's timed ops (its timed iterations) and its longest possible duration: per iteration the
     slowest rank's compute (stretched by every straggler factor) plus every communication node taking its
     whole timeout."""
-    from genie.engine.program import Lane
+    from genie.core.program import Lane
 
     stretch = 1.0
     for fault in faults:

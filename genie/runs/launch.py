@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Any, Callable, ContextManager, Mapping, NamedTuple
 
 from genie.core.errors import InputError
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
 from genie.engine.session import SessionFactory
 
 class LauncherKind(Enum):

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
 
-from genie.engine.replay import ReplayOutcome, ReplayRequest
+from genie.core.records import ReplayOutcome
+from genie.engine.replay import ReplayRequest
 from genie.runs.options import RunOptions
 
 ReplayProgress = Callable[[], ContextManager[Callable[[int, int], None]]]

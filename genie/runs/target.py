@@ -12,7 +12,7 @@ from genie.core.errors import InputError
 
 if TYPE_CHECKING:
     from genie.core.testbed import TestbedInfo
-    from genie.engine.launch import RankPlacement
+    from genie.core.placement import RankPlacement
     from genie.report.manifest import InputDigest
 
 

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from genie.core.errors import EnvironmentProblem, GenieError, RunFailure
-from genie.engine.launch import die_with_parent
+from genie.core.process import die_with_parent
 from genie.engine.mpi.plan import ERROR_MARKER, LaunchMap, Transport, parse_port_range, port_candidates
 from genie.engine.mpi.trampoline import RANK_VARIABLES, launcher_rank
 

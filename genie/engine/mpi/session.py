@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from genie.core.errors import RunFailure
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
 from genie.engine.mpi import plan
 from genie.engine.mpi.control import encode_job
 from genie.engine.mpi.processes import Proc, descendants, identify, stop_tree
