@@ -156,24 +156,24 @@ def run_sweep(sweep: tuple[SweepCase, ...], placements: list, *, iterations: int
     """Bench every (case, size) of ``sweep_items`` in one rank session: each rank runs the op of its own group
     (sibling groups at once; a rank in none of a case's groups sits it out); an iteration ends with the slowest
     group. Per item, its iteration times (ns)."""
-    from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
+    from genie.core.protocol import BenchCase, BenchJob
     from genie.engine.session import RankSession
     from genie.measure.metrics import iteration_times_ns
 
     items = sweep_items(sweep)
 
-    def job_for(rank: int) -> dict:
+    def job_for(rank: int) -> BenchJob:
         cases = []
         for case, size in items:
             group = next((g for g in case.groups if rank in g), case.groups[0])
             cases.append(BenchCase(_bench_op(case, size, group), warmup, iterations))
-        return bench_job_to_json(BenchJob(cases=tuple(cases), timeout_s=timeout_s))
+        return BenchJob(cases=tuple(cases), timeout_s=timeout_s)
 
     found: dict[int, list[int]] = {}
 
     def on_case(index: int, per_rank: dict) -> None:
         case, size = items[index]
-        found[index] = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()})
+        found[index] = iteration_times_ns({r: m.iterations for r, m in per_rank.items()})
         if progress:
             progress(f"bench {len(found)}/{len(items)}: {case.collective.value} on {len(case.groups)} group(s) of "
                      f"{case.ranks}, {size} B")

@@ -10,10 +10,10 @@ from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError, RunFailure
 from genie.core.placement import RankPlacement
+from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import DEFAULT_DTYPE_BYTES, aligned_size
 from genie.core.testbed import TestbedInfo
-from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
 from genie.engine.launch import Launcher
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns
@@ -54,14 +54,15 @@ class _PartialCase:
     def __init__(self, inner: FaultHooks) -> None:
         self.inner = inner
         self.case: int | None = None
-        self.reports: dict[int, dict] = {}
+        self.reports: dict[int, Barrier] = {}
 
     def timed_start(self, start_ns: int) -> None:
         self.inner.timed_start(start_ns)
 
-    def fault_point(self, op_index: int, reports: dict[int, dict] | None = None) -> None:
+    def fault_point(self, op_index: int, reports: dict[int, Barrier] | None = None) -> None:
         if reports:
-            self.case = int(next(iter(reports.values())).get("case", -1))
+            case = next(iter(reports.values())).case
+            self.case = -1 if case is None else case
             self.reports = reports
         self.inner.fault_point(op_index, reports)
 
@@ -138,13 +139,13 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launche
     stats: dict[int, CaseStats] = {}
     steps: dict[int, dict[int, list]] = {}
 
-    def on_case(index: int, per_rank: dict[int, dict]) -> None:
+    def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
         op = job.cases[index].op
-        restarts = next((m["restarts"] for m in per_rank.values() if m.get("restarts")), ())
-        times = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()}, restarts)
+        restarts = next((m.restarts for m in per_rank.values() if m.restarts), ())
+        times = iteration_times_ns({r: m.iterations for r, m in per_rank.items()}, restarts)
         stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times)
         if job.record_steps:
-            steps[index] = {r: m.get("steps", []) for r, m in per_rank.items()}
+            steps[index] = {r: list(m.steps) for r, m in per_rank.items()}
         if progress:
             progress(len(stats), len(job.cases), stats[index])
 
@@ -158,12 +159,13 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *, launche
                              fault_hooks=partial)
     session = (sessions or local_sessions(launcher))(placements, options)
     try:
-        session.run(bench_job_to_json(job), on_case=on_case)
+        session.run(job, on_case=on_case)
     except RunFailure:
         # a fault ended the run inside a size: keep its iterations measured before its last fault point
         if partial is not None and partial.case is not None and partial.case not in stats and partial.reports:
-            if all(m.get("iterations") for m in partial.reports.values()):
-                on_case(partial.case, partial.reports)
+            if all(m.iterations for m in partial.reports.values()):
+                on_case(partial.case, {r: CaseResult(partial.case, r, iterations=m.iterations, restarts=m.restarts)
+                                       for r, m in partial.reports.items()})
         raise
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=job, placements=tuple(placements),
                         steps=steps)

@@ -10,10 +10,10 @@ from typing import Callable
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.placement import RankPlacement
+from genie.core.protocol import BenchCase, BenchJob, CaseResult
 from genie.core.schedule import CollectiveOp
 from genie.core.testbed import TestbedInfo
 from genie.engine.bench import DTYPE_BYTES, placements_for
-from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
 from genie.engine.session import SessionFactory, SessionOptions, local_sessions
 from genie.measure.diagnose import Diagnosis, PairMeasurement, diagnose
 from genie.measure.metrics import case_stats, iteration_times_ns
@@ -83,16 +83,16 @@ def _measure(pairs: list[tuple[str, str]], first: dict[str, RankPlacement], plac
     job = BenchJob(tuple(cases), timeout_s=request.timeout_s)
     medians_us: dict[int, float] = {}
 
-    def on_case(index: int, per_rank: dict[int, dict]) -> None:
+    def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
         op = job.cases[index].op
-        times = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items() if m["iterations"]})
+        times = iteration_times_ns({r: m.iterations for r, m in per_rank.items() if m.iterations})
         medians_us[index] = case_stats(op.collective, op.algorithm, 2, op.size_bytes, op.dtype_bytes,
                                        times).time_median_us
         if progress:
             progress(len(medians_us), len(job.cases))
 
     options = SessionOptions(idle_timeout_s=max(120.0, request.timeout_s * 2), on_pids=on_pids)
-    (sessions or local_sessions())(placements, options).run(bench_job_to_json(job), on_case=on_case)
+    (sessions or local_sessions())(placements, options).run(job, on_case=on_case)
     measurements = {}
     for k, (src, dst) in enumerate(pairs):
         latency_us, bulk_us = medians_us[2 * k], medians_us[2 * k + 1]

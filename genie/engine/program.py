@@ -81,22 +81,3 @@ def build_programs(trace: Trace, *, source: str = "<trace>") -> list[RankProgram
                 nodes.append(ProgramNode(node.id, node.name, Lane.NONE, deps))
         programs.append(RankProgram(rank, tuple(nodes), frozenset(links)))
     return programs
-
-
-def program_to_json(program: RankProgram) -> dict:
-    from genie.engine.jobs import op_to_json
-
-    return {"rank": program.rank, "links": sorted(program.links),
-            "nodes": [[n.id, n.name, n.lane.value, list(n.deps), n.duration_ns,
-                       op_to_json(n.op) if n.op else None, n.channel, n.peer, n.size_bytes, n.group]
-                      for n in program.nodes]}
-
-
-def program_from_json(d: dict) -> RankProgram:
-    from genie.engine.jobs import op_from_json
-
-    nodes = tuple(ProgramNode(id=int(i), name=name, lane=Lane(lane), deps=tuple(deps), duration_ns=int(dur),
-                              op=op_from_json(op) if op else None, channel=int(ch), peer=peer,
-                              size_bytes=int(size), group=group)
-                  for i, name, lane, deps, dur, op, ch, peer, size, group in d["nodes"])
-    return RankProgram(int(d["rank"]), nodes, frozenset(tuple(link) for link in d["links"]))

@@ -7,10 +7,11 @@ from typing import Callable
 
 from genie.core.errors import InputError
 from genie.core.placement import RankPlacement
+from genie.core.protocol import CaseResult, ReplayJob, Straggler
 from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
 from genie.core.trace import Trace
 from genie.engine.launch import Launcher
-from genie.engine.program import build_programs, program_to_json
+from genie.engine.program import build_programs
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 
 
@@ -39,7 +40,7 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                progress: Callable[[int, int], None] | None = None,
                sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
                fault_points: tuple[int, ...] = (),
-               stragglers: dict[int, list[dict]] | None = None) -> ReplayOutcome:
+               stragglers: dict[int, tuple[Straggler, ...]] | None = None) -> ReplayOutcome:
     """Replay `trace` on `placements`. `fault_hooks` (genie.faults) inject faults live, before the timed
     iterations `fault_points`; `stragglers` per rank stretch that rank's compute (see `genie.engine.rank`)."""
     if request.iterations < 1:
@@ -48,17 +49,17 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
         raise InputError("must be >= 0", path="--warmup")
     placements = check_fits(trace, placements, source=source)
     programs = build_programs(trace, source=source)
-    docs = {p.rank: program_to_json(p) for p in programs}
-    common = {"kind": "replay", "iterations": request.iterations, "warmup": request.warmup,
-              "timeout_s": request.timeout_s, "spin_ns": request.spin_us * 1000}
+    by_rank = {p.rank: p for p in programs}
+    common = dict(iterations=request.iterations, warmup=request.warmup, timeout_s=request.timeout_s,
+                  spin_ns=request.spin_us * 1000)
     if fault_hooks is not None:
-        common.update({"faults": True, "fault_points": list(fault_points)})
+        common.update(faults=True, fault_points=tuple(fault_points))
     stragglers = stragglers or {}
     results: dict[int, IterationRecords] = {}
 
-    def on_case(index: int, per_rank: dict[int, dict]) -> None:
+    def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
         results[index] = IterationRecords(index, tuple(
-            RankRecords(rank, int(m["t0_ns"]), tuple(tuple(r) for r in m["records"]))
+            RankRecords(rank, m.t0_ns, tuple(m.records))
             for rank, m in sorted(per_rank.items())))
         if progress:
             progress(len(results), request.iterations)
@@ -66,6 +67,6 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
     options = SessionOptions(idle_timeout_s=max(120.0, request.timeout_s * 2), on_pids=on_pids,
                              fault_hooks=fault_hooks)
     session = (sessions or local_sessions(launcher))(placements, options)
-    session.run(lambda rank: {**common, "program": docs[rank], "stragglers": stragglers.get(rank, [])},
+    session.run(lambda rank: ReplayJob(program=by_rank[rank], stragglers=tuple(stragglers.get(rank, ())), **common),
                 on_case=on_case)
     return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements))

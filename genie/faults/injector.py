@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
+from genie.core.protocol import Barrier
 from genie.faults.model import FaultKind, FaultPlan, LinkTarget, PlannedFault
 
 
@@ -88,7 +89,7 @@ class FaultInjector:
             self._schedule(start_ns + round(at_s * 1e9), lambda f=fault: self._apply(f))
         self._ensure_thread()
 
-    def fault_point(self, op_index: int, reports: dict[int, dict[str, Any]] | None = None) -> None:
+    def fault_point(self, op_index: int, reports: dict[int, Barrier] | None = None) -> None:
         if op_index in self._done_points:
             return
         self._done_points.add(op_index)
