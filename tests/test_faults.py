@@ -12,6 +12,7 @@ import time
 import pytest
 
 from genie.core.errors import InputError
+from genie.core.protocol import Straggler
 from genie.core.topology import LinkShape
 from genie.engine.rank import compute_factor
 from genie.faults.injector import FaultInjector, FaultOutcome
@@ -237,9 +238,9 @@ def test_inject_faults_writes_records_and_fails_the_run_when_a_fault_failed(info
 
 # ---- engine pieces ---------------------------------------------------------------------------------------------
 def test_straggler_compute_factor():
-    assert compute_factor([{"factor": 3.0, "at_op": 1, "at_s": None}], 0, 0) is None
-    assert compute_factor([{"factor": 3.0, "at_op": 1, "at_s": None}], 1, 0)(123) == 3.0
-    timed = compute_factor([{"factor": 2.0, "at_op": None, "at_s": 1.0}], 0, 1_000)
+    assert compute_factor([Straggler(factor=3.0, at_op=1, at_s=None)], 0, 0) is None
+    assert compute_factor([Straggler(factor=3.0, at_op=1, at_s=None)], 1, 0)(123) == 3.0
+    timed = compute_factor([Straggler(factor=2.0, at_op=None, at_s=1.0)], 0, 1_000)
     assert timed(1_000) == 1.0 and timed(1_000 + 10**9) == 2.0
 
 

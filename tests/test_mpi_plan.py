@@ -12,8 +12,9 @@ import pytest
 
 from mpi_support import resolve_launch
 from genie.core.errors import InputError
+from genie.core.placement import RankPlacement
+from genie.core.protocol import CaseResult, Done
 from genie.services.target import loopback_placements, placements_for
-from genie.engine.launch import RankPlacement
 from genie.engine.mpi import plan
 from genie.engine.mpi.clocksync import (ClockOffset, barrier_lead_ns, estimate_offset, sample_offset,
                                         to_reference)
@@ -71,15 +72,16 @@ def test_negative_rtt_samples_are_ignored_and_none_usable_is_an_error():
 
 
 def test_to_reference_moves_bench_and_replay_timestamps():
-    bench = {"type": "case_result", "case": 0, "rank": 2, "iterations": [[1000, 1500], [1500, 2100]],
-             "steps": [[0, 0, 1000, 1200, 64, 64, [1, 3]]]}
+    bench = CaseResult(case=0, rank=2, iterations=((1000, 1500), (1500, 2100)),
+                       steps=((0, 0, 1000, 1200, 64, 64, (1, 3)),))
     moved = to_reference(bench, 400)
-    assert moved["iterations"] == [[600, 1100], [1100, 1700]]
-    assert moved["steps"] == [[0, 0, 600, 800, 64, 64, [1, 3]]]
-    assert bench["iterations"][0] == [1000, 1500]  # the original is untouched
-    replay = {"type": "case_result", "case": 1, "rank": 2, "t0_ns": 5000, "records": [[7, 5000, 5600]]}
-    assert to_reference(replay, -100) == {**replay, "t0_ns": 5100, "records": [[7, 5100, 5700]]}
+    assert moved.iterations == ((600, 1100), (1100, 1700))
+    assert moved.steps == ((0, 0, 600, 800, 64, 64, (1, 3)),)
+    assert bench.iterations[0] == (1000, 1500)  # the original is untouched
+    replay = CaseResult(case=1, rank=2, t0_ns=5000, records=((7, 5000, 5600),))
+    assert to_reference(replay, -100) == CaseResult(case=1, rank=2, t0_ns=5100, records=((7, 5100, 5700),))
     assert to_reference(replay, 0) is replay
+    assert to_reference(Done(rank=2), 400) == Done(rank=2)  # only case results carry timestamps
 
 
 def test_barrier_lead_covers_the_broadcast():

@@ -13,7 +13,7 @@ import pytest
 from mpi_support import resolve_launch
 from genie.cli.main import main as genie_main
 from genie.core.errors import InputError
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
 from genie.engine.mpi.hostlist import expand_counts, expand_hostlist
 from genie.engine.mpi.slurm import (SlurmAllocation, SlurmLaunch, allocation_inventory, find_srun, local_node,
                                     match_inventory, resolve_slurm, slurm_hostfile, srun_argv)

@@ -9,7 +9,7 @@ from genie.core.collective import Algorithm, Collective
 from genie.core.schedule import CollectiveOp, Step
 from genie.engine.clock import FakeClock
 from genie.engine.fake_mover import FakeMover
-from genie.engine.program import Lane, ProgramNode, RankProgram
+from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.engine.transport import PeerFailure
 from genie.engine.walker import CommRun, NodeRecord, ProgramWalker
 

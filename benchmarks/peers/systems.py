@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from genie.core.collective import Collective
+from genie.core.process import die_with_parent
 from genie.core.testbed import TestbedInfo
 from genie.services.target import placements_for
-from genie.engine.launch import die_with_parent, log_tail, stop_processes
+from genie.engine.launch import log_tail, stop_processes
 from genie.engine.mpi.discover import find_mpiexec
 from genie.engine.mpi.plan import launch_env, launch_map, mpiexec_argv, trampoline_argv
 from genie.engine.mpi.processes import descendants, stop_tree

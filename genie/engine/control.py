@@ -1,11 +1,13 @@
-"""Control-channel framing between the orchestrator and rank programs: 4-byte big-endian length + JSON."""
+"""Control-channel framing between the orchestrator and rank programs: each `genie.core.protocol` message as a
+4-byte big-endian length + its JSON document."""
 
 from __future__ import annotations
 
 import json
 import socket
 import struct
-from typing import Any
+
+from genie.core.protocol import Message, ProtocolError, decode_message, encode_message
 
 _HEADER = struct.Struct("!I")
 MAX_MESSAGE_BYTES = 1 << 30
@@ -15,8 +17,8 @@ class ControlClosed(ConnectionError):
     """The other side of a control connection went away."""
 
 
-def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
-    payload = json.dumps(message, separators=(",", ":")).encode()
+def send_message(sock: socket.socket, message: Message) -> None:
+    payload = json.dumps(encode_message(message), separators=(",", ":")).encode()
     sock.sendall(_HEADER.pack(len(payload)) + payload)
 
 
@@ -32,8 +34,14 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(buf)
 
 
-def recv_message(sock: socket.socket) -> dict[str, Any]:
+def recv_message(sock: socket.socket) -> Message:
+    """The next message; `ProtocolError` if it is not valid JSON or not a message."""
     (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
     if size > MAX_MESSAGE_BYTES:
         raise ControlClosed(f"control message of {size} bytes is too large")
-    return json.loads(_recv_exact(sock, size))
+    payload = _recv_exact(sock, size)
+    try:
+        doc = json.loads(payload)
+    except ValueError as exc:
+        raise ProtocolError(f"a control message is not JSON: {exc}") from None
+    return decode_message(doc)

@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-@dataclass(frozen=True)
-class RankPlacement:
-    """Where global rank `rank` runs: namespace (None = current) and the address it listens on."""
-
-    rank: int
-    host: str
-    netns: str | None
-    address: str
+from genie.core.placement import RankPlacement
+from genie.core.process import die_with_parent
 
 
 class Launcher(Protocol):

@@ -11,49 +11,15 @@ meaning) to genie's nccl-tests convention: all-gather's comm_size is the per-ran
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
 from functools import lru_cache
 
 from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
+from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import CollectiveOp, Schedule
 from genie.core.sizes import trace_op_size
 from genie.core.trace import NodeKind, Trace, TraceNode, topological_order
-
-
-class Lane(Enum):
-    COMPUTE = "compute"
-    COLLECTIVE = "collective"
-    SEND = "send"
-    RECV = "recv"
-    NONE = "none"  # nodes that take no time (metadata, memory ops): done as soon as their deps are
-
-
-@dataclass(frozen=True)
-class ProgramNode:
-    id: int
-    name: str
-    lane: Lane
-    deps: tuple[int, ...]
-    duration_ns: int = 0
-    op: CollectiveOp | None = None  # collectives
-    channel: int = 0  # collectives: the group's channel; p2p: the p2p channel
-    peer: int | None = None  # send / recv
-    size_bytes: int = 0  # bytes this rank's op moves per nccl-tests convention (collective) or the message
-    group: str = ""
-
-
-@dataclass(frozen=True)
-class RankProgram:
-    rank: int
-    nodes: tuple[ProgramNode, ...]  # in a topological order
-    links: frozenset[tuple[int, int]]  # (channel, peer) connections this rank needs
-
-    @property
-    def compute_ns(self) -> int:
-        return sum(n.duration_ns for n in self.nodes if n.lane is Lane.COMPUTE)
 
 
 @lru_cache(maxsize=4096)
@@ -115,22 +81,3 @@ def build_programs(trace: Trace, *, source: str = "<trace>") -> list[RankProgram
                 nodes.append(ProgramNode(node.id, node.name, Lane.NONE, deps))
         programs.append(RankProgram(rank, tuple(nodes), frozenset(links)))
     return programs
-
-
-def program_to_json(program: RankProgram) -> dict:
-    from genie.engine.jobs import op_to_json
-
-    return {"rank": program.rank, "links": sorted(program.links),
-            "nodes": [[n.id, n.name, n.lane.value, list(n.deps), n.duration_ns,
-                       op_to_json(n.op) if n.op else None, n.channel, n.peer, n.size_bytes, n.group]
-                      for n in program.nodes]}
-
-
-def program_from_json(d: dict) -> RankProgram:
-    from genie.engine.jobs import op_from_json
-
-    nodes = tuple(ProgramNode(id=int(i), name=name, lane=Lane(lane), deps=tuple(deps), duration_ns=int(dur),
-                              op=op_from_json(op) if op else None, channel=int(ch), peer=peer,
-                              size_bytes=int(size), group=group)
-                  for i, name, lane, deps, dur, op, ch, peer, size, group in d["nodes"])
-    return RankProgram(int(d["rank"]), nodes, frozenset(tuple(link) for link in d["links"]))

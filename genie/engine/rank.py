@@ -1,9 +1,10 @@
 """The rank program: one process per GPU rank. Run as ``python -m genie.engine.rank --control SOCK --rank R
 --address A`` inside the rank's host namespace.
 
-Life: listen on A → hello to the orchestrator (port) → receive the address book and the job → one persistent
-TCP connection per peer the job needs → run the job, reporting records case by case → wait for "exit".
-Any failure is reported as one message naming this rank (and the peer) before the process exits.
+Life (`serve_rank`, messages of `genie.core.protocol`): listen on A → `Hello` to the orchestrator (port) →
+`Setup` (the address book and the job) → one persistent TCP connection per peer the job needs → run the job,
+reporting a `CaseResult` per case → `Done` → wait for `Exit`. Any failure is reported as one `Error` naming
+this rank (and the peer) before the process exits.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from genie.core.errors import RunFailure
+from genie.core.protocol import (Barrier, BenchJob, CaseResult, Done, Error, Go, Hello, Job, Message, ReplayJob, Setup,
+                                 Straggler)
 from genie.engine.control import ControlClosed, recv_message, send_message
-from genie.engine.jobs import BenchJob, bench_job_from_json
 from genie.engine.transport import SocketTransport, Transport, connect_mesh, listen_socket
 
 
@@ -26,30 +28,36 @@ class Control(Protocol):
     """What the job runners need from a control plane: the orchestrator's unix socket (`ControlChannel`) or MPI
     (`genie.engine.mpi.control.MpiControl`)."""
 
-    def send(self, message: dict[str, Any]) -> None: ...
+    def send(self, message: Message) -> None: ...
 
-    def barrier(self) -> int:
-        """Wait for every rank and a common start time; return it on this rank's monotonic clock (ns)."""
+    def barrier(self, barrier: Barrier = Barrier()) -> int:
+        """Wait for every rank and a common start time; return it on this rank's monotonic clock (ns).
+        `barrier` tells the orchestrator about it (timed ops follow, a fault point); MPI control ignores it."""
 
 
 class ControlChannel:
+    """The rank's end of a control connection (a unix socket to the orchestrator, or one end of a socketpair)."""
+
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         send_message(self.sock, message)
 
-    def barrier(self, **tags: Any) -> int:
-        """Wait for every rank, then for the common start time the orchestrator sets; returns it (ns). `tags`
-        tell the orchestrator about the barrier: ``timed=True`` (timed ops follow), ``fault_point=k`` (timed op
-        k follows: faults planned for it are injected before the ranks are released)."""
+    def receive(self) -> Message:
+        return recv_message(self.sock)
+
+    def barrier(self, barrier: Barrier = Barrier()) -> int:
+        """Wait for every rank, then for the common start time the orchestrator sets; returns it (ns). `barrier`
+        tells the orchestrator about it: ``timed`` (timed ops follow), ``fault_point=k`` (timed op k follows:
+        faults planned for it are injected before the ranks are released)."""
         from genie.engine.clock import sleep_until
 
-        send_message(self.sock, {"type": "barrier", **tags})
+        send_message(self.sock, barrier)
         reply = recv_message(self.sock)
-        if reply.get("type") != "go":
-            raise RunFailure(f"unexpected control message {reply.get('type')!r} during barrier")
-        start_ns = int(reply.get("start_ns") or time.monotonic_ns())
+        if not isinstance(reply, Go):
+            raise RunFailure(f"unexpected control message {reply.kind.value!r} during barrier")
+        start_ns = reply.start_ns or time.monotonic_ns()
         sleep_until(start_ns)
         return start_ns
 
@@ -62,12 +70,6 @@ def job_peers(job: BenchJob, rank: int) -> frozenset[int]:
         if rank in case.op.group:
             peers |= build_schedule(case.op).peers_of(rank)
     return frozenset(peers)
-
-
-def _barrier(control: Control, **tags: Any) -> int:
-    """A barrier, tagged only when there is something to say (runs with faults; MPI control takes no tags)."""
-    tags = {k: v for k, v in tags.items() if v is not None and v is not False}
-    return control.barrier(**tags) if tags else control.barrier()  # type: ignore[call-arg]
 
 
 def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Control) -> None:
@@ -84,19 +86,19 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
         member = rank in case.op.group
         schedule = build_schedule(case.op).for_rank(rank) if member else None
         verifier = _Verifier(case.op, rank) if (job.verify and member) else None
-        control.barrier()
+        control.barrier(Barrier())
         for _ in range(case.warmup if member else 0):
             run_schedule(schedule, transport, timeout_s=job.timeout_s,
                          data=verifier.fresh() if verifier else None)
-        _barrier(control, timed=job.faults)
+        control.barrier(Barrier(timed=job.faults))
         iterations: list[tuple[int, int]] = []
-        steps: list[list[Any]] = []
+        steps: list[tuple[Any, ...]] = []
         restarts: list[int] = []
         for it in range(case.iterations):
             op += 1
             if op - 1 in points:  # the iterations so far go along: kept if a fault ends the run in this case
-                _barrier(control, fault_point=op - 1, case=index, iterations=list(iterations),
-                         restarts=list(restarts))
+                control.barrier(Barrier(fault_point=op - 1, case=index, iterations=tuple(iterations),
+                                        restarts=tuple(restarts)))
                 restarts.append(it)
             if not member:
                 continue
@@ -106,26 +108,26 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
                                    record_steps=job.record_steps, clock=clock)
             end = clock()
             iterations.append((start, end))
-            steps.extend([it, r.step_index, r.start_ns, r.end_ns, r.sent_bytes, r.received_bytes, list(r.peers)]
+            steps.extend((it, r.step_index, r.start_ns, r.end_ns, r.sent_bytes, r.received_bytes, tuple(r.peers))
                          for r in records)
             if verifier:
                 verifier.check(data)
-        control.send({"type": "case_result", "case": index, "rank": rank, "iterations": iterations,
-                      "steps": steps, **({"restarts": restarts} if restarts else {})})
+        control.send(CaseResult(case=index, rank=rank, iterations=tuple(iterations), steps=tuple(steps),
+                                restarts=tuple(restarts)))
 
 
-def compute_factor(stragglers: list[dict[str, Any]], op: int, run_t0_ns: int):
+def compute_factor(stragglers: Sequence[Straggler], op: int, run_t0_ns: int):
     """How much longer this rank's compute lasts in timed op `op` (None: not at all). ``at_op`` stragglers
     stretch every compute node from that op on; ``at_s`` ones every compute node whose (ideal) start is at or
     after the run clock's `at_s` (zero: the first timed start)."""
     base = 1.0
     timed: list[tuple[int, float]] = []
     for s in stragglers:
-        if s.get("at_op") is not None:
-            if op >= int(s["at_op"]):
-                base *= float(s["factor"])
+        if s.at_op is not None:
+            if op >= s.at_op:
+                base *= s.factor
         else:
-            timed.append((run_t0_ns + round(float(s["at_s"]) * 1e9), float(s["factor"])))
+            timed.append((run_t0_ns + round((s.at_s or 0.0) * 1e9), s.factor))
     if not timed:
         return None if base == 1.0 else (lambda _start_ns: base)
 
@@ -139,30 +141,30 @@ def compute_factor(stragglers: list[dict[str, Any]], op: int, run_t0_ns: int):
     return factor
 
 
-def run_replay_job(job: dict[str, Any], program, mover, control: Control) -> None:
+def run_replay_job(job: ReplayJob, mover, control: Control) -> None:
     """Walk the program `warmup + iterations` times, each after a barrier; report each timed iteration.
     `mover` (a `genie.engine.walker.StepMover`) moves the bytes; the walker closes it. With faults, timed
     barriers are tagged (``timed``, ``fault_point``: timed iteration k is op k) and this rank's stragglers
-    (`job["stragglers"]`) stretch its compute."""
+    (`job.stragglers`) stretch its compute."""
     from genie.engine.walker import ProgramWalker
 
-    walker = ProgramWalker(program, mover, timeout_s=float(job["timeout_s"]), spin_ns=int(job["spin_ns"]))
-    faults = bool(job.get("faults"))
-    points = set(job.get("fault_points") or ())
-    stragglers = list(job.get("stragglers") or ())
+    program = job.program
+    walker = ProgramWalker(program, mover, timeout_s=job.timeout_s, spin_ns=job.spin_ns)
+    points = set(job.fault_points)
+    stragglers = job.stragglers
     run_t0: int | None = None
     try:
-        warmup = int(job["warmup"])
-        for it in range(warmup + int(job["iterations"])):
+        warmup = job.warmup
+        for it in range(warmup + job.iterations):
             op = it - warmup
-            t0 = _barrier(control, timed=faults and op >= 0, fault_point=op if op in points else None)
+            t0 = control.barrier(Barrier(timed=job.faults and op >= 0, fault_point=op if op in points else None))
             if op == 0:
                 run_t0 = t0
             factor = compute_factor(stragglers, op, run_t0) if stragglers and run_t0 is not None else None
             records = walker.run(t0, compute_factor=factor)
             if it >= warmup:
-                control.send({"type": "case_result", "case": it - warmup, "rank": program.rank, "t0_ns": t0,
-                              "records": [[r.node_id, r.start_ns, r.end_ns] for r in records]})
+                control.send(CaseResult(case=it - warmup, rank=program.rank, t0_ns=t0,
+                                        records=tuple((r.node_id, r.start_ns, r.end_ns) for r in records)))
     finally:
         walker.close()
 
@@ -190,28 +192,26 @@ class _Verifier:
                              f"({self.op.algorithm.value}): {problem}")
 
 
-def run_job_over_tcp(job_doc: dict[str, Any], rank: int, listener: socket.socket,
-                     addresses: dict[int, tuple[str, int]], control: Control, sockets: dict, *,
-                     connect_timeout_s: float = 30.0, socket_buffer_bytes: int | None = None,
-                     spin_s: float = 0.0) -> SocketTransport | None:
+def run_job_over_tcp(job: Job, rank: int, listener: socket.socket, addresses: dict[int, tuple[str, int]],
+                     control: Control, sockets: dict, *, connect_timeout_s: float = 30.0,
+                     socket_buffer_bytes: int | None = None, spin_s: float = 0.0) -> SocketTransport | None:
     """Connect to the peers the job needs (one TCP connection per (channel, peer)), close `listener`, run the
     job (bench or replay). The connections land in `sockets`, and the bench transport is returned: the caller
     closes them (also on failure) once every rank is done."""
-    if job_doc["kind"] == "replay":
-        from genie.engine.program import program_from_json
-
-        program = program_from_json(job_doc["program"])
-        links = program.links
-    else:
-        job = bench_job_from_json(job_doc)
-        links = frozenset((0, peer) for peer in job_peers(job, rank))
+    match job:
+        case ReplayJob():
+            links = job.program.links
+        case BenchJob():
+            links = frozenset((0, peer) for peer in job_peers(job, rank))
+        case _:
+            raise RunFailure(f"rank {rank}: cannot run a {type(job).__name__}")
     sockets.update(connect_mesh(rank, listener, addresses, links, timeout_s=connect_timeout_s,
                                 buffer_bytes=socket_buffer_bytes))
     listener.close()
-    if job_doc["kind"] == "replay":
+    if isinstance(job, ReplayJob):
         from genie.engine.socket_mover import SocketMover
 
-        run_replay_job(job_doc, program, SocketMover(rank, sockets), control)
+        run_replay_job(job, SocketMover(rank, sockets), control)
         return None
     transport = SocketTransport(rank, {peer: sock for (_, peer), sock in sockets.items()}, spin_s=spin_s)
     try:
@@ -220,6 +220,40 @@ def run_job_over_tcp(job_doc: dict[str, Any], rank: int, listener: socket.socket
         transport.close()
         raise
     return transport
+
+
+def serve_rank(control: ControlChannel, rank: int, listener: socket.socket, sockets: dict) -> int:
+    """One rank's life on a control channel, whatever started it (a process, a thread): hello → setup → the
+    job → done → wait for exit. A failure is reported to the orchestrator (`Error`, naming this rank). The
+    data connections land in `sockets`; this closes them, the transport and `listener` before returning the
+    exit code (0, 1: failed, 3: the orchestrator went away)."""
+    transport: SocketTransport | None = None
+    try:
+        control.send(Hello(rank=rank, port=listener.getsockname()[1], pid=os.getpid()))
+        setup = control.receive()
+        if not isinstance(setup, Setup):
+            raise RunFailure(f"rank {rank}: expected the setup, got a {setup.kind.value} message")
+        transport = run_job_over_tcp(setup.job, rank, listener, setup.addresses, control, sockets,
+                                     connect_timeout_s=setup.connect_timeout_s,
+                                     socket_buffer_bytes=setup.socket_buffer_bytes, spin_s=setup.spin_s)
+        control.send(Done(rank=rank))
+        control.receive()  # `Exit`: every rank is done, connections may close
+        return 0
+    except ControlClosed:
+        return 3
+    except Exception as exc:  # reported to the orchestrator, which names this rank
+        message = str(exc) if isinstance(exc, RunFailure) else f"rank {rank}: {type(exc).__name__}: {exc}"
+        try:
+            control.send(Error(rank=rank, message=message))
+        except OSError:
+            pass
+        return 1
+    finally:
+        listener.close()
+        if transport is not None:
+            transport.close()
+        for sock in sockets.values():
+            sock.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,34 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     ctrl_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     ctrl_sock.connect(args.control)
     control = ControlChannel(ctrl_sock)
-    transport: SocketTransport | None = None
-    sockets: dict = {}
     try:
         listener = listen_socket(args.address, args.world)
-        control.send({"type": "hello", "rank": args.rank, "port": listener.getsockname()[1], "pid": os.getpid()})
-        setup = recv_message(ctrl_sock)
-        addresses = {int(r): (a, int(p)) for r, (a, p) in setup["addresses"].items()}
-        transport = run_job_over_tcp(setup["job"], args.rank, listener, addresses, control, sockets,
-                                     connect_timeout_s=float(setup.get("connect_timeout_s", 30.0)),
-                                     socket_buffer_bytes=setup.get("socket_buffer_bytes"),
-                                     spin_s=float(setup.get("spin_s", 0.0)))
-        control.send({"type": "done", "rank": args.rank})
-        recv_message(ctrl_sock)  # "exit": every rank is done, connections may close
-        return 0
-    except ControlClosed:
-        return 3
-    except Exception as exc:  # reported to the orchestrator, which names this rank
-        message = str(exc) if isinstance(exc, RunFailure) else f"rank {args.rank}: {type(exc).__name__}: {exc}"
+    except OSError as exc:
         try:
-            control.send({"type": "error", "rank": args.rank, "message": message})
+            control.send(Error(rank=args.rank, message=f"rank {args.rank}: {type(exc).__name__}: {exc}"))
         except OSError:
             pass
         return 1
-    finally:
-        if transport is not None:
-            transport.close()
-        for sock in sockets.values():
-            sock.close()
+    return serve_rank(control, args.rank, listener, {})
 
 
 if __name__ == "__main__":

@@ -1,5 +1,10 @@
 """The orchestrator side of a run: start rank programs, rendezvous, hand out the job, relay barriers, gather
-records, and always stop every process it started (by PID) — on success, failure, Ctrl-C or SIGTERM."""
+records, and always stop every process it started (by PID) — on success, failure, Ctrl-C or SIGTERM.
+
+`Orchestrator` speaks the control protocol (`genie.core.protocol`) over one connected control socket per
+rank, whatever started the ranks: `RankSession` starts them as processes (``python -m genie.engine.rank``),
+`genie.engine.inprocess` as threads of this process.
+"""
 
 from __future__ import annotations
 
@@ -12,16 +17,19 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 from genie.core.errors import RunFailure
+from genie.core.placement import RankPlacement
+from genie.core.protocol import (Barrier, CaseResult, Done, Error, Exit, Go, Hello, Job, Message, MessageKind,
+                                 ProtocolError, Setup)
 from genie.engine.control import ControlClosed, recv_message, send_message
-from genie.engine.launch import Launcher, NamespaceLauncher, RankPlacement, log_tail, stop_processes
+from genie.engine.launch import Launcher, NamespaceLauncher, log_tail, stop_processes
 
 
 @dataclass
 class SessionResult:
-    case_results: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)  # case -> rank -> message
+    case_results: dict[int, dict[int, CaseResult]] = field(default_factory=dict)  # case -> rank -> result
 
 
 @dataclass(frozen=True)
@@ -41,18 +49,161 @@ class FaultHooks(Protocol):
 
     def timed_start(self, start_ns: int) -> None: ...
 
-    def fault_point(self, op_index: int, reports: dict[int, dict[str, Any]] | None = None) -> None:
+    def fault_point(self, op_index: int, reports: dict[int, Barrier] | None = None) -> None:
         """`reports`: each rank's barrier message (a bench rank reports its timed iterations so far)."""
 
 
 class Session(Protocol):
     """Runs one job on a set of rank placements; `on_case(case, per_rank)` as each case completes."""
 
-    def run(self, job: dict[str, Any] | Callable[[int], dict[str, Any]],
-            on_case: Callable[[int, dict[int, dict[str, Any]]], None] | None = None) -> SessionResult: ...
+    def run(self, job: Job | Callable[[int], Job],
+            on_case: Callable[[int, dict[int, CaseResult]], None] | None = None) -> SessionResult: ...
 
 
 SessionFactory = Callable[[list[RankPlacement], SessionOptions], Session]
+
+
+class RankHealth(Protocol):
+    """How an orchestrator names a rank that went away (a process's exit status and log, a thread's end)."""
+
+    def check_alive(self, during: str) -> None:
+        """Raise the RunFailure of the first rank found dead."""
+
+    def dead_rank_error(self, rank: int, during: str) -> RunFailure: ...
+
+
+def read_hello(conn: socket.socket, timeout_s: float) -> Hello:
+    """A rank's first message on its new control connection; its `Error` (it could not start) is raised."""
+    conn.settimeout(timeout_s)
+    hello = recv_message(conn)
+    if isinstance(hello, Error):
+        raise RunFailure(hello.message)
+    if not isinstance(hello, Hello):
+        raise RunFailure(f"a rank sent a {hello.kind.value} message before its hello")
+    conn.settimeout(None)
+    return hello
+
+
+@dataclass
+class _Serving:
+    """The state of one `Orchestrator.serve`: the barrier being gathered and the ranks done."""
+
+    result: SessionResult
+    on_case: Callable[[int, dict[int, CaseResult]], None] | None
+    waiting: set[int] = field(default_factory=set)
+    timed: bool = False  # what the waiting ranks said about this barrier
+    fault_point: int | None = None
+    reports: dict[int, Barrier] = field(default_factory=dict)
+    done: set[int] = field(default_factory=set)
+
+
+class Orchestrator:
+    """The orchestrator's side of the control protocol over one connected control socket per rank (`conns`):
+    send the setup, relay barriers (common start times, fault hooks), gather case results, release the ranks.
+    `health` names a rank that went away."""
+
+    def __init__(self, conns: dict[int, socket.socket], health: RankHealth, *, idle_timeout_s: float,
+                 fault_hooks: FaultHooks | None = None, start_lead_ns: int | None = None) -> None:
+        self.conns = conns
+        self.health = health
+        self.idle_timeout_s = idle_timeout_s
+        self.fault_hooks = fault_hooks
+        self.start_lead_ns = start_lead_ns if start_lead_ns is not None else max(2_000_000, 150_000 * len(conns))
+
+    def send(self, rank: int, message: Message, during: str) -> None:
+        """A control message to `rank`; a rank that died meanwhile is named, not a broken pipe."""
+        try:
+            send_message(self.conns[rank], message)
+        except OSError:
+            raise self.health.dead_rank_error(rank, during) from None
+
+    def setup(self, addresses: dict[int, tuple[str, int]], job: Job | Callable[[int], Job], *,
+              socket_buffer_bytes: int | None, spin_s: float) -> None:
+        for rank in self.conns:
+            self.send(rank, Setup(addresses=addresses, job=job(rank) if callable(job) else job,
+                                  socket_buffer_bytes=socket_buffer_bytes, spin_s=spin_s), "startup")
+
+    def release(self) -> None:
+        """Every rank reported done: tell them to exit (one that is gone already has nothing left to do)."""
+        for conn in self.conns.values():
+            try:
+                send_message(conn, Exit())
+            except OSError:
+                pass
+
+    def serve(self, on_case: Callable[[int, dict[int, CaseResult]], None] | None) -> SessionResult:
+        """Until every rank is done: each message goes to the handler of its kind; `on_case(case, per_rank)` as
+        soon as every rank has reported a case (a bench size, a replay iteration)."""
+        handlers: dict[MessageKind, Callable[[int, Message, _Serving], None]] = {
+            MessageKind.ERROR: self._on_error,
+            MessageKind.BARRIER: self._on_barrier,
+            MessageKind.CASE_RESULT: self._on_case_result,
+            MessageKind.DONE: self._on_done,
+        }
+        state = _Serving(SessionResult(), on_case)
+        sel = selectors.DefaultSelector()
+        for rank, conn in self.conns.items():
+            sel.register(conn, selectors.EVENT_READ, rank)
+        last_activity = time.monotonic()
+        try:
+            while len(state.done) < len(self.conns):
+                events = sel.select(timeout=0.5)
+                if not events:
+                    self.health.check_alive("the run")
+                    if time.monotonic() - last_activity > self.idle_timeout_s:
+                        raise RunFailure(f"no progress for {self.idle_timeout_s:g} s "
+                                         f"(ranks still running: {sorted(set(self.conns) - state.done)})")
+                    continue
+                last_activity = time.monotonic()
+                for key, _ in events:
+                    rank = key.data
+                    try:
+                        msg = recv_message(key.fileobj)
+                    except ProtocolError as exc:
+                        raise RunFailure(f"rank {rank}: {exc}") from None
+                    except (ControlClosed, ConnectionError):
+                        raise self.health.dead_rank_error(rank, "the run") from None
+                    handler = handlers.get(msg.kind)
+                    if handler is None:
+                        raise RunFailure(f"rank {rank} sent an unexpected control message {msg.kind.value!r}")
+                    handler(rank, msg, state)
+        finally:
+            sel.close()
+        return state.result
+
+    def _on_error(self, rank: int, msg: Error, state: _Serving) -> None:
+        raise RunFailure(msg.message)
+
+    def _on_barrier(self, rank: int, msg: Barrier, state: _Serving) -> None:
+        state.waiting.add(rank)
+        state.timed = state.timed or msg.timed
+        if msg.fault_point is not None:
+            state.fault_point = msg.fault_point
+            state.reports[rank] = msg
+        if len(state.waiting) < len(self.conns):
+            return
+        hooks = self.fault_hooks
+        if hooks is not None and state.fault_point is not None:
+            hooks.fault_point(state.fault_point, dict(state.reports))
+        # a common start time on the shared monotonic clock: every rank waits for it, so all start within
+        # microseconds instead of in the order they were told
+        start_ns = time.monotonic_ns() + self.start_lead_ns
+        for peer in self.conns:
+            self.send(peer, Go(start_ns=start_ns), "the run")
+        if hooks is not None and state.timed:
+            hooks.timed_start(start_ns)
+        state.waiting.clear()
+        state.timed, state.fault_point = False, None
+        state.reports.clear()
+
+    def _on_case_result(self, rank: int, msg: CaseResult, state: _Serving) -> None:
+        per_rank = state.result.case_results.setdefault(msg.case, {})
+        per_rank[rank] = msg
+        if state.on_case and len(per_rank) == len(self.conns):
+            state.on_case(msg.case, per_rank)
+
+    def _on_done(self, rank: int, msg: Done, state: _Serving) -> None:
+        state.done.add(rank)
 
 
 def local_sessions(launcher: Launcher | None = None) -> SessionFactory:
@@ -86,8 +237,8 @@ class RankSession:
         self._logs: dict[int, Path] = {}
         self._conns: dict[int, socket.socket] = {}
 
-    def run(self, job: dict[str, Any] | Callable[[int], dict[str, Any]],
-            on_case: Callable[[int, dict[int, dict[str, Any]]], None] | None = None) -> SessionResult:
+    def run(self, job: Job | Callable[[int], Job],
+            on_case: Callable[[int, dict[int, CaseResult]], None] | None = None) -> SessionResult:
         """Run `job` (the same for every rank, or a function of the rank) to the end; `on_case(case, per_rank)`
         is called as soon as every rank has reported a case (a bench size, a replay iteration)."""
         workdir = Path(tempfile.mkdtemp(prefix="genie-run-"))
@@ -98,18 +249,12 @@ class RankSession:
             server.listen(len(self.placements) + 8)
             self._start_ranks(path, workdir)
             ports = self._rendezvous(server)
-            addresses = {str(p.rank): [p.address, ports[p.rank]] for p in self.placements}
-            for rank in self._conns:
-                self._send(rank, {"type": "setup", "addresses": addresses,
-                                  "job": job(rank) if callable(job) else job,
-                                  "socket_buffer_bytes": self.socket_buffer_bytes, "spin_s": self.spin_s},
-                           "startup")
-            result = self._serve(on_case)
-            for conn in self._conns.values():
-                try:
-                    send_message(conn, {"type": "exit"})
-                except OSError:
-                    pass  # every rank reported "done": one that is gone already has nothing left to do
+            control = Orchestrator(self._conns, self, idle_timeout_s=self.idle_timeout_s,
+                                   fault_hooks=self.fault_hooks, start_lead_ns=self.start_lead_ns)
+            control.setup({p.rank: (p.address, ports[p.rank]) for p in self.placements}, job,
+                          socket_buffer_bytes=self.socket_buffer_bytes, spin_s=self.spin_s)
+            result = control.serve(on_case)
+            control.release()
             self._reap()
             return result
         finally:
@@ -130,7 +275,7 @@ class RankSession:
         if self.on_pids:
             self.on_pids([proc.pid for proc in self._procs.values()])
 
-    def _dead_rank_error(self, rank: int, during: str) -> RunFailure:
+    def dead_rank_error(self, rank: int, during: str) -> RunFailure:
         proc = self._procs[rank]
         try:
             code = proc.wait(timeout=2.0)
@@ -142,17 +287,10 @@ class RankSession:
         return RunFailure(f"rank {rank} on host {placement.host} {status} during {during}"
                           + (f": {tail}" if tail else ""))
 
-    def _send(self, rank: int, message: dict[str, Any], during: str) -> None:
-        """A control message to `rank`; a rank that died meanwhile is named, not a broken pipe."""
-        try:
-            send_message(self._conns[rank], message)
-        except OSError:
-            raise self._dead_rank_error(rank, during) from None
-
-    def _check_alive(self, during: str) -> None:
+    def check_alive(self, during: str) -> None:
         for rank, proc in self._procs.items():
             if proc.poll() is not None:
-                raise self._dead_rank_error(rank, during)
+                raise self.dead_rank_error(rank, during)
 
     def _rendezvous(self, server: socket.socket) -> dict[int, int]:
         server.settimeout(0.2)
@@ -165,77 +303,12 @@ class RankSession:
             try:
                 conn, _ = server.accept()
             except socket.timeout:
-                self._check_alive("startup")
+                self.check_alive("startup")
                 continue
-            conn.settimeout(self.startup_timeout_s)
-            hello = recv_message(conn)
-            if hello.get("type") == "error":
-                raise RunFailure(hello["message"])
-            rank = int(hello["rank"])
-            conn.settimeout(None)
-            self._conns[rank] = conn
-            ports[rank] = int(hello["port"])
+            hello = read_hello(conn, self.startup_timeout_s)
+            self._conns[hello.rank] = conn
+            ports[hello.rank] = hello.port
         return ports
-
-    def _serve(self, on_case) -> SessionResult:
-        result = SessionResult()
-        sel = selectors.DefaultSelector()
-        for rank, conn in self._conns.items():
-            sel.register(conn, selectors.EVENT_READ, rank)
-        waiting: set[int] = set()
-        tags: dict[str, Any] = {}  # what the waiting ranks said about this barrier (timed, fault_point)
-        reports: dict[int, dict[str, Any]] = {}
-        done: set[int] = set()
-        last_activity = time.monotonic()
-        try:
-            while len(done) < len(self._conns):
-                events = sel.select(timeout=0.5)
-                if not events:
-                    self._check_alive("the run")
-                    if time.monotonic() - last_activity > self.idle_timeout_s:
-                        raise RunFailure(f"no progress for {self.idle_timeout_s:g} s "
-                                         f"(ranks still running: {sorted(set(self._conns) - done)})")
-                    continue
-                last_activity = time.monotonic()
-                for key, _ in events:
-                    rank = key.data
-                    try:
-                        msg = recv_message(key.fileobj)
-                    except (ControlClosed, ConnectionError):
-                        raise self._dead_rank_error(rank, "the run") from None
-                    kind = msg.get("type")
-                    if kind == "error":
-                        raise RunFailure(msg["message"])
-                    if kind == "barrier":
-                        waiting.add(rank)
-                        tags.update({k: msg[k] for k in ("timed", "fault_point") if msg.get(k) is not None})
-                        if "fault_point" in msg:
-                            reports[rank] = msg
-                        if len(waiting) == len(self._conns):
-                            if self.fault_hooks is not None and "fault_point" in tags:
-                                self.fault_hooks.fault_point(int(tags["fault_point"]), dict(reports))
-                            # a common start time on the shared monotonic clock: every rank waits for it,
-                            # so all start within microseconds instead of in the order they were told
-                            start_ns = time.monotonic_ns() + self.start_lead_ns
-                            for peer in self._conns:
-                                self._send(peer, {"type": "go", "start_ns": start_ns}, "the run")
-                            if self.fault_hooks is not None and tags.get("timed"):
-                                self.fault_hooks.timed_start(start_ns)
-                            waiting.clear()
-                            tags.clear()
-                            reports.clear()
-                    elif kind == "case_result":
-                        per_rank = result.case_results.setdefault(int(msg["case"]), {})
-                        per_rank[rank] = msg
-                        if on_case and len(per_rank) == len(self._conns):
-                            on_case(int(msg["case"]), per_rank)
-                    elif kind == "done":
-                        done.add(rank)
-                    else:
-                        raise RunFailure(f"rank {rank} sent an unknown control message {kind!r}")
-        finally:
-            sel.close()
-        return result
 
     def _reap(self, timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s

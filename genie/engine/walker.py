@@ -22,9 +22,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import Recv, Send, Step
 from genie.engine.clock import DEFAULT_SPIN_NS, MONOTONIC, Clock, minimise_timer_slack
-from genie.engine.program import Lane, ProgramNode, RankProgram, cached_schedule
+from genie.engine.program import cached_schedule
 from genie.engine.transport import PeerFailure
 
 

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from genie.engine.launch import die_with_parent
+from genie.core.process import die_with_parent
 from genie.testbed.emulators import python_env
 from genie.testbed.lifecycle import terminate_pids
 

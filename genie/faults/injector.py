@@ -1,6 +1,6 @@
 """Applying a `FaultPlan` during a run, on the orchestrator side, and recording what was done and when.
 
-The session calls two hooks (`genie.engine.session.FaultHooks`): ``timed_start(start_ns)`` when the run's
+The session calls two hooks (the engine session's `FaultHooks`): ``timed_start(start_ns)`` when the run's
 first timed barrier is released (zero of the run clock), and ``fault_point(k)`` while every rank waits at the barrier before timed op
 k (the op's faults are applied before the ranks are released). Time-triggered faults and the ends of faults
 with a duration (a flap's way back up, a degrade or cross-traffic that lasts `duration`) run on one timer
@@ -8,7 +8,7 @@ thread. Everything goes through a `LiveNetwork` (the testbed, or a fake in tests
 
 `close()` (always called, also on failure) stops the timer, then restores every link still degraded or down,
 stops cross-traffic, and finishes the records: faults never reached are ``not_reached``.
-Stragglers are applied by the ranks themselves (`genie.engine.rank`); they are recorded here at their trigger.
+Stragglers are applied by the ranks themselves (the engine's rank program, `compute_factor`); they are recorded here at their trigger.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
+from genie.core.protocol import Barrier
 from genie.faults.model import FaultKind, FaultPlan, LinkTarget, PlannedFault
 
 
@@ -88,7 +89,7 @@ class FaultInjector:
             self._schedule(start_ns + round(at_s * 1e9), lambda f=fault: self._apply(f))
         self._ensure_thread()
 
-    def fault_point(self, op_index: int, reports: dict[int, dict[str, Any]] | None = None) -> None:
+    def fault_point(self, op_index: int, reports: dict[int, Barrier] | None = None) -> None:
         if op_index in self._done_points:
             return
         self._done_points.add(op_index)

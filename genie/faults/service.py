@@ -12,6 +12,7 @@ from typing import Any
 
 from genie.core.errors import InputError, RunFailure
 from genie.core.files import read_input
+from genie.core.protocol import Straggler
 from genie.core.testbed import Shaping, TestbedInfo
 from genie.faults.injector import FaultInjector
 from genie.faults.model import Fault, FaultKind, FaultPlan
@@ -50,7 +51,7 @@ def replay_bounds(programs: Sequence[Any], iterations: int, warmup: int, timeout
     """A replay's timed ops (its timed iterations) and its longest possible duration: per iteration the
     slowest rank's compute (stretched by every straggler factor) plus every communication node taking its
     whole timeout."""
-    from genie.engine.program import Lane
+    from genie.core.program import Lane
 
     stretch = 1.0
     for fault in faults:
@@ -106,13 +107,13 @@ def precheck_topology(faults: Sequence[Fault], topology_path: Path | None,
     plan_faults(faults, info, bounds(topology.world_size))
 
 
-def stragglers_by_rank(fault_plan: FaultPlan) -> dict[int, list[dict[str, Any]]]:
+def stragglers_by_rank(fault_plan: FaultPlan) -> dict[int, tuple[Straggler, ...]]:
     """What each rank's replay job carries: its stragglers (factor, at_s or at_op)."""
-    out: dict[int, list[dict[str, Any]]] = {}
+    out: dict[int, tuple[Straggler, ...]] = {}
     for planned in fault_plan.stragglers():
         f = planned.fault
-        assert f.rank is not None
-        out.setdefault(f.rank, []).append({"factor": f.factor, "at_s": f.trigger.at_s, "at_op": f.trigger.at_op})
+        assert f.rank is not None and f.factor is not None
+        out[f.rank] = (*out.get(f.rank, ()), Straggler(factor=f.factor, at_op=f.trigger.at_op, at_s=f.trigger.at_s))
     return out
 
 

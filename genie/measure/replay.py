@@ -2,7 +2,7 @@
 
 Per iteration, time 0 is the earliest rank's start (all ranks leave one barrier together). For each rank:
 `iteration_ns` = its last node's end; `compute_ns` = the trace's compute durations (what a GPU would spend;
-the replay charges them on an ideal clock, see genie.engine.walker); `comm_ns` = time at least one
+the replay charges them on an ideal clock, see the engine's walker); `comm_ns` = time at least one
 communication node was in flight; `exposed_comm_ns` = iteration_ns - compute_ns (ASTRA-sim's "exposed
 communication": what the iteration takes beyond compute); `overlap_ns` = time compute and communication ran
 at once.
@@ -13,24 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from genie.engine.program import Lane, RankProgram
-
-
-@dataclass(frozen=True)
-class RankRecords:
-    rank: int
-    t0_ns: int
-    records: tuple[tuple[int, int, int], ...]  # (node id, start_ns, end_ns), monotonic
-
-
-@dataclass(frozen=True)
-class IterationRecords:
-    iteration: int
-    ranks: tuple[RankRecords, ...]
-
-    @property
-    def start_ns(self) -> int:
-        return min(r.t0_ns for r in self.ranks)
+from genie.core.program import Lane, RankProgram
+from genie.core.records import IterationRecords
 
 
 @dataclass(frozen=True)

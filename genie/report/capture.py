@@ -38,7 +38,7 @@ from typing import BinaryIO, Iterator
 
 from genie.core.errors import EnvironmentProblem, InputError
 from genie.core.testbed import LinkEnd, TestbedInfo
-from genie.engine.launch import die_with_parent  # PR_SET_PDEATHSIG, imported before any fork
+from genie.core.process import die_with_parent  # PR_SET_PDEATHSIG, imported before any fork
 from genie.measure.flows import FlowStats, analyze_flows, decode_ethernet_frame
 
 SNAPLEN_BYTES = 128

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from statistics import median
 
-from genie.engine.program import Lane
+from genie.core.program import Lane
+from genie.core.records import ReplayOutcome
 from genie.measure.replay import iteration_time_ns, rank_summaries
 from genie.report.rundir import write_atomic
 
@@ -16,11 +17,11 @@ OPS_COLUMNS = ("iteration", "rank", "node_id", "name", "type", "bytes", "group",
 RANKS_COLUMNS = ("iteration", "rank", "iteration_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "overlap_ns")
 
 
-def _node_index(outcome) -> dict[int, dict[int, object]]:
+def _node_index(outcome: ReplayOutcome) -> dict[int, dict[int, object]]:
     return {p.rank: {n.id: n for n in p.nodes} for p in outcome.programs}
 
 
-def ops_csv(outcome) -> str:
+def ops_csv(outcome: ReplayOutcome) -> str:
     """One row per node per timed iteration; times in ns from the iteration's start (earliest rank)."""
     nodes = _node_index(outcome)
     out = io.StringIO()
@@ -46,7 +47,7 @@ def ranks_csv(summaries) -> str:
     return out.getvalue()
 
 
-def chrome_trace(outcome) -> str:
+def chrome_trace(outcome: ReplayOutcome) -> str:
     """Chrome / Perfetto trace-event JSON: a process per rank, a thread per lane (compute, each channel)."""
     nodes = _node_index(outcome)
     events: list[dict] = []
@@ -67,7 +68,7 @@ def chrome_trace(outcome) -> str:
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}) + "\n"
 
 
-def summarize(outcome) -> tuple[list, list[int]]:
+def summarize(outcome: ReplayOutcome) -> tuple[list, list[int]]:
     summaries, times = [], []
     for it in outcome.iterations:
         per_rank = rank_summaries(outcome.programs, it)
@@ -76,13 +77,13 @@ def summarize(outcome) -> tuple[list, list[int]]:
     return summaries, times
 
 
-def replay_document(outcome, meta: dict, summarized: tuple[list, list[int]] | None = None) -> dict:
+def replay_document(outcome: ReplayOutcome, meta: dict, summarized: tuple[list, list[int]] | None = None) -> dict:
     summaries, times = summarized or summarize(outcome)
     return {"meta": meta, "iteration_ns": times, "iteration_median_ns": int(median(times)),
             "ranks": [s.__dict__ for s in summaries if s.iteration == 0]}
 
 
-def replay_files(outcome, meta: dict) -> tuple[dict, dict[str, str]]:
+def replay_files(outcome: ReplayOutcome, meta: dict) -> tuple[dict, dict[str, str]]:
     """(replay.json's document, {file name: text}) for ops.csv, ranks.csv, timeline.json, replay.json."""
     summarized = summarize(outcome)
     doc = replay_document(outcome, meta, summarized)
@@ -90,7 +91,7 @@ def replay_files(outcome, meta: dict) -> tuple[dict, dict[str, str]]:
                  "timeline.json": chrome_trace(outcome), "replay.json": json.dumps(doc, indent=2) + "\n"}
 
 
-def write_replay(run_dir: Path, outcome, meta: dict) -> dict:
+def write_replay(run_dir: Path, outcome: ReplayOutcome, meta: dict) -> dict:
     doc, files = replay_files(outcome, meta)
     for name, text in files.items():
         write_atomic(Path(run_dir) / name, text)
@@ -113,7 +114,7 @@ def end_summary(doc: dict, run_dir: Path, links: dict | None = None) -> str:
     return line + f"\n# results in {run_dir}"
 
 
-def format_summary(outcome) -> str:
+def format_summary(outcome: ReplayOutcome) -> str:
     summaries, times = summarize(outcome)
     lines = [f"# replay: {len(outcome.programs)} ranks, {len(times)} iteration(s), "
              f"iteration time median {median(times) / 1e6:.3f} ms",

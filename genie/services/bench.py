@@ -17,8 +17,9 @@ from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError, RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import DEFAULT_DTYPE_BYTES, aligned_size
-from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
-from genie.engine.launch import Launcher, RankPlacement
+from genie.core.placement import RankPlacement
+from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult
+from genie.engine.launch import Launcher
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns
 from genie.services.options import RunOptions
@@ -97,14 +98,15 @@ class _PartialCase:
     def __init__(self, inner: FaultHooks) -> None:
         self.inner = inner
         self.case: int | None = None
-        self.reports: dict[int, dict] = {}
+        self.reports: dict[int, Barrier] = {}
 
     def timed_start(self, start_ns: int) -> None:
         self.inner.timed_start(start_ns)
 
-    def fault_point(self, op_index: int, reports: dict[int, dict] | None = None) -> None:
+    def fault_point(self, op_index: int, reports: dict[int, Barrier] | None = None) -> None:
         if reports:
-            self.case = int(next(iter(reports.values())).get("case", -1))
+            case = next(iter(reports.values())).case
+            self.case = -1 if case is None else case
             self.reports = reports
         self.inner.fault_point(op_index, reports)
 
@@ -185,13 +187,13 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
     stats: dict[int, CaseStats] = {}
     steps: dict[int, dict[int, list]] = {}
 
-    def on_case(index: int, per_rank: dict[int, dict]) -> None:
+    def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
         op = cases[index].op
-        restarts = next((m["restarts"] for m in per_rank.values() if m.get("restarts")), ())
-        times = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()}, restarts)
+        restarts = next((m.restarts for m in per_rank.values() if m.restarts), ())
+        times = iteration_times_ns({r: m.iterations for r, m in per_rank.items()}, restarts)
         stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times)
         if record_steps:
-            steps[index] = {r: m.get("steps", []) for r, m in per_rank.items()}
+            steps[index] = {r: list(m.steps) for r, m in per_rank.items()}
         if progress:
             progress(len(stats), len(cases), stats[index])
 
@@ -204,12 +206,13 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
                              socket_buffer_bytes=socket_buffer_bytes, on_pids=on_pids, fault_hooks=partial)
     session = (sessions or local_sessions(launcher))(placements, options)
     try:
-        session.run(lambda rank: bench_job_to_json(jobs[rank]), on_case=on_case)
+        session.run(lambda rank: jobs[rank], on_case=on_case)
     except RunFailure:
         # a fault ended the run inside a size: keep its iterations measured before its last fault point
         if partial is not None and partial.case is not None and partial.case not in stats and partial.reports:
-            if all(m.get("iterations") for m in partial.reports.values()):
-                on_case(partial.case, partial.reports)
+            if all(m.iterations for m in partial.reports.values()):
+                on_case(partial.case, {r: CaseResult(partial.case, r, iterations=m.iterations, restarts=m.restarts)
+                                       for r, m in partial.reports.items()})
         raise
     first = jobs[min(jobs)] if jobs else rank_job(cases, 0)
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=first, placements=tuple(placements),

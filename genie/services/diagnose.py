@@ -14,7 +14,7 @@ from genie.core.errors import InputError
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import DEFAULT_DTYPE_BYTES
 from genie.core.testbed import TestbedInfo
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
 from genie.engine.session import SessionFactory
 from genie.measure.diagnose import Diagnosis, PairMeasurement, diagnose
 from genie.services.bench import GroupCase, run_cases

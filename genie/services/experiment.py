@@ -26,7 +26,7 @@ from astra_adapter.experiment import (ExperimentResult, PreparedExperiment, Stat
 from astra_adapter.experiment_spec import ExperimentSpec
 from genie.core.errors import InputError
 from genie.services.options import RunOptions
-from genie.services.replay import ReplayOutcome
+from genie.core.records import ReplayOutcome
 
 Progress = Callable[[str], None]
 

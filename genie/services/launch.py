@@ -11,7 +11,7 @@ from typing import Any, Callable, ContextManager, Mapping, NamedTuple
 
 from genie.core.errors import InputError
 from genie.core.launch import DataPath, LauncherKind
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
 from genie.engine.session import SessionFactory
 
 

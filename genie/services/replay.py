@@ -10,10 +10,12 @@ from typing import Any, Callable, ContextManager, Optional
 
 from genie.core.errors import InputError
 from genie.core.trace import Trace
-from genie.engine.launch import Launcher, RankPlacement
-from genie.engine.program import RankProgram, build_programs, program_to_json
+from genie.core.placement import RankPlacement
+from genie.core.protocol import CaseResult, ReplayJob, Straggler
+from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
+from genie.engine.launch import Launcher
+from genie.engine.program import build_programs
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
-from genie.measure.replay import IterationRecords, RankRecords
 from genie.services.options import RunOptions
 
 ReplayProgress = Callable[[], ContextManager[Callable[[int, int], None]]]
@@ -25,13 +27,6 @@ class ReplayRequest:
     warmup: int = 0
     timeout_s: float = 60.0
     spin_us: int = 200
-
-
-@dataclass(frozen=True)
-class ReplayOutcome:
-    programs: tuple[RankProgram, ...]
-    iterations: tuple[IterationRecords, ...]
-    placements: tuple[RankPlacement, ...]
 
 
 @dataclass(frozen=True)
@@ -76,31 +71,30 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                progress: Callable[[int, int], None] | None = None,
                sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
                fault_points: tuple[int, ...] = (),
-               stragglers: dict[int, list[dict]] | None = None) -> ReplayOutcome:
+               stragglers: dict[int, tuple[Straggler, ...]] | None = None) -> ReplayOutcome:
     """Replay `trace` on `placements`. `fault_hooks` (genie.faults) inject faults live, before the timed
     iterations `fault_points`; `stragglers` per rank stretch that rank's compute (see `genie.engine.rank`)."""
     check_request(request)
     placements = check_fits(trace, placements, source=source)
     programs = build_programs(trace, source=source)
-    docs = {p.rank: program_to_json(p) for p in programs}
-    common = {"kind": "replay", "iterations": request.iterations, "warmup": request.warmup,
-              "timeout_s": request.timeout_s, "spin_ns": request.spin_us * 1000}
+    by_rank = {p.rank: p for p in programs}
+    common = dict(iterations=request.iterations, warmup=request.warmup, timeout_s=request.timeout_s,
+                  spin_ns=request.spin_us * 1000)
     if fault_hooks is not None:
-        common.update({"faults": True, "fault_points": list(fault_points)})
+        common.update(faults=True, fault_points=tuple(fault_points))
     stragglers = stragglers or {}
     results: dict[int, IterationRecords] = {}
 
-    def on_case(index: int, per_rank: dict[int, dict]) -> None:
+    def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
         results[index] = IterationRecords(index, tuple(
-            RankRecords(rank, int(m["t0_ns"]), tuple(tuple(r) for r in m["records"]))
-            for rank, m in sorted(per_rank.items())))
+            RankRecords(rank, m.t0_ns, tuple(m.records)) for rank, m in sorted(per_rank.items())))
         if progress:
             progress(len(results), request.iterations)
 
     options = SessionOptions(idle_timeout_s=max(120.0, request.timeout_s * 2), on_pids=on_pids,
                              fault_hooks=fault_hooks)
     session = (sessions or local_sessions(launcher))(placements, options)
-    session.run(lambda rank: {**common, "program": docs[rank], "stragglers": stragglers.get(rank, [])},
+    session.run(lambda rank: ReplayJob(program=by_rank[rank], stragglers=tuple(stragglers.get(rank, ())), **common),
                 on_case=on_case)
     return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements))
 

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
 from genie.services.launch import LaunchChoice, check_launch, launch_meta, launch_target, resolve_launch
 from genie.services.options import RunOptions
 from genie.services.target import Target, Watch, capture_end_for, open_target, watched

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from genie.core.errors import InputError
 
 from genie.core.testbed import Shaping, TestbedInfo
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
 
 if TYPE_CHECKING:
     from genie.report.manifest import InputDigest

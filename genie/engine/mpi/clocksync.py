@@ -18,8 +18,10 @@ their offset is exactly 0: the estimate is still reported, but not applied.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
+
+from genie.core.protocol import CaseResult, Message
 
 Sample = tuple[int, int, int, int]  # (t0, t1, t2, t3) in ns: rank 0 send, peer receive, peer reply, rank 0 receive
 
@@ -84,21 +86,18 @@ def barrier_lead_ns(world: int, rtts_ns: Sequence[int]) -> int:
     return max(2_000_000, 150_000 * world, 3 * hops * slowest)
 
 
-def to_reference(message: dict[str, Any], offset_ns: int) -> dict[str, Any]:
-    """A rank's `case_result` with every timestamp moved onto rank 0's timeline (subtract `offset_ns`).
+def to_reference(message: Message, offset_ns: int) -> Message:
+    """A rank's `CaseResult` with every timestamp moved onto rank 0's timeline (subtract `offset_ns`); other
+    messages as they are.
 
-    Knows the two shapes genie's runners send: bench (``iterations`` [[start, end]], ``steps`` rows
-    [it, step, start, end, sent, received, peers]) and replay (``t0_ns``, ``records`` [[node, start, end]]).
+    Both shapes genie's runners send: bench (``iterations`` (start, end), ``steps`` rows (it, step, start, end,
+    sent, received, peers)) and replay (``t0_ns``, ``records`` (node, start, end)).
     """
-    if not offset_ns or message.get("type") != "case_result":
+    if not offset_ns or not isinstance(message, CaseResult):
         return message
-    out = dict(message)
-    if "iterations" in out:
-        out["iterations"] = [[s - offset_ns, e - offset_ns] for s, e in out["iterations"]]
-    if "steps" in out:
-        out["steps"] = [[row[0], row[1], row[2] - offset_ns, row[3] - offset_ns, *row[4:]] for row in out["steps"]]
-    if "t0_ns" in out:
-        out["t0_ns"] = int(out["t0_ns"]) - offset_ns
-    if "records" in out:
-        out["records"] = [[node, s - offset_ns, e - offset_ns] for node, s, e in out["records"]]
-    return out
+    return replace(message,
+                   iterations=tuple((s - offset_ns, e - offset_ns) for s, e in message.iterations),
+                   steps=tuple((row[0], row[1], row[2] - offset_ns, row[3] - offset_ns, *row[4:])
+                               for row in message.steps),
+                   t0_ns=message.t0_ns - offset_ns if message.t0_ns else message.t0_ns,
+                   records=tuple((node, s - offset_ns, e - offset_ns) for node, s, e in message.records))

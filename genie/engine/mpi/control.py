@@ -6,8 +6,8 @@
   one per request line, so hydra never holds more than one chunk (it fails when a rank reads too slowly);
 * `measure_clock_offsets` — ping-pongs with rank 0 (`clocksync`);
 * `MpiControl` — what the job runners of `genie.engine.rank` need: `barrier()` (every rank, then a common
-  start time on rank 0's timeline, converted to this rank's clock) and `send(message)` (a gather to rank 0,
-  which writes one line per gathered case).
+  start time on rank 0's timeline, converted to this rank's clock) and `send(message)` (a gather of the
+  `genie.core.protocol` messages to rank 0, which writes one line per gathered case).
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import json
 import os
 import time
 import zlib
+from enum import Enum
 from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
 from genie.core.errors import RunFailure
+from genie.core.protocol import Barrier, Message, encode_message
 from genie.engine.clock import sleep_until
 from genie.engine.mpi.clocksync import ClockOffset, Sample, estimate_offset, reference_offset, to_reference
 from genie.engine.mpi.plan import MARKER
@@ -30,14 +32,24 @@ CLOCK_TAG = 23
 JOB_CHUNK_CHARS = 32 * 1024  # below hydra's pipe to the rank (64 KiB)
 
 
+class OutboxKind(Enum):
+    """What a marker line of rank 0 tells the orchestrator (its JSON ``type``)."""
+
+    NEED = "need"  # send job chunk ``chunk``
+    CLOCK = "clock"  # every rank's clock ``offsets``
+    STARTED = "started"  # every rank's place (``ranks``): host, pid, address, port, interface
+    GATHERED = "gathered"  # every rank's control message of one gather (``messages``, encoded)
+    DONE = "done"  # the job is complete on every rank
+
+
 class Outbox:
     """Writes marker lines to a file descriptor (rank 0's saved stdout), each with one write loop."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    def emit(self, message: dict[str, Any]) -> None:
-        data = (MARKER + json.dumps(message, separators=(",", ":")) + "\n").encode()
+    def emit(self, kind: OutboxKind, **fields: Any) -> None:
+        data = (MARKER + json.dumps({"type": kind.value, **fields}, separators=(",", ":")) + "\n").encode()
         view = memoryview(data)
         while view:
             n = os.write(self.fd, view)
@@ -58,7 +70,7 @@ def receive_job(outbox: Outbox, stdin: BinaryIO) -> dict[str, Any]:
     """Rank 0: ask for the job chunk by chunk (``need``), until the orchestrator answers with an empty line."""
     chunks: list[str] = []
     while True:
-        outbox.emit({"type": "need", "chunk": len(chunks)})
+        outbox.emit(OutboxKind.NEED, chunk=len(chunks))
         line = stdin.readline()
         if not line:
             raise RunFailure("rank 0: the launcher closed stdin before sending the job")
@@ -104,7 +116,7 @@ class MpiControl:
     number of times in the same order, as those runners do)."""
 
     def __init__(self, comm: Any, rank: int, *, offset_ns: int, lead_ns: int,
-                 emit: Callable[[dict[str, Any]], None] | None) -> None:
+                 emit: Callable[..., None] | None) -> None:
         self.comm = comm
         self.rank = rank
         self.offset_ns = offset_ns
@@ -112,8 +124,9 @@ class MpiControl:
         self.emit = emit
         self._start = np.zeros(1, dtype=np.int64)
 
-    def barrier(self) -> int:
-        """Wait for every rank, then for the common start time rank 0 sets; returns it on this rank's clock."""
+    def barrier(self, barrier: Barrier | None = None) -> int:
+        """Wait for every rank, then for the common start time rank 0 sets; returns it on this rank's clock.
+        What `barrier` says is for an orchestrator's fault hooks, which MPI runs do not have."""
         from mpi4py import MPI
 
         self.comm.Barrier()
@@ -124,8 +137,8 @@ class MpiControl:
         sleep_until(start_ns)
         return start_ns
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         """Gather the message (timestamps moved onto rank 0's timeline) to rank 0, which writes them out."""
-        gathered = self.comm.gather(to_reference(message, self.offset_ns), root=0)
+        gathered = self.comm.gather(encode_message(to_reference(message, self.offset_ns)), root=0)
         if self.rank == 0 and self.emit is not None:
-            self.emit({"type": "gathered", "messages": gathered})
+            self.emit(OutboxKind.GATHERED, messages=gathered)

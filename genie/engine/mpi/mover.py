@@ -29,7 +29,7 @@ import numpy as np
 
 from genie.core.schedule import Step
 from genie.engine.clock import DeadlineTimer
-from genie.engine.program import Lane, RankProgram
+from genie.core.program import Lane, RankProgram
 from genie.engine.transport import PeerFailure
 from genie.engine.walker import CommRun, lane_key, node_steps
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from genie.core.errors import InputError
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
 from genie.inventory.model import HostfileFormat, Inventory, InventoryHost
 from genie.inventory.writer import hostfile
 

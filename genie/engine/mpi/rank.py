@@ -27,7 +27,8 @@ import time
 from typing import Any
 
 from genie.core.errors import EnvironmentProblem, GenieError, RunFailure
-from genie.engine.launch import die_with_parent
+from genie.core.process import die_with_parent
+from genie.core.protocol import BenchJob, Job, ReplayJob, job_from_json
 from genie.engine.mpi.plan import ERROR_MARKER, LaunchMap, Transport, parse_port_range, port_candidates
 from genie.engine.mpi.trampoline import RANK_VARIABLES, launcher_rank
 
@@ -166,7 +167,7 @@ class _Rank:
 
     def _job(self, comm: Any, address: str, iface: str) -> int:
         from genie.engine.mpi.clocksync import barrier_lead_ns
-        from genie.engine.mpi.control import MpiControl, Outbox, measure_clock_offsets, receive_job
+        from genie.engine.mpi.control import MpiControl, Outbox, OutboxKind, measure_clock_offsets, receive_job
 
         rank, world = self.rank, self.launch.world
         outbox = Outbox(self.outbox_fd) if rank == 0 else None
@@ -179,11 +180,12 @@ class _Rank:
                                    root=0)
         else:
             job_doc = comm.bcast(envelope["job"] if rank == 0 else None, root=0)
+        job = job_from_json(job_doc)
         offsets = measure_clock_offsets(comm, int(self.args.clock_rounds), [b == boots[0] for b in boots])
         applied = comm.scatter([o.applied_ns for o in offsets] if rank == 0 else None, root=0)
         lead_ns = barrier_lead_ns(world, [o.rtt_ns for o in offsets]) if rank == 0 else 0
         if outbox:
-            outbox.emit({"type": "clock", "offsets": [o.to_json() for o in offsets]})
+            outbox.emit(OutboxKind.CLOCK, offsets=[o.to_json() for o in offsets])
 
         transport = self.args.transport
         listener = self.listener
@@ -191,7 +193,7 @@ class _Rank:
         started = comm.gather({"rank": rank, "host": self.host, "pid": os.getpid(), "address": address,
                                "port": port, "iface": iface, "boot_id": boots[rank]}, root=0)
         if outbox:
-            outbox.emit({"type": "started", "ranks": started})
+            outbox.emit(OutboxKind.STARTED, ranks=started)
         control = MpiControl(comm, rank, offset_ns=int(applied), lead_ns=lead_ns,
                              emit=outbox.emit if outbox else None)
         if transport == Transport.TCP:
@@ -199,18 +201,18 @@ class _Rank:
 
             book = comm.allgather((address, port))
             self.transport = run_job_over_tcp(
-                job_doc, rank, listener, {r: (a, int(p)) for r, (a, p) in enumerate(book)}, control, self.sockets,
+                job, rank, listener, {r: (a, int(p)) for r, (a, p) in enumerate(book)}, control, self.sockets,
                 connect_timeout_s=float(settings.get("connect_timeout_s", 30.0)),
                 socket_buffer_bytes=settings.get("socket_buffer_bytes"), spin_s=float(settings.get("spin_s", 0.0)))
         else:
             data_comm = comm.Dup()  # data never matches control messages
             try:
-                run_job_over_mpi(job_doc, rank, data_comm, control)
+                run_job_over_mpi(job, rank, data_comm, control)
             finally:
                 data_comm.Free()
         comm.Barrier()
         if outbox:
-            outbox.emit({"type": "done"})
+            outbox.emit(OutboxKind.DONE)
         return 0
 
     def close(self) -> None:
@@ -223,26 +225,26 @@ class _Rank:
             sock.close()
 
 
-def run_job_over_mpi(job_doc: dict[str, Any], rank: int, comm: Any, control: Any) -> None:
+def run_job_over_mpi(job: Job, rank: int, comm: Any, control: Any) -> None:
     """``--transport mpi``: a bench job through `MpiTransport`, a replay job through the walker with an
     `MpiMover`, both on `comm`."""
-    if job_doc["kind"] == "replay":
-        from genie.engine.mpi.mover import MpiMover
-        from genie.engine.program import program_from_json
-        from genie.engine.rank import run_replay_job
+    match job:
+        case ReplayJob():
+            from genie.engine.mpi.mover import MpiMover
+            from genie.engine.rank import run_replay_job
 
-        program = program_from_json(job_doc["program"])
-        run_replay_job(job_doc, program, MpiMover(comm, program), control)
-        return
-    from genie.engine.jobs import bench_job_from_json
-    from genie.engine.mpi.transport import MpiTransport
-    from genie.engine.rank import run_bench_job
+            run_replay_job(job, MpiMover(comm, job.program), control)
+        case BenchJob():
+            from genie.engine.mpi.transport import MpiTransport
+            from genie.engine.rank import run_bench_job
 
-    mpi_transport = MpiTransport(comm, rank)
-    try:
-        run_bench_job(bench_job_from_json(job_doc), rank, mpi_transport, control)
-    finally:
-        mpi_transport.close()
+            mpi_transport = MpiTransport(comm, rank)
+            try:
+                run_bench_job(job, rank, mpi_transport, control)
+            finally:
+                mpi_transport.close()
+        case _:
+            raise RunFailure(f"rank {rank}: cannot run a {type(job).__name__}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,12 +22,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from genie.core.errors import RunFailure
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
+from genie.core.protocol import CaseResult, Job, ProtocolError, decode_message, job_to_json
 from genie.engine.mpi import plan
-from genie.engine.mpi.control import encode_job
+from genie.engine.mpi.control import OutboxKind, encode_job
 from genie.engine.mpi.processes import Proc, descendants, identify, stop_tree
 from genie.engine.mpi.slurm import HOSTFILE_ENV, SlurmLaunch, slurm_hostfile, srun_argv
 from genie.engine.session import SessionOptions, SessionResult
@@ -93,6 +94,16 @@ class _Run:
     pidfds: dict = field(default_factory=dict)  # fd -> rank
 
 
+class _LineContext(NamedTuple):
+    """What the handlers of rank 0's marker lines act on during one `MpiSession._serve`."""
+
+    proc: subprocess.Popen
+    chunks: list[str]
+    state: _Run
+    result: SessionResult
+    on_case: Callable[[int, dict[int, CaseResult]], None] | None
+
+
 class MpiSession:
     """One job on `placements`, launched by mpiexec. After `run`: `clock_offsets` (per rank, as rank 0
     measured them) and `ranks` (each rank's host, pid, listen address, port and interface)."""
@@ -135,15 +146,15 @@ class MpiSession:
         return [*launch.command_prefix, *plan.mpiexec_argv(launch.mpiexec, lmap.world, command,
                                                            hostfile_path=hostfile_path, extra=launch.extra_args)]
 
-    def run(self, job: dict[str, Any] | Callable[[int], dict[str, Any]],
-            on_case: Callable[[int, dict[int, dict[str, Any]]], None] | None = None) -> SessionResult:
+    def run(self, job: Job | Callable[[int], Job],
+            on_case: Callable[[int, dict[int, CaseResult]], None] | None = None) -> SessionResult:
         envelope: dict[str, Any] = {"socket_buffer_bytes": self.options.socket_buffer_bytes,
                                     "spin_s": self.options.spin_s,
                                     "connect_timeout_s": self.launch.connect_timeout_s}
         if callable(job):
-            envelope["jobs"] = {str(p.rank): job(p.rank) for p in self.placements}
+            envelope["jobs"] = {str(p.rank): job_to_json(job(p.rank)) for p in self.placements}
         else:
-            envelope["job"] = job
+            envelope["job"] = job_to_json(job)
         chunks = encode_job(envelope)
         workdir = Path(tempfile.mkdtemp(prefix="genie-mpi-"))
         self.log_path = workdir / "mpiexec.log"
@@ -175,9 +186,10 @@ class MpiSession:
     # -- the streams ---------------------------------------------------------------------------------------
 
     def _serve(self, proc: subprocess.Popen, chunks: list[str],
-               on_case: Callable[[int, dict[int, dict[str, Any]]], None] | None) -> SessionResult:
+               on_case: Callable[[int, dict[int, CaseResult]], None] | None) -> SessionResult:
         result = SessionResult()
         state = _Run()
+        ctx = _LineContext(proc, chunks, state, result, on_case)
         sel = state.selector = selectors.DefaultSelector()
         buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
         for stream in buffers:
@@ -220,7 +232,7 @@ class MpiSession:
                             log.write(raw + b"\n")
                             line = raw.decode(errors="replace")
                             if stream is proc.stdout:
-                                self._on_stdout(line, proc, chunks, state, result, on_case)
+                                self._on_stdout(line, ctx)
                             else:
                                 self._on_stderr(line, state)
                     log.flush()
@@ -243,39 +255,57 @@ class MpiSession:
             raise RunFailure(self._exit_message(code, state))
         return result
 
-    def _on_stdout(self, line: str, proc: subprocess.Popen, chunks: list[str], state: _Run, result: SessionResult,
-                   on_case) -> None:
+    def _on_stdout(self, line: str, ctx: _LineContext) -> None:
         if not line.startswith(plan.MARKER):
-            self._note(line, state)  # hydra writes its banners on stdout
+            self._note(line, ctx.state)  # hydra writes its banners on stdout
             return
         msg = json.loads(line[len(plan.MARKER):])
-        kind = msg.get("type")
-        if kind == "need":
-            index = int(msg["chunk"])
-            text = chunks[index] if index < len(chunks) else ""
+        raw = msg.pop("type", None)
+        try:
+            kind = OutboxKind(raw)
+        except ValueError:
+            raise RunFailure(f"rank 0 wrote an unknown line kind {raw!r} to {self.starter}") from None
+        handlers: dict[OutboxKind, Callable[[dict[str, Any], _LineContext], None]] = {
+            OutboxKind.NEED: self._on_need, OutboxKind.CLOCK: self._on_clock, OutboxKind.STARTED: self._on_started,
+            OutboxKind.GATHERED: self._on_gathered, OutboxKind.DONE: self._on_done}
+        handlers[kind](msg, ctx)
+
+    def _on_need(self, msg: dict[str, Any], ctx: _LineContext) -> None:
+        index = int(msg["chunk"])
+        chunks, stdin = ctx.chunks, ctx.proc.stdin
+        text = chunks[index] if index < len(chunks) else ""
+        try:
+            stdin.write(text.encode() + b"\n")
+            stdin.flush()
+            if index >= len(chunks):
+                stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass  # mpiexec is going away; its exit tells why
+
+    def _on_clock(self, msg: dict[str, Any], ctx: _LineContext) -> None:
+        self.clock_offsets = list(msg["offsets"])
+
+    def _on_started(self, msg: dict[str, Any], ctx: _LineContext) -> None:
+        ctx.state.started = True
+        self.ranks = list(msg["ranks"])
+        self._remember_local_ranks(ctx.proc, ctx.state)
+
+    def _on_gathered(self, msg: dict[str, Any], ctx: _LineContext) -> None:
+        """Every rank's control message of one gather (`genie.core.protocol`): case results are collected."""
+        for doc in msg["messages"]:
             try:
-                proc.stdin.write(text.encode() + b"\n")
-                proc.stdin.flush()
-                if index >= len(chunks):
-                    proc.stdin.close()
-            except (BrokenPipeError, ValueError):
-                pass  # mpiexec is going away; its exit tells why
-        elif kind == "clock":
-            self.clock_offsets = list(msg["offsets"])
-        elif kind == "started":
-            state.started = True
-            self.ranks = list(msg["ranks"])
-            self._remember_local_ranks(proc, state)
-        elif kind == "gathered":
-            for m in msg["messages"]:
-                if m.get("type") != "case_result":
-                    continue
-                per_rank = result.case_results.setdefault(int(m["case"]), {})
-                per_rank[int(m["rank"])] = m
-                if on_case and len(per_rank) == len(self.placements):
-                    on_case(int(m["case"]), per_rank)
-        elif kind == "done":
-            state.done = True
+                m = decode_message(doc)
+            except ProtocolError as exc:
+                raise RunFailure(f"rank 0 relayed a bad control message: {exc}") from None
+            if not isinstance(m, CaseResult):
+                continue
+            per_rank = ctx.result.case_results.setdefault(m.case, {})
+            per_rank[m.rank] = m
+            if ctx.on_case and len(per_rank) == len(self.placements):
+                ctx.on_case(m.case, per_rank)
+
+    def _on_done(self, msg: dict[str, Any], ctx: _LineContext) -> None:
+        ctx.state.done = True
 
     def _on_stderr(self, line: str, state: _Run) -> None:
         marker = line.find(plan.ERROR_MARKER)

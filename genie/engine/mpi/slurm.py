@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from genie.core.errors import InputError
-from genie.engine.launch import RankPlacement
+from genie.core.placement import RankPlacement
 from genie.engine.mpi.hostlist import expand_counts, expand_hostlist
 from genie.inventory.model import Inventory, InventoryHost
 from genie.inventory.validation import normalized_address

@@ -1,0 +1,21 @@
+"""The one OS hook in core: `die_with_parent`, for a child between fork and exec (``preexec_fn``).
+
+It asks the kernel (prctl PR_SET_PDEATHSIG) to SIGKILL the child when its parent dies, so no process genie
+starts outlives it. This module starts no process and has no effect at import: it is here, below every
+package that starts children (engine, report's capture, faults' cross-traffic), so none of them imports
+another for it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
