@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,23 +30,11 @@ def show(
     out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default: RUN_DIR/report.html)."),
 ) -> None:
     """Render RUN_DIR as one self-contained HTML page (summary, tables, plots); plots also go to plots/*.png."""
-    from genie.report.html import build_page
-    from genie.report.manifest import add_run_files
-    from genie.report.rundata import load_run
-    from genie.report.rundir import write_atomic
+    from genie.report.show import write_report
 
-    run = load_run(run_dir)
-    html_path = Path(out) if out is not None else run_dir / "report.html"
-    inside = html_path.parent.resolve() == run_dir.resolve()
-    prefix = "" if inside else os.path.relpath(run_dir.resolve(), html_path.parent.resolve()) + "/"
-    page = build_page(run, link_prefix=prefix)
-    for name, png in page.plots.items():
-        write_atomic(html_path.parent / "plots" / name, png)
-    write_atomic(html_path, page.html)
-    if inside:
-        add_run_files(run_dir, [html_path.name, *(f"plots/{name}" for name in page.plots)])
-    typer.echo(f"# {run.kind} run, status {run.status}: {len(page.plots)} plot(s)")
-    typer.echo(f"# report in {html_path}")
+    written = write_report(run_dir, out)
+    typer.echo(f"# {written.run.kind.value} run, status {written.run.status}: {len(written.plots)} plot(s)")
+    typer.echo(f"# report in {written.html_path}")
 
 
 @app.command("compare")
@@ -70,7 +57,9 @@ def compare(
     with RunRecorder("compare", out=out, inputs=(input_digest(run_a, "run_a"), input_digest(run_b, "run_b")),
                      params={"force": force}) as run:
         run.write("compare.csv", compare_csv(comparison))
-        png = compare_deltas(comparison.rows, a.run_dir.name, b.run_dir.name)
+        png = compare_deltas([r.label for r in comparison.rows], [r.time_delta_pct for r in comparison.rows],
+                             [None] * len(comparison.rows),
+                             f"{b.run_dir.name} vs {a.run_dir.name}: time change (red = slower)")
         if png:
             run.write("compare.png", png)
         if comparison.notes:

@@ -13,7 +13,7 @@ import io
 from dataclasses import dataclass
 
 from genie.core.errors import InputError
-from genie.report.rundata import RunData
+from genie.report.rundata import RunData, RunKind
 
 COMPARE_COLUMNS = ("scope", "collective", "size_bytes", "time_a_us", "time_b_us", "time_delta_us", "time_delta_pct",
                    "busbw_a_GBps", "busbw_b_GBps", "busbw_delta_GBps", "busbw_delta_pct")
@@ -74,18 +74,19 @@ class Comparison:
 
 
 def _check_comparable(a: RunData, b: RunData, force: bool) -> list[str]:
-    if a.kind != b.kind:
-        raise InputError(f"cannot compare a {a.kind} run with a {b.kind} run", source=str(b.run_dir))
-    if a.kind not in ("bench", "replay"):
-        raise InputError(f"nothing to compare in a {a.kind} run (compare bench or replay runs)", source=str(a.run_dir))
+    if a.kind is not b.kind:
+        raise InputError(f"cannot compare a {a.kind.value} run with a {b.kind.value} run", source=str(b.run_dir))
+    if a.kind not in (RunKind.BENCH, RunKind.REPLAY):
+        raise InputError(f"nothing to compare in a {a.kind.value} run (compare bench or replay runs)",
+                         source=str(a.run_dir))
     notes = []
-    if a.kind == "bench" and set(a.collectives) != set(b.collectives):
+    if a.kind is RunKind.BENCH and set(a.collectives) != set(b.collectives):
         msg = (f"different workloads: collectives {','.join(a.collectives) or '-'} vs "
                f"{','.join(b.collectives) or '-'}")
         if not force:
             raise InputError(msg + " (use --force to compare what they share)", source=str(b.run_dir))
         notes.append(msg)
-    if a.kind == "replay":
+    if a.kind is RunKind.REPLAY:
         da, db = a.trace_digest, b.trace_digest
         if da != db:
             msg = f"different workloads: trace sha256 {(da or 'unknown')[:12]} vs {(db or 'unknown')[:12]}"
@@ -128,14 +129,14 @@ def _replay_rows(a: RunData, b: RunData) -> list[CompareRow]:
 
 def compare_runs(a: RunData, b: RunData, *, force: bool = False) -> Comparison:
     notes = _check_comparable(a, b, force)
-    if a.kind == "bench":
+    if a.kind is RunKind.BENCH:
         rows, more = _bench_rows(a, b)
         notes += more
     else:
         rows = _replay_rows(a, b)
     if not rows:
         raise InputError("the two runs have no measurement in common", source=f"{a.run_dir} vs {b.run_dir}")
-    return Comparison(a.kind, str(a.run_dir), str(b.run_dir), tuple(rows), tuple(notes))
+    return Comparison(a.kind.value, str(a.run_dir), str(b.run_dir), tuple(rows), tuple(notes))
 
 
 def _num(v: float | None, digits: int = 3) -> object:
