@@ -46,33 +46,14 @@ def compare(
     force: bool = typer.Option(False, "--force", help="Compare runs of different workloads (what they share)."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON instead of the table."),
 ) -> None:
-    """Per collective and size (bench) or per op kind and the iteration time (replay): B − A in us and %."""
-    from genie.report.compare import compare_csv, compare_runs, format_compare
-    from genie.report.manifest import RunRecorder, input_digest
-    from genie.report.plots import compare_deltas
-    from genie.report.rundata import load_run
+    """Per collective, group size, algorithm and size (bench, experiment sweeps) or per op kind and the iteration
+    time (replay): B − A in us and %, with a noise band from each run's iteration spread."""
+    from genie.report.compare import comparison_document, format_compare
+    from genie.report.compare_run import record_comparison
 
-    a, b = load_run(run_a), load_run(run_b)
-    comparison = compare_runs(a, b, force=force)
-    with RunRecorder("compare", out=out, inputs=(input_digest(run_a, "run_a"), input_digest(run_b, "run_b")),
-                     params={"force": force}) as run:
-        run.write("compare.csv", compare_csv(comparison))
-        png = compare_deltas([r.label for r in comparison.rows], [r.time_delta_pct for r in comparison.rows],
-                             [None] * len(comparison.rows),
-                             f"{b.run_dir.name} vs {a.run_dir.name}: time change (red = slower)")
-        if png:
-            run.write("compare.png", png)
-        if comparison.notes:
-            for note in comparison.notes:
-                run.warn(note)
+    recorded = record_comparison(run_a, run_b, out=out, force=force)
     if as_json:
-        rows = [{"scope": r.scope, "collective": r.collective, "size_bytes": r.size_bytes, "time_a_us": r.time_a_us,
-                 "time_b_us": r.time_b_us, "time_delta_us": r.time_delta_us, "time_delta_pct": r.time_delta_pct,
-                 "busbw_a_GBps": r.busbw_a_GBps, "busbw_b_GBps": r.busbw_b_GBps,
-                 "busbw_delta_GBps": r.busbw_delta_GBps, "busbw_delta_pct": r.busbw_delta_pct}
-                for r in comparison.rows]
-        typer.echo(json.dumps({"run_dir": str(run.run_dir), "kind": comparison.kind, "run_a": comparison.run_a,
-                               "run_b": comparison.run_b, "notes": list(comparison.notes), "rows": rows}, indent=2))
+        typer.echo(json.dumps(comparison_document(recorded.comparison, str(recorded.run_dir)), indent=2))
         return
-    typer.echo(format_compare(comparison))
-    typer.echo(f"# results in {run.run_dir}")
+    typer.echo(format_compare(recorded.comparison))
+    typer.echo(f"# results in {recorded.run_dir}")
