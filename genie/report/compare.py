@@ -44,6 +44,13 @@ def _pct(a: float | None, b: float | None) -> float | None:
     return 100.0 * (b - a) / a
 
 
+def row_label(scope: Scope | str, collective: str, ranks: int | None, algorithm: str, size_bytes: int | None) -> str:
+    """A row's name in tables and plots: ``all_reduce 4r ring 65536B`` (4r: a group of 4 ranks), ``iteration``."""
+    if Scope(scope) is Scope.ITERATION:
+        return "iteration"
+    return f"{collective}{f' {ranks}r' if ranks else ''}{f' {algorithm}' if algorithm else ''} {size_bytes}B"
+
+
 @dataclass(frozen=True)
 class CompareRow:
     scope: Scope
@@ -99,11 +106,7 @@ class CompareRow:
 
     @property
     def label(self) -> str:
-        if self.scope is Scope.ITERATION:
-            return "iteration"
-        ranks = f" {self.ranks}r" if self.ranks else ""
-        algorithm = f" {self.algorithm}" if self.algorithm else ""
-        return f"{self.collective}{ranks}{algorithm} {self.size_bytes}B"
+        return row_label(self.scope, self.collective, self.ranks, self.algorithm, self.size_bytes)
 
 
 @dataclass(frozen=True)

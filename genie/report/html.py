@@ -73,7 +73,7 @@ def _summary(run: RunData, shown: list[Section]) -> list[str]:
                          f"compute {worst['compute_ns'] / 1e6:.3f} ms")
     for title in _SUMMARISED[1:]:
         if title in by_title:
-            lines += by_title[title].lines[:2]
+            lines += by_title[title].lines[:3]
     if run.links:
         total = sum(float(r["bytes"] or 0) for r in run.links)
         drops = sum(float(r.get(k) or 0) for r in run.links for k in ("tx_drops", "rx_drops", "qdisc_drops"))

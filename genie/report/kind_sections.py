@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from genie.report import plots
+from genie.report.compare import row_label
 from genie.report.rundata import RunData
 from genie.report.sections import PagePlot, Section
 
@@ -124,6 +125,16 @@ def _suspects(run: RunData) -> tuple[list[str], list[str]] | None:
     return links, [str(h) for h in doc.get("suspect_hosts") or ()]
 
 
+def _matrix(frame: pd.DataFrame, value: str) -> pd.DataFrame:
+    """Sender rows x receiver columns of one diagnose.csv column, hosts in their natural order (h2 before h10)."""
+    hosts = sorted(set(frame["src"].astype(str)) | set(frame["dst"].astype(str)), key=lambda h: (len(h), h))
+    table = frame.assign(**{value: _num(frame, value)}).pivot_table(index="src", columns="dst", values=value,
+                                                                     aggfunc="first")
+    table = table.reindex(index=hosts, columns=hosts)
+    table.columns.name = None
+    return table.rename_axis("sender").reset_index()
+
+
 def diagnose_section(run: RunData) -> Section:
     frame = run.diagnosis
     if frame is None:
@@ -136,14 +147,9 @@ def diagnose_section(run: RunData) -> Section:
     else:
         lines.append("suspect links: " + (", ".join(suspects[0]) or "none"))
         lines.append("suspect hosts: " + (", ".join(suspects[1]) or "none"))
-    matrix = frame.assign(bandwidth_GBps=_num(frame, "bandwidth_GBps")).pivot_table(
-        index="src", columns="dst", values="bandwidth_GBps", aggfunc="first")
-    latency = frame.assign(latency_us=_num(frame, "latency_us")).pivot_table(
-        index="src", columns="dst", values="latency_us", aggfunc="first")
     tables = [("Flagged pairs (diagnose.csv)", flagged),
-              ("Pair matrix: bandwidth in GB/s, sender (row) to receiver (column)",
-               matrix.reset_index().rename(columns={"src": "sender"})),
-              ("Pair matrix: latency in us", latency.reset_index().rename(columns={"src": "sender"}))]
+              ("Pair matrix: bandwidth in GB/s, sender (row) to receiver (column)", _matrix(frame, "bandwidth_GBps")),
+              ("Pair matrix: latency in us", _matrix(frame, "latency_us"))]
     if suspects is not None and suspects[0]:
         tables.insert(0, ("Suspect links", pd.DataFrame({"link direction": suspects[0]})))
     return Section("Diagnosis", tuple(lines), (PagePlot("pairs.png", "pairwise bandwidth, flagged pairs in red",
@@ -169,6 +175,17 @@ def verify_section(run: RunData) -> Section:
                    (("Per link", pd.DataFrame(per_link)), (f"Checks ({run.verify_source})", frame)))
 
 
+def _text(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return None
+
+
 def compare_section(run: RunData) -> Section:
     frame = run.comparison
     if frame is None or frame.empty:
@@ -177,8 +194,8 @@ def compare_section(run: RunData) -> Section:
     if "within_noise" in frame:
         inside = frame["within_noise"].astype(str).str.lower().isin(("1", "true", "yes"))
         lines[0] += f", {int(inside.sum())} within noise"
-    labels = [" ".join(str(v) for v in (r.get("scope"), r.get("collective"), r.get("ranks"), r.get("size_bytes"))
-                       if v not in (None, "") and str(v) != "nan") for _, r in frame.iterrows()]
+    labels = [row_label(_text(r.get("scope")) or "case", _text(r.get("collective")), _int(r.get("ranks")),
+                        _text(r.get("algorithm")), _int(r.get("size_bytes"))) for _, r in frame.iterrows()]
     deltas = list(_num(frame, "time_delta_pct")) if "time_delta_pct" in frame else []
     noise = list(_num(frame, "noise_pct")) if "noise_pct" in frame else [None] * len(deltas)
     png = plots.compare_deltas(labels, [None if pd.isna(d) else d for d in deltas],

@@ -68,7 +68,7 @@ def latency_by_size(rows: Sequence[SweepRow], iteration_us: Mapping[CaseKey, Seq
     if not rows:
         return None
     curves = sweep_curves(rows)
-    fig = Figure(figsize=(8, 3.2 * len(curves)))
+    fig = Figure(figsize=(8, 3.2 * len(curves)), layout="constrained")
     for n, (curve, mine) in enumerate(curves.items()):
         ax = fig.add_subplot(len(curves), 1, n + 1)
         stats = []
