@@ -140,3 +140,15 @@ def test_printed_output_has_the_warning(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "# warning: runs differ in ranks" in out and "within noise" in out
     assert any("differ in ranks" in w for w in read_manifest(tmp_path / "cmp").warnings)
+
+
+def test_an_experiment_without_a_manifest_compares_with_itself(tmp_path):
+    from report_runs import experiment_files
+
+    out = tmp_path / "old"
+    out.mkdir()
+    experiment_files(out, tmp_path)
+    run = load_run(out)
+    c = compare_runs(run, run)
+    assert len([r for r in c.rows if r.scope is Scope.CASE]) == len(CASES)
+    assert all(r.time_delta_pct == 0 and r.within_noise for r in c.rows)

@@ -138,3 +138,16 @@ def test_report_cli_in_process_on_an_experiment(experiment_run, capsys):
     assert "all_reduce, 2 ranks" in html and (experiment_run / "plots" / "calibration.png").is_file()
     listed = {f["name"] for f in json.loads((experiment_run / "manifest.json").read_text())["files"]}
     assert {"report.html", "plots/busbw.png", "plots/calibration.png"} <= listed
+
+
+def test_bench_run_of_two_group_sizes_draws_two_curves(tmp_path):
+    from genie.core.collective import Collective
+    from report_runs import bench_run
+
+    t = (100.0, 101.0, 102.0)
+    out = bench_run(tmp_path / "b", [(Collective.ALL_REDUCE, 2, 1024, t), (Collective.ALL_REDUCE, 4, 1024, t),
+                                     (Collective.ALL_REDUCE, 2, 4096, t), (Collective.ALL_REDUCE, 4, 4096, t)])
+    page = build_page(load_run(out))
+    assert "all_reduce, 2 ranks (2 sizes" in page.html and "all_reduce, 4 ranks (2 sizes" in page.html
+    assert "on groups of 2 and 4 ranks" in page.html and "Per-iteration times (sweep.json)" in page.html
+    assert set(page.plots) == {"busbw.png", "latency.png"}
