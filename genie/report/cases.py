@@ -75,9 +75,9 @@ class Spread:
     iterations: int = 0
 
     def describe(self) -> str:
-        what = (f"per-iteration times ({self.where})" if self.source is SpreadSource.ITERATIONS
-                else f"min/p99 columns ({self.where})")
-        return what
+        if self.source is SpreadSource.ITERATIONS:
+            return f"per-iteration times ({self.where})"
+        return f"min/p99 columns ({self.where})"
 
 
 def spread_of(times_us: Sequence[float], where: str) -> Spread:

@@ -1,5 +1,6 @@
 """`genie report RUN_DIR`: one self-contained HTML page (jinja2; plots embedded as base64 PNG, and also returned
-so the CLI can write them as files) with the run's summary, facts, plots and tables."""
+so the CLI can write them as files) with the run's summary, facts and sections (genie.report.sections and
+kind_sections: each section's text, plots and tables), ordered for the run's kind."""
 
 from __future__ import annotations
 
@@ -155,4 +156,4 @@ def build_page(run: RunData, *, link_prefix: str = "") -> Page:
         "genie_version": __version__,
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    return Page(template.render(**context), {name: png for name, _, png in drawn})  # type: ignore[misc]
+    return Page(template.render(**context), {name: png for name, _, png in drawn})

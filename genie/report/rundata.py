@@ -117,7 +117,7 @@ class RunData:
         return (topo or {}).get("link_rate_bps")
 
 
-def guess_kind(names: set[str], subdirs: set[str] = frozenset()) -> RunKind:  # type: ignore[assignment]
+def guess_kind(names: set[str], subdirs: frozenset[str] | set[str] = frozenset()) -> RunKind:
     """A manifest-less directory's kind, from the files only that kind writes (most specific first)."""
     if names & {"experiment.json", "accuracy.csv", readers.DETAIL_FILE}:
         return RunKind.EXPERIMENT
