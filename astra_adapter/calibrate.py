@@ -237,7 +237,7 @@ def _measured_ops(measurements, mapping: TopologyMapping) -> tuple[list, np.ndar
             skipped[f"not fitted: {key[0].collective.value}/{key[0].algorithm.value} on {key[0].ranks} ranks: {why}"] = 1
     if not ops:
         raise InputError("no measurement the model can reproduce" + (f" ({next(iter(skipped))})" if skipped else ""),
-                         path="--measurements")
+                         path="measurements")
     return ops, np.array([float(np.median(grouped[key])) * 1000 for key in ops]), list(skipped)
 
 

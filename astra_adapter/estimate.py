@@ -177,10 +177,10 @@ def estimate_files(workload_prefix: str | Path, system_path: str | Path, network
     if injection_scale != 1.0:
         delay = int(system.endpoint_delay_ns * injection_scale)
         if delay < 1:
-            raise InputError("endpoint-delay x injection-scale must be >= 1 ns", path="--injection-scale")
+            raise InputError("endpoint-delay x injection-scale must be >= 1 ns", path="injection_scale")
         system = replace(system, endpoint_delay_ns=delay)
     if queues_per_dim < 1:
-        raise InputError("must be >= 1", path="--num-queues-per-dim")
+        raise InputError("must be >= 1", path="queues_per_dim")
     remote = load_remote_memory(remote_memory_path) if remote_memory_path is not None else None
     trace = read_et_set(workload_prefix)
     if comm_group_path is not None:

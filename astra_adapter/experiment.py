@@ -1,18 +1,8 @@
-"""``genie experiment``: measure, calibrate, estimate, replay and compare, on one testbed.
-
-1. load the spec, the workload (pinning the chosen algorithms) and the topology; map the topology onto ASTRA-sim
-   dimensions and plan the sweep - all checked before anything is built;
-2. bring the testbed up (``genie.testbed.service.temporary_testbed``: always torn down);
-3. in ``rounds`` alternating rounds (so that both see the same conditions on a shared machine): bench every
-   (collective, algorithm, group size) the trace runs at exactly its sizes plus a grid, on the trace's own groups
-   (``sweep.csv`` with medians; ``sweep_detail.csv`` with every pooled iteration, whose trimmed mean the
-   estimate uses), then replay the whole trace (warmup + iterations; the median of all rounds' iterations is
-   "measured");
-4. tear down; calibrate (``calibration.json/csv``), estimate in both modes (``estimate-<mode>.csv``), export the
-   calibrated ASTRA-sim inputs (``astra/``), compare (``accuracy.csv``: workload, topology, mode, estimated_s,
-   measured_s, error_pct) and write ``summary.txt``.
-
-This module is the adapter's edge to the testbed and the engine; everything it decides is in the pure modules.
+"""``genie experiment``'s pure part: prepare (load and check the spec, the workload with its pinned algorithms and
+the topology; map the topology onto ASTRA-sim dimensions; plan the sweep), the sweep's ops, the measurements
+taken from it, calibrate + estimate in both modes + compare with the replay (``evaluate``), and the result
+files' contents. The testbed work (bench the sweep on the trace's own groups, replay the trace, in rounds) is
+``genie.services.experiment``'s; this module never needs a live testbed.
 """
 
 from __future__ import annotations
@@ -27,18 +17,16 @@ from typing import Callable
 
 from genie.core.collective import Collective
 from genie.core.errors import InputError
+from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
 from genie.core.topology import Topology
 from genie.core.trace import Trace
 
-from astra_adapter.calibrate import Calibration, calibrate, calibrated_network, scaled_trace
-from astra_adapter.calibration_io import write_calibration
+from astra_adapter.calibrate import Calibration, calibrate
 from astra_adapter.experiment_spec import ExperimentSpec, SweepCase, generate_workload, pin_algorithms, plan_sweep
-from astra_adapter.export import export_astra
 from astra_adapter.mapping import TopologyMapping, map_topology
-from astra_adapter.measurements import DETAIL_FILE, Measurement, MeasurementTable, detail_csv, op_time_us
-from astra_adapter.output import write_bytes_atomic
-from astra_adapter.workload_estimate import TraceEstimate, estimate_calibrated, estimate_measured, write_estimate
+from astra_adapter.measurements import Measurement, MeasurementTable, op_time_us
+from astra_adapter.workload_estimate import TraceEstimate, estimate_calibrated, estimate_measured
 
 ACCURACY_COLUMNS = ("workload", "topology", "mode", "estimated_s", "measured_s", "error_pct")
 Progress = Callable[[str], None]
@@ -84,7 +72,7 @@ class ExperimentResult:
     estimates: tuple[TraceEstimate, ...]
     replay_iteration_ns: tuple[int, ...]
     accuracy: tuple[AccuracyRow, ...]
-    best_of: tuple[AccuracyRow, ...] = ()  # the same comparison with Statistic.MIN
+    best_of: tuple[AccuracyRow, ...] = ()  # the same comparison with Statistic.BEST
     load_average: tuple[float, float] = ()  # 1-minute load average before and after the testbed work
 
     @property
@@ -125,62 +113,32 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
     sweep = plan_sweep(trace, spec.grid_bytes)
     for case in sweep:
         for size in case.sizes:
-            for group in case.groups:
-                _bench_op(case, size, group)  # the bench can build every schedule
+            sweep_ops(case, size)  # the bench can build every schedule
     return PreparedExperiment(spec, trace, topology, mapping, sweep)
 
 
-def _bench_op(case: SweepCase, size_bytes: int, group: tuple[int, ...]):
+def sweep_ops(case: SweepCase, size_bytes: int) -> tuple[CollectiveOp, ...]:
+    """The ops one sweep item measures: the case's op at `size_bytes` on each of its groups (side by side)."""
     from genie.collectives.registry import build_schedule
-    from genie.core.schedule import CollectiveOp
 
-    op = case.op(size_bytes)
-    dtype = dtype_bytes_for(size_bytes)
-    peer = group[-1] if op.collective is Collective.SEND_RECV else None
-    collective_op = CollectiveOp(collective=op.collective, size_bytes=size_bytes, group=group,
-                                 algorithm=op.algorithm, root=group[0], peer=peer, dtype_bytes=dtype)
-    try:
-        build_schedule(collective_op)
-    except ValueError as exc:
-        raise InputError(f"{op.describe()}: {exc}", path="algorithms") from None
-    return collective_op
+    out = []
+    for group in case.groups:
+        op = case.op(size_bytes)
+        peer = group[-1] if op.collective is Collective.SEND_RECV else None
+        collective_op = CollectiveOp(collective=op.collective, size_bytes=size_bytes, group=group,
+                                     algorithm=op.algorithm, root=group[0], peer=peer,
+                                     dtype_bytes=dtype_bytes_for(size_bytes))
+        try:
+            build_schedule(collective_op)
+        except ValueError as exc:
+            raise InputError(f"{op.describe()}: {exc}", path="algorithms") from None
+        out.append(collective_op)
+    return tuple(out)
 
 
 # ---- on the testbed -----------------------------------------------------------------------------------
 def sweep_items(sweep: tuple[SweepCase, ...]) -> list[tuple[SweepCase, int]]:
     return [(c, s) for c in sweep for s in c.sizes]
-
-
-def run_sweep(sweep: tuple[SweepCase, ...], placements: list, *, iterations: int, warmup: int, timeout_s: float,
-              on_pids=None, progress: Progress | None = None) -> list[list[int]]:
-    """Bench every (case, size) of ``sweep_items`` in one rank session: each rank runs the op of its own group
-    (sibling groups at once; a rank in none of a case's groups sits it out); an iteration ends with the slowest
-    group. Per item, its iteration times (ns)."""
-    from genie.engine.jobs import BenchCase, BenchJob, bench_job_to_json
-    from genie.engine.session import RankSession
-    from genie.measure.metrics import iteration_times_ns
-
-    items = sweep_items(sweep)
-
-    def job_for(rank: int) -> dict:
-        cases = []
-        for case, size in items:
-            group = next((g for g in case.groups if rank in g), case.groups[0])
-            cases.append(BenchCase(_bench_op(case, size, group), warmup, iterations))
-        return bench_job_to_json(BenchJob(cases=tuple(cases), timeout_s=timeout_s))
-
-    found: dict[int, list[int]] = {}
-
-    def on_case(index: int, per_rank: dict) -> None:
-        case, size = items[index]
-        found[index] = iteration_times_ns({r: m["iterations"] for r, m in per_rank.items()})
-        if progress:
-            progress(f"bench {len(found)}/{len(items)}: {case.collective.value} on {len(case.groups)} group(s) of "
-                     f"{case.ranks}, {size} B")
-
-    session = RankSession(placements, on_pids=on_pids, idle_timeout_s=max(120.0, timeout_s * 2))
-    session.run(job_for, on_case=on_case)
-    return [found[i] for i in range(len(items))]
 
 
 def sweep_stats(sweep: tuple[SweepCase, ...], times: list[list[int]]) -> list:
@@ -205,54 +163,6 @@ def measurements_of(stats: list, sweep: tuple[SweepCase, ...], times: list[list[
         out.append(Measurement(s.collective, s.algorithm, s.ranks, s.size_bytes, value, "sweep", case.groups,
                                iterations))
     return tuple(out)
-
-
-def _merged(outcomes: list):
-    """One ReplayOutcome holding every round's iterations, numbered in order."""
-    iterations = [replace(it, iteration=i) for i, it in enumerate(it for o in outcomes for it in o.iterations)]
-    return replace(outcomes[0], iterations=tuple(iterations))
-
-
-def run_on_testbed(prepared: PreparedExperiment, progress: Progress | None = None):
-    """Sweep and replay on a temporary testbed (always torn down), in ``rounds`` alternating rounds so that
-    both see the same conditions on a shared machine; (bench stats, pooled iteration times per sweep item,
-    replay outcome with every round's iterations)."""
-    from genie.engine.bench import placements_for
-    from genie.engine.replay import ReplayRequest, run_replay
-    from genie.testbed import service
-
-    spec = prepared.spec
-    say = progress or (lambda _msg: None)
-    rounds = spec.rounds
-    sweep_each, replay_each = -(-spec.sweep_iterations // rounds), -(-spec.replay_iterations // rounds)
-    say(f"bringing up {prepared.topology.name}")
-    with service.temporary_testbed(prepared.topology, source=str(spec.topology_path)) as info:
-        placements = placements_for(info, None)
-
-        def on_pids(pids: list[int]) -> None:
-            service.register_pids(info.name, pids)
-
-        pooled: list[list[int]] = [[] for _ in sweep_items(prepared.sweep)]
-        outcomes = []
-        for r in range(rounds):
-            say(f"round {r + 1}/{rounds}: sweep, {sweep_each} iterations per size")
-            times = run_sweep(prepared.sweep, placements, iterations=sweep_each, warmup=spec.sweep_warmup,
-                              timeout_s=spec.timeout_s, on_pids=on_pids, progress=progress)
-            for acc, t in zip(pooled, times):
-                acc.extend(t)
-            say(f"round {r + 1}/{rounds}: replay of {spec.workload.describe()}, {spec.replay_warmup} warmup + "
-                f"{replay_each} iterations")
-            request = ReplayRequest(iterations=replay_each, warmup=spec.replay_warmup, timeout_s=spec.timeout_s)
-            outcomes.append(run_replay(prepared.trace, placements, request, source=spec.workload.describe(),
-                                       on_pids=on_pids))
-        say("tearing down")
-    return sweep_stats(prepared.sweep, pooled), pooled, _merged(outcomes)
-
-
-def replay_iteration_times(outcome) -> tuple[int, ...]:
-    from genie.measure.replay import iteration_time_ns, rank_summaries
-
-    return tuple(iteration_time_ns(rank_summaries(outcome.programs, it)) for it in outcome.iterations)
 
 
 # ---- after the testbed ---------------------------------------------------------------------------------
@@ -308,46 +218,12 @@ def format_summary(result: ExperimentResult) -> str:
     return "\n".join(lines)
 
 
-def write_results(result: ExperimentResult, stats: list, outcome) -> None:
-    from genie.report.replay import write_replay
-    from genie.report.sweep import write_sweep
-
-    out, p = result.run_dir, result.prepared
-    write_sweep(out, stats, meta={"experiment": p.spec.name, "topology": p.topology.name,
-                                  "iterations": p.spec.sweep_iterations, "warmup": p.spec.sweep_warmup})
-    write_bytes_atomic(out / DETAIL_FILE, detail_csv(result.measurements).encode())
-    write_replay(out / "replay", outcome, {"trace": p.spec.workload.describe(), "target": p.topology.name,
-                                           "ranks": p.trace.num_ranks, "iterations": p.spec.replay_iterations,
-                                           "warmup": p.spec.replay_warmup})
-    write_calibration(result.calibration, out)
-    for est in result.estimates:
-        write_estimate(est, out, f"estimate-{est.mode.value}.csv")
-    network, _ = calibrated_network(p.mapping, result.calibration)
-    export_astra(scaled_trace(p.trace, result.calibration), p.mapping, out / "astra", network=network,
-                 params=result.calibration.system_params())
-    write_bytes_atomic(out / "accuracy.csv", accuracy_csv(result.accuracy).encode())
+def experiment_json(result: ExperimentResult) -> str:
+    """experiment.json: what was compared, every replay iteration, and both comparisons."""
+    p = result.prepared
     doc = {"experiment": p.spec.name, "source": p.spec.source, "workload": p.spec.workload.describe(),
            "topology": p.topology.name, "replay_iteration_ns": list(result.replay_iteration_ns),
            "accuracy": [{**r.__dict__, "error_pct": r.error_pct} for r in result.accuracy],
            "best_of": [{**r.__dict__, "error_pct": r.error_pct} for r in result.best_of],
            "load_average": list(result.load_average)}
-    write_bytes_atomic(out / "experiment.json", (json.dumps(doc, indent=1) + "\n").encode())
-    write_bytes_atomic(out / "summary.txt", (format_summary(result) + "\n").encode())
-
-
-def run_experiment(spec: ExperimentSpec, run_dir_factory: Callable[[], Path],
-                   progress: Progress | None = None) -> ExperimentResult:
-    """The whole experiment; the run directory is created only once the testbed work succeeded."""
-    prepared = prepare(spec)
-    load_before = os.getloadavg()[0]
-    stats, times, outcome = run_on_testbed(prepared, progress)
-    load_after = os.getloadavg()[0]
-    measurements = measurements_of(stats, prepared.sweep, times)
-    replay_ns = replay_iteration_times(outcome)
-    calibration, estimates, rows = evaluate(prepared, measurements, replay_ns)
-    _, _, best = evaluate(prepared, measurements_of(stats, prepared.sweep, times, Statistic.BEST), replay_ns,
-                          Statistic.BEST)
-    result = ExperimentResult(run_dir_factory(), prepared, measurements, calibration, estimates, replay_ns, rows,
-                              best, (load_before, load_after))
-    write_results(result, stats, outcome)
-    return result
+    return json.dumps(doc, indent=1) + "\n"

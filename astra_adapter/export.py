@@ -237,7 +237,7 @@ def _check_exportable(trace: Trace, mapping: TopologyMapping, network: NetworkCo
                          f"{mapping.npus_count} NPUs")
     if network.npus_per_dim != tuple(d.npus_count for d in mapping.dims):
         raise InputError(f"the network has dimensions {list(network.npus_per_dim)} but the topology maps to "
-                         f"{[d.npus_count for d in mapping.dims]}", path="--network")
+                         f"{[d.npus_count for d in mapping.dims]}", path="network")
     for rank in trace.ranks:
         for node in rank.nodes:
             if node.kind is NodeKind.COLLECTIVE and node.comm_type not in (

@@ -179,7 +179,7 @@ def read_measurements(run_dirs: list[str | Path] | tuple) -> tuple[Measurement, 
     - when the directory has a sweep_detail.csv (``genie experiment``) - the groups each row ran on and
     :func:`op_time_us` of its iterations."""
     if not run_dirs:
-        raise InputError("no measurement run directory given", path="--measurements")
+        raise InputError("no measurement run directory given", path="measurements")
     rows: list[Measurement] = []
     for entry in run_dirs:
         path = Path(entry)

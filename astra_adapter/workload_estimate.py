@@ -49,7 +49,7 @@ class EstimateMode(Enum):
         for mode in cls:
             if mode.value == text.strip().lower():
                 return mode
-        raise InputError(f"unknown mode {text!r} (expected measured or calibrated)", path="--mode")
+        raise InputError(f"unknown mode {text!r} (expected measured or calibrated)", path="mode")
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def estimate_calibrated(trace: Trace, mapping: TopologyMapping, calibration: Cal
     """Calibrated mode: the built-in estimator with the fitted network on ``mapping``."""
     if trace.num_ranks != mapping.npus_count:
         raise InputError(f"the trace has {trace.num_ranks} ranks but {mapping.topology_name} maps to "
-                         f"{mapping.npus_count} NPUs", path="--topology")
+                         f"{mapping.npus_count} NPUs", path="topology")
     network, notes = calibrated_network(mapping, calibration)
     system, more = system_config(mapping, calibration.system_params(), trace)
     est = estimate(scaled_trace(trace, calibration), system, network)
@@ -128,8 +128,8 @@ def calibration_for(run_dirs, measurements: tuple[Measurement, ...],
             cal = load_calibration(path)
             return cal, mapping or calibration_mapping(cal)
     if mapping is None:
-        raise InputError("calibrating needs the topology the measurements were taken on (--topology FILE), or a "
-                         "run directory with calibration.json", path="--topology")
+        raise InputError("calibrating needs the topology the measurements were taken on (`topology` FILE), or a "
+                         "run directory with calibration.json", path="topology")
     return calibrate(measurements, mapping), mapping
 
 

@@ -16,7 +16,8 @@ from genie.collectives.registry import supported_algorithms
 from genie.core.collective import Algorithm, Collective
 from genie.core.topology import LinkShape
 from genie.core.units import parse_size_bytes
-from genie.engine.bench import BenchRequest, placements_for, run_bench
+from genie.services.bench import BenchRequest, run_bench
+from genie.services.target import placements_for
 from genie.testbed import service
 from genie.topology.builders import star
 

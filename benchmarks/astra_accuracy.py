@@ -21,14 +21,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_accuracy(files: list[Path], out: Path) -> list:
-    from astra_adapter.experiment import run_experiment
     from astra_adapter.experiment_spec import load_experiment
+    from genie.services.experiment import ExperimentCommand, run_experiment_command
+    from genie.services.options import RunOptions
 
     rows = []
     for path in files:
         spec = load_experiment(path)
         started = time.perf_counter()
-        result = run_experiment(spec, lambda: out / spec.name, lambda msg: None)
+        result = run_experiment_command(ExperimentCommand(spec, RunOptions(out=out / spec.name)))
         took = time.perf_counter() - started
         print(f"# {spec.name}: {took:.0f} s, calibration rms residual {result.calibration.rms_residual_pct:.1f}%",
               file=sys.stderr)

@@ -16,8 +16,8 @@ import argparse
 import statistics
 import sys
 
-from genie.engine.bench import loopback_placements
-from genie.engine.replay import ReplayRequest, run_replay
+from genie.services.target import loopback_placements
+from genie.services.replay import ReplayRequest, run_replay
 from genie.measure.replay import iteration_time_ns, rank_summaries
 from genie.workloads.analysis import critical_path
 from genie.workloads.native import read_native

@@ -37,3 +37,17 @@ def fake_ssh(tmp_path: Path) -> Path:
                     f"runpy.run_path({str(FAKE_SSH)!r}, run_name='__main__')\n")
     path.chmod(0o755)
     return path
+
+
+def resolve_launch(launcher: str, transport: str, *args, other_target: str | None = None, **kwargs):
+    """`genie.services.launch.resolve_launch` given the launch options as `genie bench` takes them (strings, a
+    flag as `other_target`), its errors naming the flags as `genie bench` prints them."""
+    from genie.cli.bench_cmd import BENCH_FLAGS
+    from genie.cli.flags import flag_names
+    from genie.core.launch import DataPath, LauncherKind
+    from genie.services import launch
+
+    with flag_names(BENCH_FLAGS):
+        return launch.resolve_launch(launch.parse_kind(LauncherKind, launcher, "launcher", LauncherKind.LOCAL),
+                                     launch.parse_kind(DataPath, transport, "transport", DataPath.TCP), *args,
+                                     other_target=other_target.lstrip("-") if other_target else None, **kwargs)

@@ -12,8 +12,9 @@ import pytest
 
 from genie.collectives.registry import build_schedule
 from genie.core.collective import Collective
-from genie.engine.bench import BenchRequest, placements_for, run_bench
-from genie.engine.replay import ReplayRequest, run_replay
+from genie.services.bench import BenchRequest, run_bench
+from genie.services.target import placements_for
+from genie.services.replay import ReplayRequest, run_replay
 from genie.testbed.layout import NETNS_DIR
 from genie.testbed.netlink import link_counters
 from genie.testbed.state import STATE_DIR_ENV

@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from genie.cli.flags import RUN_FLAGS, flag_names
 from genie.core.errors import InputError
 from genie.core import testbed as core_testbed
 from genie.core.testbed import LinkEnd
@@ -148,8 +149,8 @@ def test_capture_link_names():
     assert resolve_link(info, "h0-s0") == ends[0]
     assert resolve_link(info, "s0:h0") == ends[1]
     assert resolve_link(info, "leaf-1-s0") == ends[2]
-    with pytest.raises(InputError, match="--capture: no link 'h0-h1'"):
+    with pytest.raises(InputError, match="--capture: no link 'h0-h1'"), flag_names(RUN_FLAGS):
         resolve_link(info, "h0-h1")
-    with pytest.raises(InputError, match="not --loopback"):
+    with pytest.raises(InputError, match="not --loopback"), flag_names(RUN_FLAGS):
         capture_end(None, "h0-s0")
     assert capture_end(None, None) is None

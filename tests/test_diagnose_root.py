@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from genie.core.topology import LinkShape
-from genie.engine.diagnose import DiagnoseRequest, run_diagnose
+from genie.services.diagnose import DiagnoseRequest, run_diagnose
 from genie.testbed import service
 from genie.testbed.state import STATE_DIR_ENV
 from genie.topology import star

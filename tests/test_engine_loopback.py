@@ -16,7 +16,8 @@ from genie.collectives.registry import build_schedule, supported_algorithms
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import RunFailure
 from genie.core.schedule import CollectiveOp
-from genie.engine.bench import BenchRequest, loopback_placements, run_bench
+from genie.services.bench import BenchRequest, run_bench
+from genie.services.target import loopback_placements
 from genie.engine.executor import DataBuffers, run_schedule
 from genie.engine.transport import PeerFailure, SocketTransport, Transfer, socketpair_mesh
 

@@ -8,7 +8,7 @@ import pytest
 
 from genie.core.collective import Algorithm, Collective
 from genie.core.sizes import aligned_size
-from genie.engine.bench import sweep_sizes
+from genie.services.bench import sweep_sizes
 from genie.core.errors import InputError
 from genie.measure.metrics import case_stats, iteration_times_ns
 from genie.report.sweep import SWEEP_COLUMNS, format_table, sweep_csv, sweep_json

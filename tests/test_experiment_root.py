@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from astra_adapter.experiment import run_experiment
 from astra_adapter.experiment_spec import load_experiment
 from astra_adapter.measurements import read_measurements
+from genie.services.experiment import ExperimentCommand, run_experiment_command
+from genie.services.options import RunOptions
 from genie.testbed.layout import NETNS_DIR
 from genie.testbed.state import STATE_DIR_ENV
 from netns_checks import root_namespace_snapshot
@@ -31,7 +32,7 @@ def test_tiny_experiment_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     before = root_namespace_snapshot()
     spec = load_experiment(write_tiny(tmp_path, "rounds: 2\n"))
     messages: list[str] = []
-    result = run_experiment(spec, lambda: tmp_path / "run", messages.append)
+    result = run_experiment_command(ExperimentCommand(spec, RunOptions(out=tmp_path / "run")), messages.append)
     assert _ours() == [] and root_namespace_snapshot() == before
     assert messages[0].startswith("bringing up") and messages[-1] == "tearing down"
     out = tmp_path / "run"

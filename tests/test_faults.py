@@ -59,24 +59,24 @@ def test_compact_specs(spec, kind, check):
 
 
 @pytest.mark.parametrize("spec, path, words", [
-    ("", "--fault", "empty"),
-    ("degrad h3-s0 rate=1gbit at=1s", "--fault.kind", "did you mean 'degrade'"),
-    ("degrade h3-s0 rat=1gbit at=1s", "--fault.rat", "did you mean 'rate'"),
-    ("degrade h3-s0 at=1s", "--fault.rate", "at least one of"),
-    ("degrade h3-s0 rate=100 at=1s", "--fault.rate", "unit"),
-    ("degrade h3-s0 delay=-1ms at=1s", "--fault.delay", ">= 0"),
-    ("degrade h3-s0 loss=100 at=1s", "--fault.loss", "[0, 100)"),
-    ("degrade h3-s0 loss=-1 at=1s", "--fault.loss", "[0, 100)"),
-    ("degrade h3-s0 rate=1gbit", "--fault.at", "missing trigger"),
-    ("degrade h3-s0 rate=1gbit at=1s at_op=3", "--fault.at_op", "not both"),
-    ("degrade h3-s0 rate=1gbit at=-1s", "--fault.at", ">= 0"),
-    ("degrade h3-s0 rate=1gbit at=opx", "--fault.at_op", "op index"),
-    ("flap h1-s0 at=1s", "--fault.duration", "missing field `duration`"),
-    ("flap h1-s0 for=0s at=1s", "--fault.duration", "> 0"),
-    ("straggler rank=1 at=op1", "--fault.factor", "missing field `factor`"),
-    ("straggler rank=1 factor=0 at=op1", "--fault.factor", "factor in (0"),
-    ("straggler rank=-1 factor=2 at=op1", "--fault.rank", "rank >= 0"),
-    ("down h1-s0 extra at=1s", "--fault", "unexpected 'extra'"),
+    ("", "fault", "empty"),
+    ("degrad h3-s0 rate=1gbit at=1s", "fault.kind", "did you mean 'degrade'"),
+    ("degrade h3-s0 rat=1gbit at=1s", "fault.rat", "did you mean 'rate'"),
+    ("degrade h3-s0 at=1s", "fault.rate", "at least one of"),
+    ("degrade h3-s0 rate=100 at=1s", "fault.rate", "unit"),
+    ("degrade h3-s0 delay=-1ms at=1s", "fault.delay", ">= 0"),
+    ("degrade h3-s0 loss=100 at=1s", "fault.loss", "[0, 100)"),
+    ("degrade h3-s0 loss=-1 at=1s", "fault.loss", "[0, 100)"),
+    ("degrade h3-s0 rate=1gbit", "fault.at", "missing trigger"),
+    ("degrade h3-s0 rate=1gbit at=1s at_op=3", "fault.at_op", "not both"),
+    ("degrade h3-s0 rate=1gbit at=-1s", "fault.at", ">= 0"),
+    ("degrade h3-s0 rate=1gbit at=opx", "fault.at_op", "op index"),
+    ("flap h1-s0 at=1s", "fault.duration", "missing field `duration`"),
+    ("flap h1-s0 for=0s at=1s", "fault.duration", "> 0"),
+    ("straggler rank=1 at=op1", "fault.factor", "missing field `factor`"),
+    ("straggler rank=1 factor=0 at=op1", "fault.factor", "factor in (0"),
+    ("straggler rank=-1 factor=2 at=op1", "fault.rank", "rank >= 0"),
+    ("down h1-s0 extra at=1s", "fault", "unexpected 'extra'"),
 ])
 def test_bad_specs_name_the_field(spec, path, words):
     with pytest.raises(InputError) as err:
@@ -94,8 +94,8 @@ def test_yaml_errors_name_file_and_index():
         read_faults_yaml("fautls: []\n", source="f.yaml")
     with pytest.raises(InputError, match="duplicate key"):
         read_faults_yaml("faults:\n  - {kind: down, kind: flap}\n", source="f.yaml")
-    assert [f.path for f in parse_fault_specs(["down h0-s0 at=1s", "down h1-s0 at=2s"])] == ["--fault[0]",
-                                                                                            "--fault[1]"]
+    assert [f.path for f in parse_fault_specs(["down h0-s0 at=1s", "down h1-s0 at=2s"])] == ["fault[0]",
+                                                                                            "fault[1]"]
 
 
 # ---- validation ------------------------------------------------------------------------------------------------
@@ -113,16 +113,16 @@ def test_links_resolve_with_direction(info):
 
 
 @pytest.mark.parametrize("spec, bounds, path, words", [
-    ("degrade h9-s0 rate=1mbit at=1s", BENCH, "--fault[0].link", "no link 'h9-s0'"),
-    ("degrade h3-s1 rate=1mbit at=1s", BENCH, "--fault[0].link", "did you mean 'h3-s0'"),
-    ("down h3->s0 at=1s", BENCH, "--fault[0].link", "not A->B"),
-    ("degrade h3-s0 rate=1mbit at=op20", BENCH, "--fault[0].at_op", "past the end of the run"),
-    ("degrade h3-s0 rate=1mbit at=2000s", BENCH, "--fault[0].at", "past the end of the run"),
-    ("degrade h3-s0 jitter=1ms at=1s", BENCH, "--fault[0].jitter", "exceeds delay"),
-    ("straggler rank=1 factor=2 at=op1", BENCH, "--fault[0].kind", "use it with genie replay"),
-    ("straggler rank=4 factor=2 at=op1", REPLAY, "--fault[0].rank", "no rank 4"),
-    ("cross_traffic h0 h7 at=1s", BENCH, "--fault[0].dst", "no host 'h7'"),
-    ("cross_traffic h0 h0 at=1s", BENCH, "--fault[0].dst", "same host"),
+    ("degrade h9-s0 rate=1mbit at=1s", BENCH, "fault[0].link", "no link 'h9-s0'"),
+    ("degrade h3-s1 rate=1mbit at=1s", BENCH, "fault[0].link", "did you mean 'h3-s0'"),
+    ("down h3->s0 at=1s", BENCH, "fault[0].link", "not A->B"),
+    ("degrade h3-s0 rate=1mbit at=op20", BENCH, "fault[0].at_op", "past the end of the run"),
+    ("degrade h3-s0 rate=1mbit at=2000s", BENCH, "fault[0].at", "past the end of the run"),
+    ("degrade h3-s0 jitter=1ms at=1s", BENCH, "fault[0].jitter", "exceeds delay"),
+    ("straggler rank=1 factor=2 at=op1", BENCH, "fault[0].kind", "use it with genie replay"),
+    ("straggler rank=4 factor=2 at=op1", REPLAY, "fault[0].rank", "no rank 4"),
+    ("cross_traffic h0 h7 at=1s", BENCH, "fault[0].dst", "no host 'h7'"),
+    ("cross_traffic h0 h0 at=1s", BENCH, "fault[0].dst", "same host"),
 ])
 def test_validation_names_the_field(info, spec, bounds, path, words):
     with pytest.raises(InputError) as err:
@@ -134,7 +134,7 @@ def test_validation_names_the_field(info, spec, bounds, path, words):
 def test_delay_changes_need_netem_and_links_need_a_testbed(info):
     with pytest.raises(InputError, match=r"needs netem \(h3-s0\)") as err:
         _plan(["degrade h3-s0 delay=1ms at=1s"], info, delay_check=lambda link: f"needs netem ({link.name})")
-    assert err.value.path == "--fault[0].delay"
+    assert err.value.path == "fault[0].delay"
     assert _plan(["degrade h3-s0 delay=1ms at=1s"], info).faults[0].fault.change.delay_us == 1000.0
     with pytest.raises(InputError, match="needs a testbed"):
         _plan(["down h0-s0 at=1s"], None)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from genie.core.errors import EnvironmentProblem, InputError
+from genie.core.testbed import Shaping
 from genie.inventory import (HostfileFormat, Inventory, InventoryHost, dump_inventory, hostfile,
                              inventory_to_testbed_info, load_inventory, load_inventory_file, ssh_config,
                              traffic_address, validate_inventory)
@@ -96,11 +97,12 @@ def test_ssh_config() -> None:
 
 
 def test_testbed_info_places_ranks_on_real_hosts() -> None:
-    from genie.engine.bench import placements_for
+    from genie.services.target import placements_for
 
     inventory = load_inventory(FULL)
     info = inventory_to_testbed_info(inventory)
-    assert info.name == "rack1" and info.prefix == "" and info.link_ends == () and info.shaper == "none"
+    assert info.name == "rack1" and info.prefix == "" and info.link_ends == ()
+    assert info.shaper is Shaping.NONE and info.shaper.label == "none"
     assert [(h.host, h.netns, h.address) for h in info.hosts] == [
         ("gpu0", None, "10.1.0.11"), ("gpu1", None, "gpu1.cluster.example.org"), ("gpu2", None, "10.1.0.13"),
         ("node3", None, "node3")]

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from genie.cli.flags import flag_names
+from genie.cli.lab_cmd import LAB_FLAGS
 from genie.core.errors import InputError
 from genie.core.topology import LinkShape
 from genie.inventory import HostfileFormat, hostfile, load_inventory_file
@@ -158,11 +160,11 @@ def test_plan_errors() -> None:
     routed = replace(ring(8), subnet="10.0.0.0/22")
     with pytest.raises(InputError, match=r"8 segments, which 10.0.0.0/22 cannot hold; expected a /21 or larger"):
         plan_lab(routed)
-    with pytest.raises(InputError, match=r"^--memory: expected the memory of a VM in MiB"):
+    with pytest.raises(InputError, match=r"^--memory: expected the memory of a VM in MiB"), flag_names(LAB_FLAGS):
         plan_lab(star(2), memory_mb=100)
-    with pytest.raises(InputError, match=r"^--cpus:"):
+    with pytest.raises(InputError, match=r"^--cpus:"), flag_names(LAB_FLAGS):
         plan_lab(star(2), cpus=0)
-    with pytest.raises(InputError, match=r"^--box:"):
+    with pytest.raises(InputError, match=r"^--box:"), flag_names(LAB_FLAGS):
         plan_lab(star(2), box="debian bookworm")
 
 
@@ -237,7 +239,7 @@ def test_lab_inside_the_repo_uses_a_relative_path(tmp_path: Path) -> None:
 
 
 def test_render_errors(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="--repo: .* is not a genie source tree"):
+    with pytest.raises(InputError, match="--repo: .* is not a genie source tree"), flag_names(LAB_FLAGS):
         render_lab(star(2), tmp_path / "lab", repo=tmp_path)
     repo = _fake_repo(tmp_path / "genie")
     with pytest.raises(InputError, match="expected a directory of its own for the lab"):

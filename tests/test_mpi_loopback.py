@@ -15,9 +15,10 @@ import pytest
 
 from genie.core.collective import Collective
 from genie.core.errors import RunFailure
-from genie.engine.bench import BenchRequest, loopback_placements, placements_for, run_bench
+from genie.services.bench import BenchRequest, run_bench
+from genie.services.target import loopback_placements, placements_for
 from genie.engine.mpi import MpiLaunch, MpiSessions, plan
-from genie.engine.replay import ReplayRequest, run_replay
+from genie.services.replay import ReplayRequest, run_replay
 from genie.inventory import inventory_to_testbed_info, load_inventory
 from genie.workloads.native import read_native
 from mpi_support import mpiexec_or_skip, our_descendants
@@ -142,7 +143,7 @@ def test_ctrl_c_during_a_run_leaves_nothing(mpiexec, tmp_path):
     driver = tmp_path / "driver.py"
     driver.write_text(
         "import sys\n"
-        "from genie.engine.bench import BenchRequest, loopback_placements, run_bench\n"
+        "from genie.services.bench import BenchRequest, run_bench\nfrom genie.services.target import loopback_placements\n"
         "from genie.engine.mpi import MpiLaunch, MpiSessions\n"
         "from pathlib import Path\n"
         "def pids(p):\n"

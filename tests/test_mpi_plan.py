@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from genie.runs.launch import resolve_launch
+from mpi_support import resolve_launch
 from genie.core.errors import InputError
-from genie.engine.bench import loopback_placements, placements_for
+from genie.services.target import loopback_placements, placements_for
 from genie.engine.launch import RankPlacement
 from genie.engine.mpi import plan
 from genie.engine.mpi.clocksync import (ClockOffset, barrier_lead_ns, estimate_offset, sample_offset,

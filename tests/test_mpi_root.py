@@ -15,9 +15,10 @@ import pytest
 from genie.collectives.registry import build_schedule
 from genie.core.collective import Collective
 from genie.core.errors import RunFailure
-from genie.engine.bench import BenchRequest, placements_for, run_bench
+from genie.services.bench import BenchRequest, run_bench
+from genie.services.target import placements_for
 from genie.engine.mpi import MpiLaunch, MpiSessions
-from genie.engine.replay import ReplayRequest, run_replay
+from genie.services.replay import ReplayRequest, run_replay
 from genie.measure.replay import iteration_time_ns, rank_summaries
 from genie.report.replay import ops_csv
 from genie.workloads.native import read_native

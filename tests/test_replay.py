@@ -7,9 +7,9 @@ import json
 import pytest
 
 from genie.core.errors import InputError
-from genie.engine.bench import loopback_placements
+from genie.services.target import loopback_placements
 from genie.engine.program import Lane, build_programs
-from genie.engine.replay import ReplayRequest, check_fits, run_replay
+from genie.services.replay import ReplayRequest, check_fits, run_replay
 from genie.measure.replay import iteration_time_ns, rank_summaries
 from genie.report.replay import OPS_COLUMNS, chrome_trace, ops_csv
 from genie.workloads.analysis import check, critical_path

@@ -9,9 +9,9 @@ from genie.core.collective import Collective
 from genie.core.errors import InputError
 from genie.report.compare import COMPARE_COLUMNS, Scope, compare_csv, compare_runs, comparison_document, \
     format_compare
-from genie.report.compare_run import record_comparison
 from genie.report.manifest import read_manifest
 from genie.report.rundata import load_run
+from genie.services.report import CompareRequest, compare_run_dirs
 from report_runs import CASES, experiment_run
 
 AR, AG = Collective.ALL_REDUCE, Collective.ALL_GATHER
@@ -84,7 +84,7 @@ def test_runs_on_different_targets_warn_and_the_manifest_records_it(tmp_path):
     t = (100.0, 101.0, 102.0)
     a = bench_run(tmp_path / "a", [(AR, 2, 1024, t)], target="loopback")
     b = bench_run(tmp_path / "b", [(AR, 2, 1024, t)], target="tb1", topology={"name": "star-2", "ranks": 2})
-    recorded = record_comparison(a, b, out=tmp_path / "cmp")
+    recorded = compare_run_dirs(CompareRequest(a, b, tmp_path / "cmp"))
     assert "runs differ in target: loopback (A) vs tb1 (topology star-2) (B)" in recorded.comparison.warnings
     manifest = read_manifest(tmp_path / "cmp")
     assert any("differ in target" in w for w in manifest.warnings) and manifest.kind == "compare"

@@ -7,6 +7,7 @@ import pytest
 
 from genie import __version__
 from genie.core.errors import InputError, RunFailure
+from genie.core.testbed import Shaping
 from genie.core.topology import Host, Link, LinkShape, Switch, Topology
 from genie.report.manifest import (MANIFEST_NAME, RunRecorder, RunStatus, add_run_files, input_digest,
                                    manifest_from_json, read_manifest, topology_summary)
@@ -24,7 +25,7 @@ def test_manifest_fields_while_running_and_after(tmp_path):
                      inputs=[input_digest(topo, "topology")], seed=7, params={"iterations": 3}) as run:
         doc = _manifest(run.run_dir)
         assert doc["status"] == "running" and doc["ended_at"] is None and doc["files"] == []
-        run.describe(target="tb", shaper="htb", topology={"name": "t", "link_rate_bps": 10**9})
+        run.describe(target="tb", shaper=Shaping.HTB, topology={"name": "t", "link_rate_bps": 10**9})
         run.write("sweep.csv", "a,b\n1,2\n")
         doc = _manifest(run.run_dir)
         assert [f["name"] for f in doc["files"]] == ["sweep.csv"]  # listed as soon as written
@@ -41,6 +42,23 @@ def test_manifest_fields_while_running_and_after(tmp_path):
     assert doc["files"] == [{"name": "sweep.csv", "size_bytes": 12, "sha256": doc["files"][0]["sha256"]}]
     m = read_manifest(run.run_dir)
     assert m.status is RunStatus.COMPLETE and m.file_names() == ("sweep.csv",)
+    assert m.shaper is Shaping.HTB
+
+
+def test_the_manifest_writes_the_shaping_label_and_reads_it_back(tmp_path):
+    with RunRecorder("bench", out=tmp_path / "run", argv=["genie"]) as run:
+        run.describe(shaper=Shaping.HTB | Shaping.NETEM | Shaping.PFIFO)
+    assert _manifest(run.run_dir)["shaper"] == "htb+netem+pfifo"
+    assert read_manifest(run.run_dir).shaper == Shaping.HTB | Shaping.NETEM | Shaping.PFIFO
+    doc = _manifest(run.run_dir)
+    for label, shaping in (("none", Shaping.NONE), (None, None), ("htb+userspace", Shaping.HTB | Shaping.USERSPACE)):
+        doc["shaper"] = label
+        (run.run_dir / MANIFEST_NAME).write_text(json.dumps(doc))
+        assert read_manifest(run.run_dir).shaper == shaping
+    doc["shaper"] = "htb+tbf"
+    (run.run_dir / MANIFEST_NAME).write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="shaper"):
+        read_manifest(run.run_dir)
 
 
 @pytest.mark.parametrize("exc,status", [

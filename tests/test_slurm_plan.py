@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from genie.runs.launch import resolve_launch
+from mpi_support import resolve_launch
 from genie.cli.main import main as genie_main
 from genie.core.errors import InputError
 from genie.engine.launch import RankPlacement

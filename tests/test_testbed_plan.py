@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from genie.core.errors import InputError
+from genie.core.testbed import Shaping
 from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
 from genie.testbed.layout import check_testbed_name, netns_name, plan_layout
 from genie.testbed.plan import build_plan, describe_plan, plan_testbed
@@ -149,7 +150,7 @@ def test_link_ends_name_every_interface() -> None:
         (0, "h0", "s0", "genie-le-h0", "eth0"), (0, "s0", "h0", "genie-le-s0", "eth0"),
         (1, "h1", "s0", "genie-le-h1", "eth0"), (1, "s0", "h1", "genie-le-s0", "eth1")]
     assert plan.info.prefix == "genie-le-"
-    assert plan.info.shaper == "none"
+    assert plan.info.shaper is Shaping.NONE and plan.info.shaper.label == "none"
 
 
 def test_mixed_fabric_bridge_behind_a_router() -> None:
@@ -201,7 +202,7 @@ def test_netem_hangs_under_the_htb_class_when_available() -> None:
     assert netem[0].describe() == "genie-n-h0: tc netem dev eth0 parent 1:1 delay 100us jitter 10us loss 0.5% limit 500"
     index = steps.index(netem[0])
     assert isinstance(steps[index - 1], AddHtb)  # HTB first, netem under its class
-    assert build_plan(ring(2, shape=shape), "n", netem_available=True).info.shaper == "htb+netem"
+    assert build_plan(ring(2, shape=shape), "n", netem_available=True).info.shaper == Shaping.HTB | Shaping.NETEM
     delay_only = plan_testbed(ring(2, shape=LinkShape(delay_us=10_000.0)), "n", netem_available=True)
     assert [s.parent for s in delay_only if isinstance(s, AddNetem)] == [QdiscParent.ROOT] * 2
     assert not any(isinstance(s, AddHtb) for s in delay_only)

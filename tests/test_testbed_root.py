@@ -21,8 +21,12 @@ import pytest
 from genie.cli.main import main
 from genie.core.errors import GenieError
 from genie.core import testbed as core_testbed
+from genie.core.topology import LinkShape
 from genie.testbed import service
-from genie.testbed.state import STATE_DIR_ENV, record_path
+from genie.testbed.backend import FakeBackend, apply_plan
+from genie.testbed.kernel_model import KernelModel
+from genie.testbed.observed import NamespaceStatus
+from genie.testbed.state import STATE_DIR_ENV, load_record, record_path
 from genie.topology import load_topology_file, ring, star
 from netns_checks import namespace_names, namespaces_of_run, root_namespace_snapshot, tear_down_run
 
@@ -158,6 +162,32 @@ def test_leaf_spine_full_mesh_with_ecmp_routes(state_dir: Path) -> None:
     assert len(remote) == 2
     assert all(sorted(h["gateway"] for h in r["nexthops"]) == ["198.18.0.34", "198.18.0.38"] for r in remote)
     assert not any(r["dst"] == "default" for r in routes)
+    service.down(info.name)
+    assert _ours() == []
+
+
+def _inspected(status: NamespaceStatus) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """A namespace's interfaces (with addresses and qdiscs) and routes, in a canonical order."""
+    interfaces = sorted((i.ifname, i.kind, i.up, i.mtu_bytes, tuple(sorted(i.addresses)), i.master,
+                         tuple((q.kind, q.handle, q.parent, q.rate_bps, q.detail) for q in i.qdiscs))
+                        for i in status.interfaces)
+    return interfaces, sorted((r.destination, tuple(sorted(r.nexthops))) for r in status.routes)
+
+
+@pytest.mark.parametrize("suffix, topology", [
+    ("mstar", load_topology_file(TOPOLOGIES / "star-4.yaml")),
+    ("mls", load_topology_file(TOPOLOGIES / "leaf-spine-2x4.yaml")),
+    ("mring", ring(3, shape=LinkShape(rate_bps=10**8, queue_packets=50))),
+])
+def test_the_kernel_model_of_the_fakes_matches_the_kernel(state_dir: Path, suffix: str, topology: object) -> None:
+    """What `FakeBackend`'s KernelModel makes of a plan is what the kernel makes of it, as inspected."""
+    info = _up(topology=topology, suffix=suffix)
+    model = KernelModel()
+    apply_plan(FakeBackend(kernel=model), load_record(info.name).steps)
+    assert sorted(model.namespaces) == sorted(_ours())
+    live = {ns.netns: ns for ns in service.status(info.name).namespaces}
+    for netns in model.namespaces:
+        assert _inspected(model.inspect_namespace(netns)) == _inspected(live[netns])
     service.down(info.name)
     assert _ours() == []
 

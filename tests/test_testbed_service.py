@@ -11,6 +11,8 @@ import pytest
 
 from genie.cli.main import main
 from genie.core.errors import GenieError
+from genie.core.testbed import Shaping
+from genie.core.topology import LinkShape
 from genie.testbed import service
 from genie.testbed.backend import FakeBackend, StepFailed, apply_plan, undo_steps
 from genie.testbed.lifecycle import Terminated, process_start_ticks, signals_deferred, signals_raise, terminate_pids
@@ -92,6 +94,20 @@ def test_state_record_round_trip(state_dir: Path) -> None:
     assert record_names() == ["rt"]
     assert record.namespaces[0] == "genie-rt-h0"
     assert [p.name for p in state_dir.iterdir()] == ["rt.json"]  # no temp files left behind
+
+
+def test_records_store_the_shaping_label_and_load_it_as_the_enum() -> None:
+    plan = build_plan(ring(2, shape=LinkShape(rate_bps=10**9, delay_us=10.0)), "sh", netem_available=True)
+    assert plan.info.shaper == Shaping.HTB | Shaping.NETEM
+    doc = state.info_to_dict(plan.info)
+    assert doc["shaper"] == "htb+netem"  # the string records have always stored
+    assert state.info_from_dict(doc) == plan.info
+    for label in ("none", "htb", "netem", "pfifo", "htb+pfifo", "htb+netem+pfifo", "htb+userspace",
+                  "htb+pfifo+userspace", "userspace"):
+        assert state.info_from_dict({**doc, "shaper": label}).shaper.label == label
+    assert state.info_from_dict({**doc, "shaper": "htb+userspace"}).shaper == Shaping.HTB | Shaping.USERSPACE
+    with pytest.raises(ValueError, match="unknown shaping 'tbf'"):
+        state.info_from_dict({**doc, "shaper": "htb+tbf"})
 
 
 def test_records_of_an_older_genie_still_tear_down() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from genie.cli.main import main
 from genie.core.errors import EnvironmentProblem, InputError
+from genie.core.testbed import Shaping
 from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
 from genie.testbed.backend import FakeBackend, StepFailed, TestbedBackend, apply_plan
 from genie.testbed.emulators import EmulatorBackend
@@ -142,7 +143,7 @@ def test_a_userspace_record_round_trips() -> None:
     again = record_from_dict(record_to_dict(record))
     assert again == record
     assert again.info.topology.links[0].shape == shape
-    assert plan.info.shaper == "htb+userspace"
+    assert plan.info.shaper == Shaping.HTB | Shaping.USERSPACE and plan.info.shaper.label == "htb+userspace"
 
 
 def test_a_failing_emulator_step_rolls_back_both_backends_in_reverse() -> None:

@@ -107,7 +107,8 @@ def test_star_verify_measures_delay_loss_and_rate_then_down_leaves_nothing(nfque
     info = _up(STAR, "star")
     emulators = _emulators(info.name)
     assert sorted(e.netns for e in emulators) == [f"genie-{RUN}-star-h{i}" for i in range(4)]
-    assert all(is_running(e) for e in emulators) and info.shaper == "htb+userspace"
+    assert all(is_running(e) for e in emulators)
+    assert info.shaper == core_testbed.Shaping.HTB | core_testbed.Shaping.USERSPACE
     settings = VerifySettings(bulk_seconds=1.5, rtt_probes=100, loss_probes=3000)
     rows = verify_testbed(info.name, settings)
     by = {(row.direction, row.metric): row for row in rows}
@@ -191,7 +192,7 @@ def test_the_netem_path(state_dir: Path) -> None:
         pytest.skip("this kernel has no sch_netem: the netem shaper cannot be tested here "
                     "(the userspace emulator covers delay, jitter and loss)")
     info = service.up(load_topology(PAIR), name=f"{RUN}-netem", shaper=ShaperChoice.NETEM)
-    assert isinstance(info, core_testbed.TestbedInfo) and "netem" in info.shaper
+    assert isinstance(info, core_testbed.TestbedInfo) and core_testbed.Shaping.NETEM in info.shaper
     rows = verify_testbed(info.name, VerifySettings(bulk_seconds=1.0, rtt_probes=100, loss_probes=1000))
     rtt = next(row for row in rows if row.metric is Metric.RTT)
     assert rtt.measured is not None and 0.8 < rtt.measured / 4000.0 < 1.25 and rtt.status is not Status.INFO

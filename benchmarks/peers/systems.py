@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 from genie.core.collective import Collective
 from genie.core.testbed import TestbedInfo
-from genie.engine.bench import placements_for
+from genie.services.target import placements_for
 from genie.engine.launch import die_with_parent, log_tail, stop_processes
 from genie.engine.mpi.discover import find_mpiexec
 from genie.engine.mpi.plan import launch_env, launch_map, mpiexec_argv, trampoline_argv

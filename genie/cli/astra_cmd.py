@@ -58,9 +58,12 @@ def simulate(
     comm_group = comm_group_configuration
     if comm_group is not None and comm_group.name == "empty":
         comm_group = None  # ASTRA-sim's spelling of "no communicator groups"
-    est = estimate_files(workload_configuration, system_configuration, network_configuration,
-                         remote_memory_configuration, comm_group, symmetry=symmetry,
-                         queues_per_dim=num_queues_per_dim, injection_scale=injection_scale)
+    from genie.cli.flags import flag_names
+
+    with flag_names({"injection_scale": "--injection-scale", "queues_per_dim": "--num-queues-per-dim"}):
+        est = estimate_files(workload_configuration, system_configuration, network_configuration,
+                             remote_memory_configuration, comm_group, symmetry=symmetry,
+                             queues_per_dim=num_queues_per_dim, injection_scale=injection_scale)
     if out is not None:
         write_estimate_csv(est.result, out)
     typer.echo(est.stdout(), nl=False)
@@ -119,53 +122,19 @@ def export(
                                                  help="endpoint-delay in ns (default: calibrated, else 10)."),
 ) -> None:
     """Write the ASTRA-sim input set: per-rank ETs, system.json, network.yml, remote_memory.json, comm groups."""
-    from dataclasses import replace
+    from genie.cli.flags import flag_names
+    from genie.services.astra import ExportRequest, parse_algorithms, run_export
 
-    from genie.core.collective import Algorithm, Collective
-    from genie.core.errors import InputError
-    from genie.topology import load_topology_file
-    from genie.workloads.analysis import check
-    from genie.workloads.loader import load_trace
-
-    from astra_adapter.calibrate import calibrated_network, scaled_trace
-    from astra_adapter.calibration_io import load_calibration
-    from astra_adapter.config import load_network
-    from astra_adapter.export import SystemParams, export_astra
-    from astra_adapter.mapping import map_topology
-
-    if splits < 1:
-        raise InputError("must be >= 1", path="--splits")
-    chosen = []
-    for item in algorithm:
-        coll, _, alg = item.partition("=")
-        try:
-            chosen.append((Collective.parse(coll), Algorithm.parse(alg)))
-        except ValueError as exc:
-            raise InputError(f"{exc} (expected COLLECTIVE=ALGORITHM)", path="--algorithm") from None
-    mapping = map_topology(load_topology_file(topology), source=str(topology))
-    params = SystemParams(preferred_dataset_splits=splits, algorithms=tuple(chosen))
-    net, calibration = None, None
-    if network is not None:
-        if network.suffix in (".yml", ".yaml"):
-            net = load_network(network)
-        else:
-            calibration = load_calibration(network)
-            net, notes = calibrated_network(mapping, calibration)
-            params = calibration.system_params(params)
-            for note in notes:
-                typer.echo(f"# note: {note}")
-    if endpoint_delay is not None:
-        params = replace(params, endpoint_delay_ns=endpoint_delay)
-    loaded = load_trace(trace, npus=npus)
-    check(loaded, source=str(trace))
-    if calibration is not None and calibration.size_factors:
-        loaded = scaled_trace(loaded, calibration)
-        typer.echo("# note: comm_size scaled by the calibration's size factors: "
-                   + ", ".join(f"{c.value} x{f:.3f}" for c, f in calibration.size_factors))
-    done = export_astra(loaded, mapping, out, network=net, params=params, name=name)
-    dims = " x ".join(f"{d.topology.value}({d.npus_count})" for d in done.network.dims)
-    typer.echo(f"wrote {len(done.files)} files to {out}: {loaded.num_ranks} ranks on {dims}"
-               + (f", {len(done.renaming.names)} groups renumbered" if done.renaming.names else ""))
+    with flag_names({"algorithms": "--algorithm", "splits": "--splits", "network": "--network",
+                     "topology": "--topology", "npus": "--npus"}):
+        done = run_export(ExportRequest(trace, out, topology, network, npus, name, parse_algorithms(algorithm),
+                                        splits, endpoint_delay))
+    export = done.export
     for note in done.notes:
+        typer.echo(f"# note: {note}")
+    dims = " x ".join(f"{d.topology.value}({d.npus_count})" for d in export.network.dims)
+    typer.echo(f"wrote {len(export.files)} files to {out}: {done.ranks} ranks on {dims}"
+               + (f", {len(export.renaming.names)} groups renumbered" if export.renaming.names else ""))
+    for note in export.notes:
         typer.echo(f"# note: {note}")
     typer.echo(f"# run: {out / 'cmd.sh'}")

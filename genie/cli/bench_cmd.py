@@ -9,13 +9,18 @@ from typing import Optional
 import typer
 
 from genie.cli import options
-
+from genie.cli.flags import RUN_FLAGS, flag_names
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.units import parse_size_bytes
 
+#: BenchRequest fields -> flags
+BENCH_FLAGS = {**RUN_FLAGS, "collectives": "--collective", "algorithm": "--algorithm", "min_bytes": "--minbytes",
+               "max_bytes": "--maxbytes", "factor": "--stepfactor", "iterations": "--iters",
+               "warmup": "--warmup_iters", "ranks": "--ranks", "chunks": "--chunks"}
 
-def _parse_size(text: str, option: str) -> int:
+
+def parse_size(text: str, option: str) -> int:
     try:
         return parse_size_bytes(text)
     except ValueError as exc:
@@ -42,6 +47,7 @@ def echo_capture(capture, err: bool) -> None:
         typer.echo(summary_line(capture), err=err)
 
 
+@options.run_options()
 def bench(
     collective: list[str] = typer.Option(["all_reduce"], "--collective", "-c",
                                          help="all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, "
@@ -53,32 +59,19 @@ def bench(
     stepfactor: int = typer.Option(2, "--stepfactor", "-f", help="Multiply the size by this factor."),
     iters: int = typer.Option(20, "--iters", "-n", help="Timed iterations per size."),
     warmup_iters: int = typer.Option(5, "--warmup_iters", "-w", help="Untimed warmup iterations per size."),
-    topology: Optional[Path] = options.TOPOLOGY,
-    testbed: Optional[str] = options.TESTBED,
-    loopback: bool = options.LOOPBACK,
     ranks: Optional[int] = typer.Option(None, "--ranks", help="Number of ranks (default: all of the testbed)."),
     verify: bool = typer.Option(False, "--verify", help="Move real data and check the results with numpy."),
     chunks: int = typer.Option(1, "--chunks", help="Pipelining chunks per algorithm step."),
     timeout: float = options.TIMEOUT,
     steps: bool = typer.Option(False, "--steps", help="Also record every algorithm step (steps.csv)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-bench)."),
-    sample_ms: int = options.SAMPLE_MS,
-    capture: Optional[str] = options.CAPTURE,
-    launcher: str = options.LAUNCHER,
-    transport: str = options.TRANSPORT,
-    inventory: Optional[Path] = options.INVENTORY,
-    mpiexec: Optional[Path] = options.MPIEXEC,
-    port_range: Optional[str] = options.PORT_RANGE,
-    faults_file: Optional[Path] = options.FAULTS,
-    fault: list[str] = options.FAULT,
     as_json: bool = options.AS_JSON,
+    *, run,
 ) -> None:
     """Sweep collectives over sizes and print an nccl-tests table; writes a run directory (docs/reports.md)."""
     from genie.cli.progress import bench_progress
-    from genie.engine.bench import BenchRequest
     from genie.report import sweep
-    from genie.runs.bench_run import BenchCommand, run_bench_command
-    from genie.runs.options import RunOptions
+    from genie.services.bench import BenchCommand, BenchRequest, run_bench_command
 
     try:
         algo = Algorithm.parse(algorithm)
@@ -86,19 +79,16 @@ def bench(
         raise InputError(str(exc), path="--algorithm") from None
     request = BenchRequest(
         collectives=_parse_collectives(collective), algorithm=algo,
-        min_bytes=_parse_size(minbytes, "--minbytes"), max_bytes=_parse_size(maxbytes, "--maxbytes"),
+        min_bytes=parse_size(minbytes, "--minbytes"), max_bytes=parse_size(maxbytes, "--maxbytes"),
         factor=stepfactor, iterations=iters, warmup=warmup_iters, ranks=ranks, verify=verify, timeout_s=timeout,
         record_steps=steps, chunks=chunks)
-    run_options = RunOptions(topology=topology, testbed=testbed, loopback=loopback, launcher=launcher,
-                             transport=transport, inventory=inventory, mpiexec=mpiexec, port_range=port_range,
-                             out=out, sample_ms=sample_ms, capture=capture, faults_file=faults_file,
-                             faults=tuple(fault))
-    result = run_bench_command(BenchCommand(request, run_options), progress=bench_progress)
-    summary = sweep.end_summary(result.outcome.stats, result.run.run_dir, duration_s=result.run.manifest.duration_s,
+    with flag_names(BENCH_FLAGS):
+        result = run_bench_command(BenchCommand(request, run), progress=bench_progress)
+    summary = sweep.end_summary(result.outcome.stats, result.run_dir, duration_s=result.duration_s,
                                 link_rate_bps=result.link_rate_bps, links=result.links)
     if as_json:
-        typer.echo(json.dumps({"run_dir": str(result.run.run_dir), "status": result.run.status.value,
-                               **result.doc}, indent=2))
+        typer.echo(json.dumps({"run_dir": str(result.run_dir), "status": result.status.value, **result.doc},
+                              indent=2))
         typer.echo(summary, err=True)
     else:
         typer.echo(sweep.format_table(result.outcome.stats))

@@ -7,8 +7,11 @@ from typing import Optional
 
 import typer
 
-from genie.core.errors import InputError
-from genie.core.units import parse_size_bytes
+from genie.cli.flags import flag_names
+
+#: DiagnoseRequest fields -> flags
+DIAGNOSE_FLAGS = {"bandwidth_bytes": "--size", "latency_bytes": "--size", "bandwidth_iterations": "--iters",
+                  "out": "--out"}
 
 
 def diagnose(
@@ -18,27 +21,18 @@ def diagnose(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-diagnose)."),
 ) -> None:
     """Measure every host pair, flag outliers against the configuration and the median; exit 1 when flagged."""
+    from genie.cli.bench_cmd import parse_size
     from genie.cli.progress import count_progress
-    from genie.engine.diagnose import DiagnoseRequest, run_diagnose
-    from genie.report.diagnose import format_diagnosis, write_diagnosis
-    from genie.report.rundir import new_run_dir
-    from genie.testbed import service
+    from genie.report.diagnose import format_diagnosis
+    from genie.services.diagnose import DiagnoseCommand, DiagnoseRequest, run_diagnose_command
 
-    try:
-        bandwidth_bytes = parse_size_bytes(size)
-    except ValueError as exc:
-        raise InputError(str(exc), path="--size") from None
-    if iters < 1:
-        raise InputError("must be >= 1", path="--iters")
-    info = service.load_info(testbed)
-    with count_progress("diagnose", "tests") as progress:
-        result = run_diagnose(info, DiagnoseRequest(bandwidth_bytes=bandwidth_bytes, bandwidth_iterations=iters),
-                              on_pids=lambda pids: service.register_pids(info.name, pids), progress=progress)
-    run_dir = new_run_dir("diagnose", out=out)
-    write_diagnosis(run_dir, result)
-    typer.echo(format_diagnosis(result))
-    typer.echo(f"# results in {run_dir}")
-    if result.flagged:
+    request = DiagnoseRequest(bandwidth_bytes=parse_size(size, "--size"), bandwidth_iterations=iters)
+    with flag_names(DIAGNOSE_FLAGS):
+        result = run_diagnose_command(DiagnoseCommand(testbed, request, out),
+                                      progress=lambda: count_progress("diagnose", "tests"))
+    typer.echo(format_diagnosis(result.diagnosis))
+    typer.echo(f"# results in {result.run_dir}")
+    if result.diagnosis.flagged:
         raise typer.Exit(1)
 
 

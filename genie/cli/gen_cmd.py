@@ -10,6 +10,7 @@ from genie.core.errors import InputError
 from genie.core.units import format_size
 from genie.workloads.analysis import check, summarize
 from genie.workloads.generators import DataParallelMode, Parallelism, RankOrder, TrainingConfig, generate
+from genie.cli.flags import flag_names
 from genie.workloads.loader import output_format, save_trace
 from genie.workloads.presets import DEVICES, MODELS, Dtype, device_preset, model_preset
 
@@ -55,7 +56,8 @@ def gen(
     iterations: int = typer.Option(1, "--iterations", help="Training iterations."),
 ) -> None:
     """Generate a DP/FSDP/TP/PP/EP training trace (see docs/generators.md)."""
-    fmt = output_format(to, out)
+    with flag_names({"to": "--to"}):
+        fmt = output_format(to, out)
     try:
         chosen = model_preset(model).with_overrides(num_layers=layers, seq_len=seq, num_experts=experts, top_k=top_k,
                                                     moe_every=moe_every)

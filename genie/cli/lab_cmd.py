@@ -7,7 +7,12 @@ from typing import Optional
 
 import typer
 
+from genie.cli.flags import flag_names
 from genie.lab.plan import DEFAULT_BOX, DEFAULT_CPUS, DEFAULT_MEMORY_MB, DEFAULT_ROUTER_MEMORY_MB
+
+#: lab_plan / render_lab fields -> flags
+LAB_FLAGS = {"box": "--box", "memory_mb": "--memory", "cpus": "--cpus", "router_memory_mb": "--router-memory",
+             "repo": "--repo"}
 
 app = typer.Typer(help="Vagrant labs: one VM per topology host on private networks that follow its links.",
                   no_args_is_help=True)
@@ -35,9 +40,10 @@ def render_command(
     from genie.topology import load_topology_file
 
     source = str(topology)
-    lab = plan_lab(load_topology_file(topology), box=box, memory_mb=memory, cpus=cpus,
-                   router_memory_mb=router_memory, source=source)
-    write_lab(lab, outdir, repo=repo, source=source)
+    with flag_names(LAB_FLAGS):
+        lab = plan_lab(load_topology_file(topology), box=box, memory_mb=memory, cpus=cpus,
+                       router_memory_mb=router_memory, source=source)
+        write_lab(lab, outdir, repo=repo, source=source)
     counts = [_count(len(lab.hosts), "host VM"), _count(len(lab.routers), "router VM"),
               _count(len(lab.networks), "private network")]
     typer.echo(f"lab {lab.name}: {', '.join(c for c in counts if not c.startswith('0 '))}, box {lab.box} "

@@ -30,11 +30,11 @@ def show(
     out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default: RUN_DIR/report.html)."),
 ) -> None:
     """Render RUN_DIR as one self-contained HTML page (summary, tables, plots); plots also go to plots/*.png."""
-    from genie.report.show import write_report
+    from genie.services.report import ShowRequest, show_run
 
-    written = write_report(run_dir, out)
-    typer.echo(f"# {written.run.kind.value} run, status {written.run.status}: {len(written.plots)} plot(s)")
-    typer.echo(f"# report in {written.html_path}")
+    shown = show_run(ShowRequest(run_dir, out))
+    typer.echo(f"# {shown.kind} run, status {shown.status}: {shown.plots} plot(s)")
+    typer.echo(f"# report in {shown.html_path}")
 
 
 @app.command("compare")
@@ -49,11 +49,11 @@ def compare(
     """Per collective, group size, algorithm and size (bench, experiment sweeps) or per op kind and the iteration
     time (replay): B − A in us and %, with a noise band from each run's iteration spread."""
     from genie.report.compare import comparison_document, format_compare
-    from genie.report.compare_run import record_comparison
+    from genie.services.report import CompareRequest, compare_run_dirs
 
-    recorded = record_comparison(run_a, run_b, out=out, force=force)
+    result = compare_run_dirs(CompareRequest(run_a, run_b, out, force))
     if as_json:
-        typer.echo(json.dumps(comparison_document(recorded.comparison, str(recorded.run_dir)), indent=2))
+        typer.echo(json.dumps(comparison_document(result.comparison, str(result.run_dir)), indent=2))
         return
-    typer.echo(format_compare(recorded.comparison))
-    typer.echo(f"# results in {recorded.run_dir}")
+    typer.echo(format_compare(result.comparison))
+    typer.echo(f"# results in {result.run_dir}")

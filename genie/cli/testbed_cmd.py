@@ -96,35 +96,30 @@ def status_command(name: str = typer.Argument(..., help="Testbed name.")) -> Non
 @app.command("verify")
 def verify_command(
     name: str = typer.Argument(..., help="Testbed to measure."),
-    csv_path: Path = typer.Option(Path("links_verify.csv"), "--csv", help="Where to write the table as CSV."),
+    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Also write the table as CSV here (it is always in "
+                                                                "the run directory)."),
     seconds: float = typer.Option(2.0, "--seconds", min=0.5, help="Measured seconds of each TCP flow."),
     loss_probes: int = typer.Option(5000, "--loss-probes", min=100, help="UDP probes per direction for loss."),
     rtt_probes: int = typer.Option(200, "--rtt-probes", min=10, help="UDP echo probes for the round trip."),
     pair: Optional[list[str]] = typer.Option(None, "--pair", help="Measure this host pair only, e.g. h0,h1 "
                                                                   "(repeatable; default: pairs covering every link)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-verify)."),
 ) -> None:
     """Measure RTT, throughput and loss of every link (end to end between hosts) against its configuration."""
-    from genie.testbed.verify import Status, format_table, write_verify_csv_file
-    from genie.testbed.verify_run import VerifySettings, verify_testbed
+    from genie.cli.flags import flag_names
+    from genie.services.verify import VerifyRequest, check_pairs, run_verify
+    from genie.testbed.verify import format_table
+    from genie.testbed.verify_run import VerifySettings
 
-    pairs = None
-    if pair:
-        pairs = []
-        for text in pair:
-            hosts = [part.strip() for part in text.split(",")]
-            if len(hosts) != 2 or not all(hosts):
-                raise InputError(f"expected two hosts such as h0,h1, got {text!r}", path="--pair")
-            pairs.append((hosts[0], hosts[1]))
     settings = VerifySettings(bulk_seconds=seconds, rtt_probes=rtt_probes, loss_probes=loss_probes)
-    rows = verify_testbed(name, settings, pairs=pairs, progress=lambda line: typer.echo(line, err=True))
-    for line in format_table(rows):
+    with flag_names({"pairs": "--pair", "csv_path": "--csv", "out": "--out"}):
+        request = VerifyRequest(name, settings, check_pairs(pair) if pair else None, csv_path, out)
+        result = run_verify(request, progress=lambda line: typer.echo(line, err=True))
+    for line in format_table(list(result.rows)):
         typer.echo(line)
-    path = write_verify_csv_file(rows, csv_path)
-    failed = [row for row in rows if row.status is Status.FAIL]
-    ceilings = [row for row in rows if row.status is Status.CEILING]
-    typer.echo(f"wrote {path}: {len(rows)} measurements, {len(failed)} failed, {len(ceilings)} at this machine's "
-               "ceiling")
-    if failed:
+    typer.echo(f"wrote {result.csv_path}: {len(result.rows)} measurements, {len(result.failed)} failed, "
+               f"{len(result.ceilings)} at this machine's ceiling")
+    if result.failed:
         raise typer.Exit(1)
 
 

@@ -9,6 +9,7 @@ import typer
 from genie.core.errors import InputError
 from genie.core.units import format_size
 from genie.workloads.analysis import critical_path, summarize, validate
+from genie.cli.flags import flag_names
 from genie.workloads.loader import load_trace, output_format, save_trace
 
 app = typer.Typer(help="Workload traces: Chakra ET, PARAM basic JSON, ASTRA-sim text, genie JSON/YAML.",
@@ -29,7 +30,8 @@ def convert(
     check: bool = typer.Option(True, "--check/--no-check", help="Refuse traces that fail validation."),
 ) -> None:
     """Convert a trace to Chakra ET or genie JSON/YAML."""
-    fmt = output_format(to, out)
+    with flag_names({"to": "--to"}):
+        fmt = output_format(to, out)
     trace = load_trace(source, npus=npus, dim0_npus=dim0_npus)
     if check:
         problems = validate(trace)

@@ -3,8 +3,45 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Flag, auto
 
 from genie.core.topology import Topology
+
+
+class Shaping(Flag):
+    """What shapes a testbed's links (`TestbedInfo.shaper`): HTB rate classes, netem qdiscs (delay, jitter,
+    loss), pfifo queue limits, genie's userspace link emulator; NONE when nothing does (unshaped links, real
+    hosts). Written as its `label`, the qdisc kinds joined by ``+`` in this order: ``none``, ``htb``,
+    ``htb+netem``, ``htb+userspace``, ``htb+netem+pfifo``... (`str()` gives the label too)."""
+
+    NONE = 0
+    HTB = auto()
+    NETEM = auto()
+    PFIFO = auto()
+    USERSPACE = auto()
+
+    @property
+    def label(self) -> str:
+        return "+".join(kind.name.lower() for kind in _SHAPING_KINDS if kind in self) or "none"
+
+    @classmethod
+    def from_label(cls, label: str) -> Shaping:
+        """The Shaping a label names (as state records and manifests store it); ValueError if unknown."""
+        if label == "none":
+            return cls.NONE
+        shaping = cls.NONE
+        for part in label.split("+"):
+            kind = next((k for k in _SHAPING_KINDS if k.name.lower() == part), None)
+            if kind is None:
+                raise ValueError(f"unknown shaping {part!r} in {label!r}")
+            shaping |= kind
+        return shaping
+
+    def __str__(self) -> str:
+        return self.label
+
+
+_SHAPING_KINDS = (Shaping.HTB, Shaping.NETEM, Shaping.PFIFO, Shaping.USERSPACE)
 
 
 @dataclass(frozen=True)
@@ -36,7 +73,7 @@ class TestbedInfo:
     topology: Topology
     hosts: tuple[HostEndpoint, ...]
     link_ends: tuple[LinkEnd, ...] = ()
-    shaper: str = "none"
+    shaper: Shaping = Shaping.NONE
 
     def endpoint(self, host: str) -> HostEndpoint:
         for h in self.hosts:

@@ -1,11 +1,18 @@
 """Precise waiting for the rank program: a CLOCK_MONOTONIC timerfd (nanosecond deadlines inside an epoll set;
-Python 3.11 has no os.timerfd) and a 1 ns timer slack so the kernel does not defer wake-ups by 50 us."""
+Python 3.11 has no os.timerfd) and a 1 ns timer slack so the kernel does not defer wake-ups by 50 us.
+
+`Clock` is what the walker (`genie.engine.walker.ProgramWalker`) reads and waits on: `MONOTONIC` is the real
+one (CLOCK_MONOTONIC), `FakeClock` beside it keeps virtual time that moves only when it is waited on (and wakes
+``late_ns`` late from every sleep, as a loaded machine does), so walker semantics are tested without sleeping.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import time
+from dataclasses import dataclass
+from typing import Protocol
 
 CLOCK_MONOTONIC = 1
 TFD_NONBLOCK = 0o4000
@@ -13,6 +20,7 @@ TFD_CLOEXEC = 0o2000000
 TFD_TIMER_ABSTIME = 1
 PR_SET_TIMERSLACK = 29
 
+DEFAULT_SPIN_NS = 200_000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -66,9 +74,63 @@ def spin_until(deadline_ns: int) -> None:
         pass
 
 
-def sleep_until(deadline_ns: int, spin_ns: int = 200_000) -> None:
+def sleep_until(deadline_ns: int, spin_ns: int = DEFAULT_SPIN_NS) -> None:
     """Sleep until shortly before `deadline_ns` (monotonic), then spin the rest."""
     remaining = deadline_ns - spin_ns - time.monotonic_ns()
     if remaining > 0:
         time.sleep(remaining / 1e9)
     spin_until(deadline_ns)
+
+
+class Clock(Protocol):
+    """Monotonic time in ns and the waits on it."""
+
+    def monotonic_ns(self) -> int: ...
+
+    def spin_until(self, deadline_ns: int) -> None:
+        """Busy-wait until `deadline_ns`: returns at once after it, never before."""
+
+    def sleep_until(self, deadline_ns: int, spin_ns: int = DEFAULT_SPIN_NS) -> None:
+        """Sleep until `spin_ns` before `deadline_ns` (a sleep may wake late), then spin the rest."""
+
+
+class MonotonicClock:
+    """CLOCK_MONOTONIC (``time.monotonic_ns``) with the module's waits."""
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns()
+
+    def spin_until(self, deadline_ns: int) -> None:
+        spin_until(deadline_ns)
+
+    def sleep_until(self, deadline_ns: int, spin_ns: int = DEFAULT_SPIN_NS) -> None:
+        sleep_until(deadline_ns, spin_ns)
+
+
+MONOTONIC = MonotonicClock()
+
+
+@dataclass
+class FakeClock:
+    """Virtual monotonic time: reading it costs nothing, waiting on it moves it. A spin ends exactly at its
+    deadline; a sleep wakes ``late_ns`` after the time it was meant to end (a loaded machine's late wake-up).
+    A fake mover's blocking waits are sleeps too (`genie.engine.fake_mover.FakeMover`)."""
+
+    now_ns: int = 0
+    late_ns: int = 0
+
+    def monotonic_ns(self) -> int:
+        return self.now_ns
+
+    def spin_until(self, deadline_ns: int) -> None:
+        self.now_ns = max(self.now_ns, deadline_ns)
+
+    def sleep_until(self, deadline_ns: int, spin_ns: int = DEFAULT_SPIN_NS) -> None:
+        wake_ns = deadline_ns - spin_ns
+        if wake_ns > self.now_ns:
+            self.now_ns = wake_ns + self.late_ns
+        self.spin_until(deadline_ns)
+
+    def advance(self, ns: int) -> None:
+        """Let `ns` of virtual time pass (work done between two reads)."""
+        self.now_ns += ns

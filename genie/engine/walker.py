@@ -11,22 +11,21 @@ how a step's bytes move is a `StepMover`'s job:
   Testall between compute wake-ups.
 
 Compute keeps time on an oversubscribed machine by sleeping most of the duration (timerfd, 1 ns slack) and
-spinning the last `spin_ns` with sched_yield, so a late wake-up does not stretch the node.
+spinning the last `spin_ns` with sched_yield, so a late wake-up does not stretch the node. Time is read from,
+and spun on, a `genie.engine.clock.Clock` (the real one by default; `FakeClock` with
+`genie.engine.fake_mover.FakeMover` walks programs in virtual time, with no process and no sleeping).
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from genie.core.schedule import Recv, Send, Step
-from genie.engine.clock import minimise_timer_slack, spin_until
+from genie.engine.clock import DEFAULT_SPIN_NS, MONOTONIC, Clock, minimise_timer_slack
 from genie.engine.program import Lane, ProgramNode, RankProgram, cached_schedule
 from genie.engine.transport import PeerFailure
-
-DEFAULT_SPIN_NS = 200_000
 
 
 @dataclass(frozen=True)
@@ -103,11 +102,12 @@ class CommRun:
 
 
 class ProgramWalker:
-    """Walks `program` with `mover` moving the bytes (the walker closes the mover)."""
+    """Walks `program` with `mover` moving the bytes (the walker closes the mover), on `clock`."""
 
     def __init__(self, program: RankProgram, mover: StepMover, *, timeout_s: float = 60.0,
-                 spin_ns: int = DEFAULT_SPIN_NS) -> None:
+                 spin_ns: int = DEFAULT_SPIN_NS, clock: Clock = MONOTONIC) -> None:
         self.program = program
+        self.clock = clock
         self.rank = program.rank
         self.timeout_s = timeout_s
         self.spin_ns = spin_ns
@@ -144,7 +144,7 @@ class ProgramWalker:
         records: dict[int, NodeRecord] = {}
         running: dict[tuple, CommRun] = {}
         compute: tuple[int, int, int] | None = None  # (node id, start, deadline)
-        now = time.monotonic_ns
+        now = self.clock.monotonic_ns
         mover = self.mover
 
         origin = now() if start_ns is None else start_ns
@@ -189,7 +189,7 @@ class ProgramWalker:
                 if key in busy_lanes or not queue or remaining[queue[0]] != 0:
                     continue
                 node = nodes[queue.popleft()]
-                run = CommRun(node, node_steps(node, self.rank), now(), time.monotonic() + self.timeout_s)
+                run = CommRun(node, node_steps(node, self.rank), now(), now() / 1e9 + self.timeout_s)
                 if run.advance(mover):
                     finish(node.id, run.start_ns, now())
                 else:
@@ -201,7 +201,7 @@ class ProgramWalker:
             if compute is not None:
                 t = now()
                 if t < compute[2] and not running and t >= compute[2] - self.spin_ns:
-                    spin_until(compute[2])  # nothing else to drive: spin the last stretch
+                    self.clock.spin_until(compute[2])  # nothing else to drive: spin the last stretch
                     t = now()
                 if t >= compute[2]:
                     nid, start, deadline = compute
@@ -216,7 +216,7 @@ class ProgramWalker:
             # wait for the mover: a step completed, the compute timer, or the nearest op deadline
             wait_s = 1.0
             if running:
-                wait_s = min(wait_s, max(0.0, min(r.deadline_s for r in running.values()) - time.monotonic()))
+                wait_s = min(wait_s, max(0.0, min(r.deadline_s for r in running.values()) - now() / 1e9))
             if compute is not None and now() >= compute[2] - self.spin_ns:
                 wait_s = 0.0  # spinning the end of a compute node while communication is in flight
             wake_ns = None if compute is None else max(compute[1], compute[2] - self.spin_ns)
@@ -231,7 +231,7 @@ class ProgramWalker:
                     finish(run.node.id, run.start_ns, now())
                 else:
                     mover.watch(run)
-            mono = time.monotonic()
+            mono = now() / 1e9
             for run in running.values():
                 if mono > run.deadline_s:
                     pending = run.exchange.describe_pending() if run.exchange else ""

@@ -199,7 +199,7 @@ def faults_from_list(items: Sequence[object], *, source: str | None, prefix: str
     return [fault_from_mapping(item, source=source, path=f"{prefix}[{i}]") for i, item in enumerate(items)]
 
 
-def parse_fault_spec(spec: str, *, path: str = "--fault") -> Fault:
+def parse_fault_spec(spec: str, *, path: str = "fault") -> Fault:
     """One compact spec such as ``degrade h3-s0 rate=100mbit at=op10`` (see the module docstring)."""
     try:
         tokens = shlex.split(spec)
@@ -232,4 +232,4 @@ def parse_fault_spec(spec: str, *, path: str = "--fault") -> Fault:
 
 
 def parse_fault_specs(specs: Sequence[str]) -> list[Fault]:
-    return [parse_fault_spec(s, path=f"--fault[{i}]") for i, s in enumerate(specs)]
+    return [parse_fault_spec(s, path=f"fault[{i}]") for i, s in enumerate(specs)]

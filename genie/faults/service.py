@@ -12,7 +12,7 @@ from typing import Any
 
 from genie.core.errors import InputError, RunFailure
 from genie.core.files import read_input
-from genie.core.testbed import TestbedInfo
+from genie.core.testbed import Shaping, TestbedInfo
 from genie.faults.injector import FaultInjector
 from genie.faults.model import Fault, FaultKind, FaultPlan
 from genie.faults.reader import parse_fault_specs, read_faults_yaml
@@ -35,7 +35,7 @@ def read_faults(path: Path | None, specs: Sequence[str]) -> list[Fault]:
 
 def check_launcher(faults: Sequence[Fault], local: bool) -> None:
     if faults and not local:
-        raise InputError("faults are injected on genie's own testbeds: use --launcher local", path="--faults")
+        raise InputError("faults are injected on genie's own testbeds: use `launcher` local", path="faults")
 
 
 def bench_bounds(job: Any) -> RunBounds:
@@ -80,7 +80,7 @@ def _delay_check(faults: Sequence[Fault], info: TestbedInfo | None) -> Callable[
             else NO_STAGE_PROBLEM.format(link=link.name)
     from genie.testbed import netlink
 
-    problem = None if "netem" in info.shaper or netlink.probe_netem() else NO_NETEM_PROBLEM
+    problem = None if Shaping.NETEM in info.shaper or netlink.probe_netem() else NO_NETEM_PROBLEM
     return lambda link: problem
 
 

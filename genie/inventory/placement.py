@@ -14,12 +14,12 @@ import ipaddress
 from collections.abc import Iterable
 
 from genie.core.errors import EnvironmentProblem
-from genie.core.testbed import HostEndpoint, TestbedInfo
+from genie.core.testbed import HostEndpoint, Shaping, TestbedInfo
 from genie.core.topology import Host, Topology
 from genie.inventory.model import Inventory, InventoryHost
 from genie.inventory.validation import normalized_address
 
-REAL_HOSTS_SHAPER = "none"  # genie shapes nothing on real hosts
+REAL_HOSTS_SHAPER = Shaping.NONE  # genie shapes nothing on real hosts
 
 
 def inventory_to_testbed_info(inventory: Inventory) -> TestbedInfo:

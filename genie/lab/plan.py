@@ -156,13 +156,13 @@ def plan_lab(topology: Topology, *, box: str = DEFAULT_BOX, memory_mb: int = DEF
 
 def _check_options(box: str, memory_mb: int, cpus: int, router_memory_mb: int) -> None:
     if not isinstance(box, str) or not box.strip() or any(c.isspace() for c in box):
-        raise InputError(f"expected a Vagrant box name such as {DEFAULT_BOX}, got {box!r}", path="--box")
-    for value, option in ((memory_mb, "--memory"), (router_memory_mb, "--router-memory")):
+        raise InputError(f"expected a Vagrant box name such as {DEFAULT_BOX}, got {box!r}", path="box")
+    for value, option in ((memory_mb, "memory_mb"), (router_memory_mb, "router_memory_mb")):
         if isinstance(value, bool) or not isinstance(value, int) or value < MIN_MEMORY_MB:
             raise InputError(f"expected the memory of a VM in MiB (an integer >= {MIN_MEMORY_MB}), got {value!r}",
                              path=option)
     if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
-        raise InputError(f"expected the number of CPUs of a host VM (an integer >= 1), got {cpus!r}", path="--cpus")
+        raise InputError(f"expected the number of CPUs of a host VM (an integer >= 1), got {cpus!r}", path="cpus")
 
 
 def _hostnames(topology: Topology) -> dict[str, str]:

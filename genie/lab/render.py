@@ -153,7 +153,7 @@ def find_repo(repo: str | os.PathLike[str] | None) -> Path:
     if not (candidate / "scripts" / "setup.sh").is_file() or not (candidate / "pyproject.toml").is_file():
         where = f"{candidate} is not" if repo is not None else f"genie runs from {candidate}, which is not"
         raise InputError(f"{where} a genie source tree (no scripts/setup.sh and pyproject.toml); expected "
-                         "--repo pointing at a checkout of genie to install in the VMs", path="--repo")
+                         "`repo` pointing at a checkout of genie to install in the VMs", path="repo")
     return candidate.resolve()
 
 

@@ -122,7 +122,7 @@ def resolve_link(info: TestbedInfo, spec: str) -> LinkEnd:
         if pair in ends:
             return ends[pair]
     known = ", ".join(f"{e.node}-{e.peer}" for e in info.link_ends if e.netns)
-    raise InputError(f"no link {spec!r} in testbed {info.name} (links: {known})", path="--capture")
+    raise InputError(f"no link {spec!r} in testbed {info.name} (links: {known})", path="capture")
 
 
 def capture_file_name(end: LinkEnd) -> str:
@@ -236,7 +236,7 @@ def capture_end(info: TestbedInfo | None, spec: str | None) -> LinkEnd | None:
     if spec is None:
         return None
     if info is None:
-        raise InputError("needs a testbed (--topology or --testbed), not --loopback", path="--capture")
+        raise InputError("needs a testbed (`topology` or `testbed`), not `loopback`", path="capture")
     return resolve_link(info, spec)
 
 

@@ -94,7 +94,7 @@ def _facts(run: RunData) -> list[tuple[str, str]]:
     facts = [("directory", str(run.run_dir)), ("command", " ".join(m.argv)), ("started", m.started_at),
              ("ended", m.ended_at or "-"), ("genie", m.genie_version), ("python", m.python_version),
              ("kernel", " ".join(str(m.kernel.get(k, "")) for k in ("sysname", "release", "machine"))),
-             ("target", m.target or "-"), ("shaper", m.shaper or "-")]
+             ("target", m.target or "-"), ("shaper", m.shaper.label if m.shaper is not None else "-")]
     if m.topology:
         t = m.topology
         rate = t.get("link_rate_bps")

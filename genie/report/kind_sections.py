@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -179,6 +180,23 @@ def _text(v: Any) -> str:
     return "" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
 
 
+def _float(v: Any) -> float | None:
+    try:
+        value = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if pd.isna(value) else value
+
+
+@dataclass(frozen=True)
+class DeltaBar:
+    """A compare.csv row as the delta plot draws it."""
+
+    label: str
+    time_delta_pct: float | None
+    noise_pct: float | None
+
+
 def _int(v: Any) -> int | None:
     try:
         return int(float(v))
@@ -194,12 +212,9 @@ def compare_section(run: RunData) -> Section:
     if "within_noise" in frame:
         inside = frame["within_noise"].astype(str).str.lower().isin(("1", "true", "yes"))
         lines[0] += f", {int(inside.sum())} within noise"
-    labels = [row_label(_text(r.get("scope")) or "case", _text(r.get("collective")), _int(r.get("ranks")),
-                        _text(r.get("algorithm")), _int(r.get("size_bytes"))) for _, r in frame.iterrows()]
-    deltas = list(_num(frame, "time_delta_pct")) if "time_delta_pct" in frame else []
-    noise = list(_num(frame, "noise_pct")) if "noise_pct" in frame else [None] * len(deltas)
-    png = plots.compare_deltas(labels, [None if pd.isna(d) else d for d in deltas],
-                               [None if n is None or pd.isna(n) else n for n in noise],
-                               "B vs A: time change (red = slower, grey = within noise)") if deltas else None
+    bars = [DeltaBar(row_label(_text(r.get("scope")) or "case", _text(r.get("collective")), _int(r.get("ranks")),
+                               _text(r.get("algorithm")), _int(r.get("size_bytes"))),
+                     _float(r.get("time_delta_pct")), _float(r.get("noise_pct"))) for _, r in frame.iterrows()]
+    png = plots.compare_deltas(bars, "A", "B") if "time_delta_pct" in frame else None
     return Section("Comparison", tuple(lines), (PagePlot("compare.png", "time change per row", png),),
                    (("Comparison (compare.csv)", frame),))

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from genie import __version__
 from genie.core.errors import InputError
+from genie.core.testbed import Shaping
 from genie.core.topology import Topology
 from genie.report.rundir import new_run_dir, write_atomic
 
@@ -70,7 +71,7 @@ class Manifest:
     python_version: str = field(default_factory=lambda: platform.python_version())
     kernel: Mapping[str, str] = field(default_factory=dict)
     target: str | None = None  # loopback, a testbed name, an inventory...
-    shaper: str | None = None  # htb, netem, userspace, none
+    shaper: Shaping | None = None  # written as its label: htb, htb+netem, htb+userspace, none...
     topology: Mapping[str, Any] | None = None  # name, hosts, links, link_rate_bps
     inputs: tuple[InputDigest, ...] = ()
     seed: int | None = None
@@ -140,6 +141,7 @@ def topology_summary(topology: Topology) -> dict[str, Any]:
 def manifest_to_json(m: Manifest) -> str:
     doc = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, **dataclasses.asdict(m)}
     doc["status"] = m.status.value
+    doc["shaper"] = m.shaper.label if m.shaper is not None else None
     return json.dumps(doc, indent=2, default=str) + "\n"
 
 
@@ -162,10 +164,14 @@ def manifest_from_json(data: bytes | str, *, source: str = MANIFEST_NAME) -> Man
         files = tuple(RunFile(**f) for f in doc.get("files") or ())
     except TypeError as exc:
         raise InputError(f"malformed entry ({exc})", source=source, path="inputs/files") from None
-    known = {f.name for f in dataclasses.fields(Manifest)} - {"status", "inputs", "files", "argv"}
+    try:
+        shaper = Shaping.from_label(doc["shaper"]) if doc.get("shaper") is not None else None
+    except (ValueError, AttributeError) as exc:
+        raise InputError(f"unknown shaper {doc['shaper']!r} ({exc})", source=source, path="shaper") from None
+    known = {f.name for f in dataclasses.fields(Manifest)} - {"status", "inputs", "files", "argv", "shaper"}
     rest = {k: v for k, v in doc.items() if k in known}
     rest["warnings"] = tuple(rest.get("warnings") or ())
-    return Manifest(**rest, argv=tuple(doc["argv"]), status=status, inputs=inputs, files=files)
+    return Manifest(**rest, argv=tuple(doc["argv"]), status=status, shaper=shaper, inputs=inputs, files=files)
 
 
 def read_manifest(run_dir: Path) -> Manifest:
@@ -191,7 +197,7 @@ class RunRecorder:
     """Context manager around one command's run directory and manifest::
 
         with RunRecorder("bench", out=args.out, inputs=[input_digest(topo, "topology")]) as run:
-            run.describe(target="tb1", shaper="htb")
+            run.describe(target="tb1", shaper=Shaping.HTB)
             run.write("sweep.csv", text)          # atomic; listed in the manifest at once
             run.set_summary({"cases": 6})
     """

@@ -218,28 +218,30 @@ def accuracy_bars(frame: pd.DataFrame | None, pairs: Sequence[Any]) -> bytes | N
     return _png(fig)
 
 
-def compare_deltas(labels: Sequence[str], deltas_pct: Sequence[float | None], noise_pct: Sequence[float | None],
-                   title: str) -> bytes | None:
-    """Time change B vs A in % per row (case, op, iteration); a row's noise band as an error bar around 0 (a
-    bar inside it is within noise, drawn grey)."""
-    if not labels:
+def compare_deltas(rows: Sequence[Any], label_a: str, label_b: str) -> bytes | None:
+    """Time change B vs A in % per row (case, op, iteration: anything with ``label``, ``time_delta_pct`` and
+    optionally ``noise_pct``); a row's noise band as an error bar around 0 (a bar inside it is within noise,
+    drawn grey)."""
+    if not rows:
         return None
+    labels = [r.label for r in rows]
+    deltas = [r.time_delta_pct if r.time_delta_pct is not None else 0.0 for r in rows]
+    noise = [getattr(r, "noise_pct", None) for r in rows]
     fig = Figure(figsize=(max(6, 0.5 * len(labels) + 2), 4.5))
     ax = fig.add_subplot()
-    deltas = [d if d is not None else 0.0 for d in deltas_pct]
-    inside = [n is not None and abs(d) <= n for d, n in zip(deltas, noise_pct)]
+    inside = [n is not None and abs(d) <= n for d, n in zip(deltas, noise)]
     colours = ["tab:grey" if i else "tab:red" if d > 0 else "tab:green" for d, i in zip(deltas, inside)]
     x = np.arange(len(labels))
     ax.bar(x, deltas, color=colours)
-    if any(n is not None for n in noise_pct):
-        band = np.array([n if n is not None else np.nan for n in noise_pct])
+    if any(n is not None for n in noise):
+        band = np.array([n if n is not None else np.nan for n in noise])
         ax.errorbar(x, np.zeros(len(labels)), yerr=band, fmt="none", ecolor="black", capsize=3, linewidth=0.8,
                     label="noise band")
         ax.legend(fontsize="small")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize="small")
     ax.set_ylabel("time change (%)")
-    ax.set_title(title)
+    ax.set_title(f"{label_b} vs {label_a}: time change (red = slower, grey = within noise)")
     ax.grid(True, axis="y", alpha=0.3)
     return _png(fig)
 

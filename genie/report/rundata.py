@@ -13,7 +13,7 @@ import csv
 import io
 import json
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ LONG_FILES = ("steps.csv", "ops.csv", "link_samples.csv")
 REPLAY_SUBDIR = "replay"  # genie experiment's replay
 
 
-class RunKind(Enum):
+class RunKind(StrEnum):
     BENCH = "bench"
     REPLAY = "replay"
     EXPERIMENT = "experiment"

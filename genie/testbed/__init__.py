@@ -6,6 +6,8 @@ Public API (the pyroute2 backend itself lives in `genie.testbed.netlink`, the on
 * `up(..., shaper=ShaperChoice.AUTO)`, `down`, `down_all`, `status`, `list_testbeds`, `load_info`,
   `register_pids`, `temporary_testbed`, `resolve_shaper`
 * `Backend`, `FakeBackend`, `TestbedBackend`, `apply_plan`, `undo_steps`; `signals_raise`, `signals_deferred`
+* every service call takes ``environment=`` (`genie.testbed.environment`: `KERNEL`, the machine, by default;
+  `FakeEnvironment`, an in-memory `genie.testbed.kernel_model.KernelModel`, for tests without root)
 * link emulation without sch_netem: `genie.testbed.userspace` (plan), `genie.testbed.emulators` (processes),
   `genie.linkemu` (the emulator); measuring links: `genie.testbed.verify` (pure), `genie.testbed.verify_run`
 """

@@ -1,4 +1,5 @@
-"""Applying a plan: the `Backend` protocol, a `FakeBackend` that records calls, and the undo log.
+"""Applying a plan: the `Backend` protocol, a `FakeBackend` that records calls and models what they make, and
+the undo log.
 
 `apply_plan` applies steps in order and keeps an undo log; when a step fails (or Ctrl-C / SIGTERM arrives) it
 undoes every applied step in reverse and re-raises. Signals are deferred while a step is applied (a step is
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from genie.core.errors import EnvironmentProblem, GenieError
+from genie.testbed.kernel_model import KernelModel
 from genie.testbed.lifecycle import signals_deferred
 from genie.testbed.steps import USERSPACE_STEP_TYPES, PlanStep
 
@@ -30,12 +32,16 @@ class StepFailed(EnvironmentProblem):
 
 @dataclass
 class FakeBackend:
-    """Records ``("apply", step)`` / ``("undo", step)`` calls; fails applying the step at index ``fail_at``
-    (0-based, in call order) and undoing any step in ``fail_undo``."""
+    """Records ``("apply", step)`` / ``("undo", step)`` calls and makes them in ``kernel``, an in-memory model of
+    what the steps build (`KernelModel`: a conflicting step fails like the kernel, leaving nothing). Fails
+    applying the step at index ``fail_at`` (0-based, in call order) and undoing any step in ``fail_undo``.
+    ``on_started(pid, netns)`` is told of every (fake) link emulator started."""
 
     fail_at: int | None = None
     fail_undo: frozenset[PlanStep] = frozenset()
     calls: list[tuple[str, PlanStep]] = field(default_factory=list)
+    kernel: KernelModel = field(default_factory=KernelModel)
+    on_started: Callable[[int, str], None] | None = None
     _applied_count: int = 0
 
     def apply(self, step: PlanStep) -> None:
@@ -43,12 +49,14 @@ class FakeBackend:
         self._applied_count += 1
         if index == self.fail_at:
             raise OSError(f"fake failure applying step {index}")
+        self.kernel.apply(step, self.on_started)
         self.calls.append(("apply", step))
 
     def undo(self, step: PlanStep) -> None:
         self.calls.append(("undo", step))
         if step in self.fail_undo:
             raise OSError("fake failure undoing")
+        self.kernel.undo(step)
 
     @property
     def applied(self) -> list[PlanStep]:

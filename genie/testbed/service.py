@@ -4,6 +4,9 @@ Every check runs before anything is created. `up` records the testbed in the sta
 step and rolls back on any failure, Ctrl-C or SIGTERM. `down` ends every process inside the testbed's
 namespaces (by PID), undoes the applied steps in reverse and removes the namespaces, with signals deferred so
 it always runs to the end. `down_all` also removes ``genie-*`` namespaces that no state record claims.
+
+Everything that touches the machine goes through a `TestbedEnvironment` (``environment=``; the default `KERNEL`
+is pyroute2 plus the userspace emulator backend, `FakeEnvironment` an in-memory model of the same).
 """
 
 from __future__ import annotations
@@ -17,24 +20,21 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 from genie.core.errors import EnvironmentProblem, GenieError
-from genie.core.testbed import TestbedInfo
+from genie.core.testbed import Shaping, TestbedInfo
 from genie.core.topology import Topology
-from genie.testbed.backend import TestbedBackend, apply_plan, undo_steps
-from genie.testbed.emulators import (EmulatorBackend, EmulatorProcess, end_emulators, is_running,
-                                     reap_children, remove_emulator_files, stats_path, userspace_problem)
-from genie.testbed.layout import NETNS_DIR, check_testbed_name
-from genie.testbed.lifecycle import process_start_ticks, signals_deferred, signals_raise, terminate_pids
+from genie.testbed.backend import apply_plan, undo_steps
+from genie.testbed.emulators import EmulatorProcess, remove_emulator_files, stats_path
+from genie.testbed.environment import KERNEL, TestbedEnvironment
+from genie.testbed.layout import check_testbed_name
+from genie.testbed.lifecycle import process_start_ticks, signals_deferred, signals_raise
 from genie.testbed.observed import EmulatorStatus, NamespaceStatus
 from genie.testbed.plan import build_plan
 from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, record_names,
                                  save_record, state_dir)
 from genie.testbed.steps import CreateNetns, PlanStep, Shaper, ShaperChoice
 
-CAP_NET_ADMIN_BIT = 12
-KILL_GRACE_S = 1.0
 _temporary_numbers = itertools.count()
 
 
@@ -44,7 +44,7 @@ class TestbedSummary:
     source: str | None
     hosts: int
     links: int
-    shaper: str
+    shaper: Shaping
     complete: bool
     namespaces_present: int
     namespaces_planned: int
@@ -67,19 +67,8 @@ class DownReport:
     pids_ended: tuple[int, ...] = ()
 
 
-def has_net_admin() -> bool:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN_BIT & 1)
-    except OSError:
-        pass
-    return os.geteuid() == 0
-
-
-def require_net_admin() -> None:
-    if not has_net_admin():
+def require_net_admin(environment: TestbedEnvironment = KERNEL) -> None:
+    if not environment.has_net_admin():
         raise EnvironmentProblem("needs CAP_NET_ADMIN: run as root")
 
 
@@ -100,7 +89,8 @@ def resolve_shaper(topology: Topology, choice: ShaperChoice | Shaper, *,
 
 def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None = None, dry_run: bool = False,
        shaper: ShaperChoice | Shaper = ShaperChoice.AUTO,
-       refuse_same_source: bool = True) -> TestbedInfo | list[PlanStep]:
+       refuse_same_source: bool = True,
+       environment: TestbedEnvironment = KERNEL) -> TestbedInfo | list[PlanStep]:
     """Build `topology` as testbed `name` and return its TestbedInfo; with `dry_run` return the plan instead
     (without root it assumes sch_netem is present). `shaper` picks how delay/jitter/loss are made: netem,
     the userspace emulator, or AUTO (netem where the kernel has it). `source` is the topology file: a second
@@ -109,22 +99,22 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
     source_text = str(source) if source is not None else None
     needs_netem = any(link.shape.needs_delay_emulation for link in topology.links)
     if dry_run:
-        probe = has_net_admin()
-        resolved = resolve_shaper(topology, shaper, netem_available=_probe_netem if probe else lambda: True)
-        netem = _probe_netem() if needs_netem and probe and resolved is Shaper.KERNEL else True
+        probe = environment.has_net_admin()
+        resolved = resolve_shaper(topology, shaper,
+                                  netem_available=environment.probe_netem if probe else lambda: True)
+        netem = environment.probe_netem() if needs_netem and probe and resolved is Shaper.KERNEL else True
         return list(build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text).steps)
-    require_net_admin()
+    require_net_admin(environment)
     source_path = str(Path(source).resolve()) if source is not None else None
     _refuse_duplicate(name, source_path if refuse_same_source else None)
-    resolved = resolve_shaper(topology, shaper, netem_available=_probe_netem)
-    if resolved is Shaper.USERSPACE and needs_netem and (problem := userspace_problem()):
+    resolved = resolve_shaper(topology, shaper, netem_available=environment.probe_netem)
+    if resolved is Shaper.USERSPACE and needs_netem and (problem := environment.userspace_problem()):
         raise EnvironmentProblem(problem)
-    netem = _probe_netem() if needs_netem and resolved is Shaper.KERNEL else True
+    netem = environment.probe_netem() if needs_netem and resolved is Shaper.KERNEL else True
     plan = build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text)
-    netlink = _netlink()
     record = TestbedRecord(plan.info, plan.steps, applied_count=0, complete=False, shaper=resolved,
                            owner_pid=os.getpid(), source=source_path, source_digest=_digest(source_path))
-    busy = [ns for ns in record.namespaces if netlink.netns_exists(ns)]
+    busy = [ns for ns in record.namespaces if environment.netns_exists(ns)]
     if busy:
         raise GenieError(f"namespace {busy[0]} already exists (another testbed?); choose another --name or run "
                          "`genie testbed down --all`")
@@ -146,8 +136,7 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
 
     created = False
     try:
-        with signals_raise() as guard, netlink.NetlinkBackend() as netlink_backend:
-            backend = TestbedBackend(netlink_backend, EmulatorBackend(name, on_started=on_started))
+        with signals_raise() as guard, environment.backend(name, on_started) as backend:
             with signals_deferred():
                 create_record(record)  # exclusive: loses cleanly against a concurrent `up` of the same name
                 created = True
@@ -163,29 +152,28 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
     except BaseException:
         if created:
             with signals_deferred():
-                end_emulators([EmulatorProcess(*e) for e in emulators])
+                environment.end_emulators([EmulatorProcess(*e) for e in emulators])
                 delete_record(name)
                 remove_emulator_files(name)
         raise
     return plan.info
 
 
-def down(name: str) -> DownReport:
+def down(name: str, *, environment: TestbedEnvironment = KERNEL) -> DownReport:
     """End the testbed's processes, undo its steps, remove its namespaces and its state record."""
     check_testbed_name(name)
-    require_net_admin()
+    require_net_admin(environment)
     record = load_record(name)
     with signals_deferred():
-        pids = _teardown(record)
+        pids = _teardown(record, environment)
         delete_record(name)
     return DownReport((name,), (), tuple(pids))
 
 
-def down_all() -> DownReport:
+def down_all(*, environment: TestbedEnvironment = KERNEL) -> DownReport:
     """Tear down every recorded testbed, then every ``genie-*`` namespace no remaining record claims (leftovers
     of a killed run). Unreadable records are dropped once their namespaces are gone."""
-    require_net_admin()
-    netlink = _netlink()
+    require_net_admin(environment)
     torn: list[str] = []
     pids: list[int] = []
     unreadable: list[str] = []
@@ -196,13 +184,13 @@ def down_all() -> DownReport:
             except GenieError:
                 unreadable.append(name)
                 continue
-            pids += _teardown(record)
+            pids += _teardown(record, environment)
             delete_record(name)
             torn.append(name)
-        orphans = netlink.list_genie_namespaces()
+        orphans = environment.list_genie_namespaces()
         for netns in orphans:
-            pids += terminate_pids(netlink.namespace_pids(netns), grace_s=KILL_GRACE_S)
-            netlink.remove_namespace(netns)
+            pids += environment.end_processes(environment.namespace_pids(netns))
+            environment.remove_namespace(netns)
         for name in unreadable:
             delete_record(name)
         recorded = set(record_names())
@@ -213,31 +201,31 @@ def down_all() -> DownReport:
     return DownReport(tuple(torn), tuple(orphans), tuple(pids))
 
 
-def status(name: str) -> TestbedStatus:
+def status(name: str, *, environment: TestbedEnvironment = KERNEL) -> TestbedStatus:
     check_testbed_name(name)
     record = load_record(name)
-    require_net_admin()
-    namespaces = tuple(_netlink().inspect_namespace(ns) for ns in record.namespaces)
-    emulators = tuple(_emulator_status(record.name, EmulatorProcess(*e)) for e in record.emulators)
+    require_net_admin(environment)
+    namespaces = tuple(environment.inspect_namespace(ns) for ns in record.namespaces)
+    emulators = tuple(_emulator_status(record.name, EmulatorProcess(*e), environment) for e in record.emulators)
     return TestbedStatus(record.info, record.source, record.complete, namespaces, record.shaper, emulators)
 
 
-def _emulator_status(testbed: str, process: EmulatorProcess) -> EmulatorStatus:
+def _emulator_status(testbed: str, process: EmulatorProcess, environment: TestbedEnvironment) -> EmulatorStatus:
     try:
         stats = json.loads(stats_path(testbed, process.netns).read_text())
     except (OSError, ValueError):
         stats = None
-    return EmulatorStatus(process.netns, process.pid, is_running(process), stats)
+    return EmulatorStatus(process.netns, process.pid, environment.emulator_running(process), stats)
 
 
-def list_testbeds() -> list[TestbedSummary]:
+def list_testbeds(*, environment: TestbedEnvironment = KERNEL) -> list[TestbedSummary]:
     summaries = []
     for name in record_names():
         try:
             record = load_record(name)
         except GenieError:
             continue
-        present = sum(os.path.exists(os.path.join(NETNS_DIR, ns)) for ns in record.namespaces)
+        present = sum(environment.netns_exists(ns) for ns in record.namespaces)
         summaries.append(TestbedSummary(name, record.source, len(record.info.hosts), len(record.info.topology.links),
                                         record.info.shaper, record.complete, present, len(record.namespaces)))
     return summaries
@@ -265,36 +253,34 @@ def register_pids(name: str, pids: Iterable[int]) -> None:
 @contextmanager
 def temporary_testbed(topology: Topology, name: str | None = None, *,
                       source: str | os.PathLike[str] | None = None,
-                      shaper: ShaperChoice | Shaper = ShaperChoice.AUTO) -> Iterator[TestbedInfo]:
+                      shaper: ShaperChoice | Shaper = ShaperChoice.AUTO,
+                      environment: TestbedEnvironment = KERNEL) -> Iterator[TestbedInfo]:
     """Bring a testbed up for the duration of the block and always tear it down (SIGTERM included).
     The default name is ``tmp<pid>-<n>``; the same file may be up elsewhere at the same time."""
     name = name or f"tmp{os.getpid()}-{next(_temporary_numbers)}"
-    info = up(topology, name=name, source=source, refuse_same_source=False, shaper=shaper)
+    info = up(topology, name=name, source=source, refuse_same_source=False, shaper=shaper, environment=environment)
     assert isinstance(info, TestbedInfo)
     try:
         with signals_raise():
             yield info
     finally:
         with signals_deferred():
-            down(name)
+            down(name, environment=environment)
 
 
-def _teardown(record: TestbedRecord) -> list[int]:
-    netlink = _netlink()
+def _teardown(record: TestbedRecord, environment: TestbedEnvironment) -> list[int]:
     created = [step.netns for step in record.steps[:record.applied_count] if isinstance(step, CreateNetns)]
     registered = [pid for pid, start in record.registered_pids
                   if start is not None and process_start_ticks(pid) == start]
-    emulators = [p.pid for p in (EmulatorProcess(*e) for e in record.emulators) if is_running(p)]
-    inside = [pid for netns in created for pid in netlink.namespace_pids(netns)]
-    ended = terminate_pids(registered + emulators + inside, grace_s=KILL_GRACE_S)
-    reap_children()
-    with netlink.NetlinkBackend() as netlink_backend:
-        undo_steps(TestbedBackend(netlink_backend, EmulatorBackend(record.name)),
-                   record.steps[:record.applied_count])
+    emulators = [p.pid for p in (EmulatorProcess(*e) for e in record.emulators) if environment.emulator_running(p)]
+    inside = [pid for netns in created for pid in environment.namespace_pids(netns)]
+    ended = environment.end_processes(registered + emulators + inside)
+    with environment.backend(record.name) as backend:
+        undo_steps(backend, record.steps[:record.applied_count])
     for netns in created:
-        netlink.remove_namespace(netns)
+        environment.remove_namespace(netns)
     remove_emulator_files(record.name)
-    left = [netns for netns in created if netlink.netns_exists(netns)]
+    left = [netns for netns in created if environment.netns_exists(netns)]
     if left:
         raise EnvironmentProblem(f"testbed {record.name!r}: could not remove namespace {left[0]}")
     return ended
@@ -323,15 +309,3 @@ def _digest(path: str | None) -> str | None:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return None
-
-
-def _probe_netem() -> bool:
-    return bool(_netlink().probe_netem())
-
-
-def _netlink() -> ModuleType:
-    """The pyroute2 backend, imported on first use: pyroute2 takes ~0.3 s to import, and only commands that
-    touch the kernel should pay for it."""
-    from genie.testbed import netlink
-
-    return netlink

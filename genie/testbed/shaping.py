@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 from genie.core.errors import InputError
+from genie.core.testbed import Shaping
 from genie.core.topology import LinkShape
 from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, PlanStep, QdiscParent, Shaper, StartEmulator
 
@@ -106,10 +107,12 @@ def shaping_steps(netns: str, ifname: str, shape: LinkShape, shaper: Shaper = Sh
     return steps
 
 
-def shaper_summary(steps: list[PlanStep]) -> str:
-    """'none', 'htb', 'htb+netem', 'htb+userspace', ...: the qdisc kinds (and the userspace emulator) a plan
-    uses, for TestbedInfo.shaper."""
-    kinds = [kind for kind, step_type in (("htb", AddHtb), ("netem", AddNetem), ("pfifo", AddPfifo),
-                                          ("userspace", StartEmulator))
-             if any(isinstance(step, step_type) for step in steps)]
-    return "+".join(kinds) or "none"
+def shaper_summary(steps: list[PlanStep]) -> Shaping:
+    """The qdisc kinds (and the userspace emulator) a plan uses, for TestbedInfo.shaper: NONE, HTB,
+    HTB | NETEM, HTB | USERSPACE, ..."""
+    shaping = Shaping.NONE
+    for kind, step_type in ((Shaping.HTB, AddHtb), (Shaping.NETEM, AddNetem), (Shaping.PFIFO, AddPfifo),
+                            (Shaping.USERSPACE, StartEmulator)):
+        if any(isinstance(step, step_type) for step in steps):
+            shaping |= kind
+    return shaping

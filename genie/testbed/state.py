@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from genie.core.errors import GenieError, InputError
-from genie.core.testbed import HostEndpoint, LinkEnd, TestbedInfo
+from genie.core.testbed import HostEndpoint, LinkEnd, Shaping, TestbedInfo
 from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
 from genie.linkemu.config import EmulatorConfig
 from genie.testbed.steps import (STEP_TYPES, AddHtb, AddRoute, CreateNetns, NextHop, PlanStep, QdiscParent, Shaper,
@@ -187,7 +187,7 @@ def info_to_dict(info: TestbedInfo) -> dict[str, Any]:
     return {
         "name": info.name,
         "prefix": info.prefix,
-        "shaper": info.shaper,
+        "shaper": info.shaper.label,
         "topology": topology_to_dict(info.topology),
         "hosts": [dataclasses.asdict(h) for h in info.hosts],
         "link_ends": [dataclasses.asdict(e) for e in info.link_ends],
@@ -201,7 +201,7 @@ def info_from_dict(data: dict[str, Any]) -> TestbedInfo:
         topology=topology_from_dict(data["topology"]),
         hosts=tuple(HostEndpoint(**h) for h in data["hosts"]),
         link_ends=tuple(LinkEnd(**e) for e in data["link_ends"]),
-        shaper=data["shaper"],
+        shaper=Shaping.from_label(data["shaper"]),
     )
 
 

@@ -117,11 +117,11 @@ def save_trace(trace: Trace, out: str | Path, *, to: OutputFormat) -> list[Path]
 
 
 def output_format(to: str, out: str | Path) -> OutputFormat:
-    """``--to`` value to format; ``json`` writes YAML when ``out`` ends in .yaml/.yml."""
+    """An output format name (`genie trace convert --to`) to the format; ``json`` writes YAML when ``out`` ends in .yaml/.yml."""
     try:
         fmt = OutputFormat(to.strip().lower())
     except ValueError:
-        raise InputError(f"unknown output format {to!r} (expected et, json or yaml)", path="--to") from None
+        raise InputError(f"unknown output format {to!r} (expected et, json or yaml)", path="to") from None
     if fmt is OutputFormat.JSON and Path(out).suffix in (".yaml", ".yml"):
         return OutputFormat.YAML
     return fmt

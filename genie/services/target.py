@@ -1,5 +1,6 @@
-"""Where a bench or replay runs: rank placements, the PID registrar, the testbed (None for loopback), and what
-the run directory's manifest says about it; plus the link observers and capture end that go with it."""
+"""Where a rank-running service (bench, replay, diagnose, experiment) runs: rank placements, the PID registrar,
+the testbed (None for loopback), and what the run directory's manifest says about it; plus the link observers,
+capture and fault injection that watch it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from genie.core.errors import InputError
 
+from genie.core.testbed import Shaping, TestbedInfo
+from genie.engine.launch import RankPlacement
+
 if TYPE_CHECKING:
-    from genie.core.testbed import TestbedInfo
-    from genie.engine.launch import RankPlacement
     from genie.report.manifest import InputDigest
 
 
@@ -26,26 +28,46 @@ class Target:
     name: str
     info: Optional[TestbedInfo] = None
     inputs: tuple[InputDigest, ...] = ()  # the topology's digest
-    shaper: Optional[str] = None
+    shaper: Optional[Shaping] = None
     topology: Optional[dict[str, Any]] = None
 
     def devices(self) -> list[dict]:
         return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in self.placements]
 
 
+def placements_for(testbed: TestbedInfo, ranks: int | None) -> list[RankPlacement]:
+    """Global ranks are numbered host by host in topology order; `ranks` takes the first N."""
+    hosts = testbed.topology.rank_hosts()
+    n = len(hosts) if ranks is None else ranks
+    if n < 1 or n > len(hosts):
+        raise InputError(f"testbed {testbed.name} has {len(hosts)} ranks, asked for {n}", path="ranks")
+    out = []
+    for rank, host in enumerate(hosts[:n]):
+        ep = testbed.endpoint(host)
+        out.append(RankPlacement(rank=rank, host=host, netns=ep.netns, address=ep.address))
+    return out
+
+
+def loopback_placements(ranks: int) -> list[RankPlacement]:
+    """All ranks in the current namespace on 127.0.0.1: no root needed (tests, quick checks)."""
+    if ranks < 1:
+        raise InputError("must be >= 1", path="ranks")
+    return [RankPlacement(rank=r, host="localhost", netns=None, address="127.0.0.1") for r in range(ranks)]
+
+
 @contextlib.contextmanager
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
-                ranks: Optional[int]) -> Iterator[Target]:
-    """The chosen target; a --topology testbed lives only inside this block."""
-    from genie.engine import bench
+                ranks: Optional[int], *, command: str) -> Iterator[Target]:
+    """The chosen target; a topology's testbed lives only inside this block. `command` names the service in
+    the error when not exactly one target is given."""
     from genie.report.manifest import InputDigest, input_digest, topology_summary
 
     chosen = sum(x is not None and x is not False for x in (topology, testbed, loopback or None))
     if chosen != 1:
-        raise InputError("give exactly one of --topology FILE, --testbed NAME, --loopback "
-                         "(or --inventory FILE with --launcher mpi)", path="bench")
+        raise InputError("give exactly one of `topology` FILE, `testbed` NAME, `loopback` "
+                         "(or `inventory` FILE with `launcher` mpi)", path=command)
     if loopback:
-        yield Target(bench.loopback_placements(ranks or 2), None, "loopback")
+        yield Target(loopback_placements(ranks or 2), None, "loopback")
         return
     from genie.testbed import service
     from genie.testbed.state import load_record
@@ -53,7 +75,7 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
     if testbed is not None:
         info = service.load_info(testbed)
         record = load_record(testbed)
-        yield Target(bench.placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
+        yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
                      info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",
                                                    record.source_digest, 1),),
                      info.shaper, topology_summary(info.topology))
@@ -63,7 +85,7 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
     topo = load_topology_file(topology)
     digest = input_digest(topology, "topology")
     with service.temporary_testbed(topo, source=str(topology)) as info:
-        yield Target(bench.placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
+        yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
                      info.name, info, (digest,), info.shaper, topology_summary(info.topology))
 
 
@@ -79,7 +101,7 @@ def observe(run, target: Target, sample_ms: int):
 
 
 def capture_end_for(target: Target, spec: Optional[str]):
-    """--capture LINK checked against the target before anything runs (InputError: exit code 2)."""
+    """The capture LINK checked against the target before anything runs (InputError: exit code 2)."""
     from genie.report.capture import capture_end
 
     return capture_end(target.info, spec)

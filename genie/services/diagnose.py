@@ -1,0 +1,142 @@
+"""`genie diagnose` as a service: a pairwise latency / bandwidth matrix measured with real p2p transfers between
+the first rank of every host of a live testbed (through the bench path), judged by genie.measure.diagnose, in
+a run directory with its manifest."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ContextManager, Optional
+
+from genie.core.collective import Algorithm, Collective
+from genie.core.errors import InputError
+from genie.core.schedule import CollectiveOp
+from genie.core.sizes import DEFAULT_DTYPE_BYTES
+from genie.core.testbed import TestbedInfo
+from genie.engine.launch import RankPlacement
+from genie.engine.session import SessionFactory
+from genie.measure.diagnose import Diagnosis, PairMeasurement, diagnose
+from genie.services.bench import GroupCase, run_cases
+from genie.services.target import placements_for
+
+#: How many times pairs still flagged are measured again (keeping each pair's best) before they are reported: a
+#: stall of this shared machine can span one re-measurement (a healthy 8-host star once flagged two pairs).
+CONFIRM_ROUNDS = 2
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class DiagnoseRequest:
+    latency_bytes: int = 1024
+    bandwidth_bytes: int = 8 << 20
+    latency_iterations: int = 20
+    bandwidth_iterations: int = 3
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class DiagnoseCommand:
+    testbed: str
+    request: DiagnoseRequest = DiagnoseRequest()
+    out: Optional[Path] = None
+
+
+@dataclass(frozen=True)
+class DiagnoseResult:
+    run_dir: Path
+    diagnosis: Diagnosis
+
+
+def check_request(request: DiagnoseRequest) -> None:
+    if request.bandwidth_bytes < DEFAULT_DTYPE_BYTES:
+        raise InputError("must be at least 4 bytes", path="bandwidth_bytes")
+    if request.latency_bytes < DEFAULT_DTYPE_BYTES:
+        raise InputError("must be at least 4 bytes", path="latency_bytes")
+    if request.bandwidth_iterations < 1:
+        raise InputError("must be >= 1", path="bandwidth_iterations")
+    if request.latency_iterations < 1:
+        raise InputError("must be >= 1", path="latency_iterations")
+
+
+def run_diagnose(info: TestbedInfo, request: DiagnoseRequest = DiagnoseRequest(), *,
+                 sessions: SessionFactory | None = None, on_pids: Callable[[list[int]], None] | None = None,
+                 progress: Progress | None = None) -> Diagnosis:
+    check_request(request)
+    placements = placements_for(info, None)
+    first: dict[str, RankPlacement] = {}
+    for p in placements:
+        first.setdefault(p.host, p)
+    if len(first) < 2:
+        raise InputError(f"testbed {info.name} has {len(first)} host(s): diagnosis needs at least 2")
+    pairs = list(itertools.permutations(first, 2))
+    measurements = _measure(pairs, first, placements, request, sessions, on_pids, progress)
+    result = diagnose(info.topology, measurements)
+    for _ in range(CONFIRM_ROUNDS):
+        suspect = [(v.measurement.src, v.measurement.dst) for v in result.pairs if v.flagged]
+        if not suspect:
+            break
+        # confirm: measure the flagged pairs again and keep each pair's better result, so a stall of the
+        # machine during one pair's test is not reported as a network fault (a real fault shows every time)
+        again = _measure(suspect, first, placements, request, sessions, on_pids, None)
+        for pair, m in again.items():
+            old = measurements[pair]
+            measurements[pair] = PairMeasurement(m.src, m.dst, min(old.latency_us, m.latency_us),
+                                                 max(old.bandwidth_GBps, m.bandwidth_GBps))
+        result = diagnose(info.topology, measurements)
+    return result
+
+
+def _measure(pairs: list[tuple[str, str]], first: dict[str, RankPlacement], placements: list[RankPlacement],
+             request: DiagnoseRequest, sessions: SessionFactory | None,
+             on_pids: Callable[[list[int]], None] | None, progress: Progress | None,
+             ) -> dict[tuple[str, str], PairMeasurement]:
+    """One session: per pair a latency case and a bandwidth case, run on every rank of the testbed."""
+    cases = []
+    dtype = DEFAULT_DTYPE_BYTES
+    for src, dst in pairs:
+        group = tuple(sorted((first[src].rank, first[dst].rank)))
+        # latency: a 2-rank exchange (each iteration waits for the peer's previous message, so back-to-back
+        # iterations measure the one-way latency of the slower direction, not the message rate)
+        size = request.latency_bytes // dtype * dtype
+        cases.append(GroupCase((CollectiveOp(Collective.ALL_REDUCE, size, group, Algorithm.RECURSIVE_DOUBLING,
+                                             dtype_bytes=dtype),), 2, request.latency_iterations))
+        # bandwidth: one direction, src -> dst
+        size = request.bandwidth_bytes // dtype * dtype
+        cases.append(GroupCase((CollectiveOp(Collective.SEND_RECV, size, group, Algorithm.P2P, root=first[src].rank,
+                                             peer=first[dst].rank, dtype_bytes=dtype),),
+                               1, request.bandwidth_iterations))
+    outcome = run_cases(cases, placements, timeout_s=request.timeout_s, on_pids=on_pids, sessions=sessions,
+                        progress=(lambda done, total, _stats: progress(done, total)) if progress else None)
+    measurements = {}
+    for k, (src, dst) in enumerate(pairs):
+        latency_us, bulk_us = outcome.stats[2 * k].time_median_us, outcome.stats[2 * k + 1].time_median_us
+        size = cases[2 * k + 1].op.size_bytes
+        measurements[(src, dst)] = PairMeasurement(src, dst, latency_us, size / (bulk_us * 1e3))
+    return measurements
+
+
+def run_diagnose_command(cmd: DiagnoseCommand, progress: Callable[[], ContextManager[Progress]]) -> DiagnoseResult:
+    """Diagnose the live testbed `cmd.testbed` into a run directory (diagnose.csv, the heatmap, a manifest)."""
+    from genie.report.diagnose import diagnose_csv, heatmap_png
+    from genie.report.manifest import InputDigest, RunRecorder, topology_summary
+    from genie.testbed import service
+    from genie.testbed.state import load_record
+
+    check_request(cmd.request)
+    info = service.load_info(cmd.testbed)
+    record = load_record(cmd.testbed)
+    inputs = (InputDigest("topology", record.source or f"testbed {info.name}", record.source_digest, 1),)
+    params = {"latency_bytes": cmd.request.latency_bytes, "bandwidth_bytes": cmd.request.bandwidth_bytes,
+              "latency_iterations": cmd.request.latency_iterations,
+              "bandwidth_iterations": cmd.request.bandwidth_iterations}
+    with RunRecorder("diagnose", out=cmd.out, inputs=inputs, params=params) as run:
+        run.describe(target=info.name, shaper=info.shaper, topology=topology_summary(info.topology))
+        with progress() as bar:
+            result = run_diagnose(info, cmd.request, on_pids=lambda pids: service.register_pids(info.name, pids),
+                                  progress=bar)
+        run.write("diagnose.csv", diagnose_csv(result))
+        run.write("diagnose_heatmap.png", heatmap_png(result))
+        run.set_summary({"pairs": len(result.pairs), "flagged": sum(1 for v in result.pairs if v.flagged)})
+    return DiagnoseResult(run.run_dir, result)

@@ -1,0 +1,171 @@
+"""`genie experiment` as a service: measure, calibrate, estimate, replay and compare, on one target.
+
+1. prepare (the adapter, pure): the spec, the workload with its pinned algorithms, the topology mapped onto
+   ASTRA-sim dimensions and the sweep — all checked before anything is built;
+2. one stage (`genie.services.stage`: launcher, target, faults, run directory, observation, capture) for the
+   whole experiment; in ``rounds`` alternating rounds (so that both see the same conditions on a shared
+   machine): the sweep through the bench path (`genie.services.bench.run_cases`: every (collective,
+   algorithm, group size) the trace runs, on the trace's own disjoint groups at once), then the replay of the
+   whole trace (`genie.services.replay.run_replay`); iterations are pooled over the rounds;
+3. the adapter calibrates, estimates in both modes and compares (pure); the run directory gets the sweep
+   (``sweep.csv``/``sweep.json``, ``sweep_detail.csv`` with every pooled iteration), the replay (``replay/``),
+   the calibration, both estimates, the calibrated ASTRA-sim inputs (``astra/``), ``accuracy.csv``,
+   ``experiment.json`` and ``summary.txt``, all listed in its manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from astra_adapter.experiment import (ExperimentResult, PreparedExperiment, Statistic, evaluate, experiment_json,
+                                      format_summary, measurements_of, prepare, sweep_items, sweep_ops, sweep_stats)
+from astra_adapter.experiment_spec import ExperimentSpec
+from genie.core.errors import InputError
+from genie.services.options import RunOptions
+from genie.services.replay import ReplayOutcome
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ExperimentCommand:
+    """The experiment `spec` and how to run it (`options`: launcher, data path, run directory, observation,
+    capture, faults; the target is the spec's topology unless an inventory names real hosts)."""
+
+    spec: ExperimentSpec
+    options: RunOptions = RunOptions()
+
+
+def _options(cmd: ExperimentCommand) -> RunOptions:
+    opts = cmd.options
+    if opts.inventory is None and opts.testbed is None and not opts.loopback:
+        opts = dataclasses.replace(opts, topology=cmd.spec.topology_path)
+    return opts
+
+
+def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = None) -> ExperimentResult:
+    """The whole experiment in one run directory (its manifest says how far it got if it fails)."""
+    from genie.faults import service as faults_service
+    from genie.engine.program import build_programs
+    from genie.report.manifest import input_digest
+    from genie.services.bench import GroupCase, run_cases
+    from genie.services.replay import ReplayRequest, check_fits, run_replay
+    from genie.services.stage import staged
+
+    say = progress or (lambda _msg: None)
+    spec = cmd.spec
+    prepared = prepare(spec)
+    opts = _options(cmd)
+    if (opts.faults or opts.faults_file) and spec.rounds != 1:
+        raise InputError("faults are injected into the replay of an experiment with `rounds: 1`; this one has "
+                         f"{spec.rounds}", path="faults")
+    rounds = spec.rounds
+    sweep_each, replay_each = -(-spec.sweep_iterations // rounds), -(-spec.replay_iterations // rounds)
+    replay_request = ReplayRequest(iterations=replay_each, warmup=spec.replay_warmup, timeout_s=spec.timeout_s)
+    source = spec.workload.describe()
+
+    def bounds(_ranks: int, faults: list) -> Any:
+        programs = build_programs(prepared.trace, source=source) if faults else ()
+        return faults_service.replay_bounds(programs, replay_each, spec.replay_warmup, spec.timeout_s, faults)
+
+    items = sweep_items(prepared.sweep)
+    cases = [GroupCase(sweep_ops(case, size), spec.sweep_warmup, sweep_each) for case, size in items]
+    params = {"experiment": spec.name, "rounds": rounds, "sweep_iterations": spec.sweep_iterations,
+              "sweep_warmup": spec.sweep_warmup, "replay_iterations": spec.replay_iterations,
+              "replay_warmup": spec.replay_warmup, "ranks": prepared.trace.num_ranks}
+    inputs = (input_digest(spec.source, "experiment"),
+              *((input_digest(spec.workload.trace_path, "trace"),) if spec.workload.trace_path else ()))
+    load_before = os.getloadavg()[0]
+    say(f"bringing up {prepared.topology.name}")
+    with staged("experiment", opts, ranks=None, loopback_ranks=prepared.trace.num_ranks, params=params,
+                bounds=bounds, inputs=inputs, fits=lambda p: check_fits(prepared.trace, p, source=source),
+                name=f"experiment-{spec.name}") as stage:
+        pooled: list[list[int]] = [[] for _ in items]
+        outcomes = []
+        with stage.watching() as watch:
+            for r in range(rounds):
+                say(f"round {r + 1}/{rounds}: sweep, {sweep_each} iterations per size")
+
+                def bench_progress(done: int, total: int, _stats: Any, r: int = r) -> None:
+                    case, size = items[done - 1]
+                    say(f"bench {done}/{total}: {case.collective.value} on {len(case.groups)} group(s) of "
+                        f"{case.ranks}, {size} B")
+
+                swept = run_cases(cases, stage.placements, timeout_s=spec.timeout_s, on_pids=stage.target.on_pids,
+                                  sessions=stage.sessions, progress=bench_progress)
+                for acc, stats in zip(pooled, swept.stats):
+                    acc.extend(stats.iteration_ns)
+                say(f"round {r + 1}/{rounds}: replay of {source}, {spec.replay_warmup} warmup + {replay_each} "
+                    "iterations")
+                outcomes.append(run_replay(prepared.trace, stage.placements, replay_request, source=source,
+                                           on_pids=stage.target.on_pids, sessions=stage.sessions,
+                                           fault_hooks=watch.injector, fault_points=stage.fault_plan.fault_points(),
+                                           stragglers=faults_service.stragglers_by_rank(stage.fault_plan)))
+            say("tearing down")
+        load_after = os.getloadavg()[0]
+        outcome = merged(outcomes)
+        stats = sweep_stats(prepared.sweep, pooled)
+        measurements = measurements_of(stats, prepared.sweep, pooled)
+        replay_ns = replay_iteration_times(outcome)
+        calibration, estimates, rows = evaluate(prepared, measurements, replay_ns)
+        _, _, best = evaluate(prepared, measurements_of(stats, prepared.sweep, pooled, Statistic.BEST), replay_ns,
+                              Statistic.BEST)
+        result = ExperimentResult(stage.run.run_dir, prepared, measurements, calibration, estimates, replay_ns, rows,
+                                  best, (load_before, load_after))
+        write_results(stage.run, result, stats, outcome)
+        stage.run.set_summary({"accuracy": [{"mode": r.mode, "error_pct": r.error_pct} for r in rows],
+                               "replay_median_ns": result.measured_ns, **stage.summary()})
+    return result
+
+
+def merged(outcomes: list[ReplayOutcome]) -> ReplayOutcome:
+    """One ReplayOutcome holding every round's iterations, numbered in order."""
+    iterations = [dataclasses.replace(it, iteration=i)
+                  for i, it in enumerate(it for o in outcomes for it in o.iterations)]
+    return dataclasses.replace(outcomes[0], iterations=tuple(iterations))
+
+
+def replay_iteration_times(outcome: ReplayOutcome) -> tuple[int, ...]:
+    from genie.measure.replay import iteration_time_ns, rank_summaries
+
+    return tuple(iteration_time_ns(rank_summaries(outcome.programs, it)) for it in outcome.iterations)
+
+
+def write_results(run: Any, result: ExperimentResult, stats: list, outcome: ReplayOutcome) -> None:
+    """Every result file into `run` (a RunRecorder), each listed in the manifest as it is written."""
+    from astra_adapter.calibrate import calibrated_network, scaled_trace
+    from astra_adapter.calibration_io import CALIBRATION_CSV, CALIBRATION_JSON, calibration_csv, calibration_json
+    from astra_adapter.export import export_astra
+    from astra_adapter.experiment import accuracy_csv
+    from astra_adapter.measurements import DETAIL_FILE, detail_csv
+    from astra_adapter.workload_estimate import estimate_csv
+    from genie.report.replay import replay_files
+    from genie.report.sweep import sweep_csv, sweep_json
+
+    p: PreparedExperiment = result.prepared
+    meta = {"experiment": p.spec.name, "topology": p.topology.name, "iterations": p.spec.sweep_iterations,
+            "warmup": p.spec.sweep_warmup}
+    run.write("sweep.csv", sweep_csv(stats))
+    run.write("sweep.json", sweep_json(stats, meta))
+    run.write(DETAIL_FILE, detail_csv(result.measurements))
+    _, files = replay_files(outcome, {"trace": p.spec.workload.describe(), "target": p.topology.name,
+                                      "ranks": p.trace.num_ranks, "iterations": p.spec.replay_iterations,
+                                      "warmup": p.spec.replay_warmup})
+    for name, text in files.items():
+        run.write(f"replay/{name}", text)
+    run.write(CALIBRATION_JSON, calibration_json(result.calibration))
+    run.write(CALIBRATION_CSV, calibration_csv(result.calibration))
+    for est in result.estimates:
+        run.write(f"estimate-{est.mode.value}.csv", estimate_csv(est))
+    network, _ = calibrated_network(p.mapping, result.calibration)
+    exported = export_astra(scaled_trace(p.trace, result.calibration), p.mapping, run.run_dir / "astra",
+                            network=network, params=result.calibration.system_params())
+    for path in exported.files:
+        run.record(str(Path(path).relative_to(run.run_dir)))
+    run.write("accuracy.csv", accuracy_csv(result.accuracy))
+    run.write("experiment.json", experiment_json(result))
+    run.write("summary.txt", format_summary(result) + "\n")

@@ -1,0 +1,150 @@
+"""`genie replay` as a service: a whole trace on the chosen target — compute waited out, communication sent for
+real — with its run directory, link observation, capture and live faults."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Optional
+
+from genie.core.errors import InputError
+from genie.core.trace import Trace
+from genie.engine.launch import Launcher, RankPlacement
+from genie.engine.program import RankProgram, build_programs, program_to_json
+from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
+from genie.measure.replay import IterationRecords, RankRecords
+from genie.services.options import RunOptions
+
+ReplayProgress = Callable[[], ContextManager[Callable[[int, int], None]]]
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    iterations: int = 1
+    warmup: int = 0
+    timeout_s: float = 60.0
+    spin_us: int = 200
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    programs: tuple[RankProgram, ...]
+    iterations: tuple[IterationRecords, ...]
+    placements: tuple[RankPlacement, ...]
+
+
+@dataclass(frozen=True)
+class ReplayCommand:
+    trace: Path
+    request: ReplayRequest
+    options: RunOptions
+    npus: Optional[int] = None  # ranks of an ASTRA-sim text workload
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    run_dir: Path
+    status: Any  # genie.report.manifest.RunStatus
+    outcome: ReplayOutcome
+    doc: dict[str, Any]  # replay.json's document
+    links: Optional[dict[str, Any]]
+    capture: Any  # genie.report.capture result, or None
+
+
+def check_request(request: ReplayRequest) -> None:
+    if request.iterations < 1:
+        raise InputError("must be >= 1", path="iterations")
+    if request.warmup < 0:
+        raise InputError("must be >= 0", path="warmup")
+
+
+def check_fits(trace: Trace, placements: list[RankPlacement], *, source: str) -> list[RankPlacement]:
+    """The first `trace.num_ranks` placements; an error naming the first rank the testbed lacks."""
+    if trace.num_ranks > len(placements):
+        missing = len(placements)
+        users = [g.name for g in trace.groups if any(r >= len(placements) for r in g.ranks)]
+        where = f" (used by group {users[0]!r})" if users else ""
+        raise InputError(f"the trace has {trace.num_ranks} ranks but the testbed only {len(placements)}: "
+                         f"rank {missing}{where} has no host", source=source)
+    return placements[:trace.num_ranks]
+
+
+def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayRequest = ReplayRequest(), *,
+               source: str = "<trace>", launcher: Launcher | None = None,
+               on_pids: Callable[[list[int]], None] | None = None,
+               progress: Callable[[int, int], None] | None = None,
+               sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
+               fault_points: tuple[int, ...] = (),
+               stragglers: dict[int, list[dict]] | None = None) -> ReplayOutcome:
+    """Replay `trace` on `placements`. `fault_hooks` (genie.faults) inject faults live, before the timed
+    iterations `fault_points`; `stragglers` per rank stretch that rank's compute (see `genie.engine.rank`)."""
+    check_request(request)
+    placements = check_fits(trace, placements, source=source)
+    programs = build_programs(trace, source=source)
+    docs = {p.rank: program_to_json(p) for p in programs}
+    common = {"kind": "replay", "iterations": request.iterations, "warmup": request.warmup,
+              "timeout_s": request.timeout_s, "spin_ns": request.spin_us * 1000}
+    if fault_hooks is not None:
+        common.update({"faults": True, "fault_points": list(fault_points)})
+    stragglers = stragglers or {}
+    results: dict[int, IterationRecords] = {}
+
+    def on_case(index: int, per_rank: dict[int, dict]) -> None:
+        results[index] = IterationRecords(index, tuple(
+            RankRecords(rank, int(m["t0_ns"]), tuple(tuple(r) for r in m["records"]))
+            for rank, m in sorted(per_rank.items())))
+        if progress:
+            progress(len(results), request.iterations)
+
+    options = SessionOptions(idle_timeout_s=max(120.0, request.timeout_s * 2), on_pids=on_pids,
+                             fault_hooks=fault_hooks)
+    session = (sessions or local_sessions(launcher))(placements, options)
+    session.run(lambda rank: {**common, "program": docs[rank], "stragglers": stragglers.get(rank, [])},
+                on_case=on_case)
+    return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements))
+
+
+def load_checked_trace(path: Path, npus: int | None) -> Trace:
+    """The trace at `path`, checked (InputError naming the file otherwise)."""
+    from genie.workloads.analysis import check
+    from genie.workloads.loader import load_trace
+
+    loaded = load_trace(path, npus=npus)
+    check(loaded, source=str(path))
+    return loaded
+
+
+def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayResult:
+    """Load and check the trace, validate the target, launch and faults (InputError: nothing started), then
+    replay it in a run directory. `progress()` is entered around the replay and yields a callback(done, total)."""
+    from genie.faults import service as faults_service
+    from genie.report.manifest import input_digest
+    from genie.report.replay import replay_files
+    from genie.services.stage import staged
+
+    opts, request, trace = cmd.options, cmd.request, cmd.trace
+    check_request(request)
+    loaded = load_checked_trace(trace, cmd.npus)
+    ranks = loaded.num_ranks
+    programs = functools.cache(lambda: build_programs(loaded, source=str(trace)))
+
+    def bounds(_ranks: int, faults: list) -> Any:
+        return faults_service.replay_bounds(programs() if faults else (), request.iterations, request.warmup,
+                                            request.timeout_s, faults)
+
+    params = {"iterations": request.iterations, "warmup": request.warmup, "npus": cmd.npus, "ranks": ranks}
+    with staged("replay", opts, ranks=None, loopback_ranks=ranks, params=params, bounds=bounds,
+                inputs=(input_digest(trace, "trace"),),
+                fits=lambda placements: check_fits(loaded, placements, source=str(trace))) as stage:
+        with stage.watching() as watch, progress() as bar:
+            outcome = run_replay(loaded, stage.placements, request, source=str(trace), on_pids=stage.target.on_pids,
+                                 progress=bar, sessions=stage.sessions, fault_hooks=watch.injector,
+                                 fault_points=stage.fault_plan.fault_points(),
+                                 stragglers=faults_service.stragglers_by_rank(stage.fault_plan))
+        doc, files = replay_files(outcome, {"trace": str(trace), "target": stage.target.name, "ranks": ranks,
+                                            "iterations": request.iterations, "warmup": request.warmup})
+        for name, text in files.items():
+            stage.run.write(name, text)
+        stage.run.set_summary({"iteration_median_ns": doc["iteration_median_ns"], **stage.summary()})
+    return ReplayResult(stage.run.run_dir, stage.run.status, outcome, doc, watch.links(), watch.capture)

@@ -1,0 +1,82 @@
+"""The one path every rank-running service (bench, replay, experiment) takes: read and check the faults, choose
+the launcher, open the target (a testbed from a topology, a running testbed, loopback, real hosts), plan the
+faults against it, open the run directory with its manifest, and watch the measured part (link observation,
+packet capture, live faults). Everything that can fail on bad input fails before anything starts."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from genie.engine.launch import RankPlacement
+from genie.services.launch import LaunchChoice, check_launch, launch_meta, launch_target, resolve_launch
+from genie.services.options import RunOptions
+from genie.services.target import Target, Watch, capture_end_for, open_target, watched
+
+
+@dataclass
+class Stage:
+    """Where a service's ranks run (`placements` of `target`, started as `choice` says) and the run directory
+    (`run`, a `genie.report.manifest.RunRecorder`) that records it; `fault_plan` checked against the target."""
+
+    target: Target
+    placements: list[RankPlacement]
+    choice: LaunchChoice
+    run: Any
+    fault_plan: Any  # genie.faults.model.FaultPlan
+    options: RunOptions
+    capture_end: Any = None
+    watch: Watch | None = None
+
+    @property
+    def sessions(self):
+        return self.choice.sessions
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[Watch]:
+        """Observe, capture and inject faults for the block; their files join the run directory also when the
+        block fails or is interrupted."""
+        with watched(self.run, self.target, sample_ms=self.options.sample_ms, capture_end=self.capture_end,
+                     fault_plan=self.fault_plan) as watch:
+            self.watch = watch
+            yield watch
+
+    def summary(self) -> dict[str, Any]:
+        return self.watch.summary() if self.watch is not None else {}
+
+
+@contextlib.contextmanager
+def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[int, list], Any],
+           params: dict[str, Any], inputs: Sequence[Any] = (), loopback_ranks: int | None = None,
+           name: str | None = None,
+           fits: Callable[[list[RankPlacement]], list[RankPlacement]] = lambda placements: placements,
+           ) -> Iterator[Stage]:
+    """The stage of one `kind` run (bench, replay, experiment). `ranks`: the first N ranks of the target
+    (None: all); `loopback_ranks`: how many ranks loopback gets; `bounds(ranks, faults)` the run's fault
+    bounds (`genie.faults.validation.RunBounds`) for a rank count and the faults asked for; `fits(placements)`
+    the placements the run uses (it may refuse a target too small); `params` and `inputs` go into the manifest; `name` names the default run
+    directory (runs/<time>-<name>, default: the kind)."""
+    from genie.faults import service as faults_service
+    from genie.report.manifest import RunRecorder
+
+    opts.check()
+    faults = faults_service.read_faults(opts.faults_file, list(opts.faults))
+    choice = resolve_launch(opts.launcher, opts.transport, opts.inventory, opts.mpiexec, ranks=ranks,
+                            port_range=opts.port_range, other_target=opts.target_option())
+    faults_service.check_launcher(faults, choice.sessions is None)
+    faults_service.precheck_topology(faults, opts.topology, lambda n: bounds(n, faults))
+    open_testbed = lambda: open_target(opts.topology, opts.testbed, opts.loopback,  # noqa: E731
+                                       loopback_ranks if opts.loopback else ranks, command=kind)
+    with launch_target(choice, opts.inventory, open_testbed) as target:
+        placements = fits(target.placements)
+        check_launch(choice, placements)
+        fault_plan = faults_service.plan(faults, target.info, bounds(len(placements), faults))
+        capture_end = capture_end_for(target, opts.capture)
+        params = {**params, **opts.extra_params(), **({"faults": fault_plan.specs()} if fault_plan else {})}
+        with RunRecorder(kind, name=name, out=opts.out, inputs=(*inputs, *target.inputs), params=params) as run:
+            run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
+            yield Stage(target, placements, choice, run, fault_plan, opts, capture_end)
+            if choice.sessions is not None:
+                run.write("launch.json", json.dumps(launch_meta(opts.launcher, opts.transport, choice), indent=2))

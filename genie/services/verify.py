@@ -1,0 +1,81 @@
+"""`genie testbed verify` as a service: every link of a live testbed measured (RTT, throughput, loss) against
+its configuration, into a run directory with its manifest (``links_verify.csv``), optionally also a CSV where
+the caller asks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from genie.testbed.verify import Status, VerifyRow
+from genie.testbed.verify_run import VerifySettings
+
+VERIFY_CSV = "links_verify.csv"
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    testbed: str
+    settings: VerifySettings = VerifySettings()
+    pairs: Optional[tuple[tuple[str, str], ...]] = None  # host pairs (default: pairs covering every link)
+    csv_path: Optional[Path] = None  # a copy of the table outside the run directory
+    out: Optional[Path] = None
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    run_dir: Path
+    rows: tuple[VerifyRow, ...]
+    csv_path: Path
+
+    @property
+    def failed(self) -> list[VerifyRow]:
+        return [row for row in self.rows if row.status is Status.FAIL]
+
+    @property
+    def ceilings(self) -> list[VerifyRow]:
+        return [row for row in self.rows if row.status is Status.CEILING]
+
+
+def check_pairs(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """`h0,h1` texts as host pairs (InputError naming `pairs`)."""
+    from genie.core.errors import InputError
+
+    pairs = []
+    for text in texts:
+        hosts = [part.strip() for part in text.split(",")]
+        if len(hosts) != 2 or not all(hosts):
+            raise InputError(f"expected two hosts such as h0,h1, got {text!r}", path="pairs")
+        pairs.append((hosts[0], hosts[1]))
+    return tuple(pairs)
+
+
+def run_verify(request: VerifyRequest, progress: Callable[[str], None] | None = None) -> VerifyResult:
+    import dataclasses
+    import io
+
+    from genie.core.files import write_atomic
+    from genie.report.manifest import InputDigest, RunRecorder, topology_summary
+    from genie.testbed.service import load_info
+    from genie.testbed.state import load_record
+    from genie.testbed.verify import write_verify_csv
+    from genie.testbed.verify_run import verify_testbed
+
+    info = load_info(request.testbed)
+    record = load_record(request.testbed)
+    inputs = (InputDigest("topology", record.source or f"testbed {info.name}", record.source_digest, 1),)
+    params = {**dataclasses.asdict(request.settings),
+              "pairs": [list(p) for p in request.pairs] if request.pairs is not None else None}
+    with RunRecorder("verify", out=request.out, inputs=inputs, params=params) as run:
+        run.describe(target=info.name, shaper=info.shaper, topology=topology_summary(info.topology))
+        rows = verify_testbed(request.testbed, request.settings,
+                              pairs=list(request.pairs) if request.pairs is not None else None, progress=progress)
+        buffer = io.StringIO()
+        write_verify_csv(rows, buffer)
+        path = run.write(VERIFY_CSV, buffer.getvalue())
+        if request.csv_path is not None:
+            path = write_atomic(request.csv_path, buffer.getvalue())
+        failed = sum(1 for row in rows if row.status is Status.FAIL)
+        run.set_summary({"measurements": len(rows), "failed": failed})
+    return VerifyResult(run.run_dir, tuple(rows), path)
