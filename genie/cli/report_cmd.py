@@ -46,20 +46,14 @@ def compare(
     force: bool = typer.Option(False, "--force", help="Compare runs of different workloads (what they share)."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON instead of the table."),
 ) -> None:
-    """Per collective and size (bench) or per op kind and the iteration time (replay): B − A in us and %."""
-    from genie.report.compare import format_compare
+    """Per collective, group size, algorithm and size (bench, experiment sweeps) or per op kind and the iteration
+    time (replay): B − A in us and %, with a noise band from each run's iteration spread."""
+    from genie.report.compare import comparison_document, format_compare
     from genie.services.report import CompareRequest, compare_run_dirs
 
     result = compare_run_dirs(CompareRequest(run_a, run_b, out, force))
-    comparison = result.comparison
     if as_json:
-        rows = [{"scope": r.scope, "collective": r.collective, "size_bytes": r.size_bytes, "time_a_us": r.time_a_us,
-                 "time_b_us": r.time_b_us, "time_delta_us": r.time_delta_us, "time_delta_pct": r.time_delta_pct,
-                 "busbw_a_GBps": r.busbw_a_GBps, "busbw_b_GBps": r.busbw_b_GBps,
-                 "busbw_delta_GBps": r.busbw_delta_GBps, "busbw_delta_pct": r.busbw_delta_pct}
-                for r in comparison.rows]
-        typer.echo(json.dumps({"run_dir": str(result.run_dir), "kind": comparison.kind, "run_a": comparison.run_a,
-                               "run_b": comparison.run_b, "notes": list(comparison.notes), "rows": rows}, indent=2))
+        typer.echo(json.dumps(comparison_document(result.comparison, str(result.run_dir)), indent=2))
         return
-    typer.echo(format_compare(comparison))
+    typer.echo(format_compare(result.comparison))
     typer.echo(f"# results in {result.run_dir}")

@@ -1,9 +1,11 @@
-"""Diagnosis reports: diagnose.csv (one row per ordered host pair), a bandwidth heatmap PNG, and a summary."""
+"""Diagnosis reports: diagnose.csv (one row per ordered host pair), diagnose.json (the verdict: flagged pairs,
+suspect links and hosts), a bandwidth heatmap PNG, and a summary."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 from genie.measure.diagnose import Diagnosis
@@ -58,9 +60,26 @@ def heatmap_png(d: Diagnosis) -> bytes:
     return buf.getvalue()
 
 
+def diagnosis_document(d: Diagnosis) -> dict[str, object]:
+    """diagnose.json: what the diagnosis concluded (the pairs themselves are in diagnose.csv)."""
+    return {"pairs": len(d.pairs), "flagged_pairs": [{"src": v.measurement.src, "dst": v.measurement.dst,
+                                                      "slow_bandwidth": v.slow_bandwidth,
+                                                      "slow_latency": v.slow_latency}
+                                                     for v in d.pairs if v.flagged],
+            "suspect_links": [{"link_index": x.link_index, "src": x.src, "dst": x.dst} for x in d.suspect_links],
+            "suspect_hosts": list(d.suspect_hosts)}
+
+
+def diagnosis_files(d: Diagnosis) -> dict[str, bytes]:
+    """{file name: content} of a diagnosis run directory (for a recorder that writes and lists each file)."""
+    return {"diagnose.csv": diagnose_csv(d).encode(),
+            "diagnose.json": (json.dumps(diagnosis_document(d), indent=2) + "\n").encode(),
+            "diagnose_heatmap.png": heatmap_png(d)}
+
+
 def write_diagnosis(run_dir: Path, d: Diagnosis) -> None:
-    write_atomic(Path(run_dir) / "diagnose.csv", diagnose_csv(d))
-    write_atomic(Path(run_dir) / "diagnose_heatmap.png", heatmap_png(d))
+    for name, payload in diagnosis_files(d).items():
+        write_atomic(Path(run_dir) / name, payload)
 
 
 def format_diagnosis(d: Diagnosis) -> str:

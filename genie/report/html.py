@@ -1,10 +1,10 @@
 """`genie report RUN_DIR`: one self-contained HTML page (jinja2; plots embedded as base64 PNG, and also returned
-so the CLI can write them as files) with the run's summary, facts, plots and tables."""
+so the CLI can write them as files) with the run's summary, facts and sections (genie.report.sections and
+kind_sections: each section's text, plots and tables), ordered for the run's kind."""
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import importlib.resources
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -14,8 +14,9 @@ import jinja2
 import pandas as pd
 
 from genie import __version__
-from genie.report import plots
-from genie.report.rundata import LONG_FILES, RunData
+from genie.report import kind_sections, sections
+from genie.report.rundata import RunData, RunKind
+from genie.report.sections import Section
 
 TABLE_ROWS_MAX = 200
 
@@ -41,12 +42,23 @@ def _table(frame: pd.DataFrame, limit: int = TABLE_ROWS_MAX) -> tuple[str, str]:
     return shown.to_html(index=False, border=0, na_rep="", float_format=_number), note
 
 
-def _summary(run: RunData) -> list[str]:
+_SUMMARISED = ("Accuracy: estimated vs measured", "Estimate", "Diagnosis", "Link checks", "Comparison")
+
+
+def _summary(run: RunData, shown: list[Section]) -> list[str]:
     lines: list[str] = []
+    if run.manifest is None:
+        lines.append(f"no manifest.json (a run directory from before manifests): shown as a {run.kind.value} run "
+                     "guessed from its files; the command, versions and inputs are unknown")
+    by_title = {section.title: section for section in shown}
+    if _SUMMARISED[0] in by_title:
+        lines += by_title[_SUMMARISED[0]].lines
     if run.sweep:
         best = max(run.sweep, key=lambda r: r.busbw_GBps)
-        lines.append(f"{len(run.sweep)} measured sizes of {', '.join(run.collectives)} on {best.ranks} ranks")
-        line = f"peak busbw {best.busbw_GBps:.4f} GB/s ({best.collective}, {best.size_bytes} B)"
+        groups = " and ".join(str(n) for n in run.group_sizes)
+        lines.append(f"{len(run.sweep)} measured sizes of {', '.join(run.collectives)} on groups of {groups} ranks")
+        line = (f"peak busbw {best.busbw_GBps:.4f} GB/s ({best.collective} on {best.ranks} ranks, "
+                f"{best.size_bytes} B)")
         if run.link_rate_bps:
             rate = run.link_rate_bps / 8e9
             line += f" = {100 * best.busbw_GBps / rate:.0f}% of the {rate:.4g} GB/s line rate"
@@ -60,6 +72,9 @@ def _summary(run: RunData) -> list[str]:
             worst = max(ranks, key=lambda r: r["exposed_comm_ns"])
             lines.append(f"exposed communication up to {worst['exposed_comm_ns'] / 1e6:.3f} ms (rank {worst['rank']}), "
                          f"compute {worst['compute_ns'] / 1e6:.3f} ms")
+    for title in _SUMMARISED[1:]:
+        if title in by_title:
+            lines += by_title[title].lines[:3]
     if run.links:
         total = sum(float(r["bytes"] or 0) for r in run.links)
         drops = sum(float(r.get(k) or 0) for r in run.links for k in ("tx_drops", "rx_drops", "qdisc_drops"))
@@ -94,56 +109,49 @@ def _facts(run: RunData) -> list[tuple[str, str]]:
     return facts
 
 
-def _plots(run: RunData) -> list[tuple[str, str, bytes | None]]:
-    rates = {f"{r['src']}→{r['dst']}": r.get("rate_bps") for r in run.links}
-    return [
-        ("busbw.png", "busbw vs message size", plots.busbw_vs_size(run.sweep, link_rate_bps=run.link_rate_bps)),
-        ("latency.png", "iteration time distribution per size", plots.latency_by_size(run.sweep, run.iteration_us)),
-        ("timeline.png", "per-rank timeline of iteration 0 (compute and communication lanes)",
-         plots.replay_gantt(run.ops)),
-        ("links_heatmap.png", "link utilisation over time", plots.link_heatmap(run.samples, rates)),
-        ("links_totals.png", "traffic per link direction", plots.link_totals(run.links)),
-        ("accuracy.png", "estimated vs measured", plots.accuracy_bars(run.accuracy, run.accuracy_pairs)),
-    ]
+def page_sections(run: RunData) -> list[Section]:
+    """The page's sections in the order the run's kind reads best; empty ones are left out."""
+    cal, acc = kind_sections.calibration_section(run), kind_sections.accuracy_section(run)
+    sweep, its = sections.sweep_section(run), sections.iterations_section(run)
+    replay, est = sections.replay_section(run), kind_sections.estimate_section(run)
+    if run.kind is RunKind.EXPERIMENT:
+        text = Section("Experiment summary (summary.txt)", text=run.summary_text or "")
+        order = [acc, text, sweep, its, cal, replay, est]
+    elif run.kind is RunKind.ESTIMATE:
+        order = [est, cal, acc, sweep, its, replay]
+    else:
+        order = [sweep, its, replay, acc, est, cal]
+    order += [kind_sections.diagnose_section(run), kind_sections.verify_section(run),
+              kind_sections.compare_section(run), sections.links_section(run), sections.other_section(run)]
+    return [s for s in order if not s.empty]
 
 
-def _tables(run: RunData) -> list[dict[str, str]]:
+def _tables(section: Section) -> list[dict[str, str]]:
     out = []
-
-    def add(title: str, frame: pd.DataFrame | None) -> None:
+    for title, frame in section.tables:
         if frame is not None and not frame.empty:
             html, note = _table(frame)
             out.append({"title": title, "html": html, "note": note})
-
-    if run.sweep:
-        add("Sweep (sweep.csv)", pd.DataFrame([dataclasses.asdict(r) for r in run.sweep]))
-    if run.ranks is not None:
-        add("Ranks (ranks.csv, iteration 0)", run.ranks[run.ranks["iteration"] == 0])
-    if run.links:
-        add("Links (links.csv)", pd.DataFrame(list(run.links)))
-    add("TCP per host (tcp.csv)", run.tcp)
-    add("Accuracy (accuracy.csv)", run.accuracy)
-    for name, frame in run.other_tables.items():
-        if name not in LONG_FILES:
-            add(name, frame)
     return out
 
 
 def build_page(run: RunData, *, link_prefix: str = "") -> Page:
     """The page and its plots (to be written to plots/ beside the page). `link_prefix` is prepended to links to
     the run's files: the run directory as seen from where the page is written ("" when inside it)."""
-    drawn = [(name, caption, png) for name, caption, png in _plots(run) if png]
+    shown = page_sections(run)
+    drawn = [(p.name, p.caption, p.png) for section in shown for p in section.plots if p.png]
     files = list(run.manifest.files) if run.manifest else []
     template = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(
         importlib.resources.files("genie.report").joinpath("report.html.j2").read_text())
     context: dict[str, Any] = {
-        "kind": run.kind, "title": run.manifest.name if run.manifest else run.run_dir.name, "status": run.status,
-        "summary": _summary(run), "facts": _facts(run),
+        "kind": run.kind.value, "title": run.manifest.name if run.manifest else run.run_dir.name, "status": run.status,
+        "summary": _summary(run, shown), "facts": _facts(run),
         "error": run.manifest.error if run.manifest else None,
         "warnings": run.manifest.warnings if run.manifest else (),
-        "plots": [{"file": f"plots/{name}", "caption": caption,
-                   "base64": base64.b64encode(png).decode()} for name, caption, png in drawn],
-        "tables": _tables(run),
+        "sections": [{"title": section.title, "lines": section.lines, "text": section.text,
+                      "plots": [{"file": f"plots/{p.name}", "caption": p.caption,
+                                 "base64": base64.b64encode(p.png).decode()} for p in section.plots if p.png],
+                      "tables": _tables(section)} for section in shown],
         "files": [{"name": f"{link_prefix}{f.name}", "size_bytes": f.size_bytes, "sha256": f.sha256} for f in files],
         "genie_version": __version__,
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 
+from genie.report.cases import CaseKey, sweep_curves
 from genie.report.sweep import SweepRow
 
 _TIME_UNITS = ("s", "ms", "us", "ns")
@@ -35,15 +36,15 @@ def _size_label(size_bytes: float) -> str:
 
 
 def busbw_vs_size(rows: Sequence[SweepRow], *, link_rate_bps: int | None = None, title: str = "") -> bytes | None:
-    """busbw (GB/s) against message size (log2 x axis), one line per collective; a dashed line at the line
-    rate (the slowest host link of the topology) when it is known."""
+    """busbw (GB/s) against message size (log2 x axis), one line per curve - (collective, group size), never
+    two group sizes in one line; a dashed line at the line rate (the slowest host link of the topology) when it
+    is known."""
     if not rows:
         return None
     fig = Figure(figsize=(8, 4.5))
     ax = fig.add_subplot()
-    for collective in dict.fromkeys(r.collective for r in rows):
-        mine = sorted((r for r in rows if r.collective == collective), key=lambda r: r.size_bytes)
-        ax.plot([r.size_bytes for r in mine], [r.busbw_GBps for r in mine], marker="o", label=collective)
+    for curve, mine in sweep_curves(rows).items():
+        ax.plot([r.size_bytes for r in mine], [r.busbw_GBps for r in mine], marker="o", label=curve.label)
     if link_rate_bps:
         line_rate = link_rate_bps / 8e9
         ax.axhline(line_rate, color="grey", linestyle="--", label=f"line rate {line_rate:.3g} GB/s")
@@ -59,19 +60,20 @@ def busbw_vs_size(rows: Sequence[SweepRow], *, link_rate_bps: int | None = None,
     return _png(fig)
 
 
-def latency_by_size(rows: Sequence[SweepRow], iteration_us: Mapping[tuple[str, int], Sequence[float]]) -> bytes | None:
-    """Per collective, the distribution of iteration times at each size: a box plot of the per-iteration
-    times when they are known, else the min / median / p99 / max summary (whiskers min..max, box median..p99)."""
+def latency_by_size(rows: Sequence[SweepRow], iteration_us: Mapping[CaseKey, Sequence[float]],
+                    source: str = "") -> bytes | None:
+    """Per curve, the distribution of iteration times at each size: a box plot of the per-iteration times when
+    they are known (from `source`), else the min / median / p99 / max summary (whiskers min..max, box
+    median..p99)."""
     if not rows:
         return None
-    collectives = list(dict.fromkeys(r.collective for r in rows))
-    fig = Figure(figsize=(8, 3.2 * len(collectives)))
-    for n, collective in enumerate(collectives):
-        ax = fig.add_subplot(len(collectives), 1, n + 1)
-        mine = sorted((r for r in rows if r.collective == collective), key=lambda r: r.size_bytes)
+    curves = sweep_curves(rows)
+    fig = Figure(figsize=(8, 3.2 * len(curves)), layout="constrained")
+    for n, (curve, mine) in enumerate(curves.items()):
+        ax = fig.add_subplot(len(curves), 1, n + 1)
         stats = []
         for r in mine:
-            times = iteration_us.get((collective, r.size_bytes))
+            times = iteration_us.get(CaseKey.of(r))
             if times:
                 a = np.asarray(times, dtype=float)
                 q1, med, q3 = np.percentile(a, [25, 50, 75])
@@ -87,9 +89,9 @@ def latency_by_size(rows: Sequence[SweepRow], iteration_us: Mapping[tuple[str, i
         ax.bxp(stats, showfliers=True)
         ax.set_yscale("log")
         ax.set_ylabel("iteration time (us)")
-        known = all(iteration_us.get((collective, r.size_bytes)) for r in mine)
-        ax.set_title(f"{collective}: " + ("per-iteration times (from step records)" if known else
-                                          "min / median..p99 / max (per-iteration times not recorded)"))
+        known = all(iteration_us.get(CaseKey.of(r)) for r in mine)
+        ax.set_title(f"{curve.label}: " + (f"per-iteration times (from {source or 'step records'})" if known else
+                                           "min / median..p99 / max (per-iteration times not recorded)"))
         ax.grid(True, axis="y", alpha=0.3)
     ax.set_xlabel("message size")
     return _png(fig)
@@ -217,18 +219,85 @@ def accuracy_bars(frame: pd.DataFrame | None, pairs: Sequence[Any]) -> bytes | N
 
 
 def compare_deltas(rows: Sequence[Any], label_a: str, label_b: str) -> bytes | None:
-    """Time change B vs A in % per (collective, size) or op, and the iteration time when compared."""
+    """Time change B vs A in % per row (case, op, iteration: anything with ``label``, ``time_delta_pct`` and
+    optionally ``noise_pct``); a row's noise band as an error bar around 0 (a bar inside it is within noise,
+    drawn grey)."""
     if not rows:
         return None
-    fig = Figure(figsize=(max(6, 0.5 * len(rows) + 2), 4.5))
-    ax = fig.add_subplot()
     labels = [r.label for r in rows]
     deltas = [r.time_delta_pct if r.time_delta_pct is not None else 0.0 for r in rows]
-    colours = ["tab:red" if d > 0 else "tab:green" for d in deltas]
-    ax.bar(range(len(rows)), deltas, color=colours)
+    noise = [getattr(r, "noise_pct", None) for r in rows]
+    fig = Figure(figsize=(max(6, 0.5 * len(labels) + 2), 4.5))
+    ax = fig.add_subplot()
+    inside = [n is not None and abs(d) <= n for d, n in zip(deltas, noise)]
+    colours = ["tab:grey" if i else "tab:red" if d > 0 else "tab:green" for d, i in zip(deltas, inside)]
+    x = np.arange(len(labels))
+    ax.bar(x, deltas, color=colours)
+    if any(n is not None for n in noise):
+        band = np.array([n if n is not None else np.nan for n in noise])
+        ax.errorbar(x, np.zeros(len(labels)), yerr=band, fmt="none", ecolor="black", capsize=3, linewidth=0.8,
+                    label="noise band")
+        ax.legend(fontsize="small")
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize="small")
+    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize="small")
     ax.set_ylabel("time change (%)")
-    ax.set_title(f"{label_b} vs {label_a}: time change (red = slower)")
+    ax.set_title(f"{label_b} vs {label_a}: time change (red = slower, grey = within noise)")
     ax.grid(True, axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def calibration_fit(points: pd.DataFrame | None) -> bytes | None:
+    """The calibration's fit: measured and model time against size per curve (collective, group size), and
+    each point's residual (model vs measured, %)."""
+    if points is None or points.empty:
+        return None
+    frame = points.copy()
+    for col in ("ranks", "size_bytes", "measured_us", "model_us", "residual_pct"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    fig = Figure(figsize=(9, 7))
+    top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+    for (collective, ranks), group in frame.groupby(["collective", "ranks"], sort=False):
+        group = group.sort_values("size_bytes")
+        label = f"{collective}, {int(ranks)} ranks"
+        line = top.plot(group["size_bytes"], group["measured_us"], marker="o", linestyle="none",
+                        label=f"{label} measured")[0]
+        top.plot(group["size_bytes"], group["model_us"], color=line.get_color(), label=f"{label} model")
+        bottom.plot(group["size_bytes"], group["residual_pct"], marker="o", color=line.get_color(), label=label)
+    for ax in (top, bottom):
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+    top.set_yscale("log")
+    top.set_ylabel("time (us)")
+    top.legend(fontsize="x-small", ncol=2)
+    top.set_title("calibration: measured points and the fitted model")
+    bottom.axhline(0, color="black", linewidth=0.8)
+    bottom.set_ylabel("residual (model vs measured, %)")
+    bottom.set_xlabel("message size (B)")
+    return _png(fig)
+
+
+def pair_matrix(pairs: pd.DataFrame | None) -> bytes | None:
+    """Sender x receiver bandwidth of a diagnosis (diagnose.csv), flagged pairs boxed in red."""
+    if pairs is None or pairs.empty:
+        return None
+    hosts = sorted(set(pairs["src"].astype(str)) | set(pairs["dst"].astype(str)), key=lambda h: (len(h), h))
+    idx = {h: i for i, h in enumerate(hosts)}
+    grid = np.full((len(hosts), len(hosts)), np.nan)
+    fig = Figure(figsize=(1.5 + 0.6 * len(hosts), 1.0 + 0.55 * len(hosts)))
+    ax = fig.add_subplot()
+    flagged = []
+    for _, row in pairs.iterrows():
+        i, j = idx[str(row["src"])], idx[str(row["dst"])]
+        grid[i, j] = float(row["bandwidth_GBps"] or 0)
+        if (row["slow_bandwidth"] or 0) or (row["slow_latency"] or 0):
+            flagged.append((i, j))
+    image = ax.imshow(grid, cmap="viridis")
+    for i, j in flagged:
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+    ax.set_xticks(range(len(hosts)), hosts, rotation=45)
+    ax.set_yticks(range(len(hosts)), hosts)
+    ax.set_xlabel("receiver")
+    ax.set_ylabel("sender")
+    fig.colorbar(image, ax=ax, label="bandwidth (GB/s)")
+    ax.set_title("pairwise bandwidth (red: flagged)")
     return _png(fig)

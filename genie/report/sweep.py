@@ -120,15 +120,6 @@ def read_sweep_csv(data: bytes | str, *, source: str = "sweep.csv") -> list[Swee
     return rows
 
 
-def iteration_us_by_case(doc: Mapping[str, object]) -> dict[tuple[str, int], list[float]]:
-    """(collective, size_bytes) → per-iteration times in us, from a sweep.json document."""
-    out: dict[tuple[str, int], list[float]] = {}
-    for r in doc.get("results", []) or []:  # type: ignore[union-attr]
-        if isinstance(r, dict) and r.get("iteration_us"):
-            out[(str(r["collective"]), int(r["size_bytes"]))] = [float(t) for t in r["iteration_us"]]
-    return out
-
-
 def format_table(stats: Sequence[CaseStats]) -> str:
     """nccl-tests' layout: one block per collective, one line per size."""
     lines: list[str] = []
