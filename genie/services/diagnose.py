@@ -119,7 +119,7 @@ def _measure(pairs: list[tuple[str, str]], first: dict[str, RankPlacement], plac
 
 def run_diagnose_command(cmd: DiagnoseCommand, progress: Callable[[], ContextManager[Progress]]) -> DiagnoseResult:
     """Diagnose the live testbed `cmd.testbed` into a run directory (diagnose.csv, the heatmap, a manifest)."""
-    from genie.report.diagnose import diagnose_csv, heatmap_png
+    from genie.report.diagnose import diagnosis_files
     from genie.report.manifest import InputDigest, RunRecorder, topology_summary
     from genie.testbed import service
     from genie.testbed.state import load_record
@@ -136,7 +136,7 @@ def run_diagnose_command(cmd: DiagnoseCommand, progress: Callable[[], ContextMan
         with progress() as bar:
             result = run_diagnose(info, cmd.request, on_pids=lambda pids: service.register_pids(info.name, pids),
                                   progress=bar)
-        run.write("diagnose.csv", diagnose_csv(result))
-        run.write("diagnose_heatmap.png", heatmap_png(result))
+        for name, data in diagnosis_files(result).items():
+            run.write(name, data)
         run.set_summary({"pairs": len(result.pairs), "flagged": sum(1 for v in result.pairs if v.flagged)})
     return DiagnoseResult(run.run_dir, result)
