@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mpi_support import resolve_launch
+from genie.cli.flags import RUN_FLAGS, flag_names
 from genie.core.errors import InputError
 from genie.core.placement import RankPlacement
 from genie.core.protocol import CaseResult, Done
@@ -280,7 +281,8 @@ def test_no_mpiexec_anywhere_is_a_one_line_error(tmp_path, monkeypatch):
     from genie.engine.mpi.discover import find_mpiexec
 
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(InputError, match=r"^--mpiexec: no mpiexec beside .* or on PATH; install MPICH"):
+    with pytest.raises(InputError, match=r"^--mpiexec: no mpiexec beside .* or on PATH; install MPICH"), \
+            flag_names(RUN_FLAGS):
         find_mpiexec(python=str(tmp_path / "python"))
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from mpi_support import resolve_launch
 from genie.cli.main import main as genie_main
+from genie.cli.flags import RUN_FLAGS, flag_names
 from genie.core.errors import InputError
 from genie.core.placement import RankPlacement
 from genie.engine.mpi.hostlist import expand_counts, expand_hostlist
@@ -61,7 +62,7 @@ def test_allocation_from_the_environment():
 
 def test_outside_an_allocation_and_bad_slurm_variables_are_one_line_errors():
     with pytest.raises(InputError, match=r"^--launcher: slurm starts the ranks with srun inside a Slurm allocation, "
-                                         r"but SLURM_JOB_ID is not set; run genie inside an allocation, e\.g\. salloc"):
+                                         r"but SLURM_JOB_ID is not set; run genie inside an allocation, e\.g\. salloc"), flag_names(RUN_FLAGS):
         SlurmAllocation.from_env({})
     with pytest.raises(InputError, match=r"^SLURM_JOB_NODELIST: Slurm job 1: unclosed '\['"):
         SlurmAllocation.from_env({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-2"})
@@ -104,15 +105,15 @@ def test_rank_nodes_follow_the_placements_and_fit_the_allocation():
     assert launch.rank_nodes(real) == ["node01", "node01", "node02", "gpu-a.b"]
     assert slurm_hostfile(launch.rank_nodes(real)) == "node01\nnode01\nnode02\ngpu-a.b\n"
     with pytest.raises(InputError, match=r"^--launcher: rank 0 \(host h0\) must run on this machine, which is not "
-                                         r"a node of Slurm allocation 4242"):
+                                         r"a node of Slurm allocation 4242"), flag_names(RUN_FLAGS):
         launch.rank_nodes(_placements(2))
     here = SlurmLaunch(alloc, {}, local_node="node01")
     assert here.rank_nodes(_placements(2)) == ["node01", "node01"]  # testbed namespaces run here
     with pytest.raises(InputError, match=r"^--launcher: the run needs 3 ranks on node node01 but Slurm allocation "
-                                         r"4242 \(node\[01-02\],gpu-a\.b\) has 2 tasks there"):
+                                         r"4242 \(node\[01-02\],gpu-a\.b\) has 2 tasks there"), flag_names(RUN_FLAGS):
         here.rank_nodes(_placements(3))
     with pytest.raises(InputError, match=r"^--launcher: the run needs 6 ranks but Slurm allocation 4242 .* has 5 "
-                                         r"tasks \(SLURM_NTASKS\)"):
+                                         r"tasks \(SLURM_NTASKS\)"), flag_names(RUN_FLAGS):
         here.rank_nodes(_placements(6))
 
 
@@ -134,7 +135,7 @@ def _fake_srun(tmp_path: Path) -> Path:
 
 
 def test_srun_is_found_on_path_or_named_missing(tmp_path):
-    with pytest.raises(InputError, match=r"^--launcher: slurm needs Slurm's srun, and there is none on PATH"):
+    with pytest.raises(InputError, match=r"^--launcher: slurm needs Slurm's srun, and there is none on PATH"), flag_names(RUN_FLAGS):
         find_srun({"PATH": str(tmp_path)})
     srun = _fake_srun(tmp_path)
     assert find_srun({"PATH": str(srun.parent)}) == srun
@@ -144,9 +145,9 @@ def test_srun_is_found_on_path_or_named_missing(tmp_path):
 
 
 def test_resolve_launch_slurm(tmp_path):
-    with pytest.raises(InputError, match=r"^--launcher: slurm starts the ranks with srun inside a Slurm allocation"):
+    with pytest.raises(InputError, match=r"^--launcher: slurm starts the ranks with srun inside a Slurm allocation"), flag_names(RUN_FLAGS):
         resolve_launch("slurm", "tcp", None, None, environ={})
-    with pytest.raises(InputError, match=r"^--mpiexec: Slurm's srun starts the ranks with --launcher slurm"):
+    with pytest.raises(InputError, match=r"^--mpiexec: Slurm's srun starts the ranks with --launcher slurm"), flag_names(RUN_FLAGS):
         resolve_launch("slurm", "tcp", None, tmp_path / "mpiexec", environ=ALLOC_ENV)
     pytest.importorskip("mpi4py")
     env = {**ALLOC_ENV, "PATH": str(_fake_srun(tmp_path).parent)}

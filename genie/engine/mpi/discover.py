@@ -20,20 +20,20 @@ def mpi4py_available() -> bool:
 
 def find_mpiexec(explicit: str | os.PathLike[str] | None = None, *, python: str = sys.executable) -> Path:
     """`explicit` (--mpiexec) if given, else ``mpiexec`` beside `python` (the `mpich` wheel puts it in the
-    venv's bin), else the first on PATH. InputError naming --mpiexec when there is none, or it is not hydra."""
+    venv's bin), else the first on PATH. InputError naming `mpiexec` when there is none, or it is not hydra."""
     if explicit is not None:
         path = Path(explicit)
         if not path.is_file():
-            raise InputError(f"no such file {str(path)!r}; expected the path of MPICH's mpiexec", path="--mpiexec")
+            raise InputError(f"no such file {str(path)!r}; expected the path of MPICH's mpiexec", path="mpiexec")
         if not os.access(path, os.X_OK):
             raise InputError(f"{str(path)!r} is not executable; expected the path of MPICH's mpiexec",
-                             path="--mpiexec")
+                             path="mpiexec")
     else:
         beside = Path(python).parent / "mpiexec"
         found = beside if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("mpiexec")
         if found is None:
-            raise InputError(f"no mpiexec beside {python} or on PATH; {INSTALL_HINT}, or pass --mpiexec PATH",
-                             path="--mpiexec")
+            raise InputError(f"no mpiexec beside {python} or on PATH; {INSTALL_HINT}, or pass `mpiexec` PATH",
+                             path="mpiexec")
         path = Path(found)
     check_hydra(path)
     return path
@@ -46,10 +46,10 @@ def check_hydra(path: Path) -> None:
         out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=20,
                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"cannot run {str(path)!r} ({exc})", path="--mpiexec") from None
+        raise InputError(f"cannot run {str(path)!r} ({exc})", path="mpiexec") from None
     text = out.stdout + out.stderr
     if "HYDRA" not in text.upper():
         first = next((line.strip() for line in text.splitlines() if line.strip()), "no output")
         raise InputError(f"{str(path)!r} is not MPICH's mpiexec (hydra) but says {first!r}; genie drives MPICH "
                          f"only (Open MPI cannot reach ranks across namespaces); {INSTALL_HINT}",
-                         path="--mpiexec")
+                         path="mpiexec")

@@ -32,7 +32,7 @@ from genie.inventory.validation import normalized_address
 DEFAULT_MPI_TYPE = "pmi2"
 HOSTFILE_ENV = "SLURM_HOSTFILE"
 _HOST_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")
-_OPTION = "--launcher"
+_OPTION = "launcher"  # the run option these problems are about (the CLI shows its flag)
 
 
 def _hint() -> str:
@@ -154,7 +154,7 @@ class SlurmLaunch:
                 if self.local_node is None:
                     raise InputError(f"rank {p.rank} (host {p.host}) must run on this machine, which is not a node of "
                                      f"{self.allocation.describe()}; run genie on an allocated node (inside sbatch "
-                                     "or srun --pty), or give --inventory", path=_OPTION)
+                                     "or srun --pty), or give `inventory`", path=_OPTION)
                 node = self.local_node
             nodes.append(node)
         alloc = self.allocation

@@ -1,0 +1,104 @@
+"""The layering rules of docs/architecture.md, checked on the source: which package may import which, the one
+pyroute2 importer, module size. Imports inside functions count as much as those at the top."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 500
+
+#: packages that may not import genie.engine (the engine sits above them: types they share live in genie.core)
+BELOW_ENGINE = ("core", "topology", "collectives", "workloads", "measure", "report", "faults", "lab", "inventory",
+                "testbed", "linkemu")
+#: what astra_adapter may never import (it must run without a live testbed)
+NOT_IN_ADAPTER = ("genie.testbed", "genie.engine", "genie.services", "genie.report", "genie.cli", "genie.runs",
+                  "genie.faults", "genie.lab")
+
+
+def _modules() -> list[Path]:
+    return sorted(p for top in ("genie", "astra_adapter") for p in (ROOT / top).rglob("*.py"))
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the module's package
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                names.append(".".join(base + ([node.module] if node.module else [])))
+            else:
+                names.append(node.module or "")
+    return names
+
+
+def _owner(path: Path) -> str:
+    """`genie.<package>` (or `astra_adapter`) of a module."""
+    parts = path.relative_to(ROOT).parts
+    return "astra_adapter" if parts[0] == "astra_adapter" else ".".join(parts[:2]).removesuffix(".py")
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+IMPORTS = {path: _imports(path) for path in _modules()}
+
+
+def _violations(rule) -> list[str]:
+    return [f"{path.relative_to(ROOT)} imports {name}" for path, names in IMPORTS.items() for name in names
+            if rule(path, _owner(path), name)]
+
+
+def test_the_rules_see_the_code() -> None:
+    """The checks below look at real imports (a scan that found nothing would pass every rule)."""
+    assert len(IMPORTS) > 150
+    assert any(_within(n, "genie.engine") for n in IMPORTS[ROOT / "genie" / "services" / "bench.py"])
+    assert "pyroute2" in IMPORTS[ROOT / "genie" / "testbed" / "netlink.py"]
+
+
+def test_core_imports_only_core() -> None:
+    assert _violations(lambda _p, owner, name: owner == "genie.core" and _within(name, "genie")
+                       and not _within(name, "genie.core")) == []
+
+
+def test_nothing_below_the_engine_imports_it() -> None:
+    below = {f"genie.{p}" for p in BELOW_ENGINE}
+    assert _violations(lambda _p, owner, name: owner in below and _within(name, "genie.engine")) == []
+
+
+def test_astra_adapter_needs_no_testbed() -> None:
+    assert _violations(lambda _p, owner, name: owner == "astra_adapter"
+                       and any(_within(name, n) for n in NOT_IN_ADAPTER)) == []
+
+
+def test_only_services_and_cli_use_the_adapter() -> None:
+    assert _violations(lambda _p, owner, name: owner.startswith("genie") and _within(name, "astra_adapter")
+                       and owner not in ("genie.services", "genie.cli")) == []
+
+
+def test_nothing_imports_the_cli() -> None:
+    assert _violations(lambda _p, owner, name: owner != "genie.cli" and _within(name, "genie.cli")) == []
+
+
+def test_services_are_the_only_users_of_services_besides_the_cli() -> None:
+    assert _violations(lambda _p, owner, name: owner not in ("genie.services", "genie.cli")
+                       and _within(name, "genie.services")) == []
+
+
+def test_only_netlink_imports_pyroute2() -> None:
+    netlink = ROOT / "genie" / "testbed" / "netlink.py"
+    assert _violations(lambda path, _o, name: path != netlink and _within(name, "pyroute2")) == []
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_modules_stay_small(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines (split it by responsibility)"
