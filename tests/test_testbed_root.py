@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_support import run_genie
 from genie.cli.main import main
 from genie.core.errors import GenieError
 from genie.core import testbed as core_testbed
@@ -284,7 +285,7 @@ def test_a_sigkilled_up_leaves_nothing_after_down(how: str, state_dir: Path) -> 
     orphan = f"genie-{RUN}-orphan-h0"  # as if killed before its state record was written
     subprocess.run(["ip", "netns", "add", orphan], check=True)
     argv = ["testbed", "down", name] if how == "down NAME" else ["testbed", "down", "--all"]
-    result = _run([sys.executable, "-m", "genie.cli.main", *argv], env=_env(state_dir), cwd=ROOT)
+    result = run_genie(*argv, env=_env(state_dir), cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert not record_path(name).exists()
     assert not any(n.startswith(f"genie-{name}-") for n in namespace_names())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 
@@ -43,6 +44,7 @@ def _root(
     """genie: how does this network change the training time of this workload?"""
 
 
+@functools.cache  # once per process: main() may run many times in one (tests call it in-process)
 def _register() -> None:
     for module_name, command in _SUBAPPS:
         try:
