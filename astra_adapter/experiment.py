@@ -27,6 +27,7 @@ from typing import Callable
 
 from genie.core.collective import Collective
 from genie.core.errors import InputError
+from genie.core.files import write_atomic
 from genie.core.sizes import dtype_bytes_for
 from genie.core.topology import Topology
 from genie.core.trace import Trace
@@ -37,7 +38,6 @@ from astra_adapter.experiment_spec import ExperimentSpec, SweepCase, generate_wo
 from astra_adapter.export import export_astra
 from astra_adapter.mapping import TopologyMapping, map_topology
 from astra_adapter.measurements import DETAIL_FILE, Measurement, MeasurementTable, detail_csv, op_time_us
-from astra_adapter.output import write_bytes_atomic
 from astra_adapter.workload_estimate import TraceEstimate, estimate_calibrated, estimate_measured, write_estimate
 
 ACCURACY_COLUMNS = ("workload", "topology", "mode", "estimated_s", "measured_s", "error_pct")
@@ -315,7 +315,7 @@ def write_results(result: ExperimentResult, stats: list, outcome) -> None:
     out, p = result.run_dir, result.prepared
     write_sweep(out, stats, meta={"experiment": p.spec.name, "topology": p.topology.name,
                                   "iterations": p.spec.sweep_iterations, "warmup": p.spec.sweep_warmup})
-    write_bytes_atomic(out / DETAIL_FILE, detail_csv(result.measurements).encode())
+    write_atomic(out / DETAIL_FILE, detail_csv(result.measurements).encode())
     write_replay(out / "replay", outcome, {"trace": p.spec.workload.describe(), "target": p.topology.name,
                                            "ranks": p.trace.num_ranks, "iterations": p.spec.replay_iterations,
                                            "warmup": p.spec.replay_warmup})
@@ -325,14 +325,14 @@ def write_results(result: ExperimentResult, stats: list, outcome) -> None:
     network, _ = calibrated_network(p.mapping, result.calibration)
     export_astra(scaled_trace(p.trace, result.calibration), p.mapping, out / "astra", network=network,
                  params=result.calibration.system_params())
-    write_bytes_atomic(out / "accuracy.csv", accuracy_csv(result.accuracy).encode())
+    write_atomic(out / "accuracy.csv", accuracy_csv(result.accuracy).encode())
     doc = {"experiment": p.spec.name, "source": p.spec.source, "workload": p.spec.workload.describe(),
            "topology": p.topology.name, "replay_iteration_ns": list(result.replay_iteration_ns),
            "accuracy": [{**r.__dict__, "error_pct": r.error_pct} for r in result.accuracy],
            "best_of": [{**r.__dict__, "error_pct": r.error_pct} for r in result.best_of],
            "load_average": list(result.load_average)}
-    write_bytes_atomic(out / "experiment.json", (json.dumps(doc, indent=1) + "\n").encode())
-    write_bytes_atomic(out / "summary.txt", (format_summary(result) + "\n").encode())
+    write_atomic(out / "experiment.json", (json.dumps(doc, indent=1) + "\n").encode())
+    write_atomic(out / "summary.txt", (format_summary(result) + "\n").encode())
 
 
 def run_experiment(spec: ExperimentSpec, run_dir_factory: Callable[[], Path],
