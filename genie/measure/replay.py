@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from genie.core.intervals import union_ns
 from genie.engine.program import Lane, RankProgram
 
 
@@ -42,19 +43,6 @@ class RankSummary:
     comm_ns: int
     exposed_comm_ns: int
     overlap_ns: int
-
-
-def union_ns(intervals: Sequence[tuple[float, float]]) -> float:
-    """Total length covered by possibly overlapping [start, end) intervals."""
-    total, end = 0, None
-    for s, e in sorted(intervals):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 def rank_summaries(programs: Sequence[RankProgram], it: IterationRecords) -> list[RankSummary]:
