@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from astra_adapter.experiment_spec import generate_workload, load_experiment
 from cli_support import Result, run_genie
+from genie.core.errors import InputError
 from genie.workloads.analysis import check, summarize
 from genie.workloads.chakra_et import read_et_set, write_et_set
 from genie.workloads.generators import Parallelism, TrainingConfig, generate
@@ -81,6 +83,37 @@ def test_genie_trace_gen_entry_point(tmp_path: Path) -> None:
     bad = run_genie("trace", "gen", *SMALL, "--tp", "5", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--tp" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("cli, generate", [
+    (["--model", "gpt3-125m", "--layers", "2", "--seq", "128", "--dp", "4"],
+     "{model: gpt3-125m, layers: 2, seq: 128, dp: 4}"),
+    (["--model", "dlrm", "--dp", "4"], "{model: dlrm, dp: 4}"),
+    (["--model", "gpt3-125m", "--layers", "2", "--seq", "128", "--tp", "2", "--pp", "2", "--micro-batches", "2",
+      "--dtype", "fp16", "--order", "tp-dp-pp", "--bucket-mb", "1", "--sequence-parallel", "--efficiency", "0.5"],
+     "{model: gpt3-125m, layers: 2, seq: 128, tp: 2, pp: 2, micro_batches: 2, dtype: fp16, order: tp-dp-pp, "
+     "bucket_mb: 1, sequence_parallel: true, efficiency: 0.5}"),
+])
+def test_cli_and_experiment_file_generate_the_same_trace(tmp_path: Path, cli: list[str], generate: str) -> None:
+    """`genie trace gen` and an experiment file's workload.generate share the options and their defaults."""
+    done = run_genie("trace", "gen", *cli, "--out", tmp_path / "cli.json", "--to", "json")
+    assert done.returncode == 0, done.stderr
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(f"workload: {{generate: {generate}}}\ntopology: star-4.yaml\n")
+    spec = load_experiment(experiment)
+    from_file = generate_workload(spec.workload.generate, source=str(experiment))
+    assert write_native_json(from_file) == (tmp_path / "cli.json").read_bytes()
+    assert read_native((tmp_path / "cli.json").read_bytes()) == read_native(write_native_json(from_file))
+
+
+def test_generator_option_errors_name_the_option_in_both_spellings(tmp_path: Path) -> None:
+    done = run_genie("trace", "gen", *SMALL, "--bucket-mb", "0", "--out", tmp_path / "x")
+    assert done.returncode == 2 and _message(done).startswith("--bucket-mb:")
+    with pytest.raises(InputError, match=r"e\.yaml: workload\.generate\.bucket_mb: "):
+        generate_workload((("model", "gpt3-125m"), ("bucket_mb", 0)), source="e.yaml")
+    with pytest.raises(InputError, match=r"e\.yaml: workload\.generate\.dtype: unknown dtype 'int4'"):
+        generate_workload((("model", "gpt3-125m"), ("dtype", "int4")), source="e.yaml")
+    assert not list(tmp_path.iterdir())
 
 
 # ---- round trips -----------------------------------------------------------------------------------------------
