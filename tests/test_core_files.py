@@ -1,5 +1,5 @@
 """genie.core.files.write_atomic: modes from the umask, the old content after a failed write, exclusive creation;
-run directories follow the umask too."""
+run directories and testbed state records follow the umask too."""
 
 from __future__ import annotations
 
@@ -66,3 +66,21 @@ def test_exclusive_refuses_an_existing_file_and_keeps_it(tmp_path: Path) -> None
     with pytest.raises(FileExistsError):
         write_atomic(target, "second", exclusive=True)
     assert target.read_text() == "first" and [p.name for p in tmp_path.iterdir()] == ["t.json"]
+
+
+def test_testbed_state_records_follow_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genie.testbed.plan import build_plan
+    from genie.testbed.state import STATE_DIR_ENV, TestbedRecord, create_record, record_path, save_record
+    from genie.testbed.steps import Shaper
+    from genie.topology import ring
+
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
+    plan = build_plan(ring(3), "modes", netem_available=False)
+    record = TestbedRecord(plan.info, plan.steps, 0, False, Shaper.KERNEL, os.getpid())
+    with _umask(0o022):
+        create_record(record)
+        assert _mode(record_path("modes")) == 0o644 and _mode(tmp_path / "state") == 0o755
+    with _umask(0o077):
+        save_record(record)
+    assert _mode(record_path("modes")) == 0o600
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["modes.json"]
