@@ -14,13 +14,12 @@ from pathlib import Path
 
 from genie.core.collective import Collective
 from genie.core.errors import InputError
-from genie.core.files import read_input
+from genie.core.files import read_input, write_atomic
 
 from astra_adapter.calibrate import CalibratedDim, Calibration
 from astra_adapter.config import TopologyKind
 from astra_adapter.export import SystemParams
 from astra_adapter.mapping import DimRole
-from astra_adapter.output import write_bytes_atomic
 
 CALIBRATION_JSON = "calibration.json"
 CALIBRATION_CSV = "calibration.csv"
@@ -63,8 +62,8 @@ def calibration_json(cal: Calibration) -> str:
 
 def write_calibration(cal: Calibration, out_dir: str | Path) -> tuple[Path, Path]:
     out = Path(out_dir)
-    return (write_bytes_atomic(out / CALIBRATION_JSON, calibration_json(cal).encode()),
-            write_bytes_atomic(out / CALIBRATION_CSV, calibration_csv(cal).encode()))
+    return (write_atomic(out / CALIBRATION_JSON, calibration_json(cal).encode()),
+            write_atomic(out / CALIBRATION_CSV, calibration_csv(cal).encode()))
 
 
 def _field(doc: dict, key: str, kind, source: str, path: str):

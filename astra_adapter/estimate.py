@@ -19,6 +19,7 @@ from pathlib import Path
 
 from genie.core.errors import GenieError, InputError
 from genie.core.files import read_input
+from genie.core.intervals import union_ns
 from genie.core.trace import Trace
 
 from astra_adapter.collective_plan import ring_log_lines
@@ -54,20 +55,6 @@ class Estimate:
         return format_astra_output(AstraResult(()), preamble=tuple(lines), timestamp=ts)
 
 
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    if not intervals:
-        return 0
-    intervals.sort()
-    total, (lo, hi) = 0, intervals[0]
-    for start, end in intervals[1:]:
-        if start <= hi:
-            hi = max(hi, end)
-        else:
-            total += hi - lo
-            lo, hi = start, end
-    return total + hi - lo
-
-
 def _utilisation(work: RankWork, run: RankRun) -> tuple[tuple[str, str], ...]:
     total = 1  # ASTRA-sim starts at 1 to avoid dividing by zero
     bound = compute = memory = intensity = 0.0
@@ -93,7 +80,7 @@ def rank_result(work: RankWork, run: RankRun, *, roofline: bool = False) -> Rank
     for node, start, end in zip(work.nodes, run.starts, run.ends):
         intervals.setdefault(node.stat, []).append((start, end))
     wall = max(run.ends, default=0)
-    times = {stat: _union_ns(spans) for stat, spans in intervals.items()}
+    times = {stat: union_ns(spans) for stat, spans in intervals.items()}
     order = stat_types(work, run)
     overlap = 0
     if StatType.GPU in times and StatType.COMM in times:

@@ -45,6 +45,7 @@ from genie.core.sizes import aligned_size
 from genie.core.files import read_input
 from genie.core.trace import AttrType, NodeKind, Trace
 from genie.core.units import parse_size_bytes
+from genie.workloads.generators.options import GENERATOR_OPTIONS, GeneratorOptions, generate_from_options
 
 from astra_adapter.measurements import CommOp, comm_op
 
@@ -52,9 +53,6 @@ DEFAULT_ALGORITHMS = ((Collective.ALL_REDUCE, Algorithm.RING), (Collective.ALL_G
                       (Collective.REDUCE_SCATTER, Algorithm.RING), (Collective.ALL_TO_ALL, Algorithm.DIRECT))
 DEFAULT_GRID_BYTES = (64 << 10, 1 << 20, 8 << 20)
 _TOP_KEYS = ("name", "workload", "topology", "algorithms", "rounds", "sweep", "replay", "estimate")
-_GENERATE_KEYS = ("model", "device", "efficiency", "dtype", "dp", "tp", "pp", "ep", "micro_batches", "batch", "seq",
-                  "layers", "experts", "top_k", "moe_every", "dp_mode", "bucket_mb", "sequence_parallel", "order",
-                  "iterations")
 
 
 @dataclass(frozen=True)
@@ -197,7 +195,7 @@ def _workload(r: _Reader, value: Any, base: Path) -> WorkloadSpec:
         raise r.fail(f"expected a positive integer, got {npus!r}", "workload.npus")
     if "trace" in doc:
         return WorkloadSpec(trace_path=r.path(doc["trace"], "workload.trace", base), npus=npus)
-    gen = r.mapping(doc["generate"], "workload.generate", _GENERATE_KEYS)
+    gen = r.mapping(doc["generate"], "workload.generate", GENERATOR_OPTIONS)
     if "model" not in gen:
         raise r.fail("missing", "workload.generate.model")
     return WorkloadSpec(generate=tuple(gen.items()), npus=npus)
@@ -221,29 +219,11 @@ def load_experiment(path: str | Path) -> ExperimentSpec:
 
 # ---- the workload -------------------------------------------------------------------------------------
 def generate_workload(options: tuple[tuple[str, Any], ...], *, source: str) -> Trace:
-    """A trace from ``genie trace gen`` options (errors name ``workload.generate.<key>``)."""
-    from genie.workloads.generators import DataParallelMode, Parallelism, RankOrder, TrainingConfig, generate
-    from genie.workloads.presets import Dtype, device_preset, model_preset
-
-    o = dict(options)
+    """A trace from ``genie trace gen`` options, with its defaults (errors name ``workload.generate.<key>``)."""
     try:
-        model = model_preset(str(o["model"])).with_overrides(
-            num_layers=o.get("layers"), seq_len=o.get("seq"), num_experts=o.get("experts"), top_k=o.get("top_k"),
-            moe_every=o.get("moe_every"))
-        config = TrainingConfig(micro_batch_size=o.get("batch", 1), micro_batches=o.get("micro_batches", 1),
-                                dtype=Dtype.parse(str(o.get("dtype", "bf16"))),
-                                dp_mode=DataParallelMode.parse(str(o.get("dp_mode", "ddp"))),
-                                bucket_size_bytes=round(float(o.get("bucket_mb", 25.0)) * 2**20),
-                                sequence_parallel=bool(o.get("sequence_parallel", False)),
-                                iterations=o.get("iterations", 1))
-        parallelism = Parallelism(dp=o.get("dp", 1), tp=o.get("tp", 1), pp=o.get("pp", 1), ep=o.get("ep", 1),
-                                  order=RankOrder.parse(str(o.get("order", "tp-pp-dp"))))
-        device = device_preset(str(o.get("device", "a100"))).with_efficiency(float(o.get("efficiency", 0.4)))
-        return generate(model, device, parallelism, config)
+        return generate_from_options(GeneratorOptions.parse(dict(options)))
     except InputError as exc:
-        key = {"num_layers": "layers", "seq_len": "seq", "micro_batch_size": "batch", "num_experts": "experts",
-               "bucket_size_bytes": "bucket_mb"}.get(exc.path or "", exc.path or "")
-        raise InputError(exc.detail, source=source, path=f"workload.generate.{key}" if key else
+        raise InputError(exc.detail, source=source, path=f"workload.generate.{exc.path}" if exc.path else
                          "workload.generate") from None
     except (TypeError, ValueError) as exc:
         raise InputError(str(exc), source=source, path="workload.generate") from None

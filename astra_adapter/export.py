@@ -34,6 +34,7 @@ from pathlib import Path
 
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
+from genie.core.files import write_atomic
 from genie.core.trace import CommType, NodeKind, ProcessGroup, Trace
 from genie.workloads.chakra_et import COMM_GROUP_SUFFIX, write_comm_groups, write_et
 
@@ -41,7 +42,6 @@ from astra_adapter.config import (CollectiveImpl, CollectiveOptimization, ImplKi
                                   RemoteMemoryConfig, SchedulingPolicy, SystemConfig, parse_network,
                                   parse_remote_memory, parse_system)
 from astra_adapter.mapping import DimRole, MappedDim, TopologyMapping
-from astra_adapter.output import write_bytes_atomic
 
 WORLD_GROUP_ID = "0"
 _COMM_CODES = frozenset(c.value for c in CommType)
@@ -297,6 +297,6 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
     for file_name, text in texts.items():
         files[out / file_name] = text.encode()
     for path, data in files.items():
-        write_bytes_atomic(path, data)
+        write_atomic(path, data)
     (out / "cmd.sh").chmod(0o755)
     return ExportResult(out, prefix, tuple(files), system, network, renaming, tuple(all_notes))

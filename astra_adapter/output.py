@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from genie.core.errors import InputError
+from genie.core.files import write_atomic
 
 _FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (-?\d+) cycles")
 _STAT = re.compile(r"\[statistics\] \[info\] sys\[(\d+)\], ([A-Za-z][A-Za-z -]*?): (-?[0-9.]+%?)\s*$")
@@ -195,19 +194,5 @@ def read_estimate_csv(data: bytes | str, *, source: str = "estimate.csv") -> Ast
     return AstraResult(tuple(ranks))
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> Path:
-    """Write via a temporary file in the same directory and rename: no partial file is ever visible."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_estimate_csv(result: AstraResult, out_dir: str | Path) -> Path:
-    return write_bytes_atomic(Path(out_dir) / "estimate.csv", estimate_csv(result))
+    return write_atomic(Path(out_dir) / "estimate.csv", estimate_csv(result))

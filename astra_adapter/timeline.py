@@ -30,8 +30,8 @@ from typing import Callable
 
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import GenieError
+from genie.core.intervals import union_ns
 from genie.core.trace import NodeKind, Trace, topological_order
-from genie.measure.replay import union_ns
 
 from astra_adapter.measurements import CommOp, comm_op
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from genie.core.errors import InputError
+from genie.core.files import write_atomic
 from genie.core.trace import Trace
 
 from astra_adapter.calibrate import Calibration, calibrate, calibrated_network, calibration_mapping, op_time_ns, \
@@ -34,7 +35,6 @@ from astra_adapter.export import system_config
 from astra_adapter.mapping import TopologyMapping
 from astra_adapter.measurements import CommOp, Measurement, MeasurementTable, describe_missing, \
     read_measurements, trace_comm_ops
-from astra_adapter.output import write_bytes_atomic
 from astra_adapter.timeline import RankTimes, play_trace
 
 ESTIMATE_COLUMNS = ("mode", "rank", "iteration_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "overlap_ns")
@@ -165,7 +165,7 @@ def estimate_csv(est: TraceEstimate) -> str:
 
 
 def write_estimate(est: TraceEstimate, out_dir: str | Path, name: str = "estimate.csv") -> Path:
-    return write_bytes_atomic(Path(out_dir) / name, estimate_csv(est).encode())
+    return write_atomic(Path(out_dir) / name, estimate_csv(est).encode())
 
 
 def format_estimate(est: TraceEstimate) -> str:

@@ -3,8 +3,6 @@ measurements played under the replay's rules) and `genie estimate`."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ from astra_adapter.measurements import (CommOp, Measurement, MeasurementTable, c
                                         parse_sweep_csv, trace_comm_ops)
 from astra_adapter.timeline import play_trace
 from astra_adapter.workload_estimate import EstimateMode, estimate_calibrated, estimate_measured
+from cli_support import run_genie
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.topology import LinkShape
@@ -216,14 +215,6 @@ def test_measured_and_calibrated_modes_agree_on_the_model_itself() -> None:
 
 
 # ---- genie estimate ---------------------------------------------------------------------------------------
-def _genie(*args: str) -> subprocess.CompletedProcess:
-    code = ("import sys; from genie.cli import main as m\n"
-            "if 'estimate_cmd' not in m._COMMAND_MODULES: m._COMMAND_MODULES += ('estimate_cmd',)\n"
-            "sys.exit(m.main(sys.argv[1:]))")
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-
-
 def _sweep_dir(tmp_path: Path, sizes, name: str = "bench") -> Path:
     run = tmp_path / name
     run.mkdir()
@@ -240,23 +231,24 @@ def _sweep_dir(tmp_path: Path, sizes, name: str = "bench") -> Path:
 def test_cli_estimate_measured_missing_and_calibrated(tmp_path: Path) -> None:
     trace = ROOT / "traces" / "gen_ddp_resnet50"
     run = _sweep_dir(tmp_path, [1 << 20, 64 << 20])
-    done = _genie("estimate", trace, "--measurements", run, "--out", tmp_path / "m")
+    done = run_genie("estimate", trace, "--measurements", run, "--out", tmp_path / "m", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     rows = (tmp_path / "m" / "estimate.csv").read_text().splitlines()
     assert rows[0] == "mode,rank,iteration_ns,compute_ns,comm_ns,exposed_comm_ns,overlap_ns" and len(rows) == 9
     assert "measured estimate: iteration" in done.stdout
     short = _sweep_dir(tmp_path, [8 << 20, 16 << 20], "short")
-    done = _genie("estimate", trace, "--measurements", short, "--out", tmp_path / "x")
+    done = run_genie("estimate", trace, "--measurements", short, "--out", tmp_path / "x", cwd=ROOT)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no measurement for 3" in done.stderr
     assert not (tmp_path / "x" / "estimate.csv").exists()
-    done = _genie("estimate", trace, "-m", short, "--extrapolate", "--topology", "topologies/star-8.yaml",
-                  "--out", tmp_path / "x")
+    done = run_genie("estimate", trace, "-m", short, "--extrapolate", "--topology", "topologies/star-8.yaml",
+                     "--out", tmp_path / "x", cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    done = _genie("estimate", trace, "-m", run, "--mode", "calibrated", "--out", tmp_path / "c")
+    done = run_genie("estimate", trace, "-m", run, "--mode", "calibrated", "--out", tmp_path / "c", cwd=ROOT)
     assert done.returncode == 2 and "--topology" in done.stderr
-    done = _genie("estimate", trace, "-m", run, "--mode", "calibrated", "--topology", "topologies/star-8.yaml",
-                  "--out", tmp_path / "c")
+    done = run_genie("estimate", trace, "-m", run, "--mode", "calibrated", "--topology", "topologies/star-8.yaml",
+                     "--out", tmp_path / "c", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "c" / "calibration.json").is_file() and (tmp_path / "c" / "estimate.csv").is_file()
-    done = _genie("estimate", trace, "-m", tmp_path / "c", "--mode", "calibrated", "--out", tmp_path / "c2")
+    done = run_genie("estimate", trace, "-m", tmp_path / "c", "--mode", "calibrated", "--out", tmp_path / "c2",
+                     cwd=ROOT)
     assert done.returncode == 2 and "sweep.csv" in done.stderr  # c holds no measurements

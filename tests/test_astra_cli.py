@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from astra_adapter.runner import run_astra_binary
+from cli_support import run_genie
 from genie.core.errors import EnvironmentProblem, GenieError, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT.parent / "shared" / "astra-reference"
 needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="ASTRA-sim reference data not found")
 CASE = REFERENCE / "cc_trainstep_L4_f50us_b100us_ar4MB_8npus_ring"
-
-
-def genie(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "genie.cli.main", "astra", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
 def _lines(text: str) -> list[str]:
@@ -33,7 +27,7 @@ def _lines(text: str) -> list[str]:
 def test_simulate_is_a_drop_in_for_the_binary(tmp_path: Path) -> None:
     """ASTRA-sim's own command line (cmd.sh), run from the case directory."""
     command = (CASE / "cmd.sh").read_text().splitlines()[2].split(">")[0].split()[1:]
-    done = genie("simulate", *command, "--out", tmp_path, cwd=CASE)
+    done = run_genie("astra", "simulate", *command, "--out", tmp_path, cwd=CASE)
     assert done.returncode == 0, done.stderr
     assert _lines(done.stdout) == _lines((CASE / "stdout_congestion_unaware.txt").read_text())
     rows = (tmp_path / "estimate.csv").read_text().splitlines()
@@ -43,7 +37,7 @@ def test_simulate_is_a_drop_in_for_the_binary(tmp_path: Path) -> None:
 
 @needs_reference
 def test_parse_writes_estimate_csv(tmp_path: Path) -> None:
-    done = genie("parse", CASE / "stdout_congestion_unaware.txt", "--out", tmp_path)
+    done = run_genie("astra", "parse", CASE / "stdout_congestion_unaware.txt", "--out", tmp_path, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "8 ranks, max finish 988400 cycles" in done.stdout
     assert (tmp_path / "estimate.csv").read_text().splitlines()[1] == "0,988400,388400,688400,600000,300000"
@@ -52,15 +46,15 @@ def test_parse_writes_estimate_csv(tmp_path: Path) -> None:
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     log = tmp_path / "log.txt"
     log.write_text("Segmentation fault\n")
-    done = genie("parse", log, "--out", tmp_path / "out")
+    done = run_genie("astra", "parse", log, "--out", tmp_path / "out", cwd=ROOT)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "genie: error:" in done.stderr
     assert not (tmp_path / "out").exists()
     net = tmp_path / "net.yml"
     net.write_text("topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50 ]\nlatency: [ -5 ]\n")
     sys_json = tmp_path / "sys.json"
     sys_json.write_text('{"preferred-dataset-splits": 4}')
-    done = genie("simulate", "--workload-configuration=w", f"--system-configuration={sys_json}",
-                 f"--network-configuration={net}", "--out", tmp_path / "o2")
+    done = run_genie("astra", "simulate", "--workload-configuration=w", f"--system-configuration={sys_json}",
+                     f"--network-configuration={net}", "--out", tmp_path / "o2", cwd=ROOT)
     assert done.returncode == 2 and "latency[0]" in done.stderr and not (tmp_path / "o2").exists()
 
 

@@ -4,8 +4,6 @@ network.yml, remote_memory.json, comm groups) read back by genie and by the buil
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from astra_adapter.config import ImplKind, TopologyKind, load_network, load_remo
 from astra_adapter.estimate import estimate, estimate_files
 from astra_adapter.export import SystemParams, export_astra, renumber_groups
 from astra_adapter.mapping import DimRole, TopologyShape, map_topology
+from cli_support import run_genie
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.topology import Host, Link, LinkShape, Switch, Topology
@@ -24,11 +23,6 @@ from genie.workloads.loader import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 GBIT = LinkShape(rate_bps=1_000_000_000, delay_us=5.0)
-
-
-def genie(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "genie.cli.main", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
 # ---- mapping ------------------------------------------------------------------------------------------
@@ -164,13 +158,14 @@ def test_export_refuses_a_trace_of_another_size(tmp_path: Path) -> None:
 
 def test_cli_export_then_simulate(tmp_path: Path) -> None:
     out = tmp_path / "astra"
-    done = genie("astra", "export", "traces/gen_tp2_dp4_gpt3", out, "--topology", "topologies/star-8.yaml")
+    done = run_genie("astra", "export", "traces/gen_tp2_dp4_gpt3", out, "--topology", "topologies/star-8.yaml",
+                     cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "6 groups renumbered" in done.stdout
-    sim = genie("astra", "simulate", f"--workload-configuration={out}/workload/workload",
-                f"--system-configuration={out}/system.json", f"--network-configuration={out}/network.yml",
-                f"--remote-memory-configuration={out}/remote_memory.json",
-                f"--comm-group-configuration={out}/workload/workload.comm_group.json")
+    sim = run_genie("astra", "simulate", f"--workload-configuration={out}/workload/workload",
+                    f"--system-configuration={out}/system.json", f"--network-configuration={out}/network.yml",
+                    f"--remote-memory-configuration={out}/remote_memory.json",
+                    f"--comm-group-configuration={out}/workload/workload.comm_group.json", cwd=ROOT)
     assert sim.returncode == 0, sim.stderr
     assert sim.stdout.count("finished,") == 8
 
@@ -179,6 +174,7 @@ def test_cli_export_bad_topology_is_one_line(tmp_path: Path) -> None:
     topo = tmp_path / "chain.yaml"
     topo.write_text("name: chain\ndefaults: {bandwidth: 1gbit}\nhosts: [{prefix: h, count: 4}]\n"
                     "links:\n  - {endpoints: [h0, h1]}\n  - {endpoints: [h1, h2]}\n  - {endpoints: [h2, h3]}\n")
-    done = genie("astra", "export", "traces/gen_tp2_dp4_gpt3", tmp_path / "out", "--topology", topo)
+    done = run_genie("astra", "export", "traces/gen_tp2_dp4_gpt3", tmp_path / "out", "--topology", topo,
+                     cwd=ROOT)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "host h0 has 1 links" in done.stderr and not (tmp_path / "out").exists()

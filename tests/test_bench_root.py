@@ -4,12 +4,11 @@ data, and nothing of the run is left afterwards."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_support import run_genie
 from genie.collectives.registry import build_schedule
 from genie.core.collective import Collective
 from genie.services.bench import BenchRequest, run_bench
@@ -82,11 +81,9 @@ def _temporary_namespaces() -> set[str]:
 def test_cli_bench_with_topology_brings_up_and_tears_down(tmp_path):
     before = _temporary_namespaces()
     out = tmp_path / "run"
-    env = {**os.environ, STATE_DIR_ENV: str(tmp_path / "state")}
-    proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", "--topology",
-                           str(ROOT / "topologies" / "star-4.yaml"), "-c", "all_reduce,all_to_all", "-b", "4K",
-                           "-e", "64K", "-f", "16", "-n", "3", "-w", "1", "--verify", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = run_genie("bench", "--topology", str(ROOT / "topologies" / "star-4.yaml"), "-c", "all_reduce,all_to_all",
+                     "-b", "4K", "-e", "64K", "-f", "16", "-n", "3", "-w", "1", "--verify", "--out", str(out),
+                     env={STATE_DIR_ENV: str(tmp_path / "state")})
     assert proc.returncode == 0, proc.stderr
     assert "# all_to_all, 4 ranks" in proc.stdout
     assert (out / "sweep.csv").read_text().count("\n") == 1 + 2 * 2

@@ -7,12 +7,11 @@ import csv
 import io
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_support import run_genie
 from genie.report.capture import read_pcap
 from genie.testbed.state import STATE_DIR_ENV
 
@@ -24,10 +23,8 @@ STAR_4 = Path(__file__).resolve().parent.parent / "topologies" / "star-4.yaml"
 
 def test_bench_capture_writes_pcap_and_flows(tmp_path):
     out = tmp_path / "run"
-    env = {**os.environ, STATE_DIR_ENV: str(tmp_path / "state")}
-    proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", "--topology", str(STAR_4),
-                           "-c", "all_reduce", "-b", "64K", "-e", "64K", "-n", "3", "--capture", "h0-s0",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    proc = run_genie("bench", "--topology", STAR_4, "-c", "all_reduce", "-b", "64K", "-e", "64K", "-n", "3",
+                     "--capture", "h0-s0", "--out", out, env={STATE_DIR_ENV: str(tmp_path / "state")})
     assert proc.returncode == 0, proc.stderr
     assert "# capture:" in proc.stdout
 
@@ -62,6 +59,5 @@ def test_bench_capture_writes_pcap_and_flows(tmp_path):
 
 def test_capture_refuses_loopback(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", "--loopback", "-b", "1K", "-e", "1K",
-                           "--capture", "h0-s0", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    proc = run_genie("bench", "--loopback", "-b", "1K", "-e", "1K", "--capture", "h0-s0", "--out", out)
     assert proc.returncode == 2 and "--capture" in proc.stderr and not out.exists()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
+from cli_support import run_genie
 from genie.core.topology import LinkShape
 from genie.services.diagnose import DiagnoseRequest, run_diagnose
 from genie.testbed import service
@@ -44,9 +44,7 @@ def test_healthy_then_one_tenth_rate_on_h3_uplink(star8):
 
 def test_cli_exit_code_and_files(star8, tmp_path):
     out = tmp_path / "diag"
-    proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "diagnose", "--testbed", star8.name,
-                           "--size", "1M", "-n", "1", "--out", str(out)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ})
+    proc = run_genie("diagnose", "--testbed", star8.name, "--size", "1M", "-n", "1", "--out", out)
     assert proc.returncode in (0, 1), proc.stderr
     assert (out / "diagnose.csv").read_text().count("\n") == 1 + 8 * 7
     assert (out / "diagnose_heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

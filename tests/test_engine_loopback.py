@@ -5,12 +5,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
+from cli_support import run_genie
 from genie.collectives import check
 from genie.collectives.registry import build_schedule, supported_algorithms
 from genie.core.collective import Algorithm, Collective
@@ -219,9 +219,8 @@ def test_killed_rank_fails_the_run_fast_and_leaves_no_process():
 
 def test_cli_bench_loopback_writes_reports(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", "--loopback", "--ranks", "2",
-                           "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "-w", "0", "--steps", "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_genie("bench", "--loopback", "--ranks", "2", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "-w", "0",
+                     "--steps", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "# all_reduce, 2 ranks" in proc.stdout
     assert {"sweep.csv", "sweep.json", "steps.csv"} <= {p.name for p in out.iterdir()}
@@ -234,8 +233,7 @@ def test_cli_bench_loopback_writes_reports(tmp_path):
 ])
 def test_cli_bench_bad_input_is_one_line_exit_2(args, needle):
     base = ["--loopback", "--ranks", "2"] if args else []
-    proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", *base, *args],
-                          capture_output=True, text=True, timeout=60)
+    proc = run_genie("bench", *base, *args)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr

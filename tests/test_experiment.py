@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ from astra_adapter.experiment import (ExperimentResult, Statistic, accuracy_csv,
                                       measurements_of, prepare, sweep_stats)
 from astra_adapter.experiment_spec import load_experiment, parse_experiment, plan_sweep
 from astra_adapter.measurements import Measurement, op_time_us
+from cli_support import run_genie
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.workloads.loader import load_trace
@@ -146,12 +145,7 @@ def test_measurements_keep_their_groups_and_iterations(tmp_path: Path) -> None:
 def test_cli_experiment_bad_file_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("workload: {trace: t}\ntopology: x\nsweep: {warmup: -1}\n")
-    code = ("import sys; from genie.cli import main as m\n"
-            "if 'estimate_cmd' not in m._COMMAND_MODULES: m._COMMAND_MODULES += ('estimate_cmd',)\n"
-            "sys.exit(m.main(sys.argv[1:]))")
-    done = subprocess.run([sys.executable, "-c", code, "experiment", str(bad), "--out", str(tmp_path / "run")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = run_genie("experiment", str(bad), "--out", str(tmp_path / "run"), cwd=ROOT)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "bad.yaml: sweep.warmup: expected an integer >= 0" in done.stderr
     assert not (tmp_path / "run").exists()

@@ -4,13 +4,12 @@ line, nothing started)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
+from cli_support import run_genie
 from genie.core.errors import InputError
 from genie.core.protocol import Straggler
 from genie.core.topology import LinkShape
@@ -251,11 +250,6 @@ def test_iteration_after_a_fault_point_is_timed_from_its_start():
 
 
 # ---- the CLI: bad input → one line, exit code 2, nothing started ------------------------------------------------
-def _genie(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "genie.cli.main", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
-
-
 @pytest.mark.parametrize("args, words", [
     (["bench", "--loopback", "--fault", "degrade h0-s0 rate=1mbit loss=150 at=1s"], "--fault[0].loss"),
     (["bench", "--loopback", "--fault", "down h0-s0 at=1s"], "needs a testbed"),
@@ -264,7 +258,7 @@ def _genie(*args, cwd):
     (["bench", "--loopback", "--faults", "missing.yaml"], "missing.yaml: cannot read"),
 ])
 def test_cli_bad_faults_exit_2_with_one_line(tmp_path, args, words):
-    proc = _genie(*args, "--out", str(tmp_path / "run"), cwd=tmp_path)
+    proc = run_genie(*args, "--out", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], proc.stderr
@@ -278,8 +272,8 @@ def test_cli_replay_rejects_an_op_past_the_end(tmp_path):
                      "  - {id: 1, name: ar, type: all_reduce, size: 4KiB, deps: [0]}\n")
     faults = tmp_path / "faults.yaml"
     faults.write_text("faults:\n  - {kind: straggler, rank: 1, factor: 2, at_op: 2}\n")
-    proc = _genie("replay", str(trace), "--loopback", "-n", "2", "--faults", str(faults), "--out",
-                  str(tmp_path / "run"), cwd=tmp_path)
+    proc = run_genie("replay", str(trace), "--loopback", "-n", "2", "--faults", str(faults), "--out",
+                     str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2 and f"{faults}: faults[0].at_op: op 2 is past the end" in proc.stderr
     assert not (tmp_path / "run").exists()
 
@@ -289,8 +283,8 @@ def test_cli_replay_straggler_on_loopback(tmp_path):
     trace.write_text("format: genie-trace\nversion: 1\nname: small\nranks: 2\nprogram:\n"
                      "  - {id: 0, name: fwd, type: compute, duration: 20ms}\n"
                      "  - {id: 1, name: ar, type: all_reduce, size: 4KiB, deps: [0]}\n")
-    proc = _genie("replay", str(trace), "--loopback", "-n", "2", "--fault", "straggler rank=1 factor=3 at=op1",
-                  "--out", str(tmp_path / "run"), cwd=tmp_path)
+    proc = run_genie("replay", str(trace), "--loopback", "-n", "2", "--fault", "straggler rank=1 factor=3 at=op1",
+                     "--out", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = [line.split(",") for line in (tmp_path / "run" / "ops.csv").read_text().splitlines()[1:]]
     fwd = {(int(r[0]), int(r[1])): (int(r[9]) - int(r[8])) / 1e6 for r in rows if r[3] == "fwd"}
@@ -326,7 +320,7 @@ def test_cli_topology_faults_are_checked_before_the_testbed_is_built(tmp_path):
     topo = tmp_path / "star.yaml"
     topo.write_text("name: s\nhosts:\n  - {prefix: h, count: 2}\nswitches:\n  - {name: s0, kind: bridge}\n"
                     "links:\n  - {endpoints: [h0, s0]}\n  - {endpoints: [h1, s0]}\n")
-    proc = _genie("bench", "--topology", str(topo), "--fault", "down h2-s0 at=1s", "--out", str(tmp_path / "run"),
-                  cwd=tmp_path)
+    proc = run_genie("bench", "--topology", str(topo), "--fault", "down h2-s0 at=1s", "--out",
+                     str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2 and "--fault[0].link: no link 'h2-s0' in testbed s (did you mean 'h1-s0'?) (links: h0-s0, h1-s0)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

@@ -4,12 +4,13 @@ traces, and the generated samples in traces/."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from astra_adapter.experiment_spec import generate_workload, load_experiment
+from cli_support import Result, run_genie
+from genie.core.errors import InputError
 from genie.workloads.analysis import check, summarize
 from genie.workloads.chakra_et import read_et_set, write_et_set
 from genie.workloads.generators import Parallelism, TrainingConfig, generate
@@ -22,28 +23,19 @@ TRACES = ROOT / "traces"
 SMALL = ["--model", "gpt3-125m", "--layers", "2", "--seq", "128"]
 
 
-def run_gen(*args: str) -> tuple[int, str]:
-    """`genie trace gen ARGS` in-process through genie.cli.main (GenieError -> one line, exit 2); returns the
-    exit code and the error text without its "genie: error: " prefix."""
-    import contextlib
-    import io
-
-    from genie.cli.main import main
-
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        code = main(["trace", "gen", *args])
-    return code, err.getvalue().strip().removeprefix("genie: error: ")
+def _message(done: Result) -> str:
+    """The error text of a `genie trace gen` run without its "genie: error: " prefix."""
+    return done.stderr.strip().removeprefix("genie: error: ")
 
 
-def test_gen_writes_an_et_set(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    code, _ = run_gen(*SMALL, "--dp", "2", "--tp", "2", "--pp", "2", "--micro-batches", "4", "--batch", "2",
-                      "--out", str(tmp_path / "w"), "--to", "et")
-    assert code == 0
+def test_gen_writes_an_et_set(tmp_path: Path) -> None:
+    done = run_genie("trace", "gen", *SMALL, "--dp", "2", "--tp", "2", "--pp", "2", "--micro-batches", "4", "--batch",
+                     "2", "--out", str(tmp_path / "w"), "--to", "et")
+    assert done.returncode == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"w.{r}.et" for r in range(8)] + ["w.comm_group.json"]
     groups = json.loads((tmp_path / "w.comm_group.json").read_text())
     assert groups["tp0"] == [0, 1] and groups["pp0"] == [0, 2] and groups["dp0"] == [0, 4]
-    out = capsys.readouterr().out
+    out = done.stdout
     assert "wrote 9 file(s)" in out and "all_reduce" in out and "send_recv" in out
     trace = load_trace(tmp_path / "w")
     check(trace)
@@ -51,10 +43,11 @@ def test_gen_writes_an_et_set(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
 
 
 def test_gen_writes_json_and_yaml(tmp_path: Path) -> None:
-    assert run_gen(*SMALL, "--dp", "2", "--dp-mode", "fsdp", "--out", str(tmp_path / "f.json"), "--to", "json")[0] == 0
+    assert run_genie("trace", "gen", *SMALL, "--dp", "2", "--dp-mode", "fsdp", "--out", str(tmp_path / "f.json"),
+                     "--to", "json").returncode == 0
     assert json.loads((tmp_path / "f.json").read_text())["format"] == "genie-trace"
-    assert run_gen("--model", "dlrm", "--dp", "4", "--batch", "64", "--out", str(tmp_path / "d.yaml"),
-                   "--to", "yaml")[0] == 0
+    assert run_genie("trace", "gen", "--model", "dlrm", "--dp", "4", "--batch", "64", "--out",
+                     str(tmp_path / "d.yaml"), "--to", "yaml").returncode == 0
     assert load_trace(tmp_path / "d.yaml").num_ranks == 4
 
 
@@ -65,32 +58,55 @@ def test_gen_writes_json_and_yaml(tmp_path: Path) -> None:
     (["--efficiency", "1.5"], "--efficiency"), (["--to", "csv"], "--to"), (["--top-k", "3", "--experts", "2"], "--top-k"),
 ])
 def test_bad_options_exit_2_naming_the_option(tmp_path: Path, args: list[str], option: str) -> None:
-    code, message = run_gen(*SMALL, *args, "--out", str(tmp_path / "x"))
+    done = run_genie("trace", "gen", *SMALL, *args, "--out", str(tmp_path / "x"))
+    code, message = done.returncode, _message(done)
     assert code == 2 and message.startswith(f"{option}:") and "\n" not in message
     assert not list(tmp_path.iterdir())  # nothing half-written
-    code, message = run_gen("--model", "gpt5", "--out", str(tmp_path / "x"))
+    done = run_genie("trace", "gen", "--model", "gpt5", "--out", str(tmp_path / "x"))
+    code, message = done.returncode, _message(done)
     assert code == 2 and message.startswith("--model:")
-    code, message = run_gen("--model", "resnet50", "--layers", "3", "--out", str(tmp_path / "x"))
+    done = run_genie("trace", "gen", "--model", "resnet50", "--layers", "3", "--out", str(tmp_path / "x"))
+    code, message = done.returncode, _message(done)
     assert code == 2 and message.startswith("--layers:")
 
 
-def _registered() -> bool:
-    from genie.cli import trace_cmd
-
-    return any(c.name == "gen" for c in trace_cmd.app.registered_commands)
-
-
-@pytest.mark.skipif(not _registered(), reason="`genie trace gen` is not registered in genie.cli.trace_cmd yet")
 def test_genie_trace_gen_entry_point(tmp_path: Path) -> None:
-    def genie(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "genie.cli.main", "trace", "gen", *args], cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
-
-    good = genie(*SMALL, "--dp", "2", "--out", str(tmp_path / "w"))
+    good = run_genie("trace", "gen", *SMALL, "--dp", "2", "--out", str(tmp_path / "w"))
     assert good.returncode == 0, good.stderr
-    bad = genie(*SMALL, "--tp", "5", "--out", str(tmp_path / "x"))
+    bad = run_genie("trace", "gen", *SMALL, "--tp", "5", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--tp" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("cli, generate", [
+    (["--model", "gpt3-125m", "--layers", "2", "--seq", "128", "--dp", "4"],
+     "{model: gpt3-125m, layers: 2, seq: 128, dp: 4}"),
+    (["--model", "dlrm", "--dp", "4"], "{model: dlrm, dp: 4}"),
+    (["--model", "gpt3-125m", "--layers", "2", "--seq", "128", "--tp", "2", "--pp", "2", "--micro-batches", "2",
+      "--dtype", "fp16", "--order", "tp-dp-pp", "--bucket-mb", "1", "--sequence-parallel", "--efficiency", "0.5"],
+     "{model: gpt3-125m, layers: 2, seq: 128, tp: 2, pp: 2, micro_batches: 2, dtype: fp16, order: tp-dp-pp, "
+     "bucket_mb: 1, sequence_parallel: true, efficiency: 0.5}"),
+])
+def test_cli_and_experiment_file_generate_the_same_trace(tmp_path: Path, cli: list[str], generate: str) -> None:
+    """`genie trace gen` and an experiment file's workload.generate share the options and their defaults."""
+    done = run_genie("trace", "gen", *cli, "--out", tmp_path / "cli.json", "--to", "json")
+    assert done.returncode == 0, done.stderr
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(f"workload: {{generate: {generate}}}\ntopology: star-4.yaml\n")
+    spec = load_experiment(experiment)
+    from_file = generate_workload(spec.workload.generate, source=str(experiment))
+    assert write_native_json(from_file) == (tmp_path / "cli.json").read_bytes()
+    assert read_native((tmp_path / "cli.json").read_bytes()) == read_native(write_native_json(from_file))
+
+
+def test_generator_option_errors_name_the_option_in_both_spellings(tmp_path: Path) -> None:
+    done = run_genie("trace", "gen", *SMALL, "--bucket-mb", "0", "--out", tmp_path / "x")
+    assert done.returncode == 2 and _message(done).startswith("--bucket-mb:")
+    with pytest.raises(InputError, match=r"e\.yaml: workload\.generate\.bucket_mb: "):
+        generate_workload((("model", "gpt3-125m"), ("bucket_mb", 0)), source="e.yaml")
+    with pytest.raises(InputError, match=r"e\.yaml: workload\.generate\.dtype: unknown dtype 'int4'"):
+        generate_workload((("model", "gpt3-125m"), ("dtype", "int4")), source="e.yaml")
+    assert not list(tmp_path.iterdir())
 
 
 # ---- round trips -----------------------------------------------------------------------------------------------
@@ -159,7 +175,7 @@ def test_generated_samples_are_current(tmp_path: Path, name: str) -> None:
     sample = TRACES / name
     if not sample.is_dir():
         pytest.skip(f"sample {name} not generated")
-    assert run_gen(*GOLDEN[name], "--out", str(tmp_path / name))[0] == 0
+    assert run_genie("trace", "gen", *GOLDEN[name], "--out", str(tmp_path / name)).returncode == 0
     made = sorted(p.name for p in tmp_path.iterdir())
     assert made == sorted(p.name for p in sample.iterdir())
     for file in made:

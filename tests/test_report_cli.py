@@ -13,14 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from cli_support import run_genie
 from genie.report.compare import COMPARE_COLUMNS
 from genie.report.replay import OPS_COLUMNS, RANKS_COLUMNS
 from genie.report.sweep import STEPS_COLUMNS, SWEEP_COLUMNS
-
-# `genie` with the report sub-app registered even before genie/cli/main.py lists it (a no-op once it does)
-_GENIE = ("import sys\nfrom genie.cli import main as m\n"
-          "if ('report_cmd', 'report') not in m._SUBAPPS:\n    m._SUBAPPS += (('report_cmd', 'report'),)\n"
-          "sys.exit(m.main(sys.argv[1:]))\n")
 
 TRACE = """format: genie-trace
 version: 1
@@ -31,11 +27,6 @@ program:
   - {id: 1, name: grad_ar, type: all_reduce, size: 64KiB, deps: [0]}
   - {id: 2, name: step, type: compute, duration: 1ms, deps: [1]}
 """
-
-
-def genie(*args, cwd=None, timeout=120):
-    return subprocess.run([sys.executable, "-c", _GENIE, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
 
 
 def _csv(path):
@@ -51,8 +42,8 @@ def _one_line_error(proc, needle):
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "run"
-    proc = genie("bench", "--loopback", "--ranks", "2", "-c", "all_reduce,all_gather", "-b", "1K", "-e", "16K",
-                 "-f", "4", "-n", "4", "-w", "1", "--steps", "--out", out, "--json")
+    proc = run_genie("bench", "--loopback", "--ranks", "2", "-c", "all_reduce,all_gather", "-b", "1K", "-e",
+                     "16K", "-f", "4", "-n", "4", "-w", "1", "--steps", "--out", out, "--json")
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
@@ -62,7 +53,7 @@ def replay_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("replay")
     (base / "small.yaml").write_text(TRACE)
     out = base / "run"
-    proc = genie("replay", base / "small.yaml", "--loopback", "-n", "2", "--out", out)
+    proc = run_genie("replay", base / "small.yaml", "--loopback", "-n", "2", "--out", out)
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
@@ -114,7 +105,7 @@ def test_replay_run_directory_and_schemas(replay_run):
 
 def test_replay_json_flag(tmp_path):
     (tmp_path / "small.yaml").write_text(TRACE)
-    proc = genie("replay", tmp_path / "small.yaml", "--loopback", "--json", "--out", tmp_path / "r")
+    proc = run_genie("replay", tmp_path / "small.yaml", "--loopback", "--json", "--out", tmp_path / "r")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["status"] == "complete" and doc["iteration_median_ns"] > 3_000_000 and len(doc["ranks"]) == 2
@@ -127,7 +118,7 @@ def _png_ok(path):
 
 def test_report_of_a_bench_run(bench_run):
     out, _ = bench_run
-    proc = genie("report", out)
+    proc = run_genie("report", out)
     assert proc.returncode == 0, proc.stderr
     assert _png_ok(out / "plots" / "busbw.png") and _png_ok(out / "plots" / "latency.png")
     html = (out / "report.html").read_text()
@@ -139,7 +130,7 @@ def test_report_of_a_bench_run(bench_run):
 
 def test_report_of_a_replay_run_with_show(replay_run, tmp_path):
     out, _ = replay_run
-    proc = genie("report", "show", out, "--out", tmp_path / "page.html")
+    proc = run_genie("report", "show", out, "--out", tmp_path / "page.html")
     assert proc.returncode == 0, proc.stderr
     assert _png_ok(tmp_path / "plots" / "timeline.png")
     html = (tmp_path / "page.html").read_text()
@@ -159,7 +150,7 @@ def test_report_with_links_and_accuracy(tmp_path):
                                       "0.0,0.5,0,h0,s0,500,8000\n0.5,1.0,0,h0,s0,999500,15992000\n")
         run.write("accuracy.csv", "workload,topology,mode,estimated_s,measured_s,error_pct\n"
                                   "dp,star-4,builtin,0.10,0.12,-16.7\ntp,star-4,builtin,0.08,0.07,14.3\n")
-    proc = genie("report", tmp_path / "x")
+    proc = run_genie("report", tmp_path / "x")
     assert proc.returncode == 0, proc.stderr
     for name in ("links_heatmap.png", "links_totals.png", "accuracy.png"):
         assert _png_ok(tmp_path / "x" / "plots" / name), name
@@ -169,33 +160,34 @@ def test_report_with_links_and_accuracy(tmp_path):
 
 def test_compare_cli_and_bad_inputs(bench_run, replay_run, tmp_path):
     out, _ = bench_run
-    proc = genie("report", "compare", out, out, "--out", tmp_path / "cmp")
+    proc = run_genie("report", "compare", out, out, "--out", tmp_path / "cmp")
     assert proc.returncode == 0, proc.stderr
     rows = _csv(tmp_path / "cmp" / "compare.csv")
     assert tuple(rows[0]) == COMPARE_COLUMNS and len(rows) == 6 and all(float(r["time_delta_us"]) == 0 for r in rows)
     assert _png_ok(tmp_path / "cmp" / "compare.png")
     assert json.loads((tmp_path / "cmp" / "manifest.json").read_text())["kind"] == "compare"
 
-    _one_line_error(genie("report", "compare", out, replay_run[0]), "cannot compare a bench run with a replay run")
-    _one_line_error(genie("report", tmp_path / "cmp" / "compare.csv"), "not a directory")
+    _one_line_error(run_genie("report", "compare", out, replay_run[0]),
+                    "cannot compare a bench run with a replay run")
+    _one_line_error(run_genie("report", tmp_path / "cmp" / "compare.csv"), "not a directory")
     empty = tmp_path / "empty"
     empty.mkdir()
-    _one_line_error(genie("report", empty), "not a genie run directory")
+    _one_line_error(run_genie("report", empty), "not a genie run directory")
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "manifest.json").write_text((out / "manifest.json").read_text())
-    _one_line_error(genie("report", broken), "listed in manifest.json but missing")
+    _one_line_error(run_genie("report", broken), "listed in manifest.json but missing")
 
 
 def test_bad_bench_input_leaves_no_run_directory(tmp_path):
-    _one_line_error(genie("bench", "--loopback", "--ranks", "2", "-n", "0", cwd=tmp_path), "--iters")
+    _one_line_error(run_genie("bench", "--loopback", "--ranks", "2", "-n", "0", cwd=tmp_path), "--iters")
     assert not (tmp_path / "runs").exists()
 
 
 def test_interrupted_bench_keeps_finished_sizes(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", _GENIE, "bench", "--loopback", "--ranks", "2", "-b", "1K",
-                             "-e", "1G", "-f", "2", "-n", "50", "-w", "1", "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "genie.cli.main", "bench", "--loopback", "--ranks", "2", "-b",
+                             "1K", "-e", "1G", "-f", "2", "-n", "50", "-w", "1", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

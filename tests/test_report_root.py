@@ -8,19 +8,14 @@ import hashlib
 import io
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from cli_support import run_genie
 from genie.testbed.state import STATE_DIR_ENV
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
-
-_GENIE = ("import sys\nfrom genie.cli import main as m\n"
-          "if ('report_cmd', 'report') not in m._SUBAPPS:\n    m._SUBAPPS += (('report_cmd', 'report'),)\n"
-          "sys.exit(m.main(sys.argv[1:]))\n")
 
 TOPOLOGY = """name: star-3
 defaults:
@@ -44,10 +39,9 @@ def test_bench_on_a_testbed_writes_link_reports(tmp_path):
     topo = tmp_path / "star-3.yaml"
     topo.write_text(TOPOLOGY)
     out = tmp_path / "run"
-    env = {**os.environ, STATE_DIR_ENV: str(tmp_path / "state")}
-    proc = subprocess.run([sys.executable, "-c", _GENIE, "bench", "--topology", str(topo), "-b", "256K", "-e", "1M",
-                           "-f", "4", "-n", "3", "-w", "1", "--sample-ms", "50", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    env = {STATE_DIR_ENV: str(tmp_path / "state")}
+    proc = run_genie("bench", "--topology", str(topo), "-b", "256K", "-e", "1M", "-f", "4", "-n", "3", "-w", "1",
+                     "--sample-ms", "50", "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr
     assert "line rate" in proc.stdout and "TCP retransmissions" in proc.stdout
 
@@ -67,8 +61,7 @@ def test_bench_on_a_testbed_writes_link_reports(tmp_path):
     samples = _rows(out / "link_samples.csv")
     assert samples and sum(int(s["bytes"]) for s in samples) > 0
 
-    proc = subprocess.run([sys.executable, "-c", _GENIE, "report", str(out)], capture_output=True, text=True,
-                          timeout=120, env=env)
+    proc = run_genie("report", str(out), env=env)
     assert proc.returncode == 0, proc.stderr
     for name in ("busbw.png", "links_heatmap.png", "links_totals.png"):
         assert (out / "plots" / name).read_bytes()[:4] == b"\x89PNG"

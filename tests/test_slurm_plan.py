@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_support import run_genie
 from mpi_support import resolve_launch
-from genie.cli.main import main as genie_main
 from genie.cli.flags import RUN_FLAGS, flag_names
 from genie.core.errors import InputError
 from genie.core.placement import RankPlacement
@@ -166,11 +166,11 @@ def test_resolve_launch_slurm(tmp_path):
     assert choice.placements is None and choice.sessions.launch.slurm.host_nodes == {}
 
 
-def test_cli_outside_an_allocation_is_exit_code_2_with_one_line(monkeypatch, capsys):
+def test_cli_outside_an_allocation_is_exit_code_2_with_one_line(monkeypatch):
     for var in [v for v in os.environ if v.startswith("SLURM_")]:
         monkeypatch.delenv(var)
-    rc = genie_main(["bench", "--loopback", "--launcher", "slurm", "-b", "1K", "-e", "1K"])
-    err = capsys.readouterr().err.strip().splitlines()
+    done = run_genie("bench", "--loopback", "--launcher", "slurm", "-b", "1K", "-e", "1K")
+    rc, err = done.returncode, done.stderr.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert err[0].startswith("genie: error: --launcher: slurm starts the ranks with srun inside a Slurm allocation")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from genie.cli.main import main
+from cli_support import run_genie
 from genie.core.errors import GenieError
 from genie.core import testbed as core_testbed
 from genie.core.topology import LinkShape
@@ -230,23 +230,27 @@ def test_temporary_testbed_is_torn_down_even_on_error(state_dir: Path) -> None:
     assert _ours() == [] and not record_path(f"{RUN}-tmp").exists()
 
 
-def test_name_in_use_and_second_up_of_the_same_file_are_refused(state_dir: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_name_in_use_and_second_up_of_the_same_file_are_refused(state_dir: Path) -> None:
     first = f"{RUN}-dup"
     star4 = str(TOPOLOGIES / "star-4.yaml")
-    assert main(["testbed", "up", star4, "--name", first]) == 0
-    assert f"testbed {first} is up" in capsys.readouterr().out
-    assert main(["testbed", "up", star4, "--name", f"{RUN}-dup2"]) == 2
-    err = capsys.readouterr().err
+    done = run_genie("testbed", "up", star4, "--name", first)
+    assert done.returncode == 0
+    assert f"testbed {first} is up" in done.stdout
+    done = run_genie("testbed", "up", star4, "--name", f"{RUN}-dup2")
+    assert done.returncode == 2
+    err = done.stderr
     assert err.count("\n") == 1 and f"already up as testbed '{first}'" in err
-    assert main(["testbed", "up", str(TOPOLOGIES / "ring-8.yaml"), "--name", first]) == 2
-    assert f"testbed '{first}' is already up" in capsys.readouterr().err
+    done = run_genie("testbed", "up", str(TOPOLOGIES / "ring-8.yaml"), "--name", first)
+    assert done.returncode == 2
+    assert f"testbed '{first}' is already up" in done.stderr
     assert len(_ours()) == 5  # nothing of the refused attempts was built
-    assert main(["testbed", "list"]) == 0
-    assert first in capsys.readouterr().out
-    assert main(["testbed", "status", first]) == 0
-    assert "qdisc htb 1: parent root rate 1gbit" in capsys.readouterr().out
-    assert main(["testbed", "down", first]) == 0
+    done = run_genie("testbed", "list")
+    assert done.returncode == 0
+    assert first in done.stdout
+    done = run_genie("testbed", "status", first)
+    assert done.returncode == 0
+    assert "qdisc htb 1: parent root rate 1gbit" in done.stdout
+    assert run_genie("testbed", "down", first).returncode == 0
     assert _ours() == []
 
 
@@ -259,8 +263,7 @@ def test_without_cap_net_admin_one_line_exit_2(state_dir: Path) -> None:
     assert _ours() == []
 
 
-def test_delay_without_netem_is_refused_before_anything_is_built(state_dir: Path, tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_delay_without_netem_is_refused_before_anything_is_built(state_dir: Path, tmp_path: Path) -> None:
     from genie.testbed.netlink import probe_netem
 
     if probe_netem():
@@ -268,8 +271,9 @@ def test_delay_without_netem_is_refused_before_anything_is_built(state_dir: Path
     topology = tmp_path / "delayed.yaml"
     topology.write_text("name: delayed\nhosts: [{prefix: h, count: 2}]\n"
                         "links: [{endpoints: [h0, h1], bandwidth: 1gbit, delay: 100us}]\n")
-    assert main(["testbed", "up", str(topology), "--name", f"{RUN}-delay", "--shaper", "netem"]) == 2
-    err = capsys.readouterr().err
+    done = run_genie("testbed", "up", str(topology), "--name", f"{RUN}-delay", "--shaper", "netem")
+    assert done.returncode == 2
+    err = done.stderr
     assert err.count("\n") == 1 and "links[0]" in err and "sch_netem" in err
     assert _ours() == [] and not record_path(f"{RUN}-delay").exists()
 
@@ -314,7 +318,7 @@ def test_a_sigkilled_up_leaves_nothing_after_down(how: str, state_dir: Path) -> 
     orphan = f"genie-{RUN}-orphan-h0"  # as if killed before its state record was written
     subprocess.run(["ip", "netns", "add", orphan], check=True)
     argv = ["testbed", "down", name] if how == "down NAME" else ["testbed", "down", "--all"]
-    result = _run([sys.executable, "-m", "genie.cli.main", *argv], env=_env(state_dir), cwd=ROOT)
+    result = run_genie(*argv, env=_env(state_dir), cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert not record_path(name).exists()
     assert not any(n.startswith(f"genie-{name}-") for n in namespace_names())

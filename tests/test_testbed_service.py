@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from genie.cli.main import main
+from cli_support import run_genie
 from genie.core.errors import GenieError
 from genie.core.testbed import Shaping
 from genie.core.topology import LinkShape
@@ -172,9 +172,10 @@ def test_terminate_pids_never_signals_itself() -> None:
     assert process_start_ticks(2**22 + 7) is None
 
 
-def test_cli_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
-    assert main(["testbed", "up", str(TOPOLOGIES / "star-4.yaml"), "--dry-run"]) == 0
-    out = capsys.readouterr().out.splitlines()
+def test_cli_dry_run_prints_the_plan(state_dir: Path) -> None:
+    done = run_genie("testbed", "up", str(TOPOLOGIES / "star-4.yaml"), "--dry-run")
+    assert done.returncode == 0
+    out = done.stdout.splitlines()
     assert out[0] == "plan for testbed star-4 (50 steps; dry run, nothing changed):"
     assert out[1] == " 1. netns add genie-star-4-h0"
     assert not state_dir.exists()
@@ -187,10 +188,10 @@ def test_cli_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str], state_d
     (["testbed", "down", "x", "--all"], "give a testbed NAME or --all"),
     (["testbed", "status", "no_such_testbed"], "no_such_testbed"),
 ])
-def test_cli_errors_are_one_line_and_exit_2(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str],
-                                           state_dir: Path) -> None:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
+def test_cli_errors_are_one_line_and_exit_2(argv: list[str], expected: str, state_dir: Path) -> None:
+    done = run_genie(*argv)
+    assert done.returncode == 2
+    err = done.stderr
     assert err.count("\n") == 1 and err.startswith("genie: error: ") and expected in err
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from genie.cli.main import main
+from cli_support import run_genie
 from genie.core.errors import EnvironmentProblem, InputError
 from genie.core.testbed import Shaping
 from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
@@ -99,11 +99,12 @@ def test_routers_emulate_what_they_receive_and_unshaped_links_get_no_queue() -> 
     assert [q.ifname for q in configs["genie-l-spine0"].queues] == ["eth0", "eth1"]
 
 
-def test_dry_run_shows_the_userspace_steps(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_dry_run_shows_the_userspace_steps(tmp_path: Path) -> None:
     topology = tmp_path / "d.yaml"
     topology.write_text("name: d\nhosts: [{prefix: h, count: 2}]\nlinks: [{endpoints: [h0, h1], delay: 1ms}]\n")
-    assert main(["testbed", "up", str(topology), "--dry-run", "--shaper", "userspace"]) == 0
-    out = capsys.readouterr().out
+    done = run_genie("testbed", "up", str(topology), "--dry-run", "--shaper", "userspace")
+    assert done.returncode == 0
+    out = done.stdout
     assert "start link emulator" in out and "-j NFQUEUE --queue-num 0" in out and "netem" not in out
 
 
@@ -174,12 +175,12 @@ def test_the_emulator_backend_acts_only_inside_genie_namespaces() -> None:
     ("loss: 60, loss_burst: 1", "links[0].loss_burst", "cannot come in bursts"),
     ("reorder: maybe", "links[0].reorder", "true or false"),
 ])
-def test_bad_link_emulation_input_is_one_line_exit_2(link: str, field: str, message: str, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_link_emulation_input_is_one_line_exit_2(link: str, field: str, message: str, tmp_path: Path) -> None:
     topology = tmp_path / "bad.yaml"
     topology.write_text(f"name: bad\nhosts: [{{prefix: h, count: 2}}]\nlinks: [{{endpoints: [h0, h1], {link}}}]\n")
-    assert main(["testbed", "up", str(topology), "--name", "never", "--shaper", "userspace"]) == 2
-    err = capsys.readouterr().err
+    done = run_genie("testbed", "up", str(topology), "--name", "never", "--shaper", "userspace")
+    assert done.returncode == 2
+    err = done.stderr
     assert err.count("\n") == 1 and f"{topology}: {field}: " in err and message in err
 
 

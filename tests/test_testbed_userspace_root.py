@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_support import run_genie
 from genie.core import testbed as core_testbed
 from genie.core.errors import EnvironmentProblem
 from genie.core.topology import Host, Topology
@@ -178,8 +179,7 @@ def test_a_sigkilled_up_with_emulators_leaves_nothing_after_down(nfqueue_works: 
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    result = subprocess.run([sys.executable, "-m", "genie.cli.main", "testbed", "down", name], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
+    result = run_genie("testbed", "down", name, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert not any(is_running(e) for e in emulators)
     assert not any(n.startswith(f"genie-{name}-") for n in namespace_names())

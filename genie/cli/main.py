@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
+import functools
 import sys
 
 import typer
 
 from genie import __version__
+from genie.cli import (astra_cmd, bench_cmd, diagnose_cmd, estimate_cmd, lab_cmd, replay_cmd, report_cmd,
+                       testbed_cmd, trace_cmd)
 from genie.core.errors import GenieError
 
 app = typer.Typer(
@@ -17,16 +19,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# (module under genie.cli, command name) — each module exposes `app`, a typer.Typer.
-_SUBAPPS = (
-    ("testbed_cmd", "testbed"),
-    ("trace_cmd", "trace"),
-    ("astra_cmd", "astra"),
-    ("lab_cmd", "lab"),
-    ("report_cmd", "report"),
-)
+# (sub-app, command name): each area's typer.Typer
+_SUBAPPS = ((testbed_cmd.app, "testbed"), (trace_cmd.app, "trace"), (astra_cmd.app, "astra"), (lab_cmd.app, "lab"),
+            (report_cmd.app, "report"))
 # modules whose `register(app)` adds top-level commands (bench, replay, ...)
-_COMMAND_MODULES = ("bench_cmd", "replay_cmd", "diagnose_cmd", "estimate_cmd")
+_COMMAND_MODULES = (bench_cmd, replay_cmd, diagnose_cmd, estimate_cmd)
 
 
 def _version_callback(value: bool) -> None:
@@ -43,22 +40,11 @@ def _root(
     """genie: how does this network change the training time of this workload?"""
 
 
+@functools.cache  # once per process: main() may run many times in one (tests call it in-process)
 def _register() -> None:
-    for module_name, command in _SUBAPPS:
-        try:
-            module = importlib.import_module(f"genie.cli.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"genie.cli.{module_name}":
-                continue
-            raise
-        app.add_typer(module.app, name=command)
-    for module_name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"genie.cli.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"genie.cli.{module_name}":
-                continue
-            raise
+    for sub_app, command in _SUBAPPS:
+        app.add_typer(sub_app, name=command)
+    for module in _COMMAND_MODULES:
         module.register(app)
 
 

@@ -15,6 +15,7 @@ from typing import Sequence
 
 from genie.core.program import Lane, RankProgram
 from genie.core.records import IterationRecords
+from genie.core.intervals import union_ns
 
 
 @dataclass(frozen=True)
@@ -26,19 +27,6 @@ class RankSummary:
     comm_ns: int
     exposed_comm_ns: int
     overlap_ns: int
-
-
-def union_ns(intervals: Sequence[tuple[float, float]]) -> float:
-    """Total length covered by possibly overlapping [start, end) intervals."""
-    total, end = 0, None
-    for s, e in sorted(intervals):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 def rank_summaries(programs: Sequence[RankProgram], it: IterationRecords) -> list[RankSummary]:

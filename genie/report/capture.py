@@ -300,7 +300,7 @@ def capture_interface(ifname: str, out: Path, *, snaplen: int, limit_bytes: int 
     view = memoryview(buf)
     anc_size = socket.CMSG_SPACE(16)
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # like the other run files
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask decides, as for other run files
         with open(fd, "wb", buffering=1 << 20) as f:
             f.write(pcap_header(snaplen))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from genie.core.errors import InputError
-from genie.measure.metrics import CaseStats, iteration_times_ns
+from genie.measure.metrics import CaseStats
 from genie.report.rundir import write_atomic
 
 SWEEP_COLUMNS = ("collective", "algorithm", "ranks", "size_bytes", "count", "dtype", "iterations",
@@ -59,26 +59,6 @@ def sweep_json(stats: Sequence[CaseStats], meta: dict[str, object] | None = None
 def write_sweep(run_dir: Path, stats: Sequence[CaseStats], meta: dict[str, object] | None = None) -> None:
     write_atomic(Path(run_dir) / "sweep.csv", sweep_csv(stats))
     write_atomic(Path(run_dir) / "sweep.json", sweep_json(stats, meta))
-
-
-def iteration_ns_from_steps(outcome) -> list[list[int]]:
-    """Per-iteration times of each case from its step records (`genie bench --steps`): a rank's iteration
-    spans its first step's start to its last step's end; then the engine's rule (`iteration_times_ns`).
-    Aligned with ``outcome.stats``; an empty list where no rank recorded every iteration."""
-    out: list[list[int]] = []
-    for index in range(len(outcome.stats)):
-        per_rank = outcome.steps.get(index, {})
-        spans: dict[int, list[tuple[int, int]]] = {}
-        for rank, rows in per_rank.items():
-            by_iteration: dict[int, tuple[int, int]] = {}
-            for it, _step, start, end, *_ in rows:
-                s, e = by_iteration.get(it, (start, end))
-                by_iteration[it] = (min(s, start), max(e, end))
-            if by_iteration and sorted(by_iteration) == list(range(len(by_iteration))):
-                spans[rank] = [by_iteration[i] for i in range(len(by_iteration))]
-        lengths = {len(v) for v in spans.values()}
-        out.append(iteration_times_ns(spans) if len(lengths) == 1 else [])
-    return out
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,6 @@ from genie.report import nccl_json, sweep
 from genie.report.manifest import RunRecorder
 
 
-def _engine_iteration_ns(stats: Sequence[CaseStats]) -> list[list[int]] | None:
-    """The engine's own per-iteration times, once CaseStats carries them (a proposed ``iteration_ns`` field);
-    until then None, and the step records are used."""
-    times = [list(getattr(s, "iteration_ns", ()) or ()) for s in stats]
-    return times if any(times) else None
-
-
 class SweepRecorder:
     def __init__(self, run: RunRecorder, meta: Mapping[str, Any]) -> None:
         self.run, self.meta = run, dict(meta)
@@ -32,10 +25,10 @@ class SweepRecorder:
 
     def finish(self, outcome: Any, *, config: Mapping[str, Any], devices: Sequence[Mapping[str, Any]],
                steps: bool) -> dict[str, Any]:
-        """After the sweep: final sweep files (with per-iteration times when the steps were recorded),
-        steps.csv, nccl_<binary>.json per collective. Returns sweep.json's document."""
+        """After the sweep: final sweep files (with each case's per-iteration times), steps.csv when the steps
+        were recorded, nccl_<binary>.json per collective. Returns sweep.json's document."""
         self.stats = list(outcome.stats)
-        iteration_ns = _engine_iteration_ns(self.stats) or (sweep.iteration_ns_from_steps(outcome) if steps else None)
+        iteration_ns = [list(s.iteration_ns) for s in self.stats]
         self._write_sweep(iteration_ns)
         if steps:
             self.run.write("steps.csv", sweep.steps_csv(outcome))

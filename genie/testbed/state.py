@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from genie.core.errors import GenieError, InputError
+from genie.core.files import write_atomic
 from genie.core.testbed import HostEndpoint, LinkEnd, Shaping, TestbedInfo
 from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
 from genie.linkemu.config import EmulatorConfig
@@ -73,19 +73,15 @@ def record_names() -> list[str]:
 def create_record(record: TestbedRecord) -> None:
     """Write a new record; GenieError if one with that name exists (checked atomically)."""
     path = record_path(record.name)
-    tmp = _write_temp(record)
     try:
-        os.link(tmp, path)
+        write_atomic(path, _record_json(record), exclusive=True)
     except FileExistsError:
         raise GenieError(f"testbed {record.name!r} is already up (state in {path}); choose another --name or "
                          f"run `genie testbed down {record.name}`") from None
-    finally:
-        os.unlink(tmp)
 
 
 def save_record(record: TestbedRecord) -> None:
-    tmp = _write_temp(record)
-    os.replace(tmp, record_path(record.name))
+    write_atomic(record_path(record.name), _record_json(record))
 
 
 def load_record(name: str) -> TestbedRecord:
@@ -112,14 +108,8 @@ def delete_record(name: str) -> None:
         pass
 
 
-def _write_temp(record: TestbedRecord) -> str:
-    directory = state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{record.name}.", suffix=".tmp", dir=directory)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(record_to_dict(record), handle, indent=1, default=_json_default)
-        handle.write("\n")
-    return tmp
+def _record_json(record: TestbedRecord) -> str:
+    return json.dumps(record_to_dict(record), indent=1, default=_json_default) + "\n"
 
 
 def _json_default(value: object) -> object:

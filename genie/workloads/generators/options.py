@@ -1,0 +1,117 @@
+"""The generator's options as `genie trace gen` and an experiment file's ``workload.generate`` spell them, with
+their defaults: one definition for both. Errors name the option (``layers``, not the model's ``num_layers``);
+each caller maps that to its own spelling (``--layers``, ``workload.generate.layers``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from genie.core.errors import InputError
+from genie.core.trace import Trace
+from genie.workloads.generators import generate
+from genie.workloads.generators.config import DataParallelMode, TrainingConfig
+from genie.workloads.generators.layout import Parallelism, RankOrder
+from genie.workloads.presets import Device, Dtype, Model, device_preset, model_preset
+
+
+@dataclass(frozen=True)
+class GeneratorOptions:
+    """One training job to generate: presets by name, their overrides (None: the preset's) and the layout."""
+
+    model: str  # a preset of genie.workloads.presets.MODELS
+    device: str = "a100"  # a preset of DEVICES
+    efficiency: float = 0.4  # achieved fraction of peak FLOP/s and HBM bandwidth
+    dtype: Dtype = Dtype.BF16
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    micro_batches: int = 1  # per iteration
+    batch: int = 1  # samples per micro-batch and data-parallel replica
+    seq: int | None = None
+    layers: int | None = None
+    experts: int | None = None
+    top_k: int | None = None
+    moe_every: int | None = None
+    dp_mode: DataParallelMode = DataParallelMode.DDP
+    bucket_mb: float = 25.0  # DDP bucket cap in MiB
+    sequence_parallel: bool = False
+    order: RankOrder = RankOrder.TP_PP_DP
+    iterations: int = 1
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> "GeneratorOptions":
+        """From option name -> value as typed (the enums as their text); missing options take their defaults.
+        InputError naming the option for a bad enum text; ValueError or TypeError for a value of the wrong kind,
+        an unknown option or no model."""
+        parsed = dict(values)
+        for name, kind in (("model", str), ("device", str), ("efficiency", float), ("bucket_mb", float),
+                           ("sequence_parallel", bool)):
+            if name in parsed:
+                parsed[name] = kind(parsed[name])
+        for name, enum in (("dtype", Dtype), ("dp_mode", DataParallelMode), ("order", RankOrder)):
+            if name in parsed and not isinstance(parsed[name], enum):
+                parsed[name] = enum.parse(str(parsed[name]))
+        return cls(**parsed)
+
+
+GENERATOR_OPTIONS = tuple(f.name for f in dataclasses.fields(GeneratorOptions))
+
+
+def option_default(name: str) -> Any:
+    """The default of option `name` as typed on a command line (an enum as its text)."""
+    default = next(f.default for f in dataclasses.fields(GeneratorOptions) if f.name == name)
+    return getattr(default, "value", default)
+
+
+@dataclass(frozen=True)
+class GeneratorSetup:
+    """The options resolved: presets looked up and overridden, the layout and training checked."""
+
+    model: Model
+    device: Device
+    parallelism: Parallelism
+    config: TrainingConfig
+
+
+# a generator field -> the option that sets it
+_OPTION_OF_FIELD = {"num_layers": "layers", "seq_len": "seq", "micro_batch_size": "batch", "num_experts": "experts",
+                    "bucket_size_bytes": "bucket_mb", "first_bucket_size_bytes": "bucket_mb"}
+
+
+@contextmanager
+def _naming_options() -> Iterator[None]:
+    try:
+        yield
+    except InputError as exc:
+        if exc.path in _OPTION_OF_FIELD:
+            raise InputError(exc.detail, source=exc.source, path=_OPTION_OF_FIELD[exc.path]) from None
+        raise
+
+
+def resolve(options: GeneratorOptions) -> GeneratorSetup:
+    with _naming_options():
+        model = model_preset(options.model).with_overrides(
+            num_layers=options.layers, seq_len=options.seq, num_experts=options.experts, top_k=options.top_k,
+            moe_every=options.moe_every)
+        config = TrainingConfig(micro_batch_size=options.batch, micro_batches=options.micro_batches,
+                                dtype=options.dtype, dp_mode=options.dp_mode,
+                                bucket_size_bytes=round(options.bucket_mb * 2**20),
+                                sequence_parallel=options.sequence_parallel, iterations=options.iterations)
+        parallelism = Parallelism(dp=options.dp, tp=options.tp, pp=options.pp, ep=options.ep, order=options.order)
+        device = device_preset(options.device).with_efficiency(options.efficiency)
+    return GeneratorSetup(model, device, parallelism, config)
+
+
+def generate_setup(setup: GeneratorSetup) -> Trace:
+    with _naming_options():
+        return generate(setup.model, setup.device, setup.parallelism, setup.config)
+
+
+def generate_from_options(options: GeneratorOptions) -> Trace:
+    """The trace `genie trace gen` makes from these options; InputError naming the option."""
+    return generate_setup(resolve(options))
