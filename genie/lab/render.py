@@ -27,7 +27,7 @@ from genie.inventory.model import HostfileFormat, Inventory, InventoryHost
 from genie.inventory.writer import dump_inventory, hostfile, ssh_config
 from genie.lab.plan import (DEFAULT_BOX, DEFAULT_CPUS, DEFAULT_MEMORY_MB, DEFAULT_MTU_BYTES,
                             DEFAULT_ROUTER_MEMORY_MB, Lab, LabMachine, plan_lab)
-from genie.report.rundir import write_atomic
+from genie.core.files import write_atomic
 
 LAB_USER = "vagrant"
 KEY_PATH = Path("ssh") / "id_ed25519"

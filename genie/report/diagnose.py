@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from genie.measure.diagnose import Diagnosis
-from genie.report.rundir import write_atomic
+from genie.core.files import write_atomic
 
 DIAGNOSE_COLUMNS = ("src", "dst", "latency_us", "reference_latency_us", "bandwidth_GBps",
                     "expected_bandwidth_GBps", "reference_bandwidth_GBps", "slow_bandwidth", "slow_latency")

@@ -26,7 +26,8 @@ from genie import __version__
 from genie.core.errors import InputError
 from genie.core.testbed import Shaping
 from genie.core.topology import Topology
-from genie.report.rundir import new_run_dir, write_atomic
+from genie.core.files import write_atomic
+from genie.report.rundir import new_run_dir
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "genie-run"

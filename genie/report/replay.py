@@ -11,7 +11,7 @@ from statistics import median
 from genie.core.program import Lane
 from genie.core.records import ReplayOutcome
 from genie.measure.replay import iteration_time_ns, rank_summaries
-from genie.report.rundir import write_atomic
+from genie.core.files import write_atomic
 
 OPS_COLUMNS = ("iteration", "rank", "node_id", "name", "type", "bytes", "group", "algorithm", "start_ns", "end_ns")
 RANKS_COLUMNS = ("iteration", "rank", "iteration_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "overlap_ns")

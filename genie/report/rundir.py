@@ -1,14 +1,10 @@
-"""Run directories and atomic file writes: a reader never sees a half-written report file."""
+"""Run directories: runs/<UTC time>-<name>/, unique, with the user's umask."""
 
 from __future__ import annotations
 
 import re
 import time
 from pathlib import Path
-
-from genie.core.files import write_atomic  # the report writers' atomic write, re-exported
-
-__all__ = ["new_run_dir", "write_atomic"]
 
 
 def new_run_dir(name: str, *, out: Path | None = None, root: Path = Path("runs")) -> Path:

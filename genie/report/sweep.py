@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from genie.core.errors import InputError
 from genie.measure.metrics import CaseStats
-from genie.report.rundir import write_atomic
+from genie.core.files import write_atomic
 
 SWEEP_COLUMNS = ("collective", "algorithm", "ranks", "size_bytes", "count", "dtype", "iterations",
                  "time_min_us", "time_median_us", "time_p99_us", "time_max_us", "algbw_GBps", "busbw_GBps")
