@@ -19,10 +19,7 @@ from genie.report.replay import write_replay
 from genie.report.sweep import sweep_csv, sweep_json, write_sweep
 from genie.workloads.loader import load_trace
 
-try:  # the shared record types move to genie.core on the protocol branch
-    from genie.core.records import IterationRecords, RankRecords
-except ImportError:
-    from genie.measure.replay import IterationRecords, RankRecords
+from genie.core.records import IterationRecords, RankRecords
 
 AR, RING = Collective.ALL_REDUCE, Algorithm.RING
 TRACE = """format: genie-trace

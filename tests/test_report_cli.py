@@ -18,15 +18,7 @@ from genie.report.compare import COMPARE_COLUMNS
 from genie.report.replay import OPS_COLUMNS, RANKS_COLUMNS
 from genie.report.sweep import STEPS_COLUMNS, SWEEP_COLUMNS
 
-TRACE = """format: genie-trace
-version: 1
-name: small
-ranks: 2
-program:
-  - {id: 0, name: fwd, type: compute, duration: 2ms}
-  - {id: 1, name: grad_ar, type: all_reduce, size: 64KiB, deps: [0]}
-  - {id: 2, name: step, type: compute, duration: 1ms, deps: [1]}
-"""
+from report_runs import TRACE  # a 2-rank trace: compute, a 64 KiB all-reduce, compute
 
 
 def _csv(path):

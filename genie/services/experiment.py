@@ -73,6 +73,12 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
         return faults_service.replay_bounds(programs, replay_each, spec.replay_warmup, spec.timeout_s, faults)
 
     items = sweep_items(prepared.sweep)
+
+    def bench_progress(done: int, total: int, _stats: Any) -> None:
+        case, size = items[done - 1]
+        say(f"bench {done}/{total}: {case.collective.value} on {len(case.groups)} group(s) of {case.ranks}, "
+            f"{size} B")
+
     cases = [GroupCase(sweep_ops(case, size), spec.sweep_warmup, sweep_each) for case, size in items]
     params = {"experiment": spec.name, "rounds": rounds, "sweep_iterations": spec.sweep_iterations,
               "sweep_warmup": spec.sweep_warmup, "replay_iterations": spec.replay_iterations,
@@ -89,12 +95,6 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
         with stage.watching() as watch:
             for r in range(rounds):
                 say(f"round {r + 1}/{rounds}: sweep, {sweep_each} iterations per size")
-
-                def bench_progress(done: int, total: int, _stats: Any, r: int = r) -> None:
-                    case, size = items[done - 1]
-                    say(f"bench {done}/{total}: {case.collective.value} on {len(case.groups)} group(s) of "
-                        f"{case.ranks}, {size} B")
-
                 swept = run_cases(cases, stage.placements, timeout_s=spec.timeout_s, on_pids=stage.target.on_pids,
                                   sessions=stage.sessions, progress=bench_progress)
                 for acc, stats in zip(pooled, swept.stats):
