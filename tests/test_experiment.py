@@ -149,3 +149,31 @@ def test_cli_experiment_bad_file_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "bad.yaml: sweep.warmup: expected an integer >= 0" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_experiment_service_runs_the_bench_and_replay_paths_on_loopback(tmp_path: Path) -> None:
+    """The whole `genie experiment` path without root: the spec's ranks on 127.0.0.1, sweep through the bench
+    path, replay, evaluate, every file in the run directory and listed in its manifest."""
+    import json
+
+    from genie.services.experiment import ExperimentCommand, run_experiment_command
+    from genie.services.options import RunOptions
+
+    spec = load_experiment(write_tiny(tmp_path))
+    messages: list[str] = []
+    result = run_experiment_command(ExperimentCommand(spec, RunOptions(loopback=True, out=tmp_path / "run")),
+                                    messages.append)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["kind"] == "experiment" and manifest["status"] == "complete"
+    assert manifest["target"] == "loopback" and manifest["params"]["ranks"] == 4
+    listed = {f["name"] for f in manifest["files"]}
+    for name in ("sweep.csv", "sweep.json", "sweep_detail.csv", "replay/ops.csv", "replay/replay.json",
+                 "calibration.json", "estimate-measured.csv", "estimate-calibrated.csv", "accuracy.csv",
+                 "experiment.json", "summary.txt", "astra/system.json", "astra/workload/workload.0.et"):
+        assert name in listed and (tmp_path / "run" / name).is_file(), name
+    assert [r.mode for r in result.accuracy] == ["measured", "calibrated"]
+    assert len(result.replay_iteration_ns) == 2 and all(t > 3_000_000 for t in result.replay_iteration_ns)
+    # the sweep ran on the trace's own groups: the two pairs side by side, then the 4-rank all-reduce
+    assert sorted(m.groups for m in result.measurements) == [((0, 1), (2, 3)), ((0, 1), (2, 3)),
+                                                            ((0, 1, 2, 3),), ((0, 1, 2, 3),)]
+    assert messages[0] == "running on loopback" and messages[-1] == "done"

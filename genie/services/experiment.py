@@ -86,7 +86,8 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     inputs = (input_digest(spec.source, "experiment"),
               *((input_digest(spec.workload.trace_path, "trace"),) if spec.workload.trace_path else ()))
     load_before = os.getloadavg()[0]
-    say(f"bringing up {prepared.topology.name}")
+    say(f"bringing up {prepared.topology.name}" if opts.topology is not None else
+        f"running on {opts.testbed or ('loopback' if opts.loopback else opts.inventory)}")
     with staged("experiment", opts, ranks=None, loopback_ranks=prepared.trace.num_ranks, params=params,
                 bounds=bounds, inputs=inputs, fits=lambda p: check_fits(prepared.trace, p, source=source),
                 name=f"experiment-{spec.name}") as stage:
@@ -105,7 +106,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
                                            on_pids=stage.target.on_pids, sessions=stage.sessions,
                                            fault_hooks=watch.injector, fault_points=stage.fault_plan.fault_points(),
                                            stragglers=faults_service.stragglers_by_rank(stage.fault_plan)))
-            say("tearing down")
+            say("tearing down" if opts.topology is not None else "done")
         load_after = os.getloadavg()[0]
         outcome = merged(outcomes)
         stats = sweep_stats(prepared.sweep, pooled)
