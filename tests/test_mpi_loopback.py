@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,12 +129,14 @@ def test_world_size_other_than_the_map_is_refused(mpiexec, tmp_path):
 
 def test_trampoline_execs_the_command_of_its_rank(mpiexec, tmp_path):
     (tmp_path / "map.json").write_text(json.dumps({"netns": [None, None]}))
-    probe = [sys.executable, "-c", "import os; print('rank', os.environ['PMI_RANK'], os.getpid())"]
+    # each rank writes its own file (hydra forwards both ranks' stdout as it comes, interleaved even mid-word)
+    probe = [sys.executable, "-c", "import os, sys; open(os.path.join(sys.argv[1], 'rank-' + os.environ['PMI_RANK']),"
+             " 'w').write(str(os.getpid()))", str(tmp_path)]
     argv = plan.mpiexec_argv(mpiexec, 2, plan.trampoline_argv(sys.executable, tmp_path / "map.json", probe))
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr
-    # hydra forwards both ranks' output as it comes: their lines may interleave mid-line
-    assert sorted(re.findall(r"rank (\d+)", out.stdout)) == ["0", "1"], out.stdout
+    pids = {p.name: int(p.read_text()) for p in tmp_path.glob("rank-*")}
+    assert sorted(pids) == ["rank-0", "rank-1"] and len(set(pids.values())) == 2, out.stdout
 
 
 def test_ctrl_c_during_a_run_leaves_nothing(mpiexec, tmp_path):
