@@ -176,7 +176,8 @@ def test_render_every_sample(sample: Path, tmp_path: Path) -> None:
     written = render_lab(topology, out, box="example/box", provider_memory_mb=1536, cpus=3, source=str(sample))
     names = sorted(str(p.relative_to(out)) for p in written)
     assert names == sorted([".gitignore", "Vagrantfile", "hostfile", "hostfile.openmpi", "inventory.yaml",
-                            "provision/genie.sh", "provision/network.sh", "ssh/id_ed25519", "ssh/id_ed25519.pub"])
+                            "provision/genie.sh", "provision/network.sh", "provision/shape.sh", "ssh/id_ed25519",
+                            "ssh/id_ed25519.pub", "topology.yaml"])
     lab = plan_lab(topology)
     vagrantfile = (out / "Vagrantfile").read_text()
     assert vagrantfile.count("config.vm.define ") == len(lab.machines)
@@ -186,7 +187,9 @@ def test_render_every_sample(sample: Path, tmp_path: Path) -> None:
     assert vagrantfile.count("lv.memory = 1536") == len(lab.hosts) == vagrantfile.count("vb.cpus = 3")
     assert vagrantfile.count("lv.memory = 512") == len(lab.routers)
     assert "BOX = 'example/box'" in vagrantfile
-    assert vagrantfile.count('path: "provision/genie.sh"') == len(lab.hosts)
+    assert vagrantfile.count('path: "provision/genie.sh"') == len(lab.machines), "routers shape too: genie"
+    assert vagrantfile.count('path: "provision/shape.sh", run: "always"') == len(lab.machines)
+    assert plan_lab(load_topology_file(out / "topology.yaml")) == lab, "the VMs plan from the same topology"
     for machine in lab.machines:
         assert f"config.vm.define '{machine.name}' do |node|" in vagrantfile
         for name in machine.networks:
@@ -235,7 +238,7 @@ def test_lab_inside_the_repo_uses_a_relative_path(tmp_path: Path) -> None:
     assert "GENIE_REPO = '..'" in vagrantfile
     assert "'/lab/']" in vagrantfile, "the lab (and its ssh key) is not copied into the VMs"
     render_lab(star(2), tmp_path / "elsewhere", repo=repo)
-    assert f"GENIE_REPO = '{repo}'" in (tmp_path / "elsewhere" / "Vagrantfile").read_text()
+    assert "GENIE_REPO = '../genie'" in (tmp_path / "elsewhere" / "Vagrantfile").read_text(), "relative, movable"
 
 
 def test_render_errors(tmp_path: Path) -> None:
@@ -351,7 +354,7 @@ def test_single_host_lab_gets_a_network() -> None:
 
 
 def test_link_shape_is_not_needed() -> None:
-    """Labs do not shape: a topology with delay renders the same networks (documented as a known gap)."""
+    """A link's shape changes no network of the lab (the VMs shape their NICs: genie lab shape)."""
     shaped = plan_lab(star(2, shape=LinkShape(rate_bps=10**9, delay_us=100)))
     assert [n.network for n in shaped.networks] == [n.network for n in plan_lab(star(2)).networks]
 

@@ -165,6 +165,9 @@ class NetlinkBackend:
             self._undo_partial(step)
             raise
 
+    def _sysctl(self, name: str, key: str, value: str) -> None:
+        write_sysctl(name, key, value)
+
     def _undo_partial(self, step: PlanStep) -> None:
         with signals_deferred():
             try:
@@ -177,7 +180,7 @@ class NetlinkBackend:
             case CreateNetns(netns=name):
                 netns.create(name)
             case SetSysctl(netns=name, key=key, value=value):
-                write_sysctl(name, key, value)
+                self._sysctl(name, key, value)
             case SetLinkUp(netns=name, ifname=ifname):
                 self._ipr(name).link("set", index=self._index(name, ifname), state="up")
             case AddBridge(netns=name, ifname=ifname):
@@ -270,6 +273,61 @@ class NetlinkBackend:
     def _add_htb(ipr: IPRoute, index: int, step: AddHtb) -> None:
         ipr.tc("add", "htb", index=index, handle=HTB_ROOT, default=HTB_CLASS & 0xFFFF)
         ipr.tc("add-class", "htb", index=index, handle=HTB_CLASS, parent=HTB_ROOT, **_htb_class_args(step))
+
+
+HOST_STEP_TYPES = (AddHtb, AddNetem, AddPfifo, SetSysctl)
+
+
+class HostNetlinkBackend(NetlinkBackend):
+    """The shaping steps of one node applied to the network namespace this process runs in: a real host
+    standing in for a testbed node (a lab VM; ``genie lab shape``). The namespace a step names is only its
+    label. Refuses every other kind of step: a host's addresses and routes are not genie's to change."""
+
+    def _ipr(self, name: str) -> IPRoute:
+        if "" not in self._sockets:
+            self._sockets[""] = IPRoute()
+        return self._sockets[""]
+
+    def _sysctl(self, name: str, key: str, value: str) -> None:
+        with open("/proc/sys/" + key.replace(".", "/"), "w") as handle:
+            handle.write(value)
+
+    def apply(self, step: PlanStep) -> None:
+        if not isinstance(step, HOST_STEP_TYPES):
+            raise TypeError(f"not a step a host applies to itself: {step.describe()}")
+        super().apply(step)
+
+    def undo(self, step: PlanStep) -> None:
+        if isinstance(step, SetSysctl):
+            return  # kept (the host's own sysctl): the next `genie lab shape` sets it again
+        super().undo(step)
+
+
+def local_addresses() -> dict[str, str]:
+    """IPv4 address -> interface name, in the network namespace this process runs in."""
+    _configure_pyroute2()
+    with IPRoute() as ipr:
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        return {addr.get_attr("IFA_ADDRESS"): names[addr["index"]] for addr in ipr.get_addr(family=2)}
+
+
+def clear_local_root_qdisc(ifname: str) -> bool:
+    """Remove the root qdisc (and all under it) of `ifname` in this process's namespace; False if none."""
+    _configure_pyroute2()
+    with signals_deferred(), IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise EnvironmentProblem(f"no interface {ifname}")
+        if not any(q["parent"] == TC_H_ROOT and q.get_attr("TCA_KIND") != "noqueue"
+                   for q in ipr.get_qdiscs(index=found[0])):
+            return False
+        try:
+            ipr.tc("del", index=found[0], parent=TC_H_ROOT)
+        except NetlinkError as exc:
+            if exc.code not in _GONE:
+                raise
+            return False
+        return True
 
 
 def _htb_class_args(step: AddHtb) -> dict[str, int]:
