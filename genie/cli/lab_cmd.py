@@ -74,12 +74,16 @@ def shape_command(
                                         help="auto: netem where this kernel has sch_netem, else the userspace "
                                              "link emulator."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the steps, change nothing."),
+    remove: bool = typer.Option(False, "--remove", help="Only remove the shaping an earlier run made."),
 ) -> None:
     """Inside a lab VM: shape its lab NICs exactly as the emulated testbed shapes the node (provisioner "shape")."""
     from genie.services.lab import LabShapeRequest, run_lab_shape
 
     with flag_names(LAB_FLAGS):
-        result = run_lab_shape(LabShapeRequest(lab_dir, machine, shaper, dry_run))
+        result = run_lab_shape(LabShapeRequest(lab_dir, machine, shaper, dry_run, remove))
+    if remove:
+        typer.echo(f"{machine}: removed the lab's shaping ({result.undone_steps} objects)")
+        return
     for line in result.shaping.describe():
         typer.echo(line)
     if result.applied:

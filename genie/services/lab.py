@@ -130,6 +130,7 @@ class LabShapeRequest:
     machine: str
     shaper: ShaperChoice = ShaperChoice.AUTO
     dry_run: bool = False
+    remove: bool = False  # only undo what an earlier run made (emulator, queue rules, the lab NICs' qdiscs)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,9 @@ def run_lab_shape(request: LabShapeRequest) -> LabShapeResult:
     require_net_admin()
     undone = _undo_earlier(request.machine)
     for interface in shaping.interfaces:
-        netlink.clear_local_root_qdisc(interface.ifname)
+        undone += netlink.clear_local_root_qdisc(interface.ifname)
+    if request.remove:
+        return LabShapeResult(shaping, applied=False, undone_steps=undone)
     _apply(shaping)
     return LabShapeResult(shaping, applied=True, undone_steps=undone)
 
