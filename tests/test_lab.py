@@ -429,7 +429,8 @@ def test_vm_shaping_is_the_testbeds_plan_for_its_node(shaper: Shaper) -> None:
 
 def test_vm_shaping_errors() -> None:
     lab = plan_lab(load_topology(DELAYED))
-    with pytest.raises(EnvironmentProblem, match=r"h0: no interface has the lab address 198\.18\.1\.10 \(links\[0\] h0 - r0\)"):
+    missing = r"h0: no interface has the lab address 198\.18\.1\.10 \(links\[0\] h0 - r0\)"
+    with pytest.raises(EnvironmentProblem, match=missing):
         plan_machine_shaping(lab, "h0", Shaper.KERNEL, {"10.0.2.15": "eth0"})
     with pytest.raises(InputError, match=r"^--machine: expected one of the lab's VMs \(h0, h1, h2, r0\), got 's0'"), \
             flag_names(LAB_FLAGS):

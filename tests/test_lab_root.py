@@ -85,7 +85,8 @@ def stand_in(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("sample", ["leaf-spine-2x4", "star-4"])
-def test_lab_provisioning_in_namespaces(sample: str, tmp_path: Path, stand_in, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_lab_provisioning_in_namespaces(sample: str, tmp_path: Path, stand_in,  # type: ignore[no-untyped-def]
+                                        monkeypatch) -> None:
     topology = load_topology_file(ROOT / "topologies" / f"{sample}.yaml")
     lab = plan_lab(topology)
     lab_dir = tmp_path / "lab"
@@ -138,7 +139,8 @@ def test_lab_provisioning_in_namespaces(sample: str, tmp_path: Path, stand_in, m
         _print(again.rows)
         failed = again.failed
     assert not failed, [(r.direction, r.metric.value, r.measured, r.note) for r in failed]
-    assert all(row.status in (Status.OK, Status.CEILING, Status.INFO) for row in result.rows if row not in result.failed)
+    assert all(row.status in (Status.OK, Status.CEILING, Status.INFO)
+               for row in result.rows if row not in result.failed)
     assert (result.run_dir / "links_verify.csv").is_file()
 
 

@@ -16,7 +16,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from genie.core.errors import InputError
 from genie.inventory.model import Inventory
@@ -30,6 +30,9 @@ LAB_TOPOLOGY = "topology.yaml"
 LAB_INVENTORY = "inventory.yaml"
 VM_PYTHON = "/opt/genie/.venv/bin/python"  # genie's venv in every VM (provision/genie.sh)
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+
+if TYPE_CHECKING:
+    from genie.services.verify import VerifyResult
 
 
 VM_PYTHON_VERSION = "3.11"  # Debian 12, the default box
@@ -262,7 +265,7 @@ def ssh_probe_command(inventory: Inventory, python: str = VM_PYTHON, *, tty: boo
 
 
 def run_lab_verify(request: LabVerifyRequest, progress: Callable[[str], None] | None = None, *,
-                   command: ProbeCommand | None = None, server_command: ProbeCommand | None = None):  # type: ignore[no-untyped-def]
+                   command: ProbeCommand | None = None, server_command: ProbeCommand | None = None) -> VerifyResult:
     """The testbed's link checks across the lab's hosts (see the module doc); `command` / `server_command`
     replace the ssh transport (tests run the probes in namespaces standing in for the VMs)."""
     from genie.services.verify import record_verify

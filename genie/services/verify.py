@@ -13,6 +13,7 @@ from genie.testbed.verify import Status, VerifyRow
 from genie.testbed.verify_run import VerifySettings
 
 if TYPE_CHECKING:
+    from genie.core.testbed import Shaping
     from genie.report.manifest import InputDigest
 
 VERIFY_CSV = "links_verify.csv"
@@ -73,7 +74,7 @@ def run_verify(request: VerifyRequest, progress: Callable[[str], None] | None = 
 
 def record_verify(target: str, topology: Topology, topology_input: InputDigest | Path, settings: VerifySettings,
                   pairs: Optional[tuple[tuple[str, str], ...]], measure: Callable[[], list[VerifyRow]], *,
-                  out: Optional[Path], csv_path: Optional[Path], shaper: object) -> VerifyResult:
+                  out: Optional[Path], csv_path: Optional[Path], shaper: Shaping | None) -> VerifyResult:
     """Run `measure` inside a verify run directory: its manifest, ``links_verify.csv`` (and a copy at
     `csv_path`). Shared by testbed verify and lab verify (`genie.services.lab`)."""
     import dataclasses
