@@ -554,3 +554,17 @@ def test_cli_shape_dry_run_names_a_missing_interface(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["shape", str(tmp_path / "lab"), "--machine", "h0", "--dry-run"])
     assert isinstance(result.exception, EnvironmentProblem), result.output  # this machine is not the lab's h0
     assert "no interface has the lab address 198.18.1.10" in str(result.exception)
+
+
+@needs_keygen
+@pytest.mark.skipif(VAGRANT is None, reason="vagrant is not installed")
+def test_vagrant_validates_an_ich9_offline_lab(tmp_path: Path) -> None:
+    wide = load_topology("name: wide\nhosts: [{prefix: h, count: 10}]\nswitches: [{name: r, kind: router}]\n"
+                         "links:\n" + "".join(f"  - {{endpoints: [h{i}, r]}}\n" for i in range(10)))
+    out = tmp_path / "lab"
+    write_lab(plan_lab(wide, memory_mb=1024), out, wheelhouse="wheelhouse")
+    assert '"--chipset", "ich9"' in (out / "Vagrantfile").read_text()
+    env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vagrant-home"), "VAGRANT_CHECKPOINT_DISABLE": "1"}
+    result = subprocess.run([VAGRANT, "validate", "--ignore-provider"], cwd=out, env=env, capture_output=True,
+                            text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
