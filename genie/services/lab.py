@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
@@ -158,7 +158,7 @@ class RenderedLab:
     lab: Lab
     inventory: Inventory
     topology_path: Path
-    inventory_path: Path = field(default=Path(LAB_INVENTORY))
+    inventory_path: Path
 
 
 def load_rendered_lab(lab_dir: Path) -> RenderedLab:
