@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything genie needs on a fresh Debian/Ubuntu machine, as root: system packages (only those
 # missing), then a virtual environment in ./.venv with genie and its test tools. Safe to run again.
-#   --test   also the tools the test suite uses: vagrant (validates rendered labs), ssh-keygen, and Slurm's
+#   --test   also the tools the test suite uses: vagrant (validates rendered labs), shellcheck, ssh-keygen, and Slurm's
 #            daemons and clients (a private single-node cluster runs --launcher slurm for real; ~13 MB, ~15 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,7 @@ missing=()
 if [ "${1:-}" = "--test" ]; then
     command -v vagrant >/dev/null 2>&1 || missing+=(vagrant)
     command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
+    command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)  # checks the lab's provisioning scripts
     command -v srun >/dev/null 2>&1 || missing+=(slurm-client)
     PATH="$PATH:/usr/sbin" command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
     PATH="$PATH:/usr/sbin" command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)

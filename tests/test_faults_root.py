@@ -19,7 +19,8 @@ import pytest
 from cli_support import run_genie
 from genie.core.topology import LinkShape
 from genie.testbed import service
-from genie.testbed.netlink import inspect_namespace, namespace_pids
+from genie.testbed.namespaces import namespace_pids
+from genie.testbed.netlink import inspect_namespace
 from genie.testbed.state import STATE_DIR_ENV
 from genie.topology import star
 from netns_checks import namespaces_of_run, root_namespace_snapshot

@@ -16,10 +16,14 @@ from typer.testing import CliRunner
 
 from genie.cli.flags import flag_names
 from genie.cli.lab_cmd import LAB_FLAGS
-from genie.core.errors import InputError
+from genie.core.errors import EnvironmentProblem, InputError
 from genie.core.topology import LinkShape
 from genie.inventory import HostfileFormat, hostfile, load_inventory_file
-from genie.lab import Lab, MachineRole, NetworkKind, lab_inventory, plan_lab, render_lab
+from genie.lab import Lab, MachineRole, NetworkKind, lab_files, lab_inventory, plan_lab, render_lab, write_lab
+from genie.lab.plan import default_sizing, sizing_warnings
+from genie.lab.render import PROVISION_SCRIPTS
+from genie.lab.shape import LAYOUT_NAME, plan_machine_shaping
+from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, AddQueueRule, SetSysctl, Shaper, StartEmulator
 from genie.topology import leaf_spine, load_topology, load_topology_file, ring, star
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,7 +180,8 @@ def test_render_every_sample(sample: Path, tmp_path: Path) -> None:
     written = render_lab(topology, out, box="example/box", provider_memory_mb=1536, cpus=3, source=str(sample))
     names = sorted(str(p.relative_to(out)) for p in written)
     assert names == sorted([".gitignore", "Vagrantfile", "hostfile", "hostfile.openmpi", "inventory.yaml",
-                            "provision/genie.sh", "provision/network.sh", "ssh/id_ed25519", "ssh/id_ed25519.pub"])
+                            "provision/genie.sh", "provision/network.sh", "provision/shape.sh", "ssh/id_ed25519",
+                            "ssh/id_ed25519.pub", "topology.yaml"])
     lab = plan_lab(topology)
     vagrantfile = (out / "Vagrantfile").read_text()
     assert vagrantfile.count("config.vm.define ") == len(lab.machines)
@@ -186,7 +191,9 @@ def test_render_every_sample(sample: Path, tmp_path: Path) -> None:
     assert vagrantfile.count("lv.memory = 1536") == len(lab.hosts) == vagrantfile.count("vb.cpus = 3")
     assert vagrantfile.count("lv.memory = 512") == len(lab.routers)
     assert "BOX = 'example/box'" in vagrantfile
-    assert vagrantfile.count('path: "provision/genie.sh"') == len(lab.hosts)
+    assert vagrantfile.count('path: "provision/genie.sh"') == len(lab.machines), "routers shape too: genie"
+    assert vagrantfile.count('path: "provision/shape.sh", run: "always"') == len(lab.machines)
+    assert plan_lab(load_topology_file(out / "topology.yaml")) == lab, "the VMs plan from the same topology"
     for machine in lab.machines:
         assert f"config.vm.define '{machine.name}' do |node|" in vagrantfile
         for name in machine.networks:
@@ -235,7 +242,7 @@ def test_lab_inside_the_repo_uses_a_relative_path(tmp_path: Path) -> None:
     assert "GENIE_REPO = '..'" in vagrantfile
     assert "'/lab/']" in vagrantfile, "the lab (and its ssh key) is not copied into the VMs"
     render_lab(star(2), tmp_path / "elsewhere", repo=repo)
-    assert f"GENIE_REPO = '{repo}'" in (tmp_path / "elsewhere" / "Vagrantfile").read_text()
+    assert "GENIE_REPO = '../genie'" in (tmp_path / "elsewhere" / "Vagrantfile").read_text(), "relative, movable"
 
 
 def test_render_errors(tmp_path: Path) -> None:
@@ -351,7 +358,7 @@ def test_single_host_lab_gets_a_network() -> None:
 
 
 def test_link_shape_is_not_needed() -> None:
-    """Labs do not shape: a topology with delay renders the same networks (documented as a known gap)."""
+    """A link's shape changes no network of the lab (the VMs shape their NICs: genie lab shape)."""
     shaped = plan_lab(star(2, shape=LinkShape(rate_bps=10**9, delay_us=100)))
     assert [n.network for n in shaped.networks] == [n.network for n in plan_lab(star(2)).networks]
 
@@ -362,3 +369,202 @@ def test_render_without_ssh_keygen(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(EnvironmentProblem, match="ssh-keygen not found: install openssh-client"):
         render_lab(star(2), tmp_path / "lab")
+
+
+# ---- shaping inside the VMs: the testbed's own steps, renamed to the VM's NICs --------------------------------
+DELAYED = """\
+name: lab-delayed
+hosts: [h0, h1, h2]
+switches: [{name: r0, kind: router}, {name: s0, kind: bridge}]
+links:
+  - {endpoints: [h0, r0], bandwidth: 1gbit, delay: 2ms, loss: 0.5}
+  - {endpoints: [r0, s0], bandwidth: 2gbit}
+  - {endpoints: [h1, s0], bandwidth: 1gbit, queue: 50}
+  - {endpoints: [h2, s0], delay: 1ms}
+"""
+
+
+def _vm_addresses(lab: Lab, machine: str) -> dict[str, str]:
+    """A VM's addresses as Vagrant would give them: the NAT NIC eth0, then lab NICs ens5, ens6... in network order."""
+    addresses = {"10.0.2.15": "eth0"}
+    for k, name in enumerate(lab.machine(machine).networks):
+        addresses[lab.network(name).address_of(machine) or ""] = f"ens{5 + k}"
+    return addresses
+
+
+@pytest.mark.parametrize("shaper", [Shaper.KERNEL, Shaper.USERSPACE])
+def test_vm_shaping_is_the_testbeds_plan_for_its_node(shaper: Shaper) -> None:
+    from genie.testbed.plan import build_plan
+
+    topology = load_topology(DELAYED)
+    lab = plan_lab(topology)
+    testbed = build_plan(topology, LAYOUT_NAME, netem_available=True, shaper=shaper).steps
+    for machine in lab.machines:
+        shaping = plan_machine_shaping(lab, machine.name, shaper, _vm_addresses(lab, machine.name))
+        rename = {i.testbed_ifname: i.ifname for i in shaping.interfaces}
+        netns = f"genie-{LAYOUT_NAME}-{machine.name}"
+        expected = [s for s in testbed if getattr(s, "netns", None) == netns
+                    and isinstance(s, (AddHtb, AddNetem, AddPfifo, AddQueueRule, StartEmulator))
+                    or isinstance(s, SetSysctl) and s.netns == netns and s.key.startswith("net.ipv4.tcp_")]
+        assert len(shaping.steps) == len(expected) and shaping.steps, machine.name
+        for ours, theirs in zip(shaping.steps, expected):
+            assert type(ours) is type(theirs) and ours.netns == machine.name
+            if isinstance(theirs, StartEmulator):
+                assert ours.config.stages == theirs.config.stages
+                assert [(q.queue_num, q.ifname) for q in ours.config.queues] == \
+                    [(q.queue_num, rename[q.ifname]) for q in theirs.config.queues]
+            elif hasattr(theirs, "ifname"):
+                assert replace(ours, netns=netns, ifname=theirs.ifname) == theirs  # type: ignore[call-arg]
+                assert ours.ifname == rename[theirs.ifname] and ours.ifname.startswith("ens")  # type: ignore
+            else:
+                assert replace(ours, netns=netns) == theirs
+    h0 = plan_machine_shaping(lab, "h0", shaper, _vm_addresses(lab, "h0"))
+    assert [(i.link_index, i.address, i.ifname, i.testbed_ifname) for i in h0.interfaces] == [
+        (0, lab.end_address(0, "h0"), "ens5", "eth0")]
+    kinds = [type(s) for s in h0.steps]
+    assert AddHtb in kinds and (AddNetem in kinds) is (shaper is Shaper.KERNEL)
+    r0 = plan_machine_shaping(lab, "r0", shaper, _vm_addresses(lab, "r0"))
+    assert [i.link_index for i in r0.interfaces] == [0, 1], "both ends of every link between VMs are shaped"
+
+
+def test_vm_shaping_errors() -> None:
+    lab = plan_lab(load_topology(DELAYED))
+    missing = r"h0: no interface has the lab address 198\.18\.1\.10 \(links\[0\] h0 - r0\)"
+    with pytest.raises(EnvironmentProblem, match=missing):
+        plan_machine_shaping(lab, "h0", Shaper.KERNEL, {"10.0.2.15": "eth0"})
+    with pytest.raises(InputError, match=r"^--machine: expected one of the lab's VMs \(h0, h1, h2, r0\), got 's0'"), \
+            flag_names(LAB_FLAGS):
+        plan_machine_shaping(lab, "s0", Shaper.KERNEL, {})
+
+
+def test_host_backend_refuses_what_is_not_shaping() -> None:
+    from genie.testbed.netlink import HostNetlinkBackend
+    from genie.testbed.steps import AddRoute, NextHop
+
+    with pytest.raises(TypeError, match="not a step a host applies to itself"):
+        HostNetlinkBackend().apply(AddRoute("h0", "10.0.0.1/32", (NextHop("eth1"),)))
+
+
+def test_virtualbox_nics_need_ich9_or_are_refused(tmp_path: Path) -> None:
+    from genie.lab.render import virtualbox_nics
+
+    wide = load_topology("name: wide\nhosts: [{prefix: h, count: 10}]\nswitches: [{name: r, kind: router}]\n"
+                         "links:\n" + "".join(f"  - {{endpoints: [h{i}, r]}}\n" for i in range(10)))
+    lab = plan_lab(wide)
+    assert virtualbox_nics(lab)["r"] == 11 and virtualbox_nics(lab)["h0"] == 2
+    text = lab_files(lab, repo="..")["Vagrantfile"]
+    assert text.count('vb.customize ["modifyvm", :id, "--chipset", "ich9"]') == 1
+    assert "# 11 NICs (NAT + 10 lab networks): more than the PIIX3 chipset's 8" in text
+    huge = load_topology("name: huge\nhosts: [{prefix: h, count: 36}]\nswitches: [{name: core, kind: router}]\n"
+                         "links:\n" + "".join(f"  - {{endpoints: [h{i}, core]}}\n" for i in range(36)))
+    with pytest.raises(InputError, match=r"^t.yaml: links: router core needs 37 NICs \(NAT \+ 36 lab networks\), "
+                                         r"more than the 36 VirtualBox's ICH9 chipset allows"):
+        lab_files(plan_lab(huge), repo="..", source="t.yaml")
+
+
+def test_default_sizing_follows_the_host_and_warns() -> None:
+    topology = load_topology_file(ROOT / "topologies" / "leaf-spine-2x4.yaml")
+    big = default_sizing(topology, host_memory_mb=64 * 1024, host_cpus=32)
+    assert (big.memory_mb, big.cpus, big.router_memory_mb, big.router_cpus) == (2048, 2, 512, 1)
+    small = default_sizing(topology, host_memory_mb=16 * 1024, host_cpus=8)
+    assert small.memory_mb == 1280 and small.cpus == 1  # (12288 - 4 * 512) / 8 = 1280
+    lab = plan_lab(topology, memory_mb=small.memory_mb, cpus=small.cpus)
+    warnings = sizing_warnings(lab, host_memory_mb=16 * 1024, host_cpus=8)
+    assert len(warnings) == 1 and "12 vCPUs and this machine has 8 CPUs" in warnings[0]
+    assert not sizing_warnings(lab, host_memory_mb=16 * 1024, host_cpus=12)
+    tight = sizing_warnings(plan_lab(topology), host_memory_mb=8 * 1024, host_cpus=64)
+    assert tight == ["the lab's 12 VMs take 18432 MiB of memory and this machine has 8192 MiB: lower `memory_mb` "
+                     "/ `router_memory_mb`, or use a larger host"]
+
+
+@needs_keygen
+def test_cli_render_sizes_from_the_host_and_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genie.cli.lab_cmd import app
+    from genie.services import lab as lab_service
+
+    monkeypatch.setattr(lab_service, "host_resources", lambda: (4096, 2))
+    result = CliRunner().invoke(app, ["render", str(ROOT / "topologies" / "leaf-spine-2x4.yaml"),
+                                      str(tmp_path / "lab"), "--router-cpus", "2"])
+    assert result.exit_code == 0, result.output
+    vagrantfile = (tmp_path / "lab" / "Vagrantfile").read_text()
+    assert vagrantfile.count("lv.memory = 1024") == 8 and vagrantfile.count("lv.cpus = 2") == 4
+    assert "warning: the lab's 12 VMs take 10240 MiB of memory and this machine has 4096 MiB: lower --memory / " \
+           "--router-memory" in result.output
+    assert "warning: the lab's VMs have 16 vCPUs" in result.output
+    bad = CliRunner().invoke(app, ["render", str(ROOT / "topologies" / "star-4.yaml"), str(tmp_path / "x"),
+                                   "--router-cpus", "0"])
+    assert isinstance(bad.exception, InputError) and str(bad.exception).startswith("--router-cpus: expected")
+
+
+def test_wheelhouse_argv_downloads_what_the_vms_install(tmp_path: Path) -> None:
+    from genie.services.lab import wheelhouse_argv
+
+    argv = wheelhouse_argv(ROOT, tmp_path / "wheelhouse", python="python3")
+    assert argv[:4] == ["python3", "-m", "pip", "download"]
+    assert argv[argv.index("--dest") + 1] == str(tmp_path / "wheelhouse")
+    assert argv[argv.index("--python-version") + 1] == "3.11" and "--only-binary=:all:" in argv
+    for requirement in ("pyroute2>=0.9", "mpi4py>=4.0", "mpich", "pytest>=8", "setuptools>=77", "wheel", "pip"):
+        assert requirement in argv
+    requirements = argv[len(argv) - 1 - argv[::-1].index("--platform") + 2:]
+    assert requirements[0] == "typer>=0.12" and len(requirements) == len(set(requirements))
+
+
+@needs_keygen
+def test_offline_lab_installs_from_its_wheelhouse(tmp_path: Path) -> None:
+    lab = plan_lab(star(2))
+    genie_sh = lab_files(lab, repo="..", wheelhouse="wheelhouse")["provision/genie.sh"]
+    assert "export PIP_NO_INDEX=1 PIP_FIND_LINKS=/vagrant/wheelhouse" in genie_sh
+    assert "PIP_NO_INDEX" not in lab_files(lab, repo="..")["provision/genie.sh"]
+
+
+def test_ssh_probe_command_quotes_the_remote_argv() -> None:
+    from genie.services.lab import ssh_probe_command
+
+    inventory = lab_inventory(plan_lab(star(2)))
+    argv = ssh_probe_command(inventory)("h1", ["rtt", "--to", "198.18.0.10", "--port", "47311"])
+    assert argv == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "vagrant@198.18.0.11",
+                    "/opt/genie/.venv/bin/python -m genie.testbed.probe rtt --to 198.18.0.10 --port 47311"]
+    assert "-tt" in ssh_probe_command(inventory, tty=True)("h0", ["serve"])
+
+
+@needs_keygen
+@pytest.mark.skipif(shutil.which("shellcheck") is None,
+                    reason="shellcheck is not installed (scripts/setup.sh --test, or apt-get install shellcheck)")
+@pytest.mark.parametrize("sample", SAMPLES + ["mixed", "offline"], ids=lambda p: getattr(p, "stem", p))
+def test_provisioning_scripts_pass_shellcheck(sample: Path | str, tmp_path: Path) -> None:
+    topology = load_topology(MIXED) if sample in ("mixed", "offline") else load_topology_file(sample)
+    write_lab(plan_lab(topology), tmp_path, wheelhouse="wheelhouse" if sample == "offline" else None)
+    scripts = [str(tmp_path / path) for path in PROVISION_SCRIPTS]
+    result = subprocess.run(["shellcheck", "--shell=bash", *scripts], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+def test_shellcheck_is_not_vacuous(tmp_path: Path) -> None:
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/usr/bin/env bash\nrm -rf $1/*\n")
+    assert subprocess.run(["shellcheck", str(script)], capture_output=True, timeout=60).returncode != 0
+
+
+@needs_keygen
+def test_cli_shape_dry_run_names_a_missing_interface(tmp_path: Path) -> None:
+    from genie.cli.lab_cmd import app
+
+    render_lab(load_topology(DELAYED), tmp_path / "lab")
+    result = CliRunner().invoke(app, ["shape", str(tmp_path / "lab"), "--machine", "h0", "--dry-run"])
+    assert isinstance(result.exception, EnvironmentProblem), result.output  # this machine is not the lab's h0
+    assert "no interface has the lab address 198.18.1.10" in str(result.exception)
+
+
+@needs_keygen
+@pytest.mark.skipif(VAGRANT is None, reason="vagrant is not installed")
+def test_vagrant_validates_an_ich9_offline_lab(tmp_path: Path) -> None:
+    wide = load_topology("name: wide\nhosts: [{prefix: h, count: 10}]\nswitches: [{name: r, kind: router}]\n"
+                         "links:\n" + "".join(f"  - {{endpoints: [h{i}, r]}}\n" for i in range(10)))
+    out = tmp_path / "lab"
+    write_lab(plan_lab(wide, memory_mb=1024), out, wheelhouse="wheelhouse")
+    assert '"--chipset", "ich9"' in (out / "Vagrantfile").read_text()
+    env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vagrant-home"), "VAGRANT_CHECKPOINT_DISABLE": "1"}
+    result = subprocess.run([VAGRANT, "validate", "--ignore-provider"], cwd=out, env=env, capture_output=True,
+                            text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr

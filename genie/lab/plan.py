@@ -36,6 +36,7 @@ DEFAULT_CPUS = 2
 DEFAULT_ROUTER_MEMORY_MB = 512
 ROUTER_CPUS = 1
 MIN_MEMORY_MB = 256
+MIN_HOST_DEFAULT_MEMORY_MB = 1024  # genie with numpy, pandas and MPICH
 SEGMENT_PREFIX_LEN = 24
 HYPERVISOR_OFFSET = 1  # .1 of every /24
 FIRST_VM_OFFSET = 10  # VMs from .10
@@ -64,6 +65,7 @@ class LabNetwork:
     description: str  # what of the topology it stands for: "bridge s0", "link h0 - leaf0"
     members: tuple[tuple[str, str], ...]  # (machine, address) in link order
     mtu_bytes: int = DEFAULT_MTU_BYTES
+    links: tuple[int, ...] = ()  # indices of the topology links it carries (a bridged segment: several)
 
     @property
     def netmask(self) -> str:
@@ -120,6 +122,19 @@ class Lab:
                 return network
         raise KeyError(name)
 
+    def end_address(self, link_index: int, node: str) -> str | None:
+        """The address of `node`'s NIC for topology link `link_index` (None for a bridge: it has no VM)."""
+        for network in self.networks:
+            if link_index in network.links:
+                return network.address_of(node)
+        return None
+
+    def machine(self, name: str) -> LabMachine:
+        for machine in self.machines:
+            if machine.name == name:
+                return machine
+        raise KeyError(name)
+
     def primary_network(self, host: str) -> LabNetwork:
         """The network holding the host's rank address."""
         machine = next(m for m in self.machines if m.name == host)
@@ -129,11 +144,46 @@ class Lab:
         raise KeyError(host)
 
 
+@dataclass(frozen=True)
+class LabSizing:
+    """The size of every VM of one role."""
+
+    memory_mb: int = DEFAULT_MEMORY_MB
+    cpus: int = DEFAULT_CPUS
+    router_memory_mb: int = DEFAULT_ROUTER_MEMORY_MB
+    router_cpus: int = ROUTER_CPUS
+
+
+def default_sizing(topology: Topology, *, host_memory_mb: int, host_cpus: int) -> LabSizing:
+    """VM sizes that fit the workstation: routers get 512 MiB and 1 CPU; host VMs share three quarters of its
+    memory left after the routers (1-2 GiB each, in 256 MiB steps) and its CPUs (1-2 each)."""
+    hosts = max(1, len(topology.hosts))
+    routers = sum(1 for s in topology.switches if s.kind is SwitchKind.ROUTER)
+    budget_mb = host_memory_mb * 3 // 4 - routers * DEFAULT_ROUTER_MEMORY_MB
+    memory_mb = min(DEFAULT_MEMORY_MB, max(MIN_HOST_DEFAULT_MEMORY_MB, budget_mb // hosts // 256 * 256))
+    return LabSizing(memory_mb, min(DEFAULT_CPUS, max(1, host_cpus // hosts)))
+
+
+def sizing_warnings(lab: Lab, *, host_memory_mb: int, host_cpus: int) -> list[str]:
+    """Why the lab may not fit the workstation: its VMs' memory beyond 90% of the host's, or more vCPUs than
+    the host has CPUs (the VMs then share CPUs, and timings suffer)."""
+    memory_mb = sum(m.memory_mb for m in lab.machines)
+    cpus = sum(m.cpus for m in lab.machines)
+    warnings = []
+    if memory_mb > host_memory_mb * 0.9:
+        warnings.append(f"the lab's {len(lab.machines)} VMs take {memory_mb} MiB of memory and this machine has "
+                        f"{host_memory_mb} MiB: lower `memory_mb` / `router_memory_mb`, or use a larger host")
+    if cpus > host_cpus:
+        warnings.append(f"the lab's VMs have {cpus} vCPUs and this machine has {host_cpus} CPUs: they will "
+                        "share them, and timings measured in the lab will suffer (`cpus`, `router_cpus`)")
+    return warnings
+
+
 def plan_lab(topology: Topology, *, box: str = DEFAULT_BOX, memory_mb: int = DEFAULT_MEMORY_MB,
              cpus: int = DEFAULT_CPUS, router_memory_mb: int = DEFAULT_ROUTER_MEMORY_MB,
-             source: str | None = None) -> Lab:
+             router_cpus: int = ROUTER_CPUS, source: str | None = None) -> Lab:
     """The lab for `topology`. InputError (naming `source`) when the subnet cannot hold a /24 per segment."""
-    _check_options(box, memory_mb, cpus, router_memory_mb)
+    _check_options(box, memory_mb, cpus, router_memory_mb, router_cpus)
     validate_topology(topology, source=source or "<topology>")
     networks, first_network = _networks(topology, source)
     primary = {host: dict(networks[first_network[host]].members)[host] for host in first_network}
@@ -150,19 +200,21 @@ def plan_lab(topology: Topology, *, box: str = DEFAULT_BOX, memory_mb: int = DEF
             networks=tuple(n.name for n in networks if n.address_of(node) is not None),
             routes=node_routes, forwards=not host or node in forwarders,
             multipath=any(len(r.gateways) > 1 for r in node_routes),
-            memory_mb=memory_mb if host else router_memory_mb, cpus=cpus if host else ROUTER_CPUS))
+            memory_mb=memory_mb if host else router_memory_mb, cpus=cpus if host else router_cpus))
     return Lab(topology.name, topology, box, tuple(networks), tuple(machines))
 
 
-def _check_options(box: str, memory_mb: int, cpus: int, router_memory_mb: int) -> None:
+def _check_options(box: str, memory_mb: int, cpus: int, router_memory_mb: int, router_cpus: int) -> None:
     if not isinstance(box, str) or not box.strip() or any(c.isspace() for c in box):
         raise InputError(f"expected a Vagrant box name such as {DEFAULT_BOX}, got {box!r}", path="box")
     for value, option in ((memory_mb, "memory_mb"), (router_memory_mb, "router_memory_mb")):
         if isinstance(value, bool) or not isinstance(value, int) or value < MIN_MEMORY_MB:
             raise InputError(f"expected the memory of a VM in MiB (an integer >= {MIN_MEMORY_MB}), got {value!r}",
                              path=option)
-    if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
-        raise InputError(f"expected the number of CPUs of a host VM (an integer >= 1), got {cpus!r}", path="cpus")
+    for value, option, role in ((cpus, "cpus", "host"), (router_cpus, "router_cpus", "router")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"expected the number of CPUs of a {role} VM (an integer >= 1), got {value!r}",
+                             path=option)
 
 
 def _hostnames(topology: Topology) -> dict[str, str]:
@@ -216,7 +268,9 @@ def _networks(topology: Topology, source: str | None) -> tuple[list[LabNetwork],
                              f"{MAX_SEGMENT_VMS} VMs (.{FIRST_VM_OFFSET}-.254)", source=source, path="links")
         addresses = tuple((m, str(block.network_address + FIRST_VM_OFFSET + k)) for k, m in enumerate(members))
         mtu = min((link.shape.mtu_bytes for link in links), default=DEFAULT_MTU_BYTES)
-        networks.append(LabNetwork(f"genie-{topology.name}-net{j}", kind, str(block), description, addresses, mtu))
+        indices = tuple(i for i, group in enumerate(link_group) if group == j)
+        networks.append(LabNetwork(f"genie-{topology.name}-net{j}", kind, str(block), description, addresses, mtu,
+                                   indices))
     first_network: dict[str, int] = {}
     for link, index in zip(topology.links, link_group):
         for end in link.endpoints:

@@ -2,8 +2,10 @@
 
 ``OUTDIR/`` gets:
 * ``Vagrantfile`` — one VM per topology host (and router), private networks, libvirt and VirtualBox blocks;
-* ``provision/network.sh`` (routes, forwarding, MTUs; every boot) and ``provision/genie.sh`` (genie, MPICH,
-  /etc/hosts, passwordless ssh; first boot);
+* ``provision/network.sh`` (routes, forwarding, MTUs; every boot), ``provision/genie.sh`` (genie in every VM;
+  in host VMs also MPICH, /etc/hosts, passwordless ssh; first boot) and ``provision/shape.sh`` (the links'
+  shaping, `genie lab shape`; every boot);
+* ``topology.yaml`` — the topology, which `genie lab shape` and `genie lab verify` plan from inside the VMs;
 * ``inventory.yaml`` (docs/inventory.md) and the MPI hostfiles ``hostfile`` (MPICH) / ``hostfile.openmpi``;
 * ``ssh/id_ed25519[.pub]`` — one key the VMs share (made with ssh-keygen once, kept on later renders);
 * ``.gitignore`` — keeps ``.vagrant/`` and the key out of git.
@@ -26,15 +28,21 @@ from genie.core.topology import Topology
 from genie.inventory.model import HostfileFormat, Inventory, InventoryHost
 from genie.inventory.writer import dump_inventory, hostfile, ssh_config
 from genie.lab.plan import (DEFAULT_BOX, DEFAULT_CPUS, DEFAULT_MEMORY_MB, DEFAULT_MTU_BYTES,
-                            DEFAULT_ROUTER_MEMORY_MB, Lab, LabMachine, plan_lab)
+                            DEFAULT_ROUTER_MEMORY_MB, Lab, LabMachine, MachineRole, plan_lab)
 from genie.core.files import write_atomic
+from genie.topology.writer import dump_topology
 
 LAB_USER = "vagrant"
 KEY_PATH = Path("ssh") / "id_ed25519"
 KEY_IN_VM = "~/.ssh/genie_lab_ed25519"
 SSH_KEYGEN_TIMEOUT_S = 30
 REPO_EXCLUDES = (".git/", ".venv/", ".vagrant/", "runs/", "__pycache__/", "*.egg-info/")
-_EXECUTABLE = ("provision/network.sh", "provision/genie.sh")
+_EXECUTABLE = ("provision/network.sh", "provision/genie.sh", "provision/shape.sh")
+PROVISION_SCRIPTS = _EXECUTABLE
+VIRTUALBOX_NAT_NICS = 1  # Vagrant's management NIC
+VIRTUALBOX_PIIX3_MAX_NICS = 8  # VirtualBox's default chipset
+VIRTUALBOX_ICH9_MAX_NICS = 36
+WHEELHOUSE = "wheelhouse"  # `--offline`: Python packages downloaded once, installed from in every VM
 
 
 def lab_inventory(lab: Lab) -> Inventory:
@@ -62,10 +70,30 @@ def network_args(lab: Lab, machine: LabMachine) -> list[list[str]]:
     return groups
 
 
+def virtualbox_nics(lab: Lab, source: str | None = None) -> dict[str, int]:
+    """NICs of every VM under VirtualBox (NAT + one per lab network). More than 8 need the ICH9 chipset (the
+    Vagrantfile sets it); more than 36 are refused, naming the node."""
+    nics = {m.name: VIRTUALBOX_NAT_NICS + len(m.networks) for m in lab.machines}
+    for machine in lab.machines:
+        if nics[machine.name] > VIRTUALBOX_ICH9_MAX_NICS:
+            raise InputError(f"{machine.role.value} {machine.name} needs {nics[machine.name]} NICs (NAT + "
+                             f"{len(machine.networks)} lab networks), more than the {VIRTUALBOX_ICH9_MAX_NICS} "
+                             "VirtualBox's ICH9 chipset allows; expected at most "
+                             f"{VIRTUALBOX_ICH9_MAX_NICS - VIRTUALBOX_NAT_NICS} links per VM", source=source,
+                             path="links")
+    return nics
+
+
+def genie_args(machine: LabMachine) -> list[str]:
+    """provision/genie.sh's arguments: ``host RANK_ADDRESS`` or ``router``."""
+    return ["host", machine.address or ""] if machine.role is MachineRole.HOST else ["router"]
+
+
 def lab_files(lab: Lab, *, repo: str, repo_excludes: tuple[str, ...] = REPO_EXCLUDES,
-              source: str | None = None) -> dict[str, str]:
+              source: str | None = None, wheelhouse: str | None = None) -> dict[str, str]:
     """Relative path -> text of every lab file but the ssh key. `repo` is the genie tree as the Vagrantfile
-    names it (relative to the lab directory, or absolute)."""
+    names it (relative to the lab directory, or absolute); `wheelhouse` the lab-relative directory the VMs
+    install Python packages from (None: from PyPI)."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("genie.lab", "templates"), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters["rb"] = ruby_string
@@ -76,6 +104,8 @@ def lab_files(lab: Lab, *, repo: str, repo_excludes: tuple[str, ...] = REPO_EXCL
         "lab": lab, "repo": repo, "repo_excludes": list(repo_excludes), "source": source,
         "name_width": max(len(n.name) for n in lab.networks),
         "network_args": {m.name: network_args(lab, m) for m in lab.machines},
+        "genie_args": {m.name: genie_args(m) for m in lab.machines},
+        "virtualbox_nics": virtualbox_nics(lab, source), "wheelhouse": wheelhouse,
         "ssh_config": ssh_config(inventory, identity_file=KEY_IN_VM,
                                  extra=("StrictHostKeyChecking accept-new", "IdentitiesOnly yes")),
     }
@@ -85,6 +115,9 @@ def lab_files(lab: Lab, *, repo: str, repo_excludes: tuple[str, ...] = REPO_EXCL
         "Vagrantfile": env.get_template("Vagrantfile.j2").render(context),
         "provision/network.sh": env.get_template("network.sh.j2").render(context),
         "provision/genie.sh": env.get_template("genie.sh.j2").render(context),
+        "provision/shape.sh": env.get_template("shape.sh.j2").render(context),
+        "topology.yaml": f"# the topology of lab {lab.name}, written by genie lab render"
+                         f"{f' from {source}' if source else ''}\n" + dump_topology(lab.topology),
         "inventory.yaml": dump_inventory(inventory, header=header),
         "hostfile": hostfile(inventory, HostfileFormat.MPICH),
         "hostfile.openmpi": hostfile(inventory, HostfileFormat.OPENMPI),
@@ -119,7 +152,7 @@ def render_lab(topology: Topology, outdir: str | os.PathLike[str], *, box: str =
 
 
 def write_lab(lab: Lab, outdir: str | os.PathLike[str], *, repo: str | os.PathLike[str] | None = None,
-              source: str | None = None) -> list[Path]:
+              source: str | None = None, wheelhouse: str | None = None) -> list[Path]:
     """Write the lab's files into `outdir` (created if needed), each atomically; keep an existing ssh key."""
     out = Path(outdir)
     if out.exists() and not out.is_dir():
@@ -129,11 +162,11 @@ def write_lab(lab: Lab, outdir: str | os.PathLike[str], *, repo: str | os.PathLi
     if lab_dir == repo_dir:
         raise InputError("expected a directory of its own for the lab (such as lab/), not genie's source tree",
                          source=str(out))
-    repo_in_vagrantfile, excludes = str(repo_dir), REPO_EXCLUDES
+    # relative to the lab directory, so that the lab (with its checkout) can be moved or shared
+    repo_in_vagrantfile, excludes = os.path.relpath(repo_dir, lab_dir), REPO_EXCLUDES
     if lab_dir.is_relative_to(repo_dir):  # e.g. lab/ in the checkout: '..', and the lab (its key) stays out of VMs
-        repo_in_vagrantfile = os.path.relpath(repo_dir, lab_dir)
         excludes += (f"/{lab_dir.relative_to(repo_dir).as_posix()}/",)
-    files = lab_files(lab, repo=repo_in_vagrantfile, repo_excludes=excludes, source=source)
+    files = lab_files(lab, repo=repo_in_vagrantfile, repo_excludes=excludes, source=source, wheelhouse=wheelhouse)
     try:
         out.mkdir(parents=True, exist_ok=True)
         written = list(_ensure_key(out, lab.name))

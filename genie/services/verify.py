@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
+from genie.core.topology import Topology
 from genie.testbed.verify import Status, VerifyRow
 from genie.testbed.verify_run import VerifySettings
+
+if TYPE_CHECKING:
+    from genie.core.testbed import Shaping
+    from genie.report.manifest import InputDigest
 
 VERIFY_CSV = "links_verify.csv"
 
@@ -52,30 +57,43 @@ def check_pairs(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 
 def run_verify(request: VerifyRequest, progress: Callable[[str], None] | None = None) -> VerifyResult:
-    import dataclasses
-    import io
-
-    from genie.core.files import write_atomic
-    from genie.report.manifest import InputDigest, RunRecorder, topology_summary
+    from genie.report.manifest import InputDigest
     from genie.testbed.service import load_info
     from genie.testbed.state import load_record
-    from genie.testbed.verify import write_verify_csv
     from genie.testbed.verify_run import verify_testbed
 
     info = load_info(request.testbed)
     record = load_record(request.testbed)
-    inputs = (InputDigest("topology", record.source or f"testbed {info.name}", record.source_digest, 1),)
-    params = {**dataclasses.asdict(request.settings),
-              "pairs": [list(p) for p in request.pairs] if request.pairs is not None else None}
-    with RunRecorder("verify", out=request.out, inputs=inputs, params=params) as run:
-        run.describe(target=info.name, shaper=info.shaper, topology=topology_summary(info.topology))
-        rows = verify_testbed(request.testbed, request.settings,
-                              pairs=list(request.pairs) if request.pairs is not None else None, progress=progress)
+    topology_input = InputDigest("topology", record.source or f"testbed {info.name}", record.source_digest, 1)
+    return record_verify(info.name, info.topology, topology_input, request.settings, request.pairs,
+                         lambda: verify_testbed(request.testbed, request.settings,
+                                                pairs=list(request.pairs) if request.pairs is not None else None,
+                                                progress=progress),
+                         out=request.out, csv_path=request.csv_path, shaper=info.shaper)
+
+
+def record_verify(target: str, topology: Topology, topology_input: InputDigest | Path, settings: VerifySettings,
+                  pairs: Optional[tuple[tuple[str, str], ...]], measure: Callable[[], list[VerifyRow]], *,
+                  out: Optional[Path], csv_path: Optional[Path], shaper: Shaping | None) -> VerifyResult:
+    """Run `measure` inside a verify run directory: its manifest, ``links_verify.csv`` (and a copy at
+    `csv_path`). Shared by testbed verify and lab verify (`genie.services.lab`)."""
+    import dataclasses
+    import io
+
+    from genie.core.files import write_atomic
+    from genie.report.manifest import RunRecorder, input_digest, topology_summary
+    from genie.testbed.verify import write_verify_csv
+
+    inputs = (topology_input if not isinstance(topology_input, Path) else input_digest(topology_input, "topology"),)
+    params = {**dataclasses.asdict(settings), "pairs": [list(p) for p in pairs] if pairs is not None else None}
+    with RunRecorder("verify", out=out, inputs=inputs, params=params) as run:
+        run.describe(target=target, shaper=shaper, topology=topology_summary(topology))
+        rows = measure()
         buffer = io.StringIO()
         write_verify_csv(rows, buffer)
         path = run.write(VERIFY_CSV, buffer.getvalue())
-        if request.csv_path is not None:
-            path = write_atomic(request.csv_path, buffer.getvalue())
+        if csv_path is not None:
+            path = write_atomic(csv_path, buffer.getvalue())
         failed = sum(1 for row in rows if row.status is Status.FAIL)
         run.set_summary({"measurements": len(rows), "failed": failed})
     return VerifyResult(run.run_dir, tuple(rows), path)

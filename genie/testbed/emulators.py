@@ -85,14 +85,20 @@ def python_env() -> dict[str, str]:
 
 class EmulatorBackend:
     """Applies `AddQueueRule` and `StartEmulator` steps of testbed ``testbed``. ``on_started`` is told of every
-    emulator started (so the state record names it before anything else happens)."""
+    emulator started (so the state record names it before anything else happens). With ``here`` the steps act
+    in the namespace this process runs in (a real host standing in for a node: ``genie lab shape``), whatever
+    namespace they name."""
 
     def __init__(self, testbed: str, *, on_started: Callable[[EmulatorProcess], None] | None = None,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, here: bool = False) -> None:
         self.testbed = testbed
         self.on_started = on_started
         self.python = python
+        self.here = here
         self.started: dict[str, EmulatorProcess] = {}
+
+    def _argv(self, netns: str, argv: list[str]) -> list[str]:
+        return argv if self.here else _in_netns(netns, argv)
 
     def apply(self, step: PlanStep) -> None:
         if isinstance(step, AddQueueRule):
@@ -104,7 +110,7 @@ class EmulatorBackend:
 
     def undo(self, step: PlanStep) -> None:
         if isinstance(step, AddQueueRule):
-            if os.path.exists(os.path.join(NETNS_DIR, step.netns)):
+            if self.here or os.path.exists(os.path.join(NETNS_DIR, step.netns)):
                 self._iptables(step, "-D", missing_ok=True)
         elif isinstance(step, StartEmulator):
             process = self.started.pop(step.netns, None)
@@ -114,7 +120,7 @@ class EmulatorBackend:
             raise TypeError(f"not a userspace step: {step!r}")
 
     def _iptables(self, step: AddQueueRule, action: str, *, missing_ok: bool = False) -> None:
-        argv = _in_netns(step.netns, step.iptables_argv(action))
+        argv = self._argv(step.netns, step.iptables_argv(action))
         result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                 timeout=COMMAND_TIMEOUT_S, check=False)
         if result.returncode != 0 and not missing_ok:
@@ -125,8 +131,8 @@ class EmulatorBackend:
         directory = emulator_dir(self.testbed)
         directory.mkdir(parents=True, exist_ok=True)
         log = log_path(self.testbed, step.netns)
-        argv = _in_netns(step.netns, [self.python, "-m", "genie.linkemu", "--config", step.config.to_json(),
-                                      "--stats", str(stats_path(self.testbed, step.netns))])
+        argv = self._argv(step.netns, [self.python, "-m", "genie.linkemu", "--config", step.config.to_json(),
+                                       "--stats", str(stats_path(self.testbed, step.netns))])
         with open(log, "ab") as log_file:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file,
                                     start_new_session=True, cwd="/", env=python_env(), close_fds=True)

@@ -99,10 +99,14 @@ class KernelEnvironment:
         return userspace_problem()
 
     def netns_exists(self, name: str) -> bool:
-        return bool(_netlink().netns_exists(name))
+        from genie.testbed.namespaces import netns_exists
+
+        return netns_exists(name)
 
     def namespace_pids(self, name: str) -> list[int]:
-        return list(_netlink().namespace_pids(name))
+        from genie.testbed.namespaces import namespace_pids
+
+        return namespace_pids(name)
 
     def list_genie_namespaces(self) -> list[str]:
         return list(_netlink().list_genie_namespaces())

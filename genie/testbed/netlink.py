@@ -21,6 +21,7 @@ from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 from genie.core.errors import EnvironmentProblem
 from genie.core.testbed import TestbedInfo
 from genie.testbed.layout import NETNS_DIR, NETNS_PREFIX
+from genie.testbed.namespaces import namespace_pids, netns_exists, netns_path
 from genie.testbed.lifecycle import signals_deferred
 from genie.testbed.observed import InterfaceStatus, LinkCounters, NamespaceStatus, QdiscStatus, RouteStatus
 from genie.testbed.steps import (AddAddress, AddBridge, AddHtb, AddNetem, AddPfifo, AddRoute, CreateNetns,
@@ -41,14 +42,6 @@ def _configure_pyroute2() -> None:
     config.child_process_mode = "mp"
 
 
-def netns_path(name: str) -> str:
-    return os.path.join(NETNS_DIR, name)
-
-
-def netns_exists(name: str) -> bool:
-    return os.path.exists(netns_path(name))
-
-
 def list_genie_namespaces() -> list[str]:
     """Names of every namespace carrying genie's prefix (``genie-``), sorted."""
     return sorted(name for name in netns.listnetns(NETNS_DIR) if name.startswith(NETNS_PREFIX))
@@ -60,25 +53,6 @@ def remove_namespace(name: str) -> bool:
         return False
     netns.remove(name)
     return True
-
-
-def namespace_pids(name: str) -> list[int]:
-    """PIDs of the processes whose network namespace is `name` (compared by device and inode)."""
-    try:
-        target = os.stat(netns_path(name))
-    except FileNotFoundError:
-        return []
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            st = os.stat(f"/proc/{entry}/ns/net")
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
-            pids.append(int(entry))
-    return sorted(pids)
 
 
 def run_in_netns(name: str, fn: Callable[[], _T]) -> _T:
@@ -165,6 +139,9 @@ class NetlinkBackend:
             self._undo_partial(step)
             raise
 
+    def _sysctl(self, name: str, key: str, value: str) -> None:
+        write_sysctl(name, key, value)
+
     def _undo_partial(self, step: PlanStep) -> None:
         with signals_deferred():
             try:
@@ -177,7 +154,7 @@ class NetlinkBackend:
             case CreateNetns(netns=name):
                 netns.create(name)
             case SetSysctl(netns=name, key=key, value=value):
-                write_sysctl(name, key, value)
+                self._sysctl(name, key, value)
             case SetLinkUp(netns=name, ifname=ifname):
                 self._ipr(name).link("set", index=self._index(name, ifname), state="up")
             case AddBridge(netns=name, ifname=ifname):
@@ -270,6 +247,61 @@ class NetlinkBackend:
     def _add_htb(ipr: IPRoute, index: int, step: AddHtb) -> None:
         ipr.tc("add", "htb", index=index, handle=HTB_ROOT, default=HTB_CLASS & 0xFFFF)
         ipr.tc("add-class", "htb", index=index, handle=HTB_CLASS, parent=HTB_ROOT, **_htb_class_args(step))
+
+
+HOST_STEP_TYPES = (AddHtb, AddNetem, AddPfifo, SetSysctl)
+
+
+class HostNetlinkBackend(NetlinkBackend):
+    """The shaping steps of one node applied to the network namespace this process runs in: a real host
+    standing in for a testbed node (a lab VM; ``genie lab shape``). The namespace a step names is only its
+    label. Refuses every other kind of step: a host's addresses and routes are not genie's to change."""
+
+    def _ipr(self, name: str) -> IPRoute:
+        if "" not in self._sockets:
+            self._sockets[""] = IPRoute()
+        return self._sockets[""]
+
+    def _sysctl(self, name: str, key: str, value: str) -> None:
+        with open("/proc/sys/" + key.replace(".", "/"), "w") as handle:
+            handle.write(value)
+
+    def apply(self, step: PlanStep) -> None:
+        if not isinstance(step, HOST_STEP_TYPES):
+            raise TypeError(f"not a step a host applies to itself: {step.describe()}")
+        super().apply(step)
+
+    def undo(self, step: PlanStep) -> None:
+        if isinstance(step, SetSysctl):
+            return  # kept (the host's own sysctl): the next `genie lab shape` sets it again
+        super().undo(step)
+
+
+def local_addresses() -> dict[str, str]:
+    """IPv4 address -> interface name, in the network namespace this process runs in."""
+    _configure_pyroute2()
+    with IPRoute() as ipr:
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        return {addr.get_attr("IFA_ADDRESS"): names[addr["index"]] for addr in ipr.get_addr(family=2)}
+
+
+def clear_local_root_qdisc(ifname: str) -> bool:
+    """Remove the root qdisc (and all under it) of `ifname` in this process's namespace; False if none."""
+    _configure_pyroute2()
+    with signals_deferred(), IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise EnvironmentProblem(f"no interface {ifname}")
+        if not any(q["parent"] == TC_H_ROOT and q.get_attr("TCA_KIND") != "noqueue"
+                   for q in ipr.get_qdiscs(index=found[0])):
+            return False
+        try:
+            ipr.tc("del", index=found[0], parent=TC_H_ROOT)
+        except NetlinkError as exc:
+            if exc.code not in _GONE:
+                raise
+            return False
+        return True
 
 
 def _htb_class_args(step: AddHtb) -> dict[str, int]:

@@ -22,7 +22,7 @@ from itertools import combinations
 from genie.core.errors import InputError
 from genie.core.testbed import HostEndpoint, LinkEnd, TestbedInfo
 from genie.core.topology import Link, Switch, SwitchKind, Topology
-from genie.testbed.layout import (BRIDGE_IFNAME, NETNS_PREFIX, Segment, SegmentKind, TestbedLayout,
+from genie.testbed.layout import (BRIDGE_IFNAME, NETNS_PREFIX, EndLayout, Segment, SegmentKind, TestbedLayout,
                                   check_testbed_name, plan_layout)
 from genie.testbed.shaping import check_delay_emulation, shaper_summary, shaping_steps
 from genie.testbed.steps import (AddAddress, AddBridge, AddRoute, CreateNetns, CreateVethPair, EnslaveLink, NextHop,
@@ -121,8 +121,28 @@ def _link_steps(layout: TestbedLayout, index: int, link: Link, shaper: Shaper, *
         else:
             assert end.address is not None and end.prefix_len is not None
             steps.append(AddAddress(end.netns, end.ifname, end.address, end.prefix_len))
-        steps.extend(shaping_steps(end.netns, end.ifname, link.shape, shaper))
+        steps.extend(end_shaping_steps(layout, end, shaper))
         steps.append(SetLinkUp(end.netns, end.ifname))
+    return steps
+
+
+def end_shaping_steps(layout: TestbedLayout, end: EndLayout, shaper: Shaper) -> list[PlanStep]:
+    """The qdisc steps on one link end's egress: the link's shape (`genie.testbed.shaping`)."""
+    return shaping_steps(end.netns, end.ifname, layout.topology.links[end.link_index].shape, shaper)
+
+
+def node_shaping_steps(layout: TestbedLayout, node: str, shaper: Shaper) -> list[PlanStep]:
+    """What the plan shapes in `node`'s namespace, in plan order: the qdiscs of its link ends, its TCP buffer
+    maxima, and with the USERSPACE shaper its link emulator and queue rules. A real host standing in for the
+    node (a lab VM) applies exactly these, with its own interface names (`genie.lab.shape`)."""
+    netns = layout.netns_of(node)
+    steps: list[PlanStep] = []
+    for end in layout.ends:
+        if end.node == node:
+            steps.extend(end_shaping_steps(layout, end, shaper))
+    steps.extend(step for step in tcp_buffer_steps(layout) if step.netns == netns)
+    if shaper is Shaper.USERSPACE:
+        steps.extend(step for step in userspace_steps(layout) if step.netns == netns)
     return steps
 
 

@@ -14,12 +14,12 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from genie.core.errors import EnvironmentProblem
 from genie.testbed.emulators import python_env
-from genie.testbed.layout import NETNS_PREFIX, plan_layout
+from genie.testbed.layout import NETNS_PREFIX, TestbedLayout, plan_layout
 from genie.testbed.lifecycle import terminate_pids
 from genie.testbed.service import load_info, register_pids, require_net_admin
 from genie.testbed.verify import (PairTargets, VerifyRow, choose_pairs, loss_row, rate_from_timeline, rtt_row,
@@ -40,34 +40,48 @@ class VerifySettings:
     loss_rate_pps: float = 5000.0
 
 
-class _Probes:
-    """Runs probe programs inside the testbed's namespaces."""
+ProbeCommand = Callable[[str, Sequence[str]], list[str]]  # (host, probe arguments) -> argv that runs them there
 
-    def __init__(self, testbed: str, python: str = sys.executable) -> None:
-        self.testbed = testbed
-        self.python = python
+
+def namespace_probe_command(netns_of: Mapping[str, str], python: str = sys.executable) -> ProbeCommand:
+    """Probes inside the testbed's namespaces: ``ip netns exec NETNS python -m genie.testbed.probe ...``."""
+
+    def command(host: str, args: Sequence[str]) -> list[str]:
+        netns = netns_of[host]
+        if not netns.startswith(NETNS_PREFIX):
+            raise EnvironmentProblem(f"refusing to run a probe outside genie's namespaces: {netns!r}")
+        return ["ip", "netns", "exec", netns, python, "-m", "genie.testbed.probe", *args]
+
+    return command
+
+
+class Probes:
+    """Runs probe programs on the testbed's hosts through `command` (namespaces, or ssh for a lab);
+    ``on_started`` is told of every server process started."""
+
+    def __init__(self, command: ProbeCommand, *, server_command: ProbeCommand | None = None,
+                 on_started: Callable[[int], None] | None = None) -> None:
+        self.command = command
+        self.server_command = server_command or command
+        self.on_started = on_started
         self.servers: dict[tuple[str, str], subprocess.Popen[str]] = {}
         self.streams = itertools.count(1)
 
-    def _argv(self, netns: str, *args: str) -> list[str]:
-        if not netns.startswith(NETNS_PREFIX):
-            raise EnvironmentProblem(f"refusing to run a probe outside genie's namespaces: {netns!r}")
-        return ["ip", "netns", "exec", netns, self.python, "-m", "genie.testbed.probe", *args]
-
-    def start_server(self, netns: str, what: str, lifetime_s: float) -> None:
+    def start_server(self, host: str, what: str, lifetime_s: float) -> None:
         """A probe server: ``udp`` (echo and counter) or ``tcp`` (sink), separate so that a bulk flow never
         delays an echo."""
-        proc = subprocess.Popen(self._argv(netns, "serve", "--what", what, "--port", str(PROBE_PORT),
-                                           "--lifetime", f"{lifetime_s:.0f}"),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        argv = self.server_command(host, ["serve", "--what", what, "--port", str(PROBE_PORT),
+                                          "--lifetime", f"{lifetime_s:.0f}"])
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=python_env(), start_new_session=True)
-        self.servers[(netns, what)] = proc
-        register_pids(self.testbed, [proc.pid])
+        self.servers[(host, what)] = proc
+        if self.on_started is not None:
+            self.on_started(proc.pid)
         assert proc.stdout is not None
         line = proc.stdout.readline()  # the server prints {"ready": true} once bound
         if not line:
             _, err = proc.communicate(timeout=5)
-            raise EnvironmentProblem(f"{netns}: probe server failed: {(err.strip().splitlines() or ['?'])[-1]}")
+            raise EnvironmentProblem(f"{host}: probe server failed: {(err.strip().splitlines() or ['?'])[-1]}")
 
     def stop_servers(self) -> None:
         terminate_pids([proc.pid for proc in self.servers.values()], grace_s=1.0)
@@ -79,12 +93,12 @@ class _Probes:
                 proc.communicate()
         self.servers.clear()
 
-    def run(self, netns: str, *args: str, timeout_s: float) -> dict[str, object]:
-        result = subprocess.run(self._argv(netns, *args), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                timeout=timeout_s, env=python_env(), check=False)
+    def run(self, host: str, *args: str, timeout_s: float) -> dict[str, object]:
+        result = subprocess.run(self.command(host, args), stdin=subprocess.DEVNULL, capture_output=True,
+                                text=True, timeout=timeout_s, env=python_env(), check=False)
         if result.returncode != 0:
             reason = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
-            raise EnvironmentProblem(f"{netns}: probe {args[0]} failed: {reason}")
+            raise EnvironmentProblem(f"{host}: probe {args[0]} failed: {reason}")
         return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -103,45 +117,53 @@ def verify_testbed(name: str, settings: VerifySettings = VerifySettings(), *,
     order."""
     info = load_info(name)
     layout = plan_layout(info.topology, name)
-    targets = choose_pairs(layout, pairs)
     require_net_admin()
+    probes = Probes(namespace_probe_command({h.host: h.netns for h in info.hosts}),
+                    on_started=lambda pid: register_pids(name, [pid]))
+    return measure_links(layout, probes, {h.host: h.address for h in info.hosts}, settings, pairs=pairs,
+                         progress=progress)
+
+
+def measure_links(layout: TestbedLayout, probes: Probes, address: Mapping[str, str],
+                  settings: VerifySettings = VerifySettings(), *, pairs: Sequence[tuple[str, str]] | None = None,
+                  progress: Callable[[str], None] | None = None) -> list[VerifyRow]:
+    """The link checks of `layout`'s topology, run through `probes` between the hosts at `address` (their rank
+    addresses): a namespace testbed, or a lab's VMs (`genie.services.lab`). Rows in pair order."""
+    targets = choose_pairs(layout, pairs)
     if progress and pairs is None and (skipped := uncovered_links(layout, targets)):
         progress("not crossed by any measured path (equal-cost alternatives): "
                  + ", ".join(f"links[{i}]" for i in skipped))
-    netns = {h.host: h.netns for h in info.hosts}
-    address = {h.host: h.address for h in info.hosts}
-    probes = _Probes(name)
     rows: list[VerifyRow] = []
     involved = sorted({host for t in targets for host in (t.there.src, t.there.dst)})
     lifetime = 120 + len(targets) * (60 + 4 * (MAX_WARMUP_S + settings.bulk_seconds))
     try:
         for host in involved:
             for what in ("udp", "tcp"):
-                probes.start_server(netns[host], what, lifetime)
+                probes.start_server(host, what, lifetime)
         for target in targets:
             a, b = target.there.src, target.there.dst
             if progress:
                 progress(f"measuring {a} <-> {b} ({target.links})")
-            rows += _measure_pair(probes, settings, target, netns, address)  # type: ignore[arg-type]
+            rows += _measure_pair(probes, settings, target, address)
     finally:
         probes.stop_servers()
     return rows
 
 
-def _measure_pair(probes: _Probes, settings: VerifySettings, target: PairTargets, netns: dict[str, str],
-                  address: dict[str, str]) -> list[VerifyRow]:
+def _measure_pair(probes: Probes, settings: VerifySettings, target: PairTargets,
+                  address: Mapping[str, str]) -> list[VerifyRow]:
     a, b = target.there.src, target.there.dst
     wait_s = max(0.2, 3 * target.rtt_us / 1e6)
     port = str(PROBE_PORT)
     rtt_args = ["--port", port, "--count", str(settings.rtt_probes), "--rate", str(settings.rtt_rate_pps),
                 "--wait", f"{wait_s:.3f}"]
-    baseline = probes.run(netns[a], "rtt", "--to", "127.0.0.1", *rtt_args, timeout_s=60)
-    measured = probes.run(netns[a], "rtt", "--to", address[b], *rtt_args,
+    baseline = probes.run(a, "rtt", "--to", "127.0.0.1", *rtt_args, timeout_s=60)
+    measured = probes.run(a, "rtt", "--to", address[b], *rtt_args,
                           timeout_s=60 + settings.rtt_probes / settings.rtt_rate_pps)
     rows = [rtt_row(target, measured["rtt_us"], baseline["rtt_us"], settings.rtt_probes)]  # type: ignore[arg-type]
     for src, dst, loss_pct in ((a, b, target.loss_there_pct), (b, a, target.loss_back_pct)):
         stream = next(probes.streams)  # unique per run: a server counts every stream it receives
-        counted = probes.run(netns[src], "loss", "--to", address[dst], "--port", port, "--count",
+        counted = probes.run(src, "loss", "--to", address[dst], "--port", port, "--count",
                              str(settings.loss_probes), "--rate", str(settings.loss_rate_pps), "--stream",
                              str(stream), "--wait", f"{wait_s:.3f}",
                              timeout_s=90 + settings.loss_probes / settings.loss_rate_pps)
@@ -152,7 +174,7 @@ def _measure_pair(probes: _Probes, settings: VerifySettings, target: PairTargets
                                      (b, a, target.rate_back_bps, target.loss_back_pct)):
         seconds = warmup + settings.bulk_seconds
         before = cpu_times()
-        flow = probes.run(netns[src], "bulk", "--to", address[dst], "--port", port, "--seconds", f"{seconds:.3f}",
+        flow = probes.run(src, "bulk", "--to", address[dst], "--port", port, "--seconds", f"{seconds:.3f}",
                           timeout_s=90 + 2 * seconds)
         after = cpu_times()
         busy = (after[0] - before[0]) / (after[1] - before[1]) if after[1] > before[1] else None

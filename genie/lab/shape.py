@@ -1,0 +1,99 @@
+"""A lab VM's link shaping: the emulated testbed's own shaping steps for the node the VM stands for. Pure.
+
+One source of truth: `genie.testbed.plan.node_shaping_steps` plans what the namespace testbed would shape in
+that node's namespace — HTB classes on every link end's egress, netem (KERNEL shaper) or the userspace link
+emulator with its NFQUEUE rules (USERSPACE), larger TCP buffers where links have delays — and this module only
+renames the testbed's interfaces (``eth0, eth1, ...`` in link order) to the VM's, found by the address Vagrant
+gave each of its lab NICs (box images name NICs differently). Both ends of every link between VMs are
+shaped, each by its own VM.
+
+Known difference, by construction: a bridge switch has no VM (the hypervisor's virtual switch plays it), so
+the egress of its ports toward the hosts is not shaped; on a bridged segment each direction is shaped at its
+sender (rate, netem) or, with the userspace emulator, at its receiver with the stage of the link into the
+receiver only (the emulator tells senders apart by the testbed's fixed veth MACs, which VMs do not have).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from genie.core.errors import EnvironmentProblem, InputError
+from genie.lab.plan import Lab
+from genie.linkemu.config import EmulatorConfig
+from genie.testbed.layout import plan_layout
+from genie.testbed.plan import node_shaping_steps
+from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, AddQueueRule, PlanStep, SetSysctl, Shaper, StartEmulator
+
+LAYOUT_NAME = "lab"  # the testbed layout the lab's steps are planned in (its namespace names are not used)
+
+
+@dataclass(frozen=True)
+class LabInterface:
+    """One lab NIC of a VM: topology link ``link_index``, the address Vagrant gave it, its name in the VM and
+    its name in the emulated testbed."""
+
+    link_index: int
+    address: str
+    ifname: str
+    testbed_ifname: str
+
+
+@dataclass(frozen=True)
+class MachineShaping:
+    machine: str
+    shaper: Shaper
+    interfaces: tuple[LabInterface, ...]
+    steps: tuple[PlanStep, ...]  # named by the machine, with the VM's interface names
+
+    def describe(self) -> list[str]:
+        lines = [f"{self.machine}: shaper {self.shaper.value}; "
+                 + ", ".join(f"links[{i.link_index}] {i.address} on {i.ifname} (testbed {i.testbed_ifname})"
+                             for i in self.interfaces)]
+        return lines + [f"  {k}. {step.describe()}" for k, step in enumerate(self.steps, 1)]
+
+
+def lab_interfaces(lab: Lab, machine: str, addresses: Mapping[str, str]) -> tuple[LabInterface, ...]:
+    """The machine's lab NICs in testbed order; `addresses` maps every address of the VM to its interface.
+    EnvironmentProblem when one of the lab's addresses is on no interface (not the right VM, or not up)."""
+    layout = plan_layout(lab.topology, LAYOUT_NAME)
+    found = []
+    for end in layout.ends:
+        if end.node != machine:
+            continue
+        address = lab.end_address(end.link_index, machine)
+        if address is None:
+            continue
+        if address not in addresses:
+            raise EnvironmentProblem(f"{machine}: no interface has the lab address {address} (links[{end.link_index}] "
+                                     f"{end.node} - {end.peer}); is this the lab's VM {machine}, with its "
+                                     "private networks up?")
+        found.append(LabInterface(end.link_index, address, addresses[address], end.ifname))
+    return tuple(found)
+
+
+def plan_machine_shaping(lab: Lab, machine: str, shaper: Shaper, addresses: Mapping[str, str]) -> MachineShaping:
+    """The testbed's shaping steps for `machine`, renamed to the VM's interfaces."""
+    if machine not in {m.name for m in lab.machines}:
+        raise InputError(f"expected one of the lab's VMs ({', '.join(m.name for m in lab.machines)}), "
+                         f"got {machine!r}", path="machine")
+    interfaces = lab_interfaces(lab, machine, addresses)
+    rename = {i.testbed_ifname: i.ifname for i in interfaces}
+    layout = plan_layout(lab.topology, LAYOUT_NAME)
+    steps = tuple(_renamed(step, machine, rename) for step in node_shaping_steps(layout, machine, shaper))
+    return MachineShaping(machine, shaper, interfaces, steps)
+
+
+def _renamed(step: PlanStep, label: str, rename: Mapping[str, str]) -> PlanStep:
+    match step:
+        case AddHtb() | AddNetem() | AddPfifo() | AddQueueRule():
+            return replace(step, netns=label, ifname=rename[step.ifname])
+        case SetSysctl():
+            return replace(step, netns=label)
+        case StartEmulator(config=config):
+            return StartEmulator(label, _renamed_config(config, label, rename))
+    raise TypeError(f"not a shaping step: {step!r}")
+
+
+def _renamed_config(config: EmulatorConfig, label: str, rename: Mapping[str, str]) -> EmulatorConfig:
+    return replace(config, netns=label, queues=tuple(replace(q, ifname=rename[q.ifname]) for q in config.queues))
