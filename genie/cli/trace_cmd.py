@@ -8,7 +8,7 @@ import typer
 
 from genie.core.errors import InputError
 from genie.core.units import format_size
-from genie.workloads.analysis import critical_path, summarize, validate
+from genie.workloads.analysis import Severity, comm_ops_as_compute, critical_path, errors, summarize, validate
 from genie.cli.flags import flag_names
 from genie.workloads.loader import load_trace, output_format, save_trace
 
@@ -34,7 +34,7 @@ def convert(
         fmt = output_format(to, out)
     trace = load_trace(source, npus=npus, dim0_npus=dim0_npus)
     if check:
-        problems = validate(trace)
+        problems = errors(validate(trace))
         if problems:
             raise InputError(f"{problems[0]} ({len(problems)} problem(s); --no-check converts anyway)",
                              source=source)
@@ -61,6 +61,13 @@ def show(
         ranks = trace.group("" if group == "world" else group)
         members = f"{len(ranks.ranks)} ranks" if ranks else "unknown group"
         typer.echo(f"  group {group:<10} ({members}) {size:>16} B")
+    as_compute = comm_ops_as_compute(trace)
+    if as_compute:
+        names = ", ".join(f"{name} x{count}" for name, count in sorted(as_compute.items()))
+        typer.echo(f"warning: {sum(as_compute.values())} communication op(s) are compute nodes here ({names}): "
+                   "a CPU-captured trace converted by chakra_converter, which makes communication nodes only "
+                   "from GPU kernels. Import the PyTorch traces themselves instead: "
+                   "`genie trace import DIR OUT` (DIR holding the execution traces and Kineto traces)", err=True)
     typer.echo(f"compute: total {s.compute_total_ns / 1e3:.3f} us over all ranks, "
                f"busiest rank {s.compute_max_rank_ns / 1e3:.3f} us")
     typer.echo(f"critical path, compute only (per rank): {s.critical_path_compute_ns / 1e3:.3f} us")
@@ -82,12 +89,16 @@ def validate_cmd(
     trace = load_trace(trace_path, npus=npus, dim0_npus=dim0_npus)
     problems = validate(trace)
     for p in problems[:50]:
-        typer.echo(f"{p.kind.value}: {p}", err=True)
+        prefix = "warning: " if p.severity is Severity.WARNING else ""
+        typer.echo(f"{prefix}{p.kind.value}: {p}", err=True)
     if len(problems) > 50:
         typer.echo(f"... {len(problems) - 50} more", err=True)
-    if problems:
-        raise InputError(f"{len(problems)} problem(s); first: {problems[0]}", source=trace_path)
-    typer.echo(f"ok: {trace.num_ranks} ranks, {sum(len(r.nodes) for r in trace.ranks)} nodes")
+    bad = errors(problems)
+    if bad:
+        raise InputError(f"{len(bad)} problem(s); first: {bad[0]}", source=trace_path)
+    warned = len(problems) - len(bad)
+    typer.echo(f"ok: {trace.num_ranks} ranks, {sum(len(r.nodes) for r in trace.ranks)} nodes"
+               + (f" ({warned} warning(s))" if warned else ""))
 
 
 
