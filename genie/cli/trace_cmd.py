@@ -11,6 +11,7 @@ from genie.core.units import format_size
 from genie.workloads.analysis import Severity, comm_ops_as_compute, critical_path, errors, summarize, validate
 from genie.cli.flags import flag_names
 from genie.workloads.loader import load_trace, output_format, save_trace
+from genie.services.trace_import import ImportRequest, import_traces
 
 app = typer.Typer(help="Workload traces: Chakra ET, PARAM basic JSON, ASTRA-sim text, genie JSON/YAML.",
                   no_args_is_help=True)
@@ -101,6 +102,34 @@ def validate_cmd(
                + (f" ({warned} warning(s))" if warned else ""))
 
 
+
+
+@app.command(name="import")
+def import_cmd(
+    sources: list[str] = typer.Argument(..., metavar="SOURCE... OUT",
+                                        help="Directories or files of PyTorch execution traces (+ Kineto traces, "
+                                             "optional), .json or .json.gz; then OUT."),
+    to: str = typer.Option("et", "--to", help="et | json | yaml (default et: OUT.<rank>.et for ASTRA-sim)."),
+) -> None:
+    """Import a PyTorch job's execution traces (ExecutionTraceObserver) and Kineto traces as a genie trace."""
+    if len(sources) < 2:
+        raise InputError("give the traces to import and then OUT", path="SOURCE... OUT")
+    *inputs, out = sources
+    with flag_names({"to": "--to"}):
+        fmt = output_format(to, out)
+    outcome = import_traces(ImportRequest(tuple(inputs), out, fmt))
+    for warning in outcome.result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    trace = outcome.result.trace
+    typer.echo(f"imported {trace.num_ranks} ranks: {sum(len(r.nodes) for r in trace.ranks)} nodes, "
+               f"{sum(r.comm_ops for r in outcome.result.ranks)} communication ops")
+    for line in outcome.comms:
+        typer.echo(f"  {line.kind:<16} {line.count:>5} x {line.size_bytes:>12} B ({format_size(line.size_bytes)}) "
+                   f"on {line.group}")
+    for r in outcome.result.ranks:
+        step = f"{r.step_ns / 1e6:.3f} ms" if r.step_ns is not None else "unknown"
+        typer.echo(f"  rank {r.rank}: step {step}, compute {r.compute_ns / 1e6:.3f} ms, {r.comm_ops} comm ops")
+    typer.echo(f"wrote {len(outcome.paths)} file(s): {outcome.paths[0]}{' ...' if len(outcome.paths) > 1 else ''}")
 
 
 from genie.cli.gen_cmd import gen  # noqa: E402  (the generator command lives in its own module)
