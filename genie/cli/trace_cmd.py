@@ -132,6 +132,35 @@ def import_cmd(
     typer.echo(f"wrote {len(outcome.paths)} file(s): {outcome.paths[0]}{' ...' if len(outcome.paths) > 1 else ''}")
 
 
+@app.command(name="capture", context_settings={"allow_interspersed_args": False})
+def capture_cmd(
+    command: list[str] = typer.Argument(..., metavar="-- SCRIPT [ARGS...]", help="The training script and its "
+                                        "arguments (after --)."),
+    out: str = typer.Option(..., "--out", help="Directory to create: raw traces, OUT/<script>.<rank>.et, "
+                                                "summary.json."),
+    nproc: int = typer.Option(4, "--nproc", help="Ranks (torchrun --nproc_per_node)."),
+    warmup: int = typer.Option(2, "--warmup", help="Untraced optimizer steps before the traced one."),
+    timeout_s: float = typer.Option(600.0, "--timeout", help="Seconds before the job is killed."),
+) -> None:
+    """Run a PyTorch training script on this machine's CPU (gloo, torchrun), trace one step, import it."""
+    from genie.services.trace_capture import CaptureRequest, capture
+    script, *args = command
+    with flag_names({"nproc": "--nproc", "warmup_steps": "--warmup", "out_dir": "--out", "script": "SCRIPT"}):
+        outcome = capture(CaptureRequest(script, tuple(args), out, nproc, warmup, timeout_s))
+    for warning in outcome.result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    typer.echo(f"captured {len(outcome.timings)} ranks in {outcome.capture_s:.1f} s")
+    for line in outcome.comms:
+        typer.echo(f"  {line.kind:<16} {line.count:>5} x {line.size_bytes:>12} B ({format_size(line.size_bytes)}) "
+                   f"on {line.group}")
+    for t, r in zip(outcome.timings, outcome.result.ranks):
+        untraced = f"{t.untraced_step_ms:.3f} ms" if t.untraced_step_ms is not None else "n/a"
+        typer.echo(f"  rank {t.rank}: traced step {t.traced_step_ms:.3f} ms (untraced {untraced}), compute "
+                   f"{r.compute_ns / 1e6:.3f} ms, {r.comm_ops} comm ops")
+    typer.echo(f"trace: {outcome.et_prefix} (replay: genie replay {outcome.et_prefix} --loopback)")
+    typer.echo(f"summary: {outcome.out_dir / 'summary.json'}")
+
+
 from genie.cli.gen_cmd import gen  # noqa: E402  (the generator command lives in its own module)
 
 app.command("gen")(gen)

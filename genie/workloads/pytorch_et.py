@@ -71,6 +71,7 @@ C10D_OPS: dict[str, _OpShape] = {
     "c10d::recv_any_source_": _OpShape(P2P.RECV, 0, tag_at=2),
 }
 RECORD_PARAM_COMMS = "record_param_comms"
+PG_HINT = "genie::pg="  # a record_function `genie trace capture` puts around each torch.distributed call
 WORK_PREFIXES = ("gloo:", "nccl:")  # the backend's own record of the work (gloo: on its worker threads)
 
 
@@ -212,8 +213,13 @@ def _int_input(node: HostNode, index: int | None, field: str) -> int | None:
     return v
 
 
-def _group_hint(node: HostNode, children: dict[int, list[HostNode]], known: set[str]) -> str | None:
-    """The pg_name a record_param_comms child names (NCCL traces: its inputs hold (pg_name, pg_desc))."""
+def _group_hint(node: HostNode, children: dict[int, list[HostNode]], known: set[str],
+                parents: dict[int, HostNode]) -> str | None:
+    """The pg_name a record_param_comms child names (NCCL traces: its inputs hold (pg_name, pg_desc)), or the
+    ``genie::pg=<name>`` range around the op (`genie trace capture`)."""
+    parent = parents.get(node.parent)
+    if parent is not None and parent.name.startswith(PG_HINT) and parent.name[len(PG_HINT):] in known:
+        return parent.name[len(PG_HINT):]
     for child in children.get(node.id, ()):
         if child.name != RECORD_PARAM_COMMS:
             continue
@@ -226,6 +232,7 @@ def _group_hint(node: HostNode, children: dict[int, list[HostNode]], known: set[
 def comm_ops(trace: HostTrace) -> tuple[CommOp, ...]:
     """Every c10d op of the trace in node-id (issue) order; bad inputs -> InputError naming file and node."""
     children = trace.children()
+    parents = {n.id: n for n in trace.nodes}
     known = {g.name for g in trace.groups}
     out = []
     for node in sorted(trace.nodes, key=lambda n: n.id):
@@ -246,7 +253,7 @@ def comm_ops(trace: HostTrace) -> tuple[CommOp, ...]:
                 and node.values[0] and isinstance(node.values[0][0], list):
             group_size = len(node.values[0][0])
         out.append(CommOp(node, shape.comm, size, _dtype(node.types, shape.size_from), peer, tag,
-                          _group_hint(node, children, known), group_size))
+                          _group_hint(node, children, known, parents), group_size))
     return tuple(out)
 
 

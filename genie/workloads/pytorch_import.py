@@ -27,7 +27,7 @@ from genie.core.errors import InputError
 from genie.core.trace import (Attribute, AttrType, ProcessGroup, Trace, TraceNode, collective_node, compute_node,
                               make_trace, recv_node, send_node)
 from genie.workloads.pg_metadata import PG_INIT_NODE, merge_groups
-from genie.workloads.pytorch_et import (C10D_OPS, P2P, PROCESS_ROOT, PROFILER_STEP, RECORD_PARAM_COMMS, THREAD_ROOT,
+from genie.workloads.pytorch_et import (C10D_OPS, P2P, PG_HINT, PROCESS_ROOT, PROFILER_STEP, RECORD_PARAM_COMMS, THREAD_ROOT,
                                         WORK_PREFIXES, CommOp, HostNode, HostTrace, KinetoEvent, KinetoTrace,
                                         comm_ops)
 
@@ -147,7 +147,8 @@ def _is_async(op: CommOp) -> bool:
 
 def _is_compute_event(e: KinetoEvent) -> bool:
     return (e.category in ("cpu_op", "user_annotation") and not PROFILER_STEP.match(e.name)
-            and not e.name.startswith(WORK_PREFIXES) and e.name not in C10D_OPS and e.name != RECORD_PARAM_COMMS)
+            and not e.name.startswith(WORK_PREFIXES) and e.name not in C10D_OPS and e.name != RECORD_PARAM_COMMS
+            and not e.name.startswith(PG_HINT))
 
 
 def _segments(host: HostTrace, children: dict[int, list[HostNode]], kineto: KinetoTrace | None,
