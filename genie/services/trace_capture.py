@@ -68,9 +68,10 @@ def _free_port() -> int:
 
 
 def _failure_line(text: str) -> str:
-    """The most telling line of a failed job's output: the last exception line, else the last line."""
+    """The most telling line of a failed job's output: the first exception line (the rank that failed first;
+    the others fail after it), else the last line."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
+    for ln in lines:
         m = _ERROR_LINE.search(ln)
         if m and "ChildFailedError" not in ln:
             return m.group(1)
