@@ -120,12 +120,20 @@ def median_iteration(times: list[int]) -> int:
     return order[(len(order) - 1) // 2]
 
 
+def _which(count: int) -> str:
+    if count == 1:
+        return "the only one"
+    if count % 2 == 0:
+        return f"the faster of the two middle ones of {count}"
+    return f"the median one of {count}"
+
+
 def format_summary(outcome: ReplayOutcome) -> str:
     summaries, times = summarize(outcome)
     shown = outcome.iterations[median_iteration(times)].iteration
     lines = [f"# replay: {len(outcome.programs)} ranks, {len(times)} iteration(s), "
              f"iteration time median {median(times) / 1e6:.3f} ms",
-             f"# per rank, iteration {shown} (the median one{'' if len(times) == 1 else ' of ' + str(len(times))})",
+             f"# per rank, iteration {shown} ({_which(len(times))})",
              f"#{'rank':>5} {'iter_ms':>10} {'compute_ms':>11} {'comm_ms':>9} {'exposed_ms':>11} {'overlap_ms':>11}"]
     for s in summaries:
         if s.iteration == shown:
