@@ -93,15 +93,6 @@ def _group_of(op: CommOp, rank: int, groups: tuple[ProcessGroup, ...], world: st
                      path=f"nodes[id={op.node.id}].inputs")
 
 
-def _descendants(node_id: int, children: dict[int, list[HostNode]]) -> list[HostNode]:
-    out, stack = [], list(children.get(node_id, ()))
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        stack.extend(children.get(n.id, ()))
-    return out
-
-
 def _check_belongs(host: HostTrace, kineto: KinetoTrace, rank: int) -> dict[int, KinetoEvent]:
     """rf_id -> Kineto event; InputError when the Kineto trace is not the execution trace's companion."""
     if kineto.rank is not None and kineto.rank != rank:
