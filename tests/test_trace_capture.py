@@ -86,3 +86,12 @@ def test_a_hanging_script_times_out(tmp_path: Path) -> None:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "capture timed out after 25 s" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, str(tmp_path))]
+    assert left == []  # torchrun and every rank were killed
+
+
+def _cmdline_has(proc: Path, text: str) -> bool:
+    try:
+        return text in (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False

@@ -78,6 +78,35 @@ def _failure_line(text: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+def _descendants(pid: int) -> list[int]:
+    """The pids of `pid`'s descendants (from /proc), children first."""
+    parent_of: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent_of[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, pp in parent_of.items() if pp in frontier]
+        out += kids
+        frontier = kids
+    return out
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the job we started (torchrun, `pid`) and every process under it, by pid."""
+    targets = _descendants(pid)
+    os.killpg(pid, signal.SIGKILL)  # torchrun's own group (start_new_session)
+    for p in targets:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def check_torch(python: str) -> None:
     probe = subprocess.run([python, "-c", "import torch, torch.distributed.run"], capture_output=True, text=True,
                            timeout=120)
@@ -98,7 +127,7 @@ def _run_job(request: CaptureRequest, raw: Path) -> None:
         try:
             code = proc.wait(timeout=request.timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the job's own process group: torchrun and its ranks
+            _kill_tree(proc.pid)  # torchrun puts each rank in a process group of its own: kill by pid
             proc.wait()
             raise GenieError(f"{request.script}: capture timed out after {request.timeout_s:g} s; last output: "
                              f"{_failure_line(log.read_text(errors='replace'))}") from None
