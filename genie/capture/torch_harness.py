@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
     except CaptureDone:
         pass
     if state["traced"] is None:
-        print(f"genie capture: the script made {state['steps']} optimizer step(s); it needs {opts.warmup + 1} "
+        print(f"CaptureError: the script made {state['steps']} optimizer step(s); it needs {opts.warmup + 1} "
               f"({opts.warmup} untraced, 1 traced)", file=sys.stderr)
         return 3
     with open(os.path.join(opts.out, f"steps.{rank}.json"), "w") as f:

@@ -131,6 +131,10 @@ def _run_job(request: CaptureRequest, raw: Path) -> None:
             proc.wait()
             raise GenieError(f"{request.script}: capture timed out after {request.timeout_s:g} s; last output: "
                              f"{_failure_line(log.read_text(errors='replace'))}") from None
+        except BaseException:  # Ctrl-C, SIGTERM: leave nothing running
+            _kill_tree(proc.pid)
+            proc.wait()
+            raise
     if code != 0:
         raise InputError(f"the script failed under torchrun (exit {code}): "
                          f"{_failure_line(log.read_text(errors='replace'))}", source=request.script)
@@ -149,7 +153,7 @@ def _timings(raw: Path, nproc: int) -> tuple[RankTiming, ...]:
 def capture(request: CaptureRequest) -> CaptureOutcome:
     import time
     if not Path(request.script).is_file():
-        raise InputError("no such script", source=request.script, path="script")
+        raise InputError("no such script", source=request.script)
     if request.nproc < 1:
         raise InputError("must be at least 1", path="nproc")
     if request.warmup_steps < 0:
