@@ -157,3 +157,30 @@ def test_ambiguous_group_is_refused_naming_the_node(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"host\.0\.json: nodes\[id=273\]\.inputs: node 273 \(c10d::allreduce_\): "
                                          r"cannot tell its process group"):
         read_pytorch_set([src])
+
+
+def test_gpu_kernels_are_the_compute_and_nccl_kernels_time_the_comms(tmp_path: Path) -> None:
+    # the DDP job's execution traces with a synthetic GPU Kineto trace: compute kernels on stream 7, the three
+    # all-reduces' NCCL kernels on stream 20 (us)
+    compute = [(0, 100), (100, 200), (200, 300), (300, 400), (400, 500)]
+    nccl = [(110, 260), (210, 450), (310, 320)]
+    for r in range(4):
+        (tmp_path / f"host.{r}.json").write_bytes(gzip.decompress((DDP / f"host.{r}.json.gz").read_bytes()))
+        events = [{"ph": "X", "cat": "kernel", "name": f"gemm_{i}", "pid": 0, "tid": 7, "ts": a, "dur": b - a,
+                   "args": {"stream": 7}} for i, (a, b) in enumerate(compute)]
+        events += [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0,
+                    "tid": 20, "ts": a, "dur": b - a, "args": {"stream": 20}} for a, b in nccl]
+        (tmp_path / f"device.{r}.json").write_text(json.dumps({"traceEvents": events,
+                                                               "distributedInfo": {"rank": r}}))
+    rank0 = read_pytorch_set([tmp_path]).trace.ranks[0]
+    kernels = {n.name: n for n in rank0.nodes if n.kind is NodeKind.COMPUTE}
+    assert sorted(kernels) == [f"gemm_{i}" for i in range(5)]
+    assert [kernels[f"gemm_{i}"].duration_ns for i in range(5)] == [100_000] * 5
+    comms = [n for n in rank0.nodes if n.kind.is_comm]
+    assert [n.size_bytes for n in comms] == _buckets()
+    by_id = {n.id: n.name for n in rank0.nodes}
+    assert [by_id[c.deps[0]] for c in comms] == ["gemm_1", "gemm_2", "gemm_3"]  # the kernel before each
+    assert kernels["gemm_3"].deps == (kernels["gemm_2"].id, comms[0].id)  # the first ended at 260: gemm_3 waits
+    assert kernels["gemm_4"].deps == (kernels["gemm_3"].id, comms[2].id)  # the third ended at 320
+    assert all(comms[1].id not in k.deps for k in kernels.values())  # the second (450) ends the step
+    assert validate(read_pytorch_set([tmp_path]).trace) == ()

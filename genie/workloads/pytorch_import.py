@@ -10,7 +10,10 @@ Per rank:
   point-to-point op that could be on several groups is taken to be on the world (``dist.send``'s default).
 - **compute**: the top-level ops of the traced step (the children of ``ProfilerStep#N``; without one, of each
   thread root) on the threads they ran on, each lasting its Kineto duration minus the time its nested c10d
-  ops took on that thread (the communication taken out); Kineto GPU kernels are not read (left for later).
+  ops took on that thread (the communication taken out). When the Kineto trace has GPU kernels, compute is
+  the kernels instead, each stream a chain, and a c10d op's timing is its NCCL kernel's (the k-th NCCL kernel
+  to start belongs to the k-th c10d op; a count that differs is refused); its issuer is the last kernel to
+  start before it.
 - **dependencies** follow the job's timeline: each thread's compute is a chain; a communication op depends on
   the compute op that issued it; the first compute op of each thread that began after the communication
   ended (its ``gloo:``/``nccl:`` work event; a synchronous op without one: its own end) depends on it. So the
@@ -198,6 +201,26 @@ def _issuer(op: CommOp, host: HostTrace, segments: list[_Segment], issued: Kinet
     return before[-1] if before else None
 
 
+def _gpu_kernels(host: HostTrace, kineto: KinetoTrace, ops: tuple[CommOp, ...]
+                 ) -> tuple[list[_Segment], dict[int, KinetoEvent]] | None:
+    """With GPU kernels in the Kineto trace: the compute kernels as segments (lane: their stream) and each c10d
+    op's NCCL kernel (the k-th NCCL kernel to start is the k-th c10d op's); None without kernels."""
+    kernels = sorted((e for e in kineto.events if e.category == "kernel"), key=lambda e: (e.start_us, e.name))
+    if not kernels:
+        return None
+    nccl = [k for k in kernels if "nccl" in k.name.lower()]
+    if len(nccl) != len(ops):
+        raise InputError(f"{len(ops)} c10d op(s) in {host.source} but {len(nccl)} NCCL kernel(s) here: cannot "
+                         "pair them", source=kineto.source, path="traceEvents[cat=kernel]")
+    next_id = max((n.id for n in host.nodes), default=0) + 1
+    segments = []
+    for i, k in enumerate(kk for kk in kernels if "nccl" not in kk.name.lower()):
+        lane = ("stream", k.stream if k.stream is not None else k.tid)
+        segments.append(_Segment(HostNode(next_id + i, k.name, -1, None, 0, (), ()), lane, k.start_us,
+                                 round(k.dur_us * 1000), k.end_us))
+    return segments, {op.node.id: k for op, k in zip(ops, nccl)}
+
+
 def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | None, deps: tuple[int, ...],
                source: str) -> TraceNode:
     pg = None if group is None or group.name == world else group.name
@@ -226,6 +249,9 @@ def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | N
     by_rf = _check_belongs(host, inp.kineto, rank) if inp.kineto is not None else None
     segments, step_ns = _segments(host, children, inp.kineto, by_rf)
     ops = comm_ops(host)
+    gpu = _gpu_kernels(host, inp.kineto, ops) if inp.kineto is not None else None
+    if gpu is not None:
+        segments, nccl = gpu
     unclaimed = sorted((e for e in (inp.kineto.events if inp.kineto else ()) if e.name.startswith(WORK_PREFIXES)
                         and e.category != "kernel"), key=lambda e: e.start_us)
     lanes: dict[object, list[_Segment]] = {}
@@ -238,7 +264,14 @@ def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | N
     comm_nodes: list[tuple[float, TraceNode]] = []
     for op in ops:
         group = _group_of(op, rank, groups, world, host.source, warnings)
-        if by_rf is not None and op.node.rf_id in by_rf:
+        if gpu is not None:
+            kernel = nccl[op.node.id]
+            start, end = kernel.start_us, kernel.end_us
+            before = [seg for seg in segments if seg.start_us <= kernel.start_us]
+            issuer = before[-1] if before else None
+            waiters = [after[0] for lane in lanes.values()
+                       if (after := [seg for seg in lane if seg.start_us >= end])]
+        elif by_rf is not None and op.node.rf_id in by_rf:
             issued = by_rf[op.node.rf_id]
             start, end = issued.start_us, _work_end(op, children, by_rf, unclaimed, issued)
             issuer = _issuer(op, host, segments, issued)
