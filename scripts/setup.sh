@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything genie needs on a fresh Debian/Ubuntu machine, as root: system packages (only those
 # missing), then a virtual environment in ./.venv with genie and its test tools. Safe to run again.
-#   --test   also the tools the test suite uses: vagrant (validates rendered labs), shellcheck, ssh-keygen, and Slurm's
-#            daemons and clients (a private single-node cluster runs --launcher slurm for real; ~13 MB, ~15 s)
+#   --test   also the tools the test suite uses: vagrant (validates rendered labs), shellcheck, ssh-keygen, and
+#            Slurm's daemons and clients (a private single-node cluster runs --launcher slurm for real; ~13 MB,
+#            ~15 s), and torch==2.13.0 (CPU) for `genie trace capture`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,4 +39,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,mpi]'
+if [ "${1:-}" = "--test" ]; then
+    # `genie trace capture` and its tests: torch, pinned to the CPU build (a local wheel here, ~35 s with its
+    # dependencies); never let pip resolve plain `torch`: that is a multi-GB CUDA build
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check 'torch==2.13.0'
+fi
 echo "setup: genie installed in $(pwd)/.venv ($(.venv/bin/genie --version))" >&2

@@ -10,7 +10,8 @@ from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.trace import (AttrType, CommType, CycleError, NodeKind, ProcessGroup, RankTrace, Trace,
                               collective_node, compute_node, make_trace, recv_node, send_node, topological_order)
-from genie.workloads.analysis import ProblemKind, check, critical_path, rank_critical_path, summarize, validate
+from genie.workloads.analysis import (ProblemKind, Severity, check, critical_path, errors, rank_critical_path, summarize,
+                                     validate)
 
 
 def _ar(i: int, deps=(), size=1024, group=None):
@@ -67,7 +68,6 @@ def test_valid_trace_has_no_problems() -> None:
 
 @pytest.mark.parametrize("rank0, expected", [
     ([compute_node(0, "a", data_deps=(1,)), compute_node(1, "b", data_deps=(0,))], ProblemKind.CYCLE),
-    ([compute_node(0, "a", data_deps=(9,))], ProblemKind.DANGLING_DEPENDENCY),
     ([compute_node(0, "a"), compute_node(0, "b")], ProblemKind.DUPLICATE_NODE_ID),
     ([_ar(0).with_attr("comm_type", 42)], ProblemKind.UNKNOWN_COMM_TYPE),
     ([_ar(0, group="nope")], ProblemKind.UNKNOWN_GROUP),
@@ -78,6 +78,16 @@ def test_single_rank_problems(rank0, expected) -> None:
     assert expected in {p.kind for p in problems}
     with pytest.raises(InputError, match=r"^t\.json: rank 0"):
         check(make_trace([rank0]), source="t.json")
+
+
+def test_dangling_dependency_is_a_warning() -> None:
+    # issue #15: Chakra's converter leaves `ctrl_deps: [0]` on each thread root after removing node 0; that is
+    # a warning (the dependency counts as met), no longer a refusal
+    trace = make_trace([[compute_node(1, "root", ctrl_deps=(0,)), compute_node(2, "a", data_deps=(1,))]])
+    problems = validate(trace)
+    assert [(p.kind, p.severity) for p in problems] == [(ProblemKind.DANGLING_DEPENDENCY, Severity.WARNING)]
+    assert errors(problems) == ()
+    check(trace)
 
 
 def test_missing_rank_and_group_outside_world() -> None:

@@ -12,6 +12,8 @@ from genie.engine.fake_mover import FakeMover
 from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.engine.transport import PeerFailure
 from genie.engine.walker import CommRun, NodeRecord, ProgramWalker
+from genie.core.records import IterationRecords, RankRecords
+from genie.measure.replay import rank_summaries
 
 US = 1_000
 MS = 1_000_000
@@ -101,14 +103,22 @@ def test_records_follow_the_virtual_clock_from_any_origin() -> None:
     assert clock.now_ns == 7 * MS + 7 * US
 
 
-def test_late_wake_ups_today() -> None:
-    """Documents what the walker does now (issue: compute timing under late wake-ups): 500 zero-length compute
-    nodes, one 50 ms node, 500 more zero-length nodes, then a 1 ms node, on a clock whose sleeps wake 1 ms late
-    (spin window 200 us). The 50 ms node sleeps to 200 us before its deadline, wakes 0.8 ms past it and ends
-    there: the zero-length nodes after it make nothing up (each ends when it starts), the 1 ms node does (it ends
-    at its ideal deadline, 51 ms). A wake-up late by less than the spin window is spun out exactly."""
-    nodes = ([_compute(i, 0) for i in range(500)] + [_compute(500, 50 * MS)]
-             + [_compute(i, 0) for i in range(501, 1001)] + [_compute(1001, 1 * MS)])
+def _chain(nodes: list[ProgramNode]) -> list[ProgramNode]:
+    """Each node depending on the one before (a trace's compute stream)."""
+    return [n if i == 0 else ProgramNode(n.id, n.name, n.lane, (nodes[i - 1].id,), duration_ns=n.duration_ns)
+            for i, n in enumerate(nodes)]
+
+
+def test_late_wake_ups_are_repaid_by_later_compute() -> None:
+    """500 zero-length compute nodes, one 50 ms node, 500 more zero-length nodes, then a 1 ms node, each
+    depending on the one before, on a clock whose sleeps wake 1 ms late (spin window 200 us). The 50 ms node
+    sleeps to 200 us before its deadline, wakes 0.8 ms past it and ends there; the zero-length nodes after it
+    end when they start; the 1 ms node makes the lateness up (it ends at its ideal deadline, 51 ms).
+    Before issue #15's fix a dependent node became ready at its dependency's wall end, so the ideal clock was
+    reset to wall time at the first late node and the 1 ms node ended at 51.8 ms: the test's old expectation
+    (with independent nodes) hid that. A wake-up late by less than the spin window is spun out exactly."""
+    nodes = _chain([_compute(i, 0) for i in range(500)] + [_compute(500, 50 * MS)]
+                   + [_compute(i, 0) for i in range(501, 1001)] + [_compute(1001, 1 * MS)])
     records, _ = _walk(nodes, {}, clock=FakeClock(late_ns=1 * MS), spin_ns=200 * US)
     spans = _spans(records)
     assert all(spans[i] == (0, 0) for i in range(500))
@@ -118,3 +128,34 @@ def test_late_wake_ups_today() -> None:
 
     records, _ = _walk(nodes, {}, clock=FakeClock(late_ns=150 * US), spin_ns=200 * US)
     assert _spans(records)[500] == (0, 50 * MS) and _spans(records)[1001] == (50 * MS, 51 * MS)
+
+
+def test_many_short_nodes_cost_nothing_in_the_end() -> None:
+    """1000 zero-length compute nodes then one 50 ms node, chained, on a clock where every read of the time
+    costs 10 us (the interpreter's overhead per node, ~10 ms over the 1000 nodes) and sleeps wake 1 ms late:
+    the 50 ms node ends at its ideal deadline, 50 ms, so the whole chain replays in 50 ms, as the trace says
+    (before the fix: ~60 ms, the overhead shown as exposed communication)."""
+    nodes = _chain([_compute(i, 0) for i in range(1000)] + [_compute(1000, 50 * MS)])
+    clock = FakeClock(late_ns=1 * MS, read_ns=10 * US)
+    records, _ = _walk(nodes, {}, clock=clock, spin_ns=2 * MS)
+    spans = _spans(records)
+    assert spans[999][1] > 10 * MS  # the overhead really was there
+    assert 50 * MS <= spans[1000][1] <= 50 * MS + 20 * US
+    program = RankProgram(0, tuple(nodes), frozenset())
+    it = IterationRecords(0, (RankRecords(0, 0, tuple((r.node_id, r.start_ns, r.end_ns) for r in records.values())),))
+    (summary,) = rank_summaries([program], it)
+    assert summary.compute_ns == 50 * MS and summary.comm_ns == 0
+    assert summary.exposed_comm_ns <= 20 * US  # no communication shown where there is none
+
+
+def test_replay_table_shows_the_median_iteration_and_says_so() -> None:
+    from genie.core.records import ReplayOutcome
+    from genie.report.replay import format_summary
+    program = RankProgram(0, (_compute(1, 1 * MS),), frozenset())
+    ends = [9 * MS, 2 * MS, 5 * MS]  # iteration 0 is the slow first one; the median is iteration 2
+    its = tuple(IterationRecords(i, (RankRecords(0, 0, ((1, 0, e),)),)) for i, e in enumerate(ends))
+    text = format_summary(ReplayOutcome((program,), its, ()))
+    lines = text.splitlines()
+    assert lines[0] == "# replay: 1 ranks, 3 iteration(s), iteration time median 5.000 ms"
+    assert lines[1] == "# per rank, iteration 2 (the median one of 3)"
+    assert lines[3].split()[:2] == ["0", "5.000"]

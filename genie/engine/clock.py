@@ -118,9 +118,12 @@ class FakeClock:
 
     now_ns: int = 0
     late_ns: int = 0
+    read_ns: int = 0  # each read moves time this much (an interpreter's cost per step of the walk)
 
     def monotonic_ns(self) -> int:
-        return self.now_ns
+        now = self.now_ns
+        self.now_ns += self.read_ns
+        return now
 
     def spin_until(self, deadline_ns: int) -> None:
         self.now_ns = max(self.now_ns, deadline_ns)

@@ -126,7 +126,7 @@ class ProgramWalker:
 
         Compute keeps an ideal clock: a compute node's deadline is `ideal start + duration`, where the ideal
         start is when it became ready (its last dependency's end; for a compute dependency, that node's
-        deadline) — so a late wake-up or the interpreter's gap between two back-to-back compute nodes is
+        ideal end, even when it ended later on the wall clock) — so a late wake-up or the interpreter's gap between two back-to-back compute nodes is
         made up by the next one instead of accumulating, as a GPU stream would not have lost that time.
         A node never ends before it starts; communication delays are never made up."""
         nodes = {n.id: n for n in self.program.nodes}
@@ -144,7 +144,7 @@ class ProgramWalker:
         busy_lanes: set[tuple] = set()
         records: dict[int, NodeRecord] = {}
         running: dict[tuple, CommRun] = {}
-        compute: tuple[int, int, int] | None = None  # (node id, start, deadline)
+        compute: tuple[int, int, int, int] | None = None  # (node id, start, deadline, ideal end)
         now = self.clock.monotonic_ns
         mover = self.mover
 
@@ -184,7 +184,7 @@ class ProgramWalker:
                 if compute_factor is not None:
                     duration = round(duration * compute_factor(ideal_start))
                 ideal_end = ideal_start + duration
-                compute = (nid, start, max(start, ideal_end))
+                compute = (nid, start, max(start, ideal_end), ideal_end)
                 lane_ideal_end = ideal_end
             for key, queue in lanes.items():
                 if key in busy_lanes or not queue or remaining[queue[0]] != 0:
@@ -205,9 +205,11 @@ class ProgramWalker:
                     self.clock.spin_until(compute[2])  # nothing else to drive: spin the last stretch
                     t = now()
                 if t >= compute[2]:
-                    nid, start, deadline = compute
+                    nid, start, _deadline, ideal_end = compute
                     compute = None
-                    finish(nid, start, t, deadline)
+                    # children become ready at the ideal end, not at the (later) wall end: a late wake-up
+                    # or the interpreter's per-node overhead is repaid by the compute that follows
+                    finish(nid, start, t, ideal_end)
                     continue
             if not running and compute is None:
                 if compute_ready or any(q and remaining[q[0]] == 0 for k, q in lanes.items()):

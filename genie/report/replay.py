@@ -107,20 +107,36 @@ def end_summary(doc: dict, run_dir: Path, links: dict | None = None) -> str:
         worst = max(ranks, key=lambda r: r["exposed_comm_ns"])
         share = 100.0 * worst["exposed_comm_ns"] / worst["iteration_ns"] if worst["iteration_ns"] else 0.0
         line += (f", exposed communication up to {worst['exposed_comm_ns'] / 1e6:.3f} ms "
-                 f"({share:.0f}%, rank {worst['rank']})")
+                 f"({share:.0f}%, rank {worst['rank']}, iteration 0)")
     if links:
         line += (f"; links moved {links['link_bytes'] / 1e6:.3f} MB, {links['link_drops']} drops, "
                  f"{links['tcp_retrans_segs']} TCP retransmissions")
     return line + f"\n# results in {run_dir}"
 
 
+def median_iteration(times: list[int]) -> int:
+    """The index of the median iteration (the lower one of an even count): the one a table shows."""
+    order = sorted(range(len(times)), key=lambda i: (times[i], i))
+    return order[(len(order) - 1) // 2]
+
+
+def _which(count: int) -> str:
+    if count == 1:
+        return "the only one"
+    if count % 2 == 0:
+        return f"the faster of the two middle ones of {count}"
+    return f"the median one of {count}"
+
+
 def format_summary(outcome: ReplayOutcome) -> str:
     summaries, times = summarize(outcome)
+    shown = outcome.iterations[median_iteration(times)].iteration
     lines = [f"# replay: {len(outcome.programs)} ranks, {len(times)} iteration(s), "
              f"iteration time median {median(times) / 1e6:.3f} ms",
+             f"# per rank, iteration {shown} ({_which(len(times))})",
              f"#{'rank':>5} {'iter_ms':>10} {'compute_ms':>11} {'comm_ms':>9} {'exposed_ms':>11} {'overlap_ms':>11}"]
     for s in summaries:
-        if s.iteration == 0:
+        if s.iteration == shown:
             lines.append(f" {s.rank:>5} {s.iteration_ns / 1e6:>10.3f} {s.compute_ns / 1e6:>11.3f} "
                          f"{s.comm_ns / 1e6:>9.3f} {s.exposed_comm_ns / 1e6:>11.3f} {s.overlap_ns / 1e6:>11.3f}")
     return "\n".join(lines)

@@ -17,6 +17,11 @@ from genie.core.trace import CommType, CycleError, NodeKind, Trace, TraceNode, t
 _SIZE_MAY_DIFFER = frozenset({CommType.ALL_TO_ALL.value, CommType.GATHER.value, CommType.SCATTER.value})
 
 
+class Severity(Enum):
+    ERROR = "error"  # the trace cannot be replayed as it is
+    WARNING = "warning"  # replayable; genie does what ASTRA-sim does and says so
+
+
 class ProblemKind(Enum):
     RANK_NUMBERING = "rank_numbering"
     DUPLICATE_NODE_ID = "duplicate_node_id"
@@ -31,6 +36,12 @@ class ProblemKind(Enum):
     BAD_PEER = "bad_peer"
     P2P_MISMATCH = "p2p_mismatch"
 
+    @property
+    def severity(self) -> Severity:
+        # Chakra's converter removes node 0 but keeps `ctrl_deps: [0]` on each thread root; genie, like a
+        # scheduler that waits only for nodes the file has, treats a dependency on a missing node as met.
+        return Severity.WARNING if self is ProblemKind.DANGLING_DEPENDENCY else Severity.ERROR
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -38,6 +49,10 @@ class Problem:
     message: str
     rank: int | None = None
     node_id: int | None = None
+
+    @property
+    def severity(self) -> Severity:
+        return self.kind.severity
 
     def __str__(self) -> str:
         where = []
@@ -72,7 +87,8 @@ def _node_problems(trace: Trace, rank: int, nodes: tuple[TraceNode, ...]) -> lis
     for n in nodes:
         for dep in n.deps:
             if dep not in ids:
-                problems.append(Problem(ProblemKind.DANGLING_DEPENDENCY, f"depends on missing node {dep}", rank, n.id))
+                problems.append(Problem(ProblemKind.DANGLING_DEPENDENCY, f"depends on missing node {dep} "
+                                        "(ignored: treated as met)", rank, n.id))
         if n.kind is NodeKind.COLLECTIVE:
             if n.comm_type is None:
                 code = n.comm_type_code
@@ -192,9 +208,14 @@ def validate(trace: Trace) -> tuple[Problem, ...]:
     return tuple(problems)
 
 
+def errors(problems: tuple[Problem, ...]) -> tuple[Problem, ...]:
+    """The problems that make a trace unreplayable (warnings left out)."""
+    return tuple(p for p in problems if p.severity is Severity.ERROR)
+
+
 def check(trace: Trace, *, source: str | None = None) -> None:
-    """Raise InputError for the first problem (noting how many more there are)."""
-    problems = validate(trace)
+    """Raise InputError for the first error (noting how many more there are); warnings pass."""
+    problems = errors(validate(trace))
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise InputError(f"{problems[0]}{more}", source=source)
@@ -281,6 +302,21 @@ def critical_path(trace: Trace) -> CriticalPath:
             path.append(cur)
         cur = best[cur]
     return CriticalPath(length, tuple(reversed(path)))
+
+
+# ---- communication recorded as compute (a CPU-captured PyTorch trace) -----------------------------------
+_COMM_OP_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms")
+
+
+def comm_ops_as_compute(trace: Trace) -> dict[str, int]:
+    """{op name: nodes over all ranks} of COMPUTE nodes that are really communication: what Chakra's converter
+    writes for a CPU (gloo) capture, where it makes COMM nodes only from GPU (NCCL) kernels."""
+    found: Counter = Counter()
+    for r in trace.ranks:
+        for n in r.nodes:
+            if n.kind is NodeKind.COMPUTE and n.name.startswith(_COMM_OP_PREFIXES):
+                found[n.name] += 1
+    return dict(found)
 
 
 # ---- summary -------------------------------------------------------------------------------------------

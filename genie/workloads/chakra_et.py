@@ -5,9 +5,11 @@ A file is a sequence of frames, each a protobuf varint length then a serialized 
 Reading then writing reproduces the original bytes of any file protobuf itself wrote: attribute order and value
 types, explicitly set defaults (``bool_val: false``), inputs/outputs presence and unknown fields are all kept.
 
-A set of files ``<prefix>.<rank>.et`` (rank 0..N-1) is a :class:`~genie.core.trace.Trace`. Process groups,
-which Chakra keeps outside the ET files, go in ``<prefix>.comm_group.json`` (ASTRA-sim's
-``--comm-group-configuration`` format: ``{"<pg_name>": [global ranks...]}``).
+A set of files ``<prefix>.<rank>.et`` (rank 0..N-1) is a :class:`~genie.core.trace.Trace`. Process groups
+come from ``<prefix>.comm_group.json`` when it exists (ASTRA-sim's ``--comm-group-configuration`` format:
+``{"<pg_name>": [global ranks...]}``), else, as ASTRA-sim builds them, from the ``## process_group:init ##``
+METADATA nodes PyTorch traces carry (see genie.workloads.pg_metadata). genie writes the JSON whenever a
+trace has groups.
 
 Chakra durations are whole microseconds. A node whose ``duration_ns`` is not is written with
 ``duration_micros`` rounded to the nearest microsecond plus a trailing ``duration_ns`` attribute (uint64) that
@@ -31,6 +33,7 @@ from genie.core.files import write_atomic
 from genie.core.trace import (Attribute, AttrType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace, TraceMetadata,
                               TraceNode)
 from genie.workloads.et_schema import messages
+from genie.workloads.pg_metadata import PG_INIT_NODE, merge_groups, parse_pg_records
 
 _KINDS = tuple(NodeKind)  # index = Chakra NodeType number
 _KIND_CODE = {kind: i for i, kind in enumerate(_KINDS)}
@@ -328,11 +331,24 @@ def read_et_set(prefix_path: str | Path) -> Trace:
         path = found[rank]
         meta, nodes = read_et(path.read_bytes(), source=str(path), parsed=parsed)
         ranks.append(RankTrace(rank, tuple(nodes), meta))
-    groups: tuple[ProcessGroup, ...] = ()
     group_path = prefix.with_name(prefix.name + COMM_GROUP_SUFFIX)
     if group_path.is_file():
         groups = read_comm_groups(group_path.read_bytes(), source=str(group_path))
+    else:
+        groups = groups_from_metadata(ranks, sources={r: str(found[r]) for r in found})
     return Trace(tuple(ranks), groups, (("format", "chakra_et"), ("prefix", prefix.name)))
+
+
+def groups_from_metadata(ranks: list[RankTrace] | tuple[RankTrace, ...], *,
+                         sources: dict[int, str] | None = None) -> tuple[ProcessGroup, ...]:
+    """The process groups the ranks' ``## process_group:init ##`` METADATA nodes describe (none: ())."""
+    per_rank = {}
+    for r in ranks:
+        per_rank[r.rank] = tuple(rec for n in r.nodes if n.kind is NodeKind.METADATA and n.name == PG_INIT_NODE
+                                 and n.inputs is not None
+                                 for rec in parse_pg_records(n.inputs.values, world_size=len(ranks),
+                                                             source=(sources or {}).get(r.rank, f"rank {r.rank}")))
+    return merge_groups(per_rank, sources=sources or {})
 
 
 def write_et_set(trace: Trace, prefix_path: str | Path) -> list[Path]:

@@ -5,7 +5,9 @@ What a path may name:
   the whole set is loaded), or a directory holding one such set (directly or in ``workload/``);
 - a directory of PARAM basic traces (``rank<N>.json``) or one of those files (the whole set is loaded);
 - a genie trace (``.json``/``.yaml``/``.yml`` with ``format: genie-trace``);
-- an ASTRA-sim 1.0 text workload (needs ``npus``).
+- an ASTRA-sim 1.0 text workload (needs ``npus``);
+- PyTorch execution traces (+ Kineto traces), ``.json`` or ``.json.gz``: a directory holding one per rank, or
+  one of them (the whole directory is imported; see genie.workloads.pytorch_import).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from genie.core.errors import InputError
 from genie.core.files import write_atomic
 from genie.core.trace import RankTrace, Trace
-from genie.workloads import astra_text, chakra_et, native, param_comms
+from genie.workloads import astra_text, chakra_et, native, param_comms, pytorch_files
 
 
 class TraceFormat(Enum):
@@ -25,6 +27,7 @@ class TraceFormat(Enum):
     NATIVE = "json"
     PARAM_BASIC = "param"
     ASTRA_TEXT = "astra"
+    PYTORCH_ET = "pytorch"
 
 
 class OutputFormat(Enum):
@@ -42,6 +45,8 @@ def _et_prefixes(directory: Path) -> list[Path]:
 
 
 def _sniff_file(path: Path, head: bytes) -> TraceFormat:
+    if pytorch_files.sniff_execution_trace(head):
+        return TraceFormat.PYTORCH_ET
     if _ET_FILE.match(path.name) or head[:2] == b"\x1f\x8b":
         return TraceFormat.CHAKRA_ET
     text = head.decode("utf-8", errors="replace").lstrip()
@@ -52,8 +57,16 @@ def _sniff_file(path: Path, head: bytes) -> TraceFormat:
     first = text.split(maxsplit=1)[0] if text.split() else ""
     if first in {p.value for p in astra_text.Policy}:
         return TraceFormat.ASTRA_TEXT
-    raise InputError("cannot tell the trace format (expected Chakra ET, PARAM basic JSON, a genie trace or an "
-                     "ASTRA-sim text workload)", source=str(path))
+    raise InputError("cannot tell the trace format (expected Chakra ET, PARAM basic JSON, a genie trace, an "
+                     "ASTRA-sim text workload or PyTorch execution traces)", source=str(path))
+
+
+_JSON_NAMES = (".json", ".json.gz")
+
+
+def _head_is_pytorch(path: Path) -> bool:
+    with path.open("rb") as f:
+        return pytorch_files.sniff_execution_trace(f.read(4096))
 
 
 def detect_format(path_or_prefix: str | Path) -> tuple[TraceFormat, Path]:
@@ -70,6 +83,8 @@ def detect_format(path_or_prefix: str | Path) -> tuple[TraceFormat, Path]:
                     raise InputError(f"several ET sets here ({names}): name one prefix", source=str(directory))
         if param_comms.param_rank_files(path):
             return TraceFormat.PARAM_BASIC, path
+        if any(_head_is_pytorch(f) for f in sorted(path.iterdir()) if f.is_file() and f.name.endswith(_JSON_NAMES)):
+            return TraceFormat.PYTORCH_ET, path
         raise InputError("no trace found in this directory", source=str(path))
     if path.is_file():
         with path.open("rb") as f:
@@ -79,6 +94,8 @@ def detect_format(path_or_prefix: str | Path) -> tuple[TraceFormat, Path]:
             m = _ET_FILE.match(path.name)
             return fmt, (path.with_name(m.group("prefix")) if m else path)
         if fmt is TraceFormat.PARAM_BASIC and param_comms.RANK_FILE.search(path.name):
+            return fmt, path.parent
+        if fmt is TraceFormat.PYTORCH_ET:
             return fmt, path.parent
         return fmt, path
     if chakra_et.rank_files(path):
@@ -93,6 +110,8 @@ def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus
             meta, nodes = chakra_et.read_et(path.read_bytes(), source=str(path))
             return Trace((RankTrace(0, tuple(nodes), meta),), (), (("format", "chakra_et"),))
         return chakra_et.read_et_set(path)
+    if fmt is TraceFormat.PYTORCH_ET:
+        return pytorch_files.read_pytorch_set([path]).trace
     if fmt is TraceFormat.PARAM_BASIC:
         if path.is_dir():
             return param_comms.read_param_set(path)

@@ -1,0 +1,146 @@
+"""Runs inside each torchrun rank (``genie trace capture``): the user's script, one step of it traced.
+
+Usage (torchrun's script): ``torch_harness.py --out DIR --warmup N -- SCRIPT ARGS...``. Only torch and the
+standard library are imported here (genie need not be importable in the job's environment).
+
+A step ends at each ``Optimizer.step`` (a global post-hook). After ``--warmup`` untraced steps the next one is
+traced with ``ExecutionTraceObserver`` + a Kineto CPU profile (``torch.profiler``) inside a
+``ProfilerStep#<n>`` range; then the script is stopped (every rank stops after the same step). Each
+torch.distributed call made from Python runs inside a ``genie::pg=<group name>`` record_function, so the trace
+says which process group the c10d op under it used (gloo records the group as an opaque object). Without a
+CUDA device, ``init_process_group`` is given the gloo backend. Per rank the harness writes
+``host.<rank>.json`` (execution trace), ``device.<rank>.json`` (Kineto) and ``steps.<rank>.json`` (the
+untraced and traced step times, seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import runpy
+import sys
+import time
+
+PG_HINT = "genie::pg="
+_WRAPPED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+            "all_to_all", "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "barrier", "send", "recv",
+            "isend", "irecv")
+
+
+class CaptureDone(BaseException):
+    """Raised from the optimizer hook after the traced step: unwinds the user's script."""
+
+
+def _wrap_collectives(torch, dist) -> None:
+    import inspect
+
+    def group_name(group) -> str:
+        group = group if group is not None else dist.group.WORLD
+        name = getattr(group, "group_name", None)
+        return str(name) if name is not None else "0"
+
+    for fname in _WRAPPED:
+        fn = getattr(dist, fname, None)
+        if fn is None:
+            continue
+        sig = inspect.signature(fn)
+
+        def wrapper(*args, __fn=fn, __sig=sig, **kwargs):
+            try:
+                group = __sig.bind_partial(*args, **kwargs).arguments.get("group")
+            except TypeError:
+                group = None
+            with torch.autograd.profiler.record_function(PG_HINT + group_name(group)):
+                return __fn(*args, **kwargs)
+
+        functools.update_wrapper(wrapper, fn)
+        setattr(dist, fname, wrapper)
+
+
+def _force_gloo(torch, dist) -> None:
+    original = dist.init_process_group
+
+    @functools.wraps(original)
+    def init(*args, **kwargs):
+        if not torch.cuda.is_available():
+            args = args[1:] if args and isinstance(args[0], str) else args
+            kwargs["backend"] = "gloo"
+        return original(*args, **kwargs)
+
+    dist.init_process_group = init
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="torch_harness")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    opts = parser.parse_args(argv)
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
+
+    rank = int(os.environ.get("RANK", "0"))
+    os.makedirs(opts.out, exist_ok=True)
+    _force_gloo(torch, dist)
+    _wrap_collectives(torch, dist)
+    state = {"steps": 0, "last": time.perf_counter(), "untraced": [], "traced": None, "prof": None, "et": None,
+             "range": None}
+
+    def begin() -> None:
+        et = ExecutionTraceObserver()
+        et.register_callback(os.path.join(opts.out, f"host.{rank}.json"))
+        prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, execution_trace_observer=et)
+        prof.start()
+        rng = torch.autograd.profiler.record_function(f"ProfilerStep#{state['steps']}")
+        rng.__enter__()
+        state.update(prof=prof, et=et, range=rng)
+
+    def end() -> None:
+        state["range"].__exit__(None, None, None)
+        state["prof"].stop()
+        state["prof"].export_chrome_trace(os.path.join(opts.out, f"device.{rank}.json"))
+        state["et"].stop()
+        state["et"].unregister_callback()
+
+    def after_step(_optimizer, _args, _kwargs) -> None:
+        now = time.perf_counter()
+        took, state["last"] = now - state["last"], now
+        state["steps"] += 1
+        if state["prof"] is not None:
+            state["traced"] = took
+            end()
+            raise CaptureDone()
+        state["untraced"].append(took)
+        if state["steps"] == opts.warmup:
+            begin()
+            state["last"] = time.perf_counter()
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    register_optimizer_step_post_hook(after_step)
+    if opts.warmup == 0:
+        begin()
+    script = os.path.abspath(opts.script)
+    sys.argv = [script, *opts.args]
+    sys.path.insert(0, os.path.dirname(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except CaptureDone:
+        pass
+    if state["traced"] is None:
+        print(f"CaptureError: the script made {state['steps']} optimizer step(s); it needs {opts.warmup + 1} "
+              f"({opts.warmup} untraced, 1 traced)", file=sys.stderr)
+        return 3
+    with open(os.path.join(opts.out, f"steps.{rank}.json"), "w") as f:
+        json.dump({"untraced_step_s": state["untraced"], "traced_step_s": state["traced"]}, f)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,321 @@
+"""PyTorch execution traces (+ Kineto traces) of a job's ranks -> a genie Trace (pure).
+
+Per rank:
+- **communication**: every c10d op (genie.workloads.pytorch_et.C10D_OPS) becomes a collective, send or recv
+  node, named and numbered as in the execution trace, with ``comm_size`` in ASTRA-sim's meaning, a ``dtype``
+  attribute, the process group (``pg_name``; none for the world) and, for p2p, the global peer and the tag.
+  The group comes from a ``record_param_comms`` child when the trace has one (NCCL), else from the only group
+  the op can be on (this rank's groups, narrowed by what the op says of its group's size); a collective that
+  could be on several of this rank's groups is refused (gloo records the group as an opaque object). A
+  point-to-point op that could be on several groups is taken to be on the world (``dist.send``'s default).
+- **compute**: the top-level ops of the traced step (the children of ``ProfilerStep#N``; without one, of each
+  thread root) on the threads they ran on, each lasting its Kineto duration minus the time its nested c10d
+  ops took on that thread (the communication taken out). When the Kineto trace has GPU kernels, compute is
+  the kernels instead, each stream a chain, and a c10d op's timing is its NCCL kernel's (the k-th NCCL kernel
+  to start belongs to the k-th c10d op; a count that differs is refused); its issuer is the last kernel to
+  start before it.
+- **dependencies** follow the job's timeline: each thread's compute is a chain; a communication op depends on
+  the compute op that issued it; the first compute op of each thread that began after the communication
+  ended (its ``gloo:``/``nccl:`` work event; a synchronous op without one: its own end) depends on it. So the
+  job's overlap is kept: DDP's bucket all-reduces run alongside the rest of backward and the optimizer waits.
+  Without a Kineto trace there are no durations (compute is 0) and a synchronous op blocks the next compute op
+  while an asynchronous one only ends the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from genie.core.errors import InputError
+from genie.core.trace import (Attribute, AttrType, ProcessGroup, Trace, TraceNode, collective_node, compute_node,
+                              make_trace, recv_node, send_node)
+from genie.workloads.pg_metadata import PG_INIT_NODE, merge_groups
+from genie.workloads.pytorch_et import (C10D_OPS, P2P, PG_HINT, PROCESS_ROOT, PROFILER_STEP, RECORD_PARAM_COMMS, THREAD_ROOT,
+                                        WORK_PREFIXES, CommOp, HostNode, HostTrace, KinetoEvent, KinetoTrace,
+                                        comm_ops)
+
+_META = (PG_INIT_NODE, THREAD_ROOT, PROCESS_ROOT)
+
+
+@dataclass(frozen=True)
+class RankInput:
+    rank: int
+    host: HostTrace
+    kineto: KinetoTrace | None = None
+
+
+@dataclass(frozen=True)
+class RankReport:
+    rank: int
+    step_ns: int | None  # ProfilerStep's Kineto duration (None: no Kineto trace or no step)
+    compute_ns: int
+    comm_ops: int
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    trace: Trace
+    ranks: tuple[RankReport, ...]
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    node: HostNode
+    lane: object  # the thread it ran on
+    start_us: float
+    duration_ns: int
+    end_us: float = 0.0
+
+
+def _world(groups: tuple[ProcessGroup, ...], world_size: int) -> str | None:
+    full = [g.name for g in groups if g.ranks == tuple(range(world_size))]
+    return full[0] if full else None
+
+
+def _group_of(op: CommOp, rank: int, groups: tuple[ProcessGroup, ...], world: str | None, source: str,
+              warnings: list[str]) -> ProcessGroup | None:
+    """The op's group (None: the world, when the trace names no groups)."""
+    if not groups:
+        return None
+    by_name = {g.name: g for g in groups}
+    if op.group_hint in by_name:
+        return by_name[op.group_hint]
+    candidates = [g for g in groups if rank in g.ranks]
+    if op.group_size is not None:
+        candidates = [g for g in candidates if len(g.ranks) == op.group_size]
+    if len(candidates) == 1:
+        return candidates[0]
+    names = ", ".join(repr(g.name) for g in candidates) or "none"
+    if isinstance(op.comm, P2P) and world in {g.name for g in candidates}:
+        warnings.append(f"{source}: node {op.node.id} ({op.node.name}) could be on groups {names}; taken to be "
+                        f"on the world, dist.{op.comm.value}'s default")
+        return by_name[world]
+    raise InputError(f"node {op.node.id} ({op.node.name}): cannot tell its process group: the trace records it "
+                     f"as an opaque object and this rank is on groups {names}", source=source,
+                     path=f"nodes[id={op.node.id}].inputs")
+
+
+def _check_belongs(host: HostTrace, kineto: KinetoTrace, rank: int) -> dict[int, KinetoEvent]:
+    """rf_id -> Kineto event; InputError when the Kineto trace is not the execution trace's companion."""
+    if kineto.rank is not None and kineto.rank != rank:
+        raise InputError(f"Kineto trace of rank {kineto.rank} paired with the execution trace of rank {rank} "
+                         f"({host.source})", source=kineto.source, path="distributedInfo.rank")
+    if kineto.pid is not None and host.pid is not None and kineto.pid != host.pid:
+        raise InputError(f"does not belong to {host.source}: its process is {kineto.pid}, the execution trace's "
+                         f"{host.pid}", source=kineto.source, path="traceEvents[].pid")
+    by_rf = {e.rf_id: e for e in kineto.events if e.rf_id is not None and e.category != "kernel"}
+    for n in host.nodes:
+        if n.name in C10D_OPS and n.rf_id in by_rf and by_rf[n.rf_id].name != n.name:
+            raise InputError(f"does not belong to {host.source}: record function {n.rf_id} is {n.name!r} there "
+                             f"but {by_rf[n.rf_id].name!r} here", source=kineto.source,
+                             path="traceEvents[].args.Record function id")
+    return by_rf
+
+
+def _work_name(op: CommOp) -> str:
+    return op.comm.value if isinstance(op.comm, P2P) else op.comm.name.lower()
+
+
+def _work_end(op: CommOp, host_children: dict[int, list[HostNode]], by_rf: dict[int, KinetoEvent],
+              unclaimed: list[KinetoEvent], issued: KinetoEvent) -> float:
+    """When the op's work ended: its gloo:/nccl: work event (an execution-trace child, else the first unclaimed
+    Kineto work event of its kind that began after it), or, synchronous, the op's own end."""
+    for child in host_children.get(op.node.id, ()):
+        if child.name.startswith(WORK_PREFIXES) and child.rf_id in by_rf:
+            ev = by_rf[child.rf_id]
+            if ev in unclaimed:
+                unclaimed.remove(ev)
+            return ev.end_us
+    kind = _work_name(op)
+    for ev in unclaimed:
+        if ev.start_us >= issued.start_us and ev.name.split(":", 1)[1].replace("_", "") == kind.replace("_", ""):
+            unclaimed.remove(ev)
+            return ev.end_us
+    return issued.end_us
+
+
+def _is_async(op: CommOp) -> bool:
+    return any(isinstance(v, bool) and v for v in op.node.values)
+
+
+def _is_compute_event(e: KinetoEvent) -> bool:
+    return (e.category in ("cpu_op", "user_annotation") and not PROFILER_STEP.match(e.name)
+            and not e.name.startswith(WORK_PREFIXES) and e.name not in C10D_OPS and e.name != RECORD_PARAM_COMMS
+            and not e.name.startswith(PG_HINT))
+
+
+def _segments(host: HostTrace, children: dict[int, list[HostNode]], kineto: KinetoTrace | None,
+              by_rf: dict[int, KinetoEvent] | None) -> tuple[list[_Segment], int | None]:
+    """The compute ops: with Kineto, each thread's outermost events (an event inside another one's interval on
+    its thread is part of it; the execution trace's call tree is not used, it nests ops under ones that had
+    ended); without, the children of the step (or thread root) in the execution trace, lasting 0."""
+    steps = [n for n in host.nodes if PROFILER_STEP.match(n.name)]
+    if kineto is None or by_rf is None:
+        parents = steps or [n for n in host.nodes if n.name == THREAD_ROOT]
+        out = [_Segment(n, n.tid, float(n.id), 0) for parent in parents for n in children.get(parent.id, ())
+               if n.name not in _META and not PROFILER_STEP.match(n.name) and n.name not in C10D_OPS]
+        return sorted(out, key=lambda seg: seg.node.id), None
+    step_events = [e for e in kineto.events if PROFILER_STEP.match(e.name)]
+    step_ns = sum(round(e.dur_us * 1000) for e in step_events) or None
+    node_of = {n.rf_id: n for n in host.nodes if n.rf_id is not None}
+    next_id = max((n.id for n in host.nodes), default=0) + 1
+    comm_events = [e for e in kineto.events if e.name in C10D_OPS]
+    out: list[_Segment] = []
+    by_thread: dict[object, list[KinetoEvent]] = {}
+    for e in kineto.events:
+        if _is_compute_event(e):
+            by_thread.setdefault(e.tid, []).append(e)
+    for tid, events in by_thread.items():
+        events.sort(key=lambda e: (e.start_us, -e.dur_us))
+        top_end = None
+        for e in events:
+            if top_end is not None and e.start_us < top_end:
+                continue  # nested in the current outermost event
+            top_end = e.end_us
+            node = node_of.get(e.rf_id)
+            if node is None:
+                node = HostNode(next_id, e.name, -1, e.rf_id, 0, (), ())
+                next_id += 1
+            comm_us = sum(c.dur_us for c in comm_events if c.tid == tid and e.start_us <= c.start_us < e.end_us)
+            out.append(_Segment(node, tid, e.start_us, max(0, round((e.dur_us - comm_us) * 1000)), e.end_us))
+    out.sort(key=lambda seg: (seg.start_us, seg.node.id))
+    return out, step_ns
+
+
+def _issuer(op: CommOp, host: HostTrace, segments: list[_Segment], issued: KinetoEvent | None) -> _Segment | None:
+    """The compute op that issued `op`: the outermost event containing it on its thread (Kineto), else its
+    ancestor among the compute ops, else the last compute op to start before it."""
+    if issued is not None:
+        same = [s for s in segments if s.lane == issued.tid and s.start_us <= issued.start_us]
+        return same[-1] if same else None
+    parent_of = {n.id: n.parent for n in host.nodes}
+    by_node = {s.node.id: s for s in segments}
+    cur, seen = op.node.parent, set()
+    while cur in parent_of and cur not in seen:
+        if cur in by_node:
+            return by_node[cur]
+        seen.add(cur)
+        cur = parent_of[cur]
+    before = [s for s in segments if s.node.id < op.node.id]
+    return before[-1] if before else None
+
+
+def _gpu_kernels(host: HostTrace, kineto: KinetoTrace, ops: tuple[CommOp, ...]
+                 ) -> tuple[list[_Segment], dict[int, KinetoEvent]] | None:
+    """With GPU kernels in the Kineto trace: the compute kernels as segments (lane: their stream) and each c10d
+    op's NCCL kernel (the k-th NCCL kernel to start is the k-th c10d op's); None without kernels."""
+    kernels = sorted((e for e in kineto.events if e.category == "kernel"), key=lambda e: (e.start_us, e.name))
+    if not kernels:
+        return None
+    nccl = [k for k in kernels if "nccl" in k.name.lower()]
+    if len(nccl) != len(ops):
+        raise InputError(f"{len(ops)} c10d op(s) in {host.source} but {len(nccl)} NCCL kernel(s) here: cannot "
+                         "pair them", source=kineto.source, path="traceEvents[cat=kernel]")
+    next_id = max((n.id for n in host.nodes), default=0) + 1
+    segments = []
+    for i, k in enumerate(kk for kk in kernels if "nccl" not in kk.name.lower()):
+        lane = ("stream", k.stream if k.stream is not None else k.tid)
+        segments.append(_Segment(HostNode(next_id + i, k.name, -1, None, 0, (), ()), lane, k.start_us,
+                                 round(k.dur_us * 1000), k.end_us))
+    return segments, {op.node.id: k for op, k in zip(ops, nccl)}
+
+
+def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | None, deps: tuple[int, ...],
+               source: str) -> TraceNode:
+    pg = None if group is None or group.name == world else group.name
+    extra = (Attribute("dtype", AttrType.STRING, op.dtype),) if op.dtype else ()
+    if isinstance(op.comm, P2P):
+        members = group.ranks if group is not None else None
+        local = op.peer_group_rank
+        if local is None:
+            raise InputError(f"node {op.node.id} ({op.node.name}): no peer rank (any-source receive)",
+                             source=source, path=f"nodes[id={op.node.id}].inputs")
+        if members is not None and not 0 <= local < len(members):
+            raise InputError(f"node {op.node.id} ({op.node.name}): peer {local} is outside its group of "
+                             f"{len(members)}", source=source, path=f"nodes[id={op.node.id}].inputs")
+        peer = members[local] if members is not None else local
+        build = send_node if op.comm is P2P.SEND else recv_node
+        return build(op.node.id, op.node.name, rank=rank, peer=peer, size_bytes=op.size_bytes, tag=op.tag,
+                     process_group=pg, data_deps=deps, extra_attrs=extra)
+    return collective_node(op.node.id, op.node.name, comm_type=op.comm, size_bytes=op.size_bytes,
+                           process_group=pg, data_deps=deps, extra_attrs=extra)
+
+
+def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | None,
+                warnings: list[str]) -> tuple[list[TraceNode], RankReport]:
+    host, rank = inp.host, inp.rank
+    children = host.children()
+    by_rf = _check_belongs(host, inp.kineto, rank) if inp.kineto is not None else None
+    segments, step_ns = _segments(host, children, inp.kineto, by_rf)
+    ops = comm_ops(host)
+    gpu = _gpu_kernels(host, inp.kineto, ops) if inp.kineto is not None else None
+    if gpu is not None:
+        segments, nccl = gpu
+    unclaimed = sorted((e for e in (inp.kineto.events if inp.kineto else ()) if e.name.startswith(WORK_PREFIXES)
+                        and e.category != "kernel"), key=lambda e: e.start_us)
+    lanes: dict[object, list[_Segment]] = {}
+    for s in segments:
+        lanes.setdefault(s.lane, []).append(s)
+    deps: dict[int, list[int]] = {s.node.id: [] for s in segments}
+    for lane in lanes.values():
+        for a, b in zip(lane, lane[1:]):
+            deps[b.node.id].append(a.node.id)
+    comm_nodes: list[tuple[float, TraceNode]] = []
+    for op in ops:
+        group = _group_of(op, rank, groups, world, host.source, warnings)
+        if gpu is not None:
+            kernel = nccl[op.node.id]
+            start, end = kernel.start_us, kernel.end_us
+            before = [seg for seg in segments if seg.start_us <= kernel.start_us]
+            issuer = before[-1] if before else None
+            waiters = [after[0] for lane in lanes.values()
+                       if (after := [seg for seg in lane if seg.start_us >= end])]
+        elif by_rf is not None and op.node.rf_id in by_rf:
+            issued = by_rf[op.node.rf_id]
+            start, end = issued.start_us, _work_end(op, children, by_rf, unclaimed, issued)
+            issuer = _issuer(op, host, segments, issued)
+            waiters = []
+            for lane in lanes.values():
+                after = [s for s in lane if s.start_us >= end and (issuer is None or s.start_us > issuer.start_us)]
+                if after:
+                    waiters.append(after[0])
+        else:
+            start = float(op.node.id)
+            issuer = _issuer(op, host, segments, None)
+            nxt = [s for s in segments if s.node.id > op.node.id and (issuer is None or s.lane == issuer.lane)]
+            waiters = nxt[:1] if nxt and not _is_async(op) else []
+        node = _comm_node(op, rank, group, world, (issuer.node.id,) if issuer else (), host.source)
+        comm_nodes.append((start, node))
+        for w in waiters:
+            deps[w.node.id].append(op.node.id)
+    nodes = [(s.start_us, compute_node(s.node.id, s.node.name, duration_ns=s.duration_ns,
+                                       data_deps=tuple(deps[s.node.id]))) for s in segments]
+    nodes += comm_nodes
+    nodes.sort(key=lambda t: (t[0], t[1].id))
+    compute_ns = sum(s.duration_ns for s in segments)
+    if inp.kineto is None:
+        warnings.append(f"{host.source}: no Kineto trace beside it: compute durations are 0")
+    return [n for _, n in nodes], RankReport(rank, step_ns, compute_ns, len(ops))
+
+
+def build_trace(inputs: list[RankInput] | tuple[RankInput, ...]) -> ImportResult:
+    """The genie Trace of ranks 0..N-1 (``inputs`` in any order; every rank exactly once)."""
+    ordered = sorted(inputs, key=lambda i: i.rank)
+    numbers = [i.rank for i in ordered]
+    if numbers != list(range(len(numbers))):
+        raise InputError(f"execution traces of ranks {numbers}: need ranks 0..{len(numbers) - 1}, each once",
+                         source=ordered[0].host.source if ordered else None)
+    groups = merge_groups({i.rank: i.host.groups for i in ordered}, sources={i.rank: i.host.source for i in ordered})
+    world = _world(groups, len(ordered))
+    warnings: list[str] = []
+    rank_nodes, reports = [], []
+    for inp in ordered:
+        nodes, report = _rank_nodes(inp, groups, world, warnings)
+        rank_nodes.append(nodes)
+        reports.append(report)
+    kept = tuple(g for g in groups if g.name != world)
+    trace = make_trace(rank_nodes, groups=kept, info=(("format", "pytorch_et"),))
+    return ImportResult(trace, tuple(reports), tuple(warnings))
+
+
