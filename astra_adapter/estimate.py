@@ -22,7 +22,7 @@ from genie.core.files import read_input
 from genie.core.trace import Trace
 
 from astra_adapter.collective_plan import ring_log_lines
-from astra_adapter.config import NetworkConfig, RemoteMemoryConfig, SystemConfig, load_network, \
+from astra_adapter.config import NetworkBackend, NetworkConfig, RemoteMemoryConfig, SystemConfig, load_network, \
     load_remote_memory, load_system
 from astra_adapter.engine import Engine, EngineRun, RankRun, stat_types
 from astra_adapter.network import AnalyticalNetwork
@@ -126,12 +126,14 @@ def results(work: tuple[RankWork, ...], run: EngineRun, representatives: tuple[i
 
 def estimate(trace: Trace, system: SystemConfig, network: NetworkConfig,
              remote_memory: RemoteMemoryConfig | None = None, *, queues_per_dim: int = 1,
-             symmetry: bool | None = None) -> Estimate:
+             symmetry: bool | None = None,
+             backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE) -> Estimate:
     """Estimate ``trace``. ``symmetry``: simulate one rank per class of identical ranks (exact, see
     :mod:`astra_adapter.symmetry`); None = when the trace has more than ``SYMMETRY_MIN_RANKS`` ranks. Without
-    it the order of same-tick finish lines follows ASTRA-sim's event order; with it, rank order."""
+    it the order of same-tick finish lines follows ASTRA-sim's event order; with it, rank order.
+    ``backend``: which analytical network (the congestion-aware one simulates every rank, links shared)."""
     with _collector_paused():
-        return _estimate(trace, system, network, remote_memory, queues_per_dim, symmetry)
+        return _estimate(trace, system, network, remote_memory, queues_per_dim, symmetry, backend)
 
 
 @contextmanager
@@ -147,16 +149,19 @@ def _collector_paused():
 
 
 def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote_memory: RemoteMemoryConfig | None,
-              queues_per_dim: int, symmetry: bool | None) -> Estimate:
+              queues_per_dim: int, symmetry: bool | None, backend: NetworkBackend) -> Estimate:
     work = trace_work(trace, system)
     groups = {g.name: tuple(g.ranks) for g in trace.groups}
     net = AnalyticalNetwork(network)
     if len(work) != net.npus_count:
         raise GenieError(f"the workload has {len(work)} ranks but the network has {net.npus_count} NPUs")
     reps = None
+    if backend is NetworkBackend.CONGESTION_AWARE:
+        symmetry = False
     if symmetry or (symmetry is None and len(work) > SYMMETRY_MIN_RANKS):
         reps = rank_classes(work, groups, net, system, remote_memory)
-    run = Engine(work, groups, system, net, remote_memory, queues_per_dim, representatives=reps).run()
+    run = Engine(work, groups, system, net, remote_memory, queues_per_dim, representatives=reps,
+                 backend=backend).run()
     result, log = results(work, run, reps, roofline=system.roofline_enabled)
     return Estimate(result, ring_log_lines(system, network.npus_per_dim), log, run.simulated_phases,
                     len(run.ranks), run.approximated_phases)
@@ -164,7 +169,8 @@ def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote
 
 def estimate_files(workload_prefix: str | Path, system_path: str | Path, network_path: str | Path,
                    remote_memory_path: str | Path | None = None, comm_group_path: str | Path | None = None, *,
-                   symmetry: bool | None = None, queues_per_dim: int = 1, injection_scale: float = 1.0) -> Estimate:
+                   symmetry: bool | None = None, queues_per_dim: int = 1, injection_scale: float = 1.0,
+                   backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE) -> Estimate:
     """ASTRA-sim's command line as a call: ``<prefix>.<rank>.et`` files and the configuration files.
 
     Process groups come from ``comm_group_path`` (ASTRA-sim's ``{"<pg_name>": [ranks]}``) when given, else from
@@ -185,4 +191,5 @@ def estimate_files(workload_prefix: str | Path, system_path: str | Path, network
     trace = read_et_set(workload_prefix)
     if comm_group_path is not None:
         trace = replace(trace, groups=read_comm_groups(read_input(comm_group_path), source=str(comm_group_path)))
-    return estimate(trace, system, network, remote, symmetry=symmetry, queues_per_dim=queues_per_dim)
+    return estimate(trace, system, network, remote, symmetry=symmetry, queues_per_dim=queues_per_dim,
+                    backend=backend)
