@@ -13,7 +13,12 @@ Every file is built and parsed back in memory first, then written atomically: ba
 
 **Groups.** ASTRA-sim's comm-group loader parses group names as integers (``std::stoi``) and treats ``pg_name``
 "0" as the world, so a group holding every rank in rank order becomes "0" and the others "1", "2", ... in the
-trace's group order.
+trace's group order. The comm-group file lists only groups 1, 2, ...: ASTRA-sim builds a ``CommunicatorGroup``
+per key and asserts its id is > 0, and "0" needs no entry (it is ASTRA-sim's default group).
+
+**Durations.** ET files hold whole microseconds (``duration_micros``); a node of genie's with a finer duration
+keeps it in a ``duration_ns`` attribute that ASTRA-sim ignores. The export says (a note) how many nodes ASTRA-sim
+sees rounded and by how much; ``genie astra simulate`` reads the set as ASTRA-sim does.
 
 **Implementations.** One per collective type and dimension, from genie's algorithm (the trace's ``algorithm``
 hint when all nodes of that type agree, else ``SystemParams.algorithms``, else ring; direct for all-to-all):
@@ -230,6 +235,23 @@ def renumber_groups(trace: Trace) -> tuple[Trace, GroupRenaming]:
     return replace(trace, ranks=tuple(ranks), groups=tuple(groups)), GroupRenaming(tuple(names.items()))
 
 
+def _rounding_notes(trace: Trace) -> tuple[str, ...]:
+    """What ASTRA-sim loses reading durations in whole microseconds (``duration_micros``)."""
+    seen: dict[int, int] = {}
+    for rank in trace.ranks:
+        for node in rank.nodes:
+            if node.duration_ns % 1000:
+                seen[id(node)] = node.duration_ns
+    if not seen:
+        return ()
+    worst = max(abs((ns + 500) // 1000 * 1000 - ns) / ns for ns in seen.values())
+    total_ns = sum(n.duration_ns for r in trace.ranks for n in r.nodes)
+    change_ns = sum((n.duration_ns + 500) // 1000 * 1000 - n.duration_ns for r in trace.ranks for n in r.nodes)
+    return (f"{len(seen)} distinct node durations are not whole microseconds: ASTRA-sim (and genie astra "
+            f"simulate) read them rounded (duration_micros; up to {worst:.2%} per node, {change_ns / max(1, total_ns):+.4%} "
+            "of all durations); genie estimate keeps the nanoseconds (duration_ns attribute)",)
+
+
 # ---- the whole set ------------------------------------------------------------------------------------
 def _check_exportable(trace: Trace, mapping: TopologyMapping, network: NetworkConfig) -> None:
     if trace.num_ranks != mapping.npus_count:
@@ -272,9 +294,11 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
     for i, rank in enumerate(renamed.ranks):
         files[prefix.with_name(f"{name}.{i}.et")] = write_et(rank.nodes, rank.metadata)
     comm_group = None
-    if renamed.groups:
+    listed = tuple(g for g in renamed.groups if g.name != WORLD_GROUP_ID)  # ASTRA-sim asserts ids > 0
+    if listed:
         comm_group = f"workload/{name}{COMM_GROUP_SUFFIX}"
-        files[out / comm_group] = write_comm_groups(renamed.groups)
+        files[out / comm_group] = write_comm_groups(listed)
+    if renamed.groups:
         files[prefix.with_name(f"{name}.group_names.json")] = (json.dumps(renaming.as_dict(), indent=1)
                                                                + "\n").encode()
     texts = {"system.json": system_json(system), "network.yml": network_yml(network),
@@ -282,7 +306,7 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
     parse_system(texts["system.json"], source="system.json")  # what we write must read back
     parse_network(texts["network.yml"], source="network.yml")
     parse_remote_memory(texts["remote_memory.json"], source="remote_memory.json")
-    all_notes = (*mapping.notes, *notes)
+    all_notes = (*mapping.notes, *notes, *_rounding_notes(trace))
     if any(len(g.ranks) < trace.num_ranks for g in trace.groups):
         all_notes += ("process groups smaller than the world run as one ring in ASTRA-sim, whatever system.json "
                       "says",)
