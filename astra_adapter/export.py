@@ -7,7 +7,7 @@
     OUT/workload/<name>.group_names.json     original group name -> ASTRA-sim group id
     OUT/system.json  OUT/network.yml  OUT/remote_memory.json
     OUT/mapping.json                          how the topology became ASTRA-sim dimensions, and the caveats
-    OUT/cmd.sh                                the command line (ASTRA-sim binary or `genie astra simulate`)
+    OUT/cmd.sh                                the command line (ASTRA-sim binary or genie's drop-in for it)
 
 Every file is built and parsed back in memory first, then written atomically: bad input leaves nothing behind.
 
@@ -33,6 +33,7 @@ smaller than the world is always a ring in ASTRA-sim, whatever system.json says.
 from __future__ import annotations
 
 import json
+import shlex
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -270,19 +271,32 @@ def _check_exportable(trace: Trace, mapping: TopologyMapping, network: NetworkCo
                                  f"supported by ASTRA-sim")
 
 
-def command_line(workload: str, comm_group: str | None) -> str:
-    argv = ["${ASTRA_SIM:-genie astra simulate}", f"--workload-configuration={workload}",
+@dataclass(frozen=True)
+class Simulator:
+    """What ``cmd.sh`` runs when ``$ASTRA_SIM`` is unset: genie's drop-in, by absolute paths (no PATH needed)."""
+
+    argv: tuple[str, ...] = ("genie", "astra", "simulate")
+    python_path: str | None = None  # prepended to PYTHONPATH (genie's source tree when it is not installed)
+
+
+def command_line(workload: str, comm_group: str | None, simulator: Simulator = Simulator()) -> str:
+    fallback = " ".join(shlex.quote(a) for a in simulator.argv)
+    argv = [f"${{ASTRA_SIM:-{fallback}}}", f"--workload-configuration={workload}",
             "--system-configuration=system.json", "--network-configuration=network.yml",
             "--remote-memory-configuration=remote_memory.json"]
     if comm_group:
         argv.append(f"--comm-group-configuration={comm_group}")
-    return ("#!/bin/sh\n# Run from this directory. ASTRA_SIM: path of AstraSim_Analytical_Congestion_Unaware;\n"
-            "# unset, genie's built-in estimator takes the same options.\ncd \"$(dirname \"$0\")\"\n"
-            + " \\\n    ".join(argv) + "\n")
+    env = ""
+    if simulator.python_path:
+        env = f"PYTHONPATH={shlex.quote(simulator.python_path)}${{PYTHONPATH:+:$PYTHONPATH}} "
+    return ("#!/bin/sh\n# Run from this directory. ASTRA_SIM: path of AstraSim_Analytical_Congestion_Unaware (or\n"
+            "# _Aware); unset, genie's drop-in for it runs with the same options.\ncd \"$(dirname \"$0\")\"\n"
+            + env + " \\\n    ".join(argv) + "\n")
 
 
 def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *, network: NetworkConfig | None = None,
-                 params: SystemParams = SystemParams(), name: str = "workload") -> ExportResult:
+                 params: SystemParams = SystemParams(), name: str = "workload",
+                 simulator: Simulator = Simulator()) -> ExportResult:
     """Write the ASTRA-sim input set for ``trace`` on ``mapping`` (``network``: calibrated, else from the links)."""
     out = Path(out_dir)
     network = network or mapping.network()
@@ -317,7 +331,7 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
                                    "what": d.description} for d, n in zip(mapping.dims, network.dims)],
                    "groups": renaming.as_dict(), "notes": list(all_notes)}
     texts["mapping.json"] = json.dumps(mapping_doc, indent=1) + "\n"
-    texts["cmd.sh"] = command_line(f"workload/{name}", comm_group)
+    texts["cmd.sh"] = command_line(f"workload/{name}", comm_group, simulator)
     for file_name, text in texts.items():
         files[out / file_name] = text.encode()
     for path, data in files.items():
