@@ -22,6 +22,7 @@ from astra_adapter.config import InterDimensionScheduling, IntraDimensionSchedul
     NetworkBackend, RemoteMemoryConfig, SystemConfig
 from astra_adapter.links import LinkNetwork
 from astra_adapter.live_phases import LivePhases
+from astra_adapter.symmetry import mirrored_links
 from astra_adapter.network import AnalyticalNetwork
 from astra_adapter.phase_sim import PhaseEnv, PhaseTimer
 from astra_adapter.streams import CollectiveScheduler, Stream, SysState, Twins
@@ -88,10 +89,12 @@ class Engine:
         self.links: LinkNetwork | None = None
         live = None
         if backend is NetworkBackend.CONGESTION_AWARE:
-            if representatives is not None:
-                raise GenieError("internal: the congestion-aware backend simulates every rank")
             self.links = LinkNetwork(network.config, self._call)
-            live = LivePhases(env, self.links, self._call, self._phase_ended)
+            mirror = representatives is not None
+            if mirror and not mirrored_links(work, groups, network, self.links, system, representatives):
+                raise GenieError("internal: these ranks cannot be mirrored in the congestion-aware network")
+            live = LivePhases(env, self.links, self._call, self._phase_ended, mirror)
+            twins = None
         self.collectives = CollectiveScheduler(system, network, groups, self.timer, self._phase_done,
                                                self._collective_done, queues_per_dim, twins, live)
         simulated = sorted(set(self.class_of))

@@ -27,7 +27,8 @@ from astra_adapter.config import NetworkBackend, NetworkConfig, RemoteMemoryConf
 from astra_adapter.engine import Engine, EngineRun, RankRun, stat_types
 from astra_adapter.network import AnalyticalNetwork
 from astra_adapter.output import AstraResult, RankResult, format_astra_output, rank_lines, timestamp_now
-from astra_adapter.symmetry import rank_classes
+from astra_adapter.links import LinkNetwork
+from astra_adapter.symmetry import mirrored_links, rank_classes
 from astra_adapter.work import RankWork, StatType, trace_work
 
 SYMMETRY_MIN_RANKS = 64
@@ -156,10 +157,12 @@ def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote
     if len(work) != net.npus_count:
         raise GenieError(f"the workload has {len(work)} ranks but the network has {net.npus_count} NPUs")
     reps = None
-    if backend is NetworkBackend.CONGESTION_AWARE:
-        symmetry = False
     if symmetry or (symmetry is None and len(work) > SYMMETRY_MIN_RANKS):
         reps = rank_classes(work, groups, net, system, remote_memory)
+        if backend is NetworkBackend.CONGESTION_AWARE and reps is not None:
+            links = LinkNetwork(network, lambda *_: None) if len(network.dims) == 1 else None
+            if links is None or not mirrored_links(work, groups, net, links, system, reps):
+                reps = None  # the aware network is mirrored only where one rank provably stands for all
     run = Engine(work, groups, system, net, remote_memory, queues_per_dim, representatives=reps,
                  backend=backend).run()
     result, log = results(work, run, reps, roofline=system.roofline_enabled)

@@ -12,6 +12,10 @@ link network:
 - a send injects a chunk into the link network; its arrival completes the matching posted receive (FIFO per
   stream, source, destination and size), or is kept until the receive is posted (then it completes at once);
 - a member that ends its phase hands the stream back to the system layer (``Algorithm::exit``) at that tick.
+
+With ``mirror`` only one rank runs (every rank is its twin, :func:`~astra_adapter.symmetry.mirrored_links`):
+its chunk to rank r+k crosses the links of its own route, which carry nothing else, and when it arrives the
+message from r-k arrives at the representative (the same chunk seen rotated by k).
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ class _Context:
 
 
 class LivePhases:
-    def __init__(self, env: PhaseEnv, links: LinkNetwork, schedule: Schedule, phase_ended: PhaseEnded) -> None:
+    def __init__(self, env: PhaseEnv, links: LinkNetwork, schedule: Schedule, phase_ended: PhaseEnded,
+                 mirror: bool = False) -> None:
         self.env, self.links, self.schedule, self.phase_ended = env, links, schedule, phase_ended
+        self.mirror = mirror
         self.context: dict[object, _Context] = {}
         self.arrived: dict[tuple, deque] = {}
         self.waiting: dict[tuple, deque] = {}
@@ -79,8 +85,12 @@ class LivePhases:
 
     def send(self, member, t: int, dst: int, size: int) -> None:
         src = member.rank
-        key = (self.context[member].key, src, dst, size)
-        self.links.send(t, src, dst, size, self._arrival, key)
+        if self.mirror:
+            members, k = member.members, member.index
+            mirrored = members[(2 * k - members.index(dst)) % len(members)]
+            self.links.send(t, src, dst, size, self._arrival, (self.context[member].key, mirrored, src, size))
+            return
+        self.links.send(t, src, dst, size, self._arrival, (self.context[member].key, src, dst, size))
 
     def _arrival(self, t: int, key: tuple) -> None:
         waiting = self.waiting.get(key)
