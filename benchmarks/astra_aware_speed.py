@@ -6,7 +6,7 @@ all-reduces, on a 1-D Ring of N NPUs (50 GB/s, 500 ns), ring all-reduce, endpoin
 local-mem-bw 1600 GB/s, ``--splits`` chunks per collective (1).
 
     python -m benchmarks.astra_aware_speed                       # genie, both backends, 1024 ranks
-    python -m benchmarks.astra_aware_speed --ranks 256 --repeat 3
+    python -m benchmarks.astra_aware_speed --ranks 256 --repeat 3 [--no-symmetry]   # every rank simulated
     python -m benchmarks.astra_aware_speed --write-et DIR        # also the ASTRA-sim input set (DIR/cmd.sh)
     python -m benchmarks.astra_aware_speed --astra-aware BIN --astra-unaware BIN   # and the real binaries
 
@@ -61,11 +61,11 @@ def configs(ranks: int, splits: int) -> tuple[SystemConfig, NetworkConfig]:
 
 
 def time_genie(trace: Trace, system: SystemConfig, network: NetworkConfig, backend: NetworkBackend,
-               repeat: int) -> tuple[float, int, int]:
+               repeat: int, symmetry: bool | None) -> tuple[float, int, int]:
     times, finish, simulated = [], 0, 0
     for _ in range(repeat):
         t0 = time.perf_counter()
-        est = estimate(trace, system, network, backend=backend)
+        est = estimate(trace, system, network, backend=backend, symmetry=symmetry)
         times.append(time.perf_counter() - t0)
         finish, simulated = est.result.max_finish_cycles, est.simulated_ranks
     return statistics.median(times), finish, simulated
@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--splits", type=int, default=1, help="preferred-dataset-splits")
     parser.add_argument("--repeat", type=int, default=1, help="genie runs per backend (median printed)")
+    parser.add_argument("--no-symmetry", action="store_true", help="simulate every rank")
     parser.add_argument("--write-et", type=Path, help="also write the ASTRA-sim input set here")
     parser.add_argument("--astra-aware", type=Path, help="AstraSim_Analytical_Congestion_Aware binary")
     parser.add_argument("--astra-unaware", type=Path, help="AstraSim_Analytical_Congestion_Unaware binary")
@@ -103,7 +104,8 @@ def main() -> None:
           f"{LAYERS // BUCKET_EVERY} all-reduces of {BUCKET_BYTES >> 20} MiB, splits {args.splits}")
     genie_s = {}
     for backend in NetworkBackend:
-        seconds, finish, simulated = time_genie(trace, system, network, backend, args.repeat)
+        seconds, finish, simulated = time_genie(trace, system, network, backend, args.repeat,
+                                                False if args.no_symmetry else None)
         genie_s[backend] = (seconds, finish)
         print(f"genie {backend.value:20s} {seconds:8.2f} s  finish {finish} cycles  ({simulated} rank(s) simulated)")
     binaries = {NetworkBackend.CONGESTION_AWARE: args.astra_aware,

@@ -49,8 +49,9 @@ def simulate(
     rendezvous_protocol: bool = typer.Option(False, "--rendezvous-protocol", help="Not supported."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write DIR/estimate.csv."),
     symmetry: Optional[bool] = typer.Option(None, "--symmetry/--no-symmetry",
-                                            help="Simulate one rank per class of identical ranks "
-                                                 "(congestion_unaware only; default: above 64 ranks)."),
+                                            help="Simulate one rank per class of identical ranks (aware: only "
+                                                 "where one rank provably stands for all; default: above 64 "
+                                                 "ranks)."),
 ) -> None:
     """Estimate like ASTRA-sim's analytical binaries and print their lines.
 
