@@ -28,6 +28,13 @@ from genie.core.files import read_input
 GIB_BYTES = 1 << 30
 
 
+class NetworkBackend(Enum):
+    """Which of astra-network-analytical's backends a run models."""
+
+    CONGESTION_UNAWARE = "congestion_unaware"  # per-message delay, links never shared
+    CONGESTION_AWARE = "congestion_aware"  # links as resources, chunks queued per link (1-dim topologies)
+
+
 class TopologyKind(Enum):
     """A network dimension's building block (congestion-unaware hop counts)."""
 

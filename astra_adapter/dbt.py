@@ -118,7 +118,7 @@ class DbtMember:
             sim.bundle(self, t, size, False)
             self.state = S.SENDING_TO_PARENT
         elif st is S.SENDING_TO_PARENT and leaf:
-            sim.send(t, self.rank, self.parent, size)
+            sim.send(self, t, self.parent, size)
             sim.post_recv(t, self, self.parent, size)
             self.state = S.WAITING_FROM_PARENT
         elif st is S.WAITING_FROM_PARENT and leaf:
@@ -140,14 +140,14 @@ class DbtMember:
             self.reductions += 1
         elif st is S.SENDING_TO_PARENT and inter:
             self.state = S.WAITING_FROM_PARENT
-            sim.send(t, self.rank, self.parent, size)
+            sim.send(self, t, self.parent, size)
             sim.post_recv(t, self, self.parent, size)
         elif st is S.WAITING_FROM_PARENT and inter and event == _RECEIVED:
             sim.bundle(self, t, size, True)
             self.state = S.SENDING_TO_CHILDREN
         elif st is S.SENDING_TO_CHILDREN and inter:
-            sim.send(t, self.rank, self.left, size)
-            sim.send(t, self.rank, self.right, size)
+            sim.send(self, t, self.left, size)
+            sim.send(self, t, self.right, size)
             sim.finish(self, t)
         elif st is S.BEGIN and root:
             self.state = S.WAITING_ONE_CHILD
@@ -156,5 +156,5 @@ class DbtMember:
             sim.bundle(self, t, size, True)
             self.state = S.SENDING_TO_CHILDREN
         elif st is S.SENDING_TO_CHILDREN and root:
-            sim.send(t, self.rank, only_child, size)
+            sim.send(self, t, only_child, size)
             sim.finish(self, t)

@@ -19,13 +19,16 @@ from dataclasses import dataclass
 from genie.core.errors import GenieError
 
 from astra_adapter.config import InterDimensionScheduling, IntraDimensionScheduling, MemoryType, \
-    RemoteMemoryConfig, SystemConfig
+    NetworkBackend, RemoteMemoryConfig, SystemConfig
+from astra_adapter.links import LinkNetwork
+from astra_adapter.live_phases import LivePhases
+from astra_adapter.symmetry import mirrored_links
 from astra_adapter.network import AnalyticalNetwork
 from astra_adapter.phase_sim import PhaseEnv, PhaseTimer
 from astra_adapter.streams import CollectiveScheduler, Stream, SysState, Twins
 from astra_adapter.work import OpKind, RankWork, Slot, StatType
 
-_NODE_DONE, _PHASE_DONE, _ARRIVAL, _PORT_FREE = 0, 1, 2, 3
+_NODE_DONE, _PHASE_DONE, _ARRIVAL, _PORT_FREE, _CALL = 0, 1, 2, 3, 4
 _BUSY_SLOTS = (Slot.CPU, Slot.GPU_COMP, Slot.GPU_COMM)
 
 
@@ -73,16 +76,27 @@ class _Rank:
 class Engine:
     def __init__(self, work: tuple[RankWork, ...], groups: dict[str, tuple[int, ...]], system: SystemConfig,
                  network: AnalyticalNetwork, remote_memory: RemoteMemoryConfig | None = None,
-                 queues_per_dim: int = 1, representatives: tuple[int, ...] | None = None) -> None:
+                 queues_per_dim: int = 1, representatives: tuple[int, ...] | None = None,
+                 backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE) -> None:
         if len(work) != network.npus_count:
             raise GenieError(f"the workload has {len(work)} ranks but the network has {network.npus_count} NPUs")
         _check_supported(system)
         self.network, self.remote = network, remote_memory or RemoteMemoryConfig()
         self.class_of = representatives or tuple(range(len(work)))
-        self.timer = PhaseTimer(PhaseEnv(network, system.endpoint_delay_ns, system.local_mem_bw_gb_per_s))
+        env = PhaseEnv(network, system.endpoint_delay_ns, system.local_mem_bw_gb_per_s)
+        self.timer = PhaseTimer(env)
         twins = Twins(representatives, work) if representatives is not None else None
+        self.links: LinkNetwork | None = None
+        live = None
+        if backend is NetworkBackend.CONGESTION_AWARE:
+            self.links = LinkNetwork(network.config, self._call)
+            mirror = representatives is not None
+            if mirror and not mirrored_links(work, groups, network, self.links, system, representatives):
+                raise GenieError("internal: these ranks cannot be mirrored in the congestion-aware network")
+            live = LivePhases(env, self.links, self._call, self._phase_ended, mirror)
+            twins = None
         self.collectives = CollectiveScheduler(system, network, groups, self.timer, self._phase_done,
-                                               self._collective_done, queues_per_dim, twins)
+                                               self._collective_done, queues_per_dim, twins, live)
         simulated = sorted(set(self.class_of))
         self.ranks = {r: _Rank(work[r], self._instant_flags(work[r]), self.collectives.new_state(r))
                       for r in simulated}
@@ -107,6 +121,14 @@ class Engine:
     def _phase_done(self, t: int, rank: int, stream: Stream) -> None:
         self._at(t, _PHASE_DONE, rank, stream)
 
+    def _phase_ended(self, t: int, rank: int, stream: Stream) -> None:
+        """A live phase's member ended it now (``Algorithm::exit`` runs the system layer at once)."""
+        self.collectives.proceed(self.ranks[rank].sys, stream, t)
+
+    def _call(self, t: int, callback, argument) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, _CALL, 0, (callback, argument)))
+
     def _collective_done(self, t: int, rank: int, index: int) -> None:
         self._node_done(self.ranks[rank], index, t)
 
@@ -125,6 +147,8 @@ class Engine:
                 collectives.proceed(r.sys, payload, t)
             elif kind == _NODE_DONE:
                 self._node_done(ranks[rank], payload, t)
+            elif kind == _CALL:
+                payload[0](t, payload[1])
             elif kind == _ARRIVAL:
                 self._arrival(payload, t)
             else:
@@ -214,7 +238,10 @@ class Engine:
             if peer == r.rank or not 0 <= peer < len(self.class_of):
                 raise GenieError(f"rank {r.rank} node {node.node_id}: send to invalid peer {peer}")
             key = (node.tag, r.rank, self.class_of[peer], node.size_bytes)
-            self._at(t + self.network.delay_ns(r.rank, peer, node.size_bytes), _ARRIVAL, r.rank, (key, i))
+            if self.links is not None:
+                self.links.send(t, r.rank, peer, node.size_bytes, self._link_arrival, (key, i))
+            else:
+                self._at(t + self.network.delay_ns(r.rank, peer, node.size_bytes), _ARRIVAL, r.rank, (key, i))
         elif op is OpKind.RECV:
             peer = r.work.peers[i]
             if not 0 <= peer < len(self.class_of):
@@ -228,6 +255,9 @@ class Engine:
                 self.waiting.setdefault(key, deque()).append((r.rank, i))
         else:
             self._remote_memory(r, i, t)
+
+    def _link_arrival(self, t: int, payload) -> None:
+        self._arrival(payload, t)
 
     def _arrival(self, payload, t: int) -> None:
         key, send_index = payload

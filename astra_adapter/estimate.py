@@ -23,12 +23,13 @@ from genie.core.intervals import union_ns
 from genie.core.trace import Trace
 
 from astra_adapter.collective_plan import ring_log_lines
-from astra_adapter.config import NetworkConfig, RemoteMemoryConfig, SystemConfig, load_network, \
+from astra_adapter.config import NetworkBackend, NetworkConfig, RemoteMemoryConfig, SystemConfig, load_network, \
     load_remote_memory, load_system
 from astra_adapter.engine import Engine, EngineRun, RankRun, stat_types
 from astra_adapter.network import AnalyticalNetwork
 from astra_adapter.output import AstraResult, RankResult, format_astra_output, rank_lines, timestamp_now
-from astra_adapter.symmetry import rank_classes
+from astra_adapter.links import LinkNetwork
+from astra_adapter.symmetry import mirrored_links, rank_classes
 from astra_adapter.work import RankWork, StatType, trace_work
 
 SYMMETRY_MIN_RANKS = 64
@@ -113,12 +114,14 @@ def results(work: tuple[RankWork, ...], run: EngineRun, representatives: tuple[i
 
 def estimate(trace: Trace, system: SystemConfig, network: NetworkConfig,
              remote_memory: RemoteMemoryConfig | None = None, *, queues_per_dim: int = 1,
-             symmetry: bool | None = None) -> Estimate:
+             symmetry: bool | None = None,
+             backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE) -> Estimate:
     """Estimate ``trace``. ``symmetry``: simulate one rank per class of identical ranks (exact, see
     :mod:`astra_adapter.symmetry`); None = when the trace has more than ``SYMMETRY_MIN_RANKS`` ranks. Without
-    it the order of same-tick finish lines follows ASTRA-sim's event order; with it, rank order."""
+    it the order of same-tick finish lines follows ASTRA-sim's event order; with it, rank order.
+    ``backend``: which analytical network (the congestion-aware one simulates every rank, links shared)."""
     with _collector_paused():
-        return _estimate(trace, system, network, remote_memory, queues_per_dim, symmetry)
+        return _estimate(trace, system, network, remote_memory, queues_per_dim, symmetry, backend)
 
 
 @contextmanager
@@ -134,7 +137,7 @@ def _collector_paused():
 
 
 def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote_memory: RemoteMemoryConfig | None,
-              queues_per_dim: int, symmetry: bool | None) -> Estimate:
+              queues_per_dim: int, symmetry: bool | None, backend: NetworkBackend) -> Estimate:
     work = trace_work(trace, system)
     groups = {g.name: tuple(g.ranks) for g in trace.groups}
     net = AnalyticalNetwork(network)
@@ -143,7 +146,12 @@ def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote
     reps = None
     if symmetry or (symmetry is None and len(work) > SYMMETRY_MIN_RANKS):
         reps = rank_classes(work, groups, net, system, remote_memory)
-    run = Engine(work, groups, system, net, remote_memory, queues_per_dim, representatives=reps).run()
+        if backend is NetworkBackend.CONGESTION_AWARE and reps is not None:
+            links = LinkNetwork(network, lambda *_: None) if len(network.dims) == 1 else None
+            if links is None or not mirrored_links(work, groups, net, links, system, reps):
+                reps = None  # the aware network is mirrored only where one rank provably stands for all
+    run = Engine(work, groups, system, net, remote_memory, queues_per_dim, representatives=reps,
+                 backend=backend).run()
     result, log = results(work, run, reps, roofline=system.roofline_enabled)
     return Estimate(result, ring_log_lines(system, network.npus_per_dim), log, run.simulated_phases,
                     len(run.ranks), run.approximated_phases)
@@ -151,14 +159,17 @@ def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote
 
 def estimate_files(workload_prefix: str | Path, system_path: str | Path, network_path: str | Path,
                    remote_memory_path: str | Path | None = None, comm_group_path: str | Path | None = None, *,
-                   symmetry: bool | None = None, queues_per_dim: int = 1, injection_scale: float = 1.0) -> Estimate:
+                   symmetry: bool | None = None, queues_per_dim: int = 1, injection_scale: float = 1.0,
+                   backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE) -> Estimate:
     """ASTRA-sim's command line as a call: ``<prefix>.<rank>.et`` files and the configuration files.
 
     Process groups come from ``comm_group_path`` (ASTRA-sim's ``{"<pg_name>": [ranks]}``) when given, else from
     ``<prefix>.comm_group.json`` if present. ``injection_scale`` multiplies ``endpoint-delay`` (ASTRA-sim's
-    ``--injection-scale``); ``queues_per_dim`` is its ``--num-queues-per-dim``.
+    ``--injection-scale``); ``queues_per_dim`` is its ``--num-queues-per-dim`` (only 1 is modelled). Compute
+    durations are ASTRA-sim's whole microseconds (``duration_micros``), whatever finer ``duration_ns`` genie's
+    own export adds.
     """
-    from genie.workloads.chakra_et import read_comm_groups, read_et_set
+    from genie.workloads.chakra_et import as_astra_reads, read_comm_groups, read_et_set
 
     system, network = load_system(system_path), load_network(network_path)
     if injection_scale != 1.0:
@@ -169,7 +180,12 @@ def estimate_files(workload_prefix: str | Path, system_path: str | Path, network
     if queues_per_dim < 1:
         raise InputError("must be >= 1", path="queues_per_dim")
     remote = load_remote_memory(remote_memory_path) if remote_memory_path is not None else None
-    trace = read_et_set(workload_prefix)
+    if queues_per_dim > 1:
+        raise InputError("more than one queue per dimension is not modelled (ASTRA-sim gives the queues of a "
+                         "dimension alternating ring directions; run the ASTRA-sim binary for it)",
+                         path="queues_per_dim")
+    trace = as_astra_reads(read_et_set(workload_prefix))  # duration_micros, as ASTRA-sim reads it
     if comm_group_path is not None:
         trace = replace(trace, groups=read_comm_groups(read_input(comm_group_path), source=str(comm_group_path)))
-    return estimate(trace, system, network, remote, symmetry=symmetry, queues_per_dim=queues_per_dim)
+    return estimate(trace, system, network, remote, symmetry=symmetry, queues_per_dim=queues_per_dim,
+                    backend=backend)

@@ -7,13 +7,18 @@
     OUT/workload/<name>.group_names.json     original group name -> ASTRA-sim group id
     OUT/system.json  OUT/network.yml  OUT/remote_memory.json
     OUT/mapping.json                          how the topology became ASTRA-sim dimensions, and the caveats
-    OUT/cmd.sh                                the command line (ASTRA-sim binary or `genie astra simulate`)
+    OUT/cmd.sh                                the command line (ASTRA-sim binary or genie's drop-in for it)
 
 Every file is built and parsed back in memory first, then written atomically: bad input leaves nothing behind.
 
 **Groups.** ASTRA-sim's comm-group loader parses group names as integers (``std::stoi``) and treats ``pg_name``
 "0" as the world, so a group holding every rank in rank order becomes "0" and the others "1", "2", ... in the
-trace's group order.
+trace's group order. The comm-group file lists only groups 1, 2, ...: ASTRA-sim builds a ``CommunicatorGroup``
+per key and asserts its id is > 0, and "0" needs no entry (it is ASTRA-sim's default group).
+
+**Durations.** ET files hold whole microseconds (``duration_micros``); a node of genie's with a finer duration
+keeps it in a ``duration_ns`` attribute that ASTRA-sim ignores. The export says (a note) how many nodes ASTRA-sim
+sees rounded and by how much; ``genie astra simulate`` reads the set as ASTRA-sim does.
 
 **Implementations.** One per collective type and dimension, from genie's algorithm (the trace's ``algorithm``
 hint when all nodes of that type agree, else ``SystemParams.algorithms``, else ring; direct for all-to-all):
@@ -28,6 +33,7 @@ smaller than the world is always a ring in ASTRA-sim, whatever system.json says.
 from __future__ import annotations
 
 import json
+import shlex
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -230,6 +236,23 @@ def renumber_groups(trace: Trace) -> tuple[Trace, GroupRenaming]:
     return replace(trace, ranks=tuple(ranks), groups=tuple(groups)), GroupRenaming(tuple(names.items()))
 
 
+def _rounding_notes(trace: Trace) -> tuple[str, ...]:
+    """What ASTRA-sim loses reading durations in whole microseconds (``duration_micros``)."""
+    seen: dict[int, int] = {}
+    for rank in trace.ranks:
+        for node in rank.nodes:
+            if node.duration_ns % 1000:
+                seen[id(node)] = node.duration_ns
+    if not seen:
+        return ()
+    worst = max(abs((ns + 500) // 1000 * 1000 - ns) / ns for ns in seen.values())
+    total_ns = sum(n.duration_ns for r in trace.ranks for n in r.nodes)
+    change_ns = sum((n.duration_ns + 500) // 1000 * 1000 - n.duration_ns for r in trace.ranks for n in r.nodes)
+    return (f"{len(seen)} distinct node durations are not whole microseconds: ASTRA-sim (and genie astra "
+            f"simulate) read them rounded (duration_micros; up to {worst:.2%} per node, {change_ns / max(1, total_ns):+.4%} "
+            "of all durations); genie estimate keeps the nanoseconds (duration_ns attribute)",)
+
+
 # ---- the whole set ------------------------------------------------------------------------------------
 def _check_exportable(trace: Trace, mapping: TopologyMapping, network: NetworkConfig) -> None:
     if trace.num_ranks != mapping.npus_count:
@@ -248,19 +271,32 @@ def _check_exportable(trace: Trace, mapping: TopologyMapping, network: NetworkCo
                                  f"supported by ASTRA-sim")
 
 
-def command_line(workload: str, comm_group: str | None) -> str:
-    argv = ["${ASTRA_SIM:-genie astra simulate}", f"--workload-configuration={workload}",
+@dataclass(frozen=True)
+class Simulator:
+    """What ``cmd.sh`` runs when ``$ASTRA_SIM`` is unset: genie's drop-in, by absolute paths (no PATH needed)."""
+
+    argv: tuple[str, ...] = ("genie", "astra", "simulate")
+    python_path: str | None = None  # prepended to PYTHONPATH (genie's source tree when it is not installed)
+
+
+def command_line(workload: str, comm_group: str | None, simulator: Simulator = Simulator()) -> str:
+    fallback = " ".join(shlex.quote(a) for a in simulator.argv)
+    argv = [f"${{ASTRA_SIM:-{fallback}}}", f"--workload-configuration={workload}",
             "--system-configuration=system.json", "--network-configuration=network.yml",
             "--remote-memory-configuration=remote_memory.json"]
     if comm_group:
         argv.append(f"--comm-group-configuration={comm_group}")
-    return ("#!/bin/sh\n# Run from this directory. ASTRA_SIM: path of AstraSim_Analytical_Congestion_Unaware;\n"
-            "# unset, genie's built-in estimator takes the same options.\ncd \"$(dirname \"$0\")\"\n"
-            + " \\\n    ".join(argv) + "\n")
+    env = ""
+    if simulator.python_path:
+        env = f"PYTHONPATH={shlex.quote(simulator.python_path)}${{PYTHONPATH:+:$PYTHONPATH}} "
+    return ("#!/bin/sh\n# Run from this directory. ASTRA_SIM: path of AstraSim_Analytical_Congestion_Unaware (or\n"
+            "# _Aware); unset, genie's drop-in for it runs with the same options.\ncd \"$(dirname \"$0\")\"\n"
+            + env + " \\\n    ".join(argv) + "\n")
 
 
 def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *, network: NetworkConfig | None = None,
-                 params: SystemParams = SystemParams(), name: str = "workload") -> ExportResult:
+                 params: SystemParams = SystemParams(), name: str = "workload",
+                 simulator: Simulator = Simulator()) -> ExportResult:
     """Write the ASTRA-sim input set for ``trace`` on ``mapping`` (``network``: calibrated, else from the links)."""
     out = Path(out_dir)
     network = network or mapping.network()
@@ -272,9 +308,11 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
     for i, rank in enumerate(renamed.ranks):
         files[prefix.with_name(f"{name}.{i}.et")] = write_et(rank.nodes, rank.metadata)
     comm_group = None
-    if renamed.groups:
+    listed = tuple(g for g in renamed.groups if g.name != WORLD_GROUP_ID)  # ASTRA-sim asserts ids > 0
+    if listed:
         comm_group = f"workload/{name}{COMM_GROUP_SUFFIX}"
-        files[out / comm_group] = write_comm_groups(renamed.groups)
+        files[out / comm_group] = write_comm_groups(listed)
+    if renamed.groups:
         files[prefix.with_name(f"{name}.group_names.json")] = (json.dumps(renaming.as_dict(), indent=1)
                                                                + "\n").encode()
     texts = {"system.json": system_json(system), "network.yml": network_yml(network),
@@ -282,7 +320,7 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
     parse_system(texts["system.json"], source="system.json")  # what we write must read back
     parse_network(texts["network.yml"], source="network.yml")
     parse_remote_memory(texts["remote_memory.json"], source="remote_memory.json")
-    all_notes = (*mapping.notes, *notes)
+    all_notes = (*mapping.notes, *notes, *_rounding_notes(trace))
     if any(len(g.ranks) < trace.num_ranks for g in trace.groups):
         all_notes += ("process groups smaller than the world run as one ring in ASTRA-sim, whatever system.json "
                       "says",)
@@ -293,7 +331,7 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
                                    "what": d.description} for d, n in zip(mapping.dims, network.dims)],
                    "groups": renaming.as_dict(), "notes": list(all_notes)}
     texts["mapping.json"] = json.dumps(mapping_doc, indent=1) + "\n"
-    texts["cmd.sh"] = command_line(f"workload/{name}", comm_group)
+    texts["cmd.sh"] = command_line(f"workload/{name}", comm_group, simulator)
     for file_name, text in texts.items():
         files[out / file_name] = text.encode()
     for path, data in files.items():

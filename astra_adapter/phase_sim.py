@@ -51,7 +51,7 @@ class PhaseEnv:
         return 3 * int(size_bytes / self.local_mem_bw_gb_per_s)
 
 
-class _RingFamily:
+class RingFamily:
     """One member of ``Ring``, ``AllToAll`` (direct) or ``HalvingDoubling``."""
 
     __slots__ = ("kind", "comm", "members", "index", "rank", "n", "parallel", "stream_count", "sends", "msg_size",
@@ -157,7 +157,7 @@ class _RingFamily:
         if not self.packets or self.stream_count == 0 or self.free == 0:
             return
         dest, src, size = self.packets.popleft()
-        sim.send(t, self.rank, dest, size)
+        sim.send(self, t, dest, size)
         sim.post_recv(t, self, src, size)
         self.stream_count -= 1
         self.free -= 1
@@ -189,8 +189,9 @@ class _PhaseSim:
             delay += red
         self.at(t + delay, "general", member)
 
-    def send(self, t: int, src: int, dst: int, size: int) -> None:
+    def send(self, member, t: int, dst: int, size: int) -> None:
         if not self.mirror:
+            src = member.rank
             self.at(t + self.env.network.delay_ns(src, dst, size), "arrival", None, (src, dst, size))
 
     def post_recv(self, t: int, member, src: int, size: int) -> None:
@@ -270,7 +271,7 @@ class PhaseTimer:
         kind = spec.impl.kind
         ring = kind in (ImplKind.RING, ImplKind.ONE_RING)
         if any(rel) and kind is not ImplKind.DOUBLE_BINARY_TREE and \
-                len(members) * _RingFamily(spec, members, 0, 0).sends > self.FULL_SIMULATION_MAX_SENDS:
+                len(members) * RingFamily(spec, members, 0, 0).sends > self.FULL_SIMULATION_MAX_SENDS:
             # Too big to follow every member: start everyone with the last one (an upper bound on every end).
             self.barrier_approximations += 1
             t0, rel = max(starts), (0,) * len(starts)
@@ -301,12 +302,12 @@ class PhaseTimer:
         n = len(members)
         sim = _PhaseSim(self.env, spec, mirror=mirror)
         if mirror:
-            algos = [_RingFamily(spec, members, 0, 0)]
+            algos = [RingFamily(spec, members, 0, 0)]
         elif spec.impl.kind is ImplKind.DOUBLE_BINARY_TREE:
             shape = binary_tree(n, tree)
             algos = [DbtMember(members, k, shape, spec.data_size_bytes, k) for k in start_order]
         else:
-            algos = [_RingFamily(spec, members, k, k) for k in start_order]
+            algos = [RingFamily(spec, members, k, k) for k in start_order]
         ends = sim.run(algos, [rel[a.slot] for a in algos])
         if len(ends) != len(algos):
             stuck = [members[a.slot] for a in algos if a.slot not in ends]

@@ -21,6 +21,7 @@ from astra_adapter.collective_plan import CommKind, PhaseSpec, chunk_sizes, grou
 from astra_adapter.config import ImplKind, InterDimensionScheduling, SchedulingPolicy, SystemConfig
 from astra_adapter.dbt import TreeType
 from astra_adapter.network import AnalyticalNetwork
+from astra_adapter.live_phases import LivePhases
 from astra_adapter.phase_sim import PhaseTimer
 from astra_adapter.work import OpKind, RankWork, WorkNode
 
@@ -116,8 +117,9 @@ class CollectiveScheduler:
 
     def __init__(self, system: SystemConfig, network: AnalyticalNetwork, groups: dict[str, tuple[int, ...]],
                  timer: PhaseTimer, phase_done: PhaseDone, collective_done: CollectiveDone,
-                 queues_per_dim: int = 1, twins: Twins | None = None) -> None:
+                 queues_per_dim: int = 1, twins: Twins | None = None, live: LivePhases | None = None) -> None:
         self.system, self.network, self.groups, self.timer = system, network, groups, timer
+        self.live = live
         self.phase_done, self.collective_done = phase_done, collective_done
         self.q, self.twins = queues_per_dim, twins
         self.threshold = math.ceil(system.active_chunks_per_dimension / queues_per_dim)
@@ -258,6 +260,9 @@ class CollectiveScheduler:
         if index is None:
             index = self._index[members] = {m: k for k, m in enumerate(members)}
         k = index[s.rank]
+        if self.live is not None:
+            self.live.start(s.rank, stream, (stream.coll.key, stream.chunk), spec, members, k, stream.trees[p], t)
+            return
         if self.twins is not None:
             self._twin_phase_started(s.rank, stream, p, members, network_dim, t)
             return
@@ -307,6 +312,8 @@ class CollectiveScheduler:
         self.phase_done(ends[self._index[wait.members][wait.rank]], wait.rank, stream)
 
     def waiting_description(self) -> str:
+        if self.live is not None:
+            return self.live.waiting_description()
         if self.twin_waits:
             (rank, node, chunk, phase), waits = next(iter(self.twin_waits.items()))
             return (f"rank {waits[0].rank} waits for rank {rank}'s node index {node} (chunk {chunk}, phase {phase}) "

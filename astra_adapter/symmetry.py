@@ -23,7 +23,7 @@ from __future__ import annotations
 from genie.core.errors import GenieError
 
 from astra_adapter.collective_plan import logical_dims
-from astra_adapter.config import ImplKind, MemoryType, RemoteMemoryConfig, SystemConfig
+from astra_adapter.config import ImplKind, MemoryType, RemoteMemoryConfig, SystemConfig, TopologyKind
 from astra_adapter.network import AnalyticalNetwork
 from astra_adapter.work import OpKind, RankWork
 
@@ -162,3 +162,56 @@ def rank_classes(work: tuple[RankWork, ...], groups: dict[str, tuple[int, ...]],
         count = refined_count
     representative: dict[int, int] = {}
     return tuple(representative.setdefault(c, w.rank) for w, c in zip(work, classes))
+
+
+_ROTATION_INVARIANT = (ImplKind.RING, ImplKind.DIRECT)
+
+
+def mirrored_links(work: tuple[RankWork, ...], groups: dict[str, tuple[int, ...]], network: AnalyticalNetwork,
+                   links, system: SystemConfig, representatives: tuple[int, ...] | None) -> bool:
+    """Can one rank stand for all in the congestion-aware network (:class:`~astra_adapter.live_phases.
+    LivePhases` with ``mirror``)? Yes when
+
+    - every rank is in one class (:func:`rank_classes`), with no sends, receives or remote-memory accesses, and
+      every collective on the world (no smaller process group);
+    - every algorithm is the same seen from any rank of the ring 0..n-1 (``ring``, ``direct``; not the
+      positional ``halvingDoubling``, ``doubleBinaryTree`` or ``one*``), so that rotating the ranks maps the run
+      onto itself: rank r receives from r-k exactly when r's own message to r+k arrives;
+    - every link carries the chunks of a single source rank (``links.route`` of every pair the algorithms
+      use), so the queue of each link the representative uses holds only the representative's own chunks.
+    """
+    if representatives is None or any(representatives):
+        return False
+    n = links.npus_count
+    rank0 = work[0]
+    kinds: set[ImplKind] = set()
+    for i, node in enumerate(rank0.nodes):
+        if node.op in (OpKind.SEND, OpKind.RECV, OpKind.REMOTE_MEM):
+            return False
+        if node.op is not OpKind.COLLECTIVE:
+            continue
+        group = rank0.groups[i]
+        if group and len(groups.get(group, ())) < n:
+            return False
+        try:
+            dims = logical_dims(system, node.comm, network.config.npus_per_dim)
+        except GenieError:
+            return False
+        for d in dims:
+            if d.impl.kind not in _ROTATION_INVARIANT or d.network_dim is None:
+                return False
+            kinds.add(d.impl.kind)
+    if not kinds:
+        return False
+    if links.kind is TopologyKind.FULLY_CONNECTED:
+        return True  # one link per ordered pair: a single source by construction
+    pairs = [(r, (r + 1) % n) for r in range(n)]
+    if ImplKind.DIRECT in kinds:
+        pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    source: dict[tuple[int, int], int] = {}
+    for src, dst in pairs:
+        path = links.route(src, dst)
+        for hop in zip(path, path[1:]):
+            if source.setdefault(hop, src) != src:
+                return False
+    return True

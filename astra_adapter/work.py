@@ -238,4 +238,15 @@ def trace_work(trace: Trace, system: SystemConfig) -> tuple[RankWork, ...]:
         if r.rank != i:
             raise InputError(f"rank {r.rank} is listed at position {i}; ranks must be 0..N-1 in order",
                              source="trace")
-    return tuple(rank_work(r, system) for r in trace.ranks)
+    # Replicas share their (immutable) node objects: a rank whose nodes are the very objects of an earlier
+    # rank's gets the same work (nothing in it depends on the rank number but error messages).
+    done: dict[tuple[int, ...], RankWork] = {}
+    works = []
+    for r in trace.ranks:
+        key = tuple(map(id, r.nodes))
+        same = done.get(key)
+        if same is None:
+            works.append(done.setdefault(key, rank_work(r, system)))
+        else:
+            works.append(RankWork(r.rank, same.nodes, same.peers, same.groups))
+    return tuple(works)

@@ -14,7 +14,7 @@ from cli_support import run_genie
 from genie.core.errors import EnvironmentProblem, GenieError, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT.parent / "shared" / "astra-reference"
+REFERENCE = ROOT / "tests" / "data" / "astra-reference"
 needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="ASTRA-sim reference data not found")
 CASE = REFERENCE / "cc_trainstep_L4_f50us_b100us_ar4MB_8npus_ring"
 

@@ -11,7 +11,7 @@ from astra_adapter.config import (CollectiveImpl, CollectiveOptimization, ImplKi
                                   parse_network, parse_remote_memory, parse_system)
 from genie.core.errors import InputError
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "astra-reference"
+REFERENCE = Path(__file__).resolve().parent / "data" / "astra-reference"
 needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="ASTRA-sim reference data not found")
 
 SYSTEM = b"""{"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 2,

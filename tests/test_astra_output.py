@@ -11,7 +11,7 @@ from astra_adapter.output import (AstraResult, RankResult, estimate_csv, format_
                                   read_estimate_csv, write_estimate_csv)
 from genie.core.errors import InputError
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "astra-reference"
+REFERENCE = Path(__file__).resolve().parent / "data" / "astra-reference"
 needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="ASTRA-sim reference data not found")
 
 LOG = """[2026-11-30 00:42:49.882] [system::topology::RingTopology] [info] ring of node 0, id: 0 ...

@@ -17,7 +17,7 @@ from genie.workloads.native import read_native, write_native_json, write_native_
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "traces" / "tp2_dp2_step.yaml"
-REFERENCE = ROOT.parent / "shared" / "astra-reference"
+REFERENCE = ROOT / "tests" / "data" / "astra-reference"
 EXTERNAL = ROOT.parent / "shared" / "workloads-external" / "astra-text"
 needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference data not found")
 

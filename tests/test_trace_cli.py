@@ -10,7 +10,7 @@ import pytest
 from cli_support import run_genie
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT.parent / "shared" / "astra-reference"
+REFERENCE = ROOT / "tests" / "data" / "astra-reference"
 SAMPLE = ROOT / "traces" / "tp2_dp2_step.yaml"
 
 

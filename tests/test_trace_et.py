@@ -15,7 +15,7 @@ from genie.core.trace import (Attribute, AttrType, CommType, IOInfo, NodeKind, T
 from genie.workloads import et_schema
 from genie.workloads.chakra_et import encode_varint, read_et, read_et_set, write_et, write_et_set
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "astra-reference"
+REFERENCE = Path(__file__).resolve().parent / "data" / "astra-reference"
 ET_FILES = sorted(REFERENCE.glob("*/workload/*.et"))
 needs_reference = pytest.mark.skipif(not ET_FILES, reason=f"reference data not found under {REFERENCE}")
 CASE_RE = re.compile(r"^(?P<coll>all_reduce|all_gather|all_to_all|reduce_scatter)_(?P<n>\d+)npus_(?P<mb>\d+)MB")

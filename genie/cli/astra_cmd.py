@@ -1,7 +1,8 @@
-"""`genie astra`: ASTRA-sim's analytical backend without ASTRA-sim, and its output as estimate.csv.
+"""`genie astra`: ASTRA-sim's analytical backends without ASTRA-sim, and its output as estimate.csv.
 
 ``genie astra simulate`` takes ASTRA-sim's own options and prints ASTRA-sim's lines, so scripts written for
-``AstraSim_Analytical_Congestion_Unaware`` can call genie instead.
+``AstraSim_Analytical_Congestion_Unaware`` / ``..._Aware`` can call genie instead (``--backend``); the
+executables with those very names are :mod:`genie.cli.astra_dropin`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ def _summary(result, path: Path) -> str:
             f"max exposed communication {result.max_exposed_comm_cycles} cycles)")
 
 
+SIMULATE_FLAGS = {"injection_scale": "--injection-scale", "queues_per_dim": "--num-queues-per-dim",
+                  "comm_scale": "--comm-scale", "compute_scale": "--compute-scale",
+                  "rendezvous_protocol": "--rendezvous-protocol", "backend": "--backend"}
+
+
 @app.command()
 def simulate(
     workload_configuration: str = typer.Option(..., "--workload-configuration",
@@ -33,40 +39,34 @@ def simulate(
     logging_folder: Optional[Path] = typer.Option(None, "--logging-folder", help="Accepted for compatibility."),
     logging_configuration: Optional[Path] = typer.Option(None, "--logging-configuration",
                                                          help="Accepted for compatibility."),
-    num_queues_per_dim: int = typer.Option(1, "--num-queues-per-dim", help="Queues per network dimension."),
+    backend: str = typer.Option("congestion_unaware", "--backend",
+                                help="congestion_unaware (AstraSim_Analytical_Congestion_Unaware) or "
+                                     "congestion_aware (AstraSim_Analytical_Congestion_Aware: links shared, 1-dim)."),
+    num_queues_per_dim: int = typer.Option(1, "--num-queues-per-dim", help="Queues per network dimension (1)."),
     injection_scale: float = typer.Option(1.0, "--injection-scale", help="Multiplies endpoint-delay."),
     comm_scale: float = typer.Option(1.0, "--comm-scale", help="Only 1 is supported."),
     compute_scale: float = typer.Option(1.0, "--compute-scale", help="Only 1 is supported."),
     rendezvous_protocol: bool = typer.Option(False, "--rendezvous-protocol", help="Not supported."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write DIR/estimate.csv."),
     symmetry: Optional[bool] = typer.Option(None, "--symmetry/--no-symmetry",
-                                            help="Simulate one rank per class of identical ranks "
-                                                 "(default: above 64 ranks)."),
+                                            help="Simulate one rank per class of identical ranks (aware: only "
+                                                 "where one rank provably stands for all; default: above 64 "
+                                                 "ranks)."),
 ) -> None:
-    """Estimate like ASTRA-sim's congestion-unaware analytical binary and print its lines."""
-    from genie.core.errors import InputError
+    """Estimate like ASTRA-sim's analytical binaries and print their lines.
 
-    from astra_adapter.estimate import estimate_files
-    from astra_adapter.output import write_estimate_csv
-
-    for option, value in (("--comm-scale", comm_scale), ("--compute-scale", compute_scale)):
-        if value != 1.0:
-            raise InputError("the built-in estimator supports only 1", path=option)
-    if rendezvous_protocol:
-        raise InputError("the built-in estimator does not model the rendezvous protocol",
-                         path="--rendezvous-protocol")
-    comm_group = comm_group_configuration
-    if comm_group is not None and comm_group.name == "empty":
-        comm_group = None  # ASTRA-sim's spelling of "no communicator groups"
+    Example: genie astra simulate --backend congestion_aware --workload-configuration=workload/all_reduce
+    --system-configuration=system.json --network-configuration=network.yml
+    """
     from genie.cli.flags import flag_names
+    from genie.services.astra import SimulateRequest, run_simulate
 
-    with flag_names({"injection_scale": "--injection-scale", "queues_per_dim": "--num-queues-per-dim"}):
-        est = estimate_files(workload_configuration, system_configuration, network_configuration,
-                             remote_memory_configuration, comm_group, symmetry=symmetry,
-                             queues_per_dim=num_queues_per_dim, injection_scale=injection_scale)
-    if out is not None:
-        write_estimate_csv(est.result, out)
-    typer.echo(est.stdout(), nl=False)
+    request = SimulateRequest(workload_configuration, system_configuration, network_configuration,
+                              remote_memory_configuration, comm_group_configuration, backend, num_queues_per_dim,
+                              injection_scale, comm_scale, compute_scale, rendezvous_protocol, symmetry, out)
+    with flag_names(SIMULATE_FLAGS):
+        done = run_simulate(request)
+    typer.echo(done.estimate.stdout(), nl=False)
 
 
 @app.command()

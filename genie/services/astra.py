@@ -44,6 +44,17 @@ def parse_algorithms(items: list[str]) -> tuple[tuple[Collective, Algorithm], ..
     return tuple(chosen)
 
 
+def dropin_simulator():
+    """genie's ASTRA-sim drop-in by this interpreter's absolute path, so that ``cmd.sh`` needs no venv on PATH."""
+    import sys
+
+    import genie
+    from astra_adapter.export import Simulator
+
+    source_root = Path(genie.__file__).resolve().parents[1]
+    return Simulator((sys.executable, "-m", "genie.cli.astra_dropin", "congestion_unaware"), str(source_root))
+
+
 def run_export(request: ExportRequest) -> ExportDone:
     from astra_adapter.calibrate import calibrated_network, scaled_trace
     from astra_adapter.calibration_io import load_calibration
@@ -73,5 +84,63 @@ def run_export(request: ExportRequest) -> ExportDone:
         loaded = scaled_trace(loaded, calibration)
         notes.append("comm_size scaled by the calibration's size factors: "
                      + ", ".join(f"{c.value} x{f:.3f}" for c, f in calibration.size_factors))
-    done = export_astra(loaded, mapping, request.out, network=net, params=params, name=request.name)
+    done = export_astra(loaded, mapping, request.out, network=net, params=params, name=request.name,
+                        simulator=dropin_simulator())
     return ExportDone(done, loaded.num_ranks, tuple(notes))
+
+
+# ---- genie astra simulate (and the ASTRA-sim drop-in executables) ----------------------------------------
+@dataclass(frozen=True)
+class SimulateRequest:
+    """ASTRA-sim's analytical command line: ``<prefix>.<rank>.et`` and the configuration files."""
+
+    workload: str  # the ET prefix
+    system: Path
+    network: Path
+    remote_memory: Optional[Path] = None
+    comm_group: Optional[Path] = None  # None, or ASTRA-sim's "empty": no communicator groups
+    backend: str = "congestion_unaware"
+    queues_per_dim: int = 1
+    injection_scale: float = 1.0
+    comm_scale: float = 1.0
+    compute_scale: float = 1.0
+    rendezvous_protocol: bool = False
+    symmetry: Optional[bool] = None
+    out: Optional[Path] = None  # also write OUT/estimate.csv
+
+
+@dataclass(frozen=True)
+class SimulateDone:
+    estimate: Any  # astra_adapter.estimate.Estimate
+    csv_path: Optional[Path]
+
+
+def parse_backend(name: str):
+    """A backend name (InputError naming `backend`)."""
+    from astra_adapter.config import NetworkBackend
+
+    try:
+        return NetworkBackend(name)
+    except ValueError:
+        choices = ", ".join(b.value for b in NetworkBackend)
+        raise InputError(f"unknown backend {name!r} (choose {choices})", path="backend") from None
+
+
+def run_simulate(request: SimulateRequest) -> SimulateDone:
+    from astra_adapter.estimate import estimate_files
+    from astra_adapter.output import write_estimate_csv
+
+    backend = parse_backend(request.backend)
+    for field_name in ("comm_scale", "compute_scale"):
+        if getattr(request, field_name) != 1.0:
+            raise InputError("the built-in estimator supports only 1", path=field_name)
+    if request.rendezvous_protocol:
+        raise InputError("the built-in estimator does not model the rendezvous protocol", path="rendezvous_protocol")
+    comm_group = request.comm_group
+    if comm_group is not None and "empty" in str(comm_group):
+        comm_group = None  # ASTRA-sim's spelling of "no communicator groups" (it tests for the substring)
+    est = estimate_files(request.workload, request.system, request.network, request.remote_memory, comm_group,
+                         symmetry=request.symmetry, queues_per_dim=request.queues_per_dim,
+                         injection_scale=request.injection_scale, backend=backend)
+    csv_path = write_estimate_csv(est.result, request.out) if request.out is not None else None
+    return SimulateDone(est, csv_path)

@@ -13,7 +13,12 @@ trace has groups.
 
 Chakra durations are whole microseconds. A node whose ``duration_ns`` is not is written with
 ``duration_micros`` rounded to the nearest microsecond plus a trailing ``duration_ns`` attribute (uint64) that
-the reader folds back into ``duration_ns``; ASTRA-sim ignores it and sees the rounded value.
+the reader folds back into ``duration_ns``; ASTRA-sim ignores it and sees the rounded value, and so does
+``genie astra simulate`` (:func:`as_astra_reads`): it reads ASTRA-sim's inputs as ASTRA-sim does. genie's own
+paths (replay, ``genie estimate``) keep the nanoseconds.
+
+A node whose ``pg_name`` is "0" runs on ASTRA-sim's default communicator group (every rank); the comm-group
+file never lists "0" (ASTRA-sim asserts group ids > 0), so :func:`read_et_set` adds that group when nodes use it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import io
 import json
 import re
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -40,6 +46,7 @@ _KIND_CODE = {kind: i for i, kind in enumerate(_KINDS)}
 _GZIP_MAGIC = b"\x1f\x8b"
 COMM_GROUP_SUFFIX = ".comm_group.json"
 DURATION_NS_ATTR = "duration_ns"  # exact duration when it is not a whole number of microseconds
+DEFAULT_GROUP_ID = "0"  # ASTRA-sim's pg_name for the default communicator group (all ranks)
 
 
 # ---- framing -------------------------------------------------------------------------------------------
@@ -336,6 +343,9 @@ def read_et_set(prefix_path: str | Path) -> Trace:
         groups = read_comm_groups(group_path.read_bytes(), source=str(group_path))
     else:
         groups = groups_from_metadata(ranks, sources={r: str(found[r]) for r in found})
+    if all(g.name != DEFAULT_GROUP_ID for g in groups) and any(
+            node.process_group == DEFAULT_GROUP_ID for node in {id(n): n for r in ranks for n in r.nodes}.values()):
+        groups = (ProcessGroup(DEFAULT_GROUP_ID, tuple(range(len(ranks)))), *groups)
     return Trace(tuple(ranks), groups, (("format", "chakra_et"), ("prefix", prefix.name)))
 
 
@@ -349,6 +359,23 @@ def groups_from_metadata(ranks: list[RankTrace] | tuple[RankTrace, ...], *,
                                  for rec in parse_pg_records(n.inputs.values, world_size=len(ranks),
                                                              source=(sources or {}).get(r.rank, f"rank {r.rank}")))
     return merge_groups(per_rank, sources=sources or {})
+
+
+def as_astra_reads(trace: Trace) -> Trace:
+    """The trace with every duration in whole microseconds, as ASTRA-sim reads ``duration_micros``."""
+    changed: dict[int, TraceNode] = {}
+    ranks = []
+    for rank in trace.ranks:
+        nodes = []
+        for node in rank.nodes:
+            if node.duration_ns % 1000:
+                new = changed.get(id(node))
+                if new is None:
+                    new = changed[id(node)] = replace(node, duration_ns=_micros(node.duration_ns) * 1000)
+                node = new
+            nodes.append(node)
+        ranks.append(replace(rank, nodes=tuple(nodes)) if changed else rank)
+    return replace(trace, ranks=tuple(ranks)) if changed else trace
 
 
 def write_et_set(trace: Trace, prefix_path: str | Path) -> list[Path]:
