@@ -15,6 +15,7 @@ app = typer.Typer(
     help="Network-emulation testbed for ML communication.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 # (module under genie.cli, command name) — each module exposes `app`, a typer.Typer.

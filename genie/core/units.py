@@ -76,3 +76,15 @@ def format_size(size_bytes: int) -> str:
         if size_bytes >= scale and size_bytes % scale == 0:
             return f"{size_bytes // scale}{unit}"
     return f"{size_bytes}B"
+
+
+def parse_nccl_size_bytes(text: str | int) -> int:
+    """A size as nccl-tests' -b/-e parse it: a number and an optional K, M or G, all powers of 1024
+    (``1K`` = ``1KB`` = ``1KiB`` = 1024; a trailing ``B``/``iB`` is allowed); no suffix is bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    m = re.fullmatch(_NUMBER + r"(?P<unit>(?:[kKmMgG](?:i?[bB])?|[bB])?)", str(text).strip())
+    if not m:
+        raise ValueError(f"expected a size such as '1K', '64M' or '4096' (K, M, G are powers of 1024), got {text!r}")
+    scale = {"k": 1024, "m": 1024**2, "g": 1024**3}.get(m.group("unit")[:1].lower(), 1)
+    return int(float(m.group("num")) * scale)
