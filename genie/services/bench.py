@@ -155,7 +155,9 @@ def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
         for size in sweep_sizes(request.min_bytes, request.max_bytes, request.factor):
             size = aligned_size(collective, size, ranks)
             algorithm = request.algorithm
-            if algorithm is Algorithm.AUTO:
+            if algorithm is Algorithm.AUTO and collective is Collective.SEND_RECV:
+                algorithm = Algorithm.RING  # nccl-tests' sendrecv: the ring shift (p2p: --algorithm p2p)
+            elif algorithm is Algorithm.AUTO:
                 algorithm = choose_algorithm(collective, size, ranks)
             root, peer = (0, ranks - 1) if collective is Collective.SEND_RECV else (request.root, None)
             op = CollectiveOp(collective=collective, size_bytes=size, group=group, algorithm=algorithm,
