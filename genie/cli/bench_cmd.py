@@ -27,17 +27,6 @@ _NO_MEANING = {"blocking": "-z", "cudagraph": "-G", "local_register": "-R", "par
                "stream_null": "-y", "unalign": "-u", "memory": "-M"}
 _FLOAT_TYPES = ("float", "float32", "f32")
 
-EXAMPLES = """
-
-Examples (no root needed with --loopback):
-
-  genie bench --loopback --ranks 4 -b 1K -e 1M -f 2
-
-  genie bench --loopback -g 4 -b 8 -e 128M -f 2 -J all_reduce.json | grep '# Avg bus bandwidth'
-
-  genie bench --topology topologies/star-4.yaml --collective all_gather,all_to_all -n 50 -w 5
-"""
-
 
 def parse_size(text: str, option: str) -> int:
     """genie's size convention (K = 1024, KB = 1000): --size and the other non-nccl-tests options."""
@@ -263,4 +252,4 @@ class _TablePrinter:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bench", epilog=EXAMPLES)(bench)
+    app.command("bench")(bench)

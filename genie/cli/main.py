@@ -61,6 +61,9 @@ def _register() -> None:
                 continue
             raise
         module.register(app)
+    from genie.cli.examples import add_examples
+
+    add_examples(app)
 
 
 def main(argv: list[str] | None = None) -> int:
