@@ -13,7 +13,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                "genie replay traces/gen_tp2_dp4_gpt3 --topology topologies/star-8.yaml -n 3"),
     "diagnose": ("genie diagnose --testbed star-8 --size 8M",),
     "estimate": ("genie estimate traces/tp2_dp2_step.yaml --measurements runs/step-sweep "
-                 "--measurements runs/step-p2p",
+                 "--measurements runs/step-ar --measurements runs/step-p2p",
                  "genie estimate traces/gen_tp2_dp4_gpt3 --measurements runs/a-bench-run --extrapolate"),
     "experiment": ("genie experiment experiments/tp2dp4-gpt3-star8.yaml",),
     "testbed up": ("genie testbed up topologies/star-8.yaml",
