@@ -215,7 +215,8 @@ def test_registry_rejects_unsupported_pairs_listing_the_supported_ones():
 def test_supported_algorithms():
     assert supported_algorithms(C.ALL_REDUCE) == (A.RING, A.HALVING_DOUBLING, A.RECURSIVE_DOUBLING,
                                                   A.DOUBLE_BINARY_TREE)
-    assert supported_algorithms(C.SEND_RECV) == (A.P2P, A.RING)  # ring: nccl-tests' sendrecv ring shift
+    # ring: nccl-tests' sendrecv ring shift; ping_pong: OSU's latency test
+    assert supported_algorithms(C.SEND_RECV) == (A.P2P, A.RING, A.PING_PONG)
     for collective in C:
         assert A.AUTO not in supported_algorithms(collective)
         assert choose_algorithm(collective, 1 << 30, 8) in supported_algorithms(collective)

@@ -18,7 +18,7 @@ from genie.core.errors import InputError
 from genie.core.units import parse_nccl_size_bytes, parse_size_bytes
 
 #: BenchRequest fields -> flags
-BENCH_FLAGS = {**RUN_FLAGS, "collectives": "--collective", "algorithm": "--algorithm", "min_bytes": "--minbytes",
+BENCH_FLAGS = {**RUN_FLAGS, "osu": "--osu", "pairs": "--ranks", "collectives": "--collective", "algorithm": "--algorithm", "min_bytes": "--minbytes",
                "max_bytes": "--maxbytes", "factor": "--stepfactor", "iterations": "--iterations",
                "warmup": "--warmup", "ranks": "--ranks", "chunks": "--chunks", "root": "--root"}
 
@@ -133,6 +133,9 @@ def bench(
                                                help="Also write the nccl-tests JSON here (one collective)."),
     in_place: bool = typer.Option(True, "--in-place/--no-in-place",
                                   help="Measure the in-place columns (a second pass per size, as nccl-tests)."),
+    osu: Optional[str] = typer.Option(None, "--osu", metavar="TEST",
+                                      help="OSU point-to-point test instead: latency, bw, bibw, mbw_mr (OSU's "
+                                           "table; docs/reports.md)."),
     genie_columns: bool = typer.Option(False, "--genie-columns",
                                        help="Append genie's algorithm, median and p99 columns to the table."),
     blocking: int = typer.Option(0, "--blocking", "-z", hidden=True),
@@ -180,7 +183,16 @@ def bench(
                                     step_factor=stepfactor, warmup_iters=warmup, iterations=iterations,
                                     validation=checks, cputime=bool(report_cputime),
                                     per_iteration=bool(per_iter_timing), extra=genie_columns)
-    printer = _TablePrinter(config, root=root, enabled=not as_json)
+    if osu is not None:
+        from genie.measure.osu import OsuTest
+        from genie.services.osu import osu_request
+
+        test = OsuTest.parse(osu)
+        with flag_names(BENCH_FLAGS):
+            request = osu_request(test, request)
+        printer = _OsuPrinter(test, request.pairs or 1, enabled=not as_json)
+    else:
+        printer = _TablePrinter(config, root=root, enabled=not as_json)
     with flag_names(BENCH_FLAGS):
         result = run_bench_command(BenchCommand(request, run), progress=lambda: bench_progress(not sys.stdout.isatty()),
                                    on_start=printer.start, on_row=printer.row)
@@ -249,6 +261,32 @@ class _TablePrinter:
     def finish(self) -> None:
         if self.enabled:
             self._footer()
+
+
+class _OsuPrinter:
+    """OSU's stdout, streamed: its header before the first size, a row as each size is done."""
+
+    failed = False
+
+    def __init__(self, test, pairs: int, *, enabled: bool) -> None:
+        self.test, self.pairs, self.enabled, self.started = test, pairs, enabled, False
+
+    def start(self, _devices: list[dict]) -> None:
+        pass
+
+    def row(self, stats, _in_place) -> None:
+        from genie.measure.osu import osu_row
+        from genie.report import osu_table
+
+        if not self.enabled:
+            return
+        if not self.started:
+            self.started = True
+            typer.echo(osu_table.header(self.test, pairs=self.pairs))
+        typer.echo(osu_table.row(self.test, osu_row(self.test, stats, self.pairs)))
+
+    def finish(self) -> None:
+        pass
 
 
 def register(app: typer.Typer) -> None:

@@ -69,6 +69,15 @@ def ring_shift_send_recv(op: CollectiveOp) -> Schedule:
     return to_schedule(op, Algorithm.RING, (step,))
 
 
+def ping_pong_send_recv(op: CollectiveOp) -> Schedule:
+    """OSU's latency test: ``op.root`` sends its DATA to ``op.peer``, which sends it back, in two steps; an
+    iteration is one round trip (the one-way latency is half of it)."""
+    count = element_count(op, Collective.SEND_RECV)
+    assert op.peer is not None  # checked by element_count
+    return to_schedule(op, Algorithm.PING_PONG, ((region(op.root, op.peer, 0, count),),
+                                                 (region(op.peer, op.root, 0, count),)))
+
+
 def p2p_send_recv(op: CollectiveOp) -> Schedule:
     """``op.root`` sends its whole DATA buffer (S bytes) to ``op.peer`` in one step; other group ranks idle."""
     count = element_count(op, Collective.SEND_RECV)

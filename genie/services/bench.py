@@ -53,6 +53,8 @@ class BenchRequest:
     in_place: bool = False
     root: int = 0
     cputime: bool = False  # nccl-tests' -C 1: the JSON calls the time cpu_time (genie's times are CPU clocks)
+    #: send_recv on `pairs` disjoint pairs (i, i + pairs) at once (OSU's mbw_mr); None: one group of all ranks
+    pairs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,9 @@ def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
     check_counts(request.iterations, request.warmup)
     if ranks < 2:
         raise InputError(f"a collective needs at least 2 ranks, got {ranks} (busbw of 1 rank is 0)", path="ranks")
+    if request.pairs and (request.collectives != (Collective.SEND_RECV,) or 2 * request.pairs > ranks):
+        raise InputError(f"{request.pairs} pairs need send_recv and {2 * request.pairs} ranks, got {ranks}",
+                         path="ranks")
     if not 0 <= request.root < ranks:
         raise InputError(f"must be a rank of the group (0..{ranks - 1}), got {request.root}", path="root")
     group = tuple(range(ranks))
@@ -163,7 +168,11 @@ def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
             op = CollectiveOp(collective=collective, size_bytes=size, group=group, algorithm=algorithm,
                               root=root, peer=peer, chunks=request.chunks, dtype_bytes=DEFAULT_DTYPE_BYTES)
             check_schedule(op, field="algorithm")
-            cases += [GroupCase((op,), request.warmup, request.iterations)] * (2 if request.in_place else 1)
+            ops = (op,)
+            if request.pairs:
+                ops = tuple(replace(op, group=(i, i + request.pairs), root=i, peer=i + request.pairs)
+                            for i in range(request.pairs))
+            cases += [GroupCase(ops, request.warmup, request.iterations)] * (2 if request.in_place else 1)
     return cases
 
 
