@@ -246,3 +246,18 @@ def test_accuracy_pairs_found_by_name():
     cols = ["workload", "estimated_iteration_us", "measured_iteration_us", "comm_ns_est", "comm_ns_meas", "x"]
     assert [(p.quantity, p.estimated, p.measured) for p in accuracy_pairs(cols)] == [
         ("iteration_us", "estimated_iteration_us", "measured_iteration_us"), ("comm_ns", "comm_ns_est", "comm_ns_meas")]
+
+
+def test_link_observer_reports_every_interval():
+    """iperf3-style -i lines (`genie bench --interval`): the sampler hands over the last interval's link rates
+    and TCP counters; the line starts with '#' so nccl-tests parsers skip it."""
+    reports = []
+    with LinkObserver(_info(), _FakeProbe(), interval_s=0.01, report_s=0.03, on_interval=reports.append):
+        import time
+        time.sleep(0.2)
+    assert reports and all(r.t_end_s - r.t_start_s >= 0.03 for r in reports)
+    assert all(r.t_start_s >= prev.t_end_s for prev, r in zip(reports, reports[1:]))  # back to back
+    first = reports[0]
+    assert first.links and all(s.bytes > 0 for s in first.links) and first.tcp[0].counters.retrans_segs > 0
+    line = first.line()
+    assert line.startswith("# [") and "h0>s0" in line and "TCP segs out/retrans: h0 " in line

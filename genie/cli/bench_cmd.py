@@ -136,6 +136,9 @@ def bench(
     osu: Optional[str] = typer.Option(None, "--osu", metavar="TEST",
                                       help="OSU point-to-point test instead: latency, bw, bibw, mbw_mr (OSU's "
                                            "table; docs/reports.md)."),
+    interval: float = typer.Option(0.0, "--interval", metavar="SEC",
+                                   help="Every SEC seconds print a '#' line with each link's rate and each host's "
+                                        "TCP segments/retransmissions (iperf3's -i; testbed only)."),
     genie_columns: bool = typer.Option(False, "--genie-columns",
                                        help="Append genie's algorithm, median and p99 columns to the table."),
     blocking: int = typer.Option(0, "--blocking", "-z", hidden=True),
@@ -171,6 +174,10 @@ def bench(
     collectives = _parse_collectives(collective)
     if output_file is not None and len(set(collectives)) > 1:
         raise InputError("nccl-tests' JSON holds one collective: give one --collective with -J", path="-J")
+    if interval < 0:
+        raise InputError("must be >= 0 seconds", path="--interval")
+    if interval > 0 and run.loopback:
+        _warn("--interval: loopback has no testbed links to observe; no interval lines")
     if ranks is None and nthreads * ngpus > 1:
         ranks = nthreads * ngpus
     request = BenchRequest(
@@ -195,7 +202,8 @@ def bench(
         printer = _TablePrinter(config, root=root, enabled=not as_json)
     with flag_names(BENCH_FLAGS):
         result = run_bench_command(BenchCommand(request, run), progress=lambda: bench_progress(not sys.stdout.isatty()),
-                                   on_start=printer.start, on_row=printer.row)
+                                   on_start=printer.start, on_row=printer.row, interval_s=interval,
+                                   on_interval=(lambda report: typer.echo(report.line())) if interval > 0 else None)
     printer.finish()
     if output_file is not None and result.nccl_documents:
         from genie.core.files import write_atomic

@@ -71,13 +71,38 @@ def _read(path: str) -> Callable[[], str]:
     return functools.partial(_read_text, path)
 
 
+@dataclass(frozen=True)
+class IntervalReport:
+    """What the links did during [t_start_s, t_end_s) of the run (iperf3's -i lines): each link direction's
+    bytes, each host's TCP counters over the interval."""
+
+    t_start_s: float
+    t_end_s: float
+    links: tuple[LinkRateSample, ...]
+    tcp: tuple[NamespaceTcp, ...]
+
+    def line(self) -> str:
+        """One line starting with ``#`` (nccl-tests and OSU parsers skip it): rate per link direction, then TCP
+        segments out and retransmitted per host."""
+        rates = " ".join(f"{s.src}>{s.dst} {s.rate_bps / 1e6:.1f}" for s in self.links if s.bytes) or "idle"
+        tcp = " ".join(f"{t.host} {t.counters.out_segs}/{t.counters.retrans_segs}" for t in self.tcp)
+        return (f"# [{self.t_start_s:7.2f}-{self.t_end_s:7.2f} s] Mbit/s: {rates}"
+                + (f" | TCP segs out/retrans: {tcp}" if tcp else ""))
+
+
 class LinkObserver:
     """``with LinkObserver(info, netlink) as obs: run()`` then ``obs.observation``. Never fails the run: a
-    counter that cannot be read leaves its part out and says why in ``observation.error``."""
+    counter that cannot be read leaves its part out and says why in ``observation.error``. With
+    `on_interval`, every `report_s` the sampler thread also hands it an `IntervalReport` of the last interval."""
 
     def __init__(self, info: TestbedInfo, probe: TestbedProbe, *, interval_s: float = 0.2,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, report_s: float = 0.0,
+                 on_interval: Callable[[IntervalReport], None] | None = None) -> None:
         self.info, self.probe, self.interval_s, self.clock = info, probe, interval_s, clock
+        self.report_s, self.on_interval = report_s, on_interval
+        if on_interval is not None and report_s > 0:
+            self.interval_s = min(interval_s, report_s) if interval_s > 0 else report_s
+        self._last_report: tuple[int, dict[str, Any]] | None = None  # (snapshot index, TCP counters)
         self.observation = LinkObservation((), (), ())
         self._namespaces = sorted({e.netns for e in info.link_ends if e.netns})
         self._hosts = [(h.host, h.netns) for h in info.hosts if h.netns]
@@ -93,6 +118,7 @@ class LinkObserver:
         self._before = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
         self._tcp_before = self._tcp_snapshot()
         self._t0 = self.clock()
+        self._last_report = (0, self._tcp_before)
         if self.interval_s > 0 and self._namespaces:
             self._thread = threading.Thread(target=self._sample_loop, name="genie-link-sampler", daemon=True)
             self._thread.start()
@@ -151,18 +177,35 @@ class LinkObserver:
         while not self._stop.wait(interval):
             started = self.clock()
             self._sample()
+            self._maybe_report()
             interval = max(self.interval_s, 20 * (self.clock() - started))
+
+    def _maybe_report(self) -> None:
+        if self.on_interval is None or self.report_s <= 0 or self._last_report is None:
+            return
+        first, tcp_before = self._last_report
+        if first >= len(self._snapshots) or self._snapshots[-1][0] - self._snapshots[first][0] < self.report_s:
+            return
+        last = len(self._snapshots) - 1
+        tcp_now = self._tcp_snapshot()
+        links = rate_samples(self.info.link_ends, [self._snapshots[first], self._snapshots[last]])
+        tcp = tuple(NamespaceTcp(ns, host, diff_tcp(tcp_before[ns], tcp_now[ns]))
+                    for host, ns in self._hosts if ns in tcp_before and ns in tcp_now)
+        self._last_report = (last, tcp_now)
+        report = IntervalReport(self._snapshots[first][0], self._snapshots[last][0], tuple(links), tcp)
+        self._attempt("interval report", lambda: self.on_interval(report))
 
 
 @contextlib.contextmanager
 def observe_links(run: RunRecorder, info: TestbedInfo | None, probe: TestbedProbe | None, *,
-                  interval_s: float = 0.2) -> Iterator[LinkObserver | None]:
+                  interval_s: float = 0.2, report_s: float = 0.0,
+                  on_interval: Callable[[IntervalReport], None] | None = None) -> Iterator[LinkObserver | None]:
     """Observe `info`'s links for the block and add links.csv, tcp.csv, link_samples.csv to the run — also
     when the block fails or is interrupted. Yields None (and observes nothing) without a testbed."""
     if info is None or probe is None:
         yield None
         return
-    observer = LinkObserver(info, probe, interval_s=interval_s)
+    observer = LinkObserver(info, probe, interval_s=interval_s, report_s=report_s, on_interval=on_interval)
     try:
         with observer:
             yield observer

@@ -273,11 +273,13 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
 
 
 def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: Callable[[list[dict]], None] | None
-                      = None, on_row: RowCallback | None = None) -> BenchResult:
+                      = None, on_row: RowCallback | None = None, interval_s: float = 0.0,
+                      on_interval: Callable[[Any], None] | None = None) -> BenchResult:
     """Validate everything first (InputError: nothing started), then run the sweep in a run directory.
     `progress()` is entered around the sweep and yields a callback(done, total, case stats). `on_start` gets
     the devices (rank, host, netns, pid) once the ranks are started, before the first size; `on_row` each size
-    as soon as it is done (the CLI prints and flushes it)."""
+    as soon as it is done (the CLI prints and flushes it); `on_interval` the links' IntervalReport every
+    `interval_s` on a testbed (genie.report.observe)."""
     from genie.faults.service import bench_bounds
     from genie.report.sweep_recorder import SweepRecorder
     from genie.services.stage import staged
@@ -318,7 +320,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
             if on_row:
                 on_row(out_of_place, in_place)
 
-        with stage.watching() as watch, progress() as bar:
+        with stage.watching(report_s=interval_s, on_interval=on_interval) as watch, progress() as bar:
             outcome = run_bench(request, stage.placements, on_pids=pids_known, on_row=row,
                                 progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)),
                                 sessions=stage.sessions, fault_hooks=watch.injector,
