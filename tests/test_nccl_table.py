@@ -108,7 +108,8 @@ def test_cli_output_reads_with_the_scripts_users_run(tmp_path):
     rows = [line.split() for line in lines if line and not line.startswith("#")]
     assert [int(r[0]) for r in rows] == [1024, 4096]  # -b 1KB is 1024, as nccl-tests
     for r in rows:  # awk '{print $6, $8, $10, $12}': oop time, oop busbw, in-place time, in-place busbw
-        assert len(r) == 13 and all(float(r[i]) > 0 for i in (5, 7, 9, 11)) and r[8] == r[12] == "0"
+        assert len(r) == 13 and r[8] == r[12] == "0"
+        assert float(r[5]) > 0 and float(r[9]) > 0 and float(r[7]) >= 0 and float(r[11]) >= 0  # 2 decimals
     doc = json.loads((tmp_path / "ar.json").read_text())
     assert doc["version"] == 3 and [r["size"] for r in doc["results"]] == [1024, 4096]
     assert all(r["in_place"]["time"] > 0 for r in doc["results"])
