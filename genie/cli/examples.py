@@ -10,11 +10,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
               "genie bench --loopback -g 2 -b 8 -e 1M -J all_reduce.json | grep '# Avg bus bandwidth'",
               "genie bench --topology topologies/star-4.yaml --collective all_gather,all_to_all -n 50"),
     "replay": ("genie replay traces/tp2_dp2_step.yaml --loopback -n 3",
+               "genie replay traces/tp2_dp2_step.yaml --testbed star-8 --faults faults/star-8-flap.yaml",
                "genie replay traces/gen_tp2_dp4_gpt3 --topology topologies/star-8.yaml -n 3"),
     "diagnose": ("genie diagnose --testbed star-8 --size 8M",),
     "estimate": ("genie estimate traces/tp2_dp2_step.yaml --measurements runs/step-sweep "
                  "--measurements runs/step-ar --measurements runs/step-p2p",
-                 "genie estimate traces/gen_tp2_dp4_gpt3 --measurements runs/a-bench-run --extrapolate"),
+                 "genie estimate traces/gen_tp2_dp4_gpt3 --measurements runs/star8-ar4 --extrapolate --topology topologies/star-8.yaml"),
     "experiment": ("genie experiment experiments/tp2dp4-gpt3-star8.yaml",),
     "testbed up": ("genie testbed up topologies/star-8.yaml",
                    "genie testbed up topologies/leaf-spine-2x4.yaml --dry-run"),
