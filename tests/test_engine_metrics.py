@@ -11,7 +11,6 @@ from genie.core.sizes import aligned_size
 from genie.services.bench import sweep_sizes
 from genie.core.errors import InputError
 from genie.measure.metrics import case_stats, iteration_times_ns
-from genie.report import nccl_table
 from genie.report.sweep import SWEEP_COLUMNS, sweep_csv, sweep_json
 
 

@@ -130,3 +130,13 @@ def test_cli_help_with_h_and_an_example():
     proc = subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", "-h"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and "--check" in proc.stdout and "genie bench --loopback" in proc.stdout
+
+
+def test_per_iteration_columns_and_unmeasured_in_place():
+    cfg = _config(per_iteration=True)
+    s = case_stats(Collective.ALL_REDUCE, Algorithm.RING, 2, 1024, 4, [10_000, 20_000, 30_000])
+    fields = nccl_table.row(s, None, cfg).split()
+    assert len(fields) == 5 + 8 + 8 and fields[13:] == ["N/A"] * 8
+    assert [float(v) for v in fields[9:12]] == [10.0, 30.0, 30.0]  # i_min, i_max, i_p99 (nearest rank)
+    titles = nccl_table.header(cfg, []).splitlines()[-2].split()
+    assert titles[10:14] == ["i_min", "i_max", "i_p99", "i_cv%"]  # after "#" and the first 9 titles

@@ -18,7 +18,8 @@ from genie.core.errors import InputError
 from genie.core.units import parse_nccl_size_bytes, parse_size_bytes
 
 #: BenchRequest fields -> flags
-BENCH_FLAGS = {**RUN_FLAGS, "osu": "--osu", "pairs": "--ranks", "collectives": "--collective", "algorithm": "--algorithm", "min_bytes": "--minbytes",
+BENCH_FLAGS = {**RUN_FLAGS, "osu": "--osu", "pairs": "--ranks", "collectives": "--collective",
+               "algorithm": "--algorithm", "min_bytes": "--minbytes",
                "max_bytes": "--maxbytes", "factor": "--stepfactor", "iterations": "--iterations",
                "warmup": "--warmup", "ranks": "--ranks", "chunks": "--chunks", "root": "--root"}
 

@@ -15,7 +15,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "diagnose": ("genie diagnose --testbed star-8 --size 8M",),
     "estimate": ("genie estimate traces/tp2_dp2_step.yaml --measurements runs/step-sweep "
                  "--measurements runs/step-ar --measurements runs/step-p2p",
-                 "genie estimate traces/gen_tp2_dp4_gpt3 --measurements runs/star8-ar4 --extrapolate --topology topologies/star-8.yaml"),
+                 "genie estimate traces/gen_tp2_dp4_gpt3 --measurements runs/star8-ar4 --extrapolate "
+                 "--topology topologies/star-8.yaml"),
     "experiment": ("genie experiment experiments/tp2dp4-gpt3-star8.yaml",),
     "testbed up": ("genie testbed up topologies/star-8.yaml",
                    "genie testbed up topologies/leaf-spine-2x4.yaml --dry-run"),

@@ -18,7 +18,8 @@ def bench_progress(enabled: bool = True) -> Iterator[Callable]:
         return
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=console, transient=True, redirect_stdout=False, redirect_stderr=False) as progress:
+                  TimeElapsedColumn(), console=console, transient=True, redirect_stdout=False,
+                  redirect_stderr=False) as progress:
         task = progress.add_task("starting ranks", total=None)
 
         def update(done: int, total: int, stats) -> None:

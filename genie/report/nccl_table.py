@@ -76,7 +76,7 @@ def float_str(value: float, width: int) -> str:
 
 def header(config: TableConfig, devices: Sequence[Device]) -> str:
     """From ``# nccl-tests version`` to the column titles (what nccl-tests prints before the first row)."""
-    lines = [f"# nccl-tests version genie (CPU ranks) nccl-headers=0 nccl-library=0",
+    lines = ["# nccl-tests version genie (CPU ranks) nccl-headers=0 nccl-library=0",
              f"# Collective test starting: {config.program}",
              f"# nThread 1 nGpus 1 minBytes {config.min_bytes} maxBytes {config.max_bytes} step: "
              f"{config.step_factor}(factor) warmup iters: {config.warmup_iters} iters: {config.iterations} "
@@ -113,7 +113,7 @@ def header(config: TableConfig, devices: Sequence[Device]) -> str:
 def _body(s: CaseStats | None, config: TableConfig) -> str:
     if s is None:  # not measured (--no-in-place): nccl-tests' column count kept, every field N/A
         cells = "  %7s  %6s  %6s  %6s" % ("N/A", "N/A", "N/A", "N/A")
-        return cells + ("  %7s  %7s  %7s  %7s" % ("N/A",) * 4 if config.per_iteration else "")
+        return cells + ("  %7s  %7s  %7s  %7s" % (("N/A",) * 4) if config.per_iteration else "")
     wrong = "%6g" % 0 if config.validation else "   N/A"
     out = f"  {float_str(s.time_us, 7)}  {float_str(s.algbw_GBps, 6)}  {float_str(s.busbw_GBps, 6)}  {wrong}"
     if config.per_iteration:

@@ -42,7 +42,8 @@ class SweepRecorder:
             self.run.write("steps.csv", sweep.steps_csv(outcome))
         manifest = self.run.manifest
         documents = nccl_json.nccl_tests_documents(
-            self.stats, list(getattr(outcome, "in_place_stats", ()) or ()), config=config, argv=manifest.argv if manifest else (), devices=devices,
+            self.stats, list(getattr(outcome, "in_place_stats", ()) or ()), config=config,
+            argv=manifest.argv if manifest else (), devices=devices,
             start_time=self.started, end_time=datetime.now(),
             genie_version=manifest.genie_version if manifest else "")
         for name, text in documents.items():

@@ -8,7 +8,6 @@ measures host pairs."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager, Optional, Sequence
 
