@@ -204,7 +204,8 @@ def bench(
     with flag_names(BENCH_FLAGS):
         result = run_bench_command(BenchCommand(request, run), progress=lambda: bench_progress(not sys.stdout.isatty()),
                                    on_start=printer.start, on_row=printer.row, interval_s=interval,
-                                   on_interval=(lambda report: typer.echo(report.line())) if interval > 0 else None)
+                                   on_interval=(lambda report: typer.echo(report.line(), err=as_json))
+                                   if interval > 0 else None)
     printer.finish()
     if output_file is not None and result.nccl_documents:
         from genie.core.files import write_atomic
