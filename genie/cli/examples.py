@@ -8,7 +8,9 @@ from typing import Any
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "bench": ("genie bench --loopback --ranks 4 -b 1K -e 1M -f 2",
               "genie bench --loopback -g 2 -b 8 -e 1M -J all_reduce.json | grep '# Avg bus bandwidth'",
-              "genie bench --topology topologies/star-4.yaml --collective all_gather,all_to_all -n 50"),
+              "genie bench --topology topologies/star-4.yaml --collective all_gather,all_to_all -n 50",
+              "genie bench --loopback --osu latency -b 4 -e 64K -f 4",
+              "genie bench --testbed star-8 -b 1M -e 256M --interval 1"),
     "replay": ("genie replay traces/tp2_dp2_step.yaml --loopback -n 3",
                "genie replay traces/tp2_dp2_step.yaml --testbed star-8 --faults faults/star-8-flap.yaml",
                "genie replay traces/gen_tp2_dp4_gpt3 --topology topologies/star-8.yaml -n 3"),
