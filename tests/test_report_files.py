@@ -90,6 +90,16 @@ def test_proc_net_dev_parser():
     assert parse_proc_net_dev(DEV.format(rx=123, tx=456)) == {"lo": (0, 0), "eth0": (123, 456)}
 
 
+SS = """State Recv-Q Send-Q Local Address:Port  Peer Address:Port Process
+ESTAB 0      0         198.18.0.1:37045   198.18.0.4:57824
+	 cubic wscale:10,10 rto:204 rtt:0.5/0.25 ato:40 mss:1448 cwnd:10 bytes_received:12 segs_out:1
+ESTAB 0      0         198.18.0.1:37046   198.18.0.3:57825
+	 cubic wscale:10,10 rto:204 rtt:1.5/0.25 mss:1448 cwnd:30 bbr:(bw:0bps,mrtt:0.025) retrans:0/2
+LISTEN 0     128       198.18.0.1:5555    0.0.0.0:*
+	 cubic rto:1000 cwnd:99
+"""
+
+
 class _FakeProbe:
     """genie.testbed.netlink's two functions, scripted: counters grow by 1 MB per call."""
 
@@ -103,6 +113,8 @@ class _FakeProbe:
 
     def run_in_netns(self, name, fn):
         self.calls += 1
+        if fn.args[0] == ("ss", "-tin"):
+            return SS
         if fn.args[0].endswith("/snmp"):
             return SNMP.format(ao=self.calls, ins=0, outs=self.calls * 10, rt=self.calls, rst=0)
         return DEV.format(rx=0, tx=self.calls * 1000)
@@ -259,5 +271,8 @@ def test_link_observer_reports_every_interval():
     assert all(r.t_start_s >= prev.t_end_s for prev, r in zip(reports, reports[1:]))  # back to back
     first = reports[0]
     assert first.links and all(s.bytes > 0 for s in first.links) and first.tcp[0].counters.retrans_segs > 0
+    assert [(s.host, s.count, s.cwnd_mean, s.cwnd_min, s.rtt_ms_mean, s.rtt_ms_max) for s in first.sockets] == [
+        ("h0", 2, 20.0, 10, 1.0, 1.5)]  # ESTAB only: the listener's cwnd is not a connection's
     line = first.line()
     assert line.startswith("# [") and "h0>s0" in line and "TCP segs out/retrans: h0 " in line
+    assert line.endswith("| conns cwnd/rtt: h0 2x 20/1.00ms")

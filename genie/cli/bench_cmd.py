@@ -138,8 +138,8 @@ def bench(
                                       help="OSU point-to-point test instead: latency, bw, bibw, mbw_mr (OSU's "
                                            "table; docs/reports.md)."),
     interval: float = typer.Option(0.0, "--interval", metavar="SEC",
-                                   help="Every SEC seconds print a '#' line with each link's rate and each host's "
-                                        "TCP segments/retransmissions (iperf3's -i; testbed only)."),
+                                   help="Every SEC seconds print a '#' line: each link's rate, each host's TCP "
+                                        "segments/retransmissions, cwnd and RTT (iperf3's -i; testbed only)."),
     genie_columns: bool = typer.Option(False, "--genie-columns",
                                        help="Append genie's algorithm, median and p99 columns to the table."),
     blocking: int = typer.Option(0, "--blocking", "-z", hidden=True),

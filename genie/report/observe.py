@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
 from genie.core.testbed import TestbedInfo
-from genie.measure.links import (LinkDirectionTraffic, LinkRateSample, NamespaceTcp, diff_link_counters, diff_tcp,
-                                 parse_proc_net_dev, parse_snmp_tcp, rate_samples)
+from genie.measure.links import (LinkDirectionTraffic, LinkRateSample, NamespaceTcp, TcpSockets, diff_link_counters,
+                                diff_tcp, parse_proc_net_dev, parse_snmp_tcp, parse_ss_info, rate_samples)
 from genie.report.links import links_csv, samples_csv, tcp_csv
 from genie.report.manifest import RunRecorder
 
@@ -80,14 +80,29 @@ class IntervalReport:
     t_end_s: float
     links: tuple[LinkRateSample, ...]
     tcp: tuple[NamespaceTcp, ...]
+    sockets: tuple[TcpSockets, ...] = ()  # at the interval's end
 
     def line(self) -> str:
-        """One line starting with ``#`` (nccl-tests and OSU parsers skip it): rate per link direction, then TCP
-        segments out and retransmitted per host."""
+        """One line starting with ``#`` (nccl-tests and OSU parsers skip it): rate per link direction, TCP
+        segments out and retransmitted per host, then per host its connections' mean cwnd (segments) and RTT."""
         rates = " ".join(f"{s.src}>{s.dst} {s.rate_bps / 1e6:.1f}" for s in self.links if s.bytes) or "idle"
         tcp = " ".join(f"{t.host} {t.counters.out_segs}/{t.counters.retrans_segs}" for t in self.tcp)
+        socks = " ".join(f"{s.host} {s.count}x {s.cwnd_mean:.0f}/{s.rtt_ms_mean:.2f}ms" for s in self.sockets
+                         if s.count)
         return (f"# [{self.t_start_s:7.2f}-{self.t_end_s:7.2f} s] Mbit/s: {rates}"
-                + (f" | TCP segs out/retrans: {tcp}" if tcp else ""))
+                + (f" | TCP segs out/retrans: {tcp}" if tcp else "")
+                + (f" | conns cwnd/rtt: {socks}" if socks else ""))
+
+
+def _command_output(argv: tuple[str, ...]) -> str:
+    """A read-only tool's stdout (run in the calling thread's namespace: the child inherits it)."""
+    import subprocess
+
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=5, check=True).stdout
+
+
+def _command(argv: tuple[str, ...]) -> Callable[[], str]:
+    return functools.partial(_command_output, argv)
 
 
 class LinkObserver:
@@ -159,6 +174,10 @@ class LinkObserver:
                     out[ns] = counters
         return out
 
+    def _sockets(self, host: str, ns: str) -> TcpSockets | None:
+        text = self._attempt(f"{ns} ss -tin", lambda: self.probe.run_in_netns(ns, _command(("ss", "-tin"))))
+        return None if text is None else self._attempt(f"{ns} ss -tin", lambda: parse_ss_info(host, text))
+
     def _sample(self) -> None:
         t = self.clock() - self._t0
         tx: dict[tuple[str, str], int] = {}
@@ -192,7 +211,8 @@ class LinkObserver:
         tcp = tuple(NamespaceTcp(ns, host, diff_tcp(tcp_before[ns], tcp_now[ns]))
                     for host, ns in self._hosts if ns in tcp_before and ns in tcp_now)
         self._last_report = (last, tcp_now)
-        report = IntervalReport(self._snapshots[first][0], self._snapshots[last][0], tuple(links), tcp)
+        sockets = tuple(s for host, ns in self._hosts if (s := self._sockets(host, ns)) is not None)
+        report = IntervalReport(self._snapshots[first][0], self._snapshots[last][0], tuple(links), tcp, sockets)
         self._attempt("interval report", lambda: self.on_interval(report))
 
 
