@@ -59,4 +59,6 @@ def test_cli_prints_osus_table(tmp_path, test, args):
     assert proc.stdout.startswith("# OSU MPI ")
     rows = [line.split() for line in proc.stdout.splitlines() if line and not line.startswith("#")]
     assert [int(r[0]) for r in rows] == [4, 128, 4096]  # awk '!/^#/ {print $1, $2}'
-    assert all(float(r[1]) > 0 for r in rows) and all(len(r) == (3 if test == "mbw_mr" else 2) for r in rows)
+    assert all(len(r) == (3 if test == "mbw_mr" else 2) for r in rows)
+    # 2 decimals: a loaded machine may print 0.00 MB/s at 4 B, never at 4 KiB
+    assert all(float(r[1]) >= 0 for r in rows) and float(rows[-1][1]) > 0
