@@ -272,5 +272,26 @@ def describe_missing(missing: tuple[CommOp, ...], table: MeasurementTable, *, li
         have = "none measured" if curve is None else f"measured {_size(curve.sizes[0])}..{_size(curve.sizes[-1])}"
         parts.append(f"{op.describe()} ({have})")
     more = f" and {len(missing) - limit} more" if len(missing) > limit else ""
+    commands = " ; ".join(bench_commands(missing))
     return (f"no measurement for {len(missing)} communication op(s) the trace needs: {'; '.join(parts)}{more} "
-            f"(measure them, or pass --extrapolate to use the calibrated model)")
+            f"(measure them: {commands}; then pass every run directory to --measurements; or pass --extrapolate "
+            f"to use the calibrated model)")
+
+
+def bench_commands(ops: tuple[CommOp, ...] | list[CommOp], *, target: str = "--topology TOPOLOGY.yaml") -> list[str]:
+    """The `genie bench` command lines that measure `ops`: one per (collective, algorithm, ranks), its sizes
+    from the smallest to the largest op (x2 steps, nccl-tests' sizes in bytes)."""
+    groups: dict[tuple, list[int]] = {}
+    for op in ops:
+        algorithm = "auto" if op.auto else op.algorithm.value
+        groups.setdefault((op.collective.value, algorithm, op.ranks), []).append(op.size_bytes)
+    out = []
+    for (collective, algorithm, ranks), sizes in groups.items():
+        low, top = min(sizes), max(sizes)
+        high = low
+        while high < top:  # x2 steps from `low` up to the first size covering the largest op
+            high *= 2
+        factor = " -f 2" if high > low else ""
+        out.append(f"genie bench {target} --ranks {ranks} --collective {collective} --algorithm {algorithm} "
+                   f"-b {low} -e {high}{factor}")
+    return out

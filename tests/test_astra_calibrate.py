@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import re
+
 import pytest
 
 from astra_adapter.calibrate import calibrate, calibrated_network, calibration_mapping, model_ns
@@ -165,6 +167,12 @@ def test_missing_measurements_are_listed() -> None:
     missing = table.missing(trace_comm_ops(trace))
     assert all(op.ranks == 4 for op in missing) and len(missing) == 3
     assert describe_missing(missing, table).startswith("no measurement for 3 communication op(s)")
+    # the message gives the bench command that measures them (issue #17), sizes covering every missing op
+    commands = re.findall(r"genie bench [^;)]*", message)
+    assert commands and all("--ranks 4" in c and "--collective all_reduce" in c for c in commands)
+    for op in missing:
+        low, high = (int(v) for v in re.search(r"-b (\d+) -e (\d+)", commands[0]).groups())
+        assert low <= op.size_bytes <= high
 
 
 def _two_rank_trace():

@@ -85,6 +85,8 @@ def test_cli_bench_with_topology_brings_up_and_tears_down(tmp_path):
                      "-b", "4K", "-e", "64K", "-f", "16", "-n", "3", "-w", "1", "--verify", "--out", str(out),
                      env={STATE_DIR_ENV: str(tmp_path / "state")})
     assert proc.returncode == 0, proc.stderr
-    assert "# all_to_all, 4 ranks" in proc.stdout
+    # nccl-tests' layout (issue #17): a table per collective, as two nccl-tests binaries would print
+    assert "# Collective test starting: alltoall_perf" in proc.stdout
+    assert proc.stdout.count("# Avg bus bandwidth") == 2
     assert (out / "sweep.csv").read_text().count("\n") == 1 + 2 * 2
     assert _temporary_namespaces() <= before  # the --topology testbed is gone

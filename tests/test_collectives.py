@@ -215,7 +215,8 @@ def test_registry_rejects_unsupported_pairs_listing_the_supported_ones():
 def test_supported_algorithms():
     assert supported_algorithms(C.ALL_REDUCE) == (A.RING, A.HALVING_DOUBLING, A.RECURSIVE_DOUBLING,
                                                   A.DOUBLE_BINARY_TREE)
-    assert supported_algorithms(C.SEND_RECV) == (A.P2P,)
+    # ring: nccl-tests' sendrecv ring shift; ping_pong: OSU's latency test
+    assert supported_algorithms(C.SEND_RECV) == (A.P2P, A.RING, A.PING_PONG)
     for collective in C:
         assert A.AUTO not in supported_algorithms(collective)
         assert choose_algorithm(collective, 1 << 30, 8) in supported_algorithms(collective)
@@ -281,3 +282,22 @@ def test_busbw_factor_is_what_a_ring_rank_sends(collective, algorithm, n):
     size = n * 4 * 16
     s = make(collective, algorithm, n, size)
     assert max(rs.sent_bytes for rs in s.ranks) == pytest.approx(busbw_factor(collective, n) * size)
+
+
+def test_send_recv_ring_is_nccl_tests_ring_shift():
+    """nccl-tests' sendrecv: every rank sends to rank+1 and receives from rank-1, in one step (issue #17)."""
+    schedule = build_schedule(CollectiveOp(C.SEND_RECV, 64, (0, 1, 2, 3), A.RING, root=0, peer=3))
+    for rank in range(4):
+        steps = schedule.for_rank(rank).steps
+        assert len(steps) == 1
+        assert [(s.peer, s.size_bytes) for s in steps[0].sends] == [((rank + 1) % 4, 64)]
+        assert [(r.peer, r.size_bytes) for r in steps[0].recvs] == [((rank - 1) % 4, 64)]
+
+
+def test_bench_send_recv_defaults_to_the_ring_shift():
+    from genie.services.bench import BenchRequest, sweep_cases
+
+    cases = sweep_cases(BenchRequest(collectives=(C.SEND_RECV,), min_bytes=1024, max_bytes=1024), 4)
+    assert [c.op.algorithm for c in cases] == [A.RING]
+    cases = sweep_cases(BenchRequest(collectives=(C.SEND_RECV,), algorithm=A.P2P, min_bytes=1024, max_bytes=1024), 4)
+    assert [c.op.algorithm for c in cases] == [A.P2P]

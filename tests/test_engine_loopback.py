@@ -222,14 +222,14 @@ def test_cli_bench_loopback_writes_reports(tmp_path):
     proc = run_genie("bench", "--loopback", "--ranks", "2", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "-w", "0",
                      "--steps", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert "# all_reduce, 2 ranks" in proc.stdout
+    assert "# Collective test starting: all_reduce_perf" in proc.stdout  # nccl-tests layout (issue #17)
     assert {"sweep.csv", "sweep.json", "steps.csv"} <= {p.name for p in out.iterdir()}
     assert len((out / "sweep.csv").read_text().splitlines()) == 3
 
 
 @pytest.mark.parametrize("args,needle", [
     (["-b", "1X"], "--minbytes"), (["--collective", "allfoo"], "unknown collective"),
-    (["-a", "direct"], "--algorithm"), (["-n", "0"], "--iters"), ([], "exactly one of"),
+    (["--algorithm", "direct"], "--algorithm"), (["-n", "0"], "--iterations"), ([], "exactly one of"),
 ])
 def test_cli_bench_bad_input_is_one_line_exit_2(args, needle):
     base = ["--loopback", "--ranks", "2"] if args else []

@@ -11,7 +11,7 @@ from genie.core.sizes import aligned_size
 from genie.services.bench import sweep_sizes
 from genie.core.errors import InputError
 from genie.measure.metrics import case_stats, iteration_times_ns
-from genie.report.sweep import SWEEP_COLUMNS, format_table, sweep_csv, sweep_json
+from genie.report.sweep import SWEEP_COLUMNS, sweep_csv, sweep_json
 
 
 def test_iteration_times_use_last_rank_completion():
@@ -31,11 +31,12 @@ def test_iteration_times_reject_mismatched_counts():
     (Collective.ALL_REDUCE, 8, 2 * 7 / 8), (Collective.ALL_GATHER, 8, 7 / 8), (Collective.REDUCE_SCATTER, 4, 3 / 4),
     (Collective.ALL_TO_ALL, 8, 7 / 8), (Collective.BROADCAST, 8, 1.0)])
 def test_case_stats_busbw_follows_nccl_tests(collective, n, factor):
-    s = case_stats(collective, Algorithm.RING, n, 1_000_000, 4, [1_000_000, 2_000_000, 3_000_000])
-    assert s.time_median_us == pytest.approx(2000.0)
-    assert s.algbw_GBps == pytest.approx(1_000_000 / 2_000_000)  # bytes / ns = GB/s
+    s = case_stats(collective, Algorithm.RING, n, 1_000_000, 4, [1_000_000, 2_000_000, 6_000_000])
+    assert s.time_us == pytest.approx(3000.0)  # nccl-tests' time: the mean (loop time / iterations)
+    assert s.time_median_us == pytest.approx(2000.0)  # the median keeps its own name
+    assert s.algbw_GBps == pytest.approx(1_000_000 / 3_000_000)  # bytes / ns = GB/s, from the mean
     assert s.busbw_GBps == pytest.approx(s.algbw_GBps * factor)
-    assert s.time_min_us == pytest.approx(1000.0) and s.time_max_us == pytest.approx(3000.0)
+    assert s.time_min_us == pytest.approx(1000.0) and s.time_max_us == pytest.approx(6000.0)
     assert s.count == 250_000
 
 
@@ -50,15 +51,20 @@ def test_sweep_sizes_and_alignment():
     assert aligned_size(Collective.ALL_TO_ALL, 4, 8) == 32  # never below one element per rank
 
 
-def test_table_and_files():
+def test_rank_shares_have_the_iteration_time_as_their_max():
+    from genie.measure.metrics import rank_iteration_times_ns
+
+    per_rank = {0: [(100, 200), (200, 310), (310, 400)], 1: [(105, 220), (220, 300), (300, 420)]}
+    shares = rank_iteration_times_ns(per_rank)
+    assert shares == [[95, 90, 90], [115, 80, 110]]
+    assert [max(c) for c in zip(*shares)] == iteration_times_ns(per_rank)
+
+
+def test_files():
     stats = [case_stats(Collective.ALL_REDUCE, Algorithm.RING, 4, 1024, 4, [10_000] * 3),
              case_stats(Collective.ALL_GATHER, Algorithm.RING, 4, 4096, 4, [20_000] * 3)]
-    table = format_table(stats)
-    assert "# all_reduce, 4 ranks" in table and "# all_gather, 4 ranks" in table
-    row = [line for line in table.splitlines() if line.strip().startswith("1024")][0].split()
-    assert row[:4] == ["1024", "256", "float", "ring"] and float(row[4]) == pytest.approx(10.0)
     rows = list(csv.DictReader(io.StringIO(sweep_csv(stats))))
-    assert tuple(rows[0]) == SWEEP_COLUMNS
+    assert tuple(rows[0]) == SWEEP_COLUMNS and float(rows[0]["time_us"]) == pytest.approx(10.0)
     assert rows[1]["collective"] == "all_gather" and float(rows[1]["algbw_GBps"]) == pytest.approx(4096 / 20_000)
     doc = json.loads(sweep_json(stats, {"ranks": 4}))
     assert doc["meta"]["ranks"] == 4 and len(doc["results"]) == 2

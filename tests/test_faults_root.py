@@ -82,9 +82,11 @@ def _links_healthy(info) -> None:
                 assert rates == [RATE_BPS], f"{ns}:{iface.ifname} rates {rates}"
 
 
+# the bench runs below use --no-in-place: `at=opN` counts the sweep's timed ops, and the in-place pass (on by
+# default, as nccl-tests) would double them; the op numbers these tests name are out-of-place ops
 def test_degrade_at_op_slows_the_later_iterations(testbed, tmp_path):
     run = tmp_path / "run"
-    proc = run_genie("bench", "--testbed", testbed.name, "-b", "256K", "-e", "256K", "-n", "10", "-w", "2",
+    proc = run_genie("bench", "--no-in-place", "--testbed", testbed.name, "-b", "256K", "-e", "256K", "-n", "10", "-w", "2",
                      "--fault", "degrade h3-s0 rate=20mbit at=op5", "--sample-ms", "0", "--out", run)
     assert proc.returncode == 0, proc.stderr
     times = json.loads((run / "sweep.json").read_text())["results"][0]["iteration_us"]
@@ -104,7 +106,7 @@ def test_link_down_mid_collective_ends_within_the_timeout(testbed, tmp_path):
     run = tmp_path / "run"
     started = time.monotonic()
     # case 0 (256K) completes; the link goes down before the 3rd timed op of case 1 (512K)
-    proc = run_genie("bench", "--testbed", testbed.name, "-b", "256K", "-e", "512K", "-n", "4", "-w", "1",
+    proc = run_genie("bench", "--no-in-place", "--testbed", testbed.name, "-b", "256K", "-e", "512K", "-n", "4", "-w", "1",
                      "--timeout", "2", "--fault", "down h2-s0 at=op6", "--sample-ms", "0", "--out", run)
     elapsed = time.monotonic() - started
     assert proc.returncode != 0
@@ -127,7 +129,7 @@ def test_link_down_mid_collective_ends_within_the_timeout(testbed, tmp_path):
 
 def test_flap_recovers_and_the_run_completes(testbed, tmp_path):
     run = tmp_path / "run"
-    proc = run_genie("bench", "--testbed", testbed.name, "-b", "64K", "-e", "64K", "-n", "8", "-w", "1",
+    proc = run_genie("bench", "--no-in-place", "--testbed", testbed.name, "-b", "64K", "-e", "64K", "-n", "8", "-w", "1",
                      "--timeout", "10", "--fault", "flap h1-s0 for=300ms at=op3", "--sample-ms", "0", "--out", run)
     assert proc.returncode == 0, proc.stderr
     (row,) = _faults(run)
@@ -180,7 +182,7 @@ def test_delay_degrade_on_a_userspace_shaped_testbed(state_dir, tmp_path):
     topology = star(4, shape=LinkShape(rate_bps=1_000_000_000, delay_us=1000.0))
     run = tmp_path / "run"
     with service.temporary_testbed(topology, name=f"{RUN}-d4", shaper=ShaperChoice.USERSPACE) as info:
-        proc = run_genie("bench", "--testbed", info.name, "-b", "4K", "-e", "4K", "-n", "10", "-w", "1",
+        proc = run_genie("bench", "--no-in-place", "--testbed", info.name, "-b", "4K", "-e", "4K", "-n", "10", "-w", "1",
                          "--fault", "degrade h3-s0 delay=50ms at=op5", "--sample-ms", "0", "--out", run)
         assert proc.returncode == 0, proc.stderr
         stats = [json.loads(p.read_text()) for p in (state_dir / "emulators" / info.name).glob("*.stats.json")]

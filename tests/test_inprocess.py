@@ -80,8 +80,11 @@ def test_placements_in_testbed_namespaces_are_refused():
 def test_a_rank_failing_mid_op_wakes_the_ranks_waiting_on_it_in_data_transfers():
     op = CollectiveOp(Collective.ALL_REDUCE, 1 << 16, (0, 1, 2), Algorithm.RING, dtype_bytes=4)
 
-    def job(rank: int) -> BenchJob:  # only rank 1 checks the data: its peers send content-free bytes
-        return BenchJob(cases=(BenchCase(op, 0, 50),), verify=rank == 1, timeout_s=30.0)
+    # only rank 1 checks the data: its peers send content-free bytes. The check is an untimed iteration after
+    # the warmup (nccl-tests' -c), so rank 1's warmup + check pair with its peers' first two warmup iterations;
+    # the peers' third one waits on rank 1, which has failed by then
+    def job(rank: int) -> BenchJob:
+        return BenchJob(cases=(BenchCase(op, 1 if rank == 1 else 3, 50),), verify=rank == 1, timeout_s=30.0)
 
     # rank 1's error and its peers' (its connections closed after it) race to the orchestrator, as with processes
     with pytest.raises(RunFailure, match=r"^(--verify failed for all_reduce|rank \d: rank \d closed the connection)"):

@@ -238,9 +238,9 @@ def test_genie_bench_argv():
 
     band = plan.Band(1024, MIB, 4, 5, 20)
     argv = genie_bench_argv("tb", [AR, AG], band, Path("/o"))
-    assert argv[argv.index("bench"):] == ["bench", "--testbed", "tb", "-c", "all_reduce,all_gather", "-b", "1024",
-                                          "-e", str(MIB), "-f", "4", "-w", "5", "-n", "20", "--out", "/o",
-                                          "--sample-ms", "0"]
+    assert argv[argv.index("bench"):] == ["bench", "--testbed", "tb", "--collective", "all_reduce,all_gather",
+                                          "-b", "1024", "-e", str(MIB), "-f", "4", "-w", "5", "-n", "20", "-c", "0",
+                                          "--no-in-place", "--out", "/o", "--sample-ms", "0"]
     assert genie_bench_argv("tb", [AR], band, Path("/o"), op_timeout_s=150)[-2:] == [
         "--timeout", "150"]
 

@@ -75,6 +75,11 @@ def test_replay_respects_dependencies_and_overlaps_comm_with_compute():
     assert {r["type"] for r in ag} == {"all_gather"} and {r["bytes"] for r in ag} == {str(128 * 1024 * 2)}
     events = json.loads(chrome_trace(outcome))["traceEvents"]
     assert {e["pid"] for e in events if e["ph"] == "X"} == {0, 1, 2, 3}
+    # integer tids, each named by a thread_name metadata event (issue #17)
+    named = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
+    assert all(isinstance(e["tid"], int) and (e["pid"], e["tid"]) in named for e in events if e["ph"] == "X")
+    names = [e["args"]["name"] for e in events if e["name"] == "thread_name" and e["pid"] == 0]
+    assert "compute" in names and len(names) == len(set(names))
 
 
 def test_compute_only_trace_keeps_time_on_8_ranks():

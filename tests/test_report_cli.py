@@ -172,7 +172,8 @@ def test_compare_cli_and_bad_inputs(bench_run, replay_run, tmp_path):
 
 
 def test_bad_bench_input_leaves_no_run_directory(tmp_path):
-    _one_line_error(run_genie("bench", "--loopback", "--ranks", "2", "-n", "0", cwd=tmp_path), "--iters")
+    # one option name per meaning across commands (issue #17): --iterations, with --iters an alias
+    _one_line_error(run_genie("bench", "--loopback", "--ranks", "2", "-n", "0", cwd=tmp_path), "--iterations")
     assert not (tmp_path / "runs").exists()
 
 

@@ -90,6 +90,16 @@ def test_proc_net_dev_parser():
     assert parse_proc_net_dev(DEV.format(rx=123, tx=456)) == {"lo": (0, 0), "eth0": (123, 456)}
 
 
+SS = """State Recv-Q Send-Q Local Address:Port  Peer Address:Port Process
+ESTAB 0      0         198.18.0.1:37045   198.18.0.4:57824
+	 cubic wscale:10,10 rto:204 rtt:0.5/0.25 ato:40 mss:1448 cwnd:10 bytes_received:12 segs_out:1
+ESTAB 0      0         198.18.0.1:37046   198.18.0.3:57825
+	 cubic wscale:10,10 rto:204 rtt:1.5/0.25 mss:1448 cwnd:30 bbr:(bw:0bps,mrtt:0.025) retrans:0/2
+LISTEN 0     128       198.18.0.1:5555    0.0.0.0:*
+	 cubic rto:1000 cwnd:99
+"""
+
+
 class _FakeProbe:
     """genie.testbed.netlink's two functions, scripted: counters grow by 1 MB per call."""
 
@@ -103,6 +113,8 @@ class _FakeProbe:
 
     def run_in_netns(self, name, fn):
         self.calls += 1
+        if fn.args[0] == ("ss", "-tin"):
+            return SS
         if fn.args[0].endswith("/snmp"):
             return SNMP.format(ao=self.calls, ins=0, outs=self.calls * 10, rt=self.calls, rst=0)
         return DEV.format(rx=0, tx=self.calls * 1000)
@@ -141,31 +153,38 @@ def _stats(collective, size, times_us, ranks=4):
 
 
 def test_nccl_tests_json_layout():
-    stats = [_stats(Collective.ALL_REDUCE, 1 << 20, [100, 200, 300]), _stats(Collective.ALL_GATHER, 4096, [10, 10])]
-    times = [[100_000, 200_000, 300_000], []]
+    from dataclasses import replace
+
+    stats = [_stats(Collective.ALL_REDUCE, 1 << 20, [100, 200, 600]), _stats(Collective.ALL_GATHER, 4096, [10, 10])]
+    stats[0] = replace(stats[0], rank_iteration_ns=((90_000, 200_000, 600_000), (100_000, 150_000, 500_000)))
+    in_place = [_stats(Collective.ALL_REDUCE, 1 << 20, [400]), None]
     from datetime import datetime
     docs = nccl_json.nccl_tests_documents(
-        stats, times, config={"min_bytes": 4096, "max_bytes": 1 << 20, "step_factor": 2, "warmup_iters": 1,
-                              "iterations": 3, "verify": True},
-        argv=["genie", "bench"], devices=[{"rank": 0, "host": "h0", "netns": "ns0"}],
+        stats, in_place, config={"min_bytes": 4096, "max_bytes": 1 << 20, "step_factor": 2, "warmup_iters": 1,
+                                 "iterations": 3, "verify": True},
+        argv=["genie", "bench"], devices=[{"rank": 0, "host": "h0", "netns": "ns0", "pid": 42}],
         start_time=datetime(2025, 1, 2, 3, 4, 5), end_time=datetime(2025, 1, 2, 3, 4, 6), genie_version="0.1.0")
     assert set(docs) == {"nccl_all_reduce_perf.json", "nccl_all_gather_perf.json"}
     doc = json.loads(docs["nccl_all_reduce_perf.json"])
-    assert doc["version"] == 2 and doc["start_time"] == "2025-01-02 03:04:05" and doc["args"] == ["genie", "bench"]
+    assert doc["version"] == 3 and doc["start_time"] == "2025-01-02 03:04:05" and doc["args"] == ["genie", "bench"]
     assert doc["config"]["minimum_bytes"] == 4096 and doc["config"]["validation"] == 1
-    assert doc["config"]["devices"][0]["hostname"] == "h0"
+    assert doc["config"]["per_iter_skip"] == 0 and doc["config"]["per_iter_timing"] == "true"
+    assert doc["config"]["devices"][0]["hostname"] == "h0" and doc["config"]["devices"][0]["pid"] == 42
     r = doc["results"][0]
     assert (r["size"], r["count"], r["type"], r["redop"], r["root"]) == (1 << 20, 1 << 18, "float", "sum", "    -1")
-    assert r["out_of_place"]["time"] == pytest.approx(200.0)  # the mean, as nccl-tests' loop time / iterations
-    assert r["out_of_place"]["alg_bw"] == pytest.approx((1 << 20) / 200e3)
+    assert r["out_of_place"]["time"] == pytest.approx(300.0)  # the mean, as nccl-tests' loop time / iterations
+    assert r["out_of_place"]["alg_bw"] == pytest.approx((1 << 20) / 300e3)
     assert r["out_of_place"]["bus_bw"] == pytest.approx(r["out_of_place"]["alg_bw"] * 2 * 3 / 4)
-    assert r["out_of_place"]["nwrong"] == 0 and r["in_place"] == r["out_of_place"]
+    assert r["out_of_place"]["nwrong"] == 0
+    assert r["in_place"]["time"] == pytest.approx(400.0)  # its own measurement, not a copy
     per = r["out_of_place_per_iter"]
-    assert per["times_us"] == [100.0, 200.0, 300.0] and per["p50_us"] == 200.0 and per["min_us"] == 100.0
-    assert doc["average_bus_bandwidth"]["bandwidth"] == pytest.approx(r["out_of_place"]["bus_bw"])
+    assert per["times_us"] == [100.0, 200.0, 600.0] and per["p50_us"] == 200.0 and per["min_us"] == 100.0
+    assert per["per_process_max_times_us"] == [[90.0, 200.0, 600.0], [100.0, 150.0, 500.0]]
+    assert doc["average_bus_bandwidth"]["bandwidth"] == pytest.approx(
+        (r["out_of_place"]["bus_bw"] + r["in_place"]["bus_bw"]) / 2)  # nccl-tests averages both bodies
     gather = json.loads(docs["nccl_all_gather_perf.json"])["results"][0]
-    assert gather["redop"] == "none" and gather["genie_time_statistic"] == "median"
-    assert "out_of_place_per_iter" not in gather
+    assert gather["redop"] == "none" and gather["count"] == 4096 // 4 // 4  # per rank, as nccl-tests
+    assert gather["in_place"] is None
 
 
 def _bench_run(path, rows, *, collectives_note=""):
@@ -239,3 +258,21 @@ def test_accuracy_pairs_found_by_name():
     cols = ["workload", "estimated_iteration_us", "measured_iteration_us", "comm_ns_est", "comm_ns_meas", "x"]
     assert [(p.quantity, p.estimated, p.measured) for p in accuracy_pairs(cols)] == [
         ("iteration_us", "estimated_iteration_us", "measured_iteration_us"), ("comm_ns", "comm_ns_est", "comm_ns_meas")]
+
+
+def test_link_observer_reports_every_interval():
+    """iperf3-style -i lines (`genie bench --interval`): the sampler hands over the last interval's link rates
+    and TCP counters; the line starts with '#' so nccl-tests parsers skip it."""
+    reports = []
+    with LinkObserver(_info(), _FakeProbe(), interval_s=0.01, report_s=0.03, on_interval=reports.append):
+        import time
+        time.sleep(0.2)
+    assert reports and all(r.t_end_s - r.t_start_s >= 0.03 for r in reports)
+    assert all(r.t_start_s >= prev.t_end_s for prev, r in zip(reports, reports[1:]))  # back to back
+    first = reports[0]
+    assert first.links and all(s.bytes > 0 for s in first.links) and first.tcp[0].counters.retrans_segs > 0
+    assert [(s.host, s.count, s.cwnd_mean, s.cwnd_min, s.rtt_ms_mean, s.rtt_ms_max) for s in first.sockets] == [
+        ("h0", 2, 20.0, 10, 1.0, 1.5)]  # ESTAB only: the listener's cwnd is not a connection's
+    line = first.line()
+    assert line.startswith("# [") and "h0>s0" in line and "TCP segs out/retrans: h0 " in line
+    assert line.endswith("| conns cwnd/rtt: h0 2x 20/1.00ms")

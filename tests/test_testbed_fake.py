@@ -249,3 +249,13 @@ def test_ctrl_c_mid_way_leaves_nothing_and_no_record(state_dir: Path) -> None:
         _up(env, "star-4.yaml", "fk-intr")
     assert env.kernel.is_empty() and not record_path("fk-intr").exists()
     assert len(env.backends[0].applied) == 30 and env.backends[0].undone == env.backends[0].applied[::-1]
+
+
+@pytest.mark.parametrize("netem", [True, False])
+def test_dry_run_as_root_probes_nothing(state_dir: Path, netem: bool) -> None:
+    """A dry run changes nothing, as root too: no scratch namespace for the netem probe (issue #17)."""
+    topology = Topology("pair", (Host("h0"), Host("h1")), (), (Link("h0", "h1", LinkShape(10**9, 100.0)),))
+    env = FakeEnvironment(netem=netem, net_admin=True)
+    steps = service.up(topology, name="fk-dry", dry_run=True, environment=env)
+    assert isinstance(steps, list) and env.probes == 0 and env.kernel.is_empty()
+    assert any(isinstance(s, StartEmulator) for s in steps) is not netem  # the module list still decides

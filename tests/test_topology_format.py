@@ -261,3 +261,12 @@ def test_undecodable_bytes() -> None:
 def test_subnet_capacity_counts_interfaces() -> None:
     # 3 host ports on a bridge need 3 addresses + network + broadcast: a /29 (8) fits, a /30 (4) does not.
     assert load_topology(_links(*STAR3, extra="subnet: 10.0.0.0/29\n")).subnet == "10.0.0.0/29"
+
+
+@pytest.mark.parametrize("rate", ["1gbps", "100mbps", "10Gbps"])
+def test_bps_rates_are_refused_naming_bits_and_bytes(tmp_path: Path, rate: str) -> None:
+    """`1gbps` is gigabits to an iperf user and gigaBYTES/s to tc: refused, never 8 Gbit/s silently (issue #17)."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(VALID.replace("1gbit", rate))
+    with pytest.raises(InputError, match=r"bad\.yaml: defaults\.bandwidth: .*ambiguous.*bit.*bytes per second"):
+        load_topology_file(bad)

@@ -140,9 +140,11 @@ def genie_bench_argv(testbed: str, collectives: Sequence[Collective], band, out:
                      sample_ms: int = 0, op_timeout_s: float | None = None) -> list[str]:
     """`op_timeout_s`: genie's per-op --timeout; genie bench also gives up after max(120 s, 2 x that) without
     a control message, and a case's timed loop sends none, so slow big cases need a larger one."""
-    argv = [*genie_command(), "bench", "--testbed", testbed, "-c", ",".join(c.value for c in collectives),
+    # as before genie bench validated and measured the in-place pass by default: neither (-c 0, --no-in-place)
+    argv = [*genie_command(), "bench", "--testbed", testbed, "--collective", ",".join(c.value for c in collectives),
             "-b", str(band.min_bytes), "-e", str(band.max_bytes), "-f", str(band.factor),
-            "-w", str(band.warmup), "-n", str(band.iterations), "--out", str(out), "--sample-ms", str(sample_ms)]
+            "-w", str(band.warmup), "-n", str(band.iterations), "-c", "0", "--no-in-place", "--out", str(out),
+            "--sample-ms", str(sample_ms)]
     return argv if op_timeout_s is None else [*argv, "--timeout", f"{op_timeout_s:g}"]
 
 
@@ -151,7 +153,9 @@ def _sweep_rows(run_dir: Path, shaped: bool) -> list[report.Row]:
     if not path.exists():
         return []
     return [report.Row(system=report.GENIE, shaped=shaped, collective=Collective.parse(r.collective),
-                       size_bytes=r.size_bytes, time_us=r.time_median_us, algbw=r.algbw_GBps,
+                       # the time algbw was computed from: the mean (older sweep.csv files: the median)
+                       size_bytes=r.size_bytes, time_us=r.time_median_us if r.time_us is None else r.time_us,
+                       algbw=r.algbw_GBps,
                        busbw=r.busbw_GBps, iterations=r.iterations)
             for r in read_sweep_csv(path.read_bytes(), source=str(path))]
 

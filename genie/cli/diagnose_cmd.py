@@ -10,14 +10,14 @@ import typer
 from genie.cli.flags import flag_names
 
 #: DiagnoseRequest fields -> flags
-DIAGNOSE_FLAGS = {"bandwidth_bytes": "--size", "latency_bytes": "--size", "bandwidth_iterations": "--iters",
+DIAGNOSE_FLAGS = {"bandwidth_bytes": "--size", "latency_bytes": "--size", "bandwidth_iterations": "--iterations",
                   "out": "--out"}
 
 
 def diagnose(
     testbed: str = typer.Option(..., "--testbed", help="A testbed that is up."),
     size: str = typer.Option("8M", "--size", help="Message size of the bandwidth test."),
-    iters: int = typer.Option(3, "--iters", "-n", help="Bandwidth iterations per pair."),
+    iters: int = typer.Option(3, "--iterations", "--iters", "-n", help="Bandwidth iterations per pair."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-diagnose)."),
 ) -> None:
     """Measure every host pair, flag outliers against the configuration and the median; exit 1 when flagged."""

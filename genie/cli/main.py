@@ -17,6 +17,7 @@ app = typer.Typer(
     help="Network-emulation testbed for ML communication.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 # (sub-app, command name): each area's typer.Typer
@@ -46,6 +47,9 @@ def _register() -> None:
         app.add_typer(sub_app, name=command)
     for module in _COMMAND_MODULES:
         module.register(app)
+    from genie.cli.examples import add_examples
+
+    add_examples(app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 @contextlib.contextmanager
-def bench_progress() -> Iterator[Callable]:
+def bench_progress(enabled: bool = True) -> Iterator[Callable]:
+    """A bar on stderr; off (`enabled` False) when stdout is the terminal: the streamed rows are the progress,
+    and a live bar on the same terminal would tangle with them."""
+    if not enabled:
+        yield lambda done, total, stats: None
+        return
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+                  TimeElapsedColumn(), console=console, transient=True, redirect_stdout=False,
+                  redirect_stderr=False) as progress:
         task = progress.add_task("starting ranks", total=None)
 
         def update(done: int, total: int, stats) -> None:

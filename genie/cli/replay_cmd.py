@@ -20,8 +20,9 @@ def replay(
     trace: Path = typer.Argument(..., help="Trace: Chakra ET prefix or directory, genie JSON/YAML, PARAM dir, "
                                            "ASTRA-sim text (with --npus)."),
     npus: Optional[int] = typer.Option(None, "--npus", help="Ranks for an ASTRA-sim text workload."),
-    iterations: int = typer.Option(1, "--iterations", "-n", help="Timed iterations of the whole trace."),
-    warmup: int = typer.Option(0, "--warmup", "-w", help="Untimed iterations first."),
+    iterations: int = typer.Option(1, "--iterations", "--iters", "-n",
+                                         help="Timed iterations of the whole trace."),
+    warmup: int = typer.Option(0, "--warmup", "--warmup_iters", "-w", help="Untimed iterations first."),
     timeout: float = options.TIMEOUT,
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-replay)."),
     as_json: bool = options.AS_JSON,

@@ -4,7 +4,8 @@
 """
 
 from genie.collectives.busbw import algbw_GBps, busbw_factor, busbw_GBps
-from genie.collectives.direct import direct_allgather, direct_alltoall, direct_reduce_scatter, p2p_send_recv
+from genie.collectives.direct import (direct_allgather, direct_alltoall, direct_reduce_scatter, p2p_send_recv,
+                                      ring_shift_send_recv)
 from genie.collectives.halving_doubling import (halving_doubling_allgather, halving_doubling_allreduce,
                                                 halving_doubling_reduce_scatter, recursive_doubling_allreduce)
 from genie.collectives.plan import InvalidCollectiveOp, block_bounds
@@ -18,7 +19,7 @@ __all__ = [
     "HALVING_DOUBLING_MAX_BYTES", "RECURSIVE_DOUBLING_MAX_BYTES", "InvalidCollectiveOp", "UnsupportedAlgorithm", "algbw_GBps", "block_bounds",
     "build_schedule", "busbw_GBps", "busbw_factor", "choose_algorithm", "direct_allgather", "direct_alltoall",
     "direct_reduce_scatter", "double_binary_tree_allreduce", "halving_doubling_allgather",
-    "halving_doubling_allreduce", "halving_doubling_reduce_scatter", "p2p_send_recv",
+    "halving_doubling_allreduce", "halving_doubling_reduce_scatter", "p2p_send_recv", "ring_shift_send_recv",
     "pipelined_ring_broadcast", "recursive_doubling_allreduce", "ring_allgather", "ring_allreduce", "ring_reduce_scatter",
     "supported_algorithms",
 ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from genie.core.collective import Collective
+from genie.core.collective import Algorithm, Collective
 from genie.core.schedule import Buffer, CollectiveOp, Recv, Schedule, Send, Step
 from genie.collectives.plan import alltoall_block_count, block_bounds, element_count
 
@@ -45,11 +45,15 @@ class ExpectedRegion:
 # ---------------------------------------------------------------------------------------------- structure
 
 def buffer_sizes(op: CollectiveOp) -> dict[Buffer, int]:
-    """Bytes of each buffer a rank holds: DATA always, OUTPUT for all-to-all."""
+    """Bytes of each buffer a rank holds: DATA always, OUTPUT for all-to-all and the ring-shift send_recv."""
     sizes = {Buffer.DATA: op.size_bytes}
-    if op.collective is Collective.ALL_TO_ALL:
+    if op.collective is Collective.ALL_TO_ALL or _ring_shift(op):
         sizes[Buffer.OUTPUT] = op.size_bytes
     return sizes
+
+
+def _ring_shift(op: CollectiveOp) -> bool:
+    return op.collective is Collective.SEND_RECV and op.algorithm is Algorithm.RING
 
 
 def schedule_problems(schedule: Schedule) -> list[str]:
@@ -338,6 +342,8 @@ def expected_regions(op: CollectiveOp, rank: int) -> list[ExpectedRegion]:
                                                                np.full(n, b, dtype=np.int64)))]
     elif c is Collective.BROADCAST:
         regions = [ExpectedRegion(Buffer.DATA, 0, initial_values(op, op.root, 0, count))]
+    elif _ring_shift(op):
+        regions = [ExpectedRegion(Buffer.OUTPUT, 0, initial_values(op, group[(pos - 1) % n], 0, count))]
     else:
         source = op.root if rank == op.peer else rank
         regions = [ExpectedRegion(Buffer.DATA, 0, initial_values(op, source, 0, count))]

@@ -57,6 +57,27 @@ def direct_reduce_scatter(op: CollectiveOp) -> Schedule:
     return to_schedule(op, Algorithm.DIRECT, plan)
 
 
+def ring_shift_send_recv(op: CollectiveOp) -> Schedule:
+    """nccl-tests' sendrecv: every position i sends its whole DATA (S bytes) to position i+1, which receives it
+    into OUTPUT, and receives from i-1, all in one step (a group of one send and one receive per rank).
+    ``op.root``/``op.peer`` are not used. Each rank sends and receives S bytes."""
+    count = element_count(op, Collective.SEND_RECV)
+    group = op.group
+    n = len(group)
+    step = tuple(Transfer(group[i], group[(i + 1) % n], 0, 0, count, src_buffer=Buffer.DATA,
+                          dst_buffer=Buffer.OUTPUT) for i in range(n)) if n > 1 else ()
+    return to_schedule(op, Algorithm.RING, (step,))
+
+
+def ping_pong_send_recv(op: CollectiveOp) -> Schedule:
+    """OSU's latency test: ``op.root`` sends its DATA to ``op.peer``, which sends it back, in two steps; an
+    iteration is one round trip (the one-way latency is half of it)."""
+    count = element_count(op, Collective.SEND_RECV)
+    assert op.peer is not None  # checked by element_count
+    return to_schedule(op, Algorithm.PING_PONG, ((region(op.root, op.peer, 0, count),),
+                                                 (region(op.peer, op.root, 0, count),)))
+
+
 def p2p_send_recv(op: CollectiveOp) -> Schedule:
     """``op.root`` sends its whole DATA buffer (S bytes) to ``op.peer`` in one step; other group ranks idle."""
     count = element_count(op, Collective.SEND_RECV)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import GenieError
 from genie.core.schedule import CollectiveOp, Schedule
-from genie.collectives.direct import direct_allgather, direct_alltoall, direct_reduce_scatter, p2p_send_recv
+from genie.collectives.direct import (direct_allgather, direct_alltoall, direct_reduce_scatter, p2p_send_recv,
+                                      ping_pong_send_recv, ring_shift_send_recv)
 from genie.collectives.halving_doubling import (halving_doubling_allgather, halving_doubling_allreduce,
                                                 halving_doubling_reduce_scatter, recursive_doubling_allreduce)
 from genie.collectives.ring import pipelined_ring_broadcast, ring_allgather, ring_allreduce, ring_reduce_scatter
@@ -51,7 +52,8 @@ _GENERATORS: dict[Collective, dict[Algorithm, Generator]] = {
     Collective.ALL_TO_ALL: {Algorithm.DIRECT: direct_alltoall},
     Collective.BROADCAST: {Algorithm.PIPELINED_RING: pipelined_ring_broadcast,
                            Algorithm.RING: pipelined_ring_broadcast},
-    Collective.SEND_RECV: {Algorithm.P2P: p2p_send_recv},
+    Collective.SEND_RECV: {Algorithm.P2P: p2p_send_recv, Algorithm.RING: ring_shift_send_recv,
+                           Algorithm.PING_PONG: ping_pong_send_recv},
 }
 
 

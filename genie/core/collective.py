@@ -36,6 +36,7 @@ class Algorithm(Enum):
     DOUBLE_BINARY_TREE = "double_binary_tree"
     PIPELINED_RING = "pipelined_ring"
     P2P = "p2p"
+    PING_PONG = "ping_pong"  # send_recv there and back (OSU's latency test)
 
     @classmethod
     def parse(cls, text: str) -> "Algorithm":

@@ -1,7 +1,8 @@
 """Parsing of human quantities into integers with units in their names.
 
-Rates follow tc's conventions: ``bit`` suffixes are bits per second, ``bps`` suffixes are *bytes* per second
-(tc's historic meaning), SI prefixes are powers of 1000. Times accept ``ns``, ``us``, ``ms``, ``s``.
+Rates are bits per second with ``bit`` suffixes (``100mbit``, ``25gbit``), SI prefixes powers of 1000. ``bps``
+suffixes are refused: tc reads ``1gbps`` as gigaBYTES per second (8 Gbit/s) where an iperf user means gigabits,
+so the error names both spellings (``1gbit``; ``8gbit`` for 1 GByte/s). Times accept ``ns``, ``us``, ``ms``, ``s``.
 Sizes accept ``B``, ``K``/``KiB`` (1024) , ``KB`` (1000), ``M``/``MiB``, ``MB``, ``G``/``GiB``, ``GB``.
 """
 
@@ -11,10 +12,8 @@ import re
 
 _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*"
 
-_RATE_UNITS_BPS = {
-    "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
-    "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9, "tbps": 8 * 10**12,
-}
+_RATE_UNITS_BPS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+_AMBIGUOUS_RATE_UNITS = {"bps": "bit", "kbps": "kbit", "mbps": "mbit", "gbps": "gbit", "tbps": "tbit"}
 _TIME_UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -37,6 +36,11 @@ _EXAMPLES = {"rate": "'100mbit' or '25gbit'", "time": "'50us' or '2ms'", "size":
 def parse_rate_bps(text: str) -> int:
     """'1gbit' -> 1_000_000_000. A unit is required."""
     value, unit = _split(text, "rate")
+    if unit in _AMBIGUOUS_RATE_UNITS:
+        bits = _AMBIGUOUS_RATE_UNITS[unit]
+        raise ValueError(f"{text!r} is ambiguous: tc reads {unit!r} as bytes per second ({value * 8:g}{bits}), "
+                         f"iperf as bits; write '{value:g}{bits}' for bits per second or '{value * 8:g}{bits}' "
+                         "for that many bytes per second")
     if unit not in _RATE_UNITS_BPS:
         raise ValueError(f"expected a rate with a unit (bit, kbit, mbit, gbit, tbit), got {text!r}")
     return round(value * _RATE_UNITS_BPS[unit])
@@ -76,3 +80,15 @@ def format_size(size_bytes: int) -> str:
         if size_bytes >= scale and size_bytes % scale == 0:
             return f"{size_bytes // scale}{unit}"
     return f"{size_bytes}B"
+
+
+def parse_nccl_size_bytes(text: str | int) -> int:
+    """A size as nccl-tests' -b/-e parse it: a number and an optional K, M or G, all powers of 1024
+    (``1K`` = ``1KB`` = ``1KiB`` = 1024; a trailing ``B``/``iB`` is allowed); no suffix is bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    m = re.fullmatch(_NUMBER + r"(?P<unit>(?:[kKmMgG](?:i?[bB])?|[bB])?)", str(text).strip())
+    if not m:
+        raise ValueError(f"expected a size such as '1K', '64M' or '4096' (K, M, G are powers of 1024), got {text!r}")
+    scale = {"k": 1024, "m": 1024**2, "g": 1024**3}.get(m.group("unit")[:1].lower(), 1)
+    return int(float(m.group("num")) * scale)

@@ -73,7 +73,8 @@ def job_peers(job: BenchJob, rank: int) -> frozenset[int]:
 
 
 def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Control) -> None:
-    """For each case: barrier, warmup, barrier, timed iterations; report per-iteration start/end (ns). Before
+    """For each case: barrier, warmup (then, with `job.verify`, one untimed check iteration with real data, as
+    nccl-tests' -c), barrier, timed iterations; report per-iteration start/end (ns). Before
     a timed op that is a fault point (`job.fault_points`, counted over the whole sweep) every rank waits at
     one more barrier while the orchestrator injects; that iteration is then timed from its own start."""
     from genie.collectives.registry import build_schedule
@@ -90,6 +91,10 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
         for _ in range(case.warmup if member else 0):
             run_schedule(schedule, transport, timeout_s=job.timeout_s,
                          data=verifier.fresh() if verifier else None)
+        if verifier:  # nccl-tests' check iteration (-c): real data, checked, not timed
+            data = verifier.fresh()
+            run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data)
+            verifier.check(data)
         control.barrier(Barrier(timed=job.faults))
         iterations: list[tuple[int, int]] = []
         steps: list[tuple[Any, ...]] = []
@@ -102,16 +107,13 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
                 restarts.append(it)
             if not member:
                 continue
-            data = verifier.fresh() if verifier else None
             start = clock()
-            records = run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data,
+            records = run_schedule(schedule, transport, timeout_s=job.timeout_s,
                                    record_steps=job.record_steps, clock=clock)
             end = clock()
             iterations.append((start, end))
             steps.extend((it, r.step_index, r.start_ns, r.end_ns, r.sent_bytes, r.received_bytes, tuple(r.peers))
                          for r in records)
-            if verifier:
-                verifier.check(data)
         control.send(CaseResult(case=index, rank=rank, iterations=tuple(iterations), steps=tuple(steps),
                                 restarts=tuple(restarts)))
 

@@ -187,3 +187,37 @@ def rate_samples(ends: Iterable[_End], snapshots: Sequence[tuple[float, Mapping[
                 out.append(LinkRateSample(round(t0, 6), round(t1, 6), end.link_index, end.node, end.peer,
                                           _delta(b[k], a[k])))
     return out
+
+
+@dataclass(frozen=True)
+class TcpSockets:
+    """A host's established TCP connections at one moment (``ss -tin`` in its namespace): how many, their
+    congestion windows (segments) and smoothed RTTs (ms)."""
+
+    host: str
+    count: int
+    cwnd_mean: float
+    cwnd_min: int
+    rtt_ms_mean: float
+    rtt_ms_max: float
+
+
+def parse_ss_info(host: str, text: str) -> TcpSockets:
+    """``ss -tin`` output -> the host's established connections' cwnd and RTT (sockets without them skipped)."""
+    cwnds, rtts = [], []
+    established = False
+    for line in text.splitlines():
+        if not line.startswith((" ", "\t")):
+            established = line.startswith("ESTAB")
+            continue
+        if not established:
+            continue
+        fields = dict(f.split(":", 1) for f in line.split() if ":" in f and not f.startswith("("))
+        try:
+            cwnds.append(int(fields["cwnd"]))
+            rtts.append(float(fields["rtt"].split("/")[0]))
+        except (KeyError, ValueError):
+            continue
+    if not cwnds:
+        return TcpSockets(host, 0, 0.0, 0, 0.0, 0.0)
+    return TcpSockets(host, len(cwnds), sum(cwnds) / len(cwnds), min(cwnds), sum(rtts) / len(rtts), max(rtts))

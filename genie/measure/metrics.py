@@ -4,7 +4,10 @@ Iterations run back to back after a barrier, like nccl-tests' timed loop. Iterat
 when its last rank finishes it, so its time is ``max_r end[r][i] - max_r end[r][i-1]`` (for i = 0, the
 reference is the last rank's start). The sum over iterations is exactly the wall time of the timed loop,
 as nccl-tests measures it; the per-iteration values give the distribution (min, median, p99, max).
-algbw = size / median time; busbw = algbw x the collective's nccl-tests factor.
+
+genie's one "time" is nccl-tests': the timed loop's wall time / iterations = the mean iteration time
+(``time_us``). algbw = size / time; busbw = algbw x the collective's nccl-tests factor. The median and the
+percentiles keep their own names (``time_median_us``, ``time_p99_us``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class CaseStats:
     size_bytes: int
     dtype_bytes: int
     iterations: int
+    time_us: float  # nccl-tests' time: the mean iteration time (loop wall time / iterations)
     time_min_us: float
     time_median_us: float
     time_p99_us: float
@@ -33,6 +37,8 @@ class CaseStats:
     algbw_GBps: float
     busbw_GBps: float
     iteration_ns: tuple[int, ...] = ()  # every timed iteration, in order
+    #: each rank's share of every iteration (rank order; metrics.rank_iteration_times_ns): per-process times
+    rank_iteration_ns: tuple[tuple[int, ...], ...] = ()
 
     @property
     def count(self) -> int:
@@ -43,7 +49,17 @@ def iteration_times_ns(per_rank: Mapping[int, Sequence[Sequence[int]]], restarts
     """Per-rank [(start_ns, end_ns), ...] for the same iterations → each iteration's time in ns. Iterations in
     `restarts` followed a pause (a fault point's barrier) and are timed from the last rank's start, like the
     first, instead of from the previous iteration's end."""
-    runs = [list(v) for v in per_rank.values() if len(v)]
+    per = rank_iteration_times_ns(per_rank, restarts)
+    return [max(column) for column in zip(*per)] if per else []
+
+
+def rank_iteration_times_ns(per_rank: Mapping[int, Sequence[Sequence[int]]],
+                            restarts: Sequence[int] = ()) -> list[list[int]]:
+    """Each rank's share of every iteration (rank order): from the iteration's reference (the previous
+    iteration's last end; the last rank's start for the first and restarted ones) to this rank's end, at least
+    0. The slowest rank's value is the iteration's time, as nccl-tests' per-process rows whose max is the
+    iteration time."""
+    runs = [list(per_rank[r]) for r in sorted(per_rank) if len(per_rank[r])]
     if not runs:
         return []
     n = len(runs[0])
@@ -56,17 +72,19 @@ def iteration_times_ns(per_rank: Mapping[int, Sequence[Sequence[int]]], restarts
     for i in restarts:
         if 0 <= i < n:
             previous[i] = starts[:, i].max()
-    return [int(t) for t in (last_end - previous)]
+    return [[int(t) for t in row] for row in np.maximum(ends - previous, 0)]
 
 
 def case_stats(collective: Collective, algorithm: Algorithm, ranks: int, size_bytes: int, dtype_bytes: int,
-               times_ns: Sequence[int]) -> CaseStats:
+               times_ns: Sequence[int], rank_times_ns: Sequence[Sequence[int]] = ()) -> CaseStats:
     t_us = np.asarray(times_ns, dtype=np.float64) / 1e3
-    median_us = float(np.median(t_us))
-    algbw = size_bytes / (median_us * 1e3) if median_us > 0 else 0.0  # bytes per ns == GB/s
+    mean_us = float(t_us.mean())
+    algbw = size_bytes / (mean_us * 1e3) if mean_us > 0 else 0.0  # bytes per ns == GB/s
     return CaseStats(collective=collective, algorithm=algorithm, ranks=ranks, size_bytes=size_bytes,
-                     dtype_bytes=dtype_bytes, iterations=len(t_us), time_min_us=float(t_us.min()),
-                     time_median_us=median_us, time_p99_us=float(np.percentile(t_us, 99)),
+                     dtype_bytes=dtype_bytes, iterations=len(t_us), time_us=mean_us, time_min_us=float(t_us.min()),
+                     time_median_us=float(np.median(t_us)), time_p99_us=float(np.percentile(t_us, 99)),
                      time_max_us=float(t_us.max()), algbw_GBps=algbw,
                      busbw_GBps=algbw * busbw_factor(collective, ranks),
-                     iteration_ns=tuple(int(t) for t in times_ns))
+                     iteration_ns=tuple(int(t) for t in times_ns),
+                     rank_iteration_ns=tuple(tuple(int(t) for t in r) for r in rank_times_ns))
+

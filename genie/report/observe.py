@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
 from genie.core.testbed import TestbedInfo
-from genie.measure.links import (LinkDirectionTraffic, LinkRateSample, NamespaceTcp, diff_link_counters, diff_tcp,
-                                 parse_proc_net_dev, parse_snmp_tcp, rate_samples)
+from genie.measure.links import (LinkDirectionTraffic, LinkRateSample, NamespaceTcp, TcpSockets, diff_link_counters,
+                                diff_tcp, parse_proc_net_dev, parse_snmp_tcp, parse_ss_info, rate_samples)
 from genie.report.links import links_csv, samples_csv, tcp_csv
 from genie.report.manifest import RunRecorder
 
@@ -71,13 +71,53 @@ def _read(path: str) -> Callable[[], str]:
     return functools.partial(_read_text, path)
 
 
+@dataclass(frozen=True)
+class IntervalReport:
+    """What the links did during [t_start_s, t_end_s) of the run (iperf3's -i lines): each link direction's
+    bytes, each host's TCP counters over the interval."""
+
+    t_start_s: float
+    t_end_s: float
+    links: tuple[LinkRateSample, ...]
+    tcp: tuple[NamespaceTcp, ...]
+    sockets: tuple[TcpSockets, ...] = ()  # at the interval's end
+
+    def line(self) -> str:
+        """One line starting with ``#`` (nccl-tests and OSU parsers skip it): rate per link direction, TCP
+        segments out and retransmitted per host, then per host its connections' mean cwnd (segments) and RTT."""
+        rates = " ".join(f"{s.src}>{s.dst} {s.rate_bps / 1e6:.1f}" for s in self.links if s.bytes) or "idle"
+        tcp = " ".join(f"{t.host} {t.counters.out_segs}/{t.counters.retrans_segs}" for t in self.tcp)
+        socks = " ".join(f"{s.host} {s.count}x {s.cwnd_mean:.0f}/{s.rtt_ms_mean:.2f}ms" for s in self.sockets
+                         if s.count)
+        return (f"# [{self.t_start_s:7.2f}-{self.t_end_s:7.2f} s] Mbit/s: {rates}"
+                + (f" | TCP segs out/retrans: {tcp}" if tcp else "")
+                + (f" | conns cwnd/rtt: {socks}" if socks else ""))
+
+
+def _command_output(argv: tuple[str, ...]) -> str:
+    """A read-only tool's stdout (run in the calling thread's namespace: the child inherits it)."""
+    import subprocess
+
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=5, check=True).stdout
+
+
+def _command(argv: tuple[str, ...]) -> Callable[[], str]:
+    return functools.partial(_command_output, argv)
+
+
 class LinkObserver:
     """``with LinkObserver(info, netlink) as obs: run()`` then ``obs.observation``. Never fails the run: a
-    counter that cannot be read leaves its part out and says why in ``observation.error``."""
+    counter that cannot be read leaves its part out and says why in ``observation.error``. With
+    `on_interval`, every `report_s` the sampler thread also hands it an `IntervalReport` of the last interval."""
 
     def __init__(self, info: TestbedInfo, probe: TestbedProbe, *, interval_s: float = 0.2,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, report_s: float = 0.0,
+                 on_interval: Callable[[IntervalReport], None] | None = None) -> None:
         self.info, self.probe, self.interval_s, self.clock = info, probe, interval_s, clock
+        self.report_s, self.on_interval = report_s, on_interval
+        if on_interval is not None and report_s > 0:
+            self.interval_s = min(interval_s, report_s) if interval_s > 0 else report_s
+        self._last_report: tuple[int, dict[str, Any]] | None = None  # (snapshot index, TCP counters)
         self.observation = LinkObservation((), (), ())
         self._namespaces = sorted({e.netns for e in info.link_ends if e.netns})
         self._hosts = [(h.host, h.netns) for h in info.hosts if h.netns]
@@ -93,6 +133,7 @@ class LinkObserver:
         self._before = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
         self._tcp_before = self._tcp_snapshot()
         self._t0 = self.clock()
+        self._last_report = (0, self._tcp_before)
         if self.interval_s > 0 and self._namespaces:
             self._thread = threading.Thread(target=self._sample_loop, name="genie-link-sampler", daemon=True)
             self._thread.start()
@@ -133,6 +174,10 @@ class LinkObserver:
                     out[ns] = counters
         return out
 
+    def _sockets(self, host: str, ns: str) -> TcpSockets | None:
+        text = self._attempt(f"{ns} ss -tin", lambda: self.probe.run_in_netns(ns, _command(("ss", "-tin"))))
+        return None if text is None else self._attempt(f"{ns} ss -tin", lambda: parse_ss_info(host, text))
+
     def _sample(self) -> None:
         t = self.clock() - self._t0
         tx: dict[tuple[str, str], int] = {}
@@ -151,18 +196,36 @@ class LinkObserver:
         while not self._stop.wait(interval):
             started = self.clock()
             self._sample()
+            self._maybe_report()
             interval = max(self.interval_s, 20 * (self.clock() - started))
+
+    def _maybe_report(self) -> None:
+        if self.on_interval is None or self.report_s <= 0 or self._last_report is None:
+            return
+        first, tcp_before = self._last_report
+        if first >= len(self._snapshots) or self._snapshots[-1][0] - self._snapshots[first][0] < self.report_s:
+            return
+        last = len(self._snapshots) - 1
+        tcp_now = self._tcp_snapshot()
+        links = rate_samples(self.info.link_ends, [self._snapshots[first], self._snapshots[last]])
+        tcp = tuple(NamespaceTcp(ns, host, diff_tcp(tcp_before[ns], tcp_now[ns]))
+                    for host, ns in self._hosts if ns in tcp_before and ns in tcp_now)
+        self._last_report = (last, tcp_now)
+        sockets = tuple(s for host, ns in self._hosts if (s := self._sockets(host, ns)) is not None)
+        report = IntervalReport(self._snapshots[first][0], self._snapshots[last][0], tuple(links), tcp, sockets)
+        self._attempt("interval report", lambda: self.on_interval(report))
 
 
 @contextlib.contextmanager
 def observe_links(run: RunRecorder, info: TestbedInfo | None, probe: TestbedProbe | None, *,
-                  interval_s: float = 0.2) -> Iterator[LinkObserver | None]:
+                  interval_s: float = 0.2, report_s: float = 0.0,
+                  on_interval: Callable[[IntervalReport], None] | None = None) -> Iterator[LinkObserver | None]:
     """Observe `info`'s links for the block and add links.csv, tcp.csv, link_samples.csv to the run — also
     when the block fails or is interrupted. Yields None (and observes nothing) without a testbed."""
     if info is None or probe is None:
         yield None
         return
-    observer = LinkObserver(info, probe, interval_s=interval_s)
+    observer = LinkObserver(info, probe, interval_s=interval_s, report_s=report_s, on_interval=on_interval)
     try:
         with observer:
             yield observer

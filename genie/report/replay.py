@@ -48,11 +48,22 @@ def ranks_csv(summaries) -> str:
 
 
 def chrome_trace(outcome: ReplayOutcome) -> str:
-    """Chrome / Perfetto trace-event JSON: a process per rank, a thread per lane (compute, each channel)."""
+    """Chrome / Perfetto trace-event JSON: a process per rank, a thread per lane (compute, each channel).
+    Thread ids are integers (the trace-event format's), numbered per rank in order of appearance; a
+    ``thread_name`` metadata event names each (``compute``, the group, ``send 3``...)."""
     nodes = _node_index(outcome)
     events: list[dict] = []
+    tids: dict[tuple[int, str], int] = {}
     for p in outcome.programs:
         events.append({"name": "process_name", "ph": "M", "pid": p.rank, "args": {"name": f"rank {p.rank}"}})
+
+    def tid_of(rank: int, lane: str) -> int:
+        if (rank, lane) not in tids:
+            tids[(rank, lane)] = sum(1 for r, _ in tids if r == rank)
+            events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tids[(rank, lane)],
+                           "args": {"name": lane}})
+        return tids[(rank, lane)]
+
     for it in outcome.iterations:
         origin = outcome.iterations[0].start_ns
         for rr in it.ranks:
@@ -60,9 +71,10 @@ def chrome_trace(outcome: ReplayOutcome) -> str:
                 n = nodes[rr.rank][nid]
                 if n.lane is Lane.NONE:
                     continue
-                tid = ("compute" if n.lane is Lane.COMPUTE else
-                       f"{n.group or 'world'}" if n.lane is Lane.COLLECTIVE else f"{n.lane.value} {n.peer}")
-                events.append({"name": n.name, "cat": n.lane.value, "ph": "X", "pid": rr.rank, "tid": tid,
+                lane = ("compute" if n.lane is Lane.COMPUTE else
+                        f"{n.group or 'world'}" if n.lane is Lane.COLLECTIVE else f"{n.lane.value} {n.peer}")
+                events.append({"name": n.name, "cat": n.lane.value, "ph": "X", "pid": rr.rank,
+                               "tid": tid_of(rr.rank, lane),
                                "ts": (s - origin) / 1e3, "dur": (e - s) / 1e3,
                                "args": {"iteration": it.iteration, "node": nid, "bytes": n.size_bytes}})
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}) + "\n"

@@ -1,4 +1,7 @@
-"""The sweep report: nccl-tests-style table, sweep.csv and sweep.json."""
+"""The sweep report: sweep.csv and sweep.json (the table on stdout is genie.report.nccl_table).
+
+``time_us`` is nccl-tests' time (the mean iteration time: timed loop / iterations); algbw and busbw follow
+from it. The median and the percentiles have their own columns (``time_median_us``, ``time_p99_us``...)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from genie.core.errors import InputError
 from genie.measure.metrics import CaseStats
 from genie.core.files import write_atomic
 
-SWEEP_COLUMNS = ("collective", "algorithm", "ranks", "size_bytes", "count", "dtype", "iterations",
+SWEEP_COLUMNS = ("collective", "algorithm", "ranks", "size_bytes", "count", "dtype", "iterations", "time_us",
                  "time_min_us", "time_median_us", "time_p99_us", "time_max_us", "algbw_GBps", "busbw_GBps")
 
 _DTYPE_NAMES = {1: "int8", 2: "half", 4: "float", 8: "double"}
@@ -22,7 +25,7 @@ _DTYPE_NAMES = {1: "int8", 2: "half", 4: "float", 8: "double"}
 def _row(s: CaseStats) -> dict[str, object]:
     return {"collective": s.collective.value, "algorithm": s.algorithm.value, "ranks": s.ranks,
             "size_bytes": s.size_bytes, "count": s.count, "dtype": _DTYPE_NAMES.get(s.dtype_bytes, "bytes"),
-            "iterations": s.iterations, "time_min_us": round(s.time_min_us, 3),
+            "iterations": s.iterations, "time_us": round(s.time_us, 3), "time_min_us": round(s.time_min_us, 3),
             "time_median_us": round(s.time_median_us, 3), "time_p99_us": round(s.time_p99_us, 3),
             "time_max_us": round(s.time_max_us, 3), "algbw_GBps": round(s.algbw_GBps, 6),
             "busbw_GBps": round(s.busbw_GBps, 6)}
@@ -78,12 +81,17 @@ class SweepRow:
     time_max_us: float
     algbw_GBps: float
     busbw_GBps: float
+    time_us: float | None = None  # the mean; None in sweep.csv files written before it was a column
+
+
+#: columns a sweep.csv may lack (files from older genie versions)
+_OPTIONAL_COLUMNS = ("time_us",)
 
 
 def read_sweep_csv(data: bytes | str, *, source: str = "sweep.csv") -> list[SweepRow]:
     text = data.decode() if isinstance(data, (bytes, bytearray)) else data
     reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in SWEEP_COLUMNS if c not in (reader.fieldnames or ())]
+    missing = [c for c in SWEEP_COLUMNS if c not in (reader.fieldnames or ()) and c not in _OPTIONAL_COLUMNS]
     if missing:
         raise InputError(f"missing column {missing[0]!r}", source=source)
     rows = []
@@ -91,34 +99,16 @@ def read_sweep_csv(data: bytes | str, *, source: str = "sweep.csv") -> list[Swee
     for line, raw in enumerate(reader, start=2):
         values: dict[str, object] = {}
         for name, kind in types.items():
+            if name in _OPTIONAL_COLUMNS and not raw.get(name):
+                continue
             try:
-                values[name] = int(raw[name]) if kind == "int" else float(raw[name]) if kind == "float" else raw[name]
+                values[name] = (int(raw[name]) if kind == "int" else raw[name] if kind == "str"
+                                else float(raw[name]))
             except (TypeError, ValueError):
                 raise InputError(f"expected a number, got {raw[name]!r}", source=source,
                                  path=f"line {line}: {name}") from None
         rows.append(SweepRow(**values))  # type: ignore[arg-type]
     return rows
-
-
-def format_table(stats: Sequence[CaseStats]) -> str:
-    """nccl-tests' layout: one block per collective, one line per size."""
-    lines: list[str] = []
-    header = (f"#{'size':>12} {'count':>12} {'type':>6} {'algorithm':>18} "
-              f"{'time':>10} {'algbw':>8} {'busbw':>8} {'p99':>10}")
-    units = f"#{'(B)':>12} {'(elements)':>12} {'':>6} {'':>18} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'(us)':>10}"
-    current = None
-    for s in stats:
-        key = (s.collective, s.ranks)
-        if key != current:
-            if lines:
-                lines.append("")
-            lines.append(f"# {s.collective.value}, {s.ranks} ranks")
-            lines += [header, units]
-            current = key
-        r = _row(s)
-        lines.append(f" {s.size_bytes:>12} {s.count:>12} {r['dtype']:>6} {s.algorithm.value:>18} "
-                     f"{s.time_median_us:>10.2f} {s.algbw_GBps:>8.4f} {s.busbw_GBps:>8.4f} {s.time_p99_us:>10.2f}")
-    return "\n".join(lines)
 
 
 STEPS_COLUMNS = ("collective", "algorithm", "size_bytes", "iteration", "rank", "step", "peers", "sent_bytes",

@@ -17,6 +17,7 @@ class SweepRecorder:
         self.stats: list[CaseStats] = []
         self.started = datetime.now()
         self.document: dict[str, Any] = sweep.sweep_document([], self.meta)
+        self.nccl_documents: dict[str, str] = {}  # file name -> nccl-tests JSON text, after finish
 
     def add(self, _done: int, _total: int, stats: CaseStats) -> None:
         """The bench service's progress callback: one more size measured."""
@@ -34,11 +35,13 @@ class SweepRecorder:
             self.run.write("steps.csv", sweep.steps_csv(outcome))
         manifest = self.run.manifest
         documents = nccl_json.nccl_tests_documents(
-            self.stats, iteration_ns, config=config, argv=manifest.argv if manifest else (), devices=devices,
+            self.stats, list(getattr(outcome, "in_place_stats", ()) or ()), config=config,
+            argv=manifest.argv if manifest else (), devices=devices,
             start_time=self.started, end_time=datetime.now(),
             genie_version=manifest.genie_version if manifest else "")
         for name, text in documents.items():
             self.run.write(name, text)
+        self.nccl_documents = documents
         return self.document
 
     def _write_sweep(self, iteration_ns: Sequence[Sequence[int]] | None) -> None:

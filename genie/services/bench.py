@@ -8,7 +8,7 @@ measures host pairs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager, Optional, Sequence
 
 from genie.collectives.registry import build_schedule, choose_algorithm
@@ -20,16 +20,20 @@ from genie.core.placement import RankPlacement
 from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult
 from genie.engine.launch import Launcher
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
-from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns
+from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns, rank_iteration_times_ns
 from genie.services.options import RunOptions
 
 BenchProgress = Callable[[], ContextManager[Callable[[int, int, Any], None]]]
+#: called when a size is done: (its out-of-place stats, its in-place stats or None)
+RowCallback = Callable[[CaseStats, Optional[CaseStats]], None]
 
 
 @dataclass(frozen=True)
 class BenchRequest:
     """What to sweep: collectives x sizes from `min_bytes` to `max_bytes` (x `factor`), each `warmup` untimed and
-    `iterations` timed iterations, on the first `ranks` ranks of the target (default: all)."""
+    `iterations` timed iterations, on the first `ranks` ranks of the target (default: all). With `in_place`
+    every size is measured twice, out-of-place then in-place, as nccl-tests does (genie's CPU ranks move the same
+    bytes either way: the second pass is an independent measurement of the same op). `root` is broadcast's."""
 
     collectives: tuple[Collective, ...] = (Collective.ALL_REDUCE,)
     algorithm: Algorithm = Algorithm.AUTO
@@ -45,6 +49,11 @@ class BenchRequest:
     chunks: int = 1
     spin_us: int = 0
     socket_buffer_bytes: int | None = None
+    in_place: bool = False
+    root: int = 0
+    cputime: bool = False  # nccl-tests' -C 1: the JSON calls the time cpu_time (genie's times are CPU clocks)
+    #: send_recv on `pairs` disjoint pairs (i, i + pairs) at once (OSU's mbw_mr); None: one group of all ranks
+    pairs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,8 @@ class BenchOutcome:
     job: BenchJob  # rank 0's job (every rank's is the same for a plain sweep)
     placements: tuple[RankPlacement, ...]
     steps: dict[int, dict[int, list]] = field(default_factory=dict)  # case -> rank -> step rows
+    #: the in-place pass of each size, aligned with `stats` (empty when not run)
+    in_place_stats: tuple[CaseStats, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,7 @@ class BenchResult:
     links: Optional[dict[str, Any]]  # link/TCP counter summary (None for loopback)
     capture: Any  # genie.report.capture result, or None
     link_rate_bps: Optional[int]
+    nccl_documents: dict[str, str] = field(default_factory=dict)  # nccl-tests JSON: file name -> text
 
 
 class _PartialCase:
@@ -134,19 +146,32 @@ def check_counts(iterations: int, warmup: int) -> None:
 def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
     """The plain sweep: every collective x size on one group of `ranks` ranks."""
     check_counts(request.iterations, request.warmup)
+    if ranks < 2:
+        raise InputError(f"a collective needs at least 2 ranks, got {ranks} (busbw of 1 rank is 0)", path="ranks")
+    if request.pairs and (request.collectives != (Collective.SEND_RECV,) or 2 * request.pairs > ranks):
+        raise InputError(f"{request.pairs} pairs need send_recv and {2 * request.pairs} ranks, got {ranks}",
+                         path="ranks")
+    if not 0 <= request.root < ranks:
+        raise InputError(f"must be a rank of the group (0..{ranks - 1}), got {request.root}", path="root")
     group = tuple(range(ranks))
     cases = []
     for collective in request.collectives:
         for size in sweep_sizes(request.min_bytes, request.max_bytes, request.factor):
             size = aligned_size(collective, size, ranks)
             algorithm = request.algorithm
-            if algorithm is Algorithm.AUTO:
+            if algorithm is Algorithm.AUTO and collective is Collective.SEND_RECV:
+                algorithm = Algorithm.RING  # nccl-tests' sendrecv: the ring shift (p2p: --algorithm p2p)
+            elif algorithm is Algorithm.AUTO:
                 algorithm = choose_algorithm(collective, size, ranks)
-            root, peer = (0, ranks - 1) if collective is Collective.SEND_RECV else (0, None)
+            root, peer = (0, ranks - 1) if collective is Collective.SEND_RECV else (request.root, None)
             op = CollectiveOp(collective=collective, size_bytes=size, group=group, algorithm=algorithm,
                               root=root, peer=peer, chunks=request.chunks, dtype_bytes=DEFAULT_DTYPE_BYTES)
             check_schedule(op, field="algorithm")
-            cases.append(GroupCase((op,), request.warmup, request.iterations))
+            ops = (op,)
+            if request.pairs:
+                ops = tuple(replace(op, group=(i, i + request.pairs), root=i, peer=i + request.pairs)
+                            for i in range(request.pairs))
+            cases += [GroupCase(ops, request.warmup, request.iterations)] * (2 if request.in_place else 1)
     return cases
 
 
@@ -189,8 +214,10 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
     def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
         op = cases[index].op
         restarts = next((m.restarts for m in per_rank.values() if m.restarts), ())
-        times = iteration_times_ns({r: m.iterations for r, m in per_rank.items()}, restarts)
-        stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times)
+        per_rank_spans = {r: m.iterations for r, m in per_rank.items()}
+        times = iteration_times_ns(per_rank_spans, restarts)
+        stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times,
+                                  rank_iteration_times_ns(per_rank_spans, restarts))
         if record_steps:
             steps[index] = {r: list(m.steps) for r, m in per_rank.items()}
         if progress:
@@ -218,16 +245,40 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
                         steps=steps)
 
 
-def run_bench(request: BenchRequest, placements: list[RankPlacement], **kwargs: Any) -> BenchOutcome:
-    """The plain sweep of `request` on `placements` (keyword arguments as `run_cases`)."""
-    return run_cases(sweep_cases(request, len(placements)), placements, verify=request.verify,
-                     timeout_s=request.timeout_s, record_steps=request.record_steps, spin_us=request.spin_us,
-                     socket_buffer_bytes=request.socket_buffer_bytes, **kwargs)
+def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
+              progress: Callable[[int, int, CaseStats], None] | None = None, on_row: RowCallback | None = None,
+              **kwargs: Any) -> BenchOutcome:
+    """The plain sweep of `request` on `placements` (keyword arguments as `run_cases`). `progress` and `on_row`
+    are called when a size is done (both its passes with `request.in_place`)."""
+    passes = 2 if request.in_place else 1
+    done: list[CaseStats] = []
+
+    def on_case(_done: int, total: int, stats: CaseStats) -> None:
+        done.append(stats)
+        if len(done) % passes == 0:
+            if progress:
+                progress(len(done) // passes, total // passes, done[-passes])
+            if on_row:
+                on_row(done[-passes], done[-1] if passes == 2 else None)
+
+    outcome = run_cases(sweep_cases(request, len(placements)), placements, verify=request.verify,
+                        timeout_s=request.timeout_s, record_steps=request.record_steps, spin_us=request.spin_us,
+                        socket_buffer_bytes=request.socket_buffer_bytes, progress=on_case, **kwargs)
+    if passes == 1:
+        return outcome
+    return replace(outcome, stats=outcome.stats[0::2], in_place_stats=outcome.stats[1::2],
+                   job=replace(outcome.job, cases=outcome.job.cases[0::2]),
+                   steps={i // 2: rows for i, rows in outcome.steps.items() if i % 2 == 0})
 
 
-def run_bench_command(cmd: BenchCommand, progress: BenchProgress) -> BenchResult:
+def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: Callable[[list[dict]], None] | None
+                      = None, on_row: RowCallback | None = None, interval_s: float = 0.0,
+                      on_interval: Callable[[Any], None] | None = None) -> BenchResult:
     """Validate everything first (InputError: nothing started), then run the sweep in a run directory.
-    `progress()` is entered around the sweep and yields a callback(done, total, case stats)."""
+    `progress()` is entered around the sweep and yields a callback(done, total, case stats). `on_start` gets
+    the devices (rank, host, netns, pid) once the ranks are started, before the first size; `on_row` each size
+    as soon as it is done (the CLI prints and flushes it); `on_interval` the links' IntervalReport every
+    `interval_s` on a testbed (genie.report.observe)."""
     from genie.faults.service import bench_bounds
     from genie.report.sweep_recorder import SweepRecorder
     from genie.services.stage import staged
@@ -236,22 +287,46 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress) -> BenchResult
     check_counts(request.iterations, request.warmup)  # what does not depend on the target, before it is up
     sweep_sizes(request.min_bytes, request.max_bytes, request.factor)
     config = {"min_bytes": request.min_bytes, "max_bytes": request.max_bytes, "step_factor": request.factor,
-              "warmup_iters": request.warmup, "iterations": request.iterations, "verify": request.verify}
+              "warmup_iters": request.warmup, "iterations": request.iterations, "verify": request.verify,
+              "root": request.root, "cputime": request.cputime}
     params = {**config, "algorithm": request.algorithm.value, "chunks": request.chunks,
-              "steps": request.record_steps}
+              "steps": request.record_steps, "in_place": request.in_place}
     with staged("bench", opts, ranks=request.ranks, loopback_ranks=request.ranks, params=params,
                 bounds=lambda n, _faults: bench_bounds(build_job(request, request.ranks or n))) as stage:
         target = stage.target
         meta = {"target": target.name, "ranks": len(stage.placements), "verify": request.verify,
                 "iterations": request.iterations, "warmup": request.warmup}
         files = SweepRecorder(stage.run, meta)
-        with stage.watching() as watch, progress() as bar:
-            outcome = run_bench(request, stage.placements, on_pids=target.on_pids,
+        devices = target.devices()
+        started: list[bool] = []
+
+        def start(pids: list[int] | None = None) -> None:
+            if pids:
+                for device, pid in zip(devices, pids):
+                    device["pid"] = pid
+            if not started:
+                started.append(True)
+                if on_start:
+                    on_start(devices)
+
+        def pids_known(pids: list[int]) -> None:
+            if target.on_pids:
+                target.on_pids(pids)
+            start(pids)
+
+        def row(out_of_place: CaseStats, in_place: CaseStats | None) -> None:
+            start()
+            if on_row:
+                on_row(out_of_place, in_place)
+
+        with stage.watching(report_s=interval_s, on_interval=on_interval) as watch, progress() as bar:
+            outcome = run_bench(request, stage.placements, on_pids=pids_known, on_row=row,
                                 progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)),
                                 sessions=stage.sessions, fault_hooks=watch.injector,
                                 fault_points=stage.fault_plan.fault_points())
-        doc = files.finish(outcome, config=config, devices=target.devices(), steps=request.record_steps)
+        start()
+        doc = files.finish(outcome, config=config, devices=devices, steps=request.record_steps)
         stage.run.set_summary({"cases": len(outcome.stats), **stage.summary()})
     run = stage.run
     return BenchResult(run.run_dir, run.status, run.manifest.duration_s, outcome, doc, watch.links(),
-                       watch.capture, (target.topology or {}).get("link_rate_bps"))
+                       watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents)

@@ -35,11 +35,11 @@ class Stage:
         return self.choice.sessions
 
     @contextlib.contextmanager
-    def watching(self) -> Iterator[Watch]:
+    def watching(self, *, report_s: float = 0.0, on_interval=None) -> Iterator[Watch]:
         """Observe, capture and inject faults for the block; their files join the run directory also when the
-        block fails or is interrupted."""
+        block fails or is interrupted. `on_interval` gets the links' `IntervalReport` every `report_s`."""
         with watched(self.run, self.target, sample_ms=self.options.sample_ms, capture_end=self.capture_end,
-                     fault_plan=self.fault_plan) as watch:
+                     fault_plan=self.fault_plan, report_s=report_s, on_interval=on_interval) as watch:
             self.watch = watch
             yield watch
 

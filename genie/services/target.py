@@ -89,15 +89,17 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
                      info.name, info, (digest,), info.shaper, topology_summary(info.topology))
 
 
-def observe(run, target: Target, sample_ms: int):
-    """Link counters, TCP counters and link samples of a testbed run (nothing for loopback)."""
+def observe(run, target: Target, sample_ms: int, *, report_s: float = 0.0, on_interval=None):
+    """Link counters, TCP counters and link samples of a testbed run (nothing for loopback); `on_interval`
+    gets an `IntervalReport` every `report_s`."""
     from genie.report.observe import observe_links
 
     if target.info is None:
         return observe_links(run, None, None)
     from genie.testbed import netlink
 
-    return observe_links(run, target.info, netlink, interval_s=sample_ms / 1e3)
+    return observe_links(run, target.info, netlink, interval_s=sample_ms / 1e3, report_s=report_s,
+                         on_interval=on_interval)
 
 
 def capture_end_for(target: Target, spec: Optional[str]):
@@ -129,12 +131,14 @@ class Watch:
 
 
 @contextlib.contextmanager
-def watched(run, target: Target, *, sample_ms: int, capture_end, fault_plan) -> Iterator[Watch]:
+def watched(run, target: Target, *, sample_ms: int, capture_end, fault_plan, report_s: float = 0.0,
+            on_interval=None) -> Iterator[Watch]:
     """Capture `capture_end`, observe the links every `sample_ms` and inject `fault_plan` for the block; their
     files join `run` (a RunRecorder) also when the block fails or is interrupted."""
     from genie.faults.service import inject_faults
     from genie.report.capture import capture_link
 
-    with capture_link(run, capture_end) as capturing, observe(run, target, sample_ms) as observer, \
+    with capture_link(run, capture_end) as capturing, observe(run, target, sample_ms, report_s=report_s,
+                                                                    on_interval=on_interval) as observer, \
             inject_faults(run, fault_plan, target.info, target.on_pids) as injector:
         yield Watch(observer, capturing, injector)

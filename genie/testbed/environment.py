@@ -40,6 +40,10 @@ class TestbedEnvironment(Protocol):
     def has_net_admin(self) -> bool:
         """May this process change namespaces (CAP_NET_ADMIN)?"""
 
+    def netem_listed(self) -> bool:
+        """Does this kernel list sch_netem (loaded, built in or installed)? Changes nothing: what a dry run
+        asks instead of `probe_netem`, which adds a qdisc in a scratch namespace."""
+
     def probe_netem(self) -> bool:
         """Can a netem qdisc be added here?"""
 
@@ -79,6 +83,24 @@ def has_net_admin() -> bool:
     return os.geteuid() == 0
 
 
+def netem_listed() -> bool:
+    """sch_netem loaded, or listed among this kernel's built-in or installed modules; True when the kernel's
+    module lists cannot be read (as a dry run without root assumes)."""
+    if os.path.exists("/sys/module/sch_netem"):
+        return True
+    modules = os.path.join("/lib/modules", os.uname().release)
+    listed = False
+    for name in ("modules.builtin", "modules.dep"):
+        try:
+            with open(os.path.join(modules, name)) as lines:
+                listed = True
+                if any("sch_netem" in line for line in lines):
+                    return True
+        except OSError:
+            continue
+    return not listed
+
+
 class KernelEnvironment:
     """This machine: steps through pyroute2 (`genie.testbed.netlink`) and the userspace emulator backend."""
 
@@ -94,6 +116,9 @@ class KernelEnvironment:
 
     def probe_netem(self) -> bool:
         return bool(_netlink().probe_netem())
+
+    def netem_listed(self) -> bool:
+        return netem_listed()
 
     def userspace_problem(self) -> str | None:
         return userspace_problem()
@@ -148,6 +173,7 @@ class FakeEnvironment:
     fail_undo: frozenset[PlanStep] = frozenset()
     backends: list[FakeBackend] = field(default_factory=list)
     ended: list[int] = field(default_factory=list)
+    probes: int = 0  # probe_netem calls (each would make a scratch namespace on a real kernel)
 
     @contextmanager
     def backend(self, testbed: str, on_started: OnStarted | None = None) -> Iterator[Backend]:
@@ -163,6 +189,10 @@ class FakeEnvironment:
         return self.net_admin
 
     def probe_netem(self) -> bool:
+        self.probes += 1
+        return self.netem
+
+    def netem_listed(self) -> bool:
         return self.netem
 
     def userspace_problem(self) -> str | None:

@@ -91,18 +91,16 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
        shaper: ShaperChoice | Shaper = ShaperChoice.AUTO,
        refuse_same_source: bool = True,
        environment: TestbedEnvironment = KERNEL) -> TestbedInfo | list[PlanStep]:
-    """Build `topology` as testbed `name` and return its TestbedInfo; with `dry_run` return the plan instead
-    (without root it assumes sch_netem is present). `shaper` picks how delay/jitter/loss are made: netem,
+    """Build `topology` as testbed `name` and return its TestbedInfo; with `dry_run` return the plan instead,
+    changing nothing (sch_netem from the kernel's module lists, assumed present when they cannot be read). `shaper` picks how delay/jitter/loss are made: netem,
     the userspace emulator, or AUTO (netem where the kernel has it). `source` is the topology file: a second
     `up` of the same file is refused unless `refuse_same_source` is False (temporary testbeds)."""
     check_testbed_name(name)
     source_text = str(source) if source is not None else None
     needs_netem = any(link.shape.needs_delay_emulation for link in topology.links)
-    if dry_run:
-        probe = environment.has_net_admin()
-        resolved = resolve_shaper(topology, shaper,
-                                  netem_available=environment.probe_netem if probe else lambda: True)
-        netem = environment.probe_netem() if needs_netem and probe and resolved is Shaper.KERNEL else True
+    if dry_run:  # changes nothing, as root too: the kernel's module list, not a probe in a scratch namespace
+        resolved = resolve_shaper(topology, shaper, netem_available=environment.netem_listed)
+        netem = environment.netem_listed() if needs_netem and resolved is Shaper.KERNEL else True
         return list(build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text).steps)
     require_net_admin(environment)
     source_path = str(Path(source).resolve()) if source is not None else None
