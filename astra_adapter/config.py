@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from genie.core.errors import InputError
-from genie.core.files import read_input
+from genie.core.files import InputKind, read_input
 
 GIB_BYTES = 1 << 30
 
@@ -335,12 +335,12 @@ def parse_remote_memory(data: bytes | str, *, source: str = "remote_memory.json"
 
 # ---- paths ---------------------------------------------------------------------------------------------
 def load_system(path: str | Path) -> SystemConfig:
-    return parse_system(read_input(path), source=str(path))
+    return parse_system(read_input(path, InputKind.CONFIG), source=str(path))
 
 
 def load_network(path: str | Path) -> NetworkConfig:
-    return parse_network(read_input(path), source=str(path))
+    return parse_network(read_input(path, InputKind.CONFIG), source=str(path))
 
 
 def load_remote_memory(path: str | Path) -> RemoteMemoryConfig:
-    return parse_remote_memory(read_input(path), source=str(path))
+    return parse_remote_memory(read_input(path, InputKind.CONFIG), source=str(path))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from genie.core.errors import GenieError, InputError
-from genie.core.files import read_input
+from genie.core.files import InputKind, read_input
 from genie.core.trace import Trace
 
 from astra_adapter.collective_plan import ring_log_lines
@@ -184,5 +184,5 @@ def estimate_files(workload_prefix: str | Path, system_path: str | Path, network
     remote = load_remote_memory(remote_memory_path) if remote_memory_path is not None else None
     trace = read_et_set(workload_prefix)
     if comm_group_path is not None:
-        trace = replace(trace, groups=read_comm_groups(read_input(comm_group_path), source=str(comm_group_path)))
+        trace = replace(trace, groups=read_comm_groups(read_input(comm_group_path, InputKind.TRACE), source=str(comm_group_path)))
     return estimate(trace, system, network, remote, symmetry=symmetry, queues_per_dim=queues_per_dim)

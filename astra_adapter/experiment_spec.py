@@ -42,7 +42,7 @@ from genie.collectives.registry import choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.sizes import aligned_size
-from genie.core.files import read_input
+from genie.core.files import InputKind, read_input
 from genie.core.trace import AttrType, NodeKind, Trace
 from genie.core.units import parse_size_bytes
 
@@ -216,7 +216,7 @@ def _algorithms(r: _Reader, value: Any) -> tuple[tuple[Collective, Algorithm], .
 
 def load_experiment(path: str | Path) -> ExperimentSpec:
     p = Path(path)
-    return parse_experiment(read_input(p), source=str(p), base=p.parent)
+    return parse_experiment(read_input(p, InputKind.EXPERIMENT), source=str(p), base=p.parent)
 
 
 # ---- the workload -------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from genie import __version__
 from genie.core.errors import InputError
+from genie.core.files import InputKind, read_input
 from genie.core.testbed import Shaping
 from genie.core.topology import Topology
 from genie.report.rundir import new_run_dir, write_atomic
@@ -176,7 +177,7 @@ def manifest_from_json(data: bytes | str, *, source: str = MANIFEST_NAME) -> Man
 
 def read_manifest(run_dir: Path) -> Manifest:
     path = Path(run_dir) / MANIFEST_NAME
-    return manifest_from_json(path.read_bytes(), source=str(path))
+    return manifest_from_json(read_input(path, InputKind.RUN_FILE), source=str(path))
 
 
 def add_run_files(run_dir: Path, written: Iterable[str]) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from genie.core.errors import InputError
-from genie.core.files import read_input
+from genie.core.files import InputKind, read_input
 from genie.input_yaml import as_text, describe, parse_yaml
 from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
 from genie.topology.link_properties import LINK_PROPERTY_KEYS, make_shape, property_for_key, shape_problems
@@ -49,7 +49,7 @@ def load_topology(data: str | bytes | IO[str] | IO[bytes], *, source: str = "<st
 
 def load_topology_file(path: str | os.PathLike[str]) -> Topology:
     """Read a topology YAML file; errors name the file."""
-    return load_topology(read_input(path, "topology file"), source=os.fspath(path))
+    return load_topology(read_input(path, InputKind.TOPOLOGY), source=os.fspath(path))
 
 
 # --- YAML ------------------------------------------------------------------------------------------------

@@ -16,18 +16,16 @@ the reader folds back into ``duration_ns``; ASTRA-sim ignores it and sees the ro
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import re
-import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from google.protobuf.message import DecodeError
 
 from genie.core.errors import InputError
-from genie.core.files import write_atomic
+from genie.core.files import InputKind, gunzip_input, read_input, write_atomic
 from genie.core.trace import (Attribute, AttrType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace, TraceMetadata,
                               TraceNode)
 from genie.workloads.et_schema import messages
@@ -73,10 +71,7 @@ def _load_bytes(data: bytes | BinaryIO, source: str) -> tuple[bytes, str]:
     raw = data if isinstance(data, (bytes, bytearray, memoryview)) else data.read()
     raw = bytes(raw)
     if raw[:2] == _GZIP_MAGIC:
-        try:
-            return gzip.decompress(raw), " (offset in the gunzipped data)"
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"corrupt gzip data: {exc}", source=source) from None
+        return gunzip_input(raw, InputKind.TRACE, source), " (offset in the gunzipped data)"
     return raw, ""
 
 
@@ -326,12 +321,12 @@ def read_et_set(prefix_path: str | Path) -> Trace:
     parsed: dict[bytes, TraceNode] = {}
     for rank in range(len(found)):
         path = found[rank]
-        meta, nodes = read_et(path.read_bytes(), source=str(path), parsed=parsed)
+        meta, nodes = read_et(read_input(path, InputKind.TRACE), source=str(path), parsed=parsed)
         ranks.append(RankTrace(rank, tuple(nodes), meta))
     groups: tuple[ProcessGroup, ...] = ()
     group_path = prefix.with_name(prefix.name + COMM_GROUP_SUFFIX)
     if group_path.is_file():
-        groups = read_comm_groups(group_path.read_bytes(), source=str(group_path))
+        groups = read_comm_groups(read_input(group_path, InputKind.TRACE), source=str(group_path))
     return Trace(tuple(ranks), groups, (("format", "chakra_et"), ("prefix", prefix.name)))
 
 

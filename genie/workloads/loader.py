@@ -15,7 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 from genie.core.errors import InputError
-from genie.core.files import write_atomic
+from genie.core.files import InputKind, read_input, write_atomic
 from genie.core.trace import RankTrace, Trace
 from genie.workloads import astra_text, chakra_et, native, param_comms
 
@@ -71,10 +71,8 @@ def detect_format(path_or_prefix: str | Path) -> tuple[TraceFormat, Path]:
         if param_comms.param_rank_files(path):
             return TraceFormat.PARAM_BASIC, path
         raise InputError("no trace found in this directory", source=str(path))
-    if path.is_file():
-        with path.open("rb") as f:
-            head = f.read(4096)
-        fmt = _sniff_file(path, head)
+    if path.exists():  # read_input refuses what is not a regular file (a FIFO, /dev/zero)
+        fmt = _sniff_file(path, read_input(path, InputKind.TRACE, head_bytes=4096))
         if fmt is TraceFormat.CHAKRA_ET:
             m = _ET_FILE.match(path.name)
             return fmt, (path.with_name(m.group("prefix")) if m else path)
@@ -90,14 +88,14 @@ def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus
     fmt, path = detect_format(path_or_prefix)
     if fmt is TraceFormat.CHAKRA_ET:
         if path.is_file():  # a single ET file not named <prefix>.<rank>.et: one rank
-            meta, nodes = chakra_et.read_et(path.read_bytes(), source=str(path))
+            meta, nodes = chakra_et.read_et(read_input(path, InputKind.TRACE), source=str(path))
             return Trace((RankTrace(0, tuple(nodes), meta),), (), (("format", "chakra_et"),))
         return chakra_et.read_et_set(path)
     if fmt is TraceFormat.PARAM_BASIC:
         if path.is_dir():
             return param_comms.read_param_set(path)
-        return param_comms.read_param_traces([path.read_bytes()], sources=[str(path)])
-    text = path.read_bytes()
+        return param_comms.read_param_traces([read_input(path, InputKind.TRACE)], sources=[str(path)])
+    text = read_input(path, InputKind.TRACE)
     if fmt is TraceFormat.NATIVE:
         return native.read_native(text, source=str(path))
     if npus is None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from genie.core.errors import InputError
+from genie.core.files import InputKind, read_input
 from genie.core.trace import (Attribute, AttrType, CommType, ProcessGroup, RankTrace, Trace, TraceNode,
                               collective_node, compute_node, recv_node, send_node)
 
@@ -230,5 +231,5 @@ def read_param_set(directory: str | Path, *, use_timestamps: bool = True) -> Tra
     if missing:
         raise InputError(f"missing PARAM trace file(s) for rank(s) {missing[:8]}", source=str(directory))
     paths = [found[r] for r in range(len(found))]
-    return read_param_traces([p.read_bytes() for p in paths], sources=[str(p) for p in paths],
+    return read_param_traces([read_input(p, InputKind.TRACE) for p in paths], sources=[str(p) for p in paths],
                              use_timestamps=use_timestamps)
