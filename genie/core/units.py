@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from genie.core.errors import shown
+
 _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*"
 
 _RATE_UNITS_BPS = {
@@ -27,7 +29,7 @@ _SIZE_UNITS = {
 def _split(text: str, what: str) -> tuple[float, str]:
     m = re.fullmatch(_NUMBER + r"(?P<unit>[A-Za-z]*)", str(text).strip())
     if not m:
-        raise ValueError(f"expected a {what} such as {_EXAMPLES[what]}, got {text!r}")
+        raise ValueError(f"expected a {what} such as {_EXAMPLES[what]}, got {shown(text)}")
     return float(m.group("num")), m.group("unit").lower()
 
 
@@ -38,7 +40,7 @@ def parse_rate_bps(text: str) -> int:
     """'1gbit' -> 1_000_000_000. A unit is required."""
     value, unit = _split(text, "rate")
     if unit not in _RATE_UNITS_BPS:
-        raise ValueError(f"expected a rate with a unit (bit, kbit, mbit, gbit, tbit), got {text!r}")
+        raise ValueError(f"expected a rate with a unit (bit, kbit, mbit, gbit, tbit), got {shown(text)}")
     return round(value * _RATE_UNITS_BPS[unit])
 
 
@@ -50,7 +52,7 @@ def parse_time_ns(text: str | int | float) -> int:
     if unit not in _TIME_UNITS_NS:
         if unit == "" and value == 0:
             return 0
-        raise ValueError(f"expected a time with a unit (ns, us, ms, s), got {text!r}")
+        raise ValueError(f"expected a time with a unit (ns, us, ms, s), got {shown(text)}")
     return round(value * _TIME_UNITS_NS[unit])
 
 
@@ -60,7 +62,7 @@ def parse_size_bytes(text: str | int) -> int:
         return text
     value, unit = _split(str(text), "size")
     if unit not in _SIZE_UNITS:
-        raise ValueError(f"expected a size such as '1KiB', '64M' or '4096', got {text!r}")
+        raise ValueError(f"expected a size such as '1KiB', '64M' or '4096', got {shown(text)}")
     return round(value * _SIZE_UNITS[unit])
 
 

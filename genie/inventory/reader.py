@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import IO, Any
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
 from genie.core.files import InputKind, read_input
 from genie.input_yaml import as_text, describe, parse_yaml
 from genie.inventory.model import DEFAULT_INVENTORY_NAME, Inventory, InventoryHost
@@ -55,7 +55,7 @@ def _check_keys(mapping: dict[Any, Any], allowed: tuple[str, ...], path: str, fa
         if not isinstance(key, str):
             raise fail(where, f"expected a key among {', '.join(allowed)}, got {describe(key)}")
         if key not in allowed:
-            raise fail(where, f"unknown key {key!r}{did_you_mean(key, allowed)}; expected one of: {', '.join(allowed)}")
+            raise fail(where, f"unknown key {shown(key)}{did_you_mean(key, allowed)}; expected one of: {', '.join(allowed)}")
 
 
 def _read_fields(mapping: dict[str, Any], keys: tuple[str, ...], path: str, fail: _Fail) -> dict[str, Any]:

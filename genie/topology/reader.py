@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import IO, Any
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
 from genie.core.files import InputKind, read_input
 from genie.input_yaml import as_text, describe, parse_yaml
 from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
@@ -67,7 +67,7 @@ def _check_keys(mapping: dict[Any, Any], allowed: tuple[str, ...], path: str, fa
         if not isinstance(key, str):
             raise fail(_join(path, key), f"expected a key among {', '.join(allowed)}, got {describe(key)}")
         if key not in allowed:
-            raise fail(_join(path, key), f"unknown key {key!r}{did_you_mean(key, allowed)}; "
+            raise fail(_join(path, key), f"unknown key {shown(key)}{did_you_mean(key, allowed)}; "
                                          f"expected one of: {', '.join(allowed)}")
 
 
@@ -87,7 +87,7 @@ def _topology_from_document(document: object, source: str, fail: _Fail) -> tuple
     _check_keys(document, TOP_LEVEL_KEYS, "", fail)
     for key in REQUIRED_TOP_LEVEL_KEYS:
         if key not in document:
-            raise fail(key, f"missing required key {key!r}")
+            raise fail(key, f"missing required key {shown(key)}")
     name = document["name"]
     if problem := topology_name_problem(name):
         raise fail("name", problem)
@@ -158,7 +158,7 @@ def _node_names(entry: object, path: str, allowed: tuple[str, ...], what: str,
         return [(entry["name"], _join(path, "name"))]
     if "prefix" not in entry or "count" not in entry:
         missing = "prefix" if "prefix" not in entry else "count"
-        raise fail(_join(path, missing), f"missing {missing!r}; expected 'name', or 'prefix' and 'count'")
+        raise fail(_join(path, missing), f"missing {shown(missing)}; expected 'name', or 'prefix' and 'count'")
     prefix = entry["prefix"]
     count = _read_int(entry["count"], _join(path, "count"), f"the number of {what}s", 1, fail, MAX_GROUP_COUNT)
     start = _read_int(entry.get("start", 0), _join(path, "start"), "the first number", 0, fail)
@@ -166,7 +166,7 @@ def _node_names(entry: object, path: str, allowed: tuple[str, ...], what: str,
         raise fail(_join(path, "prefix"), f"expected a name prefix (a string), got {describe(prefix)}")
     names = [f"{prefix}{start + i}" for i in range(count)]
     if problem := node_name_problem(names[-1]) or node_name_problem(names[0]):
-        raise fail(_join(path, "prefix"), f"{problem} (from prefix {prefix!r})")
+        raise fail(_join(path, "prefix"), f"{problem} (from prefix {shown(prefix)})")
     return [(n, path) for n in names]
 
 

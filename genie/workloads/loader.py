@@ -14,7 +14,7 @@ import re
 from enum import Enum
 from pathlib import Path
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
 from genie.core.files import InputKind, read_input, write_atomic
 from genie.core.trace import RankTrace, Trace
 from genie.workloads import astra_text, chakra_et, native, param_comms
@@ -119,7 +119,7 @@ def output_format(to: str, out: str | Path) -> OutputFormat:
     try:
         fmt = OutputFormat(to.strip().lower())
     except ValueError:
-        raise InputError(f"unknown output format {to!r} (expected et, json or yaml)", path="to") from None
+        raise InputError(f"unknown output format {shown(to)} (expected et, json or yaml)", path="to") from None
     if fmt is OutputFormat.JSON and Path(out).suffix in (".yaml", ".yml"):
         return OutputFormat.YAML
     return fmt
