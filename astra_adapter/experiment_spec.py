@@ -40,6 +40,7 @@ from typing import Any
 from genie.collectives.registry import choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError, shown
+from genie.core.limits import MAX_TIMEOUT_S
 from genie.core.sizes import aligned_size
 from genie.input_yaml import as_text, parse_yaml
 from genie.core.files import InputKind, read_input
@@ -169,8 +170,8 @@ def parse_experiment(data: bytes | str, *, source: str = "experiment.yaml", base
         raise r.fail(f"expected a list of sizes, got {shown(grid)}", "sweep.grid")
     replay_doc = r.mapping(doc.get("replay"), "replay", ("iterations", "warmup", "timeout"))
     timeout = replay_doc.get("timeout", 120)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise r.fail(f"expected seconds > 0, got {shown(timeout)}", "replay.timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise r.fail(f"expected seconds > 0 (at most {MAX_TIMEOUT_S:.0f}), got {shown(timeout)}", "replay.timeout")
     estimate_doc = r.mapping(doc.get("estimate"), "estimate", ("share_nic", "fit_endpoint_delay"))
     for key in ("share_nic", "fit_endpoint_delay"):
         if not isinstance(estimate_doc.get(key, False), bool):

@@ -36,7 +36,7 @@ def _parse_collectives(values: list[str]) -> tuple[Collective, ...]:
                     out.append(Collective.parse(part))
                 except ValueError as exc:
                     raise InputError(str(exc), path="--collective") from None
-    return tuple(out) or (Collective.ALL_REDUCE,)
+    return tuple(out)  # `-c ""` names no collective: the service refuses it
 
 
 def echo_capture(capture, err: bool) -> None:

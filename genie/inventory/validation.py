@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from genie.core.errors import InputError, shown
+from genie.core.limits import MAX_RANKS
 from genie.input_yaml import describe
 from genie.inventory.model import Inventory, InventoryHost
 from genie.topology.validation import node_name_problem, topology_name_problem
@@ -58,6 +59,8 @@ def host_name_problem(name: object) -> str | None:
 def ranks_problem(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return f"expected the number of ranks on the host (an integer >= 1), got {describe(value)}"
+    if value > MAX_RANKS:
+        return f"expected at most {MAX_RANKS} ranks on the host (genie runs at most {MAX_RANKS} ranks), got {value}"
     return None
 
 
@@ -194,6 +197,9 @@ def validate_inventory(inventory: Inventory, *, source: str = "<inventory>",
                                                f"{shown(inventory.hosts[first].name)} at {_entry(where.names[first])}); "
                                                "expected one entry per machine: give it more ranks with 'ranks: N'")
         first_address[key] = index
+    world = sum(h.ranks for h in inventory.hosts)
+    if world > MAX_RANKS:
+        raise fail("hosts", f"the hosts have {world} ranks; genie runs at most {MAX_RANKS} ranks")
     _check_loopback(inventory, where, fail)
     return inventory
 

@@ -18,6 +18,7 @@ from genie.core.placement import RankPlacement
 from genie.engine.session import SessionFactory
 from genie.measure.diagnose import Diagnosis, PairMeasurement, diagnose
 from genie.services.bench import GroupCase, run_cases
+from genie.services.options import check_timeout
 from genie.services.target import placements_for
 
 #: How many times pairs still flagged are measured again (keeping each pair's best) before they are reported: a
@@ -50,6 +51,7 @@ class DiagnoseResult:
 
 
 def check_request(request: DiagnoseRequest) -> None:
+    check_timeout(request.timeout_s)
     if request.bandwidth_bytes < DEFAULT_DTYPE_BYTES:
         raise InputError("must be at least 4 bytes", path="bandwidth_bytes")
     if request.latency_bytes < DEFAULT_DTYPE_BYTES:

@@ -16,7 +16,7 @@ from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
 from genie.engine.launch import Launcher
 from genie.engine.program import build_programs
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
-from genie.services.options import RunOptions
+from genie.services.options import RunOptions, check_counts, check_timeout
 
 ReplayProgress = Callable[[], ContextManager[Callable[[int, int], None]]]
 
@@ -48,10 +48,8 @@ class ReplayResult:
 
 
 def check_request(request: ReplayRequest) -> None:
-    if request.iterations < 1:
-        raise InputError("must be >= 1", path="iterations")
-    if request.warmup < 0:
-        raise InputError("must be >= 0", path="warmup")
+    check_counts(request.iterations, request.warmup)
+    check_timeout(request.timeout_s)
 
 
 def check_fits(trace: Trace, placements: list[RankPlacement], *, source: str) -> list[RankPlacement]:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from typing import IO, Any
 
+from genie.core.limits import MAX_RANKS
 from genie.core.errors import InputError, shown
 from genie.core.files import InputKind, read_input
 from genie.input_yaml import as_text, describe, parse_yaml
@@ -179,8 +180,14 @@ def _read_hosts(entries: list[Any], fail: _Fail) -> tuple[tuple[Host, ...], tupl
         ranks = 1
         if isinstance(entry, dict) and "ranks" in entry:
             ranks = _read_int(entry["ranks"], f"{path}.ranks", "the number of ranks on the host", 1, fail)
+            if ranks > MAX_RANKS:
+                raise fail(f"{path}.ranks", f"expected at most {MAX_RANKS} ranks (genie runs at most {MAX_RANKS} "
+                                            f"ranks), got {ranks}")
         hosts.extend(Host(name=name, ranks=ranks) for name, _ in named)
         paths.extend(p for _, p in named)
+        world = sum(h.ranks for h in hosts)
+        if world > MAX_RANKS:
+            raise fail(path, f"the hosts so far have {world} ranks; genie runs at most {MAX_RANKS} ranks")
     return tuple(hosts), tuple(paths)
 
 

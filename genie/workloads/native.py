@@ -38,6 +38,7 @@ from genie.core.errors import InputError, shown
 from genie.core.trace import (Attribute, AttrType, CommType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace,
                               TraceMetadata, TraceNode, collective_node, compute_node, recv_node, send_node)
 from genie.core.units import parse_size_bytes, parse_time_ns
+from genie.core.limits import MAX_TRACE_NODES, MAX_TRACE_RANKS
 from genie.input_yaml import parse_yaml
 from genie.core.collective import Algorithm
 
@@ -231,12 +232,19 @@ def _metadata(doc: Any, c: _Ctx) -> TraceMetadata:
     return TraceMetadata(str(doc.get("version", "0.0.4")), attrs, base64.b64decode(doc.get("extra_wire", "")))
 
 
+TOP_KEYS = ("format", "version", "name", "info", "groups", "ranks", "program")
+
+
 def trace_from_doc(doc: Any, *, source: str = "<native>") -> Trace:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_MARKER:
         raise InputError(f"not a genie trace: expected a mapping with format: {FORMAT_MARKER}", source=source)
     if doc.get("version", 1) != 1:
-        raise InputError(f"unsupported version {doc.get('version')!r} (this genie reads 1)", source=source,
+        raise InputError(f"unsupported version {shown(doc.get('version'))} (this genie reads 1)", source=source,
                          path="version")
+    for key in doc:
+        if key not in TOP_KEYS:
+            raise InputError(f"unknown key {shown(key)}; expected one of: {', '.join(TOP_KEYS)}", source=source,
+                             path=str(key)[:60])
     groups_doc = doc.get("groups") or {}
     if not isinstance(groups_doc, dict):
         raise InputError("groups must map a name to a list of ranks", source=source, path="groups")
@@ -248,11 +256,15 @@ def trace_from_doc(doc: Any, *, source: str = "<native>") -> Trace:
     ranks_doc = doc.get("ranks")
     rank_traces = []
     if "program" in doc:
-        if not isinstance(ranks_doc, int) or isinstance(ranks_doc, bool) or ranks_doc < 1:
-            raise InputError("with `program`, `ranks` is the number of ranks", source=source, path="ranks")
+        if not isinstance(ranks_doc, int) or isinstance(ranks_doc, bool) or not 1 <= ranks_doc <= MAX_TRACE_RANKS:
+            raise InputError(f"with `program`, `ranks` is the number of ranks (1 to {MAX_TRACE_RANKS}), "
+                             f"got {shown(ranks_doc)}", source=source, path="ranks")
         program = doc["program"]
         if not isinstance(program, list):
             raise InputError("program must be a list of nodes", source=source, path="program")
+        if ranks_doc * len(program) > MAX_TRACE_NODES:
+            raise InputError(f"{ranks_doc} ranks of {len(program)} nodes are more than the {MAX_TRACE_NODES} nodes "
+                             "genie reads of a trace", source=source, path="ranks")
         for rank in range(ranks_doc):
             nodes = tuple(_node(d, _Ctx(source, f"program[{i}]", rank, ranks_doc)) for i, d in enumerate(program))
             rank_traces.append(RankTrace(rank, nodes))
