@@ -27,7 +27,7 @@ from genie.core.errors import InputError
 from genie.core.files import InputKind, read_input
 from genie.core.testbed import Shaping
 from genie.core.topology import Topology
-from genie.report.rundir import new_run_dir, write_atomic
+from genie.report.rundir import check_run_dir, new_run_dir, write_atomic
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "genie-run"
@@ -205,8 +205,10 @@ class RunRecorder:
 
     def __init__(self, kind: str, *, name: str | None = None, out: Path | None = None, root: Path = Path("runs"),
                  argv: Iterable[str] | None = None, inputs: Iterable[InputDigest] = (), seed: int | None = None,
-                 params: Mapping[str, Any] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 params: Mapping[str, Any] | None = None, clock: Callable[[], float] = time.monotonic,
+                 force: bool = False) -> None:
         self._kind, self._name, self._out, self._root = kind, name or kind, out, root
+        self._force = force
         self._argv = tuple(sys.argv if argv is None else argv)
         self._inputs, self._seed, self._params = tuple(inputs), seed, dict(params or {})
         self._clock = clock
@@ -216,6 +218,7 @@ class RunRecorder:
         self.manifest: Manifest | None = None
 
     def __enter__(self) -> RunRecorder:
+        check_run_dir(self._out, force=self._force)
         self._created = self._out is None or not Path(self._out).exists()
         self.run_dir = new_run_dir(self._name, out=self._out, root=self._root)
         self._t0 = self._clock()

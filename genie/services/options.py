@@ -17,7 +17,8 @@ from genie.core.launch import DataPath, LauncherKind
 @dataclass(frozen=True)
 class RunOptions:
     """The target (exactly one of `topology`, `testbed`, `loopback`, or real hosts through `inventory` or a
-    Slurm allocation), the launcher and data path, and the run directory's extras (link samples every
+    Slurm allocation), the launcher and data path, the run directory (`out`, written into although it holds
+    files only with `force`) and its extras (link samples every
     `sample_ms`, a packet `capture` of one link end, `faults` from a file and/or compact specs)."""
 
     topology: Optional[Path] = None
@@ -33,10 +34,14 @@ class RunOptions:
     capture: Optional[str] = None
     faults_file: Optional[Path] = None
     faults: tuple[str, ...] = ()
+    force: bool = False  # write into an `out` that already holds files
 
     def check(self) -> None:
+        from genie.report.rundir import check_run_dir
+
         if self.sample_ms < 0:
             raise InputError("must be >= 0", path="sample_ms")
+        check_run_dir(self.out, force=self.force)
 
     def target_option(self) -> str | None:
         """The topology/testbed/loopback field given, if any (it excludes an inventory)."""

@@ -75,7 +75,8 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
         fault_plan = faults_service.plan(faults, target.info, bounds(len(placements), faults))
         capture_end = capture_end_for(target, opts.capture)
         params = {**params, **opts.extra_params(), **({"faults": fault_plan.specs()} if fault_plan else {})}
-        with RunRecorder(kind, name=name, out=opts.out, inputs=(*inputs, *target.inputs), params=params) as run:
+        with RunRecorder(kind, name=name, out=opts.out, inputs=(*inputs, *target.inputs), params=params,
+                         force=opts.force) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
             yield Stage(target, placements, choice, run, fault_plan, opts, capture_end)
             if choice.sessions is not None:

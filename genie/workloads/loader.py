@@ -107,10 +107,13 @@ def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus
 def save_trace(trace: Trace, out: str | Path, *, to: OutputFormat) -> list[Path]:
     """Write ``trace``; ``out`` is a prefix for ET (``out.<rank>.et``), a file path otherwise."""
     out = Path(out)
-    if to is OutputFormat.ET:
-        return chakra_et.write_et_set(trace, out)
-    data = native.write_native_yaml(trace) if to is OutputFormat.YAML else native.write_native_json(trace)
-    write_atomic(out, data)
+    try:
+        if to is OutputFormat.ET:
+            return chakra_et.write_et_set(trace, out)
+        data = native.write_native_yaml(trace) if to is OutputFormat.YAML else native.write_native_json(trace)
+        write_atomic(out, data)
+    except OSError as exc:  # an unwritable output is the user's to fix: one line, not a traceback
+        raise InputError(f"cannot write {str(out)[:200]}: {exc.strerror or exc}", path="out") from None
     return [out]
 
 
