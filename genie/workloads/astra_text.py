@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from genie.core.errors import InputError, shown
+from genie.core.limits import MAX_TRACE_RANKS
 from genie.core.trace import (CommType, ProcessGroup, RankTrace, Trace, TraceNode, collective_node, compute_node)
 
 
@@ -280,6 +281,9 @@ def read_astra_text(text: str, *, npus: int, source: str = "<text>", dim0_npus: 
     """The Trace of ``iterations`` training iterations of an ASTRA-sim 1.0 text workload on ``npus`` ranks."""
     if npus < 1:
         raise InputError(f"npus must be >= 1, got {npus}", source=source)
+    if npus > MAX_TRACE_RANKS:
+        raise InputError(f"npus must be at most {MAX_TRACE_RANKS} (the most ranks genie reads of a trace), "
+                         f"got {npus}", source=source, path="npus")
     if iterations < 1:
         raise InputError(f"iterations must be >= 1, got {iterations}", source=source)
     w = parse_astra_text(text, source=source)
