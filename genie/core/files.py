@@ -41,7 +41,7 @@ def describe_size(size_bytes: int) -> str:
 
 def _too_big(kind: InputKind, source: str, what: str = "") -> InputError:
     return InputError(f"{what or kind.label} is larger than the {describe_size(kind.limit_bytes)} genie reads "
-                      f"of a {kind.label}", source=source)
+                      f"of any {kind.label}", source=source)
 
 
 def read_input(path: str | os.PathLike[str], kind: InputKind, *, head_bytes: int | None = None) -> bytes:
