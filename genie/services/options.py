@@ -35,6 +35,7 @@ class RunOptions:
     faults_file: Optional[Path] = None
     faults: tuple[str, ...] = ()
     force: bool = False  # write into an `out` that already holds files
+    shared: bool = False  # run on a `testbed` another run may be using (a warning in the manifest)
 
     def check(self) -> None:
         from genie.report.rundir import check_run_dir

@@ -68,7 +68,8 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
     faults_service.check_launcher(faults, choice.sessions is None)
     faults_service.precheck_topology(faults, opts.topology, lambda n: bounds(n, faults))
     open_testbed = lambda: open_target(opts.topology, opts.testbed, opts.loopback,  # noqa: E731
-                                       loopback_ranks if opts.loopback else ranks, command=kind)
+                                       loopback_ranks if opts.loopback else ranks, command=kind,
+                                       shared=opts.shared)
     with launch_target(choice, opts.inventory, open_testbed) as target:
         placements = fits(target.placements)
         check_launch(choice, placements)
@@ -78,6 +79,8 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
         with RunRecorder(kind, name=name, out=opts.out, inputs=(*inputs, *target.inputs), params=params,
                          force=opts.force) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
+            for warning in target.warnings:
+                run.warn(warning)
             yield Stage(target, placements, choice, run, fault_plan, opts, capture_end)
             if choice.sessions is not None:
                 run.write("launch.json", json.dumps(launch_meta(opts.launcher, opts.transport, choice), indent=2))

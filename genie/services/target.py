@@ -30,6 +30,7 @@ class Target:
     inputs: tuple[InputDigest, ...] = ()  # the topology's digest
     shaper: Optional[Shaping] = None
     topology: Optional[dict[str, Any]] = None
+    warnings: tuple[str, ...] = ()  # for the run's manifest
 
     def devices(self) -> list[dict]:
         return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in self.placements]
@@ -57,9 +58,10 @@ def loopback_placements(ranks: int) -> list[RankPlacement]:
 
 @contextlib.contextmanager
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
-                ranks: Optional[int], *, command: str) -> Iterator[Target]:
+                ranks: Optional[int], *, command: str, shared: bool = False) -> Iterator[Target]:
     """The chosen target; a topology's testbed lives only inside this block. `command` names the service in
-    the error when not exactly one target is given."""
+    the error when not exactly one target is given. A live testbed is held for this run (a second run on it
+    is refused) unless `shared`: then the target carries a warning for the manifest."""
     from genie.report.manifest import InputDigest, input_digest, topology_summary
 
     chosen = sum(x is not None and x is not False for x in (topology, testbed, loopback or None))
@@ -70,15 +72,18 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
         yield Target(loopback_placements(ranks or 2), None, "loopback")
         return
     from genie.testbed import service
-    from genie.testbed.state import load_record
+    from genie.testbed.state import load_record, run_lock
 
     if testbed is not None:
         info = service.load_info(testbed)
         record = load_record(testbed)
-        yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
-                     info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",
-                                                   record.source_digest, 1),),
-                     info.shaper, topology_summary(info.topology))
+        warnings = (f"shared testbed: other runs may have used {info.name} at the same time; their traffic is in "
+                    "this run's numbers and link counters",) if shared else ()
+        with contextlib.nullcontext() if shared else run_lock(info.name):
+            yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
+                         info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",
+                                                       record.source_digest, 1),),
+                         info.shaper, topology_summary(info.topology), warnings)
         return
     from genie.topology import load_topology_file
 

@@ -9,13 +9,15 @@ exclusively (a second `up` of the same name loses the race cleanly) and replaced
 from __future__ import annotations
 
 import dataclasses
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from genie.core.errors import GenieError, InputError
 from genie.core.testbed import HostEndpoint, LinkEnd, Shaping, TestbedInfo
@@ -223,3 +225,27 @@ def topology_from_dict(data: dict[str, Any]) -> Topology:
         links=tuple(Link(link["a"], link["b"], make_shape(**link["shape"])) for link in data["links"]),
         subnet=data["subnet"],
     )
+
+
+@contextlib.contextmanager
+def run_lock(name: str) -> Iterator[None]:
+    """Hold testbed `name` for one run: a second run on it at once is refused (its numbers and link counters
+    would mix with this one's). An flock on ``<state dir>/<name>.lock``: the kernel releases it when the run
+    ends, however it ends (also SIGKILL), so a stale lock cannot outlive its run."""
+    directory = state_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+            raise InputError(f"testbed {name!r} is in use by another run (pid {holder}); wait for it to end, or "
+                             "give `shared` to run beside it (both runs' numbers will be disturbed)",
+                             path="testbed") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -1,0 +1,59 @@
+"""Issue #18: two runs on one testbed at once — the second is refused, or runs with `shared` and a warning in
+its manifest. Fake testbeds in a private state directory (no root, nothing of anyone else's touched)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genie.core.errors import InputError
+from genie.services.target import open_target
+from genie.testbed import service
+from genie.testbed.environment import FakeEnvironment
+from genie.testbed.state import STATE_DIR_ENV, run_lock
+from genie.topology import load_topology_file
+
+TOPOLOGIES = Path(__file__).resolve().parents[1] / "topologies"
+
+
+@pytest.fixture
+def testbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
+    service.up(load_topology_file(TOPOLOGIES / "star-4.yaml"), name="lk", source=TOPOLOGIES / "star-4.yaml",
+               environment=FakeEnvironment())
+    return "lk"
+
+
+def test_a_second_run_on_a_testbed_in_use_is_refused(testbed: str) -> None:
+    with open_target(None, testbed, False, None, command="bench") as first:
+        assert first.warnings == ()
+        with pytest.raises(InputError, match=r"testbed 'lk' is in use by another run \(pid \d+\).*`shared`"):
+            with open_target(None, testbed, False, None, command="bench"):
+                pass
+    with open_target(None, testbed, False, None, command="bench"):  # free again once the first has ended
+        pass
+
+
+def test_a_shared_run_is_allowed_and_warned_about(testbed: str) -> None:
+    with open_target(None, testbed, False, None, command="bench"):
+        with open_target(None, testbed, False, None, command="bench", shared=True) as second:
+            assert any("shared testbed" in w for w in second.warnings)
+
+
+def test_the_lock_of_a_killed_run_does_not_outlive_it(testbed: str, tmp_path: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from genie.testbed.state import run_lock\n"
+                               "with run_lock('lk'):\n    print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(InputError, match=f"pid {holder.pid}"):
+            with run_lock(testbed):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with run_lock(testbed):  # SIGKILL released it
+        pass
