@@ -46,11 +46,13 @@ def up_command(
 def down_command(
     name: Optional[str] = typer.Argument(None, help="Testbed to tear down."),
     all_testbeds: bool = typer.Option(False, "--all", help="Every testbed, plus leftover genie-* namespaces."),
+    force: bool = typer.Option(False, "--force", help="Forget a corrupt or foreign state record of NAME and remove "
+                                                      "only its genie-NAME-* namespaces."),
 ) -> None:
     """End the testbed's processes and remove everything it created."""
     if (name is None) == (not all_testbeds):
         raise InputError("give a testbed NAME or --all (not both)", path="down")
-    report = service.down_all() if all_testbeds else service.down(name)  # type: ignore[arg-type]
+    report = service.down_all() if all_testbeds else service.down(name, force=force)  # type: ignore[arg-type]
     _print_down(report)
 
 
@@ -133,6 +135,10 @@ def list_command() -> None:
     typer.echo(f"{'NAME':<24} {'HOSTS':>5} {'LINKS':>5} {'SHAPER':<10} {'STATE':<10} SOURCE")
     for s in summaries:
         state = "up" if s.complete and s.namespaces_present == s.namespaces_planned else "incomplete"
+        if s.corrupt:
+            typer.echo(f"{s.name:<24} {'-':>5} {'-':>5} {'-':<10} {'corrupt':<10} (genie testbed down {s.name} "
+                       "--force)")
+            continue
         typer.echo(f"{s.name:<24} {s.hosts:>5} {s.links:>5} {s.shaper:<10} {state:<10} {s.source or '-'}")
 
 

@@ -98,13 +98,13 @@ def load_record(name: str) -> TestbedRecord:
         raise GenieError(f"no testbed named {name!r} (state directory {state_dir()}); see `genie testbed list`")\
             from None
     except (OSError, ValueError) as exc:
-        raise InputError(f"unreadable testbed state: {exc}; `genie testbed down --all` removes it and every "
-                         "genie namespace", source=str(path)) from None
+        raise InputError(f"unreadable testbed state: {exc}; `genie testbed down {name} --force` removes it",
+                         source=str(path)) from None
     try:
         return record_from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"unreadable testbed state: missing or bad field {exc}; `genie testbed down --all` "
-                         "removes it and every genie namespace", source=str(path)) from None
+        raise InputError(f"unreadable testbed state: missing or bad field {exc}; `genie testbed down {name} "
+                         "--force` removes it", source=str(path)) from None
 
 
 def delete_record(name: str) -> None:
