@@ -36,8 +36,11 @@ def test_a_corrupt_record_is_listed_refused_and_removed_with_force(tmp_path: Pat
     _up(env, "keep", tmp_path)
     _up(env, "bad", tmp_path)
     record_path("bad").write_text("{not json")
-    listed = {s.name: s.corrupt for s in service.list_testbeds(environment=env)}
-    assert listed == {"keep": False, "bad": True}
+    assert [s.name for s in service.list_testbeds(environment=env)] == ["keep"]
+    assert service.corrupt_testbeds() == ["bad"]
+    from tests.hostile_support import run_cli
+    listing = run_cli(["testbed", "list"])
+    assert "bad" in listing.stdout and "corrupt" in listing.stdout and "down bad --force" in listing.stdout
     with pytest.raises(InputError, match=r"bad\.json: unreadable testbed state.*`genie testbed down bad --force`"):
         service.down("bad", environment=env)
     report = service.down("bad", force=True, environment=env)
@@ -45,7 +48,7 @@ def test_a_corrupt_record_is_listed_refused_and_removed_with_force(tmp_path: Pat
     assert report.orphan_namespaces and all(n.startswith("genie-bad-") for n in report.orphan_namespaces)
     assert not [n for n in env.kernel.namespaces if n.startswith("genie-bad-")]
     assert [n for n in env.kernel.namespaces if n.startswith("genie-keep-")]  # the other testbed is untouched
-    assert [s.name for s in service.list_testbeds(environment=env)] == ["keep"]
+    assert service.corrupt_testbeds() == []
 
 
 def test_a_record_naming_a_foreign_namespace_never_makes_genie_touch_it(tmp_path: Path) -> None:

@@ -129,17 +129,17 @@ def verify_command(
 def list_command() -> None:
     """Testbeds recorded in the state directory."""
     summaries = service.list_testbeds()
-    if not summaries:
+    corrupt = service.corrupt_testbeds()
+    if not summaries and not corrupt:
         typer.echo("no testbeds")
         return
     typer.echo(f"{'NAME':<24} {'HOSTS':>5} {'LINKS':>5} {'SHAPER':<10} {'STATE':<10} SOURCE")
     for s in summaries:
         state = "up" if s.complete and s.namespaces_present == s.namespaces_planned else "incomplete"
-        if s.corrupt:
-            typer.echo(f"{s.name:<24} {'-':>5} {'-':>5} {'-':<10} {'corrupt':<10} (genie testbed down {s.name} "
-                       "--force)")
-            continue
         typer.echo(f"{s.name:<24} {s.hosts:>5} {s.links:>5} {s.shaper:<10} {state:<10} {s.source or '-'}")
+    for name in corrupt:
+        typer.echo(f"{name:<24} {'-':>5} {'-':>5} {'-':<10} {'corrupt':<10} "
+                   f"(remove: genie testbed down {name} --force)")
 
 
 def _print_up(info: TestbedInfo) -> None:

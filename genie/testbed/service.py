@@ -48,7 +48,6 @@ class TestbedSummary:
     complete: bool
     namespaces_present: int
     namespaces_planned: int
-    corrupt: bool = False  # the state record cannot be read
 
 
 @dataclass(frozen=True)
@@ -272,14 +271,24 @@ def _emulator_status(testbed: str, process: EmulatorProcess, environment: Testbe
     return EmulatorStatus(process.netns, process.pid, environment.emulator_running(process), stats)
 
 
+def corrupt_testbeds() -> list[str]:
+    """Names of the testbeds whose state record cannot be read (`genie testbed down NAME --force` removes one)."""
+    names = []
+    for name in record_names():
+        try:
+            load_record(name)
+        except GenieError:
+            names.append(name)
+    return names
+
+
 def list_testbeds(*, environment: TestbedEnvironment = KERNEL) -> list[TestbedSummary]:
-    """Every recorded testbed; one whose record cannot be read is listed too (`corrupt`: `down NAME --force`)."""
+    """Every testbed with a readable record (`corrupt_testbeds` names the others)."""
     summaries = []
     for name in record_names():
         try:
             record = load_record(name)
         except GenieError:
-            summaries.append(TestbedSummary(name, None, 0, 0, Shaping.NONE, False, 0, 0, corrupt=True))
             continue
         present = sum(environment.netns_exists(ns) for ns in record.namespaces)
         summaries.append(TestbedSummary(name, record.source, len(record.info.hosts), len(record.info.topology.links),
