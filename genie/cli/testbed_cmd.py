@@ -61,8 +61,10 @@ def status_command(name: str = typer.Argument(..., help="Testbed name.")) -> Non
     """Namespaces, interfaces, addresses, qdiscs (with rates) and routes of a testbed."""
     state = service.status(name)
     info = state.info
-    typer.echo(f"testbed {info.name}: {'up' if state.complete else 'INCOMPLETE'}, shaping {info.shaper}, "
-               f"source {state.source or '-'}")
+    dead = [e for e in state.emulators if not e.running]
+    health = ("BROKEN (link emulator not running: genie testbed down, then up)" if dead
+              else "up" if state.complete else "INCOMPLETE")
+    typer.echo(f"testbed {info.name}: {health}, shaping {info.shaper}, source {state.source or '-'}")
     for host in info.hosts:
         typer.echo(f"  host {host.host}: {host.address} in {host.netns}")
     for ns in state.namespaces:

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from genie.core.errors import RunFailure
 from genie.core.placement import RankPlacement
 from genie.services.launch import LaunchChoice, check_launch, launch_meta, launch_target, resolve_launch
 from genie.services.options import RunOptions
@@ -81,6 +82,19 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
             for warning in target.warnings:
                 run.warn(warning)
-            yield Stage(target, placements, choice, run, fault_plan, opts, capture_end)
+            try:
+                yield Stage(target, placements, choice, run, fault_plan, opts, capture_end)
+            except RunFailure as failure:
+                raise _named_failure(failure, target) from None
             if choice.sessions is not None:
                 run.write("launch.json", json.dumps(launch_meta(opts.launcher, opts.transport, choice), indent=2))
+
+
+def _named_failure(failure: RunFailure, target: Any) -> RunFailure:
+    """A run that failed on a testbed whose link emulator died says so (a rank merely "timed out" otherwise)."""
+    if target.info is None:
+        return failure
+    from genie.testbed import service
+
+    dead = service.dead_emulators(target.info.name)
+    return RunFailure(f"{service.broken_message(target.info.name, dead)}: {failure}") if dead else failure

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from genie.core.errors import RunFailure
 from genie.testbed.verify import Status, VerifyRow
 from genie.testbed.verify_run import VerifySettings
 
@@ -57,13 +58,16 @@ def run_verify(request: VerifyRequest, progress: Callable[[str], None] | None = 
 
     from genie.core.files import write_atomic
     from genie.report.manifest import InputDigest, RunRecorder, topology_summary
-    from genie.testbed.service import load_info
+    from genie.testbed.service import broken_message, dead_emulators, load_info
     from genie.testbed.state import load_record
     from genie.testbed.verify import write_verify_csv
     from genie.testbed.verify_run import verify_testbed
 
     info = load_info(request.testbed)
     record = load_record(request.testbed)
+    dead = dead_emulators(info.name)
+    if dead:  # every measurement across its delay-shaped links would only time out
+        raise RunFailure(broken_message(info.name, dead))
     inputs = (InputDigest("topology", record.source or f"testbed {info.name}", record.source_digest, 1),)
     params = {**dataclasses.asdict(request.settings),
               "pairs": [list(p) for p in request.pairs] if request.pairs is not None else None}

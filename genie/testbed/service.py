@@ -271,6 +271,23 @@ def _emulator_status(testbed: str, process: EmulatorProcess, environment: Testbe
     return EmulatorStatus(process.netns, process.pid, environment.emulator_running(process), stats)
 
 
+def dead_emulators(name: str, *, environment: TestbedEnvironment = KERNEL) -> list[EmulatorProcess]:
+    """The link emulators of testbed `name` that are no longer running (its delay-shaped links are then
+    down: every run on it would time out)."""
+    try:
+        record = load_record(name)
+    except GenieError:
+        return []
+    return [p for p in (EmulatorProcess(*e) for e in record.emulators) if not environment.emulator_running(p)]
+
+
+def broken_message(name: str, dead: list[EmulatorProcess]) -> str:
+    first = dead[0]
+    more = f" (and {len(dead) - 1} more)" if len(dead) > 1 else ""
+    return (f"testbed {name!r} is broken: its link emulator in {first.netns} (pid {first.pid}) is not "
+            f"running{more}; run `genie testbed down {name}` and bring it up again")
+
+
 def corrupt_testbeds() -> list[str]:
     """Names of the testbeds whose state record cannot be read (`genie testbed down NAME --force` removes one)."""
     names = []
