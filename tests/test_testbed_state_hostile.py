@@ -88,3 +88,23 @@ def test_registered_pids_hold_live_processes_only(tmp_path: Path) -> None:
         live.kill()
         live.wait()
     service.down("lk", environment=env)
+
+
+def test_work_directories_of_killed_sessions_are_removed_by_the_next_run(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from genie.engine.session import WORKDIR_PREFIX, remove_stale_workdirs
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = tmp_path / f"{WORKDIR_PREFIX}{gone.pid}-abc"
+    live = tmp_path / f"{WORKDIR_PREFIX}{os.getpid()}-def"
+    parent = tmp_path / f"{WORKDIR_PREFIX}{os.getppid()}-ghi"
+    other = tmp_path / "genie-run-notapid"
+    for path in (stale, live, parent, other):
+        path.mkdir()
+        (path / "rank-0.log").write_text("x")
+    assert remove_stale_workdirs(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and parent.exists() and other.exists()
