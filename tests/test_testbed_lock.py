@@ -3,6 +3,7 @@ its manifest. Fake testbeds in a private state directory (no root, nothing of an
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,20 @@ def test_the_lock_of_a_killed_run_does_not_outlive_it(testbed: str, tmp_path: Pa
         holder.wait()
     with run_lock(testbed):  # SIGKILL released it
         pass
+
+
+def test_links_a_killed_fault_run_left_changed_are_warned_about(testbed: str) -> None:
+    from genie.testbed.state import abandoned_live_changes, live_changes_path, record_live_change
+
+    killed = subprocess.run([sys.executable, "-c", "from genie.testbed.state import record_live_change\n"
+                             "record_live_change('lk', 0, 'degraded'); record_live_change('lk', 2, 'down')"])
+    assert killed.returncode == 0  # it exited without restoring: as a SIGKILLed run would
+    assert abandoned_live_changes(testbed) == {0: "degraded", 2: "down"}
+    with open_target(None, testbed, False, None, command="bench") as target:
+        assert any("left links of lk changed (h0-s0 degraded, h2-s0 down)" in w for w in target.warnings)
+    record_live_change(testbed, 1, "degraded")  # this (live) process: its own change is not abandoned
+    assert abandoned_live_changes(testbed) == {}
+    record_live_change(testbed, 1, None)  # restored; the killed run's links stay noted
+    assert json.loads(live_changes_path(testbed).read_text())["links"] == {"0": "degraded", "2": "down"}
+    service.down(testbed, environment=FakeEnvironment())  # the testbed and its note are gone
+    assert not live_changes_path(testbed).exists()

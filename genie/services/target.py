@@ -72,13 +72,19 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
         yield Target(loopback_placements(ranks or 2), None, "loopback")
         return
     from genie.testbed import service
-    from genie.testbed.state import load_record, run_lock
+    from genie.testbed.state import abandoned_live_changes, load_record, run_lock
 
     if testbed is not None:
         info = service.load_info(testbed)
         record = load_record(testbed)
         warnings = (f"shared testbed: other runs may have used {info.name} at the same time; their traffic is in "
                     "this run's numbers and link counters",) if shared else ()
+        left = abandoned_live_changes(info.name)
+        if left:
+            links = ", ".join(f"{info.topology.links[i].a}-{info.topology.links[i].b} {how}"
+                              for i, how in sorted(left.items()) if i < len(info.topology.links))
+            warnings += (f"a killed fault run left links of {info.name} changed ({links}): this run measures "
+                         f"them so; `genie testbed down {info.name}` and up again restores them",)
         with contextlib.nullcontext() if shared else run_lock(info.name):
             yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
                          info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",

@@ -112,6 +112,7 @@ def delete_record(name: str) -> None:
         record_path(name).unlink()
     except FileNotFoundError:
         pass
+    live_changes_path(name).unlink(missing_ok=True)  # the testbed's links are gone with it
 
 
 def _write_temp(record: TestbedRecord) -> str:
@@ -249,3 +250,53 @@ def run_lock(name: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+# ---- live changes: links a fault run changed, until it restores them -------------------------------------
+def live_changes_path(name: str) -> Path:
+    return state_dir() / f"{name}.live"
+
+
+def record_live_change(name: str, link_index: int, change: str | None) -> None:
+    """Remember that this process left link `link_index` of testbed `name` changed (`change`: "degraded",
+    "down"; None: restored). A run killed before it restores its links leaves the file behind, naming itself."""
+    from genie.testbed.lifecycle import process_start_ticks
+
+    if not record_path(name).exists():
+        return  # not a recorded testbed (nothing would read the note)
+    path = live_changes_path(name)
+    try:
+        doc = json.loads(path.read_bytes())
+        ours = doc.get("pid") == os.getpid()
+        links = {str(k): str(v) for k, v in doc.get("links", {}).items()} if ours else {}
+    except (OSError, ValueError, AttributeError):
+        links = {}
+    # what a killed run left changed stays changed (and noted) until `down`
+    links = {**{str(k): v for k, v in abandoned_live_changes(name).items()}, **links}
+    if change is None:
+        links.pop(str(link_index), None)
+    else:
+        links[str(link_index)] = change
+    if not links:
+        path.unlink(missing_ok=True)
+        return
+    doc = {"pid": os.getpid(), "start": process_start_ticks(os.getpid()), "links": links}
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.live.", dir=state_dir())
+    with os.fdopen(fd, "w") as handle:
+        json.dump(doc, handle)
+    os.replace(tmp, path)
+
+
+def abandoned_live_changes(name: str) -> dict[int, str]:
+    """Links of testbed `name` a run that is gone left changed ({link index: "degraded" or "down"})."""
+    from genie.testbed.lifecycle import process_start_ticks
+
+    try:
+        doc = json.loads(live_changes_path(name).read_bytes())
+        pid, start = int(doc["pid"]), doc.get("start")
+        links = {int(k): str(v) for k, v in doc["links"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    if start is not None and process_start_ticks(pid) == start:
+        return {}  # that run is still going (a --shared run beside it)
+    return links
