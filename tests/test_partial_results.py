@@ -60,3 +60,27 @@ def test_a_replay_that_fails_keeps_its_finished_iterations(tmp_path: Path, monke
     assert manifest["status"] == "failed"
     assert {"ops.csv", "ranks.csv", "replay.json"} <= {f["name"] for f in manifest["files"]}
     assert not list(out.glob(".*"))  # no temporary file left beside them
+
+
+def test_the_next_run_marks_a_killed_runs_manifest_interrupted(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from genie.report.manifest import RunRecorder, read_manifest
+
+    killed = subprocess.run([sys.executable, "-c", "import os, signal\nfrom pathlib import Path\n"
+                             "from genie.report.manifest import RunRecorder\n"
+                             f"with RunRecorder('bench', root=Path({str(tmp_path)!r})) as run:\n"
+                             "    run.write('sweep.csv', 'size\\n1024\\n')\n"
+                             "    os.kill(os.getpid(), signal.SIGKILL)\n"])
+    assert killed.returncode == -signal.SIGKILL
+    (old,) = list(tmp_path.iterdir())
+    assert read_manifest(old).status.value == "running"
+    with RunRecorder("bench", root=tmp_path) as run:
+        assert read_manifest(old).status.value == "interrupted"
+        assert "ended without finishing" in (read_manifest(old).error or "")
+        assert read_manifest(old).file_names() == ("sweep.csv",)
+        assert read_manifest(run.run_dir).status.value == "running"  # a live run is left alone
+    assert os.path.exists(old / "sweep.csv")

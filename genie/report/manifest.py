@@ -83,6 +83,8 @@ class Manifest:
     files: tuple[RunFile, ...] = ()
     summary: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    pid: int | None = None  # the process writing the run, with its start time: a `running` manifest whose
+    pid_start: int | None = None  # process is gone was killed (`mark_abandoned_runs`)
 
     def file_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.files)
@@ -193,6 +195,28 @@ def add_run_files(run_dir: Path, written: Iterable[str]) -> None:
     write_atomic(run_dir / MANIFEST_NAME, manifest_to_json(dataclasses.replace(m, files=tuple(files.values()))))
 
 
+def mark_abandoned_runs(root: Path) -> list[Path]:
+    """Mark `interrupted` every run directory under `root` whose manifest still says `running` although the
+    process writing it is gone (a SIGKILLed run cannot say so itself); its finished files stay listed."""
+    from genie.testbed.lifecycle import process_start_ticks
+
+    marked = []
+    for path in sorted(Path(root).glob(f"*/{MANIFEST_NAME}")) if Path(root).is_dir() else []:
+        try:
+            m = manifest_from_json(read_input(path, InputKind.RUN_FILE), source=str(path))
+        except InputError:
+            continue
+        if m.status is not RunStatus.RUNNING or m.pid is None or m.pid_start is None:
+            continue
+        if process_start_ticks(m.pid) == m.pid_start:
+            continue  # still running
+        done = dataclasses.replace(m, status=RunStatus.INTERRUPTED, ended_at=m.ended_at or utc_now(),
+                                   error=f"the run's process (pid {m.pid}) ended without finishing it (killed?)")
+        write_atomic(path, manifest_to_json(done))
+        marked.append(path.parent)
+    return marked
+
+
 # ---- the recorder ----------------------------------------------------------------------------------------
 class RunRecorder:
     """Context manager around one command's run directory and manifest::
@@ -219,11 +243,15 @@ class RunRecorder:
 
     def __enter__(self) -> RunRecorder:
         check_run_dir(self._out, force=self._force)
+        mark_abandoned_runs(self._root if self._out is None else Path(self._out).parent)
         self._created = self._out is None or not Path(self._out).exists()
         self.run_dir = new_run_dir(self._name, out=self._out, root=self._root)
         self._t0 = self._clock()
+        from genie.testbed.lifecycle import process_start_ticks
+
         self.manifest = Manifest(kind=self._kind, name=self._name, argv=self._argv, started_at=utc_now(),
-                                 kernel=kernel_facts(), inputs=self._inputs, seed=self._seed, params=self._params)
+                                 kernel=kernel_facts(), inputs=self._inputs, seed=self._seed, params=self._params,
+                                 pid=os.getpid(), pid_start=process_start_ticks(os.getpid()))
         self._save()
         return self
 
