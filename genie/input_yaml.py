@@ -88,7 +88,7 @@ def parse_yaml(text: str, source: str) -> object:
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except AliasBudgetExceeded as error:
         where = f"line {error.mark.line + 1}, column {error.mark.column + 1}" if error.mark else None
-        raise InputError(f"invalid YAML: {error} (genie expands at most {ALIAS_BUDGET_NODES} aliased nodes)",
+        raise InputError(f"invalid YAML: {error} (an alias bomb? genie expands no more)",
                          source=source, path=where) from None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
