@@ -52,3 +52,11 @@ def test_verify_refuses_a_broken_testbed(delayed: core_testbed.TestbedInfo) -> N
 
     with pytest.raises(RunFailure, match="testbed 'd' is broken: its link emulator in genie-d-"):
         run_verify(VerifyRequest("d"))
+
+
+def test_a_run_on_a_broken_testbed_is_refused_before_it_starts(delayed: core_testbed.TestbedInfo) -> None:
+    from genie.services.target import open_target
+
+    with pytest.raises(RunFailure, match="testbed 'd' is broken: its link emulator in genie-d-"):
+        with open_target(None, "d", False, None, command="bench"):
+            pass

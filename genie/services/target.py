@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, RunFailure
 
 from genie.core.testbed import Shaping, TestbedInfo
 from genie.core.placement import RankPlacement
@@ -77,6 +77,9 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
     if testbed is not None:
         info = service.load_info(testbed)
         record = load_record(testbed)
+        dead = service.dead_emulators(info.name)
+        if dead:  # every op across its delay-shaped links would only time out: say so now
+            raise RunFailure(service.broken_message(info.name, dead))
         warnings = (f"shared testbed: other runs may have used {info.name} at the same time; their traffic is in "
                     "this run's numbers and link counters",) if shared else ()
         left = abandoned_live_changes(info.name)
