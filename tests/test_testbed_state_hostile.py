@@ -106,5 +106,14 @@ def test_work_directories_of_killed_sessions_are_removed_by_the_next_run(tmp_pat
     for path in (stale, live, parent, other):
         path.mkdir()
         (path / "rank-0.log").write_text("x")
-    assert remove_stale_workdirs(tmp_path) == [stale]
-    assert not stale.exists() and live.exists() and parent.exists() and other.exists()
+    import socket
+    foreign = tmp_path / f"{WORKDIR_PREFIX}{gone.pid}-jkl"  # a dead PID here, a live session elsewhere
+    foreign.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(foreign / "control.sock"))
+    listener.listen(1)
+    try:
+        assert remove_stale_workdirs(tmp_path) == [stale]
+    finally:
+        listener.close()
+    assert not stale.exists() and live.exists() and parent.exists() and other.exists() and foreign.exists()

@@ -339,8 +339,23 @@ def remove_stale_workdirs(directory: Path | None = None) -> list[Path]:
             os.kill(int(owner), 0)
             continue  # its session may still be running
         except ProcessLookupError:
+            if _answers(path / "control.sock"):
+                continue  # a live session of another PID namespace sharing this /tmp
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
         except OSError:
             continue
     return removed
+
+
+def _answers(control_path: Path) -> bool:
+    """Does a session still listen on this control socket?"""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.2)
+        probe.connect(str(control_path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()

@@ -243,7 +243,8 @@ class RunRecorder:
 
     def __enter__(self) -> RunRecorder:
         check_run_dir(self._out, force=self._force)
-        mark_abandoned_runs(self._root if self._out is None else Path(self._out).parent)
+        if self._out is None:  # runs/ is genie's: an --out's parent may hold anything
+            mark_abandoned_runs(self._root)
         self._created = self._out is None or not Path(self._out).exists()
         self.run_dir = new_run_dir(self._name, out=self._out, root=self._root)
         self._t0 = self._clock()
