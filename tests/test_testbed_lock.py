@@ -73,5 +73,6 @@ def test_links_a_killed_fault_run_left_changed_are_warned_about(testbed: str) ->
     assert abandoned_live_changes(testbed) == {}
     record_live_change(testbed, 1, None)  # restored; the killed run's links stay noted
     assert json.loads(live_changes_path(testbed).read_text())["links"] == {"0": "degraded", "2": "down"}
-    service.down(testbed, environment=FakeEnvironment())  # the testbed and its note are gone
+    service.down(testbed, environment=FakeEnvironment())  # the testbed, its note and its lock file are gone
     assert not live_changes_path(testbed).exists()
+    assert not (live_changes_path(testbed).parent / "lk.lock").exists()

@@ -113,6 +113,7 @@ def delete_record(name: str) -> None:
     except FileNotFoundError:
         pass
     live_changes_path(name).unlink(missing_ok=True)  # the testbed's links are gone with it
+    (state_dir() / f"{name}.lock").unlink(missing_ok=True)  # and so is what a run could hold
 
 
 def _write_temp(record: TestbedRecord) -> str:
