@@ -14,7 +14,7 @@ from pathlib import Path
 
 from genie.core.collective import Collective
 from genie.core.errors import InputError
-from genie.core.files import read_input, write_atomic
+from genie.core.files import InputKind, read_input, write_atomic
 
 from astra_adapter.calibrate import CalibratedDim, Calibration
 from astra_adapter.config import TopologyKind
@@ -128,5 +128,5 @@ def load_calibration(path: str | Path) -> Calibration:
     p = Path(path)
     if p.is_dir():
         p = p / CALIBRATION_JSON
-    return parse_calibration(read_input(p), source=str(p))
+    return parse_calibration(read_input(p, InputKind.MEASUREMENTS), source=str(p))
 

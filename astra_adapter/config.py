@@ -20,10 +20,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from genie.core.errors import InputError
-from genie.core.files import read_input
+from genie.core.errors import InputError, shown
+from genie.input_yaml import parse_yaml
+from genie.core.files import InputKind, read_input
 
 GIB_BYTES = 1 << 30
 
@@ -168,18 +168,18 @@ def _number(doc: dict, key: str, source: str, *, minimum: float | None = None, i
         return default
     value = doc[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"expected a number, got {value!r}", source=source, path=key)
+        raise InputError(f"expected a number, got {shown(value)}", source=source, path=key)
     if integer and value != int(value):
-        raise InputError(f"expected an integer, got {value!r}", source=source, path=key)
+        raise InputError(f"expected an integer, got {shown(value)}", source=source, path=key)
     if minimum is not None and value < minimum:
-        raise InputError(f"must be >= {minimum:g}, got {value!r}", source=source, path=key)
+        raise InputError(f"must be >= {minimum:g}, got {shown(value)}", source=source, path=key)
     return int(value) if integer else value
 
 
 def _flag(doc: dict, key: str, source: str) -> bool:
     value = doc.get(key, 0)
     if not isinstance(value, (bool, int, float)):
-        raise InputError(f"expected 0 or 1, got {value!r}", source=source, path=key)
+        raise InputError(f"expected 0 or 1, got {shown(value)}", source=source, path=key)
     return bool(value)
 
 
@@ -191,13 +191,13 @@ def _enum(cls: type[Enum], doc: dict, key: str, source: str, default: Enum) -> A
         if value == member.value or (isinstance(value, str) and value.lower() == str(member.value).lower()):
             return member
     names = ", ".join(str(m.value) for m in cls)
-    raise InputError(f"unknown value {value!r} (expected one of: {names})", source=source, path=key)
+    raise InputError(f"unknown value {shown(value)} (expected one of: {names})", source=source, path=key)
 
 
 def parse_impl(text: str, *, source: str, path: str) -> CollectiveImpl:
     """'ring', 'oneRing', 'direct', 'direct4' (window 4), 'halvingDoubling', 'doubleBinaryTree'..."""
     if not isinstance(text, str):
-        raise InputError(f"expected an implementation name, got {text!r}", source=source, path=path)
+        raise InputError(f"expected an implementation name, got {shown(text)}", source=source, path=path)
     for kind in (ImplKind.ONE_DIRECT, ImplKind.DIRECT):
         if text.startswith(kind.value):
             rest = text[len(kind.value):]
@@ -205,13 +205,13 @@ def parse_impl(text: str, *, source: str, path: str) -> CollectiveImpl:
                 return CollectiveImpl(kind)
             if rest.isdigit() and int(rest) > 0:
                 return CollectiveImpl(kind, int(rest))
-            raise InputError(f"bad direct window in {text!r} (expected e.g. 'direct' or 'direct4')",
+            raise InputError(f"bad direct window in {shown(text)} (expected e.g. 'direct' or 'direct4')",
                              source=source, path=path)
     for kind in ImplKind:
         if text == kind.value:
             return CollectiveImpl(kind)
     names = ", ".join(k.value for k in ImplKind)
-    raise InputError(f"unknown collective implementation {text!r} (expected one of: {names})",
+    raise InputError(f"unknown collective implementation {shown(text)} (expected one of: {names})",
                      source=source, path=path)
 
 
@@ -243,7 +243,7 @@ def parse_system(data: bytes | str, *, source: str = "system.json") -> SystemCon
                          path="preferred-dataset-splits")
     mem_bw = _number(doc, "local-mem-bw", source, default=None)
     if mem_bw is not None and mem_bw <= 0:
-        raise InputError(f"must be > 0 GB/s, got {mem_bw!r}", source=source, path="local-mem-bw")
+        raise InputError(f"must be > 0 GB/s, got {shown(mem_bw)}", source=source, path="local-mem-bw")
     config = SystemConfig(
         scheduling_policy=_enum(SchedulingPolicy, doc, "scheduling-policy", source, SchedulingPolicy.LIFO),
         endpoint_delay_ns=int(delay),
@@ -279,16 +279,16 @@ def _yaml_list(doc: dict, key: str, source: str) -> list:
         raise InputError("missing", source=source, path=key)
     value = doc[key]
     if not isinstance(value, list) or not value:
-        raise InputError(f"expected a non-empty list (one entry per dimension), got {value!r}", source=source,
+        raise InputError(f"expected a non-empty list (one entry per dimension), got {shown(value)}", source=source,
                          path=key)
     return value
 
 
 def parse_network(data: bytes | str, *, source: str = "network.yml") -> NetworkConfig:
     try:
-        doc = yaml.safe_load(_text(data))
-    except yaml.YAMLError as exc:
-        raise InputError(f"not YAML: {exc}".replace("\n", " "), source=source) from None
+        doc = parse_yaml(_text(data), source)
+    except InputError as exc:  # the one YAML loader: duplicate keys and alias bombs refused
+        raise InputError(f"not YAML: {exc.detail}", source=source, path=exc.path) from None
     if not isinstance(doc, dict):
         raise InputError("expected a mapping with topology, npus_count, bandwidth, latency", source=source)
     topologies = _yaml_list(doc, "topology", source)
@@ -302,15 +302,15 @@ def parse_network(data: bytes | str, *, source: str = "network.yml") -> NetworkC
         kind = next((k for k in TopologyKind if k.value == name), None)
         if kind is None:
             names = ", ".join(k.value for k in TopologyKind)
-            raise InputError(f"unknown topology {name!r} (expected one of: {names})", source=source,
+            raise InputError(f"unknown topology {shown(name)} (expected one of: {names})", source=source,
                              path=f"topology[{i}]")
         npus, bw, lat = lists["npus_count"][i], lists["bandwidth"][i], lists["latency"][i]
         if isinstance(npus, bool) or not isinstance(npus, int) or npus <= 1:
-            raise InputError(f"expected an integer > 1, got {npus!r}", source=source, path=f"npus_count[{i}]")
+            raise InputError(f"expected an integer > 1, got {shown(npus)}", source=source, path=f"npus_count[{i}]")
         if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not bw > 0 or not math.isfinite(bw):
-            raise InputError(f"expected a number > 0 (GB/s), got {bw!r}", source=source, path=f"bandwidth[{i}]")
+            raise InputError(f"expected a number > 0 (GB/s), got {shown(bw)}", source=source, path=f"bandwidth[{i}]")
         if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not lat >= 0 or not math.isfinite(lat):
-            raise InputError(f"expected a number >= 0 (ns), got {lat!r}", source=source, path=f"latency[{i}]")
+            raise InputError(f"expected a number >= 0 (ns), got {shown(lat)}", source=source, path=f"latency[{i}]")
         dims.append(NetworkDim(kind, npus, float(bw), float(lat)))
     return NetworkConfig(tuple(dims))
 
@@ -342,12 +342,12 @@ def parse_remote_memory(data: bytes | str, *, source: str = "remote_memory.json"
 
 # ---- paths ---------------------------------------------------------------------------------------------
 def load_system(path: str | Path) -> SystemConfig:
-    return parse_system(read_input(path), source=str(path))
+    return parse_system(read_input(path, InputKind.CONFIG), source=str(path))
 
 
 def load_network(path: str | Path) -> NetworkConfig:
-    return parse_network(read_input(path), source=str(path))
+    return parse_network(read_input(path, InputKind.CONFIG), source=str(path))
 
 
 def load_remote_memory(path: str | Path) -> RemoteMemoryConfig:
-    return parse_remote_memory(read_input(path), source=str(path))
+    return parse_remote_memory(read_input(path, InputKind.CONFIG), source=str(path))

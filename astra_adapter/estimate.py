@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from genie.core.errors import GenieError, InputError
-from genie.core.files import read_input
+from genie.core.files import InputKind, read_input
 from genie.core.intervals import union_ns
 from genie.core.trace import Trace
 
@@ -186,6 +186,7 @@ def estimate_files(workload_prefix: str | Path, system_path: str | Path, network
                          path="queues_per_dim")
     trace = as_astra_reads(read_et_set(workload_prefix))  # duration_micros, as ASTRA-sim reads it
     if comm_group_path is not None:
-        trace = replace(trace, groups=read_comm_groups(read_input(comm_group_path), source=str(comm_group_path)))
+        trace = replace(trace, groups=read_comm_groups(read_input(comm_group_path, InputKind.TRACE),
+                                                          source=str(comm_group_path)))
     return estimate(trace, system, network, remote, symmetry=symmetry, queues_per_dim=queues_per_dim,
                     backend=backend)

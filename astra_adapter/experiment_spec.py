@@ -36,13 +36,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from genie.collectives.registry import choose_algorithm
 from genie.core.collective import Algorithm, Collective
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
+from genie.core.limits import MAX_TIMEOUT_S
 from genie.core.sizes import aligned_size
-from genie.core.files import read_input
+from genie.input_yaml import as_text, parse_yaml
+from genie.core.files import InputKind, read_input
 from genie.core.trace import AttrType, NodeKind, Trace
 from genie.core.units import parse_size_bytes
 from genie.workloads.generators.options import GENERATOR_OPTIONS, GeneratorOptions, generate_from_options
@@ -123,7 +124,7 @@ class _Reader:
     def integer(self, doc: dict, key: str, path: str, default: int, minimum: int) -> int:
         value = doc.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(f"expected an integer >= {minimum}, got {value!r}", f"{path}.{key}" if path else key)
+            raise self.fail(f"expected an integer >= {minimum}, got {shown(value)}", f"{path}.{key}" if path else key)
         return value
 
     def size(self, value: Any, path: str) -> int:
@@ -132,12 +133,12 @@ class _Reader:
         except (ValueError, TypeError) as exc:
             raise self.fail(str(exc), path) from None
         if size < 1:
-            raise self.fail(f"expected a positive size, got {value!r}", path)
+            raise self.fail(f"expected a positive size, got {shown(value)}", path)
         return size
 
     def path(self, value: Any, path: str, base: Path) -> Path:
         if not isinstance(value, str) or not value.strip():
-            raise self.fail(f"expected a path, got {value!r}", path)
+            raise self.fail(f"expected a path, got {shown(value)}", path)
         p = Path(value)
         return p if p.is_absolute() else base / p
 
@@ -147,9 +148,9 @@ def parse_experiment(data: bytes | str, *, source: str = "experiment.yaml", base
     r = _Reader(source)
     base = base or Path(".")
     try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        raise r.fail(f"not YAML: {exc}".replace("\n", " ")) from None
+        doc = parse_yaml(as_text(data, source, reader="parse_experiment"), source)
+    except InputError as exc:  # the one YAML loader: duplicate keys and alias bombs refused
+        raise r.fail(f"not YAML: {exc.detail}", exc.path) from None
     doc = r.mapping(doc, "", _TOP_KEYS)
     if not doc:
         raise r.fail("empty experiment (expected workload and topology)")
@@ -158,21 +159,21 @@ def parse_experiment(data: bytes | str, *, source: str = "experiment.yaml", base
             raise r.fail("missing", key)
     name = doc.get("name", Path(source).stem)
     if not isinstance(name, str) or not name.strip():
-        raise r.fail(f"expected a non-empty string, got {name!r}", "name")
+        raise r.fail(f"expected a non-empty string, got {shown(name)}", "name")
     workload = _workload(r, doc["workload"], base)
     algorithms = _algorithms(r, doc.get("algorithms"))
     sweep = r.mapping(doc.get("sweep"), "sweep", ("iterations", "warmup", "grid"))
     grid = sweep.get("grid", list(DEFAULT_GRID_BYTES))
     if not isinstance(grid, list):
-        raise r.fail(f"expected a list of sizes, got {grid!r}", "sweep.grid")
+        raise r.fail(f"expected a list of sizes, got {shown(grid)}", "sweep.grid")
     replay_doc = r.mapping(doc.get("replay"), "replay", ("iterations", "warmup", "timeout"))
     timeout = replay_doc.get("timeout", 120)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise r.fail(f"expected seconds > 0, got {timeout!r}", "replay.timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise r.fail(f"expected seconds > 0 (at most {MAX_TIMEOUT_S:.0f}), got {shown(timeout)}", "replay.timeout")
     estimate_doc = r.mapping(doc.get("estimate"), "estimate", ("share_nic", "fit_endpoint_delay"))
     for key in ("share_nic", "fit_endpoint_delay"):
         if not isinstance(estimate_doc.get(key, False), bool):
-            raise r.fail(f"expected true or false, got {estimate_doc[key]!r}", f"estimate.{key}")
+            raise r.fail(f"expected true or false, got {shown(estimate_doc[key])}", f"estimate.{key}")
     return ExperimentSpec(
         name=name.strip(), source=source, workload=workload,
         topology_path=r.path(doc["topology"], "topology", base), algorithms=algorithms,
@@ -192,7 +193,7 @@ def _workload(r: _Reader, value: Any, base: Path) -> WorkloadSpec:
         raise r.fail("give exactly one of trace (a file or prefix) or generate (generator options)", "workload")
     npus = doc.get("npus")
     if npus is not None and (isinstance(npus, bool) or not isinstance(npus, int) or npus < 1):
-        raise r.fail(f"expected a positive integer, got {npus!r}", "workload.npus")
+        raise r.fail(f"expected a positive integer, got {shown(npus)}", "workload.npus")
     if "trace" in doc:
         return WorkloadSpec(trace_path=r.path(doc["trace"], "workload.trace", base), npus=npus)
     gen = r.mapping(doc["generate"], "workload.generate", GENERATOR_OPTIONS)
@@ -214,7 +215,7 @@ def _algorithms(r: _Reader, value: Any) -> tuple[tuple[Collective, Algorithm], .
 
 def load_experiment(path: str | Path) -> ExperimentSpec:
     p = Path(path)
-    return parse_experiment(read_input(p), source=str(p), base=p.parent)
+    return parse_experiment(read_input(p, InputKind.EXPERIMENT), source=str(p), base=p.parent)
 
 
 # ---- the workload -------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from statistics import median
 from genie.collectives.registry import choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
+from genie.core.files import InputKind, read_input
 from genie.core.sizes import trace_op_size
 from genie.core.trace import NodeKind, Trace, TraceNode
 
@@ -185,14 +186,14 @@ def read_measurements(run_dirs: list[str | Path] | tuple) -> tuple[Measurement, 
         path = Path(entry)
         csv_path = path / SWEEP_FILE if path.is_dir() else path
         try:
-            data = csv_path.read_bytes()
-        except OSError as exc:
+            data = read_input(csv_path, InputKind.MEASUREMENTS)
+        except InputError as exc:
             hint = " (expected a `genie bench` or `genie experiment` run directory)" if path.is_dir() else ""
-            raise InputError(f"cannot read {SWEEP_FILE}: {exc.strerror or exc}{hint}", source=str(path)) from None
+            raise InputError(f"{exc.detail}{hint}", source=str(csv_path)) from None
         found = parse_sweep_csv(data, source=str(csv_path))
         detail_path = csv_path.with_name(DETAIL_FILE)
         if detail_path.is_file():
-            detail = parse_detail_csv(detail_path.read_bytes(), source=str(detail_path))
+            detail = parse_detail_csv(read_input(detail_path, InputKind.MEASUREMENTS), source=str(detail_path))
             found = tuple(_detailed(m, detail.get((m.collective, m.algorithm, m.ranks, m.size_bytes))) for m in found)
         rows.extend(found)
     if not rows:

@@ -76,9 +76,9 @@ def parse(
 ) -> None:
     """Turn a real ASTRA-sim log into estimate.csv."""
     from astra_adapter.output import parse_astra_output, write_estimate_csv
-    from genie.core.files import read_input
+    from genie.core.files import InputKind, read_input
 
-    result = parse_astra_output(read_input(stdout_file), source=str(stdout_file))
+    result = parse_astra_output(read_input(stdout_file, InputKind.MEASUREMENTS), source=str(stdout_file))
     typer.echo(_summary(result, write_estimate_csv(result, out)))
 
 

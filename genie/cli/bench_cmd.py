@@ -46,6 +46,9 @@ def parse_nccl_size(text: str, option: str) -> int:
 
 
 def _parse_collectives(values: list[str]) -> tuple[Collective, ...]:
+    """The --collective values (repeated or comma-separated); none given: all_reduce."""
+    if not values:
+        return (Collective.ALL_REDUCE,)
     out: list[Collective] = []
     for value in values:
         for part in value.split(","):
@@ -54,7 +57,7 @@ def _parse_collectives(values: list[str]) -> tuple[Collective, ...]:
                     out.append(Collective.parse(part))
                 except ValueError as exc:
                     raise InputError(str(exc), path="--collective") from None
-    return tuple(out) or (Collective.ALL_REDUCE,)
+    return tuple(out)  # `-c ""` names no collective: the service refuses it
 
 
 def _check_count(check: str, collective: list[str]) -> int:
@@ -63,7 +66,8 @@ def _check_count(check: str, collective: list[str]) -> int:
         return int(check)
     except ValueError:
         pass
-    _parse_collectives([check])  # an error names --collective when it is not a collective either
+    if not _parse_collectives([check]):  # an error names --collective when it is not a collective either
+        raise InputError("names no collective; expected at least one (such as all_reduce)", path="--collective")
     typer.echo(f"genie bench: -c {check}: -c is nccl-tests' --check count; use --collective {check}", err=True)
     collective.append(check)
     return 1

@@ -44,6 +44,9 @@ _LAUNCH = (
     ("faults_file", Optional[Path], typer.Option(
         None, "--faults", metavar="FILE", help="Inject the faults of this YAML file live during the run "
                                                "(docs/faults.md).")),
+    ("shared", bool, typer.Option(False, "--shared", help="Run on a --testbed another run may be using at the "
+                                                          "same time (the manifest warns; numbers are disturbed).")),
+    ("force", bool, typer.Option(False, "--force", help="Write into an --out directory that already holds files.")),
     ("fault", list[str], typer.Option(
         [], "--fault", metavar="SPEC",
         help="Inject one fault, e.g. 'degrade h3-s0 rate=100mbit at=op10', 'flap h1-s0 for=200ms at=2s' "

@@ -46,11 +46,13 @@ def up_command(
 def down_command(
     name: Optional[str] = typer.Argument(None, help="Testbed to tear down."),
     all_testbeds: bool = typer.Option(False, "--all", help="Every testbed, plus leftover genie-* namespaces."),
+    force: bool = typer.Option(False, "--force", help="Forget a corrupt or foreign state record of NAME and remove "
+                                                      "only its genie-NAME-* namespaces."),
 ) -> None:
     """End the testbed's processes and remove everything it created."""
     if (name is None) == (not all_testbeds):
         raise InputError("give a testbed NAME or --all (not both)", path="down")
-    report = service.down_all() if all_testbeds else service.down(name)  # type: ignore[arg-type]
+    report = service.down_all() if all_testbeds else service.down(name, force=force)  # type: ignore[arg-type]
     _print_down(report)
 
 
@@ -59,8 +61,10 @@ def status_command(name: str = typer.Argument(..., help="Testbed name.")) -> Non
     """Namespaces, interfaces, addresses, qdiscs (with rates) and routes of a testbed."""
     state = service.status(name)
     info = state.info
-    typer.echo(f"testbed {info.name}: {'up' if state.complete else 'INCOMPLETE'}, shaping {info.shaper}, "
-               f"source {state.source or '-'}")
+    dead = [e for e in state.emulators if not e.running]
+    health = ("BROKEN (link emulator not running: genie testbed down, then up)" if dead
+              else "up" if state.complete else "INCOMPLETE")
+    typer.echo(f"testbed {info.name}: {health}, shaping {info.shaper}, source {state.source or '-'}")
     for host in info.hosts:
         typer.echo(f"  host {host.host}: {host.address} in {host.netns}")
     for ns in state.namespaces:
@@ -127,13 +131,17 @@ def verify_command(
 def list_command() -> None:
     """Testbeds recorded in the state directory."""
     summaries = service.list_testbeds()
-    if not summaries:
+    corrupt = service.corrupt_testbeds()
+    if not summaries and not corrupt:
         typer.echo("no testbeds")
         return
     typer.echo(f"{'NAME':<24} {'HOSTS':>5} {'LINKS':>5} {'SHAPER':<10} {'STATE':<10} SOURCE")
     for s in summaries:
         state = "up" if s.complete and s.namespaces_present == s.namespaces_planned else "incomplete"
         typer.echo(f"{s.name:<24} {s.hosts:>5} {s.links:>5} {s.shaper:<10} {state:<10} {s.source or '-'}")
+    for name in corrupt:
+        typer.echo(f"{name:<24} {'-':>5} {'-':>5} {'-':<10} {'corrupt':<10} "
+                   f"(remove: genie testbed down {name} --force)")
 
 
 def _print_up(info: TestbedInfo) -> None:

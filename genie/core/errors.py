@@ -24,3 +24,17 @@ class EnvironmentProblem(GenieError):
 
 class RunFailure(GenieError):
     """A run started but could not finish (dead peer, op timeout)."""
+
+
+SHOWN_CHARS = 60
+
+
+def shown(value: object) -> str:
+    """`value` quoted for an error message, cut to about SHOWN_CHARS characters: an error names the offending
+    value, it never prints a whole document (a value expanded from YAML aliases can be megabytes)."""
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > 64:
+        return f"a {type(value).__name__} of {len(value)} items"
+    text = repr(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS - 20]}... ({len(text)} characters)"

@@ -197,7 +197,7 @@ class Setup:
     job: Job
     socket_buffer_bytes: int | None = None
     spin_s: float = 0.0
-    connect_timeout_s: float = 30.0
+    connect_timeout_s: float | None = None  # None: the job's op timeout
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,7 @@ def _addresses(v: Any) -> dict[int, tuple[str, int]]:
 #: per message kind, how each field's JSON value becomes its typed value (fields absent here are plain ints)
 _FIELD_DECODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
     MessageKind.SETUP: {"addresses": _addresses, "job": job_from_json, "socket_buffer_bytes": _optional(int),
-                        "spin_s": float, "connect_timeout_s": float},
+                        "spin_s": float, "connect_timeout_s": _optional(float)},
     MessageKind.BARRIER: {"timed": _flag, "fault_point": _optional(int), "case": _optional(int),
                           "iterations": _pairs, "restarts": _ints},
     MessageKind.CASE_RESULT: {"iterations": _pairs, "steps": _rows, "restarts": _ints, "records": _triples},

@@ -8,7 +8,11 @@ Sizes accept ``B``, ``K``/``KiB`` (1024) , ``KB`` (1000), ``M``/``MiB``, ``MB``,
 
 from __future__ import annotations
 
+import math
 import re
+
+from genie.core.errors import shown
+from genie.core.limits import MAX_RATE_BPS, MAX_SIZE_BYTES, MAX_TIME_NS
 
 _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*"
 
@@ -26,8 +30,18 @@ _SIZE_UNITS = {
 def _split(text: str, what: str) -> tuple[float, str]:
     m = re.fullmatch(_NUMBER + r"(?P<unit>[A-Za-z]*)", str(text).strip())
     if not m:
-        raise ValueError(f"expected a {what} such as {_EXAMPLES[what]}, got {text!r}")
-    return float(m.group("num")), m.group("unit").lower()
+        raise ValueError(f"expected a {what} such as {_EXAMPLES[what]}, got {shown(text)}")
+    value = float(m.group("num"))
+    if not math.isfinite(value):
+        raise ValueError(f"expected a {what} such as {_EXAMPLES[what]}, got {shown(text)} (too large a number)")
+    return value, m.group("unit").lower()
+
+
+def _bounded(value: float, limit: int, text: object, what: str, shown_limit: str) -> int:
+    """`value` rounded; past `limit` (or not finite) a ValueError naming the limit, before any int overflows."""
+    if not value <= limit:
+        raise ValueError(f"expected a {what} of at most {shown_limit}, got {shown(text)}")
+    return round(value)
 
 
 _EXAMPLES = {"rate": "'100mbit' or '25gbit'", "time": "'50us' or '2ms'", "size": "'1KiB' or '64M'"}
@@ -42,8 +56,8 @@ def parse_rate_bps(text: str) -> int:
                          f"iperf as bits; write '{value:g}{bits}' for bits per second or '{value * 8:g}{bits}' "
                          "for that many bytes per second")
     if unit not in _RATE_UNITS_BPS:
-        raise ValueError(f"expected a rate with a unit (bit, kbit, mbit, gbit, tbit), got {text!r}")
-    return round(value * _RATE_UNITS_BPS[unit])
+        raise ValueError(f"expected a rate with a unit (bit, kbit, mbit, gbit, tbit), got {shown(text)}")
+    return _bounded(value * _RATE_UNITS_BPS[unit], MAX_RATE_BPS, text, "rate", "10tbit")
 
 
 def parse_time_ns(text: str | int | float) -> int:
@@ -54,18 +68,18 @@ def parse_time_ns(text: str | int | float) -> int:
     if unit not in _TIME_UNITS_NS:
         if unit == "" and value == 0:
             return 0
-        raise ValueError(f"expected a time with a unit (ns, us, ms, s), got {text!r}")
-    return round(value * _TIME_UNITS_NS[unit])
+        raise ValueError(f"expected a time with a unit (ns, us, ms, s), got {shown(text)}")
+    return _bounded(value * _TIME_UNITS_NS[unit], MAX_TIME_NS, text, "time", "30 days")
 
 
 def parse_size_bytes(text: str | int) -> int:
     """'64M' -> 67108864, '1KB' -> 1000, 4096 -> 4096."""
     if isinstance(text, int) and not isinstance(text, bool):
-        return text
+        return _bounded(text, MAX_SIZE_BYTES, text, "size", "1TiB")
     value, unit = _split(str(text), "size")
     if unit not in _SIZE_UNITS:
-        raise ValueError(f"expected a size such as '1KiB', '64M' or '4096', got {text!r}")
-    return round(value * _SIZE_UNITS[unit])
+        raise ValueError(f"expected a size such as '1KiB', '64M' or '4096', got {shown(text)}")
+    return _bounded(value * _SIZE_UNITS[unit], MAX_SIZE_BYTES, text, "size", "1TiB")
 
 
 def format_rate(bps: int) -> str:
@@ -89,6 +103,7 @@ def parse_nccl_size_bytes(text: str | int) -> int:
         return text
     m = re.fullmatch(_NUMBER + r"(?P<unit>(?:[kKmMgG](?:i?[bB])?|[bB])?)", str(text).strip())
     if not m:
-        raise ValueError(f"expected a size such as '1K', '64M' or '4096' (K, M, G are powers of 1024), got {text!r}")
+        raise ValueError(f"expected a size such as '1K', '64M' or '4096' (K, M, G are powers of 1024), "
+                         f"got {shown(text)}")
     scale = {"k": 1024, "m": 1024**2, "g": 1024**3}.get(m.group("unit")[:1].lower(), 1)
-    return int(float(m.group("num")) * scale)
+    return _bounded(float(m.group("num")) * scale, MAX_SIZE_BYTES, text, "size", "1TiB")

@@ -195,11 +195,12 @@ class _Verifier:
 
 
 def run_job_over_tcp(job: Job, rank: int, listener: socket.socket, addresses: dict[int, tuple[str, int]],
-                     control: Control, sockets: dict, *, connect_timeout_s: float = 30.0,
+                     control: Control, sockets: dict, *, connect_timeout_s: float | None = None,
                      socket_buffer_bytes: int | None = None, spin_s: float = 0.0) -> SocketTransport | None:
     """Connect to the peers the job needs (one TCP connection per (channel, peer)), close `listener`, run the
     job (bench or replay). The connections land in `sockets`, and the bench transport is returned: the caller
-    closes them (also on failure) once every rank is done."""
+    closes them (also on failure) once every rank is done. Connecting may take the job's op timeout unless
+    `connect_timeout_s` says otherwise."""
     match job:
         case ReplayJob():
             links = job.program.links
@@ -207,7 +208,8 @@ def run_job_over_tcp(job: Job, rank: int, listener: socket.socket, addresses: di
             links = frozenset((0, peer) for peer in job_peers(job, rank))
         case _:
             raise RunFailure(f"rank {rank}: cannot run a {type(job).__name__}")
-    sockets.update(connect_mesh(rank, listener, addresses, links, timeout_s=connect_timeout_s,
+    timeout_s = job.timeout_s if connect_timeout_s is None else connect_timeout_s
+    sockets.update(connect_mesh(rank, listener, addresses, links, timeout_s=timeout_s,
                                 buffer_bytes=socket_buffer_bytes))
     listener.close()
     if isinstance(job, ReplayJob):

@@ -9,6 +9,7 @@ rank, whatever started the ranks: `RankSession` starts them as processes (``pyth
 from __future__ import annotations
 
 import selectors
+import os
 import shutil
 import socket
 import subprocess
@@ -241,7 +242,8 @@ class RankSession:
             on_case: Callable[[int, dict[int, CaseResult]], None] | None = None) -> SessionResult:
         """Run `job` (the same for every rank, or a function of the rank) to the end; `on_case(case, per_rank)`
         is called as soon as every rank has reported a case (a bench size, a replay iteration)."""
-        workdir = Path(tempfile.mkdtemp(prefix="genie-run-"))
+        remove_stale_workdirs()
+        workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             path = str(workdir / "control.sock")
@@ -317,3 +319,43 @@ class RankSession:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
+
+
+WORKDIR_PREFIX = "genie-run-"
+
+
+def remove_stale_workdirs(directory: Path | None = None) -> list[Path]:
+    """Remove the ``genie-run-<pid>-*`` work directories (control socket, rank logs) of sessions whose process
+    is gone — a SIGKILLed run cannot remove its own. Only this user's directories, only of dead PIDs."""
+    root = Path(directory or tempfile.gettempdir())
+    removed = []
+    for path in root.glob(f"{WORKDIR_PREFIX}*"):
+        owner = path.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if not owner.isdigit() or int(owner) == os.getpid():
+            continue
+        try:
+            if path.lstat().st_uid != os.getuid() or not path.is_dir() or path.is_symlink():
+                continue
+            os.kill(int(owner), 0)
+            continue  # its session may still be running
+        except ProcessLookupError:
+            if _answers(path / "control.sock"):
+                continue  # a live session of another PID namespace sharing this /tmp
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
+def _answers(control_path: Path) -> bool:
+    """Does a session still listen on this control socket?"""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.2)
+        probe.connect(str(control_path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()

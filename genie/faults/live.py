@@ -144,8 +144,14 @@ class LiveTestbed:
             time.sleep(0.01)
 
     # ---- LiveNetwork
+    def _remember(self, link_index: int, change: str | None) -> None:
+        from genie.testbed.state import record_live_change
+
+        record_live_change(self.info.name, link_index, change)
+
     def degrade(self, target: LinkTarget, fault: PlannedFault) -> None:
         updates = {k: v for k, v in dataclasses.asdict(fault.fault.change).items() if v is not None}
+        self._remember(target.link_index, "degraded")  # before the change: a kill mid-way still leaves a note
         for end in self._ends(target):
             self._reshape(end, dataclasses.replace(self.configured(end), **updates))
         self._push_overrides()
@@ -154,8 +160,16 @@ class LiveTestbed:
         for end in self._ends(target):
             self._reshape(end, self.configured(end))
         self._push_overrides()
+        self._remember(target.link_index, None)
 
     def set_link_up(self, target: LinkTarget, up: bool) -> None:
+        if not up:
+            self._remember(target.link_index, "down")
+        self._set_link_up(target, up)
+        if up:
+            self._remember(target.link_index, None)
+
+    def _set_link_up(self, target: LinkTarget, up: bool) -> None:
         netlink = self._netlink()
         ends = [e for e in self.info.link_ends if e.link_index == target.link_index]
         for end in ends:

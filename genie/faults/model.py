@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from genie.core.errors import shown
 from genie.core.units import format_rate
 from genie.topology.link_properties import format_time_us
 
@@ -28,7 +29,7 @@ class FaultKind(Enum):
         for kind in cls:
             if kind.value == key:
                 return kind
-        raise ValueError(f"unknown fault kind {text!r} (expected one of: {', '.join(k.value for k in cls)})")
+        raise ValueError(f"unknown fault kind {shown(text)} (expected one of: {', '.join(k.value for k in cls)})")
 
 
 class LinkDirection(Enum):

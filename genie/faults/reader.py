@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
 from genie.core.units import parse_rate_bps, parse_time_ns
 from genie.faults.model import Fault, FaultKind, ShapeChange, Trigger
 from genie.input_yaml import as_text, describe, parse_yaml
@@ -57,7 +57,7 @@ def _time_s(value: object, source: str | None, path: str, *, positive: bool) -> 
     except ValueError as exc:
         raise _fail(str(exc), source, path) from None
     if positive and ns <= 0:
-        raise _fail(f"expected a time > 0, got {value!r}", source, path)
+        raise _fail(f"expected a time > 0, got {shown(value)}", source, path)
     return ns / 1e9
 
 
@@ -102,7 +102,7 @@ def _trigger(doc: Mapping[str, Any], source: str | None, path: str) -> Trigger:
     if at_op is not None:
         return Trigger(at_op=_int(at_op, "an op index >= 0", source, f"{path}.at_op"))
     if isinstance(at, str) and at.strip().startswith("-"):
-        raise _fail(f"expected a time >= 0, got {at!r}", source, f"{path}.at")
+        raise _fail(f"expected a time >= 0, got {shown(at)}", source, f"{path}.at")
     return Trigger(at_s=_time_s(at, source, f"{path}.at", positive=False))
 
 
@@ -154,20 +154,20 @@ def _shape_change(doc: Mapping[str, Any], source: str | None, path: str) -> Shap
     if doc.get("rate") is not None:
         value = doc["rate"]
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            raise _fail(f"expected a rate with a unit such as '100mbit', got {value!r} (unit missing)", source,
+            raise _fail(f"expected a rate with a unit such as '100mbit', got {shown(value)} (unit missing)", source,
                         f"{path}.rate")
         try:
             values["rate_bps"] = parse_rate_bps(str(value))
         except ValueError as exc:
             raise _fail(str(exc), source, f"{path}.rate") from None
         if values["rate_bps"] < 8:
-            raise _fail(f"expected a rate of at least 8bit, got {value!r}", source, f"{path}.rate")
+            raise _fail(f"expected a rate of at least 8bit, got {shown(value)}", source, f"{path}.rate")
     for key, field in (("delay", "delay_us"), ("jitter", "jitter_us")):
         if doc.get(key) is not None:
             value = doc[key]
             if isinstance(value, str) and value.strip().startswith("-") or \
                     isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-                raise _fail(f"expected a time >= 0, got {value!r}", source, f"{path}.{key}")
+                raise _fail(f"expected a time >= 0, got {shown(value)}", source, f"{path}.{key}")
             values[field] = _time_s(value, source, f"{path}.{key}", positive=False) * 1e6
     if doc.get("loss") is not None:
         loss = _number(doc["loss"], source, f"{path}.loss")
@@ -204,7 +204,7 @@ def parse_fault_spec(spec: str, *, path: str = "fault") -> Fault:
     try:
         tokens = shlex.split(spec)
     except ValueError as exc:
-        raise _fail(f"cannot split {spec!r}: {exc}", None, path) from None
+        raise _fail(f"cannot split {shown(spec)}: {exc}", None, path) from None
     if not tokens:
         raise _fail("empty fault spec (expected e.g. 'degrade h3-s0 rate=100mbit at=2s')", None, path)
     doc: dict[str, Any] = {"kind": tokens[0]}
@@ -223,7 +223,7 @@ def parse_fault_spec(spec: str, *, path: str = "fault") -> Fault:
         positional = positional[0].split("->", 1)
     slots = {FaultKind.STRAGGLER: ("rank",), FaultKind.CROSS_TRAFFIC: ("src", "dst")}.get(kind, ("link",))
     if len(positional) > len(slots):
-        raise _fail(f"unexpected {positional[len(slots)]!r} (expected key=value after the target)", None, path)
+        raise _fail(f"unexpected {shown(positional[len(slots)])} (expected key=value after the target)", None, path)
     for slot, value in zip(slots, positional):
         if slot in doc:
             raise _fail(f"`{slot}` given twice", None, f"{path}.{slot}")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from genie.core.errors import InputError, RunFailure
-from genie.core.files import read_input
+from genie.core.files import InputKind, read_input
 from genie.core.protocol import Straggler
 from genie.core.testbed import Shaping, TestbedInfo
 from genie.faults.injector import FaultInjector
@@ -30,7 +30,7 @@ def read_faults(path: Path | None, specs: Sequence[str]) -> list[Fault]:
     """Faults of ``--faults FILE`` followed by those of each ``--fault SPEC`` (InputError: exit code 2)."""
     faults: list[Fault] = []
     if path is not None:
-        faults += read_faults_yaml(read_input(path), source=str(path))
+        faults += read_faults_yaml(read_input(path, InputKind.FAULTS), source=str(path))
     return faults + parse_fault_specs(list(specs))
 
 

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
 from genie.core.testbed import TestbedInfo
 from genie.faults.model import Fault, FaultKind, FaultPlan, LinkTarget, PlannedFault
 from genie.topology.link_properties import shape_problems
@@ -64,14 +64,14 @@ def resolve_link(info: TestbedInfo, text: str, *, source: str | None, path: str)
     names = link_names(info)
     hint = did_you_mean(spec.replace("->", "-").replace(":", "-"),
                         names + [f"{e.node}-{e.peer}" for e in info.link_ends])
-    raise InputError(f"no link {spec!r} in testbed {info.name}{hint} (links: {', '.join(names)})",
+    raise InputError(f"no link {shown(spec)} in testbed {info.name}{hint} (links: {', '.join(names)})",
                      source=source, path=path)
 
 
 def _check_host(info: TestbedInfo, host: str, fault: Fault, key: str) -> None:
     hosts = [h.host for h in info.hosts]
     if host not in hosts:
-        raise InputError(f"no host {host!r} in testbed {info.name}{did_you_mean(host, hosts)} "
+        raise InputError(f"no host {shown(host)} in testbed {info.name}{did_you_mean(host, hosts)} "
                          f"(hosts: {', '.join(hosts)})", source=fault.source, path=f"{fault.path}.{key}")
 
 

@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from typing import IO, Any
 
-from genie.core.errors import InputError
-from genie.core.files import read_input
+from genie.core.errors import InputError, shown
+from genie.core.files import InputKind, read_input
 from genie.input_yaml import as_text, describe, parse_yaml
 from genie.inventory.model import DEFAULT_INVENTORY_NAME, Inventory, InventoryHost
 from genie.inventory.validation import (HOST_FIELD_CHECKS, InventoryPaths, host_name_problem,
@@ -40,7 +40,7 @@ def load_inventory(data: str | bytes | IO[str] | IO[bytes], *, source: str = "<s
 
 def load_inventory_file(path: str | os.PathLike[str]) -> Inventory:
     """Read an inventory YAML file; errors name the file."""
-    return load_inventory(read_input(path, "inventory file"), source=os.fspath(path))
+    return load_inventory(read_input(path, InputKind.INVENTORY), source=os.fspath(path))
 
 
 # --- YAML ------------------------------------------------------------------------------------------------
@@ -55,7 +55,7 @@ def _check_keys(mapping: dict[Any, Any], allowed: tuple[str, ...], path: str, fa
         if not isinstance(key, str):
             raise fail(where, f"expected a key among {', '.join(allowed)}, got {describe(key)}")
         if key not in allowed:
-            raise fail(where, f"unknown key {key!r}{did_you_mean(key, allowed)}; expected one of: {', '.join(allowed)}")
+            raise fail(where, f"unknown key {shown(key)}{did_you_mean(key, allowed)}; expected one of: {', '.join(allowed)}")
 
 
 def _read_fields(mapping: dict[str, Any], keys: tuple[str, ...], path: str, fail: _Fail) -> dict[str, Any]:

@@ -11,7 +11,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
+from genie.core.limits import MAX_RANKS
 from genie.input_yaml import describe
 from genie.inventory.model import Inventory, InventoryHost
 from genie.topology.validation import node_name_problem, topology_name_problem
@@ -58,6 +59,8 @@ def host_name_problem(name: object) -> str | None:
 def ranks_problem(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return f"expected the number of ranks on the host (an integer >= 1), got {describe(value)}"
+    if value > MAX_RANKS:
+        return f"expected at most {MAX_RANKS} ranks on the host (genie runs at most {MAX_RANKS} ranks), got {value}"
     return None
 
 
@@ -81,7 +84,7 @@ def interface_problem(value: object) -> str | None:
         return f"{expected}, got {describe(value)}"
     if (not value or len(value.encode()) > MAX_IFNAME_CHARS or value in (".", "..")
             or _IFNAME_FORBIDDEN.search(value)):
-        return f"{expected}, got {value!r}"
+        return f"{expected}, got {shown(value)}"
     return None
 
 
@@ -91,13 +94,13 @@ def subnet_problem(value: object) -> str | None:
     if not isinstance(value, str) or "/" not in value:
         return f"{expected}, got {describe(value)}"
     if ":" in value:
-        return f"{_IPV6_UNSUPPORTED}; {expected}, got {value!r}"
+        return f"{_IPV6_UNSUPPORTED}; {expected}, got {shown(value)}"
     try:
         network = ipaddress.IPv4Network(value.strip(), strict=True)
     except ValueError as error:
-        return f"{expected}, got {value!r} ({error})"
+        return f"{expected}, got {shown(value)} ({error})"
     if network.is_multicast or network.is_reserved or network.overlaps(ipaddress.IPv4Network("0.0.0.0/8")):
-        return f"{expected}, got {value!r} (multicast, reserved or 'this network' range)"
+        return f"{expected}, got {shown(value)} (multicast, reserved or 'this network' range)"
     return None
 
 
@@ -107,18 +110,18 @@ def address_problem(value: object) -> str | None:
     if not isinstance(value, str) or not value:
         return f"{expected}, got {describe(value)}"
     if ":" in value:
-        return f"{_IPV6_UNSUPPORTED}; {expected}, got {value!r}"
+        return f"{_IPV6_UNSUPPORTED}; {expected}, got {shown(value)}"
     if _NUMERIC.fullmatch(value):
         try:
             ip = ipaddress.IPv4Address(value)
         except ValueError as error:
-            return f"{expected}, got {value!r} (not a valid IPv4 address: {error})"
+            return f"{expected}, got {shown(value)} (not a valid IPv4 address: {error})"
         if ip.is_unspecified or ip.is_multicast or ip.is_reserved or ip == ipaddress.IPv4Address("255.255.255.255"):
-            return f"{expected}, got {value!r} (not a unicast host address)"
+            return f"{expected}, got {shown(value)} (not a unicast host address)"
         return None
     name = value[:-1] if value.endswith(".") else value
     if len(name) > MAX_HOSTNAME_CHARS or not all(_HOSTNAME_LABEL.fullmatch(label) for label in name.split(".")):
-        return (f"{expected}, got {value!r} (a hostname is dot-separated labels of 1-63 letters, digits and "
+        return (f"{expected}, got {shown(value)} (a hostname is dot-separated labels of 1-63 letters, digits and "
                 "'-', not starting or ending with '-')")
     return None
 
@@ -184,16 +187,19 @@ def validate_inventory(inventory: Inventory, *, source: str = "<inventory>",
             raise fail(located.get(field, f"hosts[{index}].{field}"), problem)
         if host.name in first_name:
             first = first_name[host.name]
-            raise fail(where.names[index], f"duplicate host name {host.name!r} (first defined at "
+            raise fail(where.names[index], f"duplicate host name {shown(host.name)} (first defined at "
                                            f"{_entry(where.names[first])}); expected every host name to be unique")
         first_name[host.name] = index
         key = normalized_address(host.address)
         if key in first_address:
             first = first_address[key]
-            raise fail(where.addresses[index], f"duplicate address {host.address!r} (also host "
-                                               f"{inventory.hosts[first].name!r} at {_entry(where.names[first])}); "
+            raise fail(where.addresses[index], f"duplicate address {shown(host.address)} (also host "
+                                               f"{shown(inventory.hosts[first].name)} at {_entry(where.names[first])}); "
                                                "expected one entry per machine: give it more ranks with 'ranks: N'")
         first_address[key] = index
+    world = sum(h.ranks for h in inventory.hosts)
+    if world > MAX_RANKS:
+        raise fail("hosts", f"the hosts have {world} ranks; genie runs at most {MAX_RANKS} ranks")
     _check_loopback(inventory, where, fail)
     return inventory
 
@@ -211,7 +217,7 @@ def _check_loopback(inventory: Inventory, where: InventoryPaths,
         index = loopback.index(True)
         other = loopback.index(False)
         raise fail(where.addresses[index],
-                   f"loopback address {inventory.hosts[index].address!r} mixed with hosts on other addresses "
-                   f"(such as {inventory.hosts[other].name!r} at {_entry(where.names[other])}): ranks on other "
+                   f"loopback address {shown(inventory.hosts[index].address)} mixed with hosts on other addresses "
+                   f"(such as {shown(inventory.hosts[other].name)} at {_entry(where.names[other])}): ranks on other "
                    "machines cannot reach a loopback address; expected every host's address on the network that "
                    "joins them, or all hosts on loopback")

@@ -24,10 +24,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 from genie import __version__
 from genie.core.errors import InputError
+from genie.core.files import InputKind, read_input
 from genie.core.testbed import Shaping
 from genie.core.topology import Topology
 from genie.core.files import write_atomic
-from genie.report.rundir import new_run_dir
+from genie.report.rundir import check_run_dir, new_run_dir
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "genie-run"
@@ -83,6 +84,8 @@ class Manifest:
     files: tuple[RunFile, ...] = ()
     summary: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    pid: int | None = None  # the process writing the run, with its start time: a `running` manifest whose
+    pid_start: int | None = None  # process is gone was killed (`mark_abandoned_runs`)
 
     def file_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.files)
@@ -177,7 +180,7 @@ def manifest_from_json(data: bytes | str, *, source: str = MANIFEST_NAME) -> Man
 
 def read_manifest(run_dir: Path) -> Manifest:
     path = Path(run_dir) / MANIFEST_NAME
-    return manifest_from_json(path.read_bytes(), source=str(path))
+    return manifest_from_json(read_input(path, InputKind.RUN_FILE), source=str(path))
 
 
 def add_run_files(run_dir: Path, written: Iterable[str]) -> None:
@@ -193,6 +196,28 @@ def add_run_files(run_dir: Path, written: Iterable[str]) -> None:
     write_atomic(run_dir / MANIFEST_NAME, manifest_to_json(dataclasses.replace(m, files=tuple(files.values()))))
 
 
+def mark_abandoned_runs(root: Path) -> list[Path]:
+    """Mark `interrupted` every run directory under `root` whose manifest still says `running` although the
+    process writing it is gone (a SIGKILLed run cannot say so itself); its finished files stay listed."""
+    from genie.testbed.lifecycle import process_start_ticks
+
+    marked = []
+    for path in sorted(Path(root).glob(f"*/{MANIFEST_NAME}")) if Path(root).is_dir() else []:
+        try:
+            m = manifest_from_json(read_input(path, InputKind.RUN_FILE), source=str(path))
+        except InputError:
+            continue
+        if m.status is not RunStatus.RUNNING or m.pid is None or m.pid_start is None:
+            continue
+        if process_start_ticks(m.pid) == m.pid_start:
+            continue  # still running
+        done = dataclasses.replace(m, status=RunStatus.INTERRUPTED, ended_at=m.ended_at or utc_now(),
+                                   error=f"the run's process (pid {m.pid}) ended without finishing it (killed?)")
+        write_atomic(path, manifest_to_json(done))
+        marked.append(path.parent)
+    return marked
+
+
 # ---- the recorder ----------------------------------------------------------------------------------------
 class RunRecorder:
     """Context manager around one command's run directory and manifest::
@@ -205,8 +230,10 @@ class RunRecorder:
 
     def __init__(self, kind: str, *, name: str | None = None, out: Path | None = None, root: Path = Path("runs"),
                  argv: Iterable[str] | None = None, inputs: Iterable[InputDigest] = (), seed: int | None = None,
-                 params: Mapping[str, Any] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 params: Mapping[str, Any] | None = None, clock: Callable[[], float] = time.monotonic,
+                 force: bool = False) -> None:
         self._kind, self._name, self._out, self._root = kind, name or kind, out, root
+        self._force = force
         self._argv = tuple(sys.argv if argv is None else argv)
         self._inputs, self._seed, self._params = tuple(inputs), seed, dict(params or {})
         self._clock = clock
@@ -216,11 +243,17 @@ class RunRecorder:
         self.manifest: Manifest | None = None
 
     def __enter__(self) -> RunRecorder:
+        check_run_dir(self._out, force=self._force)
+        if self._out is None:  # runs/ is genie's: an --out's parent may hold anything
+            mark_abandoned_runs(self._root)
         self._created = self._out is None or not Path(self._out).exists()
         self.run_dir = new_run_dir(self._name, out=self._out, root=self._root)
         self._t0 = self._clock()
+        from genie.testbed.lifecycle import process_start_ticks
+
         self.manifest = Manifest(kind=self._kind, name=self._name, argv=self._argv, started_at=utc_now(),
-                                 kernel=kernel_facts(), inputs=self._inputs, seed=self._seed, params=self._params)
+                                 kernel=kernel_facts(), inputs=self._inputs, seed=self._seed, params=self._params,
+                                 pid=os.getpid(), pid_start=process_start_ticks(os.getpid()))
         self._save()
         return self
 

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from genie.core.errors import InputError
+from genie.core.files import InputKind, read_input
 from genie.report import readers
 from genie.report.cases import CaseKey
 from genie.report.diagnose import DIAGNOSE_COLUMNS
@@ -134,10 +135,7 @@ def guess_kind(names: set[str], subdirs: frozenset[str] | set[str] = frozenset()
 
 
 def _read(run_dir: Path, name: str) -> bytes:
-    try:
-        return (run_dir / name).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror})", source=str(run_dir / name)) from None
+    return read_input(run_dir / name, InputKind.RUN_FILE)
 
 
 def _json(run_dir: Path, name: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult
 from genie.engine.launch import Launcher
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns, rank_iteration_times_ns
-from genie.services.options import RunOptions
+from genie.services.options import RunOptions, check_counts, check_ranks, check_timeout
 
 BenchProgress = Callable[[], ContextManager[Callable[[int, int, Any], None]]]
 #: called when a size is done: (its out-of-place stats, its in-place stats or None)
@@ -136,11 +136,13 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
     return sizes
 
 
-def check_counts(iterations: int, warmup: int) -> None:
-    if iterations < 1:
-        raise InputError("must be >= 1", path="iterations")
-    if warmup < 0:
-        raise InputError("must be >= 0", path="warmup")
+def check_request(request: BenchRequest) -> None:
+    """Everything about the sweep that does not depend on the target, before it is up."""
+    check_counts(request.iterations, request.warmup)
+    check_timeout(request.timeout_s)
+    check_ranks(request.ranks)
+    if not request.collectives:
+        raise InputError("names no collective; expected at least one (such as all_reduce)", path="collectives")
 
 
 def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
@@ -284,7 +286,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
     from genie.services.stage import staged
 
     request, opts = cmd.request, cmd.options
-    check_counts(request.iterations, request.warmup)  # what does not depend on the target, before it is up
+    check_request(request)  # what does not depend on the target, before it is up
     sweep_sizes(request.min_bytes, request.max_bytes, request.factor)
     config = {"min_bytes": request.min_bytes, "max_bytes": request.max_bytes, "step_factor": request.factor,
               "warmup_iters": request.warmup, "iterations": request.iterations, "verify": request.verify,

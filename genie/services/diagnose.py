@@ -18,6 +18,7 @@ from genie.core.placement import RankPlacement
 from genie.engine.session import SessionFactory
 from genie.measure.diagnose import Diagnosis, PairMeasurement, diagnose
 from genie.services.bench import GroupCase, run_cases
+from genie.services.options import check_timeout
 from genie.services.target import placements_for
 
 #: How many times pairs still flagged are measured again (keeping each pair's best) before they are reported: a
@@ -50,6 +51,7 @@ class DiagnoseResult:
 
 
 def check_request(request: DiagnoseRequest) -> None:
+    check_timeout(request.timeout_s)
     if request.bandwidth_bytes < DEFAULT_DTYPE_BYTES:
         raise InputError("must be at least 4 bytes", path="bandwidth_bytes")
     if request.latency_bytes < DEFAULT_DTYPE_BYTES:
@@ -122,7 +124,7 @@ def run_diagnose_command(cmd: DiagnoseCommand, progress: Callable[[], ContextMan
     from genie.report.diagnose import diagnosis_files
     from genie.report.manifest import InputDigest, RunRecorder, topology_summary
     from genie.testbed import service
-    from genie.testbed.state import load_record
+    from genie.testbed.state import load_record, run_lock
 
     check_request(cmd.request)
     info = service.load_info(cmd.testbed)
@@ -131,7 +133,7 @@ def run_diagnose_command(cmd: DiagnoseCommand, progress: Callable[[], ContextMan
     params = {"latency_bytes": cmd.request.latency_bytes, "bandwidth_bytes": cmd.request.bandwidth_bytes,
               "latency_iterations": cmd.request.latency_iterations,
               "bandwidth_iterations": cmd.request.bandwidth_iterations}
-    with RunRecorder("diagnose", out=cmd.out, inputs=inputs, params=params) as run:
+    with run_lock(info.name), RunRecorder("diagnose", out=cmd.out, inputs=inputs, params=params) as run:
         run.describe(target=info.name, shaper=info.shaper, topology=topology_summary(info.topology))
         with progress() as bar:
             result = run_diagnose(info, cmd.request, on_pids=lambda pids: service.register_pids(info.name, pids),

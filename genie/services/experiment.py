@@ -106,6 +106,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
                                            on_pids=stage.target.on_pids, sessions=stage.sessions,
                                            fault_hooks=watch.injector, fault_points=stage.fault_plan.fault_points(),
                                            stragglers=faults_service.stragglers_by_rank(stage.fault_plan)))
+                write_rounds(stage.run, prepared, pooled, outcomes)  # a later failure keeps these rounds
             say("tearing down" if opts.topology is not None else "done")
         load_after = os.getloadavg()[0]
         outcome = merged(outcomes)
@@ -136,6 +137,27 @@ def replay_iteration_times(outcome: ReplayOutcome) -> tuple[int, ...]:
     return tuple(iteration_time_ns(rank_summaries(outcome.programs, it)) for it in outcome.iterations)
 
 
+def _replay_meta(p: PreparedExperiment) -> dict:
+    return {"trace": p.spec.workload.describe(), "target": p.topology.name, "ranks": p.trace.num_ranks,
+            "iterations": p.spec.replay_iterations, "warmup": p.spec.replay_warmup}
+
+
+def write_rounds(run: Any, prepared: PreparedExperiment, pooled: list[list[int]],
+                 outcomes: list[ReplayOutcome]) -> None:
+    """The sweep and the replay of the rounds finished so far (rewritten, atomically, after each round; the
+    calibration, estimates and comparison follow once every round is done)."""
+    from genie.report.replay import replay_files
+    from genie.report.sweep import sweep_csv, sweep_json
+
+    stats = sweep_stats(prepared.sweep, pooled)
+    meta = {"experiment": prepared.spec.name, "topology": prepared.topology.name,
+            "iterations": prepared.spec.sweep_iterations, "warmup": prepared.spec.sweep_warmup}
+    run.write("sweep.csv", sweep_csv(stats))
+    run.write("sweep.json", sweep_json(stats, meta))
+    for name, text in replay_files(merged(outcomes), _replay_meta(prepared))[1].items():
+        run.write(f"replay/{name}", text)
+
+
 def write_results(run: Any, result: ExperimentResult, stats: list, outcome: ReplayOutcome) -> None:
     """Every result file into `run` (a RunRecorder), each listed in the manifest as it is written."""
     from astra_adapter.calibrate import calibrated_network, scaled_trace
@@ -153,9 +175,7 @@ def write_results(run: Any, result: ExperimentResult, stats: list, outcome: Repl
     run.write("sweep.csv", sweep_csv(stats))
     run.write("sweep.json", sweep_json(stats, meta))
     run.write(DETAIL_FILE, detail_csv(result.measurements))
-    _, files = replay_files(outcome, {"trace": p.spec.workload.describe(), "target": p.topology.name,
-                                      "ranks": p.trace.num_ranks, "iterations": p.spec.replay_iterations,
-                                      "warmup": p.spec.replay_warmup})
+    _, files = replay_files(outcome, _replay_meta(p))
     for name, text in files.items():
         run.write(f"replay/{name}", text)
     run.write(CALIBRATION_JSON, calibration_json(result.calibration))

@@ -16,7 +16,7 @@ from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
 from genie.engine.launch import Launcher
 from genie.engine.program import build_programs
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
-from genie.services.options import RunOptions
+from genie.services.options import RunOptions, check_counts, check_timeout
 
 ReplayProgress = Callable[[], ContextManager[Callable[[int, int], None]]]
 
@@ -48,10 +48,8 @@ class ReplayResult:
 
 
 def check_request(request: ReplayRequest) -> None:
-    if request.iterations < 1:
-        raise InputError("must be >= 1", path="iterations")
-    if request.warmup < 0:
-        raise InputError("must be >= 0", path="warmup")
+    check_counts(request.iterations, request.warmup)
+    check_timeout(request.timeout_s)
 
 
 def check_fits(trace: Trace, placements: list[RankPlacement], *, source: str) -> list[RankPlacement]:
@@ -71,9 +69,12 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                progress: Callable[[int, int], None] | None = None,
                sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
                fault_points: tuple[int, ...] = (),
-               stragglers: dict[int, tuple[Straggler, ...]] | None = None) -> ReplayOutcome:
+               stragglers: dict[int, tuple[Straggler, ...]] | None = None,
+               on_iteration: Callable[[ReplayOutcome], None] | None = None) -> ReplayOutcome:
     """Replay `trace` on `placements`. `fault_hooks` (genie.faults) inject faults live, before the timed
-    iterations `fault_points`; `stragglers` per rank stretch that rank's compute (see `genie.engine.rank`)."""
+    iterations `fault_points`; `stragglers` per rank stretch that rank's compute (see `genie.engine.rank`);
+    `on_iteration` gets the outcome so far after each timed iteration (so that a run that fails or is
+    interrupted later keeps the iterations it finished)."""
     check_request(request)
     placements = check_fits(trace, placements, source=source)
     programs = build_programs(trace, source=source)
@@ -88,6 +89,9 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
     def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
         results[index] = IterationRecords(index, tuple(
             RankRecords(rank, m.t0_ns, tuple(m.records)) for rank, m in sorted(per_rank.items())))
+        if on_iteration is not None:
+            on_iteration(ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)),
+                                       tuple(placements)))
         if progress:
             progress(len(results), request.iterations)
 
@@ -131,13 +135,19 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
     with staged("replay", opts, ranks=None, loopback_ranks=ranks, params=params, bounds=bounds,
                 inputs=(input_digest(trace, "trace"),),
                 fits=lambda placements: check_fits(loaded, placements, source=str(trace))) as stage:
+        meta = {"trace": str(trace), "target": stage.target.name, "ranks": ranks,
+                "iterations": request.iterations, "warmup": request.warmup}
+
+        def keep(so_far: ReplayOutcome) -> None:  # each finished iteration is on disk at once (atomically)
+            for name, text in replay_files(so_far, meta)[1].items():
+                stage.run.write(name, text)
+
         with stage.watching() as watch, progress() as bar:
             outcome = run_replay(loaded, stage.placements, request, source=str(trace), on_pids=stage.target.on_pids,
                                  progress=bar, sessions=stage.sessions, fault_hooks=watch.injector,
                                  fault_points=stage.fault_plan.fault_points(),
-                                 stragglers=faults_service.stragglers_by_rank(stage.fault_plan))
-        doc, files = replay_files(outcome, {"trace": str(trace), "target": stage.target.name, "ranks": ranks,
-                                            "iterations": request.iterations, "warmup": request.warmup})
+                                 stragglers=faults_service.stragglers_by_rank(stage.fault_plan), on_iteration=keep)
+        doc, files = replay_files(outcome, meta)
         for name, text in files.items():
             stage.run.write(name, text)
         stage.run.set_summary({"iteration_median_ns": doc["iteration_median_ns"], **stage.summary()})

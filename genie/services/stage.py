@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from genie.core.errors import RunFailure
 from genie.core.placement import RankPlacement
 from genie.services.launch import LaunchChoice, check_launch, launch_meta, launch_target, resolve_launch
 from genie.services.options import RunOptions
@@ -68,15 +69,32 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
     faults_service.check_launcher(faults, choice.sessions is None)
     faults_service.precheck_topology(faults, opts.topology, lambda n: bounds(n, faults))
     open_testbed = lambda: open_target(opts.topology, opts.testbed, opts.loopback,  # noqa: E731
-                                       loopback_ranks if opts.loopback else ranks, command=kind)
+                                       loopback_ranks if opts.loopback else ranks, command=kind,
+                                       shared=opts.shared)
     with launch_target(choice, opts.inventory, open_testbed) as target:
         placements = fits(target.placements)
         check_launch(choice, placements)
         fault_plan = faults_service.plan(faults, target.info, bounds(len(placements), faults))
         capture_end = capture_end_for(target, opts.capture)
         params = {**params, **opts.extra_params(), **({"faults": fault_plan.specs()} if fault_plan else {})}
-        with RunRecorder(kind, name=name, out=opts.out, inputs=(*inputs, *target.inputs), params=params) as run:
+        with RunRecorder(kind, name=name, out=opts.out, inputs=(*inputs, *target.inputs), params=params,
+                         force=opts.force) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
-            yield Stage(target, placements, choice, run, fault_plan, opts, capture_end)
+            for warning in target.warnings:
+                run.warn(warning)
+            try:
+                yield Stage(target, placements, choice, run, fault_plan, opts, capture_end)
+            except RunFailure as failure:
+                raise _named_failure(failure, target) from None
             if choice.sessions is not None:
                 run.write("launch.json", json.dumps(launch_meta(opts.launcher, opts.transport, choice), indent=2))
+
+
+def _named_failure(failure: RunFailure, target: Any) -> RunFailure:
+    """A run that failed on a testbed whose link emulator died says so (a rank merely "timed out" otherwise)."""
+    if target.info is None:
+        return failure
+    from genie.testbed import service
+
+    dead = service.dead_emulators(target.info.name)
+    return RunFailure(f"{service.broken_message(target.info.name, dead)}: {failure}") if dead else failure

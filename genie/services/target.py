@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, RunFailure
 
 from genie.core.testbed import Shaping, TestbedInfo
 from genie.core.placement import RankPlacement
@@ -30,6 +30,7 @@ class Target:
     inputs: tuple[InputDigest, ...] = ()  # the topology's digest
     shaper: Optional[Shaping] = None
     topology: Optional[dict[str, Any]] = None
+    warnings: tuple[str, ...] = ()  # for the run's manifest
 
     def devices(self) -> list[dict]:
         return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in self.placements]
@@ -57,9 +58,10 @@ def loopback_placements(ranks: int) -> list[RankPlacement]:
 
 @contextlib.contextmanager
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
-                ranks: Optional[int], *, command: str) -> Iterator[Target]:
+                ranks: Optional[int], *, command: str, shared: bool = False) -> Iterator[Target]:
     """The chosen target; a topology's testbed lives only inside this block. `command` names the service in
-    the error when not exactly one target is given."""
+    the error when not exactly one target is given. A live testbed is held for this run (a second run on it
+    is refused) unless `shared`: then the target carries a warning for the manifest."""
     from genie.report.manifest import InputDigest, input_digest, topology_summary
 
     chosen = sum(x is not None and x is not False for x in (topology, testbed, loopback or None))
@@ -70,15 +72,27 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
         yield Target(loopback_placements(ranks or 2), None, "loopback")
         return
     from genie.testbed import service
-    from genie.testbed.state import load_record
+    from genie.testbed.state import abandoned_live_changes, load_record, run_lock
 
     if testbed is not None:
         info = service.load_info(testbed)
         record = load_record(testbed)
-        yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
-                     info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",
-                                                   record.source_digest, 1),),
-                     info.shaper, topology_summary(info.topology))
+        dead = service.dead_emulators(info.name)
+        if dead:  # every op across its delay-shaped links would only time out: say so now
+            raise RunFailure(service.broken_message(info.name, dead))
+        warnings = (f"shared testbed: other runs may have used {info.name} at the same time; their traffic is in "
+                    "this run's numbers and link counters",) if shared else ()
+        left = abandoned_live_changes(info.name)
+        if left:
+            links = ", ".join(f"{info.topology.links[i].a}-{info.topology.links[i].b} {how}"
+                              for i, how in sorted(left.items()) if i < len(info.topology.links))
+            warnings += (f"a killed fault run left links of {info.name} changed ({links}): this run measures "
+                         f"them so; `genie testbed down {info.name}` and up again restores them",)
+        with contextlib.nullcontext() if shared else run_lock(info.name):
+            yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
+                         info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",
+                                                       record.source_digest, 1),),
+                         info.shaper, topology_summary(info.topology), warnings)
         return
     from genie.topology import load_topology_file
 

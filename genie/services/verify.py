@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
+from genie.core.errors import RunFailure
 from genie.core.topology import Topology
 from genie.testbed.verify import Status, VerifyRow
 from genie.testbed.verify_run import VerifySettings
@@ -58,12 +59,15 @@ def check_pairs(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 def run_verify(request: VerifyRequest, progress: Callable[[str], None] | None = None) -> VerifyResult:
     from genie.report.manifest import InputDigest
-    from genie.testbed.service import load_info
+    from genie.testbed.service import broken_message, dead_emulators, load_info
     from genie.testbed.state import load_record
     from genie.testbed.verify_run import verify_testbed
 
     info = load_info(request.testbed)
     record = load_record(request.testbed)
+    dead = dead_emulators(info.name)
+    if dead:  # every measurement across its delay-shaped links would only time out
+        raise RunFailure(broken_message(info.name, dead))
     topology_input = InputDigest("topology", record.source or f"testbed {info.name}", record.source_digest, 1)
     return record_verify(info.name, info.topology, topology_input, request.settings, request.pairs,
                          lambda: verify_testbed(request.testbed, request.settings,

@@ -21,17 +21,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from genie.core.errors import EnvironmentProblem, GenieError
+from genie.core.errors import EnvironmentProblem, GenieError, InputError
 from genie.core.testbed import Shaping, TestbedInfo
 from genie.core.topology import Topology
 from genie.testbed.backend import apply_plan, undo_steps
 from genie.testbed.emulators import EmulatorProcess, remove_emulator_files, stats_path
 from genie.testbed.environment import KERNEL, TestbedEnvironment
-from genie.testbed.layout import check_testbed_name
+from genie.testbed.layout import NETNS_PREFIX, check_testbed_name
 from genie.testbed.lifecycle import process_start_ticks, signals_deferred, signals_raise
 from genie.testbed.observed import EmulatorStatus, NamespaceStatus
 from genie.testbed.plan import build_plan
-from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, record_names,
+from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, record_names, record_path,
                                  save_record, state_dir)
 from genie.testbed.steps import CreateNetns, PlanStep, Shaper, ShaperChoice
 
@@ -157,15 +157,65 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
     return plan.info
 
 
-def down(name: str, *, environment: TestbedEnvironment = KERNEL) -> DownReport:
-    """End the testbed's processes, undo its steps, remove its namespaces and its state record."""
+def down(name: str, *, force: bool = False, environment: TestbedEnvironment = KERNEL) -> DownReport:
+    """End the testbed's processes, undo its steps, remove its namespaces and its state record. A record
+    that cannot be read, or that names anything outside ``genie-<name>-*``, is refused; with `force` genie
+    forgets it and removes only the ``genie-<name>-*`` namespaces no other testbed claims (and what runs in
+    them), whatever the record says."""
     check_testbed_name(name)
     require_net_admin(environment)
-    record = load_record(name)
+    try:
+        record = load_record(name)
+        outside = _outside_prefix(record)
+        if outside:
+            raise GenieError(f"testbed {name!r}: its state record names {outside[0]!r}, outside "
+                             f"{NETNS_PREFIX}{name}-*; genie touches nothing outside its prefix "
+                             f"(`genie testbed down {name} --force` forgets the record)")
+    except InputError:  # unreadable
+        if not force:
+            raise
+        record = None
+    except GenieError:
+        if not force or not record_path(name).exists():
+            raise
+        record = None
     with signals_deferred():
+        if record is None:
+            pids, removed = _remove_prefixed(name, environment)
+            delete_record(name)
+            remove_emulator_files(name)
+            return DownReport((name,), tuple(removed), tuple(pids))
         pids = _teardown(record, environment)
         delete_record(name)
     return DownReport((name,), (), tuple(pids))
+
+
+def _outside_prefix(record: TestbedRecord) -> list[str]:
+    """The namespaces a record names that are not ``genie-<its name>-*`` (a hand-written or damaged record)."""
+    prefix = f"{NETNS_PREFIX}{record.name}-"
+    named = {getattr(step, f.name) for step in record.steps for f in dataclasses.fields(step)
+             if f.name.startswith("netns")}
+    named |= {EmulatorProcess(*e).netns for e in record.emulators}
+    return sorted(str(n) for n in named if n is not None and not (isinstance(n, str) and n.startswith(prefix)))
+
+
+def _remove_prefixed(name: str, environment: TestbedEnvironment) -> tuple[list[int], list[str]]:
+    """End what runs in the ``genie-<name>-*`` namespaces no readable record of another testbed claims, and
+    remove them."""
+    claimed: set[str] = set()
+    for other in record_names():
+        if other != name:
+            try:
+                claimed.update(load_record(other).namespaces)
+            except GenieError:
+                continue
+    prefix = f"{NETNS_PREFIX}{name}-"
+    mine = [ns for ns in environment.list_genie_namespaces() if ns.startswith(prefix) and ns not in claimed]
+    pids: list[int] = []
+    for netns in mine:
+        pids += environment.end_processes(environment.namespace_pids(netns))
+        environment.remove_namespace(netns)
+    return pids, mine
 
 
 def down_all(*, environment: TestbedEnvironment = KERNEL) -> DownReport:
@@ -181,6 +231,9 @@ def down_all(*, environment: TestbedEnvironment = KERNEL) -> DownReport:
                 record = load_record(name)
             except GenieError:
                 unreadable.append(name)
+                continue
+            if _outside_prefix(record):
+                unreadable.append(name)  # touch nothing it names: its genie-* namespaces go with the orphans
                 continue
             pids += _teardown(record, environment)
             delete_record(name)
@@ -216,7 +269,36 @@ def _emulator_status(testbed: str, process: EmulatorProcess, environment: Testbe
     return EmulatorStatus(process.netns, process.pid, environment.emulator_running(process), stats)
 
 
+def dead_emulators(name: str, *, environment: TestbedEnvironment = KERNEL) -> list[EmulatorProcess]:
+    """The link emulators of testbed `name` that are no longer running (its delay-shaped links are then
+    down: every run on it would time out)."""
+    try:
+        record = load_record(name)
+    except GenieError:
+        return []
+    return [p for p in (EmulatorProcess(*e) for e in record.emulators) if not environment.emulator_running(p)]
+
+
+def broken_message(name: str, dead: list[EmulatorProcess]) -> str:
+    first = dead[0]
+    more = f" (and {len(dead) - 1} more)" if len(dead) > 1 else ""
+    return (f"testbed {name!r} is broken: its link emulator in {first.netns} (pid {first.pid}) is not "
+            f"running{more}; run `genie testbed down {name}` and bring it up again")
+
+
+def corrupt_testbeds() -> list[str]:
+    """Names of the testbeds whose state record cannot be read (`genie testbed down NAME --force` removes one)."""
+    names = []
+    for name in record_names():
+        try:
+            load_record(name)
+        except GenieError:
+            names.append(name)
+    return names
+
+
 def list_testbeds(*, environment: TestbedEnvironment = KERNEL) -> list[TestbedSummary]:
+    """Every testbed with a readable record (`corrupt_testbeds` names the others)."""
     summaries = []
     for name in record_names():
         try:
@@ -243,9 +325,11 @@ def register_pids(name: str, pids: Iterable[int]) -> None:
     """Remember processes started for testbed `name` (e.g. rank launchers outside its namespaces) so that
     `down` ends them too. Each PID is stored with its start time, so a reused PID is never signalled."""
     record = load_record(name)
-    known = {pid for pid, _ in record.registered_pids}
+    alive = tuple((pid, start) for pid, start in record.registered_pids  # ended runs' PIDs are dropped: the list
+                  if start is not None and process_start_ticks(pid) == start)  # holds live processes only
+    known = {pid for pid, _ in alive}
     added = tuple((pid, process_start_ticks(pid)) for pid in pids if pid not in known)
-    save_record(dataclasses.replace(record, registered_pids=record.registered_pids + added))
+    save_record(dataclasses.replace(record, registered_pids=alive + added))
 
 
 @contextmanager

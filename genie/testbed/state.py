@@ -9,12 +9,14 @@ exclusively (a second `up` of the same name loses the race cleanly) and replaced
 from __future__ import annotations
 
 import dataclasses
+import contextlib
+import fcntl
 import json
 import os
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from genie.core.errors import GenieError, InputError
 from genie.core.files import write_atomic
@@ -92,13 +94,13 @@ def load_record(name: str) -> TestbedRecord:
         raise GenieError(f"no testbed named {name!r} (state directory {state_dir()}); see `genie testbed list`")\
             from None
     except (OSError, ValueError) as exc:
-        raise InputError(f"unreadable testbed state: {exc}; `genie testbed down --all` removes it and every "
-                         "genie namespace", source=str(path)) from None
+        raise InputError(f"unreadable testbed state: {exc}; `genie testbed down {name} --force` removes it",
+                         source=str(path)) from None
     try:
         return record_from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"unreadable testbed state: missing or bad field {exc}; `genie testbed down --all` "
-                         "removes it and every genie namespace", source=str(path)) from None
+        raise InputError(f"unreadable testbed state: missing or bad field {exc}; `genie testbed down {name} "
+                         "--force` removes it", source=str(path)) from None
 
 
 def delete_record(name: str) -> None:
@@ -106,6 +108,8 @@ def delete_record(name: str) -> None:
         record_path(name).unlink()
     except FileNotFoundError:
         pass
+    live_changes_path(name).unlink(missing_ok=True)  # the testbed's links are gone with it
+    (state_dir() / f"{name}.lock").unlink(missing_ok=True)  # and so is what a run could hold
 
 
 def _record_json(record: TestbedRecord) -> str:
@@ -213,3 +217,74 @@ def topology_from_dict(data: dict[str, Any]) -> Topology:
         links=tuple(Link(link["a"], link["b"], make_shape(**link["shape"])) for link in data["links"]),
         subnet=data["subnet"],
     )
+
+
+@contextlib.contextmanager
+def run_lock(name: str) -> Iterator[None]:
+    """Hold testbed `name` for one run: a second run on it at once is refused (its numbers and link counters
+    would mix with this one's). An flock on ``<state dir>/<name>.lock``: the kernel releases it when the run
+    ends, however it ends (also SIGKILL), so a stale lock cannot outlive its run."""
+    directory = state_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+            raise InputError(f"testbed {name!r} is in use by another run (pid {holder}); wait for it to end, or "
+                             "give `shared` to run beside it (both runs' numbers will be disturbed)",
+                             path="testbed") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+# ---- live changes: links a fault run changed, until it restores them -------------------------------------
+def live_changes_path(name: str) -> Path:
+    return state_dir() / f"{name}.live"
+
+
+def record_live_change(name: str, link_index: int, change: str | None) -> None:
+    """Remember that this process left link `link_index` of testbed `name` changed (`change`: "degraded",
+    "down"; None: restored). A run killed before it restores its links leaves the file behind, naming itself."""
+    from genie.testbed.lifecycle import process_start_ticks
+
+    if not record_path(name).exists():
+        return  # not a recorded testbed (nothing would read the note)
+    path = live_changes_path(name)
+    try:
+        doc = json.loads(path.read_bytes())
+        ours = doc.get("pid") == os.getpid()
+        links = {str(k): str(v) for k, v in doc.get("links", {}).items()} if ours else {}
+    except (OSError, ValueError, AttributeError):
+        links = {}
+    # what a killed run left changed stays changed (and noted) until `down`
+    links = {**{str(k): v for k, v in abandoned_live_changes(name).items()}, **links}
+    if change is None:
+        links.pop(str(link_index), None)
+    else:
+        links[str(link_index)] = change
+    if not links:
+        path.unlink(missing_ok=True)
+        return
+    doc = {"pid": os.getpid(), "start": process_start_ticks(os.getpid()), "links": links}
+    write_atomic(path, json.dumps(doc))
+
+
+def abandoned_live_changes(name: str) -> dict[int, str]:
+    """Links of testbed `name` a run that is gone left changed ({link index: "degraded" or "down"})."""
+    from genie.testbed.lifecycle import process_start_ticks
+
+    try:
+        doc = json.loads(live_changes_path(name).read_bytes())
+        pid, start = int(doc["pid"]), doc.get("start")
+        links = {int(k): str(v) for k, v in doc["links"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    if start is not None and process_start_ticks(pid) == start:
+        return {}  # that run is still going (a --shared run beside it)
+    return links

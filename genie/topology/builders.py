@@ -3,14 +3,14 @@ same whatever the fabric; every result is validated."""
 
 from __future__ import annotations
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
 from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
 from genie.topology.validation import validate_topology
 
 
 def _at_least(value: int, minimum: int, builder: str, argument: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"expected an integer >= {minimum}, got {value!r}", source=builder, path=argument)
+        raise InputError(f"expected an integer >= {minimum}, got {shown(value)}", source=builder, path=argument)
 
 
 def _hosts(count: int, ranks_per_host: int, builder: str) -> tuple[Host, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
+from genie.core.errors import shown
 from genie.core.topology import LinkShape
 from genie.core.units import format_rate, parse_rate_bps, parse_time_ns
 
@@ -73,7 +74,7 @@ class LinkProperty:
 
 def _reject_bool(value: object, what: str) -> None:
     if isinstance(value, bool):
-        raise ValueError(f"expected {what}, got {value!r} (YAML reads yes/no/on/off as booleans)")
+        raise ValueError(f"expected {what}, got {shown(value)} (YAML reads yes/no/on/off as booleans)")
 
 
 def _read_rate(value: object) -> int | None:
@@ -81,7 +82,7 @@ def _read_rate(value: object) -> int | None:
         return None
     _reject_bool(value, "a rate with a unit such as '100mbit' or '25gbit'")
     if isinstance(value, (int, float)):
-        raise ValueError(f"expected a rate with a unit such as '100mbit' or '25gbit', got {value!r} (unit missing)")
+        raise ValueError(f"expected a rate with a unit such as '100mbit' or '25gbit', got {shown(value)} (unit missing)")
     return parse_rate_bps(str(value))
 
 
@@ -101,12 +102,12 @@ def _read_loss_pct(value: object) -> float:
     try:
         return float(text.removesuffix("%").strip())
     except ValueError:
-        raise ValueError(f"expected {what}, got {value!r}") from None
+        raise ValueError(f"expected {what}, got {shown(value)}") from None
 
 
 def _read_bool(value: object) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
+        raise ValueError(f"expected true or false, got {shown(value)}")
     return value
 
 
@@ -114,7 +115,7 @@ def _read_loss_burst(value: object) -> float:
     what = "a mean loss burst length in packets such as 4 (0: independent losses)"
     _reject_bool(value, what)
     if not isinstance(value, (int, float)):
-        raise ValueError(f"expected {what}, got {value!r}")
+        raise ValueError(f"expected {what}, got {shown(value)}")
     return float(value)
 
 
@@ -123,7 +124,7 @@ def _read_int(value: object, what: str) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if not isinstance(value, int):
-        raise ValueError(f"expected {what}, got {value!r}")
+        raise ValueError(f"expected {what}, got {shown(value)}")
     return value
 
 

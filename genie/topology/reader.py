@@ -11,8 +11,9 @@ import os
 from collections.abc import Callable
 from typing import IO, Any
 
-from genie.core.errors import InputError
-from genie.core.files import read_input
+from genie.core.limits import MAX_RANKS
+from genie.core.errors import InputError, shown
+from genie.core.files import InputKind, read_input
 from genie.input_yaml import as_text, describe, parse_yaml
 from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
 from genie.topology.link_properties import LINK_PROPERTY_KEYS, make_shape, property_for_key, shape_problems
@@ -49,7 +50,7 @@ def load_topology(data: str | bytes | IO[str] | IO[bytes], *, source: str = "<st
 
 def load_topology_file(path: str | os.PathLike[str]) -> Topology:
     """Read a topology YAML file; errors name the file."""
-    return load_topology(read_input(path, "topology file"), source=os.fspath(path))
+    return load_topology(read_input(path, InputKind.TOPOLOGY), source=os.fspath(path))
 
 
 # --- YAML ------------------------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ def _check_keys(mapping: dict[Any, Any], allowed: tuple[str, ...], path: str, fa
         if not isinstance(key, str):
             raise fail(_join(path, key), f"expected a key among {', '.join(allowed)}, got {describe(key)}")
         if key not in allowed:
-            raise fail(_join(path, key), f"unknown key {key!r}{did_you_mean(key, allowed)}; "
+            raise fail(_join(path, key), f"unknown key {shown(key)}{did_you_mean(key, allowed)}; "
                                          f"expected one of: {', '.join(allowed)}")
 
 
@@ -87,7 +88,7 @@ def _topology_from_document(document: object, source: str, fail: _Fail) -> tuple
     _check_keys(document, TOP_LEVEL_KEYS, "", fail)
     for key in REQUIRED_TOP_LEVEL_KEYS:
         if key not in document:
-            raise fail(key, f"missing required key {key!r}")
+            raise fail(key, f"missing required key {shown(key)}")
     name = document["name"]
     if problem := topology_name_problem(name):
         raise fail("name", problem)
@@ -158,7 +159,7 @@ def _node_names(entry: object, path: str, allowed: tuple[str, ...], what: str,
         return [(entry["name"], _join(path, "name"))]
     if "prefix" not in entry or "count" not in entry:
         missing = "prefix" if "prefix" not in entry else "count"
-        raise fail(_join(path, missing), f"missing {missing!r}; expected 'name', or 'prefix' and 'count'")
+        raise fail(_join(path, missing), f"missing {shown(missing)}; expected 'name', or 'prefix' and 'count'")
     prefix = entry["prefix"]
     count = _read_int(entry["count"], _join(path, "count"), f"the number of {what}s", 1, fail, MAX_GROUP_COUNT)
     start = _read_int(entry.get("start", 0), _join(path, "start"), "the first number", 0, fail)
@@ -166,7 +167,7 @@ def _node_names(entry: object, path: str, allowed: tuple[str, ...], what: str,
         raise fail(_join(path, "prefix"), f"expected a name prefix (a string), got {describe(prefix)}")
     names = [f"{prefix}{start + i}" for i in range(count)]
     if problem := node_name_problem(names[-1]) or node_name_problem(names[0]):
-        raise fail(_join(path, "prefix"), f"{problem} (from prefix {prefix!r})")
+        raise fail(_join(path, "prefix"), f"{problem} (from prefix {shown(prefix)})")
     return [(n, path) for n in names]
 
 
@@ -179,8 +180,14 @@ def _read_hosts(entries: list[Any], fail: _Fail) -> tuple[tuple[Host, ...], tupl
         ranks = 1
         if isinstance(entry, dict) and "ranks" in entry:
             ranks = _read_int(entry["ranks"], f"{path}.ranks", "the number of ranks on the host", 1, fail)
+            if ranks > MAX_RANKS:
+                raise fail(f"{path}.ranks", f"expected at most {MAX_RANKS} ranks (genie runs at most {MAX_RANKS} "
+                                            f"ranks), got {ranks}")
         hosts.extend(Host(name=name, ranks=ranks) for name, _ in named)
         paths.extend(p for _, p in named)
+        world = sum(h.ranks for h in hosts)
+        if world > MAX_RANKS:
+            raise fail(path, f"the hosts so far have {world} ranks; genie runs at most {MAX_RANKS} ranks")
     return tuple(hosts), tuple(paths)
 
 

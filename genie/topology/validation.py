@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
 from genie.core.topology import Host, Switch, SwitchKind, Topology
 from genie.topology.graph import adjacency, bridged_segments, bridges, hop_distances
 from genie.topology.link_properties import shape_problems
@@ -47,17 +47,17 @@ class TopologyPaths:
 def node_name_problem(name: object) -> str | None:
     """Why `name` cannot name a host or switch, or None. Short names let a backend build interface names."""
     if not isinstance(name, str):
-        return f"expected a node name (a string), got {name!r}; quote it"
+        return f"expected a node name (a string), got {shown(name)}; quote it"
     if not NODE_NAME_PATTERN.fullmatch(name):
         return (f"expected a node name of 1-15 letters, digits, '-' or '_' starting with a letter, "
-                f"got {name!r}")
+                f"got {shown(name)}")
     return None
 
 
 def topology_name_problem(name: object) -> str | None:
     if not isinstance(name, str) or not TOPOLOGY_NAME_PATTERN.fullmatch(name):
         return (f"expected a topology name of 1-64 letters, digits, '.', '-' or '_' starting with a letter "
-                f"or digit, got {name!r}")
+                f"or digit, got {shown(name)}")
     return None
 
 
@@ -65,15 +65,15 @@ def parse_subnet(text: object) -> ipaddress.IPv4Network:
     """A private IPv4 network written with its prefix length and no host bits; ValueError("expected ...")."""
     expected = f"expected a private IPv4 network such as {DEFAULT_SUBNET} or 10.0.0.0/8"
     if not isinstance(text, str) or "/" not in text:
-        raise ValueError(f"{expected}, got {text!r}")
+        raise ValueError(f"{expected}, got {shown(text)}")
     try:
         network = ipaddress.IPv4Network(text.strip(), strict=True)
     except ValueError as error:
-        raise ValueError(f"{expected}, got {text!r} ({error})") from None
+        raise ValueError(f"{expected}, got {shown(text)} ({error})") from None
     unusable = (network.is_loopback or network.is_link_local or network.is_multicast or network.is_reserved
                 or network.is_unspecified or network.overlaps(_NOT_SUBNET))
     if unusable or not network.is_private:
-        raise ValueError(f"{expected}, got {text!r} (not a private, unicast range)")
+        raise ValueError(f"{expected}, got {shown(text)} (not a private, unicast range)")
     return network
 
 
@@ -124,14 +124,14 @@ def _check_nodes(topology: Topology, where: TopologyPaths, fail: _Fail) -> dict[
         if problem := node_name_problem(node.name):
             raise fail(path, problem)
         if node.name in seen:
-            raise fail(path, f"duplicate node name {node.name!r} (first defined at {seen[node.name]}); "
+            raise fail(path, f"duplicate node name {shown(node.name)} (first defined at {seen[node.name]}); "
                              "expected every host and switch name to be unique")
         seen[node.name] = path
         if isinstance(node, Host) and (isinstance(node.ranks, bool) or not isinstance(node.ranks, int)
                                        or node.ranks < 1):
-            raise fail(path, f"host {node.name!r}: expected ranks to be an integer >= 1, got {node.ranks!r}")
+            raise fail(path, f"host {shown(node.name)}: expected ranks to be an integer >= 1, got {shown(node.ranks)}")
         if isinstance(node, Switch) and not isinstance(node.kind, SwitchKind):
-            raise fail(path, f"switch {node.name!r}: expected a SwitchKind, got {node.kind!r}")
+            raise fail(path, f"switch {shown(node.name)}: expected a SwitchKind, got {shown(node.kind)}")
     return seen
 
 
@@ -141,13 +141,13 @@ def _check_links(topology: Topology, where: TopologyPaths, fail: _Fail) -> None:
     for link, path in zip(topology.links, where.links):
         for end in link.endpoints:
             if end not in names:
-                raise fail(f"{path}.endpoints", f"unknown node {end!r}{did_you_mean(end, names, cutoff=0.5)}; "
+                raise fail(f"{path}.endpoints", f"unknown node {shown(end)}{did_you_mean(end, names, cutoff=0.5)}; "
                                                 "expected one of the hosts or switches")
         if link.a == link.b:
-            raise fail(f"{path}.endpoints", f"self-loop on {link.a!r}; expected two different nodes")
+            raise fail(f"{path}.endpoints", f"self-loop on {shown(link.a)}; expected two different nodes")
         pair = frozenset(link.endpoints)
         if pair in first_at:
-            raise fail(f"{path}.endpoints", f"duplicate link between {link.a!r} and {link.b!r} (first at "
+            raise fail(f"{path}.endpoints", f"duplicate link between {shown(link.a)} and {shown(link.b)} (first at "
                                             f"{first_at[pair]}); expected at most one link per pair of nodes")
         first_at[pair] = path
         if problems := shape_problems(link.shape):
@@ -162,12 +162,12 @@ def _check_connected(topology: Topology, node_paths: dict[str, str], fail: _Fail
     for node, peers in neighbours.items():
         if not peers:
             kind = "host" if node in {h.name for h in topology.hosts} else "switch"
-            raise fail(node_paths[node], f"{kind} {node!r} has no link; expected every node to be linked")
+            raise fail(node_paths[node], f"{kind} {shown(node)} has no link; expected every node to be linked")
     reached = hop_distances(neighbours, topology.hosts[0].name)
     unreached = [name for name in neighbours if name not in reached]
     if unreached:
-        shown = ", ".join(repr(n) for n in unreached[:5]) + (", ..." if len(unreached) > 5 else "")
-        raise fail("links", f"the topology is not connected: {shown} cannot reach {topology.hosts[0].name!r}; "
+        unreached_names = ", ".join(repr(n) for n in unreached[:5]) + (", ..." if len(unreached) > 5 else "")
+        raise fail("links", f"the topology is not connected: {unreached_names} cannot reach {shown(topology.hosts[0].name)}; "
                             "expected one connected network")
 
 
@@ -189,7 +189,7 @@ def _check_bridges(topology: Topology, where: TopologyPaths, fail: _Fail) -> Non
         if a_bridge and b_bridge:
             ra, rb = root(link.a), root(link.b)
             if ra == rb:
-                raise fail(path, f"bridges {link.a!r} and {link.b!r} are already connected through other bridges, "
+                raise fail(path, f"bridges {shown(link.a)} and {shown(link.b)} are already connected through other bridges, "
                                  "so this link makes a bridge loop (it would need spanning tree); expected "
                                  "multi-switch fabrics with loops to use kind: router")
             parent[ra] = rb
@@ -197,7 +197,7 @@ def _check_bridges(topology: Topology, where: TopologyPaths, fail: _Fail) -> Non
             bridge, node = (link.a, link.b) if a_bridge else (link.b, link.a)
             key = (node, segment[bridge])
             if key in attached:
-                raise fail(path, f"{node!r} has a second link into the bridged segment of {bridge!r} (first at "
+                raise fail(path, f"{shown(node)} has a second link into the bridged segment of {shown(bridge)} (first at "
                                  f"{attached[key]}); expected one link per node and bridged segment")
             attached[key] = path
 
@@ -205,4 +205,4 @@ def _check_bridges(topology: Topology, where: TopologyPaths, fail: _Fail) -> Non
 def did_you_mean(word: object, choices: Iterable[str], *, cutoff: float = 0.6) -> str:
     """" (did you mean 'bandwidth'?)" when a choice is close to `word` (difflib ratio >= cutoff), else ''."""
     close = difflib.get_close_matches(str(word), sorted(choices), n=1, cutoff=cutoff)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return f" (did you mean {shown(close[0])}?)" if close else ""

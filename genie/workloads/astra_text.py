@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
+from genie.core.limits import MAX_TRACE_RANKS
 from genie.core.trace import (CommType, ProcessGroup, RankTrace, Trace, TraceNode, collective_node, compute_node)
 
 
@@ -106,7 +107,7 @@ class _Tokens:
             return int(tok)
         except ValueError:
             self.pos -= 1
-            raise self.error(f"{what}: expected an integer, got {tok!r}") from None
+            raise self.error(f"{what}: expected an integer, got {shown(tok)}") from None
 
     def policy(self, what: str) -> Policy:
         tok = self.word(what)
@@ -114,14 +115,14 @@ class _Tokens:
             return Policy(tok)
         except ValueError:
             self.pos -= 1
-            raise self.error(f"{what}: unknown parallelism {tok!r} (expected one of: "
+            raise self.error(f"{what}: unknown parallelism {shown(tok)} (expected one of: "
                              f"{', '.join(p.value for p in Policy)})") from None
 
     def comm(self, what: str) -> tuple[CommType, ...]:
         tok = self.word(what)
         if tok not in _COMM:
             self.pos -= 1
-            raise self.error(f"{what}: unknown comm type {tok!r} (expected one of: {', '.join(_COMM)})")
+            raise self.error(f"{what}: unknown comm type {shown(tok)} (expected one of: {', '.join(_COMM)})")
         return _COMM[tok]
 
 
@@ -162,7 +163,7 @@ def parse_astra_text(text: str, *, source: str = "<text>") -> AstraWorkload:
         own = t.policy(f"{where} parallelism") if policy is Policy.HYBRID_CUSTOMIZED else None
         layers.append(Layer(name, *passes, update, own))
     if t.pos < len(t.items):
-        raise t.error(f"unexpected {t.items[t.pos][0]!r} after the {count} layers the file announces")
+        raise t.error(f"unexpected {shown(t.items[t.pos][0])} after the {count} layers the file announces")
     if last_bottom is not None and not 0 <= last_bottom < count - 1:
         raise InputError(f"DLRM last bottom layer {last_bottom} is not below the last layer", source=source)
     return AstraWorkload(policy, tuple(layers), mp, checkpoints, initiates, last_bottom)
@@ -280,6 +281,9 @@ def read_astra_text(text: str, *, npus: int, source: str = "<text>", dim0_npus: 
     """The Trace of ``iterations`` training iterations of an ASTRA-sim 1.0 text workload on ``npus`` ranks."""
     if npus < 1:
         raise InputError(f"npus must be >= 1, got {npus}", source=source)
+    if npus > MAX_TRACE_RANKS:
+        raise InputError(f"npus must be at most {MAX_TRACE_RANKS} (the most ranks genie reads of a trace), "
+                         f"got {npus}", source=source, path="npus")
     if iterations < 1:
         raise InputError(f"iterations must be >= 1, got {iterations}", source=source)
     w = parse_astra_text(text, source=source)

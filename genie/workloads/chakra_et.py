@@ -23,11 +23,9 @@ file never lists "0" (ASTRA-sim asserts group ids > 0), so :func:`read_et_set` a
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import re
-import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,7 +33,7 @@ from typing import Any, BinaryIO
 from google.protobuf.message import DecodeError
 
 from genie.core.errors import InputError
-from genie.core.files import write_atomic
+from genie.core.files import InputKind, gunzip_input, read_input, write_atomic
 from genie.core.trace import (Attribute, AttrType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace, TraceMetadata,
                               TraceNode)
 from genie.workloads.et_schema import messages
@@ -83,10 +81,7 @@ def _load_bytes(data: bytes | BinaryIO, source: str) -> tuple[bytes, str]:
     raw = data if isinstance(data, (bytes, bytearray, memoryview)) else data.read()
     raw = bytes(raw)
     if raw[:2] == _GZIP_MAGIC:
-        try:
-            return gzip.decompress(raw), " (offset in the gunzipped data)"
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"corrupt gzip data: {exc}", source=source) from None
+        return gunzip_input(raw, InputKind.TRACE, source), " (offset in the gunzipped data)"
     return raw, ""
 
 
@@ -336,11 +331,11 @@ def read_et_set(prefix_path: str | Path) -> Trace:
     parsed: dict[bytes, TraceNode] = {}
     for rank in range(len(found)):
         path = found[rank]
-        meta, nodes = read_et(path.read_bytes(), source=str(path), parsed=parsed)
+        meta, nodes = read_et(read_input(path, InputKind.TRACE), source=str(path), parsed=parsed)
         ranks.append(RankTrace(rank, tuple(nodes), meta))
     group_path = prefix.with_name(prefix.name + COMM_GROUP_SUFFIX)
     if group_path.is_file():
-        groups = read_comm_groups(group_path.read_bytes(), source=str(group_path))
+        groups = read_comm_groups(read_input(group_path, InputKind.TRACE), source=str(group_path))
     else:
         groups = groups_from_metadata(ranks, sources={r: str(found[r]) for r in found})
     if all(g.name != DEFAULT_GROUP_ID for g in groups) and any(

@@ -16,8 +16,8 @@ import re
 from enum import Enum
 from pathlib import Path
 
-from genie.core.errors import InputError
-from genie.core.files import write_atomic
+from genie.core.errors import InputError, shown
+from genie.core.files import InputKind, read_input, write_atomic
 from genie.core.trace import RankTrace, Trace
 from genie.workloads import astra_text, chakra_et, native, param_comms, pytorch_files
 
@@ -86,10 +86,8 @@ def detect_format(path_or_prefix: str | Path) -> tuple[TraceFormat, Path]:
         if any(_head_is_pytorch(f) for f in sorted(path.iterdir()) if f.is_file() and f.name.endswith(_JSON_NAMES)):
             return TraceFormat.PYTORCH_ET, path
         raise InputError("no trace found in this directory", source=str(path))
-    if path.is_file():
-        with path.open("rb") as f:
-            head = f.read(4096)
-        fmt = _sniff_file(path, head)
+    if path.exists():  # read_input refuses what is not a regular file (a FIFO, /dev/zero)
+        fmt = _sniff_file(path, read_input(path, InputKind.TRACE, head_bytes=4096))
         if fmt is TraceFormat.CHAKRA_ET:
             m = _ET_FILE.match(path.name)
             return fmt, (path.with_name(m.group("prefix")) if m else path)
@@ -107,7 +105,7 @@ def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus
     fmt, path = detect_format(path_or_prefix)
     if fmt is TraceFormat.CHAKRA_ET:
         if path.is_file():  # a single ET file not named <prefix>.<rank>.et: one rank
-            meta, nodes = chakra_et.read_et(path.read_bytes(), source=str(path))
+            meta, nodes = chakra_et.read_et(read_input(path, InputKind.TRACE), source=str(path))
             return Trace((RankTrace(0, tuple(nodes), meta),), (), (("format", "chakra_et"),))
         return chakra_et.read_et_set(path)
     if fmt is TraceFormat.PYTORCH_ET:
@@ -115,8 +113,8 @@ def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus
     if fmt is TraceFormat.PARAM_BASIC:
         if path.is_dir():
             return param_comms.read_param_set(path)
-        return param_comms.read_param_traces([path.read_bytes()], sources=[str(path)])
-    text = path.read_bytes()
+        return param_comms.read_param_traces([read_input(path, InputKind.TRACE)], sources=[str(path)])
+    text = read_input(path, InputKind.TRACE)
     if fmt is TraceFormat.NATIVE:
         return native.read_native(text, source=str(path))
     if npus is None:
@@ -128,10 +126,13 @@ def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus
 def save_trace(trace: Trace, out: str | Path, *, to: OutputFormat) -> list[Path]:
     """Write ``trace``; ``out`` is a prefix for ET (``out.<rank>.et``), a file path otherwise."""
     out = Path(out)
-    if to is OutputFormat.ET:
-        return chakra_et.write_et_set(trace, out)
-    data = native.write_native_yaml(trace) if to is OutputFormat.YAML else native.write_native_json(trace)
-    write_atomic(out, data)
+    try:
+        if to is OutputFormat.ET:
+            return chakra_et.write_et_set(trace, out)
+        data = native.write_native_yaml(trace) if to is OutputFormat.YAML else native.write_native_json(trace)
+        write_atomic(out, data)
+    except OSError as exc:  # an unwritable output is the user's to fix: one line, not a traceback
+        raise InputError(f"cannot write {str(out)[:200]}: {exc.strerror or exc}", path="out") from None
     return [out]
 
 
@@ -140,7 +141,7 @@ def output_format(to: str, out: str | Path) -> OutputFormat:
     try:
         fmt = OutputFormat(to.strip().lower())
     except ValueError:
-        raise InputError(f"unknown output format {to!r} (expected et, json or yaml)", path="to") from None
+        raise InputError(f"unknown output format {shown(to)} (expected et, json or yaml)", path="to") from None
     if fmt is OutputFormat.JSON and Path(out).suffix in (".yaml", ".yml"):
         return OutputFormat.YAML
     return fmt

@@ -34,10 +34,12 @@ from typing import Any, BinaryIO
 
 import yaml
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
 from genie.core.trace import (Attribute, AttrType, CommType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace,
                               TraceMetadata, TraceNode, collective_node, compute_node, recv_node, send_node)
 from genie.core.units import parse_size_bytes, parse_time_ns
+from genie.core.limits import MAX_TRACE_NODES, MAX_TRACE_RANKS
+from genie.input_yaml import parse_yaml
 from genie.core.collective import Algorithm
 
 FORMAT_MARKER = "genie-trace"
@@ -59,14 +61,14 @@ class _Ctx:
 def _int(d: dict, key: str, c: _Ctx, default: Any = None) -> Any:
     v = d.get(key, default)
     if v is not default and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-        raise c.err(key, f"expected a non-negative integer, got {v!r}")
+        raise c.err(key, f"expected a non-negative integer, got {shown(v)}")
     return v
 
 
 def _ids(d: dict, key: str, c: _Ctx) -> tuple[int, ...]:
     v = d.get(key, [])
     if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v):
-        raise c.err(key, f"expected a list of node ids, got {v!r}")
+        raise c.err(key, f"expected a list of node ids, got {shown(v)}")
     return tuple(v)
 
 
@@ -102,7 +104,7 @@ def _attr_from_doc(doc: Any, c: _Ctx, key: str) -> Attribute:
     value = doc.get("value")
     items = value if kind.is_list else [value]
     if kind.is_list and not isinstance(value, list) or not all(map(_VALUE_CHECKS.get(kind, _any), items)):
-        raise c.err(f"{key}.value", f"{value!r} is not a valid {kind.value}")
+        raise c.err(f"{key}.value", f"{shown(value)} is not a valid {kind.value}")
     if kind in (AttrType.BYTES, AttrType.BYTES_LIST):
         value = base64.b64decode(value) if kind is AttrType.BYTES else tuple(base64.b64decode(v) for v in value)
     elif kind in _FLOATS:
@@ -147,7 +149,7 @@ def _peer(v: Any, c: _Ctx) -> int:
         return (c.rank + int(v)) % c.world
     if isinstance(v, int) and not isinstance(v, bool):
         return v
-    raise c.err("peer", f"expected a rank or '+k'/'-k', got {v!r}")
+    raise c.err("peer", f"expected a rank or '+k'/'-k', got {shown(v)}")
 
 
 def _short_node(d: dict, c: _Ctx) -> TraceNode:
@@ -230,12 +232,19 @@ def _metadata(doc: Any, c: _Ctx) -> TraceMetadata:
     return TraceMetadata(str(doc.get("version", "0.0.4")), attrs, base64.b64decode(doc.get("extra_wire", "")))
 
 
+TOP_KEYS = ("format", "version", "name", "info", "groups", "ranks", "program")
+
+
 def trace_from_doc(doc: Any, *, source: str = "<native>") -> Trace:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_MARKER:
         raise InputError(f"not a genie trace: expected a mapping with format: {FORMAT_MARKER}", source=source)
     if doc.get("version", 1) != 1:
-        raise InputError(f"unsupported version {doc.get('version')!r} (this genie reads 1)", source=source,
+        raise InputError(f"unsupported version {shown(doc.get('version'))} (this genie reads 1)", source=source,
                          path="version")
+    for key in doc:
+        if key not in TOP_KEYS:
+            raise InputError(f"unknown key {shown(key)}; expected one of: {', '.join(TOP_KEYS)}", source=source,
+                             path=str(key)[:60])
     groups_doc = doc.get("groups") or {}
     if not isinstance(groups_doc, dict):
         raise InputError("groups must map a name to a list of ranks", source=source, path="groups")
@@ -247,11 +256,15 @@ def trace_from_doc(doc: Any, *, source: str = "<native>") -> Trace:
     ranks_doc = doc.get("ranks")
     rank_traces = []
     if "program" in doc:
-        if not isinstance(ranks_doc, int) or isinstance(ranks_doc, bool) or ranks_doc < 1:
-            raise InputError("with `program`, `ranks` is the number of ranks", source=source, path="ranks")
+        if not isinstance(ranks_doc, int) or isinstance(ranks_doc, bool) or not 1 <= ranks_doc <= MAX_TRACE_RANKS:
+            raise InputError(f"with `program`, `ranks` is the number of ranks (1 to {MAX_TRACE_RANKS}), "
+                             f"got {shown(ranks_doc)}", source=source, path="ranks")
         program = doc["program"]
         if not isinstance(program, list):
             raise InputError("program must be a list of nodes", source=source, path="program")
+        if ranks_doc * len(program) > MAX_TRACE_NODES:
+            raise InputError(f"{ranks_doc} ranks of {len(program)} nodes are more than the {MAX_TRACE_NODES} nodes "
+                             "genie reads of a trace", source=source, path="ranks")
         for rank in range(ranks_doc):
             nodes = tuple(_node(d, _Ctx(source, f"program[{i}]", rank, ranks_doc)) for i, d in enumerate(program))
             rank_traces.append(RankTrace(rank, nodes))
@@ -278,9 +291,11 @@ def read_native(data: bytes | str | BinaryIO, *, source: str = "<native>") -> Tr
     raw = data if isinstance(data, (bytes, str)) else data.read()
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
     try:
-        doc = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+        doc = json.loads(text) if text.lstrip().startswith("{") else parse_yaml(text, source)
+    except ValueError as exc:
         raise InputError(f"not JSON/YAML: {str(exc).splitlines()[0]}", source=source) from None
+    except InputError as exc:  # the one YAML loader: duplicate keys and alias bombs refused
+        raise InputError(f"not JSON/YAML: {exc.detail}", source=source, path=exc.path) from None
     return trace_from_doc(doc, source=source)
 
 

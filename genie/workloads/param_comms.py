@@ -23,7 +23,8 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
+from genie.core.files import InputKind, read_input
 from genie.core.trace import (Attribute, AttrType, CommType, ProcessGroup, RankTrace, Trace, TraceNode,
                               collective_node, compute_node, recv_node, send_node)
 
@@ -50,16 +51,16 @@ def comm_name(text: str) -> str:
 def _as_int(entry: dict, key: str, where: str, source: str, default: Any = ...) -> int:
     value = entry.get(key, default)
     if value is ...:
-        raise InputError(f"missing {key!r}", source=source, path=where)
+        raise InputError(f"missing {shown(key)}", source=source, path=where)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InputError(f"{key!r} must be a non-negative integer, got {value!r}", source=source, path=where)
+        raise InputError(f"{shown(key)} must be a non-negative integer, got {shown(value)}", source=source, path=where)
     return value
 
 
 def _dtype_bytes(entry: dict, where: str, source: str) -> int:
     dtype = str(entry.get("dtype", "float")).lower().removeprefix("torch.")
     if dtype not in DTYPE_BYTES:
-        raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(sorted(DTYPE_BYTES))})", source=source,
+        raise InputError(f"unknown dtype {shown(dtype)} (known: {', '.join(sorted(DTYPE_BYTES))})", source=source,
                          path=f"{where}.dtype")
     return DTYPE_BYTES[dtype]
 
@@ -90,7 +91,7 @@ def _group_of(entry: dict, world: int, where: str, source: str, groups: dict[str
         return None
     name = str(pg) if pg is not None else "ranks_" + "_".join(map(str, ranks))
     if groups.setdefault(name, ranks) != ranks:
-        raise InputError(f"process group {name!r} has ranks {list(ranks)} here but {list(groups[name])} before",
+        raise InputError(f"process group {shown(name)} has ranks {list(ranks)} here but {list(groups[name])} before",
                          source=source, path=f"{where}.global_ranks")
     return name
 
@@ -178,7 +179,7 @@ def read_param_rank(data: bytes | str | BinaryIO | list, *, rank: int, world_siz
                 if entry.get(key):
                     split = entry[key]
                     if not isinstance(split, list) or not all(isinstance(v, int) for v in split):
-                        raise InputError(f"{key!r} must be a list of integers", source=source, path=f"{where}.{key}")
+                        raise InputError(f"{shown(key)} must be a list of integers", source=source, path=f"{where}.{key}")
                     attrs.append(Attribute(key, AttrType.INT64_LIST, tuple(split)))
             node = collective_node(nid, label, comm_type=comm, size_bytes=size, process_group=group,
                                    data_deps=tuple(deps), extra_attrs=tuple(attrs))
@@ -230,5 +231,5 @@ def read_param_set(directory: str | Path, *, use_timestamps: bool = True) -> Tra
     if missing:
         raise InputError(f"missing PARAM trace file(s) for rank(s) {missing[:8]}", source=str(directory))
     paths = [found[r] for r in range(len(found))]
-    return read_param_traces([p.read_bytes() for p in paths], sources=[str(p) for p in paths],
+    return read_param_traces([read_input(p, InputKind.TRACE) for p in paths], sources=[str(p) for p in paths],
                              use_timestamps=use_timestamps)

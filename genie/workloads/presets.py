@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, shown
 
 
 class Dtype(Enum):
@@ -39,7 +39,7 @@ class Dtype(Enum):
         for d in cls:
             if d.value == key:
                 return d
-        raise InputError(f"unknown dtype {text!r} (expected one of: {', '.join(d.value for d in cls)})",
+        raise InputError(f"unknown dtype {shown(text)} (expected one of: {', '.join(d.value for d in cls)})",
                          path="dtype")
 
 
@@ -354,11 +354,11 @@ def model_preset(name: str) -> Model:
     try:
         return MODELS[name.strip().lower()]
     except KeyError:
-        raise InputError(f"unknown model {name!r} (expected one of: {', '.join(MODELS)})", path="model") from None
+        raise InputError(f"unknown model {shown(name)} (expected one of: {', '.join(MODELS)})", path="model") from None
 
 
 def device_preset(name: str) -> Device:
     try:
         return DEVICES[name.strip().lower()]
     except KeyError:
-        raise InputError(f"unknown device {name!r} (expected one of: {', '.join(DEVICES)})", path="device") from None
+        raise InputError(f"unknown device {shown(name)} (expected one of: {', '.join(DEVICES)})", path="device") from None

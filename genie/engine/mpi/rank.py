@@ -202,7 +202,8 @@ class _Rank:
             book = comm.allgather((address, port))
             self.transport = run_job_over_tcp(
                 job, rank, listener, {r: (a, int(p)) for r, (a, p) in enumerate(book)}, control, self.sockets,
-                connect_timeout_s=float(settings.get("connect_timeout_s", 30.0)),
+                connect_timeout_s=(None if settings.get("connect_timeout_s") is None
+                                   else float(settings["connect_timeout_s"])),
                 socket_buffer_bytes=settings.get("socket_buffer_bytes"), spin_s=float(settings.get("spin_s", 0.0)))
         else:
             data_comm = comm.Dup()  # data never matches control messages

@@ -73,7 +73,7 @@ class MpiLaunch:
     python: str = sys.executable
     clock_rounds: int = 8
     startup_timeout_s: float = 60.0
-    connect_timeout_s: float = 30.0
+    connect_timeout_s: float | None = None  # None: the job's op timeout
     slurm: SlurmLaunch | None = None
 
 
