@@ -23,7 +23,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from astra_adapter.config import CollectiveImpl, ImplKind, NetworkBackend, NetworkConfig, NetworkDim, \
