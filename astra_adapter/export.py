@@ -42,7 +42,7 @@ from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.files import write_atomic
 from genie.core.trace import CommType, NodeKind, ProcessGroup, Trace
-from genie.workloads.chakra_et import COMM_GROUP_SUFFIX, write_comm_groups, write_et
+from genie.workloads.chakra_et import COMM_GROUP_SUFFIX, whole_micros, write_comm_groups, write_et
 
 from astra_adapter.config import (CollectiveImpl, CollectiveOptimization, ImplKind, MemoryType, NetworkConfig,
                                   RemoteMemoryConfig, SchedulingPolicy, SystemConfig, parse_network,
@@ -245,12 +245,13 @@ def _rounding_notes(trace: Trace) -> tuple[str, ...]:
                 seen[id(node)] = node.duration_ns
     if not seen:
         return ()
-    worst = max(abs((ns + 500) // 1000 * 1000 - ns) / ns for ns in seen.values())
+    worst = max(abs(whole_micros(ns) * 1000 - ns) / ns for ns in seen.values())
     total_ns = sum(n.duration_ns for r in trace.ranks for n in r.nodes)
-    change_ns = sum((n.duration_ns + 500) // 1000 * 1000 - n.duration_ns for r in trace.ranks for n in r.nodes)
+    change_ns = sum(whole_micros(n.duration_ns) * 1000 - n.duration_ns for r in trace.ranks for n in r.nodes)
+    change = change_ns / max(1, total_ns)
     return (f"{len(seen)} distinct node durations are not whole microseconds: ASTRA-sim (and genie astra "
-            f"simulate) read them rounded (duration_micros; up to {worst:.2%} per node, {change_ns / max(1, total_ns):+.4%} "
-            "of all durations); genie estimate keeps the nanoseconds (duration_ns attribute)",)
+            f"simulate) read them rounded (duration_micros; up to {worst:.2%} per node, {change:+.4%} of all "
+            "durations); genie estimate keeps the nanoseconds (duration_ns attribute)",)
 
 
 # ---- the whole set ------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The workload (per rank, every rank alike): 96 forward compute nodes (100 us each), then 96 backward compute
 nodes (200 us each) with an all-reduce of 25 MiB (a DDP bucket) after every 4th backward node: 216 nodes, 24
-all-reduces, on a 1-D Ring of N NPUs (50 GB/s, 500 ns), ring all-reduce, endpoint-delay 10 ns,
+all-reduces, on a 1-D Ring (``--topology``) of N NPUs (50 GB/s, 500 ns), ring all-reduce, endpoint-delay 10 ns,
 local-mem-bw 1600 GB/s, ``--splits`` chunks per collective (1).
 
     python -m benchmarks.astra_aware_speed                       # genie, both backends, 1024 ranks
@@ -23,7 +23,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from astra_adapter.config import CollectiveImpl, ImplKind, NetworkBackend, NetworkConfig, NetworkDim, \
@@ -52,12 +51,12 @@ def dp_ring_trace(ranks: int) -> Trace:
     return make_trace([list(nodes) for _ in range(ranks)])
 
 
-def configs(ranks: int, splits: int) -> tuple[SystemConfig, NetworkConfig]:
+def configs(ranks: int, splits: int, topology: TopologyKind = TopologyKind.RING) -> tuple[SystemConfig, NetworkConfig]:
     ring = (CollectiveImpl(ImplKind.RING),)
     system = SystemConfig(endpoint_delay_ns=10, active_chunks_per_dimension=1, preferred_dataset_splits=splits,
                           all_reduce_impl=ring, all_gather_impl=ring, reduce_scatter_impl=ring, all_to_all_impl=ring,
                           local_mem_bw_gb_per_s=1600.0)
-    return system, NetworkConfig((NetworkDim(TopologyKind.RING, ranks, 50.0, 500.0),))
+    return system, NetworkConfig((NetworkDim(topology, ranks, 50.0, 500.0),))
 
 
 def time_genie(trace: Trace, system: SystemConfig, network: NetworkConfig, backend: NetworkBackend,
@@ -93,13 +92,15 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--splits", type=int, default=1, help="preferred-dataset-splits")
     parser.add_argument("--repeat", type=int, default=1, help="genie runs per backend (median printed)")
+    parser.add_argument("--topology", default="Ring", choices=[k.value for k in TopologyKind],
+                        help="the 1-D network (Ring)")
     parser.add_argument("--no-symmetry", action="store_true", help="simulate every rank")
     parser.add_argument("--write-et", type=Path, help="also write the ASTRA-sim input set here")
     parser.add_argument("--astra-aware", type=Path, help="AstraSim_Analytical_Congestion_Aware binary")
     parser.add_argument("--astra-unaware", type=Path, help="AstraSim_Analytical_Congestion_Unaware binary")
     args = parser.parse_args()
     trace = dp_ring_trace(args.ranks)
-    system, network = configs(args.ranks, args.splits)
+    system, network = configs(args.ranks, args.splits, TopologyKind(args.topology))
     print(f"# DP ring workload: {args.ranks} ranks x {len(trace.ranks[0].nodes)} nodes, "
           f"{LAYERS // BUCKET_EVERY} all-reduces of {BUCKET_BYTES >> 20} MiB, splits {args.splits}")
     genie_s = {}

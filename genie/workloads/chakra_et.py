@@ -192,8 +192,12 @@ def _is_ns_attr(attr: Attribute, micros: int) -> bool:
             and not attr.extra_wire and attr.value % 1000 != 0 and _micros(attr.value) == micros)
 
 
-def _micros(ns: int) -> int:
-    return (ns + 500) // 1000  # ET keeps microseconds: round to nearest
+def whole_micros(ns: int) -> int:
+    """A duration as an ET file keeps it (``duration_micros``): nanoseconds rounded to the nearest microsecond."""
+    return (ns + 500) // 1000
+
+
+_micros = whole_micros
 
 
 def node_to_pb(node: TraceNode) -> Any:
