@@ -1,0 +1,42 @@
+"""``genie estimate --mode fabric`` and the experiment's fabric row: a trace's iteration time on the fabric
+model (pure). Which topologies use it by default: those ASTRA-sim's dimensions cannot express faithfully
+(:func:`needs_fabric`)."""
+
+from __future__ import annotations
+
+from genie.core.errors import InputError
+from genie.core.topology import Topology
+from genie.core.trace import Trace
+
+from astra_adapter.fabric.flows import FabricParams, FlowEngine
+from astra_adapter.fabric.network import FabricNetwork
+from astra_adapter.fabric.player import play_on_fabric
+from astra_adapter.mapping import TopologyShape, map_topology
+from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
+
+
+def needs_fabric(topology: Topology) -> bool:
+    """True where the topology is not a plain ASTRA-sim dimension stack: it does not map
+    (:func:`astra_adapter.mapping.map_topology` refuses it), or maps only approximately (leaf-spine: one Switch
+    for two tiers, oversubscription as a per-host cap, no ECMP)."""
+    try:
+        mapping = map_topology(topology)
+    except InputError:
+        return True
+    return mapping.shape is TopologyShape.LEAF_SPINE
+
+
+def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = FabricParams(), *,
+                    source: str | None = None, notes: tuple[str, ...] = ()) -> TraceEstimate:
+    """The trace played under the replay's rules with every op on the fabric model."""
+    network = FabricNetwork(topology, source=source)
+    if trace.num_ranks != network.world_size:
+        raise InputError(f"the trace has {trace.num_ranks} ranks but topology {topology.name} runs "
+                         f"{network.world_size}", source=source, path="hosts")
+    network.check_connected()
+    timeline = play_on_fabric(trace, FlowEngine(network, params))
+    described = (f"fabric model on {topology.name}: {len(network.resources)} link directions, "
+                 f"efficiency " + ", ".join(f"{c.value} {params.efficiency_of(c):.3f}" for c in network.classes())
+                 + f", message overhead {params.message_overhead_ns / 1e3:.1f} us, endpoint delay "
+                 f"{params.endpoint_delay_ns / 1e3:.1f} us",)
+    return TraceEstimate(EstimateMode.FABRIC, timeline.ranks, (), (*described, *notes))
