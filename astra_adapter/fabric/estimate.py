@@ -40,3 +40,28 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
                  + f", message overhead {params.message_overhead_ns / 1e3:.1f} us, endpoint delay "
                  f"{params.endpoint_delay_ns / 1e3:.1f} us",)
     return TraceEstimate(EstimateMode.FABRIC, timeline.ranks, (), (*described, *notes))
+
+
+def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), calibration_dir=None,
+                              source: str | None = None):
+    """``genie estimate --mode fabric``: the fabric model's parameters from ``calibration_dir`` (a run directory
+    with ``fabric_calibration.json``, fitted on another topology with the same link classes), else fitted on
+    ``topology`` from the measurements in ``run_dirs`` (taken to come from that topology), else nominal rates.
+    Returns (estimate, the calibration fitted here or None)."""
+    from astra_adapter.fabric.calibrate import calibrate_fabric
+    from astra_adapter.fabric.calibration_io import check_classes, load_fabric_params
+    from astra_adapter.measurements import read_measurements
+
+    network = FabricNetwork(topology, source=source)
+    network.check_connected()
+    if calibration_dir is not None:
+        params, fitted, cal_source = load_fabric_params(calibration_dir)
+        notes = check_classes(fitted, network, calibration_source=cal_source)
+        return estimate_fabric(trace, topology, params, source=source,
+                               notes=(f"calibration from {cal_source}", *notes)), None
+    if run_dirs:
+        cal = calibrate_fabric(read_measurements(list(run_dirs)), network)
+        return estimate_fabric(trace, topology, cal.params, source=source,
+                               notes=(*cal.notes, *cal.warnings())), cal
+    return estimate_fabric(trace, topology, source=source,
+                           notes=("uncalibrated: every link at its nominal rate, no overhead",)), None
