@@ -118,7 +118,12 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
             sweep_ops(case, size)  # the bench can build every schedule
     from astra_adapter.fabric.estimate import needs_fabric
 
-    return PreparedExperiment(spec, trace, topology, mapping, sweep, needs_fabric(topology))
+    fabric = needs_fabric(topology)
+    if fabric:
+        from astra_adapter.fabric.experiment import cover_link_classes
+
+        sweep = cover_link_classes(sweep, topology, spec.grid_bytes)
+    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric)
 
 
 def sweep_ops(case: SweepCase, size_bytes: int) -> tuple[CollectiveOp, ...]:

@@ -132,3 +132,16 @@ def test_generator_ranks_scales_the_data_parallel_replicas():
     assert info.value.path == "ranks"
     with pytest.raises(InputError, match="ep = 8 does not divide"):
         resolve(GeneratorOptions(model="gpt3-125m", dp=8, ep=8, experts=8, ranks=12))
+
+
+def test_the_sweep_adds_a_cross_spine_pair_when_no_group_crosses_the_fabric():
+    from astra_adapter.experiment_spec import SweepCase
+    from astra_adapter.fabric.experiment import cover_link_classes
+
+    topo = load_topology_file(OVERSUB)
+    intra = (SweepCase(Collective.ALL_REDUCE, Algorithm.RING, 2, (1 << 20,), INTRA_LEAF),)
+    sweep = cover_link_classes(intra, topo, (64 << 10, 1 << 20))
+    assert sweep[0] == intra[0] and len(sweep) == 2
+    assert sweep[1].collective is Collective.SEND_RECV and sweep[1].groups == ((0, 4),)  # h0 (leaf0) -> h4 (leaf1)
+    crossing = (SweepCase(Collective.ALL_REDUCE, Algorithm.RING, 4, (1 << 20,), CROSS_SPINE),)
+    assert cover_link_classes(crossing, topo, (1 << 20,)) == crossing
