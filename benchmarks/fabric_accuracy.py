@@ -83,11 +83,12 @@ def run_scale(calibration: Path, topology: Path, trace: Path, replay: Path | Non
                                        source=str(topology))
     took = time.perf_counter() - started
     line = f"scale: {trace.name} on {topology.name}: fabric estimate {est.iteration_ns / 1e6:.1f} ms ({took:.1f} s)"
-    if replay is not None:
-        doc = json.loads((replay / "experiment.json").read_text())
-        measured = median(doc["replay_iteration_ns"])
-        line += (f" vs replay {measured / 1e6:.1f} ms: {(est.iteration_ns - measured) / measured * 100:+.2f}% "
-                 f"(load {doc.get('load_average')})")
+    if replay is not None:  # an experiment's run directory, or a genie replay's (replay.json)
+        if (replay / "experiment.json").is_file():
+            measured = median(json.loads((replay / "experiment.json").read_text())["replay_iteration_ns"])
+        else:
+            measured = json.loads((replay / "replay.json").read_text())["iteration_median_ns"]
+        line += f" vs replay {measured / 1e6:.1f} ms: {(est.iteration_ns - measured) / measured * 100:+.2f}%"
     print(line)
 
 

@@ -15,7 +15,8 @@ from genie.workloads.generators.options import GeneratorOptions, resolve
 
 from astra_adapter.fabric.calibrate import calibrate_fabric, model_times_us
 from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json, load_fabric_params
-from astra_adapter.fabric.flows import FabricParams
+from astra_adapter.fabric.estimate import sample_networks
+from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import Measurement
 from tests.cli_support import run_genie
@@ -36,7 +37,7 @@ def _sweep(network: FabricNetwork, params: FabricParams) -> list[Measurement]:
         for size in (64 << 10, 1 << 20, 8 << 20, 32 << 20):
             m = Measurement(Collective.ALL_REDUCE, Algorithm.RING, len(groups[0]), size, 0.0, "sweep", groups)
             ms.append(m)
-    times = model_times_us(network, params, ms)
+    times = model_times_us(sample_networks(network, ECMP_SAMPLES), params, ms)  # as the calibration models it
     return [Measurement(m.collective, m.algorithm, m.ranks, m.size_bytes, float(t), "sweep", m.groups)
             for m, t in zip(ms, times)]
 

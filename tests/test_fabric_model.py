@@ -68,6 +68,23 @@ def test_oversubscribed_spine_sets_the_all_reduce_time():
     assert alone[0] == pytest.approx(expected / 2, rel=1e-6)
 
 
+def test_a_hash_draw_puts_each_connection_on_one_spine():
+    # one draw: the two rings' cross-leaf flows either take different spines (500 Mbit/s each, as the expected
+    # share) or collide on one (250 Mbit/s each): each draw's all-reduce takes T or 2T, and both happen
+    network = FabricNetwork(load_topology_file(OVERSUB))
+    size = 1 << 20
+    op = CommOp(Collective.ALL_REDUCE, Algorithm.RING, 4, size)
+    fluid = run_concurrently(FlowEngine(network), [(op, (0, 2, 4, 6)), (op, (1, 3, 5, 7))])[0]
+    draws = []
+    for seed in range(16):
+        net = network.with_hash_seed(seed)
+        route = net.routes[net.route(2, 4)]
+        assert len(route.loads) == 4 and all(w == 1.0 for _, w in route.loads)  # host, leaf-spine, spine-leaf, host
+        draws.append(max(run_concurrently(FlowEngine(net), [(op, (0, 2, 4, 6)), (op, (1, 3, 5, 7))])) / fluid)
+    assert all(d == pytest.approx(1.0) or d <= 2.0 + 1e-9 for d in draws)
+    assert min(draws) == pytest.approx(1.0) and max(draws) > 1.5
+
+
 def test_ranks_sharing_a_host_share_its_nic():
     topo = load_topology(star(2, ranks=2))
     engine = FlowEngine(FabricNetwork(topo))
@@ -100,7 +117,7 @@ def _dp_trace(groups: list[tuple[int, ...]], size: int, compute_ns: int):
 def test_a_trace_on_the_fabric_plays_compute_then_the_concurrent_groups():
     topo = load_topology_file(OVERSUB)
     size = 4 << 20
-    est = estimate_fabric(_dp_trace([(0, 2, 4, 6), (1, 3, 5, 7)], size, 1_000_000), topo)
+    est = estimate_fabric(_dp_trace([(0, 2, 4, 6), (1, 3, 5, 7)], size, 1_000_000), topo, ecmp_samples=0)
     ar = 6 * (size / 4) * WIRE_BYTES_PER_PAYLOAD_BYTE / (0.5 * GBIT_BYTES_PER_NS)
     assert est.iteration_ns == pytest.approx(1_000_000 + ar, abs=2)
     assert est.ranks[0].exposed_comm_ns == pytest.approx(ar, abs=2)

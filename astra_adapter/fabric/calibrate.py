@@ -8,7 +8,8 @@ together (:func:`astra_adapter.fabric.flows.run_concurrently`); its time is the 
 
 A class is fitted only when some measurement's flows cross it (else it keeps efficiency 1, said so). The fit is
 least squares on relative error (projected Gauss-Newton with finite differences: the model is piecewise linear
-in the inverse efficiencies and linear in the delays). **Physically impossible points are excluded**: a
+in the inverse efficiencies and linear in the delays); with ECMP the model is the mean over the same hash draws
+the estimate uses. **Physically impossible points are excluded**: a
 measurement faster than its payload can cross the links at their nominal rates (no overhead, no delay) cannot
 be a real transfer (a timer artefact or a small-message minimum) and is left out, and listed.
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from genie.core.errors import InputError
 
-from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, run_concurrently
+from astra_adapter.fabric.flows import ECMP_SAMPLES, WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, run_concurrently
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp, Measurement
 
@@ -115,14 +116,24 @@ def _params(classes: tuple[LinkClass, ...], x: np.ndarray) -> FabricParams:
     return FabricParams(eff, float(x[-2]) * 1000, float(x[-1]) * 1000)
 
 
-def model_times_us(network: FabricNetwork, params: FabricParams, ms: list[Measurement]) -> np.ndarray:
-    engine = FlowEngine(network, params)
-    return np.array([max(run_concurrently(engine, [(_op(m), g) for g in _members(m)])) / 1000 for m in ms])
+def model_times_us(network: FabricNetwork | list[FabricNetwork], params: FabricParams, ms: list[Measurement]
+                   ) -> np.ndarray:
+    """Each measurement's model time (us); over several networks (ECMP hash draws), their mean."""
+    nets = network if isinstance(network, list) else [network]
+    total = np.zeros(len(ms))
+    for net in nets:
+        engine = FlowEngine(net, params)
+        total += [max(run_concurrently(engine, [(_op(m), g) for g in _members(m)])) / 1000 for m in ms]
+    return total / len(nets)
 
 
-def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], network: FabricNetwork
-                     ) -> FabricCalibration:
-    """Fit the fabric model's per-class efficiencies, message overhead and endpoint delay."""
+def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], network: FabricNetwork,
+                     ecmp_samples: int = ECMP_SAMPLES) -> FabricCalibration:
+    """Fit the fabric model's per-class efficiencies, message overhead and endpoint delay (with ECMP: the model
+    is the mean over ``ecmp_samples`` hash draws, as the estimate's)."""
+    from astra_adapter.fabric.estimate import sample_networks
+
+    nets = sample_networks(network, ecmp_samples)
     ms = [m for m in measurements if m.time_us > 0 and m.ranks >= 2]
     if not ms:
         raise InputError("no measurements to calibrate the fabric model on", path="measurements")
@@ -139,9 +150,9 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
     lower = np.array([1.0 if c is not LinkClass.LOOPBACK else 1e-3 for c in classes] + [0.0, 0.0])
     x = np.array([1.2 if c is not LinkClass.LOOPBACK else 1.0 for c in classes] + [50.0, 0.0])
     if fit_ms:
-        x = _fit(network, classes, fit_ms, x, lower)
+        x = _fit(nets, classes, fit_ms, x, lower)
     params = _params(classes, x)
-    model = model_times_us(network, params, ms)
+    model = model_times_us(nets, params, ms)
     points = tuple(FabricPoint(_op(m), _members(m), m.time_us, float(model[i]), float(bound[i]), crossed[i])
                    for i, m in enumerate(ms))
     fits = []
@@ -154,7 +165,7 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
     return FabricCalibration(network.topology.name, params, tuple(fits), points, tuple(notes))
 
 
-def _fit(network: FabricNetwork, classes: tuple[LinkClass, ...], ms: list[Measurement], x: np.ndarray,
+def _fit(network: list[FabricNetwork], classes: tuple[LinkClass, ...], ms: list[Measurement], x: np.ndarray,
          lower: np.ndarray) -> np.ndarray:
     measured = np.array([m.time_us for m in ms])
 

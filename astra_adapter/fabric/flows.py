@@ -29,6 +29,7 @@ from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp
 
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
+ECMP_SAMPLES = 8  # draws of the ECMP hash an estimate and a calibration average over (where there is ECMP)
 _EPS_BYTES = 1e-6
 
 

@@ -6,7 +6,11 @@ forwarding hosts alike), as :func:`genie.topology.routing.shortest_paths_next_ho
 same :mod:`genie.topology.graph` functions, and at every node with several equal-cost next hops the kernel
 hashes each flow (L4 ports, ``fib_multipath_hash_policy=1``) onto one of them. The ports are ephemeral, so the
 assignment is not known in advance: a route carries the *expected share* - a flow splits evenly over the next
-hops at every branch, which is each link's expected load under uniform hashing.
+hops at every branch, which is each link's expected load under uniform hashing. With a ``hash_seed`` the network
+is instead one *draw* of the hash: every connection (a pair of ranks: each has its own ports) takes one next hop
+at every branch, chosen uniformly and deterministically from the seed - what one testbed session does; the
+mean over several draws is the expected time under hashing, collisions included
+(:func:`astra_adapter.fabric.estimate.estimate_fabric`'s ``ecmp_samples``).
 
 Ranks of one host talk over the namespace's loopback: one ``loopback`` resource per host (unshaped; its rate
 is calibrated or :data:`LOOPBACK_RATE_BPS`).
@@ -17,6 +21,7 @@ two switches) and ``loopback``.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from enum import Enum
 
@@ -64,9 +69,10 @@ class Route:
 class FabricNetwork:
     """Resources and memoised routes of one topology; ``route(src_rank, dst_rank)`` is a route id."""
 
-    def __init__(self, topology: Topology, *, source: str | None = None) -> None:
+    def __init__(self, topology: Topology, *, source: str | None = None, hash_seed: int | None = None) -> None:
         self.topology = topology
         self.source = source or topology.name
+        self.hash_seed = hash_seed
         self.rank_hosts = topology.rank_hosts()
         if not self.rank_hosts:
             raise InputError("no hosts", source=self.source, path="hosts")
@@ -100,21 +106,40 @@ class FabricNetwork:
         present = {r.link_class for r in self.resources}
         return tuple(c for c in LinkClass if c in present)
 
+    def with_hash_seed(self, seed: int | None) -> "FabricNetwork":
+        return FabricNetwork(self.topology, source=self.source, hash_seed=seed)
+
+    @property
+    def multipath(self) -> bool:
+        """True when some pair of hosts has more than one shortest path (ECMP)."""
+        hosts = [h.name for h in self.topology.hosts]
+        for dst in hosts:
+            distance = self._distance(dst)
+            for node, hops in distance.items():
+                if hops > 1 and sum(1 for p in self.neighbours[node] if distance.get(p) == hops - 1) > 1:
+                    return True
+        return False
+
     def route(self, src_rank: int, dst_rank: int) -> int:
         src, dst = self.rank_hosts[src_rank], self.rank_hosts[dst_rank]
-        key = (src, dst)
+        key = (src, dst) if self.hash_seed is None or src == dst else (src_rank, dst_rank)
         rid = self._route_ids.get(key)
         if rid is None:
             rid = self._route_ids[key] = len(self.routes)
-            self.routes.append(self._expected_route(src, dst))
+            rng = None if self.hash_seed is None else random.Random(f"{self.hash_seed}:{src_rank}:{dst_rank}")
+            self.routes.append(self._expected_route(src, dst, rng))
         return rid
 
-    def _expected_route(self, src: str, dst: str) -> Route:
-        if src == dst:
-            return Route(((self.index[(src, src)], 1.0),), 0.0)
+    def _distance(self, dst: str) -> dict[str, int]:
         distance = self._distances.get(dst)
         if distance is None:
             distance = self._distances[dst] = hop_distances(self.neighbours, dst)
+        return distance
+
+    def _expected_route(self, src: str, dst: str, rng: random.Random | None = None) -> Route:
+        if src == dst:
+            return Route(((self.index[(src, src)], 1.0),), 0.0)
+        distance = self._distance(dst)
         if src not in distance:
             raise InputError(f"no path from host {src} to host {dst}: the fabric model cannot route it",
                              source=self.source, path="links")
@@ -126,6 +151,8 @@ class FabricNetwork:
             nxt: dict[str, float] = {}
             for node in frontier:
                 hops = [p for p in self.neighbours[node] if distance.get(p) == distance[node] - 1]
+                if rng is not None:
+                    hops = [hops[rng.randrange(len(hops))]]
                 part = share[node] / len(hops)
                 for p in hops:
                     rid = self.index[(node, p)]
