@@ -26,7 +26,8 @@ import numpy as np
 
 from genie.core.errors import InputError
 
-from astra_adapter.fabric.flows import ECMP_SAMPLES, WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, run_concurrently
+from astra_adapter.fabric.flows import ECMP_SAMPLES, WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, \
+    StepSends, run_concurrently
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp, Measurement
 
@@ -116,13 +117,14 @@ def _params(classes: tuple[LinkClass, ...], x: np.ndarray) -> FabricParams:
     return FabricParams(eff, float(x[-2]) * 1000, float(x[-1]) * 1000)
 
 
-def model_times_us(network: FabricNetwork | list[FabricNetwork], params: FabricParams, ms: list[Measurement]
-                   ) -> np.ndarray:
+def model_times_us(network: FabricNetwork | list[FabricNetwork], params: FabricParams, ms: list[Measurement],
+                   sends: StepSends | None = None) -> np.ndarray:
     """Each measurement's model time (us); over several networks (ECMP hash draws), their mean."""
     nets = network if isinstance(network, list) else [network]
+    sends = sends or StepSends()
     total = np.zeros(len(ms))
     for net in nets:
-        engine = FlowEngine(net, params)
+        engine = FlowEngine(net, params, sends)
         total += [max(run_concurrently(engine, [(_op(m), g) for g in _members(m)])) / 1000 for m in ms]
     return total / len(nets)
 
@@ -134,12 +136,13 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
     from astra_adapter.fabric.estimate import sample_networks
 
     nets = sample_networks(network, ecmp_samples)
+    sends = StepSends()
     ms = [m for m in measurements if m.time_us > 0 and m.ranks >= 2]
     if not ms:
         raise InputError("no measurements to calibrate the fabric model on", path="measurements")
     probe = FlowEngine(network)
     crossed = [_classes_crossed(network, probe, m) for m in ms]
-    bound = model_times_us(network, FabricParams(), ms) / WIRE_BYTES_PER_PAYLOAD_BYTE
+    bound = model_times_us(network, FabricParams(), ms, sends) / WIRE_BYTES_PER_PAYLOAD_BYTE
     possible = [i for i, m in enumerate(ms) if m.time_us >= bound[i]]
     notes = []
     if len(possible) < len(ms):
@@ -150,9 +153,9 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
     lower = np.array([1.0 if c is not LinkClass.LOOPBACK else 1e-3 for c in classes] + [0.0, 0.0])
     x = np.array([1.2 if c is not LinkClass.LOOPBACK else 1.0 for c in classes] + [50.0, 0.0])
     if fit_ms:
-        x = _fit(nets, classes, fit_ms, x, lower)
+        x = _fit(nets, classes, fit_ms, x, lower, sends)
     params = _params(classes, x)
-    model = model_times_us(nets, params, ms)
+    model = model_times_us(nets, params, ms, sends)
     points = tuple(FabricPoint(_op(m), _members(m), m.time_us, float(model[i]), float(bound[i]), crossed[i])
                    for i, m in enumerate(ms))
     fits = []
@@ -166,11 +169,11 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
 
 
 def _fit(network: list[FabricNetwork], classes: tuple[LinkClass, ...], ms: list[Measurement], x: np.ndarray,
-         lower: np.ndarray) -> np.ndarray:
+         lower: np.ndarray, sends: StepSends) -> np.ndarray:
     measured = np.array([m.time_us for m in ms])
 
     def residual(v: np.ndarray) -> np.ndarray:
-        return (model_times_us(network, _params(classes, v), ms) - measured) / measured
+        return (model_times_us(network, _params(classes, v), ms, sends) - measured) / measured
 
     r = residual(x)
     cost = float(r @ r)

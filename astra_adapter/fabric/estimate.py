@@ -8,7 +8,7 @@ from genie.core.errors import InputError
 from genie.core.topology import Topology
 from genie.core.trace import Trace
 
-from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine
+from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine, StepSends
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.player import play_on_fabric
 from astra_adapter.mapping import TopologyShape, map_topology
@@ -55,7 +55,8 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
                          f"{network.world_size}", source=source, path="hosts")
     network.check_connected()
     nets = sample_networks(network, ecmp_samples)
-    ranks = _mean_ranks([play_on_fabric(trace, FlowEngine(n, params)) for n in nets])
+    sends = StepSends()
+    ranks = _mean_ranks([play_on_fabric(trace, FlowEngine(n, params, sends)) for n in nets])
     ecmp = f"mean of {len(nets)} ECMP hash draws" if len(nets) > 1 else (
         "ECMP as the expected share" if network.multipath else "no ECMP")
     described = (f"fabric model on {topology.name} ({ecmp}): {len(network.resources)} link directions, "

@@ -84,12 +84,50 @@ class FabricOp:
         self.active = self.left > _EPS_BYTES
 
 
+class StepSends:
+    """Per op, its schedule's steps as ``((src_rank, dst_rank, payload_bytes), ...)`` and the most messages one
+    rank posts in the step - independent of the network and the parameters, so engines share it (one schedule
+    build per op across hash draws and calibration steps)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, tuple[tuple[tuple[tuple[int, int, int], ...], int], ...]] = {}
+
+    def of(self, op: CommOp, members: tuple[int, ...]) -> tuple[tuple[tuple[tuple[int, int, int], ...], int], ...]:
+        key = (op.collective, op.algorithm, op.size_bytes, members)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._build(op, members)
+        return hit
+
+    @staticmethod
+    def _build(op: CommOp, members: tuple[int, ...]):
+        from genie.collectives.registry import build_schedule
+
+        p2p = op.collective is Collective.SEND_RECV
+        schedule = build_schedule(CollectiveOp(collective=op.collective, size_bytes=op.size_bytes, group=members,
+                                               algorithm=op.algorithm, root=members[0],
+                                               peer=members[-1] if p2p else None,
+                                               dtype_bytes=dtype_bytes_for(op.size_bytes)))
+        per_rank = [(rs.rank, rs.steps) for rs in schedule.ranks]
+        out = []
+        for i in range(max((len(s) for _, s in per_rank), default=0)):
+            sends, msgs = [], 0
+            for rank, steps in per_rank:
+                posted = steps[i].sends if i < len(steps) else ()
+                msgs = max(msgs, len(posted))
+                sends.extend((rank, s.peer, s.size_bytes) for s in posted)
+            out.append((tuple(sends), msgs))
+        return tuple(out)
+
+
 class FlowEngine:
     """Running ops on one fabric: ``horizon_ns`` (time to the next change at the current rates), ``advance``."""
 
-    def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams()) -> None:
+    def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
+                 sends: "StepSends | None" = None) -> None:
         self.network = network
         self.params = params
+        self.sends = sends or StepSends()
         self.capacity = np.array([r.rate_bps * params.efficiency_of(r.link_class) / 8e9
                                   for r in network.resources])  # bytes per ns
         self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
@@ -107,24 +145,10 @@ class FlowEngine:
         return steps
 
     def _build(self, op: CommOp, members: tuple[int, ...]) -> tuple[StepFlows, ...]:
-        from genie.collectives.registry import build_schedule
-
-        p2p = op.collective is Collective.SEND_RECV
-        schedule = build_schedule(CollectiveOp(collective=op.collective, size_bytes=op.size_bytes, group=members,
-                                               algorithm=op.algorithm, root=members[0],
-                                               peer=members[-1] if p2p else None,
-                                               dtype_bytes=dtype_bytes_for(op.size_bytes)))
-        per_rank = [rs.steps for rs in schedule.ranks]
-        ranks = [rs.rank for rs in schedule.ranks]
         out, seen = [], {}
-        for i in range(max((len(s) for s in per_rank), default=0)):
-            routes, sizes, msgs = [], [], 0
-            for rank, steps in zip(ranks, per_rank):
-                sends = steps[i].sends if i < len(steps) else ()
-                msgs = max(msgs, len(sends))
-                for send in sends:
-                    routes.append(self.network.route(rank, send.peer))
-                    sizes.append(send.size_bytes)
+        for sends, msgs in self.sends.of(op, members):
+            routes = [self.network.route(src, dst) for src, dst, _ in sends]
+            sizes = [size for _, _, size in sends]
             delay = max((self.network.routes[r].delay_ns for r in routes), default=0.0)
             latency = msgs * self.params.message_overhead_ns + delay + \
                 (self.params.endpoint_delay_ns if not out else 0.0)
