@@ -218,7 +218,7 @@ def format_summary(result: ExperimentResult) -> str:
 
         lines[2:2] = summary_lines(result.fabric_calibration)  # type: ignore[arg-type]
     if result.best_of:
-        lines.append("best iterations (fastest of each op, fastest replay): " + ", ".join(
+        lines.append("best iterations (fastest physically possible iteration of each op, fastest replay): " + ", ".join(
             f"{r.mode} {r.estimated_s * 1e3:.3f} vs {r.measured_s * 1e3:.3f} ms ({r.error_pct:+.2f}%)"
             for r in result.best_of))
     if result.load_average:

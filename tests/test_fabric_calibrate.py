@@ -146,3 +146,20 @@ def test_the_sweep_adds_a_cross_spine_pair_when_no_group_crosses_the_fabric():
     assert sweep[1].collective is Collective.SEND_RECV and sweep[1].groups == ((0, 4),)  # h0 (leaf0) -> h4 (leaf1)
     crossing = (SweepCase(Collective.ALL_REDUCE, Algorithm.RING, 4, (1 << 20,), CROSS_SPINE),)
     assert cover_link_classes(crossing, topo, (1 << 20,)) == crossing
+
+
+def test_best_iterations_skip_the_physically_impossible_ones():
+    from astra_adapter.fabric.calibrate import fastest_possible, lower_bounds_us
+
+    network = FabricNetwork(load_topology_file(STAR))
+    probe = Measurement(Collective.ALL_REDUCE, Algorithm.RING, 8, 8 << 20, 1.0, "sweep", (tuple(range(8)),))
+    bound = float(lower_bounds_us([probe], network)[0])  # 2 x 7/8 x 8 MiB at 1 Gbit/s
+    assert bound == pytest.approx(2 * 7 / 8 * (8 << 20) * 8 / 1e9 * 1e6, rel=1e-6)
+    m = Measurement(Collective.ALL_REDUCE, Algorithm.RING, 8, 8 << 20, bound * 1.2, "sweep", (tuple(range(8)),),
+                    (bound * 0.5, bound * 1.1, bound * 1.3))
+    never = Measurement(Collective.ALL_REDUCE, Algorithm.RING, 8, 8 << 20, bound * 0.6, "sweep", (tuple(range(8)),),
+                        (bound * 0.5, bound * 0.7))
+    kept, impossible = fastest_possible((m, never), network)
+    assert impossible == 3
+    assert kept[0].time_us == pytest.approx(bound * 1.1)  # the fastest possible one, not bound * 0.5
+    assert kept[1].time_us == pytest.approx(bound * 0.6)  # none possible: its typical time (the trimmed mean)

@@ -29,7 +29,7 @@ from genie.core.errors import InputError
 from astra_adapter.fabric.flows import ECMP_SAMPLES, WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, \
     StepSends, run_concurrently
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
-from astra_adapter.measurements import CommOp, Measurement
+from astra_adapter.measurements import CommOp, Measurement, op_time_us
 
 RESIDUAL_WARN_PCT = 10.0
 _ITERATIONS = 30
@@ -216,3 +216,27 @@ def summary_lines(cal: FabricCalibration) -> list[str]:
     lines += [f"# note: {n}" for n in cal.notes if "faster than" not in n]
     lines += [f"WARNING: {w}" for w in cal.warnings()]
     return lines
+
+
+def lower_bounds_us(measurements: tuple[Measurement, ...] | list[Measurement], network: FabricNetwork
+                    ) -> np.ndarray:
+    """Per measurement, the fastest its payload can cross the links at their nominal rates (no overhead, no
+    delay, ECMP as the expected share): a time below it is physically impossible."""
+    return model_times_us(network, FabricParams(), list(measurements)) / WIRE_BYTES_PER_PAYLOAD_BYTE
+
+
+def fastest_possible(measurements: tuple[Measurement, ...], network: FabricNetwork
+                     ) -> tuple[tuple[Measurement, ...], int]:
+    """The "best iterations" statistic made honest: each measurement's fastest iteration that is physically
+    possible (at or above :func:`lower_bounds_us`); a measurement with none keeps its typical time. Returns them
+    and how many iterations were impossible."""
+    bounds = lower_bounds_us(measurements, network)
+    out, impossible = [], 0
+    for m, bound in zip(measurements, bounds):
+        iterations = m.iterations_us or (m.time_us,)
+        possible = [t for t in iterations if t >= bound]
+        impossible += len(iterations) - len(possible)
+        time = min(possible) if possible else op_time_us(iterations)
+        out.append(Measurement(m.collective, m.algorithm, m.ranks, m.size_bytes, time, m.source, m.groups,
+                               m.iterations_us))
+    return tuple(out), impossible
