@@ -46,11 +46,16 @@ def test_each_link_class_is_fitted_from_the_groups_that_cross_it():
     network = FabricNetwork(load_topology_file(OVERSUB))
     cal = calibrate_fabric(_sweep(network, TRUE), network)
     fits = {c.link_class: c for c in cal.classes}
+    # the intra-leaf pairs (one flow per link) pin the host links; the fabric's efficiency and the flow
+    # contention trade off on this sweep, so the fabric is checked by what it predicts at a size it never saw
     assert fits[LinkClass.HOST].efficiency == pytest.approx(0.8, rel=1e-3)
-    assert fits[LinkClass.FABRIC].efficiency == pytest.approx(0.6, rel=1e-3)
     assert cal.params.message_overhead_ns == pytest.approx(150_000, rel=1e-2)
     assert fits[LinkClass.HOST].points == 8 and fits[LinkClass.FABRIC].points == 4
     assert cal.rms_residual_pct < 0.1 and not cal.warnings()
+    unseen = [Measurement(Collective.ALL_REDUCE, Algorithm.RING, 4, 16 << 20, 0.0, "sweep", CROSS_SPINE)]
+    nets = sample_networks(network, ECMP_SAMPLES)
+    assert model_times_us(nets, cal.params, unseen)[0] == pytest.approx(model_times_us(nets, TRUE, unseen)[0],
+                                                                       rel=2e-3)
 
 
 def test_a_point_faster_than_the_links_allow_is_left_out_and_said():
@@ -63,6 +68,7 @@ def test_a_point_faster_than_the_links_allow_is_left_out_and_said():
     assert [p.op.size_bytes for p in cal.excluded] == [32 << 20]
     assert any("faster than their links' nominal rates" in n for n in cal.notes)
     assert dict(cal.params.efficiency)[LinkClass.HOST] == pytest.approx(0.8, rel=1e-3)  # the rest still fit
+    assert cal.rms_residual_pct < 0.1
 
 
 def test_a_class_no_measurement_crosses_is_not_fitted():
@@ -93,9 +99,14 @@ def _calibration_dir(tmp_path: Path) -> Path:
 
 
 def test_calibration_round_trips(tmp_path: Path):
-    params, fitted, _ = load_fabric_params(_calibration_dir(tmp_path))
+    run = _calibration_dir(tmp_path)
+    params, fitted, _ = load_fabric_params(run)
+    written = json.loads((run / FABRIC_CALIBRATION_JSON).read_text())
     assert set(fitted) == {LinkClass.HOST, LinkClass.FABRIC}
-    assert params.efficiency_of(LinkClass.FABRIC) == pytest.approx(0.6, rel=1e-3)
+    assert params.efficiency_of(LinkClass.FABRIC) == pytest.approx(
+        next(c["efficiency"] for c in written["classes"] if c["link_class"] == "fabric"))
+    assert params.flow_contention == pytest.approx(written["flow_contention"])
+    assert params.message_overhead_ns == pytest.approx(150_000, rel=1e-2)
 
 
 def test_estimate_uses_the_fabric_model_on_a_leaf_spine_and_with_a_calibration(tmp_path: Path):

@@ -135,3 +135,18 @@ def test_a_disconnected_topology_is_refused_naming_the_hosts():
     with pytest.raises(InputError, match="no path from host a to host c") as info:
         FabricNetwork(topo, source="split.yaml").check_connected()
     assert info.value.path == "links" and info.value.source == "split.yaml"
+
+
+def test_flow_contention_slows_a_link_per_extra_flow():
+    topo = load_topology(star(3))
+    size = 1 << 20
+    msg = CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size)
+    one = size * WIRE_BYTES_PER_PAYLOAD_BYTE / GBIT_BYTES_PER_NS
+    # two messages into h2 share its downlink: 1/2 each, and with contention 0.5 the link delivers 1 / 1.5
+    plain = run_concurrently(FlowEngine(FabricNetwork(topo)), [(msg, (0, 2)), (msg, (1, 2))])
+    contended = run_concurrently(FlowEngine(FabricNetwork(topo), FabricParams(flow_contention=0.5)),
+                                 [(msg, (0, 2)), (msg, (1, 2))])
+    assert plain == pytest.approx([2 * one, 2 * one], rel=1e-6)
+    assert contended == pytest.approx([3 * one, 3 * one], rel=1e-6)
+    alone = run_concurrently(FlowEngine(FabricNetwork(topo), FabricParams(flow_contention=0.5)), [(msg, (0, 2))])
+    assert alone == pytest.approx([one], rel=1e-6)  # one flow: no contention

@@ -2,7 +2,9 @@
 
 Parameters: per link class the topology has (``host``, ``fabric``, ``loopback``) an efficiency - the fraction
 of the nominal rate a flow reaches there (at most 1 on a shaped link; loopback is unshaped, so its rate is
-fitted freely) - and one per-message overhead and one per-op endpoint delay (ns, >= 0). The model of a
+fitted freely) - and one per-message overhead and one per-op endpoint delay (ns, >= 0), and the flow
+contention (>= 0: how much a link loses per extra flow crossing it; separates a ring's one flow per link from
+an all-to-all's many). The model of a
 measurement is the fabric model itself: the measured op on each of the groups that ran it at once, started
 together (:func:`astra_adapter.fabric.flows.run_concurrently`); its time is the slowest group's.
 
@@ -113,8 +115,9 @@ def _classes_crossed(network: FabricNetwork, engine: FlowEngine, m: Measurement)
 
 
 def _params(classes: tuple[LinkClass, ...], x: np.ndarray) -> FabricParams:
+    """x = (1 / efficiency per class..., message overhead us, endpoint delay us, flow contention)."""
     eff = tuple((c, 1.0 / float(v)) for c, v in zip(classes, x[:len(classes)]))
-    return FabricParams(eff, float(x[-2]) * 1000, float(x[-1]) * 1000)
+    return FabricParams(eff, float(x[-3]) * 1000, float(x[-2]) * 1000, float(x[-1]))
 
 
 def model_times_us(network: FabricNetwork | list[FabricNetwork], params: FabricParams, ms: list[Measurement],
@@ -150,8 +153,8 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
                      f"rates allow and are left out of the fit")
     fit_ms = [ms[i] for i in possible]
     classes = tuple(c for c in network.classes() if any(c in crossed[i] for i in possible))
-    lower = np.array([1.0 if c is not LinkClass.LOOPBACK else 1e-3 for c in classes] + [0.0, 0.0])
-    x = np.array([1.2 if c is not LinkClass.LOOPBACK else 1.0 for c in classes] + [50.0, 0.0])
+    lower = np.array([1.0 if c is not LinkClass.LOOPBACK else 1e-3 for c in classes] + [0.0, 0.0, 0.0])
+    x = np.array([1.2 if c is not LinkClass.LOOPBACK else 1.0 for c in classes] + [50.0, 0.0, 0.0])
     if fit_ms:
         x = _fit(nets, classes, fit_ms, x, lower, sends)
     params = _params(classes, x)
@@ -208,7 +211,8 @@ def summary_lines(cal: FabricCalibration) -> list[str]:
                         f"on {c.points} points)" if c.fitted else f"{c.link_class.value} not fitted"
                         for c in cal.classes)
     lines = [f"fabric calibration: {classes}; message overhead {cal.params.message_overhead_ns / 1e3:.1f} us, "
-             f"endpoint delay {cal.params.endpoint_delay_ns / 1e3:.1f} us; rms residual "
+             f"endpoint delay {cal.params.endpoint_delay_ns / 1e3:.1f} us, flow contention "
+             f"{cal.params.flow_contention:.3f}; rms residual "
              f"{cal.rms_residual_pct:.2f}% on {len(cal.used)} points"]
     for p in cal.excluded:
         lines.append(f"# excluded (faster than the links allow): {p.op.describe()}: {p.measured_us:.1f} us < "

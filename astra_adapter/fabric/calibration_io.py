@@ -22,6 +22,7 @@ def fabric_calibration_json(cal: FabricCalibration) -> str:
                         "points": c.points, "rms_residual_pct": c.rms_residual_pct} for c in cal.classes],
            "message_overhead_ns": cal.params.message_overhead_ns,
            "endpoint_delay_ns": cal.params.endpoint_delay_ns,
+           "flow_contention": cal.params.flow_contention,
            "rms_residual_pct": cal.rms_residual_pct,
            "points": [{"collective": p.op.collective.value, "algorithm": p.op.algorithm.value, "ranks": p.op.ranks,
                        "size_bytes": p.op.size_bytes, "groups": [list(g) for g in p.groups],
@@ -51,7 +52,7 @@ def load_fabric_params(run_dir: Path) -> tuple[FabricParams, tuple[LinkClass, ..
             if c.get("fitted", True):
                 fitted.append(link_class)
         params = FabricParams(tuple(eff), float(doc.get("message_overhead_ns", 0.0)),
-                              float(doc.get("endpoint_delay_ns", 0.0)))
+                              float(doc.get("endpoint_delay_ns", 0.0)), float(doc.get("flow_contention", 0.0)))
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"not a fabric calibration: {exc}", source=str(path), path="classes") from None
     return params, tuple(fitted), str(path)

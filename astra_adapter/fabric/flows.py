@@ -36,11 +36,15 @@ _EPS_BYTES = 1e-6
 @dataclass(frozen=True)
 class FabricParams:
     """The model's parameters: per link class an efficiency (fraction of the nominal rate a flow reaches), a
-    per-message overhead and a per-op endpoint delay (ns)."""
+    per-message overhead and a per-op endpoint delay (ns), and the flow contention: a link crossed by ``n``
+    flows at once delivers ``1 / (1 + flow_contention x (n - 1))`` of its rate (TCP flows sharing a shaped
+    queue lose throughput to drops and retransmissions as they multiply - the incast of an all-to-all; 0: none).
+    """
 
     efficiency: tuple[tuple[LinkClass, float], ...] = ()
     message_overhead_ns: float = 0.0
     endpoint_delay_ns: float = 0.0
+    flow_contention: float = 0.0
 
     def efficiency_of(self, link_class: LinkClass) -> float:
         return dict(self.efficiency).get(link_class, 1.0)
@@ -188,9 +192,12 @@ class FlowEngine:
             flow_of.append(np.full(len(res), f))
             resource_of.append(res)
             weight.append(w * counts[f])
-        rates = max_min_rates(np.concatenate(flow_of), np.concatenate(resource_of), np.concatenate(weight),
-                              self.capacity, len(unique)) * counts
-        per_flow = rates / counts
+        resource_of_all, weight_all = np.concatenate(resource_of), np.concatenate(weight)
+        capacity = self.capacity
+        if self.params.flow_contention > 0:
+            flows_on = np.bincount(resource_of_all, weights=weight_all, minlength=len(capacity))
+            capacity = capacity / (1 + self.params.flow_contention * np.maximum(flows_on - 1, 0))
+        per_flow = max_min_rates(np.concatenate(flow_of), resource_of_all, weight_all, capacity, len(unique))
         hit = self._rates[key] = (unique, per_flow)
         return hit
 
