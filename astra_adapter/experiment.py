@@ -76,6 +76,7 @@ class ExperimentResult:
     best_of: tuple[AccuracyRow, ...] = ()  # the same comparison with Statistic.BEST
     load_average: tuple[float, float] = ()  # 1-minute load average before and after the testbed work
     fabric_calibration: object | None = None  # astra_adapter.fabric.calibrate.FabricCalibration (fabric topologies)
+    best_impossible: int = 0  # sweep iterations faster than the links allow, left out of best_of
 
     @property
     def measured_ns(self) -> int:
@@ -220,7 +221,9 @@ def format_summary(result: ExperimentResult) -> str:
     if result.best_of:
         lines.append("best iterations (fastest physically possible iteration of each op, fastest replay): " + ", ".join(
             f"{r.mode} {r.estimated_s * 1e3:.3f} vs {r.measured_s * 1e3:.3f} ms ({r.error_pct:+.2f}%)"
-            for r in result.best_of))
+            for r in result.best_of)
+            + (f"; {result.best_impossible} sweep iteration(s) faster than the links allow left out"
+               if result.best_impossible else ""))
     if result.load_average:
         lines.append(f"load average (1 min) before/after: {result.load_average[0]:.2f}/{result.load_average[1]:.2f}"
                      f" on {os.cpu_count()} CPUs")

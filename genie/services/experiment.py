@@ -112,8 +112,8 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
         measurements = measurements_of(stats, prepared.sweep, pooled)
         replay_ns = replay_iteration_times(outcome)
         calibration, estimates, rows = evaluate(prepared, measurements, replay_ns)
-        best_measurements = _physically_possible(prepared, measurements_of(stats, prepared.sweep, pooled,
-                                                                           Statistic.BEST), say)
+        best_measurements, impossible = _physically_possible(prepared, measurements_of(stats, prepared.sweep,
+                                                                                     pooled, Statistic.BEST))
         _, _, best = evaluate(prepared, best_measurements, replay_ns, Statistic.BEST)
         fabric_cal = None
         if prepared.fabric:
@@ -123,22 +123,20 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
             estimates, rows = (*estimates, fabric_est), (*rows, fabric_row)
             best = (*best, evaluate_fabric(prepared, best_measurements, replay_ns, Statistic.BEST)[2])
         result = ExperimentResult(stage.run.run_dir, prepared, measurements, calibration, estimates, replay_ns, rows,
-                                  best, (load_before, load_after), fabric_cal)
+                                  best, (load_before, load_after), fabric_cal, impossible)
         write_results(stage.run, result, stats, outcome)
         stage.run.set_summary({"accuracy": [{"mode": r.mode, "error_pct": r.error_pct} for r in rows],
                                "replay_median_ns": result.measured_ns, **stage.summary()})
     return result
 
 
-def _physically_possible(prepared: PreparedExperiment, best: tuple, say: Callable[[str], None]) -> tuple:
-    """The best-of measurements without iterations faster than the links allow (the fabric model's bound)."""
+def _physically_possible(prepared: PreparedExperiment, best: tuple) -> tuple[tuple, int]:
+    """The best-of measurements without iterations faster than the links allow (the fabric model's bound), and
+    how many were left out."""
     from astra_adapter.fabric.calibrate import fastest_possible
     from astra_adapter.fabric.network import FabricNetwork
 
-    kept, impossible = fastest_possible(best, FabricNetwork(prepared.topology))
-    if impossible:
-        say(f"best iterations: {impossible} sweep iteration(s) faster than the links allow are left out")
-    return kept
+    return fastest_possible(best, FabricNetwork(prepared.topology))
 
 
 def merged(outcomes: list[ReplayOutcome]) -> ReplayOutcome:
