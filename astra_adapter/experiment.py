@@ -48,6 +48,7 @@ class PreparedExperiment:
     topology: Topology
     mapping: TopologyMapping
     sweep: tuple[SweepCase, ...]
+    fabric: bool = False  # the topology is not an ASTRA-sim dimension stack: the fabric model estimates it too
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class ExperimentResult:
     accuracy: tuple[AccuracyRow, ...]
     best_of: tuple[AccuracyRow, ...] = ()  # the same comparison with Statistic.BEST
     load_average: tuple[float, float] = ()  # 1-minute load average before and after the testbed work
+    fabric_calibration: object | None = None  # astra_adapter.fabric.calibrate.FabricCalibration (fabric topologies)
+    best_impossible: int = 0  # sweep iterations faster than the links allow, left out of best_of
 
     @property
     def measured_ns(self) -> int:
@@ -114,7 +117,14 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
     for case in sweep:
         for size in case.sizes:
             sweep_ops(case, size)  # the bench can build every schedule
-    return PreparedExperiment(spec, trace, topology, mapping, sweep)
+    from astra_adapter.fabric.estimate import needs_fabric
+
+    fabric = needs_fabric(topology)
+    if fabric:
+        from astra_adapter.fabric.experiment import cover_link_classes
+
+        sweep = cover_link_classes(sweep, topology, spec.grid_bytes)
+    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric)
 
 
 def sweep_ops(case: SweepCase, size_bytes: int) -> tuple[CollectiveOp, ...]:
@@ -204,10 +214,16 @@ def format_summary(result: ExperimentResult) -> str:
         exposed = max(r.exposed_comm_ns for r in est.ranks) / 1e6
         lines.append(f"{row.mode:<11} {row.estimated_s * 1e3:>13.3f} {row.measured_s * 1e3:>12.3f} "
                      f"{row.error_pct:>+7.2f}%  {exposed:.3f} ms")
+    if result.fabric_calibration is not None:
+        from astra_adapter.fabric.calibrate import summary_lines
+
+        lines[2:2] = summary_lines(result.fabric_calibration)  # type: ignore[arg-type]
     if result.best_of:
-        lines.append("best iterations (fastest of each op, fastest replay): " + ", ".join(
+        lines.append("best iterations (fastest physically possible iteration of each op, fastest replay): " + ", ".join(
             f"{r.mode} {r.estimated_s * 1e3:.3f} vs {r.measured_s * 1e3:.3f} ms ({r.error_pct:+.2f}%)"
-            for r in result.best_of))
+            for r in result.best_of)
+            + (f"; {result.best_impossible} sweep iteration(s) faster than the links allow left out"
+               if result.best_impossible else ""))
     if result.load_average:
         lines.append(f"load average (1 min) before/after: {result.load_average[0]:.2f}/{result.load_average[1]:.2f}"
                      f" on {os.cpu_count()} CPUs")

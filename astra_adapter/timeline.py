@@ -202,6 +202,15 @@ class _Player:
                 load[side] = load.get(side, 0) + 1
         return [1.0 / max(load[s] for s in op.sides) for op in self.running]
 
+    def horizon_ns(self) -> float:
+        """Time to the next op completion at the current rates (a subclass may model ops differently)."""
+        self._rates = self.rates()
+        return min((op.remaining_ns / rate for op, rate in zip(self.running, self._rates)), default=float("inf"))
+
+    def advance(self, dt_ns: float) -> None:
+        for op, rate in zip(self.running, self._rates):
+            op.remaining_ns -= dt_ns * rate
+
     def play(self) -> float:
         for rank, order in enumerate(self.nodes):
             node_lane = self.lanes[rank][0]
@@ -217,15 +226,13 @@ class _Player:
         while self.done < self.total:
             for op in [o for o in self.running if o.remaining_ns <= _EPS_NS]:
                 self.complete(op, t)
-            rates = self.rates()
-            t_op = min((t + op.remaining_ns / rate for op, rate in zip(self.running, rates)), default=float("inf"))
+            t_op = t + self.horizon_ns()
             t_next = min(t_op, self.heap[0][0] if self.heap else float("inf"))
             if t_next == float("inf"):
                 if self.done < self.total:
                     raise GenieError(f"measured-mode schedule is stuck: {self._stuck()}")
                 break
-            for op, rate in zip(self.running, rates):
-                op.remaining_ns -= (t_next - t) * rate
+            self.advance(t_next - t)
             t = t_next
             while self.heap and self.heap[0][0] <= t:
                 end, _, rank, i = heapq.heappop(self.heap)
@@ -245,6 +252,11 @@ class _Player:
 def play_trace(trace: Trace, duration_ns: Callable[[CommOp], float], *, share_nic: bool = True) -> Timeline:
     """Play ``trace`` with fixed communication times under the replay's rules; per-rank statistics."""
     player = _Player(trace, duration_ns, share_nic)
+    return timeline_of(player)
+
+
+def timeline_of(player: _Player) -> Timeline:
+    """Play ``player`` (this module's rules, or a subclass's op model) and collect per-rank statistics."""
     player.play()
     ranks, spans = [], []
     for rank, order in enumerate(player.nodes):

@@ -43,13 +43,14 @@ ESTIMATE_COLUMNS = ("mode", "rank", "iteration_ns", "compute_ns", "comm_ns", "ex
 class EstimateMode(Enum):
     MEASURED = "measured"
     CALIBRATED = "calibrated"
+    FABRIC = "fabric"  # the genie-native fabric model (astra_adapter.fabric) on the topology file itself
 
     @classmethod
     def parse(cls, text: str) -> "EstimateMode":
         for mode in cls:
             if mode.value == text.strip().lower():
                 return mode
-        raise InputError(f"unknown mode {text!r} (expected measured or calibrated)", path="mode")
+        raise InputError(f"unknown mode {text!r} (expected measured, calibrated or fabric)", path="mode")
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,21 @@ from genie.cli.flags import RUN_FLAGS, flag_names
 
 #: EstimateRequest fields -> flags
 ESTIMATE_FLAGS = {"measurements": "--measurements", "mode": "--mode", "topology": "--topology", "npus": "--npus",
-                  "out": "--out"}
+                  "out": "--out", "calibration": "--calibration"}
 
 
 def estimate(
     trace: Path = typer.Argument(..., help="Trace: Chakra ET prefix or directory, genie JSON/YAML, PARAM dir, "
                                            "ASTRA-sim text (with --npus)."),
-    measurements: List[Path] = typer.Option(..., "--measurements", "-m",
+    measurements: List[Path] = typer.Option([], "--measurements", "-m",
                                             help="Run directory with sweep.csv (genie bench / genie experiment); "
                                                  "repeat for several."),
-    mode: str = typer.Option("measured", "--mode", help="measured (interpolated measurements) | calibrated "
-                                                        "(fitted ASTRA-sim network in the built-in estimator)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="measured (interpolated measurements) | calibrated "
+                                                            "(fitted ASTRA-sim network in the built-in estimator) | "
+                                                            "fabric (the fabric model on the topology file; the "
+                                                            "default where the topology is not an ASTRA-sim "
+                                                            "dimension stack, or with --calibration); default "
+                                                            "measured."),
     topology: Optional[Path] = typer.Option(None, "--topology",
                                             help="Topology to estimate on (and to fit the measurements on when the "
                                                  "run directory has no calibration.json)."),
@@ -34,14 +38,18 @@ def estimate(
     npus: Optional[int] = typer.Option(None, "--npus", help="Ranks for an ASTRA-sim text workload."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory for estimate.csv (default: "
                                                            "runs/<time>-estimate)."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration",
+                                               help="Fabric mode: a run directory with fabric_calibration.json "
+                                                    "(fitted on another topology with the same link classes)."),
 ) -> None:
     """Estimate TRACE's iteration time per rank from measured collective latencies; writes estimate.csv."""
     from astra_adapter.workload_estimate import EstimateMode, format_estimate
     from genie.services.estimate import EstimateRequest, run_estimate
 
     with flag_names(ESTIMATE_FLAGS):
-        result = run_estimate(EstimateRequest(trace, tuple(measurements), EstimateMode.parse(mode), topology,
-                                              extrapolate, share_nic, npus, out))
+        result = run_estimate(EstimateRequest(trace, tuple(measurements),
+                                              EstimateMode.parse(mode) if mode is not None else None, topology,
+                                              extrapolate, share_nic, npus, out, calibration))
     typer.echo(format_estimate(result.estimate))
     typer.echo(f"# wrote {result.estimate_path}")
 

@@ -54,6 +54,9 @@ def gen(
                                            help="Megatron sequence parallelism."),
     order: str = typer.Option(_D("order"), "--order", help="Rank order, fastest first: tp-pp-dp | tp-dp-pp."),
     iterations: int = typer.Option(_D("iterations"), "--iterations", help="Training iterations."),
+    ranks: Optional[int] = typer.Option(_D("ranks"), "--ranks",
+                                        help="The same workload at this many ranks: --dp becomes ranks / (tp x pp), "
+                                             "every other option unchanged (what-if at scale)."),
 ) -> None:
     """Generate a DP/FSDP/TP/PP/EP training trace (see docs/generators.md)."""
     with flag_names({"to": "--to"}):
@@ -63,7 +66,7 @@ def gen(
             model=model, device=device, efficiency=efficiency, dtype=dtype, dp=dp, tp=tp, pp=pp, ep=ep,
             micro_batches=micro_batches, batch=batch, seq=seq, layers=layers, experts=experts, top_k=top_k,
             moe_every=moe_every, dp_mode=dp_mode, bucket_mb=bucket_mb, sequence_parallel=sequence_parallel,
-            order=order, iterations=iterations))
+            order=order, iterations=iterations, ranks=ranks))
         setup = resolve(options)
         trace = generate_setup(setup)
     except InputError as exc:

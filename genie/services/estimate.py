@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from astra_adapter.calibrate import Calibration
 from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
@@ -15,13 +15,14 @@ from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
 @dataclass(frozen=True)
 class EstimateRequest:
     trace: Path
-    measurements: tuple[Path, ...]
-    mode: EstimateMode = EstimateMode.MEASURED
+    measurements: tuple[Path, ...] = ()
+    mode: Optional[EstimateMode] = None  # None: fabric where the topology needs it (or with a calibration), else measured
     topology: Optional[Path] = None
     extrapolate: bool = False
     share_nic: bool = True
     npus: Optional[int] = None
     out: Optional[Path] = None
+    calibration: Optional[Path] = None  # a run directory with fabric_calibration.json (fabric mode)
 
 
 @dataclass(frozen=True)
@@ -30,30 +31,49 @@ class EstimateResult:
     estimate: TraceEstimate
     calibration: Optional[Calibration]
     estimate_path: Path
+    fabric_calibration: Optional[Any] = None  # astra_adapter.fabric.calibrate.FabricCalibration
 
 
 def run_estimate(request: EstimateRequest) -> EstimateResult:
     from astra_adapter.calibration_io import CALIBRATION_CSV, CALIBRATION_JSON, calibration_csv, calibration_json
+    from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json
+    from astra_adapter.fabric.estimate import estimate_fabric_from_runs, needs_fabric
     from astra_adapter.mapping import map_topology
     from astra_adapter.workload_estimate import estimate_csv, estimate_from_runs
+    from genie.core.errors import InputError
     from genie.report.manifest import RunRecorder, input_digest
     from genie.services.replay import load_checked_trace
     from genie.topology import load_topology_file
 
-    mapping = None
-    if request.topology is not None:
-        mapping = map_topology(load_topology_file(request.topology), source=str(request.topology))
+    topology = load_topology_file(request.topology) if request.topology is not None else None
+    mode = request.mode
+    if mode is None:
+        fabric = topology is not None and (request.calibration is not None or needs_fabric(topology))
+        mode = EstimateMode.FABRIC if fabric else EstimateMode.MEASURED
     loaded = load_checked_trace(request.trace, request.npus)
-    est, calibration = estimate_from_runs(loaded, list(request.measurements), request.mode, mapping=mapping,
-                                          extrapolate=request.extrapolate, share_nic=request.share_nic)
+    calibration = fabric_cal = None
+    if mode is EstimateMode.FABRIC:
+        if topology is None:
+            raise InputError("the fabric model estimates on a topology: give `topology`", path="topology")
+        est, fabric_cal = estimate_fabric_from_runs(loaded, topology, run_dirs=request.measurements,
+                                                    calibration_dir=request.calibration, source=str(request.topology))
+    else:
+        if request.calibration is not None:
+            raise InputError(f"`calibration` (a fabric calibration) needs mode fabric, not {mode.value}",
+                             path="calibration")
+        mapping = map_topology(topology, source=str(request.topology)) if topology is not None else None
+        est, calibration = estimate_from_runs(loaded, list(request.measurements), mode, mapping=mapping,
+                                              extrapolate=request.extrapolate, share_nic=request.share_nic)
     inputs = (input_digest(request.trace, "trace"), *(input_digest(m, "measurements") for m in request.measurements),
               *((input_digest(request.topology, "topology"),) if request.topology is not None else ()))
-    params = {"mode": request.mode.value, "extrapolate": request.extrapolate, "share_nic": request.share_nic,
-              "npus": request.npus}
+    params = {"mode": mode.value, "extrapolate": request.extrapolate, "share_nic": request.share_nic,
+              "npus": request.npus, "calibration": str(request.calibration) if request.calibration else None}
     with RunRecorder("estimate", out=request.out, inputs=inputs, params=params) as run:
         path = run.write("estimate.csv", estimate_csv(est))
         if calibration is not None and calibration.points:
             run.write(CALIBRATION_JSON, calibration_json(calibration))
             run.write(CALIBRATION_CSV, calibration_csv(calibration))
+        if fabric_cal is not None:
+            run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(fabric_cal))
         run.set_summary({"iteration_ns": est.iteration_ns, "ranks": len(est.ranks)})
-    return EstimateResult(run.run_dir, est, calibration, path)
+    return EstimateResult(run.run_dir, est, calibration, path, fabric_cal)

@@ -114,14 +114,31 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
         measurements = measurements_of(stats, prepared.sweep, pooled)
         replay_ns = replay_iteration_times(outcome)
         calibration, estimates, rows = evaluate(prepared, measurements, replay_ns)
-        _, _, best = evaluate(prepared, measurements_of(stats, prepared.sweep, pooled, Statistic.BEST), replay_ns,
-                              Statistic.BEST)
+        best_measurements, impossible = _physically_possible(prepared, measurements_of(stats, prepared.sweep,
+                                                                                     pooled, Statistic.BEST))
+        _, _, best = evaluate(prepared, best_measurements, replay_ns, Statistic.BEST)
+        fabric_cal = None
+        if prepared.fabric:
+            from astra_adapter.fabric.experiment import evaluate_fabric
+
+            fabric_cal, fabric_est, fabric_row = evaluate_fabric(prepared, measurements, replay_ns)
+            estimates, rows = (*estimates, fabric_est), (*rows, fabric_row)
+            best = (*best, evaluate_fabric(prepared, best_measurements, replay_ns, Statistic.BEST)[2])
         result = ExperimentResult(stage.run.run_dir, prepared, measurements, calibration, estimates, replay_ns, rows,
-                                  best, (load_before, load_after))
+                                  best, (load_before, load_after), fabric_cal, impossible)
         write_results(stage.run, result, stats, outcome)
         stage.run.set_summary({"accuracy": [{"mode": r.mode, "error_pct": r.error_pct} for r in rows],
                                "replay_median_ns": result.measured_ns, **stage.summary()})
     return result
+
+
+def _physically_possible(prepared: PreparedExperiment, best: tuple) -> tuple[tuple, int]:
+    """The best-of measurements without iterations faster than the links allow (the fabric model's bound), and
+    how many were left out."""
+    from astra_adapter.fabric.calibrate import fastest_possible
+    from astra_adapter.fabric.network import FabricNetwork
+
+    return fastest_possible(best, FabricNetwork(prepared.topology))
 
 
 def merged(outcomes: list[ReplayOutcome]) -> ReplayOutcome:
@@ -180,6 +197,10 @@ def write_results(run: Any, result: ExperimentResult, stats: list, outcome: Repl
         run.write(f"replay/{name}", text)
     run.write(CALIBRATION_JSON, calibration_json(result.calibration))
     run.write(CALIBRATION_CSV, calibration_csv(result.calibration))
+    if result.fabric_calibration is not None:
+        from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json
+
+        run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(result.fabric_calibration))
     for est in result.estimates:
         run.write(f"estimate-{est.mode.value}.csv", estimate_csv(est))
     network, _ = calibrated_network(p.mapping, result.calibration)

@@ -42,6 +42,7 @@ class GeneratorOptions:
     sequence_parallel: bool = False
     order: RankOrder = RankOrder.TP_PP_DP
     iterations: int = 1
+    ranks: int | None = None  # the same workload at this many ranks: dp = ranks / (tp x pp), the rest unchanged
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> "GeneratorOptions":
@@ -93,6 +94,22 @@ def _naming_options() -> Iterator[None]:
         raise
 
 
+def _scaled_dp(options: GeneratorOptions) -> int:
+    """``options.dp``, or - with ``ranks`` - the data-parallel replicas that make ``ranks`` ranks (each rank's
+    model shard, batch and buckets unchanged: the same workload, more replicas)."""
+    if options.ranks is None:
+        return options.dp
+    per_replica = options.tp * options.pp
+    if isinstance(options.ranks, bool) or not isinstance(options.ranks, int) or options.ranks < 1 or \
+            options.ranks % per_replica:
+        raise InputError(f"expected a multiple of tp x pp = {per_replica}, got {options.ranks!r}", path="ranks")
+    dp = options.ranks // per_replica
+    if dp % options.ep:
+        raise InputError(f"{options.ranks} ranks make dp = {dp}, which ep = {options.ep} does not divide",
+                         path="ranks")
+    return dp
+
+
 def resolve(options: GeneratorOptions) -> GeneratorSetup:
     with _naming_options():
         model = model_preset(options.model).with_overrides(
@@ -102,7 +119,8 @@ def resolve(options: GeneratorOptions) -> GeneratorSetup:
                                 dtype=options.dtype, dp_mode=options.dp_mode,
                                 bucket_size_bytes=round(options.bucket_mb * 2**20),
                                 sequence_parallel=options.sequence_parallel, iterations=options.iterations)
-        parallelism = Parallelism(dp=options.dp, tp=options.tp, pp=options.pp, ep=options.ep, order=options.order)
+        parallelism = Parallelism(dp=_scaled_dp(options), tp=options.tp, pp=options.pp, ep=options.ep,
+                                  order=options.order)
         device = device_preset(options.device).with_efficiency(options.efficiency)
     return GeneratorSetup(model, device, parallelism, config)
 

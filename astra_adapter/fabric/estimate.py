@@ -1,0 +1,91 @@
+"""``genie estimate --mode fabric`` and the experiment's fabric row: a trace's iteration time on the fabric
+model (pure). Which topologies use it by default: those ASTRA-sim's dimensions cannot express faithfully
+(:func:`needs_fabric`)."""
+
+from __future__ import annotations
+
+from genie.core.errors import InputError
+from genie.core.topology import Topology
+from genie.core.trace import Trace
+
+from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine, StepSends
+from astra_adapter.fabric.network import FabricNetwork
+from astra_adapter.fabric.player import play_on_fabric
+from astra_adapter.mapping import TopologyShape, map_topology
+from astra_adapter.timeline import RankTimes, Timeline
+from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
+
+
+def needs_fabric(topology: Topology) -> bool:
+    """True where the topology is not a plain ASTRA-sim dimension stack: it does not map
+    (:func:`astra_adapter.mapping.map_topology` refuses it), or maps only approximately (leaf-spine: one Switch
+    for two tiers, oversubscription as a per-host cap, no ECMP)."""
+    try:
+        mapping = map_topology(topology)
+    except InputError:
+        return True
+    return mapping.shape is TopologyShape.LEAF_SPINE
+
+
+def sample_networks(network: FabricNetwork, ecmp_samples: int) -> list[FabricNetwork]:
+    """The networks to average over: ``ecmp_samples`` draws of the ECMP hash where the topology has equal-cost
+    paths (and ``ecmp_samples > 0``), else the expected-share network alone."""
+    if ecmp_samples <= 0 or not network.multipath:
+        return [network]
+    return [network.with_hash_seed(k) for k in range(ecmp_samples)]
+
+
+def _mean_ranks(timelines: list[Timeline]) -> tuple[RankTimes, ...]:
+    if len(timelines) == 1:
+        return timelines[0].ranks
+    k = len(timelines)
+    return tuple(RankTimes(rs[0].rank, *(round(sum(getattr(r, f) for r in rs) / k) for f in
+                                         ("iteration_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "overlap_ns")))
+                 for rs in zip(*(t.ranks for t in timelines)))
+
+
+def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = FabricParams(), *,
+                    source: str | None = None, notes: tuple[str, ...] = (),
+                    ecmp_samples: int = ECMP_SAMPLES) -> TraceEstimate:
+    """The trace played under the replay's rules with every op on the fabric model; with ECMP, the mean over
+    ``ecmp_samples`` draws of the hash (0: the expected share, one run)."""
+    network = FabricNetwork(topology, source=source)
+    if trace.num_ranks != network.world_size:
+        raise InputError(f"the trace has {trace.num_ranks} ranks but topology {topology.name} runs "
+                         f"{network.world_size}", source=source, path="hosts")
+    network.check_connected()
+    nets = sample_networks(network, ecmp_samples)
+    sends = StepSends()
+    ranks = _mean_ranks([play_on_fabric(trace, FlowEngine(n, params, sends)) for n in nets])
+    ecmp = f"mean of {len(nets)} ECMP hash draws" if len(nets) > 1 else (
+        "ECMP as the expected share" if network.multipath else "no ECMP")
+    described = (f"fabric model on {topology.name} ({ecmp}): {len(network.resources)} link directions, "
+                 f"efficiency " + ", ".join(f"{c.value} {params.efficiency_of(c):.3f}" for c in network.classes())
+                 + f", message overhead {params.message_overhead_ns / 1e3:.1f} us, endpoint delay "
+                 f"{params.endpoint_delay_ns / 1e3:.1f} us",)
+    return TraceEstimate(EstimateMode.FABRIC, ranks, (), (*described, *notes))
+
+
+def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), calibration_dir=None,
+                              source: str | None = None):
+    """``genie estimate --mode fabric``: the fabric model's parameters from ``calibration_dir`` (a run directory
+    with ``fabric_calibration.json``, fitted on another topology with the same link classes), else fitted on
+    ``topology`` from the measurements in ``run_dirs`` (taken to come from that topology), else nominal rates.
+    Returns (estimate, the calibration fitted here or None)."""
+    from astra_adapter.fabric.calibrate import calibrate_fabric
+    from astra_adapter.fabric.calibration_io import check_classes, load_fabric_params
+    from astra_adapter.measurements import read_measurements
+
+    network = FabricNetwork(topology, source=source)
+    network.check_connected()
+    if calibration_dir is not None:
+        params, fitted, cal_source = load_fabric_params(calibration_dir)
+        notes = check_classes(fitted, network, calibration_source=cal_source)
+        return estimate_fabric(trace, topology, params, source=source,
+                               notes=(f"calibration from {cal_source}", *notes)), None
+    if run_dirs:
+        cal = calibrate_fabric(read_measurements(list(run_dirs)), network)
+        return estimate_fabric(trace, topology, cal.params, source=source,
+                               notes=(*cal.notes, *cal.warnings())), cal
+    return estimate_fabric(trace, topology, source=source,
+                           notes=("uncalibrated: every link at its nominal rate, no overhead",)), None

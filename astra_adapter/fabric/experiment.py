@@ -1,0 +1,68 @@
+"""``genie experiment``'s fabric row (pure): on a topology that needs the fabric model
+(:func:`astra_adapter.fabric.estimate.needs_fabric`), calibrate it per link class on the sweep and estimate the
+trace with it, beside the measured and ASTRA-sim calibrated modes."""
+
+from __future__ import annotations
+
+from statistics import median
+
+from genie.core.collective import Algorithm, Collective
+from genie.core.topology import Topology
+
+from astra_adapter.experiment import AccuracyRow, PreparedExperiment, Statistic
+from astra_adapter.experiment_spec import SweepCase
+from astra_adapter.fabric.calibrate import FabricCalibration, calibrate_fabric
+from astra_adapter.fabric.estimate import estimate_fabric
+from astra_adapter.fabric.flows import FlowEngine
+from astra_adapter.fabric.network import FabricNetwork, LinkClass
+from astra_adapter.measurements import CommOp, Measurement
+from astra_adapter.workload_estimate import TraceEstimate
+
+
+def evaluate_fabric(prepared: PreparedExperiment, measurements: tuple[Measurement, ...], replay_ns: tuple[int, ...],
+                    statistic: Statistic = Statistic.TYPICAL) -> tuple[FabricCalibration, TraceEstimate, AccuracyRow]:
+    source = str(prepared.spec.topology_path)
+    cal = calibrate_fabric(measurements, FabricNetwork(prepared.topology, source=source))
+    est = estimate_fabric(prepared.trace, prepared.topology, cal.params, source=source, notes=cal.warnings())
+    measured_s = (median(replay_ns) if statistic is Statistic.TYPICAL else min(replay_ns)) / 1e9
+    row = AccuracyRow(prepared.spec.workload.describe(), prepared.topology.name, est.mode.value,
+                      est.iteration_ns / 1e9, measured_s)
+    return cal, est, row
+
+
+def cover_link_classes(sweep: tuple[SweepCase, ...], topology: Topology, grid_bytes: tuple[int, ...]
+                       ) -> tuple[SweepCase, ...]:
+    """The sweep plus, for every link class of the topology that none of its groups crosses (e.g. a trace whose
+    groups all stay on one leaf), a message curve between the first pair of ranks whose path crosses it, at the
+    grid sizes: so the calibration can fit every class."""
+    network = FabricNetwork(topology)
+    engine = FlowEngine(network)
+
+    def crossed(collective, algorithm, ranks, groups) -> set[LinkClass]:
+        op = CommOp(collective, algorithm or Algorithm.RING, ranks, max(grid_bytes))
+        out: set[LinkClass] = set()
+        for g in groups:
+            try:
+                steps = engine.plan(op, g)
+            except ValueError:
+                continue
+            for step in steps:
+                for rid in set(step.routes.tolist()):
+                    out |= {network.resources[r].link_class for r, _ in network.routes[rid].loads}
+        return out
+
+    covered: set[LinkClass] = set()
+    for case in sweep:
+        covered |= crossed(case.collective, case.algorithm if case.collective is not Collective.SEND_RECV
+                           else Algorithm.P2P, case.ranks, case.groups)
+    extra = []
+    for cls in network.classes():
+        if cls in covered:
+            continue
+        pair = next(((0, r) for r in range(1, network.world_size)
+                     if cls in {network.resources[i].link_class for i, _ in
+                                network.routes[network.route(0, r)].loads}), None)
+        if pair is not None:
+            extra.append(SweepCase(Collective.SEND_RECV, Algorithm.P2P, 2, tuple(sorted(grid_bytes)), (pair,)))
+            covered |= crossed(Collective.SEND_RECV, Algorithm.P2P, 2, (pair,))
+    return (*sweep, *extra)

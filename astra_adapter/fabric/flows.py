@@ -1,0 +1,274 @@
+"""Collectives as flows on the fabric: genie's own schedules, step by step, at max-min fair rates (pure).
+
+An op (a collective on its members, or one message) runs the exact per-rank steps the replay executes
+(:func:`genie.collectives.registry.build_schedule`). Its ranks go through the steps together (the replay's
+ranks wait on each step's receives): a step first pays its latency - the per-message overhead times the most
+messages one rank posts in it, plus the longest expected path delay, plus the op's endpoint delay on its first
+step - then every send of the step is a flow from its rank's host to the peer's host, at the max-min fair rate
+(:mod:`astra_adapter.fabric.fairshare`) over every resource it crosses, shared with the flows of every other op
+in flight (other process groups, other messages). When a flow ends, the rates are recomputed; when the last
+flow of a step ends, the next step starts.
+
+Bytes on the wire: a shaped link's rate counts frames, so a flow moves ``WIRE_BYTES_PER_PAYLOAD_BYTE`` times
+its payload (a 1448-byte TCP segment is a 1514-byte frame). A link class's *efficiency* (calibrated,
+default 1) scales its rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from genie.core.collective import Collective
+from genie.core.schedule import CollectiveOp
+from genie.core.sizes import dtype_bytes_for
+
+from astra_adapter.fabric.fairshare import max_min_rates
+from astra_adapter.fabric.network import FabricNetwork, LinkClass
+from astra_adapter.measurements import CommOp
+
+WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
+ECMP_SAMPLES = 8  # draws of the ECMP hash an estimate and a calibration average over (where there is ECMP)
+_EPS_BYTES = 1e-6
+
+
+@dataclass(frozen=True)
+class FabricParams:
+    """The model's parameters: per link class an efficiency (fraction of the nominal rate a flow reaches), a
+    per-message overhead and a per-op endpoint delay (ns), and the flow contention: a link crossed by ``n``
+    flows at once delivers ``1 / (1 + flow_contention x (n - 1))`` of its rate (TCP flows sharing a shaped
+    queue lose throughput to drops and retransmissions as they multiply - the incast of an all-to-all; 0: none).
+    """
+
+    efficiency: tuple[tuple[LinkClass, float], ...] = ()
+    message_overhead_ns: float = 0.0
+    endpoint_delay_ns: float = 0.0
+    flow_contention: float = 0.0
+
+    def efficiency_of(self, link_class: LinkClass) -> float:
+        return dict(self.efficiency).get(link_class, 1.0)
+
+
+class StepFlows:
+    """One step of an op: its flows' routes and payload bytes, and its latency before they move."""
+
+    __slots__ = ("routes", "bytes", "latency_ns")
+
+    def __init__(self, routes: np.ndarray, size_bytes: np.ndarray, latency_ns: float) -> None:
+        self.routes = routes
+        self.bytes = size_bytes
+        self.latency_ns = latency_ns
+
+
+class FabricOp:
+    """An op in flight: the step it is in, its latency left, its flows' bytes left."""
+
+    __slots__ = ("steps", "step", "latency_ns", "left", "active", "done")
+
+    def __init__(self, steps: tuple[StepFlows, ...]) -> None:
+        self.steps = steps
+        self.step = -1
+        self.latency_ns = 0.0
+        self.left = np.zeros(0)
+        self.active = np.zeros(0, dtype=bool)
+        self.done = False
+
+    def next_step(self) -> None:
+        self.step += 1
+        while self.step < len(self.steps) and not len(self.steps[self.step].routes) and \
+                not self.steps[self.step].latency_ns:
+            self.step += 1
+        if self.step >= len(self.steps):
+            self.done = True
+            return
+        s = self.steps[self.step]
+        self.latency_ns = s.latency_ns
+        self.left = s.bytes * WIRE_BYTES_PER_PAYLOAD_BYTE
+        self.active = self.left > _EPS_BYTES
+
+
+class StepSends:
+    """Per op, its schedule's steps as ``((src_rank, dst_rank, payload_bytes), ...)`` and the most messages one
+    rank posts in the step - independent of the network and the parameters, so engines share it (one schedule
+    build per op across hash draws and calibration steps)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, tuple[tuple[tuple[tuple[int, int, int], ...], int], ...]] = {}
+
+    def of(self, op: CommOp, members: tuple[int, ...]) -> tuple[tuple[tuple[tuple[int, int, int], ...], int], ...]:
+        key = (op.collective, op.algorithm, op.size_bytes, members)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._build(op, members)
+        return hit
+
+    @staticmethod
+    def _build(op: CommOp, members: tuple[int, ...]):
+        from genie.collectives.registry import build_schedule
+
+        p2p = op.collective is Collective.SEND_RECV
+        schedule = build_schedule(CollectiveOp(collective=op.collective, size_bytes=op.size_bytes, group=members,
+                                               algorithm=op.algorithm, root=members[0],
+                                               peer=members[-1] if p2p else None,
+                                               dtype_bytes=dtype_bytes_for(op.size_bytes)))
+        per_rank = [(rs.rank, rs.steps) for rs in schedule.ranks]
+        out = []
+        for i in range(max((len(s) for _, s in per_rank), default=0)):
+            sends, msgs = [], 0
+            for rank, steps in per_rank:
+                posted = steps[i].sends if i < len(steps) else ()
+                msgs = max(msgs, len(posted))
+                sends.extend((rank, s.peer, s.size_bytes) for s in posted)
+            out.append((tuple(sends), msgs))
+        return tuple(out)
+
+
+class FlowEngine:
+    """Running ops on one fabric: ``horizon_ns`` (time to the next change at the current rates), ``advance``."""
+
+    def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
+                 sends: "StepSends | None" = None) -> None:
+        self.network = network
+        self.params = params
+        self.sends = sends or StepSends()
+        self.capacity = np.array([r.rate_bps * params.efficiency_of(r.link_class) / 8e9
+                                  for r in network.resources])  # bytes per ns
+        self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
+        self._incidence: list[tuple[np.ndarray, np.ndarray]] = []
+        self._rates: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self.ops: list[FabricOp] = []
+        self._current: list[np.ndarray | None] = []
+
+    # ---- ops ----------------------------------------------------------------------------------------
+    def plan(self, op: CommOp, members: tuple[int, ...]) -> tuple[StepFlows, ...]:
+        key = (op.collective, op.algorithm, op.size_bytes, members)
+        steps = self._plans.get(key)
+        if steps is None:
+            steps = self._plans[key] = self._build(op, members)
+        return steps
+
+    def _build(self, op: CommOp, members: tuple[int, ...]) -> tuple[StepFlows, ...]:
+        out, seen = [], {}
+        for sends, msgs in self.sends.of(op, members):
+            routes = [self.network.route(src, dst) for src, dst, _ in sends]
+            sizes = [size for _, _, size in sends]
+            delay = max((self.network.routes[r].delay_ns for r in routes), default=0.0)
+            latency = msgs * self.params.message_overhead_ns + delay + \
+                (self.params.endpoint_delay_ns if not out else 0.0)
+            key = (tuple(routes), tuple(sizes), latency)
+            step = seen.get(key)
+            if step is None:
+                step = seen[key] = StepFlows(np.array(routes, dtype=np.int64), np.array(sizes, dtype=float), latency)
+            out.append(step)
+        return tuple(out)
+
+    def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
+        op = FabricOp(steps)
+        op.next_step()
+        self.ops.append(op)
+        return op
+
+    def remove(self, op: FabricOp) -> None:
+        self.ops.remove(op)
+
+    # ---- rates ----------------------------------------------------------------------------------------
+    def _route_incidence(self, rid: int) -> tuple[np.ndarray, np.ndarray]:
+        while len(self._incidence) <= rid:
+            route = self.network.routes[len(self._incidence)]
+            self._incidence.append((np.array([r for r, _ in route.loads], dtype=np.int64),
+                                    np.array([w for _, w in route.loads])))
+        return self._incidence[rid]
+
+    def _solve(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = routes.tobytes()
+        hit = self._rates.get(key)
+        if hit is not None:
+            return hit
+        unique, counts = np.unique(routes, return_counts=True)
+        flow_of, resource_of, weight = [], [], []
+        for f, rid in enumerate(unique):  # identical flows get identical max-min rates: solve one per route,
+            res, w = self._route_incidence(int(rid))  # weighted by its multiplicity
+            flow_of.append(np.full(len(res), f))
+            resource_of.append(res)
+            weight.append(w * counts[f])
+        resource_of_all, weight_all = np.concatenate(resource_of), np.concatenate(weight)
+        capacity = self.capacity
+        if self.params.flow_contention > 0:
+            flows_on = np.bincount(resource_of_all, weights=weight_all, minlength=len(capacity))
+            capacity = capacity / (1 + self.params.flow_contention * np.maximum(flows_on - 1, 0))
+        per_flow = max_min_rates(np.concatenate(flow_of), resource_of_all, weight_all, capacity, len(unique))
+        hit = self._rates[key] = (unique, per_flow)
+        return hit
+
+    def _flow_rates(self) -> list[np.ndarray | None]:
+        moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active.any()]
+        if not moving:
+            return [None] * len(self.ops)
+        routes = np.sort(np.concatenate([op.steps[op.step].routes[op.active] for op in moving]))
+        unique, per_flow = self._solve(routes)
+        out = []
+        for op in self.ops:
+            if op in moving:
+                rate = np.zeros(len(op.active))
+                idx = np.searchsorted(unique, op.steps[op.step].routes[op.active])
+                rate[op.active] = per_flow[idx]
+                out.append(rate)
+            else:
+                out.append(None)
+        return out
+
+    def horizon_ns(self) -> float:
+        """Time to the next step boundary or flow end at the current rates (inf: nothing running)."""
+        self._current = self._flow_rates()
+        best = float("inf")
+        for op, rate in zip(self.ops, self._current):
+            if op.done:
+                return 0.0
+            if op.latency_ns > 0:
+                best = min(best, op.latency_ns)
+            elif rate is None:
+                return 0.0  # a step with nothing left to move: ends now
+            else:
+                best = min(best, float(np.min(op.left[op.active] / rate[op.active])))
+        return best
+
+    def advance(self, dt_ns: float) -> None:
+        for op, rate in zip(self.ops, self._current):
+            if op.done:
+                continue
+            if op.latency_ns > 0:
+                op.latency_ns -= dt_ns
+                if op.latency_ns <= 1e-6:
+                    op.latency_ns = 0.0
+                    if not op.active.any():
+                        op.next_step()
+                continue
+            if rate is not None:
+                op.left = op.left - rate * dt_ns
+                op.active = op.active & (op.left > _EPS_BYTES + 1e-9 * self._scale(op))
+            if not op.active.any():
+                op.next_step()
+
+    @staticmethod
+    def _scale(op: FabricOp) -> float:
+        return float(op.steps[op.step].bytes.max(initial=0.0))
+
+
+def run_concurrently(engine: FlowEngine, ops: list[tuple[CommOp, tuple[int, ...]]]) -> list[float]:
+    """Each op's completion time (ns) when all start at 0 together (a sweep item's disjoint groups)."""
+    started = [engine.start(engine.plan(op, members)) for op, members in ops]
+    finished = [0.0] * len(started)
+    t = 0.0
+    while engine.ops:
+        for op in [o for o in engine.ops if o.done]:
+            finished[started.index(op)] = t
+            engine.remove(op)
+        if not engine.ops:
+            break
+        dt = engine.horizon_ns()
+        if dt == float("inf"):
+            raise RuntimeError("fabric model: ops in flight but nothing moves")
+        engine.advance(dt)
+        t += dt
+    return finished

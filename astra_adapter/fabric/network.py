@@ -1,0 +1,175 @@
+"""A genie topology as a flow network: directed link resources, link classes and ECMP routes (pure).
+
+Every full-duplex link is two resources (one per direction, as tc shapes each veth end), with the link's
+rate and delay. Routes follow the testbed's: shortest paths by hop count over every node (bridges, routers and
+forwarding hosts alike), as :func:`genie.topology.routing.shortest_paths_next_hops` computes them from the
+same :mod:`genie.topology.graph` functions, and at every node with several equal-cost next hops the kernel
+hashes each flow (L4 ports, ``fib_multipath_hash_policy=1``) onto one of them. The ports are ephemeral, so the
+assignment is not known in advance: a route carries the *expected share* - a flow splits evenly over the next
+hops at every branch, which is each link's expected load under uniform hashing. With a ``hash_seed`` the network
+is instead one *draw* of the hash: every connection (a pair of ranks: each has its own ports) takes one next hop
+at every branch, chosen uniformly and deterministically from the seed - what one testbed session does; the
+mean over several draws is the expected time under hashing, collisions included
+(:func:`astra_adapter.fabric.estimate.estimate_fabric`'s ``ecmp_samples``).
+
+Ranks of one host talk over the namespace's loopback: one ``loopback`` resource per host (unshaped; its rate
+is calibrated or :data:`LOOPBACK_RATE_BPS`).
+
+Link classes (what calibration fits separately): ``host`` (a link with a host at one end), ``fabric`` (between
+two switches) and ``loopback``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import Enum
+
+from genie.core.errors import InputError
+from genie.core.topology import Topology
+from genie.topology.graph import adjacency, hop_distances
+
+LOOPBACK_RATE_BPS = 32_000_000_000  # ~4 GB/s, as astra_adapter.mapping's intra-host default
+UNSHAPED_RATE_BPS = 10_000_000_000  # an unshaped veth, when neither the topology nor a calibration says
+
+
+class LinkClass(Enum):
+    HOST = "host"
+    FABRIC = "fabric"
+    LOOPBACK = "loopback"
+
+    @classmethod
+    def parse(cls, text: str, *, source: str | None = None, path: str | None = None) -> "LinkClass":
+        for c in cls:
+            if c.value == str(text).strip().lower():
+                return c
+        raise InputError(f"unknown link class {text!r} (expected host, fabric or loopback)", source=source, path=path)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One direction of a link (``a -> b``), or a host's loopback (``a == b``)."""
+
+    a: str
+    b: str
+    link_class: LinkClass
+    rate_bps: int
+    delay_ns: float
+    shaped: bool
+
+
+@dataclass(frozen=True)
+class Route:
+    """A flow's expected load: ``(resource index, fraction of the flow)`` and the path delay (expected)."""
+
+    loads: tuple[tuple[int, float], ...]
+    delay_ns: float
+
+
+class FabricNetwork:
+    """Resources and memoised routes of one topology; ``route(src_rank, dst_rank)`` is a route id."""
+
+    def __init__(self, topology: Topology, *, source: str | None = None, hash_seed: int | None = None) -> None:
+        self.topology = topology
+        self.source = source or topology.name
+        self.hash_seed = hash_seed
+        self.rank_hosts = topology.rank_hosts()
+        if not self.rank_hosts:
+            raise InputError("no hosts", source=self.source, path="hosts")
+        hosts = {h.name for h in topology.hosts}
+        self.resources: list[Resource] = []
+        self.index: dict[tuple[str, str], int] = {}
+        for link in topology.links:
+            cls = LinkClass.HOST if (link.a in hosts or link.b in hosts) else LinkClass.FABRIC
+            shaped = link.shape.rate_bps is not None
+            rate = link.shape.rate_bps or UNSHAPED_RATE_BPS
+            for a, b in ((link.a, link.b), (link.b, link.a)):
+                if (a, b) in self.index:
+                    raise InputError(f"nodes {a} and {b} are linked twice; the fabric model needs one link per pair",
+                                     source=self.source, path="links")
+                self.index[(a, b)] = len(self.resources)
+                self.resources.append(Resource(a, b, cls, rate, link.shape.delay_us * 1000, shaped))
+        for h in topology.hosts:
+            if h.ranks > 1:
+                self.index[(h.name, h.name)] = len(self.resources)
+                self.resources.append(Resource(h.name, h.name, LinkClass.LOOPBACK, LOOPBACK_RATE_BPS, 0.0, False))
+        self.neighbours = adjacency(topology)
+        self._distances: dict[str, dict[str, int]] = {}
+        self._route_ids: dict[tuple[str, str], int] = {}
+        self.routes: list[Route] = []
+
+    @property
+    def world_size(self) -> int:
+        return len(self.rank_hosts)
+
+    def classes(self) -> tuple[LinkClass, ...]:
+        present = {r.link_class for r in self.resources}
+        return tuple(c for c in LinkClass if c in present)
+
+    def with_hash_seed(self, seed: int | None) -> "FabricNetwork":
+        return FabricNetwork(self.topology, source=self.source, hash_seed=seed)
+
+    @property
+    def multipath(self) -> bool:
+        """True when some pair of hosts has more than one shortest path (ECMP)."""
+        hosts = [h.name for h in self.topology.hosts]
+        for dst in hosts:
+            distance = self._distance(dst)
+            for node, hops in distance.items():
+                if hops > 1 and sum(1 for p in self.neighbours[node] if distance.get(p) == hops - 1) > 1:
+                    return True
+        return False
+
+    def route(self, src_rank: int, dst_rank: int) -> int:
+        src, dst = self.rank_hosts[src_rank], self.rank_hosts[dst_rank]
+        key = (src, dst) if self.hash_seed is None or src == dst else (src_rank, dst_rank)
+        rid = self._route_ids.get(key)
+        if rid is None:
+            rid = self._route_ids[key] = len(self.routes)
+            rng = None if self.hash_seed is None else random.Random(f"{self.hash_seed}:{src_rank}:{dst_rank}")
+            self.routes.append(self._expected_route(src, dst, rng))
+        return rid
+
+    def _distance(self, dst: str) -> dict[str, int]:
+        distance = self._distances.get(dst)
+        if distance is None:
+            distance = self._distances[dst] = hop_distances(self.neighbours, dst)
+        return distance
+
+    def _expected_route(self, src: str, dst: str, rng: random.Random | None = None) -> Route:
+        if src == dst:
+            return Route(((self.index[(src, src)], 1.0),), 0.0)
+        distance = self._distance(dst)
+        if src not in distance:
+            raise InputError(f"no path from host {src} to host {dst}: the fabric model cannot route it",
+                             source=self.source, path="links")
+        share = {src: 1.0}
+        frontier = [src]
+        loads: dict[int, float] = {}
+        delay = 0.0
+        for _ in range(distance[src]):
+            nxt: dict[str, float] = {}
+            for node in frontier:
+                hops = [p for p in self.neighbours[node] if distance.get(p) == distance[node] - 1]
+                if rng is not None:
+                    hops = [hops[rng.randrange(len(hops))]]
+                part = share[node] / len(hops)
+                for p in hops:
+                    rid = self.index[(node, p)]
+                    loads[rid] = loads.get(rid, 0.0) + part
+                    delay += part * self.resources[rid].delay_ns
+                    nxt[p] = nxt.get(p, 0.0) + part
+            share = nxt
+            frontier = list(nxt)
+        return Route(tuple(sorted(loads.items())), delay)
+
+    def check_connected(self) -> None:
+        """InputError naming the first pair of ranks' hosts with no path between them."""
+        hosts = [h.name for h in self.topology.hosts if h.ranks > 0]
+        if len(hosts) < 2:
+            return
+        reach = hop_distances(self.neighbours, hosts[0])
+        for h in hosts[1:]:
+            if h not in reach:
+                raise InputError(f"no path from host {hosts[0]} to host {h}: the topology is disconnected and the "
+                                 f"fabric model cannot route it", source=self.source, path="links")

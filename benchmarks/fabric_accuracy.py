@@ -1,0 +1,187 @@
+"""The fabric model's benchmark (run by hand; the testbed parts as root; not a test).
+
+1. ``accuracy``: runs experiments (default: the two on the oversubscribed leaf-spine) with `genie experiment`'s
+   service and prints every mode's error against the replay, with the load average (target for the fabric row:
+   within 5%).
+2. ``evaluate RUN_DIR EXPERIMENT``: re-fits the fabric model on an experiment run directory's sweep and compares
+   with its replay (no testbed): for runs made before the fabric row existed, or to try model changes.
+3. ``scale``: calibrate on one run directory (an 8-host leaf-spine), estimate a bigger topology with the same link
+   classes, compare with the replay in another run directory (target: within 10%).
+4. ``speed``: times the fabric model on 1024 ranks (256 hosts x 4 ranks) on a 3-tier fabric (16 leaves, 4 pods
+   of 2 aggregation routers, 2 core routers), the DP ring workload of the ASTRA-sim speed anchor: 96 forward +
+   96 backward compute nodes and 24 all-reduces of 25 MiB per rank, ECMP as the expected share (one run; the
+   default 8 hash draws cost 8 plays) (target: < 60 s).
+
+    sudo python3 benchmarks/fabric_accuracy.py accuracy [--experiments FILE ...] [--out DIR]
+    python3 benchmarks/fabric_accuracy.py evaluate RUN_DIR EXPERIMENT.yaml
+    python3 benchmarks/fabric_accuracy.py scale --calibration RUN_DIR --topology BIG.yaml --trace TRACE --replay RUN_DIR
+    python3 benchmarks/fabric_accuracy.py speed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_EXPERIMENTS = ("tp2dp4-gpt3-leafspine-oversub.yaml", "moe-ep8-gpt3-leafspine-oversub.yaml")
+
+
+def run_accuracy(files: list[Path], out: Path) -> None:
+    from astra_adapter.experiment_spec import load_experiment
+    from genie.services.experiment import ExperimentCommand, run_experiment_command
+    from genie.services.options import RunOptions
+
+    for path in files:
+        spec = load_experiment(path)
+        started = time.perf_counter()
+        result = run_experiment_command(ExperimentCommand(spec, RunOptions(out=out / spec.name)))
+        load = "/".join(f"{x:.1f}" for x in result.load_average)
+        for row in result.accuracy:
+            print(f"{spec.name:<34} {row.mode:<11} {row.estimated_s:>9.4f} s vs {row.measured_s:>9.4f} s "
+                  f"{row.error_pct:>+7.2f}%  load {load}  ({time.perf_counter() - started:.0f} s)")
+
+
+def run_evaluate(run_dir: Path, experiment: Path) -> None:
+    from astra_adapter.experiment import load_workload
+    from astra_adapter.experiment_spec import load_experiment
+    from astra_adapter.fabric.calibrate import calibrate_fabric, summary_lines
+    from astra_adapter.fabric.estimate import estimate_fabric
+    from astra_adapter.fabric.network import FabricNetwork
+    from astra_adapter.measurements import read_measurements
+    from genie.topology import load_topology_file
+
+    spec = load_experiment(experiment)
+    topology = load_topology_file(spec.topology_path)
+    started = time.perf_counter()
+    cal = calibrate_fabric(read_measurements([run_dir]), FabricNetwork(topology))
+    fitted = time.perf_counter()
+    est = estimate_fabric(load_workload(spec), topology, cal.params)
+    done = time.perf_counter()
+    doc = json.loads((run_dir / "experiment.json").read_text())
+    replay = median(doc["replay_iteration_ns"])
+    print("\n".join(summary_lines(cal)))
+    print(f"{spec.name}: fabric {est.iteration_ns / 1e6:.1f} ms vs replay {replay / 1e6:.1f} ms "
+          f"{(est.iteration_ns - replay) / replay * 100:+.2f}%  (fit {fitted - started:.1f} s, estimate "
+          f"{done - fitted:.2f} s; load during the run {doc.get('load_average')})")
+
+
+def run_scale(calibration: Path, topology: Path, trace: Path, replay: Path | None) -> None:
+    from astra_adapter.fabric.estimate import estimate_fabric_from_runs
+    from genie.topology import load_topology_file
+    from genie.workloads.loader import load_trace
+
+    from astra_adapter.experiment_spec import DEFAULT_ALGORITHMS, pin_algorithms
+
+    started = time.perf_counter()
+    est, _ = estimate_fabric_from_runs(pin_algorithms(load_trace(trace), DEFAULT_ALGORITHMS),
+                                       load_topology_file(topology), calibration_dir=calibration,
+                                       source=str(topology))
+    took = time.perf_counter() - started
+    line = f"scale: {trace.name} on {topology.name}: fabric estimate {est.iteration_ns / 1e6:.1f} ms ({took:.1f} s)"
+    if replay is not None:  # an experiment's run directory, or a genie replay's (replay.json)
+        if (replay / "experiment.json").is_file():
+            measured = median(json.loads((replay / "experiment.json").read_text())["replay_iteration_ns"])
+        else:
+            measured = json.loads((replay / "replay.json").read_text())["iteration_median_ns"]
+        line += f" vs replay {measured / 1e6:.1f} ms: {(est.iteration_ns - measured) / measured * 100:+.2f}%"
+    print(line)
+
+
+def three_tier(hosts_per_leaf: int = 16, leaves_per_pod: int = 4, pods: int = 4, aggs_per_pod: int = 2,
+               cores: int = 2, ranks_per_host: int = 4):
+    from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
+
+    host_link, fabric_link = LinkShape(rate_bps=100_000_000_000), LinkShape(rate_bps=100_000_000_000)
+    hosts, switches, links = [], [], []
+    for c in range(cores):
+        switches.append(Switch(f"core{c}", SwitchKind.ROUTER))
+    for p in range(pods):
+        for a in range(aggs_per_pod):
+            agg = f"agg{p}_{a}"
+            switches.append(Switch(agg, SwitchKind.ROUTER))
+            links += [Link(agg, f"core{c}", fabric_link) for c in range(cores)]
+        for lf in range(leaves_per_pod):
+            leaf = f"leaf{p}_{lf}"
+            switches.append(Switch(leaf, SwitchKind.ROUTER))
+            links += [Link(leaf, f"agg{p}_{a}", fabric_link) for a in range(aggs_per_pod)]
+            for h in range(hosts_per_leaf):
+                name = f"h{len(hosts)}"
+                hosts.append(Host(name, ranks_per_host))
+                links.append(Link(name, leaf, host_link))
+    return Topology("three-tier", tuple(hosts), tuple(switches), tuple(links))
+
+
+def dp_ring_trace(ranks: int = 1024, layers: int = 96, all_reduces: int = 24, size_bytes: int = 25 << 20,
+                  compute_ns: int = 1_000_000):
+    from genie.core.collective import Algorithm
+    from genie.core.trace import CommType, collective_node, compute_node, make_trace
+
+    nodes = []
+    for _ in range(ranks):
+        rank, nid = [], 0
+        for i in range(layers):
+            rank.append(compute_node(nid, f"fwd{i}", duration_ns=compute_ns, data_deps=(nid - 1,) if nid else ()))
+            nid += 1
+        every = layers // all_reduces
+        for i in range(layers):
+            rank.append(compute_node(nid, f"bwd{i}", duration_ns=compute_ns, data_deps=(nid - 1,)))
+            nid += 1
+            if (i + 1) % every == 0:
+                rank.append(collective_node(10_000 + i, f"ar{i}", comm_type=CommType.ALL_REDUCE, size_bytes=size_bytes,
+                                            data_deps=(nid - 1,), algorithm=Algorithm.RING))
+        nodes.append(rank)
+    return make_trace(nodes)
+
+
+def run_speed() -> None:
+    from astra_adapter.fabric.estimate import estimate_fabric
+
+    topology = three_tier()
+    started = time.perf_counter()
+    trace = dp_ring_trace(topology.world_size)
+    built = time.perf_counter()
+    cpu = time.process_time()
+    est = estimate_fabric(trace, topology, ecmp_samples=0)  # ECMP as the expected share: one run
+    done = time.perf_counter()
+    print(f"speed: {trace.num_ranks} ranks on {len(topology.hosts)} hosts, {len(topology.switches)} routers "
+          f"(3 tiers), {sum(len(r.nodes) for r in trace.ranks)} nodes, ECMP expected share: fabric model "
+          f"{done - built:.1f} s wall, {time.process_time() - cpu:.1f} s CPU (trace built in {built - started:.1f} s),"
+          f" iteration {est.iteration_ns / 1e6:.1f} ms; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    acc = sub.add_parser("accuracy")
+    acc.add_argument("--experiments", nargs="*", type=Path)
+    acc.add_argument("--out", type=Path, default=Path("/tmp/fabric-accuracy"))
+    ev = sub.add_parser("evaluate")
+    ev.add_argument("run_dir", type=Path)
+    ev.add_argument("experiment", type=Path)
+    sc = sub.add_parser("scale")
+    sc.add_argument("--calibration", type=Path, required=True)
+    sc.add_argument("--topology", type=Path, required=True)
+    sc.add_argument("--trace", type=Path, required=True)
+    sc.add_argument("--replay", type=Path)
+    sub.add_parser("speed")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    if args.what == "accuracy":
+        run_accuracy(args.experiments or [ROOT / "experiments" / n for n in DEFAULT_EXPERIMENTS], args.out)
+    elif args.what == "evaluate":
+        run_evaluate(args.run_dir, args.experiment)
+    elif args.what == "scale":
+        run_scale(args.calibration, args.topology, args.trace, args.replay)
+    else:
+        run_speed()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

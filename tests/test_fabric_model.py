@@ -1,0 +1,152 @@
+"""The genie-native fabric model (astra_adapter.fabric): max-min shares, ECMP routes, schedules as flows, the
+trace played on it, and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from genie.core.collective import Algorithm, Collective
+from genie.core.errors import InputError
+from genie.core.topology import Host, Link, Topology
+from genie.core.trace import CommType, ProcessGroup, collective_node, compute_node, make_trace
+from genie.topology import load_topology, load_topology_file
+
+from astra_adapter.fabric.estimate import estimate_fabric, needs_fabric
+from astra_adapter.fabric.fairshare import max_min_rates
+from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, run_concurrently
+from astra_adapter.fabric.network import FabricNetwork, LinkClass
+from astra_adapter.measurements import CommOp
+
+ROOT = Path(__file__).resolve().parent.parent
+OVERSUB = ROOT / "topologies" / "leaf-spine-2x4-oversub.yaml"
+GBIT_BYTES_PER_NS = 1e9 / 8e9
+
+
+def star(n: int, rate: str = "1gbit", ranks: int = 1) -> str:
+    hosts = "\n".join(f"  - {{name: h{i}, ranks: {ranks}}}" for i in range(n))
+    links = "\n".join(f"  - {{endpoints: [h{i}, sw]}}" for i in range(n))
+    return f"name: s\ndefaults: {{bandwidth: {rate}}}\nhosts:\n{hosts}\nswitches:\n  - {{name: sw}}\nlinks:\n{links}\n"
+
+
+def test_two_flows_sharing_a_link_get_half_each():
+    # resource 0: 1 Gbit/s shared by both; resources 1, 2: private and faster
+    rates = max_min_rates(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 2]), np.ones(4),
+                          np.array([1.0, 5.0, 5.0]), 2)
+    assert rates == pytest.approx([0.5, 0.5])
+
+
+def test_max_min_gives_the_unbottlenecked_flow_the_rest():
+    # flow 0 crosses a 0.2 link and the shared 1.0 link; flow 1 only the shared one: 0.2 and 0.8
+    rates = max_min_rates(np.array([0, 0, 1]), np.array([0, 1, 1]), np.ones(3), np.array([0.2, 1.0]), 2)
+    assert rates == pytest.approx([0.2, 0.8])
+
+
+def test_ecmp_splits_a_flow_evenly_over_the_spines():
+    net = FabricNetwork(load_topology_file(OVERSUB))
+    route = net.routes[net.route(0, 4)]  # h0 (leaf0) -> h4 (leaf1)
+    loads = {(net.resources[r].a, net.resources[r].b): w for r, w in route.loads}
+    assert loads == {("h0", "leaf0"): 1.0, ("leaf0", "spine0"): 0.5, ("leaf0", "spine1"): 0.5,
+                     ("spine0", "leaf1"): 0.5, ("spine1", "leaf1"): 0.5, ("leaf1", "h4"): 1.0}
+    same_leaf = net.routes[net.route(0, 1)]
+    assert {net.resources[r].link_class for r, _ in same_leaf.loads} == {LinkClass.HOST}
+
+
+def test_oversubscribed_spine_sets_the_all_reduce_time():
+    # two 4-rank DP rings (0,2,4,6) and (1,3,5,7): every step two flows leave each leaf over 2 x 500 Mbit/s,
+    # so each gets 500 Mbit/s; 6 steps of S/4 each
+    engine = FlowEngine(FabricNetwork(load_topology_file(OVERSUB)))
+    size = 8 << 20
+    op = CommOp(Collective.ALL_REDUCE, Algorithm.RING, 4, size)
+    times = run_concurrently(engine, [(op, (0, 2, 4, 6)), (op, (1, 3, 5, 7))])
+    expected = 6 * (size / 4) * WIRE_BYTES_PER_PAYLOAD_BYTE / (0.5 * GBIT_BYTES_PER_NS)
+    assert times == pytest.approx([expected, expected], rel=1e-6)
+    alone = run_concurrently(FlowEngine(FabricNetwork(load_topology_file(OVERSUB))), [(op, (0, 2, 4, 6))])
+    # one ring alone: its one cross-leaf flow per direction spreads over both spines and reaches the host's 1 Gbit/s
+    assert alone[0] == pytest.approx(expected / 2, rel=1e-6)
+
+
+def test_a_hash_draw_puts_each_connection_on_one_spine():
+    # one draw: the two rings' cross-leaf flows either take different spines (500 Mbit/s each, as the expected
+    # share) or collide on one (250 Mbit/s each): each draw's all-reduce takes T or 2T, and both happen
+    network = FabricNetwork(load_topology_file(OVERSUB))
+    size = 1 << 20
+    op = CommOp(Collective.ALL_REDUCE, Algorithm.RING, 4, size)
+    fluid = run_concurrently(FlowEngine(network), [(op, (0, 2, 4, 6)), (op, (1, 3, 5, 7))])[0]
+    draws = []
+    for seed in range(16):
+        net = network.with_hash_seed(seed)
+        route = net.routes[net.route(2, 4)]
+        assert len(route.loads) == 4 and all(w == 1.0 for _, w in route.loads)  # host, leaf-spine, spine-leaf, host
+        draws.append(max(run_concurrently(FlowEngine(net), [(op, (0, 2, 4, 6)), (op, (1, 3, 5, 7))])) / fluid)
+    assert all(d == pytest.approx(1.0) or d <= 2.0 + 1e-9 for d in draws)
+    assert min(draws) == pytest.approx(1.0) and max(draws) > 1.5
+
+
+def test_ranks_sharing_a_host_share_its_nic():
+    topo = load_topology(star(2, ranks=2))
+    engine = FlowEngine(FabricNetwork(topo))
+    size = 1 << 20
+    msg = CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size)
+    # ranks 0, 1 on h0; 2, 3 on h1: two messages h0 -> h1 at once share h0's uplink
+    t = run_concurrently(engine, [(msg, (0, 2)), (msg, (1, 3))])
+    one = size * WIRE_BYTES_PER_PAYLOAD_BYTE / GBIT_BYTES_PER_NS
+    assert t == pytest.approx([2 * one, 2 * one], rel=1e-6)
+
+
+def test_efficiency_overhead_and_endpoint_delay_add_up():
+    topo = load_topology(star(2))
+    size = 1 << 20
+    params = FabricParams(((LinkClass.HOST, 0.5),), message_overhead_ns=1000.0, endpoint_delay_ns=5000.0)
+    t = run_concurrently(FlowEngine(FabricNetwork(topo), params),
+                         [(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size), (0, 1))])
+    assert t[0] == pytest.approx(5000 + 1000 + size * WIRE_BYTES_PER_PAYLOAD_BYTE / (0.5 * GBIT_BYTES_PER_NS))
+
+
+def _dp_trace(groups: list[tuple[int, ...]], size: int, compute_ns: int):
+    n = sum(len(g) for g in groups)
+    names = {r: f"g{i}" for i, g in enumerate(groups) for r in g}
+    nodes = [[compute_node(0, "fwd", duration_ns=compute_ns),
+              collective_node(1, "ar", comm_type=CommType.ALL_REDUCE, size_bytes=size, data_deps=(0,),
+                              process_group=names[r], algorithm=Algorithm.RING)] for r in range(n)]
+    return make_trace(nodes, groups=tuple(ProcessGroup(f"g{i}", g) for i, g in enumerate(groups)))
+
+
+def test_a_trace_on_the_fabric_plays_compute_then_the_concurrent_groups():
+    topo = load_topology_file(OVERSUB)
+    size = 4 << 20
+    est = estimate_fabric(_dp_trace([(0, 2, 4, 6), (1, 3, 5, 7)], size, 1_000_000), topo, ecmp_samples=0)
+    ar = 6 * (size / 4) * WIRE_BYTES_PER_PAYLOAD_BYTE / (0.5 * GBIT_BYTES_PER_NS)
+    assert est.iteration_ns == pytest.approx(1_000_000 + ar, abs=2)
+    assert est.ranks[0].exposed_comm_ns == pytest.approx(ar, abs=2)
+
+
+def test_which_topologies_need_the_fabric_model():
+    assert needs_fabric(load_topology_file(OVERSUB))
+    assert not needs_fabric(load_topology_file(ROOT / "topologies" / "star-8.yaml"))
+    assert not needs_fabric(load_topology_file(ROOT / "topologies" / "ring-8.yaml"))
+
+
+def test_a_disconnected_topology_is_refused_naming_the_hosts():
+    # the topology reader refuses it too; the model checks on its own (a Topology built in code)
+    topo = Topology("split", tuple(Host(n) for n in "abcd"), (), (Link("a", "b"), Link("c", "d")))
+    with pytest.raises(InputError, match="no path from host a to host c") as info:
+        FabricNetwork(topo, source="split.yaml").check_connected()
+    assert info.value.path == "links" and info.value.source == "split.yaml"
+
+
+def test_flow_contention_slows_a_link_per_extra_flow():
+    topo = load_topology(star(3))
+    size = 1 << 20
+    msg = CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size)
+    one = size * WIRE_BYTES_PER_PAYLOAD_BYTE / GBIT_BYTES_PER_NS
+    # two messages into h2 share its downlink: 1/2 each, and with contention 0.5 the link delivers 1 / 1.5
+    plain = run_concurrently(FlowEngine(FabricNetwork(topo)), [(msg, (0, 2)), (msg, (1, 2))])
+    contended = run_concurrently(FlowEngine(FabricNetwork(topo), FabricParams(flow_contention=0.5)),
+                                 [(msg, (0, 2)), (msg, (1, 2))])
+    assert plain == pytest.approx([2 * one, 2 * one], rel=1e-6)
+    assert contended == pytest.approx([3 * one, 3 * one], rel=1e-6)
+    alone = run_concurrently(FlowEngine(FabricNetwork(topo), FabricParams(flow_contention=0.5)), [(msg, (0, 2))])
+    assert alone == pytest.approx([one], rel=1e-6)  # one flow: no contention
