@@ -105,20 +105,15 @@ def verify_command(
     """From a host VM: `genie testbed verify`'s link checks (RTT, throughput, loss) across the lab's hosts, over
     ssh to the inventory's addresses, against the topology."""
     from genie.services.lab import LabVerifyRequest, run_lab_verify
+    from genie.cli.testbed_cmd import print_verify
     from genie.services.verify import check_pairs
-    from genie.testbed.verify import format_table
     from genie.testbed.verify_run import VerifySettings
 
     settings = VerifySettings(bulk_seconds=seconds, rtt_probes=rtt_probes, loss_probes=loss_probes)
     with flag_names(LAB_FLAGS):
         request = LabVerifyRequest(lab_dir, settings, check_pairs(pair) if pair else None, csv_path, out)
         result = run_lab_verify(request, progress=lambda line: typer.echo(line, err=True))
-    for line in format_table(list(result.rows)):
-        typer.echo(line)
-    typer.echo(f"wrote {result.csv_path}: {len(result.rows)} measurements, {len(result.failed)} failed, "
-               f"{len(result.ceilings)} at the machine's ceiling")
-    if result.failed:
-        raise typer.Exit(1)
+    print_verify(result)
 
 
 def _count(n: int, noun: str) -> str:

@@ -112,17 +112,24 @@ def verify_command(
     """Measure RTT, throughput and loss of every link (end to end between hosts) against its configuration."""
     from genie.cli.flags import flag_names
     from genie.services.verify import VerifyRequest, check_pairs, run_verify
-    from genie.testbed.verify import format_table
     from genie.testbed.verify_run import VerifySettings
 
     settings = VerifySettings(bulk_seconds=seconds, rtt_probes=rtt_probes, loss_probes=loss_probes)
     with flag_names({"pairs": "--pair", "csv_path": "--csv", "out": "--out"}):
         request = VerifyRequest(name, settings, check_pairs(pair) if pair else None, csv_path, out)
         result = run_verify(request, progress=lambda line: typer.echo(line, err=True))
+    print_verify(result)
+
+
+def print_verify(result) -> None:
+    """A verify result (testbed or lab, `genie.services.verify.VerifyResult`): its table and closing line;
+    exit code 1 when a check failed."""
+    from genie.testbed.verify import format_table
+
     for line in format_table(list(result.rows)):
         typer.echo(line)
     typer.echo(f"wrote {result.csv_path}: {len(result.rows)} measurements, {len(result.failed)} failed, "
-               f"{len(result.ceilings)} at this machine's ceiling")
+               f"{len(result.ceilings)} at the machine's ceiling")
     if result.failed:
         raise typer.Exit(1)
 
