@@ -160,6 +160,12 @@ CORPUS: dict[str, Bad] = {
     "et: gzip bomb": Bad(("trace", "show", "{d}/w.0.et"), ("w.0.et", "gunzipped trace file is larger"),
                          build=_gzip_bomb("w.0.et"), capped=True),
     "et: missing rank file": Bad(("trace", "show", "{d}/w"), ("w.0.et",), {"w.1.et": b""}),
+    # ---- PyTorch execution traces (genie trace import)
+    "pytorch: truncated JSON": Bad(("trace", "import", "{d}/pt", "{d}/out"), ("host.0.json", "not JSON"),
+                                   {"pt/host.0.json": '{"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": ['}),
+    "pytorch: node without a name": Bad(("trace", "import", "{d}/pt", "{d}/out"), ("host.0.json", "nodes[0].name"),
+                                        {"pt/host.0.json": '{"schema": "1.1.1-chakra.0.0.4", "pid": 1, "time": "x", '
+                                                           '"start_ts": 1, "finish_ts": 2, "nodes": [{"id": 1}]}'}),
     # ---- PARAM basic JSON
     "param: not a list": Bad(("trace", "show", "{d}/rank0.json"), ("rank0.json",), {"rank0.json": "[{]"}),
     "param: unknown comms": Bad(("trace", "show", "{d}/rank0.json"), ("rank0.json", "explode"),
@@ -207,6 +213,7 @@ def test_bad_input_is_refused_cleanly(tmp_path: Path, name: str) -> None:
     bad = CORPUS[name]
     for file_name, content in bad.files.items():
         path = tmp_path / file_name
+        path.parent.mkdir(parents=True, exist_ok=True)  # a case's files may sit in a directory (a trace set)
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
     if bad.build is not None:
         bad.build(tmp_path)
@@ -220,4 +227,4 @@ def test_bad_input_is_refused_cleanly(tmp_path: Path, name: str) -> None:
 def test_the_corpus_is_large_and_covers_every_input_kind() -> None:
     assert len(CORPUS) >= 60
     kinds = {name.split(":")[0] for name in CORPUS}
-    assert kinds == {"topo", "faults", "exp", "trace", "et", "param", "astra", "inv", "cli"}
+    assert kinds == {"topo", "faults", "exp", "trace", "et", "pytorch", "param", "astra", "inv", "cli"}
