@@ -155,7 +155,7 @@ def test_compare_cli_and_bad_inputs(bench_run, replay_run, tmp_path):
     proc = run_genie("report", "compare", out, out, "--out", tmp_path / "cmp")
     assert proc.returncode == 0, proc.stderr
     rows = _csv(tmp_path / "cmp" / "compare.csv")
-    assert tuple(rows[0]) == COMPARE_COLUMNS and len(rows) == 6 and all(float(r["time_delta_us"]) == 0 for r in rows)
+    assert tuple(rows[0]) == COMPARE_COLUMNS and len(rows) == 6 and all(float(r["median_delta_us"]) == 0 for r in rows)
     assert _png_ok(tmp_path / "cmp" / "compare.png")
     assert json.loads((tmp_path / "cmp" / "manifest.json").read_text())["kind"] == "compare"
 

@@ -24,7 +24,7 @@ def test_an_experiment_compared_with_itself_is_zero_everywhere_and_within_noise(
     # the 2-rank and the 4-rank 64 KiB all-reduce are two rows, each against itself
     assert [(r.ranks, r.size_bytes) for r in cases] == [(ranks, size) for ranks, size, _ in CASES]
     assert {r.scope for r in c.rows} == {Scope.CASE, Scope.OP, Scope.ITERATION}
-    assert all(r.time_delta_pct == 0 and r.within_noise for r in c.rows)
+    assert all(r.median_delta_pct == 0 and r.within_noise for r in c.rows)
     assert not c.warnings
     assert c.band_sources("a") == ("per-iteration times (sweep_detail.csv)", "per-iteration times (replay/ops.csv)",
                                    "per-iteration times (replay/replay.json)")
@@ -43,15 +43,15 @@ def test_noise_band_from_per_iteration_times(tmp_path):
     small, large = compare_runs(load_run(a), load_run(b)).rows
     # 1 KiB: +10 us; B's median (112) lies within A's range 100..157.7, but A's (102) is below B's 110..114: the
     # band in this direction is 112 - 110 = 2 us, and the row is outside it
-    assert small.time_delta_us == 10.0 and small.noise_us == pytest.approx(2.0) and small.within_noise is False
-    assert large.time_delta_pct == pytest.approx(100 * 200 / 202) and large.within_noise is False
+    assert small.median_delta_us == 10.0 and small.noise_us == pytest.approx(2.0) and small.within_noise is False
+    assert large.median_delta_pct == pytest.approx(100 * 200 / 202) and large.within_noise is False
     c = compare_runs(load_run(a), load_run(a))
     assert all(r.within_noise for r in c.rows) and c.band_sources("a") == ("per-iteration times (sweep.json)",)
     # B slower but inside both spreads: within noise
     d = bench_run(tmp_path / "d", [(AR, 2, 1024, (100.0, 103.0, 104.0, 150.0, 160.0)),
                                    (AR, 2, 4096, (200.0, 201.0, 202.0, 203.0, 204.0))])
     row = compare_runs(load_run(a), load_run(d)).rows[0]
-    assert row.time_delta_us == 2.0 and row.within_noise is True and row.noise_us >= 2.0
+    assert row.median_delta_us == 2.0 and row.within_noise is True and row.noise_us >= 2.0
 
 
 def test_noise_band_from_the_summary_columns_when_iterations_are_missing(tmp_path):
@@ -70,7 +70,7 @@ def test_runs_of_different_ranks_warn_and_match_only_equal_group_sizes(tmp_path)
     a = bench_run(tmp_path / "a", [(AR, 2, 65536, t), (AR, 4, 65536, (300.0, 301.0, 302.0))])
     b = bench_run(tmp_path / "b", [(AR, 2, 65536, t)])
     c = compare_runs(load_run(a), load_run(b))
-    assert [(r.ranks, r.time_delta_pct) for r in c.rows] == [(2, 0.0)]
+    assert [(r.ranks, r.median_delta_pct) for r in c.rows] == [(2, 0.0)]
     assert any("runs differ in ranks: group sizes 2,4 (A) vs 2 (B)" in w for w in c.warnings)
     assert "# warning: runs differ in ranks" in format_compare(c)
     four = bench_run(tmp_path / "four", [(AR, 4, 65536, t)])
@@ -123,7 +123,7 @@ def test_json_carries_the_key_fields_and_the_band(tmp_path, capsys):
     cases = [r for r in doc["rows"] if r["scope"] == "case"]
     assert [(r["ranks"], r["algorithm"], r["size_bytes"]) for r in cases] == \
         [(ranks, "ring", size) for ranks, size, _ in CASES]
-    assert all(r["time_delta_pct"] == 0 and r["within_noise"] is True for r in doc["rows"])
+    assert all(r["median_delta_pct"] == 0 and r["within_noise"] is True for r in doc["rows"])
     assert all(r["spread_a_min_us"] is not None and r["noise_us"] is not None for r in doc["rows"])
     assert comparison_document(compare_runs(load_run(run), load_run(run)), "x")["rows"] == doc["rows"]
     assert compare_csv(compare_runs(load_run(run), load_run(run))) == (tmp_path / "cmp" / "compare.csv").read_text()
@@ -151,4 +151,4 @@ def test_an_experiment_without_a_manifest_compares_with_itself(tmp_path):
     run = load_run(out)
     c = compare_runs(run, run)
     assert len([r for r in c.rows if r.scope is Scope.CASE]) == len(CASES)
-    assert all(r.time_delta_pct == 0 and r.within_noise for r in c.rows)
+    assert all(r.median_delta_pct == 0 and r.within_noise for r in c.rows)

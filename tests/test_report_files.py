@@ -201,11 +201,11 @@ def test_compare_two_bench_runs_gives_the_expected_deltas(tmp_path):
                                     (Collective.ALL_REDUCE, 4096, 100.0)])
     c = compare_runs(load_run(a), load_run(b))
     small, large = c.rows
-    assert (small.size_bytes, small.time_delta_us, small.time_delta_pct) == (1024, 50.0, 50.0)
-    assert large.time_delta_pct == -50.0 and large.busbw_delta_pct == pytest.approx(100.0)
+    assert (small.size_bytes, small.median_delta_us, small.median_delta_pct) == (1024, 50.0, 50.0)
+    assert large.median_delta_pct == -50.0 and large.busbw_delta_pct == pytest.approx(100.0)
     assert "1 (collective, size) rows are in one run only" in c.notes[0]
     rows = _rows(compare_csv(c))
-    assert tuple(rows[0]) == COMPARE_COLUMNS and float(rows[0]["time_delta_pct"]) == 50.0
+    assert tuple(rows[0]) == COMPARE_COLUMNS and float(rows[0]["median_delta_pct"]) == 50.0
     assert "+50.0" in format_compare(c)
 
 
@@ -231,7 +231,7 @@ def test_compare_replays_iteration_time_and_trace_digest(tmp_path):
     a, b = _replay_run(tmp_path / "a", "d1", 2_000_000), _replay_run(tmp_path / "b", "d1", 3_000_000)
     c = compare_runs(load_run(a), load_run(b))
     assert [r.scope for r in c.rows] == ["op", "iteration"]
-    assert c.iteration.time_a_us == 2000.0 and c.iteration.time_delta_pct == 50.0
+    assert c.iteration.median_a_us == 2000.0 and c.iteration.median_delta_pct == 50.0
     other = _replay_run(tmp_path / "c", "d2", 1_000_000)
     with pytest.raises(InputError, match="trace sha256"):
         compare_runs(load_run(a), load_run(other))

@@ -122,7 +122,7 @@ def test_verify_report_has_per_link_checks(tmp_path):
 def test_compare_run_renders_its_rows(tmp_path):
     out = tmp_path / "cmp"
     with RunRecorder("compare", out=out) as run:
-        run.write("compare.csv", "scope,collective,size_bytes,time_a_us,time_b_us,time_delta_us,time_delta_pct\n"
+        run.write("compare.csv", "scope,collective,size_bytes,median_a_us,median_b_us,median_delta_us,median_delta_pct\n"
                                  "case,all_reduce,1024,100,150,50,50\n")
     page = build_page(load_run(out))
     assert "Comparison (compare.csv)" in page.html and "1 rows compared" in page.html and "compare.png" in page.plots

@@ -1,7 +1,8 @@
 """`genie report compare A B`: what changed from run A to run B (pure, on loaded run directories).
 
 Rows match on (collective, group size, algorithm, size) - never across group sizes:
-- bench and experiment sweeps: one row per sweep case measured in both (median time and busbw);
+- bench and experiment sweeps: one row per sweep case measured in both (median iteration and busbw; the
+  `median_*` columns are medians by name: nccl-tests' "time", the mean, is sweep.csv's `time_us`);
 - replay runs (and an experiment's replay/): one row per communication op kind, group size, algorithm and
   size (median duration over ranks and iterations, from ops.csv), and one row for the iteration time
   (replay.json's median).
@@ -56,8 +57,8 @@ class CompareRow:
     scope: Scope
     collective: str
     size_bytes: int | None
-    time_a_us: float
-    time_b_us: float
+    median_a_us: float
+    median_b_us: float
     busbw_a_GBps: float | None = None
     busbw_b_GBps: float | None = None
     ranks: int | None = None  # group size
@@ -66,12 +67,12 @@ class CompareRow:
     spread_b: Spread | None = None
 
     @property
-    def time_delta_us(self) -> float:
-        return self.time_b_us - self.time_a_us
+    def median_delta_us(self) -> float:
+        return self.median_b_us - self.median_a_us
 
     @property
-    def time_delta_pct(self) -> float | None:
-        return _pct(self.time_a_us, self.time_b_us)
+    def median_delta_pct(self) -> float | None:
+        return _pct(self.median_a_us, self.median_b_us)
 
     @property
     def busbw_delta_GBps(self) -> float | None:
@@ -86,23 +87,23 @@ class CompareRow:
     @property
     def noise_us(self) -> float | None:
         """How far B's median may lie from A's, in the direction it moved, and stay within both runs' spread."""
-        slower = self.time_delta_us >= 0
+        slower = self.median_delta_us >= 0
         limits = []
         if self.spread_a is not None:
-            limits.append(self.spread_a.p99_us - self.time_a_us if slower else self.time_a_us - self.spread_a.min_us)
+            limits.append(self.spread_a.p99_us - self.median_a_us if slower else self.median_a_us - self.spread_a.min_us)
         if self.spread_b is not None:
-            limits.append(self.time_b_us - self.spread_b.min_us if slower else self.spread_b.p99_us - self.time_b_us)
+            limits.append(self.median_b_us - self.spread_b.min_us if slower else self.spread_b.p99_us - self.median_b_us)
         return max(0.0, min(limits)) if limits else None
 
     @property
     def noise_pct(self) -> float | None:
         noise = self.noise_us
-        return None if noise is None or not self.time_a_us else 100.0 * noise / self.time_a_us
+        return None if noise is None or not self.median_a_us else 100.0 * noise / self.median_a_us
 
     @property
     def within_noise(self) -> bool | None:
         noise = self.noise_us
-        return None if noise is None else abs(self.time_delta_us) <= noise + 1e-9
+        return None if noise is None else abs(self.median_delta_us) <= noise + 1e-9
 
     @property
     def label(self) -> str:
@@ -269,8 +270,8 @@ def compare_runs(a: RunData, b: RunData, *, force: bool = False) -> Comparison:
 
 
 # ---- output ---------------------------------------------------------------------------------------------
-COMPARE_COLUMNS = ("scope", "collective", "ranks", "algorithm", "size_bytes", "time_a_us", "time_b_us",
-                   "time_delta_us", "time_delta_pct", "busbw_a_GBps", "busbw_b_GBps", "busbw_delta_GBps",
+COMPARE_COLUMNS = ("scope", "collective", "ranks", "algorithm", "size_bytes", "median_a_us", "median_b_us",
+                   "median_delta_us", "median_delta_pct", "busbw_a_GBps", "busbw_b_GBps", "busbw_delta_GBps",
                    "busbw_delta_pct", "noise_us", "noise_pct", "within_noise", "spread_a_min_us", "spread_a_p99_us",
                    "spread_a_source", "spread_b_min_us", "spread_b_p99_us", "spread_b_source")
 NOISE_RULE = ("a row is within noise when B's median lies within A's min..p99 iteration range and A's median "
@@ -291,8 +292,8 @@ def row_fields(r: CompareRow) -> dict[str, object]:
     """One row as plain values (compare.csv's columns, --json's row objects)."""
     sa, sb = _spread_fields(r.spread_a), _spread_fields(r.spread_b)
     return {"scope": r.scope.value, "collective": r.collective, "ranks": r.ranks, "algorithm": r.algorithm,
-            "size_bytes": r.size_bytes, "time_a_us": _round(r.time_a_us), "time_b_us": _round(r.time_b_us),
-            "time_delta_us": _round(r.time_delta_us), "time_delta_pct": _round(r.time_delta_pct, 2),
+            "size_bytes": r.size_bytes, "median_a_us": _round(r.median_a_us), "median_b_us": _round(r.median_b_us),
+            "median_delta_us": _round(r.median_delta_us), "median_delta_pct": _round(r.median_delta_pct, 2),
             "busbw_a_GBps": _round(r.busbw_a_GBps, 6), "busbw_b_GBps": _round(r.busbw_b_GBps, 6),
             "busbw_delta_GBps": _round(r.busbw_delta_GBps, 6), "busbw_delta_pct": _round(r.busbw_delta_pct, 2),
             "noise_us": _round(r.noise_us), "noise_pct": _round(r.noise_pct, 2), "within_noise": r.within_noise,
@@ -337,19 +338,19 @@ def format_compare(c: Comparison) -> str:
     lines += [f"# {'warning' if n in c.warnings else 'note'}: {n}" for n in c.notes]
     for side in ("a", "b"):
         lines.append(f"# noise band of {side.upper()}: min..p99 of " + (", ".join(c.band_sources(side)) or "unknown"))
-    lines.append(f"#{'what':>34} {'time A':>11} {'time B':>11} {'delta':>11} {'delta':>8} {'noise':>7} "
+    lines.append(f"#{'what':>34} {'median A':>11} {'median B':>11} {'delta':>11} {'delta':>8} {'noise':>7} "
                  f"{'busbw A':>9} {'busbw B':>9} {'delta':>8}")
     lines.append(f"#{'':>34} {'(us)':>11} {'(us)':>11} {'(us)':>11} {'(%)':>8} {'(±%)':>7} "
                  f"{'(GB/s)':>9} {'(GB/s)':>9} {'(%)':>8}")
     for r in c.rows:
         flag = "  within noise" if r.within_noise else ""
-        lines.append(f" {r.label:>34} {r.time_a_us:>11.2f} {r.time_b_us:>11.2f} {r.time_delta_us:>+11.2f} "
-                     f"{_fmt(r.time_delta_pct, '+8.1f')} {_fmt(r.noise_pct, '7.1f')} {_fmt(r.busbw_a_GBps, '9.4f')} "
+        lines.append(f" {r.label:>34} {r.median_a_us:>11.2f} {r.median_b_us:>11.2f} {r.median_delta_us:>+11.2f} "
+                     f"{_fmt(r.median_delta_pct, '+8.1f')} {_fmt(r.noise_pct, '7.1f')} {_fmt(r.busbw_a_GBps, '9.4f')} "
                      f"{_fmt(r.busbw_b_GBps, '9.4f')} {_fmt(r.busbw_delta_pct, '+8.1f')}{flag}")
     inside = sum(1 for r in c.rows if r.within_noise)
     lines.append(f"# {inside} of {len(c.rows)} rows within noise")
     it = c.iteration
     if it is not None:
-        lines.append(f"# iteration time: {it.time_a_us / 1e3:.3f} ms -> {it.time_b_us / 1e3:.3f} ms "
-                     f"({_fmt(it.time_delta_pct, '+.1f')}%)" + (", within noise" if it.within_noise else ""))
+        lines.append(f"# iteration time: {it.median_a_us / 1e3:.3f} ms -> {it.median_b_us / 1e3:.3f} ms "
+                     f"({_fmt(it.median_delta_pct, '+.1f')}%)" + (", within noise" if it.within_noise else ""))
     return "\n".join(lines)

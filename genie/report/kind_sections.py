@@ -193,7 +193,7 @@ class DeltaBar:
     """A compare.csv row as the delta plot draws it."""
 
     label: str
-    time_delta_pct: float | None
+    median_delta_pct: float | None
     noise_pct: float | None
 
 
@@ -214,7 +214,7 @@ def compare_section(run: RunData) -> Section:
         lines[0] += f", {int(inside.sum())} within noise"
     bars = [DeltaBar(row_label(_text(r.get("scope")) or "case", _text(r.get("collective")), _int(r.get("ranks")),
                                _text(r.get("algorithm")), _int(r.get("size_bytes"))),
-                     _float(r.get("time_delta_pct")), _float(r.get("noise_pct"))) for _, r in frame.iterrows()]
-    png = plots.compare_deltas(bars, "A", "B") if "time_delta_pct" in frame else None
+                     _float(r.get("median_delta_pct")), _float(r.get("noise_pct"))) for _, r in frame.iterrows()]
+    png = plots.compare_deltas(bars, "A", "B") if "median_delta_pct" in frame else None
     return Section("Comparison", tuple(lines), (PagePlot("compare.png", "time change per row", png),),
                    (("Comparison (compare.csv)", frame),))

@@ -219,13 +219,13 @@ def accuracy_bars(frame: pd.DataFrame | None, pairs: Sequence[Any]) -> bytes | N
 
 
 def compare_deltas(rows: Sequence[Any], label_a: str, label_b: str) -> bytes | None:
-    """Time change B vs A in % per row (case, op, iteration: anything with ``label``, ``time_delta_pct`` and
+    """Time change B vs A in % per row (case, op, iteration: anything with ``label``, ``median_delta_pct`` and
     optionally ``noise_pct``); a row's noise band as an error bar around 0 (a bar inside it is within noise,
     drawn grey)."""
     if not rows:
         return None
     labels = [r.label for r in rows]
-    deltas = [r.time_delta_pct if r.time_delta_pct is not None else 0.0 for r in rows]
+    deltas = [r.median_delta_pct if r.median_delta_pct is not None else 0.0 for r in rows]
     noise = [getattr(r, "noise_pct", None) for r in rows]
     fig = Figure(figsize=(max(6, 0.5 * len(labels) + 2), 4.5))
     ax = fig.add_subplot()
