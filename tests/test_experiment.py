@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import csv
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -177,3 +180,47 @@ def test_the_experiment_service_runs_the_bench_and_replay_paths_on_loopback(tmp_
     assert sorted(m.groups for m in result.measurements) == [((0, 1), (2, 3)), ((0, 1), (2, 3)),
                                                             ((0, 1, 2, 3),), ((0, 1, 2, 3),)]
     assert messages[0] == "running on loopback" and messages[-1] == "done"
+
+
+def test_an_experiment_stopped_in_its_second_round_keeps_the_first(tmp_path: Path) -> None:
+    """SIGTERM while round 2 runs (issue #18 finding 6): the run directory stays, its manifest says
+    `interrupted`, and round 1's sweep and replay files are there and listed."""
+    import json
+    import signal
+    import time
+
+    spec_path = write_tiny(tmp_path, "rounds: 2\n")
+    script = ("import sys\n"
+              "from astra_adapter.experiment_spec import load_experiment\n"
+              "from genie.services.experiment import ExperimentCommand, run_experiment_command\n"
+              "from genie.services.options import RunOptions\n"
+              "from genie.testbed.lifecycle import signals_raise\n"
+              "spec = load_experiment(sys.argv[1])\n"
+              "with signals_raise():\n"
+              "    run_experiment_command(ExperimentCommand(spec, RunOptions(loopback=True, out=sys.argv[2])),\n"
+              "                           lambda m: print(m, flush=True))\n")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(spec_path), str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("round 2/2: replay"):
+                break
+        else:
+            pytest.fail(f"the experiment ended before its second replay: {proc.stderr.read()}")
+        time.sleep(0.05)  # the replay's rank processes are still starting (a Python start-up takes longer)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted", manifest["status"]
+    listed = {f["name"] for f in manifest["files"]}
+    for name in ("sweep.csv", "sweep.json", "replay/ops.csv", "replay/replay.json"):
+        assert name in listed and (out / name).is_file(), name
+    assert "accuracy.csv" not in listed and not (out / "accuracy.csv").exists()  # the comparison never ran
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert rows and {r["iterations"] for r in rows} == {"2"}  # round 1's: 3 iterations over 2 rounds, 2 each
