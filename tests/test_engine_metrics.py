@@ -43,9 +43,12 @@ def test_case_stats_busbw_follows_nccl_tests(collective, n, factor):
 def test_sweep_sizes_and_alignment():
     assert sweep_sizes(1024, 8192, 2) == [1024, 2048, 4096, 8192]
     assert sweep_sizes(1, 100, 10) == [1, 10, 100]
-    for bad in [(0, 10, 2), (10, 1, 2), (1, 10, 1)]:
+    for bad in [(0, 10, 2), (10, 1, 2), (1, 10, 1), (1, 10, 2, -1)]:
         with pytest.raises(InputError):
             sweep_sizes(*bad)
+    # nccl-tests' -i (--stepbytes here): a linear step instead of the factor, which it then ignores
+    assert sweep_sizes(1024, 4096, 2, 1024) == [1024, 2048, 3072, 4096]
+    assert sweep_sizes(8, 100, 1, 40) == [8, 48, 88]
     assert aligned_size(Collective.ALL_REDUCE, 1030, 8) == 1028
     assert aligned_size(Collective.ALL_GATHER, 1030, 8) == 1024
     assert aligned_size(Collective.ALL_TO_ALL, 4, 8) == 32  # never below one element per rank

@@ -1,6 +1,7 @@
 """`genie bench` stdout in nccl-tests' layout: compared with lines nccl-tests prints (its format strings in
 src/util.cu and output pasted in NVIDIA/nccl-tests issues), and read by the parsers users run on it."""
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -57,6 +58,8 @@ def test_header_and_footer_as_nccl_tests_prints_them():
     assert text[2] == ("# nThread 1 nGpus 1 minBytes 128 maxBytes 128 step: 2(factor) warmup iters: 5 iters: 20 "
                        "agg iters: 1 validation: 1 graph: 0 unalign: 0")
     assert text[4] == "# Using devices" and text[5].startswith("#  Rank  0 Group  0 Pid    100 on         h0 ")
+    linear = nccl_table.header(dataclasses.replace(_config(), step_bytes=1 << 20), devices).splitlines()
+    assert " step: 1048576(bytes) warmup iters: " in linear[2]  # -i: nccl-tests prints the step in bytes
     assert NCCL_BANNER in text
     titles = text[-2].split()
     assert titles == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",

@@ -20,7 +20,7 @@ from genie.core.units import parse_nccl_size_bytes, parse_size_bytes
 #: BenchRequest fields -> flags
 BENCH_FLAGS = {**RUN_FLAGS, "osu": "--osu", "pairs": "--ranks", "collectives": "--collective",
                "algorithm": "--algorithm", "min_bytes": "--minbytes",
-               "max_bytes": "--maxbytes", "factor": "--stepfactor", "iterations": "--iterations",
+               "max_bytes": "--maxbytes", "factor": "--stepfactor", "step_bytes": "--stepbytes", "iterations": "--iterations",
                "warmup": "--warmup", "ranks": "--ranks", "chunks": "--chunks", "root": "--root"}
 
 #: nccl-tests options that have no meaning on genie's CPU ranks: accepted, a warning when not 0
@@ -115,6 +115,9 @@ def bench(
     minbytes: str = typer.Option("1K", "--minbytes", "-b", help="Smallest size (K, M, G = 1024^n, as nccl-tests)."),
     maxbytes: str = typer.Option("1M", "--maxbytes", "-e", help="Largest size."),
     stepfactor: int = typer.Option(2, "--stepfactor", "-f", help="Multiply the size by this factor."),
+    stepbytes: str = typer.Option("0", "--stepbytes",
+                                  help="Add this size instead of multiplying (nccl-tests' -i; -i here is "
+                                       "--interval, as iperf3's)."),
     iterations: int = typer.Option(20, "--iterations", "--iters", "-n", help="Timed iterations per size."),
     warmup: int = typer.Option(5, "--warmup", "--warmup_iters", "-w", help="Untimed warmup iterations per size."),
     ranks: Optional[int] = typer.Option(None, "--ranks", help="Number of ranks (default: all of the testbed)."),
@@ -141,7 +144,7 @@ def bench(
     osu: Optional[str] = typer.Option(None, "--osu", metavar="TEST",
                                       help="OSU point-to-point test instead: latency, bw, bibw, mbw_mr (OSU's "
                                            "table; docs/reports.md)."),
-    interval: float = typer.Option(0.0, "--interval", metavar="SEC",
+    interval: float = typer.Option(0.0, "--interval", "-i", metavar="SEC",
                                    help="Every SEC seconds print a '#' line: each link's rate, each host's TCP "
                                         "segments/retransmissions, cwnd and RTT (iperf3's -i; testbed only)."),
     genie_columns: bool = typer.Option(False, "--genie-columns",
@@ -188,13 +191,14 @@ def bench(
     request = BenchRequest(
         collectives=collectives, algorithm=algo,
         min_bytes=parse_nccl_size(minbytes, "--minbytes"), max_bytes=parse_nccl_size(maxbytes, "--maxbytes"),
-        factor=stepfactor, iterations=iterations, warmup=warmup, ranks=ranks, verify=checks > 0,
+        factor=stepfactor, step_bytes=parse_nccl_size(stepbytes, "--stepbytes"), iterations=iterations, warmup=warmup, ranks=ranks, verify=checks > 0,
         timeout_s=timeout, record_steps=steps, chunks=chunks, in_place=in_place, root=root,
         cputime=bool(report_cputime))
     config = nccl_table.TableConfig(program="", min_bytes=request.min_bytes, max_bytes=request.max_bytes,
                                     step_factor=stepfactor, warmup_iters=warmup, iterations=iterations,
                                     validation=checks, cputime=bool(report_cputime),
-                                    per_iteration=bool(per_iter_timing), extra=genie_columns)
+                                    per_iteration=bool(per_iter_timing), extra=genie_columns,
+                                    step_bytes=request.step_bytes)
     if osu is not None:
         from genie.measure.osu import OsuTest
         from genie.services.osu import osu_request

@@ -41,6 +41,7 @@ class TableConfig:
     cputime: bool = False
     per_iteration: bool = False
     extra: bool = False
+    step_bytes: int = 0  # -i: a linear step (nccl-tests prints it as `step: N(bytes)`); 0: the factor
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def header(config: TableConfig, devices: Sequence[Device]) -> str:
     lines = ["# nccl-tests version genie (CPU ranks) nccl-headers=0 nccl-library=0",
              f"# Collective test starting: {config.program}",
              f"# nThread 1 nGpus 1 minBytes {config.min_bytes} maxBytes {config.max_bytes} step: "
-             f"{config.step_factor}(factor) warmup iters: {config.warmup_iters} iters: {config.iterations} "
+             f"{f'{config.step_bytes}(bytes)' if config.step_bytes else f'{config.step_factor}(factor)'} warmup iters: {config.warmup_iters} iters: {config.iterations} "
              f"agg iters: 1 validation: {config.validation} graph: 0 unalign: 0"]
     if config.per_iteration:
         lines.append("# Per-Iteration Report: genie timing; i_* uses the time of each iteration's last rank ")

@@ -40,6 +40,7 @@ class BenchRequest:
     min_bytes: int = 1024
     max_bytes: int = 1 << 20
     factor: int = 2
+    step_bytes: int = 0  # a linear step instead of `factor` (nccl-tests' -i); 0: the factor
     iterations: int = 20
     warmup: int = 5
     ranks: int | None = None
@@ -122,17 +123,21 @@ class _PartialCase:
         self.inner.fault_point(op_index, reports)
 
 
-def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: int, step_bytes: int = 0) -> list[int]:
+    """From `min_bytes` to `max_bytes`, each size `factor` times the last, or `step_bytes` more (nccl-tests' -i:
+    a linear step instead of -f's factor)."""
     if min_bytes <= 0:
         raise InputError("must be a positive size", path="min_bytes")
     if max_bytes < min_bytes:
         raise InputError(f"must be >= `min_bytes` ({min_bytes})", path="max_bytes")
-    if factor < 2:
+    if step_bytes < 0:
+        raise InputError("must be a size >= 0 (0: step by `factor`)", path="step_bytes")
+    if not step_bytes and factor < 2:
         raise InputError("must be an integer >= 2", path="factor")
     sizes, s = [], min_bytes
     while s <= max_bytes:
         sizes.append(s)
-        s *= factor
+        s = s + step_bytes if step_bytes else s * factor
     return sizes
 
 
@@ -158,7 +163,7 @@ def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
     group = tuple(range(ranks))
     cases = []
     for collective in request.collectives:
-        for size in sweep_sizes(request.min_bytes, request.max_bytes, request.factor):
+        for size in sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes):
             size = aligned_size(collective, size, ranks)
             algorithm = request.algorithm
             if algorithm is Algorithm.AUTO and collective is Collective.SEND_RECV:
@@ -287,7 +292,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
 
     request, opts = cmd.request, cmd.options
     check_request(request)  # what does not depend on the target, before it is up
-    sweep_sizes(request.min_bytes, request.max_bytes, request.factor)
+    sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes)
     config = {"min_bytes": request.min_bytes, "max_bytes": request.max_bytes, "step_factor": request.factor,
               "warmup_iters": request.warmup, "iterations": request.iterations, "verify": request.verify,
               "root": request.root, "cputime": request.cputime}
