@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from genie.cli import options
+
 from genie.cli.flags import flag_message, flag_names
 from genie.lab.plan import DEFAULT_BOX
 from genie.testbed.steps import ShaperChoice
@@ -95,12 +97,11 @@ def shape_command(
 def verify_command(
     lab_dir: Path = typer.Argument(..., help="The lab directory (/vagrant inside a host VM)."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Also write the table as CSV here."),
-    seconds: float = typer.Option(2.0, "--seconds", min=0.5, help="Measured seconds of each TCP flow."),
-    loss_probes: int = typer.Option(5000, "--loss-probes", min=100, help="UDP probes per direction for loss."),
-    rtt_probes: int = typer.Option(200, "--rtt-probes", min=10, help="UDP echo probes for the round trip."),
-    pair: Optional[list[str]] = typer.Option(None, "--pair", help="Measure this host pair only, e.g. h0,h1 "
-                                                                  "(repeatable; default: pairs covering every link)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-verify)."),
+    seconds: float = options.VERIFY_SECONDS,
+    loss_probes: int = options.VERIFY_LOSS_PROBES,
+    rtt_probes: int = options.VERIFY_RTT_PROBES,
+    pair: Optional[list[str]] = options.VERIFY_PAIR,
+    out: Optional[Path] = options.VERIFY_OUT,
 ) -> None:
     """From a host VM: `genie testbed verify`'s link checks (RTT, throughput, loss) across the lab's hosts, over
     ssh to the inventory's addresses, against the topology."""

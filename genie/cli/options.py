@@ -82,3 +82,11 @@ def run_options(*, target: bool = True) -> Callable[[Callable[..., Any]], Callab
         return wrapper
 
     return decorate
+
+# the link checks of `genie testbed verify` and `genie lab verify`
+VERIFY_SECONDS = typer.Option(2.0, "--seconds", min=0.5, help="Measured seconds of each TCP flow.")
+VERIFY_LOSS_PROBES = typer.Option(5000, "--loss-probes", min=100, help="UDP probes per direction for loss.")
+VERIFY_RTT_PROBES = typer.Option(200, "--rtt-probes", min=10, help="UDP echo probes for the round trip.")
+VERIFY_PAIR = typer.Option(None, "--pair", help="Measure this host pair only, e.g. h0,h1 (repeatable; default: "
+                                                "pairs covering every link).")
+VERIFY_OUT = typer.Option(None, "--out", help="Run directory (default: runs/<time>-verify).")

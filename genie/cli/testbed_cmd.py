@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from genie.cli import options
+
 from genie.core.errors import InputError
 from genie.core.testbed import TestbedInfo
 from genie.core.units import format_rate
@@ -102,12 +104,11 @@ def verify_command(
     name: str = typer.Argument(..., help="Testbed to measure."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Also write the table as CSV here (it is always in "
                                                                 "the run directory)."),
-    seconds: float = typer.Option(2.0, "--seconds", min=0.5, help="Measured seconds of each TCP flow."),
-    loss_probes: int = typer.Option(5000, "--loss-probes", min=100, help="UDP probes per direction for loss."),
-    rtt_probes: int = typer.Option(200, "--rtt-probes", min=10, help="UDP echo probes for the round trip."),
-    pair: Optional[list[str]] = typer.Option(None, "--pair", help="Measure this host pair only, e.g. h0,h1 "
-                                                                  "(repeatable; default: pairs covering every link)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-verify)."),
+    seconds: float = options.VERIFY_SECONDS,
+    loss_probes: int = options.VERIFY_LOSS_PROBES,
+    rtt_probes: int = options.VERIFY_RTT_PROBES,
+    pair: Optional[list[str]] = options.VERIFY_PAIR,
+    out: Optional[Path] = options.VERIFY_OUT,
 ) -> None:
     """Measure RTT, throughput and loss of every link (end to end between hosts) against its configuration."""
     from genie.cli.flags import flag_names
