@@ -7,11 +7,12 @@ from typing import Optional
 
 import typer
 
+from genie.cli import options
 from genie.cli.flags import flag_names
 
 #: DiagnoseRequest fields -> flags
 DIAGNOSE_FLAGS = {"bandwidth_bytes": "--size", "latency_bytes": "--size", "bandwidth_iterations": "--iterations",
-                  "out": "--out"}
+                  "out": "--out", "time_dilation": "--time-dilation"}
 
 
 def diagnose(
@@ -19,6 +20,7 @@ def diagnose(
     size: str = typer.Option("8M", "--size", help="Message size of the bandwidth test."),
     iters: int = typer.Option(3, "--iterations", "--iters", "-n", help="Bandwidth iterations per pair."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-diagnose)."),
+    time_dilation: Optional[str] = options.TIME_DILATION,
 ) -> None:
     """Measure every host pair, flag outliers against the configuration and the median; exit 1 when flagged."""
     from genie.cli.bench_cmd import parse_size
@@ -26,9 +28,12 @@ def diagnose(
     from genie.report.diagnose import format_diagnosis
     from genie.services.diagnose import DiagnoseCommand, DiagnoseRequest, run_diagnose_command
 
+    from genie.core.dilation import DilationChoice
+
     request = DiagnoseRequest(bandwidth_bytes=parse_size(size, "--size"), bandwidth_iterations=iters)
     with flag_names(DIAGNOSE_FLAGS):
-        result = run_diagnose_command(DiagnoseCommand(testbed, request, out),
+        dilation = DilationChoice.parse(time_dilation)
+        result = run_diagnose_command(DiagnoseCommand(testbed, request, out, dilation),
                                       progress=lambda: count_progress("diagnose", "tests"))
     typer.echo(format_diagnosis(result.diagnosis))
     typer.echo(f"# results in {result.run_dir}")

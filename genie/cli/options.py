@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from genie.core.dilation import DilationChoice
 from genie.core.launch import DataPath, LauncherKind
 
 TOPOLOGY = typer.Option(None, "--topology", help="Bring this topology up for the run.")
@@ -17,6 +18,10 @@ TESTBED = typer.Option(None, "--testbed", help="Use a testbed that is already up
 LOOPBACK = typer.Option(False, "--loopback", help="All ranks on 127.0.0.1 here (no testbed, no root).")
 TIMEOUT = typer.Option(60.0, "--timeout", help="Per-op timeout in seconds.")
 AS_JSON = typer.Option(False, "--json", help="Print the result document as JSON instead of the table.")
+TIME_DILATION = typer.Option(
+    None, "--time-dilation", metavar="N|auto",
+    help="Run the topology's fabric N times slower (links at rate/N, delay x N, compute x N) and report every "
+         "time and rate in the fabric's own time; auto measures this host and picks N (docs/testbed.md).")
 
 # (parameter, annotation, option): the RunOptions fields every rank-running command takes
 _TARGET = (("topology", Optional[Path], TOPOLOGY), ("testbed", Optional[str], TESTBED),
@@ -46,6 +51,7 @@ _LAUNCH = (
                                                "(docs/faults.md).")),
     ("shared", bool, typer.Option(False, "--shared", help="Run on a --testbed another run may be using at the "
                                                           "same time (the manifest warns; numbers are disturbed).")),
+    ("time_dilation", Optional[str], TIME_DILATION),
     ("force", bool, typer.Option(False, "--force", help="Write into an --out directory that already holds files.")),
     ("fault", list[str], typer.Option(
         [], "--fault", metavar="SPEC",
@@ -76,6 +82,7 @@ def run_options(*, target: bool = True) -> Callable[[Callable[..., Any]], Callab
             with flag_names(RUN_FLAGS):
                 values["launcher"] = parse_kind(LauncherKind, values["launcher"], "launcher", LauncherKind.LOCAL)
                 values["transport"] = parse_kind(DataPath, values["transport"], "transport", DataPath.TCP)
+                values["time_dilation"] = DilationChoice.parse(values["time_dilation"])
             return command(run=RunOptions(**values, faults=fault, out=kwargs.get("out")), **kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ import typer
 from genie.cli import options
 
 from genie.core.errors import InputError
-from genie.core.testbed import TestbedInfo
+from genie.core.testbed import LinkModel, TestbedInfo
 from genie.core.units import format_rate
 from genie.testbed import service
 from genie.testbed.plan import describe_plan
@@ -29,13 +29,24 @@ def up_command(
     shaper: ShaperChoice = typer.Option(ShaperChoice.AUTO, "--shaper", case_sensitive=False,
                                         help="How delay, jitter and loss are made: netem (sch_netem), userspace "
                                              "(NFQUEUE link emulator), or auto (netem where the kernel has it)."),
+    time_dilation: Optional[str] = options.TIME_DILATION,
+    links: Optional[LinkModel] = typer.Option(
+        None, "--links", case_sensitive=False,
+        help="wire: every packet serialized at its link's rate (no message beats the wire, at any size); bucket: "
+             "HTB's token buckets only (cheapest; bursts of ~1 ms at line rate after idle). Default: wire on a "
+             "dilated testbed or one with delays, else bucket (docs/testbed.md)."),
 ) -> None:
     """Build the topology as namespaces, veths, bridges, routes and qdiscs."""
+    from genie.cli.flags import flag_names
+    from genie.core.dilation import DilationChoice
+    from genie.services.dilation import testbed_up
     from genie.topology import load_topology_file
 
     topology = load_topology_file(file)
     testbed = name if name is not None else file.stem
-    result = service.up(topology, name=testbed, source=file, dry_run=dry_run, shaper=shaper)
+    with flag_names({"time_dilation": "--time-dilation"}):
+        result = testbed_up(topology, name=testbed, source=file, dry_run=dry_run, shaper=shaper,
+                            choice=DilationChoice.parse(time_dilation), links=links)
     if isinstance(result, TestbedInfo):
         _print_up(result)
         return
@@ -66,7 +77,10 @@ def status_command(name: str = typer.Argument(..., help="Testbed name.")) -> Non
     dead = [e for e in state.emulators if not e.running]
     health = ("BROKEN (link emulator not running: genie testbed down, then up)" if dead
               else "up" if state.complete else "INCOMPLETE")
-    typer.echo(f"testbed {info.name}: {health}, shaping {info.shaper}, source {state.source or '-'}")
+    typer.echo(f"testbed {info.name}: {health}, shaping {info.shaper}, {info.links.value} links, "
+               f"source {state.source or '-'}")
+    if info.dilation.active:
+        typer.echo(f"  {info.dilation.describe()}")
     for host in info.hosts:
         typer.echo(f"  host {host.host}: {host.address} in {host.netns}")
     for ns in state.namespaces:
@@ -109,15 +123,18 @@ def verify_command(
     rtt_probes: int = options.VERIFY_RTT_PROBES,
     pair: Optional[list[str]] = options.VERIFY_PAIR,
     out: Optional[Path] = options.VERIFY_OUT,
+    time_dilation: Optional[str] = options.TIME_DILATION,
 ) -> None:
     """Measure RTT, throughput and loss of every link (end to end between hosts) against its configuration."""
     from genie.cli.flags import flag_names
+    from genie.core.dilation import DilationChoice
     from genie.services.verify import VerifyRequest, check_pairs, run_verify
     from genie.testbed.verify_run import VerifySettings
 
     settings = VerifySettings(bulk_seconds=seconds, rtt_probes=rtt_probes, loss_probes=loss_probes)
-    with flag_names({"pairs": "--pair", "csv_path": "--csv", "out": "--out"}):
-        request = VerifyRequest(name, settings, check_pairs(pair) if pair else None, csv_path, out)
+    with flag_names({"pairs": "--pair", "csv_path": "--csv", "out": "--out", "time_dilation": "--time-dilation"}):
+        request = VerifyRequest(name, settings, check_pairs(pair) if pair else None, csv_path, out,
+                                DilationChoice.parse(time_dilation))
         result = run_verify(request, progress=lambda line: typer.echo(line, err=True))
     print_verify(result)
 
@@ -154,7 +171,12 @@ def list_command() -> None:
 
 def _print_up(info: TestbedInfo) -> None:
     typer.echo(f"testbed {info.name} is up: {len(info.hosts)} hosts, {len(info.topology.links)} links, "
-               f"shaping {info.shaper}")
+               f"shaping {info.shaper}, {info.links.value} links")
+    if info.dilation.active:
+        typer.echo(f"  {info.dilation.describe()}: links shaped at rate/{info.dilation.factor:g}, delay "
+                   f"x{info.dilation.factor:g}; runs on it report the topology's own time")
+        for limit in info.dilation.limits:
+            typer.echo(f"    {limit.name}: {limit.detail}")
     for host in info.hosts:
         typer.echo(f"  {host.host:<12} {host.address:<15} {host.netns}")
     typer.echo(f"tear down with: genie testbed down {info.name}")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Flag, auto
+from enum import Enum, Flag, auto
 
+from genie.core.dilation import NO_DILATION, TimeDilation
 from genie.core.topology import Topology
 
 
@@ -44,6 +45,17 @@ class Shaping(Flag):
 _SHAPING_KINDS = (Shaping.HTB, Shaping.NETEM, Shaping.PFIFO, Shaping.USERSPACE)
 
 
+class LinkModel(Enum):
+    """What a rate-shaped link is (``--links``). WIRE: every packet is serialized at the link's rate after the
+    one before it (netem's ``rate``, or the userspace emulator's wire stage), so no message ever arrives sooner
+    than its bytes take at the rate plus the delay, whatever its size. BUCKET: HTB's token buckets alone — the
+    right long-term rate at the least CPU, but after an idle period the bucket lets up to ~1 ms of the rate
+    through at once (a 64 KiB message then beats the wire)."""
+
+    WIRE = "wire"
+    BUCKET = "bucket"
+
+
 @dataclass(frozen=True)
 class HostEndpoint:
     """Where a host's rank processes run (``netns``; None means the current namespace) and the address
@@ -74,6 +86,9 @@ class TestbedInfo:
     hosts: tuple[HostEndpoint, ...]
     link_ends: tuple[LinkEnd, ...] = ()
     shaper: Shaping = Shaping.NONE
+    #: the links are shaped at rate / N with delay x N of `topology` (which states the emulated fabric)
+    dilation: TimeDilation = NO_DILATION
+    links: LinkModel = LinkModel.BUCKET
 
     def endpoint(self, host: str) -> HostEndpoint:
         for h in self.hosts:

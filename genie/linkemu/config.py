@@ -20,7 +20,9 @@ NS_PER_US = 1000
 @dataclass(frozen=True)
 class StageSpec:
     """One link direction: ``name`` is ``links[i] a>b``; times in nanoseconds; ``limit_packets`` counts
-    MTU-sized segments held in the delay line (a GSO super-packet counts as its segments)."""
+    MTU-sized segments held in the delay line (a GSO super-packet counts as its segments). With ``rate_bps``
+    the stage is a wire of that rate: each packet occupies it for its serialization time (its segments'
+    bytes with their Ethernet framing), one after another, before the delay."""
 
     name: str
     delay_ns: int
@@ -31,9 +33,11 @@ class StageSpec:
     limit_packets: int = 1000
     mtu_bytes: int = 1500
     seed: int = 0
+    rate_bps: int | None = None
 
     def describe(self) -> str:
-        parts = [self.name, f"delay {_time(self.delay_ns)}"]
+        parts = [self.name] + ([f"wire {_rate(self.rate_bps)}"] if self.rate_bps else []) + [
+            f"delay {_time(self.delay_ns)}"]
         if self.jitter_ns:
             parts.append(f"jitter {_time(self.jitter_ns)}{' reorder' if self.reorder else ''}")
         if self.loss_pct:
@@ -108,6 +112,13 @@ class EmulatorConfig:
     @staticmethod
     def from_json(text: str) -> EmulatorConfig:
         return EmulatorConfig.from_dict(json.loads(text))
+
+
+def _rate(bps: int) -> str:
+    for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bps >= scale:
+            return f"{bps / scale:g}{unit}"
+    return f"{bps}bit"
 
 
 def _time(ns: int) -> str:

@@ -4,9 +4,18 @@ arrival sequence.
 
 Semantics per stage (one link direction), in netem's order: the loss model decides first (a lost packet is
 dropped), then the limit (a packet that would hold more than ``limit_packets`` segments in the stage is
-dropped, tail drop), then the delay ``delay ± jitter`` (uniform, like netem without a distribution table). With
-``reorder`` False a packet never leaves a jittered stage before the packet admitted before it (FIFO); with True
-it may overtake. A packet's release time is the end of its last stage; chains of stages add up.
+dropped, tail drop), then — for a stage with a rate — the wire: the packet's bytes are serialized at the rate
+after everything the stage admitted before it, then the delay ``delay ± jitter`` (uniform, like netem without
+a distribution table). With ``reorder`` False a packet never leaves a jittered stage before the packet admitted
+before it (FIFO); with True it may overtake. A packet's release time is when its last byte leaves its last
+stage; chains of stages add up.
+
+The wire works in virtual time, so a late wake-up of the emulator never costs the link any capacity: a packet's
+serialization starts when the previous packet's virtual serialization ended, not when it was released. A GSO
+super-packet is its segments back to back, each with its Ethernet framing (`wire_bytes`); through a chain of
+wires they are pipelined segment by segment, as store-and-forward switches pass a burst of packets: a stage
+may start a super-packet once its first segment is through the stage before, and ends no earlier than one
+segment after the previous stage's end.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from typing import NamedTuple
 from genie.linkemu.config import EmulatorConfig, StageSpec
 
 SEED_SALT_DELAY = 0x5EED_DE1A
-_LIVE_FIELDS = frozenset({"delay_ns", "jitter_ns", "loss_pct", "limit_packets"})
+_LIVE_FIELDS = frozenset({"delay_ns", "jitter_ns", "loss_pct", "limit_packets", "rate_bps"})
 
 
 class BernoulliLoss:
@@ -85,6 +94,24 @@ def segments(length_bytes: int, mtu_bytes: int) -> int:
     return max(1, -(-length_bytes // mtu_bytes))
 
 
+ETHERNET_HEADER_BYTES = 14  # what HTB counts on a veth (and genie's payload limit): no preamble, gap or FCS
+TCP_IP_HEADER_BYTES = 52  # IPv4 20 + TCP 20 + timestamps 12: repeated in every segment of a GSO packet
+
+
+def wire_segments(length_bytes: int, mtu_bytes: int) -> int:
+    """Segments of an IP packet of ``length_bytes`` (a GSO super-packet is cut into MTU-sized ones, each with
+    its own TCP/IP headers)."""
+    payload = max(0, length_bytes - TCP_IP_HEADER_BYTES)
+    return max(1, -(-payload // (mtu_bytes - TCP_IP_HEADER_BYTES)))
+
+
+def wire_bytes(length_bytes: int, mtu_bytes: int) -> int:
+    """Bytes on the wire for an IP packet of ``length_bytes``: its segments with their headers and framing
+    (a 1500-byte MTU carries 1448 bytes of TCP payload in 1514: genie's payload limit)."""
+    count = wire_segments(length_bytes, mtu_bytes)
+    return length_bytes + (count - 1) * TCP_IP_HEADER_BYTES + count * ETHERNET_HEADER_BYTES
+
+
 @dataclass
 class StageCounters:
     packets: int = 0  # admitted to the stage (not lost, not over the limit)
@@ -102,6 +129,7 @@ class Stage:
         self._delay_rng = random.Random(spec.seed ^ SEED_SALT_DELAY)
         self.held_segments = 0
         self.last_exit_ns = 0
+        self.free_ns = 0  # the wire: when its last packet's last byte is serialized (virtual time)
         self.counters = StageCounters()
 
     def update(self, spec: StageSpec) -> None:
@@ -117,13 +145,24 @@ class Stage:
             return spec.delay_ns
         return max(0, spec.delay_ns + round(self._delay_rng.uniform(-spec.jitter_ns, spec.jitter_ns)))
 
-    def exit_ns(self, enter_ns: int) -> int:
-        """When a packet entering now leaves; FIFO stages never let it leave before the previous one."""
-        exit_ns = enter_ns + self.delay_ns()
-        if self.spec.jitter_ns and not self.spec.reorder:
+    def pass_ns(self, first_ns: int, last_ns: int, length_bytes: int) -> tuple[int, int]:
+        """A packet whose first segment is at the stage's entrance at `first_ns` and its last at `last_ns`:
+        when its first and last segment have left (serialization at the rate, then the delay)."""
+        spec = self.spec
+        if spec.rate_bps:
+            count = wire_segments(length_bytes, spec.mtu_bytes)
+            total_ns = -(-wire_bytes(length_bytes, spec.mtu_bytes) * 8_000_000_000 // spec.rate_bps)
+            segment_ns = total_ns // count
+            begin = max(first_ns, self.free_ns)
+            last_ns = max(begin + total_ns, last_ns + segment_ns)
+            first_ns = begin + segment_ns
+            self.free_ns = last_ns
+        delay = self.delay_ns()
+        exit_ns = last_ns + delay
+        if spec.jitter_ns and not spec.reorder:
             exit_ns = max(exit_ns, self.last_exit_ns)
         self.last_exit_ns = max(self.last_exit_ns, exit_ns)
-        return exit_ns
+        return first_ns + (exit_ns - last_ns), exit_ns
 
 
 class Released(NamedTuple):
@@ -172,11 +211,11 @@ class DelayLine:
             if stage.held_segments + count > stage.spec.limit_packets:
                 stage.counters.overflow += 1
                 return DropReason.LIMIT
-        t = arrival_ns
+        first = t = arrival_ns
         for stage, count in zip(chain, held):
             stage.counters.packets += 1
             stage.held_segments += count
-            t = stage.exit_ns(t)
+            first, t = stage.pass_ns(first, t, length_bytes)
         if not chain:
             self.passed_through += 1
         heapq.heappush(self._heap, (t, next(self._order), queue_num, packet_id, chain, held))
@@ -204,8 +243,8 @@ class DelayLine:
         return self.due(2**63)
 
     def apply_overrides(self, overrides: dict[str, dict[str, object]]) -> None:
-        """Stage name -> new StageSpec fields (delay_ns, jitter_ns, loss_pct, limit_packets); stages not named
-        go back to their configured spec."""
+        """Stage name -> new StageSpec fields (delay_ns, jitter_ns, loss_pct, limit_packets, rate_bps); stages
+        not named go back to their configured spec."""
         for stage, spec in zip(self.stages, self._configured):
             changes = overrides.get(spec.name) or {}
             stage.update(dataclasses.replace(spec, **{k: v for k, v in changes.items() if k in _LIVE_FIELDS}))

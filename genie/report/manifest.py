@@ -75,6 +75,8 @@ class Manifest:
     target: str | None = None  # loopback, a testbed name, an inventory...
     shaper: Shaping | None = None  # written as its label: htb, htb+netem, htb+userspace, none...
     topology: Mapping[str, Any] | None = None  # name, hosts, links, link_rate_bps
+    #: factor, reason (and the host limits `auto` measured): every time and rate of the run is emulated
+    time_dilation: Mapping[str, Any] | None = None
     inputs: tuple[InputDigest, ...] = ()
     seed: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)

@@ -13,6 +13,7 @@ from typing import Any, Callable, ContextManager, Optional, Sequence
 
 from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
+from genie.core.dilation import NO_DILATION, TimeDilation
 from genie.core.errors import InputError, RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import DEFAULT_DTYPE_BYTES, aligned_size
@@ -21,6 +22,7 @@ from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult
 from genie.engine.launch import Launcher
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns, rank_iteration_times_ns
+from genie.services.dilation import emulated_results, real_timeout_s
 from genie.services.options import RunOptions, check_counts, check_ranks, check_timeout
 
 BenchProgress = Callable[[], ContextManager[Callable[[int, int, Any], None]]]
@@ -209,16 +211,19 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
               on_pids: Callable[[list[int]], None] | None = None,
               progress: Callable[[int, int, CaseStats], None] | None = None,
               sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
-              fault_points: tuple[int, ...] = ()) -> BenchOutcome:
+              fault_points: tuple[int, ...] = (), dilation: TimeDilation = NO_DILATION) -> BenchOutcome:
     """Run `cases` in one rank session; `sessions` chooses how ranks are started (default: local processes via
     `launcher`). `fault_hooks` (genie.faults) inject faults live, pausing the ranks before the timed ops
-    `fault_points`. A fault that ends the run inside a case keeps the iterations measured before it."""
+    `fault_points`. A fault that ends the run inside a case keeps the iterations measured before it. Under
+    `dilation` timeouts are N times longer and every time comes back in emulated time."""
+    timeout_s = real_timeout_s(timeout_s, dilation)
     jobs = {p.rank: rank_job(cases, p.rank, verify=verify, timeout_s=timeout_s, record_steps=record_steps,
                              fault_points=tuple(fault_points), faults=fault_hooks is not None) for p in placements}
     stats: dict[int, CaseStats] = {}
     steps: dict[int, dict[int, list]] = {}
 
     def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
+        per_rank = emulated_results(per_rank, dilation)
         op = cases[index].op
         restarts = next((m.restarts for m in per_rank.values() if m.restarts), ())
         per_rank_spans = {r: m.iterations for r, m in per_rank.items()}
@@ -245,7 +250,7 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
         if partial is not None and partial.case is not None and partial.case not in stats and partial.reports:
             if all(m.iterations for m in partial.reports.values()):
                 on_case(partial.case, {r: CaseResult(partial.case, r, iterations=m.iterations, restarts=m.restarts)
-                                       for r, m in partial.reports.items()})
+                                       for r, m in partial.reports.items()})  # converted there
         raise
     first = jobs[min(jobs)] if jobs else rank_job(cases, 0)
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=first, placements=tuple(placements),
@@ -330,7 +335,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
             outcome = run_bench(request, stage.placements, on_pids=pids_known, on_row=row,
                                 progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)),
                                 sessions=stage.sessions, fault_hooks=watch.injector,
-                                fault_points=stage.fault_plan.fault_points())
+                                fault_points=stage.fault_plan.fault_points(), dilation=stage.dilation)
         start()
         doc = files.finish(outcome, config=config, devices=devices, steps=request.record_steps)
         stage.run.set_summary({"cases": len(outcome.stats), **stage.summary()})

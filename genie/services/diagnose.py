@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, ContextManager, Optional
 
 from genie.core.collective import Algorithm, Collective
+from genie.core.dilation import DilationChoice, TimeDilation
 from genie.core.errors import InputError
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import DEFAULT_DTYPE_BYTES
@@ -18,6 +19,7 @@ from genie.core.placement import RankPlacement
 from genie.engine.session import SessionFactory
 from genie.measure.diagnose import Diagnosis, PairMeasurement, diagnose
 from genie.services.bench import GroupCase, run_cases
+from genie.services.dilation import running_dilation
 from genie.services.options import check_timeout
 from genie.services.target import placements_for
 
@@ -42,6 +44,7 @@ class DiagnoseCommand:
     testbed: str
     request: DiagnoseRequest = DiagnoseRequest()
     out: Optional[Path] = None
+    time_dilation: DilationChoice = DilationChoice()  # checked against the testbed's own
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def run_diagnose(info: TestbedInfo, request: DiagnoseRequest = DiagnoseRequest()
     if len(first) < 2:
         raise InputError(f"testbed {info.name} has {len(first)} host(s): diagnosis needs at least 2")
     pairs = list(itertools.permutations(first, 2))
-    measurements = _measure(pairs, first, placements, request, sessions, on_pids, progress)
+    measurements = _measure(pairs, first, placements, request, sessions, on_pids, progress, info.dilation)
     result = diagnose(info.topology, measurements)
     for _ in range(CONFIRM_ROUNDS):
         suspect = [(v.measurement.src, v.measurement.dst) for v in result.pairs if v.flagged]
@@ -81,7 +84,7 @@ def run_diagnose(info: TestbedInfo, request: DiagnoseRequest = DiagnoseRequest()
             break
         # confirm: measure the flagged pairs again and keep each pair's better result, so a stall of the
         # machine during one pair's test is not reported as a network fault (a real fault shows every time)
-        again = _measure(suspect, first, placements, request, sessions, on_pids, None)
+        again = _measure(suspect, first, placements, request, sessions, on_pids, None, info.dilation)
         for pair, m in again.items():
             old = measurements[pair]
             measurements[pair] = PairMeasurement(m.src, m.dst, min(old.latency_us, m.latency_us),
@@ -92,7 +95,7 @@ def run_diagnose(info: TestbedInfo, request: DiagnoseRequest = DiagnoseRequest()
 
 def _measure(pairs: list[tuple[str, str]], first: dict[str, RankPlacement], placements: list[RankPlacement],
              request: DiagnoseRequest, sessions: SessionFactory | None,
-             on_pids: Callable[[list[int]], None] | None, progress: Progress | None,
+             on_pids: Callable[[list[int]], None] | None, progress: Progress | None, dilation: TimeDilation,
              ) -> dict[tuple[str, str], PairMeasurement]:
     """One session: per pair a latency case and a bandwidth case, run on every rank of the testbed."""
     cases = []
@@ -110,7 +113,7 @@ def _measure(pairs: list[tuple[str, str]], first: dict[str, RankPlacement], plac
                                              peer=first[dst].rank, dtype_bytes=dtype),),
                                1, request.bandwidth_iterations))
     outcome = run_cases(cases, placements, timeout_s=request.timeout_s, on_pids=on_pids, sessions=sessions,
-                        progress=(lambda done, total, _stats: progress(done, total)) if progress else None)
+                        dilation=dilation, progress=(lambda done, total, _stats: progress(done, total)) if progress else None)
     measurements = {}
     for k, (src, dst) in enumerate(pairs):
         latency_us, bulk_us = outcome.stats[2 * k].time_median_us, outcome.stats[2 * k + 1].time_median_us
@@ -128,13 +131,15 @@ def run_diagnose_command(cmd: DiagnoseCommand, progress: Callable[[], ContextMan
 
     check_request(cmd.request)
     info = service.load_info(cmd.testbed)
+    running_dilation(info, cmd.time_dilation)
     record = load_record(cmd.testbed)
     inputs = (InputDigest("topology", record.source or f"testbed {info.name}", record.source_digest, 1),)
     params = {"latency_bytes": cmd.request.latency_bytes, "bandwidth_bytes": cmd.request.bandwidth_bytes,
               "latency_iterations": cmd.request.latency_iterations,
               "bandwidth_iterations": cmd.request.bandwidth_iterations}
     with run_lock(info.name), RunRecorder("diagnose", out=cmd.out, inputs=inputs, params=params) as run:
-        run.describe(target=info.name, shaper=info.shaper, topology=topology_summary(info.topology))
+        run.describe(target=info.name, shaper=info.shaper, topology=topology_summary(info.topology),
+                     time_dilation=info.dilation.to_dict())
         with progress() as bar:
             result = run_diagnose(info, cmd.request, on_pids=lambda pids: service.register_pids(info.name, pids),
                                   progress=bar)

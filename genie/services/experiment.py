@@ -97,7 +97,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
             for r in range(rounds):
                 say(f"round {r + 1}/{rounds}: sweep, {sweep_each} iterations per size")
                 swept = run_cases(cases, stage.placements, timeout_s=spec.timeout_s, on_pids=stage.target.on_pids,
-                                  sessions=stage.sessions, progress=bench_progress)
+                                  sessions=stage.sessions, progress=bench_progress, dilation=stage.dilation)
                 for acc, stats in zip(pooled, swept.stats):
                     acc.extend(stats.iteration_ns)
                 say(f"round {r + 1}/{rounds}: replay of {source}, {spec.replay_warmup} warmup + {replay_each} "
@@ -105,7 +105,8 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
                 outcomes.append(run_replay(prepared.trace, stage.placements, replay_request, source=source,
                                            on_pids=stage.target.on_pids, sessions=stage.sessions,
                                            fault_hooks=watch.injector, fault_points=stage.fault_plan.fault_points(),
-                                           stragglers=faults_service.stragglers_by_rank(stage.fault_plan)))
+                                           stragglers=faults_service.stragglers_by_rank(stage.fault_plan),
+                                           dilation=stage.dilation))
                 write_rounds(stage.run, prepared, pooled, outcomes)  # a later failure keeps these rounds
             say("tearing down" if opts.topology is not None else "done")
         load_after = os.getloadavg()[0]

@@ -9,6 +9,7 @@ from typing import Optional
 
 import math
 
+from genie.core.dilation import DilationChoice
 from genie.core.errors import InputError
 from genie.core.limits import MAX_ITERATIONS, MAX_RANKS, MAX_TIMEOUT_S
 from genie.core.launch import DataPath, LauncherKind
@@ -36,6 +37,9 @@ class RunOptions:
     faults: tuple[str, ...] = ()
     force: bool = False  # write into an `out` that already holds files
     shared: bool = False  # run on a `testbed` another run may be using (a warning in the manifest)
+    #: run the stated fabric N times slower and report in its time (`genie.core.dilation`); a `testbed` keeps
+    #: the dilation it was brought up with
+    time_dilation: DilationChoice = DilationChoice()
 
     def check(self) -> None:
         from genie.report.rundir import check_run_dir
@@ -55,7 +59,8 @@ class RunOptions:
     def extra_params(self) -> dict:
         """The manifest parameters every run records."""
         return {"launcher": self.launcher.value, "transport": self.transport.value,
-                **({"capture": self.capture} if self.capture else {})}
+                **({"capture": self.capture} if self.capture else {}),
+                **({"time_dilation": self.time_dilation.describe()} if not self.time_dilation.is_none else {})}
 
 
 def check_counts(iterations: int, warmup: int, *, iterations_field: str = "iterations",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
 
+from genie.core.dilation import NO_DILATION, TimeDilation
 from genie.core.errors import InputError
 from genie.core.trace import Trace
 from genie.core.placement import RankPlacement
@@ -16,6 +17,7 @@ from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
 from genie.engine.launch import Launcher
 from genie.engine.program import build_programs
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
+from genie.services.dilation import emulated_results, real_program, real_stragglers, real_timeout_s
 from genie.services.options import RunOptions, check_counts, check_timeout
 
 ReplayProgress = Callable[[], ContextManager[Callable[[int, int], None]]]
@@ -70,23 +72,26 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
                fault_points: tuple[int, ...] = (),
                stragglers: dict[int, tuple[Straggler, ...]] | None = None,
-               on_iteration: Callable[[ReplayOutcome], None] | None = None) -> ReplayOutcome:
+               on_iteration: Callable[[ReplayOutcome], None] | None = None,
+               dilation: TimeDilation = NO_DILATION) -> ReplayOutcome:
     """Replay `trace` on `placements`. `fault_hooks` (genie.faults) inject faults live, before the timed
     iterations `fault_points`; `stragglers` per rank stretch that rank's compute (see `genie.engine.rank`);
     `on_iteration` gets the outcome so far after each timed iteration (so that a run that fails or is
-    interrupted later keeps the iterations it finished)."""
+    interrupted later keeps the iterations it finished). Under `dilation` the ranks run compute N times longer
+    and their records come back in emulated time (`genie.services.dilation`)."""
     check_request(request)
     placements = check_fits(trace, placements, source=source)
     programs = build_programs(trace, source=source)
     by_rank = {p.rank: p for p in programs}
-    common = dict(iterations=request.iterations, warmup=request.warmup, timeout_s=request.timeout_s,
-                  spin_ns=request.spin_us * 1000)
+    common = dict(iterations=request.iterations, warmup=request.warmup,
+                  timeout_s=real_timeout_s(request.timeout_s, dilation), spin_ns=request.spin_us * 1000)
     if fault_hooks is not None:
         common.update(faults=True, fault_points=tuple(fault_points))
     stragglers = stragglers or {}
     results: dict[int, IterationRecords] = {}
 
     def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
+        per_rank = emulated_results(per_rank, dilation)
         results[index] = IterationRecords(index, tuple(
             RankRecords(rank, m.t0_ns, tuple(m.records)) for rank, m in sorted(per_rank.items())))
         if on_iteration is not None:
@@ -95,11 +100,12 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
         if progress:
             progress(len(results), request.iterations)
 
-    options = SessionOptions(idle_timeout_s=max(120.0, request.timeout_s * 2), on_pids=on_pids,
+    options = SessionOptions(idle_timeout_s=max(120.0, common["timeout_s"] * 2), on_pids=on_pids,
                              fault_hooks=fault_hooks)
     session = (sessions or local_sessions(launcher))(placements, options)
-    session.run(lambda rank: ReplayJob(program=by_rank[rank], stragglers=tuple(stragglers.get(rank, ())), **common),
-                on_case=on_case)
+    session.run(lambda rank: ReplayJob(program=real_program(by_rank[rank], dilation),
+                                       stragglers=real_stragglers(tuple(stragglers.get(rank, ())), dilation),
+                                       **common), on_case=on_case)
     return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements))
 
 
@@ -146,7 +152,8 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
             outcome = run_replay(loaded, stage.placements, request, source=str(trace), on_pids=stage.target.on_pids,
                                  progress=bar, sessions=stage.sessions, fault_hooks=watch.injector,
                                  fault_points=stage.fault_plan.fault_points(),
-                                 stragglers=faults_service.stragglers_by_rank(stage.fault_plan), on_iteration=keep)
+                                 stragglers=faults_service.stragglers_by_rank(stage.fault_plan), on_iteration=keep,
+                                 dilation=stage.dilation)
         doc, files = replay_files(outcome, meta)
         for name, text in files.items():
             stage.run.write(name, text)

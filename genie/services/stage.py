@@ -35,6 +35,11 @@ class Stage:
     def sessions(self):
         return self.choice.sessions
 
+    @property
+    def dilation(self):
+        """The run's `genie.core.dilation.TimeDilation` (the target's)."""
+        return self.target.dilation
+
     @contextlib.contextmanager
     def watching(self, *, report_s: float = 0.0, on_interval=None) -> Iterator[Watch]:
         """Observe, capture and inject faults for the block; their files join the run directory also when the
@@ -70,7 +75,7 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
     faults_service.precheck_topology(faults, opts.topology, lambda n: bounds(n, faults))
     open_testbed = lambda: open_target(opts.topology, opts.testbed, opts.loopback,  # noqa: E731
                                        loopback_ranks if opts.loopback else ranks, command=kind,
-                                       shared=opts.shared)
+                                       shared=opts.shared, dilation=opts.time_dilation)
     with launch_target(choice, opts.inventory, open_testbed) as target:
         placements = fits(target.placements)
         check_launch(choice, placements)
@@ -79,7 +84,8 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
         params = {**params, **opts.extra_params(), **({"faults": fault_plan.specs()} if fault_plan else {})}
         with RunRecorder(kind, name=name, out=opts.out, inputs=(*inputs, *target.inputs), params=params,
                          force=opts.force) as run:
-            run.describe(target=target.name, shaper=target.shaper, topology=target.topology)
+            run.describe(target=target.name, shaper=target.shaper, topology=target.topology,
+                         time_dilation=target.dilation.to_dict())
             for warning in target.warnings:
                 run.warn(warning)
             try:

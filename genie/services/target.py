@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
+from genie.core.dilation import NO_DILATION, DilationChoice, TimeDilation
 from genie.core.errors import InputError, RunFailure
 
 from genie.core.testbed import Shaping, TestbedInfo
@@ -31,6 +32,7 @@ class Target:
     shaper: Optional[Shaping] = None
     topology: Optional[dict[str, Any]] = None
     warnings: tuple[str, ...] = ()  # for the run's manifest
+    dilation: TimeDilation = NO_DILATION  # the run reports in the stated fabric's time (genie.core.dilation)
 
     def devices(self) -> list[dict]:
         return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in self.placements]
@@ -58,10 +60,15 @@ def loopback_placements(ranks: int) -> list[RankPlacement]:
 
 @contextlib.contextmanager
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
-                ranks: Optional[int], *, command: str, shared: bool = False) -> Iterator[Target]:
+                ranks: Optional[int], *, command: str, shared: bool = False,
+                dilation: DilationChoice = DilationChoice()) -> Iterator[Target]:
     """The chosen target; a topology's testbed lives only inside this block. `command` names the service in
     the error when not exactly one target is given. A live testbed is held for this run (a second run on it
-    is refused) unless `shared`: then the target carries a warning for the manifest."""
+    is refused) unless `shared`: then the target carries a warning for the manifest. `dilation`: a topology's
+    testbed is brought up so (``auto`` measures this host first); a running testbed keeps its own (a different
+    factor asked for is refused); loopback takes a fixed factor (compute and reported times only)."""
+    from genie.services.dilation import loopback_dilation, resolve_dilation, running_dilation
+
     from genie.report.manifest import InputDigest, input_digest, topology_summary
 
     chosen = sum(x is not None and x is not False for x in (topology, testbed, loopback or None))
@@ -69,13 +76,14 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
         raise InputError("give exactly one of `topology` FILE, `testbed` NAME, `loopback` "
                          "(or `inventory` FILE with `launcher` mpi)", path=command)
     if loopback:
-        yield Target(loopback_placements(ranks or 2), None, "loopback")
+        yield Target(loopback_placements(ranks or 2), None, "loopback", dilation=loopback_dilation(dilation))
         return
     from genie.testbed import service
     from genie.testbed.state import abandoned_live_changes, load_record, run_lock
 
     if testbed is not None:
         info = service.load_info(testbed)
+        running_dilation(info, dilation)
         record = load_record(testbed)
         dead = service.dead_emulators(info.name)
         if dead:  # every op across its delay-shaped links would only time out: say so now
@@ -92,15 +100,16 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
             yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
                          info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",
                                                        record.source_digest, 1),),
-                         info.shaper, topology_summary(info.topology), warnings)
+                         info.shaper, topology_summary(info.topology), warnings, info.dilation)
         return
     from genie.topology import load_topology_file
 
     topo = load_topology_file(topology)
     digest = input_digest(topology, "topology")
-    with service.temporary_testbed(topo, source=str(topology)) as info:
+    chosen, links = resolve_dilation(dilation, topo, source=str(topology))
+    with service.temporary_testbed(topo, source=str(topology), dilation=chosen, links=links) as info:
         yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
-                     info.name, info, (digest,), info.shaper, topology_summary(info.topology))
+                     info.name, info, (digest,), info.shaper, topology_summary(info.topology), (), info.dilation)
 
 
 def observe(run, target: Target, sample_ms: int, *, report_s: float = 0.0, on_interval=None):

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
+from genie.core.dilation import DilationChoice
 from genie.core.errors import RunFailure
 from genie.core.topology import Topology
 from genie.testbed.verify import Status, VerifyRow
@@ -27,6 +28,7 @@ class VerifyRequest:
     pairs: Optional[tuple[tuple[str, str], ...]] = None  # host pairs (default: pairs covering every link)
     csv_path: Optional[Path] = None  # a copy of the table outside the run directory
     out: Optional[Path] = None
+    time_dilation: DilationChoice = DilationChoice()  # checked against the testbed's own
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,10 @@ def run_verify(request: VerifyRequest, progress: Callable[[str], None] | None = 
     from genie.testbed.state import load_record
     from genie.testbed.verify_run import verify_testbed
 
+    from genie.services.dilation import running_dilation
+
     info = load_info(request.testbed)
+    running_dilation(info, request.time_dilation)
     record = load_record(request.testbed)
     dead = dead_emulators(info.name)
     if dead:  # every measurement across its delay-shaped links would only time out
@@ -73,12 +78,14 @@ def run_verify(request: VerifyRequest, progress: Callable[[str], None] | None = 
                          lambda: verify_testbed(request.testbed, request.settings,
                                                 pairs=list(request.pairs) if request.pairs is not None else None,
                                                 progress=progress),
-                         out=request.out, csv_path=request.csv_path, shaper=info.shaper)
+                         out=request.out, csv_path=request.csv_path, shaper=info.shaper,
+                         dilation=info.dilation.to_dict())
 
 
 def record_verify(target: str, topology: Topology, topology_input: InputDigest | Path, settings: VerifySettings,
                   pairs: Optional[tuple[tuple[str, str], ...]], measure: Callable[[], list[VerifyRow]], *,
-                  out: Optional[Path], csv_path: Optional[Path], shaper: Shaping | None) -> VerifyResult:
+                  out: Optional[Path], csv_path: Optional[Path], shaper: Shaping | None,
+                  dilation: Optional[Mapping[str, Any]] = None) -> VerifyResult:
     """Run `measure` inside a verify run directory: its manifest, ``links_verify.csv`` (and a copy at
     `csv_path`). Shared by testbed verify and lab verify (`genie.services.lab`)."""
     import dataclasses
@@ -91,7 +98,7 @@ def record_verify(target: str, topology: Topology, topology_input: InputDigest |
     inputs = (topology_input if not isinstance(topology_input, Path) else input_digest(topology_input, "topology"),)
     params = {**dataclasses.asdict(settings), "pairs": [list(p) for p in pairs] if pairs is not None else None}
     with RunRecorder("verify", out=out, inputs=inputs, params=params) as run:
-        run.describe(target=target, shaper=shaper, topology=topology_summary(topology))
+        run.describe(target=target, shaper=shaper, topology=topology_summary(topology), time_dilation=dilation)
         rows = measure()
         buffer = io.StringIO()
         write_verify_csv(rows, buffer)

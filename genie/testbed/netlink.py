@@ -178,9 +178,11 @@ class NetlinkBackend:
             case AddHtb(netns=name, ifname=ifname):
                 self._add_htb(self._ipr(name), self._index(name, ifname), step)
             case AddNetem(netns=name, ifname=ifname):
+                wire = {"rate": f"{step.rate_bps}bit"} if step.rate_bps else {}
                 self._ipr(name).tc("add", "netem", index=self._index(name, ifname), handle=LEAF_HANDLE,
                                    parent=_parent(step.parent), delay=int(step.delay_us),
-                                   jitter=int(step.jitter_us), loss=step.loss_pct, limit=step.limit_packets)
+                                   jitter=int(step.jitter_us), loss=step.loss_pct, limit=step.limit_packets,
+                                   **wire)
             case AddPfifo(netns=name, ifname=ifname):
                 self._ipr(name).tc("add", "pfifo", index=self._index(name, ifname), handle=LEAF_HANDLE,
                                    parent=_parent(step.parent), limit=step.limit_packets)

@@ -19,8 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
+import dataclasses
+
+from genie.core.dilation import NO_DILATION, TimeDilation
 from genie.core.errors import InputError
-from genie.core.testbed import HostEndpoint, LinkEnd, TestbedInfo
+from genie.core.testbed import HostEndpoint, LinkEnd, LinkModel, TestbedInfo
 from genie.core.topology import Link, Switch, SwitchKind, Topology
 from genie.testbed.layout import (BRIDGE_IFNAME, NETNS_PREFIX, EndLayout, Segment, SegmentKind, TestbedLayout,
                                   check_testbed_name, plan_layout)
@@ -50,22 +53,30 @@ class _Routing:
 
 
 def plan_testbed(topology: Topology, name: str, *, netem_available: bool, shaper: Shaper = Shaper.KERNEL,
-                 source: str | None = None) -> list[PlanStep]:
+                 source: str | None = None, dilation: TimeDilation = NO_DILATION,
+                 links: LinkModel = LinkModel.BUCKET) -> list[PlanStep]:
     """The steps that build `topology` as testbed `name`. Raises InputError before anything when the topology
     cannot be built here (e.g. a link asks for delay and sch_netem is missing)."""
-    return list(build_plan(topology, name, netem_available=netem_available, shaper=shaper, source=source).steps)
+    return list(build_plan(topology, name, netem_available=netem_available, shaper=shaper, source=source,
+                           dilation=dilation, links=links).steps)
 
 
 def build_plan(topology: Topology, name: str, *, netem_available: bool, shaper: Shaper = Shaper.KERNEL,
-               source: str | None = None) -> TestbedPlan:
+               source: str | None = None, dilation: TimeDilation = NO_DILATION,
+               links: LinkModel = LinkModel.BUCKET) -> TestbedPlan:
+    """The plan of `topology` (the fabric the file states) as testbed `name`. Under `dilation` every step is
+    planned from `dilation.real_topology(topology)` (rates / N, delays x N), and the TestbedInfo keeps the
+    stated topology and the dilation, so its users report in the stated fabric's time."""
     check_testbed_name(name)
     validate_topology(topology, source=source or "<topology>")
+    stated = topology
+    topology = dilation.real_topology(topology)
     for index, link in enumerate(topology.links):
         check_delay_emulation(link.shape, shaper=shaper, netem_available=netem_available,
-                              link_path=f"links[{index}]", source=source)
+                              link_path=f"links[{index}]", source=source, links=links)
     layout = plan_layout(topology, name)
     routing = _plan_routes(layout)
-    emulation = userspace_steps(layout) if shaper is Shaper.USERSPACE else []
+    emulation = userspace_steps(layout, links) if shaper is Shaper.USERSPACE else []
     steps: list[PlanStep] = []
     for node in topology.node_names():
         steps.extend(_namespace_steps(layout, node, routing))
@@ -74,11 +85,12 @@ def build_plan(topology: Topology, name: str, *, netem_available: bool, shaper: 
             netns = layout.netns_of(switch.name)
             steps += [AddBridge(netns, BRIDGE_IFNAME), SetLinkUp(netns, BRIDGE_IFNAME)]
     for index, link in enumerate(topology.links):
-        steps.extend(_link_steps(layout, index, link, shaper, fixed_macs=bool(emulation)))
+        steps.extend(_link_steps(layout, index, link, shaper, links, fixed_macs=bool(emulation)))
     steps.extend(routing.routes)
     steps.extend(tcp_buffer_steps(layout))
     steps.extend(emulation)
-    return TestbedPlan(_testbed_info(layout, steps), tuple(steps))
+    info = dataclasses.replace(_testbed_info(layout, steps), topology=stated, dilation=dilation, links=links)
+    return TestbedPlan(info, tuple(steps))
 
 
 def describe_plan(steps: list[PlanStep] | tuple[PlanStep, ...]) -> list[str]:
@@ -109,7 +121,7 @@ def _namespace_steps(layout: TestbedLayout, node: str, routing: _Routing) -> lis
     return steps
 
 
-def _link_steps(layout: TestbedLayout, index: int, link: Link, shaper: Shaper, *,
+def _link_steps(layout: TestbedLayout, index: int, link: Link, shaper: Shaper, links: LinkModel, *,
                 fixed_macs: bool) -> list[PlanStep]:
     end_a, end_b = layout.ends[2 * index], layout.ends[2 * index + 1]
     mac_a, mac_b = veth_macs(index) if fixed_macs else (None, None)
@@ -121,17 +133,19 @@ def _link_steps(layout: TestbedLayout, index: int, link: Link, shaper: Shaper, *
         else:
             assert end.address is not None and end.prefix_len is not None
             steps.append(AddAddress(end.netns, end.ifname, end.address, end.prefix_len))
-        steps.extend(end_shaping_steps(layout, end, shaper))
+        steps.extend(end_shaping_steps(layout, end, shaper, links))
         steps.append(SetLinkUp(end.netns, end.ifname))
     return steps
 
 
-def end_shaping_steps(layout: TestbedLayout, end: EndLayout, shaper: Shaper) -> list[PlanStep]:
+def end_shaping_steps(layout: TestbedLayout, end: EndLayout, shaper: Shaper,
+                      links: LinkModel = LinkModel.BUCKET) -> list[PlanStep]:
     """The qdisc steps on one link end's egress: the link's shape (`genie.testbed.shaping`)."""
-    return shaping_steps(end.netns, end.ifname, layout.topology.links[end.link_index].shape, shaper)
+    return shaping_steps(end.netns, end.ifname, layout.topology.links[end.link_index].shape, shaper, links)
 
 
-def node_shaping_steps(layout: TestbedLayout, node: str, shaper: Shaper) -> list[PlanStep]:
+def node_shaping_steps(layout: TestbedLayout, node: str, shaper: Shaper,
+                       links: LinkModel = LinkModel.BUCKET) -> list[PlanStep]:
     """What the plan shapes in `node`'s namespace, in plan order: the qdiscs of its link ends, its TCP buffer
     maxima, and with the USERSPACE shaper its link emulator and queue rules. A real host standing in for the
     node (a lab VM) applies exactly these, with its own interface names (`genie.lab.shape`)."""
@@ -139,10 +153,10 @@ def node_shaping_steps(layout: TestbedLayout, node: str, shaper: Shaper) -> list
     steps: list[PlanStep] = []
     for end in layout.ends:
         if end.node == node:
-            steps.extend(end_shaping_steps(layout, end, shaper))
+            steps.extend(end_shaping_steps(layout, end, shaper, links))
     steps.extend(step for step in tcp_buffer_steps(layout) if step.netns == netns)
     if shaper is Shaper.USERSPACE:
-        steps.extend(step for step in userspace_steps(layout) if step.netns == netns)
+        steps.extend(step for step in userspace_steps(layout, links) if step.netns == netns)
     return steps
 
 

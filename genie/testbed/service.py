@@ -21,8 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from genie.core.dilation import NO_DILATION, TimeDilation
 from genie.core.errors import EnvironmentProblem, GenieError, InputError
-from genie.core.testbed import Shaping, TestbedInfo
+from genie.core.testbed import LinkModel, Shaping, TestbedInfo
 from genie.core.topology import Topology
 from genie.testbed.backend import apply_plan, undo_steps
 from genie.testbed.emulators import EmulatorProcess, remove_emulator_files, stats_path
@@ -31,6 +32,7 @@ from genie.testbed.layout import NETNS_PREFIX, check_testbed_name
 from genie.testbed.lifecycle import process_start_ticks, signals_deferred, signals_raise
 from genie.testbed.observed import EmulatorStatus, NamespaceStatus
 from genie.testbed.plan import build_plan
+from genie.testbed.shaping import needs_emulation
 from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, record_names, record_path,
                                  save_record, state_dir)
 from genie.testbed.steps import CreateNetns, PlanStep, Shaper, ShaperChoice
@@ -73,43 +75,48 @@ def require_net_admin(environment: TestbedEnvironment = KERNEL) -> None:
 
 
 def resolve_shaper(topology: Topology, choice: ShaperChoice | Shaper, *,
-                   netem_available: Callable[[], bool]) -> Shaper:
+                   netem_available: Callable[[], bool], links: LinkModel = LinkModel.BUCKET) -> Shaper:
     """The shaper a testbed of `topology` uses. AUTO takes netem when `netem_available()` (probed only when a
-    link needs delay emulation), otherwise the userspace emulator; a topology without delay/jitter/loss needs
-    neither (KERNEL, unless USERSPACE was asked for)."""
+    link needs delay emulation or a wire), otherwise the userspace emulator; a topology without
+    delay/jitter/loss or wires needs neither (KERNEL, unless USERSPACE was asked for)."""
     if isinstance(choice, Shaper):
         choice = ShaperChoice.NETEM if choice is Shaper.KERNEL else ShaperChoice.USERSPACE
     if choice is ShaperChoice.USERSPACE:
         return Shaper.USERSPACE
-    needs_emulation = any(link.shape.needs_delay_emulation for link in topology.links)
-    if choice is ShaperChoice.NETEM or not needs_emulation:
+    emulated = any(needs_emulation(link.shape, links) for link in topology.links)
+    if choice is ShaperChoice.NETEM or not emulated:
         return Shaper.KERNEL
     return Shaper.KERNEL if netem_available() else Shaper.USERSPACE
 
 
 def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None = None, dry_run: bool = False,
        shaper: ShaperChoice | Shaper = ShaperChoice.AUTO,
-       refuse_same_source: bool = True,
+       refuse_same_source: bool = True, dilation: TimeDilation = NO_DILATION,
+       links: LinkModel = LinkModel.BUCKET,
        environment: TestbedEnvironment = KERNEL) -> TestbedInfo | list[PlanStep]:
     """Build `topology` as testbed `name` and return its TestbedInfo; with `dry_run` return the plan instead,
     changing nothing (sch_netem from the kernel's module lists, assumed present when they cannot be read). `shaper` picks how delay/jitter/loss are made: netem,
     the userspace emulator, or AUTO (netem where the kernel has it). `source` is the topology file: a second
-    `up` of the same file is refused unless `refuse_same_source` is False (temporary testbeds)."""
+    `up` of the same file is refused unless `refuse_same_source` is False (temporary testbeds). Under `dilation`
+    the links are shaped at rate / N with delay x N (`genie.core.dilation`); `links` says whether rate-shaped
+    links are wires or token buckets (`genie.core.testbed.LinkModel`)."""
     check_testbed_name(name)
     source_text = str(source) if source is not None else None
-    needs_netem = any(link.shape.needs_delay_emulation for link in topology.links)
+    needs_netem = any(needs_emulation(link.shape, links) for link in topology.links)
     if dry_run:  # changes nothing, as root too: the kernel's module list, not a probe in a scratch namespace
-        resolved = resolve_shaper(topology, shaper, netem_available=environment.netem_listed)
+        resolved = resolve_shaper(topology, shaper, netem_available=environment.netem_listed, links=links)
         netem = environment.netem_listed() if needs_netem and resolved is Shaper.KERNEL else True
-        return list(build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text).steps)
+        return list(build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text,
+                               dilation=dilation, links=links).steps)
     require_net_admin(environment)
     source_path = str(Path(source).resolve()) if source is not None else None
     _refuse_duplicate(name, source_path if refuse_same_source else None)
-    resolved = resolve_shaper(topology, shaper, netem_available=environment.probe_netem)
+    resolved = resolve_shaper(topology, shaper, netem_available=environment.probe_netem, links=links)
     if resolved is Shaper.USERSPACE and needs_netem and (problem := environment.userspace_problem()):
         raise EnvironmentProblem(problem)
     netem = environment.probe_netem() if needs_netem and resolved is Shaper.KERNEL else True
-    plan = build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text)
+    plan = build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text,
+                      dilation=dilation, links=links)
     record = TestbedRecord(plan.info, plan.steps, applied_count=0, complete=False, shaper=resolved,
                            owner_pid=os.getpid(), source=source_path, source_digest=_digest(source_path))
     busy = [ns for ns in record.namespaces if environment.netns_exists(ns)]
@@ -335,12 +342,14 @@ def register_pids(name: str, pids: Iterable[int]) -> None:
 @contextmanager
 def temporary_testbed(topology: Topology, name: str | None = None, *,
                       source: str | os.PathLike[str] | None = None,
-                      shaper: ShaperChoice | Shaper = ShaperChoice.AUTO,
+                      shaper: ShaperChoice | Shaper = ShaperChoice.AUTO, dilation: TimeDilation = NO_DILATION,
+                      links: LinkModel = LinkModel.BUCKET,
                       environment: TestbedEnvironment = KERNEL) -> Iterator[TestbedInfo]:
     """Bring a testbed up for the duration of the block and always tear it down (SIGTERM included).
     The default name is ``tmp<pid>-<n>``; the same file may be up elsewhere at the same time."""
     name = name or f"tmp{os.getpid()}-{next(_temporary_numbers)}"
-    info = up(topology, name=name, source=source, refuse_same_source=False, shaper=shaper, environment=environment)
+    info = up(topology, name=name, source=source, refuse_same_source=False, shaper=shaper, dilation=dilation,
+              links=links, environment=environment)
     assert isinstance(info, TestbedInfo)
     try:
         with signals_raise():

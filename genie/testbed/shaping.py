@@ -21,6 +21,12 @@ Every shaped veth end gets (each direction of a link is shaped at the sender):
   the sender's egress keeps only HTB (plus a pfifo of ``queue_packets``, like a queue alone).
 * ``queue_packets`` alone -> a pfifo with that limit under class 1:1 (or at the root).
 Unshaped ends get no qdisc at all.
+
+With the WIRE link model (`genie.core.testbed.LinkModel`) a rate-shaped link is also a wire: netem's ``rate``
+under the HTB class (KERNEL shaper) or a wire stage in the receiver's link emulator (USERSPACE) serializes
+every packet at exactly the rate, so what HTB's buckets let through at once after an idle period still takes
+its bytes' time on the link. HTB stays: it holds the queue at the sender (TCP's backpressure) and keeps the
+long-term rate.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from __future__ import annotations
 import math
 
 from genie.core.errors import InputError
-from genie.core.testbed import Shaping
-from genie.core.topology import LinkShape
+from genie.core.dilation import TimeDilation
+from genie.core.testbed import LinkModel, Shaping
+from genie.core.topology import LinkShape, Topology
 from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, PlanStep, QdiscParent, Shaper, StartEmulator
 
 MIN_BURST_BYTES = 128 * 1024
@@ -78,30 +85,42 @@ def is_shaped(shape: LinkShape) -> bool:
     return shape.rate_bps is not None or shape.needs_delay_emulation or shape.queue_packets is not None
 
 
+def is_wire(shape: LinkShape, links: LinkModel) -> bool:
+    """A rate-shaped link under the WIRE model: its packets are serialized by netem or the emulator."""
+    return links is LinkModel.WIRE and shape.rate_bps is not None
+
+
+def needs_emulation(shape: LinkShape, links: LinkModel) -> bool:
+    """Does the link need netem or the userspace emulator: delay, jitter, loss, or a wire to serialize on?"""
+    return shape.needs_delay_emulation or is_wire(shape, links)
+
+
 def check_delay_emulation(shape: LinkShape, *, shaper: Shaper, netem_available: bool, link_path: str,
-                          source: str | None = None) -> None:
+                          source: str | None = None, links: LinkModel = LinkModel.BUCKET) -> None:
     """Fail up front when the shape needs delay emulation this machine cannot give."""
-    if not shape.needs_delay_emulation or shaper is Shaper.USERSPACE:
+    if not needs_emulation(shape, links) or shaper is Shaper.USERSPACE:
         return
     if not netem_available:
         wanted = ", ".join(what for what, value in (("delay", shape.delay_us), ("jitter", shape.jitter_us),
-                                                    ("loss", shape.loss_pct)) if value)
+                                                    ("loss", shape.loss_pct),
+                                                    ("a wire", is_wire(shape, links))) if value)
         raise InputError(f"asks for {wanted}, which needs the qdisc sch_netem, missing from this kernel; "
                          "use --shaper userspace (or auto), or a kernel with sch_netem",
                          source=source, path=link_path)
 
 
-def shaping_steps(netns: str, ifname: str, shape: LinkShape, shaper: Shaper = Shaper.KERNEL) -> list[PlanStep]:
+def shaping_steps(netns: str, ifname: str, shape: LinkShape, shaper: Shaper = Shaper.KERNEL,
+                  links: LinkModel = LinkModel.BUCKET) -> list[PlanStep]:
     """Qdisc steps for one interface's egress (empty when the shape shapes nothing). With the USERSPACE shaper
-    delay, jitter and loss are left to the receiver's emulator."""
+    delay, jitter, loss and the wire are left to the receiver's emulator."""
     steps: list[PlanStep] = []
     parent = QdiscParent.ROOT
     if shape.rate_bps is not None:
         steps.append(htb_class(netns, ifname, shape.rate_bps, shape.mtu_bytes))
         parent = QdiscParent.HTB_CLASS
-    if shape.needs_delay_emulation and shaper is Shaper.KERNEL:
+    if needs_emulation(shape, links) and shaper is Shaper.KERNEL:
         steps.append(AddNetem(netns, ifname, parent, shape.delay_us, shape.jitter_us, shape.loss_pct,
-                              netem_limit_packets(shape)))
+                              netem_limit_packets(shape), shape.rate_bps if is_wire(shape, links) else None))
     elif shape.queue_packets is not None:
         steps.append(AddPfifo(netns, ifname, parent, shape.queue_packets))
     return steps
@@ -116,3 +135,15 @@ def shaper_summary(steps: list[PlanStep]) -> Shaping:
         if any(isinstance(step, step_type) for step in steps):
             shaping |= kind
     return shaping
+
+
+def default_link_model(topology: Topology, dilation: TimeDilation) -> LinkModel:
+    """WIRE where it costs little or matters most: on a dilated testbed (real rates are N times lower, so
+    serializing every packet in the emulator or netem is cheap, and the figures are about a fast fabric whose
+    wires are what is measured) and where some link is delayed anyway (the emulator or netem is in the path
+    already). BUCKET otherwise: an undilated testbed of rate-only links keeps HTB alone, as fast as this host
+    goes (a wire at 1 Gbit/s per link costs the userspace emulator about 3 CPU-seconds per GB here; see
+    docs/testbed.md)."""
+    if dilation.active or any(link.shape.needs_delay_emulation for link in topology.links):
+        return LinkModel.WIRE
+    return LinkModel.BUCKET

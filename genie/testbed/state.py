@@ -18,9 +18,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Iterator
 
+from genie.core.dilation import TimeDilation
 from genie.core.errors import GenieError, InputError
 from genie.core.files import write_atomic
-from genie.core.testbed import HostEndpoint, LinkEnd, Shaping, TestbedInfo
+from genie.core.testbed import HostEndpoint, LinkEnd, LinkModel, Shaping, TestbedInfo
 from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
 from genie.linkemu.config import EmulatorConfig
 from genie.testbed.steps import (STEP_TYPES, AddHtb, AddRoute, CreateNetns, NextHop, PlanStep, QdiscParent, Shaper,
@@ -185,6 +186,8 @@ def info_to_dict(info: TestbedInfo) -> dict[str, Any]:
         "topology": topology_to_dict(info.topology),
         "hosts": [dataclasses.asdict(h) for h in info.hosts],
         "link_ends": [dataclasses.asdict(e) for e in info.link_ends],
+        "dilation": info.dilation.to_dict(),
+        "links": info.links.value,
     }
 
 
@@ -196,6 +199,8 @@ def info_from_dict(data: dict[str, Any]) -> TestbedInfo:
         hosts=tuple(HostEndpoint(**h) for h in data["hosts"]),
         link_ends=tuple(LinkEnd(**e) for e in data["link_ends"]),
         shaper=Shaping.from_label(data["shaper"]),
+        dilation=TimeDilation.from_dict(data.get("dilation")),
+        links=LinkModel(data.get("links", LinkModel.BUCKET.value)),
     )
 
 

@@ -175,9 +175,10 @@ class AddNetem:
     jitter_us: float
     loss_pct: float
     limit_packets: int
+    rate_bps: int | None = None  # the wire: netem serializes every packet at this rate (LinkModel.WIRE)
 
     def describe(self) -> str:
-        parts = [f"delay {self.delay_us:g}us"]
+        parts = ([f"rate {format_rate(self.rate_bps)}"] if self.rate_bps else []) + [f"delay {self.delay_us:g}us"]
         if self.jitter_us:
             parts.append(f"jitter {self.jitter_us:g}us")
         if self.loss_pct:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 import zlib
 
+from genie.core.testbed import LinkModel
 from genie.core.topology import LinkShape
 from genie.linkemu.config import EmulatorConfig, QueueSpec, SourceRoute, StageSpec
 from genie.testbed.layout import EndLayout, Segment, SegmentKind, TestbedLayout
 from genie.testbed.paths import Hop, PathFinder
-from genie.testbed.shaping import UNSHAPED_RATE_BPS, emulator_limit_packets
+from genie.testbed.shaping import UNSHAPED_RATE_BPS, emulator_limit_packets, is_wire, needs_emulation
 from genie.testbed.steps import AddQueueRule, PlanStep, SetSysctl, StartEmulator
 from genie.topology.link_properties import shape_loss_burst, shape_reorders
 
@@ -43,9 +44,10 @@ def stage_seed(testbed: str, hop: Hop, receiver: str) -> int:
     return zlib.crc32(f"{testbed}|{hop.describe()}|{receiver}".encode()) & 0x7FFFFFFF
 
 
-def stage_spec(layout: TestbedLayout, hop: Hop, receiver: str) -> StageSpec:
+def stage_spec(layout: TestbedLayout, hop: Hop, receiver: str, links: LinkModel = LinkModel.BUCKET) -> StageSpec:
     shape = layout.topology.links[hop.link_index].shape
     return StageSpec(
+        rate_bps=shape.rate_bps if is_wire(shape, links) else None,
         name=hop.describe(),
         delay_ns=round(shape.delay_us * 1000),
         jitter_ns=round(shape.jitter_us * 1000),
@@ -69,8 +71,8 @@ def _end_mac(layout: TestbedLayout, end: EndLayout) -> str:
 class _ConfigBuilder:
     """The stages (deduplicated by link direction) and queues of one receiving node."""
 
-    def __init__(self, layout: TestbedLayout, node: str) -> None:
-        self.layout, self.node = layout, node
+    def __init__(self, layout: TestbedLayout, node: str, links: LinkModel) -> None:
+        self.layout, self.node, self.links = layout, node, links
         self.stages: list[StageSpec] = []
         self._index: dict[Hop, int] = {}
         self.queues: list[QueueSpec] = []
@@ -78,11 +80,11 @@ class _ConfigBuilder:
     def chain(self, hops: list[Hop]) -> tuple[int, ...]:
         chain = []
         for hop in hops:
-            if not self.layout.topology.links[hop.link_index].shape.needs_delay_emulation:
+            if not needs_emulation(self.layout.topology.links[hop.link_index].shape, self.links):
                 continue
             if hop not in self._index:
                 self._index[hop] = len(self.stages)
-                self.stages.append(stage_spec(self.layout, hop, self.node))
+                self.stages.append(stage_spec(self.layout, hop, self.node, self.links))
             chain.append(self._index[hop])
         return tuple(chain)
 
@@ -114,7 +116,7 @@ def _queue_for_end(builder: _ConfigBuilder, finder: PathFinder, end: EndLayout,
     return QueueSpec(queue_num(end.ifname), end.ifname, default, tuple(routes))
 
 
-def emulator_configs(layout: TestbedLayout) -> list[EmulatorConfig]:
+def emulator_configs(layout: TestbedLayout, links: LinkModel = LinkModel.BUCKET) -> list[EmulatorConfig]:
     """One config per namespace that receives an emulated link direction, in node order."""
     finder = PathFinder(layout)
     segments = {(m.node, m.ifname): s for s in layout.segments if s.kind is SegmentKind.BRIDGED for m in s.members}
@@ -122,7 +124,7 @@ def emulator_configs(layout: TestbedLayout) -> list[EmulatorConfig]:
     for end in layout.ends:
         if end.bridge is not None:  # bridge ports: their directions are emulated by the L3 receivers
             continue
-        builder = builders.setdefault(end.node, _ConfigBuilder(layout, end.node))
+        builder = builders.setdefault(end.node, _ConfigBuilder(layout, end.node, links))
         queue = _queue_for_end(builder, finder, end, segments)
         if queue is not None:
             builder.queues.append(queue)
@@ -133,10 +135,10 @@ def emulator_configs(layout: TestbedLayout) -> list[EmulatorConfig]:
     return configs
 
 
-def userspace_steps(layout: TestbedLayout) -> list[PlanStep]:
+def userspace_steps(layout: TestbedLayout, links: LinkModel = LinkModel.BUCKET) -> list[PlanStep]:
     """Per receiving namespace: start its emulator (it binds its queues), then the queue rules."""
     steps: list[PlanStep] = []
-    for config in emulator_configs(layout):
+    for config in emulator_configs(layout, links):
         steps.append(StartEmulator(config.netns, config))
         steps += [AddQueueRule(config.netns, q.ifname, q.queue_num) for q in config.queues]
     return steps

@@ -15,11 +15,12 @@ import io
 import os
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import IO
 
+from genie.core.dilation import TimeDilation
 from genie.core.errors import InputError
 from genie.core.files import write_atomic
 from genie.core.units import format_rate
@@ -140,6 +141,20 @@ def pair_targets(layout: TestbedLayout, there: HostPath, back: HostPath) -> Pair
     return PairTargets(there, back, one_way_delay_us(layout, there) + one_way_delay_us(layout, back),
                        path_rate_bps(layout, there), path_rate_bps(layout, back), path_loss_pct(layout, there),
                        path_loss_pct(layout, back), min((s.mtu_bytes for s in shapes), default=1500))
+
+
+def emulated_row(row: VerifyRow, dilation: TimeDilation) -> VerifyRow:
+    """A row measured on a dilated testbed (against its real shapes: rate / N, delay x N) in the stated
+    fabric's units: round trips / N, rates x N; the check itself (status, relative error, tolerance) is the
+    real one, and the note says so."""
+    if not dilation.active or row.metric is Metric.LOSS:
+        return row
+    scale = (1 / dilation.factor) if row.metric is Metric.RTT else dilation.factor
+    real = f"measured at time dilation {dilation.factor:g}: real {format_value(row.metric, row.measured)} " \
+           f"against {format_value(row.metric, row.configured)} (tolerance {row.tolerance} real)"
+    return replace(row, configured=None if row.configured is None else row.configured * scale,
+                   measured=None if row.measured is None else row.measured * scale,
+                   note=f"{real}; {row.note}" if row.note else real)
 
 
 def goodput_bps(rate_bps: int, mtu_bytes: int) -> float:

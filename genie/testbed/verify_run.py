@@ -22,8 +22,8 @@ from genie.testbed.emulators import python_env
 from genie.testbed.layout import NETNS_PREFIX, TestbedLayout, plan_layout
 from genie.testbed.lifecycle import terminate_pids
 from genie.testbed.service import load_info, register_pids, require_net_admin
-from genie.testbed.verify import (PairTargets, VerifyRow, choose_pairs, loss_row, rate_from_timeline, rtt_row,
-                                  throughput_row, uncovered_links)
+from genie.testbed.verify import (PairTargets, VerifyRow, choose_pairs, emulated_row, loss_row, rate_from_timeline,
+                                  rtt_row, throughput_row, uncovered_links)
 
 PROBE_PORT = 47311
 SERVER_READY_S = 15.0
@@ -114,14 +114,16 @@ def verify_testbed(name: str, settings: VerifySettings = VerifySettings(), *,
                    pairs: Sequence[tuple[str, str]] | None = None,
                    progress: Callable[[str], None] | None = None) -> list[VerifyRow]:
     """Measure every link of testbed `name` (see the module doc), or only the host `pairs` given; rows in pair
-    order."""
+    order. A dilated testbed is measured against the shapes it really has (rate / N, delay x N) and its rows
+    reported in the stated fabric's units (`genie.testbed.verify.emulated_row`)."""
     info = load_info(name)
-    layout = plan_layout(info.topology, name)
+    layout = plan_layout(info.dilation.real_topology(info.topology), name)
     require_net_admin()
     probes = Probes(namespace_probe_command({h.host: h.netns for h in info.hosts}),
                     on_started=lambda pid: register_pids(name, [pid]))
-    return measure_links(layout, probes, {h.host: h.address for h in info.hosts}, settings, pairs=pairs,
+    rows = measure_links(layout, probes, {h.host: h.address for h in info.hosts}, settings, pairs=pairs,
                          progress=progress)
+    return [emulated_row(row, info.dilation) for row in rows]
 
 
 def measure_links(layout: TestbedLayout, probes: Probes, address: Mapping[str, str],

@@ -1,0 +1,120 @@
+"""Time dilation in a run (`genie.core.dilation`): which factor a target gets, and the two crossings between
+the host's real time and the stated fabric's emulated time that every rank-running service makes — what the
+ranks are asked to do (compute durations, timeouts, straggler times: x N) and what they report (every
+timestamp: / N). The engine itself never knows about dilation: it measures the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from genie.core.dilation import (NO_DILATION, DilationChoice, DilationMode, TimeDilation, fixed_dilation)
+from genie.core.errors import InputError
+from genie.core.program import RankProgram
+from genie.core.protocol import Barrier, CaseResult, Straggler
+from genie.core.testbed import LinkModel, TestbedInfo
+from genie.core.topology import Topology
+
+
+def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Optional[str] = None,
+                     links: Optional[LinkModel] = None) -> tuple[TimeDilation, LinkModel]:
+    """The dilation and link model a testbed of `topology` is brought up with: a fixed factor checked to hold
+    (`genie.testbed.dilation_rules`), or ``auto``: this host measured (`genie.services.host_probe`) and the
+    smallest factor that keeps its limits under the target share of every figure. `links` None: the default
+    for the dilation (`genie.testbed.shaping.default_link_model`)."""
+    from genie.testbed.dilation_rules import check_dilation_holds
+    from genie.testbed.shaping import default_link_model
+
+    if choice.mode is DilationMode.AUTO:
+        from genie.services.host_probe import auto_dilation
+
+        model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
+        dilation = auto_dilation(topology, links=model, source=source)
+    else:
+        dilation = fixed_dilation(choice.factor)
+    check_dilation_holds(topology, dilation, source=source)
+    return dilation, links or default_link_model(topology, dilation)
+
+
+def running_dilation(info: TestbedInfo, choice: DilationChoice) -> TimeDilation:
+    """A running testbed's own dilation; asking for another one is refused (its links are shaped already)."""
+    if choice.is_none or (choice.mode is DilationMode.FIXED and choice.factor == info.dilation.factor):
+        return info.dilation
+    raise InputError(f"testbed {info.name} runs at time dilation {info.dilation.factor:g} (how it was brought up), "
+                     f"not {choice.describe()}: leave the option out, or bring the topology up again with "
+                     f"`genie testbed up --time-dilation {choice.describe()}`", path="time_dilation")
+
+
+def loopback_dilation(choice: DilationChoice) -> TimeDilation:
+    """Loopback has no links to shape: a fixed factor stretches compute and divides what is reported (the
+    host's software costs shrink by it); ``auto`` measures links, which loopback has none of."""
+    if choice.mode is DilationMode.AUTO:
+        raise InputError("auto measures what a testbed's links sustain; loopback has none: give a factor, or "
+                         "a topology", path="time_dilation")
+    return fixed_dilation(choice.factor) if not choice.is_none else NO_DILATION
+
+
+# ---- real -> emulated: what the ranks report ----------------------------------------------------------
+def emulated_result(result: CaseResult, dilation: TimeDilation) -> CaseResult:
+    """A rank's records with every timestamp divided by N (a monotonic clock read / N is a clock of emulated
+    time, so every difference of two is an emulated duration)."""
+    if not dilation.active:
+        return result
+    em = dilation.emulated_ns
+    return dataclasses.replace(
+        result,
+        iterations=tuple((em(a), em(b)) for a, b in result.iterations),
+        steps=tuple((row[0], row[1], em(row[2]), em(row[3]), *row[4:]) for row in result.steps),
+        t0_ns=em(result.t0_ns),
+        records=tuple((node, em(a), em(b)) for node, a, b in result.records))
+
+
+def emulated_results(per_rank: dict[int, CaseResult], dilation: TimeDilation) -> dict[int, CaseResult]:
+    return {rank: emulated_result(result, dilation) for rank, result in per_rank.items()}
+
+
+def emulated_barrier(report: Barrier, dilation: TimeDilation) -> Barrier:
+    """A fault point's report of the timed iterations so far, in emulated time."""
+    if not dilation.active:
+        return report
+    em = dilation.emulated_ns
+    return dataclasses.replace(report, iterations=tuple((em(a), em(b)) for a, b in report.iterations))
+
+
+# ---- emulated -> real: what the ranks are asked to do -----------------------------------------------------
+def real_program(program: RankProgram, dilation: TimeDilation) -> RankProgram:
+    """Compute lasts N times longer on a dilated fabric."""
+    if not dilation.active:
+        return program
+    return dataclasses.replace(program, nodes=tuple(
+        dataclasses.replace(node, duration_ns=dilation.real_ns(node.duration_ns)) if node.duration_ns else node
+        for node in program.nodes))
+
+
+def real_stragglers(stragglers: tuple[Straggler, ...], dilation: TimeDilation) -> tuple[Straggler, ...]:
+    """A straggler from `at_s` of the run clock on: that many emulated seconds are N times more real ones."""
+    if not dilation.active:
+        return stragglers
+    return tuple(dataclasses.replace(s, at_s=None if s.at_s is None else dilation.real_s(s.at_s))
+                 for s in stragglers)
+
+
+def real_timeout_s(timeout_s: float, dilation: TimeDilation) -> float:
+    """Op timeouts are emulated time too: everything a rank waits for takes N times longer."""
+    return dilation.real_s(timeout_s)
+
+
+def testbed_up(topology: Topology, *, name: str, source, dry_run: bool, shaper, choice: DilationChoice,
+               links: Optional[LinkModel] = None):
+    """`genie testbed up`: the dilation resolved (``auto`` measures this host first), then the testbed up (or
+    its plan, with `dry_run`). Returns what `genie.testbed.service.up` returns."""
+    from genie.testbed import service
+
+    if dry_run and choice.mode is DilationMode.AUTO:
+        raise InputError("auto measures this host in scratch namespaces, and a dry run changes nothing: give a "
+                         "factor to see its plan", path="time_dilation")
+    dilation, model = resolve_dilation(choice, topology, source=None if source is None else str(source),
+                                       links=links)
+    return service.up(topology, name=name, source=source, dry_run=dry_run, shaper=shaper, dilation=dilation,
+                      links=model)
