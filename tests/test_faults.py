@@ -324,3 +324,23 @@ def test_cli_topology_faults_are_checked_before_the_testbed_is_built(tmp_path):
                      str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2 and "--fault[0].link: no link 'h2-s0' in testbed s (did you mean 'h1-s0'?) (links: h0-s0, h1-s0)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_injector_times_on_a_dilated_testbed_are_the_stated_fabrics(info):
+    """At N = 4 a fault 'at=10ms for=20ms' happens 40 ms into the run for 80 ms of real time, and its record
+    says 10 ms and 30 ms (emulated), as every other time of the run."""
+    now = [0]
+    plan = _plan(["flap h1-s0 for=20ms at=10ms"], info)
+    net = FakeNetwork()
+    injector = FaultInjector(plan, net, clock_ns=lambda: now[0], dilation=4.0)
+    injector.timed_start(0)
+    due = [entry[0] for entry in injector._queue]
+    assert due == [40_000_000]
+    now[0] = 40_000_000
+    injector._queue.clear()
+    injector._apply(plan.faults[0])
+    assert injector._queue[0][0] == 40_000_000 + 80_000_000
+    now[0] = 120_000_000
+    injector._restore(0)
+    (record,) = injector.close()
+    assert (record.applied_at_s, record.restored_at_s) == (0.01, 0.03)

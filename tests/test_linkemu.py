@@ -180,3 +180,69 @@ def test_a_verdict_message_is_one_netlink_message_of_32_bytes() -> None:
     raw = _VERDICT.pack(32, (3 << 8) | 1, 1, 9, 0, 0, 0, socket.htons(4), 12, 2, socket.htonl(1), socket.htonl(77))
     assert struct.unpack("!II", raw[-8:]) == (1, 77)  # NF_ACCEPT, packet id, big-endian
     assert struct.unpack_from("!H", raw, 18)[0] == 4  # queue number
+
+
+# ---- the wire stage: serialization in virtual time ---------------------------------------------------------
+def _wire_ns(length: int, rate_bps: int, mtu: int = 1500) -> int:
+    from genie.linkemu.line import wire_bytes
+
+    return -(-wire_bytes(length, mtu) * 8_000_000_000 // rate_bps)
+
+
+def test_wire_bytes_frame_every_segment_of_a_gso_packet() -> None:
+    from genie.linkemu.line import wire_bytes, wire_segments
+
+    assert wire_segments(1500, 1500) == 1 and wire_bytes(1500, 1500) == 1514  # one full-sized packet
+    assert wire_bytes(100, 1500) == 114
+    # 10 full segments of 1448 payload bytes as one GSO packet: 10 x 1514 on the wire
+    gso = 52 + 10 * 1448
+    assert wire_segments(gso, 1500) == 10 and wire_bytes(gso, 1500) == 10 * 1514
+
+
+def test_a_wire_serializes_each_packet_after_the_one_before_it() -> None:
+    rate = 10**9
+    line = _line(StageSpec("links[0] h0>h1", delay_ns=0, rate_bps=rate, limit_packets=10**6))
+    one = _wire_ns(1500, rate)  # 12.1 us at 1 Gbit/s
+    # a burst of 10 packets at the same instant leaves one packet time apart: a burst never beats the wire
+    releases = [line.admit(0, i, 0, 1500) for i in range(10)]
+    assert releases == [(i + 1) * one for i in range(10)]
+    # after an idle period the next packet starts when it arrives (no credit is saved while idle)
+    assert line.admit(0, 10, MS, 1500) == MS + one
+
+
+def test_a_wire_then_a_delay_and_a_late_admission_costs_no_capacity() -> None:
+    rate = 100 * 10**6
+    line = _line(StageSpec("s", delay_ns=5 * MS, rate_bps=rate, limit_packets=10**6))
+    gso = 52 + 40 * 1448  # one 40-segment GSO packet: its last byte leaves after 40 packet times
+    assert line.admit(0, 0, 0, gso) == _wire_ns(gso, rate) + 5 * MS
+    # the next packet is serialized after it in virtual time, whenever the emulator gets to admit it
+    assert line.admit(0, 1, 10, 1500) == _wire_ns(gso, rate) + _wire_ns(1500, rate) + 5 * MS
+
+
+def test_two_wires_pipeline_a_gso_packet_segment_by_segment() -> None:
+    rate = 10**9
+    stages = (StageSpec("links[0] h0>s0", delay_ns=1000, rate_bps=rate, limit_packets=10**6),
+              StageSpec("links[1] s0>h1", delay_ns=1000, rate_bps=rate, limit_packets=10**6))
+    line = _line(*stages, default=(0, 1))
+    gso = 52 + 20 * 1448
+    total = _wire_ns(gso, rate)
+    segment = total // 20
+    # store and forward per segment: the second wire adds one segment's time, not the whole packet's
+    assert line.admit(0, 0, 0, gso) == total + 1000 + segment + 1000
+
+
+def test_a_slower_second_wire_is_the_bottleneck() -> None:
+    stages = (StageSpec("a", delay_ns=0, rate_bps=10**9, limit_packets=10**6),
+              StageSpec("b", delay_ns=0, rate_bps=10**8, limit_packets=10**6))
+    line = _line(*stages, default=(0, 1))
+    gso = 52 + 20 * 1448
+    fast, slow = _wire_ns(gso, 10**9), _wire_ns(gso, 10**8)
+    assert line.admit(0, 0, 0, gso) == fast // 20 + slow
+
+
+def test_a_live_override_changes_the_wire_rate() -> None:
+    line = _line(StageSpec("links[0] h0>h1", delay_ns=0, rate_bps=10**9, limit_packets=10**6))
+    line.apply_overrides({"links[0] h0>h1": {"rate_bps": 10**8}})
+    assert line.admit(0, 0, 0, 1500) == _wire_ns(1500, 10**8)
+    line.apply_overrides({})  # back to the configured rate
+    assert line.admit(0, 1, MS, 1500) == MS + _wire_ns(1500, 10**9)

@@ -276,3 +276,20 @@ def test_link_observer_reports_every_interval():
     line = first.line()
     assert line.startswith("# [") and "h0>s0" in line and "TCP segs out/retrans: h0 " in line
     assert line.endswith("| conns cwnd/rtt: h0 2x 20/1.00ms")
+
+
+def test_link_observer_reports_a_dilated_testbed_in_emulated_time():
+    """At N = 10 the same bytes over a tenth of the time: durations / 10, rates x 10."""
+    import dataclasses
+    from genie.core.dilation import TimeDilation
+
+    ticks = iter(range(0, 10**6, 1))
+    info = dataclasses.replace(_info(), dilation=TimeDilation(10.0))
+    with LinkObserver(info, _FakeProbe(), interval_s=0, clock=lambda: float(next(ticks))) as obs:
+        pass
+    plain_ticks = iter(range(0, 10**6, 1))
+    with LinkObserver(_info(), _FakeProbe(), interval_s=0, clock=lambda: float(next(plain_ticks))) as plain:
+        pass
+    for dilated, real in zip(obs.observation.links, plain.observation.links):
+        assert dilated.duration_s == pytest.approx(real.duration_s / 10)
+        assert dilated.mean_rate_bps == pytest.approx(real.mean_rate_bps * 10)

@@ -64,8 +64,9 @@ class LiveNetwork(Protocol):
 
 class FaultInjector:
     def __init__(self, plan: FaultPlan, network: LiveNetwork | None, *,
-                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock_ns: Callable[[], int] = time.monotonic_ns, dilation: float = 1.0) -> None:
         self.plan, self.network, self.clock_ns = plan, network, clock_ns
+        self.dilation = dilation  # a fault's times are the stated fabric's: N times longer in real time
         self.t0_ns: int | None = None
         self._lock = threading.RLock()
         self._cond = threading.Condition()
@@ -86,7 +87,7 @@ class FaultInjector:
         self.t0_ns = start_ns
         for fault in self.plan.timed():
             at_s = fault.fault.trigger.at_s or 0.0
-            self._schedule(start_ns + round(at_s * 1e9), lambda f=fault: self._apply(f))
+            self._schedule(start_ns + round(at_s * 1e9 * self.dilation), lambda f=fault: self._apply(f))
         self._ensure_thread()
 
     def fault_point(self, op_index: int, reports: dict[int, Barrier] | None = None) -> None:
@@ -99,7 +100,7 @@ class FaultInjector:
     # ---- the run clock
     def now_s(self) -> float:
         origin = self.t0_ns if self.t0_ns is not None else self.clock_ns()
-        return round((self.clock_ns() - origin) / 1e9, 6)
+        return round((self.clock_ns() - origin) / 1e9 / self.dilation, 6)
 
     # ---- applying
     def _apply(self, planned: PlannedFault) -> None:
@@ -116,7 +117,7 @@ class FaultInjector:
             if undo is not None:
                 self._active[planned.index] = undo
                 if fault.duration_s is not None:
-                    self._schedule(self.clock_ns() + round(fault.duration_s * 1e9),
+                    self._schedule(self.clock_ns() + round(fault.duration_s * 1e9 * self.dilation),
                                    lambda: self._restore(planned.index))
 
     def _do(self, planned: PlannedFault) -> Callable[[], None] | None:

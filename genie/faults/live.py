@@ -30,7 +30,7 @@ from genie.core.testbed import LinkEnd, TestbedInfo
 from genie.core.topology import LinkShape
 from genie.faults import bulk
 from genie.faults.model import LinkTarget, PlannedFault
-from genie.testbed.shaping import emulator_limit_packets, shaping_steps
+from genie.testbed.shaping import emulator_limit_packets, is_wire, shaping_steps
 from genie.testbed.steps import AddHtb, AddRoute, PlanStep, Shaper, StartEmulator
 
 CONFIRM_TIMEOUT_S = 5.0
@@ -80,11 +80,13 @@ class LiveTestbed:
         return self.info.topology.links[end.link_index].shape
 
     def _reshape(self, end: LinkEnd, new: LinkShape) -> None:
-        """The egress qdiscs of one end to those of `new` (and, userspace-shaped, its emulator stages)."""
+        """The egress qdiscs of one end to those of `new` (and, userspace-shaped, its emulator stages). Shapes
+        are the stated fabric's; a dilated testbed applies them at rate / N and delay x N."""
         assert end.netns is not None
         old = self._shapes.get((end.node, end.peer), self.configured(end))
-        before = shaping_steps(end.netns, end.ifname, old, self.shaper)
-        after = shaping_steps(end.netns, end.ifname, new, self.shaper)
+        real = self.info.dilation.real_shape
+        before = shaping_steps(end.netns, end.ifname, real(old), self.shaper, self.info.links)
+        after = shaping_steps(end.netns, end.ifname, real(new), self.shaper, self.info.links)
         netlink = self._netlink()
         if before != after:
             changed = [(a, b) for a, b in zip(before, after) if a != b]
@@ -101,8 +103,10 @@ class LiveTestbed:
     def _restage(self, end: LinkEnd, new: LinkShape) -> None:
         """Record the live stage fields of direction end.node>end.peer in every emulator that has it."""
         name = f"links[{end.link_index}] {end.node}>{end.peer}"
-        fields = {"delay_ns": round(new.delay_us * 1000), "jitter_ns": round(new.jitter_us * 1000),
-                  "loss_pct": new.loss_pct, "limit_packets": emulator_limit_packets(new)}
+        real = self.info.dilation.real_shape(new)
+        fields = {"delay_ns": round(real.delay_us * 1000), "jitter_ns": round(real.jitter_us * 1000),
+                  "loss_pct": real.loss_pct, "limit_packets": emulator_limit_packets(real),
+                  "rate_bps": real.rate_bps if is_wire(real, self.info.links) else None}
         for netns in self._stages.get(name, ()):
             stages = self._overrides.setdefault(netns, {})
             if new == self.configured(end):

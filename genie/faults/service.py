@@ -133,7 +133,7 @@ def inject_faults(run: Any, fault_plan: FaultPlan, info: TestbedInfo | None,
         from genie.faults.live import LiveTestbed
 
         network = LiveTestbed.of(info.name, on_pids=on_pids)
-    injector = FaultInjector(fault_plan, network)
+    injector = FaultInjector(fault_plan, network, dilation=info.dilation.factor if info is not None else 1.0)
     completed = False
     try:
         yield injector

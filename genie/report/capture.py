@@ -101,13 +101,15 @@ FLOW_COLUMNS = ("src", "sport", "dst", "dport", "bytes", "packets", "retransmiss
                 "rtt_median_us", "first_ns", "last_ns")
 
 
-def flows_csv(flows: list[FlowStats]) -> str:
+def flows_csv(flows: list[FlowStats], dilation: float = 1.0) -> str:
+    """flows.csv; on a testbed dilated by N its times are the stated fabric's (real / N; the pcap stays real)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(FLOW_COLUMNS)
     for f in flows:
         writer.writerow([f.src, f.sport, f.dst, f.dport, f.bytes, f.packets, f.retransmissions, f.rtt_samples,
-                         "" if f.rtt_median_us is None else f"{f.rtt_median_us:.3f}", f.first_ns, f.last_ns])
+                         "" if f.rtt_median_us is None else f"{f.rtt_median_us / dilation:.3f}",
+                         round(f.first_ns / dilation), round(f.last_ns / dilation)])
     return out.getvalue()
 
 
@@ -241,7 +243,7 @@ def capture_end(info: TestbedInfo | None, spec: str | None) -> LinkEnd | None:
 
 
 @contextlib.contextmanager
-def capture_link(run, end: LinkEnd | None) -> Iterator[LinkCapture | None]:
+def capture_link(run, end: LinkEnd | None, dilation: float = 1.0) -> Iterator[LinkCapture | None]:
     """Capture link end `end` (from `capture_end`) for the block; the pcap and flows.csv are added to `run`
     (a RunRecorder) also when the block fails or is interrupted. Yields None when `end` is None."""
     if end is None:
@@ -255,7 +257,7 @@ def capture_link(run, end: LinkEnd | None) -> Iterator[LinkCapture | None]:
         result = capture.result
         if result.file is not None:
             run.record(result.file)
-            run.write("flows.csv", flows_csv(list(result.flows)))
+            run.write("flows.csv", flows_csv(list(result.flows), dilation))
         drops = result.stats.get("kernel_drops") or 0
         if drops:
             capture.errors.append(f"the kernel dropped {drops} of {result.stats.get('kernel_packets')} packets "

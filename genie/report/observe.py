@@ -17,6 +17,8 @@ The testbed side comes in as `probe`, an object with ``link_counters(info)`` and
 
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import functools
 import threading
@@ -114,6 +116,9 @@ class LinkObserver:
                  clock: Callable[[], float] = time.monotonic, report_s: float = 0.0,
                  on_interval: Callable[[IntervalReport], None] | None = None) -> None:
         self.info, self.probe, self.interval_s, self.clock = info, probe, interval_s, clock
+        # a dilated testbed's times are reported in the stated fabric's time (real / N), its rates x N; the
+        # sampling and reporting periods stay wall-clock cadences
+        self.scale = info.dilation.factor
         self.report_s, self.on_interval = report_s, on_interval
         if on_interval is not None and report_s > 0:
             self.interval_s = min(interval_s, report_s) if interval_s > 0 else report_s
@@ -144,7 +149,7 @@ class LinkObserver:
         if self._thread is not None:
             self._thread.join(timeout=5.0)
         self._sample()
-        duration_s = self.clock() - self._t0
+        duration_s = (self.clock() - self._t0) / self.scale
         after = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
         tcp_after = self._tcp_snapshot()
         rates = {i: link.shape.rate_bps for i, link in enumerate(self.info.topology.links)}
@@ -176,10 +181,14 @@ class LinkObserver:
 
     def _sockets(self, host: str, ns: str) -> TcpSockets | None:
         text = self._attempt(f"{ns} ss -tin", lambda: self.probe.run_in_netns(ns, _command(("ss", "-tin"))))
-        return None if text is None else self._attempt(f"{ns} ss -tin", lambda: parse_ss_info(host, text))
+        found = None if text is None else self._attempt(f"{ns} ss -tin", lambda: parse_ss_info(host, text))
+        if found is None or self.scale == 1:
+            return found
+        return dataclasses.replace(found, rtt_ms_mean=found.rtt_ms_mean / self.scale,
+                                   rtt_ms_max=found.rtt_ms_max / self.scale)
 
     def _sample(self) -> None:
-        t = self.clock() - self._t0
+        t = (self.clock() - self._t0) / self.scale
         tx: dict[tuple[str, str], int] = {}
         for ns in self._namespaces:
             text = self._attempt(f"{ns} /proc/net/dev",
@@ -203,7 +212,8 @@ class LinkObserver:
         if self.on_interval is None or self.report_s <= 0 or self._last_report is None:
             return
         first, tcp_before = self._last_report
-        if first >= len(self._snapshots) or self._snapshots[-1][0] - self._snapshots[first][0] < self.report_s:
+        span_s = (self._snapshots[-1][0] - self._snapshots[first][0]) * self.scale if first < len(self._snapshots) else 0
+        if first >= len(self._snapshots) or span_s < self.report_s:
             return
         last = len(self._snapshots) - 1
         tcp_now = self._tcp_snapshot()

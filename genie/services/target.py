@@ -161,7 +161,7 @@ def watched(run, target: Target, *, sample_ms: int, capture_end, fault_plan, rep
     from genie.faults.service import inject_faults
     from genie.report.capture import capture_link
 
-    with capture_link(run, capture_end) as capturing, observe(run, target, sample_ms, report_s=report_s,
+    with capture_link(run, capture_end, target.dilation.factor) as capturing, observe(run, target, sample_ms, report_s=report_s,
                                                                     on_interval=on_interval) as observer, \
             inject_faults(run, fault_plan, target.info, target.on_pids) as injector:
         yield Watch(observer, capturing, injector)
