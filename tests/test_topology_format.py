@@ -41,7 +41,13 @@ def test_every_sample_loads_and_round_trips(path: Path) -> None:
     topology = load_topology_file(path)
     assert topology.name == path.stem
     assert load_topology(dump_topology(topology)) == topology
-    assert not any(link.shape.needs_delay_emulation for link in topology.links), "samples must run without netem"
+    # samples must build on a kernel without sch_netem: delays (the multi-GPU sample's) by the userspace emulator
+    from genie.testbed.plan import build_plan
+    from genie.testbed.steps import Shaper
+
+    delayed = any(link.shape.needs_delay_emulation for link in topology.links)
+    assert build_plan(topology, "sample", netem_available=False,
+                      shaper=Shaper.USERSPACE if delayed else Shaper.KERNEL).steps
 
 
 @pytest.mark.parametrize(("sample", "built"), [
@@ -270,3 +276,62 @@ def test_bps_rates_are_refused_naming_bits_and_bytes(tmp_path: Path, rate: str) 
     bad.write_text(VALID.replace("1gbit", rate))
     with pytest.raises(InputError, match=r"bad\.yaml: defaults\.bandwidth: .*ambiguous.*bit.*bytes per second"):
         load_topology_file(bad)
+
+
+# ---- multi-GPU nodes ----------------------------------------------------------------------------------------
+def test_a_dgx_like_node_in_a_few_lines() -> None:
+    from genie.core.topology import LinkRole, SwitchKind
+    from genie.topology import dump_topology, load_topology, load_topology_file, shortest_paths_next_hops
+
+    t = load_topology_file(Path(__file__).resolve().parent.parent / "topologies" / "dgx-2node.yaml")
+    assert [h.name for h in t.hosts] == [f"n{n}g{g}" for n in range(2) for g in range(8)]
+    assert t.world_size == 16 and all(h.ranks == 1 for h in t.hosts)
+    nvlinks = [link for link in t.links if link.role is LinkRole.INTRA_NODE]
+    assert len(nvlinks) == 16 and {link.b for link in nvlinks} == {"n0nvs", "n1nvs"}
+    assert all(link.shape.rate_bps == 7200 * 10**9 and link.shape.delay_us == 0.5 for link in nvlinks)
+    rails = [link for link in t.links if link.b.startswith("leaf") and link.a.startswith("n")]
+    assert sorted((link.a, link.b) for link in rails) == sorted(
+        (f"n{n}g{g}", f"leaf{g}") for n in range(2) for g in range(8))
+    assert all(link.shape.rate_bps == 400 * 10**9 and link.role is LinkRole.NETWORK for link in rails)
+    assert next(s for s in t.switches if s.name == "n0nvs").kind is SwitchKind.ROUTER
+    hops = shortest_paths_next_hops(t)
+    assert hops[("n0g2", "n0g5")] == ("n0nvs",)  # inside a node: NVLink
+    assert hops[("n0g2", "n1g2")] == ("leaf2",)  # same rail: the rail switch
+    assert load_topology(dump_topology(t)) == t  # the roles survive a round trip
+
+
+def test_shared_nics_leave_through_the_nvswitch() -> None:
+    from genie.topology import load_topology
+
+    t = load_topology("""
+name: shared
+defaults: {bandwidth: 100gbit}
+nodes:
+  - {prefix: n, count: 2, gpus: 4, nics: 2, rails: [sw0, sw1], nvlink: {bandwidth: 1tbit}}
+switches:
+  - {prefix: sw, count: 2, kind: router}
+""")
+    uplinks = sorted((link.a, link.b) for link in t.links if link.b.startswith("sw"))
+    assert uplinks == [("n0nvs", "sw0"), ("n0nvs", "sw1"), ("n1nvs", "sw0"), ("n1nvs", "sw1")]
+    assert t.world_size == 8
+
+
+@pytest.mark.parametrize("nodes, path, wanted", [
+    ("[{name: n0, rails: leaf}]", "nodes[0].gpus", "missing 'gpus'"),
+    ("[{name: n0, gpus: 0, rails: leaf}]", "nodes[0].gpus", "between 1 and 64"),
+    ("[{name: n0, gpus: 2}]", "nodes[0].rails", "missing 'rails'"),
+    ("[{name: n0, gpus: 2, rails: [leaf0]}]", "nodes[0].rails", "one switch per NIC (2)"),
+    ("[{name: n0, gpus: 2, nics: 3, rails: leaf}]", "nodes[0].nics", "share (1..2)"),
+    ("[{name: n0, gpus: 2, rails: leaf, nvlink: {bandwith: 1tbit}}]", "nodes[0].nvlink.bandwith", "unknown key"),
+    ("[{name: n0, gpus: 2, rails: nope}]", "nodes[0].rails", "unknown node 'nope0'"),
+    ("[{name: averylongnode, gpus: 2, rails: leaf}]", "nodes[0].name", "longer than 15"),
+    ("[n0]", "nodes[0]", "expected a mapping"),
+])
+def test_bad_nodes_are_one_line_errors_naming_the_field(nodes: str, path: str, wanted: str) -> None:
+    from genie.topology import load_topology
+
+    text = f"name: t\nnodes: {nodes}\nswitches: [{{prefix: leaf, count: 2, kind: router}}]\n"
+    with pytest.raises(InputError) as err:
+        load_topology(text, source="t.yaml")
+    assert err.value.path is not None and err.value.path.startswith(path), (err.value.path, str(err.value))
+    assert wanted in str(err.value)

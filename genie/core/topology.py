@@ -44,6 +44,15 @@ class Switch:
     kind: SwitchKind = SwitchKind.BRIDGE
 
 
+class LinkRole(Enum):
+    """What a link is in the machine it models: a NETWORK link (a NIC's cable, a fabric link between switches)
+    or an INTRA_NODE link (NVLink / NVSwitch between a GPU and its node's switch). Emulated alike; told apart
+    where they are measured and fitted separately (the fabric model's link classes)."""
+
+    NETWORK = "network"
+    INTRA_NODE = "intra_node"
+
+
 @dataclass(frozen=True)
 class Link:
     """A full-duplex link between two nodes (host or switch); `shape` applies to each direction."""
@@ -51,6 +60,7 @@ class Link:
     a: str
     b: str
     shape: LinkShape = field(default_factory=LinkShape)
+    role: LinkRole = LinkRole.NETWORK
 
     @property
     def endpoints(self) -> tuple[str, str]:

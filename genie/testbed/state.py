@@ -22,7 +22,7 @@ from genie.core.dilation import TimeDilation
 from genie.core.errors import GenieError, InputError
 from genie.core.files import write_atomic
 from genie.core.testbed import HostEndpoint, LinkEnd, LinkModel, Shaping, TestbedInfo
-from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
+from genie.core.topology import Host, Link, LinkRole, Switch, SwitchKind, Topology
 from genie.linkemu.config import EmulatorConfig
 from genie.testbed.steps import (STEP_TYPES, AddHtb, AddRoute, CreateNetns, NextHop, PlanStep, QdiscParent, Shaper,
                                  StartEmulator)
@@ -210,7 +210,8 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
         "subnet": topology.subnet,
         "hosts": [dataclasses.asdict(h) for h in topology.hosts],
         "switches": [{"name": s.name, "kind": s.kind.value} for s in topology.switches],
-        "links": [{"a": link.a, "b": link.b, "shape": dataclasses.asdict(link.shape)} for link in topology.links],
+        "links": [{"a": link.a, "b": link.b, "shape": dataclasses.asdict(link.shape), "role": link.role.value}
+                  for link in topology.links],
     }
 
 
@@ -219,7 +220,8 @@ def topology_from_dict(data: dict[str, Any]) -> Topology:
         name=data["name"],
         hosts=tuple(Host(**h) for h in data["hosts"]),
         switches=tuple(Switch(s["name"], SwitchKind(s["kind"])) for s in data["switches"]),
-        links=tuple(Link(link["a"], link["b"], make_shape(**link["shape"])) for link in data["links"]),
+        links=tuple(Link(link["a"], link["b"], make_shape(**link["shape"]),
+                         LinkRole(link.get("role", LinkRole.NETWORK.value))) for link in data["links"]),
         subnet=data["subnet"],
     )
 

@@ -15,8 +15,9 @@ from genie.core.limits import MAX_RANKS
 from genie.core.errors import InputError, shown
 from genie.core.files import InputKind, read_input
 from genie.input_yaml import as_text, describe, parse_yaml
-from genie.core.topology import Host, Link, Switch, SwitchKind, Topology
+from genie.core.topology import Host, Link, LinkRole, Switch, SwitchKind, Topology
 from genie.topology.link_properties import LINK_PROPERTY_KEYS, make_shape, property_for_key, shape_problems
+from genie.topology.nodes import NODE_KEYS, read_nodes
 from genie.topology.validation import (
     DEFAULT_SUBNET,
     TopologyPaths,
@@ -27,11 +28,11 @@ from genie.topology.validation import (
     validate_topology,
 )
 
-TOP_LEVEL_KEYS = ("name", "subnet", "defaults", "hosts", "switches", "links")
-REQUIRED_TOP_LEVEL_KEYS = ("name", "hosts")
+TOP_LEVEL_KEYS = ("name", "subnet", "defaults", "hosts", "nodes", "switches", "links")
+REQUIRED_TOP_LEVEL_KEYS = ("name",)
 HOST_KEYS = ("name", "ranks", "prefix", "count", "start")
 SWITCH_KEYS = ("name", "kind", "prefix", "count", "start")
-LINK_KEYS = ("endpoints", *LINK_PROPERTY_KEYS)
+LINK_KEYS = ("endpoints", *LINK_PROPERTY_KEYS, "role")
 MAX_GROUP_COUNT = 100_000
 
 _Fail = Callable[[str, str], InputError]
@@ -89,6 +90,8 @@ def _topology_from_document(document: object, source: str, fail: _Fail) -> tuple
     for key in REQUIRED_TOP_LEVEL_KEYS:
         if key not in document:
             raise fail(key, f"missing required key {shown(key)}")
+    if "hosts" not in document and "nodes" not in document:
+        raise fail("hosts", "missing required key 'hosts' (or 'nodes' for multi-GPU nodes)")
     name = document["name"]
     if problem := topology_name_problem(name):
         raise fail("name", problem)
@@ -97,9 +100,19 @@ def _topology_from_document(document: object, source: str, fail: _Fail) -> tuple
     except ValueError as error:
         raise fail("subnet", str(error)) from None
     defaults = _read_defaults(document.get("defaults"), fail)
-    hosts, host_paths = _read_hosts(_list_at(document, "hosts", fail, required=True), fail)
+    hosts, host_paths = _read_hosts(_list_at(document, "hosts", fail, required="nodes" not in document), fail)
     switches, switch_paths = _read_switches(_list_at(document, "switches", fail, required=False), fail)
     links, link_paths = _read_links(_list_at(document, "links", fail, required=False), defaults, fail)
+    nodes = read_nodes(_list_at(document, "nodes", fail, required=False), defaults, fail,
+                       lambda entry, path: _node_names(entry, path, NODE_KEYS, "node", fail))
+    hosts += tuple(h for h, _ in nodes.hosts)
+    host_paths += tuple(p for _, p in nodes.hosts)
+    if (world := sum(h.ranks for h in hosts)) > MAX_RANKS:
+        raise fail("nodes", f"the hosts and nodes have {world} ranks; genie runs at most {MAX_RANKS} ranks")
+    switches += tuple(s for s, _ in nodes.switches)
+    switch_paths += tuple(p for _, p in nodes.switches)
+    links += tuple(link for link, _ in nodes.links)
+    link_paths += tuple(p for _, p in nodes.links)
     topology = Topology(name=name, hosts=hosts, switches=switches, links=links, subnet=subnet)
     return topology, TopologyPaths(hosts=host_paths, switches=switch_paths, links=link_paths)
 
@@ -236,6 +249,9 @@ def _read_links(entries: list[Any], defaults: dict[str, object],
             if key == "jitter" and "jitter" not in entry and "delay" in entry:
                 key = "delay"
             raise fail(f"{path}.{key}", message)
-        links.append(Link(a=ends[0], b=ends[1], shape=shape))
+        role = entry.get("role", LinkRole.NETWORK.value)
+        if role not in {r.value for r in LinkRole}:
+            raise fail(f"{path}.role", f"expected one of {', '.join(r.value for r in LinkRole)}, got {describe(role)}")
+        links.append(Link(a=ends[0], b=ends[1], shape=shape, role=LinkRole(role)))
         paths.append(path)
     return tuple(links), tuple(paths)

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from genie.core.topology import Host, LinkShape, Switch, Topology
+from genie.core.topology import Host, LinkRole, LinkShape, Switch, Topology
 from genie.topology.link_properties import shape_to_yaml
 
 _NUMBERED = re.compile(r"(?P<prefix>.*?)(?P<number>0|[1-9][0-9]*)")
@@ -46,7 +46,8 @@ def dump_topology(topology: Topology) -> str:
         document["switches"] = _node_entries(topology.switches, lambda s: {"kind": s.kind.value})
     if topology.links:
         document["links"] = [
-            _Flow(endpoints=[link.a, link.b], **shape_to_yaml(link.shape, relative_to=defaults))
+            _Flow(endpoints=[link.a, link.b], **shape_to_yaml(link.shape, relative_to=defaults),
+                  **({"role": link.role.value} if link.role is not LinkRole.NETWORK else {}))
             for link in topology.links
         ]
     return yaml.dump(document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120,
