@@ -113,8 +113,19 @@ def delete_record(name: str) -> None:
     (state_dir() / f"{name}.lock").unlink(missing_ok=True)  # and so is what a run could hold
 
 
+_STEPS_JSON: list[tuple[tuple[PlanStep, ...], str]] = []  # the last plan written, as JSON
+
+
 def _record_json(record: TestbedRecord) -> str:
-    return json.dumps(record_to_dict(record), indent=1, default=_json_default) + "\n"
+    """The record as JSON. `up` saves it before every namespace and emulator it creates, and only the small
+    fields change between saves, so the steps (thousands on a large fabric: ~1 s to encode) are encoded once
+    per plan and spliced in."""
+    if not _STEPS_JSON or _STEPS_JSON[0][0] is not record.steps:
+        text = json.dumps([step_to_dict(step) for step in record.steps], indent=1, default=_json_default)
+        _STEPS_JSON[:] = [(record.steps, text)]
+    doc = record_to_dict(record, steps=False)
+    head = json.dumps(doc, indent=1, default=_json_default)
+    return head[:-2] + ',\n "steps": ' + _STEPS_JSON[0][1].replace("\n", "\n ") + "\n}\n"
 
 
 def _json_default(value: object) -> object:
@@ -125,8 +136,8 @@ def _json_default(value: object) -> object:
 
 # --- dict <-> dataclasses -------------------------------------------------------------------------------------
 
-def record_to_dict(record: TestbedRecord) -> dict[str, Any]:
-    return {
+def record_to_dict(record: TestbedRecord, *, steps: bool = True) -> dict[str, Any]:
+    doc = {
         "format": RECORD_FORMAT,
         "name": record.name,
         "source": record.source,
@@ -138,8 +149,10 @@ def record_to_dict(record: TestbedRecord) -> dict[str, Any]:
         "registered_pids": [list(p) for p in record.registered_pids],
         "emulators": [list(e) for e in record.emulators],
         "info": info_to_dict(record.info),
-        "steps": [step_to_dict(step) for step in record.steps],
     }
+    if steps:
+        doc["steps"] = [step_to_dict(step) for step in record.steps]
+    return doc
 
 
 def record_from_dict(data: dict[str, Any]) -> TestbedRecord:
