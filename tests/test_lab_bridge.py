@@ -136,3 +136,16 @@ def test_vagrant_validates_a_wide_bridged_lab(tmp_path: Path) -> None:
         result = subprocess.run([VAGRANT, "validate", "--ignore-provider"], cwd=lab_dir, env=env,
                                 capture_output=True, text=True, timeout=180)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_local_macs_leave_the_bridge_out(tmp_path: Path) -> None:
+    """br0 takes the MAC of one of its ports: `genie lab shape` must find the port, not the bridge."""
+    from genie.services.lab import local_macs
+
+    for device, mac in (("br0", "02:67:00:00:00:01"), ("ens5", "02:67:00:00:00:01"), ("ens6", "02:67:00:00:01:01"),
+                        ("eth0", "52:54:00:AA:BB:CC")):
+        (tmp_path / device).mkdir()
+        (tmp_path / device / "address").write_text(mac + "\n")
+    (tmp_path / "br0" / "bridge").mkdir()
+    assert local_macs(tmp_path) == {"02:67:00:00:00:01": "ens5", "02:67:00:00:01:01": "ens6",
+                                    "52:54:00:aa:bb:cc": "eth0"}
