@@ -100,6 +100,15 @@ def test_the_receivers_emulator_knows_the_senders_by_the_macs_vagrant_sets() -> 
         assert f"mac: '{by_source[sender][0].replace(':', '')}'" in text
 
 
+def test_virtualbox_lets_a_bridge_vms_ports_receive_for_other_macs() -> None:
+    """VirtualBox hands a NIC only the frames for its own MAC unless its promiscuous mode is allowed: a bridge
+    VM's ports (adapters 2.. after NAT's 1) must be, no other VM's NIC is."""
+    text = lab_files(plan_lab(star(4)), repo="..")["Vagrantfile"]
+    bridge = text[text.index("config.vm.define 's0'"):]
+    assert [f'"--nicpromisc{n}", "allow-all"' in bridge for n in range(1, 7)] == [False] + [True] * 4 + [False]
+    assert text.count("--nicpromisc") == 4
+
+
 def test_a_bridge_with_many_ports_gets_ich9_and_more_libvirt_nics_or_is_refused() -> None:
     lab = plan_lab(star(10))
     assert virtualbox_nics(lab)["s0"] == 11 and virtualbox_nics(lab)["h0"] == 2
