@@ -4,9 +4,8 @@
 * ``Vagrantfile`` — one VM per topology host and switch (router or bridge), a private network per link, libvirt
   and VirtualBox blocks;
 * ``provision/network.sh`` (routes, forwarding, MTUs, a bridge VM's ``br0``; every boot), ``provision/genie.sh``
-  (genie in every VM;
-  in host VMs also MPICH, /etc/hosts, passwordless ssh; first boot) and ``provision/shape.sh`` (the links'
-  shaping, `genie lab shape`; every boot);
+  (genie in every VM; in host VMs also MPICH, /etc/hosts, passwordless ssh; first boot) and
+  ``provision/shape.sh`` (the links' shaping, `genie lab shape`; every boot);
 * ``topology.yaml`` — the topology, which `genie lab shape` and `genie lab verify` plan from inside the VMs;
 * ``inventory.yaml`` (docs/inventory.md) and the MPI hostfiles ``hostfile`` (MPICH) / ``hostfile.openmpi``;
 * ``ssh/id_ed25519[.pub]`` — one key the VMs share (made with ssh-keygen once, kept on later renders);
