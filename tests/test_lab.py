@@ -92,38 +92,62 @@ def _all_labs() -> list[tuple[str, Lab]]:
 @pytest.mark.parametrize(("name", "lab"), _all_labs(), ids=lambda v: v if isinstance(v, str) else "")
 def test_plan_structure_and_reachability(name: str, lab: Lab) -> None:
     topology = lab.topology
-    routers = [s for s in topology.switches if s.kind.value == "router"]
+    routers = [s.name for s in topology.switches if s.kind.value == "router"]
+    bridges = [s.name for s in topology.switches if s.kind.value == "bridge"]
     assert [m.name for m in lab.hosts] == [h.name for h in topology.hosts]
-    assert [m.name for m in lab.routers] == [r.name for r in routers]
+    assert [m.name for m in lab.routers] == routers and [m.name for m in lab.bridges] == bridges
     assert sum(m.ranks for m in lab.hosts) == topology.world_size
     subnet = ipaddress.IPv4Network(topology.subnet)
     addresses = [address for net in lab.networks for _, address in net.members]
     assert len(addresses) == len(set(addresses)), "every VM address is unique"
-    blocks = [ipaddress.IPv4Network(net.network) for net in lab.networks]
-    for net, block in zip(lab.networks, blocks):
+    assert [n.link_index for n in lab.networks if n.kind is not NetworkKind.ALONE] == list(range(len(topology.links)))
+    segments: dict[str, list[str]] = {}  # a /24 and the addresses in it: a bridged segment's is shared
+    for net in lab.networks:
+        block = ipaddress.IPv4Network(net.network)
         assert block.prefixlen == 24 and block.subnet_of(subnet)
         assert net.hypervisor_address == str(block.network_address + 1)
-        offsets = [int(ipaddress.IPv4Address(a)) - int(block.network_address) for _, a in net.members]
+        segments.setdefault(net.network, []).extend(a for _, a in net.members)
+        if net.kind is NetworkKind.ALONE:
+            assert len(net.machines) == 1
+        else:
+            link = topology.links[net.link_index]  # type: ignore[index]
+            assert net.machines == link.endpoints, "a network is one link, between the VMs of its two ends"
+            bridged = any(end in bridges for end in link.endpoints)
+            assert (net.kind is NetworkKind.BRIDGE_PORT) is bridged and bool(net.macs) is bridged
+    for network, in_it in segments.items():
+        block = ipaddress.IPv4Network(network)
+        offsets = [int(ipaddress.IPv4Address(a)) - int(block.network_address) for a in in_it]
         assert offsets == list(range(10, 10 + len(offsets))), "VMs from .10, never .1 (the hypervisor's)"
+    blocks = [ipaddress.IPv4Network(n) for n in segments]
     assert all(not a.overlaps(b) for i, a in enumerate(blocks) for b in blocks[i + 1:])
     for machine in lab.machines:
         assert machine.networks, f"{machine.name} has a network"
         if machine.role is MachineRole.HOST:
             assert lab.primary_network(machine.name).address_of(machine.name) == machine.address
-        else:
+        elif machine.role is MachineRole.ROUTER:
             assert machine.forwards and machine.address is None and machine.ranks == 0
-    for src in lab.machines:
+        else:  # a bridge: L2 only, one NIC per port, no address, no route
+            assert not machine.forwards and machine.address is None and machine.ranks == 0 and not machine.routes
+            assert all(lab.network(n).mac_of(machine.name) for n in machine.networks)
+    for src in [*lab.hosts, *lab.routers]:
         for dst in lab.hosts:
             if src.name != dst.name:
                 _walk(lab, src.name, dst.name)
 
 
-def test_star_is_one_flat_network() -> None:
+def test_star_is_a_bridge_vm_with_a_network_per_port() -> None:
+    from genie.testbed.userspace import veth_macs
+
     lab = plan_lab(load_topology_file(ROOT / "topologies" / "star-4.yaml"))
-    (net,) = lab.networks
-    assert net.kind is NetworkKind.BRIDGED and net.network == "198.18.0.0/24" and net.description == "bridge s0"
+    assert len(lab.networks) == 4 and all(n.kind is NetworkKind.BRIDGE_PORT for n in lab.networks)
+    assert {n.network for n in lab.networks} == {"198.18.0.0/24"}, "one IP segment, as on the testbed"
+    assert [n.description for n in lab.networks][0] == "link h0 - s0 (bridge s0)"
     assert [m.address for m in lab.hosts] == ["198.18.0.10", "198.18.0.11", "198.18.0.12", "198.18.0.13"]
     assert all(not m.routes and not m.forwards for m in lab.machines)
+    (s0,) = lab.bridges
+    assert s0.networks == tuple(n.name for n in lab.networks) and s0.memory_mb == 512 and s0.cpus == 1
+    for i, network in enumerate(lab.networks):  # the testbed's veth MACs, both ends
+        assert network.macs == ((f"h{i}", veth_macs(i)[0]), ("s0", veth_macs(i)[1]))
 
 
 def test_leaf_spine_routes_and_ecmp() -> None:
@@ -149,9 +173,11 @@ def test_ring_hosts_forward() -> None:
 
 def test_mixed_fabric_mtu_and_bridge_members() -> None:
     lab = plan_lab(load_topology(MIXED))
-    bridged = lab.networks[0]
-    assert bridged.kind is NetworkKind.BRIDGED and [m for m, _ in bridged.members] == ["gpu0", "gpu1", "core"]
-    assert bridged.network == "10.20.0.0/24"
+    ports = [n for n in lab.networks if n.kind is NetworkKind.BRIDGE_PORT]
+    assert [n.machines for n in ports] == [("gpu0", "sw"), ("gpu1", "sw"), ("sw", "core")]
+    assert [n.members for n in ports] == [(("gpu0", "10.20.0.10"),), (("gpu1", "10.20.0.11"),),
+                                          (("core", "10.20.0.12"),)]
+    assert {n.network for n in ports} == {"10.20.0.0/24"}
     jumbo = next(n for n in lab.networks if n.description == "link w6 - leaf1")
     assert jumbo.mtu_bytes == 9000
 
@@ -189,7 +215,7 @@ def test_render_every_sample(sample: Path, tmp_path: Path) -> None:
     assert vagrantfile.count('node.vm.provider "libvirt"') == len(lab.machines)
     assert vagrantfile.count('node.vm.provider "virtualbox"') == len(lab.machines)
     assert vagrantfile.count("lv.memory = 1536") == len(lab.hosts) == vagrantfile.count("vb.cpus = 3")
-    assert vagrantfile.count("lv.memory = 512") == len(lab.routers)
+    assert vagrantfile.count("lv.memory = 512") == len(lab.routers) + len(lab.bridges)
     assert "BOX = 'example/box'" in vagrantfile
     assert vagrantfile.count('path: "provision/genie.sh"') == len(lab.machines), "routers shape too: genie"
     assert vagrantfile.count('path: "provision/shape.sh", run: "always"') == len(lab.machines)
@@ -197,7 +223,12 @@ def test_render_every_sample(sample: Path, tmp_path: Path) -> None:
     for machine in lab.machines:
         assert f"config.vm.define '{machine.name}' do |node|" in vagrantfile
         for name in machine.networks:
-            assert f"ip: '{lab.network(name).address_of(machine.name)}', netmask: '255.255.255.0'" in vagrantfile
+            network = lab.network(name)
+            if machine.role is MachineRole.BRIDGE:  # a port: no address, found by its MAC
+                mac = (network.mac_of(machine.name) or "").replace(":", "")
+                assert f"auto_config: false, mac: '{mac}'" in vagrantfile
+            else:
+                assert f"ip: '{network.address_of(machine.name)}', netmask: '255.255.255.0'" in vagrantfile
     inventory = load_inventory_file(out / "inventory.yaml")
     assert inventory == lab_inventory(lab)
     assert [h.address for h in inventory.hosts] == [m.address for m in lab.hosts]
@@ -223,7 +254,7 @@ def test_rerender_keeps_the_key(tmp_path: Path) -> None:
     key = (tmp_path / "ssh" / "id_ed25519").read_bytes()
     render_lab(star(3), tmp_path)
     assert (tmp_path / "ssh" / "id_ed25519").read_bytes() == key
-    assert (tmp_path / "Vagrantfile").read_text().count("config.vm.define") == 3
+    assert (tmp_path / "Vagrantfile").read_text().count("config.vm.define") == 4  # 3 hosts and their bridge
     assert not [p.name for p in tmp_path.rglob(".*") if p.name.startswith((".Vagrantfile.", ".keygen-"))]
 
 
@@ -263,7 +294,12 @@ def _stub_bin(tmp_path: Path) -> tuple[Path, Path]:
     log = tmp_path / "calls.log"
     (bin_dir / "ip").write_text(f"""#!/bin/sh
 echo "ip $*" >> {log}
-if [ "$1" = "-o" ]; then echo "3: eth7    inet 10.0.0.10/24 brd 10.0.0.255 scope global eth7"; fi
+if [ "$1 $2" = "-o -4" ]; then echo "3: eth7    inet 10.0.0.10/24 brd 10.0.0.255 scope global eth7"; fi
+if [ "$1 $2" = "-o link" ]; then
+    echo "4: eth8@if9: <UP> mtu 1500 qdisc noqueue state UP link/ether 02:67:00:00:01:01 brd ff:ff:ff:ff:ff:ff"
+    echo "5: eth9: <UP> mtu 1500 qdisc noqueue state UP link/ether 02:67:00:00:02:01 brd ff:ff:ff:ff:ff:ff"
+fi
+if [ "$1 $2 $3" = "link show dev" ]; then exit 1; fi
 """)
     (bin_dir / "sysctl").write_text(f'#!/bin/sh\necho "sysctl $*" >> {log}\n')
     for tool in ("ip", "sysctl"):
@@ -289,7 +325,23 @@ def test_network_script_applies_its_arguments(tmp_path: Path) -> None:
         "ip route replace 10.20.5.10/32 src 10.20.0.10 via 10.20.0.12",
         "ip route replace 10.20.6.10/32 src 10.20.0.10 nexthop via 10.20.1.11 nexthop via 10.20.2.11",
     ]
-    assert "2 routes, forwarding on" in result.stdout
+    assert "2 routes, 0 bridge ports, forwarding on" in result.stdout
+    # a bridge VM: br0 made, its ports found by MAC (a veth's name as `ip -o link` shows it: eth8@if9)
+    log.unlink()
+    bridge = subprocess.run(["bash", str(tmp_path / "lab" / "provision" / "network.sh"), "--port",
+                             "02:67:00:00:02:01=9000", "--port", "02:67:00:00:01:01=1500"], env=env,
+                            capture_output=True, text=True, timeout=30)
+    assert bridge.returncode == 0, bridge.stderr
+    assert [line for line in log.read_text().splitlines() if not line.startswith("ip -o link")] == [
+        "ip link show dev br0", "ip link add br0 type bridge",
+        "ip link set dev eth9 mtu 9000", "ip link set dev eth9 master br0", "ip link set dev eth9 up",
+        "ip link set dev eth8 mtu 1500", "ip link set dev eth8 master br0", "ip link set dev eth8 up",
+        "ip link set dev br0 up",
+    ]
+    assert "0 routes, 2 bridge ports, forwarding off" in bridge.stdout
+    missing = subprocess.run(["bash", str(tmp_path / "lab" / "provision" / "network.sh"), "--port",
+                              "02:67:00:00:07:01=1500"], env=env, capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 1 and "no interface has the MAC address 02:67:00:00:07:01" in missing.stderr
     bad = subprocess.run(["bash", str(tmp_path / "lab" / "provision" / "network.sh"), "--bogus"], env=env,
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unknown argument: --bogus" in bad.stderr
@@ -314,7 +366,7 @@ def test_cli_render(tmp_path: Path) -> None:
     result = runner.invoke(app, ["render", str(ROOT / "topologies" / "star-4.yaml"), str(tmp_path / "lab"),
                                  "--memory", "1024", "--cpus", "1"])
     assert result.exit_code == 0, result.output
-    assert "lab star-4: 4 host VMs, 1 private network, box debian/bookworm64" in result.output
+    assert "lab star-4: 4 host VMs, 1 bridge VM, 4 private networks, box debian/bookworm64" in result.output
     assert "h3              198.18.0.13     ranks 1" in result.output
     assert "lv.memory = 1024" in (tmp_path / "lab" / "Vagrantfile").read_text()
     bad = runner.invoke(app, ["render", str(ROOT / "topologies" / "star-4.yaml"), str(tmp_path / "x"),
@@ -385,10 +437,14 @@ links:
 
 
 def _vm_addresses(lab: Lab, machine: str) -> dict[str, str]:
-    """A VM's addresses as Vagrant would give them: the NAT NIC eth0, then lab NICs ens5, ens6... in network order."""
-    addresses = {"10.0.2.15": "eth0"}
+    """A VM's addresses as Vagrant would give them: the NAT NIC eth0, then lab NICs ens5, ens6... in network order
+    (each found by its address and its MAC; a bridge's ports have only their MAC)."""
+    addresses = {"10.0.2.15": "eth0", "52:54:00:12:34:56": "eth0"}
     for k, name in enumerate(lab.machine(machine).networks):
-        addresses[lab.network(name).address_of(machine) or ""] = f"ens{5 + k}"
+        network = lab.network(name)
+        for address in (network.address_of(machine), network.mac_of(machine)):
+            if address:
+                addresses[address] = f"ens{5 + k}"
     return addresses
 
 
@@ -432,9 +488,12 @@ def test_vm_shaping_errors() -> None:
     missing = r"h0: no interface has the lab address 198\.18\.1\.10 \(links\[0\] h0 - r0\)"
     with pytest.raises(EnvironmentProblem, match=missing):
         plan_machine_shaping(lab, "h0", Shaper.KERNEL, {"10.0.2.15": "eth0"})
-    with pytest.raises(InputError, match=r"^--machine: expected one of the lab's VMs \(h0, h1, h2, r0\), got 's0'"), \
-            flag_names(LAB_FLAGS):
-        plan_machine_shaping(lab, "s0", Shaper.KERNEL, {})
+    with pytest.raises(InputError, match=r"^--machine: expected one of the lab's VMs \(h0, h1, h2, r0, s0\), "
+                                         r"got 's1'"), flag_names(LAB_FLAGS):
+        plan_machine_shaping(lab, "s1", Shaper.KERNEL, {})
+    port = r"s0: no interface has the MAC address of bridge port 02:67:00:00:01:01 \(links\[1\] s0 - r0\)"
+    with pytest.raises(EnvironmentProblem, match=port):
+        plan_machine_shaping(lab, "s0", Shaper.KERNEL, {"10.0.2.15": "eth0"})
 
 
 def test_host_backend_refuses_what_is_not_shaping() -> None:

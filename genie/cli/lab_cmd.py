@@ -37,8 +37,9 @@ def render_command(
     cpus: Optional[int] = typer.Option(None, "--cpus", help="CPUs of each host VM (default: from this machine's "
                                                             "CPUs, 1-2)."),
     router_memory: Optional[int] = typer.Option(None, "--router-memory",
-                                                help="Memory of each router VM (router switches), MiB [512]."),
-    router_cpus: Optional[int] = typer.Option(None, "--router-cpus", help="CPUs of each router VM [1]."),
+                                                help="Memory of each switch VM (routers and bridges), MiB [512]."),
+    router_cpus: Optional[int] = typer.Option(None, "--router-cpus",
+                                              help="CPUs of each switch VM (routers and bridges) [1]."),
     repo: Optional[Path] = typer.Option(None, "--repo", help="genie checkout to install in the VMs "
                                                               "(default: the one this genie runs from)."),
     offline: bool = typer.Option(False, "--offline", help="Download genie's Python packages once into "
@@ -53,7 +54,7 @@ def render_command(
                                                  repo, offline))
     lab = result.lab
     counts = [_count(len(lab.hosts), "host VM"), _count(len(lab.routers), "router VM"),
-              _count(len(lab.networks), "private network")]
+              _count(len(lab.bridges), "bridge VM"), _count(len(lab.networks), "private network")]
     typer.echo(f"lab {lab.name}: {', '.join(c for c in counts if not c.startswith('0 '))}, box {lab.box} "
                f"-> {outdir}/")
     for machine in lab.hosts:
@@ -71,7 +72,7 @@ def render_command(
 @app.command("shape")
 def shape_command(
     lab_dir: Path = typer.Argument(..., help="The lab directory (/vagrant inside a VM)."),
-    machine: str = typer.Option(..., "--machine", help="The lab VM this is (a topology host or router)."),
+    machine: str = typer.Option(..., "--machine", help="The lab VM this is (a topology host, router or bridge)."),
     shaper: ShaperChoice = typer.Option(ShaperChoice.AUTO, "--shaper", case_sensitive=False,
                                         help="auto: netem where this kernel has sch_netem, else the userspace "
                                              "link emulator."),

@@ -1,4 +1,4 @@
-"""Vagrant labs: a topology as VMs (one per host, one per router) on private networks that follow its links.
+"""Vagrant labs: a topology as VMs (one per host, router and bridge) on private networks, one per link.
 
 `plan_lab` is pure (VMs, networks, addresses, routes); `render_lab` writes the Vagrantfile, provisioning
 scripts, inventory and hostfiles; `genie.lab.shape` plans a VM's link shaping from the testbed's own steps

@@ -1,14 +1,19 @@
 """Topology -> the plan of a Vagrant lab: VMs, private networks, addresses and static routes. Pure.
 
-The lab follows the emulated testbed's L3 design (genie.testbed.layout / plan), with VMs instead of namespaces:
+The lab follows the emulated testbed's design (genie.testbed.layout / plan), with VMs instead of namespaces:
 * every topology **host** is a VM that runs ranks; every **router** switch is a small VM that only forwards;
-* every **bridged segment** (a bridge, or bridges linked to bridges) is one private network holding all the
-  hosts and routers attached to it — the hypervisor's virtual switch stands in for the bridge, so bridges get
-  no VM; every other link (host-host, host-router, router-router) is a private network of its own;
-* every segment gets a **/24** from the topology's subnet, in order (bridged segments, then links in file
-  order): segment *j* is the *j*-th /24. In it ``.1`` is left to the hypervisor (libvirt puts its side of the
-  network there; VirtualBox internal networks need none but keep the rule) and VMs take ``.10``, ``.11``, ...
-  in link order;
+  every **bridge** switch is a small VM that bridges its NICs (``br0``) and shapes the egress of each of its
+  ports, as the testbed's bridge namespace does;
+* every **link** is a private network of its own with the two VMs of its ends (a host without links gets a
+  network alone): the hypervisor only wires NICs together, it never plays a switch;
+* every IP **segment** gets a **/24** from the topology's subnet, in order (bridged segments — the hosts and
+  routers around a bridge, or around bridges linked to bridges —, then the other links in file order):
+  segment *j* is the *j*-th /24. The networks of a bridged segment's links (the bridge VMs' ports) share its
+  /24; they have no hypervisor side (libvirt ``veryisolated``) and their NICs carry the testbed's fixed veth
+  MACs (`genie.testbed.userspace.veth_macs`), by which a bridge VM finds its ports and the userspace link
+  emulator tells senders apart. A point-to-point link's /24 has ``.1`` left to the hypervisor (libvirt puts
+  its side of the network there; VirtualBox internal networks need none but keep the rule). VMs take
+  ``.10``, ``.11``, ... of their segment in link order; bridges take no address;
 * a host's **rank address** is its address on its first link (a host without links — a one-host topology —
   still gets a network of its own);
 * **routes**: every VM gets a /32 route to every host it is not attached to, through every equal-cost next
@@ -26,6 +31,7 @@ from itertools import combinations
 
 from genie.core.errors import InputError
 from genie.core.topology import Link, SwitchKind, Topology
+from genie.testbed.userspace import veth_macs
 from genie.topology.graph import bridged_segments
 from genie.topology.routing import shortest_paths_next_hops
 from genie.topology.validation import validate_topology
@@ -47,25 +53,29 @@ DEFAULT_MTU_BYTES = 1500
 class MachineRole(Enum):
     HOST = "host"  # runs ranks
     ROUTER = "router"  # a router switch of the topology: forwards only
+    BRIDGE = "bridge"  # a bridge switch of the topology: bridges its NICs, shapes its ports
 
 
 class NetworkKind(Enum):
-    BRIDGED = "bridged"  # a bridged segment: all hosts and routers on one switch (or bridged switches)
-    POINT_TO_POINT = "point-to-point"  # one link between two hosts or routers
+    BRIDGE_PORT = "bridge-port"  # a link with a bridge at one end (or both): a port of a bridge VM
+    POINT_TO_POINT = "point-to-point"  # a link between two hosts or routers
     ALONE = "alone"  # the network of a host without links
 
 
 @dataclass(frozen=True)
 class LabNetwork:
-    """A Vagrant private network: ``name`` is the libvirt network / VirtualBox internal network name."""
+    """A Vagrant private network: one topology link (or a host without links). ``name`` is the libvirt network
+    / VirtualBox internal network name; ``network`` the /24 of its IP segment (a bridged segment's is shared by
+    the networks of all its links)."""
 
     name: str
     kind: NetworkKind
     network: str  # CIDR, a /24
-    description: str  # what of the topology it stands for: "bridge s0", "link h0 - leaf0"
-    members: tuple[tuple[str, str], ...]  # (machine, address) in link order
+    description: str  # what of the topology it stands for: "link h0 - s0 (bridge s0)", "link h0 - leaf0"
+    members: tuple[tuple[str, str], ...]  # (machine, address) of its VMs that have one (bridges have none)
     mtu_bytes: int = DEFAULT_MTU_BYTES
-    links: tuple[int, ...] = ()  # indices of the topology links it carries (a bridged segment: several)
+    link_index: int | None = None  # the topology link it is (None: a host alone)
+    macs: tuple[tuple[str, str], ...] = ()  # BRIDGE_PORT: (machine, MAC) of both ends, the testbed's veth MACs
 
     @property
     def netmask(self) -> str:
@@ -75,8 +85,18 @@ class LabNetwork:
     def hypervisor_address(self) -> str:
         return str(ipaddress.IPv4Network(self.network).network_address + HYPERVISOR_OFFSET)
 
+    @property
+    def machines(self) -> tuple[str, ...]:
+        """The VMs with a NIC on it (a bridge too), in link order."""
+        if self.macs:
+            return tuple(machine for machine, _ in self.macs)
+        return tuple(machine for machine, _ in self.members)
+
     def address_of(self, machine: str) -> str | None:
         return dict(self.members).get(machine)
+
+    def mac_of(self, machine: str) -> str | None:
+        return dict(self.macs).get(machine)
 
 
 @dataclass(frozen=True)
@@ -92,7 +112,7 @@ class LabMachine:
     role: MachineRole
     ranks: int  # 0 for routers
     address: str | None  # the rank address (hosts)
-    networks: tuple[str, ...]  # LabNetwork names, in the order the VM's NICs are defined
+    networks: tuple[str, ...]  # LabNetwork names, in the order the VM's NICs are defined (a bridge: its ports)
     routes: tuple[LabRoute, ...]
     forwards: bool
     multipath: bool
@@ -105,8 +125,8 @@ class Lab:
     name: str
     topology: Topology
     box: str
-    networks: tuple[LabNetwork, ...]
-    machines: tuple[LabMachine, ...]  # hosts in rank order, then routers
+    networks: tuple[LabNetwork, ...]  # one per link, in link order (then hosts without links)
+    machines: tuple[LabMachine, ...]  # hosts in rank order, then switches (routers, bridges) in topology order
 
     @property
     def hosts(self) -> tuple[LabMachine, ...]:
@@ -116,6 +136,10 @@ class Lab:
     def routers(self) -> tuple[LabMachine, ...]:
         return tuple(m for m in self.machines if m.role is MachineRole.ROUTER)
 
+    @property
+    def bridges(self) -> tuple[LabMachine, ...]:
+        return tuple(m for m in self.machines if m.role is MachineRole.BRIDGE)
+
     def network(self, name: str) -> LabNetwork:
         for network in self.networks:
             if network.name == name:
@@ -123,11 +147,18 @@ class Lab:
         raise KeyError(name)
 
     def end_address(self, link_index: int, node: str) -> str | None:
-        """The address of `node`'s NIC for topology link `link_index` (None for a bridge: it has no VM)."""
+        """The address of `node`'s NIC for topology link `link_index` (None for a bridge: its ports have none)."""
+        return self.link_network(link_index).address_of(node)
+
+    def end_mac(self, link_index: int, node: str) -> str | None:
+        """The fixed MAC of `node`'s NIC for topology link `link_index` (links with a bridge end only)."""
+        return self.link_network(link_index).mac_of(node)
+
+    def link_network(self, link_index: int) -> LabNetwork:
         for network in self.networks:
-            if link_index in network.links:
-                return network.address_of(node)
-        return None
+            if network.link_index == link_index:
+                return network
+        raise KeyError(link_index)
 
     def machine(self, name: str) -> LabMachine:
         for machine in self.machines:
@@ -146,7 +177,7 @@ class Lab:
 
 @dataclass(frozen=True)
 class LabSizing:
-    """The size of every VM of one role."""
+    """The size of every VM of one role: host VMs, and switch VMs (routers and bridges: ``router_*``)."""
 
     memory_mb: int = DEFAULT_MEMORY_MB
     cpus: int = DEFAULT_CPUS
@@ -155,11 +186,11 @@ class LabSizing:
 
 
 def default_sizing(topology: Topology, *, host_memory_mb: int, host_cpus: int) -> LabSizing:
-    """VM sizes that fit the workstation: routers get 512 MiB and 1 CPU; host VMs share three quarters of its
-    memory left after the routers (1-2 GiB each, in 256 MiB steps) and its CPUs (1-2 each)."""
+    """VM sizes that fit the workstation: switch VMs (routers and bridges) get 512 MiB and 1 CPU; host VMs share
+    three quarters of its memory left after the switches (1-2 GiB each, in 256 MiB steps) and its CPUs (1-2
+    each)."""
     hosts = max(1, len(topology.hosts))
-    routers = sum(1 for s in topology.switches if s.kind is SwitchKind.ROUTER)
-    budget_mb = host_memory_mb * 3 // 4 - routers * DEFAULT_ROUTER_MEMORY_MB
+    budget_mb = host_memory_mb * 3 // 4 - len(topology.switches) * DEFAULT_ROUTER_MEMORY_MB
     memory_mb = min(DEFAULT_MEMORY_MB, max(MIN_HOST_DEFAULT_MEMORY_MB, budget_mb // hosts // 256 * 256))
     return LabSizing(memory_mb, min(DEFAULT_CPUS, max(1, host_cpus // hosts)))
 
@@ -182,26 +213,29 @@ def sizing_warnings(lab: Lab, *, host_memory_mb: int, host_cpus: int) -> list[st
 def plan_lab(topology: Topology, *, box: str = DEFAULT_BOX, memory_mb: int = DEFAULT_MEMORY_MB,
              cpus: int = DEFAULT_CPUS, router_memory_mb: int = DEFAULT_ROUTER_MEMORY_MB,
              router_cpus: int = ROUTER_CPUS, source: str | None = None) -> Lab:
-    """The lab for `topology`. InputError (naming `source`) when the subnet cannot hold a /24 per segment."""
+    """The lab for `topology`. InputError (naming `source`) when the subnet cannot hold a /24 per segment.
+    ``router_memory_mb`` / ``router_cpus`` size every switch VM (routers and bridges)."""
     _check_options(box, memory_mb, cpus, router_memory_mb, router_cpus)
     validate_topology(topology, source=source or "<topology>")
-    networks, first_network = _networks(topology, source)
-    primary = {host: dict(networks[first_network[host]].members)[host] for host in first_network}
+    networks, primary = _networks(topology, source)
     routes, forwarders = _routes(topology, networks, primary)
     hostnames = _hostnames(topology)
     machines = []
     for node, role in ([(h.name, MachineRole.HOST) for h in topology.hosts]
-                       + [(s.name, MachineRole.ROUTER) for s in topology.switches if s.kind is SwitchKind.ROUTER]):
+                       + [(s.name, _SWITCH_ROLE[s.kind]) for s in topology.switches]):
         host = role is MachineRole.HOST
         node_routes = tuple(routes.get(node, ()))
         machines.append(LabMachine(
             name=node, hostname=hostnames[node], role=role, ranks=topology.host(node).ranks if host else 0,
             address=primary[node] if host else None,
-            networks=tuple(n.name for n in networks if n.address_of(node) is not None),
-            routes=node_routes, forwards=not host or node in forwarders,
+            networks=tuple(n.name for n in networks if node in n.machines),
+            routes=node_routes, forwards=role is MachineRole.ROUTER or node in forwarders,
             multipath=any(len(r.gateways) > 1 for r in node_routes),
             memory_mb=memory_mb if host else router_memory_mb, cpus=cpus if host else router_cpus))
     return Lab(topology.name, topology, box, tuple(networks), tuple(machines))
+
+
+_SWITCH_ROLE = {SwitchKind.ROUTER: MachineRole.ROUTER, SwitchKind.BRIDGE: MachineRole.BRIDGE}
 
 
 def _check_options(box: str, memory_mb: int, cpus: int, router_memory_mb: int, router_cpus: int) -> None:
@@ -211,7 +245,7 @@ def _check_options(box: str, memory_mb: int, cpus: int, router_memory_mb: int, r
         if isinstance(value, bool) or not isinstance(value, int) or value < MIN_MEMORY_MB:
             raise InputError(f"expected the memory of a VM in MiB (an integer >= {MIN_MEMORY_MB}), got {value!r}",
                              path=option)
-    for value, option, role in ((cpus, "cpus", "host"), (router_cpus, "router_cpus", "router")):
+    for value, option, role in ((cpus, "cpus", "host"), (router_cpus, "router_cpus", "switch (router or bridge)")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"expected the number of CPUs of a {role} VM (an integer >= 1), got {value!r}",
                              path=option)
@@ -231,55 +265,64 @@ def _hostnames(topology: Topology) -> dict[str, str]:
     return names
 
 
-def _networks(topology: Topology, source: str | None) -> tuple[list[LabNetwork], dict[str, int]]:
-    """The lab's networks in order, and for each host the index of the network of its first link."""
+def _networks(topology: Topology, source: str | None) -> tuple[list[LabNetwork], dict[str, str]]:
+    """The lab's networks (one per link, then one per host without links) and every host's rank address."""
     bridge_names = {s.name for s in topology.switches if s.kind is SwitchKind.BRIDGE}
     segment_of_bridge = bridged_segments(topology)
-    groups: list[tuple[NetworkKind, str, list[str], list[Link]]] = []
-    group_of_segment: dict[int, int] = {}
+    # IP segments as the testbed orders them: bridged segments (in switch order), the other links, lone hosts
+    segments: list[tuple[str, list[str]]] = []  # (what it stands for, its L3 members in link order)
+    segment_of: dict[int, int] = {}  # bridged segment number -> index in `segments`
     for bridge in (s.name for s in topology.switches if s.name in bridge_names):
-        segment = segment_of_bridge[bridge]
-        if segment not in group_of_segment:
-            group_of_segment[segment] = len(groups)
-            members = sorted((b for b, s in segment_of_bridge.items() if s == segment),
+        if segment_of_bridge[bridge] not in segment_of:
+            segment_of[segment_of_bridge[bridge]] = len(segments)
+            members = sorted((b for b, s in segment_of_bridge.items() if s == segment_of_bridge[bridge]),
                              key=topology.node_names().index)
-            groups.append((NetworkKind.BRIDGED, f"bridge{'s' if len(members) > 1 else ''} {', '.join(members)}",
-                           [], []))
-    link_group: list[int] = []
+            segments.append((f"bridge{'s' if len(members) > 1 else ''} {', '.join(members)}", []))
+    link_segment: list[int] = []
     for link in topology.links:
         bridges_here = [end for end in link.endpoints if end in bridge_names]
         if bridges_here:
-            index = group_of_segment[segment_of_bridge[bridges_here[0]]]
+            link_segment.append(segment_of[segment_of_bridge[bridges_here[0]]])
         else:
-            index = len(groups)
-            groups.append((NetworkKind.POINT_TO_POINT, f"link {link.a} - {link.b}", [], []))
-        groups[index][2].extend(end for end in link.endpoints if end not in bridge_names)
-        groups[index][3].append(link)
-        link_group.append(index)
+            link_segment.append(len(segments))
+            segments.append((f"link {link.a} - {link.b}", []))
+        segments[link_segment[-1]][1].extend(end for end in link.endpoints if end not in bridge_names)
     linked = {end for link in topology.links for end in link.endpoints}
-    for host in topology.hosts:
-        if host.name not in linked:
-            groups.append((NetworkKind.ALONE, f"host {host.name} (no links)", [host.name], []))
-    blocks = _blocks(topology.subnet, len(groups), source)
-    networks = []
-    for j, ((kind, description, members, links), block) in enumerate(zip(groups, blocks)):
+    lone = [host.name for host in topology.hosts if host.name not in linked]
+    blocks = _blocks(topology.subnet, len(segments) + len(lone), source)
+    for description, members in segments:
         if len(members) > MAX_SEGMENT_VMS:
             raise InputError(f"{description} has {len(members)} hosts and routers but a lab /24 holds at most "
                              f"{MAX_SEGMENT_VMS} VMs (.{FIRST_VM_OFFSET}-.254)", source=source, path="links")
-        addresses = tuple((m, str(block.network_address + FIRST_VM_OFFSET + k)) for k, m in enumerate(members))
-        mtu = min((link.shape.mtu_bytes for link in links), default=DEFAULT_MTU_BYTES)
-        indices = tuple(i for i, group in enumerate(link_group) if group == j)
-        networks.append(LabNetwork(f"genie-{topology.name}-net{j}", kind, str(block), description, addresses, mtu,
-                                   indices))
-    first_network: dict[str, int] = {}
-    for link, index in zip(topology.links, link_group):
+    taken = [0] * len(segments)  # addresses given in each segment so far
+    ports = [0] * len(segments)  # bridge-port networks in each segment so far
+    networks: list[LabNetwork] = []
+    primary: dict[str, str] = {}
+    for index, (link, j) in enumerate(zip(topology.links, link_segment)):
+        block = blocks[j]
+        members = []
         for end in link.endpoints:
             if end not in bridge_names:
-                first_network.setdefault(end, index)
-    for i, network in enumerate(networks):
-        if network.kind is NetworkKind.ALONE:
-            first_network[network.members[0][0]] = i
-    return networks, first_network
+                members.append((end, str(block.network_address + FIRST_VM_OFFSET + taken[j])))
+                taken[j] += 1
+                primary.setdefault(end, members[-1][1])
+        name = f"genie-{topology.name}-net{j}"
+        if any(end in bridge_names for end in link.endpoints):
+            name, kind = f"{name}-{ports[j]}", NetworkKind.BRIDGE_PORT
+            ports[j] += 1
+            description = f"link {link.a} - {link.b} ({segments[j][0]})"
+            macs = tuple(zip(link.endpoints, veth_macs(index)))
+        else:
+            kind, description, macs = NetworkKind.POINT_TO_POINT, segments[j][0], ()
+        networks.append(LabNetwork(name, kind, str(block), description, tuple(members), link.shape.mtu_bytes,
+                                   index, macs))
+    for k, host in enumerate(lone):
+        j = len(segments) + k
+        address = str(blocks[j].network_address + FIRST_VM_OFFSET)
+        networks.append(LabNetwork(f"genie-{topology.name}-net{j}", NetworkKind.ALONE, str(blocks[j]),
+                                   f"host {host} (no links)", ((host, address),)))
+        primary[host] = address
+    return networks, primary
 
 
 def _blocks(subnet: str, count: int, source: str | None) -> list[ipaddress.IPv4Network]:
@@ -295,28 +338,35 @@ def _blocks(subnet: str, count: int, source: str | None) -> list[ipaddress.IPv4N
             for j in range(count)]
 
 
+
+
 def _routes(topology: Topology, networks: list[LabNetwork],
             primary: dict[str, str]) -> tuple[dict[str, list[LabRoute]], set[str]]:
-    """Per VM, a /32 route to every host whose rank network it is not on; and the hosts that forward."""
+    """Per VM, a /32 route to every host whose rank segment it is not on; and the hosts that forward."""
     routers = tuple(s for s in topology.switches if s.kind is SwitchKind.ROUTER)
     hosts = {h.name for h in topology.hosts}
-    shared: dict[frozenset[str], list[LabNetwork]] = {}
-    l3_links: list[Link] = []
+    segments: dict[str, list[tuple[str, str]]] = {}  # as IP sees it: a /24 and who has an address in it
     for network in networks:
-        for (a, _), (b, _) in combinations(network.members, 2):
+        segments.setdefault(network.network, []).extend(network.members)
+    shared: dict[frozenset[str], list[list[tuple[str, str]]]] = {}
+    l3_links: list[Link] = []
+    for members in segments.values():
+        for (a, _), (b, _) in combinations(members, 2):
             pair = frozenset((a, b))
+            if a == b or members in shared.get(pair, []):
+                continue
             if pair not in shared:
                 l3_links.append(Link(a, b))
-            shared.setdefault(pair, []).append(network)
-    # as IP sees it: bridges vanish, every pair of VMs on one network is one hop apart
+            shared.setdefault(pair, []).append(members)
+    # bridges vanish, every pair of VMs on one segment is one hop apart
     l3 = Topology(topology.name, topology.hosts, routers, tuple(l3_links), topology.subnet)
     next_hops = shortest_paths_next_hops(l3)
-    network_of_address = {address: n for n in networks for _, address in n.members}
+    segment_of_address = {address: members for members in segments.values() for _, address in members}
     routes: dict[str, list[LabRoute]] = {}
     forwarders: set[str] = set()
     for node in [h.name for h in topology.hosts] + [r.name for r in routers]:
         for dst in topology.hosts:
-            if dst.name == node or network_of_address[primary[dst.name]].address_of(node) is not None:
+            if dst.name == node or any(m == node for m, _ in segment_of_address[primary[dst.name]]):
                 continue
             hops = next_hops.get((node, dst.name))
             if not hops:
@@ -325,6 +375,7 @@ def _routes(topology: Topology, networks: list[LabNetwork],
             for hop in hops:
                 if hop in hosts and hop != dst.name:
                     forwarders.add(hop)
-                gateways.extend(address for n in shared[frozenset((node, hop))] if (address := n.address_of(hop)))
+                gateways.extend(address for members in shared[frozenset((node, hop))]
+                                for m, address in members if m == hop)
             routes.setdefault(node, []).append(LabRoute(f"{primary[dst.name]}/32", tuple(gateways)))
     return routes, forwarders

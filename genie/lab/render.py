@@ -1,10 +1,11 @@
 """Lab plan -> the files of a Vagrant lab directory, written atomically.
 
 ``OUTDIR/`` gets:
-* ``Vagrantfile`` — one VM per topology host (and router), private networks, libvirt and VirtualBox blocks;
-* ``provision/network.sh`` (routes, forwarding, MTUs; every boot), ``provision/genie.sh`` (genie in every VM;
-  in host VMs also MPICH, /etc/hosts, passwordless ssh; first boot) and ``provision/shape.sh`` (the links'
-  shaping, `genie lab shape`; every boot);
+* ``Vagrantfile`` — one VM per topology host and switch (router or bridge), a private network per link, libvirt
+  and VirtualBox blocks;
+* ``provision/network.sh`` (routes, forwarding, MTUs, a bridge VM's ``br0``; every boot), ``provision/genie.sh``
+  (genie in every VM; in host VMs also MPICH, /etc/hosts, passwordless ssh; first boot) and
+  ``provision/shape.sh`` (the links' shaping, `genie lab shape`; every boot);
 * ``topology.yaml`` — the topology, which `genie lab shape` and `genie lab verify` plan from inside the VMs;
 * ``inventory.yaml`` (docs/inventory.md) and the MPI hostfiles ``hostfile`` (MPICH) / ``hostfile.openmpi``;
 * ``ssh/id_ed25519[.pub]`` — one key the VMs share (made with ssh-keygen once, kept on later renders);
@@ -28,7 +29,7 @@ from genie.core.topology import Topology
 from genie.inventory.model import HostfileFormat, Inventory, InventoryHost
 from genie.inventory.writer import dump_inventory, hostfile, ssh_config
 from genie.lab.plan import (DEFAULT_BOX, DEFAULT_CPUS, DEFAULT_MEMORY_MB, DEFAULT_MTU_BYTES,
-                            DEFAULT_ROUTER_MEMORY_MB, Lab, LabMachine, MachineRole, plan_lab)
+                            DEFAULT_ROUTER_MEMORY_MB, Lab, LabMachine, MachineRole, NetworkKind, plan_lab)
 from genie.core.files import write_atomic
 from genie.topology.writer import dump_topology
 
@@ -42,6 +43,7 @@ PROVISION_SCRIPTS = _EXECUTABLE
 VIRTUALBOX_NAT_NICS = 1  # Vagrant's management NIC
 VIRTUALBOX_PIIX3_MAX_NICS = 8  # VirtualBox's default chipset
 VIRTUALBOX_ICH9_MAX_NICS = 36
+LIBVIRT_DEFAULT_NICS = 9  # vagrant-libvirt's nic_adapter_count (8) counts slots 0..8
 WHEELHOUSE = "wheelhouse"  # `--offline`: Python packages downloaded once, installed from in every VM
 
 
@@ -64,15 +66,18 @@ def network_args(lab: Lab, machine: LabMachine) -> list[list[str]]:
         groups.append(["--source", machine.address])
     for name in machine.networks:
         network = lab.network(name)
-        if network.mtu_bytes != DEFAULT_MTU_BYTES:
+        if machine.role is MachineRole.BRIDGE:  # a port: found by its MAC (it has no address)
+            groups.append(["--port", f"{network.mac_of(machine.name)}={network.mtu_bytes}"])
+        elif network.mtu_bytes != DEFAULT_MTU_BYTES:
             groups.append(["--mtu", f"{network.network}={network.mtu_bytes}"])
     groups.extend(["--route", f"{route.destination}={','.join(route.gateways)}"] for route in machine.routes)
     return groups
 
 
 def virtualbox_nics(lab: Lab, source: str | None = None) -> dict[str, int]:
-    """NICs of every VM under VirtualBox (NAT + one per lab network). More than 8 need the ICH9 chipset (the
-    Vagrantfile sets it); more than 36 are refused, naming the node."""
+    """NICs of every VM (NAT / management + one per lab network). Under VirtualBox more than 8 need the ICH9
+    chipset, under libvirt more than 9 a larger ``nic_adapter_count`` (the Vagrantfile sets both); more than 36
+    are refused, naming the node."""
     nics = {m.name: VIRTUALBOX_NAT_NICS + len(m.networks) for m in lab.machines}
     for machine in lab.machines:
         if nics[machine.name] > VIRTUALBOX_ICH9_MAX_NICS:
@@ -85,8 +90,13 @@ def virtualbox_nics(lab: Lab, source: str | None = None) -> dict[str, int]:
 
 
 def genie_args(machine: LabMachine) -> list[str]:
-    """provision/genie.sh's arguments: ``host RANK_ADDRESS`` or ``router``."""
-    return ["host", machine.address or ""] if machine.role is MachineRole.HOST else ["router"]
+    """provision/genie.sh's arguments: ``host RANK_ADDRESS``, ``router`` or ``bridge``."""
+    return ["host", machine.address or ""] if machine.role is MachineRole.HOST else [machine.role.value]
+
+
+def vagrant_mac(mac: str) -> str:
+    """A MAC address as Vagrant passes it to both providers: 12 hex digits (VirtualBox takes no colons)."""
+    return mac.replace(":", "")
 
 
 def lab_files(lab: Lab, *, repo: str, repo_excludes: tuple[str, ...] = REPO_EXCLUDES,
@@ -99,13 +109,16 @@ def lab_files(lab: Lab, *, repo: str, repo_excludes: tuple[str, ...] = REPO_EXCL
     env.filters["rb"] = ruby_string
     env.filters["rb_list"] = lambda values: "[" + ", ".join(ruby_string(v) for v in values) + "]"
     env.filters["rb_args"] = ruby_argument_lines
+    env.filters["vagrant_mac"] = vagrant_mac
     inventory = lab_inventory(lab)
     context = {
-        "lab": lab, "repo": repo, "repo_excludes": list(repo_excludes), "source": source,
+        "lab": lab, "NetworkKind": NetworkKind, "MachineRole": MachineRole, "repo": repo,
+        "repo_excludes": list(repo_excludes), "source": source,
         "name_width": max(len(n.name) for n in lab.networks),
         "network_args": {m.name: network_args(lab, m) for m in lab.machines},
         "genie_args": {m.name: genie_args(m) for m in lab.machines},
-        "virtualbox_nics": virtualbox_nics(lab, source), "wheelhouse": wheelhouse,
+        "virtualbox_nics": virtualbox_nics(lab, source), "libvirt_default_nics": LIBVIRT_DEFAULT_NICS,
+        "wheelhouse": wheelhouse,
         "ssh_config": ssh_config(inventory, identity_file=KEY_IN_VM,
                                  extra=("StrictHostKeyChecking accept-new", "IdentitiesOnly yes")),
     }

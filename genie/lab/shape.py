@@ -4,13 +4,12 @@ One source of truth: `genie.testbed.plan.node_shaping_steps` plans what the name
 that node's namespace — HTB classes on every link end's egress, netem (KERNEL shaper) or the userspace link
 emulator with its NFQUEUE rules (USERSPACE), larger TCP buffers where links have delays — and this module only
 renames the testbed's interfaces (``eth0, eth1, ...`` in link order) to the VM's, found by the address Vagrant
-gave each of its lab NICs (box images name NICs differently). Both ends of every link between VMs are
-shaped, each by its own VM.
-
-Known difference, by construction: a bridge switch has no VM (the hypervisor's virtual switch plays it), so
-the egress of its ports toward the hosts is not shaped; on a bridged segment each direction is shaped at its
-sender (rate, netem) or, with the userspace emulator, at its receiver with the stage of the link into the
-receiver only (the emulator tells senders apart by the testbed's fixed veth MACs, which VMs do not have).
+gave each of its lab NICs (box images name NICs differently) — a bridge VM's ports, which have no address, by
+the fixed MAC the Vagrantfile gave them (the testbed's veth MAC of that link end). Both ends of every link are
+shaped, each by its own VM: a bridge VM shapes the egress of each of its ports as the testbed's bridge
+namespace does, so many senders into one host are limited at the switch. With the userspace emulator the
+receiver of a bridged segment runs each packet through the stages of the links it crossed, telling senders
+apart by their source MAC — the same fixed MACs, set by Vagrant on every NIC of a bridge's port network.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ LAYOUT_NAME = "lab"  # the testbed layout the lab's steps are planned in (its na
 
 @dataclass(frozen=True)
 class LabInterface:
-    """One lab NIC of a VM: topology link ``link_index``, the address Vagrant gave it, its name in the VM and
-    its name in the emulated testbed."""
+    """One lab NIC of a VM: topology link ``link_index``, the address Vagrant gave it (a bridge's port: its MAC),
+    its name in the VM and its name in the emulated testbed."""
 
     link_index: int
     address: str
@@ -54,18 +53,20 @@ class MachineShaping:
 
 
 def lab_interfaces(lab: Lab, machine: str, addresses: Mapping[str, str]) -> tuple[LabInterface, ...]:
-    """The machine's lab NICs in testbed order; `addresses` maps every address of the VM to its interface.
-    EnvironmentProblem when one of the lab's addresses is on no interface (not the right VM, or not up)."""
+    """The machine's lab NICs in testbed order; `addresses` maps every address of the VM (IPv4 addresses and
+    MACs, lower case) to its interface. EnvironmentProblem when one of the lab's addresses is on no interface
+    (not the right VM, or not up)."""
     layout = plan_layout(lab.topology, LAYOUT_NAME)
     found = []
     for end in layout.ends:
         if end.node != machine:
             continue
-        address = lab.end_address(end.link_index, machine)
+        address = lab.end_address(end.link_index, machine) or lab.end_mac(end.link_index, machine)
         if address is None:
             continue
         if address not in addresses:
-            raise EnvironmentProblem(f"{machine}: no interface has the lab address {address} (links[{end.link_index}] "
+            what = "the lab address" if end.bridge is None else "the MAC address of bridge port"
+            raise EnvironmentProblem(f"{machine}: no interface has {what} {address} (links[{end.link_index}] "
                                      f"{end.node} - {end.peer}); is this the lab's VM {machine}, with its "
                                      "private networks up?")
         found.append(LabInterface(end.link_index, address, addresses[address], end.ifname))

@@ -192,7 +192,8 @@ def run_lab_shape(request: LabShapeRequest) -> LabShapeResult:
 
     rendered = load_rendered_lab(request.lab_dir)
     shaper = resolve_shaper(rendered.lab.topology, request.shaper, netem_available=netlink.probe_netem)
-    shaping = plan_machine_shaping(rendered.lab, request.machine, shaper, netlink.local_addresses())
+    shaping = plan_machine_shaping(rendered.lab, request.machine, shaper,
+                                   {**netlink.local_addresses(), **local_macs()})
     if request.dry_run:
         return LabShapeResult(shaping, applied=False)
     require_net_admin()
@@ -203,6 +204,22 @@ def run_lab_shape(request: LabShapeRequest) -> LabShapeResult:
         return LabShapeResult(shaping, applied=False, undone_steps=undone)
     _apply(shaping)
     return LabShapeResult(shaping, applied=True, undone_steps=undone)
+
+
+def local_macs(sys_class_net: Path = Path("/sys/class/net")) -> dict[str, str]:
+    """MAC address (lower case) -> interface name in this network namespace (a bridge VM's ports have no IPv4
+    address: `genie lab shape` finds them by the MACs the Vagrantfile gave them). Bridges are left out: br0
+    takes the MAC of one of its ports."""
+    macs = {}
+    for device in sorted(sys_class_net.iterdir()):
+        if (device / "bridge").is_dir():
+            continue
+        try:
+            mac = (device / "address").read_text().strip().lower()
+        except OSError:
+            continue
+        macs.setdefault(mac, device.name)
+    return macs
 
 
 def _apply(shaping: MachineShaping) -> None:

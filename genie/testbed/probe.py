@@ -5,7 +5,9 @@
   that answers each bulk flow with its receive timeline; ends after ``--lifetime`` seconds or on ``quit``.
 * ``rtt``: paced UDP probes to a server, RTT samples from the echoes.
 * ``loss``: paced UDP probes to a server, then how many it counted (queried until it answers).
-* ``bulk``: one TCP flow for a few seconds; the sink's timeline gives the rate after a warm-up.
+* ``bulk``: one TCP flow for a few seconds; the sink's timeline gives the rate after a warm-up. The sender and
+  the sink each report how busy their machine's CPUs were meanwhile (``sender_cpu_busy``,
+  ``receiver_cpu_busy``, from its own /proc/stat: on a lab, each end's VM).
 
 Traffic goes only to the address given, which the caller takes from the testbed (its hosts, or 127.0.0.1).
 Every loop is bounded in time.
@@ -36,11 +38,25 @@ BULK_CHUNK_BYTES = 1 << 20
 TIMELINE_PERIOD_NS = 10_000_000
 
 
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The busy fraction of all CPUs between two `cpu_times` readings (None when no time passed)."""
+    return (after[0] - before[0]) / (after[1] - before[1]) if after[1] > before[1] else None
+
+
 class _Sink:
     """One TCP connection to the sink: a header (kind, flow id), then for a bulk flow the receive timeline
-    (time ns, bytes so far), at most one point per 10 ms."""
+    (time ns, bytes so far), at most one point per 10 ms, and the CPU times since it was accepted."""
 
     def __init__(self) -> None:
+        self.cpu_start = cpu_times()
         self.header = b""
         self.timeline: list[tuple[int, int]] = []
         self.total = 0
@@ -153,7 +169,8 @@ def serve(bind: str, port: int, lifetime_s: float, *, udp_on: bool = True, tcp_o
                     except OSError:
                         pass
                 elif sink.kind == BULK:
-                    results[sink.flow] = {"timeline": sink.finish()}
+                    results[sink.flow] = {"timeline": sink.finish(),
+                                          "receiver_cpu_busy": cpu_busy(sink.cpu_start, cpu_times())}
                     flows += 1
                 conn.close()
     return {"flows": flows, "expired": True}
@@ -237,12 +254,14 @@ def bulk(to: str, port: int, seconds: float) -> dict[str, Any]:
     sock.sendall(_FLOW.pack(BULK, flow))
     chunk = b"\0" * BULK_CHUNK_BYTES
     start = time.monotonic()
+    cpu_start = cpu_times()
     sent = 0
     while time.monotonic() - start < seconds:
         try:
             sent += sock.send(chunk)
         except socket.timeout:
             continue
+    sender_busy = cpu_busy(cpu_start, cpu_times())
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
     deadline = time.monotonic() + RESULT_TIMEOUT_S  # a lossy link may eat SYNs and the flow's reset
@@ -252,7 +271,7 @@ def bulk(to: str, port: int, seconds: float) -> dict[str, Any]:
         except OSError:
             continue
         if "timeline" in result:
-            return {"sent_bytes": sent, "seconds": seconds, **result}
+            return {"sent_bytes": sent, "seconds": seconds, "sender_cpu_busy": sender_busy, **result}
         time.sleep(0.05)
     raise SystemExit(f"no result from the sink at {to}:{port}")
 

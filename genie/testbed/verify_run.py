@@ -3,8 +3,9 @@
 Per chosen host pair (`genie.testbed.verify.choose_pairs`): RTT (paced UDP echo probes, median, minus the same
 probe's median over loopback in the sending namespace: the probe's own overhead), loss in each direction
 (paced UDP probes counted by the receiver) and throughput in each direction (one TCP flow; its rate after a
-warm-up of 20 round trips, with the machine's CPU load over the flow). Measurements run one at a time. The probe
-servers are registered to the testbed (so `down` ends them) and ended at the end.
+warm-up of 20 round trips, with the CPU load over the flow of the busier of its two ends, as their probes
+read it). Measurements run one at a time. The probe servers are registered to the testbed (so `down` ends
+them) and ended at the end.
 """
 
 from __future__ import annotations
@@ -102,12 +103,12 @@ class Probes:
         return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
-    with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
+def flow_cpu_busy(flow: Mapping[str, object]) -> float | None:
+    """How busy the CPUs were during a bulk flow: the busier of its two ends, each read by the probe on its own
+    machine (the same machine for a namespace testbed; the sending and the receiving VM for a lab)."""
+    values = [float(v) for key in ("sender_cpu_busy", "receiver_cpu_busy")  # type: ignore[arg-type]
+              if (v := flow.get(key)) is not None]
+    return max(values) if values else None
 
 
 def verify_testbed(name: str, settings: VerifySettings = VerifySettings(), *,
@@ -175,11 +176,9 @@ def _measure_pair(probes: Probes, settings: VerifySettings, target: PairTargets,
     for src, dst, rate, loss_pct in ((a, b, target.rate_there_bps, target.loss_there_pct),
                                      (b, a, target.rate_back_bps, target.loss_back_pct)):
         seconds = warmup + settings.bulk_seconds
-        before = cpu_times()
         flow = probes.run(src, "bulk", "--to", address[dst], "--port", port, "--seconds", f"{seconds:.3f}",
                           timeout_s=90 + 2 * seconds)
-        after = cpu_times()
-        busy = (after[0] - before[0]) / (after[1] - before[1]) if after[1] > before[1] else None
+        busy = flow_cpu_busy(flow)
         rate_bps = rate_from_timeline(flow.get("timeline", []), warmup)  # type: ignore[arg-type]
         rows.append(throughput_row(target, src, dst, rate, loss_pct, rate_bps, busy))
         time.sleep(0.2)  # let the queues drain between flows
