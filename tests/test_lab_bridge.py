@@ -94,7 +94,9 @@ def test_the_receivers_emulator_knows_the_senders_by_the_macs_vagrant_sets() -> 
     stages = [stage.name for stage in start.config.stages]
     by_source = {route.source: (route.mac, [stages[i] for i in route.chain]) for route in queue.routes}
     assert by_source["h0"][0] == lab.end_mac(0, "h0") and by_source["h1"][0] == lab.end_mac(1, "h1")
-    assert len(by_source["h0"][1]) == 2, "h0 -> s0 (1 ms) and s0 -> s1 (500 us): both delays, not only the last"
+    chain = by_source["h0"][1]  # the delayed topology's links are wires too: every link crossed is a stage
+    assert [name.split()[1] for name in chain] == ["h0>s0", "s0>s1", "s1>h2"], \
+        "h0 -> s0 (1 ms) and s0 -> s1 (500 us): both delays, not only the last"
     text = lab_files(lab, repo="..")["Vagrantfile"]
     for sender in ("h0", "h1"):
         assert f"mac: '{by_source[sender][0].replace(':', '')}'" in text

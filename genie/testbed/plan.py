@@ -27,7 +27,7 @@ from genie.core.testbed import HostEndpoint, LinkEnd, LinkModel, TestbedInfo
 from genie.core.topology import Link, Switch, SwitchKind, Topology
 from genie.testbed.layout import (BRIDGE_IFNAME, NETNS_PREFIX, EndLayout, Segment, SegmentKind, TestbedLayout,
                                   check_testbed_name, plan_layout)
-from genie.testbed.shaping import check_delay_emulation, shaper_summary, shaping_steps
+from genie.testbed.shaping import check_delay_emulation, default_link_model, shaper_summary, shaping_steps
 from genie.testbed.steps import (AddAddress, AddBridge, AddRoute, CreateNetns, CreateVethPair, EnslaveLink, NextHop,
                                  PlanStep, SetLinkUp, SetSysctl, Shaper)
 from genie.testbed.userspace import tcp_buffer_steps, userspace_steps, veth_macs
@@ -54,7 +54,7 @@ class _Routing:
 
 def plan_testbed(topology: Topology, name: str, *, netem_available: bool, shaper: Shaper = Shaper.KERNEL,
                  source: str | None = None, dilation: TimeDilation = NO_DILATION,
-                 links: LinkModel = LinkModel.BUCKET) -> list[PlanStep]:
+                 links: LinkModel | None = None) -> list[PlanStep]:
     """The steps that build `topology` as testbed `name`. Raises InputError before anything when the topology
     cannot be built here (e.g. a link asks for delay and sch_netem is missing)."""
     return list(build_plan(topology, name, netem_available=netem_available, shaper=shaper, source=source,
@@ -63,13 +63,15 @@ def plan_testbed(topology: Topology, name: str, *, netem_available: bool, shaper
 
 def build_plan(topology: Topology, name: str, *, netem_available: bool, shaper: Shaper = Shaper.KERNEL,
                source: str | None = None, dilation: TimeDilation = NO_DILATION,
-               links: LinkModel = LinkModel.BUCKET) -> TestbedPlan:
+               links: LinkModel | None = None) -> TestbedPlan:
     """The plan of `topology` (the fabric the file states) as testbed `name`. Under `dilation` every step is
     planned from `dilation.real_topology(topology)` (rates / N, delays x N), and the TestbedInfo keeps the
-    stated topology and the dilation, so its users report in the stated fabric's time."""
+    stated topology and the dilation, so its users report in the stated fabric's time. `links` None: the
+    default model for the topology and dilation (`genie.testbed.shaping.default_link_model`)."""
     check_testbed_name(name)
     validate_topology(topology, source=source or "<topology>")
     stated = topology
+    links = links or default_link_model(stated, dilation)
     topology = dilation.real_topology(topology)
     for index, link in enumerate(topology.links):
         check_delay_emulation(link.shape, shaper=shaper, netem_available=netem_available,
@@ -145,11 +147,12 @@ def end_shaping_steps(layout: TestbedLayout, end: EndLayout, shaper: Shaper,
 
 
 def node_shaping_steps(layout: TestbedLayout, node: str, shaper: Shaper,
-                       links: LinkModel = LinkModel.BUCKET) -> list[PlanStep]:
+                       links: LinkModel | None = None) -> list[PlanStep]:
     """What the plan shapes in `node`'s namespace, in plan order: the qdiscs of its link ends, its TCP buffer
     maxima, and with the USERSPACE shaper its link emulator and queue rules. A real host standing in for the
     node (a lab VM) applies exactly these, with its own interface names (`genie.lab.shape`)."""
     netns = layout.netns_of(node)
+    links = links or default_link_model(layout.topology, NO_DILATION)
     steps: list[PlanStep] = []
     for end in layout.ends:
         if end.node == node:

@@ -32,7 +32,7 @@ from genie.testbed.layout import NETNS_PREFIX, check_testbed_name
 from genie.testbed.lifecycle import process_start_ticks, signals_deferred, signals_raise
 from genie.testbed.observed import EmulatorStatus, NamespaceStatus
 from genie.testbed.plan import build_plan
-from genie.testbed.shaping import needs_emulation
+from genie.testbed.shaping import default_link_model, needs_emulation
 from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, record_names, record_path,
                                  save_record, state_dir)
 from genie.testbed.steps import CreateNetns, PlanStep, Shaper, ShaperChoice
@@ -92,7 +92,7 @@ def resolve_shaper(topology: Topology, choice: ShaperChoice | Shaper, *,
 def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None = None, dry_run: bool = False,
        shaper: ShaperChoice | Shaper = ShaperChoice.AUTO,
        refuse_same_source: bool = True, dilation: TimeDilation = NO_DILATION,
-       links: LinkModel = LinkModel.BUCKET,
+       links: LinkModel | None = None,
        environment: TestbedEnvironment = KERNEL) -> TestbedInfo | list[PlanStep]:
     """Build `topology` as testbed `name` and return its TestbedInfo; with `dry_run` return the plan instead,
     changing nothing (sch_netem from the kernel's module lists, assumed present when they cannot be read). `shaper` picks how delay/jitter/loss are made: netem,
@@ -343,7 +343,7 @@ def register_pids(name: str, pids: Iterable[int]) -> None:
 def temporary_testbed(topology: Topology, name: str | None = None, *,
                       source: str | os.PathLike[str] | None = None,
                       shaper: ShaperChoice | Shaper = ShaperChoice.AUTO, dilation: TimeDilation = NO_DILATION,
-                      links: LinkModel = LinkModel.BUCKET,
+                      links: LinkModel | None = None,
                       environment: TestbedEnvironment = KERNEL) -> Iterator[TestbedInfo]:
     """Bring a testbed up for the duration of the block and always tear it down (SIGTERM included).
     The default name is ``tmp<pid>-<n>``; the same file may be up elsewhere at the same time."""
