@@ -304,7 +304,8 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
     params = {**config, "algorithm": request.algorithm.value, "chunks": request.chunks,
               "steps": request.record_steps, "in_place": request.in_place}
     with staged("bench", opts, ranks=request.ranks, loopback_ranks=request.ranks, params=params,
-                bounds=lambda n, _faults: bench_bounds(build_job(request, request.ranks or n))) as stage:
+                bounds=lambda n, _faults: bench_bounds(build_job(request, request.ranks or n)),
+                smallest_message_bytes=request.min_bytes) as stage:
         target = stage.target
         meta = {"target": target.name, "ranks": len(stage.placements), "verify": request.verify,
                 "iterations": request.iterations, "warmup": request.warmup}

@@ -11,18 +11,20 @@ from typing import Optional
 
 from genie.core.dilation import (NO_DILATION, DilationChoice, DilationMode, TimeDilation, fixed_dilation)
 from genie.core.errors import InputError
-from genie.core.program import RankProgram
+from genie.core.program import Lane, RankProgram
 from genie.core.protocol import Barrier, CaseResult, Straggler
 from genie.core.testbed import LinkModel, TestbedInfo
 from genie.core.topology import Topology
 
 
 def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Optional[str] = None,
-                     links: Optional[LinkModel] = None) -> tuple[TimeDilation, LinkModel]:
+                     links: Optional[LinkModel] = None,
+                     reference_bytes: Optional[int] = None) -> tuple[TimeDilation, LinkModel]:
     """The dilation and link model a testbed of `topology` is brought up with: a fixed factor checked to hold
     (`genie.testbed.dilation_rules`), or ``auto``: this host measured (`genie.services.host_probe`) and the
-    smallest factor that keeps its limits under the target share of every figure. `links` None: the default
-    for the dilation (`genie.testbed.shaping.default_link_model`)."""
+    smallest factor that keeps its limits under the target share of every figure — of the run's smallest
+    message, `reference_bytes` (None: 1 KiB). `links` None: the default for the dilation
+    (`genie.testbed.shaping.default_link_model`)."""
     from genie.testbed.dilation_rules import check_dilation_holds
     from genie.testbed.shaping import default_link_model
 
@@ -30,7 +32,7 @@ def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Opti
         from genie.services.host_probe import auto_dilation
 
         model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
-        dilation = auto_dilation(topology, links=model, source=source)
+        dilation = auto_dilation(topology, links=model, source=source, reference_bytes=reference_bytes)
     else:
         dilation = fixed_dilation(choice.factor)
     check_dilation_holds(topology, dilation, source=source)
@@ -118,3 +120,10 @@ def testbed_up(topology: Topology, *, name: str, source, dry_run: bool, shaper, 
                                        links=links)
     return service.up(topology, name=name, source=source, dry_run=dry_run, shaper=shaper, dilation=dilation,
                       links=model)
+
+
+def smallest_message_bytes(programs) -> Optional[int]:
+    """The smallest message the rank programs send (what ``auto`` protects for a replay), None without any."""
+    sizes = [node.size_bytes for program in programs for node in program.nodes
+             if node.size_bytes > 0 and node.lane in (Lane.COLLECTIVE, Lane.SEND, Lane.RECV)]
+    return min(sizes) if sizes else None

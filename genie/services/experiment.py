@@ -24,7 +24,9 @@ from typing import Any, Callable
 from astra_adapter.experiment import (ExperimentResult, PreparedExperiment, Statistic, evaluate, experiment_json,
                                       format_summary, measurements_of, prepare, sweep_items, sweep_ops, sweep_stats)
 from astra_adapter.experiment_spec import ExperimentSpec
+from genie.core.dilation import DilationMode
 from genie.core.errors import InputError
+from genie.services.dilation import smallest_message_bytes
 from genie.services.options import RunOptions
 from genie.core.records import ReplayOutcome
 
@@ -88,9 +90,14 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     load_before = os.getloadavg()[0]
     say(f"bringing up {prepared.topology.name}" if opts.topology is not None else
         f"running on {opts.testbed or ('loopback' if opts.loopback else opts.inventory)}")
+    smallest = None
+    if opts.time_dilation.mode is DilationMode.AUTO:  # what auto protects: the smallest message of the run
+        sizes = [size for _, size in items]
+        replayed = smallest_message_bytes(build_programs(prepared.trace, source=source))
+        smallest = min(sizes + ([replayed] if replayed else [])) if sizes or replayed else None
     with staged("experiment", opts, ranks=None, loopback_ranks=prepared.trace.num_ranks, params=params,
                 bounds=bounds, inputs=inputs, fits=lambda p: check_fits(prepared.trace, p, source=source),
-                name=f"experiment-{spec.name}") as stage:
+                name=f"experiment-{spec.name}", smallest_message_bytes=smallest) as stage:
         pooled: list[list[int]] = [[] for _ in items]
         outcomes = []
         with stage.watching() as watch:

@@ -90,8 +90,11 @@ def _emulator_late_us(path) -> Optional[float]:
     return None if value is None else max(0.0, float(value))
 
 
-def auto_dilation(topology: Topology, *, links: LinkModel, source: str | None = None) -> TimeDilation:
-    """Measure this host for `topology` and choose the factor (InputError when the topology cannot hold it)."""
-    from genie.testbed.dilation_rules import choose_dilation
+def auto_dilation(topology: Topology, *, links: LinkModel, source: str | None = None,
+                  reference_bytes: int | None = None) -> TimeDilation:
+    """Measure this host for `topology` and choose the factor for a run whose smallest message is
+    `reference_bytes` (None: not known, 1 KiB); InputError when the topology cannot hold it."""
+    from genie.testbed.dilation_rules import REFERENCE_MESSAGE_BYTES, choose_dilation
 
-    return choose_dilation(topology, measure_host(topology, links), source=source)
+    return choose_dilation(topology, measure_host(topology, links), source=source,
+                           reference_bytes=reference_bytes or REFERENCE_MESSAGE_BYTES)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
 
-from genie.core.dilation import NO_DILATION, TimeDilation
+from genie.core.dilation import NO_DILATION, DilationMode, TimeDilation
 from genie.core.errors import InputError
 from genie.core.trace import Trace
 from genie.core.placement import RankPlacement
@@ -17,7 +17,8 @@ from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
 from genie.engine.launch import Launcher
 from genie.engine.program import build_programs
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
-from genie.services.dilation import emulated_results, real_program, real_stragglers, real_timeout_s
+from genie.services.dilation import (emulated_results, real_program, real_stragglers, real_timeout_s,
+                                     smallest_message_bytes)
 from genie.services.options import RunOptions, check_counts, check_timeout
 
 ReplayProgress = Callable[[], ContextManager[Callable[[int, int], None]]]
@@ -138,7 +139,9 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
                                             request.timeout_s, faults)
 
     params = {"iterations": request.iterations, "warmup": request.warmup, "npus": cmd.npus, "ranks": ranks}
+    smallest = smallest_message_bytes(programs()) if opts.time_dilation.mode is DilationMode.AUTO else None
     with staged("replay", opts, ranks=None, loopback_ranks=ranks, params=params, bounds=bounds,
+                smallest_message_bytes=smallest,
                 inputs=(input_digest(trace, "trace"),),
                 fits=lambda placements: check_fits(loaded, placements, source=str(trace))) as stage:
         meta = {"trace": str(trace), "target": stage.target.name, "ranks": ranks,

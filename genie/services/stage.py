@@ -58,12 +58,13 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
            params: dict[str, Any], inputs: Sequence[Any] = (), loopback_ranks: int | None = None,
            name: str | None = None,
            fits: Callable[[list[RankPlacement]], list[RankPlacement]] = lambda placements: placements,
-           ) -> Iterator[Stage]:
+           smallest_message_bytes: int | None = None) -> Iterator[Stage]:
     """The stage of one `kind` run (bench, replay, experiment). `ranks`: the first N ranks of the target
     (None: all); `loopback_ranks`: how many ranks loopback gets; `bounds(ranks, faults)` the run's fault
     bounds (`genie.faults.validation.RunBounds`) for a rank count and the faults asked for; `fits(placements)`
-    the placements the run uses (it may refuse a target too small); `params` and `inputs` go into the manifest; `name` names the default run
-    directory (runs/<time>-<name>, default: the kind)."""
+    the placements the run uses (it may refuse a target too small); `params` and `inputs` go into the
+    manifest; `name` names the default run directory (runs/<time>-<name>, default: the kind);
+    `smallest_message_bytes` is what ``--time-dilation auto`` protects (the run's smallest message)."""
     from genie.faults import service as faults_service
     from genie.report.manifest import RunRecorder
 
@@ -75,7 +76,8 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
     faults_service.precheck_topology(faults, opts.topology, lambda n: bounds(n, faults))
     open_testbed = lambda: open_target(opts.topology, opts.testbed, opts.loopback,  # noqa: E731
                                        loopback_ranks if opts.loopback else ranks, command=kind,
-                                       shared=opts.shared, dilation=opts.time_dilation)
+                                       shared=opts.shared, dilation=opts.time_dilation,
+                                       reference_bytes=smallest_message_bytes)
     with launch_target(choice, opts.inventory, open_testbed) as target:
         placements = fits(target.placements)
         check_launch(choice, placements)

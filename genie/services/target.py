@@ -61,12 +61,14 @@ def loopback_placements(ranks: int) -> list[RankPlacement]:
 @contextlib.contextmanager
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
                 ranks: Optional[int], *, command: str, shared: bool = False,
-                dilation: DilationChoice = DilationChoice()) -> Iterator[Target]:
+                dilation: DilationChoice = DilationChoice(), reference_bytes: Optional[int] = None
+                ) -> Iterator[Target]:
     """The chosen target; a topology's testbed lives only inside this block. `command` names the service in
     the error when not exactly one target is given. A live testbed is held for this run (a second run on it
     is refused) unless `shared`: then the target carries a warning for the manifest. `dilation`: a topology's
-    testbed is brought up so (``auto`` measures this host first); a running testbed keeps its own (a different
-    factor asked for is refused); loopback takes a fixed factor (compute and reported times only)."""
+    testbed is brought up so (``auto`` measures this host first, for a run whose smallest message is
+    `reference_bytes`); a running testbed keeps its own (a different factor asked for is refused); loopback
+    takes a fixed factor (compute and reported times only)."""
     from genie.services.dilation import loopback_dilation, resolve_dilation, running_dilation
 
     from genie.report.manifest import InputDigest, input_digest, topology_summary
@@ -106,7 +108,7 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
 
     topo = load_topology_file(topology)
     digest = input_digest(topology, "topology")
-    chosen, links = resolve_dilation(dilation, topo, source=str(topology))
+    chosen, links = resolve_dilation(dilation, topo, source=str(topology), reference_bytes=reference_bytes)
     with service.temporary_testbed(topo, source=str(topology), dilation=chosen, links=links) as info:
         yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
                      info.name, info, (digest,), info.shaper, topology_summary(info.topology), (), info.dilation)

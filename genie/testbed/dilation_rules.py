@@ -90,23 +90,30 @@ class HostFigures:
     emulator_late_us: float | None = None
 
 
-def smallest_step_us(topology: Topology) -> tuple[float, str]:
-    """The shortest time one small message (REFERENCE_MESSAGE_BYTES) takes between two hosts of the stated
-    fabric — every hop's delay and serialization — with the pair: the smallest figure a run can report."""
+def message_wire_bytes(size_bytes: int, mtu_bytes: int = 1500) -> int:
+    """A message's bytes on the wire: its payload in MTU-sized TCP segments, each with its headers."""
+    payload = mtu_bytes - (PACKET_OVERHEAD_BYTES - 14)
+    return size_bytes + max(1, -(-size_bytes // payload)) * PACKET_OVERHEAD_BYTES
+
+
+def smallest_step_us(topology: Topology, reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> tuple[float, str]:
+    """The shortest time one message of `reference_bytes` (the smallest a run sends) takes between two hosts
+    of the stated fabric — every hop's delay and serialization — with the pair: the smallest figure that run
+    can report."""
     from genie.testbed.layout import plan_layout
     from genie.testbed.paths import PathFinder
 
     layout = plan_layout(topology, "auto")
     finder = PathFinder(layout)
     names = [h.name for h in topology.hosts]
-    wire_bits = 8 * (REFERENCE_MESSAGE_BYTES + PACKET_OVERHEAD_BYTES)
     best, pair = float("inf"), ""
     for src in names:
         for path in finder.paths_from(src, [n for n in names if n != src]):
             time_us = 0.0
             for hop in path.hops:
                 shape = topology.links[hop.link_index].shape
-                time_us += shape.delay_us + (wire_bits / shape.rate_bps * 1e6 if shape.rate_bps else 0.0)
+                bits = 8 * message_wire_bytes(reference_bytes, shape.mtu_bytes)
+                time_us += shape.delay_us + (bits / shape.rate_bps * 1e6 if shape.rate_bps else 0.0)
             if 0 < time_us < best:
                 best, pair = time_us, f"{src}->{path.dst}"
     return best, pair
@@ -135,18 +142,20 @@ def nice_factor(factor: float) -> float:
     return float(10 ** (exponent + 1))
 
 
-def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | None = None) -> TimeDilation:
+def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | None = None,
+                    reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> TimeDilation:
     """The smallest (rounded) factor at which each measured limit of this host costs under TARGET_SHARE of the
-    smallest figure a run on `topology` reports, and whose summed link rates stay within THROUGHPUT_USE of what
-    the host carries; InputError when the topology cannot hold it (`check_dilation_holds`)."""
-    step_us, pair = smallest_step_us(topology)
+    smallest figure a run on `topology` reports — one message of `reference_bytes`, the smallest the run sends
+    (1 KiB when the run is not known yet) — and whose summed link rates stay within THROUGHPUT_USE of what the
+    host carries; InputError when the topology cannot hold it (`check_dilation_holds`)."""
+    step_us, pair = smallest_step_us(topology, reference_bytes)
+    what = f"a {reference_bytes}-byte message"
     limits = []
     if math.isfinite(step_us):
         need = figures.step_us / (TARGET_SHARE * step_us)
         limits.append(HostLimit("software", figures.step_us, "us per step", need,
                                 f"{figures.step_us:.1f} us of software per step with {figures.ranks} ranks must be "
-                                f"under {TARGET_SHARE:.0%} of the fastest message ({step_us:.3g} us, {pair}): "
-                                f"N >= {need:.4g}"))
+                                f"under {TARGET_SHARE:.0%} of {what} ({step_us:.3g} us, {pair}): N >= {need:.4g}"))
     demand = demanded_bps(topology)
     if demand and figures.aggregate_bps > 0:
         need = demand / (THROUGHPUT_USE * figures.aggregate_bps)
@@ -154,13 +163,11 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
                                 f"the hosts' links ask {format_rate(round(demand))} at once; this host carries "
                                 f"{format_rate(round(figures.aggregate_bps))} through the testbed, of which "
                                 f"{THROUGHPUT_USE:.0%} may be used: N >= {need:.4g}"))
-    delays = [link.shape.delay_us for link in topology.links if link.shape.delay_us > 0]
-    if figures.emulator_late_us is not None and delays:
-        need = figures.emulator_late_us / (TARGET_SHARE * min(delays))
+    if figures.emulator_late_us is not None and math.isfinite(step_us):
+        need = figures.emulator_late_us / (TARGET_SHARE * step_us)
         limits.append(HostLimit("emulator", figures.emulator_late_us, "us late", need,
-                                f"the link emulator releases {figures.emulator_late_us:.1f} us late (median), to be "
-                                f"under {TARGET_SHARE:.0%} of the shortest delay ({min(delays):g} us): "
-                                f"N >= {need:.4g}"))
+                                f"the link emulator releases packets {figures.emulator_late_us:.1f} us late (median), "
+                                f"to be under {TARGET_SHARE:.0%} of {what}: N >= {need:.4g}"))
     need = max([1.0] + [limit.needed_factor for limit in limits])
     factor = nice_factor(need)
     binding = max(limits, key=lambda limit: limit.needed_factor).name if limits and need > 1 else None
