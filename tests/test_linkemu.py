@@ -246,3 +246,14 @@ def test_a_live_override_changes_the_wire_rate() -> None:
     assert line.admit(0, 0, 0, 1500) == _wire_ns(1500, 10**8)
     line.apply_overrides({})  # back to the configured rate
     assert line.admit(0, 1, MS, 1500) == MS + _wire_ns(1500, 10**9)
+
+
+def test_an_idle_wire_may_start_a_packet_its_slack_before_it_arrived() -> None:
+    """The sender's HTB may hand a packet to an idle wire late: up to the slack the wire counts it as sent
+    earlier, so late timers cost no capacity — and a burst after idle is early by at most the slack."""
+    rate, slack = 10**9, 20_000
+    line = _line(StageSpec("s", delay_ns=0, rate_bps=rate, wire_slack_ns=slack, limit_packets=10**6))
+    one = _wire_ns(1500, rate)  # 12.1 us: shorter than the slack, so it leaves as soon as it arrives
+    assert line.admit(0, 0, MS, 1500) == MS - slack + one
+    burst = [line.admit(0, i, 2 * MS, 1500) for i in range(1, 11)]
+    assert burst == [2 * MS - slack + k * one for k in range(1, 11)]  # then one packet time apart

@@ -34,6 +34,9 @@ class StageSpec:
     mtu_bytes: int = 1500
     seed: int = 0
     rate_bps: int | None = None
+    #: a packet reaching an idle wire may start this long before it arrived: the sender's shaper may have been
+    #: that late with it (a message is then early by at most this, never by a whole burst)
+    wire_slack_ns: int = 0
 
     def describe(self) -> str:
         parts = [self.name] + ([f"wire {_rate(self.rate_bps)}"] if self.rate_bps else []) + [

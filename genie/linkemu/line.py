@@ -11,7 +11,10 @@ before it (FIFO); with True it may overtake. A packet's release time is when its
 stage; chains of stages add up.
 
 The wire works in virtual time, so a late wake-up of the emulator never costs the link any capacity: a packet's
-serialization starts when the previous packet's virtual serialization ended, not when it was released. A GSO
+serialization starts when the previous packet's virtual serialization ended, not when it was released. A
+packet that reaches an idle wire may start up to ``wire_slack_ns`` before it arrived: the sender's token bucket
+(HTB, whose timers fire late on a busy host) may have held it back that long, and a real NIC would have been
+sending it; without the slack that late time would be lost capacity of the link. A GSO
 super-packet is its segments back to back, each with its Ethernet framing (`wire_bytes`); through a chain of
 wires they are pipelined segment by segment, as store-and-forward switches pass a burst of packets: a stage
 may start a super-packet once its first segment is through the stage before, and ends no earlier than one
@@ -153,7 +156,7 @@ class Stage:
             count = wire_segments(length_bytes, spec.mtu_bytes)
             total_ns = -(-wire_bytes(length_bytes, spec.mtu_bytes) * 8_000_000_000 // spec.rate_bps)
             segment_ns = total_ns // count
-            begin = max(first_ns, self.free_ns)
+            begin = max(first_ns - spec.wire_slack_ns, self.free_ns)
             last_ns = max(begin + total_ns, last_ns + segment_ns)
             first_ns = begin + segment_ns
             self.free_ns = last_ns

@@ -49,6 +49,7 @@ ETHERNET_HEADER_BYTES = 14
 DEFAULT_NETEM_LIMIT_PACKETS = 1000
 UNSHAPED_RATE_BPS = 20 * 10**9  # what a veth carries unshaped, for sizing netem's queue
 EMULATOR_SLACK_US = 5000.0  # the userspace emulator may answer this late under load: its line holds that too
+WIRE_SLACK_NS = 100_000  # how late the sender's HTB may hand a packet to an idle wire (genie.linkemu.line)
 
 
 def htb_class(netns: str, ifname: str, rate_bps: int, mtu_bytes: int) -> AddHtb:

@@ -20,7 +20,7 @@ from genie.core.topology import LinkShape
 from genie.linkemu.config import EmulatorConfig, QueueSpec, SourceRoute, StageSpec
 from genie.testbed.layout import EndLayout, Segment, SegmentKind, TestbedLayout
 from genie.testbed.paths import Hop, PathFinder
-from genie.testbed.shaping import UNSHAPED_RATE_BPS, emulator_limit_packets, is_wire, needs_emulation
+from genie.testbed.shaping import WIRE_SLACK_NS, UNSHAPED_RATE_BPS, emulator_limit_packets, is_wire, needs_emulation
 from genie.testbed.steps import AddQueueRule, PlanStep, SetSysctl, StartEmulator
 from genie.topology.link_properties import shape_loss_burst, shape_reorders
 
@@ -46,8 +46,10 @@ def stage_seed(testbed: str, hop: Hop, receiver: str) -> int:
 
 def stage_spec(layout: TestbedLayout, hop: Hop, receiver: str, links: LinkModel = LinkModel.BUCKET) -> StageSpec:
     shape = layout.topology.links[hop.link_index].shape
+    wire = is_wire(shape, links)
     return StageSpec(
-        rate_bps=shape.rate_bps if is_wire(shape, links) else None,
+        rate_bps=shape.rate_bps if wire else None,
+        wire_slack_ns=WIRE_SLACK_NS if wire else 0,
         name=hop.describe(),
         delay_ns=round(shape.delay_us * 1000),
         jitter_ns=round(shape.jitter_us * 1000),
