@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from genie.core.errors import InputError
-from genie.core.testbed import Shaping
+from genie.core.testbed import LinkModel, Shaping
 from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
 from genie.testbed.layout import check_testbed_name, netns_name, plan_layout
 from genie.testbed.plan import build_plan, describe_plan, plan_testbed
@@ -198,8 +198,12 @@ def test_netem_hangs_under_the_htb_class_when_available() -> None:
     steps = plan_testbed(ring(2, shape=shape), "n", netem_available=True)
     netem = [s for s in steps if isinstance(s, AddNetem)]
     assert [(s.netns, s.ifname) for s in netem] == [("genie-n-h0", "eth0"), ("genie-n-h1", "eth0")]
-    assert netem[0] == AddNetem("genie-n-h0", "eth0", QdiscParent.HTB_CLASS, 100.0, 10.0, 0.5, 500)
-    assert netem[0].describe() == "genie-n-h0: tc netem dev eth0 parent 1:1 delay 100us jitter 10us loss 0.5% limit 500"
+    # a delayed topology's links are wires (LinkModel.WIRE by default): netem serializes at the rate too
+    assert netem[0] == AddNetem("genie-n-h0", "eth0", QdiscParent.HTB_CLASS, 100.0, 10.0, 0.5, 500, GBIT)
+    assert netem[0].describe() == ("genie-n-h0: tc netem dev eth0 parent 1:1 rate 1gbit delay 100us jitter 10us "
+                                   "loss 0.5% limit 500")
+    bucket = plan_testbed(ring(2, shape=shape), "n", netem_available=True, links=LinkModel.BUCKET)
+    assert [s.rate_bps for s in bucket if isinstance(s, AddNetem)] == [None, None]
     index = steps.index(netem[0])
     assert isinstance(steps[index - 1], AddHtb)  # HTB first, netem under its class
     assert build_plan(ring(2, shape=shape), "n", netem_available=True).info.shaper == Shaping.HTB | Shaping.NETEM

@@ -49,10 +49,10 @@ def test_two_hosts_golden_userspace_plan() -> None:
         f"genie-u-h1: {htb}",
         "genie-u-h1: link set eth0 up",
         "genie-u-h0: start link emulator (python -m genie.linkemu): queue 0 on eth0 [others: links[0] h1>h0]; "
-        "stages: links[0] h1>h0 delay 1ms loss 2% limit 1000 seed 922845397",
+        "stages: links[0] h1>h0 wire 1gbit delay 1ms loss 2% limit 1000 seed 922845397",
         "genie-u-h0: iptables -w 5 -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0",
         "genie-u-h1: start link emulator (python -m genie.linkemu): queue 0 on eth0 [others: links[0] h0>h1]; "
-        "stages: links[0] h0>h1 delay 1ms loss 2% limit 1000 seed 1590549650",
+        "stages: links[0] h0>h1 wire 1gbit delay 1ms loss 2% limit 1000 seed 1590549650",
         "genie-u-h1: iptables -w 5 -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0",
     ]
 

@@ -12,9 +12,9 @@ stage; chains of stages add up.
 
 The wire works in virtual time, so a late wake-up of the emulator never costs the link any capacity: a packet's
 serialization starts when the previous packet's virtual serialization ended, not when it was released. A
-packet that reaches an idle wire may start up to ``wire_slack_ns`` before it arrived: the sender's token bucket
-(HTB, whose timers fire late on a busy host) may have held it back that long, and a real NIC would have been
-sending it; without the slack that late time would be lost capacity of the link. A GSO
+packet that reaches an idle wire first in its chain may start up to ``wire_slack_ns`` before it arrived: the
+sender's token bucket (HTB, whose timers fire late on a busy host) may have held it back that long, and a real
+NIC would have been sending it; without the slack that late time would be lost capacity of the link. A GSO
 super-packet is its segments back to back, each with its Ethernet framing (`wire_bytes`); through a chain of
 wires they are pipelined segment by segment, as store-and-forward switches pass a burst of packets: a stage
 may start a super-packet once its first segment is through the stage before, and ends no earlier than one
@@ -148,16 +148,18 @@ class Stage:
             return spec.delay_ns
         return max(0, spec.delay_ns + round(self._delay_rng.uniform(-spec.jitter_ns, spec.jitter_ns)))
 
-    def pass_ns(self, first_ns: int, last_ns: int, length_bytes: int) -> tuple[int, int]:
+    def pass_ns(self, first_ns: int, last_ns: int, length_bytes: int, *, arriving: bool = False) -> tuple[int, int]:
         """A packet whose first segment is at the stage's entrance at `first_ns` and its last at `last_ns`:
-        when its first and last segment have left (serialization at the rate, then the delay)."""
+        when its first and last segment have left (serialization at the rate, then the delay). `arriving`: the
+        times are the packet's real arrival (the chain's first stage), where the wire's slack applies."""
         spec = self.spec
         if spec.rate_bps:
             count = wire_segments(length_bytes, spec.mtu_bytes)
             total_ns = -(-wire_bytes(length_bytes, spec.mtu_bytes) * 8_000_000_000 // spec.rate_bps)
             segment_ns = total_ns // count
-            begin = max(first_ns - spec.wire_slack_ns, self.free_ns)
-            last_ns = max(begin + total_ns, last_ns + segment_ns)
+            slack = spec.wire_slack_ns if arriving else 0
+            begin = max(first_ns - slack, self.free_ns)
+            last_ns = max(begin + total_ns, last_ns - slack + segment_ns)
             first_ns = begin + segment_ns
             self.free_ns = last_ns
         delay = self.delay_ns()
@@ -215,10 +217,10 @@ class DelayLine:
                 stage.counters.overflow += 1
                 return DropReason.LIMIT
         first = t = arrival_ns
-        for stage, count in zip(chain, held):
+        for position, (stage, count) in enumerate(zip(chain, held)):
             stage.counters.packets += 1
             stage.held_segments += count
-            first, t = stage.pass_ns(first, t, length_bytes)
+            first, t = stage.pass_ns(first, t, length_bytes, arriving=position == 0)
         if not chain:
             self.passed_through += 1
         heapq.heappush(self._heap, (t, next(self._order), queue_num, packet_id, chain, held))
