@@ -95,3 +95,31 @@ def _cmdline_has(proc: Path, text: str) -> bool:
         return text in (proc / "cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return False
+
+
+def test_fsdp2_hsdp_with_a_new_group(tmp_path: Path) -> None:
+    """FSDP2 on a 2x2 mesh (HSDP) + a new_group: each rank's sequence is the collectives the job recorded itself,
+    and their sizes are the padded shards the job computes from its parameter shapes."""
+    res = _capture(tmp_path, "fsdp_hsdp.py")
+    assert res.returncode == 0, res.stderr[-2000:]
+    reports = [json.loads((tmp_path / "reports" / f"fsdp.{r}.2.json").read_text()) for r in range(4)]
+    assert _comms(tmp_path / "cap" / "fsdp_hsdp") == [[tuple(c) for c in rep["calls"]] for rep in reports]
+    for rank, rep in enumerate(reports):
+        units = rep["units"]
+        assert sum(u["param_count"] for u in units) == rep["param_count"] == 29251
+        assert [u["param_count"] for u in units] == [8255, 16640, 4323, 33]
+        assert [u["shard_numel"] for u in units] == [4160, 8320, 2227, 17]  # dim 0 rounded up: padded
+        shard, replicate = units[0]["shard_group"], units[0]["replicate_group"]
+        assert shard == [rank & 2, (rank & 2) + 1] and replicate == [rank & 1, (rank & 1) + 2]
+        by_type: dict[tuple, list[int]] = {}
+        for kind, size, ranks, _ in rep["calls"]:
+            by_type.setdefault((kind, tuple(ranks)), []).append(size)
+        shard_bytes = [u["shard_numel"] * 4 for u in units]
+        # forward all-gathers every unit; backward gathers again all but the root (not resharded after forward)
+        assert sorted(by_type[("all_gather", tuple(shard))]) == sorted(shard_bytes + shard_bytes[:-1])
+        assert sorted(by_type[("reduce_scatter", tuple(shard))]) == sorted(2 * b for b in shard_bytes)
+        assert sorted(by_type[("all_reduce", tuple(replicate))]) == sorted(shard_bytes)
+        assert by_type.get(("all_reduce", (0, 3))) == ([4] if rank in (0, 3) else None)
+        assert len(rep["calls"]) == 15 + (rank in (0, 3))
+    groups = json.loads((tmp_path / "cap" / "fsdp_hsdp.comm_group.json").read_text())
+    assert sorted(groups.values()) == [[0, 1], [0, 2], [0, 3], [1, 3], [2, 3]]

@@ -24,9 +24,14 @@ import sys
 import time
 
 PG_HINT = "genie::pg="
-_WRAPPED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-            "all_to_all", "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "barrier", "send", "recv",
-            "isend", "irecv")
+# every torch.distributed call that communicates (names a torch version lacks are skipped); FSDP2 calls
+# all_gather_single / reduce_scatter_single (torch >= 2.12)
+_WRAPPED = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "_all_gather_base",
+            "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base",
+            "all_reduce_coalesced", "all_gather_coalesced", "all_to_all", "all_to_all_single", "broadcast", "reduce",
+            "gather", "scatter", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
+            "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
+            "send_object_list", "recv_object_list")
 
 
 class CaptureDone(BaseException):
