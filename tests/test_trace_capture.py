@@ -15,6 +15,7 @@ import pytest
 from genie.core.trace import NodeKind, topological_order
 from genie.workloads.analysis import validate
 from genie.workloads.chakra_et import read_et_set
+from genie.workloads.pytorch_files import read_pytorch_set
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                 reason="torch is not installed (pip install -e '.[capture]')")
@@ -123,3 +124,29 @@ def test_fsdp2_hsdp_with_a_new_group(tmp_path: Path) -> None:
         assert len(rep["calls"]) == 15 + (rank in (0, 3))
     groups = json.loads((tmp_path / "cap" / "fsdp_hsdp.comm_group.json").read_text())
     assert sorted(groups.values()) == [[0, 1], [0, 2], [0, 3], [1, 3], [2, 3]]
+
+
+def _compute_error(cap: Path, reports: Path, name: str) -> list[tuple[float, float, float]]:
+    """Per rank: (imported compute, step - communication as the job measured it, gap compute), ms. Step time is
+    the traced step as Kineto recorded it; communication is what the job itself timed around its calls."""
+    result = read_pytorch_set([cap / "raw"])
+    out = []
+    for r in result.ranks:
+        comm_ms = json.loads((reports / f"{name}.{r.rank}.2.json").read_text())["comm_s"] * 1e3
+        out.append((r.compute_ns / 1e6, r.step_ns / 1e6 - comm_ms, r.gap_compute_ns / 1e6))
+    return out
+
+
+def test_compute_is_the_step_minus_the_communication_the_job_timed(tmp_path: Path) -> None:
+    """Issue #15 deliverable 5: compute per rank within 10% of the step time minus communication. The job times
+    its own torch.distributed calls and waits; compute includes pure-Python work between ops (no torch op: only
+    the gaps show it). Measured: 24 rank-steps (6 captures, load 6-11 on 2 cores) within +0.1..+0.3%; a 4x
+    smaller job once missed by 13% (a 9.5 ms preemption at a call boundary: counted as communication by the
+    job, as compute here), hence compute of 180+ ms per rank, where such a preemption is below 6%."""
+    res = _capture(tmp_path, "compute_comm.py")
+    assert res.returncode == 0, res.stderr[-2000:]
+    reports = tmp_path / "reports"
+    for rank, (compute, expected, gaps) in enumerate(_compute_error(tmp_path / "cap", reports, "times")):
+        assert abs(compute - expected) <= 0.10 * expected, (rank, compute, expected)
+        python_ms = json.loads((reports / f"times.{rank}.2.json").read_text())["python_s"] * 1e3
+        assert gaps >= 0.9 * python_ms  # the pure-Python compute is counted, from the gaps between ops

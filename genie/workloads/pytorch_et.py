@@ -72,6 +72,7 @@ C10D_OPS: dict[str, _OpShape] = {
 }
 RECORD_PARAM_COMMS = "record_param_comms"
 PG_HINT = "genie::pg="  # a record_function `genie trace capture` puts around each torch.distributed call
+WAIT_HINT = "genie::wait"  # and around each Work.wait
 WORK_PREFIXES = ("gloo:", "nccl:")  # the backend's own record of the work (gloo: on its worker threads)
 
 
