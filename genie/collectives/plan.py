@@ -26,6 +26,9 @@ from genie.core.errors import InputError
 from genie.core.schedule import Buffer, CollectiveOp, Copy, RankSchedule, Recv, Schedule, Send, Step
 
 
+_ROOTED = (Collective.BROADCAST, Collective.SEND_RECV, Collective.REDUCE, Collective.GATHER, Collective.SCATTER)
+
+
 class InvalidCollectiveOp(InputError, ValueError):
     """A CollectiveOp no schedule can be built for (bad size, group, root, peer or chunk count)."""
 
@@ -128,7 +131,7 @@ def element_count(op: CollectiveOp, collective: Collective | None = None) -> int
                                 f"got {op.size_bytes}")
     if op.chunks < 1:
         raise bad("chunks", f"must be >= 1, got {op.chunks}")
-    if op.collective in (Collective.BROADCAST, Collective.SEND_RECV) and op.root not in op.group:
+    if op.collective in _ROOTED and op.root not in op.group:
         raise bad("root", f"root {op.root} is not in group {op.group}")
     if op.collective is Collective.SEND_RECV:
         if op.peer is None or op.peer not in op.group:

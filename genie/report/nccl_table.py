@@ -21,8 +21,10 @@ from genie.core.collective import Collective
 from genie.measure.metrics import CaseStats
 
 DTYPE_NAMES = {1: "int8", 2: "half", 4: "float", 8: "double"}
-_REDUCING = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.SEND_RECV)
-_PER_RANK_COUNT = (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL)
+_REDUCING = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.SEND_RECV, Collective.REDUCE)
+_PER_RANK_COUNT = (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL, Collective.GATHER,
+                   Collective.SCATTER)
+_ROOTED = (Collective.BROADCAST, Collective.REDUCE, Collective.GATHER, Collective.SCATTER)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def redop(stats: CaseStats, op: str = "sum") -> str:
 
 
 def root(stats: CaseStats, root_rank: int = 0) -> int:
-    return root_rank if stats.collective is Collective.BROADCAST else -1
+    return root_rank if stats.collective in _ROOTED else -1
 
 
 def param_count(stats: CaseStats) -> int:

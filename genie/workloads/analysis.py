@@ -116,7 +116,8 @@ def _node_problems(trace: Trace, rank: int, nodes: tuple[TraceNode, ...]) -> lis
 def _describe(n: TraceNode) -> str:
     comm = n.comm_type
     name = comm.name.lower() if comm else f"comm_type {n.comm_type_code}"
-    return f"{name} of {n.size_bytes} B ({n.name!r}, node {n.id})"
+    root = n.attr_value("root")
+    return f"{name} of {n.size_bytes} B{'' if root is None else f' to/from root {root}'} ({n.name!r}, node {n.id})"
 
 
 def _sequence_problems(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -> list[Problem]:
@@ -141,7 +142,8 @@ def _sequence_problems(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -
                                             f"collectives on it (deadlock)", have, extra.id))
                     break
                 same_size = a.size_bytes == b.size_bytes or a.comm_type_code in _SIZE_MAY_DIFFER
-                if a.comm_type_code != b.comm_type_code or not same_size:
+                if a.comm_type_code != b.comm_type_code or not same_size or \
+                        a.attr_value("root") != b.attr_value("root"):
                     problems.append(Problem(ProblemKind.COLLECTIVE_MISMATCH, f"collective #{k} on group {label}: "
                                             f"rank {first} issues {_describe(a)}, rank {r} issues {_describe(b)} "
                                             f"(deadlock)", r, b.id))

@@ -301,6 +301,12 @@ def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | N
         build = send_node if op.comm is P2P.SEND else recv_node
         return build(op.node.id, op.node.name, rank=rank, peer=peer, size_bytes=op.size_bytes, tag=op.tag,
                      process_group=pg, data_deps=deps, extra_attrs=extra)
+    if op.root_group_rank is not None:  # genie's `root` attribute: a global rank
+        local = op.root_group_rank
+        if local < 0 or (group is not None and local >= len(group.ranks)):
+            raise InputError(f"node {op.node.id} ({op.node.name}): root {local} is outside its group",
+                             source=source, path=f"nodes[id={op.node.id}].inputs")
+        extra += (Attribute("root", AttrType.INT64, group.ranks[local] if group is not None else local),)
     return collective_node(op.node.id, op.node.name, comm_type=op.comm, size_bytes=op.size_bytes,
                            process_group=pg, data_deps=deps, extra_attrs=extra)
 
