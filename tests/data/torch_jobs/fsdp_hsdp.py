@@ -8,11 +8,17 @@ Each step, before the optimizer, every rank writes $JOB_REPORT_DIR/fsdp.<rank>.<
   reduce_scatter_single, all_reduce);
 - "units": per FSDP unit (module order) its parameter count and the padded shard it holds, computed by the job
   from its parameter shapes (dim 0 split over the shard dimension, rounded up), and its mesh groups;
-- "param_count": the model's parameters.
+- "param_count": the model's parameters;
+- "comm_s": the seconds it spent inside those calls and in Work.wait (its time blocked in communication).
+  The tests do not assert compute against it: this job's compute is small (25-70 ms a rank against 100-140 ms
+  of communication) and its timers wrap capture's own wrappers, so they count ~1.0-1.7 ms more communication
+  per step than the trace's ranges (measured on 12 rank-steps: compute +1.8..+14.4% of step minus this);
+  compute_comm.py is the job for that check.
 """
 import json
 import math
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -25,6 +31,22 @@ rank = dist.get_rank()
 mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
 pair = dist.new_group([0, 3])
 calls: list = []
+blocked = {"comm_s": 0.0, "depth": 0}
+
+
+def _timed(fn):
+    """fn, its time added to comm_s unless it runs inside another timed call (a blocking call's own wait)."""
+    def call(*args, **kwargs):
+        t = time.perf_counter()
+        blocked["depth"] += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            blocked["depth"] -= 1
+            if blocked["depth"] == 0:
+                blocked["comm_s"] += time.perf_counter() - t
+
+    return call
 
 
 def _record(kind, size_of):
@@ -37,7 +59,7 @@ def _record(kind, size_of):
         calls.append([kind, size_of(*args, **kwargs), ranks, None])
         return fn(*args, **kwargs)
 
-    return wrapper
+    return _timed(wrapper)
 
 
 def _bytes(t):
@@ -47,6 +69,7 @@ def _bytes(t):
 dist.all_gather_single = _record("all_gather", lambda out, inp, **kw: _bytes(inp))
 dist.reduce_scatter_single = _record("reduce_scatter", lambda output, input, **kw: _bytes(input))
 dist.all_reduce = _record("all_reduce", lambda tensor, *a, **kw: _bytes(tensor))
+dist.Work.wait = _timed(dist.Work.wait)
 
 
 class Net(nn.Module):
@@ -78,13 +101,14 @@ unit_report = [{"param_count": sum(math.prod(s) for s in shp),
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(6):
     calls.clear()
+    blocked["comm_s"] = 0.0
     opt.zero_grad()
     loss = model(torch.randn(16, 64)).square().mean()
     loss.backward()
     if rank in (0, 3):
         dist.all_reduce(loss.detach(), group=pair)
     with open(os.path.join(os.environ["JOB_REPORT_DIR"], f"fsdp.{rank}.{step}.json"), "w") as f:
-        json.dump({"calls": calls, "units": unit_report,
+        json.dump({"calls": calls, "units": unit_report, "comm_s": blocked["comm_s"],
                    "param_count": sum(p.numel() for p in model.parameters())}, f)
     opt.step()
 dist.destroy_process_group()
