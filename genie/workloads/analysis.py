@@ -105,7 +105,11 @@ def _node_problems(trace: Trace, rank: int, nodes: tuple[TraceNode, ...]) -> lis
                                         f"{n.process_group!r}", rank, n.id))
         elif n.kind in (NodeKind.SEND, NodeKind.RECV):
             peer = n.peer
-            if peer is None or not 0 <= peer < trace.num_ranks or peer == rank:
+            if peer is None:
+                field = "comm_dst" if n.kind is NodeKind.SEND else "comm_src"
+                problems.append(Problem(ProblemKind.BAD_PEER, f"{n.kind.value} without {field} (and no c10d::send/"
+                                        f"recv_ or record_param_comms caller naming the peer)", rank, n.id))
+            elif not 0 <= peer < trace.num_ranks or peer == rank:
                 problems.append(Problem(ProblemKind.BAD_PEER, f"{n.kind.value} peer {peer} is not another rank "
                                         f"of the world of {trace.num_ranks}", rank, n.id))
             if n.size_bytes is None:
