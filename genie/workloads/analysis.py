@@ -8,7 +8,7 @@ other member. Point-to-point messages match per (source, destination, tag) in or
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from genie.core.errors import InputError
@@ -40,6 +40,8 @@ class ProblemKind(Enum):
     def severity(self) -> Severity:
         # Chakra's converter removes node 0 but keeps `ctrl_deps: [0]` on each thread root; genie, like a
         # scheduler that waits only for nodes the file has, treats a dependency on a missing node as met.
+        # ASTRA-sim itself (518bd51, feeder_v3) aborts on one ("Node 0 in ctrl_dep graph, but not found in
+        # index"): the ASTRA-sim export drops them (drop_missing_deps).
         return Severity.WARNING if self is ProblemKind.DANGLING_DEPENDENCY else Severity.ERROR
 
 
@@ -76,6 +78,24 @@ def _group_problems(trace: Trace) -> list[Problem]:
         if len(set(g.ranks)) != len(g.ranks):
             problems.append(Problem(ProblemKind.BAD_GROUP, f"process group {g.name!r} repeats a rank"))
     return problems
+
+
+def drop_missing_deps(trace: Trace) -> tuple[Trace, int]:
+    """``trace`` without the dependencies on nodes its rank does not have (which genie counts as met), and how
+    many were dropped; the trace itself when there are none."""
+    ranks, dropped = [], 0
+    for rank in trace.ranks:
+        ids = {n.id for n in rank.nodes}
+        nodes = []
+        for n in rank.nodes:
+            if all(d in ids for d in n.deps):
+                nodes.append(n)
+                continue
+            data, ctrl = tuple(d for d in n.data_deps if d in ids), tuple(d for d in n.ctrl_deps if d in ids)
+            dropped += len(n.data_deps) - len(data) + len(n.ctrl_deps) - len(ctrl)
+            nodes.append(replace(n, data_deps=data, ctrl_deps=ctrl))
+        ranks.append(replace(rank, nodes=tuple(nodes)))
+    return (replace(trace, ranks=tuple(ranks)), dropped) if dropped else (trace, 0)
 
 
 def _node_problems(trace: Trace, rank: int, nodes: tuple[TraceNode, ...]) -> list[Problem]:
