@@ -31,6 +31,10 @@ class Collective(Enum):
             raise ValueError(f"unknown collective {text!r} (expected one of: {names})") from None
 
 
+#: the collectives with a root rank (broadcast and scatter send from it, reduce and gather end at it)
+ROOTED = frozenset({Collective.BROADCAST, Collective.REDUCE, Collective.GATHER, Collective.SCATTER})
+
+
 class Algorithm(Enum):
     AUTO = "auto"
     RING = "ring"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from genie.collectives.registry import build_schedule, choose_algorithm
-from genie.core.collective import Algorithm, Collective
+from genie.core.collective import ROOTED, Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import CollectiveOp, Schedule
@@ -43,8 +43,7 @@ def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> C
     algorithm = node.algorithm or Algorithm.AUTO
     if algorithm is Algorithm.AUTO:
         algorithm = choose_algorithm(collective, size, n)
-    rooted = collective in (Collective.BROADCAST, Collective.REDUCE, Collective.GATHER, Collective.SCATTER)
-    root = node.attr_value("root") if rooted else None  # a global rank (PyTorch import, PARAM)
+    root = node.attr_value("root") if collective in ROOTED else None  # a global rank (PyTorch import, PARAM)
     if root is None:
         root = group.ranks[0]
     elif not isinstance(root, int) or root not in group.ranks:
