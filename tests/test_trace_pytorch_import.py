@@ -208,3 +208,12 @@ def test_members_that_disagree_on_a_root_are_a_deadlock(tmp_path: Path) -> None:
     broken = replace(trace, ranks=(*trace.ranks[:2], replace(bad_rank, nodes=nodes), *trace.ranks[3:]))
     problems = [p for p in validate(broken) if p.kind.value == "collective_mismatch"]
     assert len(problems) == 1 and "broadcast of 64 B to/from root 3" in problems[0].message
+
+
+def test_a_root_outside_its_group_is_named() -> None:
+    trace = read_pytorch_set([ROOTED]).trace
+    nodes = tuple(n.with_attr("root", 7) if n.comm_type is CommType.GATHER else n for n in trace.ranks[1].nodes)
+    broken = replace(trace, ranks=(trace.ranks[0], replace(trace.ranks[1], nodes=nodes), *trace.ranks[2:]))
+    bad = [p for p in validate(broken) if p.kind.value == "bad_root"]
+    assert [(p.rank, p.message) for p in bad] == [(1, "root 7 is not a rank of its group [0, 1, 2, 3]"),
+                                                  (1, "root 7 is not a rank of its group [1, 2, 3]")]

@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from genie.core.collective import ROOTED
 from genie.core.errors import InputError
 from genie.core.trace import CommType, CycleError, NodeKind, Trace, TraceNode, topological_order
 
@@ -34,6 +35,7 @@ class ProblemKind(Enum):
     NOT_IN_GROUP = "not_in_group"
     COLLECTIVE_MISMATCH = "collective_mismatch"
     BAD_PEER = "bad_peer"
+    BAD_ROOT = "bad_root"
     P2P_MISMATCH = "p2p_mismatch"
 
     @property
@@ -123,6 +125,11 @@ def _node_problems(trace: Trace, rank: int, nodes: tuple[TraceNode, ...]) -> lis
             elif rank not in group.ranks:
                 problems.append(Problem(ProblemKind.NOT_IN_GROUP, f"rank is not a member of process group "
                                         f"{n.process_group!r}", rank, n.id))
+            root = n.attr_value("root")
+            if group is not None and root is not None and n.comm_type is not None and \
+                    n.comm_type.collective in ROOTED and root not in group.ranks:
+                problems.append(Problem(ProblemKind.BAD_ROOT, f"root {root!r} is not a rank of its group "
+                                        f"{list(group.ranks)}", rank, n.id))
         elif n.kind in (NodeKind.SEND, NodeKind.RECV):
             peer = n.peer
             if peer is None:

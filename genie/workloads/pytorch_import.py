@@ -285,7 +285,7 @@ def _gpu_kernels(host: HostTrace, kineto: KinetoTrace, ops: tuple[CommOp, ...]
 
 
 def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | None, deps: tuple[int, ...],
-               source: str) -> TraceNode:
+               source: str, world_size: int) -> TraceNode:
     pg = None if group is None or group.name == world else group.name
     extra = (Attribute("dtype", AttrType.STRING, op.dtype),) if op.dtype else ()
     if isinstance(op.comm, P2P):
@@ -303,7 +303,7 @@ def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | N
                      process_group=pg, data_deps=deps, extra_attrs=extra)
     if op.root_group_rank is not None:  # genie's `root` attribute: a global rank
         local = op.root_group_rank
-        if local < 0 or (group is not None and local >= len(group.ranks)):
+        if not 0 <= local < (len(group.ranks) if group is not None else world_size):
             raise InputError(f"node {op.node.id} ({op.node.name}): root {local} is outside its group",
                              source=source, path=f"nodes[id={op.node.id}].inputs")
         extra += (Attribute("root", AttrType.INT64, group.ranks[local] if group is not None else local),)
@@ -311,7 +311,7 @@ def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | N
                            process_group=pg, data_deps=deps, extra_attrs=extra)
 
 
-def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | None,
+def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | None, world_size: int,
                 warnings: list[str]) -> tuple[list[TraceNode], RankReport]:
     host, rank = inp.host, inp.rank
     children = host.children()
@@ -360,7 +360,7 @@ def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | N
             issuer = _issuer(op, host, segments, None)
             nxt = [s for s in segments if s.node.id > op.node.id and (issuer is None or s.lane == issuer.lane)]
             waiters = nxt[:1] if nxt and not _is_async(op) else []
-        node = _comm_node(op, rank, group, world, (issuer.node.id,) if issuer else (), host.source)
+        node = _comm_node(op, rank, group, world, (issuer.node.id,) if issuer else (), host.source, world_size)
         comm_nodes.append((start, node))
         for w in waiters:
             deps[w.node.id].append(op.node.id)
@@ -386,7 +386,7 @@ def build_trace(inputs: list[RankInput] | tuple[RankInput, ...]) -> ImportResult
     warnings: list[str] = []
     rank_nodes, reports = [], []
     for inp in ordered:
-        nodes, report = _rank_nodes(inp, groups, world, warnings)
+        nodes, report = _rank_nodes(inp, groups, world, len(ordered), warnings)
         rank_nodes.append(nodes)
         reports.append(report)
     kept = tuple(g for g in groups if g.name != world)
