@@ -42,6 +42,7 @@ from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.files import write_atomic
 from genie.core.trace import CommType, NodeKind, ProcessGroup, Trace
+from genie.workloads.analysis import drop_missing_deps
 from genie.workloads.chakra_et import COMM_GROUP_SUFFIX, whole_micros, write_comm_groups, write_et
 
 from astra_adapter.config import (CollectiveImpl, CollectiveOptimization, ImplKind, MemoryType, NetworkConfig,
@@ -254,6 +255,25 @@ def _rounding_notes(trace: Trace) -> tuple[str, ...]:
             "durations); genie estimate keeps the nanoseconds (duration_ns attribute)",)
 
 
+def _astra_runnable(trace: Trace) -> tuple[Trace, tuple[str, ...]]:
+    """``trace`` without what the real ASTRA-sim (518bd51) aborts on, and notes saying what was left out:
+    METADATA nodes (its Statistics asserts on their type, "Invalid node_type"; the process groups of a
+    ``## process_group:init ##`` node are in comm_group.json) and dependencies on nodes the trace does not have
+    (its feeder: "Node 0 in ctrl_dep graph, but not found in index"; genie counts them as met)."""
+    notes: tuple[str, ...] = ()
+    metadata = sum(1 for r in trace.ranks for n in r.nodes if n.kind is NodeKind.METADATA)
+    if metadata:
+        trace = replace(trace, ranks=tuple(replace(r, nodes=tuple(n for n in r.nodes if n.kind is not NodeKind.METADATA))
+                                           for r in trace.ranks))
+        notes += (f"{metadata} METADATA nodes left out (ASTRA-sim asserts on them; process groups go to "
+                  "comm_group.json)",)
+    trace, dropped = drop_missing_deps(trace)
+    if dropped:
+        notes += (f"{dropped} dependencies on nodes the trace does not have dropped (genie counts them as met; "
+                  "ASTRA-sim aborts on them)",)
+    return trace, notes
+
+
 # ---- the whole set ------------------------------------------------------------------------------------
 def _check_exportable(trace: Trace, mapping: TopologyMapping, network: NetworkConfig) -> None:
     if trace.num_ranks != mapping.npus_count:
@@ -303,6 +323,8 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
     network = network or mapping.network()
     _check_exportable(trace, mapping, network)
     system, notes = system_config(mapping, params, trace)
+    trace, dropped = _astra_runnable(trace)
+    notes += dropped
     renamed, renaming = renumber_groups(trace)
     files: dict[Path, bytes] = {}
     prefix = out / "workload" / name

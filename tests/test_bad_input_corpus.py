@@ -12,6 +12,8 @@ from typing import Callable
 
 import pytest
 
+from genie.core.trace import Attribute, AttrType, NodeKind, TraceNode
+from genie.workloads.chakra_et import write_et
 from tests.hostile_support import assert_refused, run_capped, run_cli, tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,12 +162,22 @@ CORPUS: dict[str, Bad] = {
     "et: gzip bomb": Bad(("trace", "show", "{d}/w.0.et"), ("w.0.et", "gunzipped trace file is larger"),
                          build=_gzip_bomb("w.0.et"), capped=True),
     "et: missing rank file": Bad(("trace", "show", "{d}/w"), ("w.0.et",), {"w.1.et": b""}),
+    # chakra_converter's send kernel without comm_dst and no caller naming the peer
+    "et: send without a peer": Bad(("replay", "{d}/w", "--loopback", "--out", "{d}/run"), ("w", "node 5", "comm_dst"),
+                                   {"w.0.et": write_et([TraceNode(5, "ncclDevKernel_SendRecv", NodeKind.SEND, attrs=(
+                                       Attribute("comm_size", AttrType.INT64, 8),))]), "w.1.et": write_et([])}),
     # ---- PyTorch execution traces (genie trace import)
     "pytorch: truncated JSON": Bad(("trace", "import", "{d}/pt", "{d}/out"), ("host.0.json", "not JSON"),
                                    {"pt/host.0.json": '{"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": ['}),
     "pytorch: node without a name": Bad(("trace", "import", "{d}/pt", "{d}/out"), ("host.0.json", "nodes[0].name"),
                                         {"pt/host.0.json": '{"schema": "1.1.1-chakra.0.0.4", "pid": 1, "time": "x", '
                                                            '"start_ts": 1, "finish_ts": 2, "nodes": [{"id": 1}]}'}),
+    "pytorch: root outside the world": Bad(
+        ("trace", "import", "{d}/pt", "{d}/out"), ("host.0.json", "nodes[id=7]", "root 9"),
+        {"pt/host.0.json": '{"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": [{"id": 7, "name": "c10d::reduce_", '
+                           '"ctrl_deps": 1, "inputs": {"values": [[[1, 2, 0, 4, 4, "cpu"]], "<Object>", "<Object>", 9, '
+                           '0, false, -1], "types": ["GenericList[Tensor(float)]", "Object", "Object", "Int", "Int", '
+                           '"Bool", "Int"]}}]}'}),
     # ---- PARAM basic JSON
     "param: not a list": Bad(("trace", "show", "{d}/rank0.json"), ("rank0.json",), {"rank0.json": "[{]"}),
     "param: unknown comms": Bad(("trace", "show", "{d}/rank0.json"), ("rank0.json", "explode"),

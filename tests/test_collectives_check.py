@@ -14,8 +14,9 @@ from genie.collectives.check import (element_dtype, expected_regions, find_deadl
 
 A, C = Algorithm, Collective
 PIPELINED = {(C.ALL_REDUCE, A.RING), (C.ALL_REDUCE, A.DOUBLE_BINARY_TREE), (C.ALL_GATHER, A.RING),
-             (C.REDUCE_SCATTER, A.RING), (C.BROADCAST, A.PIPELINED_RING)}
-COMBOS = [(c, a) for c in C for a in supported_algorithms(c) if (c, a) != (C.BROADCAST, A.RING)]
+             (C.REDUCE_SCATTER, A.RING), (C.BROADCAST, A.PIPELINED_RING), (C.REDUCE, A.PIPELINED_RING)}
+SYNONYMS = {(C.BROADCAST, A.RING), (C.REDUCE, A.RING)}  # the same generator as pipelined_ring
+COMBOS = [(c, a) for c in C for a in supported_algorithms(c) if (c, a) not in SYNONYMS]
 
 
 def op_for(collective: Collective, algorithm: Algorithm, n: int, count: int, chunks: int = 1,

@@ -15,6 +15,7 @@ import pytest
 from genie.core.trace import NodeKind, topological_order
 from genie.workloads.analysis import validate
 from genie.workloads.chakra_et import read_et_set
+from genie.workloads.pytorch_files import read_pytorch_set
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                 reason="torch is not installed (pip install -e '.[capture]')")
@@ -57,6 +58,8 @@ def test_ddp_buckets_are_the_all_reduces_ddp_reports(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "cap" / "summary.json").read_text())
     assert [r["comm_ops"] for r in summary["ranks"]] == [len(buckets)] * 4
     assert all(r["traced_step_ms"] > 0 and r["compute_ms"] > 0 for r in summary["ranks"])
+    # DDP's reducer waits for its buckets in C++, in no range: gaps taken as waiting, and fewer than compute's
+    assert all(r["gap_wait_ms"] > 0 and 0 <= r["gap_compute_ms"] < r["compute_ms"] for r in summary["ranks"])
     assert sorted(p.name for p in (tmp_path / "cap").iterdir()) == \
         ["ddp_buckets.0.et", "ddp_buckets.1.et", "ddp_buckets.2.et", "ddp_buckets.3.et", "raw", "summary.json",
          "torchrun.log"]
@@ -95,3 +98,57 @@ def _cmdline_has(proc: Path, text: str) -> bool:
         return text in (proc / "cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return False
+
+
+def test_fsdp2_hsdp_with_a_new_group(tmp_path: Path) -> None:
+    """FSDP2 on a 2x2 mesh (HSDP) + a new_group: each rank's sequence is the collectives the job recorded itself,
+    and their sizes are the padded shards the job computes from its parameter shapes."""
+    res = _capture(tmp_path, "fsdp_hsdp.py")
+    assert res.returncode == 0, res.stderr[-2000:]
+    reports = [json.loads((tmp_path / "reports" / f"fsdp.{r}.2.json").read_text()) for r in range(4)]
+    assert _comms(tmp_path / "cap" / "fsdp_hsdp") == [[tuple(c) for c in rep["calls"]] for rep in reports]
+    for rank, rep in enumerate(reports):
+        units = rep["units"]
+        assert sum(u["param_count"] for u in units) == rep["param_count"] == 29251
+        assert [u["param_count"] for u in units] == [8255, 16640, 4323, 33]
+        assert [u["shard_numel"] for u in units] == [4160, 8320, 2227, 17]  # dim 0 rounded up: padded
+        shard, replicate = units[0]["shard_group"], units[0]["replicate_group"]
+        assert shard == [rank & 2, (rank & 2) + 1] and replicate == [rank & 1, (rank & 1) + 2]
+        by_type: dict[tuple, list[int]] = {}
+        for kind, size, ranks, _ in rep["calls"]:
+            by_type.setdefault((kind, tuple(ranks)), []).append(size)
+        shard_bytes = [u["shard_numel"] * 4 for u in units]
+        # forward all-gathers every unit; backward gathers again all but the root (not resharded after forward)
+        assert sorted(by_type[("all_gather", tuple(shard))]) == sorted(shard_bytes + shard_bytes[:-1])
+        assert sorted(by_type[("reduce_scatter", tuple(shard))]) == sorted(2 * b for b in shard_bytes)
+        assert sorted(by_type[("all_reduce", tuple(replicate))]) == sorted(shard_bytes)
+        assert by_type.get(("all_reduce", (0, 3))) == ([4] if rank in (0, 3) else None)
+        assert len(rep["calls"]) == 15 + (rank in (0, 3))
+    groups = json.loads((tmp_path / "cap" / "fsdp_hsdp.comm_group.json").read_text())
+    assert sorted(groups.values()) == [[0, 1], [0, 2], [0, 3], [1, 3], [2, 3]]
+
+
+def _compute_error(cap: Path, reports: Path, name: str) -> list[tuple[float, float, float]]:
+    """Per rank: (imported compute, step - communication as the job measured it, gap compute), ms. Step time is
+    the traced step as Kineto recorded it; communication is what the job itself timed around its calls."""
+    result = read_pytorch_set([cap / "raw"])
+    out = []
+    for r in result.ranks:
+        comm_ms = json.loads((reports / f"{name}.{r.rank}.2.json").read_text())["comm_s"] * 1e3
+        out.append((r.compute_ns / 1e6, r.step_ns / 1e6 - comm_ms, r.gap_compute_ns / 1e6))
+    return out
+
+
+def test_compute_is_the_step_minus_the_communication_the_job_timed(tmp_path: Path) -> None:
+    """Issue #15 deliverable 5: compute per rank within 10% of the step time minus communication. The job times
+    its own torch.distributed calls and waits; compute includes pure-Python work between ops (no torch op: only
+    the gaps show it). Measured: 24 rank-steps (6 captures, load 6-11 on 2 cores) within +0.1..+0.3%; a 4x
+    smaller job once missed by 13% (a 9.5 ms preemption at a call boundary: counted as communication by the
+    job, as compute here), hence compute of 180+ ms per rank, where such a preemption is below 6%."""
+    res = _capture(tmp_path, "compute_comm.py")
+    assert res.returncode == 0, res.stderr[-2000:]
+    reports = tmp_path / "reports"
+    for rank, (compute, expected, gaps) in enumerate(_compute_error(tmp_path / "cap", reports, "times")):
+        assert abs(compute - expected) <= 0.10 * expected, (rank, compute, expected)
+        python_ms = json.loads((reports / f"times.{rank}.2.json").read_text())["python_s"] * 1e3
+        assert gaps >= 0.9 * python_ms  # the pure-Python compute is counted, from the gaps between ops

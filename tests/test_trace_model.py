@@ -43,7 +43,8 @@ def test_builders_and_typed_view() -> None:
 
 def test_comm_type_maps_to_genie_collectives() -> None:
     assert CommType.ALL_REDUCE.collective is Collective.ALL_REDUCE
-    assert CommType.BARRIER.collective is None and CommType.GATHER.collective is None
+    assert CommType.BARRIER.collective is Collective.BARRIER and CommType.GATHER.collective is Collective.GATHER
+    assert all(c.collective is not None for c in CommType)  # every Chakra type replays
     assert CommType.from_collective(Collective.ALL_TO_ALL) is CommType.ALL_TO_ALL
     assert CommType.parse("allreduce") is CommType.ALL_REDUCE
     assert CommType.parse("all_to_allv") is CommType.ALL_TO_ALL

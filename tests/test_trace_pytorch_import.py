@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,35 @@ def test_gpu_kernels_are_the_compute_and_nccl_kernels_time_the_comms(tmp_path: P
     assert kernels["gemm_4"].deps == (kernels["gemm_3"].id, comms[2].id)  # the third ended at 320
     assert all(comms[1].id not in k.deps for k in kernels.values())  # the second (450) ends the step
     assert validate(read_pytorch_set([tmp_path]).trace) == ()
+
+
+ROOTED = ROOT / "tests" / "data" / "pytorch_rooted"
+
+
+def test_rooted_collectives_and_barriers_are_what_the_job_issued() -> None:
+    """broadcast/reduce/gather/scatter with their roots (c10d records the root's rank in the op's group; genie
+    writes the global rank) and barriers, on the world and on a new_group, as the job recorded them."""
+    trace = read_pytorch_set([ROOTED]).trace
+    assert validate(trace) == ()
+    for r in trace.ranks:
+        seq = [(n.comm_type.name.lower(), n.size_bytes, list(trace.group(n.process_group).ranks), n.attr_value("root"))
+               for n in topological_order(r.nodes) if n.kind.is_comm]
+        assert seq == [tuple(c) for c in json.loads((ROOTED / f"calls.{r.rank}.json").read_text())]
+
+
+def test_members_that_disagree_on_a_root_are_a_deadlock(tmp_path: Path) -> None:
+    trace = read_pytorch_set([ROOTED]).trace
+    bad_rank = trace.ranks[2]
+    nodes = tuple(n.with_attr("root", 3) if n.comm_type is CommType.BROADCAST else n for n in bad_rank.nodes)
+    broken = replace(trace, ranks=(*trace.ranks[:2], replace(bad_rank, nodes=nodes), *trace.ranks[3:]))
+    problems = [p for p in validate(broken) if p.kind.value == "collective_mismatch"]
+    assert len(problems) == 1 and "broadcast of 64 B to/from root 3" in problems[0].message
+
+
+def test_a_root_outside_its_group_is_named() -> None:
+    trace = read_pytorch_set([ROOTED]).trace
+    nodes = tuple(n.with_attr("root", 7) if n.comm_type is CommType.GATHER else n for n in trace.ranks[1].nodes)
+    broken = replace(trace, ranks=(trace.ranks[0], replace(trace.ranks[1], nodes=nodes), *trace.ranks[2:]))
+    bad = [p for p in validate(broken) if p.kind.value == "bad_root"]
+    assert [(p.rank, p.message) for p in bad] == [(1, "root 7 is not a rank of its group [0, 1, 2, 3]"),
+                                                  (1, "root 7 is not a rank of its group [1, 2, 3]")]

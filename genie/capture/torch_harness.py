@@ -7,7 +7,8 @@ A step ends at each ``Optimizer.step`` (a global post-hook). After ``--warmup`` 
 traced with ``ExecutionTraceObserver`` + a Kineto CPU profile (``torch.profiler``) inside a
 ``ProfilerStep#<n>`` range; then the script is stopped (every rank stops after the same step). Each
 torch.distributed call made from Python runs inside a ``genie::pg=<group name>`` record_function, so the trace
-says which process group the c10d op under it used (gloo records the group as an opaque object). Without a
+says which process group the c10d op under it used (gloo records the group as an opaque object) and how long
+the call blocked; each ``Work.wait`` runs inside a ``genie::wait`` one (the wait for an asynchronous op). Without a
 CUDA device, ``init_process_group`` is given the gloo backend. Per rank the harness writes
 ``host.<rank>.json`` (execution trace), ``device.<rank>.json`` (Kineto) and ``steps.<rank>.json`` (the
 untraced and traced step times, seconds).
@@ -24,9 +25,15 @@ import sys
 import time
 
 PG_HINT = "genie::pg="
-_WRAPPED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-            "all_to_all", "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "barrier", "send", "recv",
-            "isend", "irecv")
+WAIT_HINT = "genie::wait"
+# every torch.distributed call that communicates (names a torch version lacks are skipped); FSDP2 calls
+# all_gather_single / reduce_scatter_single (torch >= 2.12)
+_WRAPPED = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "_all_gather_base",
+            "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base",
+            "all_reduce_coalesced", "all_gather_coalesced", "all_to_all", "all_to_all_single", "broadcast", "reduce",
+            "gather", "scatter", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
+            "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
+            "send_object_list", "recv_object_list")
 
 
 class CaptureDone(BaseException):
@@ -57,6 +64,16 @@ def _wrap_collectives(torch, dist) -> None:
 
         functools.update_wrapper(wrapper, fn)
         setattr(dist, fname, wrapper)
+    work = getattr(dist, "Work", None)
+    if work is not None and hasattr(work, "wait"):  # the time a rank waits for an asynchronous op it issued
+        original_wait = work.wait
+
+        @functools.wraps(original_wait)
+        def wait(self, *args, **kwargs):
+            with torch.autograd.profiler.record_function(WAIT_HINT):
+                return original_wait(self, *args, **kwargs)
+
+        work.wait = wait
 
 
 def _force_gloo(torch, dist) -> None:

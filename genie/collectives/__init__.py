@@ -13,12 +13,13 @@ from genie.collectives.registry import (HALVING_DOUBLING_MAX_BYTES, RECURSIVE_DO
                                         UnsupportedAlgorithm, build_schedule,
                                         choose_algorithm, supported_algorithms)
 from genie.collectives.ring import pipelined_ring_broadcast, ring_allgather, ring_allreduce, ring_reduce_scatter
+from genie.collectives.rooted import direct_gather, direct_scatter, dissemination_barrier, pipelined_ring_reduce
 from genie.collectives.tree import double_binary_tree_allreduce
 
 __all__ = [
     "HALVING_DOUBLING_MAX_BYTES", "RECURSIVE_DOUBLING_MAX_BYTES", "InvalidCollectiveOp", "UnsupportedAlgorithm", "algbw_GBps", "block_bounds",
     "build_schedule", "busbw_GBps", "busbw_factor", "choose_algorithm", "direct_allgather", "direct_alltoall",
-    "direct_reduce_scatter", "double_binary_tree_allreduce", "halving_doubling_allgather",
+    "direct_gather", "direct_reduce_scatter", "direct_scatter", "dissemination_barrier", "pipelined_ring_reduce", "double_binary_tree_allreduce", "halving_doubling_allgather",
     "halving_doubling_allreduce", "halving_doubling_reduce_scatter", "p2p_send_recv", "ring_shift_send_recv",
     "pipelined_ring_broadcast", "recursive_doubling_allreduce", "ring_allgather", "ring_allreduce", "ring_reduce_scatter",
     "supported_algorithms",

@@ -8,12 +8,17 @@
 - all_to_all:     the per-rank total send buffer (S/n to every rank, itself included)
 - broadcast:      the buffer
 - send_recv:      the message
+- reduce:         the buffer
+- gather:         the root's OUTPUT = n x the per-rank input (nccl-tests' gather_perf)
+- scatter:        the root's INPUT = n x the per-rank output (nccl-tests' scatter_perf)
+- barrier:        0 (no payload)
 
 The element count is ``size_bytes / dtype_bytes``.
 
 ``algbw = size_bytes / time`` and ``busbw = algbw x factor``, the factor turning algbw into the bandwidth each
 rank's link must carry with an optimal algorithm, so that busbw is comparable across collectives and rank
-counts: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast and send_recv 1.
+counts: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all, gather, scatter (n-1)/n; broadcast,
+reduce and send_recv 1.
 Bandwidths are in GB/s with GB = 1e9 bytes.
 """
 
@@ -27,7 +32,8 @@ def busbw_factor(collective: Collective, n: int) -> float:
         raise ValueError(f"rank count must be >= 1, got {n}")
     if collective is Collective.ALL_REDUCE:
         return 2 * (n - 1) / n
-    if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
+    if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL, Collective.GATHER,
+                      Collective.SCATTER):
         return (n - 1) / n
     return 1.0
 

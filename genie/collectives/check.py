@@ -45,7 +45,10 @@ class ExpectedRegion:
 # ---------------------------------------------------------------------------------------------- structure
 
 def buffer_sizes(op: CollectiveOp) -> dict[Buffer, int]:
-    """Bytes of each buffer a rank holds: DATA always, OUTPUT for all-to-all and the ring-shift send_recv."""
+    """Bytes of each buffer a rank holds: DATA always, OUTPUT for all-to-all and the ring-shift send_recv; a
+    barrier one element of each (its token out and in)."""
+    if op.collective is Collective.BARRIER:
+        return {Buffer.DATA: op.dtype_bytes, Buffer.OUTPUT: op.dtype_bytes}
     sizes = {Buffer.DATA: op.size_bytes}
     if op.collective is Collective.ALL_TO_ALL or _ring_shift(op):
         sizes[Buffer.OUTPUT] = op.size_bytes
@@ -295,8 +298,9 @@ def initial_values(op: CollectiveOp, rank: int, lo: int, hi: int, buffer: Buffer
 
 def initial_buffers(op: CollectiveOp, rank: int) -> dict[Buffer, np.ndarray]:
     """Deterministic start data of ``rank``: DATA (and OUTPUT for all-to-all), distinct per rank and element."""
-    count = element_count(op)
-    return {buffer: initial_values(op, rank, 0, count, buffer) for buffer in buffer_sizes(op)}
+    element_count(op)
+    return {buffer: initial_values(op, rank, 0, size // op.dtype_bytes, buffer)
+            for buffer, size in buffer_sizes(op).items()}
 
 
 def _group_sum(op: CollectiveOp, lo: int, hi: int) -> np.ndarray:
@@ -342,6 +346,18 @@ def expected_regions(op: CollectiveOp, rank: int) -> list[ExpectedRegion]:
                                                                np.full(n, b, dtype=np.int64)))]
     elif c is Collective.BROADCAST:
         regions = [ExpectedRegion(Buffer.DATA, 0, initial_values(op, op.root, 0, count))]
+    elif c is Collective.REDUCE:
+        regions = [ExpectedRegion(Buffer.DATA, 0, _group_sum(op, 0, count))] if rank == op.root else []
+    elif c is Collective.GATHER:
+        bounds = np.array(block_bounds(count, n), dtype=np.int64)
+        regions = [ExpectedRegion(Buffer.DATA, 0, _gathered(op, bounds[:-1], np.diff(bounds)))] \
+            if rank == op.root else []
+    elif c is Collective.SCATTER:
+        bounds = block_bounds(count, n)
+        regions = [ExpectedRegion(Buffer.DATA, bounds[pos] * e,
+                                  initial_values(op, op.root, bounds[pos], bounds[pos + 1]))]
+    elif c is Collective.BARRIER:
+        regions = []  # nothing but its synchronisation
     elif _ring_shift(op):
         regions = [ExpectedRegion(Buffer.OUTPUT, 0, initial_values(op, group[(pos - 1) % n], 0, count))]
     else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from genie.core.collective import Algorithm, Collective
+from genie.core.collective import ROOTED, Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.schedule import Buffer, CollectiveOp, Copy, RankSchedule, Recv, Schedule, Send, Step
 
@@ -128,7 +128,7 @@ def element_count(op: CollectiveOp, collective: Collective | None = None) -> int
                                 f"got {op.size_bytes}")
     if op.chunks < 1:
         raise bad("chunks", f"must be >= 1, got {op.chunks}")
-    if op.collective in (Collective.BROADCAST, Collective.SEND_RECV) and op.root not in op.group:
+    if (op.collective in ROOTED or op.collective is Collective.SEND_RECV) and op.root not in op.group:
         raise bad("root", f"root {op.root} is not in group {op.group}")
     if op.collective is Collective.SEND_RECV:
         if op.peer is None or op.peer not in op.group:

@@ -7,6 +7,7 @@ Supported (collective: algorithms; the first is what AUTO falls back to for larg
 - all_to_all: direct
 - broadcast: pipelined_ring (``ring`` is accepted as a synonym)
 - send_recv: p2p
+- reduce: pipelined_ring (``ring``); gather, scatter: direct; barrier: dissemination (genie.collectives.rooted)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from genie.collectives.direct import (direct_allgather, direct_alltoall, direct_
 from genie.collectives.halving_doubling import (halving_doubling_allgather, halving_doubling_allreduce,
                                                 halving_doubling_reduce_scatter, recursive_doubling_allreduce)
 from genie.collectives.ring import pipelined_ring_broadcast, ring_allgather, ring_allreduce, ring_reduce_scatter
+from genie.collectives.rooted import direct_gather, direct_scatter, dissemination_barrier, pipelined_ring_reduce
 from genie.collectives.tree import double_binary_tree_allreduce
 
 Generator = Callable[[CollectiveOp], Schedule]
@@ -54,6 +56,10 @@ _GENERATORS: dict[Collective, dict[Algorithm, Generator]] = {
                            Algorithm.RING: pipelined_ring_broadcast},
     Collective.SEND_RECV: {Algorithm.P2P: p2p_send_recv, Algorithm.RING: ring_shift_send_recv,
                            Algorithm.PING_PONG: ping_pong_send_recv},
+    Collective.REDUCE: {Algorithm.PIPELINED_RING: pipelined_ring_reduce, Algorithm.RING: pipelined_ring_reduce},
+    Collective.GATHER: {Algorithm.DIRECT: direct_gather},
+    Collective.SCATTER: {Algorithm.DIRECT: direct_scatter},
+    Collective.BARRIER: {Algorithm.DISSEMINATION: dissemination_barrier},
 }
 
 
@@ -69,7 +75,9 @@ def choose_algorithm(collective: Collective, size_bytes: int, n: int) -> Algorit
       ``HALVING_DOUBLING_MAX_BYTES`` (256 KiB), ring above; for n <= 2 all are the same exchange and ring is
       chosen;
     - all_gather, reduce_scatter: ring (NCCL has nothing else);
-    - all_to_all: direct; broadcast: pipelined_ring; send_recv: p2p.
+    - all_to_all: direct; broadcast: pipelined_ring; send_recv: p2p;
+    - reduce: pipelined_ring (NCCL's ring); gather, scatter: direct (NCCL's grouped sends); barrier:
+      dissemination.
     """
     if collective is Collective.ALL_REDUCE:
         if n > 2 and size_bytes <= RECURSIVE_DOUBLING_MAX_BYTES:
@@ -79,7 +87,9 @@ def choose_algorithm(collective: Collective, size_bytes: int, n: int) -> Algorit
         return Algorithm.RING
     return {Collective.ALL_GATHER: Algorithm.RING, Collective.REDUCE_SCATTER: Algorithm.RING,
             Collective.ALL_TO_ALL: Algorithm.DIRECT, Collective.BROADCAST: Algorithm.PIPELINED_RING,
-            Collective.SEND_RECV: Algorithm.P2P}[collective]
+            Collective.SEND_RECV: Algorithm.P2P, Collective.REDUCE: Algorithm.PIPELINED_RING,
+            Collective.GATHER: Algorithm.DIRECT, Collective.SCATTER: Algorithm.DIRECT,
+            Collective.BARRIER: Algorithm.DISSEMINATION}[collective]
 
 
 def build_schedule(op: CollectiveOp) -> Schedule:

@@ -12,6 +12,10 @@ class Collective(Enum):
     ALL_TO_ALL = "all_to_all"
     BROADCAST = "broadcast"
     SEND_RECV = "send_recv"
+    REDUCE = "reduce"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    BARRIER = "barrier"  # no payload: one-element tokens only
 
     @classmethod
     def parse(cls, text: str) -> "Collective":
@@ -27,6 +31,10 @@ class Collective(Enum):
             raise ValueError(f"unknown collective {text!r} (expected one of: {names})") from None
 
 
+#: the collectives with a root rank (broadcast and scatter send from it, reduce and gather end at it)
+ROOTED = frozenset({Collective.BROADCAST, Collective.REDUCE, Collective.GATHER, Collective.SCATTER})
+
+
 class Algorithm(Enum):
     AUTO = "auto"
     RING = "ring"
@@ -37,6 +45,7 @@ class Algorithm(Enum):
     PIPELINED_RING = "pipelined_ring"
     P2P = "p2p"
     PING_PONG = "ping_pong"  # send_recv there and back (OSU's latency test)
+    DISSEMINATION = "dissemination"  # barrier: ceil(log2 n) rounds of tokens at distance 1, 2, 4...
 
     @classmethod
     def parse(cls, text: str) -> "Algorithm":

@@ -11,7 +11,7 @@ Every rank of a schedule has the same number of steps: step ``i`` is the same mo
 ranks, and a rank with nothing to do at that moment has an empty Step.
 
 Buffers: every rank holds a ``DATA`` buffer of the op's nccl-tests size; all-to-all also holds an ``OUTPUT``
-buffer of the same size (it is not in place). Offsets and sizes are in bytes and always multiples of the op's
+buffer of the same size (it is not in place); a barrier holds one element in each (its token out and in). Offsets and sizes are in bytes and always multiples of the op's
 element size.
 """
 
@@ -73,8 +73,9 @@ class Step:
 
 @dataclass(frozen=True)
 class CollectiveOp:
-    """One collective call. ``group`` lists global ranks; ``root`` is a global rank (broadcast source, p2p sender);
-    ``peer`` is the p2p receiver. ``size_bytes`` follows nccl-tests' convention for the collective."""
+    """One collective call. ``group`` lists global ranks; ``root`` is a global rank (broadcast and scatter source,
+    reduce and gather destination, p2p sender); ``peer`` is the p2p receiver. ``size_bytes`` follows nccl-tests'
+    convention for the collective (a barrier's is 0)."""
 
     collective: Collective
     size_bytes: int
@@ -84,6 +85,11 @@ class CollectiveOp:
     peer: int | None = None
     chunks: int = 1
     dtype_bytes: int = 4
+
+    @property
+    def sends_messages(self) -> bool:
+        """Does the op put anything on the wire: a non-empty buffer, or a barrier (tokens of one element)."""
+        return self.size_bytes > 0 or self.collective is Collective.BARRIER
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,10 @@ from genie.core.collective import Collective
 DEFAULT_DTYPE_BYTES = 4
 
 #: the collectives whose buffer is split per rank (their size is a multiple of ranks x element size)
-PER_RANK_SPLIT = frozenset({Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL})
+PER_RANK_SPLIT = frozenset({Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL,
+                            Collective.GATHER, Collective.SCATTER})
+#: the collectives whose trace ``comm_size`` is one rank's piece (the op moves comm_size x group size)
+PER_RANK_COMM_SIZE = frozenset({Collective.ALL_GATHER, Collective.GATHER, Collective.SCATTER})
 
 
 def dtype_bytes_for(size_bytes: int) -> int:
@@ -29,9 +32,12 @@ def aligned_size(collective: Collective, size_bytes: int, ranks: int,
 def trace_op_size(collective: Collective, comm_size_bytes: int, group_size: int) -> tuple[int, int]:
     """(bytes the op moves in nccl-tests' convention, element size) for a trace node of ``comm_size_bytes``
     (ASTRA-sim's meaning: all-gather's comm_size is the per-rank input, so the op moves comm_size x group
-    size; the others keep it) on a group of ``group_size`` ranks. A zero size stays zero."""
+    size, and so do gather's and scatter's, one rank's piece; the others keep it) on a group of ``group_size``
+    ranks. A zero size stays zero; a barrier is 0 bytes of one-byte elements."""
+    if collective is Collective.BARRIER:
+        return 0, 1
     size = int(comm_size_bytes or 0)
-    if collective is Collective.ALL_GATHER:
+    if collective in PER_RANK_COMM_SIZE:
         size *= group_size
     dtype = dtype_bytes_for(size)
     if collective in PER_RANK_SPLIT and size:

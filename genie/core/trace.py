@@ -60,7 +60,8 @@ class CommType(Enum):
 
     @property
     def collective(self) -> Collective | None:
-        """genie's schedulable collective for this type, or None (REDUCE, GATHER, SCATTER, BARRIER)."""
+        """genie's schedulable collective for this type (every Chakra type has one: REDUCE_SCATTER_BLOCK is a
+        reduce-scatter); None for a type genie could not schedule."""
         return _TO_COLLECTIVE.get(self)
 
     @classmethod
@@ -89,7 +90,9 @@ class CommType(Enum):
 
 _TO_COLLECTIVE = {CommType.ALL_REDUCE: Collective.ALL_REDUCE, CommType.ALL_GATHER: Collective.ALL_GATHER,
                   CommType.REDUCE_SCATTER: Collective.REDUCE_SCATTER, CommType.ALL_TO_ALL: Collective.ALL_TO_ALL,
-                  CommType.BROADCAST: Collective.BROADCAST, CommType.REDUCE_SCATTER_BLOCK: Collective.REDUCE_SCATTER}
+                  CommType.BROADCAST: Collective.BROADCAST, CommType.REDUCE_SCATTER_BLOCK: Collective.REDUCE_SCATTER,
+                  CommType.REDUCE: Collective.REDUCE, CommType.GATHER: Collective.GATHER,
+                  CommType.SCATTER: Collective.SCATTER, CommType.BARRIER: Collective.BARRIER}
 
 
 class AttrType(Enum):

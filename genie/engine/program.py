@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from genie.collectives.registry import build_schedule, choose_algorithm
-from genie.core.collective import Algorithm, Collective
+from genie.core.collective import ROOTED, Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import CollectiveOp, Schedule
@@ -33,8 +33,8 @@ def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> C
     where = f"rank {rank} node {node.id} ({node.name})"
     if collective is None or collective is Collective.SEND_RECV:
         kind = ctype.name if ctype is not None else node.comm_type_code
-        raise InputError(f"{where}: comm_type {kind} cannot be replayed (supported: all_reduce, all_gather, "
-                         f"reduce_scatter, all_to_all, broadcast)", source=source)
+        names = ", ".join(c.value for c in Collective if c is not Collective.SEND_RECV)
+        raise InputError(f"{where}: comm_type {kind} cannot be replayed (supported: {names})", source=source)
     group = trace.group(node.process_group)
     if group is None:
         raise InputError(f"{where}: unknown process group {node.process_group!r}", source=source)
@@ -43,8 +43,13 @@ def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> C
     algorithm = node.algorithm or Algorithm.AUTO
     if algorithm is Algorithm.AUTO:
         algorithm = choose_algorithm(collective, size, n)
+    root = node.attr_value("root") if collective in ROOTED else None  # a global rank (PyTorch import, PARAM)
+    if root is None:
+        root = group.ranks[0]
+    elif not isinstance(root, int) or root not in group.ranks:
+        raise InputError(f"{where}: root {root!r} is not a rank of its group {list(group.ranks)}", source=source)
     return CollectiveOp(collective=collective, size_bytes=size, group=tuple(group.ranks), algorithm=algorithm,
-                        root=group.ranks[0], dtype_bytes=dtype)
+                        root=root, dtype_bytes=dtype)
 
 
 def build_programs(trace: Trace, *, source: str = "<trace>") -> list[RankProgram]:
@@ -65,7 +70,7 @@ def build_programs(trace: Trace, *, source: str = "<trace>") -> list[RankProgram
             elif node.kind is NodeKind.COLLECTIVE:
                 op = collective_op(node, trace, rank, source=source)
                 channel = channels[node.process_group or ""]
-                if op.size_bytes and len(op.group) > 1:
+                if op.sends_messages and len(op.group) > 1:
                     links |= {(channel, peer) for peer in cached_schedule(op).peers_of(rank)}
                 nodes.append(ProgramNode(node.id, node.name, Lane.COLLECTIVE, deps, op=op, channel=channel,
                                          size_bytes=op.size_bytes, group=node.process_group or ""))

@@ -70,7 +70,7 @@ def lane_key(node: ProgramNode) -> tuple:
 def node_steps(node: ProgramNode, rank: int) -> tuple[Step, ...]:
     """The schedule steps of a communication node on `rank` (a send or receive is one single-transfer step)."""
     if node.lane is Lane.COLLECTIVE:
-        return cached_schedule(node.op).for_rank(rank).steps if node.op.size_bytes else ()
+        return cached_schedule(node.op).for_rank(rank).steps if node.op.sends_messages else ()
     if node.lane is Lane.SEND:
         return (Step(sends=(Send(node.peer, 0, node.size_bytes),)),)
     return (Step(recvs=(Recv(node.peer, 0, node.size_bytes),)),)

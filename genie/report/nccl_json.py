@@ -31,7 +31,8 @@ TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 BINARIES = {Collective.ALL_REDUCE: "all_reduce_perf", Collective.ALL_GATHER: "all_gather_perf",
             Collective.REDUCE_SCATTER: "reduce_scatter_perf", Collective.ALL_TO_ALL: "alltoall_perf",
-            Collective.BROADCAST: "broadcast_perf", Collective.SEND_RECV: "sendrecv_perf"}
+            Collective.BROADCAST: "broadcast_perf", Collective.SEND_RECV: "sendrecv_perf",
+            Collective.REDUCE: "reduce_perf", Collective.GATHER: "gather_perf", Collective.SCATTER: "scatter_perf"}
 
 
 def file_name(collective: Collective) -> str:

@@ -17,12 +17,12 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from genie.core.collective import Collective
+from genie.core.collective import ROOTED, Collective
+from genie.core.sizes import PER_RANK_SPLIT
 from genie.measure.metrics import CaseStats
 
 DTYPE_NAMES = {1: "int8", 2: "half", 4: "float", 8: "double"}
-_REDUCING = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.SEND_RECV)
-_PER_RANK_COUNT = (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL)
+_REDUCING = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.SEND_RECV, Collective.REDUCE)
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,12 @@ def redop(stats: CaseStats, op: str = "sum") -> str:
 
 
 def root(stats: CaseStats, root_rank: int = 0) -> int:
-    return root_rank if stats.collective is Collective.BROADCAST else -1
+    return root_rank if stats.collective in ROOTED else -1
 
 
 def param_count(stats: CaseStats) -> int:
     """nccl-tests' ``count`` column: elements per rank for the gathering/scattering collectives."""
-    if stats.collective in _PER_RANK_COUNT:
+    if stats.collective in PER_RANK_SPLIT:
         return stats.count // stats.ranks
     return stats.count
 

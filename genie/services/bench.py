@@ -150,6 +150,8 @@ def check_request(request: BenchRequest) -> None:
     check_ranks(request.ranks)
     if not request.collectives:
         raise InputError("names no collective; expected at least one (such as all_reduce)", path="collectives")
+    if Collective.BARRIER in request.collectives:
+        raise InputError("barrier has no size to sweep (it is replayed from traces)", path="collectives")
 
 
 def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:

@@ -178,6 +178,8 @@ def capture(request: CaptureRequest) -> CaptureOutcome:
         summary = {"script": request.script, "args": list(request.args), "nproc": request.nproc,
                    "collectives": [asdict(c) for c in comms],
                    "ranks": [dict(asdict(t), compute_ms=round(r.compute_ns / 1e6, 3),
+                                  gap_compute_ms=round(r.gap_compute_ns / 1e6, 3),
+                                  gap_wait_ms=round(r.gap_wait_ns / 1e6, 3),
                                   step_ms=None if r.step_ns is None else round(r.step_ns / 1e6, 3),
                                   comm_ops=r.comm_ops) for t, r in zip(timings, result.ranks)],
                    "warnings": list(result.warnings), "capture_s": round(capture_s, 3)}

@@ -8,9 +8,10 @@ other member. Point-to-point messages match per (source, destination, tag) in or
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
+from genie.core.collective import ROOTED
 from genie.core.errors import InputError
 from genie.core.trace import CommType, CycleError, NodeKind, Trace, TraceNode, topological_order
 
@@ -34,12 +35,15 @@ class ProblemKind(Enum):
     NOT_IN_GROUP = "not_in_group"
     COLLECTIVE_MISMATCH = "collective_mismatch"
     BAD_PEER = "bad_peer"
+    BAD_ROOT = "bad_root"
     P2P_MISMATCH = "p2p_mismatch"
 
     @property
     def severity(self) -> Severity:
         # Chakra's converter removes node 0 but keeps `ctrl_deps: [0]` on each thread root; genie, like a
         # scheduler that waits only for nodes the file has, treats a dependency on a missing node as met.
+        # ASTRA-sim itself (518bd51, feeder_v3) aborts on one ("Node 0 in ctrl_dep graph, but not found in
+        # index"): the ASTRA-sim export drops them (drop_missing_deps).
         return Severity.WARNING if self is ProblemKind.DANGLING_DEPENDENCY else Severity.ERROR
 
 
@@ -78,6 +82,24 @@ def _group_problems(trace: Trace) -> list[Problem]:
     return problems
 
 
+def drop_missing_deps(trace: Trace) -> tuple[Trace, int]:
+    """``trace`` without the dependencies on nodes its rank does not have (which genie counts as met), and how
+    many were dropped; the trace itself when there are none."""
+    ranks, dropped = [], 0
+    for rank in trace.ranks:
+        ids = {n.id for n in rank.nodes}
+        nodes = []
+        for n in rank.nodes:
+            if all(d in ids for d in n.deps):
+                nodes.append(n)
+                continue
+            data, ctrl = tuple(d for d in n.data_deps if d in ids), tuple(d for d in n.ctrl_deps if d in ids)
+            dropped += len(n.data_deps) - len(data) + len(n.ctrl_deps) - len(ctrl)
+            nodes.append(replace(n, data_deps=data, ctrl_deps=ctrl))
+        ranks.append(replace(rank, nodes=tuple(nodes)))
+    return (replace(trace, ranks=tuple(ranks)), dropped) if dropped else (trace, 0)
+
+
 def _node_problems(trace: Trace, rank: int, nodes: tuple[TraceNode, ...]) -> list[Problem]:
     problems = []
     ids = Counter(n.id for n in nodes)
@@ -103,9 +125,18 @@ def _node_problems(trace: Trace, rank: int, nodes: tuple[TraceNode, ...]) -> lis
             elif rank not in group.ranks:
                 problems.append(Problem(ProblemKind.NOT_IN_GROUP, f"rank is not a member of process group "
                                         f"{n.process_group!r}", rank, n.id))
+            root = n.attr_value("root")
+            if group is not None and root is not None and n.comm_type is not None and \
+                    n.comm_type.collective in ROOTED and root not in group.ranks:
+                problems.append(Problem(ProblemKind.BAD_ROOT, f"root {root!r} is not a rank of its group "
+                                        f"{list(group.ranks)}", rank, n.id))
         elif n.kind in (NodeKind.SEND, NodeKind.RECV):
             peer = n.peer
-            if peer is None or not 0 <= peer < trace.num_ranks or peer == rank:
+            if peer is None:
+                field = "comm_dst" if n.kind is NodeKind.SEND else "comm_src"
+                problems.append(Problem(ProblemKind.BAD_PEER, f"{n.kind.value} without {field} (and no c10d::send/"
+                                        f"recv_ or record_param_comms caller naming the peer)", rank, n.id))
+            elif not 0 <= peer < trace.num_ranks or peer == rank:
                 problems.append(Problem(ProblemKind.BAD_PEER, f"{n.kind.value} peer {peer} is not another rank "
                                         f"of the world of {trace.num_ranks}", rank, n.id))
             if n.size_bytes is None:
@@ -116,7 +147,8 @@ def _node_problems(trace: Trace, rank: int, nodes: tuple[TraceNode, ...]) -> lis
 def _describe(n: TraceNode) -> str:
     comm = n.comm_type
     name = comm.name.lower() if comm else f"comm_type {n.comm_type_code}"
-    return f"{name} of {n.size_bytes} B ({n.name!r}, node {n.id})"
+    root = n.attr_value("root")
+    return f"{name} of {n.size_bytes} B{'' if root is None else f' to/from root {root}'} ({n.name!r}, node {n.id})"
 
 
 def _sequence_problems(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -> list[Problem]:
@@ -141,7 +173,8 @@ def _sequence_problems(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -
                                             f"collectives on it (deadlock)", have, extra.id))
                     break
                 same_size = a.size_bytes == b.size_bytes or a.comm_type_code in _SIZE_MAY_DIFFER
-                if a.comm_type_code != b.comm_type_code or not same_size:
+                if a.comm_type_code != b.comm_type_code or not same_size or \
+                        a.attr_value("root") != b.attr_value("root"):
                     problems.append(Problem(ProblemKind.COLLECTIVE_MISMATCH, f"collective #{k} on group {label}: "
                                             f"rank {first} issues {_describe(a)}, rank {r} issues {_describe(b)} "
                                             f"(deadlock)", r, b.id))

@@ -36,6 +36,7 @@ from genie.core.errors import InputError
 from genie.core.files import InputKind, gunzip_input, read_input, write_atomic
 from genie.core.trace import (Attribute, AttrType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace, TraceMetadata,
                               TraceNode)
+from genie.workloads.chakra_p2p import recover_peers
 from genie.workloads.et_schema import messages
 from genie.workloads.pg_metadata import PG_INIT_NODE, merge_groups, parse_pg_records
 
@@ -345,6 +346,7 @@ def read_et_set(prefix_path: str | Path) -> Trace:
     if all(g.name != DEFAULT_GROUP_ID for g in groups) and any(
             node.process_group == DEFAULT_GROUP_ID for node in {id(n): n for r in ranks for n in r.nodes}.values()):
         groups = (ProcessGroup(DEFAULT_GROUP_ID, tuple(range(len(ranks)))), *groups)
+    ranks = recover_peers(ranks, groups, sources={r: str(found[r]) for r in found})
     return Trace(tuple(ranks), groups, (("format", "chakra_et"), ("prefix", prefix.name)))
 
 

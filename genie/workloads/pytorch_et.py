@@ -9,8 +9,9 @@ No durations: those are in the Kineto trace.
 
 Communication is the ``c10d::*`` ops (:data:`C10D_OPS`); each becomes a :class:`CommOp` with its size in
 ASTRA-sim's ``comm_size`` meaning, as Chakra's converter computes it from the input tensors (all_reduce,
-reduce_scatter: the whole buffer; all_gather: one rank's input; all_to_all: one rank's buffer; broadcast: the
-buffer; send/recv: the message).
+reduce_scatter: the whole buffer; all_gather: one rank's input; all_to_all: one rank's buffer; broadcast, reduce:
+the buffer; gather, scatter: one rank's piece; send/recv: the message; barrier: 0). The root of a rooted op is
+read as c10d records it, a rank of the op's group.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class _OpShape:
     size_from: int | None  # None: no payload (barrier)
     peer_at: int | None = None
     tag_at: int | None = None
+    root_at: int | None = None  # the root's rank in the op's group
     group_size_from_output_list: bool = False  # allgather_: len(outputs[0][0]) is the group's size
 
 
@@ -61,10 +63,11 @@ C10D_OPS: dict[str, _OpShape] = {
     "c10d::reduce_scatter_tensor_coalesced_": _OpShape(CommType.REDUCE_SCATTER, 1),
     "c10d::alltoall_base_": _OpShape(CommType.ALL_TO_ALL, 1),
     "c10d::alltoall_": _OpShape(CommType.ALL_TO_ALL, 1),
-    "c10d::broadcast_": _OpShape(CommType.BROADCAST, 0),
-    "c10d::reduce_": _OpShape(CommType.REDUCE, 0),
-    "c10d::gather_": _OpShape(CommType.GATHER, 1),
-    "c10d::scatter_": _OpShape(CommType.SCATTER, 1),
+    "c10d::broadcast_": _OpShape(CommType.BROADCAST, 0, root_at=2),
+    "c10d::reduce_": _OpShape(CommType.REDUCE, 0, root_at=3),
+    "c10d::gather_": _OpShape(CommType.GATHER, 1, root_at=3),  # size: this rank's input
+    "c10d::scatter_": _OpShape(CommType.SCATTER, 0, root_at=3),  # size: this rank's output (the root's input
+    # list is empty on the other ranks)
     "c10d::barrier": _OpShape(CommType.BARRIER, None),
     "c10d::send": _OpShape(P2P.SEND, 0, peer_at=2, tag_at=3),
     "c10d::recv_": _OpShape(P2P.RECV, 0, peer_at=2, tag_at=3),
@@ -72,6 +75,7 @@ C10D_OPS: dict[str, _OpShape] = {
 }
 RECORD_PARAM_COMMS = "record_param_comms"
 PG_HINT = "genie::pg="  # a record_function `genie trace capture` puts around each torch.distributed call
+WAIT_HINT = "genie::wait"  # and around each Work.wait
 WORK_PREFIXES = ("gloo:", "nccl:")  # the backend's own record of the work (gloo: on its worker threads)
 
 
@@ -113,6 +117,7 @@ class CommOp:
     size_bytes: int
     dtype: str
     peer_group_rank: int | None
+    root_group_rank: int | None  # broadcast, reduce, gather, scatter
     tag: int
     group_hint: str | None  # pg_name from a record_param_comms child, when there is one
     group_size: int | None  # what the op itself says of its group's size (allgather_'s output list)
@@ -245,6 +250,7 @@ def comm_ops(trace: HostTrace) -> tuple[CommOp, ...]:
                                  f"{shape.size_from}", path=f"node {node.id}.inputs.values")
             size = 0 if shape.size_from is None else _tensor_bytes(node.values[shape.size_from])
             peer = _int_input(node, shape.peer_at, "peer rank")
+            root = _int_input(node, shape.root_at, "root rank")
             tag = _int_input(node, shape.tag_at, "tag") or 0
         except InputError as exc:
             raise InputError(exc.detail, source=trace.source, path=exc.path) from None
@@ -252,7 +258,7 @@ def comm_ops(trace: HostTrace) -> tuple[CommOp, ...]:
         if shape.group_size_from_output_list and node.values and isinstance(node.values[0], list) \
                 and node.values[0] and isinstance(node.values[0][0], list):
             group_size = len(node.values[0][0])
-        out.append(CommOp(node, shape.comm, size, _dtype(node.types, shape.size_from), peer, tag,
+        out.append(CommOp(node, shape.comm, size, _dtype(node.types, shape.size_from), peer, root, tag,
                           _group_hint(node, children, known, parents), group_size))
     return tuple(out)
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from genie.core.errors import InputError
+from genie.core.intervals import union_ns
 from genie.core.trace import (Attribute, AttrType, ProcessGroup, Trace, TraceNode, collective_node, compute_node,
                               make_trace, recv_node, send_node)
 from genie.workloads.pg_metadata import PG_INIT_NODE, merge_groups
-from genie.workloads.pytorch_et import (C10D_OPS, P2P, PG_HINT, PROCESS_ROOT, PROFILER_STEP, RECORD_PARAM_COMMS, THREAD_ROOT,
-                                        WORK_PREFIXES, CommOp, HostNode, HostTrace, KinetoEvent, KinetoTrace,
-                                        comm_ops)
+from genie.workloads.pytorch_et import (C10D_OPS, P2P, PG_HINT, PROCESS_ROOT, PROFILER_STEP, RECORD_PARAM_COMMS,
+                                        THREAD_ROOT, WAIT_HINT, WORK_PREFIXES, CommOp, HostNode, HostTrace,
+                                        KinetoEvent, KinetoTrace, comm_ops)
 
 _META = (PG_INIT_NODE, THREAD_ROOT, PROCESS_ROOT)
 
@@ -48,8 +49,10 @@ class RankInput:
 class RankReport:
     rank: int
     step_ns: int | None  # ProfilerStep's Kineto duration (None: no Kineto trace or no step)
-    compute_ns: int
+    compute_ns: int  # gap_compute_ns included
     comm_ops: int
+    gap_compute_ns: int = 0  # time between ops on the step's thread counted as compute (Python)
+    gap_wait_ns: int = 0  # time between ops taken as waiting for communication work (not compute)
 
 
 @dataclass(frozen=True)
@@ -117,70 +120,130 @@ def _work_name(op: CommOp) -> str:
     return op.comm.value if isinstance(op.comm, P2P) else op.comm.name.lower()
 
 
-def _work_end(op: CommOp, host_children: dict[int, list[HostNode]], by_rf: dict[int, KinetoEvent],
-              unclaimed: list[KinetoEvent], issued: KinetoEvent) -> float:
-    """When the op's work ended: its gloo:/nccl: work event (an execution-trace child, else the first unclaimed
-    Kineto work event of its kind that began after it), or, synchronous, the op's own end."""
-    for child in host_children.get(op.node.id, ()):
-        if child.name.startswith(WORK_PREFIXES) and child.rf_id in by_rf:
-            ev = by_rf[child.rf_id]
-            if ev in unclaimed:
-                unclaimed.remove(ev)
-            return ev.end_us
-    kind = _work_name(op)
-    for ev in unclaimed:
-        if ev.start_us >= issued.start_us and ev.name.split(":", 1)[1].replace("_", "") == kind.replace("_", ""):
-            unclaimed.remove(ev)
-            return ev.end_us
-    return issued.end_us
+def _match_work(ops: tuple[CommOp, ...], host_children: dict[int, list[HostNode]], by_rf: dict[int, KinetoEvent],
+                kineto: KinetoTrace) -> dict[int, KinetoEvent]:
+    """Each c10d op's gloo:/nccl: work event (an execution-trace child, else the first unclaimed Kineto work event
+    of its kind that began after the op), by op node id; an op without one (synchronous) is absent."""
+    unclaimed = sorted((e for e in kineto.events if e.name.startswith(WORK_PREFIXES) and e.category != "kernel"),
+                       key=lambda e: e.start_us)
+    out: dict[int, KinetoEvent] = {}
+    for op in ops:
+        issued = by_rf.get(op.node.rf_id) if op.node.rf_id is not None else None
+        if issued is None:
+            continue
+        for child in host_children.get(op.node.id, ()):
+            if child.name.startswith(WORK_PREFIXES) and child.rf_id in by_rf:
+                out[op.node.id] = by_rf[child.rf_id]
+                break
+        else:
+            kind = _work_name(op).replace("_", "")
+            for ev in unclaimed:
+                if ev.start_us >= issued.start_us and ev.name.split(":", 1)[1].replace("_", "") == kind:
+                    out[op.node.id] = ev
+                    break
+        if op.node.id in out and out[op.node.id] in unclaimed:
+            unclaimed.remove(out[op.node.id])
+    return out
 
 
 def _is_async(op: CommOp) -> bool:
     return any(isinstance(v, bool) and v for v in op.node.values)
 
 
+def _is_comm_event(e: KinetoEvent) -> bool:
+    """Time a thread spent in communication: a c10d op, the backend's work (gloo:/nccl:), or a range genie's
+    capture put around a torch.distributed call (``genie::pg=``, includes a synchronous call's wait) or around
+    ``Work.wait`` (``genie::wait``)."""
+    return (e.name in C10D_OPS or e.name == RECORD_PARAM_COMMS
+            or e.name.startswith((PG_HINT, WAIT_HINT, *WORK_PREFIXES)))
+
+
 def _is_compute_event(e: KinetoEvent) -> bool:
-    return (e.category in ("cpu_op", "user_annotation") and not PROFILER_STEP.match(e.name)
-            and not e.name.startswith(WORK_PREFIXES) and e.name not in C10D_OPS and e.name != RECORD_PARAM_COMMS
-            and not e.name.startswith(PG_HINT))
+    return e.category in ("cpu_op", "user_annotation") and not PROFILER_STEP.match(e.name) and not _is_comm_event(e)
+
+
+def _covered_us(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
+    return union_ns((max(a, lo), min(b, hi)) for a, b in spans if a < hi and b > lo)
+
+
+def _gaps(tops: list[KinetoEvent], window: tuple[float, float], hidden_work: list[tuple[float, float]]
+          ) -> list[tuple[int, float, float]]:
+    """The gaps between the outermost events of the step's thread inside the step: (index of the top event
+    after the gap, or len(tops) at the end; compute µs; waiting µs). Time between ops (Python) is compute, but
+    a gap while communication work whose wait no range records (`hidden_work`: DDP's reducer waits in C++) is
+    in flight is waiting, to its end: the thread resumes when the work is done, which the backend may record
+    later than that (its work range ends after the waiter has resumed, by ms on a loaded host), and a woken
+    thread may wait for a core before it runs."""
+    out, prev = [], window[0]
+    for i, e in enumerate([*tops, None]):
+        start = window[1] if e is None else min(e.start_us, window[1])
+        if start > prev:
+            waiting = any(a < start and b > prev for a, b in hidden_work)
+            out.append((i, 0.0 if waiting else start - prev, start - prev if waiting else 0.0))
+        if e is not None:
+            prev = max(prev, e.end_us)
+    return out
 
 
 def _segments(host: HostTrace, children: dict[int, list[HostNode]], kineto: KinetoTrace | None,
-              by_rf: dict[int, KinetoEvent] | None) -> tuple[list[_Segment], int | None]:
+              by_rf: dict[int, KinetoEvent] | None, hidden_work: list[tuple[float, float]]
+              ) -> tuple[list[_Segment], int | None, tuple[int, int]]:
     """The compute ops: with Kineto, each thread's outermost events (an event inside another one's interval on
     its thread is part of it; the execution trace's call tree is not used, it nests ops under ones that had
-    ended); without, the children of the step (or thread root) in the execution trace, lasting 0."""
+    ended) that are not communication, each lasting its duration minus the communication inside it; the gaps
+    between ops on the step's thread are compute too (see :func:`_gaps`), added to the compute op before the
+    gap (after a communication op or at the step's start: to the next one). Without Kineto: the children of
+    the step (or thread root) in the execution trace, lasting 0. Returns the segments, the step's duration and
+    (gap time counted as compute, gap time taken as waiting) in ns."""
     steps = [n for n in host.nodes if PROFILER_STEP.match(n.name)]
     if kineto is None or by_rf is None:
         parents = steps or [n for n in host.nodes if n.name == THREAD_ROOT]
         out = [_Segment(n, n.tid, float(n.id), 0) for parent in parents for n in children.get(parent.id, ())
                if n.name not in _META and not PROFILER_STEP.match(n.name) and n.name not in C10D_OPS]
-        return sorted(out, key=lambda seg: seg.node.id), None
+        return sorted(out, key=lambda seg: seg.node.id), None, (0, 0)
     step_events = [e for e in kineto.events if PROFILER_STEP.match(e.name)]
     step_ns = sum(round(e.dur_us * 1000) for e in step_events) or None
     node_of = {n.rf_id: n for n in host.nodes if n.rf_id is not None}
     next_id = max((n.id for n in host.nodes), default=0) + 1
-    comm_events = [e for e in kineto.events if e.name in C10D_OPS]
     out: list[_Segment] = []
+    gap_compute = gap_wait = 0.0
     by_thread: dict[object, list[KinetoEvent]] = {}
     for e in kineto.events:
-        if _is_compute_event(e):
+        if e.category in ("cpu_op", "user_annotation") and not PROFILER_STEP.match(e.name):
             by_thread.setdefault(e.tid, []).append(e)
+    # the step's range closes in the optimizer's post-hook: what runs after it (the profiler's own teardown
+    # inside Optimizer.step's range) is not the step's
+    clip = (step_events[0].start_us, step_events[0].end_us) if len(step_events) == 1 else None
     for tid, events in by_thread.items():
         events.sort(key=lambda e: (e.start_us, -e.dur_us))
-        top_end = None
+        comm = [(e.start_us, e.end_us) for e in events if _is_comm_event(e)]
+        tops: list[KinetoEvent] = []
         for e in events:
-            if top_end is not None and e.start_us < top_end:
-                continue  # nested in the current outermost event
-            top_end = e.end_us
+            if not tops or e.start_us >= tops[-1].end_us:  # else nested in the current outermost event
+                tops.append(e)
+        extra_us = [0.0] * len(tops)
+        if clip is not None and step_events[0].tid == tid:
+            for i, compute_us, wait_us in _gaps(tops, clip, hidden_work):
+                gap_compute, gap_wait = gap_compute + compute_us, gap_wait + wait_us
+                before = i - 1 if i > 0 and not _is_comm_event(tops[i - 1]) else None
+                after = next((j for j in range(i, len(tops)) if not _is_comm_event(tops[j])), None)
+                target = before if before is not None else after
+                if target is None:  # after the last compute op: the last one takes it
+                    target = next((j for j in reversed(range(i)) if not _is_comm_event(tops[j])), None)
+                if target is not None:
+                    extra_us[target] += compute_us
+        for e, extra in zip(tops, extra_us):
+            if _is_comm_event(e):
+                continue
             node = node_of.get(e.rf_id)
             if node is None:
                 node = HostNode(next_id, e.name, -1, e.rf_id, 0, (), ())
                 next_id += 1
-            comm_us = sum(c.dur_us for c in comm_events if c.tid == tid and e.start_us <= c.start_us < e.end_us)
-            out.append(_Segment(node, tid, e.start_us, max(0, round((e.dur_us - comm_us) * 1000)), e.end_us))
+            lo, hi = (max(e.start_us, clip[0]), min(e.end_us, clip[1])) if clip else (e.start_us, e.end_us)
+            busy_us = max(0.0, hi - lo - _covered_us(comm, lo, hi)) + extra
+            out.append(_Segment(node, tid, e.start_us, max(0, round(busy_us * 1000)), e.end_us))
     out.sort(key=lambda seg: (seg.start_us, seg.node.id))
-    return out, step_ns
+    return out, step_ns, (round(gap_compute * 1000), round(gap_wait * 1000))
 
 
 def _issuer(op: CommOp, host: HostTrace, segments: list[_Segment], issued: KinetoEvent | None) -> _Segment | None:
@@ -222,7 +285,7 @@ def _gpu_kernels(host: HostTrace, kineto: KinetoTrace, ops: tuple[CommOp, ...]
 
 
 def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | None, deps: tuple[int, ...],
-               source: str) -> TraceNode:
+               source: str, world_size: int) -> TraceNode:
     pg = None if group is None or group.name == world else group.name
     extra = (Attribute("dtype", AttrType.STRING, op.dtype),) if op.dtype else ()
     if isinstance(op.comm, P2P):
@@ -238,22 +301,33 @@ def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | N
         build = send_node if op.comm is P2P.SEND else recv_node
         return build(op.node.id, op.node.name, rank=rank, peer=peer, size_bytes=op.size_bytes, tag=op.tag,
                      process_group=pg, data_deps=deps, extra_attrs=extra)
+    if op.root_group_rank is not None:  # genie's `root` attribute: a global rank
+        local = op.root_group_rank
+        if not 0 <= local < (len(group.ranks) if group is not None else world_size):
+            raise InputError(f"node {op.node.id} ({op.node.name}): root {local} is outside its group",
+                             source=source, path=f"nodes[id={op.node.id}].inputs")
+        extra += (Attribute("root", AttrType.INT64, group.ranks[local] if group is not None else local),)
     return collective_node(op.node.id, op.node.name, comm_type=op.comm, size_bytes=op.size_bytes,
                            process_group=pg, data_deps=deps, extra_attrs=extra)
 
 
-def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | None,
+def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | None, world_size: int,
                 warnings: list[str]) -> tuple[list[TraceNode], RankReport]:
     host, rank = inp.host, inp.rank
     children = host.children()
     by_rf = _check_belongs(host, inp.kineto, rank) if inp.kineto is not None else None
-    segments, step_ns = _segments(host, children, inp.kineto, by_rf)
     ops = comm_ops(host)
+    works = _match_work(ops, children, by_rf, inp.kineto) if by_rf is not None and inp.kineto is not None else {}
+    parents = {n.id: n for n in host.nodes}
+    # work issued from C++ (no genie::pg range around its op: DDP's reducer, or a trace genie did not capture)
+    # may be waited for in no profiled range; Python's waits are genie::pg / genie::wait ranges
+    hidden = [(w.start_us, w.end_us) for op in ops if (w := works.get(op.node.id)) is not None
+              and not (op.node.parent in parents and parents[op.node.parent].name.startswith(PG_HINT))]
+    segments, step_ns, (gap_ns, wait_ns) = _segments(host, children, inp.kineto, by_rf, hidden)
     gpu = _gpu_kernels(host, inp.kineto, ops) if inp.kineto is not None else None
     if gpu is not None:
         segments, nccl = gpu
-    unclaimed = sorted((e for e in (inp.kineto.events if inp.kineto else ()) if e.name.startswith(WORK_PREFIXES)
-                        and e.category != "kernel"), key=lambda e: e.start_us)
+        gap_ns = wait_ns = 0
     lanes: dict[object, list[_Segment]] = {}
     for s in segments:
         lanes.setdefault(s.lane, []).append(s)
@@ -273,7 +347,8 @@ def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | N
                        if (after := [seg for seg in lane if seg.start_us >= end])]
         elif by_rf is not None and op.node.rf_id in by_rf:
             issued = by_rf[op.node.rf_id]
-            start, end = issued.start_us, _work_end(op, children, by_rf, unclaimed, issued)
+            work = works.get(op.node.id)
+            start, end = issued.start_us, work.end_us if work is not None else issued.end_us
             issuer = _issuer(op, host, segments, issued)
             waiters = []
             for lane in lanes.values():
@@ -285,7 +360,7 @@ def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | N
             issuer = _issuer(op, host, segments, None)
             nxt = [s for s in segments if s.node.id > op.node.id and (issuer is None or s.lane == issuer.lane)]
             waiters = nxt[:1] if nxt and not _is_async(op) else []
-        node = _comm_node(op, rank, group, world, (issuer.node.id,) if issuer else (), host.source)
+        node = _comm_node(op, rank, group, world, (issuer.node.id,) if issuer else (), host.source, world_size)
         comm_nodes.append((start, node))
         for w in waiters:
             deps[w.node.id].append(op.node.id)
@@ -296,7 +371,7 @@ def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | N
     compute_ns = sum(s.duration_ns for s in segments)
     if inp.kineto is None:
         warnings.append(f"{host.source}: no Kineto trace beside it: compute durations are 0")
-    return [n for _, n in nodes], RankReport(rank, step_ns, compute_ns, len(ops))
+    return [n for _, n in nodes], RankReport(rank, step_ns, compute_ns, len(ops), gap_ns, wait_ns)
 
 
 def build_trace(inputs: list[RankInput] | tuple[RankInput, ...]) -> ImportResult:
@@ -311,7 +386,7 @@ def build_trace(inputs: list[RankInput] | tuple[RankInput, ...]) -> ImportResult
     warnings: list[str] = []
     rank_nodes, reports = [], []
     for inp in ordered:
-        nodes, report = _rank_nodes(inp, groups, world, warnings)
+        nodes, report = _rank_nodes(inp, groups, world, len(ordered), warnings)
         rank_nodes.append(nodes)
         reports.append(report)
     kept = tuple(g for g in groups if g.name != world)
