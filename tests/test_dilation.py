@@ -222,3 +222,5 @@ def test_a_dilated_loopback_replay_stretches_compute_and_reports_emulated_time(t
     assert wall_s >= 0.2  # the ranks really computed 5 x 40 ms
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert manifest["time_dilation"]["factor"] == 5.0 and manifest["params"]["time_dilation"] == "5"
+    memory = manifest["summary"]["rank_peak_rss_mb"]  # every rank reports its peak resident memory
+    assert memory["ranks"] == 2 and 5 < memory["median"] <= memory["max"] < 500

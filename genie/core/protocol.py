@@ -240,6 +240,7 @@ class CaseResult:
 class Done:
     kind: ClassVar[MessageKind] = MessageKind.DONE
     rank: int
+    peak_rss_kb: int = 0  # the rank process's peak resident memory (getrusage ru_maxrss)
 
 
 @dataclass(frozen=True)

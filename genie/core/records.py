@@ -32,3 +32,4 @@ class ReplayOutcome:
     programs: tuple[RankProgram, ...]
     iterations: tuple[IterationRecords, ...]
     placements: tuple[RankPlacement, ...]
+    peak_rss_kb: tuple[tuple[int, int], ...] = ()  # (rank, its process's peak resident memory), local ranks

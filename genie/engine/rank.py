@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import socket
 import sys
@@ -240,7 +241,7 @@ def serve_rank(control: ControlChannel, rank: int, listener: socket.socket, sock
         transport = run_job_over_tcp(setup.job, rank, listener, setup.addresses, control, sockets,
                                      connect_timeout_s=setup.connect_timeout_s,
                                      socket_buffer_bytes=setup.socket_buffer_bytes, spin_s=setup.spin_s)
-        control.send(Done(rank=rank))
+        control.send(Done(rank=rank, peak_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
         control.receive()  # `Exit`: every rank is done, connections may close
         return 0
     except ControlClosed:

@@ -31,6 +31,7 @@ from genie.engine.launch import Launcher, NamespaceLauncher, log_tail, stop_proc
 @dataclass
 class SessionResult:
     case_results: dict[int, dict[int, CaseResult]] = field(default_factory=dict)  # case -> rank -> result
+    peak_rss_kb: dict[int, int] = field(default_factory=dict)  # rank -> its process's peak RSS (local ranks)
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,8 @@ class Orchestrator:
 
     def _on_done(self, rank: int, msg: Done, state: _Serving) -> None:
         state.done.add(rank)
+        if msg.peak_rss_kb:
+            state.result.peak_rss_kb[rank] = msg.peak_rss_kb
 
 
 def local_sessions(launcher: Launcher | None = None) -> SessionFactory:

@@ -88,3 +88,13 @@ def case_stats(collective: Collective, algorithm: Algorithm, ranks: int, size_by
                      iteration_ns=tuple(int(t) for t in times_ns),
                      rank_iteration_ns=tuple(tuple(int(t) for t in r) for r in rank_times_ns))
 
+
+
+def rank_memory_summary(peak_rss_kb: Mapping[int, int]) -> dict[str, dict[str, float]]:
+    """The ranks' peak resident memory for a run's manifest: ``{"rank_peak_rss_mb": {ranks, median, max,
+    total}}`` (empty when no rank reported it: MPI-launched ranks)."""
+    if not peak_rss_kb:
+        return {}
+    mb = sorted(kb / 1024 for kb in peak_rss_kb.values())
+    return {"rank_peak_rss_mb": {"ranks": len(mb), "median": round(mb[len(mb) // 2], 1), "max": round(mb[-1], 1),
+                                 "total": round(sum(mb), 1)}}

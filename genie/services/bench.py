@@ -21,7 +21,8 @@ from genie.core.placement import RankPlacement
 from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult
 from genie.engine.launch import Launcher
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
-from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns, rank_iteration_times_ns
+from genie.measure.metrics import (CaseStats, case_stats, iteration_times_ns, rank_iteration_times_ns,
+                                   rank_memory_summary)
 from genie.services.dilation import emulated_results, real_timeout_s
 from genie.services.options import RunOptions, check_counts, check_ranks, check_timeout
 
@@ -84,6 +85,7 @@ class BenchOutcome:
     steps: dict[int, dict[int, list]] = field(default_factory=dict)  # case -> rank -> step rows
     #: the in-place pass of each size, aligned with `stats` (empty when not run)
     in_place_stats: tuple[CaseStats, ...] = ()
+    peak_rss_kb: dict[int, int] = field(default_factory=dict)  # rank -> its process's peak RSS (local ranks)
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,7 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
                              socket_buffer_bytes=socket_buffer_bytes, on_pids=on_pids, fault_hooks=partial)
     session = (sessions or local_sessions(launcher))(placements, options)
     try:
-        session.run(lambda rank: jobs[rank], on_case=on_case)
+        result = session.run(lambda rank: jobs[rank], on_case=on_case)
     except RunFailure:
         # a fault ended the run inside a size: keep its iterations measured before its last fault point
         if partial is not None and partial.case is not None and partial.case not in stats and partial.reports:
@@ -256,7 +258,7 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
         raise
     first = jobs[min(jobs)] if jobs else rank_job(cases, 0)
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=first, placements=tuple(placements),
-                        steps=steps)
+                        steps=steps, peak_rss_kb=dict(result.peak_rss_kb))
 
 
 def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
@@ -341,7 +343,8 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
                                 fault_points=stage.fault_plan.fault_points(), dilation=stage.dilation)
         start()
         doc = files.finish(outcome, config=config, devices=devices, steps=request.record_steps)
-        stage.run.set_summary({"cases": len(outcome.stats), **stage.summary()})
+        stage.run.set_summary({"cases": len(outcome.stats), **rank_memory_summary(outcome.peak_rss_kb),
+                               **stage.summary()})
     run = stage.run
     return BenchResult(run.run_dir, run.status, run.manifest.duration_s, outcome, doc, watch.links(),
                        watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents)

@@ -19,6 +19,7 @@ from genie.engine.program import build_programs
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.services.dilation import (emulated_results, real_program, real_stragglers, real_timeout_s,
                                      smallest_message_bytes)
+from genie.measure.metrics import rank_memory_summary
 from genie.services.options import RunOptions, check_counts, check_timeout
 
 ReplayProgress = Callable[[], ContextManager[Callable[[int, int], None]]]
@@ -104,10 +105,12 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
     options = SessionOptions(idle_timeout_s=max(120.0, common["timeout_s"] * 2), on_pids=on_pids,
                              fault_hooks=fault_hooks)
     session = (sessions or local_sessions(launcher))(placements, options)
-    session.run(lambda rank: ReplayJob(program=real_program(by_rank[rank], dilation),
-                                       stragglers=real_stragglers(tuple(stragglers.get(rank, ())), dilation),
-                                       **common), on_case=on_case)
-    return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements))
+    result = session.run(lambda rank: ReplayJob(program=real_program(by_rank[rank], dilation),
+                                                stragglers=real_stragglers(tuple(stragglers.get(rank, ())),
+                                                                           dilation),
+                                                **common), on_case=on_case)
+    return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements),
+                         tuple(sorted(result.peak_rss_kb.items())))
 
 
 def load_checked_trace(path: Path, npus: int | None) -> Trace:
@@ -160,5 +163,6 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
         doc, files = replay_files(outcome, meta)
         for name, text in files.items():
             stage.run.write(name, text)
-        stage.run.set_summary({"iteration_median_ns": doc["iteration_median_ns"], **stage.summary()})
+        stage.run.set_summary({"iteration_median_ns": doc["iteration_median_ns"],
+                               **rank_memory_summary(dict(outcome.peak_rss_kb)), **stage.summary()})
     return ReplayResult(stage.run.run_dir, stage.run.status, outcome, doc, watch.links(), watch.capture)
