@@ -115,6 +115,11 @@ def wire_bytes(length_bytes: int, mtu_bytes: int) -> int:
     return length_bytes + (count - 1) * TCP_IP_HEADER_BYTES + count * ETHERNET_HEADER_BYTES
 
 
+def message_wire_bytes(payload_bytes: int, mtu_bytes: int = 1500) -> int:
+    """Bytes on the wire for a TCP message of ``payload_bytes``: what a wire stage serializes for it."""
+    return wire_bytes(payload_bytes + TCP_IP_HEADER_BYTES, mtu_bytes)
+
+
 @dataclass
 class StageCounters:
     packets: int = 0  # admitted to the stage (not lost, not over the limit)

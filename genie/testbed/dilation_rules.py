@@ -19,6 +19,7 @@ from genie.core.dilation import HostLimit, TimeDilation
 from genie.core.errors import InputError
 from genie.core.topology import Topology
 from genie.core.units import format_rate
+from genie.linkemu.line import message_wire_bytes
 from genie.topology.link_properties import MAX_DELAY_US
 
 TCP_MIN_RTO_S = 0.2  # Linux's TCP_RTO_MIN
@@ -74,7 +75,6 @@ def check_dilation_holds(topology: Topology, dilation: TimeDilation, *, source: 
 TARGET_SHARE = 0.02  # what the host's own limits may cost any reported figure
 THROUGHPUT_USE = 0.5  # the share of the host's measured aggregate rate the shaped links may ask for together
 REFERENCE_MESSAGE_BYTES = 1024  # the smallest figure `auto` protects: one such message between two hosts
-PACKET_OVERHEAD_BYTES = 66  # Ethernet 14 + IPv4 20 + TCP 20 + timestamps 12
 
 
 @dataclass(frozen=True)
@@ -88,12 +88,6 @@ class HostFigures:
     step_us: float
     aggregate_bps: float
     emulator_late_us: float | None = None
-
-
-def message_wire_bytes(size_bytes: int, mtu_bytes: int = 1500) -> int:
-    """A message's bytes on the wire: its payload in MTU-sized TCP segments, each with its headers."""
-    payload = mtu_bytes - (PACKET_OVERHEAD_BYTES - 14)
-    return size_bytes + max(1, -(-size_bytes // payload)) * PACKET_OVERHEAD_BYTES
 
 
 def smallest_step_us(topology: Topology, reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> tuple[float, str]:
