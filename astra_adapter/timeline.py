@@ -63,9 +63,11 @@ class _Op:
 
     __slots__ = ("members", "sides", "duration_ns", "started", "nodes", "remaining_ns")
 
-    def __init__(self, members: tuple[int, ...], sides: tuple[tuple[int, int], ...], duration_ns: float) -> None:
+    def __init__(self, members: tuple[int, ...], sides: tuple[tuple[int, int], ...] | None,
+                 duration_ns: float) -> None:
         self.members = members
-        self.sides = sides  # (rank, 0 = transmit / 1 = receive)
+        # (rank, 0 = transmit / 1 = receive); None: both sides of every member (a collective)
+        self.sides = sides if sides is not None else tuple((m, side) for m in members for side in (0, 1))
         self.duration_ns = duration_ns
         self.started: dict[int, float] = {}
         self.nodes: dict[int, int] = {}  # rank -> node index
@@ -77,6 +79,7 @@ class _Player:
         self.share_nic = share_nic
         self.nodes, self.lanes, self.children, self.waiting = [], [], [], []
         self.op_index: dict[tuple, _Op] = {}
+        self.group_members: dict[str, tuple[int, ...]] = {}
         for rank_trace in trace.ranks:
             r = rank_trace.rank
             order = topological_order(rank_trace.nodes)
@@ -121,9 +124,10 @@ class _Player:
             op = comm_op(node, trace)
             if op is None:
                 return lane, None  # moves nothing: done when started, without waiting for the others
-            members = tuple(trace.group(node.process_group).ranks)
-            return lane, self._shared_op(("coll", group, k), members, op, duration_ns,
-                                         tuple((m, side) for m in members for side in (0, 1)))
+            members = self.group_members.get(group)
+            if members is None:
+                members = self.group_members[group] = tuple(trace.group(node.process_group).ranks)
+            return lane, self._shared_op(("coll", group, k), members, op, duration_ns, None)
         if kind in (NodeKind.SEND, NodeKind.RECV):
             send = kind is NodeKind.SEND
             lane = ("send" if send else "recv", node.peer)
@@ -136,7 +140,8 @@ class _Player:
             return lane, self._shared_op(("p2p", src, dst, k), (src, dst), op, duration_ns, ((src, 0), (dst, 1)))
         return None, None
 
-    def _shared_op(self, key: tuple, members: tuple[int, ...], op: CommOp, duration_ns, sides: tuple) -> _Op:
+    def _shared_op(self, key: tuple, members: tuple[int, ...], op: CommOp, duration_ns,
+                   sides: tuple | None) -> _Op:
         shared = self.op_index.get(key)
         if shared is None:
             shared = self.op_index[key] = _Op(members, sides, float(duration_ns(op)))

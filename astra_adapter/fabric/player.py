@@ -14,7 +14,7 @@ from astra_adapter.timeline import Timeline, _Op, _Player, timeline_of
 class _FlowOp(_Op):
     __slots__ = ("comm", "flow")
 
-    def __init__(self, members: tuple[int, ...], sides: tuple, comm: CommOp) -> None:
+    def __init__(self, members: tuple[int, ...], sides: tuple | None, comm: CommOp) -> None:
         super().__init__(members, sides, float("inf"))
         self.comm = comm
         self.flow: FabricOp | None = None
@@ -25,7 +25,8 @@ class FabricPlayer(_Player):
         self.engine = engine
         super().__init__(trace, lambda op: float("inf"), share_nic=False)
 
-    def _shared_op(self, key: tuple, members: tuple[int, ...], op: CommOp, duration_ns, sides: tuple) -> _Op:
+    def _shared_op(self, key: tuple, members: tuple[int, ...], op: CommOp, duration_ns,
+                   sides: tuple | None) -> _Op:
         shared = self.op_index.get(key)
         if shared is None:
             shared = self.op_index[key] = _FlowOp(members, sides, op)
