@@ -55,12 +55,15 @@ class FabricParams:
 class StepFlows:
     """One step of an op: its flows' routes and payload bytes, and its latency before they move."""
 
-    __slots__ = ("routes", "bytes", "latency_ns")
+    __slots__ = ("routes", "bytes", "latency_ns", "wire_bytes", "moving", "done_below")
 
     def __init__(self, routes: np.ndarray, size_bytes: np.ndarray, latency_ns: float) -> None:
         self.routes = routes
         self.bytes = size_bytes
         self.latency_ns = latency_ns
+        self.wire_bytes = size_bytes * WIRE_BYTES_PER_PAYLOAD_BYTE  # what the flows move (never written to)
+        self.moving = self.wire_bytes > _EPS_BYTES
+        self.done_below = _EPS_BYTES + 1e-9 * float(size_bytes.max(initial=0.0))  # a flow with less left is done
 
 
 class FabricOp:
@@ -86,8 +89,8 @@ class FabricOp:
             return
         s = self.steps[self.step]
         self.latency_ns = s.latency_ns
-        self.left = s.bytes * WIRE_BYTES_PER_PAYLOAD_BYTE
-        self.active = self.left > _EPS_BYTES
+        self.left = s.wire_bytes
+        self.active = s.moving
 
 
 class StepSends:
@@ -245,13 +248,9 @@ class FlowEngine:
                 continue
             if rate is not None:
                 op.left = op.left - rate * dt_ns
-                op.active = op.active & (op.left > _EPS_BYTES + 1e-9 * self._scale(op))
+                op.active = op.active & (op.left > op.steps[op.step].done_below)
             if not op.active.any():
                 op.next_step()
-
-    @staticmethod
-    def _scale(op: FabricOp) -> float:
-        return float(op.steps[op.step].bytes.max(initial=0.0))
 
 
 def run_concurrently(engine: FlowEngine, ops: list[tuple[CommOp, tuple[int, ...]]]) -> list[float]:
