@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -224,3 +225,70 @@ def test_an_experiment_stopped_in_its_second_round_keeps_the_first(tmp_path: Pat
     assert "accuracy.csv" not in listed and not (out / "accuracy.csv").exists()  # the comparison never ran
     rows = list(csv.DictReader((out / "sweep.csv").open()))
     assert rows and {r["iterations"] for r in rows} == {"2"}  # round 1's: 3 iterations over 2 rounds, 2 each
+
+
+DUMBBELL = """name: dumbbell-4
+defaults: {bandwidth: 1gbit}
+hosts: [{name: h0}, {name: h1}, {name: h2}, {name: h3}]
+switches: [{name: sw0}, {name: sw1}]
+links:
+  - {endpoints: [h0, sw0]}
+  - {endpoints: [h1, sw0]}
+  - {endpoints: [h2, sw1]}
+  - {endpoints: [h3, sw1]}
+  - {endpoints: [sw0, sw1], bandwidth: 500mbit}
+"""
+
+
+def write_dumbbell(tmp_path: Path) -> Path:
+    """The tiny experiment on two switches joined by one link: a topology ASTRA-sim's dimensions cannot express."""
+    spec = write_tiny(tmp_path)
+    (tmp_path / "dumbbell.yaml").write_text(DUMBBELL)
+    spec.write_text(spec.read_text().replace(f"{ROOT}/topologies/star-4.yaml", "dumbbell.yaml"))
+    return spec
+
+
+def test_an_unmappable_topology_is_estimated_by_the_fabric_model_alone(tmp_path: Path) -> None:
+    from astra_adapter.fabric.experiment import evaluate_fabric
+
+    prepared = prepare(load_experiment(write_dumbbell(tmp_path)))
+    assert prepared.mapping is None and prepared.fabric and "2 switches" in prepared.unmapped
+    rows = []
+    for case in prepared.sweep:
+        for size in case.sizes:
+            op = case.op(size)
+            rows.append(Measurement(op.collective, op.algorithm, op.ranks, size, 100 + size / 50_000,
+                                    groups=case.groups))
+    replay = (9_000_000, 10_000_000, 11_000_000)
+    calibration, estimates, accuracy = evaluate(prepared, tuple(rows), replay)
+    assert calibration is None and [a.mode for a in accuracy] == ["measured"]
+    fabric_cal, fabric_est, fabric_row = evaluate_fabric(prepared, tuple(rows), replay)
+    assert fabric_row.mode == "fabric" and fabric_est.iteration_ns > 3_000_000  # the trace's compute alone: 3 ms
+    result = ExperimentResult(tmp_path, prepared, tuple(rows), None, (*estimates, fabric_est), replay,
+                              (*accuracy, fabric_row), fabric_calibration=fabric_cal)
+    summary = format_summary(result)
+    assert "(4 ranks, not an ASTRA-sim dimension stack)" in summary
+    assert ("no ASTRA-sim calibration or calibrated row: ASTRA-sim's dimensions cannot express this topology "
+            "(2 switches but 2 with hosts") in summary
+    modes = [line.split()[0] for line in summary.splitlines() if re.match(r"[a-z]+ +[0-9.]+ +[0-9.]+ ", line)]
+    assert modes == ["measured", "fabric"]
+
+
+def test_the_experiment_service_on_an_unmappable_topology(tmp_path: Path) -> None:
+    """The service end to end on loopback (no root) with the dumbbell's spec: measured and fabric rows, the fabric
+    calibration written, no ASTRA-sim calibration or export."""
+    import json
+
+    from genie.services.experiment import ExperimentCommand, run_experiment_command
+    from genie.services.options import RunOptions
+
+    spec = load_experiment(write_dumbbell(tmp_path))
+    result = run_experiment_command(ExperimentCommand(spec, RunOptions(loopback=True, out=tmp_path / "run")))
+    assert [r.mode for r in result.accuracy] == ["measured", "fabric"] and result.calibration is None
+    listed = {f["name"] for f in json.loads((tmp_path / "run" / "manifest.json").read_text())["files"]}
+    for name in ("fabric_calibration.json", "estimate-measured.csv", "estimate-fabric.csv", "accuracy.csv",
+                 "summary.txt"):
+        assert name in listed and (tmp_path / "run" / name).is_file(), name
+    assert not {n for n in listed if n.startswith(("calibration", "astra/"))}
+    assert not (tmp_path / "run" / "astra").exists()
+    assert "ASTRA-sim's dimensions cannot express" in (tmp_path / "run" / "summary.txt").read_text()
