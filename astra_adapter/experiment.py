@@ -24,8 +24,10 @@ from genie.core.trace import Trace
 
 from astra_adapter.calibrate import Calibration, calibrate
 from astra_adapter.experiment_spec import ExperimentSpec, SweepCase, generate_workload, pin_algorithms, plan_sweep
+from astra_adapter.fabric.calibrate import lower_bounds_us
+from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.mapping import TopologyMapping, map_topology
-from astra_adapter.measurements import Measurement, MeasurementTable, op_time_us
+from astra_adapter.measurements import CommOp, Measurement, MeasurementTable, op_time_us
 from astra_adapter.workload_estimate import TraceEstimate, estimate_calibrated, estimate_measured
 
 ACCURACY_COLUMNS = ("workload", "topology", "mode", "estimated_s", "measured_s", "error_pct")
@@ -195,7 +197,8 @@ def evaluate(prepared: PreparedExperiment, measurements: tuple[Measurement, ...]
     estimates: tuple[TraceEstimate, ...] = (measured_mode,)
     calibration = None
     if prepared.mapping is not None:
-        calibration = calibrate(measurements, prepared.mapping, fit_endpoint_delay=prepared.spec.fit_endpoint_delay)
+        calibration = calibrate(measurements, prepared.mapping, fit_endpoint_delay=prepared.spec.fit_endpoint_delay,
+                                bounds_us=lower_bounds_us(measurements, FabricNetwork(prepared.topology)))
         estimates = (measured_mode, estimate_calibrated(prepared.trace, prepared.mapping, calibration))
     measured_s = (median(replay_ns) if statistic is Statistic.TYPICAL else min(replay_ns)) / 1e9
     rows = tuple(AccuracyRow(prepared.spec.workload.describe(), prepared.topology.name, e.mode.value,
@@ -223,6 +226,21 @@ def _astra_lines(result: ExperimentResult) -> tuple[str, str]:
             f"{cal.rms_residual_pct:.2f}%")
 
 
+def _excluded_lines(result: ExperimentResult) -> list[str]:
+    """The points the ASTRA-sim fit left out (faster than the links allow); one line when the fabric
+    calibration's list above names the same points."""
+    cal = result.calibration
+    if cal is None or not cal.excluded:
+        return []
+    fabric = result.fabric_calibration
+    if fabric is not None and {(p.op, p.groups[0]) for p in fabric.excluded} == {  # type: ignore[attr-defined]
+            (CommOp(q.collective, q.algorithm, q.ranks, q.size_bytes), q.group) for q in cal.excluded}:
+        return [f"# the ASTRA-sim calibration leaves out the same {len(cal.excluded)} point(s)"]
+    return [f"# excluded from the ASTRA-sim calibration (faster than the links allow): {q.collective.value}/"
+            f"{q.algorithm.value} on {q.ranks} ranks, {q.size_bytes} B: {q.measured_us:.1f} us < {q.bound_us:.1f} us"
+            for q in cal.excluded]
+
+
 def format_summary(result: ExperimentResult) -> str:
     p = result.prepared
     shape, calibration = _astra_lines(result)
@@ -236,6 +254,7 @@ def format_summary(result: ExperimentResult) -> str:
         exposed = max(r.exposed_comm_ns for r in est.ranks) / 1e6
         lines.append(f"{row.mode:<11} {row.estimated_s * 1e3:>13.3f} {row.measured_s * 1e3:>12.3f} "
                      f"{row.error_pct:>+7.2f}%  {exposed:.3f} ms")
+    lines[2:2] = _excluded_lines(result)
     if result.fabric_calibration is not None:
         from astra_adapter.fabric.calibrate import summary_lines
 

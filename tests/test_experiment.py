@@ -292,3 +292,37 @@ def test_the_experiment_service_on_an_unmappable_topology(tmp_path: Path) -> Non
     assert not {n for n in listed if n.startswith(("calibration", "astra/"))}
     assert not (tmp_path / "run" / "astra").exists()
     assert "ASTRA-sim's dimensions cannot express" in (tmp_path / "run" / "summary.txt").read_text()
+
+
+def test_the_astra_sim_fit_leaves_out_impossible_points_and_the_summary_lists_them(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from astra_adapter.fabric.calibrate import FabricCalibration, FabricPoint
+    from astra_adapter.fabric.flows import FabricParams
+    from astra_adapter.measurements import CommOp
+
+    prepared = prepare(load_experiment(write_tiny(tmp_path)))
+    theta = np.array([20_000.0, 8.0, 10.0])
+    rows = []
+    for case in prepared.sweep:
+        for size in case.sizes:
+            op = case.op(size)
+            rows.append(Measurement(op.collective, op.algorithm, op.ranks, size,
+                                    model_ns(op, prepared.mapping, theta, group=case.groups[0]) / 1000,
+                                    groups=case.groups))
+    # the 1 MiB all-reduce on 4 ranks at 1 Gbit/s carries 2 x 3/4 MiB per link: 12.6 ms at least, not 1 ms
+    impossible = replace(rows[-1], time_us=1000.0)
+    calibration, _, _ = evaluate(prepared, (*rows[:-1], impossible), (10_000_000,))
+    assert [(q.size_bytes, q.measured_us) for q in calibration.excluded] == [(1 << 20, 1000.0)]
+    assert calibration.excluded[0].bound_us == pytest.approx(2 * 3 / 4 * (1 << 20) / 125)
+    assert len(calibration.points) == 3 and calibration.rms_residual_pct < 0.01  # the rest still fit exactly
+    result = ExperimentResult(tmp_path, prepared, tuple(rows), calibration, (), (10_000_000,), ())
+    assert ("# excluded from the ASTRA-sim calibration (faster than the links allow): all_reduce/ring on 4 ranks, "
+            "1048576 B: 1000.0 us < 12582.9 us") in format_summary(result)
+    # on a fabric topology the fabric calibration lists the same points above: one line instead
+    point = FabricPoint(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 4, 1 << 20), ((0, 1, 2, 3),), 1000.0, 0.0,
+                        12582.912, ())
+    fabric = FabricCalibration("star-4", FabricParams(), (), (point,))
+    summary = format_summary(replace(result, fabric_calibration=fabric))
+    assert "# the ASTRA-sim calibration leaves out the same 1 point(s)" in summary
+    assert "excluded from the ASTRA-sim calibration" not in summary
