@@ -299,3 +299,18 @@ def test_nothing_possible_to_fit_keeps_the_links_values() -> None:
     assert cal.points == () and len(cal.excluded) == 1 and not any(d.fitted for d in cal.dims)
     assert cal.dims[0].bandwidth_gb_per_s == pytest.approx(1e9 / 8 / 2**30)
     assert any("nothing left to fit" in n for n in cal.notes)
+
+
+def test_cli_estimate_calibrated_on_a_topology_leaves_out_impossible_points(tmp_path: Path) -> None:
+    import json
+
+    run = _sweep_dir(tmp_path, [1 << 20, 16 << 20, 64 << 20])
+    text = (run / "sweep.csv").read_text().splitlines()
+    text[2] = text[2].replace(f"{50 + (16 << 20) / 50.0}", "1000.0")  # 16 MiB in 1 ms: 16 GB/s on 1 Gbit/s links
+    (run / "sweep.csv").write_text("\n".join(text) + "\n")
+    done = run_genie("estimate", ROOT / "traces" / "gen_ddp_resnet50", "-m", run, "--mode", "calibrated",
+                     "--topology", "topologies/star-8.yaml", "--out", tmp_path / "c", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "c" / "calibration.json").read_text())
+    assert [(e["size_bytes"], e["measured_us"]) for e in doc["excluded"]] == [(16 << 20, 1000.0)]
+    assert sorted(p["size_bytes"] for p in doc["points"]) == [1 << 20, 64 << 20]
