@@ -12,7 +12,7 @@ from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine, S
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.player import play_on_fabric
 from astra_adapter.mapping import TopologyShape, map_topology
-from astra_adapter.timeline import RankTimes, Timeline
+from astra_adapter.timeline import CompiledTrace, RankTimes, Timeline
 from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
 
 
@@ -55,8 +55,8 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
                          f"{network.world_size}", source=source, path="hosts")
     network.check_connected()
     nets = sample_networks(network, ecmp_samples)
-    sends = StepSends()
-    ranks = _mean_ranks([play_on_fabric(trace, FlowEngine(n, params, sends)) for n in nets])
+    sends, compiled = StepSends(), CompiledTrace(trace)  # both shared by the draws' plays
+    ranks = _mean_ranks([play_on_fabric(trace, FlowEngine(n, params, sends), compiled) for n in nets])
     ecmp = f"mean of {len(nets)} ECMP hash draws" if len(nets) > 1 else (
         "ECMP as the expected share" if network.multipath else "no ECMP")
     described = (f"fabric model on {topology.name} ({ecmp}): {len(network.resources)} link directions, "
