@@ -10,12 +10,14 @@
 4. ``speed``: times the fabric model on 1024 ranks (256 hosts x 4 ranks) on a 3-tier fabric (16 leaves, 4 pods
    of 2 aggregation routers, 2 core routers), the DP ring workload of the ASTRA-sim speed anchor: 96 forward +
    96 backward compute nodes and 24 all-reduces of 25 MiB per rank, ECMP as the expected share (one run; the
-   default 8 hash draws cost 8 plays) (target: < 60 s).
+   default 8 hash draws cost 8 plays; ``--ecmp-samples 8`` times those) (target: < 60 s); with ``--cli DIR`` it
+   also writes the trace (Chakra ET) and the topology (YAML) to DIR and times ``genie estimate`` on them as a
+   user runs it (fabric mode, 8 hash draws).
 
     sudo python3 benchmarks/fabric_accuracy.py accuracy [--experiments FILE ...] [--out DIR]
     python3 benchmarks/fabric_accuracy.py evaluate RUN_DIR EXPERIMENT.yaml
     python3 benchmarks/fabric_accuracy.py scale --calibration RUN_DIR --topology BIG.yaml --trace TRACE --replay RUN_DIR
-    python3 benchmarks/fabric_accuracy.py speed
+    python3 benchmarks/fabric_accuracy.py speed [--ecmp-samples N] [--cli DIR]
 """
 
 from __future__ import annotations
@@ -139,20 +141,49 @@ def dp_ring_trace(ranks: int = 1024, layers: int = 96, all_reduces: int = 24, si
     return make_trace(nodes)
 
 
-def run_speed() -> None:
+def run_speed(ecmp_samples: int, cli: Path | None) -> None:
     from astra_adapter.fabric.estimate import estimate_fabric
 
     topology = three_tier()
     started = time.perf_counter()
     trace = dp_ring_trace(topology.world_size)
     built = time.perf_counter()
+    ecmp = "ECMP expected share" if ecmp_samples == 0 else f"{ecmp_samples} ECMP hash draws"
+    load = os.getloadavg()[0]
     cpu = time.process_time()
-    est = estimate_fabric(trace, topology, ecmp_samples=0)  # ECMP as the expected share: one run
+    est = estimate_fabric(trace, topology, ecmp_samples=ecmp_samples)
     done = time.perf_counter()
     print(f"speed: {trace.num_ranks} ranks on {len(topology.hosts)} hosts, {len(topology.switches)} routers "
-          f"(3 tiers), {sum(len(r.nodes) for r in trace.ranks)} nodes, ECMP expected share: fabric model "
+          f"(3 tiers), {sum(len(r.nodes) for r in trace.ranks)} nodes, {ecmp}: fabric model "
           f"{done - built:.1f} s wall, {time.process_time() - cpu:.1f} s CPU (trace built in {built - started:.1f} s),"
-          f" iteration {est.iteration_ns / 1e6:.1f} ms; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+          f" iteration {est.iteration_ns} ns; load {load:.1f}/{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    if cli is not None:
+        run_cli(trace, topology, cli)
+
+
+def run_cli(trace, topology, out: Path) -> None:
+    """The same estimate as a user runs it: the trace written as a Chakra ET set, the topology as YAML, then
+    `genie estimate TRACE --topology FILE` in a child process (defaults: fabric mode, 8 ECMP hash draws)."""
+    import resource
+    import subprocess
+
+    from genie.topology.writer import dump_topology
+    from genie.workloads.chakra_et import write_et_set
+
+    write_et_set(trace, out / "dp_ring" / "dp_ring")
+    (out / "three-tier.yaml").write_text(dump_topology(topology))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "genie.cli.main", "estimate", str(out / "dp_ring"), "--topology",
+                           str(out / "three-tier.yaml"), "--out", str(out / f"estimate-{time.time_ns()}")],
+                          capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    first = (done.stdout.splitlines() or [done.stderr.strip()])[0]
+    print(f"cli: genie estimate {out / 'dp_ring'} --topology {out / 'three-tier.yaml'}: exit {done.returncode}, "
+          f"{wall:.1f} s wall, {cpu:.1f} s CPU; load {load:.1f}/{os.getloadavg()[0]:.1f}; {first}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--topology", type=Path, required=True)
     sc.add_argument("--trace", type=Path, required=True)
     sc.add_argument("--replay", type=Path)
-    sub.add_parser("speed")
+    sp = sub.add_parser("speed")
+    sp.add_argument("--ecmp-samples", type=int, default=0, help="ECMP hash draws to average (0: expected share)")
+    sp.add_argument("--cli", type=Path, help="also write the trace and topology here and time `genie estimate`")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     if args.what == "accuracy":
@@ -179,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.what == "scale":
         run_scale(args.calibration, args.topology, args.trace, args.replay)
     else:
-        run_speed()
+        run_speed(args.ecmp_samples, args.cli)
     return 0
 
 

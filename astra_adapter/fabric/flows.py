@@ -55,7 +55,7 @@ class FabricParams:
 class StepFlows:
     """One step of an op: its flows' routes and payload bytes, and its latency before they move."""
 
-    __slots__ = ("routes", "bytes", "latency_ns", "wire_bytes", "moving", "done_below")
+    __slots__ = ("routes", "bytes", "latency_ns", "wire_bytes", "moving", "moving_count", "done_below")
 
     def __init__(self, routes: np.ndarray, size_bytes: np.ndarray, latency_ns: float) -> None:
         self.routes = routes
@@ -63,13 +63,14 @@ class StepFlows:
         self.latency_ns = latency_ns
         self.wire_bytes = size_bytes * WIRE_BYTES_PER_PAYLOAD_BYTE  # what the flows move (never written to)
         self.moving = self.wire_bytes > _EPS_BYTES
+        self.moving_count = int(np.count_nonzero(self.moving))
         self.done_below = _EPS_BYTES + 1e-9 * float(size_bytes.max(initial=0.0))  # a flow with less left is done
 
 
 class FabricOp:
     """An op in flight: the step it is in, its latency left, its flows' bytes left."""
 
-    __slots__ = ("steps", "step", "latency_ns", "left", "active", "done")
+    __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done")
 
     def __init__(self, steps: tuple[StepFlows, ...]) -> None:
         self.steps = steps
@@ -77,6 +78,7 @@ class FabricOp:
         self.latency_ns = 0.0
         self.left = np.zeros(0)
         self.active = np.zeros(0, dtype=bool)
+        self.active_count = 0  # flows still moving (active.sum())
         self.done = False
 
     def next_step(self) -> None:
@@ -91,6 +93,7 @@ class FabricOp:
         self.latency_ns = s.latency_ns
         self.left = s.wire_bytes
         self.active = s.moving
+        self.active_count = s.moving_count
 
 
 class StepSends:
@@ -198,7 +201,7 @@ class FlowEngine:
         return hit
 
     def _flow_rates(self) -> list[np.ndarray | None]:
-        moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active.any()]
+        moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active_count]
         if not moving:
             return [None] * len(self.ops)
         # the rates depend only on which flows of which steps move: memoised on that (a ring's 2(n-1) steps
@@ -231,6 +234,8 @@ class FlowEngine:
                 best = min(best, op.latency_ns)
             elif rate is None:
                 return 0.0  # a step with nothing left to move: ends now
+            elif op.active_count == len(op.left):
+                best = min(best, float(np.min(op.left / rate)))
             else:
                 best = min(best, float(np.min(op.left[op.active] / rate[op.active])))
         return best
@@ -243,13 +248,14 @@ class FlowEngine:
                 op.latency_ns -= dt_ns
                 if op.latency_ns <= 1e-6:
                     op.latency_ns = 0.0
-                    if not op.active.any():
+                    if not op.active_count:
                         op.next_step()
                 continue
             if rate is not None:
                 op.left = op.left - rate * dt_ns
                 op.active = op.active & (op.left > op.steps[op.step].done_below)
-            if not op.active.any():
+                op.active_count = int(np.count_nonzero(op.active))
+            if not op.active_count:
                 op.next_step()
 
 
