@@ -269,6 +269,11 @@ def format_summary(result: ExperimentResult) -> str:
         lines.append(f"load average (1 min) before/after: {result.load_average[0]:.2f}/{result.load_average[1]:.2f}"
                      f" on {os.cpu_count()} CPUs")
     for est in result.estimates:
+        if est.draw_iterations_ns:
+            lines.append(f"# {est.mode.value}: one testbed session draws one ECMP hash; over the model's "
+                         f"{len(est.draw_iterations_ns)} draws the iteration spans "
+                         f"{min(est.draw_iterations_ns) / 1e6:.1f}-{max(est.draw_iterations_ns) / 1e6:.1f} ms (sd "
+                         f"{est.draw_spread_pct:.1f}%): the replay's {p.spec.rounds} round(s) sample that spread")
         if est.extrapolated:
             lines.append(f"# {est.mode.value}: {len(est.extrapolated)} op(s) timed by the calibrated model")
     lines.append(f"# results in {result.run_dir}")

@@ -62,10 +62,21 @@ class TraceEstimate:
     ranks: tuple[RankTimes, ...]
     extrapolated: tuple[CommOp, ...] = ()  # measured mode: ops timed by the calibrated model
     notes: tuple[str, ...] = ()
+    draw_iterations_ns: tuple[int, ...] = ()  # fabric mode with ECMP: the iteration of each hash draw
 
     @property
     def iteration_ns(self) -> int:
         return max((r.iteration_ns for r in self.ranks), default=0)
+
+    @property
+    def draw_spread_pct(self) -> float:
+        """The standard deviation of the draws' iterations, in % of their mean: how far one testbed session (one
+        draw of the ECMP hash) typically lands from the expectation (0: no draws)."""
+        d = self.draw_iterations_ns
+        if len(d) < 2:
+            return 0.0
+        mean = sum(d) / len(d)
+        return (sum((x - mean) ** 2 for x in d) / len(d)) ** 0.5 / mean * 100 if mean else 0.0
 
 
 def model_timer(mapping: TopologyMapping, calibration: Calibration):

@@ -326,3 +326,17 @@ def test_the_astra_sim_fit_leaves_out_impossible_points_and_the_summary_lists_th
     summary = format_summary(replace(result, fabric_calibration=fabric))
     assert "# the ASTRA-sim calibration leaves out the same 1 point(s)" in summary
     assert "excluded from the ASTRA-sim calibration" not in summary
+
+
+def test_the_summary_shows_how_far_one_session_s_ecmp_draw_moves_the_fabric_estimate(tmp_path: Path) -> None:
+    from astra_adapter.timeline import RankTimes
+    from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
+    from astra_adapter.experiment import AccuracyRow
+
+    prepared = prepare(load_experiment(write_dumbbell(tmp_path)))
+    est = TraceEstimate(EstimateMode.FABRIC, (RankTimes(0, 10_000_000, 3_000_000, 7_000_000, 7_000_000, 0),),
+                        draw_iterations_ns=(9_000_000, 11_000_000))
+    row = AccuracyRow("tiny.yaml", "dumbbell-4", "fabric", 0.01, 0.01)
+    summary = format_summary(ExperimentResult(tmp_path, prepared, (), None, (est,), (10_000_000,), (row,)))
+    assert ("# fabric: one testbed session draws one ECMP hash; over the model's 2 draws the iteration spans "
+            "9.0-11.0 ms (sd 10.0%): the replay's 1 round(s) sample that spread") in summary
