@@ -108,8 +108,8 @@ def test_sweep_of_a_pipeline_measures_its_message_pairs() -> None:
     assert len(p2p) == 1 and p2p[0].ranks == 2 and p2p[0].groups == ((0, 1), (2, 3), (4, 5), (6, 7))
 
 
-def test_evaluate_compares_both_modes_with_the_replay(tmp_path: Path) -> None:
-    prepared = prepare(load_experiment(write_tiny(tmp_path)))
+def model_sweep(prepared) -> list[Measurement]:
+    """The prepared sweep as the ASTRA-sim model measures it itself (20 us per hop, 1 Gbit/s, 10 ns endpoint)."""
     theta = np.array([20_000.0, 8.0, 10.0])
     rows = []
     for case in prepared.sweep:
@@ -118,6 +118,12 @@ def test_evaluate_compares_both_modes_with_the_replay(tmp_path: Path) -> None:
             rows.append(Measurement(op.collective, op.algorithm, op.ranks, size,
                                     model_ns(op, prepared.mapping, theta, group=case.groups[0]) / 1000,
                                     groups=case.groups))
+    return rows
+
+
+def test_evaluate_compares_both_modes_with_the_replay(tmp_path: Path) -> None:
+    prepared = prepare(load_experiment(write_tiny(tmp_path)))
+    rows = model_sweep(prepared)
     calibration, estimates, accuracy = evaluate(prepared, tuple(rows), (9_000_000, 10_000_000, 11_000_000))
     assert calibration.rms_residual_pct < 0.01
     assert [a.mode for a in accuracy] == ["measured", "calibrated"]
@@ -302,14 +308,7 @@ def test_the_astra_sim_fit_leaves_out_impossible_points_and_the_summary_lists_th
     from astra_adapter.measurements import CommOp
 
     prepared = prepare(load_experiment(write_tiny(tmp_path)))
-    theta = np.array([20_000.0, 8.0, 10.0])
-    rows = []
-    for case in prepared.sweep:
-        for size in case.sizes:
-            op = case.op(size)
-            rows.append(Measurement(op.collective, op.algorithm, op.ranks, size,
-                                    model_ns(op, prepared.mapping, theta, group=case.groups[0]) / 1000,
-                                    groups=case.groups))
+    rows = model_sweep(prepared)
     # the 1 MiB all-reduce on 4 ranks at 1 Gbit/s carries 2 x 3/4 MiB per link: 12.6 ms at least, not 1 ms
     impossible = replace(rows[-1], time_us=1000.0)
     calibration, _, _ = evaluate(prepared, (*rows[:-1], impossible), (10_000_000,))
