@@ -23,6 +23,13 @@ line rate than a ring's single flow per link, which the congestion-unaware model
 bandwidth belongs to a reference collective (all-reduce when measured, else the most measured one) and every
 other measured collective gets a *size factor*: the model moves ``factor x`` its bytes (fitted jointly, by
 alternating least squares). Calibrated mode and a calibrated export scale those nodes' ``comm_size``.
+
+**Physically impossible points** are left out of the fit: given each measurement's lower bound (``bounds_us``:
+the fastest its payload can cross the topology's links at their nominal rates, which the caller computes with
+the fabric model's one rule, :func:`astra_adapter.fabric.calibrate.lower_bounds_us`), a measurement faster than
+it is a timer artefact or a small-message minimum, not a transfer; it is kept in ``Calibration.excluded`` (with
+the model's time at the fitted values) and named in a note. When no point is left, nothing is fitted: the
+dimensions keep the topology's link values.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ class CalibrationPoint:
     measured_us: float
     model_us: float
     group: tuple[int, ...] = ()
+    bound_us: float = 0.0  # the fastest the links allow (0: not known)
 
     @property
     def residual_pct(self) -> float:
@@ -81,6 +89,7 @@ class Calibration:
     params: SystemParams = SystemParams()
     notes: tuple[str, ...] = ()
     size_factors: tuple[tuple[Collective, float], ...] = ()  # model bytes / real bytes, per collective
+    excluded: tuple[CalibrationPoint, ...] = ()  # faster than the links allow: left out of the fit
 
     def size_factor(self, collective: Collective) -> float:
         return dict(self.size_factors).get(collective, 1.0)
@@ -222,23 +231,42 @@ def _identifiable(a: np.ndarray, free: list[int], priority: list[int]) -> list[i
     return free
 
 
-def _measured_ops(measurements, mapping: TopologyMapping) -> tuple[list, np.ndarray, list[str]]:
+def _op_key(k: tuple[CommOp, tuple[int, ...]]) -> tuple:
+    return k[0].collective.value, k[0].algorithm.value, k[0].ranks, k[0].size_bytes, k[1]
+
+
+def _measured_ops(measurements, mapping: TopologyMapping, bounds_us
+                  ) -> tuple[list, np.ndarray, list[str], list[tuple[tuple[CommOp, tuple[int, ...]], float, float]]]:
+    """(ops to fit, their median measured ns, notes, excluded (op key, measured us, bound us) - physically
+    impossible)."""
     grouped: dict[tuple[CommOp, tuple[int, ...]], list[float]] = {}
-    for m in measurements:
+    impossible = []
+    for i, m in enumerate(measurements):
         group = m.groups[0] if m.groups else tuple(range(m.ranks))
-        grouped.setdefault((CommOp(m.collective, m.algorithm, m.ranks, m.size_bytes), group), []).append(m.time_us)
+        key = (CommOp(m.collective, m.algorithm, m.ranks, m.size_bytes), group)
+        if bounds_us is not None and m.time_us < bounds_us[i]:
+            impossible.append((key, m.time_us, float(bounds_us[i])))
+        else:
+            grouped.setdefault(key, []).append(m.time_us)
     ops, skipped = [], {}
-    for key in sorted(grouped, key=lambda k: (k[0].collective.value, k[0].algorithm.value, k[0].ranks,
-                                              k[0].size_bytes, k[1])):
+    for key in sorted({*grouped, *(k for k, _, _ in impossible)}, key=_op_key):
         why = modelable(key[0], mapping, key[1])
         if why is None:
-            ops.append(key)
+            if key in grouped:
+                ops.append(key)
         else:
             skipped[f"not fitted: {key[0].collective.value}/{key[0].algorithm.value} on {key[0].ranks} ranks: {why}"] = 1
-    if not ops:
+    excluded = sorted(((k, t, b) for k, t, b in impossible if modelable(k[0], mapping, k[1]) is None),
+                      key=lambda e: _op_key(e[0]))
+    if not ops and not excluded:
         raise InputError("no measurement the model can reproduce" + (f" ({next(iter(skipped))})" if skipped else ""),
                          path="measurements")
-    return ops, np.array([float(np.median(grouped[key])) * 1000 for key in ops]), list(skipped)
+    notes = list(skipped)
+    if impossible:
+        notes.append(f"{len(impossible)} of {len(measurements)} measurements are faster than their links' nominal "
+                     f"rates allow and are left out of the fit" + ("" if ops else
+                                                                  ": nothing left to fit, the links' values are kept"))
+    return ops, np.array([float(np.median(grouped[key])) * 1000 for key in ops]), notes, excluded
 
 
 def _fit(a_raw: np.ndarray, d: np.ndarray, m: np.ndarray, kinds: list[Collective], reference: Collective,
@@ -275,10 +303,13 @@ def _fit(a_raw: np.ndarray, d: np.ndarray, m: np.ndarray, kinds: list[Collective
 
 def calibrate(measurements: tuple[Measurement, ...] | list[Measurement], mapping: TopologyMapping,
               params: SystemParams = SystemParams(), *, fit_endpoint_delay: bool = False,
-              size_factors: bool = True) -> Calibration:
+              size_factors: bool = True, bounds_us=None) -> Calibration:
     """Fit per-dimension bandwidth and latency, the endpoint delay and per-collective size factors to
-    ``measurements`` on ``mapping`` (see the module doc)."""
-    ops, measured, notes = _measured_ops(measurements, mapping)
+    ``measurements`` on ``mapping``, leaving out those faster than their ``bounds_us`` (one per measurement;
+    None: no bound known) (see the module doc)."""
+    ops, measured, notes, excluded = _measured_ops(measurements, mapping, bounds_us)
+    if not ops:
+        return _unfitted(mapping, params, notes, excluded)
     kinds = [op.collective for op, _ in ops]
     counts = {c: kinds.count(c) for c in kinds}
     reference = Collective.ALL_REDUCE if Collective.ALL_REDUCE in counts else max(counts, key=counts.get)
@@ -317,7 +348,25 @@ def calibrate(measurements: tuple[Measurement, ...] | list[Measurement], mapping
                                     model_ns(scaled_op(op, factors.get(op.collective, 1.0)), mapping, theta, params,
                                              group) / 1000, group)
                    for (op, group), m in zip(ops, measured))
-    return Calibration(mapping.topology_name, dims, int(theta[end]), points, params, tuple(notes), kept)
+    return Calibration(mapping.topology_name, dims, int(theta[end]), points, params, tuple(notes), kept,
+                       _excluded_points(excluded, mapping, theta, params, factors))
+
+
+def _excluded_points(excluded, mapping: TopologyMapping, theta: np.ndarray, params: SystemParams,
+                     factors: dict[Collective, float]) -> tuple[CalibrationPoint, ...]:
+    return tuple(CalibrationPoint(op.collective, op.algorithm, op.ranks, op.size_bytes, t,
+                                  model_ns(scaled_op(op, factors.get(op.collective, 1.0)), mapping, theta, params,
+                                           group) / 1000, group, bound)
+                 for (op, group), t, bound in excluded)
+
+
+def _unfitted(mapping: TopologyMapping, params: SystemParams, notes: list[str], excluded) -> Calibration:
+    """No possible point to fit: the topology's link values (and the default endpoint delay), nothing fitted."""
+    theta = _defaults(mapping, params)
+    dims = tuple(CalibratedDim(d.role, d.topology, d.npus_count, float(1e9 / theta[2 * i + 1] / GIB_BYTES),
+                               float(theta[2 * i]), False) for i, d in enumerate(mapping.dims))
+    return Calibration(mapping.topology_name, dims, int(theta[-1]), (), params, tuple(notes), (),
+                       _excluded_points(excluded, mapping, theta, params, {}))
 
 
 def scaled_op(op: CommOp, factor: float) -> CommOp:

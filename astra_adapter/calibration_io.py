@@ -1,7 +1,8 @@
 """calibration.json and calibration.csv: writing and reading a :class:`~astra_adapter.calibrate.Calibration`.
 
 ``calibration.json`` (``format: genie-calibration``): dims (role, topology, npus_count, bandwidth_gb_per_s,
-latency_ns, fitted), endpoint_delay_ns, size_factors, the system knobs, the rms residual, the points and notes.
+latency_ns, fitted), endpoint_delay_ns, size_factors, the system knobs, the rms residual, the points, the
+points left out of the fit as physically impossible (``excluded``: measured below ``bound_us``) and notes.
 ``calibration.csv``: one row per measurement with the estimator's time at the fitted values.
 """
 
@@ -55,6 +56,9 @@ def calibration_json(cal: Calibration) -> str:
         "points": [{"collective": q.collective.value, "algorithm": q.algorithm.value, "ranks": q.ranks,
                     "group": list(q.group), "size_bytes": q.size_bytes, "measured_us": q.measured_us, "model_us": q.model_us,
                     "residual_pct": round(q.residual_pct, 4)} for q in cal.points],
+        "excluded": [{"collective": q.collective.value, "algorithm": q.algorithm.value, "ranks": q.ranks,
+                      "group": list(q.group), "size_bytes": q.size_bytes, "measured_us": q.measured_us,
+                      "bound_us": q.bound_us, "model_us": q.model_us} for q in cal.excluded],
         "notes": list(cal.notes),
     }
     return json.dumps(doc, indent=1) + "\n"

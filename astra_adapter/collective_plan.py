@@ -12,12 +12,16 @@ doubleBinaryTree) over the ranks that differ only in that dimension.
   divides by it, all-reduce and all-to-all keep it.
 - A communicator group smaller than the world is one ring over its ranks in the given order
   (``CommunicatorGroup::get_collective_plan``), on queue level 0, with ASTRA's "Local" ring dimension.
+- Each phase takes its queue from one of the level's allocators (:class:`QueuePick`,
+  ``QueueLevelHandler``): a ``localBWAware`` all-reduce's reduce-scatter and all-reduce phases from the first
+  half of the level's queues (clockwise), its all-gather phases from the second half (anticlockwise); every
+  other phase round-robin over all of them (the second half anticlockwise).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
 
 from genie.core.errors import GenieError
 
@@ -50,9 +54,21 @@ class LogicalDim:
     network_dim: int | None
 
 
+class QueuePick(Enum):
+    """Which allocator of its level's ``QueueLevelHandler`` gives a phase its queue and ring direction (ASTRA-sim
+    ``get_next_queue_id`` / ``_first`` / ``_last``): NEXT round-robin over all ``q`` queues, anticlockwise on the
+    second half (``i >= q // 2``, when ``q > 1``); FIRST round-robin over the first ``q // 2`` (at least queue 0),
+    clockwise; LAST round-robin over queues ``q // 2 .. q - 1``, anticlockwise."""
+
+    NEXT = "next"
+    FIRST = "first"
+    LAST = "last"
+
+
 @dataclass(frozen=True)
 class PhaseSpec:
-    """One phase of a chunk: ``comm`` run with ``impl`` over one logical dimension on queue ``level``."""
+    """One phase of a chunk: ``comm`` run with ``impl`` over one logical dimension on queue ``level``, its queue
+    taken by ``pick``."""
 
     comm: CommKind
     impl: CollectiveImpl
@@ -61,6 +77,7 @@ class PhaseSpec:
     npus: int
     data_size_bytes: int
     local: bool = False  # ASTRA's Dimension::Local ring (communicator groups): fixed 10 ns memory-bus delay
+    pick: QueuePick = QueuePick.NEXT
 
     @property
     def final_size_bytes(self) -> int:
@@ -137,10 +154,10 @@ def world_phases(system: SystemConfig, comm: CommKind, chunk_bytes: int, dims: t
     def active(d: int) -> bool:
         return dims[d].npus > 1 and (involved[d] if d < len(involved) else True)
 
-    def phase(kind: CommKind, d: int, size: int) -> PhaseSpec:
+    def phase(kind: CommKind, d: int, size: int, pick: QueuePick = QueuePick.NEXT) -> PhaseSpec:
         spec = dims[d]
         _check_impl(spec.impl, kind, spec.npus)
-        return PhaseSpec(kind, spec.impl, d, d, spec.npus, size)
+        return PhaseSpec(kind, spec.impl, d, d, spec.npus, size, pick=pick)
 
     phases: list[PhaseSpec] = []
     remain = chunk_bytes
@@ -156,23 +173,26 @@ def world_phases(system: SystemConfig, comm: CommKind, chunk_bytes: int, dims: t
             last = i
     for i in range(last):
         if active(order[i]):
-            phases.append(phase(CommKind.REDUCE_SCATTER, order[i], remain))
+            phases.append(phase(CommKind.REDUCE_SCATTER, order[i], remain, QueuePick.FIRST))
             remain = phases[-1].final_size_bytes
     if active(order[last]):
-        phases.append(phase(CommKind.ALL_REDUCE, order[last], remain))
+        phases.append(phase(CommKind.ALL_REDUCE, order[last], remain, QueuePick.FIRST))
         remain = phases[-1].final_size_bytes
     for i in range(last - 1, -1, -1):
         if active(order[i]):
-            phases.append(phase(CommKind.ALL_GATHER, order[i], remain))
+            phases.append(phase(CommKind.ALL_GATHER, order[i], remain, QueuePick.LAST))
             remain = phases[-1].final_size_bytes
     return tuple(phases)
 
 
-def group_phases(comm: CommKind, chunk_bytes: int, npus: int) -> tuple[PhaseSpec, ...]:
-    """A communicator group's single ring phase (ASTRA-sim ignores the configured implementations here)."""
+def group_phases(system: SystemConfig, comm: CommKind, chunk_bytes: int, npus: int) -> tuple[PhaseSpec, ...]:
+    """A communicator group's single ring phase (ASTRA-sim ignores the configured implementations here; a
+    ``localBWAware`` all-reduce still takes its queue as the turning point of the world's, FIRST)."""
     if npus <= 1:
         return ()
-    return (PhaseSpec(comm, CollectiveImpl(ImplKind.RING), 0, None, npus, chunk_bytes, local=True),)
+    pick = QueuePick.FIRST if comm is CommKind.ALL_REDUCE and \
+        system.collective_optimization is not CollectiveOptimization.BASELINE else QueuePick.NEXT
+    return (PhaseSpec(comm, CollectiveImpl(ImplKind.RING), 0, None, npus, chunk_bytes, local=True, pick=pick),)
 
 
 def ring_log_lines(system: SystemConfig, npus_per_dim: tuple[int, ...]) -> tuple[str, ...]:

@@ -165,7 +165,7 @@ def estimate_files(workload_prefix: str | Path, system_path: str | Path, network
 
     Process groups come from ``comm_group_path`` (ASTRA-sim's ``{"<pg_name>": [ranks]}``) when given, else from
     ``<prefix>.comm_group.json`` if present. ``injection_scale`` multiplies ``endpoint-delay`` (ASTRA-sim's
-    ``--injection-scale``); ``queues_per_dim`` is its ``--num-queues-per-dim`` (only 1 is modelled). Compute
+    ``--injection-scale``); ``queues_per_dim`` is its ``--num-queues-per-dim``. Compute
     durations are ASTRA-sim's whole microseconds (``duration_micros``), whatever finer ``duration_ns`` genie's
     own export adds.
     """
@@ -179,11 +179,11 @@ def estimate_files(workload_prefix: str | Path, system_path: str | Path, network
         system = replace(system, endpoint_delay_ns=delay)
     if queues_per_dim < 1:
         raise InputError("must be >= 1", path="queues_per_dim")
+    if queues_per_dim > 1 and backend is NetworkBackend.CONGESTION_AWARE:
+        raise InputError("more than one queue per dimension is modelled for the congestion_unaware backend only "
+                         "(validated against its binary; the aware backend's anticlockwise streams share links "
+                         "differently and were not checked)", path="queues_per_dim")
     remote = load_remote_memory(remote_memory_path) if remote_memory_path is not None else None
-    if queues_per_dim > 1:
-        raise InputError("more than one queue per dimension is not modelled (ASTRA-sim gives the queues of a "
-                         "dimension alternating ring directions; run the ASTRA-sim binary for it)",
-                         path="queues_per_dim")
     trace = as_astra_reads(read_et_set(workload_prefix))  # duration_micros, as ASTRA-sim reads it
     if comm_group_path is not None:
         trace = replace(trace, groups=read_comm_groups(read_input(comm_group_path, InputKind.TRACE),

@@ -24,8 +24,10 @@ from genie.core.trace import Trace
 
 from astra_adapter.calibrate import Calibration, calibrate
 from astra_adapter.experiment_spec import ExperimentSpec, SweepCase, generate_workload, pin_algorithms, plan_sweep
+from astra_adapter.fabric.calibrate import lower_bounds_us
+from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.mapping import TopologyMapping, map_topology
-from astra_adapter.measurements import Measurement, MeasurementTable, op_time_us
+from astra_adapter.measurements import CommOp, Measurement, MeasurementTable, op_time_us
 from astra_adapter.workload_estimate import TraceEstimate, estimate_calibrated, estimate_measured
 
 ACCURACY_COLUMNS = ("workload", "topology", "mode", "estimated_s", "measured_s", "error_pct")
@@ -46,9 +48,10 @@ class PreparedExperiment:
     spec: ExperimentSpec
     trace: Trace
     topology: Topology
-    mapping: TopologyMapping
+    mapping: TopologyMapping | None  # None: ASTRA-sim's dimensions cannot express the topology (`unmapped` says why)
     sweep: tuple[SweepCase, ...]
     fabric: bool = False  # the topology is not an ASTRA-sim dimension stack: the fabric model estimates it too
+    unmapped: str = ""  # why there is no mapping (map_topology's refusal): no ASTRA-sim calibrated row
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class ExperimentResult:
     run_dir: Path
     prepared: PreparedExperiment
     measurements: tuple[Measurement, ...]
-    calibration: Calibration
+    calibration: Calibration | None  # None: the topology has no ASTRA-sim mapping
     estimates: tuple[TraceEstimate, ...]
     replay_iteration_ns: tuple[int, ...]
     accuracy: tuple[AccuracyRow, ...]
@@ -101,17 +104,24 @@ def load_workload(spec: ExperimentSpec) -> Trace:
 
 
 def prepare(spec: ExperimentSpec) -> PreparedExperiment:
-    """Everything that can fail on bad input, before a testbed exists."""
+    """Everything that can fail on bad input, before a testbed exists. A topology ASTRA-sim's dimensions cannot
+    express (:func:`map_topology` refuses it) is estimated by the fabric model alone: no mapping, no ASTRA-sim
+    calibrated row, ``unmapped`` says why."""
     from genie.topology import load_topology_file
 
     if not spec.topology_path.is_file():
         raise InputError(f"no such topology file: {spec.topology_path}", source=spec.source, path="topology")
     topology = load_topology_file(spec.topology_path)
-    mapping = map_topology(topology, source=str(spec.topology_path))
+    mapping: TopologyMapping | None = None
+    unmapped = ""
+    try:
+        mapping = map_topology(topology, source=str(spec.topology_path))
+    except InputError as exc:
+        unmapped = exc.detail
     trace = load_workload(spec)
     if trace.num_ranks != topology.world_size:
         raise InputError(f"the workload has {trace.num_ranks} ranks but topology {topology.name} runs "
-                         f"{topology.world_size}; they must be equal (the ASTRA-sim network is the whole testbed)",
+                         f"{topology.world_size}; they must be equal (the modelled network is the whole testbed)",
                          source=spec.source, path="workload")
     sweep = plan_sweep(trace, spec.grid_bytes)
     for case in sweep:
@@ -119,12 +129,12 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
             sweep_ops(case, size)  # the bench can build every schedule
     from astra_adapter.fabric.estimate import needs_fabric
 
-    fabric = needs_fabric(topology)
+    fabric = mapping is None or needs_fabric(topology)
     if fabric:
         from astra_adapter.fabric.experiment import cover_link_classes
 
         sweep = cover_link_classes(sweep, topology, spec.grid_bytes)
-    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric)
+    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric, unmapped)
 
 
 def sweep_ops(case: SweepCase, size_bytes: int) -> tuple[CollectiveOp, ...]:
@@ -178,16 +188,22 @@ def measurements_of(stats: list, sweep: tuple[SweepCase, ...], times: list[list[
 # ---- after the testbed ---------------------------------------------------------------------------------
 def evaluate(prepared: PreparedExperiment, measurements: tuple[Measurement, ...], replay_ns: tuple[int, ...],
              statistic: Statistic = Statistic.TYPICAL
-             ) -> tuple[Calibration, tuple[TraceEstimate, ...], tuple[AccuracyRow, ...]]:
-    """Calibrate, estimate in both modes and compare with the replay's median (or best) iteration (pure)."""
-    calibration = calibrate(measurements, prepared.mapping, fit_endpoint_delay=prepared.spec.fit_endpoint_delay)
+             ) -> tuple[Calibration | None, tuple[TraceEstimate, ...], tuple[AccuracyRow, ...]]:
+    """Calibrate, estimate in both modes and compare with the replay's median (or best) iteration (pure). On a
+    topology without an ASTRA-sim mapping: measured mode only, no calibration (the fabric row is
+    :func:`astra_adapter.fabric.experiment.evaluate_fabric`'s)."""
     measured_mode = estimate_measured(prepared.trace, MeasurementTable(measurements),
                                       share_nic=prepared.spec.share_nic)
-    calibrated_mode = estimate_calibrated(prepared.trace, prepared.mapping, calibration)
+    estimates: tuple[TraceEstimate, ...] = (measured_mode,)
+    calibration = None
+    if prepared.mapping is not None:
+        calibration = calibrate(measurements, prepared.mapping, fit_endpoint_delay=prepared.spec.fit_endpoint_delay,
+                                bounds_us=lower_bounds_us(measurements, FabricNetwork(prepared.topology)))
+        estimates = (measured_mode, estimate_calibrated(prepared.trace, prepared.mapping, calibration))
     measured_s = (median(replay_ns) if statistic is Statistic.TYPICAL else min(replay_ns)) / 1e9
     rows = tuple(AccuracyRow(prepared.spec.workload.describe(), prepared.topology.name, e.mode.value,
-                             e.iteration_ns / 1e9, measured_s) for e in (measured_mode, calibrated_mode))
-    return calibration, (measured_mode, calibrated_mode), rows
+                             e.iteration_ns / 1e9, measured_s) for e in estimates)
+    return calibration, estimates, rows
 
 
 def accuracy_csv(rows: tuple[AccuracyRow, ...] | list[AccuracyRow]) -> str:
@@ -197,16 +213,40 @@ def accuracy_csv(rows: tuple[AccuracyRow, ...] | list[AccuracyRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_summary(result: ExperimentResult) -> str:
-    p = result.prepared
-    cal = result.calibration
+def _astra_lines(result: ExperimentResult) -> tuple[str, str]:
+    """The topology as ASTRA-sim dimensions (for the title) and the ASTRA-sim calibration, or why there are none."""
+    p, cal = result.prepared, result.calibration
+    if p.mapping is None or cal is None:
+        return ("not an ASTRA-sim dimension stack", f"no ASTRA-sim calibration or calibrated row: ASTRA-sim's "
+                f"dimensions cannot express this topology ({p.unmapped}); the fabric model estimates it")
     dims = "; ".join(f"{d.topology.value} {d.npus_count}: {d.bandwidth_gb_per_s * 2**30 * 8 / 1e9:.3f} Gbit/s, "
                      f"{d.latency_ns / 1e3:.1f} us/hop" + ("" if d.fitted else " (not fitted)") for d in cal.dims)
+    return (f"{p.mapping.shape.value} -> {' x '.join(f'{d.topology.value}({d.npus_count})' for d in p.mapping.dims)}",
+            f"calibration: {dims}, endpoint delay {cal.endpoint_delay_ns} ns, rms residual "
+            f"{cal.rms_residual_pct:.2f}%")
+
+
+def _excluded_lines(result: ExperimentResult) -> list[str]:
+    """The points the ASTRA-sim fit left out (faster than the links allow); one line when the fabric
+    calibration's list above names the same points."""
+    cal = result.calibration
+    if cal is None or not cal.excluded:
+        return []
+    fabric = result.fabric_calibration
+    if fabric is not None and {(p.op, p.groups[0]) for p in fabric.excluded} == {  # type: ignore[attr-defined]
+            (CommOp(q.collective, q.algorithm, q.ranks, q.size_bytes), q.group) for q in cal.excluded}:
+        return [f"# the ASTRA-sim calibration leaves out the same {len(cal.excluded)} point(s)"]
+    return [f"# excluded from the ASTRA-sim calibration (faster than the links allow): {q.collective.value}/"
+            f"{q.algorithm.value} on {q.ranks} ranks, {q.size_bytes} B: {q.measured_us:.1f} us < {q.bound_us:.1f} us"
+            for q in cal.excluded]
+
+
+def format_summary(result: ExperimentResult) -> str:
+    p = result.prepared
+    shape, calibration = _astra_lines(result)
     lines = [f"# experiment {p.spec.name}: {p.spec.workload.describe()} on {p.topology.name} "
-             f"({p.trace.num_ranks} ranks, {p.mapping.shape.value} -> "
-             f"{' x '.join(f'{d.topology.value}({d.npus_count})' for d in p.mapping.dims)})",
-             f"sweep: {len(result.measurements)} sizes in {len(p.sweep)} curves; calibration: {dims}, endpoint "
-             f"delay {cal.endpoint_delay_ns} ns, rms residual {cal.rms_residual_pct:.2f}%",
+             f"({p.trace.num_ranks} ranks, {shape})",
+             f"sweep: {len(result.measurements)} sizes in {len(p.sweep)} curves; {calibration}",
              f"replay: {len(result.replay_iteration_ns)} iterations, median {result.measured_ns / 1e6:.3f} ms "
              f"(min {min(result.replay_iteration_ns) / 1e6:.3f}, max {max(result.replay_iteration_ns) / 1e6:.3f})",
              f"{'mode':<11} {'estimated_ms':>13} {'measured_ms':>12} {'error':>8}  exposed comm (max rank)"]
@@ -214,6 +254,7 @@ def format_summary(result: ExperimentResult) -> str:
         exposed = max(r.exposed_comm_ns for r in est.ranks) / 1e6
         lines.append(f"{row.mode:<11} {row.estimated_s * 1e3:>13.3f} {row.measured_s * 1e3:>12.3f} "
                      f"{row.error_pct:>+7.2f}%  {exposed:.3f} ms")
+    lines[2:2] = _excluded_lines(result)
     if result.fabric_calibration is not None:
         from astra_adapter.fabric.calibrate import summary_lines
 
@@ -228,6 +269,11 @@ def format_summary(result: ExperimentResult) -> str:
         lines.append(f"load average (1 min) before/after: {result.load_average[0]:.2f}/{result.load_average[1]:.2f}"
                      f" on {os.cpu_count()} CPUs")
     for est in result.estimates:
+        if est.draw_iterations_ns:
+            lines.append(f"# {est.mode.value}: one testbed session draws one ECMP hash; over the model's "
+                         f"{len(est.draw_iterations_ns)} draws the iteration spans "
+                         f"{min(est.draw_iterations_ns) / 1e6:.1f}-{max(est.draw_iterations_ns) / 1e6:.1f} ms (sd "
+                         f"{est.draw_spread_pct:.1f}%): the replay's {p.spec.rounds} round(s) sample that spread")
         if est.extrapolated:
             lines.append(f"# {est.mode.value}: {len(est.extrapolated)} op(s) timed by the calibrated model")
     lines.append(f"# results in {result.run_dir}")

@@ -1,9 +1,11 @@
 """ASTRA-sim's system layer: collectives -> chunk streams -> per-dimension queues -> phases.
 
 ``Sys::generate_collective`` cuts a collective into chunk streams (:mod:`astra_adapter.collective_plan`); each
-stream enters the queue of its first phase's dimension (``Sys::insert_stream``: after running streams and after
-streams of higher or equal priority; LIFO gives newer collectives higher priority). At most
-``ceil(active-chunks-per-dimension / queues-per-dim)`` streams run per queue. A phase ends when
+phase takes a queue of its dimension and a ring direction from the level's allocators (``QueueLevelHandler``:
+:class:`~astra_adapter.collective_plan.QueuePick`); a stream enters its first phase's queue (``Sys::insert_stream``:
+after running streams and after streams of higher or equal priority; LIFO gives newer collectives higher
+priority). At most ``ceil(active-chunks-per-dimension / queues-per-dim)`` streams run per queue. An
+anticlockwise ring or direct phase runs over its members in reverse order (each sends to the previous one). A phase ends when
 :class:`~astra_adapter.phase_sim.PhaseTimer` says so, once every member of its group has started it; the
 stream then moves to its next phase's queue (``proceed_to_next_vnet_baseline``) and the collective finishes
 with its last stream.
@@ -16,8 +18,8 @@ from typing import Callable
 
 from genie.core.errors import GenieError
 
-from astra_adapter.collective_plan import CommKind, PhaseSpec, chunk_sizes, group_phases, logical_dims, \
-    world_phases
+from astra_adapter.collective_plan import DIRECT_LIKE, RING_LIKE, CommKind, PhaseSpec, QueuePick, chunk_sizes, \
+    group_phases, logical_dims, world_phases
 from astra_adapter.config import ImplKind, InterDimensionScheduling, SchedulingPolicy, SystemConfig
 from astra_adapter.dbt import TreeType
 from astra_adapter.network import AnalyticalNetwork
@@ -35,30 +37,49 @@ class Collective:
 
 
 class Stream:
-    __slots__ = ("coll", "chunk", "phases", "queues", "trees", "next_phase", "priority", "initialized", "queue")
+    __slots__ = ("coll", "chunk", "phases", "queues", "reversed", "trees", "next_phase", "priority", "initialized",
+                 "queue")
 
     def __init__(self, coll: Collective, chunk: int, phases: tuple[PhaseSpec, ...], queues: tuple[int, ...],
-                 trees: tuple[TreeType, ...], priority: int) -> None:
+                 reversed_: tuple[bool, ...], trees: tuple[TreeType, ...], priority: int) -> None:
         self.coll, self.chunk, self.phases, self.queues, self.trees = coll, chunk, phases, queues, trees
+        self.reversed = reversed_  # per phase: anticlockwise (a ring or direct phase runs its members reversed)
         self.next_phase, self.priority, self.initialized, self.queue = 0, priority, False, -1
 
 
 class SysState:
     """One rank's queues and the counters ASTRA-sim keeps per ``Sys``."""
 
-    __slots__ = ("rank", "queues", "running", "level_rr", "priority_counter", "rr_rotation", "dbt_calls",
+    __slots__ = ("rank", "q", "queues", "running", "allocators", "priority_counter", "rr_rotation", "dbt_calls",
                  "ordinals", "seen_plans")
 
-    def __init__(self, rank: int, queue_count: int, levels: int) -> None:
-        self.rank = rank
-        self.queues: list[list[Stream]] = [[] for _ in range(queue_count)]
-        self.running = [0] * queue_count
-        self.level_rr = [0] * levels
+    def __init__(self, rank: int, queues_per_level: int, levels: int) -> None:
+        self.rank, self.q = rank, queues_per_level
+        self.queues: list[list[Stream]] = [[] for _ in range(levels * queues_per_level)]
+        self.running = [0] * (levels * queues_per_level)
+        # per level, QueueLevelHandler's allocator, first_allocator and last_allocator
+        self.allocators = [{QueuePick.NEXT: 0, QueuePick.FIRST: 0, QueuePick.LAST: queues_per_level // 2}
+                           for _ in range(levels)]
         self.priority_counter = 0
         self.rr_rotation = 0
         self.dbt_calls: dict[tuple, int] = {}
         self.ordinals: dict[str, int] = {}
         self.seen_plans: set = set()
+
+    def take_queue(self, level: int, pick: QueuePick) -> tuple[int, bool]:
+        """(queue index, anticlockwise) from the level's allocator ``pick`` (``QueueLevelHandler``)."""
+        q, allocator = self.q, self.allocators[level]
+        i = allocator[pick]
+        if pick is QueuePick.NEXT:
+            allocator[pick] = (i + 1) % q
+            anticlockwise = q > 1 and i >= q // 2
+        elif pick is QueuePick.FIRST:
+            allocator[pick] = 0 if i + 1 >= q // 2 else i + 1
+            anticlockwise = False
+        else:
+            allocator[pick] = q // 2 if i + 1 >= q else i + 1
+            anticlockwise = True
+        return level * q + i, anticlockwise
 
 
 class _Rendezvous:
@@ -108,6 +129,7 @@ class Twins:
         return nodes[ordinal]
 
 
+_DIRECTED = (*RING_LIKE, *DIRECT_LIKE)  # the implementations ASTRA-sim gives a direction (Ring, AllToAll)
 PhaseDone = Callable[[int, int, Stream], None]  # (tick, rank, stream)
 CollectiveDone = Callable[[int, int, int], None]  # (tick, rank, node index)
 
@@ -133,7 +155,7 @@ class CollectiveScheduler:
 
     def new_state(self, rank: int) -> SysState:
         levels = self.network.dims_count
-        return SysState(rank, levels * self.q, levels)
+        return SysState(rank, self.q, levels)
 
     # ---- planning ---------------------------------------------------------------------------------------
     def dims(self, comm: CommKind) -> tuple:
@@ -161,7 +183,7 @@ class CollectiveScheduler:
             if members is None:
                 phases = world_phases(self.system, comm, chunk, self.dims(comm), involved or (), rotation)
             else:
-                phases = group_phases(comm, chunk, len(members))
+                phases = group_phases(self.system, comm, chunk, len(members))
             self._phases[key] = phases
         return phases
 
@@ -201,17 +223,18 @@ class CollectiveScheduler:
             if round_robin and members is None:
                 s.rr_rotation = (s.rr_rotation + 1) % max(1, len(self.dims(node.comm)))
             phases = self.phases(node.comm, chunk, node.involved_dims, rotation, members)
-            queues, trees = [], []
+            queues, directions, trees = [], [], []
             for spec in phases:
-                queues.append(spec.level * self.q + s.level_rr[spec.level] % self.q)
-                s.level_rr[spec.level] += 1
+                queue, anticlockwise = s.take_queue(spec.level, spec.pick)
+                queues.append(queue)
+                directions.append(anticlockwise and spec.impl.kind in _DIRECTED)
                 tree = TreeType.ROOT_MAX
                 if spec.impl.kind is ImplKind.DOUBLE_BINARY_TREE:
                     calls = s.dbt_calls.get((node.comm, spec.logical_dim), 0)
                     s.dbt_calls[(node.comm, spec.logical_dim)] = calls + 1
                     tree = TreeType.ROOT_MAX if calls % 2 == 0 else TreeType.ROOT_MIN
                 trees.append(tree)
-            self.proceed(s, Stream(coll, c, phases, tuple(queues), tuple(trees), priority), t)
+            self.proceed(s, Stream(coll, c, phases, tuple(queues), tuple(directions), tuple(trees), priority), t)
 
     # ---- queues -------------------------------------------------------------------------------------------
     def proceed(self, s: SysState, stream: Stream, t: int) -> None:
@@ -256,6 +279,8 @@ class CollectiveScheduler:
         p = stream.next_phase - 1
         spec = stream.phases[p]
         members, network_dim = self._members(s.rank, stream, spec)
+        if stream.reversed[p]:
+            members = members[::-1]
         index = self._index.get(members)
         if index is None:
             index = self._index[members] = {m: k for k, m in enumerate(members)}

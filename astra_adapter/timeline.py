@@ -63,54 +63,59 @@ class _Op:
 
     __slots__ = ("members", "sides", "duration_ns", "started", "nodes", "remaining_ns")
 
-    def __init__(self, members: tuple[int, ...], sides: tuple[tuple[int, int], ...], duration_ns: float) -> None:
+    def __init__(self, members: tuple[int, ...], sides: tuple[tuple[int, int], ...] | None,
+                 duration_ns: float) -> None:
         self.members = members
-        self.sides = sides  # (rank, 0 = transmit / 1 = receive)
+        # (rank, 0 = transmit / 1 = receive); None: both sides of every member (a collective)
+        self.sides = sides if sides is not None else tuple((m, side) for m in members for side in (0, 1))
         self.duration_ns = duration_ns
         self.started: dict[int, float] = {}
         self.nodes: dict[int, int] = {}  # rank -> node index
         self.remaining_ns = duration_ns
 
 
-class _Player:
-    def __init__(self, trace: Trace, duration_ns: Callable[[CommOp], float], share_nic: bool) -> None:
-        self.share_nic = share_nic
-        self.nodes, self.lanes, self.children, self.waiting = [], [], [], []
-        self.op_index: dict[tuple, _Op] = {}
+class CompiledTrace:
+    """A trace's static structure for the players, built once and played any number of times (the fabric
+    model's ECMP draws): per rank its nodes in topological order, their children, initial dependency counts,
+    lanes and the lane queues in program order, and which shared op each communication node joins (its key;
+    the op's members, sides and CommOp, from the first member that names it)."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.nodes: list[list] = []
+        self.children: list[list[list[int]]] = []
+        self.waiting: list[tuple[int, ...]] = []
+        self.node_lane: list[list[tuple | None]] = []
+        self.node_key: list[list[tuple | None]] = []
+        self.queues: list[dict[tuple, tuple[int, ...]]] = []
+        self.ops: dict[tuple, tuple[tuple[int, ...], tuple | None, CommOp]] = {}
+        self._members: dict[str, tuple[int, ...]] = {}
         for rank_trace in trace.ranks:
             r = rank_trace.rank
             order = topological_order(rank_trace.nodes)
             index = {n.id: i for i, n in enumerate(order)}
             children: list[list[int]] = [[] for _ in order]
             waiting = []
-            lanes: dict[tuple, deque[int]] = {}
-            node_lane, node_op = [], []
+            queues: dict[tuple, list[int]] = {}
+            node_lane, node_key = [], []
             counters: dict[tuple, int] = {}
             for i, n in enumerate(order):
                 deps = [index[d] for d in n.deps if d in index]
                 waiting.append(len(deps))
                 for d in deps:
                     children[d].append(i)
-                lane, op = self._lane(n, r, trace, counters, duration_ns)
+                lane, key = self._lane(n, r, trace, counters)
                 node_lane.append(lane)
-                node_op.append(op)
+                node_key.append(key)
                 if lane is not None and lane[0] != "compute":
-                    lanes.setdefault(lane, deque()).append(i)
+                    queues.setdefault(lane, []).append(i)
             self.nodes.append(order)
             self.children.append(children)
-            self.waiting.append(waiting)
-            self.lanes.append((node_lane, node_op, lanes))
-        self.busy: list[set] = [set() for _ in trace.ranks]
-        self.compute_ready: list[deque[int]] = [deque() for _ in trace.ranks]
-        self.compute_busy = [False] * trace.num_ranks
-        self.spans: list[dict[int, tuple[float, float]]] = [{} for _ in trace.ranks]
-        self.heap: list[tuple[float, int, int, int]] = []
-        self.seq = 0
-        self.running: list[_Op] = []
-        self.done = 0
-        self.total = sum(len(n) for n in self.nodes)
+            self.waiting.append(tuple(waiting))
+            self.node_lane.append(node_lane)
+            self.node_key.append(node_key)
+            self.queues.append({lane: tuple(q) for lane, q in queues.items()})
 
-    def _lane(self, node, rank: int, trace: Trace, counters: dict, duration_ns) -> tuple[tuple | None, _Op | None]:
+    def _lane(self, node, rank: int, trace: Trace, counters: dict) -> tuple[tuple | None, tuple | None]:
         kind = node.kind
         if kind is NodeKind.COMPUTE:
             return ("compute",), None
@@ -121,9 +126,13 @@ class _Player:
             op = comm_op(node, trace)
             if op is None:
                 return lane, None  # moves nothing: done when started, without waiting for the others
-            members = tuple(trace.group(node.process_group).ranks)
-            return lane, self._shared_op(("coll", group, k), members, op, duration_ns,
-                                         tuple((m, side) for m in members for side in (0, 1)))
+            key = ("coll", group, k)
+            if key not in self.ops:
+                members = self._members.get(group)
+                if members is None:
+                    members = self._members[group] = tuple(trace.group(node.process_group).ranks)
+                self.ops[key] = (members, None, op)
+            return lane, key
         if kind in (NodeKind.SEND, NodeKind.RECV):
             send = kind is NodeKind.SEND
             lane = ("send" if send else "recv", node.peer)
@@ -132,27 +141,50 @@ class _Player:
             size = int(node.size_bytes or 0)
             if not size:
                 return lane, None
-            op = CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size)
-            return lane, self._shared_op(("p2p", src, dst, k), (src, dst), op, duration_ns, ((src, 0), (dst, 1)))
+            key = ("p2p", src, dst, k)
+            if key not in self.ops:
+                self.ops[key] = ((src, dst), ((src, 0), (dst, 1)), CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size))
+            return lane, key
         return None, None
 
-    def _shared_op(self, key: tuple, members: tuple[int, ...], op: CommOp, duration_ns, sides: tuple) -> _Op:
-        shared = self.op_index.get(key)
-        if shared is None:
-            shared = self.op_index[key] = _Op(members, sides, float(duration_ns(op)))
-        return shared
+
+class _Player:
+    def __init__(self, trace: Trace, duration_ns: Callable[[CommOp], float], share_nic: bool,
+                 compiled: CompiledTrace | None = None) -> None:
+        c = compiled or CompiledTrace(trace)
+        self.share_nic = share_nic
+        self.op_index: dict[tuple, _Op] = {key: self._new_op(members, sides, op, duration_ns)
+                                           for key, (members, sides, op) in c.ops.items()}
+        self.nodes, self.children = c.nodes, c.children  # read only: shared by every play of `c`
+        self.waiting = [list(w) for w in c.waiting]
+        self.lanes = [(node_lane, [None if k is None else self.op_index[k] for k in keys],
+                       {lane: deque(q) for lane, q in queues.items()})
+                      for node_lane, keys, queues in zip(c.node_lane, c.node_key, c.queues)]
+        self.busy: list[set] = [set() for _ in trace.ranks]
+        self.compute_ready: list[deque[int]] = [deque() for _ in trace.ranks]
+        self.compute_busy = [False] * trace.num_ranks
+        self.spans: list[dict[int, tuple[float, float]]] = [{} for _ in trace.ranks]
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.running: list[_Op] = []
+        self.done = 0
+        self.total = sum(len(n) for n in self.nodes)
+
+    def _new_op(self, members: tuple[int, ...], sides: tuple | None, op: CommOp, duration_ns) -> _Op:
+        return _Op(members, sides, float(duration_ns(op)))
 
     # ---- events ---------------------------------------------------------------------------------------
     def finish(self, rank: int, i: int, start: float, end: float) -> None:
         work = [(i, start, end)]
         node_lane = self.lanes[rank][0]
+        spans, children, waiting = self.spans[rank], self.children[rank], self.waiting[rank]
         while work:
             j, s, e = work.pop()
-            self.spans[rank][j] = (s, e)
+            spans[j] = (s, e)
             self.done += 1
-            for c in self.children[rank][j]:
-                self.waiting[rank][c] -= 1
-                if self.waiting[rank][c] == 0:
+            for c in children[j]:
+                waiting[c] -= 1
+                if waiting[c] == 0:
                     if node_lane[c] is None:
                         work.append((c, e, e))
                     elif node_lane[c][0] == "compute":
@@ -160,17 +192,18 @@ class _Player:
 
     def pump(self, rank: int, t: float) -> None:
         node_lane, node_op, lanes = self.lanes[rank]
+        busy, waiting, ready = self.busy[rank], self.waiting[rank], self.compute_ready[rank]
         progressed = True
         while progressed:
             progressed = False
-            if not self.compute_busy[rank] and self.compute_ready[rank]:
-                i = self.compute_ready[rank].popleft()
+            if ready and not self.compute_busy[rank]:
+                i = ready.popleft()
                 self.compute_busy[rank] = True
                 self.seq += 1
                 heapq.heappush(self.heap, (t + max(0, self.nodes[rank][i].duration_ns), self.seq, rank, i))
                 self.spans[rank][i] = (t, t)
             for lane, queue in lanes.items():
-                if lane in self.busy[rank] or not queue or self.waiting[rank][queue[0]]:
+                if not queue or lane in busy or waiting[queue[0]]:
                     continue
                 i = queue.popleft()
                 op = node_op[i]

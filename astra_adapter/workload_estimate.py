@@ -25,6 +25,7 @@ from typing import Callable
 
 from genie.core.errors import InputError
 from genie.core.files import write_atomic
+from genie.core.topology import Topology
 from genie.core.trace import Trace
 
 from astra_adapter.calibrate import Calibration, calibrate, calibrated_network, calibration_mapping, op_time_ns, \
@@ -32,6 +33,8 @@ from astra_adapter.calibrate import Calibration, calibrate, calibrated_network, 
 from astra_adapter.calibration_io import CALIBRATION_JSON, load_calibration
 from astra_adapter.estimate import estimate
 from astra_adapter.export import system_config
+from astra_adapter.fabric.calibrate import lower_bounds_us
+from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.mapping import TopologyMapping
 from astra_adapter.measurements import CommOp, Measurement, MeasurementTable, describe_missing, \
     read_measurements, trace_comm_ops
@@ -59,10 +62,21 @@ class TraceEstimate:
     ranks: tuple[RankTimes, ...]
     extrapolated: tuple[CommOp, ...] = ()  # measured mode: ops timed by the calibrated model
     notes: tuple[str, ...] = ()
+    draw_iterations_ns: tuple[int, ...] = ()  # fabric mode with ECMP: the iteration of each hash draw
 
     @property
     def iteration_ns(self) -> int:
         return max((r.iteration_ns for r in self.ranks), default=0)
+
+    @property
+    def draw_spread_pct(self) -> float:
+        """The standard deviation of the draws' iterations, in % of their mean: how far one testbed session (one
+        draw of the ECMP hash) typically lands from the expectation (0: no draws)."""
+        d = self.draw_iterations_ns
+        if len(d) < 2:
+            return 0.0
+        mean = sum(d) / len(d)
+        return (sum((x - mean) ** 2 for x in d) / len(d)) ** 0.5 / mean * 100 if mean else 0.0
 
 
 def model_timer(mapping: TopologyMapping, calibration: Calibration):
@@ -118,11 +132,12 @@ def estimate_calibrated(trace: Trace, mapping: TopologyMapping, calibration: Cal
     return TraceEstimate(EstimateMode.CALIBRATED, tuple(ranks), (), (*notes, *more))
 
 
-def calibration_for(run_dirs, measurements: tuple[Measurement, ...],
-                    mapping: TopologyMapping | None) -> tuple[Calibration, TopologyMapping]:
+def calibration_for(run_dirs, measurements: tuple[Measurement, ...], mapping: TopologyMapping | None,
+                    topology: Topology | None = None) -> tuple[Calibration, TopologyMapping]:
     """(calibration, the mapping to estimate on). A ``calibration.json`` in a run
     directory is used as it is (on ``mapping`` if given, else on the dimensions it was fitted on); otherwise
-    the measurements are fitted on ``mapping`` (they are taken to come from that topology)."""
+    the measurements are fitted on ``mapping`` (they are taken to come from that topology), without those
+    faster than ``topology``'s links allow (:func:`astra_adapter.fabric.calibrate.lower_bounds_us`)."""
     for entry in run_dirs:
         path = Path(entry)
         if (path / CALIBRATION_JSON).is_file():
@@ -131,21 +146,23 @@ def calibration_for(run_dirs, measurements: tuple[Measurement, ...],
     if mapping is None:
         raise InputError("calibrating needs the topology the measurements were taken on (`topology` FILE), or a "
                          "run directory with calibration.json", path="topology")
-    return calibrate(measurements, mapping), mapping
+    bounds = None if topology is None else lower_bounds_us(measurements, FabricNetwork(topology))
+    return calibrate(measurements, mapping, bounds_us=bounds), mapping
 
 
 def estimate_from_runs(trace: Trace, run_dirs, mode: EstimateMode, *, mapping: TopologyMapping | None = None,
-                       extrapolate: bool = False, share_nic: bool = True) -> tuple[TraceEstimate, Calibration | None]:
+                       topology: Topology | None = None, extrapolate: bool = False,
+                       share_nic: bool = True) -> tuple[TraceEstimate, Calibration | None]:
     """``genie estimate``: the trace estimated from bench/experiment run directories (the calibration, when one
     was needed, is returned so that a fitted one can be saved)."""
     measurements = read_measurements(run_dirs)
     if mode is EstimateMode.CALIBRATED:
-        cal, target = calibration_for(run_dirs, measurements, mapping)
+        cal, target = calibration_for(run_dirs, measurements, mapping, topology)
         return estimate_calibrated(trace, target, cal), cal
     used: list[Calibration] = []
 
     def extrapolator() -> Callable[[CommOp], int]:
-        cal, target = calibration_for(run_dirs, measurements, mapping)
+        cal, target = calibration_for(run_dirs, measurements, mapping, topology)
         used.append(cal)
         return model_timer(target, cal)
 

@@ -7,15 +7,21 @@
    with its replay (no testbed): for runs made before the fabric row existed, or to try model changes.
 3. ``scale``: calibrate on one run directory (an 8-host leaf-spine), estimate a bigger topology with the same link
    classes, compare with the replay in another run directory (target: within 10%).
-4. ``speed``: times the fabric model on 1024 ranks (256 hosts x 4 ranks) on a 3-tier fabric (16 leaves, 4 pods
+4. ``draws EXPERIMENT.yaml``: how much ECMP hashing alone moves the experiment (no testbed): per hash draw - one
+   testbed session - the trace's iteration and every sweep op on its groups at nominal rates, and how far the
+   mean of ``--rounds`` sweep sessions and that of as many replay sessions fall apart.
+5. ``speed``: times the fabric model on 1024 ranks (256 hosts x 4 ranks) on a 3-tier fabric (16 leaves, 4 pods
    of 2 aggregation routers, 2 core routers), the DP ring workload of the ASTRA-sim speed anchor: 96 forward +
    96 backward compute nodes and 24 all-reduces of 25 MiB per rank, ECMP as the expected share (one run; the
-   default 8 hash draws cost 8 plays) (target: < 60 s).
+   default 8 hash draws cost 8 plays; ``--ecmp-samples 8`` times those) (target: < 60 s); with ``--cli DIR`` it
+   also writes the trace (Chakra ET) and the topology (YAML) to DIR and times ``genie estimate`` on them as a
+   user runs it (fabric mode, 8 hash draws).
 
     sudo python3 benchmarks/fabric_accuracy.py accuracy [--experiments FILE ...] [--out DIR]
     python3 benchmarks/fabric_accuracy.py evaluate RUN_DIR EXPERIMENT.yaml
     python3 benchmarks/fabric_accuracy.py scale --calibration RUN_DIR --topology BIG.yaml --trace TRACE --replay RUN_DIR
-    python3 benchmarks/fabric_accuracy.py speed
+    python3 benchmarks/fabric_accuracy.py draws EXPERIMENT.yaml [--draws 64] [--rounds 4]
+    python3 benchmarks/fabric_accuracy.py speed [--ecmp-samples N] [--cli DIR]
 """
 
 from __future__ import annotations
@@ -93,6 +99,38 @@ def run_scale(calibration: Path, topology: Path, trace: Path, replay: Path | Non
     print(line)
 
 
+def run_draws(experiment: Path, draws: int, rounds: int) -> None:
+    """How much ECMP hashing alone moves an experiment: per hash draw (one testbed session), the trace's iteration
+    and each op of the sweep on its groups (nominal rates), and how far the mean of `rounds` sweep sessions and
+    that of `rounds` replay sessions fall apart (resampled)."""
+    import numpy as np
+
+    from astra_adapter.experiment import prepare
+    from astra_adapter.experiment_spec import load_experiment
+    from astra_adapter.fabric.estimate import estimate_fabric
+    from astra_adapter.fabric.flows import FlowEngine, run_concurrently
+    from astra_adapter.fabric.network import FabricNetwork
+
+    prepared = prepare(load_experiment(experiment))
+    rng = np.random.default_rng(0)
+
+    def spread(name: str, t: np.ndarray) -> None:
+        apart = [rng.choice(t, rounds).mean() / rng.choice(t, rounds).mean() - 1 for _ in range(20_000)]
+        print(f"{name}: {t.mean() / 1e6:.1f} ms mean over {len(t)} draws, sd {t.std() / t.mean() * 100:.1f}% "
+              f"({t.min() / 1e6:.1f}-{t.max() / 1e6:.1f} ms); {rounds} sessions vs {rounds} sessions: sd "
+              f"{np.std(apart) * 100:.1f}%, |difference| > 5% in {np.mean(np.abs(apart) > 0.05) * 100:.0f}%")
+
+    est = estimate_fabric(prepared.trace, prepared.topology, ecmp_samples=draws)
+    spread(f"{prepared.spec.name} iteration", np.array(est.draw_iterations_ns, dtype=float))
+    network = FabricNetwork(prepared.topology)
+    for case in prepared.sweep:
+        for size in case.sizes:
+            op = case.op(size)
+            t = [max(run_concurrently(FlowEngine(network.with_hash_seed(k)), [(op, g) for g in case.groups]))
+                 for k in range(draws)]
+            spread(f"  {op.describe()} on {len(case.groups)} group(s)", np.array(t))
+
+
 def three_tier(hosts_per_leaf: int = 16, leaves_per_pod: int = 4, pods: int = 4, aggs_per_pod: int = 2,
                cores: int = 2, ranks_per_host: int = 4):
     from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
@@ -139,20 +177,49 @@ def dp_ring_trace(ranks: int = 1024, layers: int = 96, all_reduces: int = 24, si
     return make_trace(nodes)
 
 
-def run_speed() -> None:
+def run_speed(ecmp_samples: int, cli: Path | None) -> None:
     from astra_adapter.fabric.estimate import estimate_fabric
 
     topology = three_tier()
     started = time.perf_counter()
     trace = dp_ring_trace(topology.world_size)
     built = time.perf_counter()
+    ecmp = "ECMP expected share" if ecmp_samples == 0 else f"{ecmp_samples} ECMP hash draws"
+    load = os.getloadavg()[0]
     cpu = time.process_time()
-    est = estimate_fabric(trace, topology, ecmp_samples=0)  # ECMP as the expected share: one run
+    est = estimate_fabric(trace, topology, ecmp_samples=ecmp_samples)
     done = time.perf_counter()
     print(f"speed: {trace.num_ranks} ranks on {len(topology.hosts)} hosts, {len(topology.switches)} routers "
-          f"(3 tiers), {sum(len(r.nodes) for r in trace.ranks)} nodes, ECMP expected share: fabric model "
+          f"(3 tiers), {sum(len(r.nodes) for r in trace.ranks)} nodes, {ecmp}: fabric model "
           f"{done - built:.1f} s wall, {time.process_time() - cpu:.1f} s CPU (trace built in {built - started:.1f} s),"
-          f" iteration {est.iteration_ns / 1e6:.1f} ms; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+          f" iteration {est.iteration_ns} ns; load {load:.1f}/{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    if cli is not None:
+        run_cli(trace, topology, cli)
+
+
+def run_cli(trace, topology, out: Path) -> None:
+    """The same estimate as a user runs it: the trace written as a Chakra ET set, the topology as YAML, then
+    `genie estimate TRACE --topology FILE` in a child process (defaults: fabric mode, 8 ECMP hash draws)."""
+    import resource
+    import subprocess
+
+    from genie.topology.writer import dump_topology
+    from genie.workloads.chakra_et import write_et_set
+
+    write_et_set(trace, out / "dp_ring" / "dp_ring")
+    (out / "three-tier.yaml").write_text(dump_topology(topology))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "genie.cli.main", "estimate", str(out / "dp_ring"), "--topology",
+                           str(out / "three-tier.yaml"), "--out", str(out / f"estimate-{time.time_ns()}")],
+                          capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    first = (done.stdout.splitlines() or [done.stderr.strip()])[0]
+    print(f"cli: genie estimate {out / 'dp_ring'} --topology {out / 'three-tier.yaml'}: exit {done.returncode}, "
+          f"{wall:.1f} s wall, {cpu:.1f} s CPU; load {load:.1f}/{os.getloadavg()[0]:.1f}; {first}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,17 +236,25 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--topology", type=Path, required=True)
     sc.add_argument("--trace", type=Path, required=True)
     sc.add_argument("--replay", type=Path)
-    sub.add_parser("speed")
+    dr = sub.add_parser("draws")
+    dr.add_argument("experiment", type=Path)
+    dr.add_argument("--draws", type=int, default=64)
+    dr.add_argument("--rounds", type=int, default=4)
+    sp = sub.add_parser("speed")
+    sp.add_argument("--ecmp-samples", type=int, default=0, help="ECMP hash draws to average (0: expected share)")
+    sp.add_argument("--cli", type=Path, help="also write the trace and topology here and time `genie estimate`")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     if args.what == "accuracy":
         run_accuracy(args.experiments or [ROOT / "experiments" / n for n in DEFAULT_EXPERIMENTS], args.out)
     elif args.what == "evaluate":
         run_evaluate(args.run_dir, args.experiment)
+    elif args.what == "draws":
+        run_draws(args.experiment, args.draws, args.rounds)
     elif args.what == "scale":
         run_scale(args.calibration, args.topology, args.trace, args.replay)
     else:
-        run_speed()
+        run_speed(args.ecmp_samples, args.cli)
     return 0
 
 

@@ -229,7 +229,7 @@ def _sweep_dir(tmp_path: Path, sizes, name: str = "bench") -> Path:
     lines = ["collective,algorithm,ranks,size_bytes,count,dtype,iterations,time_min_us,time_median_us,time_p99_us,"
              "time_max_us,algbw_GBps,busbw_GBps"]
     for s in sizes:
-        t = 50 + s / 100.0
+        t = 50 + s / 50.0  # slower than 8 ranks' ring all-reduce at 1 Gbit/s can be (S / 68.3 us): possible on star-8
         lines.append(f"all_reduce,ring,8,{s},{s // 4},float,5,{t},{t},{t},{t},0.1,0.2")
     (run / "sweep.csv").write_text("\n".join(lines) + "\n")
     assert len(parse_sweep_csv((run / "sweep.csv").read_text())) == len(sizes)
@@ -260,3 +260,57 @@ def test_cli_estimate_measured_missing_and_calibrated(tmp_path: Path) -> None:
     done = run_genie("estimate", trace, "-m", tmp_path / "c", "--mode", "calibrated", "--out", tmp_path / "c2",
                      cwd=ROOT)
     assert done.returncode == 2 and "sweep.csv" in done.stderr  # c holds no measurements
+
+
+def test_points_faster_than_the_links_allow_are_left_out_of_the_fit(tmp_path: Path) -> None:
+    """The fabric model's lower bound (nominal rates, no overhead) decides; the impossible point is listed with its
+    bound, named in a note, written to calibration.json, and does not pull the fit."""
+    import json
+
+    from astra_adapter.calibration_io import calibration_json
+    from astra_adapter.fabric.calibrate import lower_bounds_us
+    from astra_adapter.fabric.network import FabricNetwork
+
+    topology = star(8, shape=GBIT)
+    mapping = map_topology(topology)
+    theta = np.array([25_000.0, 8.0, 10.0])
+    rows = _synthetic(mapping, theta, [(Collective.ALL_REDUCE, Algorithm.RING, tuple(range(8)))])
+    # a 16 MiB ring all-reduce on 8 ranks at 1 Gbit/s moves 2 x 7/8 x 16 MiB per link: >= 234.9 ms of payload
+    fast = Measurement(Collective.ALL_REDUCE, Algorithm.RING, 8, 16 << 20, 100_000.0, groups=(tuple(range(8)),))
+    bounds = lower_bounds_us([*rows, fast], FabricNetwork(topology))
+    assert bounds[-1] == pytest.approx(2 * 7 / 8 * (16 << 20) / 125, rel=1e-9)
+    assert all(r.time_us >= b for r, b in zip(rows, bounds))  # the model's own points are possible
+    cal = calibrate([*rows, fast], mapping, bounds_us=bounds)
+    clean = calibrate(rows, mapping)
+    assert _recovered(cal, theta) == pytest.approx(_recovered(clean, theta)) and cal.rms_residual_pct < 0.01
+    assert len(cal.points) == len(rows) and [(q.size_bytes, q.measured_us) for q in cal.excluded] == [(16 << 20,
+                                                                                                     100_000.0)]
+    assert cal.excluded[0].bound_us == pytest.approx(bounds[-1])
+    assert any("1 of 5 measurements are faster than their links' nominal rates allow" in n for n in cal.notes)
+    doc = json.loads(calibration_json(cal))
+    assert [e["measured_us"] for e in doc["excluded"]] == [100_000.0] and len(doc["points"]) == 4
+
+
+def test_nothing_possible_to_fit_keeps_the_links_values() -> None:
+    topology = star(4, shape=GBIT)
+    mapping = map_topology(topology)
+    rows = [Measurement(Collective.ALL_REDUCE, Algorithm.RING, 4, 1 << 20, 1.0, groups=((0, 1, 2, 3),))]
+    cal = calibrate(rows, mapping, bounds_us=[10_000.0])
+    assert cal.points == () and len(cal.excluded) == 1 and not any(d.fitted for d in cal.dims)
+    assert cal.dims[0].bandwidth_gb_per_s == pytest.approx(1e9 / 8 / 2**30)
+    assert any("nothing left to fit" in n for n in cal.notes)
+
+
+def test_cli_estimate_calibrated_on_a_topology_leaves_out_impossible_points(tmp_path: Path) -> None:
+    import json
+
+    run = _sweep_dir(tmp_path, [1 << 20, 16 << 20, 64 << 20])
+    text = (run / "sweep.csv").read_text().splitlines()
+    text[2] = text[2].replace(f"{50 + (16 << 20) / 50.0}", "1000.0")  # 16 MiB in 1 ms: 16 GB/s on 1 Gbit/s links
+    (run / "sweep.csv").write_text("\n".join(text) + "\n")
+    done = run_genie("estimate", ROOT / "traces" / "gen_ddp_resnet50", "-m", run, "--mode", "calibrated",
+                     "--topology", "topologies/star-8.yaml", "--out", tmp_path / "c", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "c" / "calibration.json").read_text())
+    assert [(e["size_bytes"], e["measured_us"]) for e in doc["excluded"]] == [(16 << 20, 1000.0)]
+    assert sorted(p["size_bytes"] for p in doc["points"]) == [1 << 20, 64 << 20]

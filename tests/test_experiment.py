@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,8 +108,8 @@ def test_sweep_of_a_pipeline_measures_its_message_pairs() -> None:
     assert len(p2p) == 1 and p2p[0].ranks == 2 and p2p[0].groups == ((0, 1), (2, 3), (4, 5), (6, 7))
 
 
-def test_evaluate_compares_both_modes_with_the_replay(tmp_path: Path) -> None:
-    prepared = prepare(load_experiment(write_tiny(tmp_path)))
+def model_sweep(prepared) -> list[Measurement]:
+    """The prepared sweep as the ASTRA-sim model measures it itself (20 us per hop, 1 Gbit/s, 10 ns endpoint)."""
     theta = np.array([20_000.0, 8.0, 10.0])
     rows = []
     for case in prepared.sweep:
@@ -117,6 +118,12 @@ def test_evaluate_compares_both_modes_with_the_replay(tmp_path: Path) -> None:
             rows.append(Measurement(op.collective, op.algorithm, op.ranks, size,
                                     model_ns(op, prepared.mapping, theta, group=case.groups[0]) / 1000,
                                     groups=case.groups))
+    return rows
+
+
+def test_evaluate_compares_both_modes_with_the_replay(tmp_path: Path) -> None:
+    prepared = prepare(load_experiment(write_tiny(tmp_path)))
+    rows = model_sweep(prepared)
     calibration, estimates, accuracy = evaluate(prepared, tuple(rows), (9_000_000, 10_000_000, 11_000_000))
     assert calibration.rms_residual_pct < 0.01
     assert [a.mode for a in accuracy] == ["measured", "calibrated"]
@@ -224,3 +231,111 @@ def test_an_experiment_stopped_in_its_second_round_keeps_the_first(tmp_path: Pat
     assert "accuracy.csv" not in listed and not (out / "accuracy.csv").exists()  # the comparison never ran
     rows = list(csv.DictReader((out / "sweep.csv").open()))
     assert rows and {r["iterations"] for r in rows} == {"2"}  # round 1's: 3 iterations over 2 rounds, 2 each
+
+
+DUMBBELL = """name: dumbbell-4
+defaults: {bandwidth: 1gbit}
+hosts: [{name: h0}, {name: h1}, {name: h2}, {name: h3}]
+switches: [{name: sw0}, {name: sw1}]
+links:
+  - {endpoints: [h0, sw0]}
+  - {endpoints: [h1, sw0]}
+  - {endpoints: [h2, sw1]}
+  - {endpoints: [h3, sw1]}
+  - {endpoints: [sw0, sw1], bandwidth: 500mbit}
+"""
+
+
+def write_dumbbell(tmp_path: Path) -> Path:
+    """The tiny experiment on two switches joined by one link: a topology ASTRA-sim's dimensions cannot express."""
+    spec = write_tiny(tmp_path)
+    (tmp_path / "dumbbell.yaml").write_text(DUMBBELL)
+    spec.write_text(spec.read_text().replace(f"{ROOT}/topologies/star-4.yaml", "dumbbell.yaml"))
+    return spec
+
+
+def test_an_unmappable_topology_is_estimated_by_the_fabric_model_alone(tmp_path: Path) -> None:
+    from astra_adapter.fabric.experiment import evaluate_fabric
+
+    prepared = prepare(load_experiment(write_dumbbell(tmp_path)))
+    assert prepared.mapping is None and prepared.fabric and "2 switches" in prepared.unmapped
+    rows = []
+    for case in prepared.sweep:
+        for size in case.sizes:
+            op = case.op(size)
+            rows.append(Measurement(op.collective, op.algorithm, op.ranks, size, 100 + size / 50_000,
+                                    groups=case.groups))
+    replay = (9_000_000, 10_000_000, 11_000_000)
+    calibration, estimates, accuracy = evaluate(prepared, tuple(rows), replay)
+    assert calibration is None and [a.mode for a in accuracy] == ["measured"]
+    fabric_cal, fabric_est, fabric_row = evaluate_fabric(prepared, tuple(rows), replay)
+    assert fabric_row.mode == "fabric" and fabric_est.iteration_ns > 3_000_000  # the trace's compute alone: 3 ms
+    result = ExperimentResult(tmp_path, prepared, tuple(rows), None, (*estimates, fabric_est), replay,
+                              (*accuracy, fabric_row), fabric_calibration=fabric_cal)
+    summary = format_summary(result)
+    assert "(4 ranks, not an ASTRA-sim dimension stack)" in summary
+    assert ("no ASTRA-sim calibration or calibrated row: ASTRA-sim's dimensions cannot express this topology "
+            "(2 switches but 2 with hosts") in summary
+    modes = [line.split()[0] for line in summary.splitlines() if re.match(r"[a-z]+ +[0-9.]+ +[0-9.]+ ", line)]
+    assert modes == ["measured", "fabric"]
+
+
+def test_the_experiment_service_on_an_unmappable_topology(tmp_path: Path) -> None:
+    """The service end to end on loopback (no root) with the dumbbell's spec: measured and fabric rows, the fabric
+    calibration written, no ASTRA-sim calibration or export."""
+    import json
+
+    from genie.services.experiment import ExperimentCommand, run_experiment_command
+    from genie.services.options import RunOptions
+
+    spec = load_experiment(write_dumbbell(tmp_path))
+    result = run_experiment_command(ExperimentCommand(spec, RunOptions(loopback=True, out=tmp_path / "run")))
+    assert [r.mode for r in result.accuracy] == ["measured", "fabric"] and result.calibration is None
+    listed = {f["name"] for f in json.loads((tmp_path / "run" / "manifest.json").read_text())["files"]}
+    for name in ("fabric_calibration.json", "estimate-measured.csv", "estimate-fabric.csv", "accuracy.csv",
+                 "summary.txt"):
+        assert name in listed and (tmp_path / "run" / name).is_file(), name
+    assert not {n for n in listed if n.startswith(("calibration", "astra/"))}
+    assert not (tmp_path / "run" / "astra").exists()
+    assert "ASTRA-sim's dimensions cannot express" in (tmp_path / "run" / "summary.txt").read_text()
+
+
+def test_the_astra_sim_fit_leaves_out_impossible_points_and_the_summary_lists_them(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from astra_adapter.fabric.calibrate import FabricCalibration, FabricPoint
+    from astra_adapter.fabric.flows import FabricParams
+    from astra_adapter.measurements import CommOp
+
+    prepared = prepare(load_experiment(write_tiny(tmp_path)))
+    rows = model_sweep(prepared)
+    # the 1 MiB all-reduce on 4 ranks at 1 Gbit/s carries 2 x 3/4 MiB per link: 12.6 ms at least, not 1 ms
+    impossible = replace(rows[-1], time_us=1000.0)
+    calibration, _, _ = evaluate(prepared, (*rows[:-1], impossible), (10_000_000,))
+    assert [(q.size_bytes, q.measured_us) for q in calibration.excluded] == [(1 << 20, 1000.0)]
+    assert calibration.excluded[0].bound_us == pytest.approx(2 * 3 / 4 * (1 << 20) / 125)
+    assert len(calibration.points) == 3 and calibration.rms_residual_pct < 0.01  # the rest still fit exactly
+    result = ExperimentResult(tmp_path, prepared, tuple(rows), calibration, (), (10_000_000,), ())
+    assert ("# excluded from the ASTRA-sim calibration (faster than the links allow): all_reduce/ring on 4 ranks, "
+            "1048576 B: 1000.0 us < 12582.9 us") in format_summary(result)
+    # on a fabric topology the fabric calibration lists the same points above: one line instead
+    point = FabricPoint(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 4, 1 << 20), ((0, 1, 2, 3),), 1000.0, 0.0,
+                        12582.912, ())
+    fabric = FabricCalibration("star-4", FabricParams(), (), (point,))
+    summary = format_summary(replace(result, fabric_calibration=fabric))
+    assert "# the ASTRA-sim calibration leaves out the same 1 point(s)" in summary
+    assert "excluded from the ASTRA-sim calibration" not in summary
+
+
+def test_the_summary_shows_how_far_one_session_s_ecmp_draw_moves_the_fabric_estimate(tmp_path: Path) -> None:
+    from astra_adapter.timeline import RankTimes
+    from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
+    from astra_adapter.experiment import AccuracyRow
+
+    prepared = prepare(load_experiment(write_dumbbell(tmp_path)))
+    est = TraceEstimate(EstimateMode.FABRIC, (RankTimes(0, 10_000_000, 3_000_000, 7_000_000, 7_000_000, 0),),
+                        draw_iterations_ns=(9_000_000, 11_000_000))
+    row = AccuracyRow("tiny.yaml", "dumbbell-4", "fabric", 0.01, 0.01)
+    summary = format_summary(ExperimentResult(tmp_path, prepared, (), None, (est,), (10_000_000,), (row,)))
+    assert ("# fabric: one testbed session draws one ECMP hash; over the model's 2 draws the iteration spans "
+            "9.0-11.0 ms (sd 10.0%): the replay's 1 round(s) sample that spread") in summary

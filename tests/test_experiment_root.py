@@ -16,7 +16,7 @@ from genie.services.options import RunOptions
 from genie.testbed.layout import NETNS_DIR
 from genie.testbed.state import STATE_DIR_ENV
 from netns_checks import root_namespace_snapshot
-from test_experiment import write_tiny
+from test_experiment import write_dumbbell, write_tiny
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
@@ -52,3 +52,18 @@ def test_tiny_experiment_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert all(len(m.iterations_us) == 4 and m.groups for m in back)
     # the measured mode plays the trace with its own measured ops: within a factor of the replay
     assert 0.5 < float(rows[0]["estimated_s"]) / measured_s < 2.0
+
+
+def test_an_unmappable_topology_runs_with_the_fabric_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two switches joined by one 500 Mbit/s link (no ASTRA-sim mapping): brought up, swept, replayed; the
+    measured and fabric rows, no ASTRA-sim calibration; nothing left behind."""
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
+    before = root_namespace_snapshot()
+    result = run_experiment_command(ExperimentCommand(load_experiment(write_dumbbell(tmp_path)),
+                                                      RunOptions(out=tmp_path / "run")))
+    assert _ours() == [] and root_namespace_snapshot() == before
+    assert [r.mode for r in result.accuracy] == ["measured", "fabric"] and result.calibration is None
+    assert (tmp_path / "run" / "fabric_calibration.json").is_file()
+    assert not (tmp_path / "run" / "calibration.json").exists()
+    fabric = result.accuracy[1]
+    assert fabric.estimated_s > 0.003 and 0.25 < fabric.estimated_s / fabric.measured_s < 4  # a model, not noise

@@ -150,3 +150,20 @@ def test_flow_contention_slows_a_link_per_extra_flow():
     assert contended == pytest.approx([3 * one, 3 * one], rel=1e-6)
     alone = run_concurrently(FlowEngine(FabricNetwork(topo), FabricParams(flow_contention=0.5)), [(msg, (0, 2))])
     assert alone == pytest.approx([one], rel=1e-6)  # one flow: no contention
+
+
+def test_each_ecmp_draw_is_kept_and_its_spread_reported():
+    # the two 4-rank rings' cross-leaf flows either share a spine (1/4 Gbit/s each) or not (1/2): a draw's
+    # all-reduce takes T or 2T, so the draws' iterations are those two values and their spread is reported
+    topo = load_topology_file(OVERSUB)
+    size = 4 << 20
+    est = estimate_fabric(_dp_trace([(0, 2, 4, 6), (1, 3, 5, 7)], size, 1_000_000), topo, ecmp_samples=8)
+    ar = 6 * (size / 4) * WIRE_BYTES_PER_PAYLOAD_BYTE / (0.5 * GBIT_BYTES_PER_NS)
+    assert len(est.draw_iterations_ns) == 8
+    distinct = sorted({round(t / 1000) for t in est.draw_iterations_ns})
+    assert distinct == [round((1_000_000 + ar) / 1000), round((1_000_000 + 2 * ar) / 1000)]
+    draws = np.array(est.draw_iterations_ns)
+    assert est.draw_spread_pct == pytest.approx(draws.std() / draws.mean() * 100) and est.draw_spread_pct > 10
+    assert any("one ECMP hash draw (what one testbed session gets)" in n for n in est.notes)
+    alone = estimate_fabric(_dp_trace([(0, 2, 4, 6), (1, 3, 5, 7)], size, 1_000_000), topo, ecmp_samples=0)
+    assert alone.draw_iterations_ns == () and alone.draw_spread_pct == 0.0

@@ -145,7 +145,7 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
         raise InputError("no measurements to calibrate the fabric model on", path="measurements")
     probe = FlowEngine(network)
     crossed = [_classes_crossed(network, probe, m) for m in ms]
-    bound = model_times_us(network, FabricParams(), ms, sends) / WIRE_BYTES_PER_PAYLOAD_BYTE
+    bound = lower_bounds_us(ms, network, sends)
     possible = [i for i, m in enumerate(ms) if m.time_us >= bound[i]]
     notes = []
     if len(possible) < len(ms):
@@ -222,11 +222,18 @@ def summary_lines(cal: FabricCalibration) -> list[str]:
     return lines
 
 
-def lower_bounds_us(measurements: tuple[Measurement, ...] | list[Measurement], network: FabricNetwork
-                    ) -> np.ndarray:
+def lower_bounds_us(measurements: tuple[Measurement, ...] | list[Measurement], network: FabricNetwork,
+                    sends: StepSends | None = None) -> np.ndarray:
     """Per measurement, the fastest its payload can cross the links at their nominal rates (no overhead, no
-    delay, ECMP as the expected share): a time below it is physically impossible."""
-    return model_times_us(network, FabricParams(), list(measurements)) / WIRE_BYTES_PER_PAYLOAD_BYTE
+    delay, ECMP as the expected share): a time below it is physically impossible. The one rule every fit's
+    exclusion uses (this module's, the ASTRA-sim calibration's, the best-iterations line's); a measurement of
+    fewer than 2 ranks moves nothing: 0."""
+    ms = list(measurements)
+    moving = [i for i, m in enumerate(ms) if m.ranks >= 2]
+    bounds = np.zeros(len(ms))
+    bounds[moving] = model_times_us(network, FabricParams(), [ms[i] for i in moving], sends) / \
+        WIRE_BYTES_PER_PAYLOAD_BYTE
+    return bounds
 
 
 def fastest_possible(measurements: tuple[Measurement, ...], network: FabricNetwork

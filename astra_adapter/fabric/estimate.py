@@ -4,6 +4,8 @@ model (pure). Which topologies use it by default: those ASTRA-sim's dimensions c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from genie.core.errors import InputError
 from genie.core.topology import Topology
 from genie.core.trace import Trace
@@ -12,7 +14,7 @@ from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine, S
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.player import play_on_fabric
 from astra_adapter.mapping import TopologyShape, map_topology
-from astra_adapter.timeline import RankTimes, Timeline
+from astra_adapter.timeline import CompiledTrace, RankTimes, Timeline
 from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
 
 
@@ -55,15 +57,22 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
                          f"{network.world_size}", source=source, path="hosts")
     network.check_connected()
     nets = sample_networks(network, ecmp_samples)
-    sends = StepSends()
-    ranks = _mean_ranks([play_on_fabric(trace, FlowEngine(n, params, sends)) for n in nets])
+    sends, compiled = StepSends(), CompiledTrace(trace)  # both shared by the draws' plays
+    timelines = [play_on_fabric(trace, FlowEngine(n, params, sends), compiled) for n in nets]
+    ranks = _mean_ranks(timelines)
+    draws = tuple(t.iteration_ns for t in timelines) if len(nets) > 1 else ()
     ecmp = f"mean of {len(nets)} ECMP hash draws" if len(nets) > 1 else (
         "ECMP as the expected share" if network.multipath else "no ECMP")
     described = (f"fabric model on {topology.name} ({ecmp}): {len(network.resources)} link directions, "
                  f"efficiency " + ", ".join(f"{c.value} {params.efficiency_of(c):.3f}" for c in network.classes())
                  + f", message overhead {params.message_overhead_ns / 1e3:.1f} us, endpoint delay "
                  f"{params.endpoint_delay_ns / 1e3:.1f} us",)
-    return TraceEstimate(EstimateMode.FABRIC, ranks, (), (*described, *notes))
+    est = TraceEstimate(EstimateMode.FABRIC, ranks, (), (), draws)
+    if draws:
+        described += (f"one ECMP hash draw (what one testbed session gets) gives an iteration of "
+                      f"{min(draws) / 1e6:.1f}-{max(draws) / 1e6:.1f} ms, standard deviation "
+                      f"{est.draw_spread_pct:.1f}%",)
+    return replace(est, notes=(*described, *notes))
 
 
 def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), calibration_dir=None,

@@ -23,6 +23,7 @@ import numpy as np
 from genie.core.collective import Collective
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
+from genie.collectives.sends import SendStep, step_sends
 
 from astra_adapter.fabric.fairshare import max_min_rates
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
@@ -31,6 +32,7 @@ from astra_adapter.measurements import CommOp
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
 ECMP_SAMPLES = 8  # draws of the ECMP hash an estimate and a calibration average over (where there is ECMP)
 _EPS_BYTES = 1e-6
+_MEMO_LIMIT = 4096  # configurations of moving flows whose rates the engine keeps
 
 
 @dataclass(frozen=True)
@@ -53,18 +55,22 @@ class FabricParams:
 class StepFlows:
     """One step of an op: its flows' routes and payload bytes, and its latency before they move."""
 
-    __slots__ = ("routes", "bytes", "latency_ns")
+    __slots__ = ("routes", "bytes", "latency_ns", "wire_bytes", "moving", "moving_count", "done_below")
 
     def __init__(self, routes: np.ndarray, size_bytes: np.ndarray, latency_ns: float) -> None:
         self.routes = routes
         self.bytes = size_bytes
         self.latency_ns = latency_ns
+        self.wire_bytes = size_bytes * WIRE_BYTES_PER_PAYLOAD_BYTE  # what the flows move (never written to)
+        self.moving = self.wire_bytes > _EPS_BYTES
+        self.moving_count = int(np.count_nonzero(self.moving))
+        self.done_below = _EPS_BYTES + 1e-9 * float(size_bytes.max(initial=0.0))  # a flow with less left is done
 
 
 class FabricOp:
     """An op in flight: the step it is in, its latency left, its flows' bytes left."""
 
-    __slots__ = ("steps", "step", "latency_ns", "left", "active", "done")
+    __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done")
 
     def __init__(self, steps: tuple[StepFlows, ...]) -> None:
         self.steps = steps
@@ -72,6 +78,7 @@ class FabricOp:
         self.latency_ns = 0.0
         self.left = np.zeros(0)
         self.active = np.zeros(0, dtype=bool)
+        self.active_count = 0  # flows still moving (active.sum())
         self.done = False
 
     def next_step(self) -> None:
@@ -84,44 +91,29 @@ class FabricOp:
             return
         s = self.steps[self.step]
         self.latency_ns = s.latency_ns
-        self.left = s.bytes * WIRE_BYTES_PER_PAYLOAD_BYTE
-        self.active = self.left > _EPS_BYTES
+        self.left = s.wire_bytes
+        self.active = s.moving
+        self.active_count = s.moving_count
 
 
 class StepSends:
-    """Per op, its schedule's steps as ``((src_rank, dst_rank, payload_bytes), ...)`` and the most messages one
-    rank posts in the step - independent of the network and the parameters, so engines share it (one schedule
-    build per op across hash draws and calibration steps)."""
+    """Per op, its schedule's steps as arrays of (src rank, dst rank, payload bytes) and the most messages one
+    rank posts in the step (:func:`genie.collectives.sends.step_sends`: no Schedule objects) - independent of
+    the network and the parameters, so engines share it (one build per op across hash draws and calibration
+    steps)."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple, tuple[tuple[tuple[tuple[int, int, int], ...], int], ...]] = {}
+        self._cache: dict[tuple, tuple[SendStep, ...]] = {}
 
-    def of(self, op: CommOp, members: tuple[int, ...]) -> tuple[tuple[tuple[tuple[int, int, int], ...], int], ...]:
+    def of(self, op: CommOp, members: tuple[int, ...]) -> tuple[SendStep, ...]:
         key = (op.collective, op.algorithm, op.size_bytes, members)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = self._build(op, members)
+            p2p = op.collective is Collective.SEND_RECV
+            hit = self._cache[key] = step_sends(CollectiveOp(
+                collective=op.collective, size_bytes=op.size_bytes, group=members, algorithm=op.algorithm,
+                root=members[0], peer=members[-1] if p2p else None, dtype_bytes=dtype_bytes_for(op.size_bytes)))
         return hit
-
-    @staticmethod
-    def _build(op: CommOp, members: tuple[int, ...]):
-        from genie.collectives.registry import build_schedule
-
-        p2p = op.collective is Collective.SEND_RECV
-        schedule = build_schedule(CollectiveOp(collective=op.collective, size_bytes=op.size_bytes, group=members,
-                                               algorithm=op.algorithm, root=members[0],
-                                               peer=members[-1] if p2p else None,
-                                               dtype_bytes=dtype_bytes_for(op.size_bytes)))
-        per_rank = [(rs.rank, rs.steps) for rs in schedule.ranks]
-        out = []
-        for i in range(max((len(s) for _, s in per_rank), default=0)):
-            sends, msgs = [], 0
-            for rank, steps in per_rank:
-                posted = steps[i].sends if i < len(steps) else ()
-                msgs = max(msgs, len(posted))
-                sends.extend((rank, s.peer, s.size_bytes) for s in posted)
-            out.append((tuple(sends), msgs))
-        return tuple(out)
 
 
 class FlowEngine:
@@ -137,6 +129,7 @@ class FlowEngine:
         self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
         self._incidence: list[tuple[np.ndarray, np.ndarray]] = []
         self._rates: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._moving_rates: dict[tuple, list[np.ndarray]] = {}
         self.ops: list[FabricOp] = []
         self._current: list[np.ndarray | None] = []
 
@@ -149,17 +142,23 @@ class FlowEngine:
         return steps
 
     def _build(self, op: CommOp, members: tuple[int, ...]) -> tuple[StepFlows, ...]:
-        out, seen = [], {}
-        for sends, msgs in self.sends.of(op, members):
-            routes = [self.network.route(src, dst) for src, dst, _ in sends]
-            sizes = [size for _, _, size in sends]
-            delay = max((self.network.routes[r].delay_ns for r in routes), default=0.0)
-            latency = msgs * self.params.message_overhead_ns + delay + \
+        out, seen, paths = [], {}, {}
+        for sends in self.sends.of(op, members):
+            pair = (sends.src.tobytes(), sends.dst.tobytes())  # a ring's steps all have the same pairs
+            hit = paths.get(pair)
+            if hit is None:
+                routes = np.array([self.network.route(a, b) for a, b in zip(sends.src.tolist(), sends.dst.tolist())],
+                                  dtype=np.int64)
+                hit = paths[pair] = (routes, max((self.network.routes[r].delay_ns for r in routes.tolist()),
+                                                 default=0.0))
+            routes, delay = hit
+            latency = sends.messages * self.params.message_overhead_ns + delay + \
                 (self.params.endpoint_delay_ns if not out else 0.0)
-            key = (tuple(routes), tuple(sizes), latency)
+            sizes = sends.size_bytes.astype(float)
+            key = (routes.tobytes(), sizes.tobytes(), latency)
             step = seen.get(key)
             if step is None:
-                step = seen[key] = StepFlows(np.array(routes, dtype=np.int64), np.array(sizes, dtype=float), latency)
+                step = seen[key] = StepFlows(routes, sizes, latency)
             out.append(step)
         return tuple(out)
 
@@ -202,21 +201,27 @@ class FlowEngine:
         return hit
 
     def _flow_rates(self) -> list[np.ndarray | None]:
-        moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active.any()]
+        moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active_count]
         if not moving:
             return [None] * len(self.ops)
-        routes = np.sort(np.concatenate([op.steps[op.step].routes[op.active] for op in moving]))
-        unique, per_flow = self._solve(routes)
-        out = []
-        for op in self.ops:
-            if op in moving:
+        # the rates depend only on which flows of which steps move: memoised on that (a ring's 2(n-1) steps
+        # are one configuration); the step objects live as long as the engine's plans, so their ids are stable
+        key = tuple((id(op.steps[op.step]), op.active.tobytes()) for op in moving)
+        rates = self._moving_rates.get(key)
+        if rates is None:
+            routes = np.sort(np.concatenate([op.steps[op.step].routes[op.active] for op in moving]))
+            unique, per_flow = self._solve(routes)
+            rates = []
+            for op in moving:
                 rate = np.zeros(len(op.active))
                 idx = np.searchsorted(unique, op.steps[op.step].routes[op.active])
                 rate[op.active] = per_flow[idx]
-                out.append(rate)
-            else:
-                out.append(None)
-        return out
+                rates.append(rate)
+            if len(self._moving_rates) >= _MEMO_LIMIT:
+                self._moving_rates.clear()
+            self._moving_rates[key] = rates
+        of = dict(zip(map(id, moving), rates))
+        return [of.get(id(op)) for op in self.ops]
 
     def horizon_ns(self) -> float:
         """Time to the next step boundary or flow end at the current rates (inf: nothing running)."""
@@ -229,6 +234,8 @@ class FlowEngine:
                 best = min(best, op.latency_ns)
             elif rate is None:
                 return 0.0  # a step with nothing left to move: ends now
+            elif op.active_count == len(op.left):
+                best = min(best, float(np.min(op.left / rate)))
             else:
                 best = min(best, float(np.min(op.left[op.active] / rate[op.active])))
         return best
@@ -241,18 +248,15 @@ class FlowEngine:
                 op.latency_ns -= dt_ns
                 if op.latency_ns <= 1e-6:
                     op.latency_ns = 0.0
-                    if not op.active.any():
+                    if not op.active_count:
                         op.next_step()
                 continue
             if rate is not None:
                 op.left = op.left - rate * dt_ns
-                op.active = op.active & (op.left > _EPS_BYTES + 1e-9 * self._scale(op))
-            if not op.active.any():
+                op.active = op.active & (op.left > op.steps[op.step].done_below)
+                op.active_count = int(np.count_nonzero(op.active))
+            if not op.active_count:
                 op.next_step()
-
-    @staticmethod
-    def _scale(op: FabricOp) -> float:
-        return float(op.steps[op.step].bytes.max(initial=0.0))
 
 
 def run_concurrently(engine: FlowEngine, ops: list[tuple[CommOp, tuple[int, ...]]]) -> list[float]:

@@ -8,28 +8,25 @@ from genie.core.trace import Trace
 
 from astra_adapter.fabric.flows import FabricOp, FlowEngine
 from astra_adapter.measurements import CommOp
-from astra_adapter.timeline import Timeline, _Op, _Player, timeline_of
+from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeline_of
 
 
 class _FlowOp(_Op):
     __slots__ = ("comm", "flow")
 
-    def __init__(self, members: tuple[int, ...], sides: tuple, comm: CommOp) -> None:
+    def __init__(self, members: tuple[int, ...], sides: tuple | None, comm: CommOp) -> None:
         super().__init__(members, sides, float("inf"))
         self.comm = comm
         self.flow: FabricOp | None = None
 
 
 class FabricPlayer(_Player):
-    def __init__(self, trace: Trace, engine: FlowEngine) -> None:
+    def __init__(self, trace: Trace, engine: FlowEngine, compiled: CompiledTrace | None = None) -> None:
         self.engine = engine
-        super().__init__(trace, lambda op: float("inf"), share_nic=False)
+        super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
 
-    def _shared_op(self, key: tuple, members: tuple[int, ...], op: CommOp, duration_ns, sides: tuple) -> _Op:
-        shared = self.op_index.get(key)
-        if shared is None:
-            shared = self.op_index[key] = _FlowOp(members, sides, op)
-        return shared
+    def _new_op(self, members: tuple[int, ...], sides: tuple | None, op: CommOp, duration_ns) -> _Op:
+        return _FlowOp(members, sides, op)
 
     def horizon_ns(self) -> float:
         for op in self.running:
@@ -46,5 +43,7 @@ class FabricPlayer(_Player):
                 self.engine.remove(flow)
 
 
-def play_on_fabric(trace: Trace, engine: FlowEngine) -> Timeline:
-    return timeline_of(FabricPlayer(trace, engine))
+def play_on_fabric(trace: Trace, engine: FlowEngine, compiled: CompiledTrace | None = None) -> Timeline:
+    """``trace`` played with every op on ``engine``; ``compiled`` (:class:`CompiledTrace` of ``trace``) is shared
+    by several plays of one trace."""
+    return timeline_of(FabricPlayer(trace, engine, compiled))

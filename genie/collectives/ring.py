@@ -19,12 +19,24 @@ from genie.collectives.plan import (Plan, block_bounds, element_count, part_bloc
 Blocks = Sequence[tuple[int, int]]
 
 
+def reduce_scatter_block(position, step, n):
+    """The block ring position ``position`` sends at reduce-scatter step ``step``: (i-s-1) mod n (ints, or numpy
+    arrays for `genie.collectives.sends`)."""
+    return (position - step - 1) % n
+
+
+def allgather_block(position, step, n):
+    """The block ring position ``position`` forwards at all-gather step ``step``: (i-s) mod n."""
+    return (position - step) % n
+
+
 def ring_reduce_scatter_plan(ring: Sequence[int], blocks: Blocks) -> Plan:
     """n-1 steps; at step s position i sends block (i-s-1) to i+1, which sums it in. Position i ends holding
     the sum of block i."""
     n = len(ring)
     return tuple(
-        tuple(region(ring[i], ring[(i + 1) % n], *blocks[(i - s - 1) % n], reduce=True) for i in range(n))
+        tuple(region(ring[i], ring[(i + 1) % n], *blocks[reduce_scatter_block(i, s, n)], reduce=True)
+              for i in range(n))
         for s in range(n - 1))
 
 
@@ -32,7 +44,7 @@ def ring_allgather_plan(ring: Sequence[int], blocks: Blocks) -> Plan:
     """n-1 steps; at step s position i forwards block (i-s) to i+1. Position i starts with block i."""
     n = len(ring)
     return tuple(
-        tuple(region(ring[i], ring[(i + 1) % n], *blocks[(i - s) % n]) for i in range(n))
+        tuple(region(ring[i], ring[(i + 1) % n], *blocks[allgather_block(i, s, n)]) for i in range(n))
         for s in range(n - 1))
 
 

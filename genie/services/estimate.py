@@ -63,7 +63,8 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
                              path="calibration")
         mapping = map_topology(topology, source=str(request.topology)) if topology is not None else None
         est, calibration = estimate_from_runs(loaded, list(request.measurements), mode, mapping=mapping,
-                                              extrapolate=request.extrapolate, share_nic=request.share_nic)
+                                              topology=topology, extrapolate=request.extrapolate,
+                                              share_nic=request.share_nic)
     inputs = (input_digest(request.trace, "trace"), *(input_digest(m, "measurements") for m in request.measurements),
               *((input_digest(request.topology, "topology"),) if request.topology is not None else ()))
     params = {"mode": mode.value, "extrapolate": request.extrapolate, "share_nic": request.share_nic,

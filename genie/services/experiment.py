@@ -203,19 +203,21 @@ def write_results(run: Any, result: ExperimentResult, stats: list, outcome: Repl
     _, files = replay_files(outcome, _replay_meta(p))
     for name, text in files.items():
         run.write(f"replay/{name}", text)
-    run.write(CALIBRATION_JSON, calibration_json(result.calibration))
-    run.write(CALIBRATION_CSV, calibration_csv(result.calibration))
+    if result.calibration is not None:  # None: no ASTRA-sim mapping (the fabric model's files follow)
+        run.write(CALIBRATION_JSON, calibration_json(result.calibration))
+        run.write(CALIBRATION_CSV, calibration_csv(result.calibration))
     if result.fabric_calibration is not None:
         from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json
 
         run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(result.fabric_calibration))
     for est in result.estimates:
         run.write(f"estimate-{est.mode.value}.csv", estimate_csv(est))
-    network, _ = calibrated_network(p.mapping, result.calibration)
-    exported = export_astra(scaled_trace(p.trace, result.calibration), p.mapping, run.run_dir / "astra",
-                            network=network, params=result.calibration.system_params())
-    for path in exported.files:
-        run.record(str(Path(path).relative_to(run.run_dir)))
+    if p.mapping is not None and result.calibration is not None:
+        network, _ = calibrated_network(p.mapping, result.calibration)
+        exported = export_astra(scaled_trace(p.trace, result.calibration), p.mapping, run.run_dir / "astra",
+                                network=network, params=result.calibration.system_params())
+        for path in exported.files:
+            run.record(str(Path(path).relative_to(run.run_dir)))
     run.write("accuracy.csv", accuracy_csv(result.accuracy))
     run.write("experiment.json", experiment_json(result))
     run.write("summary.txt", format_summary(result) + "\n")
