@@ -167,3 +167,35 @@ def test_each_ecmp_draw_is_kept_and_its_spread_reported():
     assert any("one ECMP hash draw (what one testbed session gets)" in n for n in est.notes)
     alone = estimate_fabric(_dp_trace([(0, 2, 4, 6), (1, 3, 5, 7)], size, 1_000_000), topo, ecmp_samples=0)
     assert alone.draw_iterations_ns == () and alone.draw_spread_pct == 0.0
+
+
+def test_a_multi_gpu_topology_gives_nvlink_its_own_link_class() -> None:
+    """topologies/dgx-2node.yaml: the estimator reads the same file as the testbed; NVLink links are their own
+    class (calibrated apart from NICs), and an all-reduce inside one node runs at NVLink speed."""
+    from pathlib import Path
+
+    from astra_adapter.fabric.estimate import estimate_fabric
+    from astra_adapter.fabric.network import FabricNetwork, LinkClass
+    from genie.topology import load_topology_file
+    from genie.workloads.native import read_native
+
+    topology = load_topology_file(Path(__file__).resolve().parent.parent / "topologies" / "dgx-2node.yaml")
+    network = FabricNetwork(topology)
+    assert set(network.classes()) == {LinkClass.HOST, LinkClass.FABRIC, LinkClass.INTRA_NODE}
+    nvlinks = [r for r in network.resources if r.link_class is LinkClass.INTRA_NODE]
+    assert len(nvlinks) == 32 and all(r.rate_bps == 7200 * 10**9 for r in nvlinks)
+
+    def ring_us(groups: str, group: str) -> float:
+        text = (f"format: genie-trace\nversion: 1\nname: o\nranks: 16\ngroups: {groups}\nprogram:\n"
+                f"  - {{id: 0, name: op, type: all_reduce, size: 64MiB, group: '{group}', algorithm: ring}}\n")
+        return estimate_fabric(read_native(text, source="o"), topology).iteration_ns / 1e3
+
+    # each node's 8 GPUs at once: NVLink, 7200 Gbit/s; then GPU i of both nodes (8 pairs, one per rail): 400
+    inside = ring_us("{n0: [0, 1, 2, 3, 4, 5, 6, 7], n1: [8, 9, 10, 11, 12, 13, 14, 15]}", "n{rank//8}")
+    across = ring_us("{" + ", ".join(f"r{i}: [{i}, {i + 8}]" for i in range(8)) + "}", "r{rank%8}")
+    def wire_us(n: int, rate_gbit: float, hop_delay_us: float) -> float:  # a ring's bytes at the rate, each step
+        payload = 2 * (n - 1) / n * (64 << 20) * 1514 / 1448  # over two hops (GPU - switch - GPU)
+        return payload * 8 / (rate_gbit * 1e3) + 2 * (n - 1) * 2 * hop_delay_us
+
+    assert inside == pytest.approx(wire_us(8, 7200, 0.5), rel=0.02)
+    assert across == pytest.approx(wire_us(2, 400, 1.0), rel=0.02)

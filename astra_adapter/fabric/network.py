@@ -16,7 +16,7 @@ Ranks of one host talk over the namespace's loopback: one ``loopback`` resource 
 is calibrated or :data:`LOOPBACK_RATE_BPS`).
 
 Link classes (what calibration fits separately): ``host`` (a link with a host at one end), ``fabric`` (between
-two switches) and ``loopback``.
+two switches), ``intra_node`` (a multi-GPU node's NVLink: links of role ``intra_node``) and ``loopback``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from genie.core.errors import InputError
-from genie.core.topology import Topology
+from genie.core.topology import LinkRole, Topology
 from genie.topology.graph import adjacency, hop_distances
 
 LOOPBACK_RATE_BPS = 32_000_000_000  # ~4 GB/s, as astra_adapter.mapping's intra-host default
@@ -37,13 +37,15 @@ class LinkClass(Enum):
     HOST = "host"
     FABRIC = "fabric"
     LOOPBACK = "loopback"
+    INTRA_NODE = "intra_node"  # NVLink / NVSwitch inside a multi-GPU node (a topology's ``nodes``)
 
     @classmethod
     def parse(cls, text: str, *, source: str | None = None, path: str | None = None) -> "LinkClass":
         for c in cls:
             if c.value == str(text).strip().lower():
                 return c
-        raise InputError(f"unknown link class {text!r} (expected host, fabric or loopback)", source=source, path=path)
+        raise InputError(f"unknown link class {text!r} (expected {', '.join(c.value for c in cls)})",
+                         source=source, path=path)
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,10 @@ class FabricNetwork:
         self.resources: list[Resource] = []
         self.index: dict[tuple[str, str], int] = {}
         for link in topology.links:
-            cls = LinkClass.HOST if (link.a in hosts or link.b in hosts) else LinkClass.FABRIC
+            if link.role is LinkRole.INTRA_NODE:
+                cls = LinkClass.INTRA_NODE
+            else:
+                cls = LinkClass.HOST if (link.a in hosts or link.b in hosts) else LinkClass.FABRIC
             shaped = link.shape.rate_bps is not None
             rate = link.shape.rate_bps or UNSHAPED_RATE_BPS
             for a, b in ((link.a, link.b), (link.b, link.a)):
