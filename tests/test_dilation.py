@@ -141,14 +141,14 @@ def test_auto_takes_the_binding_limit_rounded_up() -> None:
     dilation = choose_dilation(topology, figures)
     limits = {limit.name: limit for limit in dilation.limits}
     assert limits["software"].needed_factor == pytest.approx(100.0 / (0.02 * step_us))
-    assert limits["throughput"].needed_factor == pytest.approx(800 * GBIT / (0.5 * 4 * GBIT))
+    assert limits["throughput"].needed_factor == pytest.approx(800 * GBIT / (4 * GBIT))
     assert limits["emulator"].needed_factor == pytest.approx(20.0 / (0.02 * step_us))
     assert dilation.factor == nice_factor(limits["software"].needed_factor) >= limits["software"].needed_factor
     assert "software" in dilation.reason
     # a run whose smallest message is 64 MiB is protected at a much smaller factor: the throughput binds
     big = choose_dilation(topology, figures, reference_bytes=64 << 20)
     assert {limit.name: limit for limit in big.limits}["software"].needed_factor < 1
-    assert big.factor == nice_factor(800 * GBIT / (0.5 * 4 * GBIT)) and "throughput" in big.reason
+    assert big.factor == nice_factor(800 * GBIT / (4 * GBIT)) and "throughput" in big.reason
     # a slow fabric on a fast host needs no dilation at all
     slow = star(2, shape=LinkShape(rate_bps=10**7))
     assert choose_dilation(slow, HostFigures(2, 20.0, 10 * GBIT)).factor == 1.0

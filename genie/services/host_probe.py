@@ -1,22 +1,23 @@
 """`--time-dilation auto`: measure what this host sustains, then choose the factor
 (`genie.testbed.dilation_rules.choose_dilation`).
 
-The probe is a scratch testbed built by the same planner and shapers as the real one: a star of up to
-`PROBE_HOSTS` hosts whose links are shaped far above anything the host can carry (so the shaping machinery —
-HTB, and the link emulator's wire and delay stages when the real testbed will have them — is in the path
-without limiting it), with as many ranks as the topology has (up to `PROBE_RANKS`: the per-step software time
-grows with the ranks sharing the CPUs). Through the ordinary bench path it measures
-* the software time of one step: a ring all-gather of tiny messages on all ranks, its median iteration divided
-  by its steps (no wire time to speak of at the probe's rates: what is left is the host);
-* the aggregate rate: a ring all-gather of large messages with one rank per host (every host sending at once),
-  its bus bandwidth times the hosts;
-* the link emulator's median release lateness, from its own statistics.
-It takes 10-40 s; the probe testbed is torn down whatever happens.
+The probe runs on scratch testbeds built by the same planner and shapers as the real one: stars of up to
+`PROBE_HOSTS` hosts, through the ordinary bench path, torn down whatever happens.
+* Software: a star whose links are shaped far above anything this host carries (so the shaping machinery —
+  HTB, and the link emulator's wire and delay stages when the real testbed has them — is in the path without
+  limiting it), with as many ranks as the topology has (up to `PROBE_RANKS`: the per-step time grows with the
+  ranks sharing the CPUs): a ring all-gather of tiny messages, its median iteration divided by its steps, is
+  the software time of one step (interpreter, sockets, kernel, emulator: everything but the wire). The link
+  emulator's median release lateness comes from its own statistics.
+* Throughput, shaped: what the topology's hosts ask for at once at factor N (the sum of their links' rates / N)
+  is put on a star of one rank per host, the links shaped at that share, every host sending at once (a ring
+  all-gather); the factor is raised (x2.5, from a first guess) until the links deliver at least
+  `GOOD_EFFICIENCY` of their payload limit. The aggregate that held is what `choose_dilation` weighs.
+It takes 10-60 s.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from typing import Optional
@@ -33,53 +34,95 @@ PROBE_RANKS = 256
 PROBE_RATE_BPS = 100 * 10**9  # far above what a 2-core host carries: the machinery is in the path, not the limit
 PROBE_DELAY_US = 1.0  # puts the link emulator in the path when the real testbed will delay its links
 STEP_BYTES = 64  # per rank, per step of the software probe
-BULK_BYTES = 8 << 20  # per rank of the throughput probe
-STEP_ITERATIONS, BULK_ITERATIONS = 20, 3
+STEP_ITERATIONS = 20
+FIRST_GUESS_BPS = 4 * 10**9  # the aggregate the throughput probe tries first (a 2-core VM carries a few Gbit/s)
+GOOD_EFFICIENCY = 0.98  # of the links' payload limit, with every host sending at once
+BULK_SECONDS = 0.4  # real time one bulk iteration should take at the rate under test
+MAX_ROUNDS = 5
+PAYLOAD_PER_WIRE = 1448 / 1514
 
 
-def probe_topology(topology: Topology, links: LinkModel) -> Topology:
-    """The scratch star the probe runs on (see the module docstring)."""
+def _emulated(topology: Topology, links: LinkModel) -> bool:
+    return any(link.shape.needs_delay_emulation for link in topology.links) or links is LinkModel.WIRE
+
+
+def probe_topology(topology: Topology, links: LinkModel, *, rate_bps: int = PROBE_RATE_BPS,
+                   ranks_per_host: int | None = None) -> Topology:
+    """A scratch star like the testbed's machinery (see the module docstring), its links at `rate_bps`."""
     from genie.topology.builders import star
 
-    hosts = min(PROBE_HOSTS, len(topology.hosts))
-    ranks = min(PROBE_RANKS, topology.world_size)
-    emulated = any(link.shape.needs_delay_emulation for link in topology.links) or links is LinkModel.WIRE
+    hosts = max(2, min(PROBE_HOSTS, len(topology.hosts)))
+    if ranks_per_host is None:
+        ranks_per_host = math.ceil(min(PROBE_RANKS, topology.world_size) / hosts)
     mtu = max((link.shape.mtu_bytes for link in topology.links), default=1500)
-    shape = LinkShape(rate_bps=PROBE_RATE_BPS, delay_us=PROBE_DELAY_US if emulated else 0.0, mtu_bytes=mtu)
-    return star(max(2, hosts), shape=shape, ranks_per_host=math.ceil(ranks / max(2, hosts)), name="probe")
+    shape = LinkShape(rate_bps=rate_bps, delay_us=PROBE_DELAY_US if _emulated(topology, links) else 0.0,
+                      mtu_bytes=mtu)
+    return star(hosts, shape=shape, ranks_per_host=ranks_per_host, name="probe")
 
 
 def measure_host(topology: Topology, links: LinkModel):
-    """This host's `HostFigures` for a testbed of `topology` with `links` (needs root: a scratch testbed)."""
+    """This host's `HostFigures` for a testbed of `topology` with `links` (needs root: scratch testbeds)."""
+    from genie.testbed.dilation_rules import HostFigures, demanded_bps
+
+    ranks, step_us, late_us = _software(topology, links)
+    demand = demanded_bps(topology)
+    aggregate = _shaped_throughput(topology, links, demand) if demand else float("inf")
+    return HostFigures(ranks, step_us, aggregate, late_us)
+
+
+def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float | None]:
     from genie.services.bench import GroupCase, run_cases
     from genie.services.target import placements_for
     from genie.testbed import service
-    from genie.testbed.dilation_rules import HostFigures
     from genie.testbed.emulators import stats_path
 
     scratch = probe_topology(topology, links)
     ranks = min(PROBE_RANKS, topology.world_size, scratch.world_size)
     with service.temporary_testbed(scratch, links=links) as info:
         placements = placements_for(info, ranks)
-        first_per_host = list({p.host: p for p in reversed(placements)}.values())[::-1]
         world = tuple(p.rank for p in placements)
         small = CollectiveOp(Collective.ALL_GATHER, STEP_BYTES * len(world), world, Algorithm.RING,
                              dtype_bytes=DEFAULT_DTYPE_BYTES)
         outcome = run_cases([GroupCase((small,), 3, STEP_ITERATIONS)], placements,
                             on_pids=lambda pids: service.register_pids(info.name, pids))
         step_us = outcome.stats[0].time_median_us / (len(world) - 1)
-        hosts = [p.rank for p in first_per_host]
-        bulk = CollectiveOp(Collective.ALL_GATHER, BULK_BYTES * len(hosts), tuple(range(len(hosts))),
-                            Algorithm.RING, dtype_bytes=DEFAULT_DTYPE_BYTES)
-        outcome = run_cases([GroupCase((bulk,), 1, BULK_ITERATIONS)],
-                            [dataclasses.replace(p, rank=i) for i, p in enumerate(first_per_host)],
-                            on_pids=lambda pids: service.register_pids(info.name, pids))
-        stats = outcome.stats[0]
-        # a ring all-gather's bus bandwidth is what each host sends per second, all of them at once
-        aggregate_bps = stats.busbw_GBps * 8e9 * len(hosts)
         lateness = [_emulator_late_us(stats_path(info.name, ns)) for ns in {h.netns for h in info.hosts}]
         known = [late for late in lateness if late is not None]
-    return HostFigures(ranks, step_us, aggregate_bps, max(known) if known else None)
+    return ranks, step_us, max(known) if known else None
+
+
+def _shaped_throughput(topology: Topology, links: LinkModel, demand_bps: float) -> float:
+    """The largest real aggregate (bit/s) at which the probe's shaped links delivered GOOD_EFFICIENCY with every
+    host sending: the topology's demand / N for the smallest N tried that held (see the module docstring)."""
+    from genie.testbed.dilation_rules import nice_factor
+
+    hosts = max(2, min(PROBE_HOSTS, len(topology.hosts)))
+    factor = nice_factor(max(1.0, demand_bps / FIRST_GUESS_BPS))
+    aggregate = demand_bps / factor
+    for _ in range(MAX_ROUNDS):
+        aggregate = demand_bps / factor
+        if _efficiency(topology, links, hosts, max(8, round(aggregate / hosts))) >= GOOD_EFFICIENCY:
+            return aggregate
+        factor = nice_factor(factor * 2.5)
+    return demand_bps / factor  # not reached in MAX_ROUNDS: the last factor's aggregate, an upper bound
+
+
+def _efficiency(topology: Topology, links: LinkModel, hosts: int, rate_bps: int) -> float:
+    """Every host of a star shaped at `rate_bps` sends at once (ring all-gather): delivered / payload limit."""
+    from genie.services.bench import GroupCase, run_cases
+    from genie.services.target import placements_for
+    from genie.testbed import service
+
+    scratch = probe_topology(topology, links, rate_bps=rate_bps, ranks_per_host=1)
+    per_host = max(64 << 10, round(rate_bps / 8 * PAYLOAD_PER_WIRE * BULK_SECONDS / (hosts - 1)))
+    with service.temporary_testbed(scratch, links=links) as info:
+        placements = placements_for(info, hosts)
+        bulk = CollectiveOp(Collective.ALL_GATHER, per_host * hosts, tuple(range(hosts)), Algorithm.RING,
+                            dtype_bytes=DEFAULT_DTYPE_BYTES)
+        outcome = run_cases([GroupCase((bulk,), 1, 3)], placements,
+                            on_pids=lambda pids: service.register_pids(info.name, pids))
+    # a ring all-gather's bus bandwidth is what each host sends per second, all of them at once
+    return outcome.stats[0].busbw_GBps * 8e9 / (rate_bps * PAYLOAD_PER_WIRE)
 
 
 def _emulator_late_us(path) -> Optional[float]:

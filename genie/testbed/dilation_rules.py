@@ -73,7 +73,6 @@ def check_dilation_holds(topology: Topology, dilation: TimeDilation, *, source: 
 
 # ---- auto: the smallest factor that keeps this host's limits out of every figure -------------------------------
 TARGET_SHARE = 0.02  # what the host's own limits may cost any reported figure
-THROUGHPUT_USE = 0.5  # the share of the host's measured aggregate rate the shaped links may ask for together
 REFERENCE_MESSAGE_BYTES = 1024  # the smallest figure `auto` protects: one such message between two hosts
 
 
@@ -81,8 +80,9 @@ REFERENCE_MESSAGE_BYTES = 1024  # the smallest figure `auto` protects: one such 
 class HostFigures:
     """What `genie.services.host_probe` measured on this host, in real time: the software time of one step of
     a collective among `ranks` ranks (interpreter, sockets, kernel and link emulator: everything but the wire),
-    the aggregate rate the shaped testbed machinery carries (`aggregate_bps`, all hosts sending at once), and
-    the link emulator's median release lateness (None when no emulator was in the path)."""
+    the largest aggregate rate at which shaped links still delivered their rate with every host sending
+    (`aggregate_bps`), and the link emulator's median release lateness (None when no emulator was in the
+    path)."""
 
     ranks: int
     step_us: float
@@ -140,8 +140,8 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
                     reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> TimeDilation:
     """The smallest (rounded) factor at which each measured limit of this host costs under TARGET_SHARE of the
     smallest figure a run on `topology` reports — one message of `reference_bytes`, the smallest the run sends
-    (1 KiB when the run is not known yet) — and whose summed link rates stay within THROUGHPUT_USE of what the
-    host carries; InputError when the topology cannot hold it (`check_dilation_holds`)."""
+    (1 KiB when the run is not known yet) — and whose summed link rates stay within what the host delivered
+    through shaped links; InputError when the topology cannot hold it (`check_dilation_holds`)."""
     step_us, pair = smallest_step_us(topology, reference_bytes)
     what = f"a {reference_bytes}-byte message"
     limits = []
@@ -151,12 +151,12 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
                                 f"{figures.step_us:.1f} us of software per step with {figures.ranks} ranks must be "
                                 f"under {TARGET_SHARE:.0%} of {what} ({step_us:.3g} us, {pair}): N >= {need:.4g}"))
     demand = demanded_bps(topology)
-    if demand and figures.aggregate_bps > 0:
-        need = demand / (THROUGHPUT_USE * figures.aggregate_bps)
+    if demand and 0 < figures.aggregate_bps < float("inf"):
+        need = demand / figures.aggregate_bps
         limits.append(HostLimit("throughput", figures.aggregate_bps, "bit/s", need,
-                                f"the hosts' links ask {format_rate(round(demand))} at once; this host carries "
-                                f"{format_rate(round(figures.aggregate_bps))} through the testbed, of which "
-                                f"{THROUGHPUT_USE:.0%} may be used: N >= {need:.4g}"))
+                                f"the hosts' links ask {format_rate(round(demand))} at once; shaped links on this "
+                                f"host delivered their rate up to {format_rate(round(figures.aggregate_bps))} "
+                                f"in all: N >= {need:.4g}"))
     if figures.emulator_late_us is not None and math.isfinite(step_us):
         need = figures.emulator_late_us / (TARGET_SHARE * step_us)
         limits.append(HostLimit("emulator", figures.emulator_late_us, "us late", need,
