@@ -18,7 +18,6 @@ from genie.core.dilation import TimeDilation
 from genie.core.testbed import LinkModel
 from genie.core.topology import LinkShape
 from genie.testbed import service
-from genie.testbed.emulators import stats_path
 from genie.testbed.state import STATE_DIR_ENV, load_record
 from genie.testbed.steps import StartEmulator
 from genie.topology import dump_topology, star
@@ -118,7 +117,8 @@ def test_a_wire_link_is_never_faster_than_its_bytes_at_the_rate(tmp_path: Path) 
         one_way_us = row["time_median_us"] / 2
         wire_us = message_wire_bytes(65536) * 8 / 100e6 * 1e6
         assert one_way_us >= wire_us - 100  # the wire's lower bound, less the slack an idle wire allows
-        stats = json.loads(stats_path(info.name, f"genie-{info.name}-h1").read_text())
-        assert any(name.endswith("h0>s0") for name in stats["stages"])
+        stages = [stage for step in load_record(info.name).steps if isinstance(step, StartEmulator)
+                  for stage in step.config.stages]
+        assert stages and all(stage.rate_bps == 100 * 10**6 for stage in stages)
     finally:
         service.down(info.name)
