@@ -26,7 +26,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import median
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = ROOT / "topologies" / "star-8-100g.yaml"

@@ -57,7 +57,6 @@ def wire_one_way_us(size: int, topology) -> float:
 
 
 def run_model(model: str, factor: float, out: Path) -> dict:
-    from genie.core.collective import Collective
     from genie.core.dilation import fixed_dilation
     from genie.core.testbed import LinkModel
     from genie.measure.osu import OsuTest

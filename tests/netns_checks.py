@@ -81,3 +81,29 @@ def clean_star_testbed(state_path, name: str, *, hosts: int = 4, rate_bps: int =
             yield info
     assert left() == []
     assert root_namespace_snapshot() == before
+
+
+def run_fixtures(run: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The two autouse fixtures of a root test module whose testbeds are named ``<run>...``: the root namespace
+    is the same after the module and none of the run's namespaces is left; and each test records its testbeds
+    in its own state directory (GENIE_STATE_DIR), whose testbeds are brought down after it. Use as
+    ``root_namespace_untouched, state_dir = run_fixtures(RUN)``."""
+    import pytest
+
+    @pytest.fixture(scope="module", autouse=True)
+    def root_namespace_untouched() -> Iterator[None]:
+        before = root_namespace_snapshot()
+        yield
+        assert root_namespace_snapshot() == before
+        assert namespaces_of_run(run) == []
+
+    @pytest.fixture(autouse=True)
+    def state_dir(tmp_path, monkeypatch) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+        from genie.testbed.state import STATE_DIR_ENV
+
+        directory = tmp_path / "state"
+        monkeypatch.setenv(STATE_DIR_ENV, str(directory))
+        yield directory
+        tear_down_run(directory, run)
+
+    return root_namespace_untouched, state_dir

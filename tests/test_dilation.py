@@ -4,7 +4,6 @@ run's reported times (emulated) against what the ranks really did (real)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from genie.core.protocol import Barrier, CaseResult, Straggler
 from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.testbed import LinkModel
 from genie.core.topology import LinkShape
-from genie.linkemu.config import StageSpec
 from genie.services.dilation import (emulated_barrier, emulated_result, loopback_dilation, real_program,
                                      real_stragglers, real_timeout_s, running_dilation)
 from genie.testbed.dilation_rules import (HostFigures, check_dilation_holds, choose_dilation, demanded_bps,
@@ -224,3 +222,20 @@ def test_a_dilated_loopback_replay_stretches_compute_and_reports_emulated_time(t
     assert manifest["time_dilation"]["factor"] == 5.0 and manifest["params"]["time_dilation"] == "5"
     memory = manifest["summary"]["rank_peak_rss_mb"]  # every rank reports its peak resident memory
     assert memory["ranks"] == 2 and 5 < memory["median"] <= memory["max"] < 500
+
+
+def test_up_chooses_the_default_link_model_before_the_shaper(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dilated rate-only topology gets wire links by default, so `up` must look for netem or the emulator for
+    them (on a kernel without sch_netem: the userspace shaper), not plan netem it cannot have."""
+    from genie.core.testbed import Shaping
+    from genie.testbed.environment import FakeEnvironment
+    from genie.testbed import service
+    from genie.testbed.state import STATE_DIR_ENV
+
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
+    environment = FakeEnvironment(netem=False)
+    info = service.up(load_topology_file(TOPOLOGIES / "star-4.yaml"), name="wiredefault",
+                      dilation=TimeDilation(10.0), environment=environment)
+    assert info.links is LinkModel.WIRE and Shaping.USERSPACE in info.shaper
+    service.down("wiredefault", environment=environment)

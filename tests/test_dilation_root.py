@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 
 from cli_support import run_genie
-from genie.core.dilation import TimeDilation
 from genie.core.testbed import LinkModel
 from genie.core.topology import LinkShape
 from genie.testbed import service
-from genie.testbed.state import STATE_DIR_ENV, load_record
+from genie.testbed.state import load_record
 from genie.testbed.steps import StartEmulator
 from genie.topology import dump_topology, star
-from netns_checks import namespaces_of_run, root_namespace_snapshot, tear_down_run
+from netns_checks import run_fixtures
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
@@ -30,20 +29,7 @@ RUN = f"d{os.getpid()}"
 GBIT = 10**9
 
 
-@pytest.fixture(scope="module", autouse=True)
-def root_namespace_untouched() -> Iterator[None]:
-    before = root_namespace_snapshot()
-    yield
-    assert root_namespace_snapshot() == before
-    assert namespaces_of_run(RUN) == []
-
-
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    directory = tmp_path / "state"
-    monkeypatch.setenv(STATE_DIR_ENV, str(directory))
-    yield directory
-    tear_down_run(directory, RUN)
+root_namespace_untouched, state_dir = run_fixtures(RUN)
 
 
 def test_a_dilated_testbed_shapes_the_real_rates_and_reports_the_stated_fabric(tmp_path: Path) -> None:

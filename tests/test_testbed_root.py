@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from genie.testbed.kernel_model import KernelModel
 from genie.testbed.observed import NamespaceStatus
 from genie.testbed.state import STATE_DIR_ENV, load_record, record_path
 from genie.topology import load_topology_file, ring, star
-from netns_checks import namespace_names, namespaces_of_run, root_namespace_snapshot, tear_down_run
+from netns_checks import namespace_names, namespaces_of_run, run_fixtures
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
@@ -78,20 +77,7 @@ def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, **kwargs)  # type: ignore
 
 
-@pytest.fixture(scope="module", autouse=True)
-def root_namespace_untouched() -> Iterator[None]:
-    before = root_namespace_snapshot()
-    yield
-    assert root_namespace_snapshot() == before
-    assert _ours() == []
-
-
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    directory = tmp_path / "state"
-    monkeypatch.setenv(STATE_DIR_ENV, str(directory))
-    yield directory
-    tear_down_run(directory, RUN)
+root_namespace_untouched, state_dir = run_fixtures(RUN)
 
 
 def _env(state_dir: Path) -> dict[str, str]:

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,7 @@ from genie.testbed.verify import Metric, Status
 from genie.testbed.verify_run import VerifySettings, verify_testbed
 from genie.topology import load_topology
 
-from netns_checks import namespace_names, namespaces_of_run, tear_down_run
+from netns_checks import namespace_names, namespaces_of_run, run_fixtures
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces")]
@@ -55,12 +54,7 @@ def _ours() -> list[str]:
     return namespaces_of_run(RUN)
 
 
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    directory = tmp_path / "state"
-    monkeypatch.setenv(STATE_DIR_ENV, str(directory))
-    yield directory
-    tear_down_run(directory, RUN)
+root_namespace_untouched, state_dir = run_fixtures(RUN)
 
 
 @pytest.fixture(scope="module")

@@ -99,8 +99,10 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
     the userspace emulator, or AUTO (netem where the kernel has it). `source` is the topology file: a second
     `up` of the same file is refused unless `refuse_same_source` is False (temporary testbeds). Under `dilation`
     the links are shaped at rate / N with delay x N (`genie.core.dilation`); `links` says whether rate-shaped
-    links are wires or token buckets (`genie.core.testbed.LinkModel`)."""
+    links are wires or token buckets (`genie.core.testbed.LinkModel`; None: the default for the topology and
+    dilation, `genie.testbed.shaping.default_link_model`)."""
     check_testbed_name(name)
+    links = links or default_link_model(topology, dilation)
     source_text = str(source) if source is not None else None
     needs_netem = any(needs_emulation(link.shape, links) for link in topology.links)
     if dry_run:  # changes nothing, as root too: the kernel's module list, not a probe in a scratch namespace
