@@ -10,7 +10,8 @@ plus the emulator's wire stage) and each factor asked for, one testbed each:
   limit at any size (target <= 1) and the 64 MiB one (target >= 0.99);
 * what it costs: CPU seconds of the link emulators and of the whole machine per GB the links moved.
 
-    sudo .venv/bin/python -m benchmarks.wire [--models bucket,wire] [--factors 1] [--out DIR]
+    sudo .venv/bin/python -m benchmarks.wire [--models bucket,wire] [--factors 1] [--parts p2p,allreduce]
+                                             [--out DIR]
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def wire_one_way_us(size: int, topology) -> float:
     return estimate_fabric(read_native(text, source="p2p"), pair).iteration_ns / 1e3
 
 
-def run_model(model: str, factor: float, out: Path) -> dict:
+def run_model(model: str, factor: float, out: Path, parts: tuple[str, ...] = ("p2p", "allreduce")) -> dict:
     from genie.core.dilation import fixed_dilation
     from genie.core.testbed import LinkModel
     from genie.measure.osu import OsuTest
@@ -85,7 +86,7 @@ def run_model(model: str, factor: float, out: Path) -> dict:
             rows.append({"size": stats.size_bytes, "median_us": one_way, "wire_us": model_us,
                          "error_pct": 100 * (one_way - model_us) / model_us})
         result["p2p"] = rows
-        for ranks in (4, 8):
+        for ranks in (4, 8) if "allreduce" in parts else ():
             before = (_cpu_ticks(emulators), _machine_ticks(), time.monotonic())
             sweep = run_bench_command(BenchCommand(BenchRequest(min_bytes=1024, max_bytes=64 << 20, factor=4,
                                                                 iterations=10, warmup=2, ranks=ranks, verify=False,
@@ -109,19 +110,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.wire", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="bucket,wire")
     parser.add_argument("--factors", default="1")
+    parser.add_argument("--parts", default="p2p,allreduce", help="p2p (one-way times), allreduce (sweeps)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / time.strftime("%Y%m%d-%H%M%S-wire"))
     args = parser.parse_args(argv)
     results = []
     print(f"# {TOPOLOGY.name}; load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     for factor in [float(f) for f in args.factors.split(",")]:
         for model in args.models.split(","):
-            r = run_model(model, factor, args.out)
+            r = run_model(model, factor, args.out, tuple(args.parts.split(",")))
             results.append(r)
             print(f"## {model} links, N = {factor:g} ({r['shaper']})", flush=True)
             for row in r["p2p"]:
                 print(f"p2p {row['size']:>8} B  median {row['median_us']:9.1f} us  wire {row['wire_us']:9.1f} us  "
                       f"{row['error_pct']:+6.1f}%", flush=True)
-            for ranks in (4, 8):
+            for ranks in (4, 8) if "allreduce4" in r else ():
                 a = r[f"allreduce{ranks}"]
                 print(f"all-reduce {ranks} ranks: busbw/limit max {a['max_over_limit']:.3f}, 64 MiB "
                       f"{a['64M_over_limit']:.3f}; CPU s: emulators {a['emulator_cpu_s']:.1f}, machine "

@@ -189,8 +189,9 @@ def _delayed_lab(kind: str, tmp_path: Path) -> tuple[Lab, Path]:
 
 
 def _verify_delayed(lab: Lab, lab_dir: Path, out: Path, *, attempts: int = 3) -> dict:  # type: ignore[type-arg]
-    """Verify h0 <-> h1; when a flow misses its rate, the pair is measured again, up to twice (this machine is
-    shared; as the sample labs' test does); the bounds stay as they are."""
+    """Verify h0 <-> h1; when a flow misses its rate or the round trip its bounds, the pair is measured again,
+    up to twice (this machine is shared, and its idle vCPUs wake the emulators late now and then — see
+    docs/link-emulation.md; as the sample labs' test does); the bounds stay as they are."""
     from genie.testbed.verify_run import VerifySettings
 
     command = namespace_probe_command({m.name: PREFIX + m.name for m in lab.hosts})
@@ -201,9 +202,15 @@ def _verify_delayed(lab: Lab, lab_dir: Path, out: Path, *, attempts: int = 3) ->
                                 command=command, server_command=command)
         _print(result.rows)
         by = {(row.direction, row.metric): row for row in result.rows}
-        if not _flows_off(by):
+        if not _flows_off(by) and not _rtt_off(by):
             break
     return by
+
+
+def _rtt_off(by: dict) -> bool:  # type: ignore[type-arg]
+    """The round trip outside 0.8-1.25 of the configured one (the bound test_lab_delays_in_namespaces holds)."""
+    rtt = by[("h0<->h1", Metric.RTT)]
+    return rtt.measured is None or not 0.8 < rtt.measured / rtt.configured < 1.25
 
 
 def _flows_off(by: dict) -> list:  # type: ignore[type-arg]
@@ -228,7 +235,7 @@ def test_lab_delays_in_namespaces(kind: str, tmp_path: Path, stand_in) -> None: 
         rtt = by[("h0<->h1", Metric.RTT)]
         assert rtt.configured == 8000.0  # 2 links, 2 ms each, both ways
         # as generous as the testbed's own userspace test: this machine is shared
-        assert rtt.measured is not None and 0.8 < rtt.measured / rtt.configured < 1.25, rtt
+        assert not _rtt_off(by), rtt
         assert not _flows_off(by), _flows_off(by)  # both directions within 10% of the link's TCP goodput
         for direction in ("h0->h1", "h1->h0"):
             assert by[(direction, Metric.LOSS)].measured == pytest.approx(0.0, abs=0.5)

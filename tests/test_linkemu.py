@@ -253,7 +253,10 @@ def test_an_idle_wire_may_start_a_packet_its_slack_before_it_arrived() -> None:
     earlier, so late timers cost no capacity — and a burst after idle is early by at most the slack."""
     rate, slack = 10**9, 20_000
     line = _line(StageSpec("s", delay_ns=0, rate_bps=rate, wire_slack_ns=slack, limit_packets=10**6))
-    one = _wire_ns(1500, rate)  # 12.1 us: shorter than the slack, so it leaves as soon as it arrives
-    assert line.admit(0, 0, MS, 1500) == MS - slack + one
+    one = _wire_ns(1500, rate)  # 12.1 us: shorter than the slack, so it leaves as soon as it arrives, not before
+    assert line.admit(0, 0, MS, 1500) == MS
     burst = [line.admit(0, i, 2 * MS, 1500) for i in range(1, 11)]
-    assert burst == [2 * MS - slack + k * one for k in range(1, 11)]  # then one packet time apart
+    # the burst's wire time starts the slack early: the first packets leave at once, then one packet time apart
+    assert burst == [max(2 * MS, 2 * MS - slack + k * one) for k in range(1, 11)]
+    delayed = _line(StageSpec("d", delay_ns=MS, rate_bps=rate, wire_slack_ns=slack, limit_packets=10**6))
+    assert delayed.admit(0, 0, 5 * MS, 100) == 6 * MS  # the slack never shortens the delay

@@ -164,9 +164,11 @@ class Stage:
             segment_ns = total_ns // count
             slack = spec.wire_slack_ns if arriving else 0
             begin = max(first_ns - slack, self.free_ns)
-            last_ns = max(begin + total_ns, last_ns - slack + segment_ns)
-            first_ns = begin + segment_ns
-            self.free_ns = last_ns
+            wire_end = max(begin + total_ns, last_ns - slack + segment_ns)
+            self.free_ns = wire_end
+            # the slack lends the wire idle time it lost to the sender, never a packet time before it arrived
+            first_ns = max(begin + segment_ns, first_ns) if arriving else begin + segment_ns
+            last_ns = max(wire_end, last_ns) if arriving else wire_end
         delay = self.delay_ns()
         exit_ns = last_ns + delay
         if spec.jitter_ns and not spec.reorder:
