@@ -52,9 +52,10 @@ def test_a_dilated_testbed_shapes_the_real_rates_and_reports_the_stated_fabric(t
     assert stages and all(s.delay_ns == 2_000_000 and s.rate_bps == 500 * 10**6 for s in stages)
 
     out = tmp_path / "bench"
-    result = run_genie("bench", "--testbed", name, "-b", "64K", "-e", "64K", "-n", "5", "-w", "1", "-c", "0",
-                       "--no-in-place", "--out", out)
+    result = run_genie("bench", "--testbed", name, "-b", "64K", "-e", "64K", "-n", "5", "-w", "1",
+                       "--no-in-place", "--out", out)  # with nccl-tests' check: the data arrive right
     assert result.returncode == 0, result.stderr
+    assert "# Out of bounds values : 0 OK" in result.stdout
     (row,) = json.loads((out / "sweep.json").read_text())["results"]
     # a 3-rank 64 KiB all-reduce on the stated fabric: at least 2 link delays (200 us) and its bytes at
     # 10 Gbit/s; the real run waited >= 20 x that, and reports it divided by 20
@@ -64,10 +65,14 @@ def test_a_dilated_testbed_shapes_the_real_rates_and_reports_the_stated_fabric(t
     link = manifest["topology"]["link_rate_bps"]
     assert link == 10 * GBIT and row["busbw_GBps"] <= 10 * GBIT / 8e9  # never above the stated line rate
 
-    result = run_genie("testbed", "verify", name, "--pair", "h0,h1", "--seconds", "2", "--loss-probes", "500",
-                       "--rtt-probes", "50", "--out", tmp_path / "verify")
+    for attempt in range(3):  # this machine is shared: a pair whose check failed is measured again, up to
+        verify = tmp_path / f"verify{attempt}"  # twice, as the other verify tests do; the bounds stay
+        result = run_genie("testbed", "verify", name, "--pair", "h0,h1", "--seconds", "2", "--loss-probes", "500",
+                           "--rtt-probes", "50", "--out", verify)
+        if result.returncode == 0:
+            break
     assert result.returncode == 0, result.stdout + result.stderr
-    rows = list(csv_rows(tmp_path / "verify" / "links_verify.csv"))
+    rows = list(csv_rows(verify / "links_verify.csv"))
     rtt = next(r for r in rows if r["metric"] == "rtt")
     assert float(rtt["configured"]) == pytest.approx(400.0)  # 4 x 100 us, the stated round trip
     assert 380 <= float(rtt["measured"]) <= 440 and rtt["status"] == "ok"
