@@ -11,6 +11,7 @@ from typing import Optional
 
 from genie.core.dilation import (NO_DILATION, DilationChoice, DilationMode, TimeDilation, fixed_dilation)
 from genie.core.errors import InputError
+from genie.core.limits import MAX_TIMEOUT_S
 from genie.core.program import Lane, RankProgram
 from genie.core.protocol import Barrier, CaseResult, Straggler
 from genie.core.testbed import LinkModel, TestbedInfo
@@ -103,8 +104,9 @@ def real_stragglers(stragglers: tuple[Straggler, ...], dilation: TimeDilation) -
 
 
 def real_timeout_s(timeout_s: float, dilation: TimeDilation) -> float:
-    """Op timeouts are emulated time too: everything a rank waits for takes N times longer."""
-    return dilation.real_s(timeout_s)
+    """Op timeouts are emulated time too: everything a rank waits for takes N times longer (at most
+    MAX_TIMEOUT_S of real time: a week, what any wait of genie's may last)."""
+    return min(dilation.real_s(timeout_s), MAX_TIMEOUT_S)
 
 
 def testbed_up(topology: Topology, *, name: str, source, dry_run: bool, shaper, choice: DilationChoice,
