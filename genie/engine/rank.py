@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import signal
 import socket
 import sys
@@ -24,6 +23,19 @@ from genie.core.protocol import (Barrier, BenchJob, CaseResult, Done, Error, Go,
 from genie.engine.control import ControlClosed, recv_message, send_message
 from genie.engine.transport import SocketTransport, Transport, connect_mesh, listen_socket
 
+
+
+def peak_rss_kb() -> int:
+    """This process's peak resident memory (VmHWM). Not getrusage's ru_maxrss: Linux keeps that across exec,
+    so a rank started by a fork of the genie command would report the command's memory."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 class Control(Protocol):
     """What the job runners need from a control plane: the orchestrator's unix socket (`ControlChannel`) or MPI
@@ -241,7 +253,7 @@ def serve_rank(control: ControlChannel, rank: int, listener: socket.socket, sock
         transport = run_job_over_tcp(setup.job, rank, listener, setup.addresses, control, sockets,
                                      connect_timeout_s=setup.connect_timeout_s,
                                      socket_buffer_bytes=setup.socket_buffer_bytes, spin_s=setup.spin_s)
-        control.send(Done(rank=rank, peak_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+        control.send(Done(rank=rank, peak_rss_kb=peak_rss_kb()))
         control.receive()  # `Exit`: every rank is done, connections may close
         return 0
     except ControlClosed:
