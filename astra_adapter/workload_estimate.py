@@ -63,6 +63,8 @@ class TraceEstimate:
     extrapolated: tuple[CommOp, ...] = ()  # measured mode: ops timed by the calibrated model
     notes: tuple[str, ...] = ()
     draw_iterations_ns: tuple[int, ...] = ()  # fabric mode with ECMP: the iteration of each hash draw
+    #: fabric mode: the draws are the paths the replay's sessions took on a testbed (not random hash draws)
+    traced_paths: bool = False
 
     @property
     def iteration_ns(self) -> int:

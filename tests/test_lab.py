@@ -54,32 +54,43 @@ links:
 """
 
 
-def _walk(lab: Lab, src: str, dst: str, limit: int = 16) -> list[str]:
-    """Follow the lab's routes hop by hop (every ECMP branch) from VM `src` to host `dst`'s rank address;
-    returns the VMs of the longest branch. Fails when a branch has no route or loops."""
+def _walker(lab: Lab, limit: int = 16):
+    """walk(src, dst): follow the lab's routes hop by hop (every ECMP branch) from VM `src` to host `dst`'s rank
+    address; returns the VMs of the longest branch. Fails when a branch has no route or loops. (The lab's
+    indexes are built once: a 128-GPU lab has ~20 000 pairs.)"""
     machines = {m.name: m for m in lab.machines}
-    target = machines[dst].address
     owner = {address: name for net in lab.networks for name, address in net.members}
     attached = {m.name: {lab.network(n).network for n in m.networks} for m in lab.machines}
-    longest: list[str] = []
-    frontier = [[src]]
-    while frontier:
-        path = frontier.pop()
-        here = machines[path[-1]]
-        assert len(path) <= limit, f"loop from {src} to {dst}: {path}"
+    attached_nets = {name: [ipaddress.IPv4Network(n) for n in nets] for name, nets in attached.items()}
+    routes = {m.name: {r.destination: r for r in m.routes} for m in lab.machines}
+
+    def walk(src: str, dst: str) -> list[str]:
+        target = machines[dst].address
         target_net = next(n for n in lab.networks if n.address_of(dst) == target)
-        if target_net.network in attached[here.name]:
-            longest = max(longest, path + [dst] if here.name != dst else path, key=len)
-            continue
-        route = next((r for r in here.routes if r.destination == f"{target}/32"), None)
-        assert route is not None, f"{here.name} has no route to {dst} ({target})"
-        for gateway in route.gateways:
-            hop = owner[gateway]
-            shared = any(ipaddress.IPv4Address(gateway) in ipaddress.IPv4Network(net) for net in attached[here.name])
-            assert shared, f"{here.name}: gateway {gateway} is not on one of its networks"
-            assert machines[hop].forwards or hop == dst, f"{hop} must forward for {src} -> {dst}"
-            frontier.append(path + [hop])
-    return longest
+        longest: list[str] = []
+        frontier = [[src]]
+        while frontier:
+            path = frontier.pop()
+            here = machines[path[-1]]
+            assert len(path) <= limit, f"loop from {src} to {dst}: {path}"
+            if target_net.network in attached[here.name]:
+                longest = max(longest, path + [dst] if here.name != dst else path, key=len)
+                continue
+            route = routes[here.name].get(f"{target}/32")
+            assert route is not None, f"{here.name} has no route to {dst} ({target})"
+            for gateway in route.gateways:
+                hop = owner[gateway]
+                shared = any(ipaddress.IPv4Address(gateway) in net for net in attached_nets[here.name])
+                assert shared, f"{here.name}: gateway {gateway} is not on one of its networks"
+                assert machines[hop].forwards or hop == dst, f"{hop} must forward for {src} -> {dst}"
+                frontier.append(path + [hop])
+        return longest
+
+    return walk
+
+
+def _walk(lab: Lab, src: str, dst: str) -> list[str]:
+    return _walker(lab)(src, dst)
 
 
 def _all_labs() -> list[tuple[str, Lab]]:
@@ -129,10 +140,11 @@ def test_plan_structure_and_reachability(name: str, lab: Lab) -> None:
         else:  # a bridge: L2 only, one NIC per port, no address, no route
             assert not machine.forwards and machine.address is None and machine.ranks == 0 and not machine.routes
             assert all(lab.network(n).mac_of(machine.name) for n in machine.networks)
+    walk = _walker(lab)
     for src in [*lab.hosts, *lab.routers]:
         for dst in lab.hosts:
             if src.name != dst.name:
-                _walk(lab, src.name, dst.name)
+                walk(src.name, dst.name)
 
 
 def test_star_is_a_bridge_vm_with_a_network_per_port() -> None:
@@ -319,7 +331,8 @@ def test_network_script_applies_its_arguments(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert log.read_text().splitlines() == [
         "sysctl -q -w net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=2",
-        "sysctl -q -w net.ipv4.fib_multipath_hash_policy=1 net.ipv4.conf.all.rp_filter=2",
+        "sysctl -q -w net.ipv4.fib_multipath_hash_fields=0x0037 net.ipv4.fib_multipath_hash_policy=3",
+        "sysctl -q -w net.ipv4.conf.all.rp_filter=2",
         "ip -o -4 addr show to 10.20.3.0/24",
         "ip link set dev eth7 mtu 9000",
         "ip route replace 10.20.5.10/32 src 10.20.0.10 via 10.20.0.12",

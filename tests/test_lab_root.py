@@ -24,7 +24,7 @@ from genie.testbed.backend import apply_plan, undo_steps
 from genie.testbed.netlink import NetlinkBackend, inspect_namespace, list_genie_namespaces
 from genie.testbed.steps import AddAddress, CreateNetns, CreateVethPair, PlanStep, SetLinkUp
 from genie.testbed.verify import Metric, Status, goodput_bps, rate_from_timeline
-from genie.testbed.verify_run import PROBE_PORT, Probes, namespace_probe_command
+from genie.testbed.verify_run import PROBE_PORT, Probes, VerifySettings, namespace_probe_command
 from genie.topology import load_topology_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +99,10 @@ def stand_in(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
     assert not [name for name in list_genie_namespaces() if name.startswith(PREFIX)], "nothing of ours leaked"
 
 
+#: shorter probes than the CLI's defaults (the tolerances stay the testbed's): 1 s flows, 100 RTT and 2000 loss probes
+QUICK = VerifySettings(bulk_seconds=1.0, rtt_probes=100, loss_probes=2000)
+
+
 @pytest.mark.parametrize("sample", ["leaf-spine-2x4", "star-4"])
 def test_lab_provisioning_in_namespaces(sample: str, tmp_path: Path, stand_in) -> None:  # type: ignore[no-untyped-def]
     topology = load_topology_file(ROOT / "topologies" / f"{sample}.yaml")
@@ -127,7 +131,7 @@ def test_lab_provisioning_in_namespaces(sample: str, tmp_path: Path, stand_in) -
         assert shaped.returncode == 0 and "undid" in shaped.stdout, shaped.stdout + shaped.stderr
     netns_of = {m.name: PREFIX + m.name for m in lab.hosts}
     command = namespace_probe_command(netns_of)
-    result = run_lab_verify(LabVerifyRequest(lab_dir, out=tmp_path / "verify"), command=command,
+    result = run_lab_verify(LabVerifyRequest(lab_dir, QUICK, out=tmp_path / "verify"), command=command,
                             server_command=command)
     throughput = [row for row in result.rows if row.metric is Metric.THROUGHPUT]
     bottleneck_bps = min(link.shape.rate_bps or 0 for link in topology.links)  # every sample path: its host links
@@ -140,7 +144,7 @@ def test_lab_provisioning_in_namespaces(sample: str, tmp_path: Path, stand_in) -
         if not failed:
             break
         pairs = tuple(dict.fromkeys((row.route.split("-")[0], row.route.split("-")[-1]) for row in failed))
-        again = run_lab_verify(LabVerifyRequest(lab_dir, pairs=pairs, out=tmp_path / f"verify-again{attempt}"),
+        again = run_lab_verify(LabVerifyRequest(lab_dir, QUICK, pairs=pairs, out=tmp_path / f"verify-again{attempt}"),
                                command=command, server_command=command)
         _print(again.rows)
         failed = again.failed
@@ -152,7 +156,7 @@ def test_lab_provisioning_in_namespaces(sample: str, tmp_path: Path, stand_in) -
         for machine in lab.machines:
             removed = lab_shape(machine.name, lab_dir, env, "--remove")
             assert removed.returncode == 0 and "removed the lab's shaping" in removed.stdout, removed
-        unshaped = run_lab_verify(LabVerifyRequest(lab_dir, pairs=(("h0", "h1"),), out=tmp_path / "unshaped"),
+        unshaped = run_lab_verify(LabVerifyRequest(lab_dir, QUICK, pairs=(("h0", "h1"),), out=tmp_path / "unshaped"),
                                   command=command, server_command=command)
         _print(unshaped.rows)
         flows = [row for row in unshaped.rows if row.metric is Metric.THROUGHPUT]

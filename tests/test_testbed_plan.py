@@ -56,8 +56,9 @@ def test_star_4_golden_plan() -> None:
 def test_ring_4_golden_plan_forwards_through_hosts() -> None:
     lines = _lines(ring(4), "r4")
     assert [line for line in lines if "ip_forward" in line or "multipath" in line] == [
-        f"genie-r4-h{i}: sysctl {key}=1" for i in range(4)
-        for key in ("net.ipv4.ip_forward", "net.ipv4.fib_multipath_hash_policy")]
+        f"genie-r4-h{i}: sysctl {key}" for i in range(4)
+        for key in ("net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_fields=0x0037",
+                    "net.ipv4.fib_multipath_hash_policy=3")]
     body = _without_namespace_preamble(lines)
     body = [line for line in body if "sysctl" not in line]
     assert body == [
@@ -108,10 +109,10 @@ def test_leaf_spine_plan_routes_with_ecmp_over_the_spines() -> None:
                                     for a in (5, 9, 13, 17, 21, 25, 29)]
     assert len(routes) == 8 * 7 + 2 * 4 + 2 * 8
     assert all(r.destination.endswith("/32") for r in routes)  # never a default route
-    sysctls = {(s.netns, s.key) for s in plan.steps if isinstance(s, SetSysctl) and s.value == "1"
-               and "ipv6" not in s.key}
-    assert sysctls == {(f"genie-ls-{r}", "net.ipv4.ip_forward") for r in ("leaf0", "leaf1", "spine0", "spine1")} | {
-        (f"genie-ls-{r}", "net.ipv4.fib_multipath_hash_policy") for r in ("leaf0", "leaf1")}
+    sysctls = {(s.netns, s.key, s.value) for s in plan.steps if isinstance(s, SetSysctl) and "ipv6" not in s.key}
+    assert sysctls == {(f"genie-ls-{r}", "net.ipv4.ip_forward", "1") for r in ("leaf0", "leaf1", "spine0", "spine1")} | {
+        (f"genie-ls-{r}", key, value) for r in ("leaf0", "leaf1")  # ECMP on the 5-tuple
+        for key, value in (("net.ipv4.fib_multipath_hash_policy", "3"), ("net.ipv4.fib_multipath_hash_fields", "0x0037"))}
     rates = sorted({s.rate_bps for s in plan.steps if isinstance(s, AddHtb)})
     assert rates == [GBIT, 2 * GBIT]
     assert sum(isinstance(s, AddHtb) for s in plan.steps) == 2 * 12  # both ends of every link

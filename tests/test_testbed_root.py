@@ -148,8 +148,59 @@ def test_leaf_spine_full_mesh_with_ecmp_routes(state_dir: Path) -> None:
     assert len(remote) == 2
     assert all(sorted(h["gateway"] for h in r["nexthops"]) == ["198.18.0.34", "198.18.0.38"] for r in remote)
     assert not any(r["dst"] == "default" for r in routes)
+    _paths_read_are_the_paths_bytes_took(info)
     service.down(info.name)
     assert _ours() == []
+
+
+def _paths_read_are_the_paths_bytes_took(info: core_testbed.TestbedInfo) -> None:
+    """Eight connections h0 -> h4 send 1..8 MB each; the path read for each (the kernels' ECMP choice for its
+    5-tuple) predicts the bytes each leaf0 -> spine link carried."""
+    import socket
+    import threading
+
+    from genie.core.flowpath import FlowTuple
+    from genie.testbed.flow_paths import read_session_paths
+    from genie.testbed.netlink import link_counters, run_in_netns
+
+    h0, h4 = info.endpoint("h0"), info.endpoint("h4")
+    listener = run_in_netns(h4.netns, lambda: socket.create_server((h4.address, 0)))
+    port = listener.getsockname()[1]
+    conns = [run_in_netns(h0.netns, lambda: socket.create_connection((h4.address, port), timeout=20,
+                                                                     source_address=(h0.address, 0)))
+             for _ in range(8)]
+    accepted = [listener.accept()[0] for _ in conns]
+
+    def drain(sock: socket.socket) -> None:
+        while sock.recv(1 << 20):
+            pass
+
+    drains = [threading.Thread(target=drain, args=(a,)) for a in accepted]
+    for t in drains:
+        t.start()
+    flows = [FlowTuple(0, 1, *c.getsockname(), *c.getpeername()) for c in conns]
+    paths = read_session_paths(info, flows, "test")
+    assert paths.unresolved == 0 and len(paths.paths) == 8
+    spines = [p.nodes[2] for p in paths.paths]
+    assert all(p.nodes[:2] == ("h0", "leaf0") and p.nodes[3:] == ("leaf1", "h4") for p in paths.paths)
+
+    def uplinks() -> dict[str, int]:
+        return {c.end.peer: c.tx_bytes for c in link_counters(info) if c.end.node == "leaf0" and
+                c.end.peer.startswith("spine")}
+
+    before = uplinks()
+    for i, conn in enumerate(conns):
+        conn.sendall(bytes((i + 1) << 20))
+        conn.shutdown(socket.SHUT_WR)
+    for t in drains:
+        t.join(30)
+    moved = {spine: n - before[spine] for spine, n in uplinks().items()}
+    for sock in [*conns, *accepted, listener]:
+        sock.close()
+    for spine in ("spine0", "spine1"):
+        predicted = sum((i + 1) << 20 for i, s in enumerate(spines) if s == spine)
+        # veth counters count GSO super-packets: ~0.1% of headers; a wrong path is off by >= 1 MB
+        assert abs(moved[spine] - predicted) < 0.01 * predicted + 200_000, (spine, moved, spines)
 
 
 def _inspected(status: NamespaceStatus) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:

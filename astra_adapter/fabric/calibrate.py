@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from genie.core.errors import InputError
+from genie.core.flowpath import SessionPaths
 
 from astra_adapter.fabric.flows import ECMP_SAMPLES, WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, \
     StepSends, run_concurrently
@@ -133,12 +134,14 @@ def model_times_us(network: FabricNetwork | list[FabricNetwork], params: FabricP
 
 
 def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], network: FabricNetwork,
-                     ecmp_samples: int = ECMP_SAMPLES) -> FabricCalibration:
+                     ecmp_samples: int = ECMP_SAMPLES, paths: tuple[SessionPaths, ...] = ()) -> FabricCalibration:
     """Fit the fabric model's per-class efficiencies, message overhead and endpoint delay (with ECMP: the model
-    is the mean over ``ecmp_samples`` hash draws, as the estimate's)."""
+    is the mean over ``ecmp_samples`` hash draws, as the estimate's - or, given the ``paths`` the sweep's
+    sessions took on a testbed, the mean over those sessions' networks: the draws the measurements really got)."""
     from astra_adapter.fabric.estimate import sample_networks
 
-    nets = sample_networks(network, ecmp_samples)
+    traced = bool(paths) and network.multipath
+    nets = [network.with_paths(p) for p in paths] if traced else sample_networks(network, ecmp_samples)
     sends = StepSends()
     ms = [m for m in measurements if m.time_us > 0 and m.ranks >= 2]
     if not ms:
@@ -147,7 +150,8 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
     crossed = [_classes_crossed(network, probe, m) for m in ms]
     bound = lower_bounds_us(ms, network, sends)
     possible = [i for i, m in enumerate(ms) if m.time_us >= bound[i]]
-    notes = []
+    notes = [f"ECMP as the sweep's connections took it ({len(nets)} session(s), "
+             f"{sum(len(p.paths) for p in paths)} connection paths read from the testbed)"] if traced else []
     if len(possible) < len(ms):
         notes.append(f"{len(ms) - len(possible)} of {len(ms)} measurements are faster than their links' nominal "
                      f"rates allow and are left out of the fit")

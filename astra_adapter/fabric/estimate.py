@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from genie.core.errors import InputError
+from genie.core.flowpath import SessionPaths
 from genie.core.topology import Topology
 from genie.core.trace import Trace
 
@@ -48,28 +49,34 @@ def _mean_ranks(timelines: list[Timeline]) -> tuple[RankTimes, ...]:
 
 def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = FabricParams(), *,
                     source: str | None = None, notes: tuple[str, ...] = (),
-                    ecmp_samples: int = ECMP_SAMPLES) -> TraceEstimate:
+                    ecmp_samples: int = ECMP_SAMPLES, paths: tuple[SessionPaths, ...] = ()) -> TraceEstimate:
     """The trace played under the replay's rules with every op on the fabric model; with ECMP, the mean over
-    ``ecmp_samples`` draws of the hash (0: the expected share, one run)."""
+    ``ecmp_samples`` draws of the hash (0: the expected share, one run) - or, given the ``paths`` the replay's
+    sessions took on a testbed, the mean over those sessions' networks."""
     network = FabricNetwork(topology, source=source)
     if trace.num_ranks != network.world_size:
         raise InputError(f"the trace has {trace.num_ranks} ranks but topology {topology.name} runs "
                          f"{network.world_size}", source=source, path="hosts")
     network.check_connected()
-    nets = sample_networks(network, ecmp_samples)
+    traced = bool(paths) and network.multipath
+    nets = [network.with_paths(p) for p in paths] if traced else sample_networks(network, ecmp_samples)
     sends, compiled = StepSends(), CompiledTrace(trace)  # both shared by the draws' plays
     timelines = [play_on_fabric(trace, FlowEngine(n, params, sends), compiled) for n in nets]
     ranks = _mean_ranks(timelines)
-    draws = tuple(t.iteration_ns for t in timelines) if len(nets) > 1 else ()
-    ecmp = f"mean of {len(nets)} ECMP hash draws" if len(nets) > 1 else (
-        "ECMP as the expected share" if network.multipath else "no ECMP")
+    draws = tuple(t.iteration_ns for t in timelines) if len(nets) > 1 or traced else ()
+    if traced:
+        ecmp = f"ECMP as the replay's connections took it: mean over its {len(nets)} session(s)"
+    else:
+        ecmp = f"mean of {len(nets)} ECMP hash draws" if len(nets) > 1 else (
+            "ECMP as the expected share" if network.multipath else "no ECMP")
     described = (f"fabric model on {topology.name} ({ecmp}): {len(network.resources)} link directions, "
                  f"efficiency " + ", ".join(f"{c.value} {params.efficiency_of(c):.3f}" for c in network.classes())
                  + f", message overhead {params.message_overhead_ns / 1e3:.1f} us, endpoint delay "
                  f"{params.endpoint_delay_ns / 1e3:.1f} us",)
-    est = TraceEstimate(EstimateMode.FABRIC, ranks, (), (), draws)
+    est = TraceEstimate(EstimateMode.FABRIC, ranks, (), (), draws, traced_paths=traced)
     if draws:
-        described += (f"one ECMP hash draw (what one testbed session gets) gives an iteration of "
+        described += (f"one {'session' if traced else 'ECMP hash draw (what one testbed session gets)'} gives an "
+                      f"iteration of "
                       f"{min(draws) / 1e6:.1f}-{max(draws) / 1e6:.1f} ms, standard deviation "
                       f"{est.draw_spread_pct:.1f}%",)
     return replace(est, notes=(*described, *notes))

@@ -4,26 +4,39 @@ trace with it, beside the measured and ASTRA-sim calibrated modes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from statistics import median
 
 from genie.core.collective import Algorithm, Collective
+from genie.core.flowpath import SessionPaths
 from genie.core.topology import Topology
 
 from astra_adapter.experiment import AccuracyRow, PreparedExperiment, Statistic
 from astra_adapter.experiment_spec import SweepCase
 from astra_adapter.fabric.calibrate import FabricCalibration, calibrate_fabric
 from astra_adapter.fabric.estimate import estimate_fabric
-from astra_adapter.fabric.flows import FlowEngine
+from astra_adapter.fabric.flows import ECMP_SAMPLES, FlowEngine
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp, Measurement
 from astra_adapter.workload_estimate import TraceEstimate
 
 
 def evaluate_fabric(prepared: PreparedExperiment, measurements: tuple[Measurement, ...], replay_ns: tuple[int, ...],
-                    statistic: Statistic = Statistic.TYPICAL) -> tuple[FabricCalibration, TraceEstimate, AccuracyRow]:
+                    statistic: Statistic = Statistic.TYPICAL, *, sweep_paths: tuple[SessionPaths, ...] = (),
+                    replay_paths: tuple[SessionPaths, ...] = ()
+                    ) -> tuple[FabricCalibration, TraceEstimate, AccuracyRow]:
+    """Calibrate on the sweep and estimate the trace; with the paths the sweep's and the replay's connections
+    took (read from the testbed), each on its own sessions' ECMP draws - and a note of what a random draw of the
+    hash gives (what an estimate of a fabric not built yet can say)."""
     source = str(prepared.spec.topology_path)
-    cal = calibrate_fabric(measurements, FabricNetwork(prepared.topology, source=source))
-    est = estimate_fabric(prepared.trace, prepared.topology, cal.params, source=source, notes=cal.warnings())
+    cal = calibrate_fabric(measurements, FabricNetwork(prepared.topology, source=source), paths=sweep_paths)
+    est = estimate_fabric(prepared.trace, prepared.topology, cal.params, source=source, notes=cal.warnings(),
+                          paths=replay_paths)
+    if replay_paths and FabricNetwork(prepared.topology).multipath:
+        drawn = estimate_fabric(prepared.trace, prepared.topology, cal.params, source=source)
+        est = replace(est, notes=(*est.notes, f"with the ECMP hash drawn at random instead ({ECMP_SAMPLES} draws, "
+                                              f"as `genie estimate` does): {drawn.iteration_ns / 1e6:.3f} ms, "
+                                              f"draws {drawn.draw_spread_pct:.1f}% standard deviation"))
     measured_s = (median(replay_ns) if statistic is Statistic.TYPICAL else min(replay_ns)) / 1e9
     row = AccuracyRow(prepared.spec.workload.describe(), prepared.topology.name, est.mode.value,
                       est.iteration_ns / 1e9, measured_s)

@@ -4,13 +4,15 @@ Every full-duplex link is two resources (one per direction, as tc shapes each ve
 rate and delay. Routes follow the testbed's: shortest paths by hop count over every node (bridges, routers and
 forwarding hosts alike), as :func:`genie.topology.routing.shortest_paths_next_hops` computes them from the
 same :mod:`genie.topology.graph` functions, and at every node with several equal-cost next hops the kernel
-hashes each flow (L4 ports, ``fib_multipath_hash_policy=1``) onto one of them. The ports are ephemeral, so the
+hashes each flow (its 5-tuple, ``fib_multipath_hash_policy=3``) onto one of them. The ports are ephemeral, so the
 assignment is not known in advance: a route carries the *expected share* - a flow splits evenly over the next
 hops at every branch, which is each link's expected load under uniform hashing. With a ``hash_seed`` the network
 is instead one *draw* of the hash: every connection (a pair of ranks: each has its own ports) takes one next hop
 at every branch, chosen uniformly and deterministically from the seed - what one testbed session does; the
 mean over several draws is the expected time under hashing, collisions included
-(:func:`astra_adapter.fabric.estimate.estimate_fabric`'s ``ecmp_samples``).
+(:func:`astra_adapter.fabric.estimate.estimate_fabric`'s ``ecmp_samples``). With ``paths`` (the paths a
+testbed session's connections really took, :class:`genie.core.flowpath.SessionPaths`) every pair of ranks
+whose connections were traced takes exactly those (split evenly over its connections); the rest as above.
 
 Ranks of one host talk over the namespace's loopback: one ``loopback`` resource per host (unshaped; its rate
 is calibrated or :data:`LOOPBACK_RATE_BPS`).
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from genie.core.errors import InputError
+from genie.core.flowpath import SessionPaths
 from genie.core.topology import LinkRole, Topology
 from genie.topology.graph import adjacency, hop_distances
 
@@ -71,10 +74,13 @@ class Route:
 class FabricNetwork:
     """Resources and memoised routes of one topology; ``route(src_rank, dst_rank)`` is a route id."""
 
-    def __init__(self, topology: Topology, *, source: str | None = None, hash_seed: int | None = None) -> None:
+    def __init__(self, topology: Topology, *, source: str | None = None, hash_seed: int | None = None,
+                 paths: SessionPaths | None = None) -> None:
         self.topology = topology
         self.source = source or topology.name
         self.hash_seed = hash_seed
+        self.paths = paths
+        self._observed = paths.by_pair() if paths is not None else {}
         self.rank_hosts = topology.rank_hosts()
         if not self.rank_hosts:
             raise InputError("no hosts", source=self.source, path="hosts")
@@ -112,7 +118,11 @@ class FabricNetwork:
         return tuple(c for c in LinkClass if c in present)
 
     def with_hash_seed(self, seed: int | None) -> "FabricNetwork":
-        return FabricNetwork(self.topology, source=self.source, hash_seed=seed)
+        return FabricNetwork(self.topology, source=self.source, hash_seed=seed, paths=self.paths)
+
+    def with_paths(self, paths: SessionPaths) -> "FabricNetwork":
+        """This network with the routes one session's connections took (the hash draw it got)."""
+        return FabricNetwork(self.topology, source=self.source, paths=paths)
 
     @property
     def multipath(self) -> bool:
@@ -127,13 +137,32 @@ class FabricNetwork:
 
     def route(self, src_rank: int, dst_rank: int) -> int:
         src, dst = self.rank_hosts[src_rank], self.rank_hosts[dst_rank]
-        key = (src, dst) if self.hash_seed is None or src == dst else (src_rank, dst_rank)
+        observed = self._observed.get((src_rank, dst_rank)) if src != dst else None
+        key = (src, dst) if (self.hash_seed is None and observed is None) or src == dst else (src_rank, dst_rank)
         rid = self._route_ids.get(key)
         if rid is None:
             rid = self._route_ids[key] = len(self.routes)
-            rng = None if self.hash_seed is None else random.Random(f"{self.hash_seed}:{src_rank}:{dst_rank}")
-            self.routes.append(self._expected_route(src, dst, rng))
+            route = self._observed_route(observed) if observed else None
+            if route is None:
+                rng = None if self.hash_seed is None else random.Random(f"{self.hash_seed}:{src_rank}:{dst_rank}")
+                route = self._expected_route(src, dst, rng)
+            self.routes.append(route)
         return rid
+
+    def _observed_route(self, paths: tuple[tuple[str, ...], ...]) -> Route | None:
+        """The load of connections that took `paths` (one each, split evenly); None if a path crosses a link
+        this topology does not have (then the expected share stands)."""
+        loads: dict[int, float] = {}
+        delay = 0.0
+        part = 1.0 / len(paths)
+        for nodes in paths:
+            for a, b in zip(nodes, nodes[1:]):
+                rid = self.index.get((a, b))
+                if rid is None:
+                    return None
+                loads[rid] = loads.get(rid, 0.0) + part
+                delay += part * self.resources[rid].delay_ns
+        return Route(tuple(sorted(loads.items())), delay)
 
     def _distance(self, dst: str) -> dict[str, int]:
         distance = self._distances.get(dst)

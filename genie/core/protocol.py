@@ -18,6 +18,7 @@ from typing import Any, Callable, ClassVar
 
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import RunFailure
+from genie.core.flowpath import FlowTuple
 from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import CollectiveOp
 
@@ -240,7 +241,8 @@ class CaseResult:
 class Done:
     kind: ClassVar[MessageKind] = MessageKind.DONE
     rank: int
-    peak_rss_kb: int = 0  # the rank process's peak resident memory (getrusage ru_maxrss)
+    peak_rss_kb: int = 0  # the rank process's peak resident memory (VmHWM)
+    flows: tuple[FlowTuple, ...] = ()  # the 5-tuple of every TCP connection this rank sent on
 
 
 @dataclass(frozen=True)
@@ -304,6 +306,7 @@ _FIELD_DECODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
     MessageKind.BARRIER: {"timed": _flag, "fault_point": _optional(int), "case": _optional(int),
                           "iterations": _pairs, "restarts": _ints},
     MessageKind.CASE_RESULT: {"iterations": _pairs, "steps": _rows, "restarts": _ints, "records": _triples},
+    MessageKind.DONE: {"flows": lambda v: tuple(FlowTuple.from_json(f) for f in v)},
     MessageKind.ERROR: {"rank": _optional(int), "message": _text},
 }
 
@@ -311,6 +314,7 @@ _FIELD_DECODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
 _FIELD_ENCODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
     MessageKind.SETUP: {"addresses": lambda a: {str(r): [addr, port] for r, (addr, port) in a.items()},
                         "job": job_to_json},
+    MessageKind.DONE: {"flows": lambda fs: [f.to_json() for f in fs]},
 }
 
 

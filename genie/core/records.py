@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from genie.core.flowpath import FlowTuple
 from genie.core.placement import RankPlacement
 from genie.core.program import RankProgram
 
@@ -33,3 +34,4 @@ class ReplayOutcome:
     iterations: tuple[IterationRecords, ...]
     placements: tuple[RankPlacement, ...]
     peak_rss_kb: tuple[tuple[int, int], ...] = ()  # (rank, its process's peak resident memory), local ranks
+    flows: tuple[FlowTuple, ...] = ()  # every rank's sending connections (genie.core.flowpath)

@@ -21,8 +21,7 @@ from genie.core.errors import RunFailure
 from genie.core.protocol import (Barrier, BenchJob, CaseResult, Done, Error, Go, Hello, Job, Message, ReplayJob, Setup,
                                  Straggler)
 from genie.engine.control import ControlClosed, recv_message, send_message
-from genie.engine.transport import SocketTransport, Transport, connect_mesh, listen_socket
-
+from genie.engine.transport import SocketTransport, Transport, connect_mesh, flow_tuples, listen_socket
 
 
 def peak_rss_kb() -> int:
@@ -36,6 +35,7 @@ def peak_rss_kb() -> int:
     except OSError:
         pass
     return 0
+
 
 class Control(Protocol):
     """What the job runners need from a control plane: the orchestrator's unix socket (`ControlChannel`) or MPI
@@ -253,7 +253,7 @@ def serve_rank(control: ControlChannel, rank: int, listener: socket.socket, sock
         transport = run_job_over_tcp(setup.job, rank, listener, setup.addresses, control, sockets,
                                      connect_timeout_s=setup.connect_timeout_s,
                                      socket_buffer_bytes=setup.socket_buffer_bytes, spin_s=setup.spin_s)
-        control.send(Done(rank=rank, peak_rss_kb=peak_rss_kb()))
+        control.send(Done(rank=rank, peak_rss_kb=peak_rss_kb(), flows=flow_tuples(rank, sockets)))
         control.receive()  # `Exit`: every rank is done, connections may close
         return 0
     except ControlClosed:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from genie.core.errors import RunFailure
+from genie.core.flowpath import FlowTuple
 from genie.core.placement import RankPlacement
 from genie.core.protocol import (Barrier, CaseResult, Done, Error, Exit, Go, Hello, Job, Message, MessageKind,
                                  ProtocolError, Setup)
@@ -32,6 +33,7 @@ from genie.engine.launch import Launcher, NamespaceLauncher, log_tail, stop_proc
 class SessionResult:
     case_results: dict[int, dict[int, CaseResult]] = field(default_factory=dict)  # case -> rank -> result
     peak_rss_kb: dict[int, int] = field(default_factory=dict)  # rank -> its process's peak RSS (local ranks)
+    flows: list[FlowTuple] = field(default_factory=list)  # every rank's sending connections (TCP ranks)
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,7 @@ class Orchestrator:
         state.done.add(rank)
         if msg.peak_rss_kb:
             state.result.peak_rss_kb[rank] = msg.peak_rss_kb
+        state.result.flows.extend(msg.flows)
 
 
 def local_sessions(launcher: Launcher | None = None) -> SessionFactory:

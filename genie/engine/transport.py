@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from genie.core.errors import RunFailure
+from genie.core.flowpath import FlowTuple
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
@@ -411,6 +412,21 @@ def _connect(rank: int, channel: int, peer: int, address: tuple[str, int], deadl
                 raise PeerFailure(f"rank {rank}: cannot connect to rank {peer} at {address[0]}:{address[1]} "
                                   f"({exc.strerror or exc})") from None
             time.sleep(0.02)
+
+
+def flow_tuples(rank: int, sockets: dict[tuple[int, int], socket.socket]) -> tuple[FlowTuple, ...]:
+    """The 5-tuple of each TCP connection in `sockets` ({(channel, peer): socket}) in the direction this rank
+    sends: what the kernel's ECMP hash chose its path by (:mod:`genie.core.flowpath`)."""
+    out = []
+    for (_, peer), sock in sorted(sockets.items()):
+        if sock.family != socket.AF_INET or sock.fileno() < 0:
+            continue
+        try:
+            (src_ip, src_port), (dst_ip, dst_port) = sock.getsockname(), sock.getpeername()
+        except OSError:  # already reset by the peer: its path is lost, not the run
+            continue
+        out.append(FlowTuple(rank, peer, src_ip, src_port, dst_ip, dst_port))
+    return tuple(out)
 
 
 def socketpair_mesh(world: int) -> list[dict[int, socket.socket]]:

@@ -15,6 +15,7 @@ from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.dilation import NO_DILATION, TimeDilation
 from genie.core.errors import InputError, RunFailure
+from genie.core.flowpath import FlowTuple
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import DEFAULT_DTYPE_BYTES, aligned_size
 from genie.core.placement import RankPlacement
@@ -86,6 +87,7 @@ class BenchOutcome:
     #: the in-place pass of each size, aligned with `stats` (empty when not run)
     in_place_stats: tuple[CaseStats, ...] = ()
     peak_rss_kb: dict[int, int] = field(default_factory=dict)  # rank -> its process's peak RSS (local ranks)
+    flows: tuple[FlowTuple, ...] = ()  # every rank's sending connections (genie.core.flowpath)
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,7 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
         raise
     first = jobs[min(jobs)] if jobs else rank_job(cases, 0)
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=first, placements=tuple(placements),
-                        steps=steps, peak_rss_kb=dict(result.peak_rss_kb))
+                        steps=steps, peak_rss_kb=dict(result.peak_rss_kb), flows=tuple(result.flows))
 
 
 def run_bench(request: BenchRequest, placements: list[RankPlacement], *,

@@ -110,7 +110,7 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                                                                            dilation),
                                                 **common), on_case=on_case)
     return ReplayOutcome(tuple(programs), tuple(results[i] for i in sorted(results)), tuple(placements),
-                         tuple(sorted(result.peak_rss_kb.items())))
+                         tuple(sorted(result.peak_rss_kb.items())), tuple(result.flows))
 
 
 def load_checked_trace(path: Path, npus: int | None) -> Trace:

@@ -35,7 +35,13 @@ from genie.topology.routing import shortest_paths_next_hops
 from genie.topology.validation import validate_topology
 
 IP_FORWARD = "net.ipv4.ip_forward"
-MULTIPATH_HASH_POLICY = "net.ipv4.fib_multipath_hash_policy"  # 1: hash on L4 ports, so flows spread over ECMP
+#: ECMP nodes hash each packet's 5-tuple (policy 3: the fields below; Linux >= 5.12), as a switch hashes headers.
+#: Not policy 1: a forwarded skb that carries the sender's L4 hash (TCP's random, re-drawn ``sk_txhash``: veths
+#: keep it across namespaces) is routed by that hash, so neither genie nor the ports tell a connection's path,
+#: and a retransmission timeout can move it (measured: paths read with ``ip route get`` missed the bytes).
+MULTIPATH_HASH_POLICY = "net.ipv4.fib_multipath_hash_policy"
+MULTIPATH_HASH_FIELDS = "net.ipv4.fib_multipath_hash_fields"
+FIVE_TUPLE_FIELDS = "0x0037"  # source and destination address, IP protocol, source and destination port
 IPV6_OFF = ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6")
 
 
@@ -116,7 +122,8 @@ def _namespace_steps(layout: TestbedLayout, node: str, routing: _Routing) -> lis
     if node in routing.forwarders:
         steps.append(SetSysctl(netns, IP_FORWARD, "1"))
     if node in routing.multipath:
-        steps.append(SetSysctl(netns, MULTIPATH_HASH_POLICY, "1"))
+        steps += [SetSysctl(netns, MULTIPATH_HASH_FIELDS, FIVE_TUPLE_FIELDS),
+                  SetSysctl(netns, MULTIPATH_HASH_POLICY, "3")]
     for segment in layout.segments:
         if segment.kind is SegmentKind.LOOPBACK and segment.members[0].node == node:
             steps.append(AddAddress(netns, "lo", segment.members[0].address, segment.prefix_len))

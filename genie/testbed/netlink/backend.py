@@ -1,4 +1,5 @@
-"""The pyroute2 backend: the only module of genie that imports pyroute2.
+"""The pyroute2 backend: steps applied and undone, namespaces, sysctls, live changes (writes; what reads the
+kernel's state is :mod:`genie.testbed.netlink.reading`).
 
 Every netlink socket is opened *inside* a testbed namespace (``IPRoute(netns=..., flags=0)``: never creating a
 namespace by accident) — nothing here changes the root namespace. Sysctls are written from a short-lived thread
@@ -16,14 +17,11 @@ from typing import Any, TypeVar
 
 from pyroute2 import IPRoute, config, netns
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from genie.core.errors import EnvironmentProblem
-from genie.core.testbed import TestbedInfo
 from genie.testbed.layout import NETNS_DIR, NETNS_PREFIX
-from genie.testbed.namespaces import namespace_pids, netns_exists, netns_path
+from genie.testbed.namespaces import netns_exists, netns_path
 from genie.testbed.lifecycle import signals_deferred
-from genie.testbed.observed import InterfaceStatus, LinkCounters, NamespaceStatus, QdiscStatus, RouteStatus
 from genie.testbed.steps import (AddAddress, AddBridge, AddHtb, AddNetem, AddPfifo, AddRoute, CreateNetns,
                                  CreateVethPair, EnslaveLink, PlanStep, QdiscParent, SetLinkUp, SetSysctl)
 
@@ -82,8 +80,12 @@ def write_sysctl(name: str, key: str, value: str) -> None:
     path = "/proc/sys/" + key.replace(".", "/")
 
     def write() -> None:
-        with open(path, "w") as handle:
-            handle.write(value)
+        try:
+            with open(path, "w") as handle:
+                handle.write(value)
+        except FileNotFoundError:
+            raise EnvironmentProblem(f"this kernel has no sysctl {key} (genie's testbeds need it; "
+                                     f"docs/testbed.md)") from None
 
     run_in_netns(name, write)
 
@@ -337,106 +339,6 @@ def probe_netem() -> bool:
         remove_namespace(scratch)
 
 
-def link_counters(info: TestbedInfo) -> list[LinkCounters]:
-    """Byte, packet and drop counters of every link end of a live testbed, in `info.link_ends` order."""
-    _configure_pyroute2()
-    result = []
-    sockets: dict[str, IPRoute] = {}
-    try:
-        for end in info.link_ends:
-            name = end.netns or ""
-            if name not in sockets:
-                sockets[name] = IPRoute(netns=name, flags=0) if name else IPRoute()
-            ipr = sockets[name]
-            found = ipr.link_lookup(ifname=end.ifname)
-            if not found:
-                raise EnvironmentProblem(f"testbed {info.name}: {name}:{end.ifname} is gone")
-            link = ipr.get_links(found[0])[0]
-            stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS")
-            qdisc_drops = sum(_qdisc_drops(q) for q in ipr.get_qdiscs(index=found[0]) if q["parent"] == TC_H_ROOT)
-            result.append(LinkCounters(end, stats["tx_bytes"], stats["tx_packets"], stats["tx_dropped"],
-                                       stats["rx_bytes"], stats["rx_packets"], stats["rx_dropped"], qdisc_drops))
-    finally:
-        for ipr in sockets.values():
-            ipr.close()
-    return result
-
-
-def _qdisc_drops(msg: Any) -> int:
-    stats = msg.get_attr("TCA_STATS2")
-    basic = stats.get_attr("TCA_STATS_QUEUE") if stats is not None else None
-    if basic is not None:
-        return int(basic["drops"])
-    legacy = msg.get_attr("TCA_STATS")
-    return int(legacy["drops"]) if legacy is not None else 0
-
-
-def inspect_namespace(name: str) -> NamespaceStatus:
-    """Interfaces (state, MTU, addresses, bridge, qdiscs with rates), routes and processes of a namespace."""
-    if not netns_exists(name):
-        return NamespaceStatus(name, present=False)
-    _configure_pyroute2()
-    with IPRoute(netns=name, flags=0) as ipr:
-        links = list(ipr.get_links())
-        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in links}
-        addresses: dict[int, list[str]] = {}
-        for addr in ipr.get_addr(family=2):
-            addresses.setdefault(addr["index"], []).append(f"{addr.get_attr('IFA_ADDRESS')}/{addr['prefixlen']}")
-        interfaces = []
-        for link in links:
-            index = link["index"]
-            linkinfo = link.get_attr("IFLA_LINKINFO")
-            kind = linkinfo.get_attr("IFLA_INFO_KIND") if linkinfo is not None else None
-            interfaces.append(InterfaceStatus(
-                ifname=names[index], kind=kind or ("loopback" if names[index] == "lo" else "other"),
-                up=bool(link["flags"] & 1), mtu_bytes=int(link.get_attr("IFLA_MTU")),
-                addresses=tuple(addresses.get(index, ())), master=names.get(link.get_attr("IFLA_MASTER")),
-                qdiscs=_qdiscs(ipr, index)))
-        routes = [_route_status(route, names) for route in ipr.get_routes(family=2, table=254)]
-    return NamespaceStatus(name, True, tuple(interfaces), tuple(routes), tuple(namespace_pids(name)))
-
-
-def _handle(value: int) -> str:
-    return "root" if value == TC_H_ROOT else f"{value >> 16:x}:{value & 0xFFFF or ''}"
-
-
-def _qdiscs(ipr: IPRoute, index: int) -> tuple[QdiscStatus, ...]:
-    rates = {}
-    for cls in ipr.get_classes(index=index):
-        options = cls.get_attr("TCA_OPTIONS")
-        if cls.get_attr("TCA_KIND") == "htb" and options is not None:
-            params = options.get_attr("TCA_HTB_PARMS")
-            rate64 = options.get_attr("TCA_HTB_RATE64")
-            rates[cls["handle"] & 0xFFFF0000] = 8 * int(rate64 or params["rate"])  # keyed by qdisc handle
-    result = []
-    for q in ipr.get_qdiscs(index=index):
-        kind = q.get_attr("TCA_KIND")
-        detail = ""
-        options = q.get_attr("TCA_OPTIONS")
-        if kind == "netem" and options is not None:
-            detail = (f"delay {options['delay'] / tick_in_usec:g}us jitter {options['jitter'] / tick_in_usec:g}us "
-                      f"loss {100 * options['loss'] / (2**32 - 1):.3g}% limit {options['limit']}")
-        elif kind == "pfifo" and options is not None:
-            detail = f"limit {options['limit']}"
-        result.append(QdiscStatus(kind, _handle(q["handle"]), _handle(q["parent"]),
-                                  rates.get(q["handle"]) if kind == "htb" else None, detail))
-    return tuple(result)
-
-
-def _route_status(route: Any, names: dict[int, str]) -> RouteStatus:
-    dst = route.get_attr("RTA_DST")
-    destination = f"{dst}/{route['dst_len']}" if dst else "default"
-    hops: Iterable[Any] = route.get_attr("RTA_MULTIPATH") or [route]
-    nexthops = []
-    for hop in hops:
-        gateway = hop.get_attr("RTA_GATEWAY")
-        oif = hop.get("oif") if "oif" in hop else hop.get_attr("RTA_OIF")
-        dev = names.get(oif, str(oif))
-        nexthops.append(f"via {gateway} dev {dev}" if gateway else f"dev {dev}")
-    return RouteStatus(destination, tuple(nexthops))
-
-
-# ---- live changes of a running testbed (fault injection, genie.faults) --------------------------------------
 def set_link_state(name: str, ifname: str, up: bool) -> None:
     """Set interface `ifname` of testbed namespace `name` administratively up or down."""
     _configure_pyroute2()

@@ -1,0 +1,84 @@
+"""Which path each data connection of a run really took (pure data).
+
+A testbed with equal-cost paths (leaf-spine) spreads connections over them by the kernel's ECMP hash of each
+packet's 5-tuple (``fib_multipath_hash_policy=3`` on its fields, :mod:`genie.testbed.plan`). The ports are ephemeral, so every session (a sweep round, a
+replay round) is a new draw of the hash: one draw may put two all-to-all flows on one spine link, the next may
+not. Ranks report the 5-tuple of every connection they send on (:class:`FlowTuple`); while the testbed is up,
+genie asks each router's kernel which next hop that tuple takes (:mod:`genie.testbed.flow_paths`) and records
+the node path (:class:`FlowPath`), so the fabric model can be calibrated and compared on the paths the run
+actually used instead of a guess of the hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FlowTuple:
+    """One direction of a data connection: rank ``src_rank`` sends to ``dst_rank`` from ``src_ip:src_port``
+    to ``dst_ip:dst_port`` (TCP)."""
+
+    src_rank: int
+    dst_rank: int
+    src_ip: str
+    src_port: int
+    dst_ip: str
+    dst_port: int
+
+    def to_json(self) -> list[Any]:
+        return [self.src_rank, self.dst_rank, self.src_ip, self.src_port, self.dst_ip, self.dst_port]
+
+    @classmethod
+    def from_json(cls, v: Any) -> "FlowTuple":
+        src_rank, dst_rank, src_ip, src_port, dst_ip, dst_port = v
+        if not isinstance(src_ip, str) or not isinstance(dst_ip, str):
+            raise TypeError("a flow's addresses must be strings")
+        return cls(int(src_rank), int(dst_rank), src_ip, int(src_port), dst_ip, int(dst_port))
+
+
+@dataclass(frozen=True)
+class FlowPath:
+    """The nodes one connection's packets crossed from ``src_rank``'s host to ``dst_rank``'s."""
+
+    src_rank: int
+    dst_rank: int
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SessionPaths:
+    """The paths of one session's connections (``unresolved``: connections whose path could not be read, e.g.
+    an equal-cost branch at a bridge, which has no routes; the fabric model takes the expected share there)."""
+
+    label: str  # e.g. "round 1 sweep"
+    paths: tuple[FlowPath, ...]
+    unresolved: int = 0
+
+    def by_pair(self) -> dict[tuple[int, int], tuple[tuple[str, ...], ...]]:
+        """(src_rank, dst_rank) -> the path of each of its connections (one per channel)."""
+        out: dict[tuple[int, int], list[tuple[str, ...]]] = {}
+        for p in self.paths:
+            out.setdefault((p.src_rank, p.dst_rank), []).append(p.nodes)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "unresolved": self.unresolved,
+                "paths": [[p.src_rank, p.dst_rank, list(p.nodes)] for p in self.paths]}
+
+    @classmethod
+    def from_json(cls, d: Any) -> "SessionPaths":
+        return cls(str(d["label"]), tuple(FlowPath(int(s), int(t), tuple(str(n) for n in nodes))
+                                          for s, t, nodes in d["paths"]), int(d.get("unresolved", 0)))
+
+
+def link_loads(paths: Iterable[SessionPaths]) -> dict[tuple[str, str], int]:
+    """How many connections crossed each directed link (a -> b), over the given sessions (for the report)."""
+    out: dict[tuple[str, str], int] = {}
+    for session in paths:
+        for p in session.paths:
+            for a, b in zip(p.nodes, p.nodes[1:]):
+                out[(a, b)] = out.get((a, b), 0) + 1
+    return out

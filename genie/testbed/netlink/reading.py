@@ -1,0 +1,194 @@
+"""Reading the kernel's state in testbed namespaces through pyroute2: link counters, a namespace's interfaces,
+qdiscs and routes, and the next hop the kernel picks for one TCP flow (:class:`FlowRoutes`). Nothing here
+changes anything.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+from pyroute2 import IPRoute
+from pyroute2.netlink import NLM_F_REQUEST
+from pyroute2.netlink.rtnl import RTM_GETROUTE, RTM_NEWROUTE
+from pyroute2.netlink.rtnl.rtmsg import rtmsg
+from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
+
+from genie.core.errors import EnvironmentProblem
+from genie.core.flowpath import FlowTuple
+from genie.core.testbed import TestbedInfo
+from genie.testbed.namespaces import namespace_pids, netns_exists
+from genie.testbed.netlink.backend import TC_H_ROOT, _configure_pyroute2, run_in_netns
+from genie.testbed.observed import InterfaceStatus, LinkCounters, NamespaceStatus, QdiscStatus, RouteStatus
+
+
+def link_counters(info: TestbedInfo) -> list[LinkCounters]:
+    """Byte, packet and drop counters of every link end of a live testbed, in `info.link_ends` order."""
+    _configure_pyroute2()
+    result = []
+    sockets: dict[str, IPRoute] = {}
+    try:
+        for end in info.link_ends:
+            name = end.netns or ""
+            if name not in sockets:
+                sockets[name] = IPRoute(netns=name, flags=0) if name else IPRoute()
+            ipr = sockets[name]
+            found = ipr.link_lookup(ifname=end.ifname)
+            if not found:
+                raise EnvironmentProblem(f"testbed {info.name}: {name}:{end.ifname} is gone")
+            link = ipr.get_links(found[0])[0]
+            stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS")
+            qdisc_drops = sum(_qdisc_drops(q) for q in ipr.get_qdiscs(index=found[0]) if q["parent"] == TC_H_ROOT)
+            result.append(LinkCounters(end, stats["tx_bytes"], stats["tx_packets"], stats["tx_dropped"],
+                                       stats["rx_bytes"], stats["rx_packets"], stats["rx_dropped"], qdisc_drops))
+    finally:
+        for ipr in sockets.values():
+            ipr.close()
+    return result
+
+
+def _qdisc_drops(msg: Any) -> int:
+    stats = msg.get_attr("TCA_STATS2")
+    basic = stats.get_attr("TCA_STATS_QUEUE") if stats is not None else None
+    if basic is not None:
+        return int(basic["drops"])
+    legacy = msg.get_attr("TCA_STATS")
+    return int(legacy["drops"]) if legacy is not None else 0
+
+
+def inspect_namespace(name: str) -> NamespaceStatus:
+    """Interfaces (state, MTU, addresses, bridge, qdiscs with rates), routes and processes of a namespace."""
+    if not netns_exists(name):
+        return NamespaceStatus(name, present=False)
+    _configure_pyroute2()
+    with IPRoute(netns=name, flags=0) as ipr:
+        links = list(ipr.get_links())
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in links}
+        addresses: dict[int, list[str]] = {}
+        for addr in ipr.get_addr(family=2):
+            addresses.setdefault(addr["index"], []).append(f"{addr.get_attr('IFA_ADDRESS')}/{addr['prefixlen']}")
+        interfaces = []
+        for link in links:
+            index = link["index"]
+            linkinfo = link.get_attr("IFLA_LINKINFO")
+            kind = linkinfo.get_attr("IFLA_INFO_KIND") if linkinfo is not None else None
+            interfaces.append(InterfaceStatus(
+                ifname=names[index], kind=kind or ("loopback" if names[index] == "lo" else "other"),
+                up=bool(link["flags"] & 1), mtu_bytes=int(link.get_attr("IFLA_MTU")),
+                addresses=tuple(addresses.get(index, ())), master=names.get(link.get_attr("IFLA_MASTER")),
+                qdiscs=_qdiscs(ipr, index)))
+        routes = [_route_status(route, names) for route in ipr.get_routes(family=2, table=254)]
+    return NamespaceStatus(name, True, tuple(interfaces), tuple(routes), tuple(namespace_pids(name)))
+
+
+def _handle(value: int) -> str:
+    return "root" if value == TC_H_ROOT else f"{value >> 16:x}:{value & 0xFFFF or ''}"
+
+
+def _qdiscs(ipr: IPRoute, index: int) -> tuple[QdiscStatus, ...]:
+    rates = {}
+    for cls in ipr.get_classes(index=index):
+        options = cls.get_attr("TCA_OPTIONS")
+        if cls.get_attr("TCA_KIND") == "htb" and options is not None:
+            params = options.get_attr("TCA_HTB_PARMS")
+            rate64 = options.get_attr("TCA_HTB_RATE64")
+            rates[cls["handle"] & 0xFFFF0000] = 8 * int(rate64 or params["rate"])  # keyed by qdisc handle
+    result = []
+    for q in ipr.get_qdiscs(index=index):
+        kind = q.get_attr("TCA_KIND")
+        detail = ""
+        options = q.get_attr("TCA_OPTIONS")
+        if kind == "netem" and options is not None:
+            detail = (f"delay {options['delay'] / tick_in_usec:g}us jitter {options['jitter'] / tick_in_usec:g}us "
+                      f"loss {100 * options['loss'] / (2**32 - 1):.3g}% limit {options['limit']}")
+        elif kind == "pfifo" and options is not None:
+            detail = f"limit {options['limit']}"
+        result.append(QdiscStatus(kind, _handle(q["handle"]), _handle(q["parent"]),
+                                  rates.get(q["handle"]) if kind == "htb" else None, detail))
+    return tuple(result)
+
+
+def _route_status(route: Any, names: dict[int, str]) -> RouteStatus:
+    dst = route.get_attr("RTA_DST")
+    destination = f"{dst}/{route['dst_len']}" if dst else "default"
+    hops: Iterable[Any] = route.get_attr("RTA_MULTIPATH") or [route]
+    nexthops = []
+    for hop in hops:
+        gateway = hop.get_attr("RTA_GATEWAY")
+        oif = hop.get("oif") if "oif" in hop else hop.get_attr("RTA_OIF")
+        dev = names.get(oif, str(oif))
+        nexthops.append(f"via {gateway} dev {dev}" if gateway else f"dev {dev}")
+    return RouteStatus(destination, tuple(nexthops))
+
+
+# ---- live changes of a running testbed (fault injection, genie.faults) --------------------------------------
+class _flow_rtmsg(rtmsg):
+    """pyroute2's rtmsg without the flow attributes ``ip route get ... ipproto tcp sport S dport D`` sends
+    (Linux >= 4.17): the ECMP hash of the testbed's ``fib_multipath_hash_policy=3`` reads them."""
+
+    nla_map = rtmsg.nla_map + (("RTA_PAD", "hex"), ("RTA_UID", "uint32"), ("RTA_TTL_PROPAGATE", "uint8"),
+                               ("RTA_IP_PROTO", "uint8"), ("RTA_SPORT", "be16"), ("RTA_DPORT", "be16"))
+    # pyroute2 compiles a class's attribute table once, into class attributes a subclass would inherit: once
+    # rtmsg has been used (any route added in this process) this class would encode with rtmsg's table and
+    # silently drop the three attributes above. Its own flag makes it compile its own table.
+    _nlmsg_base__compiled_nla = False
+
+
+class FlowRoutes:
+    """Which interface a namespace's kernel sends one TCP flow out of, as ``ip route get DST from SRC [iif IIF]
+    ipproto tcp sport S dport D`` asks it: the next hop its ECMP hash picks for exactly that 5-tuple. One
+    netlink socket per namespace, opened inside it (a socket stays in the namespace it was made in)."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[socket.socket, dict[str, int], dict[int, str]]] = {}
+        self._sequence = 0
+
+    def __enter__(self) -> FlowRoutes:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for sock, _, _ in self._open.values():
+            sock.close()
+        self._open.clear()
+
+    def _namespace(self, name: str) -> tuple[socket.socket, dict[str, int], dict[int, str]]:
+        opened = self._open.get(name)
+        if opened is None:
+            def inside() -> tuple[socket.socket, dict[str, int], dict[int, str]]:
+                sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+                pairs = socket.if_nameindex()
+                return sock, {n: i for i, n in pairs}, {i: n for i, n in pairs}
+            opened = self._open[name] = run_in_netns(name, inside)
+        return opened
+
+    def output_interface(self, netns_name: str, flow: FlowTuple, iif: str | None = None) -> str | None:
+        """The interface `flow` leaves namespace `netns_name` by (arriving on `iif`; None: sent from there), or
+        None when the kernel has no route for it."""
+        sock, index, names = self._namespace(netns_name)
+        self._sequence += 1
+        msg = _flow_rtmsg()
+        msg["header"]["type"] = RTM_GETROUTE
+        msg["header"]["flags"] = NLM_F_REQUEST
+        msg["header"]["sequence_number"] = self._sequence
+        msg["family"] = socket.AF_INET
+        msg["dst_len"] = msg["src_len"] = 32
+        attrs: list[tuple[str, Any]] = [("RTA_DST", flow.dst_ip), ("RTA_SRC", flow.src_ip),
+                                        ("RTA_IP_PROTO", socket.IPPROTO_TCP), ("RTA_SPORT", flow.src_port),
+                                        ("RTA_DPORT", flow.dst_port)]
+        if iif is not None:
+            attrs.append(("RTA_IIF", index[iif]))
+        msg["attrs"] = attrs
+        if not msg.valid_nla("RTA_SPORT"):  # see _flow_rtmsg: never ask without the ports
+            raise RuntimeError("pyroute2's route message lost the flow attributes")
+        msg.encode()
+        sock.send(msg.data)
+        reply = _flow_rtmsg(sock.recv(65536))
+        reply.decode()
+        if reply["header"]["type"] != RTM_NEWROUTE:
+            return None
+        oif = reply.get_attr("RTA_OIF")
+        return names.get(oif) if oif is not None else None

@@ -1,0 +1,139 @@
+"""The paths a run's connections took (genie.core.flowpath, genie.testbed.flow_paths) and the fabric model on
+them: ranks report their 5-tuples, the walk asks each routing node (here a fake kernel over the plan's own
+routes), the fabric model routes each traced pair exactly so."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+
+import pytest
+
+from genie.core.collective import Algorithm, Collective
+from genie.core.flowpath import FlowPath, FlowTuple, SessionPaths
+from genie.core.protocol import Done, decode_message, encode_message
+from genie.engine.transport import flow_tuples
+from genie.testbed.flow_paths import session_paths
+from genie.testbed.plan import build_plan
+from genie.testbed.steps import AddAddress, AddRoute
+from genie.topology import load_topology_file
+
+from astra_adapter.fabric.calibrate import calibrate_fabric
+from astra_adapter.fabric.flows import FlowEngine, run_concurrently
+from astra_adapter.fabric.network import FabricNetwork
+from astra_adapter.measurements import CommOp, Measurement
+
+ROOT = Path(__file__).resolve().parent.parent
+OVERSUB = ROOT / "topologies" / "leaf-spine-2x4-oversub.yaml"
+
+
+class PlanKernel:
+    """A fake of the kernels' route lookup over a plan's own routes: the longest matching route of the namespace,
+    an ECMP next hop chosen by the flow's source port (the real hash is the kernel's), else the connected
+    subnet. Counts its lookups."""
+
+    def __init__(self, steps) -> None:
+        self.routes = [s for s in steps if isinstance(s, AddRoute)]
+        self.addresses = [s for s in steps if isinstance(s, AddAddress)]
+        self.asked: list[tuple[str, str | None]] = []
+
+    def output_interface(self, netns_name: str, flow: FlowTuple, iif: str | None = None) -> str | None:
+        self.asked.append((netns_name, iif))
+        dst = ipaddress.ip_address(flow.dst_ip)
+        for r in self.routes:
+            if r.netns == netns_name and dst in ipaddress.ip_network(r.destination):
+                return r.nexthops[flow.src_port % len(r.nexthops)].ifname
+        for a in self.addresses:
+            if a.netns == netns_name and dst in ipaddress.ip_network(a.cidr, strict=False):
+                return a.ifname
+        return None
+
+
+def _plan():
+    return build_plan(load_topology_file(OVERSUB), "fp", netem_available=False)
+
+
+def _flow(info, src: int, dst: int, sport: int) -> FlowTuple:
+    return FlowTuple(src, dst, info.endpoint(f"h{src}").address, sport, info.endpoint(f"h{dst}").address, 5000)
+
+
+def test_done_carries_the_flows_through_json() -> None:
+    done = Done(rank=3, peak_rss_kb=100, flows=(FlowTuple(3, 5, "198.18.0.1", 40001, "198.18.0.17", 5000),))
+    assert decode_message(encode_message(done)) == done
+
+
+def test_a_rank_reports_its_tcp_connections_in_its_sending_direction() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    a, b = socket.socketpair()  # in-process ranks: no 5-tuple, no path
+    try:
+        flows = flow_tuples(1, {(0, 2): client, (1, 2): accepted, (0, 3): a})
+        assert flows == (FlowTuple(1, 2, "127.0.0.1", client.getsockname()[1], "127.0.0.1", server.getsockname()[1]),
+                         FlowTuple(1, 2, "127.0.0.1", server.getsockname()[1], "127.0.0.1", client.getsockname()[1]))
+    finally:
+        for s in (server, client, accepted, a, b):
+            s.close()
+
+
+def test_each_connection_is_walked_hop_by_hop_asking_only_routing_nodes() -> None:
+    plan = _plan()
+    kernel = PlanKernel(plan.steps)
+    flows = [_flow(plan.info, 0, 4, 40000), _flow(plan.info, 0, 4, 40001), _flow(plan.info, 1, 2, 40000)]
+    paths = session_paths(plan.info, flows, "round 1 sweep", kernel)
+    assert paths.unresolved == 0
+    assert [p.nodes for p in paths.paths] == [("h0", "leaf0", "spine0", "leaf1", "h4"),
+                                              ("h0", "leaf0", "spine1", "leaf1", "h4"),
+                                              ("h1", "leaf0", "h2")]
+    # the sender asks without an input interface; every router with the interface the flow came in on
+    assert kernel.asked[:4] == [("genie-fp-h0", None), ("genie-fp-leaf0", "eth0"), ("genie-fp-spine0", "eth0"),
+                                ("genie-fp-leaf1", "eth4")]
+    assert SessionPaths.from_json(paths.to_json()) == paths
+
+
+def test_a_path_the_kernel_cannot_give_is_counted_unresolved_and_loopback_left_out() -> None:
+    plan = _plan()
+
+    class NoRoute(PlanKernel):
+        def output_interface(self, netns_name, flow, iif=None):
+            return None if "spine" in netns_name else super().output_interface(netns_name, flow, iif)
+
+    same_host = FlowTuple(0, 1, plan.info.endpoint("h0").address, 1, plan.info.endpoint("h0").address, 2)
+    paths = session_paths(plan.info, [_flow(plan.info, 0, 4, 1), same_host], "r", NoRoute(plan.steps))
+    assert paths.paths == () and paths.unresolved == 1
+
+
+def test_the_fabric_model_routes_a_traced_pair_on_its_paths_and_the_rest_by_expectation() -> None:
+    net = FabricNetwork(load_topology_file(OVERSUB))
+    traced = net.with_paths(SessionPaths("r", (FlowPath(0, 4, ("h0", "leaf0", "spine1", "leaf1", "h4")),
+                                               FlowPath(1, 5, ("h1", "leaf0", "spine0", "leaf1", "h5")),
+                                               FlowPath(1, 5, ("h1", "leaf0", "spine1", "leaf1", "h5")))))
+
+    def loads(network: FabricNetwork, a: int, b: int) -> dict[tuple[str, str], float]:
+        return {(network.resources[r].a, network.resources[r].b): w for r, w in network.routes[network.route(a, b)].loads}
+
+    assert loads(traced, 0, 4) == {("h0", "leaf0"): 1.0, ("leaf0", "spine1"): 1.0, ("spine1", "leaf1"): 1.0,
+                                   ("leaf1", "h4"): 1.0}
+    # two connections (channels) of one pair: half on each of the spines they took
+    assert loads(traced, 1, 5)[("leaf0", "spine0")] == 0.5 and loads(traced, 1, 5)[("leaf0", "spine1")] == 0.5
+    assert loads(traced, 2, 6) == loads(net, 2, 6)  # not traced: the expected share
+
+
+def test_calibration_on_the_paths_taken_explains_a_collision_the_expectation_cannot() -> None:
+    """Two cross-leaf flows that collided on spine0 measured at twice the uncollided time: fitted on the paths
+    they took, the fabric efficiency stays at the link rate; on the expected share it would have to halve."""
+    net = FabricNetwork(load_topology_file(OVERSUB))
+    collided = SessionPaths("round 1 sweep", (FlowPath(0, 4, ("h0", "leaf0", "spine0", "leaf1", "h4")),
+                                              FlowPath(1, 5, ("h1", "leaf0", "spine0", "leaf1", "h5"))))
+    size = 4 << 20
+    op = CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size)
+    measured_us = max(run_concurrently(FlowEngine(net.with_paths(collided)), [(op, (0, 4)), (op, (1, 5))])) / 1e3
+    ms = [Measurement(Collective.SEND_RECV, Algorithm.P2P, 2, size, measured_us, "test", ((0, 4), (1, 5)))]
+    traced = calibrate_fabric(ms, net, paths=(collided,))
+    assert traced.points[0].residual_pct == pytest.approx(0.0, abs=0.5)
+    assert {c.link_class.value: c.efficiency for c in traced.classes}["fabric"] > 0.95
+    assert any("ECMP as the sweep's connections took it" in n for n in traced.notes)
+    expected = calibrate_fabric(ms, net, ecmp_samples=0)
+    fabric = {c.link_class.value: c.efficiency for c in expected.classes}["fabric"]
+    assert fabric < 0.8  # the expectation blames the links for the collision
