@@ -268,12 +268,11 @@ def format_summary(result: ExperimentResult) -> str:
     if result.load_average:
         lines.append(f"load average (1 min) before/after: {result.load_average[0]:.2f}/{result.load_average[1]:.2f}"
                      f" on {os.cpu_count()} CPUs")
+    from astra_adapter.fabric.experiment import SESSION_NOTE
+
     for est in result.estimates:
-        if est.traced_paths:
-            lines.append(f"# {est.mode.value}: on the paths the run's connections took (paths.json); per replay "
-                         f"session {', '.join(f'{d / 1e6:.1f}' for d in est.draw_iterations_ns)} ms")
-            lines += [f"# {est.mode.value}: {n}" for n in est.notes if n.startswith("with the ECMP hash drawn")]
-        elif est.draw_iterations_ns:
+        lines += [f"# {est.mode.value}: {n}" for n in est.notes if n.startswith(SESSION_NOTE)]
+        if est.draw_iterations_ns:
             lines.append(f"# {est.mode.value}: one testbed session draws one ECMP hash; over the model's "
                          f"{len(est.draw_iterations_ns)} draws the iteration spans "
                          f"{min(est.draw_iterations_ns) / 1e6:.1f}-{max(est.draw_iterations_ns) / 1e6:.1f} ms (sd "

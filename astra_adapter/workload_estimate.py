@@ -62,9 +62,8 @@ class TraceEstimate:
     ranks: tuple[RankTimes, ...]
     extrapolated: tuple[CommOp, ...] = ()  # measured mode: ops timed by the calibrated model
     notes: tuple[str, ...] = ()
-    draw_iterations_ns: tuple[int, ...] = ()  # fabric mode with ECMP: the iteration of each hash draw
-    #: fabric mode: the draws are the paths the replay's sessions took on a testbed (not random hash draws)
-    traced_paths: bool = False
+    #: fabric mode with ECMP: the iteration of each hash draw (or of each session, on the paths it took)
+    draw_iterations_ns: tuple[int, ...] = ()
 
     @property
     def iteration_ns(self) -> int:

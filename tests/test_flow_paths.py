@@ -59,7 +59,7 @@ def _flow(info, src: int, dst: int, sport: int) -> FlowTuple:
 
 
 def test_done_carries_the_flows_through_json() -> None:
-    done = Done(rank=3, peak_rss_kb=100, flows=(FlowTuple(3, 5, "198.18.0.1", 40001, "198.18.0.17", 5000),))
+    done = Done(rank=3, peak_rss_kb=100, flows=(FlowTuple(3, 5, "198.18.0.1", 40001, "198.18.0.17", 5000, 2),))
     assert decode_message(encode_message(done)) == done
 
 
@@ -71,7 +71,8 @@ def test_a_rank_reports_its_tcp_connections_in_its_sending_direction() -> None:
     try:
         flows = flow_tuples(1, {(0, 2): client, (1, 2): accepted, (0, 3): a})
         assert flows == (FlowTuple(1, 2, "127.0.0.1", client.getsockname()[1], "127.0.0.1", server.getsockname()[1]),
-                         FlowTuple(1, 2, "127.0.0.1", server.getsockname()[1], "127.0.0.1", client.getsockname()[1]))
+                         FlowTuple(1, 2, "127.0.0.1", server.getsockname()[1], "127.0.0.1", client.getsockname()[1],
+                                   channel=1))
     finally:
         for s in (server, client, accepted, a, b):
             s.close()

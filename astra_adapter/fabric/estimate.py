@@ -73,7 +73,7 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
                  f"efficiency " + ", ".join(f"{c.value} {params.efficiency_of(c):.3f}" for c in network.classes())
                  + f", message overhead {params.message_overhead_ns / 1e3:.1f} us, endpoint delay "
                  f"{params.endpoint_delay_ns / 1e3:.1f} us",)
-    est = TraceEstimate(EstimateMode.FABRIC, ranks, (), (), draws, traced_paths=traced)
+    est = TraceEstimate(EstimateMode.FABRIC, ranks, (), (), draws)
     if draws:
         described += (f"one {'session' if traced else 'ECMP hash draw (what one testbed session gets)'} gives an "
                       f"iteration of "

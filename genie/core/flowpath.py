@@ -19,7 +19,7 @@ from typing import Any
 @dataclass(frozen=True)
 class FlowTuple:
     """One direction of a data connection: rank ``src_rank`` sends to ``dst_rank`` from ``src_ip:src_port``
-    to ``dst_ip:dst_port`` (TCP)."""
+    to ``dst_ip:dst_port`` (TCP), on ``channel`` (a communicator: each has its own connections)."""
 
     src_rank: int
     dst_rank: int
@@ -27,16 +27,17 @@ class FlowTuple:
     src_port: int
     dst_ip: str
     dst_port: int
+    channel: int = 0
 
     def to_json(self) -> list[Any]:
-        return [self.src_rank, self.dst_rank, self.src_ip, self.src_port, self.dst_ip, self.dst_port]
+        return [self.src_rank, self.dst_rank, self.src_ip, self.src_port, self.dst_ip, self.dst_port, self.channel]
 
     @classmethod
     def from_json(cls, v: Any) -> "FlowTuple":
-        src_rank, dst_rank, src_ip, src_port, dst_ip, dst_port = v
+        src_rank, dst_rank, src_ip, src_port, dst_ip, dst_port, channel = v
         if not isinstance(src_ip, str) or not isinstance(dst_ip, str):
             raise TypeError("a flow's addresses must be strings")
-        return cls(int(src_rank), int(dst_rank), src_ip, int(src_port), dst_ip, int(dst_port))
+        return cls(int(src_rank), int(dst_rank), src_ip, int(src_port), dst_ip, int(dst_port), int(channel))
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class FlowPath:
     src_rank: int
     dst_rank: int
     nodes: tuple[str, ...]
+    channel: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ class SessionPaths:
     unresolved: int = 0
 
     def by_pair(self) -> dict[tuple[int, int], tuple[tuple[str, ...], ...]]:
-        """(src_rank, dst_rank) -> the path of each of its connections (one per channel)."""
+        """(src_rank, dst_rank) -> the path of each of its connections (one per channel; the fabric model spreads
+        a pair's ops evenly over them, whichever channel an op used)."""
         out: dict[tuple[int, int], list[tuple[str, ...]]] = {}
         for p in self.paths:
             out.setdefault((p.src_rank, p.dst_rank), []).append(p.nodes)
@@ -66,12 +69,12 @@ class SessionPaths:
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "unresolved": self.unresolved,
-                "paths": [[p.src_rank, p.dst_rank, list(p.nodes)] for p in self.paths]}
+                "paths": [[p.src_rank, p.dst_rank, list(p.nodes), p.channel] for p in self.paths]}
 
     @classmethod
     def from_json(cls, d: Any) -> "SessionPaths":
-        return cls(str(d["label"]), tuple(FlowPath(int(s), int(t), tuple(str(n) for n in nodes))
-                                          for s, t, nodes in d["paths"]), int(d.get("unresolved", 0)))
+        return cls(str(d["label"]), tuple(FlowPath(int(s), int(t), tuple(str(n) for n in nodes), int(c))
+                                          for s, t, nodes, c in d["paths"]), int(d.get("unresolved", 0)))
 
 
 def link_loads(paths: Iterable[SessionPaths]) -> dict[tuple[str, str], int]:

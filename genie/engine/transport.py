@@ -418,14 +418,14 @@ def flow_tuples(rank: int, sockets: dict[tuple[int, int], socket.socket]) -> tup
     """The 5-tuple of each TCP connection in `sockets` ({(channel, peer): socket}) in the direction this rank
     sends: what the kernel's ECMP hash chose its path by (:mod:`genie.core.flowpath`)."""
     out = []
-    for (_, peer), sock in sorted(sockets.items()):
+    for (channel, peer), sock in sorted(sockets.items()):
         if sock.family != socket.AF_INET or sock.fileno() < 0:
             continue
         try:
             (src_ip, src_port), (dst_ip, dst_port) = sock.getsockname(), sock.getpeername()
         except OSError:  # already reset by the peer: its path is lost, not the run
             continue
-        out.append(FlowTuple(rank, peer, src_ip, src_port, dst_ip, dst_port))
+        out.append(FlowTuple(rank, peer, src_ip, src_port, dst_ip, dst_port, channel))
     return tuple(out)
 
 

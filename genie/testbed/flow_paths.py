@@ -85,7 +85,7 @@ def session_paths(info: TestbedInfo, flows: Iterable[FlowTuple], label: str, loo
         if nodes is None:
             unresolved += 1
         else:
-            paths.append(FlowPath(flow.src_rank, flow.dst_rank, nodes))
+            paths.append(FlowPath(flow.src_rank, flow.dst_rank, nodes, flow.channel))
     return SessionPaths(label, tuple(paths), unresolved)
 
 
