@@ -116,9 +116,26 @@ def test_the_fabric_model_routes_a_traced_pair_on_its_paths_and_the_rest_by_expe
 
     assert loads(traced, 0, 4) == {("h0", "leaf0"): 1.0, ("leaf0", "spine1"): 1.0, ("spine1", "leaf1"): 1.0,
                                    ("leaf1", "h4"): 1.0}
-    # two connections (channels) of one pair: half on each of the spines they took
+    # two connections (channels) of one pair: an op of unknown channel half on each of the spines they took
     assert loads(traced, 1, 5)[("leaf0", "spine0")] == 0.5 and loads(traced, 1, 5)[("leaf0", "spine1")] == 0.5
     assert loads(traced, 2, 6) == loads(net, 2, 6)  # not traced: the expected share
+
+
+def test_an_op_takes_the_path_of_its_own_channels_connection() -> None:
+    net = FabricNetwork(load_topology_file(OVERSUB)).with_paths(SessionPaths("r", (
+        FlowPath(1, 5, ("h1", "leaf0", "spine0", "leaf1", "h5"), channel=0),
+        FlowPath(1, 5, ("h1", "leaf0", "spine1", "leaf1", "h5"), channel=2))))
+
+    def spines(channel: int | None) -> dict[str, float]:
+        return {net.resources[r].b: w for r, w in net.routes[net.route(1, 5, channel)].loads
+                if net.resources[r].b.startswith("spine")}
+
+    assert spines(0) == {"spine0": 1.0} and spines(2) == {"spine1": 1.0}
+    assert spines(None) == spines(7) == {"spine0": 0.5, "spine1": 0.5}  # unknown channel: spread over both
+    engine = FlowEngine(net)
+    op = CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 1 << 20)
+    (step,) = engine.plan(op, (1, 5), channel=2)
+    assert net.routes[int(step.routes[0])] == net.routes[net.route(1, 5, 2)]
 
 
 def test_calibration_on_the_paths_taken_explains_a_collision_the_expectation_cannot() -> None:

@@ -134,20 +134,23 @@ class FlowEngine:
         self._current: list[np.ndarray | None] = []
 
     # ---- ops ----------------------------------------------------------------------------------------
-    def plan(self, op: CommOp, members: tuple[int, ...]) -> tuple[StepFlows, ...]:
-        key = (op.collective, op.algorithm, op.size_bytes, members)
+    def plan(self, op: CommOp, members: tuple[int, ...], channel: int | None = None) -> tuple[StepFlows, ...]:
+        """The op's steps as flows; ``channel``: the communicator it runs on in the replay (routes on a traced
+        network follow that connection's path)."""
+        key = (op.collective, op.algorithm, op.size_bytes, members, channel)
         steps = self._plans.get(key)
         if steps is None:
-            steps = self._plans[key] = self._build(op, members)
+            steps = self._plans[key] = self._build(op, members, channel)
         return steps
 
-    def _build(self, op: CommOp, members: tuple[int, ...]) -> tuple[StepFlows, ...]:
+    def _build(self, op: CommOp, members: tuple[int, ...], channel: int | None) -> tuple[StepFlows, ...]:
         out, seen, paths = [], {}, {}
         for sends in self.sends.of(op, members):
             pair = (sends.src.tobytes(), sends.dst.tobytes())  # a ring's steps all have the same pairs
             hit = paths.get(pair)
             if hit is None:
-                routes = np.array([self.network.route(a, b) for a, b in zip(sends.src.tolist(), sends.dst.tolist())],
+                routes = np.array([self.network.route(a, b, channel) for a, b in zip(sends.src.tolist(),
+                                                                                     sends.dst.tolist())],
                                   dtype=np.int64)
                 hit = paths[pair] = (routes, max((self.network.routes[r].delay_ns for r in routes.tolist()),
                                                  default=0.0))

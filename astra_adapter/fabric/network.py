@@ -81,6 +81,7 @@ class FabricNetwork:
         self.hash_seed = hash_seed
         self.paths = paths
         self._observed = paths.by_pair() if paths is not None else {}
+        self._by_channel = paths.by_channel() if paths is not None else {}
         self.rank_hosts = topology.rank_hosts()
         if not self.rank_hosts:
             raise InputError("no hosts", source=self.source, path="hosts")
@@ -135,10 +136,17 @@ class FabricNetwork:
                     return True
         return False
 
-    def route(self, src_rank: int, dst_rank: int) -> int:
+    def route(self, src_rank: int, dst_rank: int, channel: int | None = None) -> int:
+        """The route id of a flow from ``src_rank`` to ``dst_rank``; with traced paths, on the connection of
+        ``channel`` where it was traced, else spread over the pair's connections."""
         src, dst = self.rank_hosts[src_rank], self.rank_hosts[dst_rank]
-        observed = self._observed.get((src_rank, dst_rank)) if src != dst else None
-        key = (src, dst) if (self.hash_seed is None and observed is None) or src == dst else (src_rank, dst_rank)
+        observed = None
+        if src != dst and self._observed:
+            path = self._by_channel.get((src_rank, dst_rank, channel)) if channel is not None else None
+            observed = (path,) if path is not None else self._observed.get((src_rank, dst_rank))
+            channel = channel if path is not None else None
+        key = (src, dst) if (self.hash_seed is None and observed is None) or src == dst else (
+            (src_rank, dst_rank) if channel is None else (src_rank, dst_rank, channel))
         rid = self._route_ids.get(key)
         if rid is None:
             rid = self._route_ids[key] = len(self.routes)

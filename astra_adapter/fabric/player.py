@@ -12,18 +12,22 @@ from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeli
 
 
 class _FlowOp(_Op):
-    __slots__ = ("comm", "flow")
+    __slots__ = ("comm", "flow", "channel")
 
     def __init__(self, members: tuple[int, ...], sides: tuple | None, comm: CommOp) -> None:
         super().__init__(members, sides, float("inf"))
         self.comm = comm
         self.flow: FabricOp | None = None
+        self.channel: int | None = None
 
 
 class FabricPlayer(_Player):
     def __init__(self, trace: Trace, engine: FlowEngine, compiled: CompiledTrace | None = None) -> None:
         self.engine = engine
         super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
+        channels, p2p = trace.channels()
+        for key, op in self.op_index.items():  # ("coll", group, k) or ("p2p", src, dst, k): the replay's channel
+            op.channel = channels.get(key[1]) if key[0] == "coll" else p2p  # type: ignore[attr-defined]
 
     def _new_op(self, members: tuple[int, ...], sides: tuple | None, op: CommOp, duration_ns) -> _Op:
         return _FlowOp(members, sides, op)
@@ -31,7 +35,8 @@ class FabricPlayer(_Player):
     def horizon_ns(self) -> float:
         for op in self.running:
             if op.flow is None:  # type: ignore[attr-defined]
-                op.flow = self.engine.start(self.engine.plan(op.comm, op.members))  # type: ignore[attr-defined]
+                op.flow = self.engine.start(self.engine.plan(op.comm, op.members,  # type: ignore[attr-defined]
+                                                             op.channel))  # type: ignore[attr-defined]
         return self.engine.horizon_ns()
 
     def advance(self, dt_ns: float) -> None:

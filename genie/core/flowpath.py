@@ -61,11 +61,15 @@ class SessionPaths:
 
     def by_pair(self) -> dict[tuple[int, int], tuple[tuple[str, ...], ...]]:
         """(src_rank, dst_rank) -> the path of each of its connections (one per channel; the fabric model spreads
-        a pair's ops evenly over them, whichever channel an op used)."""
+        an op whose channel it does not know evenly over them)."""
         out: dict[tuple[int, int], list[tuple[str, ...]]] = {}
         for p in self.paths:
             out.setdefault((p.src_rank, p.dst_rank), []).append(p.nodes)
         return {k: tuple(v) for k, v in out.items()}
+
+    def by_channel(self) -> dict[tuple[int, int, int], tuple[str, ...]]:
+        """(src_rank, dst_rank, channel) -> the path of that connection."""
+        return {(p.src_rank, p.dst_rank, p.channel): p.nodes for p in self.paths}
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "unresolved": self.unresolved,

@@ -405,6 +405,15 @@ class Trace:
                 return g
         return None
 
+    def channels(self) -> tuple[dict[str, int], int]:
+        """The channel (communicator: its own connections) of each process group's collectives - the world
+        (``""``) 0, then the groups in order - and the channel of point-to-point messages: how the replay numbers
+        them, and what the fabric model routes a traced run's ops by."""
+        numbers = {"": 0}
+        for g in self.groups:
+            numbers.setdefault(g.name, len(numbers))
+        return numbers, len(numbers)
+
     def info_value(self, key: str, default: str | None = None) -> str | None:
         for k, v in self.info:
             if k == key:

@@ -54,10 +54,7 @@ def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> C
 
 def build_programs(trace: Trace, *, source: str = "<trace>") -> list[RankProgram]:
     """One program per rank. The trace must already be valid (genie.workloads.analysis.check)."""
-    channels = {"": 0}
-    for g in trace.groups:
-        channels.setdefault(g.name, len(channels))
-    p2p_channel = len(channels)
+    channels, p2p_channel = trace.channels()
     programs = []
     for rank_trace in trace.ranks:
         rank = rank_trace.rank
