@@ -4,7 +4,8 @@
    service and prints every mode's error against the replay, with the load average (target for the fabric row:
    within 5%).
 2. ``evaluate RUN_DIR EXPERIMENT``: re-fits the fabric model on an experiment run directory's sweep and compares
-   with its replay (no testbed): for runs made before the fabric row existed, or to try model changes.
+   with its replay (no testbed): for runs made before the fabric row existed, or to try model changes; with the
+   run's ``paths.json``, fitted and estimated both on hash draws and on the paths the run's sessions took.
 3. ``scale``: calibrate on one run directory (an 8-host leaf-spine), estimate a bigger topology with the same link
    classes, compare with the replay in another run directory (target: within 10%).
 4. ``draws EXPERIMENT.yaml``: how much ECMP hashing alone moves the experiment (no testbed): per hash draw - one
@@ -54,27 +55,40 @@ def run_accuracy(files: list[Path], out: Path) -> None:
 
 
 def run_evaluate(run_dir: Path, experiment: Path) -> None:
+    """Re-fit the fabric model on a run's sweep and compare with its replay; with the run's ``paths.json`` (the
+    paths its connections took), every way: fitted on 8 hash draws or on the sweep's paths, estimated over 8
+    draws (the experiment's row) or on each replay session's paths."""
     from astra_adapter.experiment import load_workload
     from astra_adapter.experiment_spec import load_experiment
     from astra_adapter.fabric.calibrate import calibrate_fabric, summary_lines
     from astra_adapter.fabric.estimate import estimate_fabric
     from astra_adapter.fabric.network import FabricNetwork
     from astra_adapter.measurements import read_measurements
+    from genie.core.flowpath import SessionPaths
     from genie.topology import load_topology_file
 
     spec = load_experiment(experiment)
     topology = load_topology_file(spec.topology_path)
-    started = time.perf_counter()
-    cal = calibrate_fabric(read_measurements([run_dir]), FabricNetwork(topology))
-    fitted = time.perf_counter()
-    est = estimate_fabric(load_workload(spec), topology, cal.params)
-    done = time.perf_counter()
+    trace = load_workload(spec)
     doc = json.loads((run_dir / "experiment.json").read_text())
     replay = median(doc["replay_iteration_ns"])
-    print("\n".join(summary_lines(cal)))
-    print(f"{spec.name}: fabric {est.iteration_ns / 1e6:.1f} ms vs replay {replay / 1e6:.1f} ms "
-          f"{(est.iteration_ns - replay) / replay * 100:+.2f}%  (fit {fitted - started:.1f} s, estimate "
-          f"{done - fitted:.2f} s; load during the run {doc.get('load_average')})")
+    traced = json.loads((run_dir / "paths.json").read_text()) if (run_dir / "paths.json").is_file() else None
+    sweep = tuple(SessionPaths.from_json(p) for p in traced["sweep"]) if traced else ()
+    sessions = tuple(SessionPaths.from_json(p) for p in traced["replay"]) if traced else ()
+    measurements = read_measurements([run_dir])
+    for fit_name, fit_paths in (("8 draws", ()), *((("sweep's paths", sweep),) if sweep else ())):
+        started = time.perf_counter()
+        cal = calibrate_fabric(measurements, FabricNetwork(topology), paths=fit_paths)
+        fitted = time.perf_counter()
+        print(f"# fitted on {fit_name}")
+        print("\n".join(summary_lines(cal)))
+        for est_name, est_paths in (("8 draws", ()), *((("replay sessions' paths", sessions),) if sessions else ())):
+            est = estimate_fabric(trace, topology, cal.params, paths=est_paths)
+            per_session = (" (per session " + ", ".join(f"{d / 1e6:.1f}" for d in est.draw_iterations_ns) + " ms)"
+                           if est_paths else "")
+            print(f"{spec.name}: fit on {fit_name}, estimate over {est_name}: {est.iteration_ns / 1e6:.1f} ms vs "
+                  f"replay {replay / 1e6:.1f} ms {(est.iteration_ns - replay) / replay * 100:+.2f}%{per_session}  "
+                  f"(fit {fitted - started:.1f} s; load during the run {doc.get('load_average')})")
 
 
 def run_scale(calibration: Path, topology: Path, trace: Path, replay: Path | None) -> None:
