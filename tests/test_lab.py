@@ -25,6 +25,7 @@ from genie.lab.render import PROVISION_SCRIPTS
 from genie.lab.shape import LAYOUT_NAME, plan_machine_shaping
 from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, AddQueueRule, SetSysctl, Shaper, StartEmulator
 from genie.topology import leaf_spine, load_topology, load_topology_file, ring, star
+from lab_support import vm_addresses
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "topologies").glob("*.yaml"))
@@ -449,18 +450,6 @@ links:
 """
 
 
-def _vm_addresses(lab: Lab, machine: str) -> dict[str, str]:
-    """A VM's addresses as Vagrant would give them: the NAT NIC eth0, then lab NICs ens5, ens6... in network order
-    (each found by its address and its MAC; a bridge's ports have only their MAC)."""
-    addresses = {"10.0.2.15": "eth0", "52:54:00:12:34:56": "eth0"}
-    for k, name in enumerate(lab.machine(machine).networks):
-        network = lab.network(name)
-        for address in (network.address_of(machine), network.mac_of(machine)):
-            if address:
-                addresses[address] = f"ens{5 + k}"
-    return addresses
-
-
 @pytest.mark.parametrize("shaper", [Shaper.KERNEL, Shaper.USERSPACE])
 def test_vm_shaping_is_the_testbeds_plan_for_its_node(shaper: Shaper) -> None:
     from genie.testbed.plan import build_plan
@@ -469,7 +458,7 @@ def test_vm_shaping_is_the_testbeds_plan_for_its_node(shaper: Shaper) -> None:
     lab = plan_lab(topology)
     testbed = build_plan(topology, LAYOUT_NAME, netem_available=True, shaper=shaper).steps
     for machine in lab.machines:
-        shaping = plan_machine_shaping(lab, machine.name, shaper, _vm_addresses(lab, machine.name))
+        shaping = plan_machine_shaping(lab, machine.name, shaper, vm_addresses(lab, machine.name))
         rename = {i.testbed_ifname: i.ifname for i in shaping.interfaces}
         netns = f"genie-{LAYOUT_NAME}-{machine.name}"
         expected = [s for s in testbed if getattr(s, "netns", None) == netns
@@ -487,12 +476,12 @@ def test_vm_shaping_is_the_testbeds_plan_for_its_node(shaper: Shaper) -> None:
                 assert ours.ifname == rename[theirs.ifname] and ours.ifname.startswith("ens")  # type: ignore
             else:
                 assert replace(ours, netns=netns) == theirs
-    h0 = plan_machine_shaping(lab, "h0", shaper, _vm_addresses(lab, "h0"))
+    h0 = plan_machine_shaping(lab, "h0", shaper, vm_addresses(lab, "h0"))
     assert [(i.link_index, i.address, i.ifname, i.testbed_ifname) for i in h0.interfaces] == [
         (0, lab.end_address(0, "h0"), "ens5", "eth0")]
     kinds = [type(s) for s in h0.steps]
     assert AddHtb in kinds and (AddNetem in kinds) is (shaper is Shaper.KERNEL)
-    r0 = plan_machine_shaping(lab, "r0", shaper, _vm_addresses(lab, "r0"))
+    r0 = plan_machine_shaping(lab, "r0", shaper, vm_addresses(lab, "r0"))
     assert [i.link_index for i in r0.interfaces] == [0, 1], "both ends of every link between VMs are shaped"
 
 

@@ -20,6 +20,7 @@ from genie.lab.shape import plan_machine_shaping
 from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, Shaper, StartEmulator
 from genie.testbed.userspace import veth_macs
 from genie.topology import load_topology, load_topology_file, star
+from lab_support import vm_addresses
 
 ROOT = Path(__file__).resolve().parents[1]
 VAGRANT = shutil.which("vagrant")
@@ -34,17 +35,6 @@ links:
   - {endpoints: [s0, s1], bandwidth: 2gbit, delay: 500us}
   - {endpoints: [h2, s1], bandwidth: 1gbit, mtu: 9000}
 """
-
-
-def _nics(lab, machine: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    """A VM's addresses and MACs as Vagrant gives them: the management NIC, then ens5, ens6... in network order."""
-    found = {"10.0.2.15": "eth0", "52:54:00:aa:bb:cc": "eth0"}
-    for k, name in enumerate(lab.machine(machine).networks):
-        network = lab.network(name)
-        for key in (network.address_of(machine), network.mac_of(machine)):
-            if key:
-                found[key] = f"ens{5 + k}"
-    return found
 
 
 def test_bridges_linked_to_bridges_are_one_segment_of_port_networks() -> None:
@@ -70,7 +60,7 @@ def test_a_bridge_vm_shapes_its_ports_as_the_testbed_shapes_the_bridge(shaper: S
     lab = plan_lab(load_topology(BRIDGED))
     layout = plan_layout(lab.topology, LAYOUT_NAME)
     for bridge in ("s0", "s1"):
-        shaping = plan_machine_shaping(lab, bridge, shaper, _nics(lab, bridge))
+        shaping = plan_machine_shaping(lab, bridge, shaper, vm_addresses(lab, bridge))
         testbed = node_shaping_steps(layout, bridge, shaper)
         rename = {i.testbed_ifname: i.ifname for i in shaping.interfaces}
         assert [i.address for i in shaping.interfaces] == [lab.end_mac(i.link_index, bridge)
@@ -79,7 +69,7 @@ def test_a_bridge_vm_shapes_its_ports_as_the_testbed_shapes_the_bridge(shaper: S
         for ours, theirs in zip(shaping.steps, testbed):
             assert isinstance(ours, (AddHtb, AddNetem, AddPfifo)), "a bridge only shapes its ports' egress"
             assert ours.ifname == rename[theirs.ifname] and ours.ifname.startswith("ens")  # type: ignore[union-attr]
-    s0 = plan_machine_shaping(lab, "s0", shaper, _nics(lab, "s0"))
+    s0 = plan_machine_shaping(lab, "s0", shaper, vm_addresses(lab, "s0"))
     toward_h0 = [s for s in s0.steps if s.ifname == "ens5"]  # type: ignore[union-attr]
     assert [type(s) for s in toward_h0] == ([AddHtb, AddNetem] if shaper is Shaper.KERNEL else [AddHtb])
 
@@ -88,7 +78,7 @@ def test_the_receivers_emulator_knows_the_senders_by_the_macs_vagrant_sets() -> 
     """With the userspace shaper a receiver on a bridged segment runs each packet through the stages of every
     link it crossed, chosen by its source MAC: those MACs are the ones the Vagrantfile gives the senders."""
     lab = plan_lab(load_topology(BRIDGED))
-    shaping = plan_machine_shaping(lab, "h2", Shaper.USERSPACE, _nics(lab, "h2"))
+    shaping = plan_machine_shaping(lab, "h2", Shaper.USERSPACE, vm_addresses(lab, "h2"))
     (start,) = [s for s in shaping.steps if isinstance(s, StartEmulator)]
     (queue,) = start.config.queues
     stages = [stage.name for stage in start.config.stages]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -152,7 +153,9 @@ def test_ctrl_c_during_a_run_leaves_nothing(mpiexec, tmp_path):
         f"s = MpiSessions(MpiLaunch(mpiexec=Path({str(mpiexec)!r})))\n"
         "run_bench(BenchRequest(min_bytes=1 << 20, max_bytes=1 << 20, iterations=100000, warmup=0), "
         "loopback_placements(3), sessions=s, on_pids=pids)\n")
-    proc = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True, cwd=str(ROOT))
+    # as at a terminal: SIGINT handled, even when the suite itself runs as a background job (which ignores it)
+    proc = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True, cwd=str(ROOT),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen: list[int] = []
     try:
         while len(seen) < 4:  # mpiexec, then the 3 ranks once they are up
