@@ -11,8 +11,9 @@ is instead one *draw* of the hash: every connection (a pair of ranks: each has i
 at every branch, chosen uniformly and deterministically from the seed - what one testbed session does; the
 mean over several draws is the expected time under hashing, collisions included
 (:func:`astra_adapter.fabric.estimate.estimate_fabric`'s ``ecmp_samples``). With ``paths`` (the paths a
-testbed session's connections really took, :class:`genie.core.flowpath.SessionPaths`) every pair of ranks
-whose connections were traced takes exactly those (split evenly over its connections); the rest as above.
+testbed session's connections really took, :class:`genie.core.flowpath.SessionPaths`) a flow of a traced
+pair takes its channel's connection's path (an op whose channel is not known: split evenly over the pair's
+connections); the rest as above.
 
 Ranks of one host talk over the namespace's loopback: one ``loopback`` resource per host (unshaped; its rate
 is calibrated or :data:`LOOPBACK_RATE_BPS`).

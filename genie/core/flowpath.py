@@ -11,7 +11,6 @@ actually used instead of a guess of the hash.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,13 +78,3 @@ class SessionPaths:
     def from_json(cls, d: Any) -> "SessionPaths":
         return cls(str(d["label"]), tuple(FlowPath(int(s), int(t), tuple(str(n) for n in nodes), int(c))
                                           for s, t, nodes, c in d["paths"]), int(d.get("unresolved", 0)))
-
-
-def link_loads(paths: Iterable[SessionPaths]) -> dict[tuple[str, str], int]:
-    """How many connections crossed each directed link (a -> b), over the given sessions (for the report)."""
-    out: dict[tuple[str, str], int] = {}
-    for session in paths:
-        for p in session.paths:
-            for a, b in zip(p.nodes, p.nodes[1:]):
-                out[(a, b)] = out.get((a, b), 0) + 1
-    return out
