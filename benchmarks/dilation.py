@@ -30,7 +30,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = ROOT / "topologies" / "star-8-100g.yaml"
 TRACE = ROOT / "traces" / "gen_tp2_dp4_gpt3"
-PAYLOAD_PER_WIRE = 1448 / 1514  # TCP payload bytes per byte HTB (and the wire stage) counts
 
 
 @dataclass
@@ -89,11 +88,13 @@ def wire_time_us(size: int, algorithm) -> float:
 
 
 def run_part(part: str, factor: str, iterations: int, out: Path) -> Row:
+    from genie.testbed.verify import goodput_bps
+
     started = time.monotonic()
     run = out / f"{part}-N{factor}"
     if part == "bulk":
         stats, run_dir = _bench(factor, 64 << 20, iterations, run)
-        limit = 100e9 / 8e9 * PAYLOAD_PER_WIRE
+        limit = goodput_bps(int(100e9), 1500) / 8e9  # the TCP payload limit, GB/s
         used, reason = _used(run_dir)
         return Row(factor, part, used, stats.busbw_GBps, limit, "GB/s busbw", time.monotonic() - started, reason)
     if part == "small":

@@ -25,7 +25,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = ROOT / "topologies" / "star-8.yaml"
-PAYLOAD_PER_WIRE = 1448 / 1514
 OSU_SIZES = [1 << k for k in range(10, 21, 2)]  # 1 KiB .. 1 MiB
 
 
@@ -63,6 +62,7 @@ def run_model(model: str, factor: float, out: Path, parts: tuple[str, ...] = ("p
     from genie.measure.osu import OsuTest
     from genie.services.bench import BenchCommand, BenchRequest, run_bench_command
     from genie.services.osu import osu_request
+    from genie.testbed.verify import goodput_bps
     from genie.services.options import RunOptions
     from genie.testbed import service
     from genie.testbed.state import load_record
@@ -92,7 +92,7 @@ def run_model(model: str, factor: float, out: Path, parts: tuple[str, ...] = ("p
                                                                 iterations=10, warmup=2, ranks=ranks, verify=False,
                                                                 in_place=False), opts(f"ar{ranks}")), quiet)
             after = (_cpu_ticks(emulators), _machine_ticks(), time.monotonic())
-            limit = 1e9 / 8e9 * PAYLOAD_PER_WIRE
+            limit = goodput_bps(int(1e9), 1500) / 8e9  # the TCP payload limit, GB/s
             moved_gb = (sweep.links or {}).get("link_bytes", 0) / 1e9
             result[f"allreduce{ranks}"] = {
                 "busbw_over_limit": {s.size_bytes: round(s.busbw_GBps / limit, 4) for s in sweep.outcome.stats},

@@ -40,7 +40,6 @@ FIRST_GUESS_BPS = 4 * 10**9  # the aggregate the throughput probe tries first (a
 GOOD_EFFICIENCY = 0.98  # of the links' payload limit, with every host sending at once
 BULK_SECONDS = 1.0  # real time one bulk iteration should take at the rate under test
 MAX_ROUNDS = 5
-PAYLOAD_PER_WIRE = 1448 / 1514
 
 
 def _emulated(topology: Topology, links: LinkModel) -> bool:
@@ -52,13 +51,20 @@ def probe_topology(topology: Topology, links: LinkModel, *, rate_bps: int = PROB
     """A scratch star like the testbed's machinery (see the module docstring), its links at `rate_bps`."""
     from genie.topology.builders import star
 
-    hosts = max(2, min(PROBE_HOSTS, len(topology.hosts)))
+    hosts = _probe_hosts(topology)
     if ranks_per_host is None:
         ranks_per_host = math.ceil(min(PROBE_RANKS, topology.world_size) / hosts)
-    mtu = max((link.shape.mtu_bytes for link in topology.links), default=1500)
     shape = LinkShape(rate_bps=rate_bps, delay_us=PROBE_DELAY_US if _emulated(topology, links) else 0.0,
-                      mtu_bytes=mtu)
+                      mtu_bytes=_probe_mtu(topology))
     return star(hosts, shape=shape, ranks_per_host=ranks_per_host, name="probe")
+
+
+def _probe_hosts(topology: Topology) -> int:
+    return max(2, min(PROBE_HOSTS, len(topology.hosts)))
+
+
+def _probe_mtu(topology: Topology) -> int:
+    return max((link.shape.mtu_bytes for link in topology.links), default=1500)
 
 
 def measure_host(topology: Topology, links: LinkModel):
@@ -97,15 +103,14 @@ def _shaped_throughput(topology: Topology, links: LinkModel, demand_bps: float) 
     host sending: the topology's demand / N for the smallest N tried that held (see the module docstring)."""
     from genie.testbed.dilation_rules import nice_factor
 
-    hosts = max(2, min(PROBE_HOSTS, len(topology.hosts)))
+    hosts = _probe_hosts(topology)
     factor = nice_factor(max(1.0, demand_bps / FIRST_GUESS_BPS))
-    aggregate = demand_bps / factor
     for _ in range(MAX_ROUNDS):
         aggregate = demand_bps / factor
         if _efficiency(topology, links, hosts, max(8, round(aggregate / hosts))) >= GOOD_EFFICIENCY:
             return aggregate
         factor = nice_factor(factor * 2.5)
-    return demand_bps / factor  # not reached in MAX_ROUNDS: the last factor's aggregate, an upper bound
+    return demand_bps / factor  # not reached in MAX_ROUNDS: the aggregate of the next factor, not tried
 
 
 def _efficiency(topology: Topology, links: LinkModel, hosts: int, rate_bps: int) -> float:
@@ -114,8 +119,11 @@ def _efficiency(topology: Topology, links: LinkModel, hosts: int, rate_bps: int)
     from genie.services.target import placements_for
     from genie.testbed import service
 
+    from genie.testbed.verify import goodput_bps
+
     scratch = probe_topology(topology, links, rate_bps=rate_bps, ranks_per_host=1)
-    size = max(64 << 10, round(rate_bps / 8 * PAYLOAD_PER_WIRE * BULK_SECONDS)) // 4 * 4
+    limit_bps = goodput_bps(rate_bps, _probe_mtu(topology))  # the links' payload limit
+    size = max(64 << 10, round(limit_bps / 8 * BULK_SECONDS)) // 4 * 4
     with service.temporary_testbed(scratch, links=links) as info:
         placements = placements_for(info, hosts)
         shift = CollectiveOp(Collective.SEND_RECV, size, tuple(range(hosts)), Algorithm.RING, root=0,
@@ -123,7 +131,7 @@ def _efficiency(topology: Topology, links: LinkModel, hosts: int, rate_bps: int)
         outcome = run_cases([GroupCase((shift,), 1, 2)], placements,
                             on_pids=lambda pids: service.register_pids(info.name, pids))
     # the ring shift's bus bandwidth is what each host sends per second, all of them at once
-    return outcome.stats[0].busbw_GBps * 8e9 / (rate_bps * PAYLOAD_PER_WIRE)
+    return outcome.stats[0].busbw_GBps * 8e9 / limit_bps
 
 
 def _emulator_late_us(path) -> Optional[float]:
