@@ -18,6 +18,7 @@ import time
 from typing import Any, Protocol, Sequence
 
 from genie.core.errors import RunFailure
+from genie.core.process import own_status_field
 from genie.core.protocol import (Barrier, BenchJob, CaseResult, Done, Error, Go, Hello, Job, Message, ReplayJob, Setup,
                                  Straggler)
 from genie.engine.control import ControlClosed, recv_message, send_message
@@ -25,16 +26,9 @@ from genie.engine.transport import SocketTransport, Transport, connect_mesh, flo
 
 
 def peak_rss_kb() -> int:
-    """This process's peak resident memory (VmHWM). Not getrusage's ru_maxrss: Linux keeps that across exec,
-    so a rank started by a fork of the genie command would report the command's memory."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    """This process's peak resident memory (VmHWM, KiB; 0 when unknown). Not getrusage's ru_maxrss: Linux keeps
+    that across exec, so a rank started by a fork of the genie command would report the command's memory."""
+    return int(own_status_field("VmHWM") or 0)
 
 
 class Control(Protocol):

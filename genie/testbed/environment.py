@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Protocol
 
+from genie.core.process import own_status_field
 from genie.testbed.backend import Backend, FakeBackend, TestbedBackend
 from genie.testbed.emulators import (EmulatorBackend, EmulatorProcess, end_emulators, is_running, reap_children,
                                      userspace_problem)
@@ -73,14 +74,10 @@ class TestbedEnvironment(Protocol):
 
 
 def has_net_admin() -> bool:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN_BIT & 1)
-    except OSError:
-        pass
-    return os.geteuid() == 0
+    effective = own_status_field("CapEff")
+    if effective is None:
+        return os.geteuid() == 0
+    return bool(int(effective, 16) >> CAP_NET_ADMIN_BIT & 1)
 
 
 def netem_listed() -> bool:
