@@ -357,8 +357,8 @@ class MpiSession:
                 continue
             state.pidfds[fd] = rank
             state.selector.register(fd, selectors.EVENT_READ, rank)
-        if self.options.on_pids and local:
-            self.options.on_pids(list(local))
+        if self.options.on_pids and local:  # in rank order, as local sessions report them (not hello order)
+            self.options.on_pids(sorted(local, key=local.__getitem__))
 
     @staticmethod
     def _rank_exited(state: _Run, fd: int) -> None:
