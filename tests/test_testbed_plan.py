@@ -50,7 +50,8 @@ def test_star_4_golden_plan() -> None:
                   "genie-s4-s0: " + htb.format(dev=f"eth{i}"),
                   f"genie-s4-s0: link set eth{i} up"]
     bridge = ["genie-s4-s0: link add br0 type bridge", "genie-s4-s0: link set br0 up"]
-    assert lines == preamble + bridge + links  # one L2 segment: no routes at all
+    host_tcp = [f"genie-s4-h{i}: sysctl net.ipv4.tcp_slow_start_after_idle=0" for i in range(4)]
+    assert lines == preamble + bridge + links + host_tcp  # one L2 segment: no routes at all
 
 
 def test_ring_4_golden_plan_forwards_through_hosts() -> None:
@@ -112,7 +113,8 @@ def test_leaf_spine_plan_routes_with_ecmp_over_the_spines() -> None:
     sysctls = {(s.netns, s.key, s.value) for s in plan.steps if isinstance(s, SetSysctl) and "ipv6" not in s.key}
     assert sysctls == {(f"genie-ls-{r}", "net.ipv4.ip_forward", "1") for r in ("leaf0", "leaf1", "spine0", "spine1")} | {
         (f"genie-ls-{r}", key, value) for r in ("leaf0", "leaf1")  # ECMP on the 5-tuple
-        for key, value in (("net.ipv4.fib_multipath_hash_policy", "3"), ("net.ipv4.fib_multipath_hash_fields", "0x0037"))}
+        for key, value in (("net.ipv4.fib_multipath_hash_policy", "3"), ("net.ipv4.fib_multipath_hash_fields", "0x0037"))} | {
+        (f"genie-ls-h{i}", "net.ipv4.tcp_slow_start_after_idle", "0") for i in range(8)}  # hosts only
     rates = sorted({s.rate_bps for s in plan.steps if isinstance(s, AddHtb)})
     assert rates == [GBIT, 2 * GBIT]
     assert sum(isinstance(s, AddHtb) for s in plan.steps) == 2 * 12  # both ends of every link
@@ -256,4 +258,5 @@ def test_good_testbed_names(good: str) -> None:
 def test_describe_plan_numbers_steps() -> None:
     lines = describe_plan(plan_testbed(star(1), "one", netem_available=False))
     assert lines[0] == " 1. netns add genie-one-h0"
-    assert lines[-1].endswith("genie-one-s0: link set eth0 up")
+    assert lines[-2].endswith("genie-one-s0: link set eth0 up")
+    assert lines[-1] == "16. genie-one-h0: sysctl net.ipv4.tcp_slow_start_after_idle=0"

@@ -115,9 +115,14 @@ def _up(topology_file: str | None = None, *, suffix: str, topology: object = Non
 
 
 def test_star_4_full_mesh_htb_on_both_ends_counters_and_down(state_dir: Path) -> None:
+    idle_restart = Path("/proc/sys/net/ipv4/tcp_slow_start_after_idle")  # per namespace
+    root_value = idle_restart.read_text()
     info = _up("star-4.yaml", suffix="star")
     assert set(_ours()) == {f"genie-{RUN}-star-{n}" for n in ("h0", "h1", "h2", "h3", "s0")}
     _tcp_mesh(info)
+    assert [_run(["ip", "netns", "exec", f"genie-{RUN}-star-{n}", "cat", str(idle_restart)]).stdout.strip()
+            for n in ("h0", "h3", "s0")] == ["0", "0", "1"]  # hosts keep their cwnd across idle; a switch: default
+    assert idle_restart.read_text() == root_value  # never the root namespace's
     for netns in (f"genie-{RUN}-star-h0", f"genie-{RUN}-star-s0"):  # both ends of link 0
         classes = _run(["ip", "netns", "exec", netns, "tc", "class", "show", "dev", "eth0"]).stdout.splitlines()
         assert [line.split(" prio")[0] for line in classes] == ["class htb 1:1 root"]

@@ -43,6 +43,13 @@ MULTIPATH_HASH_POLICY = "net.ipv4.fib_multipath_hash_policy"
 MULTIPATH_HASH_FIELDS = "net.ipv4.fib_multipath_hash_fields"
 FIVE_TUPLE_FIELDS = "0x0037"  # source and destination address, IP protocol, source and destination port
 IPV6_OFF = ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6")
+#: Hosts keep a connection's congestion window across idle periods. Linux's default halves it for every
+#: retransmission timeout the connection sat idle, down to the initial window (RFC 2861); the RDMA transports of
+#: the fabrics genie emulates resume at full rate after any pause. A replay's connections idle through compute
+#: and other groups' collectives, a sweep's never do, so with the default every replay op after a pause ran
+#: slower than the sweep that calibrates it (measured: the MoE replay's first all-to-all after the DP
+#: all-reduces took 420-650 ms where the sweep's took 261 ms, and the whole iteration 6.2 s against 5.8 s).
+SLOW_START_AFTER_IDLE = "net.ipv4.tcp_slow_start_after_idle"
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,7 @@ def build_plan(topology: Topology, name: str, *, netem_available: bool, shaper: 
     for index, link in enumerate(topology.links):
         steps.extend(_link_steps(layout, index, link, shaper, links, fixed_macs=bool(emulation)))
     steps.extend(routing.routes)
-    steps.extend(tcp_buffer_steps(layout))
+    steps.extend(host_tcp_steps(layout))
     steps.extend(emulation)
     info = dataclasses.replace(_testbed_info(layout, steps), topology=stated, dilation=dilation, links=links)
     return TestbedPlan(info, tuple(steps))
@@ -155,19 +162,26 @@ def end_shaping_steps(layout: TestbedLayout, end: EndLayout, shaper: Shaper,
 
 def node_shaping_steps(layout: TestbedLayout, node: str, shaper: Shaper,
                        links: LinkModel | None = None) -> list[PlanStep]:
-    """What the plan shapes in `node`'s namespace, in plan order: the qdiscs of its link ends, its TCP buffer
-    maxima, and with the USERSPACE shaper its link emulator and queue rules. A real host standing in for the
-    node (a lab VM) applies exactly these, with its own interface names (`genie.lab.shape`)."""
+    """What the plan shapes in `node`'s namespace, in plan order: the qdiscs of its link ends, its TCP settings
+    (`host_tcp_steps`), and with the USERSPACE shaper its link emulator and queue rules. A real host standing
+    in for the node (a lab VM) applies exactly these, with its own interface names (`genie.lab.shape`)."""
     netns = layout.netns_of(node)
     links = links or default_link_model(layout.topology, NO_DILATION)
     steps: list[PlanStep] = []
     for end in layout.ends:
         if end.node == node:
             steps.extend(end_shaping_steps(layout, end, shaper, links))
-    steps.extend(step for step in tcp_buffer_steps(layout) if step.netns == netns)
+    steps.extend(step for step in host_tcp_steps(layout) if step.netns == netns)
     if shaper is Shaper.USERSPACE:
         steps.extend(step for step in userspace_steps(layout, links) if step.netns == netns)
     return steps
+
+
+def host_tcp_steps(layout: TestbedLayout) -> list[PlanStep]:
+    """The hosts' TCP settings: no slow start after idle (SLOW_START_AFTER_IDLE) in every host, and buffer
+    maxima where a delayed path needs them (`genie.testbed.userspace.tcp_buffer_steps`)."""
+    return ([SetSysctl(layout.netns_of(host.name), SLOW_START_AFTER_IDLE, "0") for host in layout.topology.hosts]
+            + tcp_buffer_steps(layout))
 
 
 def _plan_routes(layout: TestbedLayout) -> _Routing:
