@@ -89,6 +89,14 @@ def run_evaluate(run_dir: Path, experiment: Path) -> None:
             print(f"{spec.name}: fit on {fit_name}, estimate over {est_name}: {est.iteration_ns / 1e6:.1f} ms vs "
                   f"replay {replay / 1e6:.1f} ms {(est.iteration_ns - replay) / replay * 100:+.2f}%{per_session}  "
                   f"(fit {fitted - started:.1f} s; load during the run {doc.get('load_average')})")
+    from astra_adapter.experiment import prepare
+    from astra_adapter.fabric.experiment import evaluate_fabric
+
+    _, est, row = evaluate_fabric(prepare(spec), tuple(measurements), tuple(doc["replay_iteration_ns"]),
+                                  sweep_paths=sweep, replay_paths=sessions)
+    print(f"{spec.name}: the experiment's fabric row (final code): {row.estimated_s * 1e3:.1f} ms vs replay "
+          f"{row.measured_s * 1e3:.1f} ms {row.error_pct:+.2f}%")
+    print("\n".join(f"# {n}" for n in est.notes if n.startswith("on each replay session")))
 
 
 def run_scale(calibration: Path, topology: Path, trace: Path, replay: Path | None) -> None:

@@ -155,3 +155,75 @@ def test_calibration_on_the_paths_taken_explains_a_collision_the_expectation_can
     expected = calibrate_fabric(ms, net, ecmp_samples=0)
     fabric = {c.link_class.value: c.efficiency for c in expected.classes}["fabric"]
     assert fabric < 0.8  # the expectation blames the links for the collision
+
+
+MINI_LEAF_SPINE = """name: mini-leaf-spine
+defaults: {bandwidth: 1gbit}
+hosts: [{prefix: h, count: 4}]
+switches: [{name: leaf0, kind: router}, {name: leaf1, kind: router}, {name: spine0, kind: router},
+           {name: spine1, kind: router}]
+links:
+  - {endpoints: [h0, leaf0]}
+  - {endpoints: [h1, leaf0]}
+  - {endpoints: [h2, leaf1]}
+  - {endpoints: [h3, leaf1]}
+  - {endpoints: [leaf0, spine0], bandwidth: 500mbit}
+  - {endpoints: [leaf0, spine1], bandwidth: 500mbit}
+  - {endpoints: [leaf1, spine0], bandwidth: 500mbit}
+  - {endpoints: [leaf1, spine1], bandwidth: 500mbit}
+"""
+CROSSING_PAIRS = """format: genie-trace
+version: 1
+ranks: 4
+groups: {pair0: [0, 2], pair1: [1, 3]}
+program:
+  - {id: 0, type: compute, duration: 2ms}
+  - {id: 1, type: all_reduce, size: 8MiB, group: "pair{rank % 2}", deps: [0]}
+"""
+
+
+def _session(label: str, spines: dict[tuple[int, int], str]) -> SessionPaths:
+    leaf = {0: "leaf0", 1: "leaf0", 2: "leaf1", 3: "leaf1"}
+    return SessionPaths(label, tuple(
+        FlowPath(a, b, (f"h{a}", leaf[a], spine, leaf[b], f"h{b}"), channel)
+        for (a, b), spine in spines.items() for channel in range(4)))
+
+
+def test_the_experiments_fabric_row_pairs_each_replay_iteration_with_its_sessions_paths(tmp_path: Path) -> None:
+    """Two pairs' all-reduces cross the spines at once: in one replay session both took spine0 (collided), in
+    the other one spine each. The row estimates each iteration on its own session's paths and takes the median
+    of those as of the replay; the note keeps the mean over hash draws."""
+    from statistics import median
+
+    from astra_adapter.experiment import Statistic, prepare
+    from astra_adapter.experiment_spec import load_experiment
+    from astra_adapter.fabric.estimate import estimate_fabric
+    from astra_adapter.fabric.experiment import evaluate_fabric, session_of_each_iteration
+
+    assert session_of_each_iteration((5, 7), 4) == (5, 5, 7, 7) and session_of_each_iteration((5, 7), 3) is None
+    (tmp_path / "topo.yaml").write_text(MINI_LEAF_SPINE)
+    (tmp_path / "trace.yaml").write_text(CROSSING_PAIRS)
+    (tmp_path / "exp.yaml").write_text("name: pairs\nworkload: {trace: trace.yaml}\ntopology: topo.yaml\nrounds: 2\n"
+                                       "sweep: {iterations: 3, warmup: 1, grid: [1MiB]}\n"
+                                       "replay: {iterations: 2, warmup: 1}\n")
+    prepared = prepare(load_experiment(tmp_path / "exp.yaml"))
+    assert prepared.fabric
+    measurements = tuple(Measurement(op.collective, op.algorithm, op.ranks, size, 8.0 * size / 500e6 * 1e6,
+                                     groups=case.groups)
+                         for case in prepared.sweep for size in case.sizes for op in [case.op(size)])
+    collided = _session("round 1 replay", {(0, 2): "spine0", (2, 0): "spine0", (1, 3): "spine0", (3, 1): "spine0"})
+    apart = _session("round 2 replay", {(0, 2): "spine0", (2, 0): "spine0", (1, 3): "spine1", (3, 1): "spine1"})
+    replay = (40_000_000, 41_000_000, 20_000_000, 21_000_000)
+    cal, est, row = evaluate_fabric(prepared, measurements, replay, replay_paths=(collided, apart))
+    sessions = [estimate_fabric(prepared.trace, prepared.topology, cal.params, paths=(s,)).iteration_ns
+                for s in (collided, apart)]
+    assert sessions[0] > 1.5 * sessions[1]  # the collision halves the spine share of both all-reduces
+    assert row.estimated_s * 1e9 == pytest.approx(median([sessions[0]] * 2 + [sessions[1]] * 2), rel=1e-9)
+    assert row.measured_s * 1e9 == median(replay)
+    over_draws = estimate_fabric(prepared.trace, prepared.topology, cal.params).iteration_ns
+    assert est.iteration_ns == over_draws  # estimate-fabric.csv: the mean over draws, for an unknown run
+    (note,) = [n for n in est.notes if n.startswith("on each replay session's own paths")]
+    assert f"{sessions[0] / 1e6:.1f}, {sessions[1] / 1e6:.1f} ms" in note
+    assert "those sessions measured 40.5, 20.5 ms" in note and f"{over_draws / 1e6:.1f} ms" in note
+    _, _, best = evaluate_fabric(prepared, measurements, replay, Statistic.BEST, replay_paths=(collided, apart))
+    assert best.estimated_s * 1e9 == pytest.approx(min(sessions)) and best.measured_s * 1e9 == min(replay)

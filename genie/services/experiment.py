@@ -140,8 +140,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
             paths = {"sweep_paths": tuple(traced.swept), "replay_paths": tuple(traced.replayed)}
             fabric_cal, fabric_est, fabric_row = evaluate_fabric(prepared, measurements, replay_ns, **paths)
             estimates, rows = (*estimates, fabric_est), (*rows, fabric_row)
-            best = (*best, evaluate_fabric(prepared, best_measurements, replay_ns, Statistic.BEST,
-                                           sweep_paths=paths["sweep_paths"])[2])  # its row only: no session note
+            best = (*best, evaluate_fabric(prepared, best_measurements, replay_ns, Statistic.BEST, **paths)[2])
         result = ExperimentResult(stage.run.run_dir, prepared, measurements, calibration, estimates, replay_ns, rows,
                                   best, (load_before, load_after), fabric_cal, impossible)
         write_results(stage.run, result, stats, outcome)
