@@ -200,7 +200,7 @@ def test_the_experiments_fabric_row_pairs_each_replay_iteration_with_its_session
     from astra_adapter.fabric.estimate import estimate_fabric
     from astra_adapter.fabric.experiment import evaluate_fabric, session_of_each_iteration
 
-    assert session_of_each_iteration((5, 7), 4) == (5, 5, 7, 7) and session_of_each_iteration((5, 7), 3) is None
+    assert session_of_each_iteration(2, 4) == (0, 0, 1, 1) and session_of_each_iteration(2, 3) is None
     (tmp_path / "topo.yaml").write_text(MINI_LEAF_SPINE)
     (tmp_path / "trace.yaml").write_text(CROSSING_PAIRS)
     (tmp_path / "exp.yaml").write_text("name: pairs\nworkload: {trace: trace.yaml}\ntopology: topo.yaml\nrounds: 2\n"

@@ -25,13 +25,12 @@ from astra_adapter.workload_estimate import TraceEstimate
 SESSION_NOTE = "on each replay session's own paths (paths.json) the model gives "
 
 
-def session_of_each_iteration(session_values: tuple[int, ...], iterations: int) -> tuple[int, ...] | None:
-    """Each replay iteration's session value: the replay's iterations are its sessions' in order, the same
-    number each (rounds x iterations). None when they do not divide evenly."""
-    rounds = len(session_values)
-    if not rounds or iterations % rounds:
+def session_of_each_iteration(sessions: int, iterations: int) -> tuple[int, ...] | None:
+    """The session (0-based) each replay iteration ran in: the replay's iterations are its sessions' in order,
+    the same number each (rounds x iterations). None when they do not divide evenly."""
+    if not sessions or iterations % sessions:
         return None
-    return tuple(v for v in session_values for _ in range(iterations // rounds))
+    return tuple(k for k in range(sessions) for _ in range(iterations // sessions))
 
 
 def evaluate_fabric(prepared: PreparedExperiment, measurements: tuple[Measurement, ...], replay_ns: tuple[int, ...],
@@ -56,13 +55,13 @@ def evaluate_fabric(prepared: PreparedExperiment, measurements: tuple[Measuremen
     estimated_ns = est.iteration_ns
     if replay_paths and FabricNetwork(prepared.topology).multipath:
         traced = estimate_fabric(prepared.trace, prepared.topology, cal.params, source=source, paths=replay_paths)
-        paired = session_of_each_iteration(traced.draw_iterations_ns, len(replay_ns))
-        note = SESSION_NOTE + ", ".join(f"{m / 1e6:.1f}" for m in traced.draw_iterations_ns) + " ms"
-        if paired is not None:
-            each = len(replay_ns) // len(replay_paths)
-            sessions = [median(replay_ns[k * each:(k + 1) * each]) for k in range(len(replay_paths))]
-            estimated_ns = pick(paired)
-            note += ("; those sessions measured " + ", ".join(f"{m / 1e6:.1f}" for m in sessions)
+        models = traced.draw_iterations_ns  # one per session
+        session = session_of_each_iteration(len(models), len(replay_ns))
+        note = SESSION_NOTE + ", ".join(f"{m / 1e6:.1f}" for m in models) + " ms"
+        if session is not None:
+            estimated_ns = pick([models[k] for k in session])
+            measured = [median(t for t, k in zip(replay_ns, session) if k == s) for s in range(len(models))]
+            note += ("; those sessions measured " + ", ".join(f"{m / 1e6:.1f}" for m in measured)
                      + f" ms (median iteration); the row pairs each replay iteration with its session's model; "
                      f"over the model's {len(est.draw_iterations_ns) or 1} ECMP hash draws (a run whose paths are "
                      f"not known; estimate-fabric.csv) {est.iteration_ns / 1e6:.1f} ms, "
