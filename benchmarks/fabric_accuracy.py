@@ -97,6 +97,13 @@ def run_evaluate(run_dir: Path, experiment: Path) -> None:
     print(f"{spec.name}: the experiment's fabric row (final code): {row.estimated_s * 1e3:.1f} ms vs replay "
           f"{row.measured_s * 1e3:.1f} ms {row.error_pct:+.2f}%")
     print("\n".join(f"# {n}" for n in est.notes if n.startswith("on each replay session")))
+    for session in sessions:  # connections that left their leaf; a connection's ACKs take the path its other
+        # end reported (every rank reports each of its connections in its own sending direction)
+        by_channel = session.by_channel()
+        print(f"# {session.label}: " + "; ".join(
+            f"{p.src_rank}->{p.dst_rank} ch{p.channel} {'>'.join(p.nodes[1:-1])} (back "
+            f"{'>'.join(by_channel.get((p.dst_rank, p.src_rank, p.channel), ('?', '?', '?'))[1:-1])})"
+            for p in session.paths if len(p.nodes) > 3))
 
 
 def run_scale(calibration: Path, topology: Path, trace: Path, replay: Path | None) -> None:
