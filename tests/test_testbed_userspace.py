@@ -48,6 +48,8 @@ def test_two_hosts_golden_userspace_plan() -> None:
         "genie-u-h1: addr add 198.18.0.2/30 dev eth0",
         f"genie-u-h1: {htb}",
         "genie-u-h1: link set eth0 up",
+        "genie-u-h0: sysctl net.ipv4.tcp_slow_start_after_idle=0",
+        "genie-u-h1: sysctl net.ipv4.tcp_slow_start_after_idle=0",
         "genie-u-h0: start link emulator (python -m genie.linkemu): queue 0 on eth0 [others: links[0] h1>h0]; "
         "stages: links[0] h1>h0 wire 1gbit delay 1ms loss 2% limit 1000 seed 922845397",
         "genie-u-h0: iptables -w 5 -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0",
@@ -128,9 +130,10 @@ def test_long_fat_links_get_larger_tcp_buffers() -> None:
                          shaper=Shaper.USERSPACE)
     sysctls = [s for s in steps if isinstance(s, SetSysctl) and "tcp_" in s.key]
     assert [(s.netns, s.key, s.value) for s in sysctls] == [
+        (f"genie-b-h{i}", "net.ipv4.tcp_slow_start_after_idle", "0") for i in (0, 1)] + [
         (f"genie-b-h{i}", key, f"4096 {mid} 67108864") for i in (0, 1)
         for key, mid in (("net.ipv4.tcp_rmem", 131072), ("net.ipv4.tcp_wmem", 16384))]
-    assert not any(isinstance(s, SetSysctl) and "tcp_" in s.key
+    assert not any(isinstance(s, SetSysctl) and s.key in ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
                    for s in plan_testbed(_pair(LinkShape(rate_bps=GBIT, delay_us=100.0)), "c",
                                          netem_available=False, shaper=Shaper.USERSPACE))
 
