@@ -174,3 +174,36 @@ def test_best_iterations_skip_the_physically_impossible_ones():
     assert impossible == 3
     assert kept[0].time_us == pytest.approx(bound * 1.1)  # the fastest possible one, not bound * 0.5
     assert kept[1].time_us == pytest.approx(bound * 0.6)  # none possible: its typical time (the trimmed mean)
+
+
+def test_the_fit_weighted_by_the_workload_follows_the_ops_it_spends_its_time_on():
+    """A sweep whose largest message ran 10% slower than the small ones say: the unweighted fit splits the
+    difference; weighted by a workload that spends its time at that size, the fit follows it."""
+    from astra_adapter.fabric.calibrate import workload_weights
+    from astra_adapter.measurements import trace_comm_ops
+    from genie.workloads.loader import load_trace
+
+    network = FabricNetwork(load_topology_file(STAR))
+    world = (tuple(range(8)),)
+    ms = [Measurement(Collective.ALL_REDUCE, Algorithm.RING, 8, size, 0.0, "sweep", world)
+          for size in (64 << 10, 1 << 20, 8 << 20, 32 << 20)]
+    times = model_times_us(network, FabricParams(((LinkClass.HOST, 0.8),), message_overhead_ns=150_000.0), ms)
+    times[-1] *= 1.10
+    ms = [Measurement(m.collective, m.algorithm, m.ranks, m.size_bytes, float(t), "sweep", m.groups)
+          for m, t in zip(ms, times)]
+    plain = calibrate_fabric(ms, network)
+    weighted = calibrate_fabric(ms, network, weights=(1.0, 1.0, 1.0, 5.0))
+    assert abs(weighted.points[-1].residual_pct) < abs(plain.points[-1].residual_pct) / 2
+    assert max(abs(p.residual_pct) for p in weighted.points[:-1]) > max(abs(p.residual_pct) for p in plain.points[:-1])
+    # the weights a trace gives: 1 for sizes it never runs, and the workload's half shared by time among the rest
+    trace = load_trace(TRACE)
+    ops = [op for op in trace_comm_ops(trace) if op.collective is Collective.ALL_REDUCE][:2]
+    assert len(ops) == 2
+    run = [Measurement(op.collective, op.algorithm, op.ranks, op.size_bytes, 1000.0 * (k + 1), "sweep")
+           for k, op in enumerate(ops)]
+    grid = Measurement(Collective.ALL_REDUCE, Algorithm.RING, 8, 12345, 500.0, "sweep")
+    w = workload_weights(trace, [*run, grid])
+    assert w[-1] == 1.0 and all(x > 1.0 for x in w[:-1])
+    assert sum(w) == pytest.approx(2 * len(w))  # the sweep as a whole, and as much again for the workload
+    with pytest.raises(ValueError):
+        calibrate_fabric(ms, network, weights=(1.0,))

@@ -88,7 +88,7 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
     with ``fabric_calibration.json``, fitted on another topology with the same link classes), else fitted on
     ``topology`` from the measurements in ``run_dirs`` (taken to come from that topology), else nominal rates.
     Returns (estimate, the calibration fitted here or None)."""
-    from astra_adapter.fabric.calibrate import calibrate_fabric
+    from astra_adapter.fabric.calibrate import calibrate_fabric, workload_weights
     from astra_adapter.fabric.calibration_io import check_classes, load_fabric_params
     from astra_adapter.measurements import read_measurements
 
@@ -100,7 +100,8 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
         return estimate_fabric(trace, topology, params, source=source,
                                notes=(f"calibration from {cal_source}", *notes)), None
     if run_dirs:
-        cal = calibrate_fabric(read_measurements(list(run_dirs)), network)
+        measurements = read_measurements(list(run_dirs))
+        cal = calibrate_fabric(measurements, network, weights=workload_weights(trace, measurements))
         return estimate_fabric(trace, topology, cal.params, source=source,
                                notes=(*cal.notes, *cal.warnings())), cal
     return estimate_fabric(trace, topology, source=source,

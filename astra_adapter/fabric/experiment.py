@@ -13,7 +13,7 @@ from genie.core.topology import Topology
 
 from astra_adapter.experiment import AccuracyRow, PreparedExperiment, Statistic
 from astra_adapter.experiment_spec import SweepCase
-from astra_adapter.fabric.calibrate import FabricCalibration, calibrate_fabric
+from astra_adapter.fabric.calibrate import FabricCalibration, calibrate_fabric, workload_weights
 from astra_adapter.fabric.estimate import estimate_fabric
 from astra_adapter.fabric.flows import FlowEngine
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
@@ -38,8 +38,9 @@ def evaluate_fabric(prepared: PreparedExperiment, measurements: tuple[Measuremen
                     replay_paths: tuple[SessionPaths, ...] = ()
                     ) -> tuple[FabricCalibration, TraceEstimate, AccuracyRow]:
     """Calibrate on the sweep (with the paths its sessions' connections took, read from the testbed: the fit
-    sees the ECMP draws the measurements really got) and estimate the trace as the mean over ECMP hash draws
-    (what the model predicts for a run whose draw is not known yet: the estimate returned, estimate-fabric.csv).
+    sees the ECMP draws the measurements really got; weighted by the workload's time) and estimate the trace as
+    the mean over ECMP hash draws (what the model predicts for a run whose draw is not known yet: the estimate
+    returned, estimate-fabric.csv).
 
     The row compares like with like: with the replay's paths (a topology with equal-cost paths), each replay
     iteration is estimated on the paths its session's connections took and the row takes the same statistic
@@ -48,7 +49,8 @@ def evaluate_fabric(prepared: PreparedExperiment, measurements: tuple[Measuremen
     the paths are not timings (a switch's hash is a function of the headers). The note keeps both: each
     session's model beside what it measured, and the mean over draws with its error."""
     source = str(prepared.spec.topology_path)
-    cal = calibrate_fabric(measurements, FabricNetwork(prepared.topology, source=source), paths=sweep_paths)
+    cal = calibrate_fabric(measurements, FabricNetwork(prepared.topology, source=source), paths=sweep_paths,
+                           weights=workload_weights(prepared.trace, measurements))
     est = estimate_fabric(prepared.trace, prepared.topology, cal.params, source=source, notes=cal.warnings())
     pick = median if statistic is Statistic.TYPICAL else min
     measured_ns = pick(replay_ns)
