@@ -316,10 +316,10 @@ def test_a_death_after_a_rank_reported_its_failure_is_not_the_cause():
     session = MpiSession(loopback_placements(2), SessionOptions(), MpiLaunch(mpiexec=Path("mpiexec")))
     session.ranks = [{"rank": 0, "host": "localhost", "pid": 10}, {"rank": 1, "host": "localhost", "pid": 11}]
 
-    def state(error_ns: int, dead_ns: int) -> _Run:
+    def state(error_ns: int, dead_ns: int, peer: int | None = None) -> _Run:
         run = _Run()
         line = plan.ERROR_MARKER + json.dumps({"rank": 1, "message": "rank 1: timed out", "t_ns": error_ns,
-                                                "boot_id": boot_id()})
+                                                "boot_id": boot_id(), "peer": peer})
         session._on_stderr(line, run)
         run.first_dead, run.first_dead_ns = 0, dead_ns
         return run
@@ -327,3 +327,27 @@ def test_a_death_after_a_rank_reported_its_failure_is_not_the_cause():
     assert session._silent_death(state(error_ns=1_000_000_000, dead_ns=1_260_000_000)) is None
     assert session._silent_death(state(error_ns=1_000_000_000, dead_ns=1_001_000_000)).startswith(
         "rank 0 on host localhost died during the run (")
+    # rank 1 saw rank 0's connection close: that is rank 0's death, however late the loop noticed it
+    assert session._silent_death(state(error_ns=1_000_000_000, dead_ns=1_900_000_000, peer=0)).startswith(
+        "rank 0 on host localhost died during the run (")
+    assert session._silent_death(state(error_ns=1_000_000_000, dead_ns=1_900_000_000, peer=1)) is None
+
+
+def test_a_closed_connection_names_the_peer_in_the_ranks_report(capfd):
+    """The report a rank writes when a peer's connection closes carries that peer, which `_silent_death`
+    reads; a timeout carries none (the silent rank may be alive)."""
+    import socket
+
+    from genie.engine.mpi.rank import report_failure
+    from genie.engine.transport import PeerFailure, SocketTransport, Transfer
+
+    a, b = socket.socketpair()
+    transport = SocketTransport(0, {1: a})
+    b.close()
+    with pytest.raises(PeerFailure) as failure:
+        transport.exchange((), [Transfer(peer=1, size_bytes=10)], timeout_s=2.0)
+    assert failure.value.peer == 1
+    report_failure(str(failure.value), 0, failure.value.peer)
+    doc = json.loads(capfd.readouterr().err.split(plan.ERROR_MARKER, 1)[1])
+    assert doc["peer"] == 1 and doc["rank"] == 0
+    assert PeerFailure("rank 0: op timed out").peer is None

@@ -34,7 +34,13 @@ _RECV_SLICE = struct.pack("ll", 0, 50_000)  # a blocking recv returns at least e
 
 
 class PeerFailure(RunFailure):
-    """A peer closed its connection, reset it, or did not keep up within the op timeout."""
+    """A peer closed its connection, reset it, or did not keep up within the op timeout. `peer`: the rank whose
+    connection closed or reset, if that is the failure (so an orchestrator can tell it is that rank's death,
+    seen from here); a timeout names no `peer`: the silent rank may be alive and stuck."""
+
+    def __init__(self, message: str, peer: int | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
 
 
 @dataclass(slots=True)
@@ -97,7 +103,7 @@ def _pump_send(flow: _Flow, window: memoryview, rank: int) -> bool:
             return False
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise PeerFailure(f"rank {rank}: connection to rank {flow.peer} lost while sending "
-                              f"({exc.strerror or exc})") from None
+                              f"({exc.strerror or exc})", peer=flow.peer) from None
         flow.pos += n
         flow.done_bytes += n
         if flow.pos >= t.size_bytes:
@@ -125,7 +131,7 @@ def _pump_recv(flow: _Flow, window: memoryview, rank: int, flags: int = _DONTWAI
             n = 0
         if n == 0:
             raise PeerFailure(f"rank {rank}: rank {flow.peer} closed the connection "
-                              f"({flow.done_bytes} of {flow.total_bytes} bytes received)")
+                              f"({flow.done_bytes} of {flow.total_bytes} bytes received)", peer=flow.peer)
         flow.pos += n
         flow.done_bytes += n
         if flow.pos >= t.size_bytes:

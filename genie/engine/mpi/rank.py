@@ -31,6 +31,7 @@ from genie.core.process import die_with_parent
 from genie.core.protocol import BenchJob, Job, ReplayJob, job_from_json
 from genie.engine.mpi.plan import ERROR_MARKER, LaunchMap, Transport, parse_port_range, port_candidates
 from genie.engine.mpi.trampoline import RANK_VARIABLES, launcher_rank
+from genie.engine.transport import PeerFailure
 
 def boot_id() -> str:
     """Identifies the running kernel, hence the CLOCK_MONOTONIC this process reads."""
@@ -101,11 +102,12 @@ def failure_message(rank: int | None, host: str | None, exc: BaseException) -> s
 ABORT_DELAY_S = 0.25  # between a rank's error report and its MPI_Abort
 
 
-def report_failure(message: str, rank: int | None) -> None:
+def report_failure(message: str, rank: int | None, peer: int | None = None) -> None:
     """The rank's last words; `t_ns` (its monotonic clock) lets an orchestrator on the same machine tell
-    whether they came before another rank's death (then that death is a consequence of the abort)."""
+    whether they came before another rank's death (then that death is a consequence of the abort); `peer`
+    is the rank the failure blames, if one (a report blaming a rank that died is that death, seen)."""
     line = ERROR_MARKER + json.dumps({"rank": rank, "message": message, "t_ns": time.monotonic_ns(),
-                                      "boot_id": boot_id()}) + "\n"
+                                      "boot_id": boot_id(), "peer": peer}) + "\n"
     try:
         os.write(2, line.encode())
     except OSError:
@@ -266,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit:
         raise
     except BaseException as exc:  # reported with rank and host, then every rank is stopped
-        report_failure(failure_message(state.rank, state.host, exc), state.rank)
+        report_failure(failure_message(state.rank, state.host, exc), state.rank,
+                       exc.peer if isinstance(exc, PeerFailure) else None)
         if state.comm is not None:
             state.close()
             time.sleep(ABORT_DELAY_S)  # the report first: every death the abort causes comes clearly after it

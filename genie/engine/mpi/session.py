@@ -89,7 +89,7 @@ class _Run:
     error_ranks: set = field(default_factory=set)  # ranks that reported an error themselves
     first_dead: int | None = None  # the first rank on this machine seen exiting (pidfd)
     first_dead_ns: int | None = None  # when (this machine's monotonic clock)
-    first_error_ns: int | None = None  # when the earliest error report was written, if written on this machine
+    error_times_ns: list = field(default_factory=list)  # (t_ns, blamed rank or None) of reports written here
     selector: Any = None
     pidfds: dict = field(default_factory=dict)  # fd -> rank
 
@@ -320,8 +320,8 @@ class MpiSession:
                 doc = json.loads(line[marker + len(plan.ERROR_MARKER):])
                 state.error_ranks.add(doc["rank"])
                 if doc.get("boot_id") == _here() and isinstance(doc.get("t_ns"), int):
-                    t_ns = doc["t_ns"]
-                    state.first_error_ns = t_ns if state.first_error_ns is None else min(state.first_error_ns, t_ns)
+                    peer = doc.get("peer")
+                    state.error_times_ns.append((doc["t_ns"], peer if isinstance(peer, int) else None))
             except (ValueError, KeyError, TypeError):
                 pass
             return
@@ -394,10 +394,12 @@ class MpiSession:
         else:  # on another machine: hydra's banner
             dead = next((r for r in self.ranks if state.dead_pid is not None and r.get("pid") == state.dead_pid),
                         None)
-        if state.first_dead is not None and state.first_error_ns is not None \
-                and state.first_error_ns < state.first_dead_ns - _ERROR_LEAD_NS:
-            # a rank reported its failure well before any rank here died (a reporting rank waits
-            # ABORT_DELAY_S before MPI_Abort): the deaths follow its abort
+        if state.first_dead is not None and any(
+                t_ns < state.first_dead_ns - _ERROR_LEAD_NS and blamed != state.first_dead
+                for t_ns, blamed in state.error_times_ns):
+            # a rank reported its failure well before any rank here was seen dying (a reporting rank waits
+            # ABORT_DELAY_S before MPI_Abort): the deaths follow its abort. A report that blames the rank that
+            # died (its connection closed) is that death seen, however late this loop noticed it.
             return None
         if dead is None or dead["rank"] in state.error_ranks:
             return None
