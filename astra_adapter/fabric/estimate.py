@@ -4,10 +4,15 @@ model (pure). Which topologies use it by default: those ASTRA-sim's dimensions c
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 from genie.core.errors import InputError
 from genie.core.flowpath import SessionPaths
+from genie.core.process import die_with_parent
 from genie.core.topology import Topology
 from genie.core.trace import Trace
 
@@ -38,6 +43,45 @@ def sample_networks(network: FabricNetwork, ecmp_samples: int) -> list[FabricNet
     return [network.with_hash_seed(k) for k in range(ecmp_samples)]
 
 
+PARALLEL_MIN_NODES = 20_000  # traces this big play their draws in parallel (a draw of 8 ranks: ~0.1 s)
+
+
+def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *,
+               workers: int | None = None) -> list[Timeline]:
+    """The trace played on each network, in order. Big traces with several draws play them in ``workers``
+    forked processes (default: the CPUs this process may use), which inherit the trace's compiled structure
+    instead of pickling it; each play is the same pure function either way, so the results are identical."""
+    compiled = CompiledTrace(trace)  # shared by the draws' plays
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if sum(len(r.nodes) for r in trace.ranks) >= PARALLEL_MIN_NODES \
+            else 1
+    workers = min(workers, len(nets))
+    if workers <= 1:
+        sends = StepSends()
+        return [play_on_fabric(trace, FlowEngine(n, params, sends), compiled) for n in nets]
+    context = multiprocessing.get_context("fork")  # the children get the compiled trace by fork, not pickle
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_draw_worker,
+                             initargs=(trace, nets, params, compiled)) as pool:
+        return list(pool.map(_play_draw, range(len(nets))))
+
+
+_worker_draws: tuple | None = None  # in a forked draw worker only: what `play_draws` handed it
+
+
+def _start_draw_worker(trace: Trace, nets: list[FabricNetwork], params: FabricParams,
+                       compiled: CompiledTrace) -> None:
+    global _worker_draws
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; its exit ends this worker
+    _worker_draws = (trace, nets, params, compiled, StepSends())
+
+
+def _play_draw(k: int) -> Timeline:
+    assert _worker_draws is not None
+    trace, nets, params, compiled, sends = _worker_draws
+    return play_on_fabric(trace, FlowEngine(nets[k], params, sends), compiled)
+
+
 def _mean_ranks(timelines: list[Timeline]) -> tuple[RankTimes, ...]:
     if len(timelines) == 1:
         return timelines[0].ranks
@@ -60,8 +104,7 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
     network.check_connected()
     traced = bool(paths) and network.multipath
     nets = [network.with_paths(p) for p in paths] if traced else sample_networks(network, ecmp_samples)
-    sends, compiled = StepSends(), CompiledTrace(trace)  # both shared by the draws' plays
-    timelines = [play_on_fabric(trace, FlowEngine(n, params, sends), compiled) for n in nets]
+    timelines = play_draws(trace, nets, params)
     ranks = _mean_ranks(timelines)
     draws = tuple(t.iteration_ns for t in timelines) if len(nets) > 1 or traced else ()
     if traced:
