@@ -7,7 +7,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 from genie.core.errors import InputError
@@ -60,9 +59,9 @@ def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *,
         sends = StepSends()
         return [play_on_fabric(trace, FlowEngine(n, params, sends), compiled) for n in nets]
     context = multiprocessing.get_context("fork")  # the children get the compiled trace by fork, not pickle
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_draw_worker,
-                             initargs=(trace, nets, params, compiled)) as pool:
-        return list(pool.map(_play_draw, range(len(nets))))
+    # leaving the block terminates the workers at once, so Ctrl-C or an error never waits for the draws in flight
+    with context.Pool(workers, initializer=_start_draw_worker, initargs=(trace, nets, params, compiled)) as pool:
+        return pool.map(_play_draw, range(len(nets)), chunksize=1)
 
 
 _worker_draws: tuple | None = None  # in a forked draw worker only: what `play_draws` handed it
