@@ -9,7 +9,9 @@ with the op's algorithm. Its parameters are, per dimension, the latency per hop 
 With those parameters the estimator's time is affine (its per-message delay ``int(hops * latency + bytes / bw)``
 is exact at integer latencies and whole ns per byte), so each measurement's coefficients come from probing the
 estimator at such points (finite differences, checked at a further point). The fit is least squares on relative
-error (each row divided by its measurement, so small and large sizes count alike) with numpy, subject to
+error (each row divided by its measurement, so small and large sizes count alike; given the workload, each
+point weighted as the fabric model's fit weighs it, :func:`astra_adapter.measurements.workload_weights`, so the
+ops the workload spends its time on are not outvoted by a grid of small sizes) with numpy, subject to
 latency >= 0, bandwidth > 0 and endpoint delay >= 1; a parameter the measurements cannot separate keeps its
 default (endpoint delay first, then latencies). The endpoint delay is fitted only on request
 (``fit_endpoint_delay``): on genie's testbed the per-message cost is software, which the latency per hop
@@ -235,11 +237,13 @@ def _op_key(k: tuple[CommOp, tuple[int, ...]]) -> tuple:
     return k[0].collective.value, k[0].algorithm.value, k[0].ranks, k[0].size_bytes, k[1]
 
 
-def _measured_ops(measurements, mapping: TopologyMapping, bounds_us
-                  ) -> tuple[list, np.ndarray, list[str], list[tuple[tuple[CommOp, tuple[int, ...]], float, float]]]:
-    """(ops to fit, their median measured ns, notes, excluded (op key, measured us, bound us) - physically
-    impossible)."""
+def _measured_ops(measurements, mapping: TopologyMapping, bounds_us, weights
+                  ) -> tuple[list, np.ndarray, np.ndarray, list[str],
+                             list[tuple[tuple[CommOp, tuple[int, ...]], float, float]]]:
+    """(ops to fit, their median measured ns, their weights (the mean of their measurements'), notes, excluded
+    (op key, measured us, bound us) - physically impossible)."""
     grouped: dict[tuple[CommOp, tuple[int, ...]], list[float]] = {}
+    weighed: dict[tuple[CommOp, tuple[int, ...]], list[float]] = {}
     impossible = []
     for i, m in enumerate(measurements):
         group = m.groups[0] if m.groups else tuple(range(m.ranks))
@@ -248,6 +252,7 @@ def _measured_ops(measurements, mapping: TopologyMapping, bounds_us
             impossible.append((key, m.time_us, float(bounds_us[i])))
         else:
             grouped.setdefault(key, []).append(m.time_us)
+            weighed.setdefault(key, []).append(1.0 if weights is None else float(weights[i]))
     ops, skipped = [], {}
     for key in sorted({*grouped, *(k for k, _, _ in impossible)}, key=_op_key):
         why = modelable(key[0], mapping, key[1])
@@ -266,13 +271,16 @@ def _measured_ops(measurements, mapping: TopologyMapping, bounds_us
         notes.append(f"{len(impossible)} of {len(measurements)} measurements are faster than their links' nominal "
                      f"rates allow and are left out of the fit" + ("" if ops else
                                                                   ": nothing left to fit, the links' values are kept"))
-    return ops, np.array([float(np.median(grouped[key])) * 1000 for key in ops]), notes, excluded
+    return (ops, np.array([float(np.median(grouped[key])) * 1000 for key in ops]),
+            np.array([float(np.mean(weighed[key])) for key in ops]), notes, excluded)
 
 
-def _fit(a_raw: np.ndarray, d: np.ndarray, m: np.ndarray, kinds: list[Collective], reference: Collective,
-         defaults: np.ndarray, lower: np.ndarray, free: list[int], fit_factors: bool,
+def _fit(a_raw: np.ndarray, d: np.ndarray, m: np.ndarray, w: np.ndarray, kinds: list[Collective],
+         reference: Collective, defaults: np.ndarray, lower: np.ndarray, free: list[int], fit_factors: bool,
          round_delay: bool) -> tuple[np.ndarray, dict[Collective, float]]:
-    """Alternating least squares: parameters with the size factors fixed, then each factor alone."""
+    """Alternating least squares: parameters with the size factors fixed, then each factor alone; each row's
+    squared relative error counted ``w`` times."""
+    root_w = np.sqrt(w)
     bw = list(range(1, len(defaults) - 1, 2))
     other = [j for j in range(len(defaults)) if j not in bw]
     factors = {c: 1.0 for c in kinds}
@@ -281,7 +289,7 @@ def _fit(a_raw: np.ndarray, d: np.ndarray, m: np.ndarray, kinds: list[Collective
     for _ in range(60):
         a = a_raw.copy()
         a[:, bw] *= np.array([factors[c] for c in kinds])[:, None]
-        rel_a, rhs = a / m[:, None], (m - d) / m
+        rel_a, rhs = a * (root_w / m)[:, None], (m - d) / m * root_w
         theta = _solve(rel_a, rhs, defaults, lower, free)
         if round_delay and end in free:
             theta[end] = max(1.0, float(round(theta[end])))
@@ -293,7 +301,8 @@ def _fit(a_raw: np.ndarray, d: np.ndarray, m: np.ndarray, kinds: list[Collective
             rows = [i for i, k in enumerate(kinds) if k is c]
             g = a_raw[rows][:, bw] @ theta[bw] / m[rows]
             r = (m[rows] - d[rows] - a_raw[rows][:, other] @ theta[other]) / m[rows]
-            new[c] = 1.0 if c is reference or not g @ g > 0 else max(0.05, float(g @ r / (g @ g)))
+            wc = w[rows]
+            new[c] = 1.0 if c is reference or not g @ g > 0 else max(0.05, float((wc * g) @ r / ((wc * g) @ g)))
         converged = all(abs(new[c] - factors[c]) <= 1e-12 * new[c] for c in new)
         factors = new
         if converged:
@@ -303,11 +312,14 @@ def _fit(a_raw: np.ndarray, d: np.ndarray, m: np.ndarray, kinds: list[Collective
 
 def calibrate(measurements: tuple[Measurement, ...] | list[Measurement], mapping: TopologyMapping,
               params: SystemParams = SystemParams(), *, fit_endpoint_delay: bool = False,
-              size_factors: bool = True, bounds_us=None) -> Calibration:
+              size_factors: bool = True, bounds_us=None, weights=None) -> Calibration:
     """Fit per-dimension bandwidth and latency, the endpoint delay and per-collective size factors to
     ``measurements`` on ``mapping``, leaving out those faster than their ``bounds_us`` (one per measurement;
-    None: no bound known) (see the module doc)."""
-    ops, measured, notes, excluded = _measured_ops(measurements, mapping, bounds_us)
+    None: no bound known); ``weights`` (one per measurement, :func:`astra_adapter.measurements.workload_weights`;
+    None: all 1) count each point's squared relative error that many times (see the module doc)."""
+    if weights is not None and len(weights) != len(measurements):
+        raise ValueError(f"{len(weights)} weights for {len(measurements)} measurements")
+    ops, measured, w, notes, excluded = _measured_ops(measurements, mapping, bounds_us, weights)
     if not ops:
         return _unfitted(mapping, params, notes, excluded)
     kinds = [op.collective for op, _ in ops]
@@ -324,7 +336,7 @@ def calibrate(measurements: tuple[Measurement, ...] | list[Measurement], mapping
         if not fit_endpoint_delay:
             used = [j for j in used if j != end]
         free = _identifiable(a_raw / measured[:, None], used, [end, *range(0, end, 2)])
-        theta, factors = _fit(a_raw, d, measured, kinds, reference, defaults, lower, free, size_factors, True)
+        theta, factors = _fit(a_raw, d, measured, w, kinds, reference, defaults, lower, free, size_factors, True)
         if all(r[2] for r in rows) or attempt:
             break
         notes.append("some models are not affine in the parameters (tree algorithms): refitted around the answer")

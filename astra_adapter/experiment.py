@@ -27,7 +27,7 @@ from astra_adapter.experiment_spec import ExperimentSpec, SweepCase, generate_wo
 from astra_adapter.fabric.calibrate import lower_bounds_us
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.mapping import TopologyMapping, map_topology
-from astra_adapter.measurements import CommOp, Measurement, MeasurementTable, op_time_us
+from astra_adapter.measurements import CommOp, Measurement, MeasurementTable, op_time_us, workload_weights
 from astra_adapter.workload_estimate import TraceEstimate, estimate_calibrated, estimate_measured
 
 ACCURACY_COLUMNS = ("workload", "topology", "mode", "estimated_s", "measured_s", "error_pct")
@@ -198,7 +198,8 @@ def evaluate(prepared: PreparedExperiment, measurements: tuple[Measurement, ...]
     calibration = None
     if prepared.mapping is not None:
         calibration = calibrate(measurements, prepared.mapping, fit_endpoint_delay=prepared.spec.fit_endpoint_delay,
-                                bounds_us=lower_bounds_us(measurements, FabricNetwork(prepared.topology)))
+                                bounds_us=lower_bounds_us(measurements, FabricNetwork(prepared.topology)),
+                                weights=workload_weights(prepared.trace, measurements))
         estimates = (measured_mode, estimate_calibrated(prepared.trace, prepared.mapping, calibration))
     measured_s = (median(replay_ns) if statistic is Statistic.TYPICAL else min(replay_ns)) / 1e9
     rows = tuple(AccuracyRow(prepared.spec.workload.describe(), prepared.topology.name, e.mode.value,

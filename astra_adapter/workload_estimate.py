@@ -37,7 +37,7 @@ from astra_adapter.fabric.calibrate import lower_bounds_us
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.mapping import TopologyMapping
 from astra_adapter.measurements import CommOp, Measurement, MeasurementTable, describe_missing, \
-    read_measurements, trace_comm_ops
+    read_measurements, trace_comm_ops, workload_weights
 from astra_adapter.timeline import RankTimes, play_trace
 
 ESTIMATE_COLUMNS = ("mode", "rank", "iteration_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "overlap_ns")
@@ -134,11 +134,13 @@ def estimate_calibrated(trace: Trace, mapping: TopologyMapping, calibration: Cal
 
 
 def calibration_for(run_dirs, measurements: tuple[Measurement, ...], mapping: TopologyMapping | None,
-                    topology: Topology | None = None) -> tuple[Calibration, TopologyMapping]:
+                    topology: Topology | None = None, trace: Trace | None = None
+                    ) -> tuple[Calibration, TopologyMapping]:
     """(calibration, the mapping to estimate on). A ``calibration.json`` in a run
     directory is used as it is (on ``mapping`` if given, else on the dimensions it was fitted on); otherwise
     the measurements are fitted on ``mapping`` (they are taken to come from that topology), without those
-    faster than ``topology``'s links allow (:func:`astra_adapter.fabric.calibrate.lower_bounds_us`)."""
+    faster than ``topology``'s links allow (:func:`astra_adapter.fabric.calibrate.lower_bounds_us`), weighted
+    by ``trace``'s time (:func:`astra_adapter.measurements.workload_weights`) when given."""
     for entry in run_dirs:
         path = Path(entry)
         if (path / CALIBRATION_JSON).is_file():
@@ -148,7 +150,8 @@ def calibration_for(run_dirs, measurements: tuple[Measurement, ...], mapping: To
         raise InputError("calibrating needs the topology the measurements were taken on (`topology` FILE), or a "
                          "run directory with calibration.json", path="topology")
     bounds = None if topology is None else lower_bounds_us(measurements, FabricNetwork(topology))
-    return calibrate(measurements, mapping, bounds_us=bounds), mapping
+    weights = None if trace is None else workload_weights(trace, measurements)
+    return calibrate(measurements, mapping, bounds_us=bounds, weights=weights), mapping
 
 
 def estimate_from_runs(trace: Trace, run_dirs, mode: EstimateMode, *, mapping: TopologyMapping | None = None,
@@ -158,12 +161,12 @@ def estimate_from_runs(trace: Trace, run_dirs, mode: EstimateMode, *, mapping: T
     was needed, is returned so that a fitted one can be saved)."""
     measurements = read_measurements(run_dirs)
     if mode is EstimateMode.CALIBRATED:
-        cal, target = calibration_for(run_dirs, measurements, mapping, topology)
+        cal, target = calibration_for(run_dirs, measurements, mapping, topology, trace)
         return estimate_calibrated(trace, target, cal), cal
     used: list[Calibration] = []
 
     def extrapolator() -> Callable[[CommOp], int]:
-        cal, target = calibration_for(run_dirs, measurements, mapping, topology)
+        cal, target = calibration_for(run_dirs, measurements, mapping, topology, trace)
         used.append(cal)
         return model_timer(target, cal)
 

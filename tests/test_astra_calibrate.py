@@ -102,6 +102,30 @@ def test_size_factors_absorb_a_collective_that_uses_the_link_worse() -> None:
     assert calibrate(rows, mapping, size_factors=False).rms_residual_pct > 5
 
 
+def test_the_fit_weighted_by_the_workload_follows_the_ops_it_spends_its_time_on() -> None:
+    """A sweep whose largest all-reduce ran 10% slower than the smaller sizes say (and an all-to-all, whose
+    size factor the weights move too): unweighted, the fit splits the difference; weighted by the workload's
+    time (here: all of it at that size), it follows that size, as the fabric model's weighted fit does."""
+    mapping = map_topology(star(8, shape=GBIT))
+    theta = np.array([30_000.0, 8.0, 10.0])
+    world = tuple(range(8))
+    rows = _synthetic(mapping, theta, [(Collective.ALL_REDUCE, Algorithm.RING, world),
+                                       (Collective.ALL_TO_ALL, Algorithm.DIRECT, world)])
+    rows[len(SIZES) - 1] = Measurement(Collective.ALL_REDUCE, Algorithm.RING, 8, SIZES[-1],
+                                       rows[len(SIZES) - 1].time_us * 1.10, groups=(world,))
+    weights = [5.0 if r.size_bytes == SIZES[-1] and r.collective is Collective.ALL_REDUCE else 1.0 for r in rows]
+    plain, weighted = calibrate(rows, mapping), calibrate(rows, mapping, weights=weights)
+
+    def residual(cal, size: int) -> float:
+        return next(abs(p.residual_pct) for p in cal.points
+                    if p.collective is Collective.ALL_REDUCE and p.size_bytes == size)
+
+    assert residual(weighted, SIZES[-1]) < residual(plain, SIZES[-1]) / 2
+    assert residual(weighted, SIZES[-2]) > residual(plain, SIZES[-2])  # the price: the other sizes fit worse
+    assert calibrate(rows, mapping, weights=[1.0] * len(rows)) == plain  # all 1: the unweighted fit
+    with pytest.raises(ValueError):
+        calibrate(rows, mapping, weights=[1.0])
+
 def test_calibration_keeps_what_it_cannot_separate(tmp_path: Path) -> None:
     mapping = map_topology(star(8, shape=GBIT))
     rows = [Measurement(Collective.ALL_REDUCE, Algorithm.RING, 8, 1 << 20, 20_000.0),

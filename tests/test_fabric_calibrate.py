@@ -179,8 +179,7 @@ def test_best_iterations_skip_the_physically_impossible_ones():
 def test_the_fit_weighted_by_the_workload_follows_the_ops_it_spends_its_time_on():
     """A sweep whose largest message ran 10% slower than the small ones say: the unweighted fit splits the
     difference; weighted by a workload that spends its time at that size, the fit follows it."""
-    from astra_adapter.fabric.calibrate import workload_weights
-    from astra_adapter.measurements import trace_comm_ops
+    from astra_adapter.measurements import trace_comm_ops, workload_weights
     from genie.workloads.loader import load_trace
 
     network = FabricNetwork(load_topology_file(STAR))

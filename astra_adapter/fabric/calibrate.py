@@ -11,8 +11,8 @@ together (:func:`astra_adapter.fabric.flows.run_concurrently`); its time is the 
 A class is fitted only when some measurement's flows cross it (else it keeps efficiency 1, said so). The fit is
 least squares on relative error (projected Gauss-Newton with finite differences: the model is piecewise linear
 in the inverse efficiencies and linear in the delays); with ECMP the model is the mean over the same hash draws
-the estimate uses. Given the workload (:func:`workload_weights`), the points the workload spends its time on
-weigh more: half of the fit is the sweep as a whole, half the workload's share of its communication time.
+the estimate uses. Given the workload (:func:`astra_adapter.measurements.workload_weights`), the points the
+workload spends its time on weigh more: half of the fit is the sweep as a whole, half the workload's share of its communication time.
 **Physically impossible points are excluded**: a measurement faster than its payload can cross the links at
 their nominal rates (no overhead, no delay) cannot be a real transfer (a timer artefact or a small-message
 minimum) and is left out, and listed.
@@ -30,12 +30,11 @@ import numpy as np
 
 from genie.core.errors import InputError
 from genie.core.flowpath import SessionPaths
-from genie.core.trace import Trace
 
 from astra_adapter.fabric.flows import ECMP_SAMPLES, WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, \
     StepSends, run_concurrently
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
-from astra_adapter.measurements import CommOp, Measurement, comm_op, op_time_us
+from astra_adapter.measurements import CommOp, Measurement, op_time_us
 
 RESIDUAL_WARN_PCT = 10.0
 _ITERATIONS = 30
@@ -109,28 +108,6 @@ def _op(m: Measurement) -> CommOp:
     return CommOp(m.collective, m.algorithm, m.ranks, m.size_bytes)
 
 
-def _op_key(op: CommOp) -> tuple:
-    return op.collective, op.algorithm, op.ranks, op.size_bytes
-
-
-def workload_weights(trace: Trace, measurements: tuple[Measurement, ...] | list[Measurement]) -> tuple[float, ...]:
-    """Each measurement's weight in the fit: 1, plus len(measurements) x its share of the workload's
-    communication time (how often the trace's ranks run its op, times its measured time; 0 for an op the trace
-    does not run). So the sweep as a whole and the workload's time count alike: a grid of small sizes cannot
-    pull the fit away from the few large ops that make the iteration (measured: MoE EP8's 88 MB all-reduce
-    ran 12% under the line rate in one sweep; the unweighted fit kept the line rate for the small sizes'
-    sake, and the estimate came out 6.6% fast)."""
-    runs: dict[tuple, int] = {}
-    for rank in trace.ranks:
-        for node in rank.nodes:
-            op = comm_op(node, trace)
-            if op is not None:
-                runs[_op_key(op)] = runs.get(_op_key(op), 0) + 1
-    time = [runs.get(_op_key(_op(m)), 0) * m.time_us for m in measurements]
-    total = sum(time)
-    return tuple(1.0 + len(time) * t / total if total > 0 else 1.0 for t in time)
-
-
 def _classes_crossed(network: FabricNetwork, engine: FlowEngine, m: Measurement) -> tuple[LinkClass, ...]:
     crossed = set()
     for g in _members(m):
@@ -164,8 +141,8 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
     """Fit the fabric model's per-class efficiencies, message overhead and endpoint delay (with ECMP: the model
     is the mean over ``ecmp_samples`` hash draws, as the estimate's - or, given the ``paths`` the sweep's
     sessions took on a testbed, the mean over those sessions' networks: the draws the measurements really got).
-    ``weights``: one per measurement (:func:`workload_weights`), each point's squared relative error counted
-    that many times; None: all 1."""
+    ``weights``: one per measurement (:func:`astra_adapter.measurements.workload_weights`), each point's
+    squared relative error counted that many times; None: all 1."""
     from astra_adapter.fabric.estimate import sample_networks
 
     traced = bool(paths) and network.multipath

@@ -130,9 +130,9 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
     with ``fabric_calibration.json``, fitted on another topology with the same link classes), else fitted on
     ``topology`` from the measurements in ``run_dirs`` (taken to come from that topology), else nominal rates.
     Returns (estimate, the calibration fitted here or None)."""
-    from astra_adapter.fabric.calibrate import calibrate_fabric, workload_weights
+    from astra_adapter.fabric.calibrate import calibrate_fabric
     from astra_adapter.fabric.calibration_io import check_classes, load_fabric_params
-    from astra_adapter.measurements import read_measurements
+    from astra_adapter.measurements import read_measurements, workload_weights
 
     network = FabricNetwork(topology, source=source)
     network.check_connected()

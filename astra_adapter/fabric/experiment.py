@@ -13,11 +13,11 @@ from genie.core.topology import Topology
 
 from astra_adapter.experiment import AccuracyRow, PreparedExperiment, Statistic
 from astra_adapter.experiment_spec import SweepCase
-from astra_adapter.fabric.calibrate import FabricCalibration, calibrate_fabric, workload_weights
+from astra_adapter.fabric.calibrate import FabricCalibration, calibrate_fabric
 from astra_adapter.fabric.estimate import estimate_fabric
 from astra_adapter.fabric.flows import FlowEngine
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
-from astra_adapter.measurements import CommOp, Measurement
+from astra_adapter.measurements import CommOp, Measurement, workload_weights
 from astra_adapter.workload_estimate import TraceEstimate
 
 
