@@ -50,7 +50,10 @@ class PreparedExperiment:
     topology: Topology
     mapping: TopologyMapping | None  # None: ASTRA-sim's dimensions cannot express the topology (`unmapped` says why)
     sweep: tuple[SweepCase, ...]
-    fabric: bool = False  # the topology is not an ASTRA-sim dimension stack: the fabric model estimates it too
+    # the fabric model estimates it too: the topology is not an ASTRA-sim dimension stack, or the workload's
+    # disjoint process groups share links there (fabric.estimate.groups_share_links), which ASTRA-sim's
+    # congestion-unaware model cannot express
+    fabric: bool = False
     unmapped: str = ""  # why there is no mapping (map_topology's refusal): no ASTRA-sim calibrated row
 
 
@@ -127,9 +130,9 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
     for case in sweep:
         for size in case.sizes:
             sweep_ops(case, size)  # the bench can build every schedule
-    from astra_adapter.fabric.estimate import needs_fabric
+    from astra_adapter.fabric.estimate import groups_share_links, needs_fabric
 
-    fabric = mapping is None or needs_fabric(topology)
+    fabric = mapping is None or needs_fabric(topology) or groups_share_links(trace, topology)
     if fabric:
         from astra_adapter.fabric.experiment import cover_link_classes
 

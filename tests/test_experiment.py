@@ -339,3 +339,13 @@ def test_the_summary_shows_how_far_one_session_s_ecmp_draw_moves_the_fabric_esti
     summary = format_summary(ExperimentResult(tmp_path, prepared, (), None, (est,), (10_000_000,), (row,)))
     assert ("# fabric: one testbed session draws one ECMP hash; over the model's 2 draws the iteration spans "
             "9.0-11.0 ms (sd 10.0%): the replay's 1 round(s) sample that spread") in summary
+
+
+def test_the_shipped_ring_experiment_with_link_sharing_groups_gets_the_fabric_row():
+    """TP2 x DP4 on ring-8 maps exactly to ASTRA-sim's Ring, but its DP rings share links: the fabric row is
+    added beside the calibrated one; on star-8 (no shared link) and for one group on the ring it is not."""
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    ring = prepare(load_experiment(root / "tp2dp4-gpt3-ring8.yaml"))
+    assert ring.mapping is not None and ring.fabric
+    assert not prepare(load_experiment(root / "tp2dp4-gpt3-star8.yaml")).fabric
+    assert not prepare(load_experiment(root / "moe-ep8-gpt3-ring8.yaml")).fabric

@@ -211,3 +211,23 @@ def test_draws_played_in_forked_workers_equal_the_serial_plays():
     forked = play_draws(trace, nets, FabricParams(), workers=2)
     assert forked == serial
     assert len({t.iteration_ns for t in serial}) == 2  # the draws differ (collided or not), so order matters
+
+
+def test_disjoint_groups_sharing_a_link_bring_the_fabric_model_in():
+    """TP2 x DP4 on an 8-host ring: both DP rings cross every other link, so their all-reduces compete, which
+    ASTRA-sim's congestion-unaware model cannot express; on a star each group's flows have their own links."""
+    from astra_adapter.fabric.estimate import groups_share_links
+
+    tp_dp = [(0, 2, 4, 6), (1, 3, 5, 7), (0, 1), (2, 3), (4, 5), (6, 7)]
+
+    def trace(groups):
+        nodes = [[collective_node(0, "ar", comm_type=CommType.ALL_REDUCE, size_bytes=1 << 20,
+                                  process_group=None, algorithm=Algorithm.RING)] for _ in range(8)]
+        return make_trace(nodes, groups=tuple(ProcessGroup(f"g{i}", g) for i, g in enumerate(groups)))
+
+    ring8 = load_topology_file(ROOT / "topologies" / "ring-8.yaml")
+    star8 = load_topology_file(ROOT / "topologies" / "star-8.yaml")
+    assert groups_share_links(trace(tp_dp), ring8)
+    assert not groups_share_links(trace(tp_dp), star8)
+    assert not groups_share_links(trace(tp_dp[2:]), ring8)  # TP pairs alone: each its own link
+    assert not groups_share_links(trace([tuple(range(8))]), ring8)  # one group: nothing to compete with

@@ -34,6 +34,27 @@ def needs_fabric(topology: Topology) -> bool:
     return mapping.shape is TopologyShape.LEAF_SPINE
 
 
+def groups_share_links(trace: Trace, topology: Topology) -> bool:
+    """True when two disjoint process groups of ``trace`` send over a common link direction (each group's ring
+    neighbours routed on ``topology``: e.g. TP2 x DP4 on an 8-host ring, where both DP rings cross every other
+    link): their concurrent collectives compete for it, which ASTRA-sim's congestion-unaware model - and so
+    the calibrated mode - cannot express (one bandwidth per dimension, no link ever shared); the fabric
+    model can. The world group is not one of them (it is disjoint from nothing)."""
+    network = FabricNetwork(topology)
+    if trace.num_ranks != network.world_size:
+        return False
+    crossed: list[tuple[frozenset[int], set[int]]] = []
+    for group in trace.groups:
+        members = group.ranks
+        if len(members) < 2:
+            continue
+        used: set[int] = set()
+        for a, b in zip(members, (*members[1:], members[0])):
+            used |= {r for r, _ in network.routes[network.route(a, b)].loads}
+        crossed.append((frozenset(members), used))
+    return any(not (ga & gb) and ua & ub for k, (ga, ua) in enumerate(crossed) for gb, ub in crossed[k + 1:])
+
+
 def sample_networks(network: FabricNetwork, ecmp_samples: int) -> list[FabricNetwork]:
     """The networks to average over: ``ecmp_samples`` draws of the ECMP hash where the topology has equal-cost
     paths (and ``ecmp_samples > 0``), else the expected-share network alone."""
