@@ -1,6 +1,8 @@
 """``genie estimate --mode fabric`` and the experiment's fabric row: a trace's iteration time on the fabric
-model (pure). Which topologies use it by default: those ASTRA-sim's dimensions cannot express faithfully
-(:func:`needs_fabric`)."""
+model (pure functions; a big trace's hash draws are played in forked workers, :func:`play_draws`, with the same
+results). Which topologies use it by default: those ASTRA-sim's dimensions cannot express faithfully
+(:func:`needs_fabric`); an experiment also adds its row where the workload's process groups share links
+(:func:`groups_share_links`)."""
 
 from __future__ import annotations
 
