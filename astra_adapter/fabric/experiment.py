@@ -1,6 +1,7 @@
 """``genie experiment``'s fabric row (pure): on a topology that needs the fabric model
-(:func:`astra_adapter.fabric.estimate.needs_fabric`), calibrate it per link class on the sweep and estimate the
-trace with it, beside the measured and ASTRA-sim calibrated modes."""
+(:func:`astra_adapter.fabric.estimate.needs_fabric`), or where the workload's process groups share links
+(:func:`astra_adapter.fabric.estimate.groups_share_links`), calibrate it per link class on the sweep and
+estimate the trace with it, beside the measured and ASTRA-sim calibrated modes."""
 
 from __future__ import annotations
 
