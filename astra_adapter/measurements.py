@@ -100,19 +100,21 @@ def trace_comm_ops(trace: Trace) -> tuple[CommOp, ...]:
 
 def workload_weights(trace: Trace, measurements: tuple[Measurement, ...] | list[Measurement]) -> tuple[float, ...]:
     """Each measurement's weight in a calibration's fit (the fabric model's and ASTRA-sim's): 1, plus
-    len(measurements) x its share of the workload's communication time (how often the trace's ranks run its op, times its measured time; 0 for an op the trace
-    does not run). So the sweep as a whole and the workload's time count alike: a grid of small sizes cannot
+    len(measurements) x its share of the workload's communication time (how often the trace's ranks run its
+    op, times its measured time; 0 for an op the trace does not run). So the sweep as a whole and the workload's time count alike: a grid of small sizes cannot
     pull the fit away from the few large ops that make the iteration (measured: MoE EP8's 88 MB all-reduce
     ran 12% under the line rate in one sweep; the unweighted fit kept the line rate for the small sizes'
     sake, and the estimate came out 6.6% fast)."""
+    def point(x: CommOp | Measurement) -> tuple:  # an op of the trace and a sweep row name it alike
+        return x.collective, x.algorithm, x.ranks, x.size_bytes
+
     runs: dict[tuple, int] = {}
     for rank in trace.ranks:
         for node in rank.nodes:
             op = comm_op(node, trace)
             if op is not None:
-                key = (op.collective, op.algorithm, op.ranks, op.size_bytes)
-                runs[key] = runs.get(key, 0) + 1
-    time = [runs.get((m.collective, m.algorithm, m.ranks, m.size_bytes), 0) * m.time_us for m in measurements]
+                runs[point(op)] = runs.get(point(op), 0) + 1
+    time = [runs.get(point(m), 0) * m.time_us for m in measurements]
     total = sum(time)
     return tuple(1.0 + len(time) * t / total if total > 0 else 1.0 for t in time)
 

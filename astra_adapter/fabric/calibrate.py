@@ -12,7 +12,8 @@ A class is fitted only when some measurement's flows cross it (else it keeps eff
 least squares on relative error (projected Gauss-Newton with finite differences: the model is piecewise linear
 in the inverse efficiencies and linear in the delays); with ECMP the model is the mean over the same hash draws
 the estimate uses. Given the workload (:func:`astra_adapter.measurements.workload_weights`), the points the
-workload spends its time on weigh more: half of the fit is the sweep as a whole, half the workload's share of its communication time.
+workload spends its time on weigh more: half of the fit is the sweep as a whole, half the workload's share of
+its communication time.
 **Physically impossible points are excluded**: a measurement faster than its payload can cross the links at
 their nominal rates (no overhead, no delay) cannot be a real transfer (a timer artefact or a small-message
 minimum) and is left out, and listed.

@@ -33,6 +33,7 @@ from genie.engine.mpi.plan import ERROR_MARKER, LaunchMap, Transport, parse_port
 from genie.engine.mpi.trampoline import RANK_VARIABLES, launcher_rank
 from genie.engine.transport import PeerFailure
 
+
 def boot_id() -> str:
     """Identifies the running kernel, hence the CLOCK_MONOTONIC this process reads."""
     try:
