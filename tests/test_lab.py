@@ -3,6 +3,7 @@ provisioning scripts (with stub `ip`/`sysctl`), the CLI, and `vagrant validate` 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import shutil
@@ -64,24 +65,30 @@ def _walker(lab: Lab, limit: int = 16):
     attached = {m.name: {lab.network(n).network for n in m.networks} for m in lab.machines}
     attached_nets = {name: [ipaddress.IPv4Network(n) for n in nets] for name, nets in attached.items()}
     routes = {m.name: {r.destination: r for r in m.routes} for m in lab.machines}
+    net_of = {name: net.network for net in lab.networks for name, address in net.members
+              if address == machines[name].address}  # a host's rank address: the network it is on
+
+    @functools.cache
+    def on_net(name: str, gateway: str) -> bool:
+        return any(ipaddress.IPv4Address(gateway) in net for net in attached_nets[name])
 
     def walk(src: str, dst: str) -> list[str]:
         target = machines[dst].address
-        target_net = next(n for n in lab.networks if n.address_of(dst) == target)
+        target_net = net_of[dst]
         longest: list[str] = []
         frontier = [[src]]
         while frontier:
             path = frontier.pop()
             here = machines[path[-1]]
             assert len(path) <= limit, f"loop from {src} to {dst}: {path}"
-            if target_net.network in attached[here.name]:
+            if target_net in attached[here.name]:
                 longest = max(longest, path + [dst] if here.name != dst else path, key=len)
                 continue
             route = routes[here.name].get(f"{target}/32")
             assert route is not None, f"{here.name} has no route to {dst} ({target})"
             for gateway in route.gateways:
                 hop = owner[gateway]
-                shared = any(ipaddress.IPv4Address(gateway) in net for net in attached_nets[here.name])
+                shared = on_net(here.name, gateway)
                 assert shared, f"{here.name}: gateway {gateway} is not on one of its networks"
                 assert machines[hop].forwards or hop == dst, f"{hop} must forward for {src} -> {dst}"
                 frontier.append(path + [hop])
@@ -388,10 +395,16 @@ def test_cli_render(tmp_path: Path) -> None:
     assert isinstance(bad.exception, InputError) and not (tmp_path / "x").exists()
 
 
+#: Vagrant's validate loads each machine's configuration in turn, ~0.5 s per VM here: dgx-16node's 156 VMs took
+#: 67-84 s. It is left to dgx-2node, which renders the same kinds of VMs and networks (every sample's plan, routes
+#: and addresses are checked above without Vagrant).
+VALIDATED = [p for p in SAMPLES if p.stem != "dgx-16node"]
+
+
 @needs_keygen
 @pytest.mark.skipif(VAGRANT is None, reason="vagrant is not installed (apt-get install -y --no-install-recommends "
                                             "vagrant); the rendered Vagrantfiles are checked textually only")
-@pytest.mark.parametrize("sample", SAMPLES + ["mixed"], ids=lambda p: getattr(p, "stem", p))
+@pytest.mark.parametrize("sample", VALIDATED + ["mixed"], ids=lambda p: getattr(p, "stem", p))
 def test_vagrant_validates_rendered_lab(sample: Path | str, tmp_path: Path) -> None:
     topology = load_topology(MIXED) if sample == "mixed" else load_topology_file(sample)
     out = tmp_path / "lab"
