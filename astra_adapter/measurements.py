@@ -26,6 +26,7 @@ from genie.collectives.registry import choose_algorithm
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.files import InputKind, read_input
+from genie.core.flowpath import PATHS_JSON, RunPaths
 from genie.core.sizes import trace_op_size
 from genie.core.trace import NodeKind, Trace, TraceNode
 
@@ -220,6 +221,18 @@ def read_measurements(run_dirs: list[str | Path] | tuple) -> tuple[Measurement, 
     if not rows:
         raise InputError("no measurements in the sweep file(s)", source=", ".join(map(str, run_dirs)))
     return tuple(rows)
+
+
+def read_run_paths(run_dirs: list[str | Path] | tuple) -> tuple[RunPaths | None, ...]:
+    """Each run directory's ``paths.json`` (`genie.core.flowpath.RunPaths`: the paths its connections took on
+    a testbed with equal-cost paths), None where it has none."""
+    out: list[RunPaths | None] = []
+    for entry in run_dirs:
+        path = Path(entry)
+        file = (path if path.is_dir() else path.parent) / PATHS_JSON
+        out.append(RunPaths.parse(read_input(file, InputKind.RUN_FILE), source=str(file)) if file.is_file() else
+                   None)
+    return tuple(out)
 
 
 def _detailed(m: Measurement, detail: tuple | None) -> Measurement:

@@ -90,3 +90,41 @@ def test_cli_bench_with_topology_brings_up_and_tears_down(tmp_path):
     assert proc.stdout.count("# Avg bus bandwidth") == 2
     assert (out / "sweep.csv").read_text().count("\n") == 1 + 2 * 2
     assert _temporary_namespaces() <= before  # the --topology testbed is gone
+
+
+def test_bench_on_equal_cost_paths_records_them_and_estimate_fits_on_them(tmp_path):
+    """On a leaf-spine (ECMP over two spines) `genie bench` writes the path every connection of its sweep took,
+    read from the kernels while the testbed is up (paths.json); `genie estimate --measurements` calibrates the
+    fabric model on those paths instead of hash draws. `genie replay` writes its session's the same way."""
+    import json
+
+    from astra_adapter.fabric.network import FabricNetwork
+    from genie.core.flowpath import RunPaths
+    from genie.topology import load_topology_file
+
+    topology_file = ROOT / "topologies" / "leaf-spine-2x4.yaml"
+    out = tmp_path / "run"
+    proc = run_genie("bench", "--topology", str(topology_file), "-c", "all_reduce", "-b", "64K", "-e", "1M",
+                     "-f", "16", "-n", "3", "-w", "1", "--out", str(out), env={STATE_DIR_ENV: str(tmp_path / "state")})
+    assert proc.returncode == 0, proc.stderr
+    paths = RunPaths.parse((out / "paths.json").read_bytes(), source="paths.json")
+    (session,) = paths.sweep
+    assert paths.replay == () and session.unresolved == 0
+    network = FabricNetwork(load_topology_file(topology_file))
+    assert network.took(session)
+    # a ring all-reduce of 8 ranks: each rank sends to its ring neighbour, h3 -> h4 and h7 -> h0 over a spine
+    pairs = {(p.src_rank, p.dst_rank): p.nodes for p in session.paths}
+    assert set(pairs) >= {(r, (r + 1) % 8) for r in range(8)}
+    assert pairs[(3, 4)][1:4] in (("leaf0", "spine0", "leaf1"), ("leaf0", "spine1", "leaf1"))
+    assert "paths.json" in [f["name"] for f in json.loads((out / "manifest.json").read_text())["files"]]
+    done = run_genie("estimate", str(ROOT / "traces" / "gen_tp2_dp4_gpt3"), "--measurements", str(out),
+                     "--topology", str(topology_file), "--out", str(tmp_path / "est"))
+    assert done.returncode == 0, done.stderr
+    assert "ECMP as the sweep's connections took it (1 session(s)" in done.stdout
+    replayed = tmp_path / "replay"
+    proc = run_genie("replay", str(ROOT / "traces" / "gen_tp2_dp4_gpt3_small"), "--topology", str(topology_file),
+                     "-n", "1", "-w", "0", "--out", str(replayed), env={STATE_DIR_ENV: str(tmp_path / "state")})
+    assert proc.returncode == 0, proc.stderr
+    paths = RunPaths.parse((replayed / "paths.json").read_bytes(), source="paths.json")
+    assert paths.sweep == () and len(paths.replay) == 1 and network.took(paths.replay[0])
+    assert paths.replay[0].paths and paths.replay[0].unresolved == 0

@@ -10,6 +10,7 @@ import pytest
 
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
+from genie.core.flowpath import PATHS_JSON, FlowPath, RunPaths, SessionPaths
 from genie.topology import load_topology_file
 from genie.workloads.generators.options import GeneratorOptions, resolve
 
@@ -206,3 +207,68 @@ def test_the_fit_weighted_by_the_workload_follows_the_ops_it_spends_its_time_on(
     assert sum(w) == pytest.approx(2 * len(w))  # the sweep as a whole, and as much again for the workload
     with pytest.raises(ValueError):
         calibrate_fabric(ms, network, weights=(1.0,))
+
+
+# ---- the paths a bench run's connections took (paths.json) -------------------------------------------------
+def _ring_paths(label: str = "sweep", via: str = "spine1") -> SessionPaths:
+    """An 8-rank ring's connections on the oversubscribed leaf-spine: h3 -> h4 and h7 -> h0 over ``via``."""
+    leaf = {r: f"leaf{r // 4}" for r in range(8)}
+    paths = []
+    for r in range(8):
+        s, d = r, (r + 1) % 8
+        middle = (leaf[s],) if leaf[s] == leaf[d] else (leaf[s], via, leaf[d])
+        paths.append(FlowPath(s, d, (f"h{s}", *middle, f"h{d}")))
+    return SessionPaths(label, tuple(paths))
+
+
+def _bench_dir(tmp_path: Path, name: str, paths: SessionPaths | None = None, text: str | None = None) -> Path:
+    run = tmp_path / name
+    run.mkdir()
+    lines = ["collective,algorithm,ranks,size_bytes,count,dtype,iterations,time_min_us,time_median_us,time_p99_us,"
+             "time_max_us,algbw_GBps,busbw_GBps"]
+    for s in (64 << 10, 1 << 20, 8 << 20):
+        t = 200 + s / 20.0  # slower than the links allow
+        lines.append(f"all_reduce,ring,8,{s},{s // 4},float,5,{t},{t},{t},{t},0.1,0.2")
+    (run / "sweep.csv").write_text("\n".join(lines) + "\n")
+    if paths is not None:
+        (run / PATHS_JSON).write_text(RunPaths(sweep=(paths,)).to_json())
+    elif text is not None:
+        (run / PATHS_JSON).write_text(text)
+    return run
+
+
+def test_estimate_fits_on_the_paths_the_measurements_took_when_they_match(tmp_path: Path):
+    from astra_adapter.fabric.estimate import _sweep_paths, estimate_fabric_from_runs
+    from astra_adapter.measurements import read_measurements, read_run_paths
+    from genie.workloads.loader import load_trace
+
+    topology = load_topology_file(OVERSUB)
+    network = FabricNetwork(topology)
+    assert network.took(_ring_paths())
+    traced = _bench_dir(tmp_path, "traced", _ring_paths())
+    est, _ = estimate_fabric_from_runs(load_trace(TRACE), topology, run_dirs=[traced])
+    assert any("ECMP as the sweep's connections took it (1 session(s), 8 connection paths" in n for n in est.notes)
+    # on the paths taken, the fit differs from the fit on hash draws of the same measurements
+    plain = _bench_dir(tmp_path, "plain")
+    assert _sweep_paths(network, read_run_paths([plain])) == ((), ())
+    ms = read_measurements([plain])
+    assert calibrate_fabric(ms, network, paths=(_ring_paths(),)).params != calibrate_fabric(ms, network).params
+    # paths read on another topology (a node this one lacks) or another rank placement are not used, and said so
+    elsewhere = SessionPaths("sweep", (FlowPath(0, 1, ("h0", "tor9", "h1")),))
+    swapped = SessionPaths("sweep", (FlowPath(0, 1, ("h4", "leaf1", "h5")),))
+    for i, wrong in enumerate((elsewhere, swapped)):
+        paths, notes = _sweep_paths(network, read_run_paths([_bench_dir(tmp_path, f"wrong{i}", wrong)]))
+        assert paths == () and "does not match this topology" in notes[0]
+    paths, notes = _sweep_paths(network, read_run_paths([traced, plain]))  # one run without paths
+    assert paths == () and "some measurement run directories have no paths.json" in notes[0]
+    assert _sweep_paths(network, read_run_paths([traced, traced])) == ((_ring_paths(),) * 2, ())
+
+
+@pytest.mark.parametrize(("text", "field"), [("{", "not JSON"), ('{"sweep": 1}', "sweep: expected a list"),
+                                             ('{"sweep": [{"label": "x"}]}', "sweep[0]: not a session's paths")])
+def test_a_broken_paths_json_is_one_line_exit_2(tmp_path: Path, text: str, field: str):
+    run = _bench_dir(tmp_path, "broken", text=text)
+    done = run_genie("estimate", TRACE, "--measurements", run, "--topology", OVERSUB, "--out", tmp_path / "e",
+                     cwd=ROOT)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"{run / 'paths.json'}: {field}" in done.stderr and not (tmp_path / "e").exists()

@@ -155,7 +155,7 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
     Returns (estimate, the calibration fitted here or None)."""
     from astra_adapter.fabric.calibrate import calibrate_fabric
     from astra_adapter.fabric.calibration_io import check_classes, load_fabric_params
-    from astra_adapter.measurements import read_measurements, workload_weights
+    from astra_adapter.measurements import read_measurements, read_run_paths, workload_weights
 
     network = FabricNetwork(topology, source=source)
     network.check_connected()
@@ -166,8 +166,25 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
                                notes=(f"calibration from {cal_source}", *notes)), None
     if run_dirs:
         measurements = read_measurements(list(run_dirs))
-        cal = calibrate_fabric(measurements, network, weights=workload_weights(trace, measurements))
+        paths, note = _sweep_paths(network, read_run_paths(list(run_dirs)))
+        cal = calibrate_fabric(measurements, network, paths=paths, weights=workload_weights(trace, measurements))
         return estimate_fabric(trace, topology, cal.params, source=source,
-                               notes=(*cal.notes, *cal.warnings())), cal
+                               notes=(*cal.notes, *note, *cal.warnings())), cal
     return estimate_fabric(trace, topology, source=source,
                            notes=("uncalibrated: every link at its nominal rate, no overhead",)), None
+
+
+def _sweep_paths(network: FabricNetwork, runs: tuple) -> tuple[tuple[SessionPaths, ...], tuple[str, ...]]:
+    """The sweep sessions' paths to calibrate on (a topology with equal-cost paths): every run directory's,
+    when each has them and they were taken on ``network``'s topology with its rank placement; else none (the
+    fit takes ECMP hash draws) and a note why."""
+    if not network.multipath or not any(r is not None and r.sweep for r in runs):
+        return (), ()
+    if any(r is None or not r.sweep for r in runs):
+        return (), ("some measurement run directories have no paths.json sweep paths: ECMP as hash draws",)
+    sessions = tuple(s for r in runs for s in r.sweep)
+    if not all(network.took(s) for s in sessions):
+        return (), ("the measurements' paths.json does not match this topology's links and rank placement "
+                    "(taken on another one): ECMP as hash draws",)
+    return sessions, ()
+

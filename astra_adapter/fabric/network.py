@@ -126,6 +126,14 @@ class FabricNetwork:
         """This network with the routes one session's connections took (the hash draw it got)."""
         return FabricNetwork(self.topology, source=self.source, paths=paths)
 
+    def took(self, paths: SessionPaths) -> bool:
+        """True when every path of ``paths`` runs from its source rank's host to its destination rank's over
+        links of this topology (paths read on another topology, or another placement of the ranks, do not)."""
+        hosts = self.rank_hosts
+        return all(0 <= p.src_rank < len(hosts) and 0 <= p.dst_rank < len(hosts) and p.nodes
+                   and p.nodes[0] == hosts[p.src_rank] and p.nodes[-1] == hosts[p.dst_rank]
+                   and all((a, b) in self.index for a, b in zip(p.nodes, p.nodes[1:])) for p in paths.paths)
+
     @property
     def multipath(self) -> bool:
         """True when some pair of hosts has more than one shortest path (ECMP)."""

@@ -11,8 +11,14 @@ actually used instead of a guess of the hash.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
+
+from genie.core.errors import InputError
+
+#: a run directory's file of the paths its sessions' connections took (`genie bench`, `replay`, `experiment`)
+PATHS_JSON = "paths.json"
 
 
 @dataclass(frozen=True)
@@ -78,3 +84,40 @@ class SessionPaths:
     def from_json(cls, d: Any) -> "SessionPaths":
         return cls(str(d["label"]), tuple(FlowPath(int(s), int(t), tuple(str(n) for n in nodes), int(c))
                                           for s, t, nodes, c in d["paths"]), int(d.get("unresolved", 0)))
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """A run directory's ``paths.json``: the sessions of its sweep(s) and of its replay(s), in order."""
+
+    sweep: tuple[SessionPaths, ...] = ()
+    replay: tuple[SessionPaths, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps({"sweep": [p.to_json() for p in self.sweep],
+                           "replay": [p.to_json() for p in self.replay]}, indent=1) + "\n"
+
+    @classmethod
+    def parse(cls, data: bytes, *, source: str) -> "RunPaths":
+        """``paths.json`` as :meth:`to_json` writes it; anything else is an InputError naming the field."""
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(f"not JSON: {exc}", source=source) from None
+        if not isinstance(doc, dict):
+            raise InputError("expected an object with 'sweep' and 'replay' lists", source=source)
+        kinds = []
+        for kind in ("sweep", "replay"):
+            sessions = doc.get(kind, [])
+            if not isinstance(sessions, list):
+                raise InputError("expected a list of sessions", source=source, path=kind)
+            parsed = []
+            for i, session in enumerate(sessions):
+                try:
+                    parsed.append(SessionPaths.from_json(session))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise InputError(f"not a session's paths ({type(exc).__name__}: {exc})", source=source,
+                                     path=f"{kind}[{i}]") from None
+            kinds.append(tuple(parsed))
+        return cls(*kinds)
+

@@ -299,6 +299,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
     `interval_s` on a testbed (genie.report.observe)."""
     from genie.faults.service import bench_bounds
     from genie.report.sweep_recorder import SweepRecorder
+    from genie.services.connection_paths import PathRecorder
     from genie.services.stage import staged
 
     request, opts = cmd.request, cmd.options
@@ -344,6 +345,9 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
                                 sessions=stage.sessions, fault_hooks=watch.injector,
                                 fault_points=stage.fault_plan.fault_points(), dilation=stage.dilation)
         start()
+        traced = PathRecorder(target.info)  # while the testbed is up
+        traced.sweep("sweep", outcome.flows)
+        traced.write(stage.run)
         doc = files.finish(outcome, config=config, devices=devices, steps=request.record_steps)
         stage.run.set_summary({"cases": len(outcome.stats), **rank_memory_summary(outcome.peak_rss_kb),
                                **stage.summary()})

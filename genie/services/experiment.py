@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from astra_adapter.experiment import (ExperimentResult, PreparedExperiment, Stat
 from astra_adapter.experiment_spec import ExperimentSpec
 from genie.core.dilation import DilationMode
 from genie.core.errors import InputError
-from genie.core.flowpath import SessionPaths
+from genie.services.connection_paths import PathRecorder
 from genie.services.dilation import smallest_message_bytes
 from genie.services.options import RunOptions
 from genie.core.records import ReplayOutcome
@@ -104,7 +103,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
                 name=f"experiment-{spec.name}", smallest_message_bytes=smallest) as stage:
         pooled: list[list[int]] = [[] for _ in items]
         outcomes = []
-        traced = _PathTrace(stage.target.info if prepared.fabric else None)
+        traced = PathRecorder(stage.target.info if prepared.fabric else None)
         with stage.watching() as watch:
             for r in range(rounds):
                 say(f"round {r + 1}/{rounds}: sweep, {sweep_each} iterations per size")
@@ -112,7 +111,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
                                   sessions=stage.sessions, progress=bench_progress, dilation=stage.dilation)
                 for acc, stats in zip(pooled, swept.stats):
                     acc.extend(stats.iteration_ns)
-                traced.sweep(r, swept.flows)
+                traced.sweep(f"round {r + 1} sweep", swept.flows)
                 say(f"round {r + 1}/{rounds}: replay of {source}, {spec.replay_warmup} warmup + {replay_each} "
                     "iterations")
                 outcomes.append(run_replay(prepared.trace, stage.placements, replay_request, source=source,
@@ -120,7 +119,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
                                            fault_hooks=watch.injector, fault_points=stage.fault_plan.fault_points(),
                                            stragglers=faults_service.stragglers_by_rank(stage.fault_plan),
                                            dilation=stage.dilation))
-                traced.replay(r, outcomes[-1].flows)
+                traced.replay(f"round {r + 1} replay", outcomes[-1].flows)
                 write_rounds(stage.run, prepared, pooled, outcomes)  # a later failure keeps these rounds
                 traced.write(stage.run)
             say("tearing down" if opts.topology is not None else "done")
@@ -147,38 +146,6 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
         stage.run.set_summary({"accuracy": [{"mode": r.mode, "error_pct": r.error_pct} for r in rows],
                                "replay_median_ns": result.measured_ns, **stage.summary()})
     return result
-
-
-class _PathTrace:
-    """The paths each round's sweep and replay connections took on a testbed with equal-cost paths (read while
-    it is up, right after each session; nothing on other targets), written to ``paths.json``."""
-
-    def __init__(self, info: Any) -> None:
-        from astra_adapter.fabric.network import FabricNetwork
-
-        self.info = info if info is not None and FabricNetwork(info.topology).multipath else None
-        self.swept: list[SessionPaths] = []
-        self.replayed: list[SessionPaths] = []
-
-    def _read(self, label: str, flows: tuple) -> SessionPaths | None:
-        if self.info is None or not flows:
-            return None
-        from genie.testbed.flow_paths import read_session_paths
-
-        return read_session_paths(self.info, flows, label)
-
-    def sweep(self, r: int, flows: tuple) -> None:
-        if (paths := self._read(f"round {r + 1} sweep", flows)) is not None:
-            self.swept.append(paths)
-
-    def replay(self, r: int, flows: tuple) -> None:
-        if (paths := self._read(f"round {r + 1} replay", flows)) is not None:
-            self.replayed.append(paths)
-
-    def write(self, run: Any) -> None:
-        if self.swept or self.replayed:
-            run.write("paths.json", json.dumps({"sweep": [p.to_json() for p in self.swept],
-                                                "replay": [p.to_json() for p in self.replayed]}, indent=1) + "\n")
 
 
 def _physically_possible(prepared: PreparedExperiment, best: tuple) -> tuple[tuple, int]:

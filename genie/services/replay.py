@@ -129,6 +129,7 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
     from genie.faults import service as faults_service
     from genie.report.manifest import input_digest
     from genie.report.replay import replay_files
+    from genie.services.connection_paths import PathRecorder
     from genie.services.stage import staged
 
     opts, request, trace = cmd.options, cmd.request, cmd.trace
@@ -160,6 +161,9 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
                                  fault_points=stage.fault_plan.fault_points(),
                                  stragglers=faults_service.stragglers_by_rank(stage.fault_plan), on_iteration=keep,
                                  dilation=stage.dilation)
+        traced = PathRecorder(stage.target.info)  # while the testbed is up
+        traced.replay("replay", outcome.flows)
+        traced.write(stage.run)
         doc, files = replay_files(outcome, meta)
         for name, text in files.items():
             stage.run.write(name, text)
