@@ -64,8 +64,7 @@ def run_evaluate(run_dir: Path, experiment: Path) -> None:
     from astra_adapter.fabric.calibrate import calibrate_fabric, summary_lines
     from astra_adapter.fabric.estimate import estimate_fabric
     from astra_adapter.fabric.network import FabricNetwork
-    from astra_adapter.measurements import read_measurements
-    from genie.core.flowpath import SessionPaths
+    from astra_adapter.measurements import read_measurements, read_run_paths
     from genie.topology import load_topology_file
 
     spec = load_experiment(experiment)
@@ -73,9 +72,8 @@ def run_evaluate(run_dir: Path, experiment: Path) -> None:
     trace = load_workload(spec)
     doc = json.loads((run_dir / "experiment.json").read_text())
     replay = median(doc["replay_iteration_ns"])
-    traced = json.loads((run_dir / "paths.json").read_text()) if (run_dir / "paths.json").is_file() else None
-    sweep = tuple(SessionPaths.from_json(p) for p in traced["sweep"]) if traced else ()
-    sessions = tuple(SessionPaths.from_json(p) for p in traced["replay"]) if traced else ()
+    (traced,) = read_run_paths([run_dir])
+    sweep, sessions = (traced.sweep, traced.replay) if traced is not None else ((), ())
     measurements = read_measurements([run_dir])
     for fit_name, fit_paths in (("8 draws", ()), *((("sweep's paths", sweep),) if sweep else ())):
         started = time.perf_counter()
