@@ -89,6 +89,7 @@ def test_cli_bench_with_topology_brings_up_and_tears_down(tmp_path):
     assert "# Collective test starting: alltoall_perf" in proc.stdout
     assert proc.stdout.count("# Avg bus bandwidth") == 2
     assert (out / "sweep.csv").read_text().count("\n") == 1 + 2 * 2
+    assert not (out / "paths.json").exists()  # a star has one path per pair: nothing to record
     assert _temporary_namespaces() <= before  # the --topology testbed is gone
 
 
