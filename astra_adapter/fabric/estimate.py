@@ -12,7 +12,7 @@ import signal
 from dataclasses import replace
 
 from genie.core.errors import InputError
-from genie.core.flowpath import SessionPaths
+from genie.core.flowpath import RunPaths, SessionPaths
 from genie.core.process import die_with_parent
 from genie.core.topology import Topology
 from genie.core.trace import Trace
@@ -174,7 +174,8 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
                            notes=("uncalibrated: every link at its nominal rate, no overhead",)), None
 
 
-def _sweep_paths(network: FabricNetwork, runs: tuple) -> tuple[tuple[SessionPaths, ...], tuple[str, ...]]:
+def _sweep_paths(network: FabricNetwork, runs: tuple[RunPaths | None, ...]
+                 ) -> tuple[tuple[SessionPaths, ...], tuple[str, ...]]:
     """The sweep sessions' paths to calibrate on (a topology with equal-cost paths): every run directory's,
     when each has them and they were taken on ``network``'s topology with its rank placement; else none (the
     fit takes ECMP hash draws) and a note why."""
@@ -187,4 +188,3 @@ def _sweep_paths(network: FabricNetwork, runs: tuple) -> tuple[tuple[SessionPath
         return (), ("the measurements' paths.json does not match this topology's links and rank placement "
                     "(taken on another one): ECMP as hash draws",)
     return sessions, ()
-

@@ -120,4 +120,3 @@ class RunPaths:
                                      path=f"{kind}[{i}]") from None
             kinds.append(tuple(parsed))
         return cls(*kinds)
-
