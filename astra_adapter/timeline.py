@@ -214,8 +214,18 @@ class _Player:
                 self.busy[rank].add(lane)
                 op.started[rank] = t
                 op.nodes[rank] = i
+                self.joined(op, rank)
                 if len(op.started) == len(op.members):
                     self.running.append(op)
+
+    def joined(self, op: _Op, rank: int) -> None:
+        """``rank`` has started ``op`` (now); here the op waits for all of its members (a subclass may let the
+        early ones begin)."""
+
+    def settle(self, t: float) -> None:
+        """Complete the ops whose time is up (at ``t``)."""
+        for op in [o for o in self.running if o.remaining_ns <= _EPS_NS]:
+            self.complete(op, t)
 
     def complete(self, op: _Op, t: float) -> None:
         self.running.remove(op)
@@ -257,8 +267,7 @@ class _Player:
             self.pump(rank, 0.0)
         t = 0.0
         while self.done < self.total:
-            for op in [o for o in self.running if o.remaining_ns <= _EPS_NS]:
-                self.complete(op, t)
+            self.settle(t)
             t_op = t + self.horizon_ns()
             t_next = min(t_op, self.heap[0][0] if self.heap else float("inf"))
             if t_next == float("inf"):

@@ -12,13 +12,14 @@ from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeli
 
 
 class _FlowOp(_Op):
-    __slots__ = ("comm", "flow", "channel")
+    __slots__ = ("comm", "flow", "channel", "gone")
 
     def __init__(self, members: tuple[int, ...], sides: tuple | None, comm: CommOp) -> None:
         super().__init__(members, sides, float("inf"))
         self.comm = comm
         self.flow: FabricOp | None = None
         self.channel: int | None = None
+        self.gone: set[int] = set()  # members that have left the op
 
 
 class FabricPlayer(_Player):
@@ -32,20 +33,40 @@ class FabricPlayer(_Player):
     def _new_op(self, members: tuple[int, ...], sides: tuple | None, op: CommOp, duration_ns) -> _Op:
         return _FlowOp(members, sides, op)
 
+    def joined(self, op: _Op, rank: int) -> None:
+        """The op's flows start with its first member: the early members' first-step sends move before the
+        others start the op (the replay's ranks post them on entering it; the peers' kernels buffer them)."""
+        assert isinstance(op, _FlowOp)
+        if op.flow is None:
+            op.flow = self.engine.start(self.engine.plan(op.comm, op.members, op.channel),
+                                        absent=[m for m in op.members if m != rank])
+        else:
+            self.engine.arrive(op.flow, rank)
+
     def horizon_ns(self) -> float:
-        for op in self.running:
-            if op.flow is None:  # type: ignore[attr-defined]
-                op.flow = self.engine.start(self.engine.plan(op.comm, op.members,  # type: ignore[attr-defined]
-                                                             op.channel))  # type: ignore[attr-defined]
         return self.engine.horizon_ns()
 
     def advance(self, dt_ns: float) -> None:
         self.engine.advance(dt_ns)
-        for op in self.running:
-            flow = op.flow  # type: ignore[attr-defined]
-            if flow is not None and flow.done and op.remaining_ns:
-                op.remaining_ns = 0.0
-                self.engine.remove(flow)
+
+    def settle(self, t: float) -> None:
+        """Each member leaves an op when its own part of the last step is done (the replay's ranks leave a
+        collective at their last receive, not together); the op ends when the last one leaves."""
+        for op in list(self.running):
+            assert isinstance(op, _FlowOp) and op.flow is not None
+            busy = self.engine.busy_ranks(op.flow)
+            if busy is None:
+                continue
+            for rank in op.members:
+                if rank not in busy and rank not in op.gone:
+                    op.gone.add(rank)
+                    i = op.nodes[rank]
+                    self.busy[rank].discard(self.lanes[rank][0][i])
+                    self.finish(rank, i, op.started[rank], t)
+                    self.pump(rank, t)
+            if len(op.gone) == len(op.members):
+                self.running.remove(op)
+                self.engine.remove(op.flow)
 
 
 def play_on_fabric(trace: Trace, engine: FlowEngine, compiled: CompiledTrace | None = None) -> Timeline:
