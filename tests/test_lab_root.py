@@ -30,7 +30,8 @@ from genie.topology import load_topology_file
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = f"genie-labtest{os.getpid()}-"
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces"),
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_ADMIN) to build namespaces"),
               pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen is not installed"),
               pytest.mark.timeout(900)]
 
