@@ -230,11 +230,15 @@ class _Player:
     def complete(self, op: _Op, t: float) -> None:
         self.running.remove(op)
         for rank in op.members:
-            i = op.nodes[rank]
-            self.busy[rank].discard(self.lanes[rank][0][i])
-            self.finish(rank, i, op.started[rank], t)
+            self.leave(op, rank, t)
         for rank in op.members:
             self.pump(rank, t)
+
+    def leave(self, op: _Op, rank: int, t: float) -> None:
+        """``rank`` is done with ``op`` at ``t``: its node ends and its lane is free (pump it next)."""
+        i = op.nodes[rank]
+        self.busy[rank].discard(self.lanes[rank][0][i])
+        self.finish(rank, i, op.started[rank], t)
 
     def rates(self) -> list[float]:
         if not self.share_nic:

@@ -57,16 +57,15 @@ class FabricPlayer(_Player):
             busy = self.engine.busy_ranks(op.flow)
             if busy is None:
                 continue
-            for rank in op.members:
-                if rank not in busy and rank not in op.gone:
-                    op.gone.add(rank)
-                    i = op.nodes[rank]
-                    self.busy[rank].discard(self.lanes[rank][0][i])
-                    self.finish(rank, i, op.started[rank], t)
-                    self.pump(rank, t)
+            leaving = [rank for rank in op.members if rank not in busy and rank not in op.gone]
+            for rank in leaving:
+                op.gone.add(rank)
+                self.leave(op, rank, t)
             if len(op.gone) == len(op.members):
                 self.running.remove(op)
                 self.engine.remove(op.flow)
+            for rank in leaving:
+                self.pump(rank, t)
 
 
 def play_on_fabric(trace: Trace, engine: FlowEngine, compiled: CompiledTrace | None = None) -> Timeline:
