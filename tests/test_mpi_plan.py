@@ -333,6 +333,33 @@ def test_a_death_after_a_rank_reported_its_failure_is_not_the_cause():
     assert session._silent_death(state(error_ns=1_000_000_000, dead_ns=1_900_000_000, peer=1)) is None
 
 
+def test_the_rank_a_closed_connection_blames_is_named_whichever_exit_was_noticed_first():
+    """On a loaded machine the loop may get several exits at once, the killed rank's after the reporter's own
+    (which followed its abort): the first report's blamed rank, seen exiting and silent, is still the one named;
+    a blamed rank that reported its own error, or was not seen exiting, is not."""
+    from genie.engine.mpi import MpiLaunch
+    from genie.engine.mpi.rank import boot_id
+    from genie.engine.mpi.session import MpiSession, _Run
+    from genie.engine.session import SessionOptions
+
+    session = MpiSession(loopback_placements(3), SessionOptions(), MpiLaunch(mpiexec=Path("mpiexec")))
+    session.ranks = [{"rank": r, "host": "localhost", "pid": 10 + r} for r in range(3)]
+
+    def state(dead: list[int], own_error: bool = False) -> _Run:
+        run = _Run()
+        for rank, peer in ((1, 2), *(((2, None),) if own_error else ())):
+            session._on_stderr(plan.ERROR_MARKER + json.dumps({
+                "rank": rank, "message": f"rank {rank}: rank {peer} closed the connection", "t_ns": 1_000_000_000,
+                "boot_id": boot_id(), "peer": peer}), run)
+        run.dead = set(dead)
+        run.first_dead, run.first_dead_ns = dead[0], 1_400_000_000  # noticed after rank 1's abort
+        return run
+
+    assert session._silent_death(state([1, 2, 0])).startswith("rank 2 on host localhost died during the run (")
+    assert session._silent_death(state([1, 0])) is None  # rank 2 not seen exiting: the report stands
+    assert session._silent_death(state([1, 2, 0], own_error=True)) is None  # rank 2 said what went wrong
+
+
 def test_a_closed_connection_names_the_peer_in_the_ranks_report(capfd):
     """The report a rank writes when a peer's connection closes carries that peer, which `_silent_death`
     reads; a timeout carries none (the silent rank may be alive)."""

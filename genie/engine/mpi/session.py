@@ -88,6 +88,8 @@ class _Run:
     error_at: float | None = None
     error_ranks: set = field(default_factory=set)  # ranks that reported an error themselves
     first_dead: int | None = None  # the first rank on this machine seen exiting (pidfd)
+    dead: set = field(default_factory=set)  # every rank on this machine seen exiting during the run
+    first_blamed: int | None = None  # the peer the first error report blames (its connection closed)
     first_dead_ns: int | None = None  # when (this machine's monotonic clock)
     error_times_ns: list = field(default_factory=list)  # (t_ns, blamed rank or None) of reports written here
     selector: Any = None
@@ -314,11 +316,14 @@ class MpiSession:
                 message = json.loads(line[marker + len(plan.ERROR_MARKER):])["message"]
             except (ValueError, KeyError, TypeError):
                 message = line[marker + len(plan.ERROR_MARKER):]
-            if state.first_error is None:
+            first = state.first_error is None
+            if first:
                 state.first_error = message
             try:
                 doc = json.loads(line[marker + len(plan.ERROR_MARKER):])
                 state.error_ranks.add(doc["rank"])
+                if first and isinstance(doc.get("peer"), int):
+                    state.first_blamed = doc["peer"]
                 if doc.get("boot_id") == _here() and isinstance(doc.get("t_ns"), int):
                     peer = doc.get("peer")
                     state.error_times_ns.append((doc["t_ns"], peer if isinstance(peer, int) else None))
@@ -363,6 +368,8 @@ class MpiSession:
     @staticmethod
     def _rank_exited(state: _Run, fd: int) -> None:
         state.selector.unregister(fd)
+        if not state.done:
+            state.dead.add(state.pidfds[fd])
         if state.first_dead is None and not state.done:
             state.first_dead = state.pidfds[fd]
             state.first_dead_ns = time.monotonic_ns()
@@ -389,6 +396,14 @@ class MpiSession:
     def _silent_death(self, state: _Run) -> str | None:
         """'rank R on host H died during the run (...)' when hydra's banner names a rank that reported nothing
         (killed, out of memory): that rank, not a peer that saw its connection close, ended the run."""
+        blamed = state.first_blamed
+        if blamed is not None and blamed in state.dead and blamed not in state.error_ranks:
+            # the first report says the blamed rank's connection closed or reset (a timeout blames no one), and
+            # that rank, seen exiting here, reported nothing itself: it died before any abort could kill it. Which
+            # exit this loop noticed first proves less: a loaded machine hands it several exits at once.
+            dead = next(r for r in self.ranks if r["rank"] == blamed)
+            how = state.exit_string or "no error reported: killed, or crashed"
+            return f"rank {dead['rank']} on host {dead['host']} died during the run ({how})"
         if state.first_dead is not None:  # seen here: exact
             dead = next(r for r in self.ranks if r["rank"] == state.first_dead)
         else:  # on another machine: hydra's banner
