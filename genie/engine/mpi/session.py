@@ -88,9 +88,9 @@ class _Run:
     error_at: float | None = None
     error_ranks: set = field(default_factory=set)  # ranks that reported an error themselves
     first_dead: int | None = None  # the first rank on this machine seen exiting (pidfd)
+    first_dead_ns: int | None = None  # when (this machine's monotonic clock)
     dead: set = field(default_factory=set)  # every rank on this machine seen exiting during the run
     first_blamed: int | None = None  # the peer the first error report blames (its connection closed)
-    first_dead_ns: int | None = None  # when (this machine's monotonic clock)
     error_times_ns: list = field(default_factory=list)  # (t_ns, blamed rank or None) of reports written here
     selector: Any = None
     pidfds: dict = field(default_factory=dict)  # fd -> rank
@@ -401,9 +401,7 @@ class MpiSession:
             # the first report says the blamed rank's connection closed or reset (a timeout blames no one), and
             # that rank, seen exiting here, reported nothing itself: it died before any abort could kill it. Which
             # exit this loop noticed first proves less: a loaded machine hands it several exits at once.
-            dead = next(r for r in self.ranks if r["rank"] == blamed)
-            how = state.exit_string or "no error reported: killed, or crashed"
-            return f"rank {dead['rank']} on host {dead['host']} died during the run ({how})"
+            return self._died(next(r for r in self.ranks if r["rank"] == blamed), state)
         if state.first_dead is not None:  # seen here: exact
             dead = next(r for r in self.ranks if r["rank"] == state.first_dead)
         else:  # on another machine: hydra's banner
@@ -418,6 +416,10 @@ class MpiSession:
             return None
         if dead is None or dead["rank"] in state.error_ranks:
             return None
+        return self._died(dead, state)
+
+    @staticmethod
+    def _died(dead: dict[str, Any], state: _Run) -> str:
         how = state.exit_string or "no error reported: killed, or crashed"
         return f"rank {dead['rank']} on host {dead['host']} died during the run ({how})"
 
