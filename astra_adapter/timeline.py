@@ -214,13 +214,8 @@ class _Player:
                 self.busy[rank].add(lane)
                 op.started[rank] = t
                 op.nodes[rank] = i
-                self.joined(op, rank)
                 if len(op.started) == len(op.members):
                     self.running.append(op)
-
-    def joined(self, op: _Op, rank: int) -> None:
-        """``rank`` has started ``op`` (now); here the op waits for all of its members (a subclass may let the
-        early ones begin)."""
 
     def settle(self, t: float) -> None:
         """Complete the ops whose time is up (at ``t``)."""

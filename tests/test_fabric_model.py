@@ -11,8 +11,7 @@ import pytest
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.topology import Host, Link, Topology
-from genie.core.trace import (CommType, ProcessGroup, collective_node, compute_node, make_trace, recv_node,
-                              send_node)
+from genie.core.trace import CommType, ProcessGroup, collective_node, compute_node, make_trace
 from genie.topology import load_topology, load_topology_file
 
 from astra_adapter.fabric.estimate import estimate_fabric, needs_fabric
@@ -232,37 +231,6 @@ def test_disjoint_groups_sharing_a_link_bring_the_fabric_model_in():
     assert not groups_share_links(trace(tp_dp), star8)
     assert not groups_share_links(trace(tp_dp[2:]), ring8)  # TP pairs alone: each its own link
     assert not groups_share_links(trace([tuple(range(8))]), ring8)  # one group: nothing to compete with
-
-
-def _late_rank_trace(n: int, late: int, late_ns: int, comm_type: CommType, size: int):
-    """Every rank computes 1 ms, ``late`` computes ``late_ns``, then all run one collective of ``size`` bytes."""
-    nodes = [[compute_node(0, "fwd", duration_ns=late_ns if r == late else 1_000_000),
-              collective_node(1, "c", comm_type=comm_type, size_bytes=size, data_deps=(0,))] for r in range(n)]
-    return make_trace(nodes)
-
-
-def test_early_members_send_before_the_last_one_starts():
-    """The replay's ranks post an op's first sends on entering it and the peers' kernels buffer them: on the
-    oversubscribed leaf-spine, 7 ranks enter an all-to-all 1 s before rank 7, so when it starts, only its own 7
-    flows are left, and they share its host link (1/7 Gbit/s each: under the spines' share)."""
-    size, late_ns = 4 << 20, 1_000_000_000
-    est = estimate_fabric(_late_rank_trace(8, 7, late_ns, CommType.ALL_TO_ALL, size),
-                          load_topology_file(OVERSUB), ecmp_samples=0)
-    own = 7 * (size / 8) * WIRE_BYTES_PER_PAYLOAD_BYTE / GBIT_BYTES_PER_NS
-    assert est.iteration_ns == pytest.approx(late_ns + own, abs=2)
-    together = run_concurrently(FlowEngine(FabricNetwork(load_topology_file(OVERSUB))),
-                                [(CommOp(Collective.ALL_TO_ALL, Algorithm.DIRECT, 8, size), tuple(range(8)))])[0]
-    assert together > 1.5 * own  # had they all waited for rank 7: the spines' bytes too, after it started
-
-
-def test_a_message_moves_before_its_receiver_starts_receiving():
-    size = 1 << 20
-    nodes = [[send_node(0, "s", rank=0, peer=1, size_bytes=size)],
-             [compute_node(0, "fwd", duration_ns=50_000_000),
-              recv_node(1, "r", rank=1, peer=0, size_bytes=size, data_deps=(0,))]]
-    est = estimate_fabric(make_trace(nodes), load_topology(star(2)), ecmp_samples=0)
-    assert size * WIRE_BYTES_PER_PAYLOAD_BYTE / GBIT_BYTES_PER_NS < 50_000_000
-    assert est.iteration_ns == 50_000_000  # the bytes were in rank 1's socket buffer when it got there
 
 
 def test_a_rank_leaves_a_collective_when_its_part_of_the_last_step_is_done():

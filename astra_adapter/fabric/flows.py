@@ -2,9 +2,8 @@
 
 An op (a collective on its members, or one message) runs the exact per-rank steps the replay executes
 (:func:`genie.collectives.registry.build_schedule`). Its ranks go through the steps together (the replay's
-ranks wait on each step's receives), except at the ends: members that start the op before the others send their
-first step's flows at once (:meth:`FlowEngine.start` with ``absent``), and a rank whose flows of the last step are
-done leaves (:meth:`FlowEngine.busy_ranks`). A step first pays its latency - the per-message overhead times the most
+ranks wait on each step's receives), except that a rank whose flows of the last step are done leaves the op
+(:meth:`FlowEngine.busy_ranks`). A step first pays its latency - the per-message overhead times the most
 messages one rank posts in it, plus the longest expected path delay, plus the op's endpoint delay on its first
 step - then every send of the step is a flow from its rank's host to the peer's host, at the max-min fair rate
 (:mod:`astra_adapter.fabric.fairshare`) over every resource it crosses, shared with the flows of every other op
@@ -18,7 +17,6 @@ default 1) scales its rate.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,12 +73,9 @@ class StepFlows:
 
 
 class FabricOp:
-    """An op in flight: the step it is in, its latency left, its flows' bytes left. An op started before all of
-    its members (:meth:`FlowEngine.start` with ``absent``) holds its first step's flows per sender: ``hold[k]``
-    is the time left before flow k may move (its sender's latency; inf while the sender has not started), and
-    the step does not end while a member is ``absent``."""
+    """An op in flight: the step it is in, its latency left, its flows' bytes left."""
 
-    __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "hold", "absent")
+    __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done")
 
     def __init__(self, steps: tuple[StepFlows, ...]) -> None:
         self.steps = steps
@@ -90,11 +85,8 @@ class FabricOp:
         self.active = np.zeros(0, dtype=bool)
         self.active_count = 0  # flows still moving (active.sum())
         self.done = False
-        self.hold: np.ndarray | None = None
-        self.absent: set[int] = set()
 
     def next_step(self) -> None:
-        self.hold = None
         self.step += 1
         while self.step < len(self.steps) and not len(self.steps[self.step].routes) and \
                 not self.steps[self.step].latency_ns:
@@ -178,37 +170,11 @@ class FlowEngine:
             out.append(step)
         return tuple(out)
 
-    def start(self, steps: tuple[StepFlows, ...], absent: Collection[int] = ()) -> FabricOp:
-        """Start an op now. ``absent``: members that have not started it yet (the replay's ranks enter an op
-        one by one): only the others' first-step flows move (into the absent peers' socket buffers), each
-        after the step's latency; :meth:`arrive` lets in the rest."""
+    def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         op = FabricOp(steps)
         op.next_step()
-        if absent and not op.done:
-            s = steps[op.step]
-            op.absent = set(absent)
-            op.hold = np.where(np.isin(s.src, list(op.absent)), np.inf, op.latency_ns)
-            op.latency_ns = 0.0
-            self._release(op)
         self.ops.append(op)
         return op
-
-    def arrive(self, op: FabricOp, rank: int) -> None:
-        """``rank`` starts the op now: its first-step flows move after the step's latency."""
-        op.absent.discard(rank)
-        if op.hold is not None:
-            s = op.steps[op.step]
-            op.hold[s.src == rank] = s.latency_ns
-            self._release(op)
-
-    @staticmethod
-    def _release(op: FabricOp) -> None:
-        """Held flows whose hold is over start moving."""
-        s = op.steps[op.step]
-        hold = op.hold
-        assert hold is not None
-        op.active = s.moving & (hold <= 0) & (op.left > s.done_below)
-        op.active_count = int(np.count_nonzero(op.active))
 
     @staticmethod
     def busy_ranks(op: FabricOp) -> set[int] | None:
@@ -221,14 +187,6 @@ class FlowEngine:
         s = op.steps[op.step]
         left = s.moving & (op.left > s.done_below)
         return set(s.src[left].tolist()) | set(s.dst[left].tolist())
-
-    @staticmethod
-    def _step_over(op: FabricOp) -> bool:
-        """Every flow of the step has moved its bytes and no member is still to start the op."""
-        if op.hold is None:
-            return not op.active_count
-        s = op.steps[op.step]
-        return not op.absent and not np.any(s.moving & (op.left > s.done_below))
 
     def remove(self, op: FabricOp) -> None:
         self.ops.remove(op)
@@ -294,14 +252,8 @@ class FlowEngine:
                 return 0.0
             if op.latency_ns > 0:
                 best = min(best, op.latency_ns)
-                continue
-            if op.hold is not None:
-                held = op.hold[(op.hold > 0) & np.isfinite(op.hold)]
-                if len(held):
-                    best = min(best, float(held.min()))
-            if rate is None:
-                if self._step_over(op):
-                    return 0.0  # a step with nothing left to move: ends now
+            elif rate is None:
+                return 0.0  # a step with nothing left to move: ends now
             elif op.active_count == len(op.left):
                 best = min(best, float(np.min(op.left / rate)))
             else:
@@ -323,11 +275,7 @@ class FlowEngine:
                 op.left = op.left - rate * dt_ns
                 op.active = op.active & (op.left > op.steps[op.step].done_below)
                 op.active_count = int(np.count_nonzero(op.active))
-            if op.hold is not None:
-                op.hold = np.maximum(op.hold - dt_ns, 0.0)  # inf stays inf
-                op.hold[op.hold <= 1e-6] = 0.0
-                self._release(op)
-            if self._step_over(op):
+            if not op.active_count:
                 op.next_step()
 
 

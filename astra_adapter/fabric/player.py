@@ -33,17 +33,11 @@ class FabricPlayer(_Player):
     def _new_op(self, members: tuple[int, ...], sides: tuple | None, op: CommOp, duration_ns) -> _Op:
         return _FlowOp(members, sides, op)
 
-    def joined(self, op: _Op, rank: int) -> None:
-        """The op's flows start with its first member: the early members' first-step sends move before the
-        others start the op (the replay's ranks post them on entering it; the peers' kernels buffer them)."""
-        assert isinstance(op, _FlowOp)
-        if op.flow is None:
-            op.flow = self.engine.start(self.engine.plan(op.comm, op.members, op.channel),
-                                        absent=[m for m in op.members if m != rank])
-        else:
-            self.engine.arrive(op.flow, rank)
-
     def horizon_ns(self) -> float:
+        for op in self.running:
+            if op.flow is None:  # type: ignore[attr-defined]
+                op.flow = self.engine.start(self.engine.plan(op.comm, op.members,  # type: ignore[attr-defined]
+                                                             op.channel))  # type: ignore[attr-defined]
         return self.engine.horizon_ns()
 
     def advance(self, dt_ns: float) -> None:
@@ -53,7 +47,9 @@ class FabricPlayer(_Player):
         """Each member leaves an op when its own part of the last step is done (the replay's ranks leave a
         collective at their last receive, not together); the op ends when the last one leaves."""
         for op in list(self.running):
-            assert isinstance(op, _FlowOp) and op.flow is not None
+            assert isinstance(op, _FlowOp)
+            if op.flow is None:  # joined by its last member since the last horizon: starts there
+                continue
             busy = self.engine.busy_ranks(op.flow)
             if busy is None:
                 continue
