@@ -29,6 +29,7 @@ from astra_adapter.engine import Engine, EngineRun, RankRun, stat_types
 from astra_adapter.network import AnalyticalNetwork
 from astra_adapter.output import AstraResult, RankResult, format_astra_output, rank_lines, timestamp_now
 from astra_adapter.links import LinkNetwork
+from astra_adapter.slot_holds import SlotHold, longest_hold
 from astra_adapter.symmetry import mirrored_links, rank_classes
 from astra_adapter.work import RankWork, StatType, trace_work
 
@@ -45,6 +46,8 @@ class Estimate:
     simulated_phases: int
     simulated_ranks: int  # fewer than the ranks when symmetric ranks were simulated once
     approximated_phases: int = 0  # > 0: some huge staggered phases were started together (an upper bound)
+    #: with ``holds=True``: the longest wait of a send or collective for the communication slot
+    slot_hold: SlotHold | None = None
 
     def stdout(self, timestamp: str | None = None) -> str:
         """ASTRA-sim's stdout for this run (one timestamp for every line)."""
@@ -115,13 +118,15 @@ def results(work: tuple[RankWork, ...], run: EngineRun, representatives: tuple[i
 def estimate(trace: Trace, system: SystemConfig, network: NetworkConfig,
              remote_memory: RemoteMemoryConfig | None = None, *, queues_per_dim: int = 1,
              symmetry: bool | None = None,
-             backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE) -> Estimate:
+             backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE, holds: bool = False) -> Estimate:
     """Estimate ``trace``. ``symmetry``: simulate one rank per class of identical ranks (exact, see
     :mod:`astra_adapter.symmetry`); None = when the trace has more than ``SYMMETRY_MIN_RANKS`` ranks. Without
     it the order of same-tick finish lines follows ASTRA-sim's event order; with it, rank order.
-    ``backend``: which analytical network (the congestion-aware one simulates every rank, links shared)."""
+    ``backend``: which analytical network (the congestion-aware one simulates every rank, links shared).
+    ``holds``: find where the one communication slot per NPU held a send or collective back
+    (:mod:`astra_adapter.slot_holds`)."""
     with _collector_paused():
-        return _estimate(trace, system, network, remote_memory, queues_per_dim, symmetry, backend)
+        return _estimate(trace, system, network, remote_memory, queues_per_dim, symmetry, backend, holds)
 
 
 @contextmanager
@@ -137,7 +142,7 @@ def _collector_paused():
 
 
 def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote_memory: RemoteMemoryConfig | None,
-              queues_per_dim: int, symmetry: bool | None, backend: NetworkBackend) -> Estimate:
+              queues_per_dim: int, symmetry: bool | None, backend: NetworkBackend, holds: bool) -> Estimate:
     work = trace_work(trace, system)
     groups = {g.name: tuple(g.ranks) for g in trace.groups}
     net = AnalyticalNetwork(network)
@@ -154,7 +159,7 @@ def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote
                  backend=backend).run()
     result, log = results(work, run, reps, roofline=system.roofline_enabled)
     return Estimate(result, ring_log_lines(system, network.npus_per_dim), log, run.simulated_phases,
-                    len(run.ranks), run.approximated_phases)
+                    len(run.ranks), run.approximated_phases, longest_hold(work, run.ranks) if holds else None)
 
 
 def estimate_files(workload_prefix: str | Path, system_path: str | Path, network_path: str | Path,

@@ -52,7 +52,8 @@ class PreparedExperiment:
     sweep: tuple[SweepCase, ...]
     # the fabric model estimates it too: the topology is not an ASTRA-sim dimension stack, or the workload's
     # disjoint process groups share links there (fabric.estimate.groups_share_links), which ASTRA-sim's
-    # congestion-unaware model cannot express
+    # congestion-unaware model cannot express, or a rank sends beside its collectives, which ASTRA-sim
+    # serialises (fabric.estimate.sends_beside_collectives)
     fabric: bool = False
     unmapped: str = ""  # why there is no mapping (map_topology's refusal): no ASTRA-sim calibrated row
 
@@ -130,9 +131,10 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
     for case in sweep:
         for size in case.sizes:
             sweep_ops(case, size)  # the bench can build every schedule
-    from astra_adapter.fabric.estimate import groups_share_links, needs_fabric
+    from astra_adapter.fabric.estimate import groups_share_links, needs_fabric, sends_beside_collectives
 
-    fabric = mapping is None or needs_fabric(topology) or groups_share_links(trace, topology)
+    fabric = (mapping is None or needs_fabric(topology) or groups_share_links(trace, topology)
+              or sends_beside_collectives(trace))
     if fabric:
         from astra_adapter.fabric.experiment import cover_link_classes
 
@@ -276,6 +278,8 @@ def format_summary(result: ExperimentResult) -> str:
 
     for est in result.estimates:
         lines += [f"# {est.mode.value}: {n}" for n in est.notes if n.startswith(SESSION_NOTE)]
+        if est.slot_note:
+            lines.append(f"# {est.mode.value}: {est.slot_note}")
         if est.draw_iterations_ns:
             lines.append(f"# {est.mode.value}: one testbed session draws one ECMP hash; over the model's "
                          f"{len(est.draw_iterations_ns)} draws the iteration spans "

@@ -2,7 +2,7 @@
 model (pure functions; a big trace's hash draws are played in forked workers, :func:`play_draws`, with the same
 results). Which topologies use it by default: those ASTRA-sim's dimensions cannot express faithfully
 (:func:`needs_fabric`); an experiment also adds its row where the workload's process groups share links
-(:func:`groups_share_links`)."""
+(:func:`groups_share_links`) or a rank sends beside its collectives (:func:`sends_beside_collectives`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from genie.core.errors import InputError
 from genie.core.flowpath import RunPaths, SessionPaths
 from genie.core.process import die_with_parent
 from genie.core.topology import Topology
-from genie.core.trace import Trace
+from genie.core.trace import NodeKind, Trace
 
 from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine, StepSends
 from astra_adapter.fabric.network import FabricNetwork
@@ -55,6 +55,17 @@ def groups_share_links(trace: Trace, topology: Topology) -> bool:
             used |= {r for r, _ in network.routes[network.route(a, b)].loads}
         crossed.append((frozenset(members), used))
     return any(not (ga & gb) and ua & ub for k, (ga, ua) in enumerate(crossed) for gb, ub in crossed[k + 1:])
+
+
+def sends_beside_collectives(trace: Trace) -> bool:
+    """True when some rank both sends point to point and runs collectives (a pipeline with data parallelism):
+    the replay runs them at once, ASTRA-sim's one communication slot per NPU - and so the calibrated mode -
+    one after the other (:mod:`astra_adapter.slot_holds`); the fabric model follows the replay."""
+    for rank in trace.ranks:
+        kinds = {node.kind for node in rank.nodes}
+        if NodeKind.SEND in kinds and NodeKind.COLLECTIVE in kinds:
+            return True
+    return False
 
 
 def sample_networks(network: FabricNetwork, ecmp_samples: int) -> list[FabricNetwork]:
