@@ -1,6 +1,7 @@
 """ASTRA-sim adapter benchmark (run by hand, as root; not a test).
 
-1. Accuracy: runs the experiments (default: every experiments/*.yaml - DP, TP+DP and MoE on star-8 and ring-8)
+1. Accuracy: runs the experiments (default: every experiments/*.yaml - DP, TP+DP and MoE on star-8 and
+   ring-8, PP+DP on star-8, the oversubscribed leaf-spines)
    with `genie experiment`'s service: sweep, calibrate, estimate in both modes, replay, compare. Prints
    estimated vs measured iteration time and the error per mode (target: within 5% of the measured replay).
 2. Scale: times the built-in estimator (calibrated mode, in memory, no ET I/O) on a generated GPT-3 175B step,

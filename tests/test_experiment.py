@@ -349,3 +349,19 @@ def test_the_shipped_ring_experiment_with_link_sharing_groups_gets_the_fabric_ro
     assert ring.mapping is not None and ring.fabric
     assert not prepare(load_experiment(root / "tp2dp4-gpt3-star8.yaml")).fabric
     assert not prepare(load_experiment(root / "moe-ep8-gpt3-ring8.yaml")).fabric
+
+
+def test_the_shipped_pipeline_experiment_names_the_slot_wait_and_gets_the_fabric_row(tmp_path: Path) -> None:
+    """PP4 x DP2 on star-8: its ranks send beside their collectives, so the fabric row is added; the calibrated
+    estimate holds the last stage's last gradient send behind its DP all-reduce (ASTRA-sim's one communication
+    op per NPU) and the summary says so."""
+    prepared = prepare(load_experiment(ROOT / "experiments" / "pp4dp2-gpt3-star8.yaml"))
+    assert prepared.mapping is not None and prepared.fabric
+    rows = model_sweep(prepared)
+    calibration, estimates, accuracy = evaluate(prepared, tuple(rows), (2_000_000_000,))
+    calibrated = estimates[1]
+    assert "rank 3's 'send.grad.mb7.to2' waited" in calibrated.slot_note
+    assert "behind 'allreduce.dp.bucket0'" in calibrated.slot_note and not estimates[0].slot_note
+    summary = format_summary(ExperimentResult(tmp_path, prepared, tuple(rows), calibration, estimates,
+                                              (2_000_000_000,), accuracy))
+    assert f"# calibrated: {calibrated.slot_note}" in summary

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from genie.core.errors import RunFailure
-from genie.core.schedule import Buffer, RankSchedule
+from genie.core.schedule import Buffer, RankSchedule, Step
 from genie.engine.transport import Transfer, Transport
 
 if TYPE_CHECKING:  # numpy is imported by the buffers of a verified run only: a rank without costs ~12 MB less
@@ -49,16 +49,22 @@ class DataBuffers:
 
 def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: float,
                  data: DataBuffers | None = None, record_steps: bool = False,
-                 clock=time.monotonic_ns) -> list[StepRecord]:
+                 clock=time.monotonic_ns, clear_to_send: Step | None = None) -> list[StepRecord]:
     """Run every step of `schedule`; raise RunFailure (naming rank and peer) when a peer fails or times out.
 
     A step starts once the previous step's receives are complete — its data dependency — while the previous
     sends may still be in progress (queued per peer, in order): each link stays busy across step boundaries,
     like NCCL's pipelined slices, instead of idling while the slowest flow of the step ends. With real data,
     a step whose writes overlap a region still being sent first waits for the sends. The op ends when every
-    send and receive is complete. A step record ends when the step's receives are complete."""
+    send and receive is complete. A step record ends when the step's receives are complete.
+
+    `clear_to_send` (`genie.engine.program.clear_to_send`) runs first: tokens only, never data, not recorded."""
     records: list[StepRecord] = []
     deadline = time.monotonic() + timeout_s
+    if clear_to_send is not None:
+        transport.exchange([Transfer(s.peer, s.size_bytes) for s in clear_to_send.sends],
+                           [Transfer(r.peer, r.size_bytes) for r in clear_to_send.recvs], timeout_s,
+                           wait_for_sends=False)
     sending: list[tuple[Buffer, int, int]] = []  # regions of sends not yet waited for (real data only)
     for index, step in enumerate(schedule.steps):
         start_ns = clock() if record_steps else 0

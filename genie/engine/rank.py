@@ -86,6 +86,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
     one more barrier while the orchestrator injects; that iteration is then timed from its own start."""
     from genie.collectives.registry import build_schedule
     from genie.engine.executor import run_schedule
+    from genie.engine.program import clear_to_send
 
     clock = time.monotonic_ns
     points = set(job.fault_points)
@@ -93,14 +94,15 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
     for index, case in enumerate(job.cases):
         member = rank in case.op.group
         schedule = build_schedule(case.op).for_rank(rank) if member else None
+        tokens = clear_to_send(case.op, rank) if member and case.op.sends_messages else None
         verifier = _Verifier(case.op, rank) if (job.verify and member) else None
         control.barrier(Barrier())
         for _ in range(case.warmup if member else 0):
             run_schedule(schedule, transport, timeout_s=job.timeout_s,
-                         data=verifier.fresh() if verifier else None)
+                         data=verifier.fresh() if verifier else None, clear_to_send=tokens)
         if verifier:  # nccl-tests' check iteration (-c): real data, checked, not timed
             data = verifier.fresh()
-            run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data)
+            run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data, clear_to_send=tokens)
             verifier.check(data)
         control.barrier(Barrier(timed=job.faults))
         iterations: list[tuple[int, int]] = []
@@ -116,7 +118,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
                 continue
             start = clock()
             records = run_schedule(schedule, transport, timeout_s=job.timeout_s,
-                                   record_steps=job.record_steps, clock=clock)
+                                   record_steps=job.record_steps, clock=clock, clear_to_send=tokens)
             end = clock()
             iterations.append((start, end))
             steps.extend((it, r.step_index, r.start_ns, r.end_ns, r.sent_bytes, r.received_bytes, tuple(r.peers))

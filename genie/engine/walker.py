@@ -25,7 +25,7 @@ from typing import Callable, Protocol
 from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import Recv, Send, Step
 from genie.engine.clock import DEFAULT_SPIN_NS, MONOTONIC, Clock, minimise_timer_slack
-from genie.engine.program import cached_schedule
+from genie.engine.program import cached_schedule, clear_to_send
 from genie.engine.transport import PeerFailure
 
 
@@ -68,9 +68,14 @@ def lane_key(node: ProgramNode) -> tuple:
 
 
 def node_steps(node: ProgramNode, rank: int) -> tuple[Step, ...]:
-    """The schedule steps of a communication node on `rank` (a send or receive is one single-transfer step)."""
+    """The schedule steps of a communication node on `rank` (a send or receive is one single-transfer step); a
+    collective's start with its clear-to-send step where it has one (`genie.engine.program.clear_to_send`)."""
     if node.lane is Lane.COLLECTIVE:
-        return cached_schedule(node.op).for_rank(rank).steps if node.op.sends_messages else ()
+        if not node.op.sends_messages:
+            return ()
+        steps = cached_schedule(node.op).for_rank(rank).steps
+        tokens = clear_to_send(node.op, rank)
+        return steps if tokens is None else (tokens, *steps)
     if node.lane is Lane.SEND:
         return (Step(sends=(Send(node.peer, 0, node.size_bytes),)),)
     return (Step(recvs=(Recv(node.peer, 0, node.size_bytes),)),)
