@@ -81,7 +81,7 @@ def job_peers(job: BenchJob, rank: int) -> frozenset[int]:
 
 def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Control) -> None:
     """For each case: barrier, warmup (then, with `job.verify`, one untimed check iteration with real data, as
-    nccl-tests' -c), barrier, timed iterations; report per-iteration start/end (ns). Before
+    nccl-tests' -c), barrier, timed iterations, barrier; report per-iteration start/end (ns). Before
     a timed op that is a fault point (`job.fault_points`, counted over the whole sweep) every rank waits at
     one more barrier while the orchestrator injects; that iteration is then timed from its own start."""
     from genie.collectives.registry import build_schedule
@@ -123,6 +123,10 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
             iterations.append((start, end))
             steps.extend((it, r.step_index, r.start_ns, r.end_ns, r.sent_bytes, r.received_bytes, tuple(r.peers))
                          for r in records)
+        # report once every rank is done with the case: a rank that reports while others still run its last
+        # iteration takes their CPU (on the 2-core VM the last of 12 timed 12 MiB all-to-alls ran 108-116 ms
+        # against ~96, every run; with the barrier 95.5-96.9; benchmarks/README.md)
+        control.barrier(Barrier())
         control.send(CaseResult(case=index, rank=rank, iterations=tuple(iterations), steps=tuple(steps),
                                 restarts=tuple(restarts)))
 

@@ -1,0 +1,49 @@
+"""The rank's side of a bench case (`genie.engine.rank.run_bench_job`) against a control plane that records."""
+
+from __future__ import annotations
+
+import time
+
+from genie.core.collective import Algorithm, Collective
+from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult, Message
+from genie.core.schedule import CollectiveOp
+from genie.engine.rank import run_bench_job
+from genie.engine.transport import SocketTransport
+
+
+class RecordingControl:
+    """Every barrier and message in order, with the monotonic time it was made at."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, Message | Barrier]] = []
+
+    def send(self, message: Message) -> None:
+        self.events.append(("send", time.monotonic_ns(), message))
+
+    def barrier(self, barrier: Barrier = Barrier()) -> int:
+        now = time.monotonic_ns()
+        self.events.append(("barrier", now, barrier))
+        return now
+
+
+def _job(group: tuple[int, ...], iterations: int) -> BenchJob:
+    op = CollectiveOp(Collective.ALL_REDUCE, 1 << 12, group, Algorithm.RING, dtype_bytes=4)
+    return BenchJob(cases=(BenchCase(op, 1, iterations), BenchCase(op, 0, iterations)), timeout_s=5.0)
+
+
+def test_a_case_is_reported_only_after_a_barrier_that_follows_its_last_timed_iteration():
+    control = RecordingControl()
+    run_bench_job(_job((0,), 4), 0, SocketTransport(0, {}), control)  # a one-rank group: no peers
+    kinds = [kind for kind, _, _ in control.events]
+    assert kinds == ["barrier", "barrier", "barrier", "send"] * 2
+    for case in range(2):
+        (_, final_barrier_ns, _), (_, _, result) = control.events[4 * case + 2: 4 * case + 4]
+        assert isinstance(result, CaseResult) and result.case == case and len(result.iterations) == 4
+        assert all(start <= end <= final_barrier_ns for start, end in result.iterations)
+
+
+def test_a_rank_outside_the_group_joins_every_barrier_and_reports_no_iterations():
+    control = RecordingControl()
+    run_bench_job(_job((0, 1), 3), 2, None, control)
+    assert [kind for kind, _, _ in control.events] == ["barrier", "barrier", "barrier", "send"] * 2
+    assert all(msg.iterations == () for kind, _, msg in control.events if kind == "send")
