@@ -124,7 +124,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
             steps.extend((it, r.step_index, r.start_ns, r.end_ns, r.sent_bytes, r.received_bytes, tuple(r.peers))
                          for r in records)
         # report once every rank is done with the case: a rank that reports while others still run its last
-        # iteration takes their CPU (on the 2-core VM the last of 12 timed 12 MiB all-to-alls ran 108-116 ms
+        # iteration takes their CPU (on the 2-core VM the last of 12 timed 12 MiB all-to-alls ran 107-116 ms
         # against ~96, every run; with the barrier 95.5-96.9; benchmarks/README.md)
         control.barrier(Barrier())
         control.send(CaseResult(case=index, rank=rank, iterations=tuple(iterations), steps=tuple(steps),
