@@ -71,7 +71,7 @@ def test_a_bridge_vm_shapes_its_ports_as_the_testbed_shapes_the_bridge(shaper: S
             assert ours.ifname == rename[theirs.ifname] and ours.ifname.startswith("ens")  # type: ignore[union-attr]
     s0 = plan_machine_shaping(lab, "s0", shaper, vm_addresses(lab, "s0"))
     toward_h0 = [s for s in s0.steps if s.ifname == "ens5"]  # type: ignore[union-attr]
-    assert [type(s) for s in toward_h0] == ([AddHtb, AddNetem] if shaper is Shaper.KERNEL else [AddHtb])
+    assert [type(s) for s in toward_h0] == ([AddHtb, AddNetem, AddNetem] if shaper is Shaper.KERNEL else [AddHtb])
 
 
 def test_the_receivers_emulator_knows_the_senders_by_the_macs_vagrant_sets() -> None:

@@ -216,8 +216,9 @@ def test_a_netem_link_gets_netem_under_the_htb_class(state_dir: Path) -> None:
     for end in info.link_ends:
         status = env.kernel.inspect_namespace(end.netns)  # type: ignore[arg-type]
         qdiscs = next(i for i in status.interfaces if i.ifname == end.ifname).qdiscs
-        assert [(q.kind, q.handle, q.parent) for q in qdiscs] == [("htb", "1:", "root"), ("netem", "10:", "1:1")]
-        assert qdiscs[1].detail.startswith("delay 100us")
+        assert [(q.kind, q.handle, q.parent) for q in qdiscs] == [("htb", "1:", "root"), ("netem", "10:", "1:1"),
+                                                                  ("netem", "20:", "1:2")]
+        assert qdiscs[1].detail.startswith("delay 100us") and qdiscs[2].detail == qdiscs[1].detail
     service.down("fk-nm", environment=env)
     assert env.kernel.is_empty()
 

@@ -38,7 +38,7 @@ def test_star_4_golden_plan() -> None:
         preamble += [f"netns add {name}", f"{name}: link set lo up",
                      f"{name}: sysctl net.ipv6.conf.all.disable_ipv6=1",
                      f"{name}: sysctl net.ipv6.conf.default.disable_ipv6=1"]
-    htb = "tc htb dev {dev} root 1: class 1:1 rate 1gbit burst 1000000B ceil 1020mbit cburst 128KiB quantum 200000"
+    htb = "tc htb dev {dev} root 1: class 1:1 rate 1gbit burst 1000000B ceil 1020mbit cburst 128KiB quantum 200000; class 1:2 (pure ACKs, prio 0) rate 1020mbit"
     links = []
     for i in range(4):
         h = f"genie-s4-h{i}"
@@ -200,13 +200,20 @@ def test_netem_hangs_under_the_htb_class_when_available() -> None:
     shape = LinkShape(rate_bps=GBIT, delay_us=100.0, jitter_us=10.0, loss_pct=0.5, queue_packets=500)
     steps = plan_testbed(ring(2, shape=shape), "n", netem_available=True)
     netem = [s for s in steps if isinstance(s, AddNetem)]
-    assert [(s.netns, s.ifname) for s in netem] == [("genie-n-h0", "eth0"), ("genie-n-h1", "eth0")]
+    assert [(s.netns, s.ifname, s.parent) for s in netem] == [
+        (f"genie-n-h{i}", "eth0", parent) for i in (0, 1) for parent in (QdiscParent.HTB_CLASS, QdiscParent.ACK_CLASS)]
     # a delayed topology's links are wires (LinkModel.WIRE by default): netem serializes at the rate too
     assert netem[0] == AddNetem("genie-n-h0", "eth0", QdiscParent.HTB_CLASS, 100.0, 10.0, 0.5, 500, GBIT)
     assert netem[0].describe() == ("genie-n-h0: tc netem dev eth0 parent 1:1 rate 1gbit delay 100us jitter 10us "
                                    "loss 0.5% limit 500")
+    # the ACK lane's pure ACKs are delayed, jittered and lost alike, but not serialized
+    assert netem[1] == AddNetem("genie-n-h0", "eth0", QdiscParent.ACK_CLASS, 100.0, 10.0, 0.5, 500, None)
     bucket = plan_testbed(ring(2, shape=shape), "n", netem_available=True, links=LinkModel.BUCKET)
-    assert [s.rate_bps for s in bucket if isinstance(s, AddNetem)] == [None, None]
+    assert [s.rate_bps for s in bucket if isinstance(s, AddNetem)] == [None] * 4
+    rate_only = plan_testbed(ring(2, shape=LinkShape(rate_bps=GBIT)), "n", netem_available=True,
+                             links=LinkModel.WIRE)
+    # a wire without delay: netem serializes data under 1:1, the ACK lane needs no netem
+    assert [s.parent for s in rate_only if isinstance(s, AddNetem)] == [QdiscParent.HTB_CLASS] * 2
     index = steps.index(netem[0])
     assert isinstance(steps[index - 1], AddHtb)  # HTB first, netem under its class
     assert build_plan(ring(2, shape=shape), "n", netem_available=True).info.shaper == Shaping.HTB | Shaping.NETEM

@@ -124,9 +124,10 @@ def test_star_4_full_mesh_htb_on_both_ends_counters_and_down(state_dir: Path) ->
             for n in ("h0", "h3", "s0")] == ["0", "0", "1"]  # hosts keep their cwnd across idle; a switch: default
     assert idle_restart.read_text() == root_value  # never the root namespace's
     for netns in (f"genie-{RUN}-star-h0", f"genie-{RUN}-star-s0"):  # both ends of link 0
-        classes = _run(["ip", "netns", "exec", netns, "tc", "class", "show", "dev", "eth0"]).stdout.splitlines()
-        assert [line.split(" prio")[0] for line in classes] == ["class htb 1:1 root"]
-        assert " rate 1Gbit ceil 1020Mbit burst " in classes[0]
+        classes = sorted(_run(["ip", "netns", "exec", netns, "tc", "class", "show", "dev", "eth0"]).stdout.splitlines())
+        assert [line.split(" prio")[0] for line in classes] == ["class htb 1:1 root", "class htb 1:2 root"]
+        assert " rate 1Gbit ceil 1020Mbit burst " in classes[0] and " rate 1020Mbit ceil 1020Mbit " in classes[1]
+        assert " prio 1 " in classes[0] and " prio 0 " in classes[1]  # the ACK lane is served first
         buckets = dict(re.findall(r" (c?burst) (\d+)b", classes[0]))  # the kernel rounds to its clock ticks
         assert abs(int(buckets["burst"]) - 1_000_000) < 20_000 and abs(int(buckets["cburst"]) - 131_072) < 3000
         assert [q["kind"] for q in _tc_json(netns, "qdisc", "show", "dev", "eth0")] == ["htb"]
@@ -143,6 +144,56 @@ def test_star_4_full_mesh_htb_on_both_ends_counters_and_down(state_dir: Path) ->
     report = service.down(info.name)
     assert report.testbeds == (info.name,)
     assert _ours() == [] and not record_path(info.name).exists()
+
+
+BULK = r"""
+import socket, sys
+role, address, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if role == "recv":
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((address, 47002)); srv.listen(1); srv.settimeout(20)
+    conn, _ = srv.accept(); got = 0
+    while chunk := conn.recv(1 << 20):
+        got += len(chunk)
+    print(got)
+else:
+    for _ in range(200):
+        try:
+            c = socket.create_connection((address, 47002), timeout=2); break
+        except OSError:
+            import time; time.sleep(0.05)
+    c.sendall(bytes(size)); c.close()
+"""
+
+
+def _class_stats(netns: str) -> dict[str, tuple[int, int]]:
+    """HTB class -> (bytes, packets) sent on eth0."""
+    return {c["handle"]: (c["stats"]["bytes"], c["stats"]["packets"])  # type: ignore[index]
+            for c in _tc_json(netns, "-s", "class", "show", "dev", "eth0")}
+
+
+def test_the_ack_lane_carries_the_pure_acks_and_only_them(state_dir: Path) -> None:
+    """A bulk transfer h0 -> h1 over a shaped link: h1's egress sends its pure ACKs in class 1:2 (none in the
+    data class but the handshake and the close), h0's egress sends all data in 1:1."""
+    topology = star(2, shape=LinkShape(rate_bps=200 * 10**6))
+    info = _up(topology=topology, suffix="ack")
+    h0, h1 = info.hosts
+    size = 8 * 2**20
+    receiver = subprocess.Popen(["ip", "netns", "exec", h1.netns, sys.executable, "-c", BULK, "recv", h1.address,
+                                 str(size)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sender = _run(["ip", "netns", "exec", h0.netns, sys.executable, "-c", BULK, "send", h1.address, str(size)])
+    out, err = receiver.communicate(timeout=30)
+    assert sender.returncode == 0 and receiver.returncode == 0, sender.stderr + err
+    assert int(out) == size
+    acks, data = _class_stats(h1.netns), _class_stats(h0.netns)
+    ack_bytes, ack_packets = acks["1:2"]
+    assert ack_packets > 20 and ack_bytes / ack_packets < 128, acks  # the receiver's ACKs, all small
+    assert acks["1:1"][1] <= 8, acks  # only what is not a pure ACK: SYN-ACK, FIN, ARP
+    assert data["1:1"][0] > size and data["1:2"][0] < size // 100, data  # the data, at the link's rate
+    filters = _tc_json(h1.netns, "filter", "show", "dev", "eth0")
+    assert any(f.get("options", {}).get("flowid") == "1:2" for f in filters), filters  # type: ignore[union-attr]
+    service.down(info.name)
+    assert _ours() == []
 
 
 def test_leaf_spine_full_mesh_with_ecmp_routes(state_dir: Path) -> None:

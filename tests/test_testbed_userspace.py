@@ -39,7 +39,7 @@ def test_two_hosts_golden_userspace_plan() -> None:
     shape = LinkShape(rate_bps=GBIT, delay_us=1000.0, loss_pct=2.0)
     lines = [step.describe() for step in plan_testbed(_pair(shape), "u", netem_available=False,
                                                         shaper=Shaper.USERSPACE)]
-    htb = "tc htb dev eth0 root 1: class 1:1 rate 1gbit burst 1000000B ceil 1020mbit cburst 128KiB quantum 200000"
+    htb = "tc htb dev eth0 root 1: class 1:1 rate 1gbit burst 1000000B ceil 1020mbit cburst 128KiB quantum 200000; class 1:2 (pure ACKs, prio 0) rate 1020mbit"
     assert lines[8:] == [
         "veth genie-u-h0:eth0 <-> genie-u-h1:eth0 mtu 1500 mac 02:67:00:00:00:00 / 02:67:00:00:00:01",
         "genie-u-h0: addr add 198.18.0.1/30 dev eth0",

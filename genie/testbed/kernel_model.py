@@ -48,6 +48,7 @@ class Interface:
     addresses: list[str] = field(default_factory=list)  # CIDRs, in the order added
     htb: AddHtb | None = None  # root qdisc 1: with class 1:1
     leaf: LeafQdisc | None = None  # qdisc 10: at the root or under class 1:1
+    ack_leaf: AddNetem | None = None  # qdisc 20: under the ACK lane 1:2
 
 
 @dataclass
@@ -140,8 +141,13 @@ class KernelModel:
                 interface.htb = step
             case AddNetem(netns=name, ifname=ifname) | AddPfifo(netns=name, ifname=ifname):
                 interface = self.interface(name, ifname)
-                if step.parent is QdiscParent.HTB_CLASS and interface.htb is None:
-                    raise _error(errno.ENOENT, f"{name}: {ifname} has no HTB class 1:1")
+                if step.parent is not QdiscParent.ROOT and interface.htb is None:
+                    raise _error(errno.ENOENT, f"{name}: {ifname} has no HTB class {step.parent.value}")
+                if step.parent is QdiscParent.ACK_CLASS:
+                    if interface.ack_leaf is not None or not isinstance(step, AddNetem):
+                        raise _error(errno.EEXIST, f"{name}: {ifname} already has that qdisc")
+                    interface.ack_leaf = step
+                    return
                 if interface.leaf is not None or (step.parent is QdiscParent.ROOT and interface.htb is not None):
                     raise _error(errno.EEXIST, f"{name}: {ifname} already has that qdisc")
                 interface.leaf = step
@@ -200,7 +206,9 @@ class KernelModel:
                     interface.addresses.remove(step.cidr)
             case AddHtb():
                 interface.htb = None
-                interface.leaf = None  # everything under the root goes with it
+                interface.leaf = interface.ack_leaf = None  # everything under the root goes with it
+            case AddNetem(parent=QdiscParent.ACK_CLASS):
+                interface.ack_leaf = None
             case AddNetem() | AddPfifo():
                 interface.leaf = None
             case _:
@@ -295,11 +303,16 @@ def _qdiscs(interface: Interface) -> tuple[QdiscStatus, ...]:
     if leaf is not None:
         parent = "1:1" if leaf.parent is QdiscParent.HTB_CLASS else "root"
         if isinstance(leaf, AddNetem):
-            detail = (f"delay {int(leaf.delay_us):g}us jitter {int(leaf.jitter_us):g}us "
-                      f"loss {leaf.loss_pct:.3g}% limit {leaf.limit_packets}")
-            result.append(QdiscStatus("netem", "10:", parent, None, detail))
+            result.append(QdiscStatus("netem", "10:", parent, None, _netem_detail(leaf)))
         else:
             result.append(QdiscStatus("pfifo", "10:", parent, None, f"limit {leaf.limit_packets}"))
+    if interface.ack_leaf is not None:
+        result.append(QdiscStatus("netem", "20:", "1:2", None, _netem_detail(interface.ack_leaf)))
     if not result:
         result.append(QdiscStatus("noqueue", "0:", "root"))  # what the kernel gives a new interface
     return tuple(result)
+
+
+def _netem_detail(netem: AddNetem) -> str:
+    return (f"delay {int(netem.delay_us):g}us jitter {int(netem.jitter_us):g}us "
+            f"loss {netem.loss_pct:.3g}% limit {netem.limit_packets}")

@@ -22,6 +22,22 @@ Every shaped veth end gets (each direction of a link is shaped at the sender):
 * ``queue_packets`` alone -> a pfifo with that limit under class 1:1 (or at the root).
 Unshaped ends get no qdisc at all.
 
+The ACK lane. HTB's class 1:1 queues what it cannot send yet in one FIFO, and on veths (GSO packets of up
+to 64 KiB) that FIFO is as deep as the senders' windows: on the oversubscribed leaf-spine a 500 Mbit/s
+fabric link held ~3 MB, about 48 ms. A TCP flow whose ACKs wait behind another flow's data there is held
+back by its send buffer (window / round trip) although its own path is free, so which link a connection's
+ACKs hash onto decided whether a ring all-reduce ran at the link rate or at a third of it (measured: one
+DP ring's 27.6 MB bucket in 1.9-2.0 s instead of 0.69 s, in both iterations of a testbed session whose data
+paths did not collide). A real switch port holds microseconds, not tens of milliseconds, and the fabric
+model shares links among data flows only. So every HTB root also has class 1:2, prio 0 (served before 1:1),
+rate and ceil ``ceil_bps``, and a u32 filter sends it the pure ACKs: IPv4 with a 20-byte header, TCP, total
+length under 128 bytes, and of the flags URG ACK PSH RST SYN FIN only ACK (a segment with data carries PSH
+at the end of each send, SYN/FIN/RST are not ACKs). Pure ACKs are not charged to 1:1's rate: measured, they
+were 0.035% of a saturated link's bytes (GRO acknowledges up to 64 KiB at once); one ACK per two full
+segments would be 2.3%. With the KERNEL shaper the lane gets its own netem (handle 20:) with the link's
+delay, jitter and loss, so ACKs are delayed like the rest; the userspace emulator delays them at the receiver
+as it does everything else.
+
 With the WIRE link model (`genie.core.testbed.LinkModel`) a rate-shaped link is also a wire: netem's ``rate``
 under the HTB class (KERNEL shaper) or a wire stage in the receiver's link emulator (USERSPACE) serializes
 every packet at exactly the rate, so what HTB's buckets let through at once after an idle period still takes
@@ -122,6 +138,9 @@ def shaping_steps(netns: str, ifname: str, shape: LinkShape, shaper: Shaper = Sh
     if needs_emulation(shape, links) and shaper is Shaper.KERNEL:
         steps.append(AddNetem(netns, ifname, parent, shape.delay_us, shape.jitter_us, shape.loss_pct,
                               netem_limit_packets(shape), shape.rate_bps if is_wire(shape, links) else None))
+        if parent is QdiscParent.HTB_CLASS and shape.needs_delay_emulation:  # the ACK lane is delayed alike
+            steps.append(AddNetem(netns, ifname, QdiscParent.ACK_CLASS, shape.delay_us, shape.jitter_us,
+                                  shape.loss_pct, netem_limit_packets(shape)))
     elif shape.queue_packets is not None:
         steps.append(AddPfifo(netns, ifname, parent, shape.queue_packets))
     return steps

@@ -30,10 +30,12 @@ class ShaperChoice(Enum):
 
 
 class QdiscParent(Enum):
-    """Where a leaf qdisc (netem, pfifo) hangs: at the interface root, or under the HTB rate class 1:1."""
+    """Where a leaf qdisc (netem, pfifo) hangs: at the interface root, under the HTB rate class 1:1, or under
+    the HTB's ACK lane 1:2 (a netem that delays the pure ACKs as 1:1's delays the rest)."""
 
     ROOT = "root"
     HTB_CLASS = "1:1"
+    ACK_CLASS = "1:2"
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,9 @@ class AddRoute:
 @dataclass(frozen=True)
 class AddHtb:
     """HTB root qdisc 1: (default class 1:1) plus class 1:1 on an interface's egress: ``rate_bps`` long-term
-    (bucket ``burst_bytes``), at most ``ceil_bps`` at any time (bucket ``cburst_bytes``)."""
+    (bucket ``burst_bytes``), at most ``ceil_bps`` at any time (bucket ``cburst_bytes``); and the ACK lane:
+    class 1:2 at ``ceil_bps`` (bucket ``cburst_bytes``), served first, which a filter gives the pure TCP
+    ACKs (`genie.testbed.shaping`, "The ACK lane")."""
 
     netns: str
     ifname: str
@@ -163,7 +167,8 @@ class AddHtb:
     def describe(self) -> str:
         return (f"{self.netns}: tc htb dev {self.ifname} root 1: class 1:1 rate {format_rate(self.rate_bps)} "
                 f"burst {format_size(self.burst_bytes)} ceil {format_rate(self.ceil_bps)} "
-                f"cburst {format_size(self.cburst_bytes)} quantum {self.quantum_bytes}")
+                f"cburst {format_size(self.cburst_bytes)} quantum {self.quantum_bytes}; class 1:2 (pure ACKs, "
+                f"prio 0) rate {format_rate(self.ceil_bps)}")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,15 @@ from genie.testbed.steps import (AddAddress, AddBridge, AddHtb, AddNetem, AddPfi
 
 HTB_ROOT = 0x10000  # 1:
 HTB_CLASS = 0x10001  # 1:1
+ACK_CLASS = 0x10002  # 1:2, the ACK lane (genie.testbed.shaping)
 LEAF_HANDLE = 0x100000  # 10:
+ACK_LEAF_HANDLE = 0x200000  # 20:, under the ACK lane
+# The ACK lane's u32 filter (value/mask+offset into the IPv4 header, all must match): a 20-byte IPv4 header
+# with total length under 128, protocol TCP, and of the TCP flags URG ACK PSH RST SYN FIN (byte 33) only ACK.
+PURE_ACK_KEYS = ("0x05000000/0x0f00ff80+0", "0x00060000/0x00ff0000+8", "0x00100000/0x003f0000+32")
+ACK_FILTER_PRIO = 1
+DATA_PRIO, ACK_PRIO = 1, 0  # HTB serves a lower prio first
+ETH_P_IP = 0x0800
 TC_H_ROOT = 0xFFFFFFFF
 _GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.EADDRNOTAVAIL, errno.EINVAL}
 _T = TypeVar("_T")
@@ -181,7 +189,7 @@ class NetlinkBackend:
                 self._add_htb(self._ipr(name), self._index(name, ifname), step)
             case AddNetem(netns=name, ifname=ifname):
                 wire = {"rate": f"{step.rate_bps}bit"} if step.rate_bps else {}
-                self._ipr(name).tc("add", "netem", index=self._index(name, ifname), handle=LEAF_HANDLE,
+                self._ipr(name).tc("add", "netem", index=self._index(name, ifname), handle=_leaf_handle(step.parent),
                                    parent=_parent(step.parent), delay=int(step.delay_us),
                                    jitter=int(step.jitter_us), loss=step.loss_pct, limit=step.limit_packets,
                                    **wire)
@@ -230,7 +238,7 @@ class NetlinkBackend:
             case AddHtb(netns=name, ifname=ifname):
                 self._ipr(name).tc("del", index=self._index(name, ifname), parent=TC_H_ROOT)
             case AddNetem(netns=name, ifname=ifname) | AddPfifo(netns=name, ifname=ifname):
-                self._ipr(name).tc("del", index=self._index(name, ifname), handle=LEAF_HANDLE,
+                self._ipr(name).tc("del", index=self._index(name, ifname), handle=_leaf_handle(step.parent),
                                    parent=_parent(step.parent))
             case _:
                 raise TypeError(f"unknown step {step!r}")
@@ -251,6 +259,9 @@ class NetlinkBackend:
     def _add_htb(ipr: IPRoute, index: int, step: AddHtb) -> None:
         ipr.tc("add", "htb", index=index, handle=HTB_ROOT, default=HTB_CLASS & 0xFFFF)
         ipr.tc("add-class", "htb", index=index, handle=HTB_CLASS, parent=HTB_ROOT, **_htb_class_args(step))
+        ipr.tc("add-class", "htb", index=index, handle=ACK_CLASS, parent=HTB_ROOT, **_ack_class_args(step))
+        ipr.tc("add-filter", "u32", index=index, parent=HTB_ROOT, prio=ACK_FILTER_PRIO, protocol=ETH_P_IP,
+               target=ACK_CLASS, keys=list(PURE_ACK_KEYS))
 
 
 HOST_STEP_TYPES = (AddHtb, AddNetem, AddPfifo, SetSysctl)
@@ -310,11 +321,20 @@ def clear_local_root_qdisc(ifname: str) -> bool:
 
 def _htb_class_args(step: AddHtb) -> dict[str, int]:
     return {"rate": step.rate_bps // 8, "burst": step.burst_bytes, "ceil": step.ceil_bps // 8,
-            "cburst": step.cburst_bytes, "quantum": step.quantum_bytes}
+            "cburst": step.cburst_bytes, "quantum": step.quantum_bytes, "prio": DATA_PRIO}
+
+
+def _ack_class_args(step: AddHtb) -> dict[str, int]:
+    return {"rate": step.ceil_bps // 8, "burst": step.cburst_bytes, "ceil": step.ceil_bps // 8,
+            "cburst": step.cburst_bytes, "quantum": step.quantum_bytes, "prio": ACK_PRIO}
 
 
 def _parent(parent: QdiscParent) -> int:
-    return HTB_CLASS if parent is QdiscParent.HTB_CLASS else TC_H_ROOT
+    return {QdiscParent.HTB_CLASS: HTB_CLASS, QdiscParent.ACK_CLASS: ACK_CLASS}.get(parent, TC_H_ROOT)
+
+
+def _leaf_handle(parent: QdiscParent) -> int:
+    return ACK_LEAF_HANDLE if parent is QdiscParent.ACK_CLASS else LEAF_HANDLE
 
 
 @functools.cache
@@ -350,8 +370,8 @@ def set_link_state(name: str, ifname: str, up: bool) -> None:
 
 
 def change_htb_class(step: AddHtb) -> None:
-    """Change the HTB class 1:1 on the step's interface in place to the step's rates (queued packets are
-    kept)."""
+    """Change the HTB class 1:1 (and the ACK lane 1:2) on the step's interface in place to the step's rates
+    (queued packets are kept)."""
     _configure_pyroute2()
     name, ifname = step.netns, step.ifname
     with signals_deferred(), IPRoute(netns=name, flags=0) as ipr:
@@ -359,6 +379,11 @@ def change_htb_class(step: AddHtb) -> None:
         if not found:
             raise EnvironmentProblem(f"{name}: no interface {ifname}")
         ipr.tc("change-class", "htb", index=found[0], handle=HTB_CLASS, parent=HTB_ROOT, **_htb_class_args(step))
+        try:
+            ipr.tc("change-class", "htb", index=found[0], handle=ACK_CLASS, parent=HTB_ROOT, **_ack_class_args(step))
+        except NetlinkError as exc:
+            if exc.code != errno.ENOENT:  # a testbed of a genie before the ACK lane has none
+                raise
 
 
 def replace_egress_qdiscs(name: str, ifname: str, steps: list[PlanStep]) -> None:

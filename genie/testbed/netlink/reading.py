@@ -93,7 +93,8 @@ def _qdiscs(ipr: IPRoute, index: int) -> tuple[QdiscStatus, ...]:
         if cls.get_attr("TCA_KIND") == "htb" and options is not None:
             params = options.get_attr("TCA_HTB_PARMS")
             rate64 = options.get_attr("TCA_HTB_RATE64")
-            rates[cls["handle"] & 0xFFFF0000] = 8 * int(rate64 or params["rate"])  # keyed by qdisc handle
+            if cls["handle"] & 0xFFFF == 1:  # the rate class 1:1, not the ACK lane
+                rates[cls["handle"] & 0xFFFF0000] = 8 * int(rate64 or params["rate"])  # keyed by qdisc handle
     result = []
     for q in ipr.get_qdiscs(index=index):
         kind = q.get_attr("TCA_KIND")
