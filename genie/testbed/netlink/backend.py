@@ -30,9 +30,12 @@ HTB_CLASS = 0x10001  # 1:1
 ACK_CLASS = 0x10002  # 1:2, the ACK lane (genie.testbed.shaping)
 LEAF_HANDLE = 0x100000  # 10:
 ACK_LEAF_HANDLE = 0x200000  # 20:, under the ACK lane
-# The ACK lane's u32 filter (value/mask+offset into the IPv4 header, all must match): a 20-byte IPv4 header
-# with total length under 128, protocol TCP, and of the TCP flags URG ACK PSH RST SYN FIN (byte 33) only ACK.
-PURE_ACK_KEYS = ("0x05000000/0x0f00ff80+0", "0x00060000/0x00ff0000+8", "0x00100000/0x003f0000+32")
+# The ACK lane's u32 filter (all must match): a 20-byte IPv4 header (IHL, the low nibble of byte 0), total
+# length under 128 (bytes 2-3), protocol TCP (byte 9), and of the TCP flags URG ACK PSH RST SYN FIN (byte 33)
+# only ACK. pyroute2 reads "value/mask+offset" byte by byte from the first non-zero byte of the mask and
+# packs the mask's non-zero bytes next to each other, so a mask with a zero byte inside would shift the rest
+# (0x0f00ff80 becomes 0x0fff80): one key per field.
+PURE_ACK_KEYS = ("0x5/0xf+0", "0x0000/0xff80+2", "0x06/0xff+9", "0x10/0x3f+33")
 ACK_FILTER_PRIO = 1
 DATA_PRIO, ACK_PRIO = 1, 0  # HTB serves a lower prio first
 ETH_P_IP = 0x0800
