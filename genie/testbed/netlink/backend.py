@@ -30,12 +30,15 @@ HTB_CLASS = 0x10001  # 1:1
 ACK_CLASS = 0x10002  # 1:2, the ACK lane (genie.testbed.shaping)
 LEAF_HANDLE = 0x100000  # 10:
 ACK_LEAF_HANDLE = 0x200000  # 20:, under the ACK lane
-# The ACK lane's u32 filter (all must match): a 20-byte IPv4 header (IHL, the low nibble of byte 0), total
-# length under 128 (bytes 2-3), protocol TCP (byte 9), and of the TCP flags URG ACK PSH RST SYN FIN (byte 33)
-# only ACK. pyroute2 reads "value/mask+offset" byte by byte from the first non-zero byte of the mask and
-# packs the mask's non-zero bytes next to each other, so a mask with a zero byte inside would shift the rest
-# (0x0f00ff80 becomes 0x0fff80): one key per field.
-PURE_ACK_KEYS = ("0x5/0xf+0", "0x0000/0xff80+2", "0x06/0xff+9", "0x10/0x3f+33")
+# The ACK lane's u32 filters, one per TCP header length (data offset 5-15 words): a segment is a pure ACK when
+# its IPv4 total length is exactly the two headers (20 + 4 * data offset: no payload). All keys of a filter
+# must match: a 20-byte IPv4 header (IHL, the low nibble of byte 0), that total length (bytes 2-3), protocol
+# TCP (byte 9), that data offset (high nibble of byte 32), and of the TCP flags URG ACK PSH RST SYN FIN (byte
+# 33) only ACK. pyroute2 reads "value/mask+offset" byte by byte from the first non-zero byte of the mask and
+# packs the mask's non-zero bytes next to each other, so a mask with a zero byte inside would shift the rest:
+# one key per field (pyroute2 merges neighbouring bytes into one kernel key).
+PURE_ACK_FILTER_KEYS = tuple(("0x5/0xf+0", f"0x{20 + 4 * words:04x}/0xffff+2", "0x06/0xff+9",
+                              f"0x{words << 4:02x}/0xf0+32", "0x10/0x3f+33") for words in range(5, 16))
 ACK_FILTER_PRIO = 1
 DATA_PRIO, ACK_PRIO = 1, 0  # HTB serves a lower prio first
 ETH_P_IP = 0x0800
@@ -263,8 +266,9 @@ class NetlinkBackend:
         ipr.tc("add", "htb", index=index, handle=HTB_ROOT, default=HTB_CLASS & 0xFFFF)
         ipr.tc("add-class", "htb", index=index, handle=HTB_CLASS, parent=HTB_ROOT, **_htb_class_args(step))
         ipr.tc("add-class", "htb", index=index, handle=ACK_CLASS, parent=HTB_ROOT, **_ack_class_args(step))
-        ipr.tc("add-filter", "u32", index=index, parent=HTB_ROOT, prio=ACK_FILTER_PRIO, protocol=ETH_P_IP,
-               target=ACK_CLASS, keys=list(PURE_ACK_KEYS))
+        for keys in PURE_ACK_FILTER_KEYS:
+            ipr.tc("add-filter", "u32", index=index, parent=HTB_ROOT, prio=ACK_FILTER_PRIO, protocol=ETH_P_IP,
+                   target=ACK_CLASS, keys=list(keys))
 
 
 HOST_STEP_TYPES = (AddHtb, AddNetem, AddPfifo, SetSysctl)
