@@ -30,13 +30,20 @@ ACKs hash onto decided whether a ring all-reduce ran at the link rate or at a th
 DP ring's 27.6 MB bucket in 1.9-2.0 s instead of 0.69 s, in both iterations of a testbed session whose data
 paths did not collide). A real switch port holds microseconds, not tens of milliseconds, and the fabric
 model shares links among data flows only. So every HTB root also has class 1:2, prio 0 (served before 1:1),
-rate and ceil ``ceil_bps``, and a u32 filter sends it the pure ACKs: IPv4 with a 20-byte header, TCP, total
-length under 128 bytes, and of the flags URG ACK PSH RST SYN FIN only ACK (a segment with data carries PSH
-at the end of each send, SYN/FIN/RST are not ACKs). Pure ACKs are not charged to 1:1's rate: measured, they
-were 0.035% of a saturated link's bytes (GRO acknowledges up to 64 KiB at once); one ACK per two full
-segments would be 2.3%. With the KERNEL shaper the lane gets its own netem (handle 20:) with the link's
-delay, jitter and loss, so ACKs are delayed like the rest; the userspace emulator delays them at the receiver
-as it does everything else.
+rate and ceil ``ceil_bps``, and u32 filters send it the pure ACKs: IPv4 with a 20-byte header, TCP, a total
+length of exactly the two headers (no payload: one filter per TCP data offset), and of the flags URG ACK PSH
+RST SYN FIN only ACK. A segment that carries data, however small, stays in 1:1: in the lane it would overtake
+its flow's queued data. The lane costs TCP retransmissions without a drop anywhere (every link's packets
+sent = received; no qdisc, socket or backlog drop): MoE EP8 replays on the oversubscribed leaf-spine
+retransmitted 8-12 segments without the lane, 115-171 with it (77-1184 with a first rule, "under 128
+bytes", which let small data segments through). The likely cause: a connection that carries data both ways
+(genie's all-to-all) sends its data behind the FIFO and its pure ACKs ahead of it, so its data arrives with
+ACK fields that Linux may find too old (RFC 5961) and discard (benchmarks/README.md, "The ACK lane"). Pure
+ACKs are not
+charged to 1:1's rate: measured, they were 0.035% of a saturated link's bytes (GRO acknowledges up to 64 KiB
+at once); one ACK per two full segments would be 2.3%. With the KERNEL shaper the lane gets its own netem
+(handle 20:) with the link's delay, jitter and loss, so ACKs are delayed like the rest; the userspace
+emulator delays them at the receiver as it does everything else.
 
 With the WIRE link model (`genie.core.testbed.LinkModel`) a rate-shaped link is also a wire: netem's ``rate``
 under the HTB class (KERNEL shaper) or a wire stage in the receiver's link emulator (USERSPACE) serializes
