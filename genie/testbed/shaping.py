@@ -38,12 +38,11 @@ sent = received; no qdisc, socket or backlog drop): MoE EP8 replays on the overs
 retransmitted 8-12 segments without the lane, 115-171 with it (77-1184 with a first rule, "under 128
 bytes", which let small data segments through). The likely cause: a connection that carries data both ways
 (genie's all-to-all) sends its data behind the FIFO and its pure ACKs ahead of it, so its data arrives with
-ACK fields that Linux may find too old (RFC 5961) and discard (benchmarks/README.md, "The ACK lane"). Pure
-ACKs are not
-charged to 1:1's rate: measured, they were 0.035% of a saturated link's bytes (GRO acknowledges up to 64 KiB
-at once); one ACK per two full segments would be 2.3%. With the KERNEL shaper the lane gets its own netem
-(handle 20:) with the link's delay, jitter and loss, so ACKs are delayed like the rest; the userspace
-emulator delays them at the receiver as it does everything else.
+ACK fields that Linux may find too old (RFC 5961) and discard (benchmarks/README.md, "The ACK lane").
+Pure ACKs are not charged to 1:1's rate: measured, they were 0.035% of a saturated link's bytes (GRO
+acknowledges up to 64 KiB at once); one ACK per two full segments would be 2.3%. With the KERNEL shaper the
+lane gets its own netem (handle 20:) with the link's delay, jitter and loss, so ACKs are delayed like the
+rest; the userspace emulator delays them at the receiver as it does everything else.
 
 With the WIRE link model (`genie.core.testbed.LinkModel`) a rate-shaped link is also a wire: netem's ``rate``
 under the HTB class (KERNEL shaper) or a wire stage in the receiver's link emulator (USERSPACE) serializes
