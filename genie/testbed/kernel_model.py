@@ -301,13 +301,13 @@ def _qdiscs(interface: Interface) -> tuple[QdiscStatus, ...]:
         result.append(QdiscStatus("htb", "1:", "root", interface.htb.rate_bps))
     leaf = interface.leaf
     if leaf is not None:
-        parent = "1:1" if leaf.parent is QdiscParent.HTB_CLASS else "root"
         if isinstance(leaf, AddNetem):
-            result.append(QdiscStatus("netem", "10:", parent, None, _netem_detail(leaf)))
+            result.append(QdiscStatus("netem", "10:", leaf.parent.value, None, _netem_detail(leaf)))
         else:
-            result.append(QdiscStatus("pfifo", "10:", parent, None, f"limit {leaf.limit_packets}"))
+            result.append(QdiscStatus("pfifo", "10:", leaf.parent.value, None, f"limit {leaf.limit_packets}"))
     if interface.ack_leaf is not None:
-        result.append(QdiscStatus("netem", "20:", "1:2", None, _netem_detail(interface.ack_leaf)))
+        result.append(QdiscStatus("netem", "20:", interface.ack_leaf.parent.value, None,
+                                  _netem_detail(interface.ack_leaf)))
     if not result:
         result.append(QdiscStatus("noqueue", "0:", "root"))  # what the kernel gives a new interface
     return tuple(result)

@@ -19,7 +19,7 @@ from genie.core.errors import EnvironmentProblem
 from genie.core.flowpath import FlowTuple
 from genie.core.testbed import TestbedInfo
 from genie.testbed.namespaces import namespace_pids, netns_exists
-from genie.testbed.netlink.backend import TC_H_ROOT, _configure_pyroute2, run_in_netns
+from genie.testbed.netlink.backend import HTB_CLASS, TC_H_ROOT, _configure_pyroute2, run_in_netns
 from genie.testbed.observed import InterfaceStatus, LinkCounters, NamespaceStatus, QdiscStatus, RouteStatus
 
 
@@ -93,7 +93,7 @@ def _qdiscs(ipr: IPRoute, index: int) -> tuple[QdiscStatus, ...]:
         if cls.get_attr("TCA_KIND") == "htb" and options is not None:
             params = options.get_attr("TCA_HTB_PARMS")
             rate64 = options.get_attr("TCA_HTB_RATE64")
-            if cls["handle"] & 0xFFFF == 1:  # the rate class 1:1, not the ACK lane
+            if cls["handle"] == HTB_CLASS:  # the rate class 1:1, not the ACK lane
                 rates[cls["handle"] & 0xFFFF0000] = 8 * int(rate64 or params["rate"])  # keyed by qdisc handle
     result = []
     for q in ipr.get_qdiscs(index=index):
