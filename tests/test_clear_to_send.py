@@ -3,7 +3,6 @@ receiver-posted buffers), for pairs that exchange at least RENDEZVOUS_MIN_BYTES 
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
@@ -14,7 +13,7 @@ from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import CollectiveOp
 from genie.engine.program import CLEAR_TO_SEND_BYTES, RENDEZVOUS_MIN_BYTES, clear_to_send
 from genie.engine.socket_mover import SocketMover
-from genie.engine.transport import PeerFailure
+from genie.engine.transport import PeerFailure, socketpair_mesh
 from genie.engine.walker import ProgramWalker, node_steps
 
 MiB = 1 << 20
@@ -76,9 +75,10 @@ def test_no_data_reaches_a_peer_that_has_not_entered_the_op() -> None:
     """Rank 0 walks an 8 MiB all-reduce with rank 1, which never enters it: all rank 1's socket ever holds is
     rank 0's token (without the rendezvous it would be as much as the socket buffers take)."""
     op = _op(Collective.ALL_REDUCE, Algorithm.RING, 2, 8 * MiB)
-    mine, theirs = socket.socketpair()
+    mesh = socketpair_mesh(2)
+    theirs = mesh[1][0].recv
     node = ProgramNode(0, "ar", Lane.COLLECTIVE, (), op=op, channel=0, size_bytes=op.size_bytes)
-    walker = ProgramWalker(RankProgram(0, (node,), frozenset({(0, 1)})), SocketMover(0, {(0, 1): mine}),
+    walker = ProgramWalker(RankProgram(0, (node,), frozenset({(0, 1)})), SocketMover(0, {(0, 1): mesh[0][1]}),
                            timeout_s=0.5)
     failures: list[Exception] = []
 
@@ -99,5 +99,6 @@ def test_no_data_reaches_a_peer_that_has_not_entered_the_op() -> None:
             theirs.recv(1 << 20)
     finally:
         walker.close()
-        mine.close()
-        theirs.close()
+        for links in mesh:
+            for link in links.values():
+                link.close()

@@ -30,9 +30,9 @@ def _run_threads(op: CollectiveOp, verify: bool = True, record_steps: bool = Fal
     mesh = socketpair_mesh(len(op.group))
     if send_buffer_bytes:  # tiny socket buffers keep sends queued across steps (the eager path)
         for peers in mesh:
-            for sock in peers.values():
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, send_buffer_bytes)
+            for link in peers.values():
+                link.send.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+                link.recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, send_buffer_bytes)
     results, errors = {}, []
 
     def rank_main(pos: int) -> None:
@@ -52,8 +52,8 @@ def _run_threads(op: CollectiveOp, verify: bool = True, record_steps: bool = Fal
     for t in threads:
         t.join(60)
     for peers in mesh:
-        for s in peers.values():
-            s.close()
+        for link in peers.values():
+            link.close()
     assert not errors, errors
     return schedule, results
 
@@ -89,8 +89,8 @@ def test_executor_leaves_sends_queued_between_steps_but_not_after_the_op():
     schedule = build_schedule(op)
     mesh = socketpair_mesh(4)
     for peers in mesh:
-        for sock in peers.values():
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        for link in peers.values():
+            link.send.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     transports = [SocketTransport(r, mesh[r]) for r in range(4)]
     queued_during: list[int] = []
     left_after: list[int] = []
@@ -128,7 +128,7 @@ def test_tcp_connections_use_the_pinned_congestion_control():
     if os.geteuid() != 0 and CONGESTION_CONTROL.decode() not in \
             open("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read().split():
         pytest.skip("choosing a congestion control outside the allowed list needs root")
-    listeners = [listen_socket("127.0.0.1", 4) for _ in range(2)]
+    listeners = [listen_socket("127.0.0.1") for _ in range(2)]
     addresses = {r: l.getsockname() for r, l in enumerate(listeners)}
     meshes = [None, None]
 
@@ -142,13 +142,15 @@ def test_tcp_connections_use_the_pinned_congestion_control():
         t.join(20)
     try:
         for mesh in meshes:
-            (sock,) = mesh.values()
-            algo = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0")
-            assert algo == CONGESTION_CONTROL
+            (link,) = mesh.values()
+            assert link.send is not link.recv  # a connection per direction
+            for sock in link.sockets():
+                algo = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0")
+                assert algo == CONGESTION_CONTROL
     finally:
         for mesh in meshes:
-            for sock in (mesh or {}).values():
-                sock.close()
+            for link in (mesh or {}).values():
+                link.close()
         for l in listeners:
             l.close()
 

@@ -13,7 +13,7 @@ import pytest
 from genie.core.collective import Algorithm, Collective
 from genie.core.flowpath import FlowPath, FlowTuple, SessionPaths
 from genie.core.protocol import Done, decode_message, encode_message
-from genie.engine.transport import flow_tuples
+from genie.engine.transport import PeerLink, flow_tuples
 from genie.testbed.flow_paths import session_paths
 from genie.testbed.plan import build_plan
 from genie.testbed.steps import AddAddress, AddRoute
@@ -63,13 +63,15 @@ def test_done_carries_the_flows_through_json() -> None:
     assert decode_message(encode_message(done)) == done
 
 
-def test_a_rank_reports_its_tcp_connections_in_its_sending_direction() -> None:
+def test_a_rank_reports_its_sending_tcp_connections_in_their_direction() -> None:
     server = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(server.getsockname())
     accepted, _ = server.accept()
     a, b = socket.socketpair()  # in-process ranks: no 5-tuple, no path
     try:
-        flows = flow_tuples(1, {(0, 2): client, (1, 2): accepted, (0, 3): a})
+        # only each link's send connection: its receive connection is the peer's sending one
+        flows = flow_tuples(1, {(0, 2): PeerLink(send=client, recv=accepted),
+                                (1, 2): PeerLink(send=accepted, recv=client), (0, 3): PeerLink.duplex(a)})
         assert flows == (FlowTuple(1, 2, "127.0.0.1", client.getsockname()[1], "127.0.0.1", server.getsockname()[1]),
                          FlowTuple(1, 2, "127.0.0.1", server.getsockname()[1], "127.0.0.1", client.getsockname()[1],
                                    channel=1))

@@ -217,12 +217,12 @@ def test_listeners_walk_past_ports_in_use():
     from genie.core.errors import EnvironmentProblem
     from genie.engine.mpi.netif import listen_in_range
 
-    taken = listen_in_range("127.0.0.1", 1, None)
+    taken = listen_in_range("127.0.0.1", None)
     port = taken.getsockname()[1]
     try:
         with pytest.raises(EnvironmentProblem, match=rf"^no free port \(1 tried, from {port}\)$"):
-            listen_in_range("127.0.0.1", 1, [port])
-        free = listen_in_range("127.0.0.1", 1, [port, 0])
+            listen_in_range("127.0.0.1", [port])
+        free = listen_in_range("127.0.0.1", [port, 0])
         assert free.getsockname()[1] not in (0, port)
         free.close()
     finally:
@@ -366,10 +366,10 @@ def test_a_closed_connection_names_the_peer_in_the_ranks_report(capfd):
     import socket
 
     from genie.engine.mpi.rank import report_failure
-    from genie.engine.transport import PeerFailure, SocketTransport, Transfer
+    from genie.engine.transport import PeerFailure, PeerLink, SocketTransport, Transfer
 
     a, b = socket.socketpair()
-    transport = SocketTransport(0, {1: a})
+    transport = SocketTransport(0, {1: PeerLink.duplex(a)})
     b.close()
     with pytest.raises(PeerFailure) as failure:
         transport.exchange((), [Transfer(peer=1, size_bytes=10)], timeout_s=2.0)

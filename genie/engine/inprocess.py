@@ -33,12 +33,12 @@ _POKE = struct.pack("!II", 0xFFFFFFFF, 0xFFFFFFFF)  # a link header from no rank
 class _RankThread:
     """One rank: its thread, its control socketpair, its listener and the data connections it opens."""
 
-    def __init__(self, placement: RankPlacement, world: int) -> None:
+    def __init__(self, placement: RankPlacement) -> None:
         self.rank = placement.rank
         self.ours, self.theirs = socket.socketpair()
-        self.listener = listen_socket(placement.address, world)
+        self.listener = listen_socket(placement.address)
         self.address = self.listener.getsockname()
-        self.sockets: dict = {}  # (channel, peer) -> socket, filled by the rank
+        self.links: dict = {}  # (channel, peer) -> PeerLink, filled by the rank
         self.exit_code: int | None = None
         self.crash: BaseException | None = None
         # the rank closes its own copy of the listener when it connected (or failed): this one stays open, so
@@ -48,7 +48,7 @@ class _RankThread:
 
     def _main(self, listener: socket.socket) -> None:
         try:
-            self.exit_code = serve_rank(ControlChannel(self.theirs), self.rank, listener, self.sockets)
+            self.exit_code = serve_rank(ControlChannel(self.theirs), self.rank, listener, self.links)
         except BaseException as exc:  # serve_rank reports what it can; this is what it could not
             self.crash = exc
         finally:
@@ -57,8 +57,8 @@ class _RankThread:
     def wake(self) -> None:
         """Make the rank fail wherever it waits: control, data, or accepting its peers."""
         _shut(self.ours)
-        for sock in list(self.sockets.values()):
-            _shut(sock)
+        for link in list(self.links.values()):
+            link.shutdown()
         try:
             with socket.create_connection(self.address, timeout=0.2) as poke:
                 poke.sendall(_POKE)
@@ -108,9 +108,8 @@ class ThreadSession:
 
     def _run(self, job: Job | Callable[[int], Job],
              on_case: Callable[[int, dict[int, CaseResult]], None] | None) -> SessionResult:
-        world = len(self.placements)
         for p in self.placements:
-            self._ranks[p.rank] = _RankThread(p, world)
+            self._ranks[p.rank] = _RankThread(p)
         for r in self._ranks.values():
             r.thread.start()
         addresses = {}

@@ -2,9 +2,10 @@
 --address A`` inside the rank's host namespace.
 
 Life (`serve_rank`, messages of `genie.core.protocol`): listen on A → `Hello` to the orchestrator (port) →
-`Setup` (the address book and the job) → one persistent TCP connection per peer the job needs → run the job,
-reporting a `CaseResult` per case → `Done` → wait for `Exit`. Any failure is reported as one `Error` naming
-this rank (and the peer) before the process exits.
+`Setup` (the address book and the job) → persistent TCP connections with each peer the job needs, one per
+direction (`genie.engine.transport.PeerLink`) → run the job, reporting a `CaseResult` per case → `Done` →
+wait for `Exit`. Any failure is reported as one `Error` naming this rank (and the peer) before the process
+exits.
 """
 
 from __future__ import annotations
@@ -208,29 +209,29 @@ class _Verifier:
 
 
 def run_job_over_tcp(job: Job, rank: int, listener: socket.socket, addresses: dict[int, tuple[str, int]],
-                     control: Control, sockets: dict, *, connect_timeout_s: float | None = None,
+                     control: Control, links: dict, *, connect_timeout_s: float | None = None,
                      socket_buffer_bytes: int | None = None, spin_s: float = 0.0) -> SocketTransport | None:
-    """Connect to the peers the job needs (one TCP connection per (channel, peer)), close `listener`, run the
-    job (bench or replay). The connections land in `sockets`, and the bench transport is returned: the caller
+    """Connect to the peers the job needs (a `PeerLink` per (channel, peer)), close `listener`, run the job
+    (bench or replay). The connections land in `links`, and the bench transport is returned: the caller
     closes them (also on failure) once every rank is done. Connecting may take the job's op timeout unless
     `connect_timeout_s` says otherwise."""
     match job:
         case ReplayJob():
-            links = job.program.links
+            wanted = job.program.links
         case BenchJob():
-            links = frozenset((0, peer) for peer in job_peers(job, rank))
+            wanted = frozenset((0, peer) for peer in job_peers(job, rank))
         case _:
             raise RunFailure(f"rank {rank}: cannot run a {type(job).__name__}")
     timeout_s = job.timeout_s if connect_timeout_s is None else connect_timeout_s
-    sockets.update(connect_mesh(rank, listener, addresses, links, timeout_s=timeout_s,
-                                buffer_bytes=socket_buffer_bytes))
+    links.update(connect_mesh(rank, listener, addresses, wanted, timeout_s=timeout_s,
+                              buffer_bytes=socket_buffer_bytes))
     listener.close()
     if isinstance(job, ReplayJob):
         from genie.engine.socket_mover import SocketMover
 
-        run_replay_job(job, SocketMover(rank, sockets), control)
+        run_replay_job(job, SocketMover(rank, links), control)
         return None
-    transport = SocketTransport(rank, {peer: sock for (_, peer), sock in sockets.items()}, spin_s=spin_s)
+    transport = SocketTransport(rank, {peer: link for (_, peer), link in links.items()}, spin_s=spin_s)
     try:
         run_bench_job(job, rank, transport, control)
     except BaseException:
@@ -239,10 +240,10 @@ def run_job_over_tcp(job: Job, rank: int, listener: socket.socket, addresses: di
     return transport
 
 
-def serve_rank(control: ControlChannel, rank: int, listener: socket.socket, sockets: dict) -> int:
+def serve_rank(control: ControlChannel, rank: int, listener: socket.socket, links: dict) -> int:
     """One rank's life on a control channel, whatever started it (a process, a thread): hello → setup → the
     job → done → wait for exit. A failure is reported to the orchestrator (`Error`, naming this rank). The
-    data connections land in `sockets`; this closes them, the transport and `listener` before returning the
+    data connections land in `links`; this closes them, the transport and `listener` before returning the
     exit code (0, 1: failed, 3: the orchestrator went away)."""
     transport: SocketTransport | None = None
     try:
@@ -250,10 +251,10 @@ def serve_rank(control: ControlChannel, rank: int, listener: socket.socket, sock
         setup = control.receive()
         if not isinstance(setup, Setup):
             raise RunFailure(f"rank {rank}: expected the setup, got a {setup.kind.value} message")
-        transport = run_job_over_tcp(setup.job, rank, listener, setup.addresses, control, sockets,
+        transport = run_job_over_tcp(setup.job, rank, listener, setup.addresses, control, links,
                                      connect_timeout_s=setup.connect_timeout_s,
                                      socket_buffer_bytes=setup.socket_buffer_bytes, spin_s=setup.spin_s)
-        control.send(Done(rank=rank, peak_rss_kb=peak_rss_kb(), flows=flow_tuples(rank, sockets)))
+        control.send(Done(rank=rank, peak_rss_kb=peak_rss_kb(), flows=flow_tuples(rank, links)))
         control.receive()  # `Exit`: every rank is done, connections may close
         return 0
     except ControlClosed:
@@ -269,8 +270,8 @@ def serve_rank(control: ControlChannel, rank: int, listener: socket.socket, sock
         listener.close()
         if transport is not None:
             transport.close()
-        for sock in sockets.values():
-            sock.close()
+        for link in links.values():
+            link.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,7 +279,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control", required=True)
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--address", required=True)
-    parser.add_argument("--world", type=int, required=True)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     ctrl_sock.connect(args.control)
     control = ControlChannel(ctrl_sock)
     try:
-        listener = listen_socket(args.address, args.world)
+        listener = listen_socket(args.address)
     except OSError as exc:
         try:
             control.send(Error(rank=args.rank, message=f"rank {args.rank}: {type(exc).__name__}: {exc}"))

@@ -273,10 +273,9 @@ class RankSession:
             shutil.rmtree(workdir, ignore_errors=True)
 
     def _start_ranks(self, control_path: str, workdir: Path) -> None:
-        world = len(self.placements)
         for p in self.placements:
             argv = [sys.executable, "-m", "genie.engine.rank", "--control", control_path, "--rank", str(p.rank),
-                    "--address", p.address, "--world", str(world)]
+                    "--address", p.address]
             log = workdir / f"rank-{p.rank}.log"
             self._logs[p.rank] = log
             self._procs[p.rank] = self.launcher.start(p, argv, log)

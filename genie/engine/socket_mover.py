@@ -1,4 +1,4 @@
-"""`SocketMover`: the replay walker's steps over genie's TCP connections (one per (channel, peer)).
+"""`SocketMover`: the replay walker's steps over genie's TCP connections (a `PeerLink` per (channel, peer)).
 
 One epoll set holds every socket (edge-triggered, as in `SocketTransport`: every wait follows an attempt that
 hit EAGAIN, so no edge is missed) and a timerfd for the walker's compute wake-up. A run in flight is a user
@@ -8,33 +8,33 @@ of its channel's sockets; write readiness is watched only where one of its sends
 from __future__ import annotations
 
 import select
-import socket
 
 from genie.core.schedule import Step
 from genie.engine.clock import DeadlineTimer
-from genie.engine.transport import WATCH_IN, WATCH_IN_OUT, StepExchange, Transfer
+from genie.engine.transport import WATCH_IN, WATCH_IN_OUT, PeerLink, StepExchange, Transfer
 from genie.engine.walker import CommRun
 
 
 class SocketMover:
-    """`sockets`: {(channel, peer): connected socket}; they stay the caller's to close."""
+    """`links`: {(channel, peer): PeerLink}; they stay the caller's to close."""
 
-    def __init__(self, rank: int, sockets: dict[tuple[int, int], socket.socket], *,
+    def __init__(self, rank: int, links: dict[tuple[int, int], PeerLink], *,
                  window_bytes: int = 1 << 20) -> None:
         self.rank = rank
         self.window = memoryview(bytearray(window_bytes))
-        self.channels: dict[int, dict[int, socket.socket]] = {}
+        self.channels: dict[int, dict[int, PeerLink]] = {}
         self.epoll = select.epoll()
         self.fd_users: dict[int, set[CommRun]] = {}
         self.fd_peer: dict[int, int] = {}
         self.fds_out: dict[CommRun, list[int]] = {}
         self.outboxes: dict[CommRun, dict] = {}  # sends of a run's earlier steps still queued
-        for (channel, peer), sock in sockets.items():
-            sock.settimeout(None)  # attempts use MSG_DONTWAIT (see genie.engine.transport)
-            self.channels.setdefault(channel, {})[peer] = sock
-            self.epoll.register(sock.fileno(), WATCH_IN)
-            self.fd_users[sock.fileno()] = set()
-            self.fd_peer[sock.fileno()] = peer
+        for (channel, peer), link in links.items():
+            self.channels.setdefault(channel, {})[peer] = link
+            for sock in link.sockets():
+                sock.settimeout(None)  # attempts use MSG_DONTWAIT (see genie.engine.transport)
+                self.epoll.register(sock.fileno(), WATCH_IN)
+                self.fd_users[sock.fileno()] = set()
+                self.fd_peer[sock.fileno()] = peer
         self.timer = DeadlineTimer()
         self.epoll.register(self.timer.fd, select.EPOLLIN)
         self._armed: int | None = None
@@ -52,17 +52,19 @@ class SocketMover:
 
     def watch(self, run: CommRun) -> None:
         """Register `run` as a user of its sockets; watch write readiness where its sends are blocked."""
-        sockets = self.channels.get(run.node.channel, {})
-        for sock in sockets.values():
-            self.fd_users[sock.fileno()].add(run)
+        links = self.channels.get(run.node.channel, {})
+        for link in links.values():
+            for sock in link.sockets():
+                self.fd_users[sock.fileno()].add(run)
         if run.exchange is not None:
-            fds = self.fds_out[run] = [sockets[p].fileno() for p in run.exchange.pending_out]
+            fds = self.fds_out[run] = [links[p].send.fileno() for p in run.exchange.pending_out]
             for fd in fds:
                 self.epoll.modify(fd, WATCH_IN_OUT)
 
     def unwatch(self, run: CommRun) -> None:
-        for sock in self.channels.get(run.node.channel, {}).values():
-            self.fd_users[sock.fileno()].discard(run)
+        for link in self.channels.get(run.node.channel, {}).values():
+            for sock in link.sockets():
+                self.fd_users[sock.fileno()].discard(run)
         for fd in self.fds_out.pop(run, ()):
             self.epoll.modify(fd, WATCH_IN)
 

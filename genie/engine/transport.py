@@ -1,4 +1,5 @@
-"""Byte transport between ranks: persistent stream sockets, one per peer, driven by a poll loop.
+"""Byte transport between ranks: persistent stream sockets, a send and a receive connection per peer (`PeerLink`),
+driven by a poll loop.
 
 `SocketTransport.exchange` runs one schedule step: every send and receive of the step progresses concurrently
 on non-blocking sockets in a single thread (no per-byte Python work: the kernel copies straight from and into
@@ -50,6 +51,42 @@ class Transfer:
     peer: int
     size_bytes: int
     view: memoryview | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLink:
+    """This rank's connections with one peer on one channel: `send` carries this rank's bytes to the peer, `recv`
+    the peer's bytes to this rank — a TCP connection per direction, as NCCL gives each peer a send and a receive
+    connection. So a connection carries data one way and only pure ACKs the other. That matters on a shaped
+    link: its ACK lane (`genie.testbed.shaping`) lets pure ACKs overtake queued data, and on a connection with
+    data both ways the data would then arrive carrying ACK numbers older than ones already received; Linux
+    discards such segments, data and all, when the gap exceeds the window (RFC 5961's ACK check), and the
+    sender retransmits. One socket may serve both directions (`duplex`: a socket pair inside one process)."""
+
+    send: socket.socket
+    recv: socket.socket
+
+    @classmethod
+    def duplex(cls, sock: socket.socket) -> PeerLink:
+        return cls(sock, sock)
+
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return (self.send,) if self.send is self.recv else (self.send, self.recv)
+
+    def close(self) -> None:
+        for sock in self.sockets():
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def shutdown(self) -> None:
+        """Make any call blocked on either socket return (another thread closes the run)."""
+        for sock in self.sockets():
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 class Transport(Protocol):
@@ -141,8 +178,9 @@ def _pump_recv(flow: _Flow, window: memoryview, rank: int, flags: int = _DONTWAI
 
 
 class StepExchange:
-    """The sends and receives of one schedule step in progress over `sockets` (peer -> socket). Driven by
-    `progress()` (try everything) and `on_ready(peer, events)` (a readiness event of that peer's socket).
+    """The sends and receives of one schedule step in progress over `links` (peer -> `PeerLink`). Driven by
+    `progress()` (try everything) and `on_ready(peer, events)` (a readiness event of either of that peer's
+    sockets: a read event tries the receive connection, a write event the send connection).
 
     `outbox` (peer -> flow) is where the sends queue: a transport passes its own, which outlives the step, so
     sends of earlier steps still in progress go first and keep moving; with `wait_for_sends=False` the step is
@@ -150,7 +188,7 @@ class StepExchange:
 
     __slots__ = ("rank", "window", "pending_out", "pending_in", "wait_for_sends")
 
-    def __init__(self, rank: int, sockets: dict[int, socket.socket], sends: Sequence[Transfer],
+    def __init__(self, rank: int, links: dict[int, PeerLink], sends: Sequence[Transfer],
                  recvs: Sequence[Transfer], window: memoryview, *, outbox: dict[int, _Flow] | None = None,
                  wait_for_sends: bool = True) -> None:
         self.rank = rank
@@ -158,14 +196,15 @@ class StepExchange:
         self.wait_for_sends = wait_for_sends
         self.pending_out: dict[int, _Flow] = {} if outbox is None else outbox
         self.pending_in: dict[int, _Flow] = {}
-        for flows, transfers in ((self.pending_out, sends), (self.pending_in, recvs)):
+        for flows, transfers, sending in ((self.pending_out, sends, True), (self.pending_in, recvs, False)):
             for t in transfers:
                 flow = flows.get(t.peer)
                 if flow is None:
                     try:
-                        flow = flows[t.peer] = _Flow(t.peer, sockets[t.peer])
+                        link = links[t.peer]
                     except KeyError:
                         raise PeerFailure(f"rank {rank}: no connection to rank {t.peer}") from None
+                    flow = flows[t.peer] = _Flow(t.peer, link.send if sending else link.recv)
                 flow.add(t)
 
     @property
@@ -201,18 +240,20 @@ class StepExchange:
 
 
 class SocketTransport:
-    """Executes steps one at a time over one connection per peer (the bench path). Sends not waited for
+    """Executes steps one at a time over a `PeerLink` per peer (the bench path). Sends not waited for
     (`wait_for_sends=False`) stay in the outbox and move whenever the transport runs."""
 
-    def __init__(self, rank: int, sockets: dict[int, socket.socket], window_bytes: int = 1 << 20,
+    def __init__(self, rank: int, links: dict[int, PeerLink], window_bytes: int = 1 << 20,
                  spin_s: float = 0.0) -> None:
         self.rank = rank
         self.spin_s = spin_s
-        self._sockets = sockets
-        for sock in sockets.values():
-            sock.settimeout(None)  # blocking mode: see _recv_blocking; attempts elsewhere use MSG_DONTWAIT
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RECV_SLICE)
-        self._fd_peer = {sock.fileno(): peer for peer, sock in sockets.items()}
+        self._links = links
+        self._fd_peer: dict[int, int] = {}
+        for peer, link in links.items():
+            for sock in link.sockets():
+                sock.settimeout(None)  # blocking mode: see _recv_blocking; attempts elsewhere use MSG_DONTWAIT
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RECV_SLICE)
+                self._fd_peer[sock.fileno()] = peer
         self._window = memoryview(bytearray(window_bytes))
         self._outbox: dict[int, _Flow] = {}
         self._epoll = select.epoll()
@@ -221,7 +262,7 @@ class SocketTransport:
 
     @property
     def peers(self) -> frozenset[int]:
-        return frozenset(self._sockets)
+        return frozenset(self._links)
 
     def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float, *,
                  wait_for_sends: bool = True) -> None:
@@ -229,12 +270,12 @@ class SocketTransport:
             # the latency-critical shape (recursive doubling, trees, p2p): at most one send, then one message
             # to wait for — no step object, no failed attempt, no epoll: a send and a recv that sleeps
             if not sends or self._send_now(sends[0]):
-                flow = _Flow(recvs[0].peer, self._socket(recvs[0].peer))
+                flow = _Flow(recvs[0].peer, self._link(recvs[0].peer).recv)
                 flow.add(recvs[0])
                 self._recv_blocking(flow, timeout_s)
                 return
             sends = ()  # the rest of that send waits in the outbox
-        step = StepExchange(self.rank, self._sockets, sends, recvs, self._window, outbox=self._outbox,
+        step = StepExchange(self.rank, self._links, sends, recvs, self._window, outbox=self._outbox,
                             wait_for_sends=wait_for_sends)
         if step.progress():  # optimistic pass: small messages usually complete here
             return
@@ -250,16 +291,16 @@ class SocketTransport:
         if self._outbox:
             self.exchange((), (), timeout_s)
 
-    def _socket(self, peer: int) -> socket.socket:
+    def _link(self, peer: int) -> PeerLink:
         try:
-            return self._sockets[peer]
+            return self._links[peer]
         except KeyError:
             raise PeerFailure(f"rank {self.rank}: no connection to rank {peer}") from None
 
     def _send_now(self, transfer: Transfer) -> bool:
         """Send as much of `transfer` as the socket takes now; True when all of it went, else the rest is
         queued in the outbox."""
-        flow = _Flow(transfer.peer, self._socket(transfer.peer))
+        flow = _Flow(transfer.peer, self._link(transfer.peer).send)
         flow.add(transfer)
         if _pump_send(flow, self._window, self.rank):
             return True
@@ -292,7 +333,7 @@ class SocketTransport:
         is safe because every wait follows an attempt that hit EAGAIN on that socket (the optimistic pass,
         or a pump), so no readiness edge can have been missed. Write readiness is watched only while a send
         is blocked: otherwise every ACK would wake the rank."""
-        watching_out = [self._sockets[peer].fileno() for peer in step.pending_out]
+        watching_out = [self._links[peer].send.fileno() for peer in step.pending_out]
         for fd in watching_out:
             self._epoll.modify(fd, WATCH_IN_OUT)
         try:
@@ -317,12 +358,9 @@ class SocketTransport:
 
     def close(self) -> None:
         self._epoll.close()
-        for sock in self._sockets.values():
-            try:
-                sock.close()
-            except OSError:
-                pass
-        self._sockets = {}
+        for link in self._links.values():
+            link.close()
+        self._links = {}
 
 
 # Linux's default congestion control, pinned so results do not depend on the machine's default (this CI
@@ -345,26 +383,32 @@ def _tune(sock: socket.socket, buffer_bytes: int | None) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)
 
 
-def listen_socket(address: str, backlog: int) -> socket.socket:
+def listen_socket(address: str) -> socket.socket:
+    """A rank's listener. Every rank connects to its peers before it accepts theirs (`connect_mesh`), so the
+    backlog is the system's largest: it holds each peer's connections (a channel's worth per peer) until they
+    are accepted, where a full one would drop SYNs and stall a peer's connect for a second each."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((address, 0))
-    sock.listen(max(backlog, 16))
+    sock.listen(socket.SOMAXCONN)
     return sock
 
 
 def connect_mesh(rank: int, listener: socket.socket, addresses: dict[int, tuple[str, int]],
                  links: frozenset[tuple[int, int]], timeout_s: float,
-                 buffer_bytes: int | None = None) -> dict[tuple[int, int], socket.socket]:
-    """One TCP connection per (channel, peer) link: the lower rank connects, the higher accepts (link sets are
-    symmetric). A channel is a communicator: ops of different channels may be in flight at once, each on its
-    own connections, as NCCL gives each communicator its own. Returns {(channel, peer): socket}."""
+                 buffer_bytes: int | None = None) -> dict[tuple[int, int], PeerLink]:
+    """A `PeerLink` per (channel, peer) link: this rank connects its send connection to each peer and accepts
+    each peer's (link sets are symmetric). A channel is a communicator: ops of different channels may be in
+    flight at once, each on its own connections, as NCCL gives each communicator its own. Connecting comes
+    first: `listener`'s backlog (`listen_socket`) holds the peers' connections until they are accepted.
+    Returns {(channel, peer): PeerLink}."""
     deadline = time.monotonic() + timeout_s
-    sockets: dict[tuple[int, int], socket.socket] = {}
+    sends: dict[tuple[int, int], socket.socket] = {}
+    recvs: dict[tuple[int, int], socket.socket] = {}
+    expected = set(links)
     try:
-        for channel, peer in sorted(link for link in links if link[1] > rank):
-            sockets[(channel, peer)] = _connect(rank, channel, peer, addresses[peer], deadline, buffer_bytes)
-        expected = {link for link in links if link[1] < rank}
+        for channel, peer in sorted(links):
+            sends[(channel, peer)] = _connect(rank, channel, peer, addresses[peer], deadline, buffer_bytes)
         listener.settimeout(1.0)
         while expected:
             if time.monotonic() > deadline:
@@ -381,13 +425,13 @@ def connect_mesh(rank: int, listener: socket.socket, addresses: dict[int, tuple[
                 raise PeerFailure(f"rank {rank}: unexpected connection from rank {peer} (channel {channel})")
             _tune(conn, buffer_bytes)
             conn.settimeout(None)
-            sockets[(channel, peer)] = conn
+            recvs[(channel, peer)] = conn
             expected.discard((channel, peer))
     except BaseException:
-        for s in sockets.values():
+        for s in (*sends.values(), *recvs.values()):
             s.close()
         raise
-    return sockets
+    return {link: PeerLink(sends[link], recvs[link]) for link in sorted(links)}
 
 
 def _recv_header(conn: socket.socket) -> bytes:
@@ -420,11 +464,12 @@ def _connect(rank: int, channel: int, peer: int, address: tuple[str, int], deadl
             time.sleep(0.02)
 
 
-def flow_tuples(rank: int, sockets: dict[tuple[int, int], socket.socket]) -> tuple[FlowTuple, ...]:
-    """The 5-tuple of each TCP connection in `sockets` ({(channel, peer): socket}) in the direction this rank
-    sends: what the kernel's ECMP hash chose its path by (:mod:`genie.core.flowpath`)."""
+def flow_tuples(rank: int, links: dict[tuple[int, int], PeerLink]) -> tuple[FlowTuple, ...]:
+    """The 5-tuple of each TCP connection this rank sends on in `links` ({(channel, peer): PeerLink}), in the
+    direction it sends: what the kernel's ECMP hash chose its path by (:mod:`genie.core.flowpath`)."""
     out = []
-    for (channel, peer), sock in sorted(sockets.items()):
+    for (channel, peer), link in sorted(links.items()):
+        sock = link.send
         if sock.family != socket.AF_INET or sock.fileno() < 0:
             continue
         try:
@@ -435,12 +480,14 @@ def flow_tuples(rank: int, sockets: dict[tuple[int, int], socket.socket]) -> tup
     return tuple(out)
 
 
-def socketpair_mesh(world: int) -> list[dict[int, socket.socket]]:
-    """A full mesh of AF_UNIX socket pairs for `world` ranks in one process (tests, in-process replay)."""
-    mesh: list[dict[int, socket.socket]] = [{} for _ in range(world)]
+def socketpair_mesh(world: int) -> list[dict[int, PeerLink]]:
+    """A full mesh of AF_UNIX socket pairs for `world` ranks in one process (tests, in-process replay): a pair
+    per direction, as `connect_mesh` has a connection per direction."""
+    mesh: list[dict[int, PeerLink]] = [{} for _ in range(world)]
     for a in range(world):
         for b in range(a + 1, world):
-            sa, sb = socket.socketpair()
-            mesh[a][b] = sa
-            mesh[b][a] = sb
+            a_out, b_in = socket.socketpair()
+            b_out, a_in = socket.socketpair()
+            mesh[a][b] = PeerLink(a_out, a_in)
+            mesh[b][a] = PeerLink(b_out, b_in)
     return mesh

@@ -5,7 +5,8 @@ collective at a time per channel, in program order; one send and one receive at 
 order. A node starts when its dependencies are done and it heads its lane. This module holds that logic only;
 how a step's bytes move is a `StepMover`'s job:
 
-* `genie.engine.socket_mover.SocketMover` — genie's TCP connections, one per (channel, peer), driven by one
+* `genie.engine.socket_mover.SocketMover` — genie's TCP connections, a send and a receive connection per
+  (channel, peer), driven by one
   epoll set (edge-triggered, as in `SocketTransport`) holding a timerfd for the running compute node;
 * `genie.engine.mpi.mover.MpiMover` — MPI nonblocking point-to-point (``--transport mpi``), polled with
   Testall between compute wake-ups.

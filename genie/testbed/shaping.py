@@ -33,12 +33,12 @@ model shares links among data flows only. So every HTB root also has class 1:2, 
 rate and ceil ``ceil_bps``, and u32 filters send it the pure ACKs: IPv4 with a 20-byte header, TCP, a total
 length of exactly the two headers (no payload: one filter per TCP data offset), and of the flags URG ACK PSH
 RST SYN FIN only ACK. A segment that carries data, however small, stays in 1:1: in the lane it would overtake
-its flow's queued data. The lane costs TCP retransmissions without a drop anywhere (every link's packets
-sent = received; no qdisc, socket or backlog drop): MoE EP8 replays on the oversubscribed leaf-spine
-retransmitted 8-12 segments without the lane, 115-171 with it (77-1184 with a first rule, "under 128
-bytes", which let small data segments through). The likely cause: a connection that carries data both ways
-(genie's all-to-all) sends its data behind the FIFO and its pure ACKs ahead of it, so its data arrives with
-ACK fields that Linux may find too old (RFC 5961) and discard (benchmarks/README.md, "The ACK lane").
+its flow's queued data. The lane assumes connections that carry data one way, as genie's ranks open them (a
+connection per peer and direction, `genie.engine.transport.PeerLink`). A connection with data both ways
+sends its data behind the FIFO and its pure ACKs ahead of it, so its data arrives with ACK fields that Linux
+may find too old (RFC 5961) and discard, data and all: while genie's all-to-all still sent both ways on one
+connection, the lane raised MoE EP8's retransmissions on the oversubscribed leaf-spine about tenfold with no
+packet dropped anywhere (benchmarks/README.md, "The ACK lane", "A connection per direction").
 Pure ACKs are not charged to 1:1's rate: measured, they were 0.035% of a saturated link's bytes (GRO
 acknowledges up to 64 KiB at once); one ACK per two full segments would be 2.3%. With the KERNEL shaper the
 lane gets its own netem (handle 20:) with the link's delay, jitter and loss, so ACKs are delayed like the

@@ -43,8 +43,9 @@ def interface_of(address: str, local: list[tuple[str, str]]) -> str | None:
     return None
 
 
-def listen_in_range(address: str, backlog: int, candidates: list[int] | None) -> socket.socket:
-    """A TCP listener on `address`: on an ephemeral port (candidates None), or on the first free candidate."""
+def listen_in_range(address: str, candidates: list[int] | None) -> socket.socket:
+    """A TCP listener on `address`: on an ephemeral port (candidates None), or on the first free candidate; its
+    backlog is the system's largest, as `genie.engine.transport.listen_socket`'s."""
     ports = [0] if candidates is None else candidates
     for port in ports:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -56,6 +57,6 @@ def listen_in_range(address: str, backlog: int, candidates: list[int] | None) ->
             if exc.errno == errno.EADDRINUSE and candidates is not None:
                 continue
             raise EnvironmentProblem(f"port {port}: {exc.strerror or exc}") from None
-        sock.listen(max(backlog, 16))
+        sock.listen(socket.SOMAXCONN)
         return sock
     raise EnvironmentProblem(f"no free port ({len(ports)} tried, from {ports[0]})")

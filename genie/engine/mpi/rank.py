@@ -127,7 +127,7 @@ class _Rank:
         self.comm: Any = None
         self.listener: Any = None
         self.transport: Any = None
-        self.sockets: dict = {}
+        self.links: dict = {}  # (channel, peer) -> PeerLink (--transport tcp)
 
     def prepare(self) -> tuple[str, str]:
         from genie.engine.mpi.netif import local_ipv4_addresses
@@ -150,7 +150,7 @@ class _Rank:
         ports = parse_port_range(self.args.port_range) if self.args.port_range else None
         candidates = port_candidates(ports, self.launch.local_rank(self.rank)) if ports else None
         try:
-            return listen_in_range(address, self.launch.world, candidates)
+            return listen_in_range(address, candidates)
         except EnvironmentProblem as exc:
             where = f" in {self.args.port_range}" if ports else ""
             raise EnvironmentProblem(f"cannot listen on {address}{where}: {exc}") from None
@@ -204,7 +204,7 @@ class _Rank:
 
             book = comm.allgather((address, port))
             self.transport = run_job_over_tcp(
-                job, rank, listener, {r: (a, int(p)) for r, (a, p) in enumerate(book)}, control, self.sockets,
+                job, rank, listener, {r: (a, int(p)) for r, (a, p) in enumerate(book)}, control, self.links,
                 connect_timeout_s=(None if settings.get("connect_timeout_s") is None
                                    else float(settings["connect_timeout_s"])),
                 socket_buffer_bytes=settings.get("socket_buffer_bytes"), spin_s=float(settings.get("spin_s", 0.0)))
@@ -225,8 +225,8 @@ class _Rank:
         if self.transport is not None:
             self.transport.close()
             self.transport = None
-        for sock in self.sockets.values():
-            sock.close()
+        for link in self.links.values():
+            link.close()
 
 
 def run_job_over_mpi(job: Job, rank: int, comm: Any, control: Any) -> None:
