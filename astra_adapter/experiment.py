@@ -131,10 +131,9 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
     for case in sweep:
         for size in case.sizes:
             sweep_ops(case, size)  # the bench can build every schedule
-    from astra_adapter.fabric.estimate import groups_share_links, needs_fabric, sends_beside_collectives
+    from astra_adapter.fabric.estimate import fabric_by_default
 
-    fabric = (mapping is None or needs_fabric(topology) or groups_share_links(trace, topology)
-              or sends_beside_collectives(trace))
+    fabric = mapping is None or fabric_by_default(trace, topology)
     if fabric:
         from astra_adapter.fabric.experiment import cover_link_classes
 

@@ -122,6 +122,15 @@ def test_estimate_uses_the_fabric_model_on_a_leaf_spine_and_with_a_calibration(t
     assert calibrated > nominal  # links at 80% / 60% and a per-message overhead are slower
 
 
+def test_estimate_uses_the_fabric_model_where_the_workloads_groups_share_ring_links(tmp_path: Path):
+    ring = ROOT / "topologies" / "ring-8.yaml"  # a plain ASTRA-sim Ring, but both DP rings cross every other link
+    done = run_genie("estimate", TRACE, "--topology", ring, "--out", tmp_path / "ring", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("# fabric estimate") and "uncalibrated" in done.stdout
+    done = run_genie("estimate", ROOT / "traces" / "gen_ddp_resnet50", "--topology", ring, cwd=ROOT)
+    assert done.returncode == 2 and "--measurements" in done.stderr  # one group: the measured mode, as before
+
+
 def test_a_calibration_with_a_class_the_target_lacks_is_refused(tmp_path: Path):
     cal = _calibration_dir(tmp_path)
     done = run_genie("estimate", TRACE, "--topology", STAR, "--calibration", cal, "--out", tmp_path / "o", cwd=ROOT)

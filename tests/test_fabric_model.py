@@ -14,7 +14,7 @@ from genie.core.topology import Host, Link, Topology
 from genie.core.trace import CommType, ProcessGroup, collective_node, compute_node, make_trace
 from genie.topology import load_topology, load_topology_file
 
-from astra_adapter.fabric.estimate import estimate_fabric, needs_fabric
+from astra_adapter.fabric.estimate import estimate_fabric, fabric_by_default, needs_fabric
 from astra_adapter.fabric.fairshare import max_min_rates
 from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, run_concurrently
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
@@ -127,6 +127,16 @@ def test_which_topologies_need_the_fabric_model():
     assert needs_fabric(load_topology_file(OVERSUB))
     assert not needs_fabric(load_topology_file(ROOT / "topologies" / "star-8.yaml"))
     assert not needs_fabric(load_topology_file(ROOT / "topologies" / "ring-8.yaml"))
+
+
+def test_the_fabric_model_is_the_default_where_the_workload_shares_links_the_unaware_model_cannot():
+    ring, star = (load_topology_file(ROOT / "topologies" / f"{n}.yaml") for n in ("ring-8", "star-8"))
+    two_rings = _dp_trace([(0, 2, 4, 6), (1, 3, 5, 7)], 1 << 20, 1000)  # both cross every other ring link
+    world = _dp_trace([tuple(range(8))], 1 << 20, 1000)
+    assert fabric_by_default(two_rings, ring)
+    assert not fabric_by_default(two_rings, star)  # each group on its own host links
+    assert not fabric_by_default(world, ring) and not fabric_by_default(world, star)
+    assert fabric_by_default(world, load_topology_file(OVERSUB))
 
 
 def test_a_disconnected_topology_is_refused_naming_the_hosts():

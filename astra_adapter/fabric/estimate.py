@@ -1,8 +1,9 @@
 """``genie estimate --mode fabric`` and the experiment's fabric row: a trace's iteration time on the fabric
 model (pure functions; a big trace's hash draws are played in forked workers, :func:`play_draws`, with the same
-results). Which topologies use it by default: those ASTRA-sim's dimensions cannot express faithfully
-(:func:`needs_fabric`); an experiment also adds its row where the workload's process groups share links
-(:func:`groups_share_links`) or a rank sends beside its collectives (:func:`sends_beside_collectives`)."""
+results). Where it is the default (:func:`fabric_by_default`, for ``genie estimate`` and the experiment's
+fabric row): topologies ASTRA-sim's dimensions cannot express faithfully (:func:`needs_fabric`), and
+workloads whose process groups share links (:func:`groups_share_links`) or whose ranks send beside their
+collectives (:func:`sends_beside_collectives`)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,13 @@ def sends_beside_collectives(trace: Trace) -> bool:
         if NodeKind.SEND in kinds and NodeKind.COLLECTIVE in kinds:
             return True
     return False
+
+
+def fabric_by_default(trace: Trace, topology: Topology) -> bool:
+    """True where the fabric model is the estimate to use for ``trace`` on ``topology``: the topology is not a
+    plain ASTRA-sim dimension stack, or it is but ASTRA-sim's congestion-unaware model (behind the measured
+    and calibrated modes) cannot express what this workload does on it."""
+    return needs_fabric(topology) or groups_share_links(trace, topology) or sends_beside_collectives(trace)
 
 
 def sample_networks(network: FabricNetwork, ecmp_samples: int) -> list[FabricNetwork]:

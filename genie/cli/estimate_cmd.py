@@ -25,7 +25,8 @@ def estimate(
                                                             "(fitted ASTRA-sim network in the built-in estimator) | "
                                                             "fabric (the fabric model on the topology file; the "
                                                             "default where the topology is not an ASTRA-sim "
-                                                            "dimension stack, or with --calibration); default "
+                                                            "dimension stack, where the workload's groups share "
+                                                            "its links, or with --calibration); default "
                                                             "measured."),
     topology: Optional[Path] = typer.Option(None, "--topology",
                                             help="Topology to estimate on (and to fit the measurements on when the "

@@ -37,7 +37,7 @@ class EstimateResult:
 def run_estimate(request: EstimateRequest) -> EstimateResult:
     from astra_adapter.calibration_io import CALIBRATION_CSV, CALIBRATION_JSON, calibration_csv, calibration_json
     from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json
-    from astra_adapter.fabric.estimate import estimate_fabric_from_runs, needs_fabric
+    from astra_adapter.fabric.estimate import estimate_fabric_from_runs, fabric_by_default
     from astra_adapter.mapping import map_topology
     from astra_adapter.workload_estimate import estimate_csv, estimate_from_runs
     from genie.core.errors import InputError
@@ -46,11 +46,11 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
     from genie.topology import load_topology_file
 
     topology = load_topology_file(request.topology) if request.topology is not None else None
+    loaded = load_checked_trace(request.trace, request.npus)
     mode = request.mode
     if mode is None:
-        fabric = topology is not None and (request.calibration is not None or needs_fabric(topology))
+        fabric = topology is not None and (request.calibration is not None or fabric_by_default(loaded, topology))
         mode = EstimateMode.FABRIC if fabric else EstimateMode.MEASURED
-    loaded = load_checked_trace(request.trace, request.npus)
     calibration = fabric_cal = None
     if mode is EstimateMode.FABRIC:
         if topology is None:
