@@ -58,7 +58,8 @@ class _RankThread:
         """Make the rank fail wherever it waits: control, data, or accepting its peers."""
         _shut(self.ours)
         for link in list(self.links.values()):
-            link.shutdown()
+            for sock in link.sockets():
+                _shut(sock)
         try:
             with socket.create_connection(self.address, timeout=0.2) as poke:
                 poke.sendall(_POKE)

@@ -26,15 +26,18 @@ class SocketMover:
         self.epoll = select.epoll()
         self.fd_users: dict[int, set[CommRun]] = {}
         self.fd_peer: dict[int, int] = {}
+        self.channel_fds: dict[int, list[int]] = {}  # every socket of a channel, both directions
         self.fds_out: dict[CommRun, list[int]] = {}
         self.outboxes: dict[CommRun, dict] = {}  # sends of a run's earlier steps still queued
         for (channel, peer), link in links.items():
             self.channels.setdefault(channel, {})[peer] = link
             for sock in link.sockets():
                 sock.settimeout(None)  # attempts use MSG_DONTWAIT (see genie.engine.transport)
-                self.epoll.register(sock.fileno(), WATCH_IN)
-                self.fd_users[sock.fileno()] = set()
-                self.fd_peer[sock.fileno()] = peer
+                fd = sock.fileno()
+                self.epoll.register(fd, WATCH_IN)
+                self.fd_users[fd] = set()
+                self.fd_peer[fd] = peer
+                self.channel_fds.setdefault(channel, []).append(fd)
         self.timer = DeadlineTimer()
         self.epoll.register(self.timer.fd, select.EPOLLIN)
         self._armed: int | None = None
@@ -52,19 +55,17 @@ class SocketMover:
 
     def watch(self, run: CommRun) -> None:
         """Register `run` as a user of its sockets; watch write readiness where its sends are blocked."""
-        links = self.channels.get(run.node.channel, {})
-        for link in links.values():
-            for sock in link.sockets():
-                self.fd_users[sock.fileno()].add(run)
+        for fd in self.channel_fds.get(run.node.channel, ()):
+            self.fd_users[fd].add(run)
         if run.exchange is not None:
+            links = self.channels.get(run.node.channel, {})
             fds = self.fds_out[run] = [links[p].send.fileno() for p in run.exchange.pending_out]
             for fd in fds:
                 self.epoll.modify(fd, WATCH_IN_OUT)
 
     def unwatch(self, run: CommRun) -> None:
-        for link in self.channels.get(run.node.channel, {}).values():
-            for sock in link.sockets():
-                self.fd_users[sock.fileno()].discard(run)
+        for fd in self.channel_fds.get(run.node.channel, ()):
+            self.fd_users[fd].discard(run)
         for fd in self.fds_out.pop(run, ()):
             self.epoll.modify(fd, WATCH_IN)
 

@@ -80,14 +80,6 @@ class PeerLink:
             except OSError:
                 pass
 
-    def shutdown(self) -> None:
-        """Make any call blocked on either socket return (another thread closes the run)."""
-        for sock in self.sockets():
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
 
 class Transport(Protocol):
     rank: int
