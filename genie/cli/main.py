@@ -8,7 +8,8 @@ import sys
 import typer
 
 from genie import __version__
-from genie.cli import (astra_cmd, bench_cmd, diagnose_cmd, estimate_cmd, lab_cmd, replay_cmd, report_cmd,
+from genie.cli import (astra_cmd, bench_cmd, calibrate_cmd, diagnose_cmd, estimate_cmd, lab_cmd, replay_cmd,
+                       report_cmd,
                        testbed_cmd, trace_cmd)
 from genie.core.errors import GenieError
 
@@ -24,7 +25,7 @@ app = typer.Typer(
 _SUBAPPS = ((testbed_cmd.app, "testbed"), (trace_cmd.app, "trace"), (astra_cmd.app, "astra"), (lab_cmd.app, "lab"),
             (report_cmd.app, "report"))
 # modules whose `register(app)` adds top-level commands (bench, replay, ...)
-_COMMAND_MODULES = (bench_cmd, replay_cmd, diagnose_cmd, estimate_cmd)
+_COMMAND_MODULES = (bench_cmd, replay_cmd, diagnose_cmd, estimate_cmd, calibrate_cmd)
 
 
 def _version_callback(value: bool) -> None:

@@ -301,3 +301,24 @@ def pair_matrix(pairs: pd.DataFrame | None) -> bytes | None:
     fig.colorbar(image, ax=ax, label="bandwidth (GB/s)")
     ax.set_title("pairwise bandwidth (red: flagged)")
     return _png(fig)
+
+
+def measured_vs_model(curves: Mapping[str, Sequence[tuple[int, float, float]]], *, title: str = "") -> bytes | None:
+    """Time (us) against size, log-log, one colour per curve: measured as dots, the model as a line; `curves` maps
+    a label (a collective on n ranks) to its (size_bytes, measured_us, model_us) points."""
+    if not any(curves.values()):
+        return None
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.add_subplot()
+    for label, points in curves.items():
+        pts = sorted(points)
+        line, = ax.plot([p[0] for p in pts], [p[2] for p in pts], label=f"{label} model")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=line.get_color(), label=f"{label} measured")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("time (us)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    ax.set_title(title or "measured vs model")
+    return _png(fig)

@@ -1,0 +1,137 @@
+"""Fitting the NCCL model's parameters to measured calls (pure): bounded non-linear least squares on the
+relative time error (scipy's ``least_squares``, trust-region reflective: the model is piecewise smooth in its
+parameters and every parameter has a physical range).
+
+Every parameter starts at what the hardware description promises (:func:`astra_adapter.nccl.model.nominal_params`)
+and is held there by a weak prior (``PRIOR_WEIGHT`` per unit of log change) unless the measurements say
+otherwise: a parameter the measurements cannot see (the NICs in a one-node sweep, LL128 where NCCL never picks it,
+NVLS without an NVSwitch) stays nominal and is reported as not fitted, and three sizes of a sweep are enough.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from genie.core.collective import Collective
+
+from astra_adapter.nccl.hardware import Cluster
+from astra_adapter.nccl.model import Call, NcclParams, Prediction, nominal_params, predict
+from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol
+
+PRIOR_WEIGHT = 0.05
+#: per parameter: (lowest, highest) as a multiple of its nominal value
+_BOUNDS = {"intra_busbw_gb_s": (0.02, 3.0), "nvls_busbw_gb_s": (0.02, 3.0), "nic_gb_s": (0.02, 1.5),
+           "latency_scale": (0.05, 50.0), "launch_us": (1e-3, 1e3), "ll_efficiency": (0.05, 3.0),
+           "ll128_efficiency": (0.05, 3.0), "fill_bytes": (1e-3, 1e3)}
+
+
+@dataclass(frozen=True)
+class Observation:
+    call: Call
+    measured_us: float
+    source: str = ""
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Residual:
+    observation: Observation
+    prediction: Prediction
+
+    @property
+    def error_pct(self) -> float:
+        return (self.prediction.time_us - self.observation.measured_us) / self.observation.measured_us * 100.0
+
+
+@dataclass(frozen=True)
+class Fit:
+    cluster: Cluster
+    params: NcclParams
+    nominal: NcclParams
+    fitted: tuple[str, ...]  # the parameters the measurements moved (the rest: nominal)
+    residuals: tuple[Residual, ...]
+
+    @property
+    def rms_error_pct(self) -> float:
+        if not self.residuals:
+            return 0.0
+        return math.sqrt(sum(r.error_pct ** 2 for r in self.residuals) / len(self.residuals))
+
+
+def _seen(cluster: Cluster, nominal: NcclParams, observations: tuple[Observation, ...]) -> tuple[str, ...]:
+    """The parameters at least one observation's time depends on."""
+    seen = {"latency_scale", "launch_us", "fill_bytes"}
+    for o in observations:
+        p = predict(cluster, nominal, o.call)
+        if o.call.nodes > 1:
+            seen.add("nic_gb_s")
+        if o.call.ranks_per_node > 1:
+            seen.add("intra_busbw_gb_s")
+        if o.call.nodes == 1 and o.call.ranks > 1:
+            seen.add("intra_busbw_gb_s")
+        if p.choice is not None:
+            if p.choice.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE):
+                seen.add("nvls_busbw_gb_s")
+            if p.choice.protocol is NcclProtocol.LL:
+                seen.add("ll_efficiency")
+            if p.choice.protocol is NcclProtocol.LL128:
+                seen.add("ll128_efficiency")
+    if cluster.gpus_per_node == 1:
+        seen.discard("intra_busbw_gb_s")
+    return tuple(n for n in NcclParams.names() if n in seen)
+
+
+def _to_params(x: np.ndarray, names: tuple[str, ...], nominal: NcclParams) -> NcclParams:
+    values = dict(zip(NcclParams.names(), nominal.values()))
+    for name, v in zip(names, x):
+        values[name] = math.exp(v) * values[name]
+    return NcclParams(**values)
+
+
+def fit(cluster: Cluster, observations: tuple[Observation, ...] | list[Observation]) -> Fit:
+    """The parameters that best explain ``observations`` (see the module doc)."""
+    observations = tuple(observations)
+    nominal = nominal_params(cluster)
+    names = _seen(cluster, nominal, observations)
+    names = tuple(n for n in names if getattr(nominal, n) > 0)
+    lo = [math.log(_BOUNDS[n][0]) for n in names]
+    hi = [math.log(_BOUNDS[n][1]) for n in names]
+    x0 = [0.0] * len(names)
+    measured = np.array([o.measured_us for o in observations])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        params = _to_params(x, names, nominal)
+        model = np.array([predict(cluster, params, o.call).time_us for o in observations])
+        prior = PRIOR_WEIGHT * np.asarray(x)
+        return np.concatenate([np.log(model / measured), prior])
+
+    if names and observations:
+        result = least_squares(residuals, np.array(x0), bounds=(np.array(lo), np.array(hi)), method="trf", loss="soft_l1", f_scale=0.05,
+                               x_scale="jac", diff_step=1e-3)
+        params = _to_params(result.x, names, nominal)
+    else:
+        params = nominal
+    out = tuple(Residual(o, predict(cluster, params, o.call)) for o in observations)
+    moved = tuple(n for n in names if not math.isclose(getattr(params, n), getattr(nominal, n), rel_tol=1e-3,
+                                                       abs_tol=1e-6))
+    return Fit(cluster, params, nominal, moved, out)
+
+
+def predict_all(cluster: Cluster, params: NcclParams, observations: tuple[Observation, ...] | list[Observation]
+                ) -> tuple[Residual, ...]:
+    return tuple(Residual(o, predict(cluster, params, o.call)) for o in observations)
+
+
+def geomean_abs_error_pct(residuals: tuple[Residual, ...] | list[Residual]) -> float:
+    """The geometric mean of |time error| in % (what ASTRA-sim's validation reports); a point predicted exactly
+    counts as 0.01 % so that one exact point does not make the mean 0."""
+    errs = [max(abs(r.error_pct), 0.01) for r in residuals]
+    return math.exp(sum(math.log(e) for e in errs) / len(errs)) if errs else 0.0
+
+
+def collectives_of(observations: tuple[Observation, ...]) -> tuple[Collective, ...]:
+    return tuple(sorted({o.call.collective for o in observations}, key=lambda c: c.value))

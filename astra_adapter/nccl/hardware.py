@@ -1,0 +1,215 @@
+"""A GPU cluster as NCCL sees it (pure): a genie topology with multi-GPU ``nodes`` plus what the topology file
+does not say (the GPU model, whether the node's GPUs meet on NVSwitches, NVLink bridges or PCIe), and the
+graph NCCL's topology search would find on it - the :class:`~astra_adapter.nccl.tuning.TunerSystem` its tuner
+reads.
+
+The search is followed in its outline (docs/nccl-model.md, NCCL 2.23 ``src/graph/search.cc``): a channel
+carries ``speed`` GB/s on every link it crosses; speeds are tried from NCCL's per-generation arrays, the first that
+fits the GPU's link (one node) or its NIC (several nodes), then slower ones while they are at least half of it,
+keeping the most channels x speed; a fast result is split into twice the channels at half the speed; the
+communicator runs twice the graph's channels. NVLS's graph has a channel per GPU at the speed its NVSwitch link
+holds with the head GPU's double load.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+
+from genie.core.errors import InputError
+from genie.core.topology import LinkRole, Topology
+
+from astra_adapter.nccl.tuning import MAX_CHANNELS, HwKind, TunerSystem
+
+
+class Interconnect(Enum):
+    """How the GPUs of one node reach each other."""
+
+    NVSWITCH = "nvswitch"  # NVLink through NVSwitches (DGX/HGX): NVLS on Hopper and later
+    NVLINK = "nvlink"  # NVLink point to point or bridges, no NVSwitch
+    PCIE = "pcie"  # PCIe (and the CPUs' links) only
+
+    @classmethod
+    def parse(cls, text: str, *, source: str | None = None, path: str | None = None) -> "Interconnect":
+        for c in cls:
+            if c.value == str(text).strip().lower():
+                return c
+        raise InputError(f"unknown interconnect {text!r} (expected {', '.join(c.value for c in cls)})",
+                         source=source, path=path)
+
+
+#: GPU names (as nccl-tests' `# Using devices` lines print them) -> CUDA compute capability; first match wins
+_GPU_CC = (("GB200", 100), ("B200", 100), ("B100", 100), ("GH200", 90), ("H200", 90), ("H100", 90), ("H800", 90),
+           ("H20", 90), ("L40", 89), ("L4", 89), ("RTX 40", 89), ("4090", 89), ("4080", 89), ("ADA", 89),
+           ("A100", 80), ("A800", 80), ("A30", 80), ("A40", 86), ("A10", 86), ("A6000", 86), ("RTX 30", 86),
+           ("3090", 86), ("3080", 86), ("3070", 86), ("3060", 86), ("A16", 86), ("A2", 86), ("V100", 70),
+           ("TITAN V", 70), ("T4", 75), ("RTX 20", 75), ("2080", 75), ("P100", 60))
+
+# NCCL's per-channel speed candidates (GB/s): one node / with a network; Hopper and later have their own
+_SPEEDS_INTRA = (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3)
+_SPEEDS_INTER = (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12)
+_SM90_SPEEDS_INTRA = (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3)
+_SM90_SPEEDS_INTER = (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12)
+_RING_MAX_CHANNELS = MAX_CHANNELS // 2
+
+
+def compute_capability(gpu: str) -> int | None:
+    """The compute capability of a GPU named as NVIDIA names it ("NVIDIA H100 80GB HBM3"); None if unknown."""
+    text = gpu.upper()
+    for key, cc in _GPU_CC:
+        if key in text:
+            return cc
+    return None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The hardware the NCCL model runs on: nodes of ``gpus_per_node`` GPUs; per GPU the intra-node link's rate
+    (GB/s, one direction); per node ``nics`` NICs of ``nic_gb_s`` each; the fabric's rate per node beyond the
+    rails (None: not a limit)."""
+
+    name: str
+    nodes: int
+    gpus_per_node: int
+    gpu: str
+    compute_capability: int
+    interconnect: Interconnect
+    intra_gb_s: float
+    intra_delay_us: float
+    nics: int
+    nic_gb_s: float
+    nic_delay_us: float
+    fabric_gb_s_per_node: float | None = None
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def intra_kind(self) -> HwKind:
+        return HwKind.PCI if self.interconnect is Interconnect.PCIE else HwKind.NVLINK
+
+    def scaled(self, nodes: int) -> "Cluster":
+        from dataclasses import replace
+        return replace(self, nodes=nodes)
+
+
+def cluster_from_topology(topology: Topology, *, gpu: str, interconnect: Interconnect, source: str) -> Cluster:
+    """The cluster a topology file describes: its multi-GPU nodes (every GPU host with an ``intra_node`` link to
+    its node's switch), their NICs (network links of the node's GPUs or switch) and, where the fabric between
+    the rail switches is narrower than the NICs, the fabric's rate per node."""
+    cc = compute_capability(gpu)
+    if cc is None:
+        raise InputError(f"unknown GPU {gpu!r}: name an NVIDIA data-center or RTX GPU (H100, A100, ...)",
+                         path="gpu")
+    host_names = {h.name for h in topology.hosts}
+    node_of: dict[str, str] = {}
+    intra_rates, intra_delays = [], []
+    for link in topology.links:
+        if link.role is LinkRole.INTRA_NODE:
+            host, switch = (link.a, link.b) if link.a in host_names else (link.b, link.a)
+            node_of[host] = switch
+            if link.shape.rate_bps:
+                intra_rates.append(link.shape.rate_bps)
+            intra_delays.append(link.shape.delay_us)
+    nodes = Counter(node_of.values())
+    if not nodes:
+        # plain hosts: every host is a node of one GPU, its links are its NICs
+        per_host = Counter()
+        nic_rates, nic_delays = [], []
+        hosts = set({h.name for h in topology.hosts})
+        for link in topology.links:
+            for end in link.endpoints:
+                if end in hosts:
+                    per_host[end] += 1
+                    if link.shape.rate_bps:
+                        nic_rates.append(link.shape.rate_bps)
+                    nic_delays.append(link.shape.delay_us)
+        if not nic_rates:
+            raise InputError("the topology's links have no bandwidth: give its NICs a rate", source=source,
+                             path="links")
+        return Cluster(topology.name, len(hosts), 1, gpu, cc, interconnect, 0.0, 0.0,
+                       max(per_host.values(), default=1), min(nic_rates) / 8e9, 0.0 if not nic_delays else
+                       min(nic_delays))
+    sizes = set(nodes.values())
+    if len(sizes) != 1:
+        raise InputError(f"the NCCL model needs nodes of one size; this topology has nodes of "
+                         f"{', '.join(map(str, sorted(sizes)))} GPUs", source=source, path="nodes")
+    if not intra_rates:
+        raise InputError("the nodes' intra-node links (nvlink) have no bandwidth", source=source, path="nodes")
+    members = set(node_of) | set(node_of.values())
+    nic_links = [link for link in topology.links
+                 if link.role is LinkRole.NETWORK and any(e in members for e in link.endpoints)]
+    first = next(iter(nodes))
+    first_members = {h for h, n in node_of.items() if n == first} | {first}
+    nics = sum(1 for link in nic_links if any(e in first_members for e in link.endpoints))
+    nic_rates = [link.shape.rate_bps for link in nic_links if link.shape.rate_bps]
+    nic_delays = [link.shape.delay_us for link in nic_links]
+    nic_gb_s = min(nic_rates) / 8e9 if nic_rates else 0.0
+    return Cluster(topology.name, len(nodes), sizes.pop(), gpu, cc, interconnect, min(intra_rates) / 8e9,
+                   min(intra_delays), nics, nic_gb_s, min(nic_delays, default=0.0))
+
+
+def _search(link_gb_s: float, speeds: tuple[float, ...], per_channel_limit: int) -> tuple[int, float]:
+    """The channels and speed the ring search settles on for a GPU whose narrowest link holds ``link_gb_s``."""
+    best = (0, 0.0)
+    first = None
+    for speed in speeds:
+        if speed > link_gb_s:
+            continue
+        if first is not None and speed < 0.49 * first:
+            break
+        channels = min(per_channel_limit, int(link_gb_s // speed))
+        if channels < 1:
+            continue
+        first = first or speed
+        if channels * speed > best[0] * best[1] + 1e-9:
+            best = (channels, float(speed))
+    if best[0] == 0:
+        return 1, max(0.1, link_gb_s)
+    return best
+
+
+def _dup(channels: int, speed: float, cc: int) -> tuple[int, float]:
+    if speed >= 25 and not (cc > 80 and speed < 50 and channels > 4):
+        doubled = min(2 * channels, _RING_MAX_CHANNELS)
+        return doubled, speed / -(-doubled // channels)
+    return channels, speed
+
+
+def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: int | None = None) -> TunerSystem:
+    """The system NCCL's tuner reads for a communicator on ``nodes`` nodes of ``ranks_per_node`` ranks."""
+    nodes = cluster.nodes if nodes is None else nodes
+    ppn = cluster.gpus_per_node if ranks_per_node is None else ranks_per_node
+    cc = cluster.compute_capability
+    hopper = cc >= 90
+    intra = cluster.intra_gb_s if ppn > 1 else 0.0
+    if nodes == 1:
+        link = intra
+        channels, speed = _search(link, _SM90_SPEEDS_INTRA if hopper else _SPEEDS_INTRA, _RING_MAX_CHANNELS)
+        channels, speed = _dup(channels, speed, cc)
+        bw_intra = bw_inter = speed
+    else:
+        nic = cluster.nic_gb_s
+        if nic <= 0:
+            raise InputError(f"{cluster.name}: {nodes} nodes need NICs with a bandwidth", path="topology")
+        channels, speed = _search(min(nic, intra) if ppn > 1 else nic,
+                                  _SM90_SPEEDS_INTER if hopper else _SPEEDS_INTER, _RING_MAX_CHANNELS)
+        channels = min(_RING_MAX_CHANNELS, max(1, cluster.nics) * max(1, int(nic // speed)),
+                       int(intra // speed) if ppn > 1 else _RING_MAX_CHANNELS)
+        channels, speed = _dup(max(1, channels), speed, cc)
+        bw_intra = bw_inter = speed
+    nvls = cluster.interconnect is Interconnect.NVSWITCH and hopper and ppn > 2
+    return TunerSystem(nodes=nodes, ranks_per_node=ppn, compute_capability=cc, intra=cluster.intra_kind,
+                       channels=channels, bw_intra_gb_s=bw_intra, bw_inter_gb_s=bw_inter,
+                       comm_channels=min(MAX_CHANNELS, 2 * channels), nvls=nvls,
+                       nvls_channels=16, nvls_graph_channels=ppn if nvls else 0,
+                       nvls_bw_gb_s=_nvls_speed(intra, ppn) if nvls else 0.0)
+
+
+def _nvls_speed(intra_gb_s: float, ppn: int) -> float:
+    for speed in _SM90_SPEEDS_INTRA:
+        if speed * (ppn + 1) <= intra_gb_s:
+            return float(speed)
+    return 3.0

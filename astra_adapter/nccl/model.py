@@ -1,0 +1,170 @@
+"""The time of one NCCL call on a cluster (pure): NCCL's choice from its own tuner on the cluster's nominal
+hardware, timed with fitted parameters.
+
+A call is a collective on ``ranks`` GPUs spread over ``nodes`` nodes. For the collectives NCCL's tuner times
+(all-reduce, all-gather, reduce-scatter, broadcast, reduce), the algorithm, protocol and channels are what the
+tuner picks on the nominal system (:func:`astra_adapter.nccl.hardware.tuner_system`): what NCCL really runs does
+not depend on how fast the hardware turned out to be. The time is then NCCL's own formula for that choice on the
+*fitted* system:
+
+    time = launch_us + latency_scale x latency(algorithm, protocol) + bytes / (1000 x algbw x channels used / channels)
+
+where the fitted system's channels carry the fitted bus bandwidths: ``intra_busbw_gb_s`` (what a GPU's
+intra-node links deliver to a ring: NVLink/NVSwitch or PCIe), ``nvls_busbw_gb_s`` (NVLink SHARP), ``nic_gb_s``
+(what one NIC delivers; a node's rings share its NICs) - and LL/LL128 run at NCCL's protocol factors times
+``ll_efficiency``/``ll128_efficiency``. Between nodes a ring runs at the narrower of its NVLink and its node's
+NICs (NCCL's tuner reads the intra-node bandwidth for two nodes; the wire does not). A call smaller than its
+channels' thresholds runs on fewer channels (NCCL's cut, :func:`~astra_adapter.nccl.tuning.channels_used`),
+at that share of the bandwidth.
+
+Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
+move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
+after one Ring/Simple step's latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+
+from genie.core.collective import Collective
+
+from astra_adapter.nccl.hardware import Cluster, tuner_system
+from astra_adapter.nccl.tuning import BASE_LAT_US, HW_LAT_US, TUNED, HwKind, NcclAlgorithm, NcclChoice, \
+    NcclProtocol, TunerEntry, TunerSystem, channels_used, choose, tuner_table
+
+P2P = (Collective.ALL_TO_ALL, Collective.SEND_RECV)
+MODELLED = TUNED + P2P
+_RING, _SIMPLE = 1, 2
+LAUNCH_US = 1.0  # a call's cost outside NCCL's latency tables (the kernel launch), before fitting
+FILL_BYTES_PER_CHANNEL = 1 << 20  # the pipeline's fill per channel, before fitting (an empirical prior)  # NCCL's indices of Ring and Simple in its latency tables
+
+
+@dataclass(frozen=True)
+class NcclParams:
+    """The fitted parameters (see the module doc); GB/s are 1e9 bytes per second."""
+
+    intra_busbw_gb_s: float
+    nvls_busbw_gb_s: float
+    nic_gb_s: float
+    latency_scale: float = 1.0
+    launch_us: float = LAUNCH_US
+    ll_efficiency: float = 1.0
+    ll128_efficiency: float = 1.0
+    fill_bytes: float = 0.0
+
+    def values(self) -> tuple[float, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+def nominal_params(cluster: Cluster) -> NcclParams:
+    """What the hardware description promises: NCCL's own search result inside a node, the NIC's line rate."""
+    one_node = tuner_system(cluster, nodes=1)
+    nvls = one_node.nvls_graph_channels * one_node.nvls_bw_gb_s
+    return NcclParams(intra_busbw_gb_s=one_node.channels * one_node.bw_intra_gb_s if cluster.gpus_per_node > 1
+                      else cluster.nic_gb_s, nvls_busbw_gb_s=nvls, nic_gb_s=cluster.nic_gb_s,
+                      fill_bytes=FILL_BYTES_PER_CHANNEL * one_node.comm_channels)
+
+
+@dataclass(frozen=True, order=True)
+class Call:
+    """One collective call: ``size_bytes`` as nccl-tests counts it (genie.collectives.busbw)."""
+
+    collective: Collective
+    ranks: int
+    nodes: int
+    size_bytes: int
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.ranks // self.nodes
+
+
+@dataclass(frozen=True)
+class Prediction:
+    call: Call
+    time_us: float
+    choice: NcclChoice | None  # None: a send/receive operation
+    how: str  # the choice, or how the send/receive operation was timed
+
+
+@lru_cache(maxsize=4096)
+def _nominal(cluster: Cluster, collective: Collective, nodes: int, ppn: int) -> tuple[TunerSystem,
+                                                                                     tuple[TunerEntry, ...]]:
+    system = tuner_system(cluster, nodes=nodes, ranks_per_node=ppn)
+    return system, tuner_table(system, collective)
+
+
+def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
+    """The nominal system with the fitted bandwidths on its channels."""
+    intra = params.intra_busbw_gb_s / nominal.channels
+    if nominal.nodes > 1:
+        inter = params.nic_gb_s * max(1, cluster.nics) / nominal.channels
+        intra = inter = min(intra, inter)
+    else:
+        inter = intra
+    nvls_bw = params.nvls_busbw_gb_s / nominal.nvls_graph_channels if nominal.nvls_graph_channels else 0.0
+    return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw)
+
+
+def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[float, str]:
+    n, ppn, nodes = call.ranks, call.ranks_per_node, call.nodes
+    hw = HwKind.NET if nodes > 1 else cluster.intra_kind
+    latency = params.launch_us + params.latency_scale * (BASE_LAT_US[_RING][_SIMPLE] + HW_LAT_US[hw][_RING][_SIMPLE])
+    intra_gb_s = params.intra_busbw_gb_s
+    nic_share = params.nic_gb_s * max(1, cluster.nics) / ppn if nodes > 1 else 0.0
+    if call.collective is Collective.SEND_RECV:
+        # rank r sends to r+1: across nodes some pair crosses a NIC and the call waits for it
+        if nodes > 1:
+            return (latency + _with_fill(call.size_bytes / (1000.0 * min(nic_share, intra_gb_s)), call, params),
+                "p2p over the NIC")
+        return (latency + _with_fill(call.size_bytes / (1000.0 * intra_gb_s), call, params),
+                f"p2p over {cluster.intra_kind.value}")
+    local = call.size_bytes * (ppn - 1) / n
+    remote = call.size_bytes * (n - ppn) / n
+    t_local = local / (1000.0 * intra_gb_s) if local else 0.0
+    t_remote = remote / (1000.0 * nic_share) if remote else 0.0
+    return latency + _with_fill(max(t_local, t_remote), call, params), ("p2p, the NICs' share" if t_remote > t_local
+                                              else f"p2p over {cluster.intra_kind.value}")
+
+
+def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
+    """The time of ``call`` (see the module doc)."""
+    if call.collective in P2P:
+        time_us, how = _p2p_time_us(cluster, params, call)
+        return Prediction(call, time_us, None, how)
+    nominal, table = _nominal(cluster, call.collective, call.nodes, call.ranks_per_node)
+    choice, entry = choose(nominal, call.collective, call.size_bytes, table)
+    fitted = fitted_system(nominal, cluster, params)
+    fitted_entry = next(e for e in tuner_table(fitted, call.collective)
+                        if e.algorithm is entry.algorithm and e.protocol is entry.protocol)
+    efficiency = {NcclProtocol.LL: params.ll_efficiency, NcclProtocol.LL128: params.ll128_efficiency}.get(
+        entry.protocol, 1.0)
+    # NCCL's formula (its tree correction and ring plateau included) on the fitted entry, latency scaled
+    scaled = replace(fitted_entry, algbw_gb_s=fitted_entry.algbw_gb_s * efficiency,
+                     latency_us=fitted_entry.latency_us * params.latency_scale)
+    from astra_adapter.nccl.tuning import tuner_time_us
+    full = tuner_time_us(fitted, call.collective, scaled, call.size_bytes)
+    transfer = full - _latency_part(fitted, call, scaled)
+    used = channels_used(nominal, entry.algorithm, entry.protocol, call.size_bytes)
+    share = 1.0 if entry.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE) else \
+        used / nominal.comm_channels
+    time_us = params.launch_us + _latency_part(fitted, call, scaled) + _with_fill(transfer / share, call, params)
+    return Prediction(call, time_us, choice, choice.describe())
+
+
+def _with_fill(transfer_us: float, call: Call, params: NcclParams) -> float:
+    """The transfer with the pipeline's fill and drain: the first ``fill_bytes`` move at half the rate."""
+    if call.size_bytes <= 0:
+        return transfer_us
+    return transfer_us * (1.0 + min(call.size_bytes, params.fill_bytes) / call.size_bytes)
+
+
+def _latency_part(system: TunerSystem, call: Call, entry: TunerEntry) -> float:
+    """The latency term of NCCL's formula for ``entry`` (its ring plateau factor included)."""
+    from astra_adapter.nccl.tuning import tuner_time_us
+    return tuner_time_us(system, call.collective, entry, 0) if call.size_bytes else entry.latency_us

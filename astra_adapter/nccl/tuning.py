@@ -1,0 +1,341 @@
+"""NCCL's tuner, as a cost model (pure): which algorithm and protocol NCCL picks for a collective of a size, with
+how many channels, and the time its own model gives.
+
+The constants and rules are facts carried over from NCCL 2.23's ``src/graph/tuning.cc`` and ``src/enqueue.cc``
+(docs/nccl-model.md lists them with their history); the code is genie's. In NCCL's model an (algorithm,
+protocol) pair has a latency and an algorithm bandwidth; the time of ``n`` bytes is
+``latency + n / (1000 x bandwidth)`` us (GB/s), and the tuner takes the pair with the smallest time, ties to the
+lower algorithm, then the lower protocol (Tree < Ring < CollNetDirect < CollNetChain < NVLS < NVLSTree < PAT;
+LL < LL128 < Simple). The bandwidth comes from the topology search's graph for the algorithm (channels x
+bandwidth per channel, intra-node or inter-node), refined per protocol (LL carries half its bytes as flags, LL128
+~15/16, per-channel caps per GPU generation), and converted from bus to algorithm bandwidth. The latency is a
+base per (algorithm, protocol) plus per-step hardware latencies (NVLink, PCI or network) times the algorithm's
+steps. Send/receive-based operations (alltoall, sendrecv) are not in the tuner: :mod:`astra_adapter.nccl.model`
+times them.
+
+A :class:`TunerSystem` is what NCCL's topology search would find on a cluster (nodes, ranks per node, the GPU's
+compute capability, the intra-node link, channels and their bandwidths, NVLS and CollNet support); it comes from
+a topology and the GPUs' names (:mod:`astra_adapter.nccl.hardware`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from genie.core.collective import Collective
+
+
+class NcclAlgorithm(Enum):
+    """NCCL's algorithms, in its order (the tuner's tie-break), by the names NCCL prints."""
+
+    TREE = "Tree"
+    RING = "Ring"
+    COLLNET_DIRECT = "CollNetDirect"
+    COLLNET_CHAIN = "CollNetChain"
+    NVLS = "NVLS"
+    NVLS_TREE = "NVLSTree"
+    PAT = "PAT"
+
+
+class NcclProtocol(Enum):
+    LL = "LL"
+    LL128 = "LL128"
+    SIMPLE = "Simple"
+
+
+class HwKind(Enum):
+    """The hardware a step crosses in NCCL's latency tables."""
+
+    NVLINK = "nvlink"
+    PCI = "pci"
+    NET = "net"
+
+
+ALGORITHMS = tuple(NcclAlgorithm)
+PROTOCOLS = tuple(NcclProtocol)
+_A = {a: i for i, a in enumerate(ALGORITHMS)}
+_P = {p: i for i, p in enumerate(PROTOCOLS)}
+
+#: the collectives NCCL's tuner times (the others are send/receive based)
+TUNED = (Collective.BROADCAST, Collective.REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER,
+         Collective.ALL_REDUCE)
+
+# ---- NCCL 2.23 constants (src/graph/tuning.cc), [algorithm][protocol] in the orders above, us -------------
+BASE_LAT_US = ((6.8, 14.0, 8.4), (6.6, 14.0, 8.4), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0))
+HW_LAT_US = {
+    HwKind.NVLINK: ((0.6, 1.25, 4.0), (0.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25), (0, 0, 25), (0, 0, 0)),
+    HwKind.PCI: ((1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 0), (0, 0, 0), (0, 0, 0)),
+    HwKind.NET: ((5.0, 8.5, 14), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18), (0, 0, 14), (0, 0, 0)),
+}
+# per-channel caps (GB/s): [generation index][node index: 1 node, 2 nodes, more]
+LL_MAX_BWS = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
+PER_CH_MAX_RING_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (73.4, 73.4, 73.4))
+PER_CH_MAX_TREE_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (73.4, 73.4, 58.0))
+PER_CH_MAX_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (77.4, 82.8, 72.0))
+# ncclTopoGetAlgoTime's tree correction, [protocol][floor(log2(bytes / 64))] for 64 B .. 256 MiB
+TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+)
+# threads and per-thread byte thresholds below which a call runs on fewer channels (src/include/device.h, comm.h)
+MAX_THREADS = {NcclProtocol.LL: 512, NcclProtocol.LL128: 640, NcclProtocol.SIMPLE: 512}
+THREAD_THRESHOLD = {NcclProtocol.LL: 8, NcclProtocol.LL128: 8, NcclProtocol.SIMPLE: 64}
+PCI_BW_GB_S = 12.0  # NCCL's PCI_BW: a ring slower than this runs Simple on 256 threads
+MAX_CHANNELS = 32
+NET_OVERHEAD_US = {False: 1.0, True: 2.0}  # per inter-node ring step: x86 Intel (or other) / AMD
+
+
+@dataclass(frozen=True)
+class TunerSystem:
+    """What NCCL's topology search finds on a cluster, as its tuner reads it.
+
+    ``channels`` and ``bw_intra_gb_s``/``bw_inter_gb_s`` are the ring/tree graph's channel count and bandwidth
+    per channel inside a node and between nodes; ``comm_channels`` the communicator's channels after NCCL
+    duplicates them (what small calls are cut down from); ``nvls_channels`` NVLS's. ``gpu_direct`` says the
+    NIC path allows LL128 (NCCL: the graph's inter-node path no farther than PXB, or PXN on Hopper)."""
+
+    nodes: int
+    ranks_per_node: int
+    compute_capability: int
+    intra: HwKind
+    channels: int
+    bw_intra_gb_s: float
+    bw_inter_gb_s: float
+    comm_channels: int
+    nvls: bool = False
+    nvls_channels: int = 16
+    nvls_graph_channels: int = 0
+    nvls_bw_gb_s: float = 0.0
+    collnet: bool = False
+    amd_cpu: bool = False
+    gpu_direct: bool = True
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def generation(self) -> int:
+        """NCCL's compCapIndex: 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell."""
+        cc = self.compute_capability
+        return 3 if cc >= 100 else 2 if cc >= 90 else 1 if cc >= 80 else 0
+
+    @property
+    def node_index(self) -> int:
+        return min(self.nodes, 3) - 1
+
+
+@dataclass(frozen=True)
+class TunerEntry:
+    """One (algorithm, protocol) of NCCL's tables for a collective: algorithm bandwidth (GB/s) and latency (us)."""
+
+    algorithm: NcclAlgorithm
+    protocol: NcclProtocol
+    algbw_gb_s: float
+    latency_us: float
+
+
+@dataclass(frozen=True)
+class NcclChoice:
+    """What NCCL runs for one call: algorithm, protocol, channels (after the small-call cut) and the time of
+    NCCL's own model (us)."""
+
+    algorithm: NcclAlgorithm
+    protocol: NcclProtocol
+    channels: int
+    tuner_us: float
+
+    def describe(self) -> str:
+        return f"{self.algorithm.value}/{self.protocol.value} x{self.channels}ch"
+
+
+def steps(collective: Collective, ranks: int) -> int:
+    """The ring's steps: 2(n-1) for all-reduce, n-1 for all-gather and reduce-scatter, n otherwise."""
+    if collective is Collective.ALL_REDUCE:
+        return 2 * (ranks - 1)
+    if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
+        return ranks - 1
+    return ranks
+
+
+def inter_steps(collective: Collective, nodes: int) -> int:
+    if nodes == 1:
+        return 0
+    if collective is Collective.ALL_REDUCE:
+        return 2 * (nodes - 1)
+    return nodes - 1
+
+
+def _log2i(n: int) -> int:
+    return n.bit_length() - 1 if n > 0 else -1
+
+
+def enabled(system: TunerSystem, collective: Collective, algorithm: NcclAlgorithm, protocol: NcclProtocol) -> bool:
+    """NCCL's skip rules and default enable masks (no NCCL_ALGO / NCCL_PROTO)."""
+    a = algorithm
+    if collective in (Collective.BROADCAST, Collective.REDUCE) and a is not NcclAlgorithm.RING:
+        return False
+    if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER) and a not in (
+            NcclAlgorithm.RING, NcclAlgorithm.PAT, NcclAlgorithm.NVLS, NcclAlgorithm.COLLNET_DIRECT):
+        return False
+    if collective is Collective.ALL_REDUCE and a is NcclAlgorithm.PAT:
+        return False
+    if a in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE, NcclAlgorithm.PAT, NcclAlgorithm.COLLNET_DIRECT,
+             NcclAlgorithm.COLLNET_CHAIN) and protocol is not NcclProtocol.SIMPLE:
+        return False
+    if a is NcclAlgorithm.PAT and not (system.ranks_per_node == 1 and system.nodes > 1):
+        return False  # ncclPatEnable: one GPU per node
+    if a in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE):
+        if not system.nvls or (a is NcclAlgorithm.NVLS_TREE and system.nodes == 1):
+            return False
+        if a is NcclAlgorithm.NVLS and system.nodes > 1 and (
+                not system.collnet or collective is not Collective.ALL_REDUCE):
+            return False
+    if a in (NcclAlgorithm.COLLNET_DIRECT, NcclAlgorithm.COLLNET_CHAIN) and not system.collnet:
+        return False
+    if protocol is NcclProtocol.LL128:
+        cc = system.compute_capability
+        if not (system.intra is HwKind.NVLINK and cc in (70, 80, 90, 100, 120)
+                and (system.nodes == 1 or system.gpu_direct)):
+            return False
+    return True
+
+
+def _busbw(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: NcclProtocol) -> float:
+    s = system
+    g, ni = s.generation, s.node_index
+    ppn = s.ranks_per_node
+    collnet = a in (NcclAlgorithm.COLLNET_DIRECT, NcclAlgorithm.COLLNET_CHAIN)
+    bw = s.bw_intra_gb_s if (s.nodes <= 2 or collnet) else s.bw_inter_gb_s
+    channels = s.channels
+    if a in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE):  # NVLS's own graph: its channels, its speed
+        channels = s.nvls_graph_channels
+        inter = s.bw_inter_gb_s if a is NcclAlgorithm.NVLS or s.nodes <= 2 else s.bw_inter_gb_s / 2
+        bw = s.nvls_bw_gb_s if s.nodes == 1 else min(s.nvls_bw_gb_s, inter)
+    busbw = channels * bw
+    ll_max = LL_MAX_BWS[g if s.nodes == 1 else (1 if s.amd_cpu else 0)][ni]
+    if a is NcclAlgorithm.RING and p is NcclProtocol.LL:
+        busbw = min(ll_max, busbw * 0.5)
+    if a is NcclAlgorithm.RING and p is NcclProtocol.LL128:
+        busbw = min(busbw * 0.92, s.channels * PER_CH_MAX_RING_LL128_BWS[g][ni])
+    if a is NcclAlgorithm.TREE and collective is Collective.ALL_REDUCE:
+        busbw = min(busbw * 0.92, s.channels * PER_CH_MAX_TREE_BWS[g][ni])
+    if a is NcclAlgorithm.TREE and p is NcclProtocol.LL:
+        busbw = min(busbw / 3.8, ll_max)
+    if a is NcclAlgorithm.TREE and p is NcclProtocol.LL128:
+        busbw = min(busbw * (7.0 / 9.0 if s.nodes == 1 else 120.0 / 128.0),
+                    s.channels * PER_CH_MAX_TREE_LL128_BWS[g][ni])
+    if a is NcclAlgorithm.PAT:
+        busbw *= 0.85
+    if a is NcclAlgorithm.COLLNET_DIRECT:
+        if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
+            w = (ppn - 1) / 7
+            busbw = ppn * bw * (w * 0.85 + (1 - w) * 0.95)
+        else:
+            factor = ppn / s.channels
+            factor -= (factor - 1) / 2
+            busbw /= factor
+            if s.compute_capability >= 90:
+                busbw *= 0.85
+    return busbw
+
+
+def _ratio(collective: Collective, a: NcclAlgorithm, ranks: int) -> float:
+    """Bus bandwidth to algorithm bandwidth (1: none, for the non-ring all-gather and reduce-scatter)."""
+    if a is not NcclAlgorithm.RING and collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
+        return 1.0
+    if a is NcclAlgorithm.RING:
+        return ranks / steps(collective, ranks)
+    if a in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE):
+        return 5.0 / 6.0
+    return 0.5
+
+
+def _latency(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: NcclProtocol) -> float:
+    s = system
+    ai, pi = _A[a], _P[p]
+    intra_lat = HW_LAT_US[s.intra][ai][pi]
+    inter_lat = (HW_LAT_US[HwKind.NET][_A[NcclAlgorithm.TREE]][pi] if s.ranks_per_node == 1
+                 else HW_LAT_US[HwKind.NET][ai][pi])
+    lat = BASE_LAT_US[ai][pi]
+    n, nodes, ppn = s.ranks, s.nodes, s.ranks_per_node
+    hw = s.intra if nodes == 1 else HwKind.NET
+    if a is NcclAlgorithm.RING:
+        if collective in (Collective.BROADCAST, Collective.REDUCE):
+            return lat + HW_LAT_US[hw][ai][pi]  # the ring graph's channels are the same on every rank
+        overhead = 0.0 if nodes == 1 else NET_OVERHEAD_US[s.amd_cpu] * (3 if p is NcclProtocol.SIMPLE else 1)
+        intra_lat = max(intra_lat, overhead)
+        k, ki = steps(collective, n), inter_steps(collective, nodes)
+        return lat + (k - ki) * intra_lat + ki * inter_lat
+    if a is NcclAlgorithm.TREE:
+        return lat + 2 * ((ppn - 1) * intra_lat + _log2i(nodes) * inter_lat)
+    if a is NcclAlgorithm.COLLNET_DIRECT:
+        return lat + 2 * (min(1, ppn - 1) * intra_lat + (ppn - 1) * 0.4) + inter_lat
+    if a is NcclAlgorithm.COLLNET_CHAIN:
+        return lat + 2 * (ppn - 1) * intra_lat + inter_lat
+    if a is NcclAlgorithm.NVLS:
+        return intra_lat + (inter_lat if nodes > 1 else 0.0)
+    if a is NcclAlgorithm.NVLS_TREE:
+        return lat + intra_lat + 2 * _log2i(nodes) * inter_lat
+    return 8 + _log2i(nodes) * (inter_lat / 3.5) + n * 2.8  # PAT
+
+
+def tuner_table(system: TunerSystem, collective: Collective) -> tuple[TunerEntry, ...]:
+    """NCCL's bandwidth and latency for every (algorithm, protocol) it would consider for ``collective``."""
+    if collective not in TUNED:
+        raise ValueError(f"NCCL's tuner does not time {collective.value}")
+    out = []
+    for a in ALGORITHMS:
+        for p in PROTOCOLS:
+            if not enabled(system, collective, a, p):
+                continue
+            algbw = _busbw(system, collective, a, p) * _ratio(collective, a, system.ranks)
+            if algbw > 0:
+                out.append(TunerEntry(a, p, algbw, _latency(system, collective, a, p)))
+    return tuple(out)
+
+
+def tuner_time_us(system: TunerSystem, collective: Collective, entry: TunerEntry, size_bytes: int) -> float:
+    """ncclTopoGetAlgoTime for one call (no aggregation)."""
+    bw, lat = entry.algbw_gb_s, entry.latency_us
+    log_size = _log2i(size_bytes >> 6)
+    if entry.algorithm is NcclAlgorithm.TREE and collective is Collective.ALL_REDUCE and 0 <= log_size < 23:
+        bw *= TREE_CORRECTION[_P[entry.protocol]][log_size]
+    if (entry.algorithm is NcclAlgorithm.RING and entry.protocol is NcclProtocol.SIMPLE and system.nodes > 1
+            and collective is Collective.ALL_REDUCE
+            and size_bytes // (system.comm_channels * system.ranks) >= 64):
+        lat *= 1.9 if system.compute_capability < 80 else 1.4  # NCCL's "plateau effect of ring"
+    return lat + size_bytes / (1000.0 * bw)
+
+
+def channels_used(system: TunerSystem, algorithm: NcclAlgorithm, protocol: NcclProtocol, size_bytes: int) -> int:
+    """The channels a call of ``size_bytes`` runs on: NCCL cuts a small call's channels until each thread has
+    its threshold of bytes (NVLS: its own fixed count)."""
+    if algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE):
+        return system.nvls_channels
+    nc = system.comm_channels
+    nt = MAX_THREADS[protocol]
+    if protocol is NcclProtocol.SIMPLE and algorithm is NcclAlgorithm.RING and \
+            system.bw_intra_gb_s * system.channels <= PCI_BW_GB_S:
+        nt = 256
+    threshold = THREAD_THRESHOLD[protocol] * (system.ranks if (algorithm is NcclAlgorithm.RING
+                                                              and protocol is NcclProtocol.LL) else 1)
+    while size_bytes < nc * nt * threshold and nc >= 2:
+        nc -= 1
+    return nc
+
+
+def choose(system: TunerSystem, collective: Collective, size_bytes: int,
+           table: tuple[TunerEntry, ...] | None = None) -> tuple[NcclChoice, TunerEntry]:
+    """The (algorithm, protocol) NCCL's tuner picks for one call of ``size_bytes`` (its ``nBytes``: the whole
+    buffer; for all-gather and reduce-scatter the gathered one), and the table entry it came from."""
+    entries = table if table is not None else tuner_table(system, collective)
+    if not entries:
+        raise ValueError(f"no NCCL algorithm for {collective.value} on this system")
+    best = min(entries, key=lambda e: (tuner_time_us(system, collective, e, size_bytes), _A[e.algorithm],
+                                       _P[e.protocol]))
+    return (NcclChoice(best.algorithm, best.protocol, channels_used(system, best.algorithm, best.protocol,
+                                                                    size_bytes),
+                       tuner_time_us(system, collective, best, size_bytes)), best)

@@ -1,0 +1,67 @@
+"""`genie calibrate OUTPUT... --topology T`: the NCCL model fitted to a real cluster's nccl-tests (docs/nccl-model.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from genie.cli.flags import flag_names
+
+#: CalibrateRequest fields -> flags
+CALIBRATE_FLAGS = {"outputs": "OUTPUT", "topology": "--topology", "predict": "--predict",
+                   "gpus_per_node": "--gpus-per-node", "gpu": "--gpu", "interconnect": "--interconnect",
+                   "collective": "--collective", "out": "--out"}
+
+
+def calibrate(
+    outputs: List[Path] = typer.Argument(..., help="nccl-tests outputs to fit: the stdout of any 2.x release "
+                                                   "(one run or several per file) or its -J JSON."),
+    topology: Path = typer.Option(..., "--topology", help="The cluster: a topology file with multi-GPU `nodes` "
+                                                          "(NVLink, NICs, rails, speeds; docs/topology.md)."),
+    predict: List[Path] = typer.Option([], "--predict", help="nccl-tests outputs to predict with the fitted "
+                                                             "model (predictions.csv, geomean error); repeat."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node",
+                                                help="Ranks per node, for outputs without `# Using devices` lines."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="The GPU model (H100, A100...), where the outputs do "
+                                                          "not name it."),
+    interconnect: str = typer.Option("nvswitch", "--interconnect",
+                                     help="How a node's GPUs meet: nvswitch | nvlink | pcie."),
+    collective: Optional[str] = typer.Option(None, "--collective",
+                                             help="The collective, for outputs that do not say."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-calibrate)."),
+) -> None:
+    """Fit genie's NCCL model to a cluster's nccl-tests; print measured vs model and NCCL's choice per size."""
+    from astra_adapter.nccl.calibration_io import format_residuals
+    from astra_adapter.nccl.hardware import Interconnect
+    from genie.core.collective import Collective
+    from genie.core.errors import InputError
+    from genie.services.calibrate import CalibrateRequest, run_calibrate
+
+    with flag_names(CALIBRATE_FLAGS):
+        kind = Interconnect.parse(interconnect, path="interconnect")
+        try:
+            coll = Collective.parse(collective) if collective else None
+        except ValueError as exc:
+            raise InputError(str(exc), path="collective") from None
+        if gpus_per_node is not None and gpus_per_node < 1:
+            raise InputError(f"expected at least 1, got {gpus_per_node}", path="gpus_per_node")
+        result = run_calibrate(CalibrateRequest(tuple(outputs), topology, tuple(predict), gpus_per_node, gpu, kind,
+                                                coll, out))
+    fit = result.fit
+    typer.echo(format_residuals(fit.residuals, f"calibration on {len(fit.residuals)} points of {fit.cluster.name} "
+                                               f"({fit.cluster.gpu}): rms error {fit.rms_error_pct:.2f} %"))
+    moved = ", ".join(f"{n}={getattr(fit.params, n):.4g} (nominal {getattr(fit.nominal, n):.4g})" for n in fit.fitted)
+    typer.echo(f"# fitted: {moved or 'nothing moved from nominal'}")
+    if result.predictions:
+        typer.echo(format_residuals(result.predictions, "predictions of measurements the calibration did not see"))
+        typer.echo(f"# prediction geomean |error|: {result.prediction_geomean_pct:.2f} % over "
+                   f"{len(result.predictions)} points")
+    for finding in result.findings:
+        typer.echo(f"# expected? {finding.describe()}")
+    typer.echo(f"# wrote {result.run_dir}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)

@@ -1,0 +1,141 @@
+"""`genie calibrate` as a service: a real cluster's nccl-tests outputs and a topology in, the NCCL model fitted
+to them out (``nccl_calibration.json``), with every point's residual, a plot of measured vs model per
+collective, the "are my numbers expected?" findings and, for outputs given to ``predict``, the calibration's
+predictions of measurements it did not see (``predictions.csv``). Reading, fitting and checking are the
+adapter's (pure); this module reads the files and records the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from genie.core.collective import Collective
+
+from astra_adapter.nccl.expected import Finding
+from astra_adapter.nccl.fit import Fit, Observation, Residual
+from astra_adapter.nccl.hardware import Interconnect
+
+MAX_OUTPUT_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class CalibrateRequest:
+    outputs: tuple[Path, ...]  # nccl-tests stdout or -J JSON files to fit
+    topology: Path
+    predict: tuple[Path, ...] = ()  # outputs to predict with the fitted model
+    gpus_per_node: Optional[int] = None  # where an output has no `# Using devices` lines
+    gpu: Optional[str] = None  # the GPU model, where the outputs do not name it
+    interconnect: Interconnect = Interconnect.NVSWITCH
+    collective: Optional[Collective] = None  # for outputs that do not say (no header, ambiguous rows)
+    out: Optional[Path] = None
+
+
+@dataclass(frozen=True)
+class CalibrateResult:
+    run_dir: Path
+    fit: Fit
+    findings: tuple[Finding, ...]
+    predictions: tuple[Residual, ...]
+    calibration_path: Path
+
+    @property
+    def prediction_geomean_pct(self) -> float | None:
+        from astra_adapter.nccl.fit import geomean_abs_error_pct
+        return geomean_abs_error_pct(self.predictions) if self.predictions else None
+
+
+def _read_tables(path: Path, collective: Optional[Collective]):
+    from genie.core.errors import InputError
+    from genie.measure.nccl_output import parse_nccl_tests
+
+    if not path.is_file():
+        raise InputError("no such file", source=str(path))
+    if path.stat().st_size > MAX_OUTPUT_BYTES:
+        raise InputError(f"larger than {MAX_OUTPUT_BYTES >> 20} MiB: not an nccl-tests output", source=str(path))
+    return parse_nccl_tests(path.read_bytes(), source=str(path), collective=collective).tables
+
+
+def _gpu_name(tables, given: Optional[str], source: str) -> str:
+    from genie.core.errors import InputError
+
+    if given:
+        return given
+    names = {d.gpu for t in tables for d in t.devices if d.gpu}
+    if len(names) > 1:
+        raise InputError(f"the outputs name several GPU models ({', '.join(sorted(names))}): give the GPU",
+                         source=source, path="gpu")
+    if not names:
+        raise InputError("the outputs do not name their GPUs (no `# Using devices` lines): give the GPU",
+                         source=source, path="gpu")
+    return names.pop()
+
+
+def _observations(tables, cluster, request: CalibrateRequest, *, max_nodes: int | None) -> tuple[Observation, ...]:
+    from astra_adapter.nccl.observations import table_observations
+
+    out: list[Observation] = []
+    for table in tables:
+        out += table_observations(table, cluster, gpus_per_node=request.gpus_per_node, max_nodes=max_nodes)
+    return tuple(out)
+
+
+def _curves(residuals: tuple[Residual, ...]) -> dict[str, list[tuple[int, float, float]]]:
+    curves: dict[str, list[tuple[int, float, float]]] = {}
+    for r in residuals:
+        c = r.observation.call
+        label = f"{c.collective.value} {c.ranks}r/{c.nodes}n"
+        curves.setdefault(label, []).append((c.size_bytes, r.observation.measured_us, r.prediction.time_us))
+    return curves
+
+
+def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
+    from astra_adapter.nccl import calibration_io
+    from astra_adapter.nccl.expected import check
+    from astra_adapter.nccl.fit import fit, predict_all
+    from astra_adapter.nccl.hardware import cluster_from_topology
+    from genie.core.errors import InputError
+    from genie.report.manifest import RunRecorder, input_digest
+    from genie.report.plots import measured_vs_model
+    from genie.topology import load_topology_file
+
+    if not request.outputs:
+        raise InputError("give at least one nccl-tests output to calibrate on", path="outputs")
+    topology = load_topology_file(request.topology)
+    train_tables = tuple(t for p in request.outputs for t in _read_tables(p, request.collective))
+    predict_tables = tuple(t for p in request.predict for t in _read_tables(p, request.collective))
+    gpu = _gpu_name(train_tables + predict_tables, request.gpu, str(request.outputs[0]))
+    cluster = cluster_from_topology(topology, gpu=gpu, interconnect=request.interconnect,
+                                    source=str(request.topology))
+    train = _observations(train_tables, cluster, request, max_nodes=cluster.nodes)
+    held_out = _observations(predict_tables, cluster, request, max_nodes=None)
+    if not train:
+        raise InputError("the outputs have no timed rows", source=str(request.outputs[0]))
+    result = fit(cluster, train)
+    predictions = predict_all(cluster, result.params, held_out)
+    findings = check(cluster, result.nominal, train + held_out)
+    inputs = (*(input_digest(p, "nccl-tests") for p in request.outputs),
+              *(input_digest(p, "predict") for p in request.predict), input_digest(request.topology, "topology"))
+    params = {"gpu": gpu, "interconnect": request.interconnect.value, "gpus_per_node": request.gpus_per_node,
+              "collective": request.collective.value if request.collective else None}
+    with RunRecorder("calibrate", out=request.out, inputs=inputs, params=params) as run:
+        path = run.write(calibration_io.NCCL_CALIBRATION_JSON,
+                         calibration_io.calibration_json(result, findings, tuple(map(str, request.outputs))))
+        run.write(calibration_io.POINTS_CSV, calibration_io.residuals_csv(result.residuals))
+        plot = measured_vs_model(_curves(result.residuals), title=f"{cluster.name}: measured vs model")
+        if plot:
+            run.write("measured_vs_model.png", plot)
+        summary = {"points": len(train), "rms_error_pct": round(result.rms_error_pct, 3),
+                   "fitted": list(result.fitted), "findings": len(findings)}
+        if predictions:
+            run.write(calibration_io.PREDICTIONS_CSV, calibration_io.residuals_csv(predictions))
+            plot = measured_vs_model(_curves(predictions), title=f"{cluster.name}: predicted vs measured")
+            if plot:
+                run.write("predicted_vs_measured.png", plot)
+            from astra_adapter.nccl.fit import geomean_abs_error_pct
+            summary["predicted_points"] = len(predictions)
+            summary["prediction_geomean_error_pct"] = round(geomean_abs_error_pct(predictions), 3)
+        for f in findings:
+            run.warn(f.describe())
+        run.set_summary(summary)
+    return CalibrateResult(run.run_dir, result, findings, predictions, path)
