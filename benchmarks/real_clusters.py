@@ -1,0 +1,212 @@
+"""genie's NCCL model against real nccl-tests output it did not see (issue 33): the corpus under
+benchmarks/data/real-nccl/<case>/ (each run as posted, its README with the source, its topology.yaml).
+
+Three held-out predictions, each the geometric mean of |time error| over the predicted sizes:
+- sizes: per run, fit on 3 sizes (the smallest, the middle and the largest row), predict every other size;
+  reported apart for sizes >= 64 KiB and below;
+- collectives: per case with several collectives, fit on all_reduce (all sizes), predict the others;
+- scale: per case with several node counts, fit on the fewest nodes, predict the others.
+Then "are my numbers expected?" on every run, clean and anomalous.
+
+    python -m benchmarks.real_clusters            # markdown tables
+    python -m benchmarks.real_clusters --json     # the same numbers as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from genie.core.collective import Collective
+from genie.measure.nccl_output import NcclTable, parse_nccl_tests
+from genie.topology import load_topology_file
+
+from astra_adapter.nccl.expected import check
+from astra_adapter.nccl.fit import Observation, fit, geomean_abs_error_pct, predict_all
+from astra_adapter.nccl.hardware import Cluster, Interconnect, cluster_from_topology
+from astra_adapter.nccl.model import nominal_params
+from astra_adapter.nccl.observations import table_observations
+
+DATA = Path(__file__).resolve().parent / "data" / "real-nccl"
+SMALL_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    interconnect: Interconnect
+    clean: bool  # False: the poster or a maintainer called it anomalous, or it is an unverified demo / suspect
+    note: str = ""
+
+
+CASES = (
+    Case("nvidia-dgxc-dgxh100-8gpu-1node", Interconnect.NVSWITCH, True),
+    Case("nccltests290-h100-8gpu-1node-nvls", Interconnect.NVSWITCH, True, "6 sizes, 2 iterations each"),
+    Case("dudeperf3ct-h100x4-nvlink-lambda-1node", Interconnect.NVSWITCH, True),
+    Case("superbench-a100sxm4-40g-8gpu-1node", Interconnect.NVSWITCH, True, "test data of a benchmark suite"),
+    Case("sheffield-stanage-a100sxm4-80g-4gpu-1node", Interconnect.NVLINK, True),
+    Case("sheffield-bessemer-v100pcie-4gpu-1node-nccl2.4.2-cuda10.1", Interconnect.PCIE, True),
+    Case("sheffield-bessemer-v100pcie-4gpu-1node-nccl2.8.3-cuda11.0.2", Interconnect.PCIE, True),
+    Case("sheffield-bessemer-v100pcie-4gpu-1node-nccl2.8.3-cuda11.1.1", Interconnect.PCIE, True),
+    Case("nccltests309-h100-ndr-2node-4node", Interconnect.NVSWITCH, True, "2 and 4 nodes are different machines"),
+    Case("nccltests309-h100-ndr-gjaion-2-4-8node", Interconnect.NVSWITCH, True),
+    Case("gcp-a3mega-h100-2node-tcpxo", Interconnect.NVSWITCH, True, "Ethernet, TCP plugin"),
+    Case("aws-batch-g5-a10g-2node-eth-socket", Interconnect.PCIE, True, "Ethernet, NCCL's socket transport"),
+    Case("gke-a3ultra-h200-roce-gib-dranet", Interconnect.NVSWITCH, False, "demo, nobody commented"),
+    Case("gke-a4-b200-roce-gib-dranet", Interconnect.NVSWITCH, False, "demo, nobody commented"),
+    Case("kalavai-rtx4090-pcie-docker-1node", Interconnect.PCIE, False, "suspect-low"),
+    Case("kalavai-rtx4090-pcie-k8s-1node", Interconnect.PCIE, False, "suspect-low"),
+    Case("nccltests290-h100-ndr-1node-2node-anomalous", Interconnect.NVSWITCH, False, "anomalous (2 nodes)"),
+    Case("nccltests293-a100pcie-2node-hdr-anomalous", Interconnect.PCIE, False, "anomalous"),
+    Case("nccltests319-h100-ndr-doca-2node-anomalous", Interconnect.NVSWITCH, False, "anomalous"),
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    file: str
+    table: NcclTable
+    observations: tuple[Observation, ...]
+
+
+def load_case(case: Case) -> tuple[Cluster, tuple[Run, ...]]:
+    folder = DATA / case.name
+    runs = []
+    tables = []
+    for path in sorted(folder.glob("*.txt")):
+        for table in parse_nccl_tests(path.read_bytes(), source=str(path.relative_to(DATA))).tables:
+            tables.append((path.name, table))
+    gpu = next(d.gpu for _, t in tables for d in t.devices if d.gpu)
+    cluster = cluster_from_topology(load_topology_file(folder / "topology.yaml"), gpu=gpu,
+                                    interconnect=case.interconnect, source=str(folder / "topology.yaml"))
+    for name, table in tables:
+        runs.append(Run(name, table, table_observations(table, cluster)))
+    return cluster, tuple(runs)
+
+
+def _geo(residuals) -> float | None:
+    return geomean_abs_error_pct(residuals) if residuals else None
+
+
+def across_sizes(cluster: Cluster, run: Run) -> dict:
+    obs = sorted(run.observations, key=lambda o: o.call.size_bytes)
+    picks = {0, len(obs) // 2, len(obs) - 1}
+    train = [obs[i] for i in sorted(picks)]
+    rest = [o for i, o in enumerate(obs) if i not in picks]
+    result = fit(cluster, train)
+    residuals = predict_all(cluster, result.params, rest)
+    large = [r for r in residuals if r.observation.call.size_bytes >= SMALL_BYTES]
+    small = [r for r in residuals if r.observation.call.size_bytes < SMALL_BYTES]
+    return {"run": run.file, "trained_sizes": [o.call.size_bytes for o in train], "predicted": len(rest),
+            "geomean_ge_64k_pct": _geo(large), "geomean_lt_64k_pct": _geo(small),
+            "worst_pct": max((abs(r.error_pct) for r in residuals), default=None)}
+
+
+def across_collectives(cluster: Cluster, runs: tuple[Run, ...]) -> list[dict]:
+    train = [o for r in runs if r.table.collective is Collective.ALL_REDUCE for o in r.observations]
+    others = [r for r in runs if r.table.collective is not Collective.ALL_REDUCE]
+    if not train or not others:
+        return []
+    result = fit(cluster, train)
+    out = []
+    for r in others:
+        residuals = predict_all(cluster, result.params, r.observations)
+        large = [x for x in residuals if x.observation.call.size_bytes >= SMALL_BYTES]
+        out.append({"run": r.file, "collective": r.table.collective.value, "geomean_pct": _geo(residuals),
+                    "geomean_ge_64k_pct": _geo(large)})
+    return out
+
+
+def across_scale(cluster: Cluster, runs: tuple[Run, ...]) -> list[dict]:
+    by_nodes: dict[int, list[Run]] = {}
+    for r in runs:
+        if r.observations and r.table.collective is Collective.ALL_REDUCE and "minctas" not in r.file \
+                and "ring" not in r.file:
+            by_nodes.setdefault(r.observations[0].call.nodes, []).append(r)
+    if len(by_nodes) < 2:
+        return []
+    fewest = min(by_nodes)
+    train = [o for r in by_nodes[fewest] for o in r.observations]
+    result = fit(cluster, train)
+    out = []
+    for nodes in sorted(by_nodes):
+        if nodes == fewest:
+            continue
+        for r in by_nodes[nodes]:
+            residuals = predict_all(cluster, result.params, r.observations)
+            out.append({"run": r.file, "trained_nodes": fewest, "nodes": nodes, "geomean_pct": _geo(residuals)})
+    return out
+
+
+def evaluate() -> dict:
+    report: dict = {"sizes": [], "collectives": [], "scale": [], "findings": []}
+    for case in CASES:
+        cluster, runs = load_case(case)
+        for run in runs:
+            if len(run.observations) >= 4:
+                report["sizes"].append({"case": case.name, "clean": case.clean, **across_sizes(cluster, run)})
+        for row in across_collectives(cluster, runs):
+            report["collectives"].append({"case": case.name, "clean": case.clean, **row})
+        for row in across_scale(cluster, runs):
+            report["scale"].append({"case": case.name, "clean": case.clean, **row})
+        obs = tuple(o for r in runs for o in r.observations)
+        for f in check(cluster, nominal_params(cluster), obs):
+            report["findings"].append({"case": case.name, "clean": case.clean, "finding": f.describe()})
+    report["overall"] = {
+        "sizes_ge_64k_pct": _gmean([r["geomean_ge_64k_pct"] for r in report["sizes"] if r["clean"]]),
+        "sizes_lt_64k_pct": _gmean([r["geomean_lt_64k_pct"] for r in report["sizes"] if r["clean"]]),
+        "collectives_pct": _gmean([r["geomean_pct"] for r in report["collectives"] if r["clean"]]),
+        "scale_pct": _gmean([r["geomean_pct"] for r in report["scale"] if r["clean"]]),
+    }
+    return report
+
+
+def _gmean(values: list[float | None]) -> float | None:
+    v = [max(x, 0.01) for x in values if x is not None]
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def markdown(report: dict) -> str:
+    lines = ["### Across sizes (fit on 3 sizes, predict the rest): geomean |time error| %", "",
+             "| case | run | clean | trained sizes | predicted | >= 64 KiB | < 64 KiB | worst |", "|---|---|---|---|---|---|---|---|"]
+    for r in report["sizes"]:
+        lines.append(f"| {r['case']} | {r['run']} | {'yes' if r['clean'] else 'no'} | "
+                     f"{', '.join(map(str, r['trained_sizes']))} | {r['predicted']} | {_pct(r['geomean_ge_64k_pct'])} | "
+                     f"{_pct(r['geomean_lt_64k_pct'])} | {_pct(r['worst_pct'])} |")
+    lines += ["", "### Across collectives (fit on all_reduce, predict the others)", "",
+              "| case | run | clean | collective | all sizes | >= 64 KiB |", "|---|---|---|---|---|---|"]
+    for r in report["collectives"]:
+        lines.append(f"| {r['case']} | {r['run']} | {'yes' if r['clean'] else 'no'} | {r['collective']} | "
+                     f"{_pct(r['geomean_pct'])} | {_pct(r['geomean_ge_64k_pct'])} |")
+    lines += ["", "### Across scale (fit on the fewest nodes, predict more)", "",
+              "| case | run | clean | trained nodes | nodes | geomean % |", "|---|---|---|---|---|---|"]
+    for r in report["scale"]:
+        lines.append(f"| {r['case']} | {r['run']} | {'yes' if r['clean'] else 'no'} | {r['trained_nodes']} | "
+                     f"{r['nodes']} | {_pct(r['geomean_pct'])} |")
+    lines += ["", "### Are my numbers expected?", ""]
+    lines += [f"- ({'clean' if r['clean'] else 'not clean'}) {r['finding']}" for r in report["findings"]]
+    o = report["overall"]
+    lines += ["", f"**Overall (clean cases):** sizes >= 64 KiB {_pct(o['sizes_ge_64k_pct'])} %, sizes < 64 KiB "
+                  f"{_pct(o['sizes_lt_64k_pct'])} %, collectives {_pct(o['collectives_pct'])} %, scale "
+                  f"{_pct(o['scale_pct'])} %"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    args = parser.parse_args(argv)
+    report = evaluate()
+    print(json.dumps(report, indent=1) if args.json else markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,187 @@
+"""genie's NCCL model: NCCL's tuner (constants and choices), the cluster from a topology, the fit, "are my
+numbers expected?", and `genie calibrate` on real nccl-tests output (benchmarks/data/real-nccl)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from genie.core.collective import Collective
+from genie.core.errors import InputError
+from genie.measure.nccl_output import parse_nccl_tests
+from genie.topology import load_topology_file
+
+from astra_adapter.nccl.calibration_io import load_calibration
+from astra_adapter.nccl.expected import check
+from astra_adapter.nccl.fit import Observation, fit, predict_all
+from astra_adapter.nccl.hardware import Cluster, Interconnect, cluster_from_topology, compute_capability, \
+    tuner_system
+from astra_adapter.nccl.model import Call, NcclParams, nominal_params, predict
+from astra_adapter.nccl.observations import table_observations
+from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, channels_used, choose, enabled, tuner_table
+from tests.cli_support import run_genie
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data" / "real-nccl"
+DGX = DATA / "nvidia-dgxc-dgxh100-8gpu-1node"
+H100 = Cluster("hgx", 1, 8, "H100", 90, Interconnect.NVSWITCH, 370.8, 0.5, 8, 50.0, 1.0)
+
+
+def _entry(table, algorithm, protocol):
+    return next(e for e in table if e.algorithm is algorithm and e.protocol is protocol)
+
+
+def test_h100_node_gets_nccls_graph_and_table():
+    # NCCL 2.23 on 8 x H100 (18 x 20.6 GB/s to the NVSwitch): ring graph 6 x 60 GB/s, split to 12 x 30,
+    # 24 communicator channels; NVLS graph 8 x 40 (docs/nccl-model.md has the derivation)
+    s = tuner_system(H100)
+    assert (s.channels, s.bw_intra_gb_s, s.comm_channels) == (12, 30.0, 24)
+    assert (s.nvls_graph_channels, s.nvls_bw_gb_s) == (8, 40.0)
+    t = tuner_table(s, Collective.ALL_REDUCE)
+    assert _entry(t, NcclAlgorithm.RING, NcclProtocol.SIMPLE).algbw_gb_s == pytest.approx(360 * 8 / 14)
+    assert _entry(t, NcclAlgorithm.RING, NcclProtocol.LL128).algbw_gb_s == pytest.approx(331.2 * 8 / 14)
+    assert _entry(t, NcclAlgorithm.RING, NcclProtocol.LL).algbw_gb_s == pytest.approx(141 * 8 / 14)
+    assert _entry(t, NcclAlgorithm.NVLS, NcclProtocol.SIMPLE).algbw_gb_s == pytest.approx(320 * 5 / 6)
+    # ring latency: base 6.6 + 14 steps x 0.6 (NVLink, LL)
+    assert _entry(t, NcclAlgorithm.RING, NcclProtocol.LL).latency_us == pytest.approx(6.6 + 14 * 0.6)
+
+
+def test_the_tuner_picks_by_size_and_cuts_small_calls_channels():
+    s = tuner_system(H100)
+    small, _ = choose(s, Collective.ALL_REDUCE, 1024)
+    large, _ = choose(s, Collective.ALL_REDUCE, 1 << 30)
+    assert (small.algorithm, small.protocol, small.channels) == (NcclAlgorithm.RING, NcclProtocol.LL, 1)
+    assert (large.algorithm, large.protocol) == (NcclAlgorithm.NVLS, NcclProtocol.SIMPLE)
+    # Simple on a ring: 512 threads x 64 bytes per channel before a channel is cut
+    assert channels_used(s, NcclAlgorithm.RING, NcclProtocol.SIMPLE, 4 * 512 * 64) == 4
+    assert channels_used(s, NcclAlgorithm.RING, NcclProtocol.SIMPLE, 1 << 30) == 24
+
+
+def test_enable_rules_pat_ll128_nvls():
+    multi = tuner_system(H100.scaled(4), ranks_per_node=1)
+    assert enabled(multi, Collective.ALL_GATHER, NcclAlgorithm.PAT, NcclProtocol.SIMPLE)
+    assert not enabled(tuner_system(H100), Collective.ALL_GATHER, NcclAlgorithm.PAT, NcclProtocol.SIMPLE)
+    assert not enabled(multi, Collective.ALL_REDUCE, NcclAlgorithm.PAT, NcclProtocol.SIMPLE)
+    pcie = Cluster("box", 1, 4, "RTX 4090", 89, Interconnect.PCIE, 24.0, 1.0, 1, 12.5, 1.0)
+    s = tuner_system(pcie)
+    assert not s.nvls
+    assert not enabled(s, Collective.ALL_REDUCE, NcclAlgorithm.RING, NcclProtocol.LL128)  # no NVLink, sm89
+    assert {e.algorithm for e in tuner_table(s, Collective.BROADCAST)} == {NcclAlgorithm.RING}
+
+
+def test_gpu_names():
+    assert compute_capability("NVIDIA H100 80GB HBM3") == 90
+    assert compute_capability("A100-SXM4-40GB") == 80
+    assert compute_capability("NVIDIA GeForce RTX 4090") == 89
+    assert compute_capability("Tesla V100-PCIE-32GB") == 70
+    assert compute_capability("NVIDIA B200") == 100
+    assert compute_capability("Voodoo 2") is None
+
+
+def test_cluster_from_a_topology_file():
+    c = cluster_from_topology(load_topology_file(ROOT / "topologies" / "dgx-2node.yaml"), gpu="H100",
+                              interconnect=Interconnect.NVSWITCH, source="dgx-2node.yaml")
+    assert (c.nodes, c.gpus_per_node, c.nics, c.nic_gb_s, c.intra_gb_s) == (2, 8, 8, 50.0, 900.0)
+    with pytest.raises(InputError, match="unknown GPU"):
+        cluster_from_topology(load_topology_file(ROOT / "topologies" / "dgx-2node.yaml"), gpu="Voodoo",
+                              interconnect=Interconnect.NVSWITCH, source="x")
+
+
+def test_the_fit_recovers_known_parameters_from_three_sizes():
+    truth = NcclParams(intra_busbw_gb_s=300.0, nvls_busbw_gb_s=350.0, nic_gb_s=50.0, latency_scale=1.3,
+                       launch_us=4.0, ll_efficiency=1.0, ll128_efficiency=1.0, fill_bytes=8e6)
+    sizes = [1 << k for k in range(3, 35)]
+    obs = [Observation(Call(Collective.ALL_REDUCE, 8, 1, s), predict(H100, truth, Call(Collective.ALL_REDUCE, 8, 1,
+                                                                                        s)).time_us)
+           for s in sizes]
+    result = fit(H100, obs)
+    assert result.rms_error_pct < 1.0
+    assert result.params.nvls_busbw_gb_s == pytest.approx(350.0, rel=0.02)
+    assert "nic_gb_s" not in result.fitted  # one node: the NICs are not seen and stay nominal
+    assert result.params.nic_gb_s == nominal_params(H100).nic_gb_s
+
+
+def _dgx_observations():
+    table = parse_nccl_tests((DGX / "all_reduce-8r.txt").read_bytes(), source="dgx").tables[0]
+    cluster = cluster_from_topology(load_topology_file(DGX / "topology.yaml"), gpu=table.devices[0].gpu,
+                                    interconnect=Interconnect.NVSWITCH, source="topology.yaml")
+    return cluster, table, table_observations(table, cluster, max_nodes=cluster.nodes)
+
+
+def test_a_real_sweep_held_out_sizes_are_predicted():
+    cluster, _, obs = _dgx_observations()
+    obs = sorted(obs, key=lambda o: o.call.size_bytes)
+    train = [obs[0], obs[len(obs) // 2], obs[-1]]
+    result = fit(cluster, train)
+    rest = [o for o in obs if o not in train and o.call.size_bytes >= 64 << 10]
+    errors = sorted(abs(r.error_pct) for r in predict_all(cluster, result.params, rest))
+    assert errors[len(errors) // 2] < 5.0  # the median held-out point of the DGX H100 sweep (measured: 1.7 %)
+
+
+def test_more_ranks_than_the_topology_is_refused():
+    cluster, table, _ = _dgx_observations()
+    small = Cluster(**{**cluster.__dict__, "gpus_per_node": 4})
+    with pytest.raises(InputError, match="8 ranks per node, but the topology's nodes have 4 GPUs"):
+        table_observations(table, small)
+
+
+def test_expected_flags_the_anomalous_run_and_not_the_clean_one():
+    cluster, _, obs = _dgx_observations()
+    assert check(cluster, nominal_params(cluster), obs) == ()
+    case = DATA / "nccltests319-h100-ndr-doca-2node-anomalous"
+    table = parse_nccl_tests((case / "all_reduce-16r.txt").read_bytes(), source="319").tables[0]
+    c2 = cluster_from_topology(load_topology_file(case / "topology.yaml"), gpu="H100",
+                               interconnect=Interconnect.NVSWITCH, source="t")
+    findings = check(c2, nominal_params(c2), table_observations(table, c2))
+    assert len(findings) == 1 and findings[0].ratio < 0.3 and "GPU-NIC path" in findings[0].cause
+
+
+def test_genie_calibrate_writes_the_calibration_and_predictions(tmp_path):
+    out = tmp_path / "cal"
+    r = run_genie("calibrate", str(DGX / "all_reduce-8r.txt"), "--topology", str(DGX / "topology.yaml"),
+                  "--predict", str(DATA / "nccltests290-h100-8gpu-1node-nvls" / "all_reduce-8r.txt"),
+                  "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "NVLS/Simple" in r.stdout and "prediction geomean |error|" in r.stdout
+    for name in ("nccl_calibration.json", "calibration_points.csv", "predictions.csv", "measured_vs_model.png",
+                 "manifest.json"):
+        assert (out / name).is_file(), name
+    header = (out / "predictions.csv").read_text().splitlines()[0]
+    assert header.startswith("collective,ranks,size_bytes,measured_us,predicted_us,error_pct")
+    cluster, params, _ = load_calibration(out)
+    assert cluster.gpus_per_node == 8 and params.nvls_busbw_gb_s > 0
+    doc = json.loads((out / "nccl_calibration.json").read_text())
+    assert doc["points"] == 32 and doc["findings"] == []
+
+
+@pytest.mark.parametrize("text, message", [
+    ("hello world\n", "no nccl-tests table"),
+    ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
+     "#wrong\n        1024           256     float     sum      -1    16.94    0.06\n", "column"),
+])
+def test_genie_calibrate_refuses_bad_output_in_one_line(tmp_path, text, message):
+    bad = tmp_path / "bad.txt"
+    bad.write_text(text)
+    out = tmp_path / "cal"
+    r = run_genie("calibrate", str(bad), "--topology", str(DGX / "topology.yaml"), "--out", str(out))
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and str(bad) in r.stderr
+    assert not out.exists()
+
+
+def test_genie_calibrate_refuses_a_topology_smaller_than_the_output(tmp_path):
+    r = run_genie("calibrate", str(DATA / "nccltests309-h100-ndr-2node-4node" / "all_reduce-32r.txt"), "--topology",
+                  str(DATA / "nccltests309-h100-ndr-2node-4node" / "topology.yaml"), "--out", str(tmp_path / "c"))
+    assert r.returncode == 2 and "4 nodes" in r.stderr and "topology has 2 node(s)" in r.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_the_real_cluster_benchmark_meets_its_met_targets():
+    from benchmarks.real_clusters import evaluate
+
+    overall = evaluate()["overall"]
+    # measured 2026-12-04: sizes < 64 KiB 4.5 % (target 10), scale 7.9 % (target 10); the misses are reported
+    assert overall["sizes_lt_64k_pct"] <= 10.0
+    assert overall["scale_pct"] <= 10.0
