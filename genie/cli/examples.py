@@ -20,6 +20,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                  "genie estimate traces/gen_tp2_dp4_gpt3 --measurements runs/star8-ar4 --extrapolate "
                  "--topology topologies/star-8.yaml"),
     "experiment": ("genie experiment experiments/tp2dp4-gpt3-star8.yaml",),
+    "calibrate": ("genie calibrate benchmarks/data/real-nccl/nvidia-dgxc-dgxh100-8gpu-1node/all_reduce-8r.txt "
+                  "--topology benchmarks/data/real-nccl/nvidia-dgxc-dgxh100-8gpu-1node/topology.yaml",
+                  "genie calibrate ar-2node.txt --topology cluster.yaml --predict ar-4node.txt --out runs/cal"),
     "testbed up": ("genie testbed up topologies/star-8.yaml",
                    "genie testbed up topologies/leaf-spine-2x4.yaml --dry-run"),
     "testbed down": ("genie testbed down star-8", "genie testbed down --all"),
