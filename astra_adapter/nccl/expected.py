@@ -62,9 +62,12 @@ def _cause(cluster: Cluster, nominal: NcclParams, o: Observation, measured: floa
             return (f"NICs not all carrying traffic: the plateau is about {round(worth)} of the node's {cluster.nics} "
                     f"NICs' worth (a rail down or short, NCCL_IB_HCA, GPU-NIC affinity)")
         if measured < cluster.nics * min(nic, PCIE_GEN4_GB_S) * 0.5:
-            return ("the GPU-NIC path: traffic through the CPU instead of GPUDirect RDMA (PCIe ACS redirection, "
-                    "IOMMU translation, a NIC on the other socket)")
+            return ("the GPU-NIC path or transport: traffic through the CPU instead of GPUDirect RDMA (NCCL's "
+                    "socket transport, PCIe ACS redirection, IOMMU translation, a NIC on the other socket)")
         return "the network: fewer channels or QPs than the NICs need, adaptive routing, or congestion"
+    if cluster.interconnect is Interconnect.PCIE and measured < 0.5 * expected:
+        return ("GPU peer-to-peer off: data staged through host memory (consumer GPUs, IOMMU/ACS, "
+                "NCCL_P2P_DISABLE)")
     if cluster.interconnect is not Interconnect.PCIE and measured <= PCIE_GEN4_GB_S * 1.1:
         return "traffic on PCIe, not NVLink (P2P disabled, NVLink down, or GPUs not on one NVLink domain)"
     if algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE) and measured < expected * 0.85:

@@ -26,7 +26,7 @@ PRIOR_WEIGHT = 0.05
 #: per parameter: (lowest, highest) as a multiple of its nominal value
 _BOUNDS = {"intra_busbw_gb_s": (0.02, 3.0), "nvls_busbw_gb_s": (0.02, 3.0), "nic_gb_s": (0.02, 1.5),
            "latency_scale": (0.05, 50.0), "launch_us": (1e-3, 1e3), "ll_efficiency": (0.05, 3.0),
-           "ll128_efficiency": (0.05, 3.0), "fill_bytes": (1e-3, 1e3)}
+           "ll128_efficiency": (0.05, 3.0), "fill_bytes": (1e-3, 20.0)}
 
 
 @dataclass(frozen=True)
