@@ -107,6 +107,7 @@ DTYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_
                "float32": 4, "int32": 4, "uint32": 4, "int": 4, "double": 8, "float64": 8, "int64": 8, "uint64": 8}
 #: busbw factor f(n) = L - L/n (genie.collectives.busbw); the others' is 1
 _LIMIT = {Collective.ALL_REDUCE: 2.0, **{c: 1.0 for c in PER_RANK_SPLIT}}
+_NAMED_ONLY = (Collective.GATHER, Collective.SCATTER)
 #: which collectives print rows of a (no reduction, rooted) kind; pre-2.13 sendrecv printed no redop column
 _KINDS = {(False, False): (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.SEND_RECV),
           (True, False): (Collective.ALL_GATHER, Collective.ALL_TO_ALL, Collective.SEND_RECV),
@@ -124,6 +125,7 @@ _ROW_START = re.compile(r"^\d+\s+\d+\s+[A-Za-z]\w*(?:\s|$)")
 _INT = re.compile(r"\d+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _MISSING = ("n/a", "nan", "-nan")
+_FIGURES = ("time", "cputime", "algbw", "busbw", "#wrong", "error", "i_min", "i_max", "i_p99", "i_cv%")
 _JSON_HALF_UNIT = 5e-7  # nccl-tests writes JSON doubles with %lf (6 decimals)
 
 Num = tuple[float, float]  # a printed value and half its last digit's unit (what rounding may hide)
@@ -136,6 +138,7 @@ class _Layout:
     redop_at: int | None
     root_at: int | None
     bodies: tuple[tuple[int, int, int], ...]  # (time, algbw, busbw) indexes: out-of-place, then in-place
+    numeric: tuple[int, ...]  # every figure's index (bodies, #wrong, -I's i_*)
     cputime: bool
     from_header: bool = True
 
@@ -150,7 +153,8 @@ def _layout(titles: list[str], from_header: bool = True) -> _Layout | None:
         return None
     redop = next((i for i, t in enumerate(titles) if t in ("redop", "op")), None)
     return _Layout(len(titles) + ("timestamp" in titles), redop, titles.index("root") if "root" in titles else None,
-                   tuple(zip(times, algbw, busbw))[:2], "cputime" in titles, from_header)
+                   tuple(zip(times, algbw, busbw))[:2], tuple(i for i, t in enumerate(titles) if t in _FIGURES),
+                   "cputime" in titles, from_header)
 
 
 _CURRENT = "size count type redop root".split() + "time algbw busbw #wrong".split() * 2
@@ -193,9 +197,6 @@ class _Segment:
     rows: list[_RawRow] = field(default_factory=list)
     stage: int = 0  # how far nccl-tests' printing order got (see _read_text)
 
-    def began(self) -> bool:
-        return bool(self.rows or self.layout)
-
 
 def _fail(source: str, where: str | None, message: str) -> InputError:
     return InputError(message, source=source, path=where or None)
@@ -228,13 +229,11 @@ def _text_row(tokens: list[str], layout: _Layout, number: int, source: str) -> _
     root = tokens[layout.root_at] if layout.root_at is not None else "-1"
     if not (_INT.fullmatch(tokens[0]) and _INT.fullmatch(tokens[1]) and re.fullmatch(r"-?\d+", root)):
         raise _fail(source, where, f"size {tokens[0]!r}, count {tokens[1]!r} and root {root!r} must be whole numbers")
-    bodies: list[Any] = [None, None]
-    for k, indexes in enumerate(layout.bodies):
-        try:
-            values = [_number(tokens[i]) for i in indexes]
-        except ValueError as e:
-            raise _fail(source, where, f"{e} is not a number (a row cut mid-way?)") from None
-        bodies[k] = None if None in values else tuple(values)
+    try:
+        figures = {i: _number(tokens[i]) for i in layout.numeric}
+    except ValueError as e:
+        raise _fail(source, where, f"{e} is not a number (a row cut mid-way?)") from None
+    bodies: list[Any] = [None if None in (v := [figures[i] for i in b]) else tuple(v) for b in layout.bodies] + [None]
     redop = tokens[layout.redop_at] if layout.redop_at is not None else "none"
     return _RawRow(int(tokens[0]), int(tokens[1]), tokens[2], redop, int(root), (bodies[0], bodies[1]),
                    number, 0)
@@ -259,7 +258,8 @@ def _read_text(text: str, source: str) -> list[_Segment]:
         stage = (1 if m and m.re is _TESTS_VERSION else 2 if m and m.re is _STARTING else 4 if m
                  else 3 if re.match(r"#\s*Using devices", line) else 0)
         layout = _layout(tokens[1:]) if line.startswith("#") and not stage else None
-        if not seg.began() and _ROW_START.match(line):
+        began = bool(seg.rows or seg.layout)
+        if not began and _ROW_START.match(line):
             layout = _HEADERLESS.get(len(tokens))
             if layout is None:
                 raise _fail(source, f"line {number}", f"row has {len(tokens)} columns and no header says what they "
@@ -282,9 +282,9 @@ def _read_text(text: str, source: str) -> list[_Segment]:
             seg.devices += [NcclDevice(int(m[1]), m[2] or "", int(m[3]), m[4].strip())] if m else []
         elif layout:
             seg.layout, seg.first_line = layout, number
-        if (v := _NCCL_VERSION.search(line)) and not seg.began() and not line.startswith("#"):
+        if (v := _NCCL_VERSION.search(line)) and not began and not line.startswith("#"):
             seg.version = seg.version or v.group(1)
-        elif line.startswith("|") and not seg.began():
+        elif line.startswith("|") and not began:
             markdown = markdown or number
         if seg.layout is not None and tokens and _INT.fullmatch(tokens[0]):
             if (rows := rows + 1) > MAX_ROWS:
@@ -318,13 +318,11 @@ def _read_json(text: str, source: str) -> _Segment:
     if not isinstance(doc, dict) or "results" not in doc:
         raise _fail(source, "results", "no results list (not an nccl-tests -J file?)")
     seg = _Segment()
-    for i, arg in enumerate(doc.get("args") or []):
-        if isinstance(arg, str) and (m := _BINARY.search(PurePath(arg).name.lower())):
-            seg.stated, seg.stated_at = m.group(0), f"args[{i}]"
-            break
-    version = doc.get("nccl_version")
-    seg.version = _version(version) if isinstance(version, int) and not isinstance(version, bool) else ""
-    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    args: list[Any] = doc["args"] if isinstance(doc.get("args"), list) else []
+    seg.stated, seg.stated_at = next(((m[0], f"args[{i}]") for i, a in enumerate(args) if isinstance(a, str)
+                                      and (m := _BINARY.search(PurePath(a).name.lower()))), ("", ""))
+    seg.version = _version(v) if isinstance(v := doc.get("nccl_version"), int) and not isinstance(v, bool) else ""
+    config: dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
     for key, items in (("config.devices", config.get("devices") or []), ("results", doc["results"])):
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise _fail(source, key, "expected a list of objects")
@@ -346,9 +344,10 @@ def _read_json(text: str, source: str) -> _Segment:
         dtype, redop = r.get("type"), r.get("redop")
         if not isinstance(dtype, str):
             raise _fail(source, f"{at}.type", f"expected a type name, got {dtype!r:.40}")
-        seg.rows.append(_RawRow(*(_json_value(r.get(k), f"{at}.{k}", source, True) for k in ("size", "count")), dtype,
-                                redop if isinstance(redop, str) and redop.strip() else "none",
-                                _json_value(r.get("root", -1), f"{at}.root", source, True), (bodies[0], bodies[1]), 0, i))
+        size, count, root = (_json_value(r.get(k, -1 if k == "root" else None), f"{at}.{k}", source, True)
+                             for k in ("size", "count", "root"))
+        seg.rows.append(_RawRow(size, count, dtype, redop if isinstance(redop, str) and redop.strip() else "none", root,
+                                (bodies[0], bodies[1]), 0, i))
     if not seg.rows or len(seg.rows) > MAX_ROWS:
         raise _fail(source, "results", f"{len(seg.rows)} rows (nccl-tests output has 1 to {MAX_ROWS})")
     return seg
@@ -379,7 +378,7 @@ def _check_rows(seg: _Segment, source: str) -> tuple[float, float]:
                 ratio = max(0.0, b - hb) / (a + ha) * (1 - 1e-9), (b + hb) / (a - ha) * (1 + 1e-9)
                 if ratio[0] > hi or ratio[1] < lo:
                     raise _fail(source, r.at(f"{phase.value}.bus_bw"), f"busbw/algbw is {b / a:.3f} here "
-                                f"but {(lo + min(hi, 2.0)) / 2:.3f} above: rows of two collectives or rank counts in "
+                                f"but {lo:.3f}..{hi:.3f} above: rows of two collectives or rank counts in "
                                 "one table without a header between")
                 lo, hi = max(lo, ratio[0]), min(hi, ratio[1])
     return lo, hi
@@ -428,7 +427,8 @@ def _collective(seg: _Segment, source: str, given: Collective | None, ranks: int
             raise _fail(source, first.at("redop"), f"rows with redop {first.redop!r} and root {first.root} are not "
                         f"{chosen.value} output")
         return chosen
-    fits = [c for c in _KINDS[first.kind()] if _fits(c, ratio, ranks)]
+    # gather and scatter only when named: from the rows, busbw ~ algbw is broadcast (or either of them on 500 ranks)
+    fits = [c for c in _KINDS[first.kind()] if c not in _NAMED_ONLY and _fits(c, ratio, ranks)]
     if len(fits) == 1:
         return fits[0]
     shown = f"busbw/algbw {ratio[0]:.3f}..{ratio[1]:.3f}" if ratio[1] < math.inf else "no busbw/algbw ratio"
@@ -477,8 +477,8 @@ def _table(seg: _Segment, source: str, given: Collective | None, given_ranks: in
         out, inp = r.bodies
         if out is None:
             raise _fail(source, r.at("out_of_place"), "no out-of-place figures (N/A)")
-        rows.append(NcclRow(r.size, r.count, r.dtype, r.redop, r.root, *(v for v, _ in out),
-                            *((v for v, _ in inp) if inp else (None, None, None)), r.line))
+        ip: tuple[float | None, ...] = tuple(v for v, _ in inp) if inp else (None, None, None)
+        rows.append(NcclRow(r.size, r.count, r.dtype, r.redop, r.root, out[0][0], out[1][0], out[2][0], *ip, r.line))
     return NcclTable(source, collective, ranks, tuple(seg.devices), tuple(rows), seg.first_line, seg.version,
                      seg.title)
 
