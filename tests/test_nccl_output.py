@@ -294,6 +294,18 @@ def test_sweeps_of_several_types_and_ops_under_one_header():
     assert len(table.rows) == 9 and {r.dtype for r in table.rows} == {"float", "double"}
 
 
+def test_timestamps_cputime_wide_figures_and_repeated_sizes():
+    """-Z adds a timestamp, -C 1 titles CPU time (its bandwidths stay GPU figures), huge times print as %7.1e,
+    and sizes too small to split over the ranks print as 0 several times."""
+    titles = TITLES.replace("time", "cputime") + "           timestamp"
+    zeros = [f"{0:12d}  {0:12d}  {'float':>8}  {'none':>6}  {-1:6d}" + f"  {0.5:7.2f}  {0.0:6.2f}  {0.0:6.2f}  {0:6d}" * 2
+             + "  2025-03-04 10:11:12"] * 3
+    huge = (f"{1 << 40:12d}  {(1 << 40) // 64:12d}  {'float':>8}  {'none':>6}  {-1:6d}"
+            + f"  {'1.2e+07':>7}  {88.0:6.2f}  {82.5:6.2f}  {0:6d}" * 2 + "  2025-03-04 10:11:13")
+    (table,) = _parse("\n".join([BANNER, titles, UNITS, *zeros, huge]), collective=Collective.ALL_GATHER).tables
+    assert (table.ranks, len(table.rows), table.rows[-1].time_us) == (16, 4, 1.2e7)  # 82.5 / 88 = 15/16
+
+
 @pytest.mark.parametrize("collective, redop, root, ranks, sizes", [
     (Collective.ALL_REDUCE, "sum", -1, 8, (1 << 20, 1 << 22)),
     (Collective.REDUCE_SCATTER, "sum", -1, 8, (1 << 20, 1 << 22)),  # ranks from size = count x 4 x ranks

@@ -397,7 +397,7 @@ def _ranks_range(collective: Collective, lo: float, hi: float) -> tuple[int, flo
 
 def _fits(collective: Collective, ratio: tuple[float, float], ranks: int | None) -> bool:
     if ranks is None:
-        return operator.le(*_ranks_range(collective, *ratio))
+        return bool(operator.le(*_ranks_range(collective, *ratio)))
     return ratio[0] - 1e-9 <= busbw_factor(collective, ranks) <= ratio[1] + 1e-9
 
 
@@ -471,23 +471,23 @@ def _table(seg: _Segment, source: str, given: Collective | None, given_ranks: in
             raise _fail(source, r.at("type"), f"unknown type {r.dtype!r}")
         expected = r.count * element * (ranks if split else 1)
         if expected != r.size:
-            per = f" x {ranks} ranks" if split else ""
-            raise _fail(source, r.at("size"), f"size {r.size} is not count {r.count} x {element} B ({r.dtype}){per}"
-                        f" = {expected}")
+            raise _fail(source, r.at("size"), f"size {r.size} is not count {r.count} x {element} B ({r.dtype})"
+                        + (f" x {ranks} ranks" if split else "") + f" = {expected}")
         out, inp = r.bodies
         if out is None:
             raise _fail(source, r.at("out_of_place"), "no out-of-place figures (N/A)")
-        ip: tuple[float | None, ...] = tuple(v for v, _ in inp) if inp else (None, None, None)
-        rows.append(NcclRow(r.size, r.count, r.dtype, r.redop, r.root, out[0][0], out[1][0], out[2][0], *ip, r.line))
+        ip: list[float | None] = [v for v, _ in inp] if inp else [None] * 3
+        rows.append(NcclRow(r.size, r.count, r.dtype, r.redop, r.root, out[0][0], out[1][0], out[2][0], ip[0], ip[1],
+                            ip[2], r.line))
     return NcclTable(source, collective, ranks, tuple(seg.devices), tuple(rows), seg.first_line, seg.version,
                      seg.title)
 
 
 def parse_nccl_tests(data: bytes, *, source: str, collective: Collective | None = None,
                      ranks: int | None = None) -> NcclTestsOutput:
-    """Every table of an nccl-tests stdout or -J JSON file (JSON when the first non-space character is ``{``).
-    `collective` and `ranks` are used where the output does not say; a rank count that contradicts the output's
-    device list is an error. Bad input raises InputError naming the line (or the JSON field)."""
+    """Every table of an nccl-tests stdout or -J JSON file (JSON: the first non-space character is ``{``); `collective`
+    and `ranks` serve where the output does not say (ranks contradicting its devices: error). Bad input: InputError
+    naming the line (or the JSON field)."""
     if len(data) > MAX_INPUT_BYTES:
         raise _fail(source, None, f"{len(data)} bytes: more than the {MAX_INPUT_BYTES >> 20} MiB read")
     if ranks is not None and ranks < 1:
