@@ -7,7 +7,7 @@ import re
 
 from cli_support import run_genie
 
-COMMANDS = ("bench", "replay", "diagnose", "estimate", "experiment", "testbed", "trace", "astra", "lab", "report")
+COMMANDS = ("bench", "replay", "diagnose", "estimate", "experiment", "calibrate", "testbed", "trace", "astra", "lab", "report")
 
 
 def _commands(help_text: str) -> list[str]:
