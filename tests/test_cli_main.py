@@ -7,7 +7,8 @@ import re
 
 from cli_support import run_genie
 
-COMMANDS = ("bench", "replay", "diagnose", "estimate", "experiment", "calibrate", "testbed", "trace", "astra", "lab", "report")
+COMMANDS = ("bench", "replay", "diagnose", "estimate", "experiment", "calibrate", "testbed", "trace", "astra", "lab",
+            "report")
 
 
 def _commands(help_text: str) -> list[str]:
@@ -23,4 +24,4 @@ def test_every_command_is_registered_once_however_often_main_runs() -> None:
     assert again == first
     from genie.cli.main import app
 
-    assert len(app.registered_groups) == 5 and len(app.registered_commands) == 5
+    assert len(app.registered_groups) == 5 and len(app.registered_commands) == 6
