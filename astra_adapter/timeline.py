@@ -296,6 +296,23 @@ def play_trace(trace: Trace, duration_ns: Callable[[CommOp], float], *, share_ni
     return timeline_of(player)
 
 
+class _GroupPlayer(_Player):
+    """Ops timed by their members too (``duration_ns(op, members)``): where a group sits decides its time."""
+
+    def __init__(self, trace: Trace, duration_ns: Callable[[CommOp, tuple[int, ...]], float], share_nic: bool) -> None:
+        self._by_group = duration_ns
+        super().__init__(trace, lambda op: 0.0, share_nic)
+
+    def _new_op(self, members: tuple[int, ...], sides: tuple | None, op: CommOp, duration_ns) -> _Op:
+        return _Op(members, sides, float(self._by_group(op, members)))
+
+
+def play_trace_by_group(trace: Trace, duration_ns: Callable[[CommOp, tuple[int, ...]], float], *,
+                        share_nic: bool = True) -> Timeline:
+    """:func:`play_trace` with each op timed from its op and its members' ranks."""
+    return timeline_of(_GroupPlayer(trace, duration_ns, share_nic))
+
+
 def timeline_of(player: _Player) -> Timeline:
     """Play ``player`` (this module's rules, or a subclass's op model) and collect per-rank statistics."""
     player.play()

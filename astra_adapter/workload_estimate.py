@@ -48,13 +48,14 @@ class EstimateMode(Enum):
     MEASURED = "measured"
     CALIBRATED = "calibrated"
     FABRIC = "fabric"  # the genie-native fabric model (astra_adapter.fabric) on the topology file itself
+    NCCL = "nccl"  # NCCL's tuner and a real cluster's calibration (astra_adapter.nccl, genie calibrate)
 
     @classmethod
     def parse(cls, text: str) -> "EstimateMode":
         for mode in cls:
             if mode.value == text.strip().lower():
                 return mode
-        raise InputError(f"unknown mode {text!r} (expected measured, calibrated or fabric)", path="mode")
+        raise InputError(f"unknown mode {text!r} (expected measured, calibrated, fabric or nccl)", path="mode")
 
 
 @dataclass(frozen=True)

@@ -185,3 +185,34 @@ def test_the_real_cluster_benchmark_meets_its_met_targets():
     # measured 2026-12-04: sizes < 64 KiB 4.5 % (target 10), scale 7.9 % (target 10); the misses are reported
     assert overall["sizes_lt_64k_pct"] <= 10.0
     assert overall["scale_pct"] <= 10.0
+
+
+def test_genie_estimate_with_an_nccl_calibration_explains_each_op(tmp_path):
+    cal = tmp_path / "cal"
+    case = DATA / "nccltests309-h100-ndr-2node-4node"
+    assert run_genie("calibrate", str(case / "all_reduce-16r.txt"), "--topology", str(case / "topology.yaml"),
+                     "--out", str(cal)).returncode == 0
+    trace = tmp_path / "tp8dp2.json"
+    r = run_genie("trace", "gen", "--model", "gpt3-1.3b", "--layers", "1", "--tp", "8", "--dp", "2", "--device",
+                  "h100", "--out", str(trace), "--to", "json")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "est"
+    r = run_genie("estimate", str(trace), "--topology", str(case / "topology.yaml"), "--calibration", str(cal),
+                  "--explain", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = (out / "nccl_choices.csv").read_text().splitlines()
+    assert rows[0] == "collective,ranks,nodes,size_bytes,ops,nccl_choice,time_us"
+    # TP8 inside a node (NVLink), DP2 across the two nodes (one rank per node)
+    assert any(",8,1," in row for row in rows[1:]) and any(",2,2," in row for row in rows[1:])
+    assert "NCCL's algorithm/protocol x channels" in r.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["params"]["mode"] == "nccl"
+    # the same calibration on 16 nodes of the same kind: a what-if at scale, same GPUs per node
+    r = run_genie("estimate", str(trace), "--topology", str(ROOT / "topologies" / "dgx-16node.yaml"),
+                  "--calibration", str(cal), "--out", str(tmp_path / "est16"))
+    assert r.returncode == 0, r.stderr
+    assert "intra-node bandwidth scaled" in r.stdout  # dgx-16node states 900 GB/s per GPU, the cluster 370.8
+    # a topology whose nodes hold another GPU count is refused
+    r = run_genie("estimate", str(trace), "--topology", str(DATA / "dudeperf3ct-h100x4-nvlink-lambda-1node" /
+                                                            "topology.yaml"), "--calibration", str(cal))
+    assert r.returncode == 2 and "nodes with 8 GPUs" in r.stderr

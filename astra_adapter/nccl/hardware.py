@@ -95,6 +95,13 @@ class Cluster:
         return replace(self, nodes=nodes)
 
 
+def node_of_hosts(topology: Topology) -> dict[str, str]:
+    """Each GPU host of a multi-GPU node -> its node's switch (the far end of its ``intra_node`` link)."""
+    hosts = {h.name for h in topology.hosts}
+    return {(link.a if link.a in hosts else link.b): (link.b if link.a in hosts else link.a)
+            for link in topology.links if link.role is LinkRole.INTRA_NODE}
+
+
 def cluster_from_topology(topology: Topology, *, gpu: str, interconnect: Interconnect, source: str) -> Cluster:
     """The cluster a topology file describes: its multi-GPU nodes (every GPU host with an ``intra_node`` link to
     its node's switch), their NICs (network links of the node's GPUs or switch) and, where the fabric between
@@ -103,16 +110,10 @@ def cluster_from_topology(topology: Topology, *, gpu: str, interconnect: Interco
     if cc is None:
         raise InputError(f"unknown GPU {gpu!r}: name an NVIDIA data-center or RTX GPU (H100, A100, ...)",
                          path="gpu")
-    host_names = {h.name for h in topology.hosts}
-    node_of: dict[str, str] = {}
-    intra_rates, intra_delays = [], []
-    for link in topology.links:
-        if link.role is LinkRole.INTRA_NODE:
-            host, switch = (link.a, link.b) if link.a in host_names else (link.b, link.a)
-            node_of[host] = switch
-            if link.shape.rate_bps:
-                intra_rates.append(link.shape.rate_bps)
-            intra_delays.append(link.shape.delay_us)
+    node_of = node_of_hosts(topology)
+    intra = [link for link in topology.links if link.role is LinkRole.INTRA_NODE]
+    intra_rates = [link.shape.rate_bps for link in intra if link.shape.rate_bps]
+    intra_delays = [link.shape.delay_us for link in intra]
     nodes = Counter(node_of.values())
     if not nodes:
         # plain hosts: every host is a node of one GPU, its links are its NICs

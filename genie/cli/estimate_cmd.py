@@ -26,8 +26,9 @@ def estimate(
                                                             "fabric (the fabric model on the topology file; the "
                                                             "default where the topology is not an ASTRA-sim "
                                                             "dimension stack, where the workload's groups share "
-                                                            "its links, or with --calibration); default "
-                                                            "measured."),
+                                                            "its links, or with a fabric --calibration) | nccl "
+                                                            "(NCCL's tuner with a genie calibrate run: the default "
+                                                            "with one); default measured."),
     topology: Optional[Path] = typer.Option(None, "--topology",
                                             help="Topology to estimate on (and to fit the measurements on when the "
                                                  "run directory has no calibration.json)."),
@@ -40,8 +41,12 @@ def estimate(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory for estimate.csv (default: "
                                                            "runs/<time>-estimate)."),
     calibration: Optional[Path] = typer.Option(None, "--calibration",
-                                               help="Fabric mode: a run directory with fabric_calibration.json "
-                                                    "(fitted on another topology with the same link classes)."),
+                                               help="A run directory with nccl_calibration.json (genie calibrate: "
+                                                    "NCCL mode, on --topology's nodes) or fabric_calibration.json "
+                                                    "(fabric mode, fitted on another topology with the same link "
+                                                    "classes)."),
+    explain: bool = typer.Option(False, "--explain", help="NCCL mode: print per op kind the algorithm, protocol "
+                                                          "and channels assumed, and its time."),
 ) -> None:
     """Estimate TRACE's iteration time per rank from measured collective latencies; writes estimate.csv."""
     from astra_adapter.workload_estimate import EstimateMode, format_estimate
@@ -51,7 +56,13 @@ def estimate(
         result = run_estimate(EstimateRequest(trace, tuple(measurements),
                                               EstimateMode.parse(mode) if mode is not None else None, topology,
                                               extrapolate, share_nic, npus, out, calibration))
+    if explain and not result.nccl_choices:
+        typer.echo("# --explain: only the NCCL mode (--calibration with nccl_calibration.json) assumes NCCL's "
+                   "choices", err=True)
     typer.echo(format_estimate(result.estimate))
+    if explain and result.nccl_choices:
+        from astra_adapter.nccl.estimate import format_choices
+        typer.echo(format_choices(result.nccl_choices))
     typer.echo(f"# wrote {result.estimate_path}")
 
 

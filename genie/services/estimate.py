@@ -22,7 +22,8 @@ class EstimateRequest:
     share_nic: bool = True
     npus: Optional[int] = None
     out: Optional[Path] = None
-    calibration: Optional[Path] = None  # a run directory with fabric_calibration.json (fabric mode)
+    calibration: Optional[Path] = None  # a run directory with fabric_calibration.json (fabric mode) or
+    # nccl_calibration.json (genie calibrate: nccl mode)
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class EstimateResult:
     calibration: Optional[Calibration]
     estimate_path: Path
     fabric_calibration: Optional[Any] = None  # astra_adapter.fabric.calibrate.FabricCalibration
+    nccl_choices: tuple[Any, ...] = ()  # nccl mode: astra_adapter.nccl.estimate.OpChoice per op kind
 
 
 def run_estimate(request: EstimateRequest) -> EstimateResult:
@@ -48,6 +50,12 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
     topology = load_topology_file(request.topology) if request.topology is not None else None
     loaded = load_checked_trace(request.trace, request.npus)
     mode = request.mode
+    if mode is None and request.calibration is not None:
+        from astra_adapter.nccl.calibration_io import has_nccl_calibration
+        if has_nccl_calibration(request.calibration):
+            mode = EstimateMode.NCCL
+    if mode is EstimateMode.NCCL:
+        return _estimate_nccl(request, loaded, topology)
     if mode is None:
         fabric = topology is not None and (request.calibration is not None or fabric_by_default(loaded, topology))
         mode = EstimateMode.FABRIC if fabric else EstimateMode.MEASURED
@@ -78,3 +86,33 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
             run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(fabric_cal))
         run.set_summary({"iteration_ns": est.iteration_ns, "ranks": len(est.ranks)})
     return EstimateResult(run.run_dir, est, calibration, path, fabric_cal)
+
+
+def _estimate_nccl(request: EstimateRequest, loaded, topology) -> EstimateResult:
+    """NCCL mode: every op through the NCCL model with a real cluster's calibration (genie calibrate)."""
+    from astra_adapter.nccl.calibration_io import load_calibration
+    from astra_adapter.nccl.estimate import choices_csv, estimate_nccl
+    from astra_adapter.workload_estimate import estimate_csv
+    from genie.core.errors import InputError
+    from genie.report.manifest import RunRecorder, input_digest
+
+    if request.calibration is None:
+        raise InputError("the NCCL model needs a calibration: give `calibration` (a genie calibrate run "
+                         "directory)", path="calibration")
+    if topology is None:
+        raise InputError("the NCCL model estimates on a cluster: give `topology`", path="topology")
+    if request.measurements:
+        raise InputError("`measurements` (sweeps of genie bench) do not calibrate the NCCL model: give a genie "
+                         "calibrate run directory as `calibration`", path="measurements")
+    cluster, params, cal_file = load_calibration(request.calibration)
+    result = estimate_nccl(loaded, topology, cluster, params, source=str(request.topology))
+    est = result.estimate
+    inputs = (input_digest(request.trace, "trace"), input_digest(Path(cal_file), "calibration"),
+              input_digest(request.topology, "topology"))
+    params_doc = {"mode": EstimateMode.NCCL.value, "npus": request.npus, "calibration": str(request.calibration)}
+    with RunRecorder("estimate", out=request.out, inputs=inputs, params=params_doc) as run:
+        path = run.write("estimate.csv", estimate_csv(est))
+        run.write("nccl_choices.csv", choices_csv(result.choices))
+        run.set_summary({"iteration_ns": est.iteration_ns, "ranks": len(est.ranks),
+                         "op_kinds": len(result.choices)})
+    return EstimateResult(run.run_dir, est, None, path, None, result.choices)
