@@ -2,8 +2,9 @@
 benchmarks/data/real-nccl/<case>/ (each run as posted, its README with the source, its topology.yaml).
 
 Three held-out predictions, each the geometric mean of |time error| over the predicted sizes:
-- sizes: per run, fit on 3 sizes (the smallest, the middle and the largest row), predict every other size;
-  reported apart for sizes >= 64 KiB and below;
+- sizes: per run, fit on 3 sizes, predict every other size; reported apart for sizes >= 64 KiB and below, for two
+  rules of picking the 3 sizes: the smallest, middle and largest row ("ends"), and the rows at 1/6, 1/2 and 5/6 of
+  the sweep ("interior": a sweep's first row is often a warm-up outlier, e.g. 68 us against 25 us);
 - collectives: per case with several collectives, fit on all_reduce (all sizes), predict the others;
 - scale: per case with several node counts, fit on the fewest nodes, predict the others.
 Then "are my numbers expected?" on every run, clean and anomalous.
@@ -18,6 +19,7 @@ import argparse
 import json
 import math
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from genie.core.collective import Collective
@@ -91,16 +93,28 @@ def _geo(residuals) -> float | None:
     return geomean_abs_error_pct(residuals) if residuals else None
 
 
-def across_sizes(cluster: Cluster, run: Run) -> dict:
+class Picks(Enum):
+    """Which 3 sizes of a sweep the across-sizes prediction fits on."""
+
+    ENDS = "ends"  # the smallest, the middle and the largest row
+    INTERIOR = "interior"  # the rows at 1/6, 1/2 and 5/6 of the sweep (a first row is often a warm-up outlier)
+
+    def rows(self, n: int) -> set[int]:
+        if self is Picks.ENDS:
+            return {0, n // 2, n - 1}
+        return {round((n - 1) / 6), (n - 1) // 2, round(5 * (n - 1) / 6)}
+
+
+def across_sizes(cluster: Cluster, run: Run, picks_rule: "Picks") -> dict:
     obs = sorted(run.observations, key=lambda o: o.call.size_bytes)
-    picks = {0, len(obs) // 2, len(obs) - 1}
+    picks = picks_rule.rows(len(obs))
     train = [obs[i] for i in sorted(picks)]
     rest = [o for i, o in enumerate(obs) if i not in picks]
     result = fit(cluster, train)
     residuals = predict_all(cluster, result.params, rest)
     large = [r for r in residuals if r.observation.call.size_bytes >= SMALL_BYTES]
     small = [r for r in residuals if r.observation.call.size_bytes < SMALL_BYTES]
-    return {"run": run.file, "trained_sizes": [o.call.size_bytes for o in train], "predicted": len(rest),
+    return {"run": run.file, "picks": picks_rule.value, "trained_sizes": [o.call.size_bytes for o in train], "predicted": len(rest),
             "geomean_ge_64k_pct": _geo(large), "geomean_lt_64k_pct": _geo(small),
             "worst_pct": max((abs(r.error_pct) for r in residuals), default=None)}
 
@@ -147,7 +161,9 @@ def evaluate() -> dict:
         cluster, runs = load_case(case)
         for run in runs:
             if len(run.observations) >= 4:
-                report["sizes"].append({"case": case.name, "clean": case.clean, **across_sizes(cluster, run)})
+                for rule in Picks:
+                    report["sizes"].append({"case": case.name, "clean": case.clean,
+                                            **across_sizes(cluster, run, rule)})
         for row in across_collectives(cluster, runs):
             report["collectives"].append({"case": case.name, "clean": case.clean, **row})
         for row in across_scale(cluster, runs):
@@ -156,8 +172,9 @@ def evaluate() -> dict:
         for f in check(cluster, nominal_params(cluster), obs):
             report["findings"].append({"case": case.name, "clean": case.clean, "finding": f.describe()})
     report["overall"] = {
-        "sizes_ge_64k_pct": _gmean([r["geomean_ge_64k_pct"] for r in report["sizes"] if r["clean"]]),
-        "sizes_lt_64k_pct": _gmean([r["geomean_lt_64k_pct"] for r in report["sizes"] if r["clean"]]),
+        **{f"sizes_{rule.value}_{band}_pct": _gmean([r[f"geomean_{band}_pct"] for r in report["sizes"]
+                                                      if r["clean"] and r["picks"] == rule.value])
+           for rule in Picks for band in ("ge_64k", "lt_64k")},
         "collectives_pct": _gmean([r["geomean_pct"] for r in report["collectives"] if r["clean"]]),
         "scale_pct": _gmean([r["geomean_pct"] for r in report["scale"] if r["clean"]]),
     }
@@ -175,9 +192,10 @@ def _pct(x: float | None) -> str:
 
 def markdown(report: dict) -> str:
     lines = ["### Across sizes (fit on 3 sizes, predict the rest): geomean |time error| %", "",
-             "| case | run | clean | trained sizes | predicted | >= 64 KiB | < 64 KiB | worst |", "|---|---|---|---|---|---|---|---|"]
+             "| case | run | clean | picks | trained sizes | predicted | >= 64 KiB | < 64 KiB | worst |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in report["sizes"]:
-        lines.append(f"| {r['case']} | {r['run']} | {'yes' if r['clean'] else 'no'} | "
+        lines.append(f"| {r['case']} | {r['run']} | {'yes' if r['clean'] else 'no'} | {r['picks']} | "
                      f"{', '.join(map(str, r['trained_sizes']))} | {r['predicted']} | {_pct(r['geomean_ge_64k_pct'])} | "
                      f"{_pct(r['geomean_lt_64k_pct'])} | {_pct(r['worst_pct'])} |")
     lines += ["", "### Across collectives (fit on all_reduce, predict the others)", "",
@@ -193,9 +211,10 @@ def markdown(report: dict) -> str:
     lines += ["", "### Are my numbers expected?", ""]
     lines += [f"- ({'clean' if r['clean'] else 'not clean'}) {r['finding']}" for r in report["findings"]]
     o = report["overall"]
-    lines += ["", f"**Overall (clean cases):** sizes >= 64 KiB {_pct(o['sizes_ge_64k_pct'])} %, sizes < 64 KiB "
-                  f"{_pct(o['sizes_lt_64k_pct'])} %, collectives {_pct(o['collectives_pct'])} %, scale "
-                  f"{_pct(o['scale_pct'])} %"]
+    lines += ["", "**Overall (clean cases):** " + ", ".join(
+        f"sizes ({rule.value}) >= 64 KiB {_pct(o[f'sizes_{rule.value}_ge_64k_pct'])} %, < 64 KiB "
+        f"{_pct(o[f'sizes_{rule.value}_lt_64k_pct'])} %" for rule in Picks)
+        + f", collectives {_pct(o['collectives_pct'])} %, scale {_pct(o['scale_pct'])} %"]
     return "\n".join(lines)
 
 
