@@ -19,8 +19,8 @@ at that share of the bandwidth.
 
 Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
 move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
-after a Ring/Simple step's latency per peer (alltoall: n-1 peers, one after another as the measurements show:
-the small-size alltoall on 8 A100s costs 7 such steps).
+after one Ring/Simple step's latency (NCCL spreads the peers over its channels and runs them at once). On a PCIe
+node a GPU's one PCIe link carries both: its peers' bytes inside the node and those to the NICs.
 """
 
 from __future__ import annotations
@@ -115,9 +115,8 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
 def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[float, str]:
     n, ppn, nodes = call.ranks, call.ranks_per_node, call.nodes
     hw = HwKind.NET if nodes > 1 else cluster.intra_kind
-    peers = 1 if call.collective is Collective.SEND_RECV else n - 1
     step = BASE_LAT_US[_RING][_SIMPLE] + HW_LAT_US[hw][_RING][_SIMPLE]
-    latency = params.launch_us + params.latency_scale * step * peers
+    latency = params.launch_us + params.latency_scale * step
     intra_gb_s = params.intra_busbw_gb_s
     nic_share = params.nic_gb_s * max(1, cluster.nics) / ppn if nodes > 1 else 0.0
     if call.collective is Collective.SEND_RECV:
@@ -129,7 +128,8 @@ def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[floa
                 f"p2p over {cluster.intra_kind.value}")
     local = call.size_bytes * (ppn - 1) / n
     remote = call.size_bytes * (n - ppn) / n
-    t_local = local / (1000.0 * intra_gb_s) if local else 0.0
+    through_pcie = local + remote if cluster.intra_kind is HwKind.PCI else local
+    t_local = through_pcie / (1000.0 * intra_gb_s) if through_pcie else 0.0
     t_remote = remote / (1000.0 * nic_share) if remote else 0.0
     return latency + _with_fill(max(t_local, t_remote), call, params), ("p2p, the NICs' share" if t_remote > t_local
                                               else f"p2p over {cluster.intra_kind.value}")
