@@ -36,9 +36,11 @@ from astra_adapter.nccl.tuning import BASE_LAT_US, HW_LAT_US, TUNED, HwKind, Ncc
 
 P2P = (Collective.ALL_TO_ALL, Collective.SEND_RECV)
 MODELLED = TUNED + P2P
-_RING, _SIMPLE = 1, 2
+_RING, _SIMPLE = 1, 2  # NCCL's indices of Ring and Simple in its latency tables
 LAUNCH_US = 1.0  # a call's cost outside NCCL's latency tables (the kernel launch), before fitting
-FILL_BYTES_PER_CHANNEL = 1 << 20  # the pipeline's fill per channel, before fitting (an empirical prior)  # NCCL's indices of Ring and Simple in its latency tables
+#: the pipeline's fill per channel before fitting: an empirical prior, read off the DGX H100 sweep's NVLS range
+#: (benchmarks/README.md shows how the held-out errors move with it)
+FILL_BYTES_PER_CHANNEL = 1 << 20
 
 
 @dataclass(frozen=True)
