@@ -6,6 +6,8 @@ Every parameter starts at what the hardware description promises (:func:`astra_a
 and is held there by a weak prior (``PRIOR_WEIGHT`` per unit of log change) unless the measurements say
 otherwise: a parameter the measurements cannot see (the NICs in a one-node sweep, LL128 where NCCL never picks it,
 NVLS without an NVSwitch) stays nominal and is reported as not fitted, and three sizes of a sweep are enough.
+The search starts from the nominal point and from a few others (:func:`_starts`) and keeps the best: a call's
+launch and NCCL's per-step latencies trade off at small sizes, and a single start can stop on the wrong side.
 """
 
 from __future__ import annotations
@@ -92,6 +94,29 @@ def _to_params(x: np.ndarray, names: tuple[str, ...], nominal: NcclParams) -> Nc
     return NcclParams(**values)
 
 
+#: the starts of the search besides the nominal point: the launch as a share of the fastest measured call, NCCL's
+#: latencies scaled (the launch and the latencies trade off at small sizes, with a local minimum on each side)
+_LAUNCH_SHARES = (0.25, 0.75)
+_LATENCY_SCALES = (0.5, 2.0)
+
+
+def _starts(names: tuple[str, ...], nominal: NcclParams, fastest_us: float, lo: np.ndarray,
+            hi: np.ndarray) -> list[np.ndarray]:
+    """Deterministic starting points for the fit: the nominal parameters, then every combination of the launch
+    and latency starts above (only for parameters being fitted), clipped into the bounds."""
+    starts = [np.zeros(len(names))]
+    for share in _LAUNCH_SHARES:
+        for scale in _LATENCY_SCALES:
+            x = np.zeros(len(names))
+            for i, n in enumerate(names):
+                if n == "launch_us":
+                    x[i] = math.log(max(share * fastest_us, 1e-3) / nominal.launch_us)
+                elif n == "latency_scale":
+                    x[i] = math.log(scale)
+            starts.append(np.clip(x, lo, hi))
+    return starts
+
+
 def fit(cluster: Cluster, observations: tuple[Observation, ...] | list[Observation]) -> Fit:
     """The parameters that best explain ``observations`` (see the module doc)."""
     observations = tuple(observations)
@@ -110,9 +135,13 @@ def fit(cluster: Cluster, observations: tuple[Observation, ...] | list[Observati
         return np.concatenate([np.log(model / measured), prior])
 
     if names and observations:
-        result = least_squares(residuals, np.array(x0), bounds=(np.array(lo), np.array(hi)), method="trf", loss="soft_l1", f_scale=0.05,
-                               x_scale="jac", diff_step=1e-3)
-        params = _to_params(result.x, names, nominal)
+        best = None
+        for start in _starts(names, nominal, float(measured.min()), np.array(lo), np.array(hi)):
+            result = least_squares(residuals, start, bounds=(np.array(lo), np.array(hi)), method="trf",
+                                   loss="soft_l1", f_scale=0.05, x_scale="jac", diff_step=1e-3)
+            if best is None or result.cost < best.cost - 1e-12:
+                best = result
+        params = _to_params(best.x, names, nominal)
     else:
         params = nominal
     out = tuple(Residual(o, predict(cluster, params, o.call)) for o in observations)

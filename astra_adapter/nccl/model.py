@@ -32,7 +32,8 @@ from genie.core.collective import Collective
 
 from astra_adapter.nccl.hardware import Cluster, tuner_system
 from astra_adapter.nccl.tuning import BASE_LAT_US, HW_LAT_US, TUNED, HwKind, NcclAlgorithm, NcclChoice, \
-    NcclProtocol, TunerEntry, TunerSystem, channels_used, choose, tuner_table
+    NcclProtocol, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
+    table_entry, tuner_table
 
 P2P = (Collective.ALL_TO_ALL, Collective.SEND_RECV)
 MODELLED = TUNED + P2P
@@ -95,11 +96,15 @@ class Prediction:
     how: str  # the choice, or how the send/receive operation was timed
 
 
-@lru_cache(maxsize=4096)
-def _nominal(cluster: Cluster, collective: Collective, nodes: int, ppn: int) -> tuple[TunerSystem,
-                                                                                     tuple[TunerEntry, ...]]:
-    system = tuner_system(cluster, nodes=nodes, ranks_per_node=ppn)
-    return system, tuner_table(system, collective)
+@lru_cache(maxsize=65536)
+def _plan(cluster: Cluster, call: Call) -> tuple[TunerSystem, NcclChoice, TunerEntry, float]:
+    """What does not depend on the fitted parameters: the nominal system, NCCL's choice, its table entry and the
+    share of the channels the call runs on."""
+    system = tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node)
+    choice, entry = choose(system, call.collective, call.size_bytes, tuner_table(system, call.collective))
+    share = 1.0 if entry.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE) else \
+        channels_used(system, entry.algorithm, entry.protocol, call.size_bytes) / system.comm_channels
+    return system, choice, entry, share
 
 
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
@@ -142,23 +147,16 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     if call.collective in P2P:
         time_us, how = _p2p_time_us(cluster, params, call)
         return Prediction(call, time_us, None, how)
-    nominal, table = _nominal(cluster, call.collective, call.nodes, call.ranks_per_node)
-    choice, entry = choose(nominal, call.collective, call.size_bytes, table)
+    nominal, choice, entry, share = _plan(cluster, call)
     fitted = fitted_system(nominal, cluster, params)
-    fitted_entry = next(e for e in tuner_table(fitted, call.collective)
-                        if e.algorithm is entry.algorithm and e.protocol is entry.protocol)
+    fitted_entry = table_entry(fitted, call.collective, entry.algorithm, entry.protocol)
     efficiency = {NcclProtocol.LL: params.ll_efficiency, NcclProtocol.LL128: params.ll128_efficiency}.get(
         entry.protocol, 1.0)
     # NCCL's formula (its tree correction and ring plateau included) on the fitted entry, latency scaled
-    scaled = replace(fitted_entry, algbw_gb_s=fitted_entry.algbw_gb_s * efficiency,
-                     latency_us=fitted_entry.latency_us * params.latency_scale)
-    from astra_adapter.nccl.tuning import tuner_time_us
-    full = tuner_time_us(fitted, call.collective, scaled, call.size_bytes)
-    transfer = full - _latency_part(fitted, call, scaled)
-    used = channels_used(nominal, entry.algorithm, entry.protocol, call.size_bytes)
-    share = 1.0 if entry.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE) else \
-        used / nominal.comm_channels
-    time_us = params.launch_us + _latency_part(fitted, call, scaled) + _with_fill(transfer / share, call, params)
+    latency = params.latency_scale * call_latency_us(fitted, call.collective, fitted_entry, call.size_bytes)
+    transfer = call.size_bytes / (1000.0 * efficiency * call_bandwidth_gb_s(call.collective, fitted_entry,
+                                                                            call.size_bytes))
+    time_us = params.launch_us + latency + _with_fill(transfer / share, call, params)
     return Prediction(call, time_us, choice, choice.describe())
 
 
@@ -167,9 +165,3 @@ def _with_fill(transfer_us: float, call: Call, params: NcclParams) -> float:
     if call.size_bytes <= 0:
         return transfer_us
     return transfer_us * (1.0 + min(call.size_bytes, params.fill_bytes) / call.size_bytes)
-
-
-def _latency_part(system: TunerSystem, call: Call, entry: TunerEntry) -> float:
-    """The latency term of NCCL's formula for ``entry`` (its ring plateau factor included)."""
-    from astra_adapter.nccl.tuning import tuner_time_us
-    return tuner_time_us(system, call.collective, entry, 0) if call.size_bytes else entry.latency_us

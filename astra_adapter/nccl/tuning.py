@@ -282,32 +282,44 @@ def _latency(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: N
     return 8 + _log2i(nodes) * (inter_lat / 3.5) + n * 2.8  # PAT
 
 
+def table_entry(system: TunerSystem, collective: Collective, algorithm: NcclAlgorithm,
+                protocol: NcclProtocol) -> TunerEntry:
+    """NCCL's algorithm bandwidth and latency of one (algorithm, protocol) for ``collective`` (not checked for
+    being enabled)."""
+    algbw = _busbw(system, collective, algorithm, protocol) * _ratio(collective, algorithm, system.ranks)
+    return TunerEntry(algorithm, protocol, algbw, _latency(system, collective, algorithm, protocol))
+
+
 def tuner_table(system: TunerSystem, collective: Collective) -> tuple[TunerEntry, ...]:
     """NCCL's bandwidth and latency for every (algorithm, protocol) it would consider for ``collective``."""
     if collective not in TUNED:
         raise ValueError(f"NCCL's tuner does not time {collective.value}")
-    out = []
-    for a in ALGORITHMS:
-        for p in PROTOCOLS:
-            if not enabled(system, collective, a, p):
-                continue
-            algbw = _busbw(system, collective, a, p) * _ratio(collective, a, system.ranks)
-            if algbw > 0:
-                out.append(TunerEntry(a, p, algbw, _latency(system, collective, a, p)))
-    return tuple(out)
+    entries = (table_entry(system, collective, a, p) for a in ALGORITHMS for p in PROTOCOLS
+               if enabled(system, collective, a, p))
+    return tuple(e for e in entries if e.algbw_gb_s > 0)
+
+
+def call_latency_us(system: TunerSystem, collective: Collective, entry: TunerEntry, size_bytes: int) -> float:
+    """The latency term of ncclTopoGetAlgoTime: the entry's, times the ring's "plateau" factor where it applies."""
+    if (entry.algorithm is NcclAlgorithm.RING and entry.protocol is NcclProtocol.SIMPLE and system.nodes > 1
+            and collective is Collective.ALL_REDUCE
+            and size_bytes // (system.comm_channels * system.ranks) >= 64):
+        return entry.latency_us * (1.9 if system.compute_capability < 80 else 1.4)
+    return entry.latency_us
+
+
+def call_bandwidth_gb_s(collective: Collective, entry: TunerEntry, size_bytes: int) -> float:
+    """The bandwidth term of ncclTopoGetAlgoTime: the entry's, with the tree correction where it applies."""
+    log_size = _log2i(size_bytes >> 6)
+    if entry.algorithm is NcclAlgorithm.TREE and collective is Collective.ALL_REDUCE and 0 <= log_size < 23:
+        return entry.algbw_gb_s * TREE_CORRECTION[_P[entry.protocol]][log_size]
+    return entry.algbw_gb_s
 
 
 def tuner_time_us(system: TunerSystem, collective: Collective, entry: TunerEntry, size_bytes: int) -> float:
     """ncclTopoGetAlgoTime for one call (no aggregation)."""
-    bw, lat = entry.algbw_gb_s, entry.latency_us
-    log_size = _log2i(size_bytes >> 6)
-    if entry.algorithm is NcclAlgorithm.TREE and collective is Collective.ALL_REDUCE and 0 <= log_size < 23:
-        bw *= TREE_CORRECTION[_P[entry.protocol]][log_size]
-    if (entry.algorithm is NcclAlgorithm.RING and entry.protocol is NcclProtocol.SIMPLE and system.nodes > 1
-            and collective is Collective.ALL_REDUCE
-            and size_bytes // (system.comm_channels * system.ranks) >= 64):
-        lat *= 1.9 if system.compute_capability < 80 else 1.4  # NCCL's "plateau effect of ring"
-    return lat + size_bytes / (1000.0 * bw)
+    return (call_latency_us(system, collective, entry, size_bytes)
+            + size_bytes / (1000.0 * call_bandwidth_gb_s(collective, entry, size_bytes)))
 
 
 def channels_used(system: TunerSystem, algorithm: NcclAlgorithm, protocol: NcclProtocol, size_bytes: int) -> int:
