@@ -25,6 +25,9 @@ from astra_adapter.nccl.model import Call, NcclParams, Prediction, nominal_param
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol
 
 PRIOR_WEIGHT = 0.05
+#: soft-L1 scale of the log-time residuals: a point off by more than about this is weighed less than squared
+ROBUST_SCALE = 0.05
+PRIOR_WEIGHTS = {"latency_scale": 0.3, "launch_us": 0.01}
 #: per parameter: (lowest, highest) as a multiple of its nominal value
 _BOUNDS = {"intra_busbw_gb_s": (0.02, 3.0), "nvls_busbw_gb_s": (0.02, 3.0), "nic_gb_s": (0.02, 1.5),
            "latency_scale": (0.05, 50.0), "launch_us": (1e-3, 1e3), "ll_efficiency": (0.05, 3.0),
@@ -127,18 +130,19 @@ def fit(cluster: Cluster, observations: tuple[Observation, ...] | list[Observati
     hi = [math.log(_BOUNDS[n][1]) for n in names]
     x0 = [0.0] * len(names)
     measured = np.array([o.measured_us for o in observations])
+    weights = np.array([PRIOR_WEIGHTS.get(n, PRIOR_WEIGHT) for n in names])
 
     def residuals(x: np.ndarray) -> np.ndarray:
         params = _to_params(x, names, nominal)
         model = np.array([predict(cluster, params, o.call).time_us for o in observations])
-        prior = PRIOR_WEIGHT * np.asarray(x)
+        prior = weights * np.asarray(x)
         return np.concatenate([np.log(model / measured), prior])
 
     if names and observations:
         best = None
         for start in _starts(names, nominal, float(measured.min()), np.array(lo), np.array(hi)):
             result = least_squares(residuals, start, bounds=(np.array(lo), np.array(hi)), method="trf",
-                                   loss="soft_l1", f_scale=0.05, x_scale="jac", diff_step=1e-3)
+                                   loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac", diff_step=1e-3)
             if best is None or result.cost < best.cost - 1e-12:
                 best = result
         params = _to_params(best.x, names, nominal)
