@@ -154,6 +154,10 @@ def test_genie_calibrate_writes_the_calibration_and_predictions(tmp_path):
     assert cluster.gpus_per_node == 8 and params.nvls_busbw_gb_s > 0
     doc = json.loads((out / "nccl_calibration.json").read_text())
     assert doc["points"] == 32 and doc["findings"] == []
+    r = run_genie("report", "show", str(out))
+    assert r.returncode == 0 and "calibrate run" in r.stdout and "2 plot(s)" in r.stdout, r.stderr
+    page = (out / "report.html").read_text()
+    assert "NCCL calibration" in page and "nvls_busbw_gb_s" in page and "Predictions of outputs" in page
 
 
 @pytest.mark.parametrize("text, message", [

@@ -119,10 +119,14 @@ def page_sections(run: RunData) -> list[Section]:
         order = [acc, text, sweep, its, cal, replay, est]
     elif run.kind is RunKind.ESTIMATE:
         order = [est, cal, acc, sweep, its, replay]
+    elif run.kind is RunKind.CALIBRATE:
+        order = [kind_sections.nccl_calibration_section(run)]
     else:
         order = [sweep, its, replay, acc, est, cal]
     order += [kind_sections.diagnose_section(run), kind_sections.verify_section(run),
-              kind_sections.compare_section(run), sections.links_section(run), sections.other_section(run)]
+              kind_sections.compare_section(run), sections.links_section(run)]
+    if run.kind is not RunKind.CALIBRATE:  # a calibration's tables are its own section's
+        order.append(sections.other_section(run))
     return [s for s in order if not s.empty]
 
 

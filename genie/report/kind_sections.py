@@ -218,3 +218,34 @@ def compare_section(run: RunData) -> Section:
     png = plots.compare_deltas(bars, "A", "B") if "median_delta_pct" in frame else None
     return Section("Comparison", tuple(lines), (PagePlot("compare.png", "time change per row", png),),
                    (("Comparison (compare.csv)", frame),))
+
+
+def nccl_calibration_section(run: RunData) -> Section:
+    """genie calibrate: the cluster, the fitted parameters against the hardware's nominal ones, the findings,
+    every point's residual and the predictions."""
+    doc = run.nccl_calibration
+    if not isinstance(doc, dict):
+        return Section("NCCL calibration")
+    cluster = doc.get("cluster") if isinstance(doc.get("cluster"), dict) else {}
+    lines = [f"{cluster.get('name')}: {cluster.get('nodes')} node(s) x {cluster.get('gpus_per_node')} "
+             f"{cluster.get('gpu')} ({cluster.get('interconnect')}), {cluster.get('nics')} NIC(s) of "
+             f"{_float(cluster.get('nic_gb_s')) or 0:.4g} GB/s per node",
+             f"rms error {_float(doc.get('rms_error_pct')) or 0:.2f} % over {doc.get('points')} point(s)"]
+    findings = doc.get("findings") if isinstance(doc.get("findings"), list) else []
+    lines += [f"expected? {f.get('source')}: {f.get('collective')} reaches {f.get('measured_busbw_gb_s')} GB/s "
+              f"where the hardware predicts {f.get('expected_busbw_gb_s')}: likely {f.get('cause')} "
+              f"(confidence {f.get('confidence')})" for f in findings if isinstance(f, dict)]
+    params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+    nominal = doc.get("nominal") if isinstance(doc.get("nominal"), dict) else {}
+    fitted = set(doc.get("fitted") or ())
+    table = pd.DataFrame([{"parameter": k, "fitted": _float(v), "nominal": _float(nominal.get(k)),
+                           "moved by the data": k in fitted} for k, v in params.items()])
+    pictures = tuple(PagePlot(name, caption, run.pictures.get(name)) for name, caption in (
+        ("measured_vs_model.png", "measured vs model per collective (the points fitted)"),
+        ("predicted_vs_measured.png", "predicted vs measured (outputs the calibration did not see)")))
+    tables = [("NCCL calibration: parameters (nccl_calibration.json)", table)]
+    for name, title in (("calibration_points.csv", "Points fitted: measured, model, NCCL's choice"),
+                        ("predictions.csv", "Predictions of outputs the calibration did not see")):
+        if name in run.other_tables:
+            tables.append((f"{title} ({name})", run.other_tables[name]))
+    return Section("NCCL calibration", tuple(lines), pictures, tuple(tables))

@@ -35,6 +35,8 @@ KNOWN_FILES = ("sweep.csv", "sweep.json", "steps.csv", "ops.csv", "ranks.csv", "
 # files shown as a link and a row count rather than a table (they are long)
 LONG_FILES = ("steps.csv", "ops.csv", "link_samples.csv")
 REPLAY_SUBDIR = "replay"  # genie experiment's replay
+NCCL_CALIBRATION_JSON = "nccl_calibration.json"  # genie calibrate (astra_adapter.nccl.calibration_io)
+CALIBRATE_PLOTS = ("measured_vs_model.png", "predicted_vs_measured.png")
 
 
 class RunKind(StrEnum):
@@ -45,6 +47,7 @@ class RunKind(StrEnum):
     DIAGNOSE = "diagnose"
     VERIFY = "verify"
     COMPARE = "compare"
+    CALIBRATE = "calibrate"
     UNKNOWN = "unknown"
 
     @classmethod
@@ -90,6 +93,8 @@ class RunData:
     verify: pd.DataFrame | None = None  # links_verify.csv
     verify_source: str = ""
     comparison: pd.DataFrame | None = None  # compare.csv
+    nccl_calibration: dict[str, Any] | None = None  # nccl_calibration.json (genie calibrate)
+    pictures: dict[str, bytes] = field(default_factory=dict)  # PNGs the run wrote itself (genie calibrate's)
     other_tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # unknown CSVs
 
     @property
@@ -232,6 +237,9 @@ def _kind_fields(run_dir: Path, names: set[str]) -> dict[str, Any]:
                            if n == "estimate.csv" or (n.startswith("estimate-") and n.endswith(".csv"))}
     if "experiment.json" in names:
         fields["experiment"] = _json(run_dir, "experiment.json")
+    if NCCL_CALIBRATION_JSON in names:
+        fields["nccl_calibration"] = _json(run_dir, NCCL_CALIBRATION_JSON)
+        fields["pictures"] = {n: (run_dir / n).read_bytes() for n in sorted(names) if n in CALIBRATE_PLOTS}
     if "summary.txt" in names:
         fields["summary_text"] = _read(run_dir, "summary.txt").decode(errors="replace")
     if "diagnose.csv" in names:
