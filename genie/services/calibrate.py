@@ -49,8 +49,10 @@ def _read_tables(path: Path, collective: Optional[Collective]):
     from genie.core.errors import InputError
     from genie.measure.nccl_output import parse_nccl_tests
 
-    if not path.is_file():
+    if not path.exists():
         raise InputError("no such file", source=str(path))
+    if not path.is_file():
+        raise InputError("not a regular file (give an nccl-tests output file)", source=str(path))
     if path.stat().st_size > MAX_OUTPUT_BYTES:
         raise InputError(f"larger than {MAX_OUTPUT_BYTES >> 20} MiB: not an nccl-tests output", source=str(path))
     return parse_nccl_tests(path.read_bytes(), source=str(path), collective=collective).tables
