@@ -18,8 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from genie.core.collective import Collective
-
 from astra_adapter.nccl.hardware import Cluster
 from astra_adapter.nccl.model import Call, NcclParams, Prediction, nominal_params, predict
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol
@@ -164,7 +162,3 @@ def geomean_abs_error_pct(residuals: tuple[Residual, ...] | list[Residual]) -> f
     counts as 0.01 % so that one exact point does not make the mean 0."""
     errs = [max(abs(r.error_pct), 0.01) for r in residuals]
     return math.exp(sum(math.log(e) for e in errs) / len(errs)) if errs else 0.0
-
-
-def collectives_of(observations: tuple[Observation, ...]) -> tuple[Collective, ...]:
-    return tuple(sorted({o.call.collective for o in observations}, key=lambda c: c.value))

@@ -14,7 +14,7 @@ holds with the head GPU's double load.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from genie.core.errors import InputError
@@ -92,7 +92,6 @@ class Cluster:
         return HwKind.PCI if self.interconnect is Interconnect.PCIE else HwKind.NVLINK
 
     def scaled(self, nodes: int) -> "Cluster":
-        from dataclasses import replace
         return replace(self, nodes=nodes)
 
 
