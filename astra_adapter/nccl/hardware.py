@@ -67,8 +67,8 @@ def compute_capability(gpu: str) -> int | None:
 @dataclass(frozen=True)
 class Cluster:
     """The hardware the NCCL model runs on: nodes of ``gpus_per_node`` GPUs; per GPU the intra-node link's rate
-    (GB/s, one direction); per node ``nics`` NICs of ``nic_gb_s`` each; the fabric's rate per node beyond the
-    rails (None: not a limit)."""
+    (GB/s, one direction); per node ``nics`` NICs of ``nic_gb_s`` each. The fabric beyond the rails is taken as
+    non-blocking (not fitted: no case of the corpus crosses an oversubscribed spine)."""
 
     name: str
     nodes: int
@@ -81,7 +81,6 @@ class Cluster:
     nics: int
     nic_gb_s: float
     nic_delay_us: float
-    fabric_gb_s_per_node: float | None = None
 
     @property
     def ranks(self) -> int:
@@ -104,8 +103,8 @@ def node_of_hosts(topology: Topology) -> dict[str, str]:
 
 def cluster_from_topology(topology: Topology, *, gpu: str, interconnect: Interconnect, source: str) -> Cluster:
     """The cluster a topology file describes: its multi-GPU nodes (every GPU host with an ``intra_node`` link to
-    its node's switch), their NICs (network links of the node's GPUs or switch) and, where the fabric between
-    the rail switches is narrower than the NICs, the fabric's rate per node."""
+    its node's switch) and their NICs (network links of the node's GPUs or switch); a topology of plain hosts is
+    nodes of one GPU whose links are their NICs."""
     cc = compute_capability(gpu)
     if cc is None:
         raise InputError(f"unknown GPU {gpu!r}: name an NVIDIA data-center or RTX GPU (H100, A100, ...)",
@@ -119,7 +118,7 @@ def cluster_from_topology(topology: Topology, *, gpu: str, interconnect: Interco
         # plain hosts: every host is a node of one GPU, its links are its NICs
         per_host = Counter()
         nic_rates, nic_delays = [], []
-        hosts = set({h.name for h in topology.hosts})
+        hosts = {h.name for h in topology.hosts}
         for link in topology.links:
             for end in link.endpoints:
                 if end in hosts:
