@@ -7,7 +7,8 @@ tuner picks on the nominal system (:func:`astra_adapter.nccl.hardware.tuner_syst
 not depend on how fast the hardware turned out to be. The time is then NCCL's own formula for that choice on the
 *fitted* system:
 
-    time = launch_us + latency_scale x latency(algorithm, protocol) + bytes / (1000 x algbw x channels used / channels)
+    time = launch_us + latency_scale x latency(algorithm, protocol) + transfer x (1 + min(bytes, fill_bytes) / bytes)
+    transfer = bytes / (1000 x algbw x channels used / channels)
 
 where the fitted system's channels carry the fitted bus bandwidths: ``intra_busbw_gb_s`` (what a GPU's
 intra-node links deliver to a ring: NVLink/NVSwitch or PCIe), ``nvls_busbw_gb_s`` (NVLink SHARP), ``nic_gb_s``
@@ -15,7 +16,7 @@ intra-node links deliver to a ring: NVLink/NVSwitch or PCIe), ``nvls_busbw_gb_s`
 ``ll_efficiency``/``ll128_efficiency``. Between nodes a ring runs at the narrower of its NVLink and its node's
 NICs (NCCL's tuner reads the intra-node bandwidth for two nodes; the wire does not). A call smaller than its
 channels' thresholds runs on fewer channels (NCCL's cut, :func:`~astra_adapter.nccl.tuning.channels_used`),
-at that share of the bandwidth.
+at that share of the bandwidth; the pipeline's first ``fill_bytes`` move at half the rate.
 
 Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
 move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
