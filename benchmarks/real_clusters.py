@@ -243,7 +243,8 @@ def markdown(report: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in report["sizes"]:
         lines.append(f"| {r['case']} | {r['run']} | {'yes' if r['clean'] else 'no'} | {r['picks']} | "
-                     f"{', '.join(map(str, r['trained_sizes']))} | {r['predicted']} | {_pct(r['geomean_ge_64k_pct'])} | "
+                     f"{', '.join(map(str, r['trained_sizes']))} | {r['predicted']} | "
+                     f"{_pct(r['geomean_ge_64k_pct'])} | "
                      f"{_pct(r['geomean_lt_64k_pct'])} | {_pct(r['worst_pct'])} |")
     lines += ["", "### Across collectives (fit on all_reduce, predict the others)", "",
               "| case | run | clean | collective | all sizes | >= 64 KiB |", "|---|---|---|---|---|---|"]

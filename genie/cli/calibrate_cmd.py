@@ -1,4 +1,5 @@
-"""`genie calibrate OUTPUT... --topology T`: the NCCL model fitted to a real cluster's nccl-tests (docs/nccl-model.md)."""
+"""`genie calibrate OUTPUT... --topology T`: the NCCL model fitted to a real cluster's nccl-tests
+(docs/nccl-model.md)."""
 
 from __future__ import annotations
 

@@ -369,7 +369,8 @@ def _check_rows(seg: _Segment, source: str) -> tuple[float, float]:
                         "size still grows (rows of two runs mixed?)")
         for phase, body in zip(Phase, r.bodies):
             (t, ht), (a, ha), (b, hb) = body or ((0.0, 0.0),) * 3
-            if not (seg.cputime or seg.layout and seg.layout.cputime) and r.size and t > 0:  # algbw = size / time, as printed (rounded)
+            # algbw = size / time, as printed (rounded)
+            if not (seg.cputime or seg.layout and seg.layout.cputime) and r.size and t > 0:
                 e, low, high = (r.size / ((t + d) * 1e3) if t + d > 0 else math.inf for d in (0.0, ht, -ht))
                 if abs(a - e) > max(0.01 * e, 0.011) and not (low * 0.99 <= a + ha and a - ha <= high * 1.01):
                     raise _fail(source, r.at(f"{phase.value}.alg_bw"), f"algbw {a:g} GB/s but size {r.size} / time "
