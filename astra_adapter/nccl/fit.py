@@ -29,7 +29,7 @@ PRIOR_WEIGHTS = {"latency_scale": 0.3, "launch_us": 0.01}
 #: per parameter: (lowest, highest) as a multiple of its nominal value
 _BOUNDS = {"intra_busbw_gb_s": (0.02, 3.0), "nvls_busbw_gb_s": (0.02, 3.0), "nic_gb_s": (0.02, 1.5),
            "latency_scale": (0.05, 50.0), "launch_us": (1e-3, 1e3), "ll_efficiency": (0.05, 3.0),
-           "ll128_efficiency": (0.05, 3.0), "fill_bytes": (1e-3, 20.0)}
+           "ll128_efficiency": (0.05, 3.0), "fill_bytes_per_channel": (1e-3, 20.0)}
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Fit:
 
 def _seen(cluster: Cluster, nominal: NcclParams, observations: tuple[Observation, ...]) -> tuple[str, ...]:
     """The parameters at least one observation's time depends on."""
-    seen = {"latency_scale", "launch_us", "fill_bytes"}
+    seen = {"latency_scale", "launch_us", "fill_bytes_per_channel"}
     for o in observations:
         p = predict(cluster, nominal, o.call)
         if o.call.nodes > 1:

@@ -86,6 +86,11 @@ class Cluster:
     def ranks(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    def nics_reached(self, ranks_per_node: int) -> int:
+        """The NICs a communicator with ``ranks_per_node`` GPUs on each node reaches: its GPUs' share of the
+        node's NICs (one GPU of a rail-optimized node has its own NIC, not the node's eight), at least one."""
+        return max(1, min(self.nics, round(self.nics * ranks_per_node / self.gpus_per_node)))
+
     @property
     def intra_kind(self) -> HwKind:
         return HwKind.PCI if self.interconnect is Interconnect.PCIE else HwKind.NVLINK
@@ -196,7 +201,7 @@ def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: 
             raise InputError(f"{cluster.name}: {nodes} nodes need NICs with a bandwidth", path="topology")
         channels, speed = _search(min(nic, intra) if ppn > 1 else nic,
                                   _SM90_SPEEDS_INTER if hopper else _SPEEDS_INTER, _RING_MAX_CHANNELS)
-        channels = min(_RING_MAX_CHANNELS, max(1, cluster.nics) * max(1, int(nic // speed)),
+        channels = min(_RING_MAX_CHANNELS, cluster.nics_reached(ppn) * max(1, int(nic // speed)),
                        int(intra // speed) if ppn > 1 else _RING_MAX_CHANNELS)
         channels, speed = _dup(max(1, channels), speed, cc)
         bw_intra = bw_inter = speed

@@ -7,7 +7,7 @@ tuner picks on the nominal system (:func:`astra_adapter.nccl.hardware.tuner_syst
 not depend on how fast the hardware turned out to be. The time is then NCCL's own formula for that choice on the
 *fitted* system:
 
-    time = launch_us + latency_scale x latency(algorithm, protocol) + transfer x (1 + min(bytes, fill_bytes) / bytes)
+    time = launch_us + latency_scale x latency(algorithm, protocol) + transfer x (1 + min(bytes, fill) / bytes)
     transfer = bytes / (1000 x algbw x channels used / channels)
 
 where the fitted system's channels carry the fitted bus bandwidths: ``intra_busbw_gb_s`` (what a GPU's
@@ -16,7 +16,9 @@ intra-node links deliver to a ring: NVLink/NVSwitch or PCIe), ``nvls_busbw_gb_s`
 ``ll_efficiency``/``ll128_efficiency``. Between nodes a ring runs at the narrower of its NVLink and its node's
 NICs (NCCL's tuner reads the intra-node bandwidth for two nodes; the wire does not). A call smaller than its
 channels' thresholds runs on fewer channels (NCCL's cut, :func:`~astra_adapter.nccl.tuning.channels_used`),
-at that share of the bandwidth; the pipeline's first ``fill_bytes`` move at half the rate.
+at that share of the bandwidth; the pipeline's first ``fill`` bytes move at half the rate, ``fill`` being
+``fill_bytes_per_channel`` times the channels the call runs on (a 2-rank group's 4 channels fill less than a
+node's 24).
 
 Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
 move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
@@ -56,7 +58,7 @@ class NcclParams:
     launch_us: float = LAUNCH_US
     ll_efficiency: float = 1.0
     ll128_efficiency: float = 1.0
-    fill_bytes: float = 0.0
+    fill_bytes_per_channel: float = 0.0
 
     def values(self) -> tuple[float, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))
@@ -72,7 +74,7 @@ def nominal_params(cluster: Cluster) -> NcclParams:
     nvls = one_node.nvls_graph_channels * one_node.nvls_bw_gb_s
     return NcclParams(intra_busbw_gb_s=one_node.channels * one_node.bw_intra_gb_s if cluster.gpus_per_node > 1
                       else cluster.nic_gb_s, nvls_busbw_gb_s=nvls, nic_gb_s=cluster.nic_gb_s,
-                      fill_bytes=FILL_BYTES_PER_CHANNEL * one_node.comm_channels)
+                      fill_bytes_per_channel=FILL_BYTES_PER_CHANNEL)
 
 
 @dataclass(frozen=True, order=True)
@@ -98,22 +100,29 @@ class Prediction:
 
 
 @lru_cache(maxsize=65536)
-def _plan(cluster: Cluster, call: Call) -> tuple[TunerSystem, NcclChoice, TunerEntry, float]:
-    """What does not depend on the fitted parameters: the nominal system, NCCL's choice, its table entry and the
-    share of the channels the call runs on."""
+def _plan(cluster: Cluster, call: Call) -> tuple[TunerSystem, NcclChoice, TunerEntry, float, int]:
+    """What does not depend on the fitted parameters: the nominal system, NCCL's choice, its table entry, the
+    share of the bandwidth the call's channels have and how many channels it runs on."""
     system = tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node)
     choice, entry = choose(system, call.collective, call.size_bytes, tuner_table(system, call.collective))
-    share = 1.0 if entry.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE) else \
-        channels_used(system, entry.algorithm, entry.protocol, call.size_bytes) / system.comm_channels
-    return system, choice, entry, share
+    used = channels_used(system, entry.algorithm, entry.protocol, call.size_bytes)
+    share = 1.0 if entry.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE) else used / system.comm_channels
+    return system, choice, entry, share, used
+
+
+@lru_cache(maxsize=4096)
+def _channels(cluster: Cluster, call: Call) -> int:
+    """A send/receive operation's channels: its communicator's."""
+    return tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node).comm_channels
 
 
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
     """The nominal system with the fitted bandwidths on its channels."""
     intra = params.intra_busbw_gb_s / nominal.channels
     if nominal.nodes > 1:
-        inter = params.nic_gb_s * max(1, cluster.nics) / nominal.channels
-        intra = inter = min(intra, inter)
+        inter = params.nic_gb_s * cluster.nics_reached(nominal.ranks_per_node) / nominal.channels
+        # a ring through nodes of several GPUs crosses NVLink and NICs alike; with one GPU a node, only NICs
+        intra = inter = min(intra, inter) if nominal.ranks_per_node > 1 else inter
     else:
         inter = intra
     nvls_bw = params.nvls_busbw_gb_s / nominal.nvls_graph_channels if nominal.nvls_graph_channels else 0.0
@@ -122,24 +131,26 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
 
 def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[float, str]:
     n, ppn, nodes = call.ranks, call.ranks_per_node, call.nodes
+    channels = _channels(cluster, call)
     hw = HwKind.NET if nodes > 1 else cluster.intra_kind
     step = BASE_LAT_US[_RING][_SIMPLE] + HW_LAT_US[hw][_RING][_SIMPLE]
     latency = params.launch_us + params.latency_scale * step
     intra_gb_s = params.intra_busbw_gb_s
-    nic_share = params.nic_gb_s * max(1, cluster.nics) / ppn if nodes > 1 else 0.0
+    nic_share = params.nic_gb_s * cluster.nics_reached(ppn) / ppn if nodes > 1 else 0.0
     if call.collective is Collective.SEND_RECV:
         # rank r sends to r+1: across nodes some pair crosses a NIC and the call waits for it
         if nodes > 1:
-            return (latency + _with_fill(call.size_bytes / (1000.0 * min(nic_share, intra_gb_s)), call, params),
+            path_gb_s = min(nic_share, intra_gb_s) if ppn > 1 else nic_share
+            return (latency + _with_fill(call.size_bytes / (1000.0 * path_gb_s), call, params, channels),
                 "p2p over the NIC")
-        return (latency + _with_fill(call.size_bytes / (1000.0 * intra_gb_s), call, params),
+        return (latency + _with_fill(call.size_bytes / (1000.0 * intra_gb_s), call, params, channels),
                 f"p2p over {cluster.intra_kind.value}")
     local = call.size_bytes * (ppn - 1) / n
     remote = call.size_bytes * (n - ppn) / n
     through_pcie = local + remote if cluster.intra_kind is HwKind.PCI else local
     t_local = through_pcie / (1000.0 * intra_gb_s) if through_pcie else 0.0
     t_remote = remote / (1000.0 * nic_share) if remote else 0.0
-    return latency + _with_fill(max(t_local, t_remote), call, params), ("p2p, the NICs' share" if t_remote > t_local
+    return latency + _with_fill(max(t_local, t_remote), call, params, channels), ("p2p, the NICs' share" if t_remote > t_local
                                               else f"p2p over {cluster.intra_kind.value}")
 
 
@@ -148,7 +159,7 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     if call.collective in P2P:
         time_us, how = _p2p_time_us(cluster, params, call)
         return Prediction(call, time_us, None, how)
-    nominal, choice, entry, share = _plan(cluster, call)
+    nominal, choice, entry, share, used = _plan(cluster, call)
     fitted = fitted_system(nominal, cluster, params)
     fitted_entry = table_entry(fitted, call.collective, entry.algorithm, entry.protocol)
     efficiency = {NcclProtocol.LL: params.ll_efficiency, NcclProtocol.LL128: params.ll128_efficiency}.get(
@@ -157,12 +168,14 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     latency = params.latency_scale * call_latency_us(fitted, call.collective, fitted_entry, call.size_bytes)
     transfer = call.size_bytes / (1000.0 * efficiency * call_bandwidth_gb_s(call.collective, fitted_entry,
                                                                             call.size_bytes))
-    time_us = params.launch_us + latency + _with_fill(transfer / share, call, params)
+    time_us = params.launch_us + latency + _with_fill(transfer / share, call, params, used)
     return Prediction(call, time_us, choice, choice.describe())
 
 
-def _with_fill(transfer_us: float, call: Call, params: NcclParams) -> float:
-    """The transfer with the pipeline's fill and drain: the first ``fill_bytes`` move at half the rate."""
+def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int) -> float:
+    """The transfer with the pipeline's fill and drain: the first ``fill_bytes_per_channel`` x ``channels`` bytes
+    move at half the rate."""
     if call.size_bytes <= 0:
         return transfer_us
-    return transfer_us * (1.0 + min(call.size_bytes, params.fill_bytes) / call.size_bytes)
+    fill = params.fill_bytes_per_channel * channels
+    return transfer_us * (1.0 + min(call.size_bytes, fill) / call.size_bytes)
