@@ -221,3 +221,15 @@ def test_genie_estimate_with_an_nccl_calibration_explains_each_op(tmp_path):
     r = run_genie("estimate", str(trace), "--topology", str(DATA / "dudeperf3ct-h100x4-nvlink-lambda-1node" /
                                                             "topology.yaml"), "--calibration", str(cal))
     assert r.returncode == 2 and "nodes with 8 GPUs" in r.stderr
+
+
+def test_a_one_gpu_a_node_group_runs_on_its_own_nic():
+    two = H100.scaled(2)
+    assert (two.nics_reached(1), two.nics_reached(4), two.nics_reached(8)) == (1, 4, 8)
+    params = nominal_params(two)
+    size = 1 << 30
+    dp = predict(two, params, Call(Collective.ALL_REDUCE, 2, 2, size))
+    # one 50 GB/s NIC per GPU: a 2-rank ring moves the buffer once each way, algbw at most 50 GB/s
+    assert dp.time_us >= size / (50.0 * 1e3)
+    full = predict(two, params, Call(Collective.ALL_REDUCE, 16, 2, size))
+    assert dp.time_us > 3 * full.time_us  # 8 ranks a node reach 8 NICs: far more than the 2-rank group's one
