@@ -92,3 +92,12 @@ def test_a_rank_failing_mid_op_wakes_the_ranks_waiting_on_it_in_data_transfers()
                                          r"|rank \d: connection to rank 1 lost while sending)"):
         ThreadSession(loopback_placements(3), SessionOptions(idle_timeout_s=60.0)).run(job)
     assert not _rank_threads()
+
+
+def test_the_reported_error_is_the_cause_not_a_peers_consequence():
+    from genie.engine.session import root_cause
+
+    errors = ["rank 1: rank 0 closed the connection (0 of 131072 bytes received)",
+              "rank 0: op timed out after 2 s receiving from rank 3 (0/131072 bytes)"]
+    assert root_cause(errors) == errors[1]
+    assert root_cause(errors[:1]) == errors[0]  # only consequences: the first

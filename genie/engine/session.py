@@ -99,6 +99,20 @@ class _Serving:
     fault_point: int | None = None
     reports: dict[int, Barrier] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)  # the ranks' errors, in the order they arrived
+    error_deadline: float | None = None  # when the errors are reported (see ERROR_GRACE_S)
+
+
+#: after a rank's error, how long the other ranks' errors are awaited before one is reported: when a rank gives up
+#: (its op timed out) and exits, its peers see it close their connections, and their errors can arrive first
+ERROR_GRACE_S = 0.3
+#: what a rank says when its failure is a peer's exit, not a cause of its own
+_CONSEQUENCES = ("closed the connection", "lost while")
+
+
+def root_cause(errors: list[str]) -> str:
+    """The error to report of several ranks' errors: the first that is not a consequence of a peer leaving."""
+    return next((e for e in errors if not any(c in e for c in _CONSEQUENCES)), errors[0])
 
 
 class Orchestrator:
@@ -151,8 +165,15 @@ class Orchestrator:
         last_activity = time.monotonic()
         try:
             while len(state.done) < len(self.conns):
-                events = sel.select(timeout=0.5)
+                if state.error_deadline is not None and (time.monotonic() >= state.error_deadline
+                                                         or not sel.get_map()):
+                    raise RunFailure(root_cause(state.errors))
+                wait_s = 0.5 if state.error_deadline is None else \
+                    max(0.0, min(0.5, state.error_deadline - time.monotonic()))
+                events = sel.select(timeout=wait_s)
                 if not events:
+                    if state.error_deadline is not None:
+                        continue
                     self.health.check_alive("the run")
                     if time.monotonic() - last_activity > self.idle_timeout_s:
                         raise RunFailure(f"no progress for {self.idle_timeout_s:g} s "
@@ -166,6 +187,9 @@ class Orchestrator:
                     except ProtocolError as exc:
                         raise RunFailure(f"rank {rank}: {exc}") from None
                     except (ControlClosed, ConnectionError):
+                        if state.error_deadline is not None:  # a rank leaving after the first error
+                            sel.unregister(key.fileobj)
+                            continue
                         raise self.health.dead_rank_error(rank, "the run") from None
                     handler = handlers.get(msg.kind)
                     if handler is None:
@@ -176,7 +200,9 @@ class Orchestrator:
         return state.result
 
     def _on_error(self, rank: int, msg: Error, state: _Serving) -> None:
-        raise RunFailure(msg.message)
+        state.errors.append(msg.message)
+        if state.error_deadline is None:
+            state.error_deadline = time.monotonic() + ERROR_GRACE_S
 
     def _on_barrier(self, rank: int, msg: Barrier, state: _Serving) -> None:
         state.waiting.add(rank)
