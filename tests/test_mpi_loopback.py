@@ -176,6 +176,8 @@ def test_ctrl_c_during_a_run_leaves_nothing(mpiexec, tmp_path):
     assert not [pid for pid in seen if os.path.exists(f"/proc/{pid}") and _zombie_free(pid)]
 
 
+@pytest.mark.serial  # which exit is seen first decides the name: under the parallel pass's load, the exits of the
+# ranks hydra kills after the SIGKILLed one arrive in one batch with it (failed in clean-clone CI, 2026-12-03, -04)
 @pytest.mark.parametrize("transport", ["tcp", "mpi"])
 def test_a_rank_killed_mid_run_is_named(mpiexec, transport):
     """A rank that dies without a word (SIGKILL by PID): the error names it, not a peer that saw it go."""
