@@ -233,3 +233,35 @@ def test_a_one_gpu_a_node_group_runs_on_its_own_nic():
     assert dp.time_us >= size / (50.0 * 1e3)
     full = predict(two, params, Call(Collective.ALL_REDUCE, 16, 2, size))
     assert dp.time_us > 3 * full.time_us  # 8 ranks a node reach 8 NICs: far more than the 2-rank group's one
+
+
+def test_a_calibration_file_is_read_back_and_bad_ones_refused(tmp_path):
+    from astra_adapter.nccl.calibration_io import calibration_json, parse_calibration
+
+    cluster, _, obs = _dgx_observations()
+    result = fit(cluster, obs[:6])
+    text = calibration_json(result, (), ("x.txt",))
+    back_cluster, back_params = parse_calibration(text.encode(), source="cal.json")
+    assert back_cluster == cluster and back_params == result.params
+    doc = json.loads(text)
+    doc["params"]["nic_gb_s"] = -1
+    with pytest.raises(InputError, match="params.nic_gb_s"):
+        parse_calibration(json.dumps(doc).encode(), source="cal.json")
+    with pytest.raises(InputError, match="not a genie NCCL calibration"):
+        parse_calibration(b'{"format": "genie-calibration"}', source="cal.json")
+    with pytest.raises(InputError, match="not JSON"):
+        parse_calibration(b"[" * 100000, source="cal.json")
+
+
+def test_a_plateau_at_a_whole_number_of_nics_is_named():
+    from astra_adapter.nccl.expected import _cause
+
+    two = H100.scaled(2)
+    nominal = nominal_params(two)
+    o = Observation(Call(Collective.ALL_REDUCE, 16, 2, 1 << 30), 1.0)
+    assert "about 2 of the node's 8 NICs" in _cause(two, nominal, o, 100.0, 400.0, NcclAlgorithm.RING)
+    assert "GPU-NIC path" in _cause(two, nominal, o, 20.0, 400.0, NcclAlgorithm.RING)
+    one = H100
+    o1 = Observation(Call(Collective.ALL_REDUCE, 8, 1, 1 << 30), 1.0)
+    assert "traffic on PCIe" in _cause(one, nominal, o1, 20.0, 400.0, NcclAlgorithm.NVLS)
+    assert "no NVLS" in _cause(one, nominal, o1, 300.0, 480.0, NcclAlgorithm.NVLS)
