@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from genie.core.errors import InputError
+from genie.core.files import InputKind, read_input
 
 from astra_adapter.nccl.expected import Finding
 from astra_adapter.nccl.fit import Fit, Residual
@@ -85,7 +86,7 @@ def load_calibration(path: Path) -> tuple[Cluster, NcclParams, str]:
     if not file.is_file():
         raise InputError(f"no {NCCL_CALIBRATION_JSON} in {path} (run genie calibrate)", source=str(path),
                          path="calibration")
-    cluster, params = parse_calibration(file.read_bytes(), source=str(file))
+    cluster, params = parse_calibration(read_input(file, InputKind.MEASUREMENTS), source=str(file))
     return cluster, params, str(file)
 
 

@@ -28,6 +28,7 @@ class InputKind(Enum):
     TRACE = ("trace file", 512 * _MiB)
     CONFIG = ("ASTRA-sim input file", 64 * _MiB)
     MEASUREMENTS = ("measurements file", 256 * _MiB)
+    NCCL_TESTS = ("nccl-tests output", 64 * _MiB)
     RUN_FILE = ("run directory file", 512 * _MiB)
 
     def __init__(self, label: str, limit_bytes: int) -> None:

@@ -16,9 +16,6 @@ from astra_adapter.nccl.expected import Finding
 from astra_adapter.nccl.fit import Fit, Observation, Residual
 from astra_adapter.nccl.hardware import Interconnect
 
-MAX_OUTPUT_BYTES = 64 << 20
-
-
 @dataclass(frozen=True)
 class CalibrateRequest:
     outputs: tuple[Path, ...]  # nccl-tests stdout or -J JSON files to fit
@@ -46,16 +43,10 @@ class CalibrateResult:
 
 
 def _read_tables(path: Path, collective: Optional[Collective]):
-    from genie.core.errors import InputError
+    from genie.core.files import InputKind, read_input
     from genie.measure.nccl_output import parse_nccl_tests
 
-    if not path.exists():
-        raise InputError("no such file", source=str(path))
-    if not path.is_file():
-        raise InputError("not a regular file (give an nccl-tests output file)", source=str(path))
-    if path.stat().st_size > MAX_OUTPUT_BYTES:
-        raise InputError(f"larger than {MAX_OUTPUT_BYTES >> 20} MiB: not an nccl-tests output", source=str(path))
-    return parse_nccl_tests(path.read_bytes(), source=str(path), collective=collective).tables
+    return parse_nccl_tests(read_input(path, InputKind.NCCL_TESTS), source=str(path), collective=collective).tables
 
 
 def _gpu_name(tables, given: Optional[str], source: str) -> str:
