@@ -28,7 +28,7 @@ from astra_adapter.fabric.calibrate import lower_bounds_us
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.mapping import TopologyMapping, map_topology
 from astra_adapter.measurements import CommOp, Measurement, MeasurementTable, op_time_us, workload_weights
-from astra_adapter.workload_estimate import TraceEstimate, estimate_calibrated, estimate_measured
+from astra_adapter.workload_estimate import EstimateMode, TraceEstimate, estimate_calibrated, estimate_measured
 
 ACCURACY_COLUMNS = ("workload", "topology", "mode", "estimated_s", "measured_s", "error_pct")
 Progress = Callable[[str], None]
@@ -84,6 +84,7 @@ class ExperimentResult:
     load_average: tuple[float, float] = ()  # 1-minute load average before and after the testbed work
     fabric_calibration: object | None = None  # astra_adapter.fabric.calibrate.FabricCalibration (fabric topologies)
     best_impossible: int = 0  # sweep iterations faster than the links allow, left out of best_of
+    nccl_choices: tuple = ()  # astra_adapter.nccl.estimate.OpChoice per op kind, with a real cluster's calibration
 
     @property
     def measured_ns(self) -> int:
@@ -286,6 +287,8 @@ def format_summary(result: ExperimentResult) -> str:
                          f"{est.draw_spread_pct:.1f}%): the replay's {p.spec.rounds} round(s) sample that spread")
         if est.extrapolated:
             lines.append(f"# {est.mode.value}: {len(est.extrapolated)} op(s) timed by the calibrated model")
+        if est.mode is EstimateMode.NCCL:  # a real cluster's calibration: which cluster, what was scaled
+            lines += [f"# {est.mode.value}: {n}" for n in est.notes]
     lines.append(f"# results in {result.run_dir}")
     return "\n".join(lines)
 
@@ -297,5 +300,6 @@ def experiment_json(result: ExperimentResult) -> str:
            "topology": p.topology.name, "replay_iteration_ns": list(result.replay_iteration_ns),
            "accuracy": [{**r.__dict__, "error_pct": r.error_pct} for r in result.accuracy],
            "best_of": [{**r.__dict__, "error_pct": r.error_pct} for r in result.best_of],
-           "load_average": list(result.load_average)}
+           "load_average": list(result.load_average),
+           **({"nccl_calibration": str(p.spec.nccl_calibration)} if p.spec.nccl_calibration else {})}
     return json.dumps(doc, indent=1) + "\n"

@@ -87,6 +87,9 @@ class ExperimentSpec:
     share_nic: bool = True
     fit_endpoint_delay: bool = False
     rounds: int = 1
+    #: a real cluster's calibration (a `genie calibrate` run directory or its nccl_calibration.json): the trace is
+    #: also estimated by the NCCL model on the experiment's topology and compared with the replay
+    nccl_calibration: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,7 @@ def parse_experiment(data: bytes | str, *, source: str = "experiment.yaml", base
     timeout = replay_doc.get("timeout", 120)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_S:
         raise r.fail(f"expected seconds > 0 (at most {MAX_TIMEOUT_S:.0f}), got {shown(timeout)}", "replay.timeout")
-    estimate_doc = r.mapping(doc.get("estimate"), "estimate", ("share_nic", "fit_endpoint_delay"))
+    estimate_doc = r.mapping(doc.get("estimate"), "estimate", ("share_nic", "fit_endpoint_delay", "nccl_calibration"))
     for key in ("share_nic", "fit_endpoint_delay"):
         if not isinstance(estimate_doc.get(key, False), bool):
             raise r.fail(f"expected true or false, got {shown(estimate_doc[key])}", f"estimate.{key}")
@@ -187,7 +190,9 @@ def parse_experiment(data: bytes | str, *, source: str = "experiment.yaml", base
         replay_warmup=r.integer(replay_doc, "warmup", "replay", 1, 0),
         rounds=r.integer(doc, "rounds", "", 1, 1),
         timeout_s=float(timeout), share_nic=estimate_doc.get("share_nic", True),
-        fit_endpoint_delay=estimate_doc.get("fit_endpoint_delay", False))
+        fit_endpoint_delay=estimate_doc.get("fit_endpoint_delay", False),
+        nccl_calibration=(r.path(estimate_doc["nccl_calibration"], "estimate.nccl_calibration", base)
+                          if "nccl_calibration" in estimate_doc else None))
 
 
 def _workload(r: _Reader, value: Any, base: Path) -> WorkloadSpec:

@@ -70,6 +70,10 @@ def estimate(
 def experiment(
     spec: Path = typer.Argument(..., help="Experiment YAML (workload, topology, sweep, replay; docs/astra.md)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-experiment-<name>)."),
+    calibration: Optional[Path] = typer.Option(
+        None, "--calibration", help="A real cluster's `genie calibrate` run directory: the trace is also estimated by "
+        "the NCCL model on the experiment's topology and compared with the replay (overrides the spec's "
+        "estimate.nccl_calibration)."),
     *, run,
 ) -> None:
     """Bring up the testbed, measure the trace's collectives, calibrate, estimate, replay, compare, tear down."""
@@ -78,6 +82,10 @@ def experiment(
     from genie.services.experiment import ExperimentCommand, run_experiment_command
 
     loaded = load_experiment(spec)
+    if calibration is not None:
+        import dataclasses
+
+        loaded = dataclasses.replace(loaded, nccl_calibration=calibration)
 
     def progress(message: str) -> None:
         typer.echo(f"# {message}", err=True)

@@ -88,8 +88,15 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     params = {"experiment": spec.name, "rounds": rounds, "sweep_iterations": spec.sweep_iterations,
               "sweep_warmup": spec.sweep_warmup, "replay_iterations": spec.replay_iterations,
               "replay_warmup": spec.replay_warmup, "ranks": prepared.trace.num_ranks}
+    reference = None  # the NCCL model with a real cluster's calibration: pure, so refused before anything is up
+    if spec.nccl_calibration is not None:
+        from astra_adapter.nccl.experiment import nccl_reference
+
+        reference, calibration_file = nccl_reference(prepared, spec.nccl_calibration)
+        say(f"NCCL model with {calibration_file}: {reference.estimate.iteration_ns / 1e6:.3f} ms per iteration")
     inputs = (input_digest(spec.source, "experiment"),
-              *((input_digest(spec.workload.trace_path, "trace"),) if spec.workload.trace_path else ()))
+              *((input_digest(spec.workload.trace_path, "trace"),) if spec.workload.trace_path else ()),
+              *((input_digest(calibration_file, "calibration"),) if reference is not None else ()))
     load_before = os.getloadavg()[0]
     say(f"bringing up {prepared.topology.name}" if opts.topology is not None else
         f"running on {opts.testbed or ('loopback' if opts.loopback else opts.inventory)}")
@@ -140,8 +147,15 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
             fabric_cal, fabric_est, fabric_row = evaluate_fabric(prepared, measurements, replay_ns, **paths)
             estimates, rows = (*estimates, fabric_est), (*rows, fabric_row)
             best = (*best, evaluate_fabric(prepared, best_measurements, replay_ns, Statistic.BEST, **paths)[2])
+        choices: tuple = ()
+        if reference is not None:
+            from astra_adapter.nccl.experiment import nccl_row
+
+            estimates, rows = (*estimates, reference.estimate), (*rows, nccl_row(prepared, reference, replay_ns))
+            best = (*best, nccl_row(prepared, reference, replay_ns, Statistic.BEST))
+            choices = reference.choices
         result = ExperimentResult(stage.run.run_dir, prepared, measurements, calibration, estimates, replay_ns, rows,
-                                  best, (load_before, load_after), fabric_cal, impossible)
+                                  best, (load_before, load_after), fabric_cal, impossible, choices)
         write_results(stage.run, result, stats, outcome)
         stage.run.set_summary({"accuracy": [{"mode": r.mode, "error_pct": r.error_pct} for r in rows],
                                "replay_median_ns": result.measured_ns, **stage.summary()})
@@ -220,6 +234,10 @@ def write_results(run: Any, result: ExperimentResult, stats: list, outcome: Repl
         run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(result.fabric_calibration))
     for est in result.estimates:
         run.write(f"estimate-{est.mode.value}.csv", estimate_csv(est))
+    if result.nccl_choices:
+        from astra_adapter.nccl.estimate import choices_csv
+
+        run.write("nccl_choices.csv", choices_csv(result.nccl_choices))
     if p.mapping is not None and result.calibration is not None:
         network, _ = calibrated_network(p.mapping, result.calibration)
         exported = export_astra(scaled_trace(p.trace, result.calibration), p.mapping, run.run_dir / "astra",
