@@ -18,7 +18,8 @@ NICs (NCCL's tuner reads the intra-node bandwidth for two nodes; the wire does n
 channels' thresholds runs on fewer channels (NCCL's cut, :func:`~astra_adapter.nccl.tuning.channels_used`),
 at that share of the bandwidth; the pipeline's first ``fill`` bytes move at half the rate, ``fill`` being
 ``fill_bytes_per_channel`` times the channels the call runs on (a 2-rank group's 4 channels fill less than a
-node's 24).
+node's 24) times the call's GPUs per node over 8 (the prior was read on 8; a ring through 4 GPUs of a node
+fills in fewer steps).
 
 Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
 move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
@@ -42,7 +43,8 @@ P2P = (Collective.ALL_TO_ALL, Collective.SEND_RECV)
 MODELLED = TUNED + P2P
 _RING, _SIMPLE = 1, 2  # NCCL's indices of Ring and Simple in its latency tables
 LAUNCH_US = 1.0  # a call's cost outside NCCL's latency tables (the kernel launch), before fitting
-#: the pipeline's fill per channel before fitting: an empirical prior, read off the DGX H100 sweep's NVLS range
+#: the pipeline's fill per channel of a ring through 8 GPUs of a node before fitting: an empirical prior, read off
+#: the DGX H100 sweep's NVLS range
 #: (benchmarks/README.md shows how the held-out errors move with it)
 FILL_BYTES_PER_CHANNEL = 1 << 20
 
@@ -173,9 +175,9 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
 
 
 def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int) -> float:
-    """The transfer with the pipeline's fill and drain: the first ``fill_bytes_per_channel`` x ``channels`` bytes
-    move at half the rate."""
+    """The transfer with the pipeline's fill and drain: the first ``fill_bytes_per_channel`` x ``channels`` x
+    (GPUs per node / 8) bytes move at half the rate."""
     if call.size_bytes <= 0:
         return transfer_us
-    fill = params.fill_bytes_per_channel * channels
+    fill = params.fill_bytes_per_channel * channels * call.ranks_per_node / 8
     return transfer_us * (1.0 + min(call.size_bytes, fill) / call.size_bytes)
