@@ -101,7 +101,7 @@ def dim_impl(collective: Collective, algorithm: Algorithm, dim: MappedDim) -> Co
     if algorithm is Algorithm.RING:
         return CollectiveImpl(ImplKind.RING)
     if algorithm is Algorithm.DIRECT:
-        return CollectiveImpl(ImplKind.DIRECT, 1 if dim.role is DimRole.HOSTS else -1)
+        return CollectiveImpl(ImplKind.DIRECT, -1 if dim.role is DimRole.INTRA_HOST else 1)
     if algorithm in (Algorithm.HALVING_DOUBLING, Algorithm.RECURSIVE_DOUBLING):
         if collective is Collective.ALL_TO_ALL:
             raise InputError("ASTRA-sim's halvingDoubling has no all-to-all", path=collective.value)

@@ -13,7 +13,12 @@ host runs more than one rank. The mapping (``map_topology``):
   host) although pairs on one leaf are two links closer; the bandwidth is the host link, capped by the leaf's
   uplink capacity per host when the fabric is oversubscribed; ECMP collisions are not modelled;
 - **ranks per host > 1** -> a first dimension ``FullyConnected`` of the host's ranks (they talk over the
-  namespace's loopback: unshaped, so its bandwidth comes from calibration or a default), then the hosts' dimension.
+  namespace's loopback: unshaped, so its bandwidth comes from calibration or a default), then the hosts' dimension;
+- **multi-GPU nodes** (``nodes:`` in the topology file: every GPU host on its node's NVSwitch over an
+  ``intra_node`` link, and one NIC per GPU) -> ``Switch`` of a node's GPUs at the NVLink rate, then ``Switch`` of
+  the nodes at the NIC rate, when the NICs are rail-optimized (GPU i of every node on one rail switch, as NCCL's
+  rings and trees use them) or all on one switch. NIC links shared by the node's GPUs (``nics: N``) and NICs of
+  one GPU index on different switches are refused.
 
 Anything else raises :class:`InputError` saying which host or link breaks the pattern. Bandwidth is the link's
 ``rate`` in ASTRA-sim's "GB/s" (2^30 bytes per second), latency its one-way ``delay`` per hop (a Switch charges
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from genie.core.errors import InputError
-from genie.core.topology import Link, Topology
+from genie.core.topology import Link, LinkRole, Topology
 
 from astra_adapter.config import GIB_BYTES, NetworkConfig, NetworkDim, TopologyKind
 
@@ -40,13 +45,15 @@ class TopologyShape(Enum):
     RING = "ring"
     FULL_MESH = "full_mesh"
     LEAF_SPINE = "leaf_spine"
+    GPU_NODES = "gpu_nodes"
 
 
 class DimRole(Enum):
     """What a dimension stands for: the ranks of one host, or the hosts."""
 
     INTRA_HOST = "intra_host"
-    HOSTS = "hosts"
+    HOSTS = "hosts"  # the hosts, or the nodes of a multi-GPU topology
+    NODE_GPUS = "node_gpus"  # the GPUs of one node, over its NVSwitch
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,8 @@ def map_topology(topology: Topology, *, source: str | None = None) -> TopologyMa
                          f"number of NPUs per host", source=where, path="hosts")
     rph = counts.pop()
     host_names = [h.name for h in topology.hosts]
+    if any(link.role is LinkRole.INTRA_NODE for link in topology.links):
+        return _gpu_nodes(topology, host_names, rph, where)
     if len(host_names) * rph < 2:
         raise InputError("a single rank: ASTRA-sim needs at least 2 NPUs", source=where, path="hosts")
     if len(host_names) == 1:
@@ -254,3 +263,71 @@ def _switchless(topology: Topology, hosts: list[str], host_links: dict[str, list
                              f"not {nxt}; ASTRA-sim's Ring places NPU i next to i+1", source=where, path="links")
     raise InputError("hosts are linked neither as one ring in host order nor as a full mesh", source=where,
                      path="links")
+
+
+def _gpu_nodes(topology: Topology, hosts: list[str], ranks_per_host: int, where: str) -> TopologyMapping:
+    """Multi-GPU nodes with rail-optimized (or single-switch) NICs as two Switch dimensions (see the module doc)."""
+    if ranks_per_host != 1:
+        raise InputError(f"GPU hosts run {ranks_per_host} ranks each; the node mapping needs one rank per GPU",
+                         source=where, path="hosts")
+    host_set = set(hosts)
+    node_of: dict[str, str] = {}
+    nvlinks: list[Link] = []
+    nics: dict[str, list[Link]] = {h: [] for h in hosts}
+    for link in topology.links:
+        ends = [e for e in link.endpoints if e in host_set]
+        if link.role is LinkRole.INTRA_NODE:
+            if len(ends) != 1:
+                raise InputError(f"intra_node link {_link_name(link)} does not join a GPU host to its node's "
+                                 f"switch", source=where, path="links")
+            node_of[ends[0]] = link.b if link.a == ends[0] else link.a
+            nvlinks.append(link)
+        else:
+            for e in ends:
+                nics[e].append(link)
+    missing = [h for h in hosts if h not in node_of]
+    if missing:
+        raise InputError(f"host {missing[0]} has no intra_node (NVLink) link while other hosts do; ASTRA-sim's "
+                         f"dimensions need every host in a node of equal size", source=where, path="links")
+    nodes: dict[str, list[str]] = {}
+    for h in hosts:
+        nodes.setdefault(node_of[h], []).append(h)
+    order = [node_of[h] for h in hosts]
+    if any(order[i] != order[i - 1] and order[i] in order[:i] for i in range(1, len(order))):
+        raise InputError("a node's GPUs are not consecutive ranks; ASTRA-sim's first dimension is consecutive NPUs",
+                         source=where, path="nodes")
+    sizes = {len(v) for v in nodes.values()}
+    if len(sizes) > 1:
+        shown = ", ".join(f"{k}: {len(v)}" for k, v in list(nodes.items())[:4])
+        raise InputError(f"nodes have different GPU counts ({shown}); ASTRA-sim dimensions need equal nodes",
+                         source=where, path="nodes")
+    gpus = sizes.pop()
+    for h in hosts:
+        if len(nics[h]) != 1:
+            raise InputError(f"GPU {h} has {len(nics[h])} NIC links; the node mapping needs one NIC per GPU "
+                             f"(nics: per-gpu)", source=where, path="nodes.nics")
+    rail_of = {h: (nics[h][0].b if nics[h][0].a == h else nics[h][0].a) for h in hosts}
+    members = list(nodes.values())
+    rails = {rail_of[h] for h in hosts}
+    notes: list[str] = []
+    if len(rails) > 1 and len(members) > 1:
+        for g in range(gpus):
+            on = {rail_of[node[g]] for node in members}
+            if len(on) != 1:
+                raise InputError(f"the NICs of GPU {g} are on {', '.join(sorted(on))}: the node mapping needs every "
+                                 f"node's GPU {g} on one rail switch (rail-optimized) or all NICs on one switch",
+                                 source=where, path="nodes.rails")
+        notes.append(f"{len(rails)} rails: a group of one GPU index across nodes stays on its rail switch; a group "
+                     f"spanning GPU indices and nodes runs in both dimensions (NVLink first), as NCCL's "
+                     f"hierarchical algorithms do; cross-rail paths through the spines are not modelled")
+    nic_links = [nics[h][0] for h in hosts]
+    notes.extend(_heterogeneous(nvlinks, "NVLink"))
+    notes.extend(_heterogeneous(nic_links, "NIC"))
+    dims: list[MappedDim] = [MappedDim(DimRole.NODE_GPUS, TopologyKind.SWITCH, gpus, gb_per_s(_min_rate(nvlinks)),
+                                       max(l.shape.delay_us for l in nvlinks) * 1000,
+                                       f"{gpus} GPUs of a node on its NVSwitch")]
+    if len(members) > 1:
+        dims.append(MappedDim(DimRole.HOSTS, TopologyKind.SWITCH, len(members), gb_per_s(_min_rate(nic_links)),
+                              max(l.shape.delay_us for l in nic_links) * 1000,
+                              f"{len(members)} nodes on {len(rails)} rail switch(es)"))
+    return TopologyMapping(topology.name, TopologyShape.GPU_NODES, 1, tuple(dims), tuple(notes))

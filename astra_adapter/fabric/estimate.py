@@ -29,12 +29,13 @@ from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
 def needs_fabric(topology: Topology) -> bool:
     """True where the topology is not a plain ASTRA-sim dimension stack: it does not map
     (:func:`astra_adapter.mapping.map_topology` refuses it), or maps only approximately (leaf-spine: one Switch
-    for two tiers, oversubscription as a per-host cap, no ECMP)."""
+    for two tiers, oversubscription as a per-host cap, no ECMP; multi-GPU nodes: cross-rail paths through the
+    spines or a peer's NVLink not modelled)."""
     try:
         mapping = map_topology(topology)
     except InputError:
         return True
-    return mapping.shape is TopologyShape.LEAF_SPINE
+    return mapping.shape in (TopologyShape.LEAF_SPINE, TopologyShape.GPU_NODES)
 
 
 def groups_share_links(trace: Trace, topology: Topology) -> bool:

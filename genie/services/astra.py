@@ -66,12 +66,22 @@ def run_export(request: ExportRequest) -> ExportDone:
 
     if request.splits < 1:
         raise InputError("must be >= 1", path="splits")
-    mapping = map_topology(load_topology_file(request.topology), source=str(request.topology))
+    topology = load_topology_file(request.topology)
+    mapping = map_topology(topology, source=str(request.topology))
     params = SystemParams(preferred_dataset_splits=request.splits, algorithms=request.algorithms)
     net, calibration, notes = None, None, []
     if request.network is not None:
+        from astra_adapter.nccl.calibration_io import has_nccl_calibration
+
         if request.network.suffix in (".yml", ".yaml"):
             net = load_network(request.network)
+        elif has_nccl_calibration(request.network):  # a real cluster's calibration (genie calibrate)
+            from astra_adapter.nccl.astra_network import nccl_network
+            from astra_adapter.nccl.calibration_io import load_calibration as load_nccl_calibration
+
+            cluster, fitted, _ = load_nccl_calibration(request.network)
+            net, more = nccl_network(mapping, topology, cluster, fitted, source=str(request.topology))
+            notes += more
         else:
             calibration = load_calibration(request.network)
             net, more = calibrated_network(mapping, calibration)
