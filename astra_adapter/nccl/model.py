@@ -16,7 +16,9 @@ intra-node links deliver to a ring: NVLink/NVSwitch or PCIe), ``nvls_busbw_gb_s`
 ``ll_efficiency``/``ll128_efficiency``. Between nodes a ring runs at the narrower of its NVLink and its node's
 NICs (NCCL's tuner reads the intra-node bandwidth for two nodes; the wire does not). A call smaller than its
 channels' thresholds runs on fewer channels (NCCL's cut, :func:`~astra_adapter.nccl.tuning.channels_used`),
-at that share of the bandwidth; the pipeline's first ``fill`` bytes move at half the rate, ``fill`` being
+at that share of the bandwidth - but for LL, whose cap a few channels already reach (NCCL's tuner times LL
+without the cut; fitted with the cut, the LL efficiency ran to its bound and the LL range from 256 KiB to 2 MiB
+came out 20-50 % fast on 8 x A100); the pipeline's first ``fill`` bytes move at half the rate, ``fill`` being
 ``fill_bytes_per_channel`` times the channels the call runs on (a 2-rank group's 4 channels fill less than a
 node's 24) times the call's GPUs per node over 8 (the prior was read on 8; a ring through 4 GPUs of a node
 fills in fewer steps).
@@ -108,7 +110,9 @@ def _plan(cluster: Cluster, call: Call) -> tuple[TunerSystem, NcclChoice, TunerE
     system = tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node)
     choice, entry = choose(system, call.collective, call.size_bytes, tuner_table(system, call.collective))
     used = channels_used(system, entry.algorithm, entry.protocol, call.size_bytes)
-    share = 1.0 if entry.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE) else used / system.comm_channels
+    # LL: a few channels already reach LL's cap (NCCL's tuner, too, times LL without the cut); the others share
+    full = entry.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE) or entry.protocol is NcclProtocol.LL
+    share = 1.0 if full else used / system.comm_channels
     return system, choice, entry, share, used
 
 
