@@ -1,0 +1,185 @@
+"""Uneven all-to-all (all-to-allv, MoE routing): per-peer sizes in the trace, kept by the readers and writers,
+checked pairwise by validation, and sent pair by pair by the replay's schedule."""
+
+from __future__ import annotations
+
+import pytest
+
+from genie.collectives.plan import InvalidCollectiveOp
+from genie.collectives.registry import build_schedule
+from genie.core.alltoallv import split_matrices
+from genie.core.collective import Algorithm, Collective
+from genie.core.protocol import op_from_json, op_to_json
+from genie.core.schedule import Buffer, CollectiveOp
+from genie.core.trace import CommType, collective_node, make_trace
+from genie.engine.inprocess import thread_sessions
+from genie.engine.program import build_programs
+from genie.services.replay import ReplayRequest, run_replay
+from genie.services.target import loopback_placements
+from genie.workloads.analysis import ProblemKind, check, validate
+from genie.workloads.chakra_et import read_et_set, write_et_set
+from genie.workloads.native import read_native, write_native_json, write_native_yaml
+
+# bytes rank i sends rank j: skewed, a zero pair, a rank that keeps nothing
+SPLITS = ((0, 4096, 0, 1024),
+          (8192, 512, 256, 0),
+          (4, 64, 0, 32768),
+          (1024, 1024, 1024, 12))
+
+
+def _uneven_trace(splits=SPLITS, *, recv: bool = True):
+    n = len(splits)
+    ranks = []
+    for r in range(n):
+        send = splits[r]
+        received = tuple(splits[i][r] for i in range(n)) if recv else None
+        ranks.append([collective_node(1, "moe_dispatch", comm_type=CommType.ALL_TO_ALL, size_bytes=sum(send),
+                                      send_split_bytes=send, recv_split_bytes=received),
+                      collective_node(2, "grad_sync", comm_type=CommType.ALL_REDUCE, size_bytes=4096,
+                                      data_deps=(1,))])
+    return make_trace(ranks)
+
+
+def test_schedule_sends_each_pair_its_split_and_keeps_the_own_one():
+    op = CollectiveOp(Collective.ALL_TO_ALL, 40000, (0, 1, 2, 3), Algorithm.DIRECT, dtype_bytes=4, split_bytes=SPLITS)
+    schedule = build_schedule(op)
+    sent = {(rs.rank, s.peer): s.size_bytes for rs in schedule.ranks for st in rs.steps for s in st.sends}
+    got = {(r.peer, rs.rank): r.size_bytes for rs in schedule.ranks for st in rs.steps for r in st.recvs}
+    expected = {(i, j): SPLITS[i][j] for i in range(4) for j in range(4) if i != j and SPLITS[i][j]}
+    assert sent == got == expected
+    kept = {rs.rank: sum(c.size_bytes for st in rs.steps for c in st.copies) for rs in schedule.ranks}
+    assert kept == {i: SPLITS[i][i] for i in range(4)}
+    # rank 1's receives land packed in sender order in its OUTPUT: 4096 from 0 at 0, its own 512 at 4096, ...
+    r1 = {r.peer: (r.offset_bytes, r.buffer) for st in schedule.for_rank(1).steps for r in st.recvs}
+    assert r1 == {0: (0, Buffer.OUTPUT), 2: (4096 + 512, Buffer.OUTPUT), 3: (4096 + 512 + 64, Buffer.OUTPUT)}
+    # rank 2 sends from its DATA in destination order: 4 B to 0 at 0, 64 B to 1 at 4, 32768 B to 3 at 68
+    s2 = {s.peer: s.offset_bytes for st in schedule.for_rank(2).steps for s in st.sends}
+    assert s2 == {0: 0, 1: 4, 3: 68}
+
+
+def test_a_split_matrix_that_does_not_fit_the_op_is_refused():
+    with pytest.raises(InvalidCollectiveOp, match="more than size_bytes"):
+        build_schedule(CollectiveOp(Collective.ALL_TO_ALL, 1024, (0, 1, 2, 3), Algorithm.DIRECT, dtype_bytes=4,
+                                    split_bytes=SPLITS))
+    with pytest.raises(InvalidCollectiveOp, match="4 rows of 4"):
+        build_schedule(CollectiveOp(Collective.ALL_TO_ALL, 1 << 20, (0, 1, 2, 3), Algorithm.DIRECT,
+                                    split_bytes=SPLITS[:3]))
+
+
+def test_the_op_with_splits_survives_the_rank_protocol():
+    op = CollectiveOp(Collective.ALL_TO_ALL, 40000, (0, 1, 2, 3), Algorithm.DIRECT, dtype_bytes=4, split_bytes=SPLITS)
+    assert op_from_json(op_to_json(op)) == op
+
+
+def test_programs_carry_the_whole_matrix_and_each_rank_its_own_input():
+    programs = build_programs(_uneven_trace())
+    ops = [next(n for n in p.nodes if n.id == 1) for p in programs]
+    assert all(n.op.split_bytes == SPLITS for n in ops)
+    assert len({n.op for n in ops}) == 1  # one op for the whole group: one schedule
+    assert [n.size_bytes for n in ops] == [sum(row) for row in SPLITS]
+    assert ops[0].op.size_bytes == max(max(map(sum, SPLITS)), max(sum(c) for c in zip(*SPLITS)))
+
+
+def test_an_even_trace_is_unchanged():
+    even = make_trace([[collective_node(1, "a2a", comm_type=CommType.ALL_TO_ALL, size_bytes=4096)]] * 4)
+    assert split_matrices(even) == {}
+    assert build_programs(even)[0].nodes[0].op.split_bytes == ()
+    # splits that are the even ones give the even op too
+    same = make_trace([[collective_node(1, "a2a", comm_type=CommType.ALL_TO_ALL, size_bytes=4096,
+                                        send_split_bytes=(1024,) * 4)]] * 4)
+    assert build_programs(same)[0].nodes[0].op == build_programs(even)[0].nodes[0].op
+
+
+def test_validation_checks_pairwise_what_i_sends_j_is_what_j_receives_from_i():
+    assert validate(_uneven_trace()) == ()
+    bad = list(map(list, SPLITS))
+    trace = _uneven_trace()
+    # rank 3 says it receives 1024 B from rank 2, which sends it 32768 B
+    node = trace.ranks[3].nodes[0]
+    wrong = node.with_attr("recv_split_bytes", (1024, 0, 1024, 12))
+    trace = make_trace([list(r.nodes) if i != 3 else [wrong, r.nodes[1]] for i, r in enumerate(trace.ranks)])
+    problems = validate(trace)
+    assert [p.kind for p in problems] == [ProblemKind.SPLIT_MISMATCH]
+    assert str(problems[0]) == ("rank 3 node 1: all-to-all ('moe_dispatch') receives 1024 B from rank 2, which "
+                                "sends it 32768 B (node 1) (deadlock)")
+    with pytest.raises(Exception, match="rank 3 node 1: all-to-all"):
+        check(trace, source="t.json")
+    assert bad  # the fixture itself is untouched
+
+
+def test_validation_compares_against_the_even_split_of_a_member_without_splits():
+    # rank 0 records nothing: it sends an even 1024 B to each; rank 1 says it receives 1000 B from rank 0
+    nodes = [[collective_node(1, "a2a", comm_type=CommType.ALL_TO_ALL, size_bytes=2048)],
+             [collective_node(1, "a2a", comm_type=CommType.ALL_TO_ALL, size_bytes=2048,
+                              send_split_bytes=(1024, 1024), recv_split_bytes=(1000, 1024))]]
+    problems = validate(make_trace(nodes))
+    assert [(p.kind, p.rank) for p in problems] == [(ProblemKind.SPLIT_MISMATCH, 1)]
+    assert "receives 1000 B from rank 0, which sends it 1024 B" in problems[0].message
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"send_split_bytes": (1, 2, 3)}, "must list the non-negative bytes of each of the 4 members"),
+    ({"send_split_bytes": (8, 8, 8, 8)}, "add up to 32 B but comm_size is 40 B"),
+    ({"recv_split_bytes": (-1, 2, 3, 4)}, "recv_split_bytes must list"),
+])
+def test_malformed_splits_are_named(attrs, message):
+    trace = _uneven_trace()
+    node = collective_node(1, "moe_dispatch", comm_type=CommType.ALL_TO_ALL, size_bytes=40)
+    for name, value in attrs.items():
+        node = node.with_attr(name, value)
+    trace = make_trace([list(r.nodes) if i != 2 else [node, r.nodes[1]] for i, r in enumerate(trace.ranks)])
+    problems = [p for p in validate(trace) if p.kind is ProblemKind.SPLIT_MISMATCH]
+    assert problems and problems[0].rank == 2 and message in problems[0].message
+
+
+def test_splits_on_another_collective_are_refused():
+    node = collective_node(1, "ar", comm_type=CommType.ALL_REDUCE, size_bytes=8).with_attr(
+        "send_split_bytes", (4, 4))
+    problems = validate(make_trace([[node], [node]]))
+    assert [p.kind for p in problems] == [ProblemKind.SPLIT_MISMATCH, ProblemKind.SPLIT_MISMATCH]
+    assert "not an all-to-all" in problems[0].message
+
+
+def test_native_short_form_reads_and_writes_splits():
+    text = """
+format: genie-trace
+ranks: 2
+program:
+  - {id: 0, type: all_to_all, send_splits: ["{a}", 1KiB]}
+"""
+    with pytest.raises(Exception, match=r"program\[0\]\.send_splits"):
+        read_native(text)
+    trace = read_native("""
+format: genie-trace
+ranks:
+  - {rank: 0, nodes: [{id: 0, type: all_to_all, send_splits: [2KiB, 1KiB], recv_splits: [2KiB, 512]}]}
+  - {rank: 1, nodes: [{id: 0, type: all_to_all, send_splits: [512, 0], recv_splits: [1KiB, 0]}]}
+""")
+    n0 = trace.ranks[0].nodes[0]
+    assert (n0.size_bytes, n0.send_split_bytes, n0.recv_split_bytes) == (3072, (2048, 1024), (2048, 512))
+    assert validate(trace) == ()
+    for write in (write_native_json, write_native_yaml):
+        data = write(trace)
+        assert b"send_splits" in data and b"int64_list" not in data  # the short form
+        assert read_native(data) == trace
+
+
+def test_chakra_et_keeps_the_splits_as_node_attributes(tmp_path):
+    trace = _uneven_trace()
+    write_et_set(trace, tmp_path / "moe")
+    back = read_et_set(tmp_path / "moe")
+    for a, b in zip(trace.ranks, back.ranks):
+        assert b.nodes[0].send_split_bytes == a.nodes[0].send_split_bytes
+        assert b.nodes[0].recv_split_bytes == a.nodes[0].recv_split_bytes
+    assert split_matrices(back) == split_matrices(trace)
+
+
+def test_replay_of_an_uneven_all_to_all_runs_every_pair_its_own_size():
+    """Before, every member split its own comm_size evenly, so sizes disagreed and the replay timed out."""
+    trace = _uneven_trace()
+    outcome = run_replay(trace, loopback_placements(4), ReplayRequest(iterations=2, warmup=0, timeout_s=20.0),
+                         sessions=thread_sessions())
+    assert len(outcome.iterations) == 2
+    for it in outcome.iterations:
+        assert sorted(rr.rank for rr in it.ranks) == [0, 1, 2, 3]
+        assert all(sorted(nid for nid, _, _ in rr.records) == [1, 2] for rr in it.ranks)
