@@ -90,6 +90,17 @@ def test_an_even_trace_is_unchanged():
     assert build_programs(same)[0].nodes[0].op == build_programs(even)[0].nodes[0].op
 
 
+def test_members_of_different_sizes_without_splits_each_send_their_even_split():
+    """DLRM-like: rank 3's tables are larger; it sends 4x as much to everyone (before: every member split its own
+    size and waited for the wrong byte counts)."""
+    sizes = (1024, 1024, 1024, 4096)
+    trace = make_trace([[collective_node(1, "emb", comm_type=CommType.ALL_TO_ALL, size_bytes=s)] for s in sizes])
+    assert validate(trace) == ()
+    op = build_programs(trace)[0].nodes[0].op
+    assert op.split_bytes == ((256,) * 4, (256,) * 4, (256,) * 4, (1024,) * 4)
+    run_replay(trace, loopback_placements(4), ReplayRequest(iterations=1, timeout_s=20.0), sessions=thread_sessions())
+
+
 def test_validation_checks_pairwise_what_i_sends_j_is_what_j_receives_from_i():
     assert validate(_uneven_trace()) == ()
     bad = list(map(list, SPLITS))

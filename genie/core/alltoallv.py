@@ -6,7 +6,7 @@ group-rank order, its own entry what it keeps; ``recv_split_bytes``: bytes from 
 how communicators match them, genie.workloads.analysis). Its **split matrix** ``m[i][j]`` is what group
 position ``i`` sends position ``j``: row ``i`` is position ``i``'s ``send_split_bytes`` when it records them,
 else the even split of its ``comm_size`` (``trace_op_size``'s aligned size / group size, as an even all-to-all
-moves it). What position ``j`` receives from ``i`` is ``m[i][j]``; a recorded ``recv_split_bytes`` must say the
+moves it; members of different sizes without splits each split their own). What position ``j`` receives from ``i`` is ``m[i][j]``; a recorded ``recv_split_bytes`` must say the
 same (`split_problems`). An instance whose matrix equals the even one has none: existing traces are unchanged.
 """
 
@@ -77,8 +77,9 @@ class AllToAllInstance:
 
 
 def uneven_instances(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -> tuple[AllToAllInstance, ...]:
-    """Every all-to-all instance where some member records per-peer sizes (an instance whose members do not
-    all issue an all-to-all there is left to the sequence check)."""
+    """Every all-to-all instance where some member records per-peer sizes or the members' sizes differ (each
+    then sends its even split: DLRM's embedding exchange with tables of different sizes); an instance whose
+    members do not all issue an all-to-all there is left to the sequence check."""
     out = []
     for name, sequences in collective_sequences(orders).items():
         group = trace.group(name)
@@ -86,19 +87,20 @@ def uneven_instances(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -> 
             continue
         for k in range(min(len(sequences[r]) for r in group.ranks)):
             nodes = tuple(sequences[r][k] for r in group.ranks)
-            if all(n.comm_type is CommType.ALL_TO_ALL for n in nodes) and any(has_splits(n) for n in nodes):
+            if all(n.comm_type is CommType.ALL_TO_ALL for n in nodes) and \
+                    (any(has_splits(n) for n in nodes) or len({n.size_bytes for n in nodes}) > 1):
                 out.append(AllToAllInstance(name, tuple(group.ranks), nodes))
     return tuple(out)
 
 
 def split_matrices(trace: Trace, orders: dict[int, tuple[TraceNode, ...]] | None = None
                    ) -> dict[tuple[int, int], SplitMatrix]:
-    """{(rank, node id): split matrix} of every member node of an uneven all-to-all instance (instances whose
-    matrix is the even one are left out)."""
+    """{(rank, node id): split matrix} of every member node of an uneven all-to-all instance (an instance whose
+    members all send the same even split is left out: it is a plain all-to-all)."""
     out: dict[tuple[int, int], SplitMatrix] = {}
     for inst in uneven_instances(trace, orders if orders is not None else rank_orders(trace)):
         matrix = inst.matrix
-        if matrix == inst.even_matrix:
+        if len(set(matrix)) == 1 and matrix == inst.even_matrix:  # every member sends the same even split
             continue
         for rank, node in zip(inst.ranks, inst.nodes):
             out[(rank, node.id)] = matrix
