@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import pytest
 
+from astra_adapter.export import even_all_to_alls, export_astra
+from astra_adapter.fabric.estimate import estimate_fabric
+from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, StepSends
+from astra_adapter.mapping import map_topology
+from astra_adapter.measurements import trace_comm_ops
 from genie.collectives.plan import InvalidCollectiveOp
 from genie.collectives.registry import build_schedule
-from genie.core.alltoallv import split_matrices
+from genie.core.alltoallv import busiest_even_size, split_matrices
 from genie.core.collective import Algorithm, Collective
 from genie.core.protocol import op_from_json, op_to_json
 from genie.core.schedule import Buffer, CollectiveOp
+from genie.core.topology import LinkShape
 from genie.core.trace import CommType, collective_node, make_trace
 from genie.engine.inprocess import thread_sessions
 from genie.engine.program import build_programs
 from genie.services.replay import ReplayRequest, run_replay
 from genie.services.target import loopback_placements
+from genie.topology import star
 from genie.workloads.analysis import ProblemKind, check, validate
 from genie.workloads.chakra_et import read_et_set, write_et_set
 from genie.workloads.native import read_native, write_native_json, write_native_yaml
@@ -194,3 +201,69 @@ def test_replay_of_an_uneven_all_to_all_runs_every_pair_its_own_size():
     for it in outcome.iterations:
         assert sorted(rr.rank for rr in it.ranks) == [0, 1, 2, 3]
         assert all(sorted(nid for nid, _, _ in rr.records) == [1, 2] for rr in it.ranks)
+
+
+# ---- estimators and the ASTRA-sim export -----------------------------------------------------------------
+def _a2a_only(splits=SPLITS):
+    n = len(splits)
+    return make_trace([[collective_node(1, "moe_dispatch", comm_type=CommType.ALL_TO_ALL, size_bytes=sum(splits[r]),
+                                        send_split_bytes=splits[r])] for r in range(n)])
+
+
+def test_busiest_even_size_covers_the_busiest_sender_and_receiver():
+    # off-diagonal: rank 2 sends 4 + 64 + 32768 = 32836 B, the most anyone sends or receives (rank 3 gets 33792)
+    received_by_3 = 1024 + 0 + 32768
+    assert busiest_even_size(SPLITS) == 4 * -(-received_by_3 // 3)
+    assert busiest_even_size(((5, 5), (5, 5))) == 10
+
+
+def test_estimators_see_the_uneven_exchange():
+    trace = _a2a_only()
+    ops = trace_comm_ops(trace)
+    assert len(ops) == 1 and ops[0].split_bytes == SPLITS and ops[0].size_bytes == busiest_even_size(SPLITS)
+    # the fabric model runs the replay's own per-pair flows
+    sends = StepSends().of(ops[0], (0, 1, 2, 3))
+    pairs = sorted(t for s in sends for t in s.as_tuples())
+    assert pairs == sorted((i, j, SPLITS[i][j]) for i in range(4) for j in range(4) if i != j and SPLITS[i][j])
+    # on a 1 Gbit/s star the busiest host link bounds it: rank 3 receives 33792 B, rank 2 sends 32836 B
+    topo = star(4, shape=LinkShape(rate_bps=10**9))
+    uneven = [r.comm_ns for r in estimate_fabric(trace, topo, ecmp_samples=0).ranks]
+    wire_ns = 33792 * WIRE_BYTES_PER_PAYLOAD_BYTE * 8
+    assert max(uneven) == pytest.approx(wire_ns, rel=1e-3)
+    # ranks 0 and 1 (9-13 KiB each way) leave long before ranks 2 and 3
+    assert uneven[0] == uneven[1] < 0.3 * uneven[2] and uneven[2] == uneven[3]
+    # its even equivalent (what ASTRA-sim is given) moves the busiest member's share on every pair: the busiest
+    # member's time for everyone
+    even = make_trace([[collective_node(1, "a2a", comm_type=CommType.ALL_TO_ALL,
+                                        size_bytes=busiest_even_size(SPLITS))]] * 4)
+    assert [r.comm_ns for r in estimate_fabric(even, topo, ecmp_samples=0).ranks] == [max(uneven)] * 4
+
+
+def test_astra_export_says_what_it_cannot_express_and_writes_one_size_per_instance(tmp_path):
+    trace = _a2a_only()
+    result = export_astra(trace, map_topology(star(4, shape=LinkShape(rate_bps=10**9))), tmp_path / "out")
+    note = [n for n in result.notes if "uneven all-to-all" in n]
+    assert len(note) == 1 and "ASTRA-sim cannot express per-peer sizes" in note[0]
+    assert f"{busiest_even_size(SPLITS)} B" in note[0]
+    written = read_et_set(result.workload_prefix)
+    nodes = [next(n for n in r.nodes if n.comm_type is CommType.ALL_TO_ALL) for r in written.ranks]
+    assert {n.size_bytes for n in nodes} == {busiest_even_size(SPLITS)}  # every member agrees: ASTRA-sim runs it
+    assert all(n.send_split_bytes is None for n in nodes)
+    # ASTRA-sim's semantics (the built-in estimator, and calibrated mode) read the same: one size, no hang
+    even, notes = even_all_to_alls(trace)
+    assert notes == tuple(note) and {r.nodes[0].size_bytes for r in even.ranks} == {busiest_even_size(SPLITS)}
+    # an even trace is exported as before, without the note
+    plain = export_astra(make_trace([[collective_node(1, "a2a", comm_type=CommType.ALL_TO_ALL, size_bytes=4096)]] * 4),
+                         map_topology(star(4, shape=LinkShape(rate_bps=10**9))), tmp_path / "plain")
+    assert not [n for n in plain.notes if "uneven" in n]
+
+
+def test_measured_mode_reads_the_curve_at_the_busiest_members_even_size_and_says_so():
+    from astra_adapter.measurements import Measurement, MeasurementTable
+    from astra_adapter.workload_estimate import estimate_measured
+
+    rows = [Measurement(Collective.ALL_TO_ALL, Algorithm.DIRECT, 4, size, size / 100.0) for size in (4096, 1 << 20)]
+    est = estimate_measured(_a2a_only(), MeasurementTable(rows))
+    # the curve is size / 100 us (linear: its log-log interpolation is exact)
+    assert max(r.comm_ns for r in est.ranks) == pytest.approx(busiest_even_size(SPLITS) / 100.0 * 1000, abs=2)
+    assert any("1 uneven all-to-all(s) timed as the even all-to-all of their busiest member" in n for n in est.notes)

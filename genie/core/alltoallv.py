@@ -13,7 +13,7 @@ same (`split_problems`). An instance whose matrix equals the even one has none: 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from genie.core.collective import Collective
 from genie.core.sizes import dtype_bytes_for, trace_op_size
@@ -71,9 +71,11 @@ class AllToAllInstance:
         return tuple(send_row(node, n) for node in self.nodes)
 
     @property
-    def even_matrix(self) -> SplitMatrix:
+    def is_plain(self) -> bool:
+        """Does every member send the same even split (a plain all-to-all, whatever its attributes say)?"""
         n = len(self.ranks)
-        return tuple(even_send_row(int(node.size_bytes or 0), n) for node in self.nodes)
+        matrix = self.matrix
+        return len(set(matrix)) == 1 and matrix[0] == even_send_row(int(self.nodes[0].size_bytes or 0), n)
 
 
 def uneven_instances(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -> tuple[AllToAllInstance, ...]:
@@ -99,9 +101,9 @@ def split_matrices(trace: Trace, orders: dict[int, tuple[TraceNode, ...]] | None
     members all send the same even split is left out: it is a plain all-to-all)."""
     out: dict[tuple[int, int], SplitMatrix] = {}
     for inst in uneven_instances(trace, orders if orders is not None else rank_orders(trace)):
-        matrix = inst.matrix
-        if len(set(matrix)) == 1 and matrix == inst.even_matrix:  # every member sends the same even split
+        if inst.is_plain:
             continue
+        matrix = inst.matrix
         for rank, node in zip(inst.ranks, inst.nodes):
             out[(rank, node.id)] = matrix
     return out
@@ -170,3 +172,46 @@ def split_problems(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -> li
                                                            f"{inst.nodes[i].id}) (deadlock)"))
                     break
     return out
+
+
+def busiest_even_size(matrix: SplitMatrix) -> int:
+    """The size of the even all-to-all whose every pair carries what the busiest member sends to or receives
+    from another member on average: ``n x ceil(max over members of max(sent to others, received from others)
+    / (n - 1))``. What a model that knows one size per op (ASTRA-sim's all-to-all, a measurement of even
+    all-to-alls) can be given for an uneven one: the busiest member's time, an upper bound for the others."""
+    n = len(matrix)
+    if n < 2:
+        return sum(map(sum, matrix))
+    busiest = max(max(sum(matrix[i]) - matrix[i][i], sum(matrix[k][i] for k in range(n)) - matrix[i][i])
+                  for i in range(n))
+    return n * -(-busiest // (n - 1))
+
+
+def as_even_all_to_alls(trace: Trace) -> tuple[Trace, tuple[tuple[int, int, int], ...]]:
+    """``trace`` with every uneven all-to-all instance made the even all-to-all of `busiest_even_size` (every
+    member's ``comm_size``; the split attributes dropped), and per instance changed (its first member's rank,
+    that rank's node id, the size written)."""
+    orders = rank_orders(trace)
+    changed: dict[tuple[int, int], int] = {}
+    written = []
+    for inst in uneven_instances(trace, orders):
+        if inst.is_plain:
+            continue
+        size = busiest_even_size(inst.matrix)
+        written.append((inst.ranks[0], inst.nodes[0].id, size))
+        for rank, node in zip(inst.ranks, inst.nodes):
+            changed[(rank, node.id)] = size
+    if not changed:
+        return trace, ()
+    ranks = []
+    for i, r in enumerate(trace.ranks):
+        nodes = []
+        for node in r.nodes:
+            size = changed.get((i, node.id))
+            if size is not None:
+                node = node.with_attr("comm_size", size)
+                node = replace(node, attrs=tuple(a for a in node.attrs
+                                                 if a.name not in (SEND_SPLITS_ATTR, RECV_SPLITS_ATTR)))
+            nodes.append(node)
+        ranks.append(replace(r, nodes=tuple(nodes)))
+    return replace(trace, ranks=tuple(ranks)), tuple(written)
