@@ -64,6 +64,23 @@ def test_schedule_sends_each_pair_its_split_and_keeps_the_own_one():
     assert s2 == {0: 0, 1: 4, 3: 68}
 
 
+def test_the_schedule_delivers_every_block_where_it_belongs():
+    """The schedule's data, moved step by step: each rank's OUTPUT is every sender's block for it, in sender
+    order, and the schedule follows the model's rules (no deadlock, regions in bounds)."""
+    from genie.collectives.check import schedule_problems, simulate_data, verify_buffers
+
+    op = CollectiveOp(Collective.ALL_TO_ALL, 40000, (3, 0, 2, 1), Algorithm.DIRECT, dtype_bytes=4, split_bytes=SPLITS)
+    schedule = build_schedule(op)
+    assert schedule_problems(schedule) == []
+    buffers = simulate_data(schedule)
+    assert all(verify_buffers(op, rank, buffers[rank]) is None for rank in op.group)
+    # and a schedule that put one block in the wrong place would be caught
+    swapped = CollectiveOp(Collective.ALL_TO_ALL, 40000, (3, 0, 2, 1), Algorithm.DIRECT, dtype_bytes=4,
+                           split_bytes=(SPLITS[1], SPLITS[0], *SPLITS[2:]))
+    wrong = simulate_data(build_schedule(swapped))
+    assert any(verify_buffers(op, rank, wrong[rank]) is not None for rank in op.group)
+
+
 def test_a_split_matrix_that_does_not_fit_the_op_is_refused():
     with pytest.raises(InvalidCollectiveOp, match="more than size_bytes"):
         build_schedule(CollectiveOp(Collective.ALL_TO_ALL, 1024, (0, 1, 2, 3), Algorithm.DIRECT, dtype_bytes=4,
