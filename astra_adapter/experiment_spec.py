@@ -48,7 +48,7 @@ from genie.core.trace import AttrType, NodeKind, Trace
 from genie.core.units import parse_size_bytes
 from genie.workloads.generators.options import GENERATOR_OPTIONS, GeneratorOptions, generate_from_options
 
-from astra_adapter.measurements import CommOp, comm_op
+from astra_adapter.measurements import CommOp, comm_op, trace_splits
 
 DEFAULT_ALGORITHMS = ((Collective.ALL_REDUCE, Algorithm.RING), (Collective.ALL_GATHER, Algorithm.RING),
                       (Collective.REDUCE_SCATTER, Algorithm.RING), (Collective.ALL_TO_ALL, Algorithm.DIRECT))
@@ -272,9 +272,10 @@ def plan_sweep(trace: Trace, grid_bytes: tuple[int, ...] = DEFAULT_GRID_BYTES) -
     run side by side in the trace (a message: its (sender, receiver) pairs)."""
     curves: dict[tuple, set[int]] = {}
     groups: dict[tuple, dict[tuple[int, ...], None]] = {}
+    splits = trace_splits(trace)
     for rank in trace.ranks:
         for node in rank.nodes:
-            op = comm_op(node, trace)
+            op = comm_op(node, trace, splits.get((rank.rank, node.id), ()))
             if op is None:
                 continue
             key = (op.collective, None if op.auto else op.algorithm, op.ranks)

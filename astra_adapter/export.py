@@ -38,6 +38,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from genie.core.alltoallv import as_even_all_to_alls
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.files import write_atomic
@@ -255,12 +256,30 @@ def _rounding_notes(trace: Trace) -> tuple[str, ...]:
             "durations); genie estimate keeps the nanoseconds (duration_ns attribute)",)
 
 
+def even_all_to_alls(trace: Trace) -> tuple[Trace, tuple[str, ...]]:
+    """ASTRA-sim cannot express an uneven all-to-all: its ET all-to-all has one ``comm_size`` per node, split
+    evenly over the group, and a group whose members give different sizes never finishes (the binary: "has
+    unreleased nodes"). Each uneven instance (per-peer sizes, or members of different sizes) becomes the even
+    all-to-all of its busiest member (genie.core.alltoallv.busiest_even_size) on every member - the busiest
+    member's time, an upper bound for the others - and a note says so. The trace itself when there is none."""
+    even, written = as_even_all_to_alls(trace)
+    if not written:
+        return trace, ()
+    rank, node_id, size = written[0]
+    return even, (f"{len(written)} uneven all-to-all(s) (per-peer sizes, e.g. MoE routing): ASTRA-sim cannot "
+                  "express per-peer sizes (its all-to-all has one comm_size per node, split evenly, and members "
+                  "must agree); each is written as the even all-to-all of its busiest member, the same comm_size "
+                  f"on every member (rank {rank} node {node_id}: {size} B) - the busiest member's time, an upper "
+                  "bound for the others",)
+
+
 def _astra_runnable(trace: Trace) -> tuple[Trace, tuple[str, ...]]:
     """``trace`` without what the real ASTRA-sim (518bd51) aborts on, and notes saying what was left out:
     METADATA nodes (its Statistics asserts on their type, "Invalid node_type"; the process groups of a
-    ``## process_group:init ##`` node are in comm_group.json) and dependencies on nodes the trace does not have
-    (its feeder: "Node 0 in ctrl_dep graph, but not found in index"; genie counts them as met)."""
-    notes: tuple[str, ...] = ()
+    ``## process_group:init ##`` node are in comm_group.json), dependencies on nodes the trace does not have
+    (its feeder: "Node 0 in ctrl_dep graph, but not found in index"; genie counts them as met), and per-peer
+    all-to-all sizes (`even_all_to_alls`)."""
+    trace, notes = even_all_to_alls(trace)
     metadata = sum(1 for r in trace.ranks for n in r.nodes if n.kind is NodeKind.METADATA)
     if metadata:
         trace = replace(trace, ranks=tuple(replace(r, nodes=tuple(n for n in r.nodes if n.kind is not NodeKind.METADATA))

@@ -27,6 +27,7 @@ from genie.core.collective import Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.files import InputKind, read_input
 from genie.core.flowpath import PATHS_JSON, RunPaths
+from genie.core.alltoallv import SplitMatrix, busiest_even_size, split_matrices
 from genie.core.sizes import trace_op_size
 from genie.core.trace import NodeKind, Trace, TraceNode
 
@@ -42,10 +43,15 @@ class CommOp:
     ranks: int
     size_bytes: int
     auto: bool = False  # the algorithm was chosen by size (replay's Algorithm.AUTO)
+    # an uneven all-to-all: bytes group position i sends position j (genie.core.alltoallv); size_bytes is then
+    # the even all-to-all of its busiest member (busiest_even_size), what a measured curve is read at
+    split_bytes: tuple[tuple[int, ...], ...] = ()
 
     def describe(self) -> str:
         how = "auto:" if self.auto else ""
-        return f"{self.collective.value}/{how}{self.algorithm.value} on {self.ranks} ranks, {_size(self.size_bytes)}"
+        uneven = " (uneven: its busiest member's even equivalent)" if self.split_bytes else ""
+        return (f"{self.collective.value}/{how}{self.algorithm.value} on {self.ranks} ranks, "
+                f"{_size(self.size_bytes)}{uneven}")
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,10 @@ def _size(size_bytes: int) -> str:
         f"{size_bytes} B ({size_bytes / 1024:.1f} KiB)"
 
 
-def comm_op(node: TraceNode, trace: Trace) -> CommOp | None:
+def comm_op(node: TraceNode, trace: Trace, split_bytes: SplitMatrix = ()) -> CommOp | None:
     """The op the replay runs for ``node`` (None: not communication, or a 0-byte / 1-rank op that moves nothing).
-    Mirrors ``genie.engine.program.collective_op`` (tests check they agree)."""
+    Mirrors ``genie.engine.program.collective_op`` (tests check they agree); ``split_bytes``: the node's split
+    matrix when it is an uneven all-to-all (`trace_splits`)."""
     if node.kind is NodeKind.SEND:
         size = int(node.size_bytes or 0)
         return CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size) if size else None
@@ -81,19 +88,27 @@ def comm_op(node: TraceNode, trace: Trace) -> CommOp | None:
         return None
     n = len(group.ranks)
     size, _ = trace_op_size(collective, int(node.size_bytes or 0), n)
+    if split_bytes:
+        size = busiest_even_size(split_bytes)
     if not size or n < 2:
         return None
     hint = node.algorithm or Algorithm.AUTO
     algorithm = choose_algorithm(collective, size, n) if hint is Algorithm.AUTO else hint
-    return CommOp(collective, algorithm, n, size, auto=hint is Algorithm.AUTO)
+    return CommOp(collective, algorithm, n, size, auto=hint is Algorithm.AUTO, split_bytes=split_bytes)
+
+
+def trace_splits(trace: Trace) -> dict[tuple[int, int], SplitMatrix]:
+    """{(rank, node id): split matrix} of the trace's uneven all-to-alls (genie.core.alltoallv)."""
+    return split_matrices(trace)
 
 
 def trace_comm_ops(trace: Trace) -> tuple[CommOp, ...]:
     """Every distinct op the trace's communication nodes run, sorted."""
     ops = set()
+    splits = trace_splits(trace)
     for rank in trace.ranks:
         for node in rank.nodes:
-            op = comm_op(node, trace)
+            op = comm_op(node, trace, splits.get((rank.rank, node.id), ()))
             if op is not None:
                 ops.add(op)
     return tuple(sorted(ops, key=lambda o: (o.collective.value, o.algorithm.value, o.ranks, o.size_bytes)))
@@ -110,9 +125,10 @@ def workload_weights(trace: Trace, measurements: tuple[Measurement, ...] | list[
         return x.collective, x.algorithm, x.ranks, x.size_bytes
 
     runs: dict[tuple, int] = {}
+    splits = trace_splits(trace)
     for rank in trace.ranks:
         for node in rank.nodes:
-            op = comm_op(node, trace)
+            op = comm_op(node, trace, splits.get((rank.rank, node.id), ()))
             if op is not None:
                 runs[point(op)] = runs.get(point(op), 0) + 1
     time = [runs.get(point(m), 0) * m.time_us for m in measurements]

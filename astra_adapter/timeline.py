@@ -33,7 +33,7 @@ from genie.core.errors import GenieError
 from genie.core.intervals import union_ns
 from genie.core.trace import NodeKind, Trace, topological_order
 
-from astra_adapter.measurements import CommOp, comm_op
+from astra_adapter.measurements import CommOp, comm_op, trace_splits
 
 _EPS_NS = 1e-6
 
@@ -89,6 +89,7 @@ class CompiledTrace:
         self.queues: list[dict[tuple, tuple[int, ...]]] = []
         self.ops: dict[tuple, tuple[tuple[int, ...], tuple | None, CommOp]] = {}
         self._members: dict[str, tuple[int, ...]] = {}
+        self._splits = trace_splits(trace)
         for rank_trace in trace.ranks:
             r = rank_trace.rank
             order = topological_order(rank_trace.nodes)
@@ -123,7 +124,7 @@ class CompiledTrace:
             group = node.process_group or ""
             lane = ("coll", group)
             k = counters[lane] = counters.get(lane, -1) + 1
-            op = comm_op(node, trace)
+            op = comm_op(node, trace, self._splits.get((rank, node.id), ()))
             if op is None:
                 return lane, None  # moves nothing: done when started, without waiting for the others
             key = ("coll", group, k)

@@ -32,7 +32,7 @@ from astra_adapter.calibrate import Calibration, calibrate, calibrated_network, 
     scaled_op, scaled_trace
 from astra_adapter.calibration_io import CALIBRATION_JSON, load_calibration
 from astra_adapter.estimate import estimate
-from astra_adapter.export import system_config
+from astra_adapter.export import even_all_to_alls, system_config
 from astra_adapter.fabric.calibrate import lower_bounds_us
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.mapping import TopologyMapping
@@ -104,8 +104,13 @@ def estimate_measured(trace: Trace, table: MeasurementTable, *,
                       share_nic: bool = True) -> TraceEstimate:
     """Measured mode (see the module doc). ``extrapolate_with`` makes the calibrated model's timer (called only
     when some op is outside the measurements); None: such ops are an error listing them."""
-    missing = table.missing(trace_comm_ops(trace))
+    ops = trace_comm_ops(trace)
+    missing = table.missing(ops)
     notes = []
+    uneven = sum(1 for op in ops if op.split_bytes)
+    if uneven:
+        notes.append(f"{uneven} uneven all-to-all(s) timed as the even all-to-all of their busiest member (the "
+                     "measurements are of even all-to-alls): the busiest member's time, an upper bound")
     timer = None
     if missing:
         if extrapolate_with is None:
@@ -130,13 +135,14 @@ def estimate_calibrated(trace: Trace, mapping: TopologyMapping, calibration: Cal
                          f"{mapping.npus_count} NPUs", path="topology")
     network, notes = calibrated_network(mapping, calibration)
     system, more = system_config(mapping, calibration.system_params(), trace)
-    est = estimate(scaled_trace(trace, calibration), system, network, holds=True)
+    astra_trace, uneven = even_all_to_alls(trace)  # ASTRA-sim's semantics: what the export writes
+    est = estimate(scaled_trace(astra_trace, calibration), system, network, holds=True)
     ranks = []
     for r in est.result.by_rank():
         compute = r.finish_cycles - r.exposed_comm_cycles
         ranks.append(RankTimes(r.rank, r.finish_cycles, compute, r.comm_time, r.exposed_comm_cycles, r.overlap))
     iteration = max((r.iteration_ns for r in ranks), default=0)
-    return TraceEstimate(EstimateMode.CALIBRATED, tuple(ranks), (), (*notes, *more),
+    return TraceEstimate(EstimateMode.CALIBRATED, tuple(ranks), (), (*notes, *more, *uneven),
                          slot_note=slot_hold_note(trace, est.slot_hold, iteration))
 
 

@@ -77,3 +77,22 @@ def test_missing_rank_file(tmp_path: Path) -> None:
     (tmp_path / "rank2.json").write_text("[]")
     with pytest.raises(InputError, match=r"rank\(s\) \[1\]"):
         read_param_set(tmp_path)
+
+
+def test_uneven_all_to_allv_splits_become_per_peer_bytes() -> None:
+    """in_split / out_split (elements per peer) of an uneven all_to_allv are the node's per-peer sizes: each pair
+    agrees, so validation passes; a rank that expects other sizes is a deadlock."""
+    sends = [[0, 3, 1], [2, 2, 0], [5, 0, 1]]  # elements rank i sends rank j
+
+    def rank(r: int, expect=None) -> list:
+        recv = expect or [sends[i][r] for i in range(3)]
+        return [{"comms": "all_to_allv", "in_msg_size": sum(sends[r]), "out_msg_size": sum(recv), "dtype": "Float",
+                 "in_split": sends[r], "out_split": recv, "world_size": 3}]
+
+    trace = read_param_traces([rank(r) for r in range(3)])
+    a2a = [r.nodes[0] for r in trace.ranks]
+    assert [n.send_split_bytes for n in a2a] == [(0, 12, 4), (8, 8, 0), (20, 0, 4)]
+    assert a2a[1].recv_split_bytes == (12, 8, 0) and validate(trace) == ()
+    bad = read_param_traces([rank(0), rank(1, expect=[3, 2, 1]), rank(2)])
+    assert [p.kind.value for p in validate(bad)] == ["split_mismatch"]
+    assert "receives 4 B from rank 2, which sends it 0 B" in validate(bad)[0].message

@@ -219,6 +219,51 @@ def test_moe_all_to_all_dispatch_and_combine() -> None:
         expert_parallel(GPT, A100, ep=2)
 
 
+def test_moe_routing_skew_makes_uneven_all_to_alls_deterministic_with_the_seed() -> None:
+    from genie.core.alltoallv import split_matrices
+    from genie.workloads.generators.routing import routing_matrix
+
+    moe = GPT.with_overrides(num_layers=2, num_experts=8, top_k=2, moe_every=1)
+    b, s, h, ep = 2, moe.seq_len, moe.hidden_size, 4
+
+    def gen(skew: float, seed: int = 0) -> Trace:
+        cfg = TrainingConfig(micro_batch_size=b, routing_skew=skew, routing_seed=seed)
+        return ok(expert_parallel(moe, H100, ep=ep, dp=ep, config=cfg))
+
+    even, skewed = gen(0.0), gen(1.2)
+    assert all(n.send_split_bytes is None for r in even.ranks for n in r.nodes)  # unchanged without skew
+    token = h * BF16
+    for r in range(ep):
+        a2a = colls(skewed, r, CommType.ALL_TO_ALL, group_prefix="ep")
+        assert len(a2a) == 4 * 2
+        # a rank dispatches all of its tokens (b*s*top_k), only not evenly
+        dispatch = [n for n in a2a if n.name.startswith("alltoall.ep.fwd") and n.name.endswith("dispatch")]
+        assert all(sum(n.send_split_bytes) == n.size_bytes == b * s * 2 * token for n in dispatch)
+    matrices = set(split_matrices(skewed).values())
+    # per layer a matrix and its transpose (the backward reuses them); a dispatch's receivers get different loads,
+    # a combine's senders send them back: one side is uneven
+    assert len(matrices) == 2 * 2 and all(len({sum(c) for c in zip(*m)} | {sum(r) for r in m}) > 1
+                                          for m in matrices)
+    # the same seed gives the same trace, another seed other splits
+    assert gen(1.2) == skewed and gen(1.2, seed=7) != skewed
+    # forward combine returns exactly what dispatch brought: its matrix is the transpose
+    r0 = {n.name: n for n in skewed.ranks[0].nodes}
+    fwd = [k for k in r0 if k.startswith("alltoall.ep.fwd") and k.endswith("dispatch")][0]
+    assert r0[fwd].send_split_bytes == r0[fwd.replace("dispatch", "combine")].recv_split_bytes
+    # the experts of the most loaded rank compute longest
+    loads = [sum(n.recv_split_bytes) for n in (next(x for x in skewed.ranks[r].nodes if x.name == fwd)
+                                                for r in range(ep))]
+    experts = [next(x for x in skewed.ranks[r].nodes if x.name.endswith("experts")).duration_ns for r in range(ep)]
+    assert experts.index(max(experts)) == loads.index(max(loads))
+    # the matrix itself: rows keep every choice, a higher skew concentrates them
+    flat = routing_matrix(tokens=1000, top_k=2, experts=8, ep=4, skew=0.0, seed=0, key=(0,))
+    steep = routing_matrix(tokens=1000, top_k=2, experts=8, ep=4, skew=3.0, seed=0, key=(0,))
+    assert all(sum(row) == 2000 for row in (*flat, *steep)) and set(flat[0]) == {500}
+    assert max(map(sum, zip(*steep))) > 2 * max(map(sum, zip(*flat)))
+    with pytest.raises(InputError, match="between 0"):
+        TrainingConfig(routing_skew=-1)
+
+
 def test_3d_dp_tp_pp_ep_combination() -> None:
     moe = GPT.with_overrides(num_layers=4, num_experts=4, top_k=2, moe_every=2)
     par = Parallelism(dp=2, tp=2, pp=2, ep=2)

@@ -56,6 +56,8 @@ def test_gen_writes_json_and_yaml(tmp_path: Path) -> None:
     (["--pp", "3"], "--pp"), (["--batch", "0"], "--batch"), (["--device", "tpu"], "--device"),
     (["--dtype", "int4"], "--dtype"), (["--dp-mode", "zero1"], "--dp-mode"), (["--order", "dp-tp-pp"], "--order"),
     (["--efficiency", "1.5"], "--efficiency"), (["--to", "csv"], "--to"), (["--top-k", "3", "--experts", "2"], "--top-k"),
+    (["--experts", "4", "--ep", "2", "--dp", "2", "--routing-skew", "11"], "--routing-skew"),
+    (["--routing-seed", "-1"], "--routing-seed"),
 ])
 def test_bad_options_exit_2_naming_the_option(tmp_path: Path, args: list[str], option: str) -> None:
     done = run_genie("trace", "gen", *SMALL, *args, "--out", str(tmp_path / "x"))
@@ -86,6 +88,9 @@ def test_genie_trace_gen_entry_point(tmp_path: Path) -> None:
       "--dtype", "fp16", "--order", "tp-dp-pp", "--bucket-mb", "1", "--sequence-parallel", "--efficiency", "0.5"],
      "{model: gpt3-125m, layers: 2, seq: 128, tp: 2, pp: 2, micro_batches: 2, dtype: fp16, order: tp-dp-pp, "
      "bucket_mb: 1, sequence_parallel: true, efficiency: 0.5}"),
+    (["--model", "gpt3-125m", "--layers", "2", "--seq", "128", "--experts", "4", "--top-k", "2", "--ep", "2", "--dp",
+      "2", "--routing-skew", "1.5", "--routing-seed", "3"],
+     "{model: gpt3-125m, layers: 2, seq: 128, experts: 4, top_k: 2, ep: 2, dp: 2, routing_skew: 1.5, routing_seed: 3}"),
 ])
 def test_cli_and_experiment_file_generate_the_same_trace(tmp_path: Path, cli: list[str], generate: str) -> None:
     """`genie trace gen` and an experiment file's workload.generate share the options and their defaults."""

@@ -93,6 +93,29 @@ def test_a_hanging_script_times_out(tmp_path: Path) -> None:
     assert left == []  # torchrun and every rank were killed
 
 
+def test_moe_all_to_allv_keeps_every_pairs_size_and_replays(tmp_path: Path) -> None:
+    """MoE routing with uneven `all_to_all_single` splits: the captured trace records, per rank and op, the
+    bytes sent to and received from each rank exactly as the job issued them, and the trace replays (an even
+    split of each rank's size timed out)."""
+    from genie.engine.inprocess import thread_sessions
+    from genie.services.replay import ReplayRequest, run_replay
+    from genie.services.target import loopback_placements
+
+    res = _capture(tmp_path, "moe_alltoallv.py")
+    assert res.returncode == 0, res.stderr[-2000:]
+    trace = read_et_set(tmp_path / "cap" / "moe_alltoallv")
+    assert validate(trace) == ()
+    for r in trace.ranks:
+        expected = [tuple(c) for c in json.loads((tmp_path / "reports" / f"calls.{r.rank}.2.json").read_text())]
+        got = [(n.comm_type.name.lower(), n.size_bytes, list(trace.group(n.process_group).ranks),
+                n.send_split_bytes and list(n.send_split_bytes), n.recv_split_bytes and list(n.recv_split_bytes))
+               for n in topological_order(r.nodes) if n.kind is NodeKind.COLLECTIVE]
+        assert got == expected
+    outcome = run_replay(trace, loopback_placements(4), ReplayRequest(iterations=1, timeout_s=30.0),
+                         sessions=thread_sessions())
+    assert [len(rr.records) for rr in outcome.iterations[0].ranks] == [len(r.nodes) for r in trace.ranks]
+
+
 def _cmdline_has(proc: Path, text: str) -> bool:
     try:
         return text in (proc / "cmdline").read_bytes().decode(errors="replace")

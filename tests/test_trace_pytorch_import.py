@@ -217,3 +217,43 @@ def test_a_root_outside_its_group_is_named() -> None:
     bad = [p for p in validate(broken) if p.kind.value == "bad_root"]
     assert [(p.rank, p.message) for p in bad] == [(1, "root 7 is not a rank of its group [0, 1, 2, 3]"),
                                                   (1, "root 7 is not a rank of its group [1, 2, 3]")]
+
+
+ALLTOALLV = ROOT / "tests" / "data" / "pytorch_alltoallv"
+
+
+def test_uneven_all_to_all_splits_are_what_the_job_issued() -> None:
+    """MoE routing: `all_to_all_single` with input/output split sizes; each all-to-all node records the bytes
+    sent to and received from every rank (the split lists of c10d::alltoall_base_ times a row's bytes)."""
+    trace = read_pytorch_set([ALLTOALLV]).trace
+    assert validate(trace) == ()
+    for r in trace.ranks:
+        seq = [(n.comm_type.name.lower(), n.size_bytes, list(trace.group(n.process_group).ranks),
+                n.send_split_bytes and list(n.send_split_bytes), n.recv_split_bytes and list(n.recv_split_bytes))
+               for n in topological_order(r.nodes) if n.kind.is_comm]
+        assert seq == [tuple(c) for c in json.loads((ALLTOALLV / f"calls.{r.rank}.json").read_text())]
+
+
+def _edited_splits(tmp_path: Path, splits: list[int]) -> int:
+    """The alltoallv set with rank 1's first all-to-all given input split sizes `splits`; its node id."""
+    for p in ALLTOALLV.glob("*.json.gz"):
+        shutil.copy(p, tmp_path / p.name)
+    host = tmp_path / "host.1.json.gz"
+    doc = json.loads(gzip.decompress(host.read_bytes()))
+    node = next(n for n in doc["nodes"] if n["name"] == "c10d::alltoall_base_")
+    node["inputs"]["values"][4] = splits
+    host.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return node["id"]
+
+
+def test_split_lists_that_do_not_divide_the_tensor_are_named(tmp_path: Path) -> None:
+    node = {"id": _edited_splits(tmp_path, [2, 2, 2, 1])}  # 7 rows do not divide the input's 480 bytes
+    with pytest.raises(InputError, match=rf"host.1.json.gz: node {node['id']}.inputs.values\[4\]: split sizes "):
+        read_pytorch_set([tmp_path])
+
+
+def test_ranks_that_disagree_on_a_split_are_a_deadlock(tmp_path: Path) -> None:
+    node_id = _edited_splits(tmp_path, [1, 1, 1, 1])  # rank 1 now sends 120 B to each; rank 0 expects 0 B
+    problems = [p for p in validate(read_pytorch_set([tmp_path]).trace) if p.kind.value == "split_mismatch"]
+    assert problems and str(problems[0]) == (f"rank 0 node 23: all-to-all ('c10d::alltoall_base_') receives 160 B "
+                                             f"from rank 1, which sends it 120 B (node {node_id}) (deadlock)")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from genie.core.collective import Collective
+from genie.core.alltoallv import matrix_op_size
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
 from genie.collectives.sends import SendStep, step_sends
@@ -111,13 +112,16 @@ class StepSends:
         self._cache: dict[tuple, tuple[SendStep, ...]] = {}
 
     def of(self, op: CommOp, members: tuple[int, ...]) -> tuple[SendStep, ...]:
-        key = (op.collective, op.algorithm, op.size_bytes, members)
+        key = (op.collective, op.algorithm, op.size_bytes, members, op.split_bytes)
         hit = self._cache.get(key)
         if hit is None:
             p2p = op.collective is Collective.SEND_RECV
+            # an uneven all-to-all runs its own per-pair sizes (the replay's schedule), not its even equivalent
+            size, dtype = matrix_op_size(op.split_bytes) if op.split_bytes else \
+                (op.size_bytes, dtype_bytes_for(op.size_bytes))
             hit = self._cache[key] = step_sends(CollectiveOp(
-                collective=op.collective, size_bytes=op.size_bytes, group=members, algorithm=op.algorithm,
-                root=members[0], peer=members[-1] if p2p else None, dtype_bytes=dtype_bytes_for(op.size_bytes)))
+                collective=op.collective, size_bytes=size, group=members, algorithm=op.algorithm,
+                root=members[0], peer=members[-1] if p2p else None, dtype_bytes=dtype, split_bytes=op.split_bytes))
         return hit
 
 
@@ -142,7 +146,7 @@ class FlowEngine:
     def plan(self, op: CommOp, members: tuple[int, ...], channel: int | None = None) -> tuple[StepFlows, ...]:
         """The op's steps as flows; ``channel``: the communicator it runs on in the replay (routes on a traced
         network follow that connection's path)."""
-        key = (op.collective, op.algorithm, op.size_bytes, members, channel)
+        key = (op.collective, op.algorithm, op.size_bytes, members, channel, op.split_bytes)
         steps = self._plans.get(key)
         if steps is None:
             steps = self._plans[key] = self._build(op, members, channel)

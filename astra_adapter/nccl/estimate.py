@@ -84,12 +84,15 @@ def estimate_nccl(trace: Trace, target: Topology, calibrated: Cluster, params: N
     node_of = node_of_hosts(target)
     rank_node = [node_of.get(h, h) for h in hosts]  # a plain host is a node of its own
     seen: dict[Call, list] = {}
+    uneven: set[CommOp] = set()
 
     def time_ns(op: CommOp, members: tuple[int, ...]) -> float:
         if op.collective not in MODELLED:
             raise InputError(f"genie's NCCL model does not time {op.collective.value} (the trace has "
                              f"{op.describe()})", path="trace")
         nodes = len({rank_node[r] for r in members})
+        if op.split_bytes:
+            uneven.add(op)
         call = Call(op.collective, op.ranks, nodes, op.size_bytes)
         entry = seen.get(call)
         if entry is None:
@@ -101,6 +104,9 @@ def estimate_nccl(trace: Trace, target: Topology, calibrated: Cluster, params: N
     choices = tuple(OpChoice(p, n) for _, (p, n) in sorted(seen.items()))
     notes = (f"NCCL model calibrated on {calibrated.name} ({calibrated.gpu}), on {cluster.name}: {cluster.nodes} "
              f"node(s) x {cluster.gpus_per_node} GPUs", *scaling)
+    if uneven:
+        notes += (f"{len(uneven)} uneven all-to-all(s) timed as NCCL's even all-to-all of their busiest member "
+                  "(the model knows one size per call): the busiest member's time, an upper bound",)
     return NcclEstimate(TraceEstimate(EstimateMode.NCCL, timeline.ranks, notes=notes), cluster, choices)
 
 

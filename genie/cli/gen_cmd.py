@@ -57,6 +57,10 @@ def gen(
     ranks: Optional[int] = typer.Option(_D("ranks"), "--ranks",
                                         help="The same workload at this many ranks: --dp becomes ranks / (tp x pp), "
                                              "every other option unchanged (what-if at scale)."),
+    routing_skew: float = typer.Option(_D("routing_skew"), "--routing-skew",
+                                       help="MoE: Zipf exponent of expert popularity; > 0 makes the all-to-alls "
+                                            "uneven (0: even routing)."),
+    routing_seed: int = typer.Option(_D("routing_seed"), "--routing-seed", help="MoE: seed of the skewed routing."),
 ) -> None:
     """Generate a DP/FSDP/TP/PP/EP training trace (see docs/generators.md)."""
     with flag_names({"to": "--to"}):
@@ -66,7 +70,7 @@ def gen(
             model=model, device=device, efficiency=efficiency, dtype=dtype, dp=dp, tp=tp, pp=pp, ep=ep,
             micro_batches=micro_batches, batch=batch, seq=seq, layers=layers, experts=experts, top_k=top_k,
             moe_every=moe_every, dp_mode=dp_mode, bucket_mb=bucket_mb, sequence_parallel=sequence_parallel,
-            order=order, iterations=iterations, ranks=ranks))
+            order=order, iterations=iterations, ranks=ranks, routing_skew=routing_skew, routing_seed=routing_seed))
         setup = resolve(options)
         trace = generate_setup(setup)
     except InputError as exc:

@@ -340,6 +340,10 @@ def expected_regions(op: CollectiveOp, rank: int) -> list[ExpectedRegion]:
     elif c is Collective.ALL_GATHER:
         bounds = np.array(block_bounds(count, n), dtype=np.int64)
         regions = [ExpectedRegion(Buffer.DATA, 0, _gathered(op, bounds[:-1], np.diff(bounds)))]
+    elif c is Collective.ALL_TO_ALL and op.split_bytes:  # all-to-allv: j's block for me, in j order
+        m = np.array(op.split_bytes, dtype=np.int64) // e
+        send_at = np.cumsum(m, axis=1) - m
+        regions = [ExpectedRegion(Buffer.OUTPUT, 0, _gathered(op, send_at[:, pos], m[:, pos]))]
     elif c is Collective.ALL_TO_ALL:
         b = alltoall_block_count(count, n)
         regions = [ExpectedRegion(Buffer.OUTPUT, 0, _gathered(op, np.full(n, pos * b, dtype=np.int64),

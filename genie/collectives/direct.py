@@ -21,14 +21,30 @@ from genie.collectives.plan import (LocalCopy, Transfer, alltoall_block_count, b
 def direct_alltoall(op: CollectiveOp) -> Schedule:
     """Each rank sends block j of its DATA (``count // n`` elements, nccl-tests rounding) to position j, which
     stores it as block i of its OUTPUT; the own block is copied DATA -> OUTPUT. One step with every transfer
-    (none for a single rank); each rank sends (n-1)/n x S bytes."""
+    (none for a single rank); each rank sends (n-1)/n x S bytes. With ``op.split_bytes`` (all-to-allv) the
+    blocks are the splits: position i sends ``split_bytes[i][j]`` to j, packed in j order in i's DATA and in i
+    order in j's OUTPUT."""
     count = element_count(op, Collective.ALL_TO_ALL)
     group = op.group
     n = len(group)
+    if op.split_bytes:
+        return _direct_alltoallv(op)
     b = alltoall_block_count(count, n)
     step = [LocalCopy(group[i], Buffer.DATA, i * b, Buffer.OUTPUT, i * b, b) for i in range(n)]
     step += [Transfer(group[i], group[(i + s) % n], ((i + s) % n) * b, i * b, b,
                       src_buffer=Buffer.DATA, dst_buffer=Buffer.OUTPUT)
+             for s in range(1, n) for i in range(n)]
+    return to_schedule(op, Algorithm.DIRECT, (tuple(step),))
+
+
+def _direct_alltoallv(op: CollectiveOp) -> Schedule:
+    group, n, e = op.group, len(op.group), op.dtype_bytes
+    m = [[b // e for b in row] for row in op.split_bytes]  # elements
+    send_at = [[sum(m[i][:j]) for j in range(n)] for i in range(n)]  # where i's block for j starts in its DATA
+    recv_at = [[sum(m[k][j] for k in range(i)) for j in range(n)] for i in range(n)]  # where j puts i's block
+    step = [LocalCopy(group[i], Buffer.DATA, send_at[i][i], Buffer.OUTPUT, recv_at[i][i], m[i][i]) for i in range(n)]
+    step += [Transfer(group[i], group[(i + s) % n], send_at[i][(i + s) % n], recv_at[i][(i + s) % n],
+                      m[i][(i + s) % n], src_buffer=Buffer.DATA, dst_buffer=Buffer.OUTPUT)
              for s in range(1, n) for i in range(n)]
     return to_schedule(op, Algorithm.DIRECT, (tuple(step),))
 

@@ -135,7 +135,22 @@ def element_count(op: CollectiveOp, collective: Collective | None = None) -> int
             raise bad("peer", f"peer {op.peer} is not in group {op.group}")
         if op.peer == op.root:
             raise bad("peer", f"peer equals root ({op.root})")
+    if op.split_bytes:
+        _check_splits(op, bad)
     return op.size_bytes // op.dtype_bytes
+
+
+def _check_splits(op: CollectiveOp, bad) -> None:
+    n, m = len(op.group), op.split_bytes
+    if op.collective is not Collective.ALL_TO_ALL:
+        raise bad("split_bytes", f"per-peer sizes are for an all-to-all, not {op.collective.value}")
+    if len(m) != n or any(len(row) != n for row in m):
+        raise bad("split_bytes", f"expected {n} rows of {n} sizes (one per group member)")
+    if any(b < 0 or b % op.dtype_bytes for row in m for b in row):
+        raise bad("split_bytes", f"sizes must be non-negative multiples of dtype_bytes={op.dtype_bytes}")
+    largest = max(max(sum(row) for row in m), max(sum(row[j] for row in m) for j in range(n)))
+    if largest > op.size_bytes:
+        raise bad("split_bytes", f"a member sends or receives {largest} B, more than size_bytes={op.size_bytes}")
 
 
 def to_schedule(op: CollectiveOp, algorithm: Algorithm, plan: Iterable[PlanStep]) -> Schedule:

@@ -87,14 +87,15 @@ Job = BenchJob | ReplayJob
 def op_to_json(op: CollectiveOp) -> dict[str, Any]:
     return {"collective": op.collective.value, "size_bytes": op.size_bytes, "group": list(op.group),
             "algorithm": op.algorithm.value, "root": op.root, "peer": op.peer, "chunks": op.chunks,
-            "dtype_bytes": op.dtype_bytes}
+            "dtype_bytes": op.dtype_bytes, "split_bytes": [list(row) for row in op.split_bytes]}
 
 
 def op_from_json(d: dict[str, Any]) -> CollectiveOp:
     return CollectiveOp(collective=Collective(d["collective"]), size_bytes=int(d["size_bytes"]),
                         group=tuple(int(r) for r in d["group"]), algorithm=Algorithm(d["algorithm"]),
                         root=int(d["root"]), peer=None if d["peer"] is None else int(d["peer"]),
-                        chunks=int(d["chunks"]), dtype_bytes=int(d["dtype_bytes"]))
+                        chunks=int(d["chunks"]), dtype_bytes=int(d["dtype_bytes"]),
+                        split_bytes=tuple(tuple(int(b) for b in row) for row in d.get("split_bytes") or ()))
 
 
 def program_to_json(program: RankProgram) -> dict[str, Any]:

@@ -75,7 +75,9 @@ class Step:
 class CollectiveOp:
     """One collective call. ``group`` lists global ranks; ``root`` is a global rank (broadcast and scatter source,
     reduce and gather destination, p2p sender); ``peer`` is the p2p receiver. ``size_bytes`` follows nccl-tests'
-    convention for the collective (a barrier's is 0)."""
+    convention for the collective (a barrier's is 0). ``split_bytes`` makes an all-to-all uneven (all-to-allv):
+    ``split_bytes[i][j]`` bytes go from group position ``i`` to position ``j`` (genie.core.alltoallv); then
+    ``size_bytes`` is the largest input or output of a member (every member's DATA and OUTPUT buffer)."""
 
     collective: Collective
     size_bytes: int
@@ -85,6 +87,7 @@ class CollectiveOp:
     peer: int | None = None
     chunks: int = 1
     dtype_bytes: int = 4
+    split_bytes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def sends_messages(self) -> bool:

@@ -23,6 +23,11 @@ from genie.core.collective import Algorithm, Collective
 
 CHAKRA_VERSION = "0.0.4"
 
+#: an all-to-all's per-peer sizes (all-to-allv, MoE token routing): bytes this rank sends to / receives from each
+#: member of the op's group, in group-rank order (its own entry: what it keeps); absent for an even all-to-all
+SEND_SPLITS_ATTR = "send_split_bytes"
+RECV_SPLITS_ATTR = "recv_split_bytes"
+
 
 class NodeKind(Enum):
     """Chakra ``NodeType`` (value order mirrors its numbers 0..10)."""
@@ -261,6 +266,23 @@ class TraceNode:
         except ValueError:
             return None  # a hint genie does not know: ignored
 
+    def _split_attr(self, name: str) -> tuple[int, ...] | None:
+        v = self.attr_value(name)
+        if isinstance(v, tuple) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+            return v
+        return None
+
+    @property
+    def send_split_bytes(self) -> tuple[int, ...] | None:
+        """An uneven all-to-all's bytes sent to each group member (``send_split_bytes``); None when not recorded
+        (or malformed: validation names it)."""
+        return self._split_attr(SEND_SPLITS_ATTR)
+
+    @property
+    def recv_split_bytes(self) -> tuple[int, ...] | None:
+        """An uneven all-to-all's bytes received from each group member (``recv_split_bytes``), when recorded."""
+        return self._split_attr(RECV_SPLITS_ATTR)
+
     @property
     def num_ops(self) -> int | None:
         """Floating-point operations of a compute node (Chakra ``num_ops``)."""
@@ -325,13 +347,21 @@ def compute_node(id: int, name: str, *, duration_ns: int = 0, num_ops: int | Non
 
 def collective_node(id: int, name: str, *, comm_type: CommType, size_bytes: int, process_group: str | None = None,
                     algorithm: Algorithm | None = None, data_deps: tuple[int, ...] = (),
-                    ctrl_deps: tuple[int, ...] = (), extra_attrs: tuple[Attribute, ...] = ()) -> TraceNode:
+                    ctrl_deps: tuple[int, ...] = (), extra_attrs: tuple[Attribute, ...] = (),
+                    send_split_bytes: tuple[int, ...] | None = None,
+                    recv_split_bytes: tuple[int, ...] | None = None) -> TraceNode:
+    """A collective; an uneven all-to-all also gets its per-peer sizes (``send_split_bytes``, whose sum is
+    ``size_bytes``, and optionally ``recv_split_bytes``) as INT64 list attributes."""
     attrs = [Attribute("comm_type", AttrType.INT64, comm_type.value),
              Attribute("comm_size", AttrType.INT64, int(size_bytes))]
     if process_group:
         attrs.append(Attribute("pg_name", AttrType.STRING, process_group))
     if algorithm is not None:
         attrs.append(Attribute("algorithm", AttrType.STRING, algorithm.value))
+    if send_split_bytes is not None:
+        attrs.append(Attribute(SEND_SPLITS_ATTR, AttrType.INT64_LIST, tuple(int(b) for b in send_split_bytes)))
+    if recv_split_bytes is not None:
+        attrs.append(Attribute(RECV_SPLITS_ATTR, AttrType.INT64_LIST, tuple(int(b) for b in recv_split_bytes)))
     return TraceNode(id, name, NodeKind.COLLECTIVE, tuple(data_deps), tuple(ctrl_deps),
                      attrs=_base_attrs((*attrs, *extra_attrs)))
 

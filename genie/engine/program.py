@@ -14,12 +14,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 from genie.collectives.registry import build_schedule, choose_algorithm
+from genie.core.alltoallv import SplitMatrix, matrix_op_size, rank_orders, split_matrices
 from genie.core.collective import ROOTED, Algorithm, Collective
 from genie.core.errors import InputError
 from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import CollectiveOp, Recv, Schedule, Send, Step
 from genie.core.sizes import trace_op_size
-from genie.core.trace import NodeKind, Trace, TraceNode, topological_order
+from genie.core.trace import NodeKind, Trace, TraceNode
 
 
 @lru_cache(maxsize=4096)
@@ -59,7 +60,10 @@ def clear_to_send(op: CollectiveOp, rank: int) -> Step | None:
     return Step(sends=tokens_out, recvs=tokens_in) if tokens_out or tokens_in else None
 
 
-def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> CollectiveOp:
+def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str,
+                  split_bytes: SplitMatrix = ()) -> CollectiveOp:
+    """The op of a collective node; ``split_bytes``: its instance's split matrix (an uneven all-to-all, from
+    genie.core.alltoallv.split_matrices)."""
     ctype = node.comm_type
     collective = ctype.collective if ctype is not None else None
     where = f"rank {rank} node {node.id} ({node.name})"
@@ -72,6 +76,8 @@ def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> C
         raise InputError(f"{where}: unknown process group {node.process_group!r}", source=source)
     n = len(group.ranks)
     size, dtype = trace_op_size(collective, int(node.size_bytes or 0), n)
+    if split_bytes:
+        size, dtype = matrix_op_size(split_bytes)
     algorithm = node.algorithm or Algorithm.AUTO
     if algorithm is Algorithm.AUTO:
         algorithm = choose_algorithm(collective, size, n)
@@ -81,28 +87,32 @@ def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str) -> C
     elif not isinstance(root, int) or root not in group.ranks:
         raise InputError(f"{where}: root {root!r} is not a rank of its group {list(group.ranks)}", source=source)
     return CollectiveOp(collective=collective, size_bytes=size, group=tuple(group.ranks), algorithm=algorithm,
-                        root=root, dtype_bytes=dtype)
+                        root=root, dtype_bytes=dtype, split_bytes=split_bytes)
 
 
 def build_programs(trace: Trace, *, source: str = "<trace>") -> list[RankProgram]:
     """One program per rank. The trace must already be valid (genie.workloads.analysis.check)."""
     channels, p2p_channel = trace.channels()
+    orders = rank_orders(trace)
+    splits = split_matrices(trace, orders)
     programs = []
-    for rank_trace in trace.ranks:
+    for index, rank_trace in enumerate(trace.ranks):
         rank = rank_trace.rank
         nodes: list[ProgramNode] = []
         links: set[tuple[int, int]] = set()
-        for node in topological_order(rank_trace.nodes):
+        for node in orders[index]:
             deps = node.deps
             if node.kind is NodeKind.COMPUTE:
                 nodes.append(ProgramNode(node.id, node.name, Lane.COMPUTE, deps, duration_ns=max(0, node.duration_ns)))
             elif node.kind is NodeKind.COLLECTIVE:
-                op = collective_op(node, trace, rank, source=source)
+                matrix = splits.get((index, node.id), ())
+                op = collective_op(node, trace, rank, source=source, split_bytes=matrix)
                 channel = channels[node.process_group or ""]
                 if op.sends_messages and len(op.group) > 1:
                     links |= {(channel, peer) for peer in cached_schedule(op).peers_of(rank)}
+                moved = sum(matrix[op.group.index(rank)]) if matrix else op.size_bytes  # all-to-allv: its input
                 nodes.append(ProgramNode(node.id, node.name, Lane.COLLECTIVE, deps, op=op, channel=channel,
-                                         size_bytes=op.size_bytes, group=node.process_group or ""))
+                                         size_bytes=moved, group=node.process_group or ""))
             elif node.kind in (NodeKind.SEND, NodeKind.RECV):
                 peer = node.peer
                 if peer is None or peer == rank:

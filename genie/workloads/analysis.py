@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from genie.core.alltoallv import collective_sequences, split_problems
 from genie.core.collective import ROOTED
 from genie.core.errors import InputError
 from genie.core.trace import CommType, CycleError, NodeKind, Trace, TraceNode, topological_order
@@ -37,6 +38,7 @@ class ProblemKind(Enum):
     BAD_PEER = "bad_peer"
     BAD_ROOT = "bad_root"
     P2P_MISMATCH = "p2p_mismatch"
+    SPLIT_MISMATCH = "split_mismatch"  # an all-to-allv whose per-peer sizes are malformed or disagree pairwise
 
     @property
     def severity(self) -> Severity:
@@ -183,13 +185,8 @@ def _sequence_problems(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -
 
 
 def _group_sequences(trace: Trace, orders: dict[int, tuple[TraceNode, ...]]) -> dict[str, dict[int, list]]:
-    """{group name ("" = world): {rank: [collective nodes in issue order]}}."""
-    sequences: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-    for rank, order in orders.items():
-        for n in order:
-            if n.kind is NodeKind.COLLECTIVE:
-                sequences[n.process_group or ""][rank].append(n)
-    return sequences
+    """{group name ("" = world): {rank: [collective nodes in issue order]}} (genie.core.alltoallv's rule)."""
+    return collective_sequences(orders)
 
 
 def _p2p_channels(orders: dict[int, tuple[TraceNode, ...]]) -> dict[tuple, dict[NodeKind, list]]:
@@ -238,6 +235,8 @@ def validate(trace: Trace) -> tuple[Problem, ...]:
             problems.append(Problem(ProblemKind.CYCLE, str(exc), index, exc.node_ids[0]))
     problems += _sequence_problems(trace, orders)
     problems += _p2p_problems(orders)
+    problems += [Problem(ProblemKind.SPLIT_MISMATCH, p.message, p.rank, p.node_id)
+                 for p in split_problems(trace, orders)]
     return tuple(problems)
 
 

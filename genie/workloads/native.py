@@ -16,7 +16,9 @@ Node keys: ``id`` (required), ``name``, ``type`` (compute, a collective type suc
 reduce_scatter / all_to_all / barrier, send, recv, or another Chakra node kind), ``deps`` (data) and
 ``ctrl_deps``, ``duration`` ("50us") or ``duration_ns``, ``size`` ("4MiB") or ``size_bytes``, ``group``,
 ``algorithm``, ``peer`` (a rank, or "+k"/"-k" relative modulo the world), ``tag``, ``num_ops``,
-``tensor_size``, ``start_time_ns``, and ``attrs`` (extra attributes: ``{name, type, value}`` with a Chakra
+``tensor_size``, ``start_time_ns``, ``send_splits``/``recv_splits`` (an uneven all-to-all: the sizes sent to /
+received from each group member, in group-rank order, e.g. ``[1KiB, 0, 3KiB, 512]``; ``size`` may then be left
+out: it is their sum), and ``attrs`` (extra attributes: ``{name, type, value}`` with a Chakra
 value type such as int64_val). In ``program``, ``group`` may use ``{rank}`` arithmetic (``tp{rank//2}``).
 
 The writer uses that short form whenever it reads back to the identical node, and otherwise an exact form
@@ -35,7 +37,7 @@ from typing import Any, BinaryIO
 import yaml
 
 from genie.core.errors import InputError, shown
-from genie.core.trace import (Attribute, AttrType, CommType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace,
+from genie.core.trace import (RECV_SPLITS_ATTR, SEND_SPLITS_ATTR, Attribute, AttrType, CommType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace,
                               TraceMetadata, TraceNode, collective_node, compute_node, recv_node, send_node)
 from genie.core.units import parse_size_bytes, parse_time_ns
 from genie.core.limits import MAX_TRACE_NODES, MAX_TRACE_RANKS
@@ -44,7 +46,8 @@ from genie.core.collective import Algorithm
 
 FORMAT_MARKER = "genie-trace"
 _SHORT_KEYS = {"id", "name", "type", "deps", "ctrl_deps", "duration", "duration_ns", "size", "size_bytes", "group",
-               "algorithm", "peer", "tag", "num_ops", "tensor_size", "start_time_ns", "attrs"}
+               "algorithm", "peer", "tag", "num_ops", "tensor_size", "start_time_ns", "attrs", "send_splits",
+               "recv_splits"}
 _EXACT_KEYS = {"id", "name", "kind", "deps", "ctrl_deps", "duration_ns", "start_time_ns", "attrs", "inputs",
                "outputs", "extra_wire"}
 _GROUP_EXPR = re.compile(r"\{rank\s*(?:(//|%|\+|-|\*)\s*(\d+))?\}")
@@ -152,6 +155,27 @@ def _peer(v: Any, c: _Ctx) -> int:
     raise c.err("peer", f"expected a rank or '+k'/'-k', got {shown(v)}")
 
 
+def _splits(d: dict, key: str, c: _Ctx) -> tuple[int, ...] | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise c.err(key, f"expected a list of sizes, one per group member, got {shown(v)}")
+    try:
+        return tuple(_split_size(x) for x in v)
+    except ValueError as exc:
+        raise c.err(key, str(exc)) from None
+
+
+def _split_size(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"expected a size such as 4096 or '4KiB', got {shown(v)}")
+    size = parse_size_bytes(v) if isinstance(v, str) else v
+    if size < 0:
+        raise ValueError(f"a size cannot be negative, got {v}")
+    return size
+
+
 def _short_node(d: dict, c: _Ctx) -> TraceNode:
     unknown = set(d) - _SHORT_KEYS
     if unknown:
@@ -188,10 +212,16 @@ def _short_node(d: dict, c: _Ctx) -> TraceNode:
             comm = CommType.parse(type_text)
         except ValueError as exc:
             raise c.err("type", f"{exc}; or compute, send, recv") from None
+        send, recv = _splits(d, "send_splits", c), _splits(d, "recv_splits", c)
+        if (send is not None or recv is not None) and comm is not CommType.ALL_TO_ALL:
+            raise c.err("send_splits" if send is not None else "recv_splits", "per-peer sizes are for an all_to_all")
+        if size is None and send is not None:
+            size = sum(send)
         if size is None and comm is not CommType.BARRIER:
             raise c.err("size", f"a {comm.name.lower()} needs a size")
         node = collective_node(node_id, name, comm_type=comm, size_bytes=size or 0, process_group=group,
-                               algorithm=algorithm, data_deps=deps, ctrl_deps=ctrl, extra_attrs=extra)
+                               algorithm=algorithm, data_deps=deps, ctrl_deps=ctrl, extra_attrs=extra,
+                               send_split_bytes=send, recv_split_bytes=recv)
     if "duration" in d or "duration_ns" in d:
         node = replace(node, duration_ns=duration)
     return replace(node, start_time_ns=_int(d, "start_time_ns", c, 0))
@@ -314,11 +344,14 @@ def _short_doc(n: TraceNode, rank: int) -> dict | None:
     elif n.kind is NodeKind.COLLECTIVE and n.comm_type is not None:
         d["type"] = n.comm_type.name.lower()
         d["size_bytes"] = n.size_bytes or 0
-        known |= {"comm_type", "comm_size", "pg_name", "algorithm"}
+        known |= {"comm_type", "comm_size", "pg_name", "algorithm", SEND_SPLITS_ATTR, RECV_SPLITS_ATTR}
         if n.process_group:
             d["group"] = n.process_group
         if n.algorithm:
             d["algorithm"] = n.algorithm.value
+        for key, splits in (("send_splits", n.send_split_bytes), ("recv_splits", n.recv_split_bytes)):
+            if splits is not None:
+                d[key] = list(splits)
     elif n.kind in (NodeKind.SEND, NodeKind.RECV) and n.peer is not None and n.size_bytes is not None:
         d.update(type=n.kind.value, size_bytes=n.size_bytes, peer=n.peer, tag=n.tag)
         known |= {"comm_src", "comm_dst", "comm_size", "comm_tag", "pg_name"}

@@ -5,7 +5,7 @@ all_gather, all_gather_base, reduce_scatter, reduce_scatter_base, broadcast, red
 send/isend, recv/irecv, wait, init, batch_isend_irecv; spelling as PARAM's ``paramToCommName`` normalizes it),
 ``in_msg_size`` / ``out_msg_size`` in *elements* of ``dtype``, ``pg_id`` + ``global_ranks`` (+ ``world_size``),
 ``req``, ``root``, ``markers``, ``startTime_ns``; all_to_allv adds ``in_split`` / ``out_split`` (elements per
-peer), point-to-point ``src_rank`` / ``dst_rank`` (global) and ``use_batch``. A compute entry has ``compute``
+peer: uneven ones become the node's ``send_split_bytes`` / ``recv_split_bytes``, genie.core.alltoallv), point-to-point ``src_rank`` / ``dst_rank`` (global) and ``use_batch``. A compute entry has ``compute``
 (gemm, emb_lookup) with ``count`` and sizes but no duration.
 
 Mapping: sizes become bytes with Chakra's ``comm_size`` meaning (all_gather: the per-rank input; the others:
@@ -55,6 +55,15 @@ def _as_int(entry: dict, key: str, where: str, source: str, default: Any = ...) 
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InputError(f"{shown(key)} must be a non-negative integer, got {shown(value)}", source=source, path=where)
     return value
+
+
+def _uneven(comm: CommType, splits: dict[str, tuple[int, ...]]) -> tuple[tuple[int, ...] | None, ...]:
+    """An all_to_allv's per-peer bytes (``send_split_bytes``, ``recv_split_bytes``) from its ``in_split`` /
+    ``out_split``; none when it is even (equal splits, or none given)."""
+    send, recv = splits.get("in_split"), splits.get("out_split")
+    if comm is not CommType.ALL_TO_ALL or all(s is None or len(set(s)) <= 1 for s in (send, recv)):
+        return None, None
+    return send, recv
 
 
 def _dtype_bytes(entry: dict, where: str, source: str) -> int:
@@ -175,14 +184,18 @@ def read_param_rank(data: bytes | str | BinaryIO | list, *, rank: int, world_siz
                 attrs.append(Attribute("out_msg_size", AttrType.INT64, _as_int(entry, "out_msg_size", where, source)))
             if entry.get("root") is not None:
                 attrs.append(Attribute("root", AttrType.INT64, _as_int(entry, "root", where, source)))
+            splits = {}
             for key in ("in_split", "out_split"):
                 if entry.get(key):
                     split = entry[key]
                     if not isinstance(split, list) or not all(isinstance(v, int) for v in split):
                         raise InputError(f"{shown(key)} must be a list of integers", source=source, path=f"{where}.{key}")
                     attrs.append(Attribute(key, AttrType.INT64_LIST, tuple(split)))
+                    splits[key] = tuple(v * _dtype_bytes(entry, where, source) for v in split)
+            send, recv = _uneven(comm, splits)
             node = collective_node(nid, label, comm_type=comm, size_bytes=size, process_group=group,
-                                   data_deps=tuple(deps), extra_attrs=tuple(attrs))
+                                   data_deps=tuple(deps), extra_attrs=tuple(attrs), send_split_bytes=send,
+                                   recv_split_bytes=recv)
         elif name in _SENDS or name in _RECVS:
             size = _as_int(entry, "in_msg_size", where, source) * _dtype_bytes(entry, where, source)
             peer_key = "dst_rank" if name in _SENDS else "src_rank"

@@ -11,7 +11,9 @@ Communication is the ``c10d::*`` ops (:data:`C10D_OPS`); each becomes a :class:`
 ASTRA-sim's ``comm_size`` meaning, as Chakra's converter computes it from the input tensors (all_reduce,
 reduce_scatter: the whole buffer; all_gather: one rank's input; all_to_all: one rank's buffer; broadcast, reduce:
 the buffer; gather, scatter: one rank's piece; send/recv: the message; barrier: 0). The root of a rooted op is
-read as c10d records it, a rank of the op's group.
+read as c10d records it, a rank of the op's group. An uneven all-to-all (all-to-allv) also gets its per-peer
+sizes in bytes: ``alltoall_base_``'s input and output split lists (inputs 4 and 3, rows of dim 0), or the sizes
+of ``alltoall_``'s input and output tensor lists; an even one (empty or equal splits) gets none.
 """
 
 from __future__ import annotations
@@ -49,6 +51,16 @@ class _OpShape:
     tag_at: int | None = None
     root_at: int | None = None  # the root's rank in the op's group
     group_size_from_output_list: bool = False  # allgather_: len(outputs[0][0]) is the group's size
+    splits: "_Splits | None" = None  # an all-to-all's per-peer sizes
+
+
+class _Splits(Enum):
+    """Where an all-to-all's per-peer sizes are: ``alltoall_base_`` (``all_to_all_single``) has the output and
+    input split lists as inputs 3 and 4 (rows of dim 0; empty: even); ``alltoall_`` (``all_to_all``) has one
+    tensor per peer in its output (input 0) and input (input 1) lists."""
+
+    SPLIT_LISTS = "split_lists"
+    TENSOR_LISTS = "tensor_lists"
 
 
 # the ops c10d records (torch/csrc/distributed/c10d/Ops.cpp); input 0.. as in their schemas
@@ -61,8 +73,8 @@ C10D_OPS: dict[str, _OpShape] = {
     "c10d::reduce_scatter_": _OpShape(CommType.REDUCE_SCATTER, 1),
     "c10d::_reduce_scatter_base_": _OpShape(CommType.REDUCE_SCATTER, 1),
     "c10d::reduce_scatter_tensor_coalesced_": _OpShape(CommType.REDUCE_SCATTER, 1),
-    "c10d::alltoall_base_": _OpShape(CommType.ALL_TO_ALL, 1),
-    "c10d::alltoall_": _OpShape(CommType.ALL_TO_ALL, 1),
+    "c10d::alltoall_base_": _OpShape(CommType.ALL_TO_ALL, 1, splits=_Splits.SPLIT_LISTS),
+    "c10d::alltoall_": _OpShape(CommType.ALL_TO_ALL, 1, splits=_Splits.TENSOR_LISTS),
     "c10d::broadcast_": _OpShape(CommType.BROADCAST, 0, root_at=2),
     "c10d::reduce_": _OpShape(CommType.REDUCE, 0, root_at=3),
     "c10d::gather_": _OpShape(CommType.GATHER, 1, root_at=3),  # size: this rank's input
@@ -121,6 +133,8 @@ class CommOp:
     tag: int
     group_hint: str | None  # pg_name from a record_param_comms child, when there is one
     group_size: int | None  # what the op itself says of its group's size (allgather_'s output list)
+    send_split_bytes: tuple[int, ...] | None = None  # an uneven all-to-all: bytes to / from each group member
+    recv_split_bytes: tuple[int, ...] | None = None
 
 
 def load_json(data: bytes, *, source: str) -> object:
@@ -218,6 +232,45 @@ def _int_input(node: HostNode, index: int | None, field: str) -> int | None:
     return v
 
 
+def _row_splits(tensor: object, splits: object, where: str) -> tuple[int, ...] | None:
+    """Bytes per peer of an ``all_to_all_single`` side: its split list (rows of dim 0) times a row's bytes."""
+    if not isinstance(splits, list) or not splits:
+        return None  # even
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in splits) or not _is_tensor(tensor):
+        raise InputError(f"split sizes must be a list of non-negative integers beside a tensor, got {splits!r}",
+                         path=where)
+    rows, total = sum(splits), _tensor_bytes(tensor)
+    if rows == 0:
+        return tuple(0 for _ in splits)
+    if total % rows:
+        raise InputError(f"split sizes {splits} do not divide the tensor's {total} bytes into rows", path=where)
+    return tuple(x * (total // rows) for x in splits)
+
+
+def _all_to_all_splits(node: HostNode, how: "_Splits") -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(send, recv) per-peer bytes of an all-to-all, both None when it is even."""
+    values = node.values
+    where = f"node {node.id}.inputs.values"
+    if how is _Splits.SPLIT_LISTS:
+        if len(values) < 5:
+            return None, None
+        recv = _row_splits(values[0], values[3], f"{where}[3]")
+        send = _row_splits(values[1], values[4], f"{where}[4]")
+    else:
+        lists = values[:2]
+        if len(lists) < 2 or not all(isinstance(v, list) and all(_is_tensor(t) for t in v) for v in lists):
+            return None, None
+        recv, send = (tuple(_tensor_bytes(t) for t in v) for v in lists)
+    n = len(send or recv or ())
+    if send is None and recv is not None:
+        send = (_tensor_bytes(values[1]) // n,) * n if n else None
+    if recv is None and send is not None:
+        recv = (_tensor_bytes(values[0]) // n,) * n if n else None
+    if send is None or recv is None or (len(set(send)) <= 1 and len(set(recv)) <= 1 and send == recv):
+        return None, None
+    return send, recv
+
+
 def _group_hint(node: HostNode, children: dict[int, list[HostNode]], known: set[str],
                 parents: dict[int, HostNode]) -> str | None:
     """The pg_name a record_param_comms child names (NCCL traces: its inputs hold (pg_name, pg_desc)), or the
@@ -252,14 +305,17 @@ def comm_ops(trace: HostTrace) -> tuple[CommOp, ...]:
             peer = _int_input(node, shape.peer_at, "peer rank")
             root = _int_input(node, shape.root_at, "root rank")
             tag = _int_input(node, shape.tag_at, "tag") or 0
+            send, recv = _all_to_all_splits(node, shape.splits) if shape.splits is not None else (None, None)
         except InputError as exc:
             raise InputError(exc.detail, source=trace.source, path=exc.path) from None
         group_size = None
         if shape.group_size_from_output_list and node.values and isinstance(node.values[0], list) \
                 and node.values[0] and isinstance(node.values[0][0], list):
             group_size = len(node.values[0][0])
+        if send is not None:
+            group_size = len(send)
         out.append(CommOp(node, shape.comm, size, _dtype(node.types, shape.size_from), peer, root, tag,
-                          _group_hint(node, children, known, parents), group_size))
+                          _group_hint(node, children, known, parents), group_size, send, recv))
     return tuple(out)
 
 

@@ -308,7 +308,8 @@ def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | N
                              source=source, path=f"nodes[id={op.node.id}].inputs")
         extra += (Attribute("root", AttrType.INT64, group.ranks[local] if group is not None else local),)
     return collective_node(op.node.id, op.node.name, comm_type=op.comm, size_bytes=op.size_bytes,
-                           process_group=pg, data_deps=deps, extra_attrs=extra)
+                           process_group=pg, data_deps=deps, extra_attrs=extra, send_split_bytes=op.send_split_bytes,
+                           recv_split_bytes=op.recv_split_bytes)
 
 
 def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | None, world_size: int,

@@ -38,9 +38,15 @@ class TrainingConfig:
     first_bucket_size_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
     sequence_parallel: bool = False  # Megatron sequence parallelism: TP all-reduce -> all-gather + reduce-scatter
     iterations: int = 1
+    routing_skew: float = 0.0  # MoE: Zipf exponent of expert popularity (0: even routing, plain all-to-alls)
+    routing_seed: int = 0  # MoE: the seed of the skewed routing (genie.workloads.generators.routing)
 
     def __post_init__(self) -> None:
         for key in ("micro_batch_size", "micro_batches", "bucket_size_bytes", "first_bucket_size_bytes",
                     "iterations"):
             if getattr(self, key) < 1:
                 raise InputError(f"must be at least 1, got {getattr(self, key)}", path=key)
+        if not 0 <= self.routing_skew <= 10:
+            raise InputError(f"must be between 0 (even) and 10, got {self.routing_skew}", path="routing_skew")
+        if isinstance(self.routing_seed, bool) or not isinstance(self.routing_seed, int) or self.routing_seed < 0:
+            raise InputError(f"must be a non-negative integer, got {self.routing_seed!r}", path="routing_seed")

@@ -11,7 +11,9 @@ What each rank does, in issue order (see docs/generators.md for the formulas):
   all-reduces 3 x ``b*s`` fp32 values, the output projection all-reduces its input gradient. With sequence
   parallelism each all-reduce becomes a reduce-scatter and the block input an all-gather;
 - per MoE block: router, all-to-all dispatch of ``b*s*top_k*h*dtype`` over the expert-parallel group, the local
-  experts, all-to-all combine (and the mirror image in the backward);
+  experts, all-to-all combine (and the mirror image in the backward); with a routing skew
+  (genie.workloads.generators.routing) the all-to-alls are uneven (per-peer sizes recorded) and each rank's
+  experts compute the tokens they were sent;
 - DDP: gradient buckets all-reduced over the data-parallel group during the last micro-batch's backward, as each
   bucket fills (expert gradients over the expert-data-parallel group); FSDP/ZeRO-3: per unit (transformer
   layer, residual block) an all-gather of the parameters before its forward and again before its backward
@@ -33,6 +35,7 @@ from genie.workloads.generators.config import DataParallelMode, TrainingConfig
 from genie.workloads.generators.layout import GroupKind, Layout, Parallelism, make_layout
 from genie.workloads.generators.pipeline import Phase, one_f_one_b, stage_units
 from genie.workloads.generators.program import RankProgram
+from genie.workloads.generators.routing import RoutingMatrix, routing_matrix
 from genie.workloads.presets import (OPTIMIZER_BYTES_PER_PARAM, Device, Dtype, ResNetModel, TransformerModel)
 
 LOSS_ALL_REDUCES = 3  # Megatron's vocab-parallel cross-entropy: max logit, target logit, sum of exponentials
@@ -137,11 +140,14 @@ class _RankEmitter:
         self.local_params = sum(self.param_bytes.values()) // job.dtype_bytes
 
     # ---- helpers ------------------------------------------------------------------------------------------
-    def _coll(self, comm: CommType, kind: GroupKind, what: str, size: int, deps: tuple[int, ...]) -> int | None:
+    def _coll(self, comm: CommType, kind: GroupKind, what: str, size: int, deps: tuple[int, ...],
+              splits: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> int | None:
         group = self.group[kind]
         if group is None:
             return None
-        return self.prog.collective(f"{_SHORT[comm]}.{kind.value}.{what}", comm, size, group, deps)
+        send, recv = splits or (None, None)
+        return self.prog.collective(f"{_SHORT[comm]}.{kind.value}.{what}", comm, size, group, deps,
+                                    send_split_bytes=send, recv_split_bytes=recv)
 
     def _tag(self, boundary: int, mb: int, phase: Phase) -> int:
         m, pp = self.job.cfg.micro_batches, self.job.par.pp
@@ -194,23 +200,49 @@ class _RankEmitter:
         job, prog = self.job, self.prog
         what = f"{phase.value}.mb{mb}.{block.name}"
         tokens = job.cfg.micro_batch_size * job.graph.seq_len // (job.par.tp if job.sequence_parallel else 1)
-        a2a = tokens * job.graph.top_k * job.graph.hidden_size * job.dtype_bytes
+        token_bytes = job.graph.hidden_size * job.dtype_bytes
+        a2a = tokens * job.graph.top_k * token_bytes
         router_flops = (block.fwd_flops_per_sample - block.expert_flops_per_sample) * scale
         expert_flops = block.expert_flops_per_sample * scale
         act_bytes = block.fwd_bytes_per_sample * scale / 2
+        routed = self._routing(block, mb, tokens)  # None: even
+        if routed is not None:
+            pos, m = routed
+            sent = tuple(t * token_bytes for t in m[pos])  # dispatch: my tokens to each expert rank
+            got = tuple(row[pos] * token_bytes for row in m)  # and the tokens each rank routes to my experts
+            expert_flops *= sum(got) / a2a  # the experts compute what they were sent
+            # forward dispatch and backward combine send the tokens out; forward combine and backward dispatch
+            # bring them back
+            out_splits = {"dispatch": (sent, got), "combine": (got, sent)}
+            if phase is Phase.BACKWARD:
+                out_splits = {"dispatch": (got, sent), "combine": (sent, got)}
         steps = ("router", "dispatch", "experts", "combine")
         if phase is Phase.BACKWARD:
             steps = ("combine", "experts", "dispatch", "router")
         cur = deps
         for step in steps:
             if step in ("dispatch", "combine"):
-                node = self._coll(CommType.ALL_TO_ALL, GroupKind.EP, f"{what}.{step}", a2a, cur)
+                splits = out_splits[step] if routed is not None else None
+                size = sum(splits[0]) if splits is not None else a2a
+                node = self._coll(CommType.ALL_TO_ALL, GroupKind.EP, f"{what}.{step}", size, cur, splits)
             else:
                 flops = router_flops if step == "router" else expert_flops
                 node = prog.compute(f"{what}.{step}", flops=flops, deps=cur,
                                     bytes_moved=act_bytes + (param_bytes if step == "experts" else 0))
             cur = (node,) if node is not None else cur
         return cur[0]
+
+    def _routing(self, block: Block, mb: int, tokens: int) -> tuple[int, RoutingMatrix] | None:
+        """(my position in the EP group, the tokens each member routes to each) under a routing skew."""
+        job, name = self.job, self.group[GroupKind.EP]
+        if job.cfg.routing_skew <= 0 or name is None:
+            return None
+        group = next(g for g in job.layout.groups if g.name == name)
+        router = next(t for t in block.params if t.name.endswith("router.weight"))
+        m = routing_matrix(tokens=tokens, top_k=job.graph.top_k, experts=router.elements // job.graph.hidden_size,
+                           ep=len(group.ranks), skew=job.cfg.routing_skew, seed=job.cfg.routing_seed,
+                           key=(self.it, block.unit, mb, job.layout.groups.index(group)))
+        return group.ranks.index(self.rank), m
 
     # ---- one micro-batch --------------------------------------------------------------------------------------
     def _gather(self, blocks: tuple[Block, ...], phase: Phase, mb: int) -> int | None:
@@ -316,4 +348,6 @@ def generate_training(model: TransformerModel | ResNetModel, device: Device, par
             ("parallelism", par.label()), ("rank_order", par.order.value), ("dp_mode", cfg.dp_mode.value),
             ("micro_batch_size", str(cfg.micro_batch_size)), ("micro_batches", str(cfg.micro_batches)),
             ("seq_len", str(graph.seq_len)), ("iterations", str(cfg.iterations)))
+    if cfg.routing_skew > 0 and par.ep > 1:
+        info += (("routing_skew", f"{cfg.routing_skew:g}"), ("routing_seed", str(cfg.routing_seed)))
     return make_trace(ranks, groups=job.layout.groups, info=info)

@@ -43,6 +43,8 @@ class GeneratorOptions:
     order: RankOrder = RankOrder.TP_PP_DP
     iterations: int = 1
     ranks: int | None = None  # the same workload at this many ranks: dp = ranks / (tp x pp), the rest unchanged
+    routing_skew: float = 0.0  # MoE: Zipf exponent of expert popularity; > 0 makes the all-to-alls uneven
+    routing_seed: int = 0
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> "GeneratorOptions":
@@ -51,7 +53,7 @@ class GeneratorOptions:
         an unknown option or no model."""
         parsed = dict(values)
         for name, kind in (("model", str), ("device", str), ("efficiency", float), ("bucket_mb", float),
-                           ("sequence_parallel", bool)):
+                           ("sequence_parallel", bool), ("routing_skew", float)):
             if name in parsed:
                 parsed[name] = kind(parsed[name])
         for name, enum in (("dtype", Dtype), ("dp_mode", DataParallelMode), ("order", RankOrder)):
@@ -118,7 +120,8 @@ def resolve(options: GeneratorOptions) -> GeneratorSetup:
         config = TrainingConfig(micro_batch_size=options.batch, micro_batches=options.micro_batches,
                                 dtype=options.dtype, dp_mode=options.dp_mode,
                                 bucket_size_bytes=round(options.bucket_mb * 2**20),
-                                sequence_parallel=options.sequence_parallel, iterations=options.iterations)
+                                sequence_parallel=options.sequence_parallel, iterations=options.iterations,
+                                routing_skew=options.routing_skew, routing_seed=options.routing_seed)
         parallelism = Parallelism(dp=_scaled_dp(options), tp=options.tp, pp=options.pp, ep=options.ep,
                                   order=options.order)
         device = device_preset(options.device).with_efficiency(options.efficiency)

@@ -51,12 +51,15 @@ class RankProgram:
         return node_id
 
     def collective(self, name: str, comm_type: CommType, size_bytes: int, group: str,
-                   deps: tuple[int, ...] = ()) -> int:
+                   deps: tuple[int, ...] = (), *, send_split_bytes: tuple[int, ...] | None = None,
+                   recv_split_bytes: tuple[int, ...] | None = None) -> int:
+        """A collective; an uneven all-to-all with its per-peer sizes."""
         node_id = self._next_id()
         deps = tuple(dict.fromkeys(deps))
         self._nodes.append(collective_node(node_id, self.prefix + name, comm_type=comm_type,
                                            size_bytes=int(size_bytes), process_group=group, data_deps=deps,
-                                           ctrl_deps=self._ctrl(self._last_on_group.get(group), deps)))
+                                           ctrl_deps=self._ctrl(self._last_on_group.get(group), deps),
+                                           send_split_bytes=send_split_bytes, recv_split_bytes=recv_split_bytes))
         self._last_on_group[group] = node_id
         return node_id
 
