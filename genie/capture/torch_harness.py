@@ -10,7 +10,8 @@ torch.distributed call made from Python runs inside a ``genie::pg=<group name>``
 says which process group the c10d op under it used (gloo records the group as an opaque object) and how long
 the call blocked; each ``Work.wait`` runs inside a ``genie::wait`` one (the wait for an asynchronous op). Without a
 CUDA device, ``init_process_group`` is given the gloo backend. Per rank the harness writes
-``host.<rank>.json`` (execution trace), ``device.<rank>.json`` (Kineto) and ``steps.<rank>.json`` (the
+``host.<rank>.json`` (execution trace; its process groups recorded again at the end of the step, so a trace
+begun before ``new_group`` has them), ``device.<rank>.json`` (Kineto) and ``steps.<rank>.json`` (the
 untraced and traced step times, seconds).
 """
 
@@ -144,6 +145,9 @@ def main(argv: list[str]) -> int:
 
     def end() -> None:
         state["range"].__exit__(None, None, None)
+        # the groups again, as the observer records them when it starts: a trace begun before init_process_group
+        # and new_group (--warmup 0) has none of them at its start, only their genie::pg= markers
+        state["et"]._record_pg_config()
         state["prof"].stop()
         state["prof"].export_chrome_trace(os.path.join(opts.out, f"device.{rank}.json"))
         state["et"].stop()

@@ -31,9 +31,9 @@ from genie.core.intervals import union_ns
 from genie.core.trace import (Attribute, AttrType, ProcessGroup, Trace, TraceNode, collective_node, compute_node,
                               make_trace, recv_node, send_node)
 from genie.workloads.pg_metadata import PG_INIT_NODE, merge_groups
-from genie.workloads.pytorch_et import (C10D_OPS, P2P, PG_HINT, PROCESS_ROOT, PROFILER_STEP, RECORD_PARAM_COMMS,
-                                        THREAD_ROOT, WAIT_HINT, WORK_PREFIXES, CommOp, HostNode, HostTrace,
-                                        KinetoEvent, KinetoTrace, comm_ops)
+from genie.workloads.pytorch_et import (C10D_OPS, DEFAULT_GROUP_NAME, P2P, PG_HINT, PROCESS_ROOT, PROFILER_STEP,
+                                        RECORD_PARAM_COMMS, THREAD_ROOT, WAIT_HINT, WORK_PREFIXES, CommOp, HostNode,
+                                        HostTrace, KinetoEvent, KinetoTrace, comm_ops)
 
 _META = (PG_INIT_NODE, THREAD_ROOT, PROCESS_ROOT)
 
@@ -79,9 +79,15 @@ def _world(groups: tuple[ProcessGroup, ...], world_size: int) -> str | None:
 def _group_of(op: CommOp, rank: int, groups: tuple[ProcessGroup, ...], world: str | None, source: str,
               warnings: list[str]) -> ProcessGroup | None:
     """The op's group (None: the world, when the trace names no groups)."""
+    by_name = {g.name: g for g in groups}
+    if op.group_marker is not None and op.group_marker not in by_name \
+            and (groups or op.group_marker != DEFAULT_GROUP_NAME):
+        raise InputError(f"node {op.node.id} ({op.node.name}) ran inside {PG_HINT}{op.group_marker} but the trace "
+                         f"records no process group {op.group_marker!r} (no '{PG_INIT_NODE}' record of it: tracing "
+                         "began before the group was made); capture it again after a warmup step", source=source,
+                         path=f"nodes[id={op.node.parent}].name")
     if not groups:
         return None
-    by_name = {g.name: g for g in groups}
     if op.group_hint in by_name:
         return by_name[op.group_hint]
     candidates = [g for g in groups if rank in g.ranks]
