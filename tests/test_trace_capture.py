@@ -94,6 +94,25 @@ def test_batch_isend_irecv_pipeline_runs_unchanged_and_replays(tmp_path: Path) -
     assert "# replay: 4 ranks" in replay.stdout
 
 
+def test_warmup_0_keeps_subgroups_of_groups_made_after_tracing_began(tmp_path: Path) -> None:
+    """Issue #35 item 3: with --warmup 0 tracing starts before init_process_group and new_group; the groups are
+    recorded again at the end of the step, so every TP/DP subgroup op comes back on its pair (6 all-reduces and a
+    broadcast per rank), the world's on the world, and the trace replays."""
+    res = _capture(tmp_path, "tp_dp.py", "--warmup", "0")
+    assert res.returncode == 0, res.stderr[-2000:]
+    expected = _calls(tmp_path / "reports", 0)
+    trace = read_et_set(tmp_path / "cap" / "tp_dp")
+    assert validate(trace) == ()
+    got = [[(n.comm_type.name.lower(), n.size_bytes, list(trace.group(n.process_group).ranks), n.attr_value("root"))
+            for n in topological_order(r.nodes) if n.kind.is_comm] for r in trace.ranks]
+    assert got == expected
+    assert all(sum(len(g) == 2 and k == "all_reduce" for k, _, g, _ in seq) == 6 for seq in got)
+    groups = json.loads((tmp_path / "cap" / "tp_dp.comm_group.json").read_text())
+    assert sorted(groups.values()) == [[0, 1], [0, 2], [1, 3], [2, 3]]
+    replay = run_genie("replay", tmp_path / "cap" / "tp_dp", "--loopback", "--out", tmp_path / "replay")
+    assert replay.returncode == 0, replay.stderr[-2000:]
+
+
 def test_a_crashing_script_is_one_line_exit_2_and_leaves_only_its_log(tmp_path: Path) -> None:
     res = _capture(tmp_path, "crash.py")
     assert res.returncode == 2
