@@ -7,7 +7,9 @@ Per rank:
   The group comes from a ``record_param_comms`` child when the trace has one (NCCL), else from the only group
   the op can be on (this rank's groups, narrowed by what the op says of its group's size); a collective that
   could be on several of this rank's groups is refused (gloo records the group as an opaque object). A
-  point-to-point op that could be on several groups is taken to be on the world (``dist.send``'s default).
+  point-to-point op that could be on several groups is taken to be on the world (``dist.send``'s default). An
+  op inside a ``genie::pg=<name>`` range whose group no process-group record of the trace describes (tracing
+  began before ``new_group``) is refused, not put on the world.
 - **compute**: the top-level ops of the traced step (the children of ``ProfilerStep#N``; without one, of each
   thread root) on the threads they ran on, each lasting its Kineto duration minus the time its nested c10d
   ops took on that thread (the communication taken out). When the Kineto trace has GPU kernels, compute is
