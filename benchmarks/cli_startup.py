@@ -2,9 +2,11 @@
 one-line refusals, median of N fresh processes each, run exactly as the `genie` console script runs
 (`from genie.cli.main import main`). Also prints how many modules each case imported.
 
-    python -m benchmarks.cli_startup [--repeat 10] [--python PY]
+    python -m benchmarks.cli_startup [--repeat 10] [--python PY] [--tree DIR ...]
 
-Run it from the checkout to time (PYTHONPATH=$PWD) to compare two trees side by side on the same machine.
+Without --tree it times the genie this interpreter imports. Each --tree DIR times the checkout in DIR (run with
+PYTHONPATH=DIR from DIR); several trees are timed side by side, their runs interleaved, so that a busy machine
+weighs on all of them alike.
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ _SCRIPT = ("import atexit, sys\n"
            "sys.exit(main())\n")
 
 
-def _once(python: str, argv: list[str]) -> tuple[float, float, int, int]:
+def _once(python: str, argv: list[str], tree: str | None) -> tuple[float, float, int, int]:
     """Wall seconds, CPU seconds (user + system of the child), exit code, modules imported."""
+    env = os.environ.copy()
+    if tree is not None:
+        env["PYTHONPATH"] = tree
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run([python, "-c", _SCRIPT, *argv], capture_output=True, text=True, env=os.environ.copy(),
+    proc = subprocess.run([python, "-c", _SCRIPT, *argv], capture_output=True, text=True, env=env, cwd=tree,
                           check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -50,13 +55,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10, help="Fresh processes per case (median reported).")
     parser.add_argument("--python", default=sys.executable, help="Interpreter to run genie with.")
+    parser.add_argument("--tree", action="append", default=[], help="A checkout to time (repeatable).")
     args = parser.parse_args()
-    print(f"{'case':36} {'wall s':>8} {'cpu s':>8} {'rc':>3} {'modules':>8}   (median of {args.repeat})")
+    trees = args.tree or [None]
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    print(f"{'tree':24} {'case':36} {'wall s':>8} {'cpu s':>8} {'rc':>3} {'modules':>8}   (median of {args.repeat})")
     for label, argv in CASES:
-        runs = [_once(args.python, argv) for _ in range(args.repeat)]
-        wall = statistics.median(r[0] for r in runs)
-        cpu = statistics.median(r[1] for r in runs)
-        print(f"{label:36} {wall:8.3f} {cpu:8.3f} {runs[0][2]:>3} {runs[0][3]:>8}")
+        runs: dict[str | None, list] = {tree: [] for tree in trees}
+        for _ in range(args.repeat):
+            for tree in trees:
+                runs[tree].append(_once(args.python, argv, tree))
+        for tree in trees:
+            wall = statistics.median(r[0] for r in runs[tree])
+            cpu = statistics.median(r[1] for r in runs[tree])
+            first = runs[tree][0]
+            print(f"{str(tree or '(this genie)')[-24:]:24} {label:36} {wall:8.3f} {cpu:8.3f} {first[2]:>3} "
+                  f"{first[3]:>8}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
 
