@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from statistics import median
 from typing import Callable
@@ -19,11 +18,11 @@ from genie.core.collective import Collective
 from genie.core.errors import InputError
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
-from genie.core.topology import Topology
 from genie.core.trace import Trace
 
 from astra_adapter.calibrate import Calibration, calibrate
 from astra_adapter.experiment_spec import ExperimentSpec, SweepCase, generate_workload, pin_algorithms, plan_sweep
+from astra_adapter.experiment_types import AccuracyRow, PreparedExperiment, Statistic
 from astra_adapter.fabric.calibrate import lower_bounds_us
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.mapping import TopologyMapping, map_topology
@@ -32,43 +31,6 @@ from astra_adapter.workload_estimate import EstimateMode, TraceEstimate, estimat
 
 ACCURACY_COLUMNS = ("workload", "topology", "mode", "estimated_s", "measured_s", "error_pct")
 Progress = Callable[[str], None]
-
-
-class Statistic(Enum):
-    """How iterations become one number. TYPICAL (the reported accuracy): an op's trimmed mean
-    (``measurements.op_time_us``: ops add up along a trace) and the replay's median iteration. BEST: the fastest
-    iteration of each - roughly what an undisturbed machine gives, shown beside it to tell load from model."""
-
-    TYPICAL = "typical"
-    BEST = "best"
-
-
-@dataclass(frozen=True)
-class PreparedExperiment:
-    spec: ExperimentSpec
-    trace: Trace
-    topology: Topology
-    mapping: TopologyMapping | None  # None: ASTRA-sim's dimensions cannot express the topology (`unmapped` says why)
-    sweep: tuple[SweepCase, ...]
-    # the fabric model estimates it too: the topology is not an ASTRA-sim dimension stack, or the workload's
-    # disjoint process groups share links there (fabric.estimate.groups_share_links), which ASTRA-sim's
-    # congestion-unaware model cannot express, or a rank sends beside its collectives, which ASTRA-sim
-    # serialises (fabric.estimate.sends_beside_collectives)
-    fabric: bool = False
-    unmapped: str = ""  # why there is no mapping (map_topology's refusal): no ASTRA-sim calibrated row
-
-
-@dataclass(frozen=True)
-class AccuracyRow:
-    workload: str
-    topology: str
-    mode: str
-    estimated_s: float
-    measured_s: float
-
-    @property
-    def error_pct(self) -> float:
-        return (self.estimated_s - self.measured_s) / self.measured_s * 100 if self.measured_s else float("nan")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     from genie.faults import service as faults_service
     from genie.engine.program import build_programs
     from genie.report.manifest import input_digest
-    from genie.services.bench import GroupCase, run_cases
+    from genie.services.cases import GroupCase, run_cases
     from genie.services.replay import ReplayRequest, check_fits, run_replay
     from genie.services.stage import staged
 
