@@ -8,7 +8,8 @@ Only one-dimensional topologies exist in that backend (any other is refused, as 
 - ``Switch``: one link up from every NPU to the switch (device ``npus_count``) and one down, so a chunk
   crosses two links and is stored and forwarded at the switch.
 
-A link is busy while it serialises a chunk (0 ns for a 0-byte one) (``size / bandwidth``, truncated to whole ns); the chunk arrives at
+A link is busy while it serialises a chunk (``size / bandwidth``, truncated to whole ns; 0 for a 0-byte chunk);
+the chunk arrives at
 the link's far end ``latency + size / bandwidth`` after its transmission started (the sum truncated). A chunk
 meeting a busy link waits in that link's FIFO queue; when the link frees, the first waiting chunk starts.
 Events go through the caller's ``schedule(tick, callback, argument)`` so that they interleave, FIFO per tick,

@@ -4,11 +4,12 @@ The command line is ASTRA-sim's own: ``--workload-configuration=<prefix>`` (it o
 ``--system-configuration``, ``--network-configuration``, ``--remote-memory-configuration``, optionally
 ``--comm-group-configuration``. argv only, never a shell.
 
-**Crash at exit.** The binary (518bd51) aborts at exit whenever it read a communicator-group file (SIGABRT, a
-double free in ``~CollectivePlan``) - after it printed its results, though its asynchronous logger can lose the
-last lines. A non-zero exit therefore fails the run only when a rank's ``finished`` line is missing; with every
-rank there, the results stand and :attr:`AstraRun.warnings` says the binary crashed. The ranks expected are the
-network's NPUs (``npus_count`` of network.yml; when genie cannot read that file, any non-zero exit fails).
+**Crash at exit.** The binary (518bd51) crashes at exit whenever it read a communicator-group file (SIGABRT
+or SIGSEGV, a double free in ``~CollectivePlan``) - after it printed its results, though its asynchronous logger
+can lose the last lines. A non-zero exit therefore fails the run only when a rank's ``finished`` line is
+missing; with every rank there, the results stand and :attr:`AstraRun.warnings` says the binary crashed. The
+ranks expected are the network's NPUs (``npus_count`` of network.yml; when genie cannot read that file, any
+non-zero exit fails).
 """
 
 from __future__ import annotations
@@ -132,6 +133,6 @@ def run_astra_binary(binary: str | Path, workload_prefix: str | Path, system: st
     warnings: tuple[str, ...] = ()
     if done.returncode != 0:
         warnings = (f"ASTRA-sim exited with {_status(done.returncode)} after every rank finished (with a "
-                    "communicator-group file the binary aborts at exit, a double free in ~CollectivePlan); "
+                    "communicator-group file ASTRA-sim 518bd51 crashes at exit, a double free in ~CollectivePlan); "
                     f"its {npus} ranks' results are kept",)
     return AstraRun(result, argv, done.stdout, done.stderr, done.returncode, warnings)

@@ -139,5 +139,30 @@ def test_astra_run_prints_the_results_and_warns_about_the_crash(tmp_path: Path) 
                      system, "--network-configuration", net, "--remote-memory-configuration", mem,
                      "--out", tmp_path / "out", cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert "sys[1] finished, 70 cycles" in done.stdout and "warning: ASTRA-sim exited with signal SIGABRT" in done.stderr
+    assert "sys[1] finished, 70 cycles" in done.stdout
+    assert "warning: ASTRA-sim exited with signal SIGABRT" in done.stderr
     assert (tmp_path / "out" / "estimate.csv").read_text().count("\n") == 3
+
+
+CRASH = ROOT / "tests" / "data" / "astra-crash-at-exit"
+
+
+@pytest.mark.parametrize(("backend", "signal_name", "cycles"), [("congestion_unaware", "SIGSEGV", 2650770294),
+                                                                 ("congestion_aware", "SIGABRT", 5286024054)])
+def test_runner_on_the_real_binarys_crash_at_exit(tmp_path: Path, backend: str, signal_name: str, cycles: int) -> None:
+    """What the real binaries printed on TP2xDP4 exported with halvingDoubling (process groups), before they
+    crashed at exit: the unaware one with SIGSEGV, the aware one with SIGABRT (``malloc_consolidate()``)."""
+    stdout = (CRASH / f"stdout_{backend}.txt").read_text()
+    (tmp_path / "stdout.txt").write_text(stdout)
+    exe = _fake_binary(tmp_path, f"sys.stdout.write(open({str(tmp_path / 'stdout.txt')!r}).read())\n"
+                                 "sys.stdout.flush()\nimport os, signal\n"
+                                 f"os.kill(os.getpid(), signal.{signal_name})\n")
+    system, _, mem = _configs(tmp_path)
+    done = run_astra_binary(exe, "w", system, CRASH / "network.yml", mem, comm_group=tmp_path / "g.json")
+    assert done.result.max_finish_cycles == cycles and len(done.result.ranks) == 8
+    assert f"signal {signal_name} after every rank finished" in done.warnings[0]
+    cut = stdout[:stdout.index("sys[7] finished")]  # the logger lost the last rank's lines
+    (tmp_path / "stdout.txt").write_text(cut)
+    lost = rf"no 'finished' line for 1 of 8 ranks \(7\), exited with signal {signal_name}"
+    with pytest.raises(GenieError, match=lost):
+        run_astra_binary(exe, "w", system, CRASH / "network.yml", mem)
