@@ -78,3 +78,24 @@ def test_the_binary_crashed_on_dbt_in_a_group_and_genie_refuses_it_at_export(tmp
     world = make_trace(ranks(None))  # on the world group the binary runs it
     export_astra(world, mapping, tmp_path / "world", params=params)
     assert (tmp_path / "world" / "system.json").is_file()
+
+
+def test_group_implementation_follows_get_collective_plan() -> None:
+    from astra_adapter.collective_plan import CommKind, group_phases
+    from astra_adapter.config import CollectiveImpl, ImplKind, SystemConfig
+
+    def one(kind: ImplKind, dims: int = 1) -> SystemConfig:
+        impls = (CollectiveImpl(kind),) * dims
+        return SystemConfig(all_reduce_impl=impls, all_gather_impl=impls, reduce_scatter_impl=impls,
+                            all_to_all_impl=impls)
+
+    assert group_phases(one(ImplKind.HALVING_DOUBLING), CommKind.ALL_REDUCE, 1024, 4)[0].impl.kind \
+        is ImplKind.HALVING_DOUBLING  # one dimension listed: its implementation
+    assert group_phases(one(ImplKind.HALVING_DOUBLING, 2), CommKind.ALL_REDUCE, 1024, 4)[0].impl.kind \
+        is ImplKind.RING  # several: ASTRA-sim falls back to ring
+    assert group_phases(one(ImplKind.DOUBLE_BINARY_TREE, 2), CommKind.ALL_REDUCE, 1024, 4)[0].impl.kind \
+        is ImplKind.RING
+    with pytest.raises(GenieError, match=r"all-reduce-implementation doubleBinaryTree .*\(segmentation fault\)"):
+        group_phases(one(ImplKind.DOUBLE_BINARY_TREE), CommKind.ALL_REDUCE, 1024, 4)
+    with pytest.raises(GenieError, match="power-of-two"):
+        group_phases(one(ImplKind.HALVING_DOUBLING), CommKind.ALL_REDUCE, 1024, 3)
