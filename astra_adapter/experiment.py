@@ -56,6 +56,7 @@ class PreparedExperiment:
     # serialises (fabric.estimate.sends_beside_collectives)
     fabric: bool = False
     unmapped: str = ""  # why there is no mapping (map_topology's refusal): no ASTRA-sim calibrated row
+    warnings: tuple[str, ...] = ()  # the workload's (e.g. dependencies on missing nodes treated as met)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ class ExperimentResult:
 
 
 # ---- preparing (pure but for reading files) -------------------------------------------------------------
-def load_workload(spec: ExperimentSpec) -> Trace:
+def load_workload(spec: ExperimentSpec) -> tuple[Trace, tuple[str, ...]]:
+    """The experiment's workload, checked, and its warnings (analysis.check)."""
     from genie.workloads.analysis import check
     from genie.workloads.loader import load_trace
 
@@ -104,8 +106,7 @@ def load_workload(spec: ExperimentSpec) -> Trace:
     else:
         trace = generate_workload(spec.workload.generate, source=spec.source)
     trace = pin_algorithms(trace, spec.algorithms)
-    check(trace, source=str(spec.workload.trace_path or spec.source))
-    return trace
+    return trace, check(trace, source=str(spec.workload.trace_path or spec.source))
 
 
 def prepare(spec: ExperimentSpec) -> PreparedExperiment:
@@ -123,7 +124,7 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
         mapping = map_topology(topology, source=str(spec.topology_path))
     except InputError as exc:
         unmapped = exc.detail
-    trace = load_workload(spec)
+    trace, warnings = load_workload(spec)
     if trace.num_ranks != topology.world_size:
         raise InputError(f"the workload has {trace.num_ranks} ranks but topology {topology.name} runs "
                          f"{topology.world_size}; they must be equal (the modelled network is the whole testbed)",
@@ -139,7 +140,7 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
         from astra_adapter.fabric.experiment import cover_link_classes
 
         sweep = cover_link_classes(sweep, topology, spec.grid_bytes)
-    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric, unmapped)
+    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric, unmapped, warnings)
 
 
 def sweep_ops(case: SweepCase, size_bytes: int) -> tuple[CollectiveOp, ...]:
