@@ -214,10 +214,17 @@ def evaluate(prepared: PreparedExperiment, measurements: tuple[Measurement, ...]
 
 
 def accuracy_csv(rows: tuple[AccuracyRow, ...] | list[AccuracyRow]) -> str:
-    lines = [",".join(ACCURACY_COLUMNS)]
+    """accuracy.csv; a field with a comma (a generated workload: ``generated:model=gpt3,tp=2``) is quoted."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(ACCURACY_COLUMNS)
     for r in rows:
-        lines.append(f"{r.workload},{r.topology},{r.mode},{r.estimated_s:.6f},{r.measured_s:.6f},{r.error_pct:.3f}")
-    return "\n".join(lines) + "\n"
+        writer.writerow((r.workload, r.topology, r.mode, f"{r.estimated_s:.6f}", f"{r.measured_s:.6f}",
+                         f"{r.error_pct:.3f}"))
+    return out.getvalue()
 
 
 def _astra_lines(result: ExperimentResult) -> tuple[str, str]:
