@@ -44,6 +44,11 @@ def test_decode_json_checks_the_top_level_type_and_reads_good_documents() -> Non
     assert decode_json('{"a": [1, 2.5, "x", null, true]}', source="f.json", top=dict) == {
         "a": [1, 2.5, "x", None, True]}
     assert decode_json("[" * 50 + "]" * 50, source="f.json") is not None
+    # a run directory's own files: Python's json writes NaN for a NaN figure, and genie reads its runs back
+    doc = decode_json('{"x": NaN, "y": -Infinity}', source="f.json", allow_nan=True)
+    assert doc["x"] != doc["x"] and doc["y"] == float("-inf")
+    with pytest.raises(InputError, match="too large for a float"):
+        decode_json('{"x": 1e400}', source="f.json", allow_nan=True)
 
 
 # ---- every reader of user JSON/YAML -----------------------------------------------------------------------

@@ -43,13 +43,14 @@ _TYPE_NAMES = {dict: "a JSON object", list: "a JSON list"}
 
 
 def decode_json(data: bytes | bytearray | str, *, source: str, what: str = "JSON",
-                top: type | None = None) -> object:
+                top: type | None = None, allow_nan: bool = False) -> object:
     """The value of the JSON document `data` read from `source`; any failure is an InputError
     ``<source>: not <what>: <why>`` (a syntax error is a JsonSyntaxError: its line and column in the message,
     the line in its ``line``). With `top`
-    (dict or list), a document of another top-level type is refused too."""
+    (dict or list), a document of another top-level type is refused too. `allow_nan`: NaN and Infinity are
+    read as floats (a run directory's own files: Python's json writes them for a NaN it is given)."""
     try:
-        doc = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
+        doc = json.loads(data, parse_constant=None if allow_nan else _refuse_constant, parse_float=_finite_float)
     except RecursionError:
         raise InputError(f"not {what}: nested too deeply (more levels than genie decodes)", source=source) from None
     except json.JSONDecodeError as exc:

@@ -153,7 +153,7 @@ def manifest_to_json(m: Manifest) -> str:
 
 
 def manifest_from_json(data: bytes | str, *, source: str = MANIFEST_NAME) -> Manifest:
-    doc = decode_json(data, source=source)
+    doc = decode_json(data, source=source, allow_nan=True)  # genie wrote it: a NaN summary figure reads back
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise InputError(f"not a genie run manifest (format is not {MANIFEST_FORMAT!r})", source=source, path="format")
     for key in ("kind", "name", "argv", "started_at", "status"):

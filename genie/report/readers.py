@@ -123,5 +123,4 @@ def is_verify_table(columns: list[str]) -> bool:
 
 
 def read_diagnose_json(data: bytes, *, source: str) -> dict[str, Any]:
-    doc = decode_json(data, source=source, top=dict)
-    return doc  # type: ignore[return-value]
+    return decode_json(data, source=source, top=dict)  # type: ignore[return-value]

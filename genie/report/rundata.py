@@ -144,7 +144,8 @@ def _read(run_dir: Path, name: str) -> bytes:
 
 
 def _json(run_dir: Path, name: str) -> dict[str, Any]:
-    return decode_json(_read(run_dir, name), source=str(run_dir / name), top=dict)  # type: ignore[return-value]
+    return decode_json(_read(run_dir, name), source=str(run_dir / name), top=dict,  # type: ignore[return-value]
+                       allow_nan=True)  # genie wrote it: a NaN figure reads back
 
 
 def _header(data: bytes) -> list[str]:
