@@ -40,3 +40,27 @@ def test_replay_of_chakra_output_warns_and_records_the_missing_dependencies(tmp_
     assert len(warned) == 1 and "dangling_dependency: 2 warning(s)" in warned[0] and "missing node 0" in warned[0]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert any("missing node 0" in w for w in manifest["warnings"])
+
+
+def _experiment(tmp_path: Path, trace: str) -> Path:
+    root = Path(__file__).resolve().parents[1]
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"name: deps\nworkload: {{trace: {trace}}}\ntopology: {root}/topologies/star-4.yaml\n"
+                    "sweep: {iterations: 3, warmup: 1, grid: [64KiB]}\nreplay: {iterations: 2, warmup: 1}\n")
+    return spec
+
+
+def test_experiment_refuses_the_typo_and_carries_chakras_warnings(tmp_path: Path) -> None:
+    import pytest
+
+    from astra_adapter.experiment import prepare
+    from astra_adapter.experiment_spec import load_experiment
+    from genie.core.errors import InputError
+
+    (tmp_path / "t.yaml").write_text(TYPO_TRACE.replace("ranks: 2", "ranks: 4"))
+    with pytest.raises(InputError, match="t.yaml: rank 0 node 2: depends on missing node 7"):
+        prepare(load_experiment(_experiment(tmp_path, "t.yaml")))
+    trace = make_trace([[compute_node(1, "root", duration_ns=1000, ctrl_deps=(0,))]] * 4)
+    write_et_set(trace, tmp_path / "w")
+    prepared = prepare(load_experiment(_experiment(tmp_path, "w")))
+    assert len(prepared.warnings) == 1 and "dangling_dependency: 4 warning(s)" in prepared.warnings[0]
