@@ -54,7 +54,8 @@ class ExperimentResult:
 
 
 # ---- preparing (pure but for reading files) -------------------------------------------------------------
-def load_workload(spec: ExperimentSpec) -> Trace:
+def load_workload(spec: ExperimentSpec) -> tuple[Trace, tuple[str, ...]]:
+    """The experiment's workload, checked, and its warnings (analysis.check)."""
     from genie.workloads.analysis import check
     from genie.workloads.loader import load_trace
 
@@ -66,8 +67,7 @@ def load_workload(spec: ExperimentSpec) -> Trace:
     else:
         trace = generate_workload(spec.workload.generate, source=spec.source)
     trace = pin_algorithms(trace, spec.algorithms)
-    check(trace, source=str(spec.workload.trace_path or spec.source))
-    return trace
+    return trace, check(trace, source=str(spec.workload.trace_path or spec.source))
 
 
 def prepare(spec: ExperimentSpec) -> PreparedExperiment:
@@ -85,7 +85,7 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
         mapping = map_topology(topology, source=str(spec.topology_path))
     except InputError as exc:
         unmapped = exc.detail
-    trace = load_workload(spec)
+    trace, warnings = load_workload(spec)
     if trace.num_ranks != topology.world_size:
         raise InputError(f"the workload has {trace.num_ranks} ranks but topology {topology.name} runs "
                          f"{topology.world_size}; they must be equal (the modelled network is the whole testbed)",
@@ -101,7 +101,7 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
         from astra_adapter.fabric.experiment import cover_link_classes
 
         sweep = cover_link_classes(sweep, topology, spec.grid_bytes)
-    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric, unmapped)
+    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric, unmapped, warnings)
 
 
 def sweep_ops(case: SweepCase, size_bytes: int) -> tuple[CollectiveOp, ...]:
@@ -175,10 +175,17 @@ def evaluate(prepared: PreparedExperiment, measurements: tuple[Measurement, ...]
 
 
 def accuracy_csv(rows: tuple[AccuracyRow, ...] | list[AccuracyRow]) -> str:
-    lines = [",".join(ACCURACY_COLUMNS)]
+    """accuracy.csv; a field with a comma (a generated workload: ``generated:model=gpt3,tp=2``) is quoted."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(ACCURACY_COLUMNS)
     for r in rows:
-        lines.append(f"{r.workload},{r.topology},{r.mode},{r.estimated_s:.6f},{r.measured_s:.6f},{r.error_pct:.3f}")
-    return "\n".join(lines) + "\n"
+        writer.writerow((r.workload, r.topology, r.mode, f"{r.estimated_s:.6f}", f"{r.measured_s:.6f}",
+                         f"{r.error_pct:.3f}"))
+    return out.getvalue()
 
 
 def _astra_lines(result: ExperimentResult) -> tuple[str, str]:

@@ -36,6 +36,7 @@ class PreparedExperiment:
     # serialises (fabric.estimate.sends_beside_collectives)
     fabric: bool = False
     unmapped: str = ""  # why there is no mapping (map_topology's refusal): no ASTRA-sim calibrated row
+    warnings: tuple[str, ...] = ()  # the workload's (e.g. dependencies on missing nodes treated as met)
 
 
 @dataclass(frozen=True)

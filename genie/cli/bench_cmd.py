@@ -227,6 +227,9 @@ def bench(
         typer.echo(json.dumps({"run_dir": str(result.run_dir), "status": result.status.value, **result.doc},
                               indent=2))
     typer.echo(summary, err=as_json)
+    if result.burst is not None:
+        typer.echo(f"# note: {result.burst.what()}; for a wire: `genie testbed up TOPOLOGY --links wire` and "
+                   f"--testbed, or --time-dilation N (docs/dilation.md)", err=as_json)
     echo_capture(result.capture, err=as_json)
     if printer.failed:
         raise typer.Exit(1)

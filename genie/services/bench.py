@@ -72,6 +72,7 @@ class BenchResult:
     capture: Any  # genie.report.capture result, or None
     link_rate_bps: Optional[int]
     nccl_documents: dict[str, str] = field(default_factory=dict)  # nccl-tests JSON: file name -> text
+    burst: Any = None  # genie.testbed.shaping.BucketBurst: sizes the bucket links can carry faster than a wire
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int, step_bytes: int = 0) -> list[int]:
@@ -235,8 +236,16 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
         traced.sweep("sweep", outcome.flows)
         traced.write(stage.run)
         doc = files.finish(outcome, config=config, devices=devices, steps=request.record_steps)
+        burst = None
+        if target.info is not None:
+            from genie.testbed.shaping import bucket_burst
+
+            burst = bucket_burst(target.info.topology, target.info.links, target.info.dilation,
+                                 sorted({s.size_bytes for s in outcome.stats}))
+            if burst is not None:
+                stage.run.warn(burst.describe())
         stage.run.set_summary({"cases": len(outcome.stats), **rank_memory_summary(outcome.peak_rss_kb),
                                **stage.summary()})
     run = stage.run
     return BenchResult(run.run_dir, run.status, run.manifest.duration_s, outcome, doc, watch.links(),
-                       watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents)
+                       watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents, burst)

@@ -49,6 +49,7 @@ class ReplayResult:
     doc: dict[str, Any]  # replay.json's document
     links: Optional[dict[str, Any]]
     capture: Any  # genie.report.capture result, or None
+    warnings: tuple[str, ...] = ()  # the trace's (e.g. dependencies on missing nodes treated as met); in the manifest
 
 
 def check_request(request: ReplayRequest) -> None:
@@ -113,14 +114,13 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                          tuple(sorted(result.peak_rss_kb.items())), tuple(result.flows))
 
 
-def load_checked_trace(path: Path, npus: int | None) -> Trace:
-    """The trace at `path`, checked (InputError naming the file otherwise)."""
+def load_checked_trace(path: Path, npus: int | None) -> tuple[Trace, tuple[str, ...]]:
+    """The trace at `path`, checked (InputError naming the file otherwise), and its warnings to print and record."""
     from genie.workloads.analysis import check
     from genie.workloads.loader import load_trace
 
     loaded = load_trace(path, npus=npus)
-    check(loaded, source=str(path))
-    return loaded
+    return loaded, check(loaded, source=str(path))
 
 
 def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayResult:
@@ -134,7 +134,7 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
 
     opts, request, trace = cmd.options, cmd.request, cmd.trace
     check_request(request)
-    loaded = load_checked_trace(trace, cmd.npus)
+    loaded, warnings = load_checked_trace(trace, cmd.npus)
     ranks = loaded.num_ranks
     programs = functools.cache(lambda: build_programs(loaded, source=str(trace)))
 
@@ -148,6 +148,8 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
                 smallest_message_bytes=smallest,
                 inputs=(input_digest(trace, "trace"),),
                 fits=lambda placements: check_fits(loaded, placements, source=str(trace))) as stage:
+        for warning in warnings:
+            stage.run.warn(warning)
         meta = {"trace": str(trace), "target": stage.target.name, "ranks": ranks,
                 "iterations": request.iterations, "warmup": request.warmup}
 
@@ -169,4 +171,4 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
             stage.run.write(name, text)
         stage.run.set_summary({"iteration_median_ns": doc["iteration_median_ns"],
                                **rank_memory_summary(dict(outcome.peak_rss_kb)), **stage.summary()})
-    return ReplayResult(stage.run.run_dir, stage.run.status, outcome, doc, watch.links(), watch.capture)
+    return ReplayResult(stage.run.run_dir, stage.run.status, outcome, doc, watch.links(), watch.capture, warnings)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from genie.core.errors import InputError
+from genie.core.jsondoc import decode_json
 from genie.core.trace import CommType
 from genie.workloads.pg_metadata import PG_INIT_NODE, GroupRecord, parse_pg_records
 
@@ -148,10 +149,7 @@ def load_json(data: bytes, *, source: str) -> object:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"corrupt gzip data: {exc}", source=source) from None
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise InputError(f"not JSON: {exc}", source=source) from None
+    return decode_json(raw, source=source)
 
 
 def is_execution_trace(doc: object) -> bool:
