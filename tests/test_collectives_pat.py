@@ -144,3 +144,39 @@ def test_pat_replays_in_process_with_correct_data(collective):
     outcome = run_bench(request, loopback_placements(5), sessions=thread_sessions())
     assert [s.algorithm for s in outcome.stats] == [A.PAT] * 3
     assert all(s.ranks == 5 for s in outcome.stats)
+
+
+TRACE = """format: genie-trace
+version: 1
+name: pat-step
+ranks: 5
+groups:
+  all: [0, 1, 2, 3, 4]
+program:
+  - {id: 0, name: ag, type: all_gather, size: 512B, group: all}
+  - {id: 1, name: rs, type: reduce_scatter, size: 4KiB, group: all, deps: [0]}
+"""
+
+
+def _collective_algorithms(programs) -> set:
+    return {node.op.algorithm for program in programs for node in program.nodes if node.op is not None}
+
+
+def test_replay_auto_picks_pat_with_one_rank_per_host():
+    from genie.engine.inprocess import thread_sessions
+    from genie.engine.program import build_programs
+    from genie.services.replay import ReplayRequest, run_replay
+    from genie.workloads.native import read_native
+
+    trace = read_native(TRACE)
+    one_per_host = {r: f"h{r}" for r in range(5)}
+    assert _collective_algorithms(build_programs(trace, hosts=one_per_host, link_rate_bps=10**9)) == {A.PAT}
+    assert _collective_algorithms(build_programs(trace, hosts={r: f"h{r // 2}" for r in range(5)},
+                                                 link_rate_bps=10**9)) == {A.RING}
+    assert _collective_algorithms(build_programs(trace)) == {A.RING}  # hosts not known
+    placements = [RankPlacement(r, f"h{r}", None, "127.0.0.1") for r in range(5)]
+    outcome = run_replay(trace, placements, ReplayRequest(iterations=2, warmup=1), sessions=thread_sessions(),
+                         auto_by_placement=True, link_rate_bps=10**9)
+    assert _collective_algorithms(outcome.programs) == {A.PAT}
+    assert len(outcome.iterations) == 2
+    assert all(len(rr.records) == 2 for it in outcome.iterations for rr in it.ranks)
