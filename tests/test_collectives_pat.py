@@ -134,16 +134,19 @@ def test_bench_sweep_uses_ranks_per_host_and_link_rate():
 
 
 @pytest.mark.parametrize("collective", [C.ALL_GATHER, C.REDUCE_SCATTER])
-def test_pat_replays_in_process_with_correct_data(collective):
+@pytest.mark.parametrize("n,max_bytes", [(5, 65536), (8, 8 << 20)])
+def test_pat_replays_in_process_with_correct_data(collective, n, max_bytes):
+    """n = 8 sends up to 4 regions to one peer per step (gathered sends, scattered receives), 8 MiB in pieces
+    larger than a socket takes at once."""
     from genie.engine.inprocess import thread_sessions
     from genie.services.bench import BenchRequest, run_bench
     from genie.services.target import loopback_placements
 
-    request = BenchRequest(collectives=(collective,), algorithm=A.PAT, min_bytes=1024, max_bytes=65536,
-                           factor=8, iterations=2, warmup=1, verify=True)
-    outcome = run_bench(request, loopback_placements(5), sessions=thread_sessions())
+    request = BenchRequest(collectives=(collective,), algorithm=A.PAT, min_bytes=1024, max_bytes=max_bytes,
+                           factor=64 if max_bytes > 65536 else 8, iterations=2, warmup=1, verify=True)
+    outcome = run_bench(request, loopback_placements(n), sessions=thread_sessions())
     assert [s.algorithm for s in outcome.stats] == [A.PAT] * 3
-    assert all(s.ranks == 5 for s in outcome.stats)
+    assert all(s.ranks == n for s in outcome.stats)
 
 
 TRACE = """format: genie-trace

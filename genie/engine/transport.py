@@ -26,6 +26,7 @@ from genie.core.errors import RunFailure
 from genie.core.flowpath import FlowTuple
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
+_MAX_GATHER = 64  # regions per gathered send (well under IOV_MAX)
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
 WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 WATCH_IN_OUT = WATCH_IN | select.EPOLLOUT
@@ -120,6 +121,28 @@ def _pump_send(flow: _Flow, window: memoryview, rank: int) -> bool:
     """Send as much as the socket takes; True when the flow is complete."""
     queue = flow.queue
     send = flow.sock.send
+    while len(queue) > 1 and all(t.view is not None for t in queue):
+        # several regions for one peer (an aggregated step, such as PAT's): one gathered send, so they leave
+        # as one segment and the peer wakes once, as NCCL's PAT packs them into one buffer step
+        parts = [queue[0].view[flow.pos:queue[0].size_bytes], *(t.view for t in list(queue)[1:_MAX_GATHER])]
+        try:
+            n = flow.sock.sendmsg(parts, (), _DONTWAIT)
+        except BlockingIOError:
+            return False
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise PeerFailure(f"rank {rank}: connection to rank {flow.peer} lost while sending "
+                              f"({exc.strerror or exc})", peer=flow.peer) from None
+        if n <= 0:
+            return False
+        flow.done_bytes += n
+        while n > 0:
+            left = queue[0].size_bytes - flow.pos
+            if n < left:
+                flow.pos += n
+                break
+            n -= left
+            queue.popleft()
+            flow.pos = 0
     while queue:
         t = queue[0]
         if t.view is not None:
@@ -146,6 +169,27 @@ def _pump_recv(flow: _Flow, window: memoryview, rank: int, flags: int = _DONTWAI
     True when the flow is complete, False when the socket has nothing more now."""
     queue = flow.queue
     recv_into = flow.sock.recv_into
+    while len(queue) > 1 and all(t.view is not None for t in queue):
+        # several regions from one peer: one scattered receive (the sender gathers them, see _pump_send)
+        parts = [queue[0].view[flow.pos:queue[0].size_bytes], *(t.view for t in list(queue)[1:_MAX_GATHER])]
+        try:
+            n = flow.sock.recvmsg_into(parts, 0, flags)[0]
+        except (BlockingIOError, InterruptedError):
+            return False
+        except ConnectionResetError:
+            n = 0
+        if n == 0:
+            raise PeerFailure(f"rank {rank}: rank {flow.peer} closed the connection "
+                              f"({flow.done_bytes} of {flow.total_bytes} bytes received)", peer=flow.peer)
+        flow.done_bytes += n
+        while n > 0:
+            left = queue[0].size_bytes - flow.pos
+            if n < left:
+                flow.pos += n
+                break
+            n -= left
+            queue.popleft()
+            flow.pos = 0
     while queue:
         t = queue[0]
         if t.view is not None:
