@@ -144,7 +144,7 @@ def genie_bench_argv(testbed: str, collectives: Sequence[Collective], band, out:
     argv = [*genie_command(), "bench", "--testbed", testbed, "--collective", ",".join(c.value for c in collectives),
             "-b", str(band.min_bytes), "-e", str(band.max_bytes), "-f", str(band.factor),
             "-w", str(band.warmup), "-n", str(band.iterations), "-c", "0", "--no-in-place", "--out", str(out),
-            "--sample-ms", str(sample_ms), "--algorithm", algorithm]
+            "--sample-ms", str(sample_ms), *(("--algorithm", algorithm) if algorithm != "auto" else ())]
     return argv if op_timeout_s is None else [*argv, "--timeout", f"{op_timeout_s:g}"]
 
 
