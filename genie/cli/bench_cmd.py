@@ -111,7 +111,7 @@ def bench(
                                          help="all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, "
                                               "send_recv (repeat or comma-separate)."),
     algorithm: str = typer.Option("auto", "--algorithm", help="auto, ring, direct, halving_doubling, "
-                                                              "double_binary_tree, pipelined_ring, p2p."),
+                                                              "double_binary_tree, pat, pipelined_ring, p2p."),
     minbytes: str = typer.Option("1K", "--minbytes", "-b", help="Smallest size (K, M, G = 1024^n, as nccl-tests)."),
     maxbytes: str = typer.Option("1M", "--maxbytes", "-e", help="Largest size."),
     stepfactor: int = typer.Option(2, "--stepfactor", "-f", help="Multiply the size by this factor."),

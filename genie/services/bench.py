@@ -104,8 +104,18 @@ def check_request(request: BenchRequest) -> None:
         raise InputError("barrier has no size to sweep (it is replayed from traces)", path="collectives")
 
 
-def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
-    """The plain sweep: every collective x size on one group of `ranks` ranks."""
+def ranks_per_node(placements: Sequence[RankPlacement]) -> int:
+    """The most ranks any one host runs (NCCL's PAT needs 1: one rank per node)."""
+    per_host: dict[str, int] = {}
+    for p in placements:
+        per_host[p.host] = per_host.get(p.host, 0) + 1
+    return max(per_host.values(), default=1)
+
+
+def sweep_cases(request: BenchRequest, ranks: int, *, per_node: int | None = None,
+                link_rate_bps: int | None = None) -> list[GroupCase]:
+    """The plain sweep: every collective x size on one group of `ranks` ranks. ``per_node`` (ranks per host;
+    None: not known) and ``link_rate_bps`` (the hosts' link rate; None: not known) inform AUTO's choice."""
     check_counts(request.iterations, request.warmup)
     if ranks < 2:
         raise InputError(f"a collective needs at least 2 ranks, got {ranks} (busbw of 1 rank is 0)", path="ranks")
@@ -123,7 +133,8 @@ def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
             if algorithm is Algorithm.AUTO and collective is Collective.SEND_RECV:
                 algorithm = Algorithm.RING  # nccl-tests' sendrecv: the ring shift (p2p: --algorithm p2p)
             elif algorithm is Algorithm.AUTO:
-                algorithm = choose_algorithm(collective, size, ranks)
+                algorithm = choose_algorithm(collective, size, ranks, ranks_per_node=per_node,
+                                             net_GBps=link_rate_bps / 8e9 if link_rate_bps else None)
             root, peer = (0, ranks - 1) if collective is Collective.SEND_RECV else (request.root, None)
             op = CollectiveOp(collective=collective, size_bytes=size, group=group, algorithm=algorithm,
                               root=root, peer=peer, chunks=request.chunks, dtype_bytes=DEFAULT_DTYPE_BYTES)
@@ -152,9 +163,10 @@ def build_job(request: BenchRequest, ranks: int) -> BenchJob:
 
 def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
               progress: Callable[[int, int, CaseStats], None] | None = None, on_row: RowCallback | None = None,
-              **kwargs: Any) -> BenchOutcome:
+              link_rate_bps: int | None = None, **kwargs: Any) -> BenchOutcome:
     """The plain sweep of `request` on `placements` (keyword arguments as `run_cases`). `progress` and `on_row`
-    are called when a size is done (both its passes with `request.in_place`)."""
+    are called when a size is done (both its passes with `request.in_place`). AUTO chooses with the
+    placements' ranks per host and `link_rate_bps` (the testbed's link rate, if it has one)."""
     passes = 2 if request.in_place else 1
     done: list[CaseStats] = []
 
@@ -166,7 +178,9 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
             if on_row:
                 on_row(done[-passes], done[-1] if passes == 2 else None)
 
-    outcome = run_cases(sweep_cases(request, len(placements)), placements, verify=request.verify,
+    cases = sweep_cases(request, len(placements), per_node=ranks_per_node(placements),
+                        link_rate_bps=link_rate_bps)
+    outcome = run_cases(cases, placements, verify=request.verify,
                         timeout_s=request.timeout_s, record_steps=request.record_steps, spin_us=request.spin_us,
                         socket_buffer_bytes=request.socket_buffer_bytes, progress=on_case, **kwargs)
     if passes == 1:
@@ -228,6 +242,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
 
         with stage.watching(report_s=interval_s, on_interval=on_interval) as watch, progress() as bar:
             outcome = run_bench(request, stage.placements, on_pids=pids_known, on_row=row,
+                                link_rate_bps=(target.topology or {}).get("link_rate_bps"),
                                 progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)),
                                 sessions=stage.sessions, fault_hooks=watch.injector,
                                 fault_points=stage.fault_plan.fault_points(), dilation=stage.dilation)

@@ -76,15 +76,19 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                fault_points: tuple[int, ...] = (),
                stragglers: dict[int, tuple[Straggler, ...]] | None = None,
                on_iteration: Callable[[ReplayOutcome], None] | None = None,
-               dilation: TimeDilation = NO_DILATION) -> ReplayOutcome:
-    """Replay `trace` on `placements`. `fault_hooks` (genie.faults) inject faults live, before the timed
+               dilation: TimeDilation = NO_DILATION, auto_by_placement: bool = False,
+               link_rate_bps: int | None = None) -> ReplayOutcome:
+    """Replay `trace` on `placements`. With `auto_by_placement`, AUTO chooses with the placements' hosts (PAT
+    needs one rank per host, as NCCL's) and `link_rate_bps` (the testbed's host link rate); else as a bench
+    sweep that does not know the hosts would (`genie experiment` keeps its sweep and replay alike). `fault_hooks` (genie.faults) inject faults live, before the timed
     iterations `fault_points`; `stragglers` per rank stretch that rank's compute (see `genie.engine.rank`);
     `on_iteration` gets the outcome so far after each timed iteration (so that a run that fails or is
     interrupted later keeps the iterations it finished). Under `dilation` the ranks run compute N times longer
     and their records come back in emulated time (`genie.services.dilation`)."""
     check_request(request)
     placements = check_fits(trace, placements, source=source)
-    programs = build_programs(trace, source=source)
+    programs = build_programs(trace, source=source, link_rate_bps=link_rate_bps,
+                              hosts={p.rank: p.host for p in placements} if auto_by_placement else None)
     by_rank = {p.rank: p for p in programs}
     common = dict(iterations=request.iterations, warmup=request.warmup,
                   timeout_s=real_timeout_s(request.timeout_s, dilation), spin_ns=request.spin_us * 1000)
@@ -162,7 +166,8 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
                                  progress=bar, sessions=stage.sessions, fault_hooks=watch.injector,
                                  fault_points=stage.fault_plan.fault_points(),
                                  stragglers=faults_service.stragglers_by_rank(stage.fault_plan), on_iteration=keep,
-                                 dilation=stage.dilation)
+                                 dilation=stage.dilation, auto_by_placement=True,
+                                 link_rate_bps=(stage.target.topology or {}).get("link_rate_bps"))
         traced = PathRecorder(stage.target.info)  # while the testbed is up
         traced.replay("replay", outcome.flows)
         traced.write(stage.run)
