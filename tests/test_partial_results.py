@@ -44,9 +44,9 @@ def _iterations(run_dir: Path, name: str) -> set[int]:
 
 
 def test_a_replay_that_fails_keeps_its_finished_iterations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from genie.services import replay
+    from genie.engine import session  # the replay service imports it when a replay runs
 
-    monkeypatch.setattr(replay, "local_sessions", _failing_after(2))
+    monkeypatch.setattr(session, "local_sessions", _failing_after(2))
     out = tmp_path / "run"
     outcome = run_cli(["replay", str(ROOT / "traces" / "tp2_dp2_step.yaml"), "--loopback", "-n", "5",
                        "--out", str(out)])

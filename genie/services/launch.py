@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, NamedTuple
 
 from genie.core.errors import InputError
 from genie.core.launch import DataPath, LauncherKind
 from genie.core.placement import RankPlacement
-from genie.engine.session import SessionFactory
+
+if TYPE_CHECKING:  # a type only: the engine loads when a run starts
+    from genie.engine.session import SessionFactory
 
 
 class LaunchChoice(NamedTuple):

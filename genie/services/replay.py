@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Optional
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional
 
 from genie.core.dilation import NO_DILATION, DilationMode, TimeDilation
 from genie.core.errors import InputError
@@ -14,13 +14,13 @@ from genie.core.trace import Trace
 from genie.core.placement import RankPlacement
 from genie.core.protocol import CaseResult, ReplayJob, Straggler
 from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
-from genie.engine.launch import Launcher
-from genie.engine.program import build_programs
-from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.services.dilation import (emulated_results, real_program, real_stragglers, real_timeout_s,
                                      smallest_message_bytes)
-from genie.measure.metrics import rank_memory_summary
 from genie.services.options import RunOptions, check_counts, check_timeout
+
+if TYPE_CHECKING:  # the engine and numpy load when a replay runs, not for a refusal (issue #35 item 7)
+    from genie.engine.launch import Launcher
+    from genie.engine.session import FaultHooks, SessionFactory
 
 ReplayProgress = Callable[[], ContextManager[Callable[[int, int], None]]]
 
@@ -85,6 +85,9 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
     `on_iteration` gets the outcome so far after each timed iteration (so that a run that fails or is
     interrupted later keeps the iterations it finished). Under `dilation` the ranks run compute N times longer
     and their records come back in emulated time (`genie.services.dilation`)."""
+    from genie.engine.program import build_programs
+    from genie.engine.session import SessionOptions, local_sessions
+
     check_request(request)
     placements = check_fits(trace, placements, source=source)
     programs = build_programs(trace, source=source, link_rate_bps=link_rate_bps,
@@ -130,15 +133,18 @@ def load_checked_trace(path: Path, npus: int | None) -> tuple[Trace, tuple[str, 
 def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayResult:
     """Load and check the trace, validate the target, launch and faults (InputError: nothing started), then
     replay it in a run directory. `progress()` is entered around the replay and yields a callback(done, total)."""
+    opts, request, trace = cmd.options, cmd.request, cmd.trace
+    check_request(request)
+    loaded, warnings = load_checked_trace(trace, cmd.npus)  # a bad trace is refused before the engine loads
+
+    from genie.engine.program import build_programs
     from genie.faults import service as faults_service
+    from genie.measure.metrics import rank_memory_summary
     from genie.report.manifest import input_digest
     from genie.report.replay import replay_files
     from genie.services.connection_paths import PathRecorder
     from genie.services.stage import staged
 
-    opts, request, trace = cmd.options, cmd.request, cmd.trace
-    check_request(request)
-    loaded, warnings = load_checked_trace(trace, cmd.npus)
     ranks = loaded.num_ranks
     programs = functools.cache(lambda: build_programs(loaded, source=str(trace)))
 

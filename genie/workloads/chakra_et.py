@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -34,6 +33,7 @@ from google.protobuf.message import DecodeError
 
 from genie.core.errors import InputError
 from genie.core.files import InputKind, gunzip_input, read_input, write_atomic
+from genie.workloads.et_files import rank_files
 from genie.core.jsondoc import decode_json
 from genie.core.trace import (Attribute, AttrType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace, TraceMetadata,
                               TraceNode)
@@ -291,17 +291,6 @@ def _framed(pb: Any) -> bytes:
 
 
 # ---- a set of ranks ------------------------------------------------------------------------------------
-def rank_files(prefix_path: str | Path) -> dict[int, Path]:
-    """``{rank: path}`` of the files ``<prefix>.<rank>.et`` (also ``.et.gz``) that exist."""
-    prefix = Path(prefix_path)
-    pattern = re.compile(re.escape(prefix.name) + r"\.(\d+)\.et(\.gz)?$")
-    found: dict[int, Path] = {}
-    if prefix.parent.is_dir():
-        for path in sorted(prefix.parent.iterdir()):
-            match = pattern.match(path.name)
-            if match and path.is_file():
-                found.setdefault(int(match.group(1)), path)
-    return found
 
 
 def read_comm_groups(data: bytes | str, *, source: str) -> tuple[ProcessGroup, ...]:

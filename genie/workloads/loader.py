@@ -19,7 +19,6 @@ from pathlib import Path
 from genie.core.errors import InputError, shown
 from genie.core.files import InputKind, read_input, write_atomic
 from genie.core.trace import RankTrace, Trace
-from genie.workloads import astra_text, chakra_et, native, param_comms, pytorch_files
 
 
 class TraceFormat(Enum):
@@ -45,6 +44,8 @@ def _et_prefixes(directory: Path) -> list[Path]:
 
 
 def _sniff_file(path: Path, head: bytes) -> TraceFormat:
+    from genie.workloads import astra_text, pytorch_files  # each format's reader, when needed
+
     if pytorch_files.sniff_execution_trace(head):
         return TraceFormat.PYTORCH_ET
     if _ET_FILE.match(path.name) or head[:2] == b"\x1f\x8b":
@@ -65,12 +66,17 @@ _JSON_NAMES = (".json", ".json.gz")
 
 
 def _head_is_pytorch(path: Path) -> bool:
+    from genie.workloads import pytorch_files  # each format's reader, when needed
+
     with path.open("rb") as f:
         return pytorch_files.sniff_execution_trace(f.read(4096))
 
 
 def detect_format(path_or_prefix: str | Path) -> tuple[TraceFormat, Path]:
     """The format and the path to load it from (an ET prefix, a PARAM directory, or the file)."""
+    from genie.workloads import param_comms  # each format's reader, when needed
+    from genie.workloads.et_files import rank_files
+
     path = Path(path_or_prefix)
     if path.is_dir():
         for directory in (path, path / "workload"):
@@ -96,12 +102,14 @@ def detect_format(path_or_prefix: str | Path) -> tuple[TraceFormat, Path]:
         if fmt is TraceFormat.PYTORCH_ET:
             return fmt, path.parent
         return fmt, path
-    if chakra_et.rank_files(path):
+    if rank_files(path):
         return TraceFormat.CHAKRA_ET, path
     raise InputError("no such file, directory or ET prefix", source=str(path))
 
 
 def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus: int | None = None) -> Trace:
+    from genie.workloads import astra_text, chakra_et, native, param_comms, pytorch_files  # when needed
+
     fmt, path = detect_format(path_or_prefix)
     if fmt is TraceFormat.CHAKRA_ET:
         if path.is_file():  # a single ET file not named <prefix>.<rank>.et: one rank
@@ -125,6 +133,8 @@ def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus
 
 def save_trace(trace: Trace, out: str | Path, *, to: OutputFormat) -> list[Path]:
     """Write ``trace``; ``out`` is a prefix for ET (``out.<rank>.et``), a file path otherwise."""
+    from genie.workloads import chakra_et, native  # each format's reader, when needed
+
     out = Path(out)
     try:
         if to is OutputFormat.ET:
