@@ -61,7 +61,7 @@ class Ambiguity:
     node_id: int
     name: str
     candidates: tuple[str, ...]
-    surviving: int  # assignments that survived (MAX_SOLUTIONS + 1: more than could be counted)
+    surviving: int  # assignments that survived (-1: more than the search could count)
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ def infer_groups(ops: tuple[tuple[GroupOp, ...], ...] | list, members: dict[str,
             chosen = complete[scored[0][1]]
     if chosen is None:
         return Inference({}, ambiguity=_first_disagreement(ops, complete, len(found) if None not in found
-                                                           else MAX_SOLUTIONS + 1))
+                                                           else -1))
     return Inference({(r, ops[r][i].node_id): g for (r, i), g in chosen.items()})
 
 
