@@ -225,7 +225,8 @@ class _Search:
 
 
 def _spread_us(ops: tuple[tuple[GroupOp, ...], ...], members: dict, assignment: dict) -> float | None:
-    """Sum over collective instances of (latest end - earliest end) of their members; None without times."""
+    """Sum over collective instances of (latest end - earliest end) of their members with times; None when no
+    instance has two."""
     instances: dict[tuple[str, int], list[float]] = {}
     seen: dict[tuple[int, str], int] = {}
     for rank, seq in enumerate(ops):
@@ -235,10 +236,10 @@ def _spread_us(ops: tuple[tuple[GroupOp, ...], ...], members: dict, assignment: 
                 continue
             k = seen.get((rank, group), 0)
             seen[(rank, group)] = k + 1
-            if op.end_us is None:
-                return None
-            instances.setdefault((group, k), []).append(op.end_us)
-    return sum(max(v) - min(v) for v in instances.values())
+            if op.end_us is not None:
+                instances.setdefault((group, k), []).append(op.end_us)
+    timed = [v for v in instances.values() if len(v) > 1]
+    return sum(max(v) - min(v) for v in timed) if timed else None
 
 
 def infer_groups(ops: tuple[tuple[GroupOp, ...], ...] | list, members: dict[str, tuple[int, ...]]) -> Inference:

@@ -89,8 +89,8 @@ def resolve_groups(per_rank: dict[int, tuple[TimedOp, ...]], groups: tuple[Proce
         names = ", ".join(repr(n) for n in a.candidates)
         raise InputError(f"node {a.node_id} ({a.name}): cannot tell its process group: the trace records it as "
                          f"an opaque object and {count} assignments of the job's ops to its groups fit every "
-                         f"rank (same order, type and size on every member, no deadlock, Kineto times); it "
-                         f"could be on groups {names}", source=sources.get(a.rank, f"rank {a.rank}"),
+                         f"rank (same order, type and size on every member, no deadlock, Kineto times if any); "
+                         f"it could be on groups {names}", source=sources.get(a.rank, f"rank {a.rank}"),
                          path=f"nodes[id={a.node_id}].inputs")
     if result.deadlock:
         rank, op = next((r, g) for r, seq in enumerate(seqs) for g in seq if g.peer is None and len(g.candidates) > 1)

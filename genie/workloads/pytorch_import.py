@@ -115,6 +115,10 @@ def _check_belongs(host: HostTrace, kineto: KinetoTrace, rank: int) -> dict[int,
     return by_rf
 
 
+# gloo runs reduce_scatter_tensor (``_reduce_scatter_base_``) as an all-reduce: its work is ``gloo:all_reduce``
+_WORK_ALIASES = {"reducescatter": ("allreduce",)}
+
+
 def _work_name(op: CommOp) -> str:
     return op.comm.value if isinstance(op.comm, P2P) else op.comm.name.lower()
 
@@ -136,8 +140,10 @@ def _match_work(ops: tuple[CommOp, ...], host_children: dict[int, list[HostNode]
                 break
         else:
             kind = _work_name(op).replace("_", "")
-            for ev in unclaimed:
-                if ev.start_us >= issued.start_us and ev.name.split(":", 1)[1].replace("_", "") == kind:
+            for name in (kind, *_WORK_ALIASES.get(kind, ())):
+                ev = next((ev for ev in unclaimed if ev.start_us >= issued.start_us
+                           and ev.name.split(":", 1)[1].replace("_", "") == name), None)
+                if ev is not None:
                     out[op.node.id] = ev
                     break
         if op.node.id in out and out[op.node.id] in unclaimed:
@@ -321,9 +327,10 @@ def _timed_ops(inp: RankInput) -> tuple[TimedOp, ...]:
     out = []
     for op in ops:
         issued = by_rf.get(op.node.rf_id) if op.node.rf_id is not None else None
-        work = works.get(op.node.id)
-        end = work.end_us if work is not None else issued.end_us if issued is not None else None
-        out.append(TimedOp(op, issued.start_us if issued is not None else None, end, not _is_async(op)))
+        work = works.get(op.node.id)  # without it the op's end is not the collective's
+        timed = issued is not None and work is not None
+        out.append(TimedOp(op, issued.start_us if timed else None, work.end_us if timed else None,
+                           not _is_async(op)))
     return tuple(out)
 
 
