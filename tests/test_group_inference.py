@@ -103,3 +103,23 @@ def test_mismatched_types_rule_a_group_out() -> None:
            [coll(1, AG, 8, "w")], [coll(1, AG, 8, "w")]]
     inf = infer_groups(ops, members)
     assert inf.groups == {(0, 1): "g", (1, 1): "g", (0, 2): "w", (1, 2): "w", (2, 1): "w", (3, 1): "w"}
+
+
+def test_ops_whose_work_ran_on_one_worker_thread_share_a_group() -> None:
+    # equal sizes everywhere (ambiguous by matching), but each rank's reduce-scatter ran on the thread of its
+    # all-gather and its all-reduce on another: the all-gather decides both
+    members = {"w": W, "s0": (0, 1), "s1": (2, 3), "r0": (0, 2), "r1": (1, 3)}
+    shard = {r: ("s0" if r < 2 else "s1") for r in range(4)}
+    rep = {r: ("r0" if r % 2 == 0 else "r1") for r in range(4)}
+
+    def op(node_id: int, kind: str, r: int, worker: str, *cands: str) -> GroupOp:
+        return GroupOp(node_id, kind, kind, cands, size_bytes=64, worker=worker)
+
+    ops = [[op(1, AG, r, "x", shard[r]), op(2, "reduce_scatter", r, "x", shard[r], rep[r], "w"),
+            op(3, AR, r, "y", shard[r], rep[r], "w"), op(4, AR, r, "y", rep[r])] for r in range(4)]
+    inf = infer_groups(ops, members)
+    assert inf.ambiguity is None
+    assert [inf.groups[(r, 2)] for r in range(4)] == [shard[r] for r in range(4)]
+    assert [inf.groups[(r, 3)] for r in range(4)] == [rep[r] for r in range(4)]
+    without = [[GroupOp(o.node_id, o.name, o.kind, o.candidates, size_bytes=64) for o in seq] for seq in ops]
+    assert infer_groups(without, members).ambiguity is not None

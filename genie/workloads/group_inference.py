@@ -10,7 +10,9 @@ gloo records an op's group as an opaque object, so an op of a rank on several gr
    completes once every member of its group has issued it; a synchronous recv waits for the matching send of
    its peer (same tag, FIFO); sends and asynchronous ops do not block their rank. So a world all-to-all of
    pipeline stage 0 cannot come before the send that stage 1's recv waits for.
-3. **Timestamps** (when the ops have them: Kineto's ``gloo:*`` work events): a collective cannot end on one
+3. **Workers**: each gloo process group runs its work on threads of its own, so two ops of a rank whose
+   ``gloo:*`` work ran on the same thread are on the same group.
+4. **Timestamps** (when the ops have them: Kineto's ``gloo:*`` work events): a collective cannot end on one
    member before it started on another (hard, with :data:`CLOCK_SLACK_US`); of the assignments still
    surviving, the one whose collectives end closest together (the sum over instances of the spread of their
    members' end times) is taken when it beats every other by at least :data:`TIE_BREAK_MARGIN_US`.
@@ -47,6 +49,7 @@ class GroupOp:
     tag: int = 0
     start_us: float | None = None
     end_us: float | None = None
+    worker: object = None  # the thread its work ran on (gloo's workers belong to one process group each)
 
     @property
     def is_p2p(self) -> bool:
@@ -121,12 +124,26 @@ class _Search:
                 rows.append(row)
             self.room.append(rows[::-1])
         self.states = 0
+        # same_worker[r][i]: the rank's previous op whose work ran on the same thread (on the same group)
+        self.same_worker: list[list[int | None]] = []
+        for seq in ops:
+            last: dict[object, int] = {}
+            row: list[int | None] = []
+            for i, op in enumerate(seq):
+                row.append(last.get(op.worker) if op.worker is not None and not op.is_p2p else None)
+                if op.worker is not None and not op.is_p2p:
+                    last[op.worker] = i
+            self.same_worker.append(row)
 
     def viable(self, state: _State, rank: int) -> list[str]:
         index = state.pos[rank]
         op = self.ops[rank][index]
         out = []
+        prev = self.same_worker[rank][index]
+        fixed = dict(state.choice).get((rank, prev)) if prev is not None else None
         for g in op.candidates:
+            if fixed is not None and g != fixed:
+                continue
             k = len(_issued(state, rank, g))
             ok = True
             for m in self.members[g]:

@@ -4,8 +4,8 @@ together imply (genie.workloads.group_inference).
 An op's group is the one a ``record_param_comms`` child or a ``genie::pg=`` range names, else one of its
 rank's groups narrowed by what the op says of its group's size (its *candidates*). gloo records the group
 as an opaque object, so a rank on several groups leaves a collective with several candidates: those are
-resolved across ranks (matching order, type and size on every member; deadlock freedom; Kineto's times of
-the op and its ``gloo:*`` work). A point-to-point op with several candidates is taken to be on the world,
+resolved across ranks (matching order, type and size on every member; deadlock freedom; the thread and the
+Kineto times of the op's ``gloo:*`` work). A point-to-point op with several candidates is taken to be on the world,
 ``dist.send``'s default.
 """
 
@@ -28,6 +28,7 @@ class TimedOp:
     start_us: float | None = None
     end_us: float | None = None
     blocking: bool = True
+    worker: object = None  # the thread its gloo: work ran on
 
 
 def candidates(op: CommOp, rank: int, groups: tuple[ProcessGroup, ...]) -> list[ProcessGroup]:
@@ -59,7 +60,8 @@ def _group_op(t: TimedOp, rank: int, groups: tuple[ProcessGroup, ...], world: st
                        is_send=op.comm is P2P.SEND, tag=op.tag, blocking=t.blocking)
     size = None if op.send_split_bytes is not None else op.size_bytes
     return GroupOp(op.node.id, op.node.name, op.comm, tuple(g.name for g in cands), size_bytes=size,
-                   root=op.root_group_rank, blocking=t.blocking, start_us=t.start_us, end_us=t.end_us)
+                   root=op.root_group_rank, blocking=t.blocking, start_us=t.start_us, end_us=t.end_us,
+                   worker=t.worker)
 
 
 def resolve_groups(per_rank: dict[int, tuple[TimedOp, ...]], groups: tuple[ProcessGroup, ...], world: str | None,
