@@ -68,17 +68,6 @@ def test_symmetric_job_without_times_is_refused_naming_op_and_candidates() -> No
     assert set(a.candidates) == {"w", "t0"} and a.surviving >= 2
 
 
-def test_timestamps_break_the_tie() -> None:
-    # ranks 0,1 finish their TP all-reduce at 100 us, ranks 2,3 at 900 us (skewed compute): a world
-    # all-reduce would have ended together on all four; the t-groups are the closest fit
-    members = {"w": W, "t0": (0, 1), "t1": (2, 3)}
-    times = {0: (10, 100), 1: (20, 101), 2: (800, 900), 3: (805, 902)}
-    ops = [[coll(5, AR, 32, "w", "t0" if r < 2 else "t1", t=times[r])] for r in range(4)]
-    inf = infer_groups(ops, members)
-    assert inf.ambiguity is None
-    assert [inf.groups[(r, 5)] for r in range(4)] == ["t0", "t0", "t1", "t1"]
-
-
 def test_a_collective_cannot_end_before_a_member_started_it() -> None:
     # world would need rank 0's op (ended at 100) to match rank 2's, which started at 800: impossible
     members = {"w": W, "t0": (0, 1), "t1": (2, 3)}
@@ -123,3 +112,22 @@ def test_ops_whose_work_ran_on_one_worker_thread_share_a_group() -> None:
     assert [inf.groups[(r, 3)] for r in range(4)] == [rep[r] for r in range(4)]
     without = [[GroupOp(o.node_id, o.name, o.kind, o.candidates, size_bytes=64) for o in seq] for seq in ops]
     assert infer_groups(without, members).ambiguity is not None
+
+
+def test_workers_follow_the_order_their_groups_were_made_in_and_number_two_per_group() -> None:
+    # EP pairs made after the world ("0" < "1"/"2"); every op the same size. Each rank's all-to-alls ran on
+    # threads 20 and 21; its last all-reduce on thread 10: a lower id, so a group made no later than the
+    # EP pair's -- the world or the EP pair, and the EP pair has its two threads already
+    members = {"0": W, "1": (0, 1), "2": (2, 3)}
+    creation = {"0": 0, "1": 1, "2": 2}
+    ep = {r: "1" if r < 2 else "2" for r in range(4)}
+
+    def op(node_id: int, kind: str, worker: int, *cands: str) -> GroupOp:
+        return GroupOp(node_id, kind, kind, cands, size_bytes=64, worker=worker)
+
+    ops = [[op(1, A2A, 20, ep[r]), op(2, A2A, 21, ep[r]), op(3, AR, 10, "0", ep[r])] for r in range(4)]
+    inf = infer_groups(ops, members, creation, workers_per_group=2)
+    assert [inf.groups[(r, 3)] for r in range(4)] == ["0"] * 4
+    assert infer_groups(ops, members, creation, workers_per_group=None).ambiguity is not None
+    later = [[op(1, A2A, 20, ep[r]), op(2, A2A, 21, ep[r]), op(3, AR, 30, "0", ep[r])] for r in range(4)]
+    assert infer_groups(later, members, creation, workers_per_group=2).deadlock  # neither fits thread 30

@@ -28,7 +28,7 @@ class TimedOp:
     start_us: float | None = None
     end_us: float | None = None
     blocking: bool = True
-    worker: object = None  # the thread its gloo: work ran on
+    worker: int | None = None  # the thread its gloo: work ran on
 
 
 def candidates(op: CommOp, rank: int, groups: tuple[ProcessGroup, ...]) -> list[ProcessGroup]:
@@ -64,6 +64,19 @@ def _group_op(t: TimedOp, rank: int, groups: tuple[ProcessGroup, ...], world: st
                    worker=t.worker)
 
 
+GLOO_WORKERS = 2  # ProcessGroupGloo's default: 2 threads per device, one device
+
+
+def _workers_per_group(seqs: list[list[GroupOp]]) -> int | None:
+    """gloo's default worker count, unless an op known to be on its group shows more (None: not known)."""
+    seen: dict[tuple[int, str], set] = {}
+    for rank, seq in enumerate(seqs):
+        for g in seq:
+            if g.peer is None and len(g.candidates) == 1 and g.worker is not None:
+                seen.setdefault((rank, g.candidates[0]), set()).add(g.worker)
+    return None if any(len(w) > GLOO_WORKERS for w in seen.values()) else GLOO_WORKERS
+
+
 def resolve_groups(per_rank: dict[int, tuple[TimedOp, ...]], groups: tuple[ProcessGroup, ...], world: str | None,
                    sources: dict[int, str]) -> dict[tuple[int, int], ProcessGroup]:
     """(rank, node id) -> group of every collective the trace leaves on several groups; empty when none is.
@@ -83,7 +96,9 @@ def resolve_groups(per_rank: dict[int, tuple[TimedOp, ...]], groups: tuple[Proce
     if not ambiguous:
         return {}
     members = {g.name: g.ranks for g in groups}
-    result = infer_groups(seqs, members)
+    # PyTorch names its groups by a counter (the default group "0", then each new_group in turn)
+    creation = {g.name: int(g.name) for g in groups} if all(g.name.isdigit() for g in groups) else None
+    result = infer_groups(seqs, members, creation, _workers_per_group(seqs))
     by_name = {g.name: g for g in groups}
     if result.ambiguity is not None:
         a = result.ambiguity

@@ -330,7 +330,8 @@ def _timed_ops(inp: RankInput) -> tuple[TimedOp, ...]:
         work = works.get(op.node.id)  # without it the op's end is not the collective's
         timed = issued is not None and work is not None
         out.append(TimedOp(op, issued.start_us if timed else None, work.end_us if timed else None,
-                           not _is_async(op), ("gloo", work.tid) if timed and work.name.startswith("gloo:") else None))
+                           not _is_async(op), work.tid if timed and work.name.startswith("gloo:") and isinstance(work.tid, int)
+                           else None))
     return tuple(out)
 
 
