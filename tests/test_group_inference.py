@@ -131,3 +131,18 @@ def test_workers_follow_the_order_their_groups_were_made_in_and_number_two_per_g
     assert infer_groups(ops, members, creation, workers_per_group=None).ambiguity is not None
     later = [[op(1, A2A, 20, ep[r]), op(2, A2A, 21, ep[r]), op(3, AR, 30, "0", ep[r])] for r in range(4)]
     assert infer_groups(later, members, creation, workers_per_group=2).deadlock  # neither fits thread 30
+
+
+def test_an_8_rank_tp_dp_job_of_2400_ops_resolves_from_sizes() -> None:
+    # TP pairs and DP quads, 150 layers each an all-reduce on both; each group's buffers differ from every
+    # other group's of the same kind, so the static pass alone settles every op
+    ranks = tuple(range(8))
+    tp = {r: f"t{r // 2}" for r in ranks}
+    dp = {r: f"d{r % 2}" for r in ranks}
+    members = {"w": ranks, **{tp[r]: tuple(x for x in ranks if x // 2 == r // 2) for r in ranks},
+               **{dp[r]: tuple(x for x in ranks if x % 2 == r % 2) for r in ranks}}
+    ops = [[coll(2 * i + k, AR, (100 + r // 2) if k == 0 else (1000 + r % 2), "w", tp[r], dp[r])
+            for i in range(150) for k in (0, 1)] for r in ranks]
+    inf = infer_groups(ops, members)
+    assert inf.ambiguity is None and len(inf.groups) == 2400
+    assert all(inf.groups[(r, 2 * i)] == tp[r] and inf.groups[(r, 2 * i + 1)] == dp[r] for r in ranks for i in (0, 149))

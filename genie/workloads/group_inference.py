@@ -21,7 +21,8 @@ No assignment is guessed: a softer use of the times (taking the assignment whose
 together) picked a wrong one in 2 of 9 traced 4-rank jobs on a loaded host, while rules 1-4 left exactly the
 right one in all 9.
 
-The search is depth-first over the ambiguous ops, each taken when the simulation reaches it (forced moves
+Candidates no assignment can use are dropped first (an op can be on a group only if every other member has
+a matching op that could be on it). The search is depth-first over the ambiguous ops, each taken when the simulation reaches it (forced moves
 first), pruned by matching, by each member's remaining ops and by the timestamps. Only when more than one
 assignment survives is the job refused, naming the first op they disagree on and its candidate groups.
 """
@@ -32,7 +33,7 @@ from dataclasses import dataclass, replace
 
 CLOCK_SLACK_US = 50.0  # the ranks share a host clock; Kineto rounds to 1 µs and its ranges bracket the work
 MAX_SOLUTIONS = 64
-MAX_STATES = 200_000
+MAX_STATES = 20_000
 
 
 @dataclass(frozen=True)
@@ -266,14 +267,44 @@ class _Search:
         return found
 
 
+def _narrowed(ops: tuple[tuple[GroupOp, ...], ...], members: dict[str, tuple[int, ...]]
+              ) -> tuple[tuple[GroupOp, ...], ...]:
+    """The candidates no assignment can use removed, to a fixpoint: an op can be on a group only if every other
+    member has some op that could be on it too and matches it (type, root; size where both say)."""
+    cands = [[set(op.candidates) for op in seq] for seq in ops]
+    changed = True
+    while changed:
+        changed = False
+        keys: dict[tuple[int, str], set] = {}
+        for r, seq in enumerate(ops):
+            for i, op in enumerate(seq):
+                if op.is_p2p:
+                    continue
+                for g in cands[r][i]:
+                    keys.setdefault((r, g), set()).update({(op.kind, op.root, op.size_bytes), (op.kind, op.root)})
+        for r, seq in enumerate(ops):
+            for i, op in enumerate(seq):
+                if op.is_p2p or len(cands[r][i]) < 2:
+                    continue
+                want = (op.kind, op.root, op.size_bytes) if op.size_bytes is not None else (op.kind, op.root)
+                keep = {g for g in cands[r][i] if all(m == r or want in keys.get((m, g), ()) or
+                                                      (op.kind, op.root, None) in keys.get((m, g), ())
+                                                      for m in members[g])}
+                if keep != cands[r][i]:
+                    cands[r][i], changed = keep, True
+    return tuple(tuple(op if op.is_p2p else replace(op, candidates=tuple(g for g in op.candidates if g in c))
+                       for op, c in zip(seq, row)) for seq, row in zip(ops, cands))
+
+
 def infer_groups(ops: tuple[tuple[GroupOp, ...], ...] | list, members: dict[str, tuple[int, ...]],
                  creation: dict[str, int] | None = None, workers_per_group: int | None = None) -> Inference:
     """Each collective's group: ``ops[r]`` is rank r's ops in issue order; ``members`` each group's global
     ranks; ``creation`` each group's place in the order the job made them and ``workers_per_group`` the
     threads each group's backend runs its work on (None: unknown). Returns the assignment as
     (rank, node_id) -> group, or why there is none."""
-    ops = tuple(tuple(seq) for seq in ops)
-    found = _Search(ops, members, creation, workers_per_group).solutions()
+    ops = _narrowed(tuple(tuple(seq) for seq in ops), members)
+    found = _Search(ops, members, creation, workers_per_group).solutions() if all(
+        op.candidates for seq in ops for op in seq) else []
     if not found:  # no schedule finishes under blocking semantics: the ops' own matching alone decides
         relaxed = tuple(tuple(replace(op, blocking=False) for op in seq) for seq in ops)
         found = _Search(relaxed, members, creation, workers_per_group).solutions()
