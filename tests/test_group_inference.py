@@ -146,3 +146,20 @@ def test_an_8_rank_tp_dp_job_of_2400_ops_resolves_from_sizes() -> None:
     inf = infer_groups(ops, members)
     assert inf.ambiguity is None and len(inf.groups) == 2400
     assert all(inf.groups[(r, 2 * i)] == tp[r] and inf.groups[(r, 2 * i + 1)] == dp[r] for r in ranks for i in (0, 149))
+
+
+def test_receives_posted_before_their_sends_fall_back_to_matching() -> None:
+    # both stages post a receive before their send (batch_isend_irecv, modelled here as blocking receives):
+    # no schedule finishes under blocking semantics, so matching alone decides -- the all-reduce of 48 B
+    # exists only on the pair
+    members = {"w": W, "e0": (0, 1), "e1": (2, 3)}
+
+    def recv(nid: int, peer: int) -> GroupOp:
+        return GroupOp(nid, "c10d::recv_", "recv", ("w",), peer=peer)
+
+    ops = [[recv(1, 2), p2p(2, True, 2), coll(3, AR, 48, "w", "e0")],
+           [recv(1, 3), p2p(2, True, 3), coll(3, AR, 48, "w", "e0")],
+           [recv(1, 0), p2p(2, True, 0), coll(3, AR, 64, "w", "e1")],
+           [recv(1, 1), p2p(2, True, 1), coll(3, AR, 64, "w", "e1")]]
+    inf = infer_groups(ops, members)
+    assert not inf.deadlock and [inf.groups[(r, 3)] for r in range(4)] == ["e0", "e0", "e1", "e1"]

@@ -22,9 +22,10 @@ together) picked a wrong one in 2 of 9 traced 4-rank jobs on a loaded host, whil
 right one in all 9.
 
 Candidates no assignment can use are dropped first (an op can be on a group only if every other member has
-a matching op that could be on it). The search is depth-first over the ambiguous ops, each taken when the simulation reaches it (forced moves
-first), pruned by matching, by each member's remaining ops and by the timestamps. Only when more than one
-assignment survives is the job refused, naming the first op they disagree on and its candidate groups.
+a matching op that could be on it). The search is then depth-first over the ambiguous ops, each taken when
+the simulation reaches it (forced moves first), pruned by matching, by each member's remaining ops, by the
+workers and by the timestamps. Only when more than one assignment survives is the job refused, naming the
+first op they disagree on and its candidate groups.
 """
 
 from __future__ import annotations

@@ -329,9 +329,9 @@ def _timed_ops(inp: RankInput) -> tuple[TimedOp, ...]:
         issued = by_rf.get(op.node.rf_id) if op.node.rf_id is not None else None
         work = works.get(op.node.id)  # without it the op's end is not the collective's
         timed = issued is not None and work is not None
+        gloo = timed and work.name.startswith("gloo:") and isinstance(work.tid, int)
         out.append(TimedOp(op, issued.start_us if timed else None, work.end_us if timed else None,
-                           not _is_async(op), work.tid if timed and work.name.startswith("gloo:") and isinstance(work.tid, int)
-                           else None))
+                           not _is_async(op), work.tid if gloo else None))
     return tuple(out)
 
 
