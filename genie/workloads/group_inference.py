@@ -74,7 +74,7 @@ class Ambiguity:
 
 @dataclass(frozen=True)
 class Inference:
-    groups: dict  # (rank, node_id) -> group name, for every collective
+    groups: dict[tuple[int, int], str]  # (rank, node_id) -> group name, for every collective
     ambiguity: Ambiguity | None = None  # set: refused (groups then empty)
     deadlock: bool = False  # no assignment lets the job finish
 
