@@ -16,6 +16,7 @@ from pathlib import Path
 from genie.core.collective import Collective
 from genie.core.errors import InputError
 from genie.core.files import InputKind, read_input, write_atomic
+from genie.core.jsondoc import decode_json
 
 from astra_adapter.calibrate import CalibratedDim, Calibration
 from astra_adapter.config import TopologyKind
@@ -80,10 +81,7 @@ def _field(doc: dict, key: str, kind, source: str, path: str):
 
 
 def parse_calibration(data: bytes | str, *, source: str = CALIBRATION_JSON) -> Calibration:
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise InputError(f"not JSON: {exc}", source=source) from None
+    doc = decode_json(data, source=source)
     if not isinstance(doc, dict) or doc.get("format") != "genie-calibration":
         raise InputError("not a genie calibration (expected format: genie-calibration)", source=source, path="format")
     dims_doc = doc.get("dims")

@@ -10,8 +10,9 @@ doubleBinaryTree) over the ranks that differ only in that dimension.
   on k-1..0. ``baseline``: a full all-reduce per dimension.
 - A phase's output size feeds the next: ring/direct all-gather multiplies by the dim size, reduce-scatter
   divides by it, all-reduce and all-to-all keep it.
-- A communicator group smaller than the world is one ring over its ranks in the given order
-  (``CommunicatorGroup::get_collective_plan``), on queue level 0, with ASTRA's "Local" ring dimension.
+- A communicator group smaller than the world is one phase over its ranks in the given order
+  (``CommunicatorGroup::get_collective_plan``), on queue level 0, with ASTRA's "Local" ring dimension: with
+  system.json's implementation when it lists one for the type (a one-dimensional network), else ring.
 - Each phase takes its queue from one of the level's allocators (:class:`QueuePick`,
   ``QueueLevelHandler``): a ``localBWAware`` all-reduce's reduce-scatter and all-reduce phases from the first
   half of the level's queues (clockwise), its all-gather phases from the second half (anticlockwise); every
@@ -185,14 +186,32 @@ def world_phases(system: SystemConfig, comm: CommKind, chunk_bytes: int, dims: t
     return tuple(phases)
 
 
+def group_impl(system: SystemConfig, comm: CommKind) -> CollectiveImpl:
+    """The implementation of a communicator group smaller than the world (``CommunicatorGroup::
+    get_collective_plan``): system.json's own when it lists one (a one-dimensional network), ring when it lists
+    several. ASTRA-sim casts the group's ring topology to a tree for ``doubleBinaryTree`` and crashes (SIGSEGV):
+    refused here."""
+    impls = impls_for(system, comm)
+    if not impls:
+        raise GenieError(f"system configuration has no {_IMPL_KEYS[comm]} (needed for {comm.value})")
+    if len(impls) > 1:
+        return CollectiveImpl(ImplKind.RING)
+    if impls[0].kind is ImplKind.DOUBLE_BINARY_TREE:
+        raise GenieError(f"{_IMPL_KEYS[comm]} doubleBinaryTree in a process group smaller than the world: "
+                         "ASTRA-sim crashes on it (segmentation fault); use ring, direct or halvingDoubling")
+    return impls[0]
+
+
 def group_phases(system: SystemConfig, comm: CommKind, chunk_bytes: int, npus: int) -> tuple[PhaseSpec, ...]:
-    """A communicator group's single ring phase (ASTRA-sim ignores the configured implementations here; a
-    ``localBWAware`` all-reduce still takes its queue as the turning point of the world's, FIRST)."""
+    """A communicator group's single phase over ASTRA's "Local" ring of its members, with :func:`group_impl`
+    (a ``localBWAware`` all-reduce still takes its queue as the turning point of the world's, FIRST)."""
     if npus <= 1:
         return ()
+    impl = group_impl(system, comm)
+    _check_impl(impl, comm, npus)
     pick = QueuePick.FIRST if comm is CommKind.ALL_REDUCE and \
         system.collective_optimization is not CollectiveOptimization.BASELINE else QueuePick.NEXT
-    return (PhaseSpec(comm, CollectiveImpl(ImplKind.RING), 0, None, npus, chunk_bytes, local=True, pick=pick),)
+    return (PhaseSpec(comm, impl, 0, None, npus, chunk_bytes, local=True, pick=pick),)
 
 
 def ring_log_lines(system: SystemConfig, npus_per_dim: tuple[int, ...]) -> tuple[str, ...]:

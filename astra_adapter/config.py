@@ -22,6 +22,7 @@ from typing import Any
 
 
 from genie.core.errors import InputError, shown
+from genie.core.jsondoc import decode_json
 from genie.input_yaml import parse_yaml
 from genie.core.files import InputKind, read_input
 
@@ -227,10 +228,7 @@ def _impl_list(doc: dict, key: str, source: str) -> tuple[CollectiveImpl, ...]:
 
 # ---- system.json ---------------------------------------------------------------------------------------
 def parse_system(data: bytes | str, *, source: str = "system.json") -> SystemConfig:
-    try:
-        doc = json.loads(_text(data))
-    except ValueError as exc:
-        raise InputError(f"not JSON: {exc}", source=source) from None
+    doc = decode_json(_text(data), source=source)
     if not isinstance(doc, dict):
         raise InputError("expected a JSON object", source=source)
     delay = _number(doc, "endpoint-delay", source, minimum=0, default=10)
@@ -317,10 +315,7 @@ def parse_network(data: bytes | str, *, source: str = "network.yml") -> NetworkC
 
 # ---- remote_memory.json --------------------------------------------------------------------------------
 def parse_remote_memory(data: bytes | str, *, source: str = "remote_memory.json") -> RemoteMemoryConfig:
-    try:
-        doc = json.loads(_text(data))
-    except ValueError as exc:
-        raise InputError(f"not JSON: {exc}", source=source) from None
+    doc = decode_json(_text(data), source=source)
     if not isinstance(doc, dict):
         raise InputError("expected a JSON object", source=source)
     if "memory-type" not in doc:

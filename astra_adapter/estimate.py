@@ -184,10 +184,6 @@ def estimate_files(workload_prefix: str | Path, system_path: str | Path, network
         system = replace(system, endpoint_delay_ns=delay)
     if queues_per_dim < 1:
         raise InputError("must be >= 1", path="queues_per_dim")
-    if queues_per_dim > 1 and backend is NetworkBackend.CONGESTION_AWARE:
-        raise InputError("more than one queue per dimension is modelled for the congestion_unaware backend only "
-                         "(validated against its binary; the aware backend's anticlockwise streams share links "
-                         "differently and were not checked)", path="queues_per_dim")
     remote = load_remote_memory(remote_memory_path) if remote_memory_path is not None else None
     trace = as_astra_reads(read_et_set(workload_prefix))  # duration_micros, as ASTRA-sim reads it
     if comm_group_path is not None:

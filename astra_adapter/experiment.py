@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from statistics import median
 from typing import Callable
@@ -19,11 +18,11 @@ from genie.core.collective import Collective
 from genie.core.errors import InputError
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
-from genie.core.topology import Topology
 from genie.core.trace import Trace
 
 from astra_adapter.calibrate import Calibration, calibrate
 from astra_adapter.experiment_spec import ExperimentSpec, SweepCase, generate_workload, pin_algorithms, plan_sweep
+from astra_adapter.experiment_types import AccuracyRow, PreparedExperiment, Statistic
 from astra_adapter.fabric.calibrate import lower_bounds_us
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.mapping import TopologyMapping, map_topology
@@ -32,43 +31,6 @@ from astra_adapter.workload_estimate import EstimateMode, TraceEstimate, estimat
 
 ACCURACY_COLUMNS = ("workload", "topology", "mode", "estimated_s", "measured_s", "error_pct")
 Progress = Callable[[str], None]
-
-
-class Statistic(Enum):
-    """How iterations become one number. TYPICAL (the reported accuracy): an op's trimmed mean
-    (``measurements.op_time_us``: ops add up along a trace) and the replay's median iteration. BEST: the fastest
-    iteration of each - roughly what an undisturbed machine gives, shown beside it to tell load from model."""
-
-    TYPICAL = "typical"
-    BEST = "best"
-
-
-@dataclass(frozen=True)
-class PreparedExperiment:
-    spec: ExperimentSpec
-    trace: Trace
-    topology: Topology
-    mapping: TopologyMapping | None  # None: ASTRA-sim's dimensions cannot express the topology (`unmapped` says why)
-    sweep: tuple[SweepCase, ...]
-    # the fabric model estimates it too: the topology is not an ASTRA-sim dimension stack, or the workload's
-    # disjoint process groups share links there (fabric.estimate.groups_share_links), which ASTRA-sim's
-    # congestion-unaware model cannot express, or a rank sends beside its collectives, which ASTRA-sim
-    # serialises (fabric.estimate.sends_beside_collectives)
-    fabric: bool = False
-    unmapped: str = ""  # why there is no mapping (map_topology's refusal): no ASTRA-sim calibrated row
-
-
-@dataclass(frozen=True)
-class AccuracyRow:
-    workload: str
-    topology: str
-    mode: str
-    estimated_s: float
-    measured_s: float
-
-    @property
-    def error_pct(self) -> float:
-        return (self.estimated_s - self.measured_s) / self.measured_s * 100 if self.measured_s else float("nan")
 
 
 @dataclass(frozen=True)
@@ -92,7 +54,8 @@ class ExperimentResult:
 
 
 # ---- preparing (pure but for reading files) -------------------------------------------------------------
-def load_workload(spec: ExperimentSpec) -> Trace:
+def load_workload(spec: ExperimentSpec) -> tuple[Trace, tuple[str, ...]]:
+    """The experiment's workload, checked, and its warnings (analysis.check)."""
     from genie.workloads.analysis import check
     from genie.workloads.loader import load_trace
 
@@ -104,8 +67,7 @@ def load_workload(spec: ExperimentSpec) -> Trace:
     else:
         trace = generate_workload(spec.workload.generate, source=spec.source)
     trace = pin_algorithms(trace, spec.algorithms)
-    check(trace, source=str(spec.workload.trace_path or spec.source))
-    return trace
+    return trace, check(trace, source=str(spec.workload.trace_path or spec.source))
 
 
 def prepare(spec: ExperimentSpec) -> PreparedExperiment:
@@ -123,7 +85,7 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
         mapping = map_topology(topology, source=str(spec.topology_path))
     except InputError as exc:
         unmapped = exc.detail
-    trace = load_workload(spec)
+    trace, warnings = load_workload(spec)
     if trace.num_ranks != topology.world_size:
         raise InputError(f"the workload has {trace.num_ranks} ranks but topology {topology.name} runs "
                          f"{topology.world_size}; they must be equal (the modelled network is the whole testbed)",
@@ -139,7 +101,7 @@ def prepare(spec: ExperimentSpec) -> PreparedExperiment:
         from astra_adapter.fabric.experiment import cover_link_classes
 
         sweep = cover_link_classes(sweep, topology, spec.grid_bytes)
-    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric, unmapped)
+    return PreparedExperiment(spec, trace, topology, mapping, sweep, fabric, unmapped, warnings)
 
 
 def sweep_ops(case: SweepCase, size_bytes: int) -> tuple[CollectiveOp, ...]:
@@ -213,10 +175,17 @@ def evaluate(prepared: PreparedExperiment, measurements: tuple[Measurement, ...]
 
 
 def accuracy_csv(rows: tuple[AccuracyRow, ...] | list[AccuracyRow]) -> str:
-    lines = [",".join(ACCURACY_COLUMNS)]
+    """accuracy.csv; a field with a comma (a generated workload: ``generated:model=gpt3,tp=2``) is quoted."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(ACCURACY_COLUMNS)
     for r in rows:
-        lines.append(f"{r.workload},{r.topology},{r.mode},{r.estimated_s:.6f},{r.measured_s:.6f},{r.error_pct:.3f}")
-    return "\n".join(lines) + "\n"
+        writer.writerow((r.workload, r.topology, r.mode, f"{r.estimated_s:.6f}", f"{r.measured_s:.6f}",
+                         f"{r.error_pct:.3f}"))
+    return out.getvalue()
 
 
 def _astra_lines(result: ExperimentResult) -> tuple[str, str]:

@@ -27,7 +27,9 @@ messages share it - ASTRA-sim's congestion-unaware network would send them in pa
 of one serializes them) and ``direct`` inside a host; halving_doubling and recursive_doubling ->
 ``halvingDoubling`` (power-of-two dimensions; recursive doubling sends the whole buffer log2(n) times, which
 ASTRA-sim cannot express); double_binary_tree -> ``doubleBinaryTree`` (all-reduce only). A process group
-smaller than the world is always a ring in ASTRA-sim, whatever system.json says.
+smaller than the world runs system.json's implementation when it lists one (a one-dimensional network) and a
+ring when it lists several (``CommunicatorGroup::get_collective_plan``); ``doubleBinaryTree`` in such a group
+crashes the binary (SIGSEGV), so the export refuses it.
 """
 
 from __future__ import annotations
@@ -311,6 +313,35 @@ def _check_exportable(trace: Trace, mapping: TopologyMapping, network: NetworkCo
                                  f"supported by ASTRA-sim")
 
 
+def _small_groups(trace: Trace) -> frozenset[str]:
+    return frozenset(g.name for g in trace.groups if len(set(g.ranks)) < trace.num_ranks)
+
+
+def _check_group_impls(trace: Trace, system: SystemConfig) -> None:
+    """ASTRA-sim runs a one-dimensional network's implementation in a group smaller than the world, and casts
+    the group's ring to a tree for ``doubleBinaryTree``: the binary crashes (SIGSEGV, no output). Refused."""
+    if len(system.all_reduce_impl) != 1 or system.all_reduce_impl[0].kind is not ImplKind.DOUBLE_BINARY_TREE:
+        return
+    small = _small_groups(trace)
+    for rank in trace.ranks:
+        for node in rank.nodes:
+            if node.kind is NodeKind.COLLECTIVE and node.comm_type is CommType.ALL_REDUCE and \
+                    node.process_group in small:
+                raise InputError(f"all-reduce algorithm double_binary_tree (system.json all-reduce-implementation "
+                                 f"doubleBinaryTree) on a one-dimensional topology with process group "
+                                 f"{node.process_group!r} (rank {rank.rank} node {node.id}): ASTRA-sim crashes "
+                                 "(segmentation fault) running it in a group smaller than the world; choose ring, "
+                                 "direct or halving_doubling for all_reduce", path="all_reduce")
+
+
+def _group_note(system: SystemConfig) -> str:
+    if len(system.all_reduce_impl) > 1:
+        return ("process groups smaller than the world run as one ring in ASTRA-sim on a multi-dimensional "
+                "network, whatever system.json says")
+    return ("process groups smaller than the world run system.json's implementation over their members in "
+            "ASTRA-sim (one-dimensional network)")
+
+
 @dataclass(frozen=True)
 class Simulator:
     """What ``cmd.sh`` runs when ``$ASTRA_SIM`` is unset: genie's drop-in, by absolute paths (no PATH needed)."""
@@ -342,6 +373,7 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
     network = network or mapping.network()
     _check_exportable(trace, mapping, network)
     system, notes = system_config(mapping, params, trace)
+    _check_group_impls(trace, system)
     trace, dropped = _astra_runnable(trace)
     notes += dropped
     renamed, renaming = renumber_groups(trace)
@@ -364,8 +396,7 @@ def export_astra(trace: Trace, mapping: TopologyMapping, out_dir: str | Path, *,
     parse_remote_memory(texts["remote_memory.json"], source="remote_memory.json")
     all_notes = (*mapping.notes, *notes, *_rounding_notes(trace))
     if any(len(g.ranks) < trace.num_ranks for g in trace.groups):
-        all_notes += ("process groups smaller than the world run as one ring in ASTRA-sim, whatever system.json "
-                      "says",)
+        all_notes += (_group_note(system),)
     mapping_doc = {"topology": mapping.topology_name, "shape": mapping.shape.value,
                    "ranks_per_host": mapping.ranks_per_host,
                    "dimensions": [{"role": d.role.value, "topology": d.topology.value, "npus_count": d.npus_count,

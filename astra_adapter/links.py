@@ -8,7 +8,8 @@ Only one-dimensional topologies exist in that backend (any other is refused, as 
 - ``Switch``: one link up from every NPU to the switch (device ``npus_count``) and one down, so a chunk
   crosses two links and is stored and forwarded at the switch.
 
-A link is busy while it serialises a chunk (``size / bandwidth``, truncated to whole ns); the chunk arrives at
+A link is busy while it serialises a chunk (``size / bandwidth``, truncated to whole ns; 0 for a 0-byte chunk);
+the chunk arrives at
 the link's far end ``latency + size / bandwidth`` after its transmission started (the sum truncated). A chunk
 meeting a busy link waits in that link's FIFO queue; when the link frees, the first waiting chunk starts.
 Events go through the caller's ``schedule(tick, callback, argument)`` so that they interleave, FIFO per tick,
@@ -100,9 +101,9 @@ class LinkNetwork:
         return delays
 
     def send(self, t: int, src: int, dst: int, size_bytes: int, on_arrival: Callable, argument) -> None:
-        """Inject a chunk at ``t``; ``on_arrival(tick, argument)`` runs when it reaches ``dst``."""
-        if size_bytes <= 0:
-            raise GenieError(f"a {size_bytes}-byte message from NPU {src} to NPU {dst} (ASTRA-sim asserts > 0)")
+        """Inject a chunk at ``t``; ``on_arrival(tick, argument)`` runs when it reaches ``dst``. A 0-byte chunk
+        (a collective smaller than its splits times its members) is sent like any other - no serialisation, the
+        link's latency: ASTRA-sim's ``assert(chunk_size > 0)`` is compiled out of its Release build."""
         chunk = _Chunk(size_bytes, self._links(src, dst), on_arrival, argument)
         self._enter(t, chunk)
 

@@ -148,6 +148,7 @@ class CollectiveScheduler:
         self.rendezvous: dict[tuple, _Rendezvous] = {}
         self.twin_starts: dict[tuple, int] = {}  # (representative, node, chunk, phase) -> tick it started
         self.twin_waits: dict[tuple, list[_TwinWait]] = {}
+        self.twin_sizes: dict[tuple, int] = {}  # (representative, node, chunk, phase) -> its phase's bytes
         self.log: list[tuple[int, str]] = []
         self._dims: dict[CommKind, tuple] = {}
         self._phases: dict[tuple, tuple[PhaseSpec, ...]] = {}
@@ -300,6 +301,7 @@ class CollectiveScheduler:
         if len(rv.order) < len(members):
             return
         del self.rendezvous[key]
+        _check_sizes(stream, p, members, [st.phases[p].data_size_bytes for st in rv.streams])
         ends, order = self.timer.end_times(spec, members, tuple(rv.starts), tuple(rv.order), network_dim,
                                            stream.trees[p])
         for j in order:
@@ -310,6 +312,7 @@ class CollectiveScheduler:
         twins, coll = self.twins, stream.coll
         own = (rank, coll.node, stream.chunk, p)
         self.twin_starts[own] = t
+        self.twin_sizes[own] = stream.phases[p].data_size_bytes
         group, ordinal = coll.key
         keys = []
         for m in members:
@@ -331,6 +334,7 @@ class CollectiveScheduler:
     def _twin_phase_timed(self, wait: _TwinWait) -> None:
         stream, p = wait.stream, wait.phase
         starts = tuple(self.twin_starts[key] for key in wait.keys)
+        _check_sizes(stream, p, wait.members, [self.twin_sizes[key] for key in wait.keys])
         order = tuple(sorted(range(len(starts)), key=lambda j: (starts[j], j)))
         ends, _ = self.timer.end_times(stream.phases[p], wait.members, starts, order, wait.network_dim,
                                        stream.trees[p])
@@ -349,6 +353,19 @@ class CollectiveScheduler:
         missing = [m for m, st in zip(rv.members, rv.starts) if st is None]
         return (f"collective #{ordinal} of group {group or 'world'} (chunk {chunk}, phase {phase}) waits for "
                 f"ranks {missing[:8]}")
+
+
+def _check_sizes(stream: Stream, phase: int, members: tuple[int, ...], sizes: list[int]) -> None:
+    """Members of a phase that disagree on its size send messages their peers never match (ASTRA-sim's
+    network matches a receive on source, tag and size): the binary stops with "has unreleased nodes" and
+    prints no result, so genie refuses to give a time."""
+    if min(sizes) == max(sizes):
+        return
+    group, ordinal = stream.coll.key
+    shown = ", ".join(f"rank {m}: {b} B" for m, b in list(zip(members, sizes))[:8])
+    raise GenieError(f"workload never finishes: {stream.coll.comm.value} #{ordinal} of group {group or 'world'} "
+                     f"(chunk {stream.chunk}, phase {phase}): its members disagree on the size ({shown}); their "
+                     "messages never match (ASTRA-sim would hang: 'has unreleased nodes', no result)")
 
 
 def _insert_stream(queue: list[Stream], stream: Stream) -> None:

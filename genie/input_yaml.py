@@ -98,6 +98,8 @@ def parse_yaml(text: str, source: str) -> object:
         raise InputError(f"invalid YAML: {problem}{context}", source=source, path=where) from None
     except yaml.YAMLError as error:
         raise InputError(f"invalid YAML: {' '.join(str(error).split())}", source=source) from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise InputError("invalid YAML: nested too deeply (more levels than genie decodes)", source=source) from None
 
 
 def describe(value: object) -> str:

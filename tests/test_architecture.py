@@ -60,7 +60,7 @@ def _violations(rule) -> list[str]:
 def test_the_rules_see_the_code() -> None:
     """The checks below look at real imports (a scan that found nothing would pass every rule)."""
     assert len(IMPORTS) > 150
-    assert any(_within(n, "genie.engine") for n in IMPORTS[ROOT / "genie" / "services" / "bench.py"])
+    assert any(_within(n, "genie.engine") for n in IMPORTS[ROOT / "genie" / "services" / "cases.py"])
     assert "pyroute2" in IMPORTS[ROOT / "genie" / "testbed" / "netlink" / "backend.py"]
 
 
@@ -123,3 +123,104 @@ def test_a_probe_imports_only_what_it_uses() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
                          timeout=60).stdout.splitlines()
     assert out == ["['genie.testbed']", "genie.testbed.service genie.testbed.backend genie.testbed.steps"]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in _modules()}
+
+
+def _module_of(name: str) -> str | None:
+    """The genie/astra_adapter module an imported name lives in (`a.b.c` -> the longest existing prefix)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the modules it imports (at the top or inside functions); `from pkg import mod` counts as an
+    import of `pkg.mod`."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                targets += [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                            for alias in node.names]
+        graph[name] = {m for m in map(_module_of, targets) if m is not None and m != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            child = next(edges, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    """A circle through three modules is found (with its members), a one-way chain is not."""
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert sorted(import_circles({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c", "a"}})) == [["a", "b"], ["c", "d"]]
+
+
+def test_the_import_graph_sees_lazy_and_module_imports() -> None:
+    graph = _import_graph()
+    assert "genie.services.cases" in graph["genie.services.host_probe"]  # imported inside a function
+    assert "genie.services.cases" in graph["genie.services.bench"]
+
+
+def test_no_import_circles() -> None:
+    """Imports go one way: no module reaches itself through others (imports inside functions count: a lazy
+    import saves start-up time, not a layering). Break a circle by moving the shared type or rule down, or by
+    passing the result in."""
+    graph = _import_graph()
+    circles = import_circles(graph)
+    assert circles == [], "import circles: " + "; ".join(
+        " <-> ".join(c) + " (" + ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) + ")" for c in circles)

@@ -99,3 +99,70 @@ def test_runner_failures(tmp_path: Path) -> None:
         run_astra_binary(quiet, "w", system, net, mem)
     with pytest.raises(InputError, match="network configuration not found"):
         run_astra_binary(quiet, "w", system, tmp_path / "missing.yml", mem)
+
+
+def _two_npus(tmp_path: Path) -> tuple[Path, Path, Path]:
+    system, net, mem = _configs(tmp_path)
+    net.write_text("topology: [ Switch ]\nnpus_count: [ 2 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n")
+    return system, net, mem
+
+
+_RANK = ("print('[t] [workload] [info] sys[{r}] finished, {c} cycles, exposed communication {c} cycles.')\n"
+         "print('[t] [statistics] [info] sys[{r}], Wall time: {c}')\n")
+
+
+def test_runner_keeps_results_of_a_binary_that_aborts_at_exit(tmp_path: Path) -> None:
+    # ASTRA-sim 518bd51 with a comm-group file: every rank's results, then SIGABRT (double free at exit)
+    exe = _fake_binary(tmp_path, _RANK.format(r=1, c=70) + _RANK.format(r=0, c=50)
+                       + "sys.stdout.flush()\nimport os\nos.abort()\n")
+    system, net, mem = _two_npus(tmp_path)
+    done = run_astra_binary(exe, "w", system, net, mem, comm_group=tmp_path / "groups.json")
+    assert done.returncode == -6 and done.result.max_finish_cycles == 70 and len(done.result.ranks) == 2
+    assert len(done.warnings) == 1 and "SIGABRT after every rank finished" in done.warnings[0]
+
+
+def test_runner_fails_when_a_crash_lost_a_ranks_line(tmp_path: Path) -> None:
+    exe = _fake_binary(tmp_path, _RANK.format(r=1, c=70) + "sys.stdout.flush()\nimport os\nos.abort()\n")
+    system, net, mem = _two_npus(tmp_path)
+    with pytest.raises(GenieError, match=r"no 'finished' line for 1 of 2 ranks \(0\), exited with signal SIGABRT"):
+        run_astra_binary(exe, "w", system, net, mem)
+    quiet = _fake_binary(tmp_path, _RANK.format(r=0, c=50))  # exit 0, a rank missing: still not a result
+    with pytest.raises(GenieError, match=r"no 'finished' line for 1 of 2 ranks \(1\): "):
+        run_astra_binary(quiet, "w", system, net, mem)
+
+
+def test_astra_run_prints_the_results_and_warns_about_the_crash(tmp_path: Path) -> None:
+    exe = _fake_binary(tmp_path, _RANK.format(r=0, c=50) + _RANK.format(r=1, c=70)
+                       + "sys.stdout.flush()\nimport os\nos.abort()\n")
+    system, net, mem = _two_npus(tmp_path)
+    done = run_genie("astra", "run", "--binary", exe, "--workload-configuration=w", "--system-configuration",
+                     system, "--network-configuration", net, "--remote-memory-configuration", mem,
+                     "--out", tmp_path / "out", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "sys[1] finished, 70 cycles" in done.stdout
+    assert "warning: ASTRA-sim exited with signal SIGABRT" in done.stderr
+    assert (tmp_path / "out" / "estimate.csv").read_text().count("\n") == 3
+
+
+CRASH = ROOT / "tests" / "data" / "astra-crash-at-exit"
+
+
+@pytest.mark.parametrize(("backend", "signal_name", "cycles"), [("congestion_unaware", "SIGSEGV", 2650770294),
+                                                                 ("congestion_aware", "SIGABRT", 5286024054)])
+def test_runner_on_the_real_binarys_crash_at_exit(tmp_path: Path, backend: str, signal_name: str, cycles: int) -> None:
+    """What the real binaries printed on TP2xDP4 exported with halvingDoubling (process groups), before they
+    crashed at exit: the unaware one with SIGSEGV, the aware one with SIGABRT (``malloc_consolidate()``)."""
+    stdout = (CRASH / f"stdout_{backend}.txt").read_text()
+    (tmp_path / "stdout.txt").write_text(stdout)
+    exe = _fake_binary(tmp_path, f"sys.stdout.write(open({str(tmp_path / 'stdout.txt')!r}).read())\n"
+                                 "sys.stdout.flush()\nimport os, signal\n"
+                                 f"os.kill(os.getpid(), signal.{signal_name})\n")
+    system, _, mem = _configs(tmp_path)
+    done = run_astra_binary(exe, "w", system, CRASH / "network.yml", mem, comm_group=tmp_path / "g.json")
+    assert done.result.max_finish_cycles == cycles and len(done.result.ranks) == 8
+    assert f"signal {signal_name} after every rank finished" in done.warnings[0]
+    cut = stdout[:stdout.index("sys[7] finished")]  # the logger lost the last rank's lines
+    (tmp_path / "stdout.txt").write_text(cut)
+    lost = rf"no 'finished' line for 1 of 8 ranks \(7\), exited with signal {signal_name}"
+    with pytest.raises(GenieError, match=lost):
+        run_astra_binary(exe, "w", system, CRASH / "network.yml", mem)

@@ -71,7 +71,7 @@ def test_simulate_backend_option() -> None:
     assert queues.returncode == 0 and "sys[0] finished, 82508 cycles" in queues.stdout  # the binary's, 2 queues
     aware = genie("simulate", "--backend", "congestion_aware", "--num-queues-per-dim", "2", *_case_argv(SWITCH_CASE),
                   cwd=SWITCH_CASE)
-    assert aware.returncode == 2 and aware.stderr.count("\n") == 1 and "--num-queues-per-dim" in aware.stderr
+    assert aware.returncode == 0 and "sys[0] finished, 155738 cycles" in aware.stdout  # the aware binary's, 2 queues
 
 
 def test_dropin_exit_codes(tmp_path: Path) -> None:

@@ -129,7 +129,8 @@ def test_unmatched_receive_is_reported() -> None:
 
 
 def test_process_group_ring_uses_the_local_bus_delay() -> None:
-    """A group smaller than the world is one ring over its ranks; its memory-bus hop is 10 ns, not endpoint-delay."""
+    """A group smaller than the world runs system.json's implementation (ring here) over its ranks; its memory-bus
+    hop is 10 ns, not endpoint-delay."""
     size, chunk = 4096, 1024
     node = collective_node(0, "ar", comm_type=CommType.ALL_REDUCE, size_bytes=size, process_group="7")
     trace = make_trace([[node], [], [node], []], groups=(ProcessGroup("7", (0, 2)),))

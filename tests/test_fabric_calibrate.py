@@ -16,9 +16,8 @@ from genie.workloads.generators.options import GeneratorOptions, resolve
 
 from astra_adapter.fabric.calibrate import calibrate_fabric, model_times_us
 from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json, load_fabric_params
-from astra_adapter.fabric.estimate import sample_networks
 from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams
-from astra_adapter.fabric.network import FabricNetwork, LinkClass
+from astra_adapter.fabric.network import FabricNetwork, LinkClass, sample_networks
 from astra_adapter.measurements import Measurement
 from tests.cli_support import run_genie
 

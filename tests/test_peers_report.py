@@ -243,6 +243,7 @@ def test_genie_bench_argv():
                                           "--no-in-place", "--out", "/o", "--sample-ms", "0"]
     assert genie_bench_argv("tb", [AR], band, Path("/o"), op_timeout_s=150)[-2:] == [
         "--timeout", "150"]
+    assert genie_bench_argv("tb", [AG], band, Path("/o"), algorithm="pat")[-2:] == ["--algorithm", "pat"]
 
 
 def test_best_flow_limit():

@@ -45,16 +45,14 @@ def test_offline_examples_run_as_written(tmp_path):
 
 
 def _commands():
+    from genie.cli.commands import COMMANDS, load_command
     from genie.cli.examples import EXAMPLES
-    from genie.cli.main import _register, app
 
-    _register()
     out = []
-    for info in app.registered_commands:
-        out.append(info.name)
-    for group in app.registered_groups:
-        out += [f"{group.name} {c.name or c.callback.__name__.replace('_', '-')}"
-                for c in group.typer_instance.registered_commands]
+    for name in COMMANDS:
+        command = load_command(name)
+        subcommands = getattr(command, "commands", {})
+        out += [f"{name} {sub}" for sub in subcommands] if subcommands else [name]
     return out, EXAMPLES
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_support import run_genie
 from genie.core.trace import NodeKind, topological_order
 from genie.workloads.analysis import validate
 from genie.workloads.chakra_et import read_et_set
@@ -75,20 +76,64 @@ def test_new_group_p2p_and_all_to_all_sequences(tmp_path: Path) -> None:
     assert sorted(groups.values()) == [[0, 1], [2, 3]]
 
 
-def test_a_crashing_script_is_one_line_exit_2_and_leaves_nothing(tmp_path: Path) -> None:
+def _calls(reports: Path, step: int) -> list[list[tuple]]:
+    """What each rank's job recorded of its communication in `step` (the traced one)."""
+    return [[tuple(c) for c in json.loads((reports / f"calls.{r}.{step}.json").read_text())] for r in range(4)]
+
+
+def test_batch_isend_irecv_pipeline_runs_unchanged_and_replays(tmp_path: Path) -> None:
+    """Issue #35 item 2: P2POp(dist.isend/irecv, ...) + batch_isend_irecv as PyTorch's docs write it. Each
+    send/recv is captured with its peer, bytes and group (the job's own log), and the trace replays."""
+    res = _capture(tmp_path, "pipeline_p2p.py")
+    assert res.returncode == 0, res.stderr[-2000:]
+    expected = _calls(tmp_path / "reports", 2)
+    assert _comms(tmp_path / "cap" / "pipeline_p2p") == expected
+    assert sum(kind in ("send", "recv") for kind, *_ in expected[0]) == 4  # 2 micro-batches, forward + backward
+    replay = run_genie("replay", tmp_path / "cap" / "pipeline_p2p", "--loopback", "--out", tmp_path / "replay")
+    assert replay.returncode == 0, replay.stderr[-2000:]
+    assert "# replay: 4 ranks" in replay.stdout
+
+
+def test_warmup_0_keeps_subgroups_of_groups_made_after_tracing_began(tmp_path: Path) -> None:
+    """Issue #35 item 3: with --warmup 0 tracing starts before init_process_group and new_group; the groups are
+    recorded again at the end of the step, so every TP/DP subgroup op comes back on its pair (6 all-reduces and a
+    broadcast per rank), the world's on the world, and the trace replays."""
+    res = _capture(tmp_path, "tp_dp.py", "--warmup", "0")
+    assert res.returncode == 0, res.stderr[-2000:]
+    expected = _calls(tmp_path / "reports", 0)
+    trace = read_et_set(tmp_path / "cap" / "tp_dp")
+    assert validate(trace) == ()
+    got = [[(n.comm_type.name.lower(), n.size_bytes, list(trace.group(n.process_group).ranks), n.attr_value("root"))
+            for n in topological_order(r.nodes) if n.kind.is_comm] for r in trace.ranks]
+    assert got == expected
+    assert all(sum(len(g) == 2 and k == "all_reduce" for k, _, g, _ in seq) == 6 for seq in got)
+    groups = json.loads((tmp_path / "cap" / "tp_dp.comm_group.json").read_text())
+    assert sorted(groups.values()) == [[0, 1], [0, 2], [1, 3], [2, 3]]
+    replay = run_genie("replay", tmp_path / "cap" / "tp_dp", "--loopback", "--out", tmp_path / "replay")
+    assert replay.returncode == 0, replay.stderr[-2000:]
+
+
+def test_a_crashing_script_is_one_line_exit_2_and_leaves_only_its_log(tmp_path: Path) -> None:
     res = _capture(tmp_path, "crash.py")
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
+    log = tmp_path / "cap" / "torchrun.log"
     assert len(lines) == 1 and "crash.py" in lines[0] and "RuntimeError: boom: rank 1 fell over" in lines[0]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]
+    assert f"torchrun's log: {log}" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cap", "reports"]
+    assert [p.name for p in (tmp_path / "cap").iterdir()] == ["torchrun.log"]
+    assert "Traceback" in log.read_text() and "boom: rank 1 fell over" in log.read_text()
+    again = _capture(tmp_path, "crash.py")  # the directory holding only a failed capture's log is reused
+    assert again.returncode == 2 and "boom" in again.stderr and "not empty" not in again.stderr
 
 
 def test_a_hanging_script_times_out(tmp_path: Path) -> None:
     res = _capture(tmp_path, "hang.py", "--timeout", "25")
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "capture timed out after 25 s" in lines[0]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]
+    assert len(lines) == 1 and "capture timed out after 25 s" in lines[0] and "torchrun's log" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cap", "reports"]
+    assert [p.name for p in (tmp_path / "cap").iterdir()] == ["torchrun.log"]
     left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, str(tmp_path))]
     assert left == []  # torchrun and every rank were killed
 

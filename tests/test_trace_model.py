@@ -84,11 +84,23 @@ def test_single_rank_problems(rank0, expected) -> None:
 def test_dangling_dependency_is_a_warning() -> None:
     # issue #15: Chakra's converter leaves `ctrl_deps: [0]` on each thread root after removing node 0; that is
     # a warning (the dependency counts as met), no longer a refusal
-    trace = make_trace([[compute_node(1, "root", ctrl_deps=(0,)), compute_node(2, "a", data_deps=(1,))]])
+    trace = make_trace([[compute_node(1, "root", ctrl_deps=(0,)), compute_node(2, "a", data_deps=(1,))]],
+                       info=(("format", "chakra_et"),))
     problems = validate(trace)
     assert [(p.kind, p.severity) for p in problems] == [(ProblemKind.DANGLING_DEPENDENCY, Severity.WARNING)]
     assert errors(problems) == ()
-    check(trace)
+    assert check(trace, source="w") == ("w: dangling_dependency: 1 warning(s), first: rank 0 node 1: depends on "
+                                        "missing node 0 (ignored: treated as met)",)
+
+
+@pytest.mark.parametrize("info", [(), (("format", "param_basic"),), (("format", "pytorch_et"),)])
+def test_a_missing_dependency_in_genies_own_formats_is_refused_naming_the_node(info) -> None:
+    # issue #35 item 6: outside Chakra converter output a dependency on a node that does not exist is a typo
+    trace = make_trace([[compute_node(1, "a"), compute_node(2, "b", data_deps=(7,))]], info=info)
+    problems = validate(trace)
+    assert [(p.kind, p.severity) for p in problems] == [(ProblemKind.MISSING_DEPENDENCY, Severity.ERROR)]
+    with pytest.raises(InputError, match=r"^t\.yaml: rank 0 node 2: depends on missing node 7"):
+        check(trace, source="t.yaml")
 
 
 def test_missing_rank_and_group_outside_world() -> None:

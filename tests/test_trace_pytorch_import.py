@@ -160,6 +160,49 @@ def test_ambiguous_group_is_refused_naming_the_node(tmp_path: Path) -> None:
         read_pytorch_set([src])
 
 
+def _mark_all_reduces(doc: dict, group: str, pg_records: list[str]) -> None:
+    """Put each c10d::allreduce_ inside a ``genie::pg=<group>`` range (what `genie trace capture` records) and make
+    the trace's ``## process_group:init ##`` records `pg_records` (the first: the one at the trace's start)."""
+    nodes = doc["nodes"]
+    inits = [n for n in nodes if n["name"] == "## process_group:init ##"]
+    for n, values in zip(inits, pg_records):
+        n["inputs"]["values"][0] = values
+    next_id = max(n["id"] for n in nodes) + 1
+    for n in [n for n in nodes if n["name"] == "c10d::allreduce_"]:
+        nodes.append({"id": next_id, "name": f"genie::pg={group}", "ctrl_deps": n["ctrl_deps"],
+                      "inputs": {"values": [], "shapes": [], "types": []}, "outputs": {"values": [], "shapes": [],
+                                                                                    "types": []}, "attrs": []})
+        n["ctrl_deps"] = next_id
+        next_id += 1
+
+
+def test_a_group_marker_the_trace_has_no_record_of_is_refused(tmp_path: Path) -> None:
+    """Issue #35 item 3: a trace begun before new_group (--warmup 0 without the end-of-step record) names the
+    group only in genie::pg=: refused, naming the node and the group, not run on the world."""
+    src = _copy_set(tmp_path / "src")
+    for r in range(4):
+        _edit(src / f"host.{r}.json", lambda d: _mark_all_reduces(d, "1", ["[]", "[]"]))
+    res = genie("import", src, tmp_path / "out" / "job")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert re.search(r"host\.0\.json: nodes\[id=\d+\]\.name: node 273 \(c10d::allreduce_\) ran inside genie::pg=1 but "
+                     r"the trace records no process group '1'.*after a warmup step", res.stderr), res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_groups_recorded_at_the_end_of_the_trace_count(tmp_path: Path) -> None:
+    """A group made after tracing began is in the later ``## process_group:init ##`` record only (`genie trace
+    capture` writes one at the step's end): every record of the trace is read."""
+    src = _copy_set(tmp_path / "src")
+    first = json.dumps([{"pg_name": "0", "ranks": []}])
+    later = json.dumps([{"pg_name": "0", "ranks": []}, {"pg_name": "1", "ranks": [3, 2, 1, 0]}])
+    for r in range(4):
+        _edit(src / f"host.{r}.json", lambda d: _mark_all_reduces(d, "1", [first, later]))
+    trace = read_pytorch_set([src]).trace
+    assert [(g.name, g.ranks) for g in trace.groups] == [("1", (3, 2, 1, 0))]
+    for r in trace.ranks:
+        assert [n.process_group for n in r.nodes if n.kind.is_comm] == ["1"] * 3
+
+
 def test_gpu_kernels_are_the_compute_and_nccl_kernels_time_the_comms(tmp_path: Path) -> None:
     # the DDP job's execution traces with a synthetic GPU Kineto trace: compute kernels on stream 7, the three
     # all-reduces' NCCL kernels on stream 20 (us)

@@ -34,7 +34,7 @@ from genie.core.flowpath import SessionPaths
 
 from astra_adapter.fabric.flows import ECMP_SAMPLES, WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine, \
     StepSends, run_concurrently
-from astra_adapter.fabric.network import FabricNetwork, LinkClass
+from astra_adapter.fabric.network import FabricNetwork, LinkClass, sample_networks
 from astra_adapter.measurements import CommOp, Measurement, op_time_us
 
 RESIDUAL_WARN_PCT = 10.0
@@ -144,8 +144,6 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
     sessions took on a testbed, the mean over those sessions' networks: the draws the measurements really got).
     ``weights``: one per measurement (:func:`astra_adapter.measurements.workload_weights`), each point's
     squared relative error counted that many times; None: all 1."""
-    from astra_adapter.fabric.estimate import sample_networks
-
     traced = bool(paths) and network.multipath
     nets = [network.with_paths(p) for p in paths] if traced else sample_networks(network, ecmp_samples)
     sends = StepSends()

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 from genie.core.errors import InputError
+from genie.core.files import InputKind, read_input
+from genie.core.jsondoc import decode_json
 
 from astra_adapter.fabric.calibrate import ClassFit, FabricCalibration
 from astra_adapter.fabric.flows import FabricParams
@@ -38,8 +40,8 @@ def load_fabric_params(run_dir: Path) -> tuple[FabricParams, tuple[LinkClass, ..
     if not path.is_file():
         raise InputError(f"no {FABRIC_CALIBRATION_JSON} in {run_dir} (run genie experiment on a fabric topology, or "
                          f"genie estimate --mode fabric)", source=str(run_dir), path="calibration")
+    doc = decode_json(read_input(path, InputKind.RUN_FILE), source=str(path), top=dict)
     try:
-        doc = json.loads(path.read_text())
         classes = doc["classes"]
         eff, fitted = [], []
         for i, c in enumerate(classes):

@@ -19,7 +19,7 @@ from genie.core.topology import Topology
 from genie.core.trace import NodeKind, Trace
 
 from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine, StepSends
-from astra_adapter.fabric.network import FabricNetwork
+from astra_adapter.fabric.network import FabricNetwork, sample_networks
 from astra_adapter.fabric.player import play_on_fabric
 from astra_adapter.mapping import TopologyShape, map_topology
 from astra_adapter.timeline import CompiledTrace, RankTimes, Timeline
@@ -75,14 +75,6 @@ def fabric_by_default(trace: Trace, topology: Topology) -> bool:
     plain ASTRA-sim dimension stack, or it is but ASTRA-sim's congestion-unaware model (behind the measured
     and calibrated modes) cannot express what this workload does on it."""
     return needs_fabric(topology) or groups_share_links(trace, topology) or sends_beside_collectives(trace)
-
-
-def sample_networks(network: FabricNetwork, ecmp_samples: int) -> list[FabricNetwork]:
-    """The networks to average over: ``ecmp_samples`` draws of the ECMP hash where the topology has equal-cost
-    paths (and ``ecmp_samples > 0``), else the expected-share network alone."""
-    if ecmp_samples <= 0 or not network.multipath:
-        return [network]
-    return [network.with_hash_seed(k) for k in range(ecmp_samples)]
 
 
 PARALLEL_MIN_NODES = 20_000  # traces this big play their draws in parallel (a draw of 8 ranks: ~0.1 s)

@@ -12,7 +12,7 @@ from genie.core.collective import Algorithm, Collective
 from genie.core.flowpath import SessionPaths
 from genie.core.topology import Topology
 
-from astra_adapter.experiment import AccuracyRow, PreparedExperiment, Statistic
+from astra_adapter.experiment_types import AccuracyRow, PreparedExperiment, Statistic
 from astra_adapter.experiment_spec import SweepCase
 from astra_adapter.fabric.calibrate import FabricCalibration, calibrate_fabric
 from astra_adapter.fabric.estimate import estimate_fabric

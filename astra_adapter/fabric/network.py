@@ -224,3 +224,11 @@ class FabricNetwork:
             if h not in reach:
                 raise InputError(f"no path from host {hosts[0]} to host {h}: the topology is disconnected and the "
                                  f"fabric model cannot route it", source=self.source, path="links")
+
+
+def sample_networks(network: FabricNetwork, ecmp_samples: int) -> list[FabricNetwork]:
+    """The networks to average over: ``ecmp_samples`` draws of the ECMP hash where the topology has equal-cost
+    paths (and ``ecmp_samples > 0``), else the expected-share network alone."""
+    if ecmp_samples <= 0 or not network.multipath:
+        return [network]
+    return [network.with_hash_seed(k) for k in range(ecmp_samples)]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from genie.core.errors import InputError
 from genie.core.files import InputKind, read_input
+from genie.core.jsondoc import decode_json
 
 from astra_adapter.nccl.expected import Finding
 from astra_adapter.nccl.fit import Fit, Residual
@@ -61,10 +62,7 @@ def calibration_json(fit: Fit, findings: tuple[Finding, ...], sources: tuple[str
 
 def parse_calibration(data: bytes, *, source: str) -> tuple[Cluster, NcclParams]:
     """The cluster and fitted parameters of an ``nccl_calibration.json``."""
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"not JSON: {exc}", source=source) from None
+    doc = decode_json(data, source=source)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InputError(f"not a genie NCCL calibration (format is not {FORMAT!r})", source=source, path="format")
     try:

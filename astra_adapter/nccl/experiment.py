@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import median
 
-from astra_adapter.experiment import AccuracyRow, PreparedExperiment, Statistic
+from astra_adapter.experiment_types import AccuracyRow, PreparedExperiment, Statistic
 from astra_adapter.nccl.calibration_io import load_calibration
 from astra_adapter.nccl.estimate import NcclEstimate, estimate_nccl
 

@@ -137,14 +137,14 @@ def genie_command() -> list[str]:
 
 
 def genie_bench_argv(testbed: str, collectives: Sequence[Collective], band, out: Path, *,
-                     sample_ms: int = 0, op_timeout_s: float | None = None) -> list[str]:
+                     sample_ms: int = 0, op_timeout_s: float | None = None, algorithm: str = "auto") -> list[str]:
     """`op_timeout_s`: genie's per-op --timeout; genie bench also gives up after max(120 s, 2 x that) without
     a control message, and a case's timed loop sends none, so slow big cases need a larger one."""
     # as before genie bench validated and measured the in-place pass by default: neither (-c 0, --no-in-place)
     argv = [*genie_command(), "bench", "--testbed", testbed, "--collective", ",".join(c.value for c in collectives),
             "-b", str(band.min_bytes), "-e", str(band.max_bytes), "-f", str(band.factor),
             "-w", str(band.warmup), "-n", str(band.iterations), "-c", "0", "--no-in-place", "--out", str(out),
-            "--sample-ms", str(sample_ms)]
+            "--sample-ms", str(sample_ms), *(("--algorithm", algorithm) if algorithm != "auto" else ())]
     return argv if op_timeout_s is None else [*argv, "--timeout", f"{op_timeout_s:g}"]
 
 
@@ -163,15 +163,18 @@ def _sweep_rows(run_dir: Path, shaped: bool) -> list[report.Row]:
 def run_genie(info: TestbedInfo, collectives: Sequence[Collective], sizes: Sequence[int],
               policy: Sequence[tuple[int, Iterations]], workdir: Path, shaped: bool, timeout_s: float,
               log: Log, on_started: Callable[[int], None] | None = None, run: SystemRun | None = None,
-              op_timeout_s: float | None = None) -> SystemRun:
-    """`genie bench --testbed` once per band of sizes sharing warmup/iterations; rows from each sweep.csv."""
+              op_timeout_s: float | None = None, algorithm: str = "auto") -> SystemRun:
+    """`genie bench --testbed` once per band of sizes sharing warmup/iterations (``--algorithm algorithm``);
+    rows from each sweep.csv."""
     run = run or SystemRun(report.GENIE, shaped)
     start = time.monotonic()
     try:
         for k, band in enumerate(bands(sizes, policy)):
-            out = workdir / f"genie-{k}"
-            log_path = workdir / "logs" / f"genie-{k}.log"
-            proc = _spawn(genie_bench_argv(info.name, collectives, band, out, op_timeout_s=op_timeout_s), log_path,
+            tag = "" if algorithm == "auto" else f"-{algorithm}"
+            out = workdir / f"genie{tag}-{k}"
+            log_path = workdir / "logs" / f"genie{tag}-{k}.log"
+            proc = _spawn(genie_bench_argv(info.name, collectives, band, out, op_timeout_s=op_timeout_s,
+                                           algorithm=algorithm), log_path,
                           preexec=_term_with_parent)
             service.register_pids(info.name, [proc.pid])
             if on_started is not None:

@@ -10,7 +10,8 @@ torch.distributed call made from Python runs inside a ``genie::pg=<group name>``
 says which process group the c10d op under it used (gloo records the group as an opaque object) and how long
 the call blocked; each ``Work.wait`` runs inside a ``genie::wait`` one (the wait for an asynchronous op). Without a
 CUDA device, ``init_process_group`` is given the gloo backend. Per rank the harness writes
-``host.<rank>.json`` (execution trace), ``device.<rank>.json`` (Kineto) and ``steps.<rank>.json`` (the
+``host.<rank>.json`` (execution trace; its process groups recorded again at the end of the step, so a trace
+begun before ``new_group`` has them), ``device.<rank>.json`` (Kineto) and ``steps.<rank>.json`` (the
 untraced and traced step times, seconds).
 """
 
@@ -31,9 +32,13 @@ WAIT_HINT = "genie::wait"
 _WRAPPED = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "_all_gather_base",
             "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base",
             "all_reduce_coalesced", "all_gather_coalesced", "all_to_all", "all_to_all_single", "broadcast", "reduce",
-            "gather", "scatter", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
+            "gather", "scatter", "barrier", "monitored_barrier", "send", "recv",
             "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
             "send_object_list", "recv_object_list")
+# dist.isend/dist.irecv keep their identity (P2POp accepts only those two objects, and batch_isend_irecv tells a
+# send from a recv by `op is isend`): their group's point-to-point methods are wrapped instead, which also sees
+# the sends and recvs batch_isend_irecv and torch's own code issue
+_P2P_METHODS = ("send", "recv", "recv_anysource")
 
 
 class CaptureDone(BaseException):
@@ -42,11 +47,24 @@ class CaptureDone(BaseException):
 
 def _wrap_collectives(torch, dist) -> None:
     import inspect
+    import threading
+
+    inside = threading.local()  # a wrapped call in progress on this thread: calls under it are its own
 
     def group_name(group) -> str:
         group = group if group is not None else dist.group.WORLD
         name = getattr(group, "group_name", None)
         return str(name) if name is not None else "0"
+
+    def marked(group, fn, args, kwargs):
+        if getattr(inside, "depth", 0):
+            return fn(*args, **kwargs)
+        inside.depth = 1
+        try:
+            with torch.autograd.profiler.record_function(PG_HINT + group_name(group)):
+                return fn(*args, **kwargs)
+        finally:
+            inside.depth = 0
 
     for fname in _WRAPPED:
         fn = getattr(dist, fname, None)
@@ -59,11 +77,20 @@ def _wrap_collectives(torch, dist) -> None:
                 group = __sig.bind_partial(*args, **kwargs).arguments.get("group")
             except TypeError:
                 group = None
-            with torch.autograd.profiler.record_function(PG_HINT + group_name(group)):
-                return __fn(*args, **kwargs)
+            return marked(group, __fn, args, kwargs)
 
         functools.update_wrapper(wrapper, fn)
         setattr(dist, fname, wrapper)
+    for method in _P2P_METHODS:
+        fn = getattr(dist.ProcessGroup, method, None)
+        if fn is None:
+            continue
+
+        def p2p(self, *args, __fn=fn, **kwargs):
+            return marked(self, __fn, (self, *args), kwargs)
+
+        functools.update_wrapper(p2p, fn)
+        setattr(dist.ProcessGroup, method, p2p)
     work = getattr(dist, "Work", None)
     if work is not None and hasattr(work, "wait"):  # the time a rank waits for an asynchronous op it issued
         original_wait = work.wait
@@ -118,6 +145,9 @@ def main(argv: list[str]) -> int:
 
     def end() -> None:
         state["range"].__exit__(None, None, None)
+        # the groups again, as the observer records them when it starts: a trace begun before init_process_group
+        # and new_group (--warmup 0) has none of them at its start, only their genie::pg= markers
+        state["et"]._record_pg_config()
         state["prof"].stop()
         state["prof"].export_chrome_trace(os.path.join(opts.out, f"device.{rank}.json"))
         state["et"].stop()

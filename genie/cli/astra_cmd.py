@@ -99,6 +99,8 @@ def run(
     done = run_astra_binary(binary, workload_configuration, system_configuration, network_configuration,
                             remote_memory_configuration, comm_group=comm_group_configuration)
     typer.echo(done.stdout, nl=False)
+    for warning in done.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     typer.echo(_summary(done.result, write_estimate_csv(done.result, out)), err=True)
 
 

@@ -111,7 +111,7 @@ def bench(
                                          help="all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, "
                                               "send_recv (repeat or comma-separate)."),
     algorithm: str = typer.Option("auto", "--algorithm", help="auto, ring, direct, halving_doubling, "
-                                                              "double_binary_tree, pipelined_ring, p2p."),
+                                                              "double_binary_tree, pat, pipelined_ring, p2p."),
     minbytes: str = typer.Option("1K", "--minbytes", "-b", help="Smallest size (K, M, G = 1024^n, as nccl-tests)."),
     maxbytes: str = typer.Option("1M", "--maxbytes", "-e", help="Largest size."),
     stepfactor: int = typer.Option(2, "--stepfactor", "-f", help="Multiply the size by this factor."),
@@ -227,6 +227,9 @@ def bench(
         typer.echo(json.dumps({"run_dir": str(result.run_dir), "status": result.status.value, **result.doc},
                               indent=2))
     typer.echo(summary, err=as_json)
+    if result.burst is not None:
+        typer.echo(f"# note: {result.burst.what()}; for a wire: `genie testbed up TOPOLOGY --links wire` and "
+                   f"--testbed, or --time-dilation N (docs/dilation.md)", err=as_json)
     echo_capture(result.capture, err=as_json)
     if printer.failed:
         raise typer.Exit(1)

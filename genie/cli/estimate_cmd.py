@@ -64,6 +64,8 @@ def estimate(
         from astra_adapter.nccl.estimate import format_choices
         typer.echo(format_choices(result.nccl_choices))
     typer.echo(f"# wrote {result.estimate_path}")
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
 
 
 @options.run_options(target=False)

@@ -56,8 +56,8 @@ def epilog(path: str) -> str | None:
     lines = EXAMPLES.get(path)
     if not lines:
         return None
-    # typer's rich help keeps an epilog's line breaks only between paragraphs
-    return "Examples:\n\n" + "\n\n".join(lines)
+    # click rewraps a paragraph unless it starts with \b: an example stays one line, to copy as it is
+    return "Examples:\n\n\b\n" + "\n".join(lines)
 
 
 def add_examples(app: Any, prefix: str = "") -> None:

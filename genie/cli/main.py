@@ -1,31 +1,25 @@
-"""The `genie` entry point: registers each area's sub-app and turns GenieError into one line and exit code 2."""
+"""The `genie` entry point: the root group of genie's commands (each imported when it runs,
+genie.cli.commands) and GenieError turned into one line and exit code 2."""
 
 from __future__ import annotations
 
-import functools
 import sys
 
 import typer
 
 from genie import __version__
-from genie.cli import (astra_cmd, bench_cmd, calibrate_cmd, diagnose_cmd, estimate_cmd, lab_cmd, replay_cmd,
-                       report_cmd,
-                       testbed_cmd, trace_cmd)
+from genie.cli.commands import LazyCommands
 from genie.core.errors import GenieError
 
 app = typer.Typer(
     name="genie",
+    cls=LazyCommands,
     help="Network-emulation testbed for ML communication.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain help: rendering it with rich costs more than the rest of `genie --help`
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-# (sub-app, command name): each area's typer.Typer
-_SUBAPPS = ((testbed_cmd.app, "testbed"), (trace_cmd.app, "trace"), (astra_cmd.app, "astra"), (lab_cmd.app, "lab"),
-            (report_cmd.app, "report"))
-# modules whose `register(app)` adds top-level commands (bench, replay, ...)
-_COMMAND_MODULES = (bench_cmd, replay_cmd, diagnose_cmd, estimate_cmd, calibrate_cmd)
 
 
 def _version_callback(value: bool) -> None:
@@ -42,21 +36,9 @@ def _root(
     """genie: how does this network change the training time of this workload?"""
 
 
-@functools.cache  # once per process: main() may run many times in one (tests call it in-process)
-def _register() -> None:
-    for sub_app, command in _SUBAPPS:
-        app.add_typer(sub_app, name=command)
-    for module in _COMMAND_MODULES:
-        module.register(app)
-    from genie.cli.examples import add_examples
-
-    add_examples(app)
-
-
 def main(argv: list[str] | None = None) -> int:
     from genie.testbed.lifecycle import signals_raise
 
-    _register()
     try:
         with signals_raise():  # SIGTERM/SIGHUP unwind like Ctrl-C: every command tears down what it built
             rc = app(args=argv, standalone_mode=False)

@@ -1,12 +1,10 @@
-"""Progress display on stderr (rich)."""
+"""Progress display on stderr (rich, imported when a bar starts: a command refused before its work begins never
+pays for it)."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Callable, Iterator
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
 @contextlib.contextmanager
@@ -16,6 +14,9 @@ def bench_progress(enabled: bool = True) -> Iterator[Callable]:
     if not enabled:
         yield lambda done, total, stats: None
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=console, transient=True, redirect_stdout=False,
@@ -31,6 +32,9 @@ def bench_progress(enabled: bool = True) -> Iterator[Callable]:
 
 @contextlib.contextmanager
 def count_progress(label: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(stderr=True)
     with Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                   TimeElapsedColumn(), console=console, transient=True) as progress:

@@ -47,6 +47,8 @@ def replay(
         typer.echo(format_summary(result.outcome))
         typer.echo(summary)
     echo_capture(result.capture, err=as_json)
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -39,7 +39,7 @@ def up_command(
     """Build the topology as namespaces, veths, bridges, routes and qdiscs."""
     from genie.cli.flags import flag_names
     from genie.core.dilation import DilationChoice
-    from genie.services.dilation import testbed_up
+    from genie.services.dilation_choice import testbed_up
     from genie.topology import load_topology_file
 
     topology = load_topology_file(file)

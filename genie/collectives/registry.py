@@ -3,7 +3,7 @@
 Supported (collective: algorithms; the first is what AUTO falls back to for large sizes):
 
 - all_reduce: ring, halving_doubling, recursive_doubling, double_binary_tree
-- all_gather, reduce_scatter: ring, halving_doubling, direct
+- all_gather, reduce_scatter: ring, pat, halving_doubling, direct
 - all_to_all: direct
 - broadcast: pipelined_ring (``ring`` is accepted as a synonym)
 - send_recv: p2p
@@ -21,9 +21,11 @@ from genie.collectives.direct import (direct_allgather, direct_alltoall, direct_
                                       ping_pong_send_recv, ring_shift_send_recv)
 from genie.collectives.halving_doubling import (halving_doubling_allgather, halving_doubling_allreduce,
                                                 halving_doubling_reduce_scatter, recursive_doubling_allreduce)
+from genie.collectives.pat import pat_allgather, pat_reduce_scatter
 from genie.collectives.ring import pipelined_ring_broadcast, ring_allgather, ring_allreduce, ring_reduce_scatter
 from genie.collectives.rooted import direct_gather, direct_scatter, dissemination_barrier, pipelined_ring_reduce
 from genie.collectives.tree import double_binary_tree_allreduce
+from genie.collectives.tuner import DEFAULT_NET_GBPS, nccl_prefers_pat
 
 Generator = Callable[[CollectiveOp], Schedule]
 
@@ -46,9 +48,11 @@ _GENERATORS: dict[Collective, dict[Algorithm, Generator]] = {
                             Algorithm.RECURSIVE_DOUBLING: recursive_doubling_allreduce,
                             Algorithm.DOUBLE_BINARY_TREE: double_binary_tree_allreduce},
     Collective.ALL_GATHER: {Algorithm.RING: ring_allgather,
+                            Algorithm.PAT: pat_allgather,
                             Algorithm.HALVING_DOUBLING: halving_doubling_allgather,
                             Algorithm.DIRECT: direct_allgather},
     Collective.REDUCE_SCATTER: {Algorithm.RING: ring_reduce_scatter,
+                                Algorithm.PAT: pat_reduce_scatter,
                                 Algorithm.HALVING_DOUBLING: halving_doubling_reduce_scatter,
                                 Algorithm.DIRECT: direct_reduce_scatter},
     Collective.ALL_TO_ALL: {Algorithm.DIRECT: direct_alltoall},
@@ -68,13 +72,16 @@ def supported_algorithms(collective: Collective) -> tuple[Algorithm, ...]:
     return tuple(_GENERATORS[collective])
 
 
-def choose_algorithm(collective: Collective, size_bytes: int, n: int) -> Algorithm:
+def choose_algorithm(collective: Collective, size_bytes: int, n: int, *, ranks_per_node: int | None = None,
+                     net_GBps: float | None = None) -> Algorithm:
     """NCCL-like choice for ``Algorithm.AUTO``.
 
     - all_reduce: recursive_doubling up to ``RECURSIVE_DOUBLING_MAX_BYTES`` (16 KiB), halving_doubling up to
       ``HALVING_DOUBLING_MAX_BYTES`` (256 KiB), ring above; for n <= 2 all are the same exchange and ring is
       chosen;
-    - all_gather, reduce_scatter: ring (NCCL has nothing else);
+    - all_gather, reduce_scatter: pat where NCCL's tuner picks it (`genie.collectives.tuner`): one rank per
+      node (``ranks_per_node == 1``; None, not known, counts as more) and PAT's estimate below ring's for
+      ``size_bytes`` on a network of ``net_GBps`` per rank (default NCCL's 12 GB/s); ring otherwise;
     - all_to_all: direct; broadcast: pipelined_ring; send_recv: p2p;
     - reduce: pipelined_ring (NCCL's ring); gather, scatter: direct (NCCL's grouped sends); barrier:
       dissemination.
@@ -85,6 +92,9 @@ def choose_algorithm(collective: Collective, size_bytes: int, n: int) -> Algorit
         if n > 2 and size_bytes <= HALVING_DOUBLING_MAX_BYTES:
             return Algorithm.HALVING_DOUBLING
         return Algorithm.RING
+    if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER) and ranks_per_node == 1 and \
+            nccl_prefers_pat(size_bytes, n, ranks_per_node, net_GBps or DEFAULT_NET_GBPS):
+        return Algorithm.PAT
     return {Collective.ALL_GATHER: Algorithm.RING, Collective.REDUCE_SCATTER: Algorithm.RING,
             Collective.ALL_TO_ALL: Algorithm.DIRECT, Collective.BROADCAST: Algorithm.PIPELINED_RING,
             Collective.SEND_RECV: Algorithm.P2P, Collective.REDUCE: Algorithm.PIPELINED_RING,

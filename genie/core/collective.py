@@ -46,6 +46,7 @@ class Algorithm(Enum):
     P2P = "p2p"
     PING_PONG = "ping_pong"  # send_recv there and back (OSU's latency test)
     DISSEMINATION = "dissemination"  # barrier: ceil(log2 n) rounds of tokens at distance 1, 2, 4...
+    PAT = "pat"  # NCCL's log-step all-gather / reduce-scatter for one rank per node (genie.collectives.pat)
 
     @classmethod
     def parse(cls, text: str) -> "Algorithm":

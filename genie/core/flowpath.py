@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from genie.core.errors import InputError
+from genie.core.jsondoc import decode_json
 
 #: a run directory's file of the paths its sessions' connections took (`genie bench`, `replay`, `experiment`)
 PATHS_JSON = "paths.json"
@@ -100,10 +101,7 @@ class RunPaths:
     @classmethod
     def parse(cls, data: bytes, *, source: str) -> "RunPaths":
         """``paths.json`` as :meth:`to_json` writes it; anything else is an InputError naming the field."""
-        try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InputError(f"not JSON: {exc}", source=source) from None
+        doc = decode_json(data, source=source)
         if not isinstance(doc, dict):
             raise InputError("expected an object with 'sweep' and 'replay' lists", source=source)
         kinds = []

@@ -11,6 +11,8 @@ meaning) to genie's nccl-tests convention: all-gather's comm_size is the per-ran
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from functools import lru_cache
 
 from genie.collectives.registry import build_schedule, choose_algorithm
@@ -61,9 +63,11 @@ def clear_to_send(op: CollectiveOp, rank: int) -> Step | None:
 
 
 def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str,
-                  split_bytes: SplitMatrix = ()) -> CollectiveOp:
+                  split_bytes: SplitMatrix = (), hosts: Mapping[int, str] | None = None,
+                  link_rate_bps: int | None = None) -> CollectiveOp:
     """The op of a collective node; ``split_bytes``: its instance's split matrix (an uneven all-to-all, from
-    genie.core.alltoallv.split_matrices)."""
+    genie.core.alltoallv.split_matrices). AUTO chooses with the group's most ranks on one host (``hosts``:
+    rank -> host; None: not known) and the hosts' ``link_rate_bps``."""
     ctype = node.comm_type
     collective = ctype.collective if ctype is not None else None
     where = f"rank {rank} node {node.id} ({node.name})"
@@ -80,7 +84,11 @@ def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str,
         size, dtype = matrix_op_size(split_bytes)
     algorithm = node.algorithm or Algorithm.AUTO
     if algorithm is Algorithm.AUTO:
-        algorithm = choose_algorithm(collective, size, n)
+        per_node = None
+        if hosts is not None and all(r in hosts for r in group.ranks):
+            per_node = max(Counter(hosts[r] for r in group.ranks).values())
+        algorithm = choose_algorithm(collective, size, n, ranks_per_node=per_node,
+                                     net_GBps=link_rate_bps / 8e9 if link_rate_bps else None)
     root = node.attr_value("root") if collective in ROOTED else None  # a global rank (PyTorch import, PARAM)
     if root is None:
         root = group.ranks[0]
@@ -90,8 +98,10 @@ def collective_op(node: TraceNode, trace: Trace, rank: int, *, source: str,
                         root=root, dtype_bytes=dtype, split_bytes=split_bytes)
 
 
-def build_programs(trace: Trace, *, source: str = "<trace>") -> list[RankProgram]:
-    """One program per rank. The trace must already be valid (genie.workloads.analysis.check)."""
+def build_programs(trace: Trace, *, source: str = "<trace>", hosts: Mapping[int, str] | None = None,
+                   link_rate_bps: int | None = None) -> list[RankProgram]:
+    """One program per rank. The trace must already be valid (genie.workloads.analysis.check). ``hosts``
+    (rank -> host) and ``link_rate_bps`` inform AUTO's choices (`collective_op`)."""
     channels, p2p_channel = trace.channels()
     orders = rank_orders(trace)
     splits = split_matrices(trace, orders)
@@ -106,7 +116,8 @@ def build_programs(trace: Trace, *, source: str = "<trace>") -> list[RankProgram
                 nodes.append(ProgramNode(node.id, node.name, Lane.COMPUTE, deps, duration_ns=max(0, node.duration_ns)))
             elif node.kind is NodeKind.COLLECTIVE:
                 matrix = splits.get((index, node.id), ())
-                op = collective_op(node, trace, rank, source=source, split_bytes=matrix)
+                op = collective_op(node, trace, rank, source=source, split_bytes=matrix, hosts=hosts,
+                                   link_rate_bps=link_rate_bps)
                 channel = channels[node.process_group or ""]
                 if op.sends_messages and len(op.group) > 1:
                     links |= {(channel, peer) for peer in cached_schedule(op).peers_of(rank)}

@@ -18,12 +18,12 @@ import select
 import socket
 import struct
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from genie.core.errors import RunFailure
 from genie.core.flowpath import FlowTuple
+from genie.engine.flows import Flow as _Flow, PeerFailure, Transfer
+from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
@@ -32,25 +32,6 @@ WATCH_IN_OUT = WATCH_IN | select.EPOLLOUT
 _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 _RECV_SLICE = struct.pack("ll", 0, 50_000)  # a blocking recv returns at least every 50 ms to check the deadline
-
-
-class PeerFailure(RunFailure):
-    """A peer closed its connection, reset it, or did not keep up within the op timeout. `peer`: the rank whose
-    connection closed or reset, if that is the failure (so an orchestrator can tell it is that rank's death,
-    seen from here); a timeout names no `peer`: the silent rank may be alive and stuck."""
-
-    def __init__(self, message: str, peer: int | None = None) -> None:
-        super().__init__(message)
-        self.peer = peer
-
-
-@dataclass(slots=True)
-class Transfer:
-    """`size_bytes` to or from `peer`; `view` is where the bytes come from / land (None: content is irrelevant)."""
-
-    peer: int
-    size_bytes: int
-    view: memoryview | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,78 +76,6 @@ class Transport(Protocol):
         """Return when every queued send is complete."""
 
     def close(self) -> None: ...
-
-
-class _Flow:
-    """Progress of the transfers of one step in one direction with one peer, in order."""
-
-    __slots__ = ("peer", "sock", "queue", "pos", "done_bytes", "total_bytes")
-
-    def __init__(self, peer: int, sock: socket.socket) -> None:
-        self.peer = peer
-        self.sock = sock
-        self.queue: deque[Transfer] = deque()
-        self.pos = 0
-        self.done_bytes = 0
-        self.total_bytes = 0
-
-    def add(self, t: Transfer) -> None:
-        if t.size_bytes > 0:
-            self.queue.append(t)
-            self.total_bytes += t.size_bytes
-
-
-def _pump_send(flow: _Flow, window: memoryview, rank: int) -> bool:
-    """Send as much as the socket takes; True when the flow is complete."""
-    queue = flow.queue
-    send = flow.sock.send
-    while queue:
-        t = queue[0]
-        if t.view is not None:
-            chunk = t.view[flow.pos:t.size_bytes]
-        else:
-            chunk = window[:min(t.size_bytes - flow.pos, len(window))]
-        try:
-            n = send(chunk, _DONTWAIT)
-        except BlockingIOError:
-            return False
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            raise PeerFailure(f"rank {rank}: connection to rank {flow.peer} lost while sending "
-                              f"({exc.strerror or exc})", peer=flow.peer) from None
-        flow.pos += n
-        flow.done_bytes += n
-        if flow.pos >= t.size_bytes:
-            queue.popleft()
-            flow.pos = 0
-    return True
-
-
-def _pump_recv(flow: _Flow, window: memoryview, rank: int, flags: int = _DONTWAIT) -> bool:
-    """Receive what has arrived (with ``flags=0``: block in each call, bounded by the socket's SO_RCVTIMEO);
-    True when the flow is complete, False when the socket has nothing more now."""
-    queue = flow.queue
-    recv_into = flow.sock.recv_into
-    while queue:
-        t = queue[0]
-        if t.view is not None:
-            target = t.view[flow.pos:t.size_bytes]
-        else:
-            target = window[:min(t.size_bytes - flow.pos, len(window))]
-        try:
-            n = recv_into(target, 0, flags)
-        except (BlockingIOError, InterruptedError):
-            return False
-        except ConnectionResetError:
-            n = 0
-        if n == 0:
-            raise PeerFailure(f"rank {rank}: rank {flow.peer} closed the connection "
-                              f"({flow.done_bytes} of {flow.total_bytes} bytes received)", peer=flow.peer)
-        flow.pos += n
-        flow.done_bytes += n
-        if flow.pos >= t.size_bytes:
-            queue.popleft()
-            flow.pos = 0
-    return True
 
 
 class StepExchange:

@@ -12,7 +12,6 @@ and scatter (columns are read by title). One header may cover sweeps of ``-d all
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 import re
@@ -25,6 +24,7 @@ from typing import Any
 from genie.collectives.busbw import busbw_factor
 from genie.core.collective import Collective
 from genie.core.errors import InputError
+from genie.core.jsondoc import JsonSyntaxError, decode_json
 from genie.core.sizes import PER_RANK_SPLIT
 
 MAX_INPUT_BYTES = 64 << 20
@@ -312,9 +312,9 @@ def _json_value(value: Any, path: str, source: str, whole: bool = False) -> Any:
 
 def _read_json(text: str, source: str) -> _Segment:
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _fail(source, f"line {e.lineno}", f"not valid JSON: {e.msg} (truncated?)") from None
+        doc = decode_json(text, source=source, what="valid JSON")
+    except JsonSyntaxError as e:
+        raise _fail(source, f"line {e.line}", f"{e.detail} (truncated?)") from None
     if not isinstance(doc, dict) or "results" not in doc:
         raise _fail(source, "results", "no results list (not an nccl-tests -J file?)")
     seg = _Segment()

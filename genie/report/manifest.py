@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 from genie import __version__
 from genie.core.errors import InputError
 from genie.core.files import InputKind, read_input
+from genie.core.jsondoc import decode_json
 from genie.core.testbed import Shaping
 from genie.core.topology import Topology
 from genie.core.files import write_atomic
@@ -152,10 +153,7 @@ def manifest_to_json(m: Manifest) -> str:
 
 
 def manifest_from_json(data: bytes | str, *, source: str = MANIFEST_NAME) -> Manifest:
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"not JSON ({exc})", source=source) from None
+    doc = decode_json(data, source=source, allow_nan=True)  # genie wrote it: a NaN summary figure reads back
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise InputError(f"not a genie run manifest (format is not {MANIFEST_FORMAT!r})", source=source, path="format")
     for key in ("kind", "name", "argv", "started_at", "status"):

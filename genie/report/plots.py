@@ -196,12 +196,26 @@ def link_totals(links: Sequence[Mapping[str, Any]]) -> bytes | None:
 
 
 def accuracy_bars(frame: pd.DataFrame | None, pairs: Sequence[Any]) -> bytes | None:
-    """Estimated vs measured, grouped bars per row of accuracy.csv and per estimated/measured column pair."""
+    """accuracy.png: :func:`accuracy_figure` as PNG."""
+    fig = accuracy_figure(frame, pairs)
+    return None if fig is None else _png(fig)
+
+
+def accuracy_figure(frame: pd.DataFrame | None, pairs: Sequence[Any]) -> Figure | None:
+    """Estimated vs measured, grouped bars per row of accuracy.csv and per estimated/measured column pair.
+    Text columns the same in every row (the workload, the topology) go into the title once; a bar group is
+    labelled by the ones that differ (the mode), wrapped, and the figure widens with the number of groups so
+    that no two labels meet. The legend sits right of the axes, never over a bar."""
     if frame is None or frame.empty or not pairs:
         return None
     text_cols = [c for c in frame.columns if frame[c].map(lambda v: isinstance(v, str) and v != "").any()]
-    labels = [" ".join(str(row[c]) for c in text_cols[:3]) or str(i) for i, row in frame.iterrows()]
-    fig = Figure(figsize=(max(6, 1.2 * len(labels) * len(pairs)), 4.5))
+    varying = [c for c in text_cols if frame[c].astype(str).nunique() > 1]
+    common = [str(frame[c].iloc[0]) for c in text_cols if c not in varying]
+    labels = [_wrap(" ".join(str(row[c]) for c in varying[:3]) or str(i), 16) for i, row in frame.iterrows()]
+    # each bar group as wide as its bars (0.45 in each) and its label's longest line (~0.1 in a character)
+    longest = max((len(line) for label in labels for line in label.split("\n")), default=1)
+    group_in = max(0.45 * 2 * len(pairs), 0.1 * longest + 0.3)
+    fig = Figure(figsize=(min(40.0, max(5.0, group_in * len(labels) + 2.5)), 4.5))
     ax = fig.add_subplot()
     x = np.arange(len(labels))
     width = 0.8 / (2 * len(pairs))
@@ -211,11 +225,20 @@ def accuracy_bars(frame: pd.DataFrame | None, pairs: Sequence[Any]) -> bytes | N
         meas = pd.to_numeric(frame[pair.measured], errors="coerce").fillna(0)
         ax.bar(x + (2 * k) * width, meas, width, label=f"measured {name}")
         ax.bar(x + (2 * k + 1) * width, est, width, label=f"estimated {name}", hatch="//")
-    ax.set_xticks(x + width * (len(pairs) - 0.5), labels, rotation=30 if len(labels) > 4 else 0)
+    ax.set_xticks(x + width * (len(pairs) - 0.5), labels)
     ax.set_ylabel(", ".join(dict.fromkeys(names)))
-    ax.legend(fontsize="small")
-    ax.set_title("estimated vs measured")
-    return _png(fig)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.set_title(_wrap("estimated vs measured" + (f": {' on '.join(common[:2])}" if common else ""), 70),
+                 fontsize="medium")
+    return fig
+
+
+def _wrap(text: str, width: int) -> str:
+    """`text` in lines of at most `width` characters, broken at spaces and commas (a generated workload's
+    ``model=gpt3,tp=2,...`` has no spaces)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text.replace(",", ", "), width, break_long_words=True)).replace(", ", ",")
 
 
 def compare_deltas(rows: Sequence[Any], label_a: str, label_b: str) -> bytes | None:

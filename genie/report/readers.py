@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import pandas as pd
 
 from genie.core.errors import InputError
+from genie.core.jsondoc import decode_json
 from genie.report.cases import CaseKey
 from genie.report.links import read_table
 
@@ -83,10 +83,7 @@ def read_calibration(json_data: bytes | None, csv_data: bytes | None, *, source_
                      source_csv: str) -> CalibrationData:
     doc: dict[str, Any] = {}
     if json_data is not None:
-        try:
-            doc = json.loads(json_data)
-        except ValueError as exc:
-            raise InputError(f"not JSON ({exc})", source=source_json) from None
+        doc = decode_json(json_data, source=source_json)  # type: ignore[assignment]
         if not isinstance(doc, dict) or doc.get("format") != "genie-calibration":
             raise InputError("not a genie calibration (expected format: genie-calibration)", source=source_json,
                              path="format")
@@ -126,10 +123,4 @@ def is_verify_table(columns: list[str]) -> bool:
 
 
 def read_diagnose_json(data: bytes, *, source: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise InputError(f"not JSON ({exc})", source=source) from None
-    if not isinstance(doc, dict):
-        raise InputError("expected a JSON object", source=source)
-    return doc
+    return decode_json(data, source=source, top=dict)  # type: ignore[return-value]

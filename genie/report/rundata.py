@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -21,6 +20,7 @@ import pandas as pd
 
 from genie.core.errors import InputError
 from genie.core.files import InputKind, read_input
+from genie.core.jsondoc import decode_json
 from genie.report import readers
 from genie.report.cases import CaseKey
 from genie.report.diagnose import DIAGNOSE_COLUMNS
@@ -144,13 +144,8 @@ def _read(run_dir: Path, name: str) -> bytes:
 
 
 def _json(run_dir: Path, name: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(_read(run_dir, name))
-    except ValueError as exc:
-        raise InputError(f"not JSON ({exc})", source=str(run_dir / name)) from None
-    if not isinstance(doc, dict):
-        raise InputError("expected a JSON object", source=str(run_dir / name))
-    return doc
+    return decode_json(_read(run_dir, name), source=str(run_dir / name), top=dict,  # type: ignore[return-value]
+                       allow_nan=True)  # genie wrote it: a NaN figure reads back
 
 
 def _header(data: bytes) -> list[str]:

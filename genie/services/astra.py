@@ -89,7 +89,8 @@ def run_export(request: ExportRequest) -> ExportDone:
             notes += more
     if request.endpoint_delay_ns is not None:
         params = replace(params, endpoint_delay_ns=request.endpoint_delay_ns)
-    loaded = load_checked_trace(request.trace, request.npus)
+    loaded, warnings = load_checked_trace(request.trace, request.npus)
+    notes += warnings  # dependencies on missing nodes: the export drops them (ASTRA-sim aborts on one)
     if calibration is not None and calibration.size_factors:
         loaded = scaled_trace(loaded, calibration)
         notes.append("comm_size scaled by the calibration's size factors: "

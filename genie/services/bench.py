@@ -1,30 +1,24 @@
 """`genie bench` as a service — genie's nccl-tests: sweep collectives over sizes on the chosen target, with its
 run directory, link observation, capture and live faults.
 
-Every bench-like measurement runs through `run_cases`: a list of `GroupCase`s, each a size measured on one or
-more disjoint groups at once (each rank runs its own group's op; a rank in no group sits the case out). A plain
-sweep is one group of every rank; `genie experiment` measures the trace's own groups side by side; diagnose
+Every bench-like measurement runs through `genie.services.cases.run_cases`. A plain sweep is one group of
+every rank; `genie experiment` measures the trace's own groups side by side; diagnose
 measures host pairs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, ContextManager, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional
 
 from genie.collectives.registry import build_schedule, choose_algorithm
 from genie.core.collective import Algorithm, Collective
-from genie.core.dilation import NO_DILATION, TimeDilation
-from genie.core.errors import InputError, RunFailure
-from genie.core.flowpath import FlowTuple
+from genie.core.errors import InputError
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import DEFAULT_DTYPE_BYTES, aligned_size
 from genie.core.placement import RankPlacement
-from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult
-from genie.engine.launch import Launcher
-from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
-from genie.measure.metrics import (CaseStats, case_stats, iteration_times_ns, rank_iteration_times_ns,
-                                   rank_memory_summary)
-from genie.services.dilation import emulated_results, real_timeout_s
+from genie.core.protocol import BenchJob
+from genie.measure.metrics import CaseStats, rank_memory_summary
+from genie.services.cases import BenchOutcome, GroupCase, rank_job, run_cases
 from genie.services.options import RunOptions, check_counts, check_ranks, check_timeout
 
 BenchProgress = Callable[[], ContextManager[Callable[[int, int, Any], None]]]
@@ -62,35 +56,6 @@ class BenchRequest:
 
 
 @dataclass(frozen=True)
-class GroupCase:
-    """One measured size: `ops` (one per disjoint group, the same collective, algorithm and size) run at once,
-    `warmup` untimed then `iterations` timed iterations; an iteration ends with the slowest group."""
-
-    ops: tuple[CollectiveOp, ...]
-    warmup: int
-    iterations: int
-
-    @property
-    def op(self) -> CollectiveOp:
-        return self.ops[0]
-
-    def op_for(self, rank: int) -> CollectiveOp:
-        return next((op for op in self.ops if rank in op.group), self.ops[0])
-
-
-@dataclass(frozen=True)
-class BenchOutcome:
-    stats: tuple[CaseStats, ...]
-    job: BenchJob  # rank 0's job (every rank's is the same for a plain sweep)
-    placements: tuple[RankPlacement, ...]
-    steps: dict[int, dict[int, list]] = field(default_factory=dict)  # case -> rank -> step rows
-    #: the in-place pass of each size, aligned with `stats` (empty when not run)
-    in_place_stats: tuple[CaseStats, ...] = ()
-    peak_rss_kb: dict[int, int] = field(default_factory=dict)  # rank -> its process's peak RSS (local ranks)
-    flows: tuple[FlowTuple, ...] = ()  # every rank's sending connections (genie.core.flowpath)
-
-
-@dataclass(frozen=True)
 class BenchCommand:
     request: BenchRequest
     options: RunOptions
@@ -107,26 +72,7 @@ class BenchResult:
     capture: Any  # genie.report.capture result, or None
     link_rate_bps: Optional[int]
     nccl_documents: dict[str, str] = field(default_factory=dict)  # nccl-tests JSON: file name -> text
-
-
-class _PartialCase:
-    """Forwards fault hooks, remembering what the ranks reported at the last fault point (the case it was in
-    and each rank's timed iterations so far)."""
-
-    def __init__(self, inner: FaultHooks) -> None:
-        self.inner = inner
-        self.case: int | None = None
-        self.reports: dict[int, Barrier] = {}
-
-    def timed_start(self, start_ns: int) -> None:
-        self.inner.timed_start(start_ns)
-
-    def fault_point(self, op_index: int, reports: dict[int, Barrier] | None = None) -> None:
-        if reports:
-            case = next(iter(reports.values())).case
-            self.case = -1 if case is None else case
-            self.reports = reports
-        self.inner.fault_point(op_index, reports)
+    burst: Any = None  # genie.testbed.shaping.BucketBurst: sizes the bucket links can carry faster than a wire
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int, step_bytes: int = 0) -> list[int]:
@@ -158,8 +104,18 @@ def check_request(request: BenchRequest) -> None:
         raise InputError("barrier has no size to sweep (it is replayed from traces)", path="collectives")
 
 
-def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
-    """The plain sweep: every collective x size on one group of `ranks` ranks."""
+def ranks_per_node(placements: Sequence[RankPlacement]) -> int:
+    """The most ranks any one host runs (NCCL's PAT needs 1: one rank per node)."""
+    per_host: dict[str, int] = {}
+    for p in placements:
+        per_host[p.host] = per_host.get(p.host, 0) + 1
+    return max(per_host.values(), default=1)
+
+
+def sweep_cases(request: BenchRequest, ranks: int, *, per_node: int | None = None,
+                link_rate_bps: int | None = None) -> list[GroupCase]:
+    """The plain sweep: every collective x size on one group of `ranks` ranks. ``per_node`` (ranks per host;
+    None: not known) and ``link_rate_bps`` (the hosts' link rate; None: not known) inform AUTO's choice."""
     check_counts(request.iterations, request.warmup)
     if ranks < 2:
         raise InputError(f"a collective needs at least 2 ranks, got {ranks} (busbw of 1 rank is 0)", path="ranks")
@@ -177,7 +133,8 @@ def sweep_cases(request: BenchRequest, ranks: int) -> list[GroupCase]:
             if algorithm is Algorithm.AUTO and collective is Collective.SEND_RECV:
                 algorithm = Algorithm.RING  # nccl-tests' sendrecv: the ring shift (p2p: --algorithm p2p)
             elif algorithm is Algorithm.AUTO:
-                algorithm = choose_algorithm(collective, size, ranks)
+                algorithm = choose_algorithm(collective, size, ranks, ranks_per_node=per_node,
+                                             net_GBps=link_rate_bps / 8e9 if link_rate_bps else None)
             root, peer = (0, ranks - 1) if collective is Collective.SEND_RECV else (request.root, None)
             op = CollectiveOp(collective=collective, size_bytes=size, group=group, algorithm=algorithm,
                               root=root, peer=peer, chunks=request.chunks, dtype_bytes=DEFAULT_DTYPE_BYTES)
@@ -198,76 +155,18 @@ def check_schedule(op: CollectiveOp, *, field: str, what: str = "") -> None:
         raise InputError(f"{what}{exc}", path=field) from None
 
 
-def rank_job(cases: Sequence[GroupCase], rank: int, *, verify: bool = False, timeout_s: float = 60.0,
-             record_steps: bool = False, fault_points: tuple[int, ...] = (), faults: bool = False) -> BenchJob:
-    """What rank `rank` runs: each case's op of its own group."""
-    return BenchJob(cases=tuple(BenchCase(c.op_for(rank), c.warmup, c.iterations) for c in cases), verify=verify,
-                    timeout_s=timeout_s, record_steps=record_steps, fault_points=fault_points, faults=faults)
-
-
 def build_job(request: BenchRequest, ranks: int) -> BenchJob:
     """The plain sweep's job (the same on every rank): validates the request."""
     return rank_job(sweep_cases(request, ranks), 0, verify=request.verify, timeout_s=request.timeout_s,
                     record_steps=request.record_steps)
 
 
-def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, verify: bool = False,
-              timeout_s: float = 60.0, record_steps: bool = False, spin_us: int = 0,
-              socket_buffer_bytes: int | None = None, launcher: Launcher | None = None,
-              on_pids: Callable[[list[int]], None] | None = None,
-              progress: Callable[[int, int, CaseStats], None] | None = None,
-              sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
-              fault_points: tuple[int, ...] = (), dilation: TimeDilation = NO_DILATION) -> BenchOutcome:
-    """Run `cases` in one rank session; `sessions` chooses how ranks are started (default: local processes via
-    `launcher`). `fault_hooks` (genie.faults) inject faults live, pausing the ranks before the timed ops
-    `fault_points`. A fault that ends the run inside a case keeps the iterations measured before it. Under
-    `dilation` timeouts are N times longer and every time comes back in emulated time."""
-    timeout_s = real_timeout_s(timeout_s, dilation)
-    jobs = {p.rank: rank_job(cases, p.rank, verify=verify, timeout_s=timeout_s, record_steps=record_steps,
-                             fault_points=tuple(fault_points), faults=fault_hooks is not None) for p in placements}
-    stats: dict[int, CaseStats] = {}
-    steps: dict[int, dict[int, list]] = {}
-
-    def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
-        per_rank = emulated_results(per_rank, dilation)
-        op = cases[index].op
-        restarts = next((m.restarts for m in per_rank.values() if m.restarts), ())
-        per_rank_spans = {r: m.iterations for r, m in per_rank.items()}
-        times = iteration_times_ns(per_rank_spans, restarts)
-        stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times,
-                                  rank_iteration_times_ns(per_rank_spans, restarts))
-        if record_steps:
-            steps[index] = {r: list(m.steps) for r, m in per_rank.items()}
-        if progress:
-            progress(len(stats), len(cases), stats[index])
-
-    # a case reports only when all its ops are done, each op bounded by the op timeout: the orchestrator's
-    # no-progress backstop must outlast the longest legitimate case (a 64-rank 16 MiB sweep at 100 Mbit/s
-    # is minutes), while a silent peer is still named by the op timeout itself
-    longest_case = max((c.warmup + c.iterations for c in cases), default=1) + 1
-    partial = _PartialCase(fault_hooks) if fault_hooks is not None else None
-    options = SessionOptions(idle_timeout_s=max(120.0, timeout_s * longest_case), spin_s=spin_us / 1e6,
-                             socket_buffer_bytes=socket_buffer_bytes, on_pids=on_pids, fault_hooks=partial)
-    session = (sessions or local_sessions(launcher))(placements, options)
-    try:
-        result = session.run(lambda rank: jobs[rank], on_case=on_case)
-    except RunFailure:
-        # a fault ended the run inside a size: keep its iterations measured before its last fault point
-        if partial is not None and partial.case is not None and partial.case not in stats and partial.reports:
-            if all(m.iterations for m in partial.reports.values()):
-                on_case(partial.case, {r: CaseResult(partial.case, r, iterations=m.iterations, restarts=m.restarts)
-                                       for r, m in partial.reports.items()})  # converted there
-        raise
-    first = jobs[min(jobs)] if jobs else rank_job(cases, 0)
-    return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=first, placements=tuple(placements),
-                        steps=steps, peak_rss_kb=dict(result.peak_rss_kb), flows=tuple(result.flows))
-
-
 def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
               progress: Callable[[int, int, CaseStats], None] | None = None, on_row: RowCallback | None = None,
-              **kwargs: Any) -> BenchOutcome:
+              link_rate_bps: int | None = None, **kwargs: Any) -> BenchOutcome:
     """The plain sweep of `request` on `placements` (keyword arguments as `run_cases`). `progress` and `on_row`
-    are called when a size is done (both its passes with `request.in_place`)."""
+    are called when a size is done (both its passes with `request.in_place`). AUTO chooses with the
+    placements' ranks per host and `link_rate_bps` (the testbed's link rate, if it has one)."""
     passes = 2 if request.in_place else 1
     done: list[CaseStats] = []
 
@@ -279,7 +178,9 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
             if on_row:
                 on_row(done[-passes], done[-1] if passes == 2 else None)
 
-    outcome = run_cases(sweep_cases(request, len(placements)), placements, verify=request.verify,
+    cases = sweep_cases(request, len(placements), per_node=ranks_per_node(placements),
+                        link_rate_bps=link_rate_bps)
+    outcome = run_cases(cases, placements, verify=request.verify,
                         timeout_s=request.timeout_s, record_steps=request.record_steps, spin_us=request.spin_us,
                         socket_buffer_bytes=request.socket_buffer_bytes, progress=on_case, **kwargs)
     if passes == 1:
@@ -341,6 +242,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
 
         with stage.watching(report_s=interval_s, on_interval=on_interval) as watch, progress() as bar:
             outcome = run_bench(request, stage.placements, on_pids=pids_known, on_row=row,
+                                link_rate_bps=(target.topology or {}).get("link_rate_bps"),
                                 progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)),
                                 sessions=stage.sessions, fault_hooks=watch.injector,
                                 fault_points=stage.fault_plan.fault_points(), dilation=stage.dilation)
@@ -349,8 +251,16 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
         traced.sweep("sweep", outcome.flows)
         traced.write(stage.run)
         doc = files.finish(outcome, config=config, devices=devices, steps=request.record_steps)
+        burst = None
+        if target.info is not None:
+            from genie.testbed.shaping import bucket_burst
+
+            burst = bucket_burst(target.info.topology, target.info.links, target.info.dilation,
+                                 sorted({s.size_bytes for s in outcome.stats}))
+            if burst is not None:
+                stage.run.warn(burst.describe())
         stage.run.set_summary({"cases": len(outcome.stats), **rank_memory_summary(outcome.peak_rss_kb),
                                **stage.summary()})
     run = stage.run
     return BenchResult(run.run_dir, run.status, run.manifest.duration_s, outcome, doc, watch.links(),
-                       watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents)
+                       watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents, burst)

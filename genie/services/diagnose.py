@@ -18,10 +18,10 @@ from genie.core.testbed import TestbedInfo
 from genie.core.placement import RankPlacement
 from genie.engine.session import SessionFactory
 from genie.measure.diagnose import Diagnosis, PairMeasurement, diagnose
-from genie.services.bench import GroupCase, run_cases
+from genie.services.cases import GroupCase, run_cases
 from genie.services.dilation import running_dilation
 from genie.services.options import check_timeout
-from genie.services.target import placements_for
+from genie.services.placement import placements_for
 
 #: How many times pairs still flagged are measured again (keeping each pair's best) before they are reported: a
 #: stall of this shared machine can span one re-measurement (a healthy 8-host star once flagged two pairs).

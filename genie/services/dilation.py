@@ -1,7 +1,8 @@
-"""Time dilation in a run (`genie.core.dilation`): which factor a target gets, and the two crossings between
-the host's real time and the stated fabric's emulated time that every rank-running service makes — what the
-ranks are asked to do (compute durations, timeouts, straggler times: x N) and what they report (every
-timestamp: / N). The engine itself never knows about dilation: it measures the host.
+"""Time dilation in a run (`genie.core.dilation`): a running testbed's or loopback's factor, and the two
+crossings between the host's real time and the stated fabric's emulated time that every rank-running service
+makes — what the ranks are asked to do (compute durations, timeouts, straggler times: x N) and what they report
+(every timestamp: / N). The engine itself never knows about dilation: it measures the host. Resolving a factor for
+a new testbed (``auto`` measures this host) is genie.services.dilation_choice's.
 """
 
 from __future__ import annotations
@@ -14,30 +15,7 @@ from genie.core.errors import InputError
 from genie.core.limits import MAX_TIMEOUT_S
 from genie.core.program import Lane, RankProgram
 from genie.core.protocol import Barrier, CaseResult, Straggler
-from genie.core.testbed import LinkModel, TestbedInfo
-from genie.core.topology import Topology
-
-
-def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Optional[str] = None,
-                     links: Optional[LinkModel] = None,
-                     reference_bytes: Optional[int] = None) -> tuple[TimeDilation, LinkModel]:
-    """The dilation and link model a testbed of `topology` is brought up with: a fixed factor checked to hold
-    (`genie.testbed.dilation_rules`), or ``auto``: this host measured (`genie.services.host_probe`) and the
-    smallest factor that keeps its limits under the target share of every figure — of the run's smallest
-    message, `reference_bytes` (None: 1 KiB). `links` None: the default for the dilation
-    (`genie.testbed.shaping.default_link_model`)."""
-    from genie.testbed.dilation_rules import check_dilation_holds
-    from genie.testbed.shaping import default_link_model
-
-    if choice.mode is DilationMode.AUTO:
-        from genie.services.host_probe import auto_dilation
-
-        model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
-        dilation = auto_dilation(topology, links=model, source=source, reference_bytes=reference_bytes)
-    else:
-        dilation = fixed_dilation(choice.factor)
-    check_dilation_holds(topology, dilation, source=source)
-    return dilation, links or default_link_model(topology, dilation)
+from genie.core.testbed import TestbedInfo
 
 
 def running_dilation(info: TestbedInfo, choice: DilationChoice) -> TimeDilation:
@@ -107,21 +85,6 @@ def real_timeout_s(timeout_s: float, dilation: TimeDilation) -> float:
     """Op timeouts are emulated time too: everything a rank waits for takes N times longer (at most
     MAX_TIMEOUT_S of real time: a week, what any wait of genie's may last)."""
     return min(dilation.real_s(timeout_s), MAX_TIMEOUT_S)
-
-
-def testbed_up(topology: Topology, *, name: str, source, dry_run: bool, shaper, choice: DilationChoice,
-               links: Optional[LinkModel] = None):
-    """`genie testbed up`: the dilation resolved (``auto`` measures this host first), then the testbed up (or
-    its plan, with `dry_run`). Returns what `genie.testbed.service.up` returns."""
-    from genie.testbed import service
-
-    if dry_run and choice.mode is DilationMode.AUTO:
-        raise InputError("auto measures this host in scratch namespaces, and a dry run changes nothing: give a "
-                         "factor to see its plan", path="time_dilation")
-    dilation, model = resolve_dilation(choice, topology, source=None if source is None else str(source),
-                                       links=links)
-    return service.up(topology, name=name, source=source, dry_run=dry_run, shaper=shaper, dilation=dilation,
-                      links=model)
 
 
 def smallest_message_bytes(programs) -> Optional[int]:

@@ -34,6 +34,7 @@ class EstimateResult:
     estimate_path: Path
     fabric_calibration: Optional[Any] = None  # astra_adapter.fabric.calibrate.FabricCalibration
     nccl_choices: tuple[Any, ...] = ()  # nccl mode: astra_adapter.nccl.estimate.OpChoice per op kind
+    warnings: tuple[str, ...] = ()  # the trace's (e.g. dependencies on missing nodes treated as met); in the manifest
 
 
 def run_estimate(request: EstimateRequest) -> EstimateResult:
@@ -48,14 +49,14 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
     from genie.topology import load_topology_file
 
     topology = load_topology_file(request.topology) if request.topology is not None else None
-    loaded = load_checked_trace(request.trace, request.npus)
+    loaded, warnings = load_checked_trace(request.trace, request.npus)
     mode = request.mode
     if mode is None and request.calibration is not None:
         from astra_adapter.nccl.calibration_io import has_nccl_calibration
         if has_nccl_calibration(request.calibration):
             mode = EstimateMode.NCCL
     if mode is EstimateMode.NCCL:
-        return _estimate_nccl(request, loaded, topology)
+        return _estimate_nccl(request, loaded, topology, warnings)
     if mode is None:
         fabric = topology is not None and (request.calibration is not None or fabric_by_default(loaded, topology))
         mode = EstimateMode.FABRIC if fabric else EstimateMode.MEASURED
@@ -78,6 +79,8 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
     params = {"mode": mode.value, "extrapolate": request.extrapolate, "share_nic": request.share_nic,
               "npus": request.npus, "calibration": str(request.calibration) if request.calibration else None}
     with RunRecorder("estimate", out=request.out, inputs=inputs, params=params) as run:
+        for warning in warnings:
+            run.warn(warning)
         path = run.write("estimate.csv", estimate_csv(est))
         if calibration is not None and calibration.points:
             run.write(CALIBRATION_JSON, calibration_json(calibration))
@@ -85,10 +88,10 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
         if fabric_cal is not None:
             run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(fabric_cal))
         run.set_summary({"iteration_ns": est.iteration_ns, "ranks": len(est.ranks)})
-    return EstimateResult(run.run_dir, est, calibration, path, fabric_cal)
+    return EstimateResult(run.run_dir, est, calibration, path, fabric_cal, warnings=warnings)
 
 
-def _estimate_nccl(request: EstimateRequest, loaded, topology) -> EstimateResult:
+def _estimate_nccl(request: EstimateRequest, loaded, topology, warnings: tuple[str, ...]) -> EstimateResult:
     """NCCL mode: every op through the NCCL model with a real cluster's calibration (genie calibrate)."""
     from astra_adapter.nccl.calibration_io import load_calibration
     from astra_adapter.nccl.estimate import choices_csv, estimate_nccl
@@ -111,8 +114,10 @@ def _estimate_nccl(request: EstimateRequest, loaded, topology) -> EstimateResult
               input_digest(request.topology, "topology"))
     params_doc = {"mode": EstimateMode.NCCL.value, "npus": request.npus, "calibration": str(request.calibration)}
     with RunRecorder("estimate", out=request.out, inputs=inputs, params=params_doc) as run:
+        for warning in warnings:
+            run.warn(warning)
         path = run.write("estimate.csv", estimate_csv(est))
         run.write("nccl_choices.csv", choices_csv(result.choices))
         run.set_summary({"iteration_ns": est.iteration_ns, "ranks": len(est.ranks),
                          "op_kinds": len(result.choices)})
-    return EstimateResult(run.run_dir, est, None, path, None, result.choices)
+    return EstimateResult(run.run_dir, est, None, path, None, result.choices, warnings)

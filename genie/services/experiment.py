@@ -57,13 +57,15 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     from genie.faults import service as faults_service
     from genie.engine.program import build_programs
     from genie.report.manifest import input_digest
-    from genie.services.bench import GroupCase, run_cases
+    from genie.services.cases import GroupCase, run_cases
     from genie.services.replay import ReplayRequest, check_fits, run_replay
     from genie.services.stage import staged
 
     say = progress or (lambda _msg: None)
     spec = cmd.spec
     prepared = prepare(spec)
+    for warning in prepared.warnings:
+        say(f"warning: {warning}")
     opts = _options(cmd)
     if (opts.faults or opts.faults_file) and spec.rounds != 1:
         raise InputError("faults are injected into the replay of an experiment with `rounds: 1`; this one has "
@@ -108,6 +110,8 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     with staged("experiment", opts, ranks=None, loopback_ranks=prepared.trace.num_ranks, params=params,
                 bounds=bounds, inputs=inputs, fits=lambda p: check_fits(prepared.trace, p, source=source),
                 name=f"experiment-{spec.name}", smallest_message_bytes=smallest) as stage:
+        for warning in prepared.warnings:
+            stage.run.warn(warning)
         pooled: list[list[int]] = [[] for _ in items]
         outcomes = []
         traced = PathRecorder(stage.target.info if prepared.fabric else None)

@@ -78,8 +78,8 @@ def measure_host(topology: Topology, links: LinkModel):
 
 
 def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float | None]:
-    from genie.services.bench import GroupCase, run_cases
-    from genie.services.target import placements_for
+    from genie.services.cases import GroupCase, run_cases
+    from genie.services.placement import placements_for
     from genie.testbed import service
     from genie.testbed.emulators import stats_path
 
@@ -115,8 +115,8 @@ def _shaped_throughput(topology: Topology, links: LinkModel, demand_bps: float) 
 
 def _efficiency(topology: Topology, links: LinkModel, hosts: int, rate_bps: int) -> float:
     """Every host of a star shaped at `rate_bps` streams to the next at once: delivered / payload limit."""
-    from genie.services.bench import GroupCase, run_cases
-    from genie.services.target import placements_for
+    from genie.services.cases import GroupCase, run_cases
+    from genie.services.placement import placements_for
     from genie.testbed import service
 
     from genie.testbed.verify import goodput_bps

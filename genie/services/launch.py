@@ -64,7 +64,7 @@ def resolve_launch(launcher: LauncherKind, transport: DataPath, inventory: Path 
     from genie.engine.mpi import MpiLaunch, MpiSessions, find_mpiexec, mpi4py_available
     from genie.engine.mpi.discover import INSTALL_HINT
     from genie.inventory import inventory_to_testbed_info, load_inventory_file
-    from genie.services.target import placements_for
+    from genie.services.placement import placements_for
 
     slurm = None
     if launcher is LauncherKind.SLURM:

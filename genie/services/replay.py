@@ -49,6 +49,7 @@ class ReplayResult:
     doc: dict[str, Any]  # replay.json's document
     links: Optional[dict[str, Any]]
     capture: Any  # genie.report.capture result, or None
+    warnings: tuple[str, ...] = ()  # the trace's (e.g. dependencies on missing nodes treated as met); in the manifest
 
 
 def check_request(request: ReplayRequest) -> None:
@@ -75,15 +76,19 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                fault_points: tuple[int, ...] = (),
                stragglers: dict[int, tuple[Straggler, ...]] | None = None,
                on_iteration: Callable[[ReplayOutcome], None] | None = None,
-               dilation: TimeDilation = NO_DILATION) -> ReplayOutcome:
-    """Replay `trace` on `placements`. `fault_hooks` (genie.faults) inject faults live, before the timed
+               dilation: TimeDilation = NO_DILATION, auto_by_placement: bool = False,
+               link_rate_bps: int | None = None) -> ReplayOutcome:
+    """Replay `trace` on `placements`. With `auto_by_placement`, AUTO chooses with the placements' hosts (PAT
+    needs one rank per host, as NCCL's) and `link_rate_bps` (the testbed's host link rate); else as a bench
+    sweep that does not know the hosts would (`genie experiment` keeps its sweep and replay alike). `fault_hooks` (genie.faults) inject faults live, before the timed
     iterations `fault_points`; `stragglers` per rank stretch that rank's compute (see `genie.engine.rank`);
     `on_iteration` gets the outcome so far after each timed iteration (so that a run that fails or is
     interrupted later keeps the iterations it finished). Under `dilation` the ranks run compute N times longer
     and their records come back in emulated time (`genie.services.dilation`)."""
     check_request(request)
     placements = check_fits(trace, placements, source=source)
-    programs = build_programs(trace, source=source)
+    programs = build_programs(trace, source=source, link_rate_bps=link_rate_bps,
+                              hosts={p.rank: p.host for p in placements} if auto_by_placement else None)
     by_rank = {p.rank: p for p in programs}
     common = dict(iterations=request.iterations, warmup=request.warmup,
                   timeout_s=real_timeout_s(request.timeout_s, dilation), spin_ns=request.spin_us * 1000)
@@ -113,14 +118,13 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
                          tuple(sorted(result.peak_rss_kb.items())), tuple(result.flows))
 
 
-def load_checked_trace(path: Path, npus: int | None) -> Trace:
-    """The trace at `path`, checked (InputError naming the file otherwise)."""
+def load_checked_trace(path: Path, npus: int | None) -> tuple[Trace, tuple[str, ...]]:
+    """The trace at `path`, checked (InputError naming the file otherwise), and its warnings to print and record."""
     from genie.workloads.analysis import check
     from genie.workloads.loader import load_trace
 
     loaded = load_trace(path, npus=npus)
-    check(loaded, source=str(path))
-    return loaded
+    return loaded, check(loaded, source=str(path))
 
 
 def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayResult:
@@ -134,7 +138,7 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
 
     opts, request, trace = cmd.options, cmd.request, cmd.trace
     check_request(request)
-    loaded = load_checked_trace(trace, cmd.npus)
+    loaded, warnings = load_checked_trace(trace, cmd.npus)
     ranks = loaded.num_ranks
     programs = functools.cache(lambda: build_programs(loaded, source=str(trace)))
 
@@ -148,6 +152,8 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
                 smallest_message_bytes=smallest,
                 inputs=(input_digest(trace, "trace"),),
                 fits=lambda placements: check_fits(loaded, placements, source=str(trace))) as stage:
+        for warning in warnings:
+            stage.run.warn(warning)
         meta = {"trace": str(trace), "target": stage.target.name, "ranks": ranks,
                 "iterations": request.iterations, "warmup": request.warmup}
 
@@ -160,7 +166,8 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
                                  progress=bar, sessions=stage.sessions, fault_hooks=watch.injector,
                                  fault_points=stage.fault_plan.fault_points(),
                                  stragglers=faults_service.stragglers_by_rank(stage.fault_plan), on_iteration=keep,
-                                 dilation=stage.dilation)
+                                 dilation=stage.dilation, auto_by_placement=True,
+                                 link_rate_bps=(stage.target.topology or {}).get("link_rate_bps"))
         traced = PathRecorder(stage.target.info)  # while the testbed is up
         traced.replay("replay", outcome.flows)
         traced.write(stage.run)
@@ -169,4 +176,4 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
             stage.run.write(name, text)
         stage.run.set_summary({"iteration_median_ns": doc["iteration_median_ns"],
                                **rank_memory_summary(dict(outcome.peak_rss_kb)), **stage.summary()})
-    return ReplayResult(stage.run.run_dir, stage.run.status, outcome, doc, watch.links(), watch.capture)
+    return ReplayResult(stage.run.run_dir, stage.run.status, outcome, doc, watch.links(), watch.capture, warnings)

@@ -14,6 +14,7 @@ from genie.core.errors import InputError, RunFailure
 
 from genie.core.testbed import Shaping, TestbedInfo
 from genie.core.placement import RankPlacement
+from genie.services.placement import loopback_placements, placements_for
 
 if TYPE_CHECKING:
     from genie.report.manifest import InputDigest
@@ -38,26 +39,6 @@ class Target:
         return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in self.placements]
 
 
-def placements_for(testbed: TestbedInfo, ranks: int | None) -> list[RankPlacement]:
-    """Global ranks are numbered host by host in topology order; `ranks` takes the first N."""
-    hosts = testbed.topology.rank_hosts()
-    n = len(hosts) if ranks is None else ranks
-    if n < 1 or n > len(hosts):
-        raise InputError(f"testbed {testbed.name} has {len(hosts)} ranks, asked for {n}", path="ranks")
-    out = []
-    for rank, host in enumerate(hosts[:n]):
-        ep = testbed.endpoint(host)
-        out.append(RankPlacement(rank=rank, host=host, netns=ep.netns, address=ep.address))
-    return out
-
-
-def loopback_placements(ranks: int) -> list[RankPlacement]:
-    """All ranks in the current namespace on 127.0.0.1: no root needed (tests, quick checks)."""
-    if ranks < 1:
-        raise InputError("must be >= 1", path="ranks")
-    return [RankPlacement(rank=r, host="localhost", netns=None, address="127.0.0.1") for r in range(ranks)]
-
-
 @contextlib.contextmanager
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
                 ranks: Optional[int], *, command: str, shared: bool = False,
@@ -69,7 +50,8 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
     testbed is brought up so (``auto`` measures this host first, for a run whose smallest message is
     `reference_bytes`); a running testbed keeps its own (a different factor asked for is refused); loopback
     takes a fixed factor (compute and reported times only)."""
-    from genie.services.dilation import loopback_dilation, resolve_dilation, running_dilation
+    from genie.services.dilation import loopback_dilation, running_dilation
+    from genie.services.dilation_choice import resolve_dilation
 
     from genie.report.manifest import InputDigest, input_digest, topology_summary
 

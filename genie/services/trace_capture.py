@@ -1,7 +1,8 @@
 """`genie trace capture`: run a user's PyTorch script under torchrun on this machine (CPU, gloo), trace one
 step per rank, import the traces and write a replayable trace set plus a summary.
 
-Output directory (written under a temporary name, renamed when complete: a failed capture leaves nothing):
+Output directory (written under a temporary name, renamed when complete; a job that fails or times out leaves
+only ``torchrun.log``, its ranks' output, which the error names, and a later capture may reuse that directory):
 ``raw/`` the execution, Kineto and step-time files of every rank; ``<name>.<rank>.et`` (+ comm_group.json) the
 Chakra ET set (ASTRA-sim, ``genie replay``); ``summary.json`` collectives by type, size and group, compute and
 step time per rank, the untraced step time (the capture's overhead is traced / untraced).
@@ -30,6 +31,7 @@ from genie.workloads.pytorch_files import read_pytorch_set
 from genie.workloads.pytorch_import import ImportResult
 
 HARNESS = Path(__file__).resolve().parents[1] / "capture" / "torch_harness.py"
+LOG_NAME = "torchrun.log"  # the job's output (every rank's stdout and stderr, torchrun's own)
 _ERROR_LINE = re.compile(r"(?:^|\]:\s*)([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b.*)$")
 
 
@@ -115,12 +117,14 @@ def check_torch(python: str) -> None:
                                  "(torch==2.13.0, the CPU build)")
 
 
-def _run_job(request: CaptureRequest, raw: Path) -> None:
+def _run_job(request: CaptureRequest, raw: Path, kept_log: Path) -> None:
+    """Run the job, its output in ``raw/../torchrun.log``; GenieError naming `kept_log` (where capture() keeps
+    that log) when it fails or times out."""
     argv = [request.python, "-m", "torch.distributed.run", f"--nproc_per_node={request.nproc}",
             "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(HARNESS), "--out", str(raw),
             "--warmup", str(request.warmup_steps), str(Path(request.script).resolve()), *request.args]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    log = raw.parent / "torchrun.log"
+    log = raw.parent / LOG_NAME
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
@@ -130,14 +134,16 @@ def _run_job(request: CaptureRequest, raw: Path) -> None:
             _kill_tree(proc.pid)  # torchrun puts each rank in a process group of its own: kill by pid
             proc.wait()
             raise GenieError(f"{request.script}: capture timed out after {request.timeout_s:g} s; last output: "
-                             f"{_failure_line(log.read_text(errors='replace'))}") from None
+                             f"{_failure_line(log.read_text(errors='replace'))} (torchrun's log: {kept_log})"
+                             ) from None
         except BaseException:  # Ctrl-C, SIGTERM: leave nothing running
             _kill_tree(proc.pid)
             proc.wait()
             raise
     if code != 0:
         raise InputError(f"the script failed under torchrun (exit {code}): "
-                         f"{_failure_line(log.read_text(errors='replace'))}", source=request.script)
+                         f"{_failure_line(log.read_text(errors='replace'))} (torchrun's log: {kept_log})",
+                         source=request.script)
 
 
 def _timings(raw: Path, nproc: int) -> tuple[RankTiming, ...]:
@@ -159,7 +165,7 @@ def capture(request: CaptureRequest) -> CaptureOutcome:
     if request.warmup_steps < 0:
         raise InputError("must be at least 0", path="warmup_steps")
     out = Path(request.out_dir)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != LOG_NAME for p in out.iterdir()):  # a failed capture's log: replaced
         raise InputError("output directory exists and is not empty", source=str(out), path="out_dir")
     check_torch(request.python)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -168,7 +174,12 @@ def capture(request: CaptureRequest) -> CaptureOutcome:
         raw = work / "raw"
         raw.mkdir()
         started = time.perf_counter()
-        _run_job(request, raw)
+        try:
+            _run_job(request, raw, out / LOG_NAME)
+        except GenieError:  # keep the ranks' output where the error says
+            out.mkdir(exist_ok=True)
+            os.replace(work / LOG_NAME, out / LOG_NAME)
+            raise
         capture_s = time.perf_counter() - started
         result = read_pytorch_set([raw])
         name = re.sub(r"[^\w.-]", "_", Path(request.script).stem) or "job"
@@ -185,6 +196,7 @@ def capture(request: CaptureRequest) -> CaptureOutcome:
                    "warnings": list(result.warnings), "capture_s": round(capture_s, 3)}
         write_atomic(work / "summary.json", json.dumps(summary, indent=1) + "\n")
         if out.exists():
+            (out / LOG_NAME).unlink(missing_ok=True)
             out.rmdir()
         work.rename(out)
     except BaseException:

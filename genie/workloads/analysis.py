@@ -27,7 +27,8 @@ class Severity(Enum):
 class ProblemKind(Enum):
     RANK_NUMBERING = "rank_numbering"
     DUPLICATE_NODE_ID = "duplicate_node_id"
-    DANGLING_DEPENDENCY = "dangling_dependency"
+    DANGLING_DEPENDENCY = "dangling_dependency"  # tolerated: a format whose converter leaves them (Chakra ET)
+    MISSING_DEPENDENCY = "missing_dependency"  # refused: in genie's own formats a missing node is a typo
     CYCLE = "cycle"
     UNKNOWN_COMM_TYPE = "unknown_comm_type"
     MISSING_SIZE = "missing_size"
@@ -46,7 +47,17 @@ class ProblemKind(Enum):
         # scheduler that waits only for nodes the file has, treats a dependency on a missing node as met.
         # ASTRA-sim itself (518bd51, feeder_v3) aborts on one ("Node 0 in ctrl_dep graph, but not found in
         # index"): the ASTRA-sim export drops them (drop_missing_deps).
+        # Every other format (genie's own JSON/YAML, generated, PARAM, PyTorch, ASTRA-sim text) has no such
+        # habit: there a dependency on a node that does not exist is a typo, refused (MISSING_DEPENDENCY).
         return Severity.WARNING if self is ProblemKind.DANGLING_DEPENDENCY else Severity.ERROR
+
+
+# the trace formats (Trace.info "format") whose converters leave dependencies on nodes they removed
+TOLERATES_MISSING_DEPENDENCIES = frozenset({"chakra_et"})
+
+
+def tolerates_missing_dependencies(trace: Trace) -> bool:
+    return dict(trace.info).get("format") in TOLERATES_MISSING_DEPENDENCIES
 
 
 @dataclass(frozen=True)
@@ -104,15 +115,20 @@ def drop_missing_deps(trace: Trace) -> tuple[Trace, int]:
 
 def _node_problems(trace: Trace, rank: int, nodes: tuple[TraceNode, ...]) -> list[Problem]:
     problems = []
+    tolerated = tolerates_missing_dependencies(trace)
     ids = Counter(n.id for n in nodes)
     for node_id, count in ids.items():
         if count > 1:
             problems.append(Problem(ProblemKind.DUPLICATE_NODE_ID, f"id used by {count} nodes", rank, node_id))
     for n in nodes:
         for dep in n.deps:
-            if dep not in ids:
+            if dep not in ids and tolerated:
                 problems.append(Problem(ProblemKind.DANGLING_DEPENDENCY, f"depends on missing node {dep} "
                                         "(ignored: treated as met)", rank, n.id))
+            elif dep not in ids:
+                problems.append(Problem(ProblemKind.MISSING_DEPENDENCY, f"depends on missing node {dep} "
+                                        "(no node of rank {rank} has that id: a typo?)".replace("{rank}", str(rank)),
+                                        rank, n.id))
         if n.kind is NodeKind.COLLECTIVE:
             if n.comm_type is None:
                 code = n.comm_type_code
@@ -245,12 +261,27 @@ def errors(problems: tuple[Problem, ...]) -> tuple[Problem, ...]:
     return tuple(p for p in problems if p.severity is Severity.ERROR)
 
 
-def check(trace: Trace, *, source: str | None = None) -> None:
-    """Raise InputError for the first error (noting how many more there are); warnings pass."""
-    problems = errors(validate(trace))
-    if problems:
-        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-        raise InputError(f"{problems[0]}{more}", source=source)
+def check(trace: Trace, *, source: str | None = None) -> tuple[str, ...]:
+    """Raise InputError for the first error (noting how many more there are); else the warnings, one line
+    each kind, for the command to print and record (e.g. the dependencies on missing nodes a Chakra
+    converter left, which the replay treats as met)."""
+    problems = validate(trace)
+    refused = errors(problems)
+    if refused:
+        more = f" (and {len(refused) - 1} more problem(s))" if len(refused) > 1 else ""
+        raise InputError(f"{refused[0]}{more}", source=source)
+    return warning_lines(problems, source=source)
+
+
+def warning_lines(problems: tuple[Problem, ...], *, source: str | None = None) -> tuple[str, ...]:
+    """One line per kind of warning: how many, and the first (``w: dangling_dependency: 8 warning(s), first:
+    rank 0 node 5: depends on missing node 0 (ignored: treated as met)``)."""
+    by_kind: dict[ProblemKind, list[Problem]] = defaultdict(list)
+    for p in problems:
+        if p.severity is Severity.WARNING:
+            by_kind[p.kind].append(p)
+    prefix = f"{source}: " if source else ""
+    return tuple(f"{prefix}{kind.value}: {len(found)} warning(s), first: {found[0]}" for kind, found in by_kind.items())
 
 
 # ---- critical paths ------------------------------------------------------------------------------------

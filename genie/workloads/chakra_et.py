@@ -34,6 +34,7 @@ from google.protobuf.message import DecodeError
 
 from genie.core.errors import InputError
 from genie.core.files import InputKind, gunzip_input, read_input, write_atomic
+from genie.core.jsondoc import decode_json
 from genie.core.trace import (Attribute, AttrType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace, TraceMetadata,
                               TraceNode)
 from genie.workloads.chakra_p2p import recover_peers
@@ -304,10 +305,7 @@ def rank_files(prefix_path: str | Path) -> dict[int, Path]:
 
 
 def read_comm_groups(data: bytes | str, *, source: str) -> tuple[ProcessGroup, ...]:
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise InputError(f"not JSON: {exc}", source=source) from None
+    doc = decode_json(data, source=source)
     if not isinstance(doc, dict):
         raise InputError("expected an object {pg_name: [ranks...]}", source=source)
     groups = []

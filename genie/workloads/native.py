@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 import yaml
 
 from genie.core.errors import InputError, shown
+from genie.core.jsondoc import decode_json
 from genie.core.trace import (RECV_SPLITS_ATTR, SEND_SPLITS_ATTR, Attribute, AttrType, CommType, IOInfo, NodeKind, ProcessGroup, RankTrace, Trace,
                               TraceMetadata, TraceNode, collective_node, compute_node, recv_node, send_node)
 from genie.core.units import parse_size_bytes, parse_time_ns
@@ -321,9 +322,7 @@ def read_native(data: bytes | str | BinaryIO, *, source: str = "<native>") -> Tr
     raw = data if isinstance(data, (bytes, str)) else data.read()
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
     try:
-        doc = json.loads(text) if text.lstrip().startswith("{") else parse_yaml(text, source)
-    except ValueError as exc:
-        raise InputError(f"not JSON/YAML: {str(exc).splitlines()[0]}", source=source) from None
+        doc = decode_json(text, source=source) if text.lstrip().startswith("{") else parse_yaml(text, source)
     except InputError as exc:  # the one YAML loader: duplicate keys and alias bombs refused
         raise InputError(f"not JSON/YAML: {exc.detail}", source=source, path=exc.path) from None
     return trace_from_doc(doc, source=source)

@@ -18,13 +18,13 @@ startTime_ns[0]`` (PARAM's ``--use-timestamp``), which reproduces the compute ti
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from genie.core.errors import InputError, shown
 from genie.core.files import InputKind, read_input
+from genie.core.jsondoc import decode_json
 from genie.core.trace import (Attribute, AttrType, CommType, ProcessGroup, RankTrace, Trace, TraceNode,
                               collective_node, compute_node, recv_node, send_node)
 
@@ -78,10 +78,7 @@ def _load(data: bytes | str | BinaryIO | list, source: str) -> list:
     if isinstance(data, list):
         return data
     raw = data if isinstance(data, (bytes, str)) else data.read()
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise InputError(f"not JSON: {exc}", source=source) from None
+    doc = decode_json(raw, source=source)
     if not isinstance(doc, list):
         raise InputError("a PARAM basic trace is a JSON list of entries", source=source)
     return doc

@@ -14,10 +14,10 @@ merges what the ranks say; ranks that disagree on a group's members are an Input
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass
 
 from genie.core.errors import InputError
+from genie.core.jsondoc import decode_json
 from genie.core.trace import ProcessGroup
 
 PG_INIT_NODE = "## process_group:init ##"
@@ -51,9 +51,9 @@ def parse_pg_records(values: str, *, world_size: int, source: str) -> tuple[Grou
     if not text:
         return ()
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"process-group metadata is not JSON: {exc}", source=source, path=PG_INIT_NODE) from None
+        doc = decode_json(text, source=source)
+    except InputError as exc:
+        raise InputError(f"process-group metadata is {exc.detail}", source=source, path=PG_INIT_NODE) from None
     if not isinstance(doc, list):
         raise InputError("process-group metadata must be a JSON list", source=source, path=PG_INIT_NODE)
     records = []

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from genie.core.errors import InputError
+from genie.core.jsondoc import decode_json
 from genie.core.trace import CommType
 from genie.workloads.pg_metadata import PG_INIT_NODE, GroupRecord, parse_pg_records
 
@@ -89,6 +90,7 @@ C10D_OPS: dict[str, _OpShape] = {
 RECORD_PARAM_COMMS = "record_param_comms"
 PG_HINT = "genie::pg="  # a record_function `genie trace capture` puts around each torch.distributed call
 WAIT_HINT = "genie::wait"  # and around each Work.wait
+DEFAULT_GROUP_NAME = "0"  # the name PyTorch gives the world group (init_process_group)
 WORK_PREFIXES = ("gloo:", "nccl:")  # the backend's own record of the work (gloo: on its worker threads)
 
 
@@ -136,6 +138,8 @@ class CommOp:
     group_size: int | None  # what the op itself says of its group's size (allgather_'s output list)
     send_split_bytes: tuple[int, ...] | None = None  # an uneven all-to-all: bytes to / from each group member
     recv_split_bytes: tuple[int, ...] | None = None
+    group_marker: str | None = None  # the group `genie trace capture`'s genie::pg= range around the op names
+    # (known to the trace's process-group records or not)
 
 
 def load_json(data: bytes, *, source: str) -> object:
@@ -146,10 +150,7 @@ def load_json(data: bytes, *, source: str) -> object:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"corrupt gzip data: {exc}", source=source) from None
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise InputError(f"not JSON: {exc}", source=source) from None
+    return decode_json(raw, source=source)
 
 
 def is_execution_trace(doc: object) -> bool:
@@ -176,7 +177,7 @@ def read_execution_trace(doc: object, *, source: str, world_size: int) -> HostTr
                          "1.1.x-chakra.0.0.4: torch 2.1 .. 2.13)", source=source, path="schema")
     if not isinstance(doc["nodes"], list):
         raise InputError("nodes must be a list", source=source, path="nodes")
-    nodes, groups = [], ()
+    nodes, groups = [], {}
     for i, n in enumerate(doc["nodes"]):
         where = f"nodes[{i}]"
         if not isinstance(n, dict):
@@ -195,10 +196,13 @@ def read_execution_trace(doc: object, *, source: str, world_size: int) -> HostTr
                         tid if isinstance(tid, int) else 0, tuple(inputs["values"]),
                         tuple(str(t) for t in inputs["types"]))
         nodes.append(node)
-        if node.name == PG_INIT_NODE and node.values and isinstance(node.values[0], str) and not groups:
-            groups = parse_pg_records(node.values[0], world_size=world_size, source=source)
+        if node.name == PG_INIT_NODE and node.values and isinstance(node.values[0], str):
+            # every record: PyTorch writes one when tracing starts; `genie trace capture` another at the step's
+            # end (groups made after the start: a trace begun before new_group has only that one)
+            for rec in parse_pg_records(node.values[0], world_size=world_size, source=source):
+                groups.setdefault(rec.name, rec)
     pid = doc.get("pid")
-    return HostTrace(source, schema, pid if isinstance(pid, int) else None, tuple(nodes), groups)
+    return HostTrace(source, schema, pid if isinstance(pid, int) else None, tuple(nodes), tuple(groups.values()))
 
 
 # ---- communication ops ---------------------------------------------------------------------------------
@@ -272,13 +276,19 @@ def _all_to_all_splits(node: HostNode, how: "_Splits") -> tuple[tuple[int, ...] 
     return send, recv
 
 
+def _group_marker(node: HostNode, parents: dict[int, HostNode]) -> str | None:
+    """The group named by the ``genie::pg=<name>`` range around the op (`genie trace capture`), if any."""
+    parent = parents.get(node.parent)
+    return parent.name[len(PG_HINT):] if parent is not None and parent.name.startswith(PG_HINT) else None
+
+
 def _group_hint(node: HostNode, children: dict[int, list[HostNode]], known: set[str],
                 parents: dict[int, HostNode]) -> str | None:
     """The pg_name a record_param_comms child names (NCCL traces: its inputs hold (pg_name, pg_desc)), or the
     ``genie::pg=<name>`` range around the op (`genie trace capture`)."""
-    parent = parents.get(node.parent)
-    if parent is not None and parent.name.startswith(PG_HINT) and parent.name[len(PG_HINT):] in known:
-        return parent.name[len(PG_HINT):]
+    marker = _group_marker(node, parents)
+    if marker in known:
+        return marker
     for child in children.get(node.id, ()):
         if child.name != RECORD_PARAM_COMMS:
             continue
@@ -320,7 +330,8 @@ def comm_ops(trace: HostTrace) -> tuple[CommOp, ...]:
         if send is not None:
             group_size = len(send)
         out.append(CommOp(node, shape.comm, size, _dtype(node.types, shape.size_from), peer, root, tag,
-                          _group_hint(node, children, known, parents), group_size, send, recv))
+                          _group_hint(node, children, known, parents), group_size, send, recv,
+                          group_marker=_group_marker(node, parents)))
     return tuple(out)
 
 

@@ -84,9 +84,12 @@ def resolve_groups(per_rank: dict[int, tuple[TimedOp, ...]], groups: tuple[Proce
     one assignment, or none."""
     seqs: list[list[GroupOp]] = []
     ambiguous = False
+    known = {g.name for g in groups}
     for rank in sorted(per_rank):
         seq = []
         for t in per_rank[rank]:
+            if t.op.group_marker is not None and t.op.group_marker not in known:
+                return {}  # refused by the import, naming the marker
             g = _group_op(t, rank, groups, world)
             if g is None:
                 continue

@@ -9,6 +9,8 @@ Per rank:
   could be on several of this rank's groups (gloo records the group as an opaque object) is resolved across
   the ranks (genie.workloads.pytorch_groups). A point-to-point op that could be on several groups is taken to
   be on the world (``dist.send``'s default).
+  An op inside a ``genie::pg=<name>`` range whose group no process-group record of the trace describes
+  (tracing began before ``new_group``) is refused, not put on the world.
 - **compute**: the top-level ops of the traced step (the children of ``ProfilerStep#N``; without one, of each
   thread root) on the threads they ran on, each lasting its Kineto duration minus the time its nested c10d
   ops took on that thread (the communication taken out). When the Kineto trace has GPU kernels, compute is
@@ -33,9 +35,9 @@ from genie.core.trace import (Attribute, AttrType, ProcessGroup, Trace, TraceNod
                               make_trace, recv_node, send_node)
 from genie.workloads.pg_metadata import PG_INIT_NODE, merge_groups
 from genie.workloads.pytorch_groups import TimedOp, candidates, resolve_groups
-from genie.workloads.pytorch_et import (C10D_OPS, P2P, PG_HINT, PROCESS_ROOT, PROFILER_STEP, RECORD_PARAM_COMMS,
-                                        THREAD_ROOT, WAIT_HINT, WORK_PREFIXES, CommOp, HostNode, HostTrace,
-                                        KinetoEvent, KinetoTrace, comm_ops)
+from genie.workloads.pytorch_et import (C10D_OPS, DEFAULT_GROUP_NAME, P2P, PG_HINT, PROCESS_ROOT, PROFILER_STEP,
+                                        RECORD_PARAM_COMMS, THREAD_ROOT, WAIT_HINT, WORK_PREFIXES, CommOp, HostNode,
+                                        HostTrace, KinetoEvent, KinetoTrace, comm_ops)
 
 _META = (PG_INIT_NODE, THREAD_ROOT, PROCESS_ROOT)
 
@@ -81,6 +83,13 @@ def _world(groups: tuple[ProcessGroup, ...], world_size: int) -> str | None:
 def _group_of(op: CommOp, rank: int, groups: tuple[ProcessGroup, ...], world: str | None, source: str,
               warnings: list[str], resolved: dict[tuple[int, int], ProcessGroup]) -> ProcessGroup | None:
     """The op's group (None: the world, when the trace names no groups)."""
+    by_name = {g.name: g for g in groups}
+    if op.group_marker is not None and op.group_marker not in by_name \
+            and (groups or op.group_marker != DEFAULT_GROUP_NAME):
+        raise InputError(f"node {op.node.id} ({op.node.name}) ran inside {PG_HINT}{op.group_marker} but the trace "
+                         f"records no process group {op.group_marker!r} (no '{PG_INIT_NODE}' record of it: tracing "
+                         "began before the group was made); capture it again after a warmup step", source=source,
+                         path=f"nodes[id={op.node.parent}].name")
     if not groups:
         return None
     if (rank, op.node.id) in resolved:

@@ -1,0 +1,152 @@
+"""One step's transfers with one peer in one direction (`Flow`), pumped through a non-blocking socket: the byte
+moving under `genie.engine.transport.StepExchange`. Several regions with real data for one peer (an aggregated
+step, such as PAT's) move as one gathered send / scattered receive."""
+
+from __future__ import annotations
+
+import socket
+from collections import deque
+from dataclasses import dataclass
+
+from genie.core.errors import RunFailure
+
+_MAX_GATHER = 64  # regions per gathered send (well under IOV_MAX)
+_DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
+
+
+class PeerFailure(RunFailure):
+    """A peer closed its connection, reset it, or did not keep up within the op timeout. `peer`: the rank whose
+    connection closed or reset, if that is the failure (so an orchestrator can tell it is that rank's death,
+    seen from here); a timeout names no `peer`: the silent rank may be alive and stuck."""
+
+    def __init__(self, message: str, peer: int | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
+
+
+@dataclass(slots=True)
+class Transfer:
+    """`size_bytes` to or from `peer`; `view` is where the bytes come from / land (None: content is irrelevant)."""
+
+    peer: int
+    size_bytes: int
+    view: memoryview | None = None
+
+
+class Flow:
+    """Progress of the transfers of one step in one direction with one peer, in order."""
+
+    __slots__ = ("peer", "sock", "queue", "pos", "done_bytes", "total_bytes")
+
+    def __init__(self, peer: int, sock: socket.socket) -> None:
+        self.peer = peer
+        self.sock = sock
+        self.queue: deque[Transfer] = deque()
+        self.pos = 0
+        self.done_bytes = 0
+        self.total_bytes = 0
+
+    def add(self, t: Transfer) -> None:
+        if t.size_bytes > 0:
+            self.queue.append(t)
+            self.total_bytes += t.size_bytes
+
+
+def gathered(flow: Flow) -> list[memoryview] | None:
+    """The flow's next regions for one gathered send / scattered receive when it has several with real data
+    (an aggregated step, such as PAT's): they travel as one segment and wake the peer once, as NCCL packs
+    PAT's blocks into one buffer step. None: one region (or no data), moved by the plain loop."""
+    queue = flow.queue
+    if len(queue) < 2 or any(t.view is None for t in queue):
+        return None
+    first = queue[0]
+    return [first.view[flow.pos:first.size_bytes], *(queue[i].view for i in range(1, min(len(queue), _MAX_GATHER)))]
+
+
+def _advance(flow: Flow, n: int) -> None:
+    """Account `n` bytes moved from the front of the flow's queue."""
+    flow.done_bytes += n
+    queue = flow.queue
+    while n > 0:
+        left = queue[0].size_bytes - flow.pos
+        if n < left:
+            flow.pos += n
+            return
+        n -= left
+        queue.popleft()
+        flow.pos = 0
+
+
+def pump_send(flow: Flow, window: memoryview, rank: int) -> bool:
+    """Send as much as the socket takes; True when the flow is complete."""
+    queue = flow.queue
+    send = flow.sock.send
+    while (parts := gathered(flow)) is not None:  # several regions for one peer: one call (see gathered)
+        try:
+            n = flow.sock.sendmsg(parts, (), _DONTWAIT)
+        except BlockingIOError:
+            return False
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise PeerFailure(f"rank {rank}: connection to rank {flow.peer} lost while sending "
+                              f"({exc.strerror or exc})", peer=flow.peer) from None
+        if n <= 0:
+            return False
+        _advance(flow, n)
+    while queue:
+        t = queue[0]
+        if t.view is not None:
+            chunk = t.view[flow.pos:t.size_bytes]
+        else:
+            chunk = window[:min(t.size_bytes - flow.pos, len(window))]
+        try:
+            n = send(chunk, _DONTWAIT)
+        except BlockingIOError:
+            return False
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise PeerFailure(f"rank {rank}: connection to rank {flow.peer} lost while sending "
+                              f"({exc.strerror or exc})", peer=flow.peer) from None
+        flow.pos += n
+        flow.done_bytes += n
+        if flow.pos >= t.size_bytes:
+            queue.popleft()
+            flow.pos = 0
+    return True
+
+
+def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT) -> bool:
+    """Receive what has arrived (with ``flags=0``: block in each call, bounded by the socket's SO_RCVTIMEO);
+    True when the flow is complete, False when the socket has nothing more now."""
+    queue = flow.queue
+    recv_into = flow.sock.recv_into
+    while (parts := gathered(flow)) is not None:
+        try:
+            n = flow.sock.recvmsg_into(parts, 0, flags)[0]
+        except (BlockingIOError, InterruptedError):
+            return False
+        except ConnectionResetError:
+            n = 0
+        if n == 0:
+            raise PeerFailure(f"rank {rank}: rank {flow.peer} closed the connection "
+                              f"({flow.done_bytes} of {flow.total_bytes} bytes received)", peer=flow.peer)
+        _advance(flow, n)
+    while queue:
+        t = queue[0]
+        if t.view is not None:
+            target = t.view[flow.pos:t.size_bytes]
+        else:
+            target = window[:min(t.size_bytes - flow.pos, len(window))]
+        try:
+            n = recv_into(target, 0, flags)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except ConnectionResetError:
+            n = 0
+        if n == 0:
+            raise PeerFailure(f"rank {rank}: rank {flow.peer} closed the connection "
+                              f"({flow.done_bytes} of {flow.total_bytes} bytes received)", peer=flow.peer)
+        flow.pos += n
+        flow.done_bytes += n
+        if flow.pos >= t.size_bytes:
+            queue.popleft()
+            flow.pos = 0
+    return True

@@ -1,0 +1,131 @@
+"""The case runner under every bench-like measurement (`genie bench`, `genie experiment`'s group sweeps,
+`genie diagnose`, the `--time-dilation auto` probe): a list of `GroupCase`s, each a size measured on one or more
+disjoint groups at once (each rank runs its own group's op; a rank in no group sits the case out), run in one
+rank session. It sits below the services that stage a target (genie.services.stage), so that the host probe,
+which a target's dilation may need, can use it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from genie.core.dilation import NO_DILATION, TimeDilation
+from genie.core.errors import RunFailure
+from genie.core.flowpath import FlowTuple
+from genie.core.placement import RankPlacement
+from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult
+from genie.core.schedule import CollectiveOp
+from genie.engine.launch import Launcher
+from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
+from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns, rank_iteration_times_ns
+from genie.services.dilation import emulated_results, real_timeout_s
+
+
+@dataclass(frozen=True)
+class GroupCase:
+    """One measured size: `ops` (one per disjoint group, the same collective, algorithm and size) run at once,
+    `warmup` untimed then `iterations` timed iterations; an iteration ends with the slowest group."""
+
+    ops: tuple[CollectiveOp, ...]
+    warmup: int
+    iterations: int
+
+    @property
+    def op(self) -> CollectiveOp:
+        return self.ops[0]
+
+    def op_for(self, rank: int) -> CollectiveOp:
+        return next((op for op in self.ops if rank in op.group), self.ops[0])
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    stats: tuple[CaseStats, ...]
+    job: BenchJob  # rank 0's job (every rank's is the same for a plain sweep)
+    placements: tuple[RankPlacement, ...]
+    steps: dict[int, dict[int, list]] = field(default_factory=dict)  # case -> rank -> step rows
+    #: the in-place pass of each size, aligned with `stats` (empty when not run)
+    in_place_stats: tuple[CaseStats, ...] = ()
+    peak_rss_kb: dict[int, int] = field(default_factory=dict)  # rank -> its process's peak RSS (local ranks)
+    flows: tuple[FlowTuple, ...] = ()  # every rank's sending connections (genie.core.flowpath)
+
+
+class _PartialCase:
+    """Forwards fault hooks, remembering what the ranks reported at the last fault point (the case it was in
+    and each rank's timed iterations so far)."""
+
+    def __init__(self, inner: FaultHooks) -> None:
+        self.inner = inner
+        self.case: int | None = None
+        self.reports: dict[int, Barrier] = {}
+
+    def timed_start(self, start_ns: int) -> None:
+        self.inner.timed_start(start_ns)
+
+    def fault_point(self, op_index: int, reports: dict[int, Barrier] | None = None) -> None:
+        if reports:
+            case = next(iter(reports.values())).case
+            self.case = -1 if case is None else case
+            self.reports = reports
+        self.inner.fault_point(op_index, reports)
+
+
+
+def rank_job(cases: Sequence[GroupCase], rank: int, *, verify: bool = False, timeout_s: float = 60.0,
+             record_steps: bool = False, fault_points: tuple[int, ...] = (), faults: bool = False) -> BenchJob:
+    """What rank `rank` runs: each case's op of its own group."""
+    return BenchJob(cases=tuple(BenchCase(c.op_for(rank), c.warmup, c.iterations) for c in cases), verify=verify,
+                    timeout_s=timeout_s, record_steps=record_steps, fault_points=fault_points, faults=faults)
+
+
+
+def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, verify: bool = False,
+              timeout_s: float = 60.0, record_steps: bool = False, spin_us: int = 0,
+              socket_buffer_bytes: int | None = None, launcher: Launcher | None = None,
+              on_pids: Callable[[list[int]], None] | None = None,
+              progress: Callable[[int, int, CaseStats], None] | None = None,
+              sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
+              fault_points: tuple[int, ...] = (), dilation: TimeDilation = NO_DILATION) -> BenchOutcome:
+    """Run `cases` in one rank session; `sessions` chooses how ranks are started (default: local processes via
+    `launcher`). `fault_hooks` (genie.faults) inject faults live, pausing the ranks before the timed ops
+    `fault_points`. A fault that ends the run inside a case keeps the iterations measured before it. Under
+    `dilation` timeouts are N times longer and every time comes back in emulated time."""
+    timeout_s = real_timeout_s(timeout_s, dilation)
+    jobs = {p.rank: rank_job(cases, p.rank, verify=verify, timeout_s=timeout_s, record_steps=record_steps,
+                             fault_points=tuple(fault_points), faults=fault_hooks is not None) for p in placements}
+    stats: dict[int, CaseStats] = {}
+    steps: dict[int, dict[int, list]] = {}
+
+    def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
+        per_rank = emulated_results(per_rank, dilation)
+        op = cases[index].op
+        restarts = next((m.restarts for m in per_rank.values() if m.restarts), ())
+        per_rank_spans = {r: m.iterations for r, m in per_rank.items()}
+        times = iteration_times_ns(per_rank_spans, restarts)
+        stats[index] = case_stats(op.collective, op.algorithm, len(op.group), op.size_bytes, op.dtype_bytes, times,
+                                  rank_iteration_times_ns(per_rank_spans, restarts))
+        if record_steps:
+            steps[index] = {r: list(m.steps) for r, m in per_rank.items()}
+        if progress:
+            progress(len(stats), len(cases), stats[index])
+
+    # a case reports only when all its ops are done, each op bounded by the op timeout: the orchestrator's
+    # no-progress backstop must outlast the longest legitimate case (a 64-rank 16 MiB sweep at 100 Mbit/s
+    # is minutes), while a silent peer is still named by the op timeout itself
+    longest_case = max((c.warmup + c.iterations for c in cases), default=1) + 1
+    partial = _PartialCase(fault_hooks) if fault_hooks is not None else None
+    options = SessionOptions(idle_timeout_s=max(120.0, timeout_s * longest_case), spin_s=spin_us / 1e6,
+                             socket_buffer_bytes=socket_buffer_bytes, on_pids=on_pids, fault_hooks=partial)
+    session = (sessions or local_sessions(launcher))(placements, options)
+    try:
+        result = session.run(lambda rank: jobs[rank], on_case=on_case)
+    except RunFailure:
+        # a fault ended the run inside a size: keep its iterations measured before its last fault point
+        if partial is not None and partial.case is not None and partial.case not in stats and partial.reports:
+            if all(m.iterations for m in partial.reports.values()):
+                on_case(partial.case, {r: CaseResult(partial.case, r, iterations=m.iterations, restarts=m.restarts)
+                                       for r, m in partial.reports.items()})  # converted there
+        raise
+    first = jobs[min(jobs)] if jobs else rank_job(cases, 0)
+    return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=first, placements=tuple(placements),
+                        steps=steps, peak_rss_kb=dict(result.peak_rss_kb), flows=tuple(result.flows))

@@ -1,0 +1,50 @@
+"""Which time dilation a new testbed gets (`genie.core.dilation`): a fixed factor checked to hold, or ``auto``,
+this host measured first (genie.services.host_probe, which runs the ordinary case runner on scratch testbeds:
+this module sits above both)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from genie.core.dilation import DilationChoice, DilationMode, TimeDilation, fixed_dilation
+from genie.core.errors import InputError
+from genie.core.testbed import LinkModel
+from genie.core.topology import Topology
+
+
+def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Optional[str] = None,
+                     links: Optional[LinkModel] = None,
+                     reference_bytes: Optional[int] = None) -> tuple[TimeDilation, LinkModel]:
+    """The dilation and link model a testbed of `topology` is brought up with: a fixed factor checked to hold
+    (`genie.testbed.dilation_rules`), or ``auto``: this host measured (`genie.services.host_probe`) and the
+    smallest factor that keeps its limits under the target share of every figure — of the run's smallest
+    message, `reference_bytes` (None: 1 KiB). `links` None: the default for the dilation
+    (`genie.testbed.shaping.default_link_model`)."""
+    from genie.testbed.dilation_rules import check_dilation_holds
+    from genie.testbed.shaping import default_link_model
+
+    if choice.mode is DilationMode.AUTO:
+        from genie.services.host_probe import auto_dilation
+
+        model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
+        dilation = auto_dilation(topology, links=model, source=source, reference_bytes=reference_bytes)
+    else:
+        dilation = fixed_dilation(choice.factor)
+    check_dilation_holds(topology, dilation, source=source)
+    return dilation, links or default_link_model(topology, dilation)
+
+
+
+def testbed_up(topology: Topology, *, name: str, source, dry_run: bool, shaper, choice: DilationChoice,
+               links: Optional[LinkModel] = None):
+    """`genie testbed up`: the dilation resolved (``auto`` measures this host first), then the testbed up (or
+    its plan, with `dry_run`). Returns what `genie.testbed.service.up` returns."""
+    from genie.testbed import service
+
+    if dry_run and choice.mode is DilationMode.AUTO:
+        raise InputError("auto measures this host in scratch namespaces, and a dry run changes nothing: give a "
+                         "factor to see its plan", path="time_dilation")
+    dilation, model = resolve_dilation(choice, topology, source=None if source is None else str(source),
+                                       links=links)
+    return service.up(topology, name=name, source=source, dry_run=dry_run, shaper=shaper, dilation=dilation,
+                      links=model)
