@@ -52,6 +52,7 @@ class _OpShape:
     tag_at: int | None = None
     root_at: int | None = None  # the root's rank in the op's group
     group_size_from_output_list: bool = False  # allgather_: len(outputs[0][0]) is the group's size
+    group_size_from_ratio: tuple[int, int] | None = None  # bytes of input a / bytes of input b is the group's size
     splits: "_Splits | None" = None  # an all-to-all's per-peer sizes
 
 
@@ -69,11 +70,11 @@ C10D_OPS: dict[str, _OpShape] = {
     "c10d::allreduce_": _OpShape(CommType.ALL_REDUCE, 0),
     "c10d::allreduce_coalesced_": _OpShape(CommType.ALL_REDUCE, 0),
     "c10d::allgather_": _OpShape(CommType.ALL_GATHER, 1, group_size_from_output_list=True),
-    "c10d::_allgather_base_": _OpShape(CommType.ALL_GATHER, 1),
-    "c10d::allgather_into_tensor_coalesced_": _OpShape(CommType.ALL_GATHER, 1),
+    "c10d::_allgather_base_": _OpShape(CommType.ALL_GATHER, 1, group_size_from_ratio=(0, 1)),
+    "c10d::allgather_into_tensor_coalesced_": _OpShape(CommType.ALL_GATHER, 1, group_size_from_ratio=(0, 1)),
     "c10d::reduce_scatter_": _OpShape(CommType.REDUCE_SCATTER, 1),
-    "c10d::_reduce_scatter_base_": _OpShape(CommType.REDUCE_SCATTER, 1),
-    "c10d::reduce_scatter_tensor_coalesced_": _OpShape(CommType.REDUCE_SCATTER, 1),
+    "c10d::_reduce_scatter_base_": _OpShape(CommType.REDUCE_SCATTER, 1, group_size_from_ratio=(1, 0)),
+    "c10d::reduce_scatter_tensor_coalesced_": _OpShape(CommType.REDUCE_SCATTER, 1, group_size_from_ratio=(1, 0)),
     "c10d::alltoall_base_": _OpShape(CommType.ALL_TO_ALL, 1, splits=_Splits.SPLIT_LISTS),
     "c10d::alltoall_": _OpShape(CommType.ALL_TO_ALL, 1, splits=_Splits.TENSOR_LISTS),
     "c10d::broadcast_": _OpShape(CommType.BROADCAST, 0, root_at=2),
@@ -322,6 +323,10 @@ def comm_ops(trace: HostTrace) -> tuple[CommOp, ...]:
         if shape.group_size_from_output_list and node.values and isinstance(node.values[0], list) \
                 and node.values[0] and isinstance(node.values[0][0], list):
             group_size = len(node.values[0][0])
+        if shape.group_size_from_ratio is not None and len(node.values) > max(shape.group_size_from_ratio):
+            whole, piece = (_tensor_bytes(node.values[i]) for i in shape.group_size_from_ratio)
+            if piece and whole % piece == 0:  # all_gather_into_tensor: output = size x input (reduce-scatter: the
+                group_size = whole // piece   # other way round)
         if send is not None:
             group_size = len(send)
         out.append(CommOp(node, shape.comm, size, _dtype(node.types, shape.size_from), peer, root, tag,

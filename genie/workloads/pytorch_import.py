@@ -6,10 +6,11 @@ Per rank:
   attribute, the process group (``pg_name``; none for the world) and, for p2p, the global peer and the tag.
   The group comes from a ``record_param_comms`` child when the trace has one (NCCL), else from the only group
   the op can be on (this rank's groups, narrowed by what the op says of its group's size); a collective that
-  could be on several of this rank's groups is refused (gloo records the group as an opaque object). A
-  point-to-point op that could be on several groups is taken to be on the world (``dist.send``'s default). An
-  op inside a ``genie::pg=<name>`` range whose group no process-group record of the trace describes (tracing
-  began before ``new_group``) is refused, not put on the world.
+  could be on several of this rank's groups (gloo records the group as an opaque object) is resolved across
+  the ranks (genie.workloads.pytorch_groups). A point-to-point op that could be on several groups is taken to
+  be on the world (``dist.send``'s default).
+  An op inside a ``genie::pg=<name>`` range whose group no process-group record of the trace describes
+  (tracing began before ``new_group``) is refused, not put on the world.
 - **compute**: the top-level ops of the traced step (the children of ``ProfilerStep#N``; without one, of each
   thread root) on the threads they ran on, each lasting its Kineto duration minus the time its nested c10d
   ops took on that thread (the communication taken out). When the Kineto trace has GPU kernels, compute is
@@ -33,6 +34,7 @@ from genie.core.intervals import union_ns
 from genie.core.trace import (Attribute, AttrType, ProcessGroup, Trace, TraceNode, collective_node, compute_node,
                               make_trace, recv_node, send_node)
 from genie.workloads.pg_metadata import PG_INIT_NODE, merge_groups
+from genie.workloads.pytorch_groups import TimedOp, candidates, resolve_groups
 from genie.workloads.pytorch_et import (C10D_OPS, DEFAULT_GROUP_NAME, P2P, PG_HINT, PROCESS_ROOT, PROFILER_STEP,
                                         RECORD_PARAM_COMMS, THREAD_ROOT, WAIT_HINT, WORK_PREFIXES, CommOp, HostNode,
                                         HostTrace, KinetoEvent, KinetoTrace, comm_ops)
@@ -79,7 +81,7 @@ def _world(groups: tuple[ProcessGroup, ...], world_size: int) -> str | None:
 
 
 def _group_of(op: CommOp, rank: int, groups: tuple[ProcessGroup, ...], world: str | None, source: str,
-              warnings: list[str]) -> ProcessGroup | None:
+              warnings: list[str], resolved: dict[tuple[int, int], ProcessGroup]) -> ProcessGroup | None:
     """The op's group (None: the world, when the trace names no groups)."""
     by_name = {g.name: g for g in groups}
     if op.group_marker is not None and op.group_marker not in by_name \
@@ -90,18 +92,16 @@ def _group_of(op: CommOp, rank: int, groups: tuple[ProcessGroup, ...], world: st
                          path=f"nodes[id={op.node.parent}].name")
     if not groups:
         return None
-    if op.group_hint in by_name:
-        return by_name[op.group_hint]
-    candidates = [g for g in groups if rank in g.ranks]
-    if op.group_size is not None:
-        candidates = [g for g in candidates if len(g.ranks) == op.group_size]
-    if len(candidates) == 1:
-        return candidates[0]
-    names = ", ".join(repr(g.name) for g in candidates) or "none"
-    if isinstance(op.comm, P2P) and world in {g.name for g in candidates}:
+    if (rank, op.node.id) in resolved:
+        return resolved[(rank, op.node.id)]
+    cands = candidates(op, rank, groups)
+    if len(cands) == 1:
+        return cands[0]
+    names = ", ".join(repr(g.name) for g in cands) or "none"
+    if isinstance(op.comm, P2P) and world in {g.name for g in cands}:
         warnings.append(f"{source}: node {op.node.id} ({op.node.name}) could be on groups {names}; taken to be "
                         f"on the world, dist.{op.comm.value}'s default")
-        return by_name[world]
+        return next(g for g in cands if g.name == world)
     raise InputError(f"node {op.node.id} ({op.node.name}): cannot tell its process group: the trace records it "
                      f"as an opaque object and this rank is on groups {names}", source=source,
                      path=f"nodes[id={op.node.id}].inputs")
@@ -122,6 +122,10 @@ def _check_belongs(host: HostTrace, kineto: KinetoTrace, rank: int) -> dict[int,
                              f"but {by_rf[n.rf_id].name!r} here", source=kineto.source,
                              path="traceEvents[].args.Record function id")
     return by_rf
+
+
+# gloo runs reduce_scatter_tensor (``_reduce_scatter_base_``) as an all-reduce: its work is ``gloo:all_reduce``
+_WORK_ALIASES = {"reducescatter": ("allreduce",)}
 
 
 def _work_name(op: CommOp) -> str:
@@ -145,8 +149,10 @@ def _match_work(ops: tuple[CommOp, ...], host_children: dict[int, list[HostNode]
                 break
         else:
             kind = _work_name(op).replace("_", "")
-            for ev in unclaimed:
-                if ev.start_us >= issued.start_us and ev.name.split(":", 1)[1].replace("_", "") == kind:
+            for name in (kind, *_WORK_ALIASES.get(kind, ())):
+                ev = next((ev for ev in unclaimed if ev.start_us >= issued.start_us
+                           and ev.name.split(":", 1)[1].replace("_", "") == name), None)
+                if ev is not None:
                     out[op.node.id] = ev
                     break
         if op.node.id in out and out[op.node.id] in unclaimed:
@@ -320,8 +326,27 @@ def _comm_node(op: CommOp, rank: int, group: ProcessGroup | None, world: str | N
                            recv_split_bytes=op.recv_split_bytes)
 
 
+def _timed_ops(inp: RankInput) -> tuple[TimedOp, ...]:
+    """The rank's c10d ops with their Kineto times (issue: the op's start; done: its work's end)."""
+    ops = comm_ops(inp.host)
+    if inp.kineto is None:
+        return tuple(TimedOp(op, blocking=not _is_async(op)) for op in ops)
+    by_rf = _check_belongs(inp.host, inp.kineto, inp.rank)
+    works = _match_work(ops, inp.host.children(), by_rf, inp.kineto)
+    out = []
+    for op in ops:
+        issued = by_rf.get(op.node.rf_id) if op.node.rf_id is not None else None
+        work = works.get(op.node.id)  # without it the op's end is not the collective's
+        timed = issued is not None and work is not None
+        gloo = timed and work.name.startswith("gloo:") and isinstance(work.tid, int)
+        out.append(TimedOp(op, issued.start_us if timed else None, work.end_us if timed else None,
+                           not _is_async(op), work.tid if gloo else None))
+    return tuple(out)
+
+
 def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | None, world_size: int,
-                warnings: list[str]) -> tuple[list[TraceNode], RankReport]:
+                warnings: list[str], resolved: dict[tuple[int, int], ProcessGroup]
+                ) -> tuple[list[TraceNode], RankReport]:
     host, rank = inp.host, inp.rank
     children = host.children()
     by_rf = _check_belongs(host, inp.kineto, rank) if inp.kineto is not None else None
@@ -346,7 +371,7 @@ def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | N
             deps[b.node.id].append(a.node.id)
     comm_nodes: list[tuple[float, TraceNode]] = []
     for op in ops:
-        group = _group_of(op, rank, groups, world, host.source, warnings)
+        group = _group_of(op, rank, groups, world, host.source, warnings, resolved)
         if gpu is not None:
             kernel = nccl[op.node.id]
             start, end = kernel.start_us, kernel.end_us
@@ -393,9 +418,11 @@ def build_trace(inputs: list[RankInput] | tuple[RankInput, ...]) -> ImportResult
     groups = merge_groups({i.rank: i.host.groups for i in ordered}, sources={i.rank: i.host.source for i in ordered})
     world = _world(groups, len(ordered))
     warnings: list[str] = []
+    resolved = resolve_groups({i.rank: _timed_ops(i) for i in ordered}, groups, world,
+                              {i.rank: i.host.source for i in ordered}) if groups else {}
     rank_nodes, reports = [], []
     for inp in ordered:
-        nodes, report = _rank_nodes(inp, groups, world, len(ordered), warnings)
+        nodes, report = _rank_nodes(inp, groups, world, len(ordered), warnings, resolved)
         rank_nodes.append(nodes)
         reports.append(report)
     kept = tuple(g for g in groups if g.name != world)
