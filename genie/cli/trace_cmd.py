@@ -8,10 +8,7 @@ import typer
 
 from genie.core.errors import InputError
 from genie.core.units import format_size
-from genie.workloads.analysis import Severity, comm_ops_as_compute, critical_path, errors, summarize, validate
 from genie.cli.flags import flag_names
-from genie.workloads.loader import load_trace, output_format, save_trace
-from genie.services.trace_import import ImportRequest, import_traces
 
 app = typer.Typer(help="Workload traces: Chakra ET, PARAM basic JSON, ASTRA-sim text, genie JSON/YAML.",
                   no_args_is_help=True)
@@ -31,6 +28,9 @@ def convert(
     check: bool = typer.Option(True, "--check/--no-check", help="Refuse traces that fail validation."),
 ) -> None:
     """Convert a trace to Chakra ET or genie JSON/YAML."""
+    from genie.workloads.analysis import errors, validate
+    from genie.workloads.loader import load_trace, output_format, save_trace
+
     with flag_names({"to": "--to"}):
         fmt = output_format(to, out)
     trace = load_trace(source, npus=npus, dim0_npus=dim0_npus)
@@ -50,6 +50,9 @@ def show(
     dim0_npus: Optional[int] = _DIM0,
 ) -> None:
     """Ranks, nodes by type, bytes per collective and group, compute total, critical path."""
+    from genie.workloads.analysis import comm_ops_as_compute, critical_path, summarize
+    from genie.workloads.loader import load_trace
+
     trace = load_trace(trace_path, npus=npus, dim0_npus=dim0_npus)
     s = summarize(trace)
     info = ", ".join(f"{k}={v}" for k, v in trace.info)
@@ -87,6 +90,9 @@ def validate_cmd(
     dim0_npus: Optional[int] = _DIM0,
 ) -> None:
     """Check dependencies, comm types, ranks and groups; exit 2 on any problem."""
+    from genie.workloads.analysis import Severity, errors, validate
+    from genie.workloads.loader import load_trace
+
     trace = load_trace(trace_path, npus=npus, dim0_npus=dim0_npus)
     problems = validate(trace)
     for p in problems[:50]:
@@ -112,6 +118,9 @@ def import_cmd(
     to: str = typer.Option("et", "--to", help="et | json | yaml (default et: OUT.<rank>.et for ASTRA-sim)."),
 ) -> None:
     """Import a PyTorch job's execution traces (ExecutionTraceObserver) and Kineto traces as a genie trace."""
+    from genie.services.trace_import import ImportRequest, import_traces
+    from genie.workloads.loader import output_format
+
     if len(sources) < 2:
         raise InputError("give the traces to import and then OUT", path="SOURCE... OUT")
     *inputs, out = sources

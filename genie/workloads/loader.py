@@ -108,25 +108,33 @@ def detect_format(path_or_prefix: str | Path) -> tuple[TraceFormat, Path]:
 
 
 def load_trace(path_or_prefix: str | Path, *, npus: int | None = None, dim0_npus: int | None = None) -> Trace:
-    from genie.workloads import astra_text, chakra_et, native, param_comms, pytorch_files  # when needed
-
-    fmt, path = detect_format(path_or_prefix)
+    fmt, path = detect_format(path_or_prefix)  # before any reader loads: a missing file is refused cheaply
     if fmt is TraceFormat.CHAKRA_ET:
+        from genie.workloads import chakra_et
+
         if path.is_file():  # a single ET file not named <prefix>.<rank>.et: one rank
             meta, nodes = chakra_et.read_et(read_input(path, InputKind.TRACE), source=str(path))
             return Trace((RankTrace(0, tuple(nodes), meta),), (), (("format", "chakra_et"),))
         return chakra_et.read_et_set(path)
     if fmt is TraceFormat.PYTORCH_ET:
+        from genie.workloads import pytorch_files
+
         return pytorch_files.read_pytorch_set([path]).trace
     if fmt is TraceFormat.PARAM_BASIC:
+        from genie.workloads import param_comms
+
         if path.is_dir():
             return param_comms.read_param_set(path)
         return param_comms.read_param_traces([read_input(path, InputKind.TRACE)], sources=[str(path)])
     text = read_input(path, InputKind.TRACE)
     if fmt is TraceFormat.NATIVE:
+        from genie.workloads import native
+
         return native.read_native(text, source=str(path))
     if npus is None:
         raise InputError("an ASTRA-sim text workload needs the number of NPUs (--npus)", source=str(path))
+    from genie.workloads import astra_text
+
     return astra_text.read_astra_text(text.decode("utf-8", errors="replace"), npus=npus, source=str(path),
                                       dim0_npus=dim0_npus)
 

@@ -11,8 +11,6 @@ same matrix from the seed: the sizes of the two ends of each pair agree by const
 
 from __future__ import annotations
 
-import numpy as np
-
 RoutingMatrix = tuple[tuple[int, ...], ...]
 
 
@@ -26,6 +24,8 @@ def routing_matrix(*, tokens: int, top_k: int, experts: int, ep: int, skew: floa
     if skew <= 0:
         base, extra = divmod(choices, ep)
         return tuple(tuple(base + (1 if (j - i) % ep < extra else 0) for j in range(ep)) for i in range(ep))
+    import numpy as np  # only for a skewed routing: an even one (and genie's start-up) does without
+
     ranking = np.random.default_rng(np.random.SeedSequence([seed, *key])).permutation(experts)
     weight = 1.0 / (ranking + 1.0) ** skew
     p = weight / weight.sum()
