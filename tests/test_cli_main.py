@@ -83,3 +83,22 @@ def test_start_up_imports_only_the_command_that_runs(argv: list[str], code: int)
     assert loaded == []
     other_commands = {f"genie.cli.{c}_cmd" for c in COMMANDS} - {f"genie.cli.{argv[0]}_cmd"}
     assert sorted(other_commands & set(result["modules"])) == []
+
+
+#: what a refused trace file must not load: the engine, numpy, the readers of formats it never reached
+TRACE_REFUSAL_HEAVY = ("numpy", "pandas", "matplotlib", "scipy", "torch", "google.protobuf", "pydantic",
+                       "genie.engine", "genie.measure.metrics", "genie.testbed.service", "genie.testbed.netlink",
+                       "genie.lab", "genie.workloads.chakra_et", "genie.workloads.pytorch_et")
+
+
+@pytest.mark.parametrize("argv", [["replay", "{missing}"], ["trace", "validate", "{missing}"]])
+def test_a_missing_trace_is_refused_before_the_engine_or_any_reader_loads(argv: list[str], tmp_path) -> None:
+    """`genie replay missing.json` once imported 628 modules (the engine, numpy, every trace reader, typer's
+    pydantic validation) before saying the file is missing (issue #35 item 7)."""
+    args = [a.format(missing=tmp_path / "missing.json") for a in argv]
+    proc = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, timeout=120,
+                          check=True)
+    result = json.loads(proc.stdout)
+    assert result["code"] == 2 and "missing.json: no such file" in result["err"]
+    loaded = [m for m in result["modules"] if any(m == h or m.startswith(h + ".") for h in TRACE_REFUSAL_HEAVY)]
+    assert loaded == []
