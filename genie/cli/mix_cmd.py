@@ -1,0 +1,38 @@
+"""`genie estimate --jobs FILE` and `genie replay --jobs FILE`: a job mix (docs/jobs.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from genie.cli.flags import flag_names
+from genie.core.errors import InputError
+
+#: MixEstimateRequest fields -> flags
+MIX_ESTIMATE_FLAGS = {"jobs": "--jobs", "topology": "--topology", "calibration": "--calibration",
+                      "placements": "--placements", "out": "--out"}
+
+
+def estimate_mix(trace: Optional[Path], jobs: Optional[Path], placements: Optional[str], *,
+                 topology: Optional[Path], calibration: Optional[Path], out: Optional[Path],
+                 measurements: tuple[Path, ...], mode: Optional[str]) -> None:
+    from astra_adapter.fabric.mix import format_mix, format_ranking
+    from genie.services.mix import MixEstimateRequest, run_mix_estimate
+
+    if jobs is None:
+        raise InputError("--placements ranks the placements of a job mix: give --jobs FILE")
+    if trace is not None:
+        raise InputError("give a TRACE or --jobs FILE, not both")
+    if measurements or mode not in (None, "fabric"):
+        raise InputError("a job mix is estimated on the fabric model (--topology, optionally --calibration); "
+                         "--measurements and --mode other than fabric do not apply")
+    with flag_names(MIX_ESTIMATE_FLAGS):
+        result = run_mix_estimate(MixEstimateRequest(jobs, topology, calibration,
+                                                     (placements,) if placements else (), out))
+    for est in result.estimates:
+        typer.echo(format_mix(est))
+    if result.ranked:
+        typer.echo(format_ranking(list(result.estimates)))
+    typer.echo(f"# wrote {result.run_dir / 'jobs_estimate.csv'}")

@@ -1,0 +1,163 @@
+"""A job mix's inputs read and placed (shared by `genie estimate --jobs` and `genie replay --jobs`), and the
+estimate of a mix on the fabric model with its run directory. Bad input fails here, before anything runs."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from genie.core.errors import InputError
+from genie.core.jobmix import JobMix, JobPlacement
+from genie.core.topology import Topology
+from genie.core.trace import Trace
+
+
+@dataclass(frozen=True)
+class PlacedMix:
+    """A mix file read, its traces loaded and checked, its jobs placed on ``topology``'s host slots."""
+
+    mix: JobMix
+    traces: tuple[Trace, ...]
+    topology: Topology
+    slots: tuple[tuple[int, ...], ...]
+    placement: str  # "as placed" (the file's own) or the policy every job was given
+
+    @property
+    def names(self) -> list[str]:
+        return [j.name for j in self.mix.jobs]
+
+    @property
+    def offsets_ns(self) -> list[int]:
+        return [j.start_offset_ns for j in self.mix.jobs]
+
+    @property
+    def iterations(self) -> list[int]:
+        return [j.iterations for j in self.mix.jobs]
+
+    def hosts(self, job: int) -> tuple[str, ...]:
+        rank_hosts = self.topology.rank_hosts()
+        return tuple(rank_hosts[s] for s in self.slots[job])
+
+
+def read_mix(path: Path) -> tuple[JobMix, tuple[Trace, ...]]:
+    from genie.workloads.jobmix_file import load_job_mix, load_job_traces
+
+    mix = load_job_mix(path)
+    return mix, load_job_traces(mix)
+
+
+def place_mix(mix: JobMix, traces: tuple[Trace, ...], topology: Topology,
+              placement: JobPlacement | None = None) -> PlacedMix:
+    """The mix placed as its file says, or with every job given ``placement``."""
+    from genie.topology.job_placement import place_jobs
+
+    chosen = mix.with_policy(placement) if placement is not None else mix
+    slots = place_jobs([j.placement for j in chosen.jobs], [t.num_ranks for t in traces], topology,
+                       source=mix.source)
+    return PlacedMix(chosen, traces, topology, slots, placement.label() if placement else "as placed")
+
+
+def parse_placements(texts: tuple[str, ...]) -> tuple[JobPlacement, ...]:
+    out = []
+    for text in (t for item in texts for t in item.split(",") if t.strip()):
+        try:
+            out.append(JobPlacement.parse(text))
+        except ValueError as exc:
+            raise InputError(str(exc), path="placements") from None
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class MixEstimateRequest:
+    jobs: Path
+    topology: Optional[Path] = None
+    calibration: Optional[Path] = None  # a run directory with fabric_calibration.json
+    placements: tuple[str, ...] = ()  # e.g. ("packed", "spread", "random:8"); none: the file's own
+    out: Optional[Path] = None
+
+
+@dataclass(frozen=True)
+class MixEstimateResult:
+    run_dir: Path
+    estimates: tuple[Any, ...]  # astra_adapter.fabric.mix.MixEstimate, best placement first when ranked
+    ranked: bool
+
+
+ESTIMATE_COLUMNS = ("placement", "job", "ranks", "hosts", "repetitions", "alone_ns", "mixed_ns", "slowdown_pct")
+LINK_COLUMNS = ("placement", "link", "job", "payload_bytes")
+
+
+def estimates_csv(estimates) -> str:
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(ESTIMATE_COLUMNS)
+    for e in estimates:
+        for j in e.jobs:
+            w.writerow((e.placement, j.name, len(j.slots), " ".join(j.hosts), j.repetitions, round(j.alone_ns),
+                        round(j.mixed_ns), f"{j.slowdown_pct:.2f}"))
+    return out.getvalue()
+
+
+def links_csv(estimates) -> str:
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(LINK_COLUMNS)
+    for e in estimates:
+        for share in e.links:
+            for j, size in zip(e.jobs, share.bytes_by_job):
+                if size > 0:
+                    w.writerow((e.placement, f"{share.a}->{share.b}", j.name, round(size)))
+    return out.getvalue()
+
+
+def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
+    """Every placement asked for (or the file's own) estimated on the fabric model; ranked when several."""
+    import json
+
+    from astra_adapter.fabric.calibration_io import load_fabric_params
+    from astra_adapter.fabric.flows import FabricParams
+    from astra_adapter.fabric.mix import estimate_mix, rank_placements
+    from genie.report.manifest import RunRecorder, input_digest
+    from genie.topology import load_topology_file
+
+    if request.topology is None:
+        raise InputError("a job mix is estimated on a topology: give `topology`", path="topology")
+    placements = parse_placements(request.placements)
+    topology = load_topology_file(request.topology)
+    mix, traces = read_mix(request.jobs)
+    placed = [place_mix(mix, traces, topology, p) for p in placements] or [place_mix(mix, traces, topology)]
+    params, notes = FabricParams(), ("uncalibrated: every link at its nominal rate, no overhead",)
+    if request.calibration is not None:
+        params, _fitted, cal_source = load_fabric_params(request.calibration)
+        notes = (f"calibration from {cal_source}",)
+    estimates = []
+    for p in placed:
+        est = estimate_mix(list(p.traces), p.names, p.slots, p.offsets_ns, p.iterations, topology, params,
+                           placement=p.placement, source=str(request.topology))
+        estimates.append(type(est)(est.placement, est.jobs, est.links, est.notes + notes))
+    ranked = len(estimates) > 1
+    if ranked:
+        estimates = rank_placements(estimates)
+    inputs = (input_digest(request.jobs, "jobs"), input_digest(request.topology, "topology"),
+              *(input_digest(j.trace_path, "trace") for j in mix.jobs if j.trace_path is not None and j.trace_path.is_file()))
+    params_doc = {"placements": [e.placement for e in estimates],
+                  "calibration": str(request.calibration) if request.calibration else None}
+    with RunRecorder("estimate", name="estimate-jobs", out=request.out, inputs=inputs, params=params_doc) as run:
+        run.write("jobs_estimate.csv", estimates_csv(estimates))
+        run.write("jobs_links.csv", links_csv(estimates))
+        best = estimates[0]
+        run.write("jobs_estimate.json", json.dumps({"placements": [_doc(e) for e in estimates]}, indent=2) + "\n")
+        run.set_summary({"placement": best.placement, "mean_slowdown_pct": round(best.mean_slowdown_pct, 2),
+                         "jobs": len(best.jobs)})
+    return MixEstimateResult(run.run_dir, tuple(estimates), ranked)
+
+
+def _doc(e) -> dict:
+    return {"placement": e.placement, "mean_slowdown_pct": e.mean_slowdown_pct,
+            "max_slowdown_pct": e.max_slowdown_pct,
+            "jobs": [{"name": j.name, "hosts": list(j.hosts), "repetitions": j.repetitions, "alone_ns": j.alone_ns,
+                      "mixed_ns": j.mixed_ns, "slowdown_pct": j.slowdown_pct} for j in e.jobs],
+            "shared_links": [f"{s.a}->{s.b}" for s in e.shared_links], "notes": list(e.notes)}
