@@ -36,3 +36,26 @@ def estimate_mix(trace: Optional[Path], jobs: Optional[Path], placements: Option
     if result.ranked:
         typer.echo(format_ranking(list(result.estimates)))
     typer.echo(f"# wrote {result.run_dir / 'jobs_estimate.csv'}")
+
+
+def replay_mix(trace: Optional[Path], jobs: Path, run, *, iterations: int, warmup: int, timeout: float,
+               alone: bool, as_json: bool) -> None:
+    import json
+
+    from genie.cli.flags import RUN_FLAGS
+    from genie.services.mix_replay import MixReplayCommand, format_mix_table, run_mix_replay_command
+    from genie.services.replay import ReplayRequest
+
+    if trace is not None:
+        raise InputError("give a TRACE or --jobs FILE, not both")
+    command = MixReplayCommand(jobs, ReplayRequest(iterations=iterations, warmup=warmup, timeout_s=timeout), run,
+                               alone=alone)
+    with flag_names({**RUN_FLAGS, **MIX_ESTIMATE_FLAGS, "iterations": "--iterations", "warmup": "--warmup"}):
+        result = run_mix_replay_command(command, lambda message: typer.echo(f"# {message}", err=True))
+    if as_json:
+        typer.echo(json.dumps({"run_dir": str(result.run_dir), "status": result.status.value,
+                               "jobs": [{"name": r.name, "alone_ns": r.alone_ns, "together_ns": r.together_ns,
+                                         "slowdown_pct": r.slowdown_pct} for r in result.jobs]}, indent=2))
+    else:
+        typer.echo(format_mix_table(result.jobs))
+    typer.echo(f"# results in {result.run_dir}", err=as_json)
