@@ -44,6 +44,11 @@ def test_estimate_ranks_placements_of_a_mix(mix_dir: Path) -> None:
     links = list(csv.DictReader((mix_dir / "est" / "jobs_links.csv").open()))
     spine = {row["job"] for row in links if row["placement"] == "spread" and row["link"] == "leaf0->spine0"}
     assert spine == {"a", "b"}
+    shown = run_genie("report", "est", cwd=mix_dir)
+    assert shown.returncode == 0, shown.stderr
+    page = (mix_dir / "est" / "report.html").read_text()
+    assert "Job mix" in page and "leaf0-&gt;spine0" in page
+    assert (mix_dir / "est" / "plots" / "mix_slowdown.png").is_file()
 
 
 @pytest.mark.parametrize("text, words", [
@@ -85,3 +90,5 @@ def test_replay_a_mix_on_loopback_alone_and_together(mix_dir: Path) -> None:
     assert int(table["a"]["alone_iterations"]) == 2
     manifest = json.loads((run / "manifest.json").read_text())
     assert "jobs/a/together/ops.csv" in {f["name"] for f in manifest["files"]}
+    shown = run_genie("report", "run", cwd=mix_dir)
+    assert shown.returncode == 0 and "Job mix" in (run / "report.html").read_text(), shown.stderr

@@ -12,7 +12,7 @@ from genie.core.errors import InputError
 
 #: MixEstimateRequest fields -> flags
 MIX_ESTIMATE_FLAGS = {"jobs": "--jobs", "topology": "--topology", "calibration": "--calibration",
-                      "placements": "--placements", "out": "--out"}
+                      "placements": "--placements", "out": "--out", "measurements": "--measurements"}
 
 
 def estimate_mix(trace: Optional[Path], jobs: Optional[Path], placements: Optional[str], *,
@@ -25,12 +25,12 @@ def estimate_mix(trace: Optional[Path], jobs: Optional[Path], placements: Option
         raise InputError("--placements ranks the placements of a job mix: give --jobs FILE")
     if trace is not None:
         raise InputError("give a TRACE or --jobs FILE, not both")
-    if measurements or mode not in (None, "fabric"):
-        raise InputError("a job mix is estimated on the fabric model (--topology, optionally --calibration); "
-                         "--measurements and --mode other than fabric do not apply")
+    if mode not in (None, "fabric"):
+        raise InputError("a job mix is estimated on the fabric model (--topology, optionally --calibration or "
+                         "--measurements): --mode other than fabric does not apply")
     with flag_names(MIX_ESTIMATE_FLAGS):
         result = run_mix_estimate(MixEstimateRequest(jobs, topology, calibration,
-                                                     (placements,) if placements else (), out))
+                                                     (placements,) if placements else (), out, measurements))
     for est in result.estimates:
         typer.echo(format_mix(est))
     if result.ranked:

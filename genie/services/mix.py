@@ -77,6 +77,7 @@ class MixEstimateRequest:
     calibration: Optional[Path] = None  # a run directory with fabric_calibration.json
     placements: tuple[str, ...] = ()  # e.g. ("packed", "spread", "random:8"); none: the file's own
     out: Optional[Path] = None
+    measurements: tuple[Path, ...] = ()  # run directories with sweep.csv taken on `topology`: the model fitted on them
 
 
 @dataclass(frozen=True)
@@ -101,15 +102,17 @@ def estimates_csv(estimates) -> str:
     return out.getvalue()
 
 
-def links_csv(estimates) -> str:
+def links_csv(entries) -> str:
+    """jobs_links.csv: per (placement, job names, astra_adapter.fabric.mix.LinkShare tuple) every link direction
+    and job with the payload bytes the job's flows put on it."""
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(LINK_COLUMNS)
-    for e in estimates:
-        for share in e.links:
-            for j, size in zip(e.jobs, share.bytes_by_job):
+    for placement, names, shares in entries:
+        for share in shares:
+            for name, size in zip(names, share.bytes_by_job):
                 if size > 0:
-                    w.writerow((e.placement, f"{share.a}->{share.b}", j.name, round(size)))
+                    w.writerow((placement, f"{share.a}->{share.b}", name, round(size)))
     return out.getvalue()
 
 
@@ -130,9 +133,15 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
     mix, traces = read_mix(request.jobs)
     placed = [place_mix(mix, traces, topology, p) for p in placements] or [place_mix(mix, traces, topology)]
     params, notes = FabricParams(), ("uncalibrated: every link at its nominal rate, no overhead",)
+    if request.calibration is not None and request.measurements:
+        raise InputError("give `calibration` or `measurements`, not both", path="measurements")
+    fitted = None
     if request.calibration is not None:
         params, _fitted, cal_source = load_fabric_params(request.calibration)
         notes = (f"calibration from {cal_source}",)
+    elif request.measurements:
+        fitted = _fit(placed[0], request.measurements)
+        params, notes = fitted.params, (*fitted.notes, *fitted.warnings())
     estimates = []
     for p in placed:
         est = estimate_mix(list(p.traces), p.names, p.slots, p.offsets_ns, p.iterations, topology, params,
@@ -142,17 +151,39 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
     if ranked:
         estimates = rank_placements(estimates)
     inputs = (input_digest(request.jobs, "jobs"), input_digest(request.topology, "topology"),
-              *(input_digest(j.trace_path, "trace") for j in mix.jobs if j.trace_path is not None and j.trace_path.is_file()))
+              *(input_digest(m, "measurements") for m in request.measurements),
+              *(input_digest(j.trace_path, "trace") for j in mix.jobs
+                if j.trace_path is not None and j.trace_path.is_file()))
     params_doc = {"placements": [e.placement for e in estimates],
                   "calibration": str(request.calibration) if request.calibration else None}
-    with RunRecorder("estimate", name="estimate-jobs", out=request.out, inputs=inputs, params=params_doc) as run:
+    with RunRecorder("estimate", name="estimate-jobs", out=request.out, inputs=inputs,
+                     params=params_doc) as run:
         run.write("jobs_estimate.csv", estimates_csv(estimates))
-        run.write("jobs_links.csv", links_csv(estimates))
+        run.write("jobs_links.csv", links_csv([(e.placement, [j.name for j in e.jobs], e.links)
+                                               for e in estimates]))
+        if fitted is not None:
+            from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json
+            run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(fitted))
         best = estimates[0]
         run.write("jobs_estimate.json", json.dumps({"placements": [_doc(e) for e in estimates]}, indent=2) + "\n")
         run.set_summary({"placement": best.placement, "mean_slowdown_pct": round(best.mean_slowdown_pct, 2),
                          "jobs": len(best.jobs)})
     return MixEstimateResult(run.run_dir, tuple(estimates), ranked)
+
+
+def _fit(placed: PlacedMix, run_dirs: tuple[Path, ...]):
+    """The fabric model fitted on sweeps taken on the mix's topology, each point weighted by its share of the
+    mix's communication (every job once)."""
+    from astra_adapter.fabric.calibrate import calibrate_fabric
+    from astra_adapter.fabric.network import FabricNetwork
+    from astra_adapter.measurements import read_measurements, workload_weights
+    from genie.workloads.mix import merge_jobs
+
+    measurements = read_measurements(list(run_dirs))
+    merged, _ = merge_jobs(list(placed.traces), placed.names, list(placed.slots), [1] * len(placed.traces),
+                           [0] * len(placed.traces))
+    return calibrate_fabric(measurements, FabricNetwork(placed.topology),
+                            weights=workload_weights(merged, measurements))
 
 
 def _doc(e) -> dict:

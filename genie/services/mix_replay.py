@@ -71,6 +71,34 @@ def _estimated_alone_ns(placed, opts: RunOptions) -> list[float]:
     return out
 
 
+def _links_by_job(placed, reps, mixmap, outcome, info) -> str:
+    """jobs_links.csv of a mix replayed on a testbed: the payload bytes each job's flows put on every link
+    direction, routed on the paths the testbed's kernels gave the mix's connections (ECMP: read per
+    connection, as paths.json is; a single-path topology: its one route)."""
+    from dataclasses import replace
+
+    from astra_adapter.fabric.flows import FabricParams
+    from astra_adapter.fabric.mix import link_shares
+    from astra_adapter.fabric.network import FabricNetwork
+    from genie.core.flowpath import SessionPaths
+    from genie.services.mix import links_csv
+    from genie.workloads.mix import merge_jobs
+
+    network = FabricNetwork(info.topology)
+    world, world_map = merge_jobs(list(placed.traces), placed.names, list(placed.slots), list(reps),
+                                  placed.offsets_ns, world=network.world_size)
+    if network.multipath and outcome.flows:
+        from genie.testbed.flow_paths import read_session_paths
+
+        paths = read_session_paths(info, outcome.flows, "mix")
+        slots = mixmap.slots  # the replay's ranks are the used slots in order; the network's, every slot
+        network = network.with_paths(SessionPaths(paths.label, tuple(
+            replace(p, src_rank=slots[p.src_rank], dst_rank=slots[p.dst_rank]) for p in paths.paths),
+            paths.unresolved))
+    shares = link_shares(world, world_map, network, FabricParams(), len(placed.traces))
+    return links_csv([(placed.placement, placed.names, shares)])
+
+
 def _no_fault_bounds(request: ReplayRequest):
     from genie.faults import service as faults_service
     return faults_service.replay_bounds((), request.iterations, request.warmup, request.timeout_s, [])
@@ -149,6 +177,8 @@ def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None
             outcome = run_replay(merged, mixed_placements(stage.placements, mixmap), request,
                                  source=f"{mix.source}: the mix", on_pids=stage.target.on_pids,
                                  sessions=stage.sessions, dilation=stage.dilation)
+        if stage.target.info is not None:  # while the testbed is up: the paths its kernels gave the connections
+            stage.run.write("jobs_links.csv", _links_by_job(placed, reps, mixmap, outcome, stage.target.info))
         rows = []
         for j, name in enumerate(placed.names):
             mine = job_outcome(outcome, mixmap, j, programs[j], job_placements(stage.placements, placed.slots[j]))
