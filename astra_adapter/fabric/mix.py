@@ -36,7 +36,10 @@ class JobEstimate:
 
     @property
     def slowdown_pct(self) -> float:
-        return 100.0 * (self.mixed_ns / self.alone_ns - 1.0) if self.alone_ns > 0 else 0.0
+        if self.alone_ns <= 0:
+            return 0.0
+        pct = 100.0 * (self.mixed_ns / self.alone_ns - 1.0)
+        return 0.0 if abs(pct) < 1e-6 else pct
 
 
 @dataclass(frozen=True)
