@@ -92,3 +92,14 @@ def test_replay_a_mix_on_loopback_alone_and_together(mix_dir: Path) -> None:
     assert "jobs/a/together/ops.csv" in {f["name"] for f in manifest["files"]}
     shown = run_genie("report", "run", cwd=mix_dir)
     assert shown.returncode == 0 and "Job mix" in (run / "report.html").read_text(), shown.stderr
+
+
+def test_replay_a_mix_without_the_alone_runs(mix_dir: Path) -> None:
+    r = run_genie("replay", "--jobs", "mix.yaml", "--loopback", "--no-alone", "--json", "--out", "run", cwd=mix_dir)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [j["name"] for j in doc["jobs"]] == ["a", "b"]
+    assert all(j["alone_ns"] is None and j["slowdown_pct"] is None and j["together_ns"] > 0 for j in doc["jobs"])
+    assert not (mix_dir / "run" / "jobs" / "a" / "alone").exists()
+    mix = json.loads((mix_dir / "run" / "mix.json").read_text())
+    assert mix["estimated_alone_ns"][0] >= 2_000_000  # job a's compute alone: the critical path on loopback
