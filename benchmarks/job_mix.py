@@ -13,7 +13,7 @@ replay, and a what-if at 256 hosts (run by hand; the testbed parts as root; not 
    spread and random:1 ranked, ECMP as the expected share (one play each; `genie estimate` averages 8 hash
    draws); wall time per placement (target: under 60 s for the whole what-if).
 
-    sudo .venv/bin/python benchmarks/job_mix.py accuracy [--out DIR] [--iterations N]
+    sudo .venv/bin/python benchmarks/job_mix.py accuracy [--out DIR] [--iterations N] [--time-dilation N]
     .venv/bin/python benchmarks/job_mix.py scale [--out DIR]
 """
 
@@ -44,7 +44,7 @@ def scenarios(work: Path) -> dict[str, tuple[Path, tuple[str, ...]]]:
     work.mkdir(parents=True, exist_ok=True)
     _gen({**BASE, "tp": 2, "dp": 2}, work / "tp2dp2.json")
     _gen({**BASE, "dp": 4}, work / "ddp4.json")
-    _gen({**BASE, "dp": 4, "ep": 4, "experts": 4, "top_k": 2, "moe_every": 1}, work / "moe-ep4.json")
+    _gen({**BASE, "seq": 1024, "dp": 4, "ep": 4, "experts": 4, "top_k": 2, "moe_every": 1}, work / "moe-ep4.json")
     (work / "a.yaml").write_text("jobs:\n  - {name: tp2dp2, trace: tp2dp2.json, iterations: 3}\n"
                                  "  - {name: ddp4, trace: ddp4.json, iterations: 3}\n")
     (work / "b.yaml").write_text("jobs:\n  - {name: moe-ep4, trace: moe-ep4.json, iterations: 3}\n"
@@ -59,8 +59,7 @@ def _with_placement(mix: Path, placement: str) -> Path:
     return out
 
 
-def run_accuracy(out: Path, iterations: int) -> None:
-    from genie.services.bench import BenchCommand  # noqa: F401  (the bench service's request types)
+def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
     from genie.services.mix import MixEstimateRequest, run_mix_estimate
     from genie.services.mix_replay import MixReplayCommand, run_mix_replay_command
     from genie.services.options import RunOptions
@@ -70,7 +69,10 @@ def run_accuracy(out: Path, iterations: int) -> None:
 
     work = out / "inputs"
     mixes = scenarios(work)
-    service.up(load_topology_file(OVERSUB), name=TESTBED, source=str(OVERSUB))
+    from genie.core.dilation import TimeDilation
+
+    service.up(load_topology_file(OVERSUB), name=TESTBED, source=str(OVERSUB),
+               dilation=TimeDilation(dilation, "benchmark") if dilation != 1 else TimeDilation())
     try:
         sweeps = _bench(out)
         rows = []
@@ -170,12 +172,13 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     acc = sub.add_parser("accuracy")
     acc.add_argument("--out", type=Path, default=Path("/tmp/job-mix-accuracy"))
-    acc.add_argument("--iterations", type=int, default=2)
+    acc.add_argument("--iterations", type=int, default=1)
+    acc.add_argument("--time-dilation", type=float, default=1.0, help="bring the testbed up N times slower")
     scale = sub.add_parser("scale")
     scale.add_argument("--out", type=Path, default=Path("/tmp/job-mix-scale"))
     args = parser.parse_args()
     if args.what == "accuracy":
-        run_accuracy(args.out, args.iterations)
+        run_accuracy(args.out, args.iterations, args.time_dilation)
     else:
         run_scale(args.out)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli_support import run_genie
-from genie.core.trace import CommType, collective_node, compute_node, make_trace
+from genie.core.trace import CommType, collective_node, compute_node, make_trace, send_node
 from genie.workloads.loader import OutputFormat, save_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +26,8 @@ def _ddp(ranks: int, size: int, compute_ns: int):
 def mix_dir(tmp_path: Path) -> Path:
     save_trace(_ddp(4, 2_000_000, 2_000_000), tmp_path / "a.json", to=OutputFormat.JSON)
     save_trace(_ddp(4, 1_000_000, 1_000_000), tmp_path / "b.json", to=OutputFormat.JSON)
+    broken = make_trace([[send_node(1, "s", rank=0, peer=1, size_bytes=10)], [compute_node(1, "c")]])  # no receive
+    save_trace(broken, tmp_path / "broken.json", to=OutputFormat.JSON)
     (tmp_path / "mix.yaml").write_text("jobs:\n  - {name: a, trace: a.json, iterations: 2}\n"
                                        "  - {name: b, trace: b.json, start_offset: 1ms}\n")
     return tmp_path
@@ -56,6 +58,7 @@ def test_estimate_ranks_placements_of_a_mix(mix_dir: Path) -> None:
     ("jobs:\n  - {trace: a.json, hosts: [h0, h1, h2, h3]}\n  - {trace: b.json, hosts: [h3, h4, h5, h6]}\n",
      "jobs[1].hosts[0]"),
     ("jobs:\n  - {trace: a.json}\n  - {trace: b.json}\n  - {trace: b.json}\n", "jobs[2].trace"),
+    ("jobs:\n  - {trace: a.json}\n  - {trace: broken.json}\n", "jobs[1].trace: fails `genie trace validate`"),
 ])
 def test_bad_mixes_fail_in_one_line_before_anything_runs(mix_dir: Path, text: str, words: str) -> None:
     (mix_dir / "bad.yaml").write_text(text)
