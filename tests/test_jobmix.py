@@ -57,6 +57,7 @@ def test_a_mix_file_reads_every_field(tmp_path: Path) -> None:
     ("jobs:\n  - {trace: a.json}\n  - {trace: a.json, name: job0}\n", "jobs[1].name", "already"),
     ("jobs:\n  - {trace: a.json, colour: red}\n", "jobs[0].colour", "unknown key"),
     ("jobs: []\n", "jobs", "non-empty"),
+    ("jobs:\n  - {trace: a.json, name: ../x}\n", "jobs[0].name", "letters"),
 ])
 def test_a_bad_mix_file_names_the_job_and_field(text: str, path: str, words: str) -> None:
     with pytest.raises(InputError) as info:
@@ -165,3 +166,36 @@ def test_the_fabric_sees_spread_jobs_meet_and_packed_jobs_not() -> None:
     assert {(s.a, s.b) for s in spread.shared_links} >= {("leaf0", "spine0"), ("spine1", "leaf1")}
     assert [e.placement for e in rank_placements(estimates)] == ["packed", "spread"]
     assert spread.jobs[0].hosts == ("h0", "h4", "h1", "h5")
+
+
+def test_a_merged_replay_splits_into_each_jobs_own_outcome() -> None:
+    from genie.core.placement import RankPlacement
+    from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
+    from genie.engine.program import build_programs
+    from genie.measure.mix import job_outcome, median_iteration_ns
+
+    a, b = ddp(2), ddp(2)
+    merged, mix = merge_jobs([a, b], ["a", "b"], [(0, 1), (2, 3)], [3, 1], [0, 0])
+    # job b (one repetition) runs 0..100; job a's repetitions take 40 each: 0-40, 40-80, 80-120
+    records = []
+    for rank, rt in enumerate(merged.ranks):
+        rows = []
+        for n in rt.nodes:
+            where = mix.origin(rank, n.id)
+            if where is None:
+                rows.append((n.id, 0, 0))
+            elif where[0] == 0:
+                start = 40 * where[2]
+                rows.append((n.id, start + (0 if where[3] == 1 else 10), start + (10 if where[3] == 1 else 40)))
+            else:
+                rows.append((n.id, 0 if where[3] == 1 else 50, 50 if where[3] == 1 else 100))
+        records.append(RankRecords(rank, 0, tuple(rows)))
+    outcome = ReplayOutcome(tuple(build_programs(merged)), (IterationRecords(0, tuple(records)),), ())
+    places = tuple(RankPlacement(r, "localhost", None, "127.0.0.1") for r in range(2))
+    mine = job_outcome(outcome, mix, 0, tuple(build_programs(a)), places)
+    assert len(mine.iterations) == 2  # repetitions 0 and 1 ended before b did; repetition 2 (to 120) did not
+    assert {nid for rr in mine.iterations[1].ranks for nid, _, _ in rr.records} == {1, 2}
+    assert [rr.rank for rr in mine.iterations[0].ranks] == [0, 1]
+    assert median_iteration_ns(mine) == 40
+    theirs = job_outcome(outcome, mix, 1, tuple(build_programs(b)), places)
+    assert len(theirs.iterations) == 1 and median_iteration_ns(theirs) == 100

@@ -3,6 +3,7 @@ and checked. Errors name the file, the job's index and the field (``jobs[1].plac
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from genie.core.trace import Trace
 from genie.core.units import parse_time_ns
 from genie.input_yaml import as_text, describe, parse_yaml
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 JOB_KEYS = ("name", "trace", "generate", "npus", "placement", "seed", "hosts", "start_offset", "iterations")
 MAX_JOBS = 1024
 
@@ -49,8 +51,9 @@ def _job(item: Any, j: int, source: str, base: Path) -> JobSpec:
     if unknown:
         raise fail(f"unknown key (expected one of {', '.join(JOB_KEYS)})", str(unknown[0]))
     name = item.get("name", f"job{j}")
-    if not isinstance(name, str) or not name.strip() or "/" in name:
-        raise fail(f"expected a name without '/', got {describe(name)}", "name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise fail(f"expected a name of letters, digits, '.', '_' and '-' (it names the job's directory), got "
+                   f"{describe(name)}", "name")
     if ("trace" in item) == ("generate" in item):
         raise fail("give exactly one of trace (a file or prefix) or generate (`genie trace gen` options)",
                    "trace")
@@ -75,7 +78,7 @@ def _job(item: Any, j: int, source: str, base: Path) -> JobSpec:
         raise fail(str(exc), "start_offset") from None
     if offset < 0:
         raise fail("must be >= 0", "start_offset")
-    return JobSpec(name.strip(), _placement(item, fail), trace_path, generate or (), npus, offset, iterations)
+    return JobSpec(name, _placement(item, fail), trace_path, generate or (), npus, offset, iterations)
 
 
 def _placement(item: dict, fail) -> JobPlacement:
