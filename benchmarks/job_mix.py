@@ -71,9 +71,8 @@ def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
     mixes = scenarios(work)
     from genie.core.dilation import TimeDilation
 
-    service.up(load_topology_file(OVERSUB), name=TESTBED, source=str(OVERSUB),
-               dilation=TimeDilation(dilation, "benchmark") if dilation != 1 else TimeDilation())
-    try:
+    with service.temporary_testbed(load_topology_file(OVERSUB), name=TESTBED, source=str(OVERSUB),
+                                   dilation=TimeDilation(dilation, "benchmark") if dilation != 1 else TimeDilation()):
         sweeps = _bench(out)
         rows = []
         for name, (mix, placements) in mixes.items():
@@ -100,8 +99,6 @@ def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
                           f"({points:+5.1f} pts)  load {load}", flush=True)
         (out / "accuracy.json").write_text(json.dumps(rows, indent=2) + "\n")
         _ranking(rows)
-    finally:
-        service.down(TESTBED)
 
 
 def _bench(out: Path) -> tuple[Path, ...]:
@@ -126,7 +123,10 @@ def _ranking(rows: list[dict]) -> None:
         placements = sorted({r["placement"] for r in mine})
         if len(placements) < 2:
             continue
-        mean = lambda key, p: sum(r[key] or 0 for r in mine if r["placement"] == p) / 2  # noqa: E731
+        def mean(key: str, p: str) -> float:
+            values = [r[key] or 0.0 for r in mine if r["placement"] == p]
+            return sum(values) / len(values)
+
         est = sorted(placements, key=lambda p: mean("estimated_slowdown_pct", p))
         meas = sorted(placements, key=lambda p: mean("measured_slowdown_pct", p))
         print(f"scenario {scenario}: ranking estimated {est}, measured {meas}: "
