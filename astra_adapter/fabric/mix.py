@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import fmean
 
+from genie.core.flowpath import SessionPaths
 from genie.core.jobmix import MixMap, mixed_repetitions, repetition_times
 from genie.core.topology import Topology
 from genie.core.trace import Trace
@@ -110,24 +111,36 @@ def link_shares(trace: Trace, mix: MixMap, network: FabricNetwork, params: Fabri
 def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, ...], ...],
                  offsets_ns: list[int], iterations: list[int], topology: Topology,
                  params: FabricParams = FabricParams(), *, placement: str = "as placed",
-                 ecmp_samples: int = ECMP_SAMPLES, source: str | None = None) -> MixEstimate:
-    """Every job alone on its slots, then all at once (each repeated as :func:`repetition_counts` says)."""
+                 ecmp_samples: int = ECMP_SAMPLES, source: str | None = None,
+                 alone_paths: tuple[SessionPaths | None, ...] = (), mixed_paths: SessionPaths | None = None,
+                 repetitions: tuple[int, ...] = ()) -> MixEstimate:
+    """Every job alone on its slots, then all at once (each repeated as :func:`repetition_counts` says, or
+    ``repetitions``). With ECMP, the mean over ``ecmp_samples`` hash draws - or, given the paths a replay's
+    sessions took (``alone_paths`` per job, ``mixed_paths``; ranks numbered as the topology's slots), on
+    exactly those routes: the hash draw each session really got."""
     network = FabricNetwork(topology, source=source)
     network.check_connected()
     nets = sample_networks(network, ecmp_samples)
+
+    def networks(paths: SessionPaths | None) -> list[FabricNetwork]:
+        return [network.with_paths(paths)] if paths is not None and network.multipath else nets
+
     world = network.world_size
     jobs = len(traces)
     alone = []
     for j in range(jobs):
         solo, solo_map = merge_jobs([traces[j]], [names[j]], [slots[j]], [1], [0], world=world)
-        alone.append(_rep_means(solo_map, play_draws(solo, nets, params), 1, mixed=False)[0][0])
-    reps = repetition_counts(alone, offsets_ns, iterations)
+        draws = networks(alone_paths[j] if j < len(alone_paths) else None)
+        alone.append(_rep_means(solo_map, play_draws(solo, draws, params), 1, mixed=False)[0][0])
+    reps = repetitions or repetition_counts(alone, offsets_ns, iterations)
     merged, mix = merge_jobs(list(traces), list(names), list(slots), list(reps), list(offsets_ns), world=world)
-    mixed = _rep_means(mix, play_draws(merged, nets, params), jobs, mixed=True)
+    mixed = _rep_means(mix, play_draws(merged, networks(mixed_paths), params), jobs, mixed=True)
     rank_hosts = topology.rank_hosts()
     estimates = tuple(JobEstimate(names[j], slots[j], reps[j], alone[j], mixed[j][0], mixed[j][1],
                                   tuple(rank_hosts[s] for s in slots[j])) for j in range(jobs))
     ecmp = f"mean of {len(nets)} ECMP hash draws" if len(nets) > 1 else "no ECMP draws"
+    if mixed_paths is not None and network.multipath:
+        ecmp = "ECMP as the replay's sessions took it"
     notes = (f"fabric model on {topology.name} ({ecmp}); repetitions per job "
              + ", ".join(f"{n} x{r}" for n, r in zip(names, reps)),)
     return MixEstimate(placement, estimates, link_shares(merged, mix, network, params, jobs), notes)

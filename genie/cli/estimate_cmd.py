@@ -54,12 +54,15 @@ def estimate(
     placements: Optional[str] = typer.Option(None, "--placements",
                                              help="With --jobs: rank these placements of every job by the mix's "
                                                   "slowdown, e.g. packed,spread,random:8 (random:SEED)."),
+    replay_run: Optional[Path] = typer.Option(None, "--replay-run",
+                                              help="With --jobs: a `genie replay --jobs` run directory of the same "
+                                                   "mix: ECMP on the paths its sessions took, its repetitions."),
 ) -> None:
     """Estimate TRACE's iteration time per rank from measured collective latencies; writes estimate.csv."""
-    if jobs is not None or placements is not None:
+    if jobs is not None or placements is not None or replay_run is not None:
         from genie.cli.mix_cmd import estimate_mix
         return estimate_mix(trace, jobs, placements, topology=topology, calibration=calibration, out=out,
-                            measurements=tuple(measurements), mode=mode)
+                            measurements=tuple(measurements), mode=mode, replay_run=replay_run)
     if trace is None:
         from genie.core.errors import InputError
         raise InputError("give a TRACE (or --jobs FILE)")

@@ -12,17 +12,18 @@ from genie.core.errors import InputError
 
 #: MixEstimateRequest fields -> flags
 MIX_ESTIMATE_FLAGS = {"jobs": "--jobs", "topology": "--topology", "calibration": "--calibration",
-                      "placements": "--placements", "out": "--out", "measurements": "--measurements"}
+                      "placements": "--placements", "out": "--out", "measurements": "--measurements",
+                      "replay": "--replay-run"}
 
 
 def estimate_mix(trace: Optional[Path], jobs: Optional[Path], placements: Optional[str], *,
                  topology: Optional[Path], calibration: Optional[Path], out: Optional[Path],
-                 measurements: tuple[Path, ...], mode: Optional[str]) -> None:
+                 measurements: tuple[Path, ...], mode: Optional[str], replay_run: Optional[Path] = None) -> None:
     from astra_adapter.fabric.mix import format_mix, format_ranking
     from genie.services.mix import MixEstimateRequest, run_mix_estimate
 
     if jobs is None:
-        raise InputError("--placements ranks the placements of a job mix: give --jobs FILE")
+        raise InputError("--placements and --replay-run are about a job mix: give --jobs FILE")
     if trace is not None:
         raise InputError("give a TRACE or --jobs FILE, not both")
     if mode not in (None, "fabric"):
@@ -30,7 +31,8 @@ def estimate_mix(trace: Optional[Path], jobs: Optional[Path], placements: Option
                          "--measurements): --mode other than fabric does not apply")
     with flag_names(MIX_ESTIMATE_FLAGS):
         result = run_mix_estimate(MixEstimateRequest(jobs, topology, calibration,
-                                                     (placements,) if placements else (), out, measurements))
+                                                     (placements,) if placements else (), out, measurements,
+                                                     replay_run))
     for est in result.estimates:
         typer.echo(format_mix(est))
     if result.ranked:

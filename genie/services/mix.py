@@ -78,6 +78,8 @@ class MixEstimateRequest:
     placements: tuple[str, ...] = ()  # e.g. ("packed", "spread", "random:8"); none: the file's own
     out: Optional[Path] = None
     measurements: tuple[Path, ...] = ()  # run directories with sweep.csv taken on `topology`: the model fitted on them
+    replay: Optional[Path] = None  # a `genie replay --jobs` run directory: ECMP on the paths its sessions took,
+    # its repetitions
 
 
 @dataclass(frozen=True)
@@ -142,10 +144,17 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
     elif request.measurements:
         fitted = _fit(placed[0], request.measurements)
         params, notes = fitted.params, (*fitted.notes, *fitted.warnings())
+    traced: dict = {}
+    if request.replay is not None:
+        if placements:
+            raise InputError("the paths of a replay are those of its own placement: give `replay` or "
+                             "`placements`, not both", path="replay")
+        traced = _replay_paths(request.replay, placed[0])
+        notes = (*notes, f"ECMP and repetitions as replay {request.replay} had them")
     estimates = []
     for p in placed:
         est = estimate_mix(list(p.traces), p.names, p.slots, p.offsets_ns, p.iterations, topology, params,
-                           placement=p.placement, source=str(request.topology))
+                           placement=p.placement, source=str(request.topology), **traced)
         estimates.append(type(est)(est.placement, est.jobs, est.links, est.notes + notes))
     ranked = len(estimates) > 1
     if ranked:
@@ -169,6 +178,34 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
         run.set_summary({"placement": best.placement, "mean_slowdown_pct": round(best.mean_slowdown_pct, 2),
                          "jobs": len(best.jobs)})
     return MixEstimateResult(run.run_dir, tuple(estimates), ranked)
+
+
+def _replay_paths(run_dir: Path, placed: PlacedMix) -> dict:
+    """estimate_mix's ``alone_paths``, ``mixed_paths`` and ``repetitions`` from a mix replay's run directory
+    (its jobs_paths.json and mix.json), checked against this mix's jobs and slots."""
+    import json
+
+    from genie.core.files import InputKind, read_input
+    from genie.core.flowpath import RunPaths
+    from genie.services.mix_replay import ALONE_LABEL, JOBS_PATHS_JSON, MIX_LABEL
+
+    doc_path = run_dir / "mix.json"
+    try:
+        jobs = json.loads(read_input(doc_path, InputKind.RUN_FILE))["jobs"]
+        names, reps = [j["name"] for j in jobs], tuple(int(j["repetitions"]) for j in jobs)
+        hosts = [tuple(j["hosts"]) for j in jobs]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"not a job mix's mix.json ({type(exc).__name__}: {exc})", source=str(doc_path)) from None
+    if names != placed.names or hosts != [placed.hosts(j) for j in range(len(names))]:
+        raise InputError("that replay ran other jobs or placed them elsewhere than this mix", source=str(doc_path),
+                         path="replay")
+    sessions = {}
+    if (run_dir / JOBS_PATHS_JSON).is_file():
+        source = str(run_dir / JOBS_PATHS_JSON)
+        sessions = {s.label: s for s in RunPaths.parse(read_input(run_dir / JOBS_PATHS_JSON, InputKind.RUN_FILE),
+                                                       source=source).replay}
+    return {"alone_paths": tuple(sessions.get(ALONE_LABEL + n) for n in names),
+            "mixed_paths": sessions.get(MIX_LABEL), "repetitions": reps}
 
 
 def _fit(placed: PlacedMix, run_dirs: tuple[Path, ...]):

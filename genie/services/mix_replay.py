@@ -71,30 +71,42 @@ def _estimated_alone_ns(placed, opts: RunOptions) -> list[float]:
     return out
 
 
-def _links_by_job(placed, reps, mixmap, outcome, info) -> str:
+JOBS_PATHS_JSON = "jobs_paths.json"  # sessions "alone <job>" and "mix", ranks numbered as the topology's slots
+ALONE_LABEL, MIX_LABEL = "alone ", "mix"
+
+
+def _slot_paths(info, flows, label: str, slots):
+    """The paths a session's connections took, read from the testbed's kernels (None without ECMP or flows),
+    its ranks renumbered to the topology's slots (``slots[rank]``)."""
+    from dataclasses import replace
+
+    from astra_adapter.fabric.network import FabricNetwork
+    from genie.core.flowpath import SessionPaths
+
+    if info is None or not flows or not FabricNetwork(info.topology).multipath:
+        return None
+    from genie.testbed.flow_paths import read_session_paths
+
+    paths = read_session_paths(info, flows, label)
+    return SessionPaths(label, tuple(replace(p, src_rank=slots[p.src_rank], dst_rank=slots[p.dst_rank])
+                                     for p in paths.paths), paths.unresolved)
+
+
+def _links_by_job(placed, reps, mixed_paths, info) -> str:
     """jobs_links.csv of a mix replayed on a testbed: the payload bytes each job's flows put on every link
     direction, routed on the paths the testbed's kernels gave the mix's connections (ECMP: read per
     connection, as paths.json is; a single-path topology: its one route)."""
-    from dataclasses import replace
-
     from astra_adapter.fabric.flows import FabricParams
     from astra_adapter.fabric.mix import link_shares
     from astra_adapter.fabric.network import FabricNetwork
-    from genie.core.flowpath import SessionPaths
     from genie.services.mix import links_csv
     from genie.workloads.mix import merge_jobs
 
     network = FabricNetwork(info.topology)
     world, world_map = merge_jobs(list(placed.traces), placed.names, list(placed.slots), list(reps),
                                   placed.offsets_ns, world=network.world_size)
-    if network.multipath and outcome.flows:
-        from genie.testbed.flow_paths import read_session_paths
-
-        paths = read_session_paths(info, outcome.flows, "mix")
-        slots = mixmap.slots  # the replay's ranks are the used slots in order; the network's, every slot
-        network = network.with_paths(SessionPaths(paths.label, tuple(
-            replace(p, src_rank=slots[p.src_rank], dst_rank=slots[p.dst_rank]) for p in paths.paths),
-            paths.unresolved))
+    if mixed_paths is not None:
+        network = network.with_paths(mixed_paths)
     shares = link_shares(world, world_map, network, FabricParams(), len(placed.traces))
     return links_csv([(placed.placement, placed.names, shares)])
 
@@ -158,6 +170,7 @@ def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None
     with staged("replay", opts, ranks=None, loopback_ranks=total, params=params, inputs=inputs, name="replay-jobs",
                 bounds=lambda _n, _f: _no_fault_bounds(request), fits=fits) as stage:
         alone_outcomes = {}
+        sessions: list = []  # the paths each session's connections took (slot numbering), where read
         if cmd.alone:
             for j, trace in enumerate(traces):
                 progress(f"job {placed.names[j]} alone on {', '.join(placed.hosts(j))}")
@@ -166,6 +179,8 @@ def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None
                     ReplayRequest(mix.jobs[j].iterations, request.warmup, request.timeout_s, request.spin_us),
                     source=f"{mix.source}: jobs[{j}]", on_pids=stage.target.on_pids, sessions=stage.sessions,
                     dilation=stage.dilation)
+                sessions.append(_slot_paths(stage.target.info, alone_outcomes[j].flows,
+                                            ALONE_LABEL + placed.names[j], placed.slots[j]))
             alone_ns = [median_iteration_ns(alone_outcomes[j]) for j in range(len(traces))]
         else:
             alone_ns = _estimated_alone_ns(placed, opts)
@@ -178,7 +193,12 @@ def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None
                                  source=f"{mix.source}: the mix", on_pids=stage.target.on_pids,
                                  sessions=stage.sessions, dilation=stage.dilation)
         if stage.target.info is not None:  # while the testbed is up: the paths its kernels gave the connections
-            stage.run.write("jobs_links.csv", _links_by_job(placed, reps, mixmap, outcome, stage.target.info))
+            mixed_paths = _slot_paths(stage.target.info, outcome.flows, MIX_LABEL, mixmap.slots)
+            sessions.append(mixed_paths)
+            stage.run.write("jobs_links.csv", _links_by_job(placed, reps, mixed_paths, stage.target.info))
+        if any(p is not None for p in sessions):
+            from genie.core.flowpath import RunPaths
+            stage.run.write(JOBS_PATHS_JSON, RunPaths((), tuple(p for p in sessions if p is not None)).to_json())
         rows = []
         for j, name in enumerate(placed.names):
             mine = job_outcome(outcome, mixmap, j, programs[j], job_placements(stage.placements, placed.slots[j]))
