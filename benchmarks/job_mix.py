@@ -74,7 +74,7 @@ def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
 
     with service.temporary_testbed(load_topology_file(OVERSUB), name=TESTBED, source=str(OVERSUB),
                                    dilation=TimeDilation(dilation, "benchmark") if dilation != 1 else TimeDilation()):
-        sweeps = _bench(out)
+        calibration = _calibrate(_bench(out), out / "calibration")
         rows = []
         for name, (mix, placements) in mixes.items():
             for placement in placements:
@@ -83,9 +83,10 @@ def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
                     placed, ReplayRequest(iterations=iterations, warmup=1, timeout_s=300.0),
                     RunOptions(testbed=TESTBED, out=out / f"replay-{name}-{placement}")))
                 replay_dir = out / f"replay-{name}-{placement}"
-                est = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, measurements=sweeps, replay=replay_dir,
+                est = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
+                                                          replay=replay_dir,
                                                           out=out / f"estimate-{name}-{placement}"))
-                ahead = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, measurements=sweeps,
+                ahead = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
                                                             out=out / f"estimate-draws-{name}-{placement}"))
                 load = "/".join(f"{x:.1f}" for x in os.getloadavg())
                 for measured, estimated, drawn in zip(replay.jobs, est.estimates[0].jobs, ahead.estimates[0].jobs):
@@ -106,6 +107,22 @@ def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
                           f"{drawn.slowdown_pct:6.1f}%  load {load}", flush=True)
         (out / "accuracy.json").write_text(json.dumps(rows, indent=2) + "\n")
         _ranking(rows)
+
+
+def _calibrate(sweeps: tuple[Path, ...], out: Path) -> Path:
+    """The fabric model fitted once on the sweeps (every estimate of the run uses it)."""
+    from astra_adapter.fabric.calibrate import calibrate_fabric
+    from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json
+    from astra_adapter.fabric.network import FabricNetwork
+    from astra_adapter.measurements import read_measurements
+    from genie.topology import load_topology_file
+
+    started = time.perf_counter()
+    cal = calibrate_fabric(read_measurements(list(sweeps)), FabricNetwork(load_topology_file(OVERSUB)))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / FABRIC_CALIBRATION_JSON).write_text(fabric_calibration_json(cal))
+    print(f"# fabric model fitted in {time.perf_counter() - started:.0f} s: " + "; ".join(cal.notes), flush=True)
+    return out
 
 
 def _bench(out: Path) -> tuple[Path, ...]:

@@ -199,3 +199,27 @@ def test_a_merged_replay_splits_into_each_jobs_own_outcome() -> None:
     assert median_iteration_ns(mine) == 40
     theirs = job_outcome(outcome, mix, 1, tuple(build_programs(b)), places)
     assert len(theirs.iterations) == 1 and median_iteration_ns(theirs) == 100
+
+
+def test_a_long_play_with_tiny_step_latencies_ends() -> None:
+    """Late in a long play (a mix runs for many iterations) t + a tiny latency rounds back to t: the player
+    advances by the horizon itself instead of waiting forever for time to move."""
+    import signal
+
+    from astra_adapter.fabric.estimate import estimate_fabric
+    from astra_adapter.fabric.flows import FabricParams
+
+    trace = ddp(8, size=1_000_000, compute_ns=30_000_000_000)  # 30 s of compute first: ulp(t) ~ 4e-6 ns
+    params = FabricParams(message_overhead_ns=1.5e-6)  # under half of ulp(t): t + it == t
+
+    def hung(*_args) -> None:
+        raise AssertionError("the play did not end")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        est = estimate_fabric(trace, TOPO, params, ecmp_samples=0)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert est.iteration_ns > 30_000_000_000
