@@ -8,13 +8,17 @@ replay, and a what-if at 256 hosts (run by hand; the testbed parts as root; not 
    draws (what a user gets before any replay; the ranking). Scenarios: (a) a TP2 x DP2 and a DDP job of 4
    ranks, packed vs spread; (b) an MoE EP4 job and a DDP job of 4 ranks, spread. Prints per job the estimated
    and measured iteration in the mix, the error, the estimated and measured slowdown and their difference in
-   percentage points, and the placement ranking both ways, with the load average. Targets: within 5 %, within 3 points, the same ranking.
+   percentage points, and the placement ranking both ways, with the load average. Targets: within 5 %,
+   within 3 points, the same ranking. ``fit`` and ``evaluate`` re-fit on other sweeps and re-estimate the
+   run's replays without a testbed.
 2. ``scale``: 4 jobs of 64 ranks on a 256-host leaf-spine (16 leaves x 16 hosts, 8 spines; 100 Gbit/s host
    links, 100 Gbit/s fabric links: 2:1 oversubscribed) through the fabric model alone, placements packed,
    spread and random:1 ranked, ECMP as the expected share (one play each; `genie estimate` averages 8 hash
    draws); wall time per placement (target: under 60 s for the whole what-if).
 
     sudo .venv/bin/python benchmarks/job_mix.py accuracy [--out DIR] [--iterations N] [--time-dilation N]
+    .venv/bin/python benchmarks/job_mix.py fit CAL_DIR SWEEP_RUN_DIR...     # fit the fabric model on sweeps
+    .venv/bin/python benchmarks/job_mix.py evaluate ACCURACY_DIR --calibration CAL_DIR   # re-estimate, no testbed
     .venv/bin/python benchmarks/job_mix.py scale [--out DIR]
 """
 
@@ -82,31 +86,62 @@ def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
                 replay = run_mix_replay_command(MixReplayCommand(
                     placed, ReplayRequest(iterations=iterations, warmup=1, timeout_s=300.0),
                     RunOptions(testbed=TESTBED, out=out / f"replay-{name}-{placement}")))
-                replay_dir = out / f"replay-{name}-{placement}"
-                est = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
-                                                          replay=replay_dir,
-                                                          out=out / f"estimate-{name}-{placement}"))
-                ahead = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
-                                                            out=out / f"estimate-draws-{name}-{placement}"))
-                load = "/".join(f"{x:.1f}" for x in os.getloadavg())
-                for measured, estimated, drawn in zip(replay.jobs, est.estimates[0].jobs, ahead.estimates[0].jobs):
-                    err = 100.0 * (estimated.mixed_ns / measured.together_ns - 1.0)
-                    points = estimated.slowdown_pct - (measured.slowdown_pct or 0.0)
-                    rows.append({"scenario": name, "placement": placement, "job": measured.name,
-                                 "estimated_ms": estimated.mixed_ns / 1e6, "measured_ms": measured.together_ns / 1e6,
-                                 "error_pct": err, "estimated_alone_ms": estimated.alone_ns / 1e6,
-                                 "measured_alone_ms": (measured.alone_ns or 0) / 1e6,
-                                 "estimated_slowdown_pct": estimated.slowdown_pct,
-                                 "measured_slowdown_pct": measured.slowdown_pct, "points": points, "load": load,
-                                 "draws_mixed_ms": drawn.mixed_ns / 1e6, "draws_alone_ms": drawn.alone_ns / 1e6,
-                                 "draws_slowdown_pct": drawn.slowdown_pct})
-                    print(f"{name} {placement:<7} {measured.name:<8} mix est {estimated.mixed_ns / 1e6:9.1f} ms "
-                          f"meas {measured.together_ns / 1e6:9.1f} ms ({err:+6.2f}%)  slowdown est "
-                          f"{estimated.slowdown_pct:6.1f}% meas {measured.slowdown_pct or 0:6.1f}% "
-                          f"({points:+5.1f} pts); 8 draws: {drawn.mixed_ns / 1e6:9.1f} ms slowdown "
-                          f"{drawn.slowdown_pct:6.1f}%  load {load}", flush=True)
+                rows += _compare(out, name, placement, placed, replay, calibration,
+                                 out / f"replay-{name}-{placement}")
         (out / "accuracy.json").write_text(json.dumps(rows, indent=2) + "\n")
         _ranking(rows)
+
+
+def _compare(out: Path, name: str, placement: str, placed: Path, replay, calibration: Path,
+             replay_dir: Path) -> list[dict]:
+    """One placement's rows: the mix estimated on the replay's own paths and on 8 hash draws, against it."""
+    from genie.services.mix import MixEstimateRequest, run_mix_estimate
+
+    rows = []
+    est = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
+                                              replay=replay_dir,
+                                              out=out / f"estimate-{name}-{placement}"))
+    ahead = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
+                                                out=out / f"estimate-draws-{name}-{placement}"))
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    for measured, estimated, drawn in zip(replay.jobs, est.estimates[0].jobs, ahead.estimates[0].jobs):
+        err = 100.0 * (estimated.mixed_ns / measured.together_ns - 1.0)
+        points = estimated.slowdown_pct - (measured.slowdown_pct or 0.0)
+        rows.append({"scenario": name, "placement": placement, "job": measured.name,
+                     "estimated_ms": estimated.mixed_ns / 1e6, "measured_ms": measured.together_ns / 1e6,
+                     "error_pct": err, "estimated_alone_ms": estimated.alone_ns / 1e6,
+                     "measured_alone_ms": (measured.alone_ns or 0) / 1e6,
+                     "estimated_slowdown_pct": estimated.slowdown_pct,
+                     "measured_slowdown_pct": measured.slowdown_pct, "points": points, "load": load,
+                     "draws_mixed_ms": drawn.mixed_ns / 1e6, "draws_alone_ms": drawn.alone_ns / 1e6,
+                     "draws_slowdown_pct": drawn.slowdown_pct})
+        print(f"{name} {placement:<7} {measured.name:<8} mix est {estimated.mixed_ns / 1e6:9.1f} ms "
+              f"meas {measured.together_ns / 1e6:9.1f} ms ({err:+6.2f}%)  slowdown est "
+              f"{estimated.slowdown_pct:6.1f}% meas {measured.slowdown_pct or 0:6.1f}% "
+              f"({points:+5.1f} pts); 8 draws: {drawn.mixed_ns / 1e6:9.1f} ms slowdown "
+              f"{drawn.slowdown_pct:6.1f}%  load {load}", flush=True)
+    return rows
+
+
+def run_evaluate(out: Path, calibration: Path) -> None:
+    """Re-estimate every mix replay of an accuracy run directory with another fabric calibration (no testbed)."""
+    from genie.measure.mix import JobComparison
+
+    rows = []
+    for name, (mix, placements) in scenarios(out / "inputs").items():
+        for placement in placements:
+            replay_dir = out / f"replay-{name}-{placement}"
+            if not (replay_dir / "mix.json").is_file():
+                continue
+            doc = json.loads((replay_dir / "mix.json").read_text())
+            jobs = tuple(JobComparison(j["name"], tuple(j["hosts"]), j["repetitions"], j["together_ns"],
+                                       j["together_iterations"], j["alone_ns"], j["alone_iterations"])
+                         for j in doc["jobs"])
+            replay = type("Replay", (), {"jobs": jobs})
+            rows += _compare(out / "evaluate", name, placement, _with_placement(mix, placement), replay, calibration,
+                             replay_dir)
+    (out / "evaluate.json").write_text(json.dumps(rows, indent=2) + "\n")
+    _ranking(rows)
 
 
 def _calibrate(sweeps: tuple[Path, ...], out: Path) -> Path:
@@ -133,7 +168,7 @@ def _bench(out: Path) -> tuple[Path, ...]:
 
     runs = []
     for name, collective, ranks in (("sweep-ar4", "all_reduce", "4"), ("sweep-ar8", "all_reduce", "8"),
-                                    ("sweep-a2a8", "all_to_all", "8")):
+                                    ("sweep-a2a8", "all_to_all", "8")):  # 1-16 MiB (the first runs' grid)
         runs.append(out / name)
         subprocess.run([sys.executable, "-m", "genie.cli.main", "bench", "--testbed", TESTBED, "--collective",
                         collective, "--ranks", ranks, "-b", "1M", "-e", "16M", "-f", "4", "-n", "5", "-w", "1",
@@ -199,11 +234,21 @@ def main() -> None:
     acc.add_argument("--out", type=Path, default=Path("/tmp/job-mix-accuracy"))
     acc.add_argument("--iterations", type=int, default=1)
     acc.add_argument("--time-dilation", type=float, default=1.0, help="bring the testbed up N times slower")
+    ev = sub.add_parser("evaluate")
+    ev.add_argument("out", type=Path)
+    ev.add_argument("--calibration", type=Path, required=True)
+    fit = sub.add_parser("fit")
+    fit.add_argument("out", type=Path)
+    fit.add_argument("sweeps", type=Path, nargs="+")
     scale = sub.add_parser("scale")
     scale.add_argument("--out", type=Path, default=Path("/tmp/job-mix-scale"))
     args = parser.parse_args()
     if args.what == "accuracy":
         run_accuracy(args.out, args.iterations, args.time_dilation)
+    elif args.what == "evaluate":
+        run_evaluate(args.out, args.calibration)
+    elif args.what == "fit":
+        _calibrate(tuple(args.sweeps), args.out)
     else:
         run_scale(args.out)
 

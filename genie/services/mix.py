@@ -204,8 +204,27 @@ def _replay_paths(run_dir: Path, placed: PlacedMix) -> dict:
         source = str(run_dir / JOBS_PATHS_JSON)
         sessions = {s.label: s for s in RunPaths.parse(read_input(run_dir / JOBS_PATHS_JSON, InputKind.RUN_FILE),
                                                        source=source).replay}
-    return {"alone_paths": tuple(sessions.get(ALONE_LABEL + n) for n in names),
-            "mixed_paths": sessions.get(MIX_LABEL), "repetitions": reps}
+    alone = tuple(_solo_channels(sessions.get(ALONE_LABEL + n), placed, j) for j, n in enumerate(names))
+    return {"alone_paths": alone, "mixed_paths": sessions.get(MIX_LABEL), "repetitions": reps}
+
+
+def _solo_channels(paths, placed: PlacedMix, job: int):
+    """A job's alone session (its connections numbered by the job's own trace's channels) with the channels of
+    the job alone as the estimate plays it (the merged trace of that job only: its groups renamed per job)."""
+    from dataclasses import replace
+
+    from genie.core.flowpath import SessionPaths
+    from genie.workloads.mix import merge_jobs
+
+    if paths is None:
+        return None
+    trace, name = placed.traces[job], placed.names[job]
+    own, own_p2p = trace.channels()
+    solo, solo_p2p = merge_jobs([trace], [name], [placed.slots[job]], [1], [0])[0].channels()
+    renumber = {number: solo[f"{name}/{group}" if group else name] for group, number in own.items()}
+    renumber[own_p2p] = solo_p2p
+    return SessionPaths(paths.label, tuple(replace(p, channel=renumber.get(p.channel, p.channel))
+                                           for p in paths.paths), paths.unresolved)
 
 
 def _fit(placed: PlacedMix, run_dirs: tuple[Path, ...]):

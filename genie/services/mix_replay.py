@@ -71,7 +71,9 @@ def _estimated_alone_ns(placed, opts: RunOptions) -> list[float]:
     return out
 
 
-JOBS_PATHS_JSON = "jobs_paths.json"  # sessions "alone <job>" and "mix", ranks numbered as the topology's slots
+#: sessions "alone <job>" (channels: the job's own trace's) and "mix" (the merged trace's), ranks numbered as the
+#: topology's slots
+JOBS_PATHS_JSON = "jobs_paths.json"
 ALONE_LABEL, MIX_LABEL = "alone ", "mix"
 
 
