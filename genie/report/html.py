@@ -15,7 +15,7 @@ import pandas as pd
 
 from genie import __version__
 from genie.report import kind_sections, sections
-from genie.report.mix import mix_section
+from genie.report.mix_section import mix_section
 from genie.report.rundata import RunData, RunKind
 from genie.report.sections import Section
 

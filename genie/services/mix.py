@@ -15,6 +15,12 @@ from genie.core.topology import Topology
 from genie.core.trace import Trace
 
 
+#: a mix replay's sessions' paths: "alone <job>" (channels: the job's own trace's) and "mix" (the merged
+#: trace's), ranks numbered as the topology's slots
+JOBS_PATHS_JSON = "jobs_paths.json"
+ALONE_LABEL, MIX_LABEL = "alone ", "mix"
+
+
 @dataclass(frozen=True)
 class PlacedMix:
     """A mix file read, its traces loaded and checked, its jobs placed on ``topology``'s host slots."""
@@ -187,7 +193,6 @@ def _replay_paths(run_dir: Path, placed: PlacedMix) -> dict:
 
     from genie.core.files import InputKind, read_input
     from genie.core.flowpath import RunPaths
-    from genie.services.mix_replay import ALONE_LABEL, JOBS_PATHS_JSON, MIX_LABEL
 
     doc_path = run_dir / "mix.json"
     try:

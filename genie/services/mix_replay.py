@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 from genie.core.errors import InputError
 from genie.core.topology import Host, Topology
+from genie.services.mix import ALONE_LABEL, JOBS_PATHS_JSON, MIX_LABEL
 from genie.services.options import RunOptions
 from genie.services.replay import ReplayRequest
 
@@ -69,12 +70,6 @@ def _estimated_alone_ns(placed, opts: RunOptions) -> list[float]:
         times = repetition_times(solo_map, play_draws(solo, [network], FabricParams())[0].spans)
         out.append(max((t.duration_ns for t in times), default=0.0))
     return out
-
-
-#: sessions "alone <job>" (channels: the job's own trace's) and "mix" (the merged trace's), ranks numbered as the
-#: topology's slots
-JOBS_PATHS_JSON = "jobs_paths.json"
-ALONE_LABEL, MIX_LABEL = "alone ", "mix"
 
 
 def _slot_paths(info, flows, label: str, slots):
