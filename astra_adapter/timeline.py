@@ -268,14 +268,17 @@ class _Player:
         t = 0.0
         while self.done < self.total:
             self.settle(t)
-            t_op = t + self.horizon_ns()
-            t_next = min(t_op, self.heap[0][0] if self.heap else float("inf"))
-            if t_next == float("inf"):
+            horizon = self.horizon_ns()
+            t_heap = self.heap[0][0] if self.heap else float("inf")
+            if horizon == float("inf") and t_heap == float("inf"):
                 if self.done < self.total:
                     raise GenieError(f"measured-mode schedule is stuck: {self._stuck()}")
                 break
-            self.advance(t_next - t)
-            t = t_next
+            # advance by the horizon itself when an op's event comes first: late in a long play, t + a tiny
+            # horizon rounds back to t, and advancing by the difference (0) would never reach the event
+            op_first = t + horizon <= t_heap
+            self.advance(horizon if op_first else t_heap - t)
+            t = t + horizon if op_first else t_heap
             while self.heap and self.heap[0][0] <= t:
                 end, _, rank, i = heapq.heappop(self.heap)
                 self.compute_busy[rank] = False

@@ -12,12 +12,13 @@ from genie.cli.flags import RUN_FLAGS, flag_names
 
 #: EstimateRequest fields -> flags
 ESTIMATE_FLAGS = {"measurements": "--measurements", "mode": "--mode", "topology": "--topology", "npus": "--npus",
-                  "out": "--out", "calibration": "--calibration"}
+                  "out": "--out", "calibration": "--calibration", "jobs": "--jobs", "placements": "--placements",
+                  "trace": "TRACE"}
 
 
 def estimate(
-    trace: Path = typer.Argument(..., help="Trace: Chakra ET prefix or directory, genie JSON/YAML, PARAM dir, "
-                                           "ASTRA-sim text (with --npus)."),
+    trace: Optional[Path] = typer.Argument(None, help="Trace: Chakra ET prefix or directory, genie JSON/YAML, "
+                                                      "PARAM dir, ASTRA-sim text (with --npus); or --jobs."),
     measurements: List[Path] = typer.Option([], "--measurements", "-m",
                                             help="Run directory with sweep.csv (genie bench / genie experiment); "
                                                  "repeat for several."),
@@ -47,8 +48,24 @@ def estimate(
                                                     "classes)."),
     explain: bool = typer.Option(False, "--explain", help="NCCL mode: print per op kind the algorithm, protocol "
                                                           "and channels assumed, and its time."),
+    jobs: Optional[Path] = typer.Option(None, "--jobs", help="A job mix (docs/jobs.md) instead of TRACE: each "
+                                                             "job's iteration in the mix and alone on the fabric "
+                                                             "model, its slowdown (needs --topology)."),
+    placements: Optional[str] = typer.Option(None, "--placements",
+                                             help="With --jobs: rank these placements of every job by the mix's "
+                                                  "slowdown, e.g. packed,spread,random:8 (random:SEED)."),
+    replay_run: Optional[Path] = typer.Option(None, "--replay-run",
+                                              help="With --jobs: a `genie replay --jobs` run directory of the same "
+                                                   "mix: ECMP on the paths its sessions took, its repetitions."),
 ) -> None:
     """Estimate TRACE's iteration time per rank from measured collective latencies; writes estimate.csv."""
+    if jobs is not None or placements is not None or replay_run is not None:
+        from genie.cli.mix_cmd import estimate_mix
+        return estimate_mix(trace, jobs, placements, topology=topology, calibration=calibration, out=out,
+                            measurements=tuple(measurements), mode=mode, replay_run=replay_run)
+    if trace is None:
+        from genie.core.errors import InputError
+        raise InputError("give a TRACE (or --jobs FILE)")
     from astra_adapter.workload_estimate import EstimateMode, format_estimate
     from genie.services.estimate import EstimateRequest, run_estimate
 

@@ -17,8 +17,8 @@ REPLAY_FLAGS = {**RUN_FLAGS, "iterations": "--iterations", "warmup": "--warmup",
 
 @options.run_options()
 def replay(
-    trace: Path = typer.Argument(..., help="Trace: Chakra ET prefix or directory, genie JSON/YAML, PARAM dir, "
-                                           "ASTRA-sim text (with --npus)."),
+    trace: Optional[Path] = typer.Argument(None, help="Trace: Chakra ET prefix or directory, genie JSON/YAML, "
+                                                      "PARAM dir, ASTRA-sim text (with --npus); or --jobs."),
     npus: Optional[int] = typer.Option(None, "--npus", help="Ranks for an ASTRA-sim text workload."),
     iterations: int = typer.Option(1, "--iterations", "--iters", "-n",
                                          help="Timed iterations of the whole trace."),
@@ -26,9 +26,20 @@ def replay(
     timeout: float = options.TIMEOUT,
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-replay)."),
     as_json: bool = options.AS_JSON,
+    jobs: Optional[Path] = typer.Option(None, "--jobs", help="A job mix (docs/jobs.md) instead of TRACE: every "
+                                                             "job at once on one target, and each alone."),
+    alone: bool = typer.Option(True, "--alone/--no-alone", help="With --jobs: also replay each job alone on "
+                                                                "its placement (its slowdown is measured)."),
     *, run,
 ) -> None:
     """Replay TRACE: compute waited out, communication sent for real; writes a run directory (docs/reports.md)."""
+    if jobs is not None:
+        from genie.cli.mix_cmd import replay_mix
+        return replay_mix(trace, jobs, run, iterations=iterations, warmup=warmup, timeout=timeout, alone=alone,
+                          as_json=as_json)
+    if trace is None:
+        from genie.core.errors import InputError
+        raise InputError("give a TRACE (or --jobs FILE)")
     from genie.cli.bench_cmd import echo_capture
     from genie.cli.progress import count_progress
     from genie.report.replay import end_summary, format_summary

@@ -15,6 +15,7 @@ import pandas as pd
 
 from genie import __version__
 from genie.report import kind_sections, sections
+from genie.report.mix_section import mix_section
 from genie.report.rundata import RunData, RunKind
 from genie.report.sections import Section
 
@@ -123,6 +124,7 @@ def page_sections(run: RunData) -> list[Section]:
         order = [kind_sections.nccl_calibration_section(run)]
     else:
         order = [sweep, its, replay, acc, est, cal]
+    order = [mix_section(run), *order]
     order += [kind_sections.diagnose_section(run), kind_sections.verify_section(run),
               kind_sections.compare_section(run), sections.links_section(run)]
     if run.kind is not RunKind.CALIBRATE:  # a calibration's tables are its own section's

@@ -26,6 +26,7 @@ from genie.report.cases import CaseKey
 from genie.report.diagnose import DIAGNOSE_COLUMNS
 from genie.report.links import read_links_csv, read_samples_csv, read_table
 from genie.report.manifest import MANIFEST_NAME, Manifest, RunStatus, read_manifest
+from genie.report.mix import MIX_FILES, mix_fields
 from genie.report.replay import OPS_COLUMNS, RANKS_COLUMNS
 from genie.report.sweep import SweepRow, read_sweep_csv
 
@@ -96,6 +97,8 @@ class RunData:
     nccl_calibration: dict[str, Any] | None = None  # nccl_calibration.json (genie calibrate)
     pictures: dict[str, bytes] = field(default_factory=dict)  # PNGs the run wrote itself (genie calibrate's)
     other_tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # unknown CSVs
+    mix: pd.DataFrame | None = None  # a job mix's mix.csv (replay) or jobs_estimate.csv (estimate)
+    mix_links: pd.DataFrame | None = None  # jobs_links.csv
 
     @property
     def status(self) -> str:
@@ -251,7 +254,7 @@ def _kind_fields(run_dir: Path, names: set[str]) -> dict[str, Any]:
 
 
 _READ_HERE = {"sweep.csv", "ops.csv", "ranks.csv", "links.csv", "tcp.csv", "link_samples.csv", "accuracy.csv",
-              "steps.csv", readers.DETAIL_FILE, readers.CALIBRATION_CSV, "diagnose.csv", "compare.csv"}
+              "steps.csv", readers.DETAIL_FILE, readers.CALIBRATION_CSV, "diagnose.csv", "compare.csv", *MIX_FILES}
 
 
 def load_run(run_dir: Path | str) -> RunData:
@@ -275,7 +278,8 @@ def load_run(run_dir: Path | str) -> RunData:
         fields.update(_sweep_fields(run_dir, names))
     elif kind is RunKind.BENCH and complete:
         raise InputError("missing (the run is complete, so it must have it)", source=str(run_dir / "sweep.csv"))
-    fields.update(_replay_fields(run_dir, "", names, kind is RunKind.REPLAY and complete))
+    fields.update(_replay_fields(run_dir, "", names, kind is RunKind.REPLAY and complete and "mix.csv" not in names))
+    fields.update(mix_fields(run_dir, names, _frame))
     nested = run_dir / REPLAY_SUBDIR
     if "replay" not in fields and kind in (RunKind.EXPERIMENT, RunKind.UNKNOWN) and nested.is_dir():
         fields.update(_replay_fields(nested, f"{REPLAY_SUBDIR}/", {p.name for p in nested.iterdir() if p.is_file()},

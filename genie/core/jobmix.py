@@ -1,0 +1,157 @@
+"""A job mix (pure data): several training jobs sharing one topology, each on its own host slots.
+
+A job is a trace (a file, or ``genie trace gen`` options), where its ranks go (:class:`JobPlacement`: explicit
+hosts, or a :class:`PlacementPolicy`), a start offset and the iterations it times. A *host slot* is one rank
+position of the topology: global rank ``g`` of the topology (ranks numbered host by host in file order, as
+every testbed places them) is slot ``g``. A placed mix becomes one merged trace (``genie.workloads.mix``) whose
+rank ``i`` runs on slot ``slots[i]``; :class:`MixMap` says which job, job rank, repetition and original node
+each merged node is, so every measurement splits per job again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class PlacementPolicy(Enum):
+    """How a job's ranks are given host slots when the file does not list hosts."""
+
+    PACKED = "packed"  # fill a leaf (a multi-GPU node: the node) before the next one
+    SPREAD = "spread"  # round-robin over the leaves
+    RANDOM = "random"  # a seeded random choice of the free slots
+
+    @classmethod
+    def parse(cls, text: str) -> "PlacementPolicy":
+        for policy in cls:
+            if policy.value == str(text).strip().lower():
+                return policy
+        raise ValueError(f"unknown placement policy {text!r} (expected {', '.join(p.value for p in cls)}, "
+                         f"or hosts: [...])")
+
+
+@dataclass(frozen=True)
+class JobPlacement:
+    """Explicit ``hosts`` (one entry per rank, in rank order; a host named twice gives its next slot) or a
+    ``policy`` (with ``seed`` for random)."""
+
+    policy: PlacementPolicy | None = None
+    seed: int = 0
+    hosts: tuple[str, ...] = ()
+
+    def label(self) -> str:
+        if self.hosts:
+            return "hosts:" + ",".join(self.hosts)
+        assert self.policy is not None
+        return f"random:{self.seed}" if self.policy is PlacementPolicy.RANDOM else self.policy.value
+
+    @classmethod
+    def parse(cls, text: str) -> "JobPlacement":
+        """``packed``, ``spread`` or ``random[:SEED]`` (ValueError otherwise)."""
+        name, _, seed = str(text).strip().partition(":")
+        policy = PlacementPolicy.parse(name)
+        if seed and policy is not PlacementPolicy.RANDOM:
+            raise ValueError(f"only random takes a seed, not {text!r}")
+        try:
+            return cls(policy, int(seed) if seed else 0)
+        except ValueError:
+            raise ValueError(f"the seed of {text!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job of a mix file: exactly one of ``trace_path`` or ``generate`` (``genie trace gen`` options)."""
+
+    name: str
+    placement: JobPlacement
+    trace_path: Path | None = None
+    generate: tuple[tuple[str, Any], ...] = ()
+    npus: int | None = None
+    start_offset_ns: int = 0
+    iterations: int = 1
+
+
+@dataclass(frozen=True)
+class JobMix:
+    jobs: tuple[JobSpec, ...]
+    source: str = "<jobs>"
+
+    def with_policy(self, placement: JobPlacement) -> "JobMix":
+        """Every job placed by ``placement`` instead of its own (the placement what-if)."""
+        from dataclasses import replace
+        return replace(self, jobs=tuple(replace(j, placement=placement) for j in self.jobs))
+
+
+@dataclass(frozen=True)
+class MixRank:
+    """Merged rank -> its job, its rank in the job, and how its node ids were laid out: node 0 is the start
+    offset; repetition ``k``'s copy of original node ``n`` has id ``1 + k * stride + n``."""
+
+    job: int
+    job_rank: int
+    stride: int
+    repetitions: int
+
+
+@dataclass(frozen=True)
+class MixMap:
+    """Which job each rank of a merged trace is, where it runs (``slots``), and each job's repetitions."""
+
+    ranks: tuple[MixRank, ...]
+    slots: tuple[int, ...]  # merged rank -> host slot (global rank of the topology)
+    repetitions: tuple[int, ...]  # per job
+
+    def origin(self, rank: int, node_id: int) -> tuple[int, int, int, int] | None:
+        """(job, job rank, repetition, original node id) of a merged node; None for the start offset."""
+        r = self.ranks[rank]
+        if node_id == 0:
+            return None
+        rep, original = divmod(node_id - 1, r.stride)
+        return r.job, r.job_rank, rep, original
+
+    def job_ranks(self, job: int) -> tuple[int, ...]:
+        """The merged ranks of ``job``, in job-rank order."""
+        return tuple(i for _, i in sorted((r.job_rank, i) for i, r in enumerate(self.ranks) if r.job == job))
+
+
+@dataclass(frozen=True)
+class RepetitionTime:
+    """One repetition (iteration) of a job inside a run: its window over the job's ranks."""
+
+    job: int
+    repetition: int
+    start_ns: float  # earliest start of its nodes on any of the job's ranks
+    end_ns: float  # latest end
+
+    @property
+    def duration_ns(self) -> float:
+        return self.end_ns - self.start_ns
+
+
+def repetition_times(mix: MixMap, spans) -> tuple[RepetitionTime, ...]:
+    """Each job's repetition windows from ``spans``: per merged rank, (node id, start, end) of its nodes."""
+    windows: dict[tuple[int, int], list[float]] = {}
+    for rank, rows in enumerate(spans):
+        for node_id, start, end in rows:
+            where = mix.origin(rank, node_id)
+            if where is None:
+                continue
+            w = windows.setdefault((where[0], where[2]), [start, end])
+            w[0], w[1] = min(w[0], start), max(w[1], end)
+    return tuple(RepetitionTime(job, rep, s, e) for (job, rep), (s, e) in sorted(windows.items()))
+
+
+def mixed_repetitions(times: tuple[RepetitionTime, ...], jobs: int) -> dict[int, tuple[RepetitionTime, ...]]:
+    """Per job the repetitions that saw the whole mix: started once every job had started and ended before the
+    first job finished (its last repetition); a job with none such keeps all of its repetitions."""
+    firsts = [min((t.start_ns for t in times if t.job == j), default=0.0) for j in range(jobs)]
+    lasts = [max((t.end_ns for t in times if t.job == j), default=0.0) for j in range(jobs)]
+    begin, end = max(firsts, default=0.0), min(lasts, default=0.0)
+    out = {}
+    for j in range(jobs):
+        own = tuple(t for t in times if t.job == j)
+        inside = tuple(t for t in own if t.start_ns >= begin and t.end_ns <= end + 1e-6)
+        out[j] = inside or own
+    return out

@@ -1,0 +1,87 @@
+"""A job mix's replay split per job (pure): the merged trace's records become each job's own outcome, one
+iteration per repetition that saw the whole mix, with the job's own ranks and node ids - so every job gets the
+files and metrics a single-job replay writes (ops.csv, ranks.csv, iteration times, exposed communication)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from statistics import median
+
+from genie.core.jobmix import MixMap, RepetitionTime, mixed_repetitions, repetition_times
+from genie.core.placement import RankPlacement
+from genie.core.program import RankProgram
+from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
+
+
+def repetitions_seen(outcome: ReplayOutcome, mix: MixMap, jobs: int
+                     ) -> list[dict[int, tuple[RepetitionTime, ...]]]:
+    """Per timed iteration of the merged replay, each job's repetitions that saw the whole mix."""
+    out = []
+    for it in outcome.iterations:
+        spans: list[tuple] = [() for _ in mix.ranks]
+        for rr in it.ranks:
+            spans[rr.rank] = rr.records
+        out.append(mixed_repetitions(repetition_times(mix, spans), jobs))
+    return out
+
+
+def job_outcome(outcome: ReplayOutcome, mix: MixMap, job: int, programs: tuple[RankProgram, ...],
+                placements: tuple[RankPlacement, ...]) -> ReplayOutcome:
+    """Job ``job``'s part of a merged replay as its own outcome: ``programs`` are the job's own (built from its
+    trace), every repetition that saw the mix one iteration (numbered in order), each rank's records mapped back
+    to the job's rank and node ids, all ranks of a repetition starting at its window's start."""
+    seen = repetitions_seen(outcome, mix, len(mix.repetitions))
+    ranks = mix.job_ranks(job)
+    iterations = []
+    for it, chosen in zip(outcome.iterations, seen):
+        by_rank = {rr.rank: rr for rr in it.ranks}
+        for rep in chosen[job]:
+            rows = []
+            for merged in ranks:
+                rr = by_rank.get(merged)
+                if rr is None:
+                    continue
+                records = []
+                for node_id, s, e in rr.records:
+                    where = mix.origin(merged, node_id)
+                    if where is not None and where[2] == rep.repetition:
+                        records.append((where[3], s, e))
+                rows.append(RankRecords(mix.ranks[merged].job_rank, int(rep.start_ns), tuple(records)))
+            iterations.append(IterationRecords(len(iterations), tuple(sorted(rows, key=lambda r: r.rank))))
+    return ReplayOutcome(programs, tuple(iterations), placements)
+
+
+@dataclass(frozen=True)
+class JobComparison:
+    """One job's iteration time alone and in the mix (medians of the measured iterations)."""
+
+    name: str
+    hosts: tuple[str, ...]
+    repetitions: int
+    together_ns: float
+    together_iterations: int
+    alone_ns: float | None = None
+    alone_iterations: int = 0
+
+    @property
+    def slowdown_pct(self) -> float | None:
+        if not self.alone_ns:
+            return None
+        return 100.0 * (self.together_ns / self.alone_ns - 1.0)
+
+
+def median_iteration_ns(outcome: ReplayOutcome) -> float:
+    from genie.measure.replay import iteration_time_ns, rank_summaries
+
+    times = [iteration_time_ns(rank_summaries(outcome.programs, it)) for it in outcome.iterations if it.ranks]
+    return float(median(times)) if times else 0.0
+
+
+def job_placements(placements: list[RankPlacement], slots: tuple[int, ...]) -> tuple[RankPlacement, ...]:
+    """A job's placements: its rank ``r`` where slot ``slots[r]`` of the target runs."""
+    return tuple(replace(placements[slot], rank=r) for r, slot in enumerate(slots))
+
+
+def mixed_placements(placements: list[RankPlacement], mix: MixMap) -> list[RankPlacement]:
+    """The merged trace's placements: its rank ``i`` on slot ``mix.slots[i]``."""
+    return [replace(placements[slot], rank=i) for i, slot in enumerate(mix.slots)]

@@ -1,0 +1,225 @@
+"""Job mixes, pure parts: the file and its errors, placement policies, the merged trace and its per-job split,
+the fabric estimate of a mix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from genie.core.errors import InputError
+from genie.core.jobmix import JobPlacement, MixMap, PlacementPolicy, mixed_repetitions, repetition_times
+from genie.core.topology import LinkShape
+from genie.core.trace import CommType, NodeKind, collective_node, compute_node, make_trace, recv_node, send_node
+from genie.topology.builders import leaf_spine
+from genie.topology.job_placement import leaf_slots, place_jobs
+from genie.workloads.analysis import errors, validate
+from genie.workloads.jobmix_file import load_job_traces, parse_job_mix
+from genie.workloads.mix import merge_jobs, repetition_counts
+
+TOPO = leaf_spine(2, 4, 2, shape=LinkShape(rate_bps=1_000_000_000), fabric_shape=LinkShape(rate_bps=500_000_000))
+
+
+def ddp(ranks: int, size: int = 4_000_000, compute_ns: int = 1_000_000):
+    return make_trace([[compute_node(1, "fwd", duration_ns=compute_ns),
+                        collective_node(2, "ar", comm_type=CommType.ALL_REDUCE, size_bytes=size, data_deps=(1,))]
+                       for _ in range(ranks)])
+
+
+def pipeline():
+    return make_trace([[compute_node(1, "f", duration_ns=1000), send_node(2, "s", rank=0, peer=1, size_bytes=1000,
+                                                                          data_deps=(1,))],
+                       [recv_node(1, "r", rank=1, peer=0, size_bytes=1000),
+                        compute_node(2, "f", duration_ns=1000, data_deps=(1,))]])
+
+
+# ---- the file --------------------------------------------------------------------------------------------
+def test_a_mix_file_reads_every_field(tmp_path: Path) -> None:
+    mix = parse_job_mix("jobs:\n"
+                        "  - {name: a, trace: a.json, placement: spread, start_offset: 2ms, iterations: 3}\n"
+                        "  - {trace: b.json, placement: random, seed: 7}\n"
+                        "  - {generate: {model: gpt3-125m, dp: 2}, hosts: [h0, h1]}\n", source="m.yaml",
+                        base=tmp_path)
+    a, b, c = mix.jobs
+    assert (a.name, a.trace_path, a.placement.policy, a.start_offset_ns, a.iterations) == \
+        ("a", tmp_path / "a.json", PlacementPolicy.SPREAD, 2_000_000, 3)
+    assert (b.name, b.placement) == ("job1", JobPlacement(PlacementPolicy.RANDOM, 7))
+    assert c.placement.hosts == ("h0", "h1") and dict(c.generate)["dp"] == 2
+
+
+@pytest.mark.parametrize("text, path, words", [
+    ("jobs:\n  - {trace: a.json, placement: diagonal}\n", "jobs[0].placement", "unknown placement policy"),
+    ("jobs:\n  - {trace: a.json}\n  - {trace: b.json, placement: packed, seed: 3}\n", "jobs[1].seed", "random"),
+    ("jobs:\n  - {trace: a.json, iterations: 0}\n", "jobs[0].iterations", "1..10000"),
+    ("jobs:\n  - {trace: a.json, start_offset: 5}\n", "jobs[0].start_offset", "unit"),
+    ("jobs:\n  - {placement: packed}\n", "jobs[0].trace", "exactly one"),
+    ("jobs:\n  - {trace: a.json, hosts: [h0], placement: spread}\n", "jobs[0].hosts", "not both"),
+    ("jobs:\n  - {trace: a.json}\n  - {trace: a.json, name: job0}\n", "jobs[1].name", "already"),
+    ("jobs:\n  - {trace: a.json, colour: red}\n", "jobs[0].colour", "unknown key"),
+    ("jobs: []\n", "jobs", "non-empty"),
+    ("jobs:\n  - {trace: a.json, name: ../x}\n", "jobs[0].name", "letters"),
+])
+def test_a_bad_mix_file_names_the_job_and_field(text: str, path: str, words: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_job_mix(text, source="m.yaml")
+    assert info.value.path == path and info.value.source == "m.yaml" and words in str(info.value)
+
+
+def test_a_job_whose_trace_fails_validation_is_named(tmp_path: Path) -> None:
+    from genie.workloads.loader import OutputFormat, save_trace
+
+    broken = make_trace([[send_node(1, "s", rank=0, peer=1, size_bytes=10)], [compute_node(1, "c")]])
+    assert errors(validate(broken))
+    save_trace(ddp(2), tmp_path / "ok.json", to=OutputFormat.JSON)
+    save_trace(broken, tmp_path / "bad.json", to=OutputFormat.JSON)
+    mix = parse_job_mix("jobs:\n  - {trace: ok.json}\n  - {trace: bad.json}\n", source="m.yaml", base=tmp_path)
+    with pytest.raises(InputError) as info:
+        load_job_traces(mix)
+    assert info.value.path == "jobs[1].trace" and "genie trace validate" in str(info.value)
+
+
+# ---- placement -----------------------------------------------------------------------------------------------
+def test_leaves_group_the_hosts_by_their_switch() -> None:
+    assert leaf_slots(TOPO) == ((0, 1, 2, 3), (4, 5, 6, 7))
+
+
+def test_packed_fills_a_leaf_and_spread_alternates_leaves() -> None:
+    packed, spread = JobPlacement(PlacementPolicy.PACKED), JobPlacement(PlacementPolicy.SPREAD)
+    assert place_jobs([packed, packed], [4, 4], TOPO) == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert place_jobs([spread, spread], [4, 4], TOPO) == ((0, 4, 1, 5), (2, 6, 3, 7))
+    assert place_jobs([packed, spread], [3, 3], TOPO) == ((0, 1, 2), (3, 4, 5))
+
+
+def test_random_is_seeded_and_explicit_hosts_come_first() -> None:
+    rnd = JobPlacement(PlacementPolicy.RANDOM, 5)
+    first = place_jobs([rnd, JobPlacement(hosts=("h0", "h7"))], [4, 2], TOPO)
+    assert first == place_jobs([rnd, JobPlacement(hosts=("h0", "h7"))], [4, 2], TOPO)
+    assert first[1] == (0, 7) and not set(first[0]) & {0, 7} and len(set(first[0])) == 4
+    draws = {place_jobs([JobPlacement(PlacementPolicy.RANDOM, seed)], [4], TOPO)[0] for seed in range(6)}
+    assert len(draws) > 1  # the seed decides
+
+
+def test_two_jobs_on_one_slot_and_too_many_ranks_are_refused() -> None:
+    with pytest.raises(InputError) as info:
+        place_jobs([JobPlacement(hosts=("h0", "h1")), JobPlacement(hosts=("h2", "h1"))], [2, 2], TOPO)
+    assert info.value.path == "jobs[1].hosts[1]" and "two jobs on one host slot" in str(info.value)
+    with pytest.raises(InputError) as info:
+        place_jobs([JobPlacement(PlacementPolicy.PACKED)] * 2, [4, 5], TOPO)
+    assert info.value.path == "jobs[1].trace" and "8 host slots" in str(info.value)
+    with pytest.raises(InputError) as info:
+        place_jobs([JobPlacement(hosts=("h9",))], [1], TOPO)
+    assert info.value.path == "jobs[0].hosts[0]"
+
+
+# ---- merge and split -----------------------------------------------------------------------------------------
+def test_the_merged_trace_renumbers_ranks_groups_and_peers() -> None:
+    merged, mix = merge_jobs([ddp(2), pipeline()], ["a", "b"], [(5, 1), (0, 6)], [2, 1], [0, 3000])
+    assert mix.slots == (0, 1, 5, 6) and merged.num_ranks == 4
+    assert not errors(validate(merged))
+    assert merged.group("a").ranks == (2, 1)  # job a's rank 0 on slot 5 = merged rank 2
+    assert merged.group("b").ranks == (0, 3)
+    send = next(n for n in merged.ranks[0].nodes if n.kind is NodeKind.SEND)
+    assert send.peer == 3 and send.attr_value("comm_src") == 0
+    assert merged.ranks[0].nodes[0].duration_ns == 3000  # b's start offset
+    collectives = [n for n in merged.ranks[2].nodes if n.kind is NodeKind.COLLECTIVE]
+    assert [n.process_group for n in collectives] == ["a", "a"]  # two repetitions on job a's own world
+    assert [mix.origin(2, n.id) for n in collectives] == [(0, 0, 0, 2), (0, 0, 1, 2)]
+    second_compute = [n for n in merged.ranks[2].nodes if n.name == "fwd"][1]
+    assert second_compute.ctrl_deps == (collectives[0].id,)  # repetition 1 waits for repetition 0
+
+
+def test_repetitions_cover_the_longest_job() -> None:
+    assert repetition_counts([10.0, 3.0], [0, 0], [2, 1]) == (2, 8)  # 20 / 3 -> 7, plus one
+    assert repetition_counts([10.0, 30.0], [0, 5], [1, 1]) == (5, 1)
+
+
+def test_mixed_repetitions_are_those_that_saw_every_job() -> None:
+    mix = MixMap((), (), (3, 1))
+    from genie.core.jobmix import RepetitionTime as R
+    times = (R(0, 0, 0, 10), R(0, 1, 10, 20), R(0, 2, 20, 30), R(1, 0, 5, 25))
+    chosen = mixed_repetitions(times, 2)
+    assert [t.repetition for t in chosen[0]] == [1] and [t.repetition for t in chosen[1]] == [0]
+    assert mix.repetitions == (3, 1)
+
+
+def test_repetition_times_read_the_spans_per_job() -> None:
+    merged, mix = merge_jobs([ddp(2)], ["a"], [(0, 1)], [2], [0])
+    spans = [tuple((n.id, float(n.id), float(n.id) + 0.5) for n in r.nodes) for r in merged.ranks]
+    times = repetition_times(mix, spans)
+    assert [(t.job, t.repetition) for t in times] == [(0, 0), (0, 1)]
+    assert times[0].start_ns == 2.0 and times[1].end_ns == 6.5  # stride 3: ids 2, 3 then 5, 6
+
+
+# ---- the fabric estimate ------------------------------------------------------------------------------------
+def test_the_fabric_sees_spread_jobs_meet_and_packed_jobs_not() -> None:
+    from astra_adapter.fabric.mix import estimate_mix, rank_placements
+
+    traces, names = [ddp(4), ddp(4)], ["a", "b"]
+    estimates = []
+    for policy in (PlacementPolicy.SPREAD, PlacementPolicy.PACKED):
+        slots = place_jobs([JobPlacement(policy)] * 2, [4, 4], TOPO)
+        estimates.append(estimate_mix(traces, names, slots, [0, 0], [2, 2], TOPO, placement=policy.value,
+                                      ecmp_samples=0))
+    spread, packed = estimates
+    assert all(abs(j.slowdown_pct) < 0.5 for j in packed.jobs) and not packed.shared_links
+    assert all(j.slowdown_pct > 10 for j in spread.jobs)
+    assert {(s.a, s.b) for s in spread.shared_links} >= {("leaf0", "spine0"), ("spine1", "leaf1")}
+    assert [e.placement for e in rank_placements(estimates)] == ["packed", "spread"]
+    assert spread.jobs[0].hosts == ("h0", "h4", "h1", "h5")
+
+
+def test_a_merged_replay_splits_into_each_jobs_own_outcome() -> None:
+    from genie.core.placement import RankPlacement
+    from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
+    from genie.engine.program import build_programs
+    from genie.measure.mix import job_outcome, median_iteration_ns
+
+    a, b = ddp(2), ddp(2)
+    merged, mix = merge_jobs([a, b], ["a", "b"], [(0, 1), (2, 3)], [3, 1], [0, 0])
+    # job b (one repetition) runs 0..100; job a's repetitions take 40 each: 0-40, 40-80, 80-120
+    records = []
+    for rank, rt in enumerate(merged.ranks):
+        rows = []
+        for n in rt.nodes:
+            where = mix.origin(rank, n.id)
+            if where is None:
+                rows.append((n.id, 0, 0))
+            elif where[0] == 0:
+                start = 40 * where[2]
+                rows.append((n.id, start + (0 if where[3] == 1 else 10), start + (10 if where[3] == 1 else 40)))
+            else:
+                rows.append((n.id, 0 if where[3] == 1 else 50, 50 if where[3] == 1 else 100))
+        records.append(RankRecords(rank, 0, tuple(rows)))
+    outcome = ReplayOutcome(tuple(build_programs(merged)), (IterationRecords(0, tuple(records)),), ())
+    places = tuple(RankPlacement(r, "localhost", None, "127.0.0.1") for r in range(2))
+    mine = job_outcome(outcome, mix, 0, tuple(build_programs(a)), places)
+    assert len(mine.iterations) == 2  # repetitions 0 and 1 ended before b did; repetition 2 (to 120) did not
+    assert {nid for rr in mine.iterations[1].ranks for nid, _, _ in rr.records} == {1, 2}
+    assert [rr.rank for rr in mine.iterations[0].ranks] == [0, 1]
+    assert median_iteration_ns(mine) == 40
+    theirs = job_outcome(outcome, mix, 1, tuple(build_programs(b)), places)
+    assert len(theirs.iterations) == 1 and median_iteration_ns(theirs) == 100
+
+
+def test_a_long_play_with_tiny_step_latencies_ends() -> None:
+    """Late in a long play (a mix runs for many iterations) t + a tiny latency rounds back to t: the player
+    advances by the horizon itself instead of waiting forever for time to move."""
+    import signal
+
+    from astra_adapter.fabric.estimate import estimate_fabric
+    from astra_adapter.fabric.flows import FabricParams
+
+    trace = ddp(8, size=1_000_000, compute_ns=30_000_000_000)  # 30 s of compute first: ulp(t) ~ 4e-6 ns
+    params = FabricParams(message_overhead_ns=1.5e-6)  # under half of ulp(t): t + it == t
+
+    def hung(*_args) -> None:
+        raise AssertionError("the play did not end")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        est = estimate_fabric(trace, TOPO, params, ecmp_samples=0)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert est.iteration_ns > 30_000_000_000

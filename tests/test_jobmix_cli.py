@@ -1,0 +1,108 @@
+"""`genie estimate --jobs` and `genie replay --jobs` through the CLI (the replay on loopback, no root)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_support import run_genie
+from genie.core.trace import CommType, collective_node, compute_node, make_trace, send_node
+from genie.workloads.loader import OutputFormat, save_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+OVERSUB = ROOT / "topologies" / "leaf-spine-2x4-oversub.yaml"
+
+
+def _ddp(ranks: int, size: int, compute_ns: int):
+    return make_trace([[compute_node(1, "fwd", duration_ns=compute_ns),
+                        collective_node(2, "ar", comm_type=CommType.ALL_REDUCE, size_bytes=size, data_deps=(1,))]
+                       for _ in range(ranks)])
+
+
+@pytest.fixture
+def mix_dir(tmp_path: Path) -> Path:
+    save_trace(_ddp(4, 2_000_000, 2_000_000), tmp_path / "a.json", to=OutputFormat.JSON)
+    save_trace(_ddp(4, 1_000_000, 1_000_000), tmp_path / "b.json", to=OutputFormat.JSON)
+    broken = make_trace([[send_node(1, "s", rank=0, peer=1, size_bytes=10)], [compute_node(1, "c")]])  # no receive
+    save_trace(broken, tmp_path / "broken.json", to=OutputFormat.JSON)
+    (tmp_path / "mix.yaml").write_text("jobs:\n  - {name: a, trace: a.json, iterations: 2}\n"
+                                       "  - {name: b, trace: b.json, start_offset: 1ms}\n")
+    return tmp_path
+
+
+def test_estimate_ranks_placements_of_a_mix(mix_dir: Path) -> None:
+    r = run_genie("estimate", "--jobs", "mix.yaml", "--topology", str(OVERSUB), "--placements", "spread,packed",
+                  "--out", "est", cwd=mix_dir)
+    assert r.returncode == 0, r.stderr
+    ranking = r.stdout[r.stdout.index("placements ranked"):]
+    assert ranking.index(" packed ") < ranking.index(" spread ")
+    rows = list(csv.DictReader((mix_dir / "est" / "jobs_estimate.csv").open()))
+    by = {(row["placement"], row["job"]): row for row in rows}
+    assert by[("packed", "a")]["hosts"] == "h0 h1 h2 h3" and by[("spread", "b")]["hosts"] == "h2 h6 h3 h7"
+    assert float(by[("spread", "a")]["slowdown_pct"]) > 5 > abs(float(by[("packed", "a")]["slowdown_pct"]))
+    links = list(csv.DictReader((mix_dir / "est" / "jobs_links.csv").open()))
+    spine = {row["job"] for row in links if row["placement"] == "spread" and row["link"] == "leaf0->spine0"}
+    assert spine == {"a", "b"}
+    shown = run_genie("report", "est", cwd=mix_dir)
+    assert shown.returncode == 0, shown.stderr
+    page = (mix_dir / "est" / "report.html").read_text()
+    assert "Job mix" in page and "leaf0-&gt;spine0" in page
+    assert (mix_dir / "est" / "plots" / "mix_slowdown.png").is_file()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("jobs:\n  - {trace: a.json, placement: diagonal}\n", "jobs[0].placement: unknown placement policy"),
+    ("jobs:\n  - {trace: a.json, hosts: [h0, h1, h2, h3]}\n  - {trace: b.json, hosts: [h3, h4, h5, h6]}\n",
+     "jobs[1].hosts[0]"),
+    ("jobs:\n  - {trace: a.json}\n  - {trace: b.json}\n  - {trace: b.json}\n", "jobs[2].trace"),
+    ("jobs:\n  - {trace: a.json}\n  - {trace: broken.json}\n", "jobs[1].trace: fails `genie trace validate`"),
+])
+def test_bad_mixes_fail_in_one_line_before_anything_runs(mix_dir: Path, text: str, words: str) -> None:
+    (mix_dir / "bad.yaml").write_text(text)
+    for argv in (("estimate", "--jobs", "bad.yaml", "--topology", str(OVERSUB), "--out", "e"),
+                 ("replay", "--jobs", "bad.yaml", "--topology", str(OVERSUB), "--out", "r")):
+        r = run_genie(*argv, cwd=mix_dir)
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "Traceback" not in r.stderr and not (mix_dir / argv[-1]).exists()
+
+
+def test_a_bad_placement_flag_is_named(mix_dir: Path) -> None:
+    r = run_genie("estimate", "--jobs", "mix.yaml", "--topology", str(OVERSUB), "--placements", "packed,zigzag",
+                  cwd=mix_dir)
+    assert r.returncode == 2 and "--placements" in r.stderr and "zigzag" in r.stderr
+
+
+def test_replay_a_mix_on_loopback_alone_and_together(mix_dir: Path) -> None:
+    r = run_genie("replay", "--jobs", "mix.yaml", "--loopback", "--out", "run", cwd=mix_dir)
+    assert r.returncode == 0, r.stderr
+    run = mix_dir / "run"
+    table = {row["job"]: row for row in csv.DictReader((run / "mix.csv").open())}
+    assert set(table) == {"a", "b"}
+    for name in ("a", "b"):
+        for part in ("alone", "together"):
+            doc = json.loads((run / "jobs" / name / part / "replay.json").read_text())
+            assert doc["iteration_median_ns"] > 0 and doc["meta"]["job"] == name
+            ops = list(csv.DictReader((run / "jobs" / name / part / "ops.csv").open()))
+            assert {int(o["rank"]) for o in ops} == {0, 1, 2, 3} and {o["name"] for o in ops} == {"fwd", "ar"}
+        row = table[name]
+        assert float(row["together_ns"]) >= 1_000_000 and float(row["alone_ns"]) >= 1_000_000
+        assert int(row["together_iterations"]) >= 1
+    assert int(table["a"]["alone_iterations"]) == 2
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "jobs/a/together/ops.csv" in {f["name"] for f in manifest["files"]}
+    shown = run_genie("report", "run", cwd=mix_dir)
+    assert shown.returncode == 0 and "Job mix" in (run / "report.html").read_text(), shown.stderr
+
+
+def test_replay_a_mix_without_the_alone_runs(mix_dir: Path) -> None:
+    r = run_genie("replay", "--jobs", "mix.yaml", "--loopback", "--no-alone", "--json", "--out", "run", cwd=mix_dir)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [j["name"] for j in doc["jobs"]] == ["a", "b"]
+    assert all(j["alone_ns"] is None and j["slowdown_pct"] is None and j["together_ns"] > 0 for j in doc["jobs"])
+    assert not (mix_dir / "run" / "jobs" / "a" / "alone").exists()
+    mix = json.loads((mix_dir / "run" / "mix.json").read_text())
+    assert mix["estimated_alone_ns"][0] >= 2_000_000  # job a's compute alone: the critical path on loopback
