@@ -43,6 +43,8 @@ class Case:
     interconnect: Interconnect
     clean: bool  # False: the poster or a maintainer called it anomalous, or it is an unverified demo / suspect
     note: str = ""
+    gpu: str | None = None  # for posts without `# Using devices` lines: the GPU the README names
+    gpus_per_node: int | None = None  # likewise: the ranks per node the README names
 
 
 CASES = (
@@ -69,6 +71,18 @@ CASES = (
     Case("nccltests290-h100-ndr-1node-2node-anomalous", Interconnect.NVSWITCH, False, "anomalous (2 nodes)"),
     Case("nccltests293-a100pcie-2node-hdr-anomalous", Interconnect.PCIE, False, "anomalous"),
     Case("nccltests319-h100-ndr-doca-2node-anomalous", Interconnect.NVSWITCH, False, "anomalous"),
+    Case("aws-p4de-a100-efa-2node", Interconnect.NVSWITCH, True, "EFA; a vendor's example, no device lines",
+         gpu="A100-SXM4-80GB", gpus_per_node=8),
+    Case("aws-p5-h100-efa-2node", Interconnect.NVSWITCH, True, "EFA; a vendor's example, no device lines",
+         gpu="H100 80GB HBM3", gpus_per_node=8),
+    Case("aws-eks-g4dn-t4-2node-eth-socket", Interconnect.PCIE, True,
+         "Ethernet, NCCL's socket transport; a vendor's example, instance type from the repo's config",
+         gpu="Tesla T4", gpus_per_node=1),
+    Case("aws-eks-g4dn-t4-2node-efa", Interconnect.PCIE, False,
+         "EFA; suspect (a 0.73 GB/s plateau at 256 KiB - 1 MiB), instance type from the repo's config",
+         gpu="Tesla T4", gpus_per_node=1),
+    Case("moc-h100-roce-2node-nogdr-anomalous", Interconnect.NVSWITCH, False,
+         "anomalous (GDR 0, ~15 GB/s on a 400G RoCE NIC)"),
 )
 
 
@@ -87,12 +101,13 @@ def load_case(case: Case) -> tuple[Cluster, tuple[Run, ...]]:
     for path in sorted(folder.glob("*.txt")):
         for table in parse_nccl_tests(path.read_bytes(), source=str(path.relative_to(DATA))).tables:
             tables.append((path.name, table))
-    gpu = next(d.gpu for _, t in tables for d in t.devices if d.gpu)
+    gpu = case.gpu or next(d.gpu for _, t in tables for d in t.devices if d.gpu)
     cluster = cluster_from_topology(load_topology_file(folder / "topology.yaml"), gpu=gpu,
                                     interconnect=case.interconnect, source=str(folder / "topology.yaml"))
     for name, table in tables:
-        runs.append(Run(name, table, table_observations(table, cluster),
-                        table_observations(table, cluster, time=RowTime.FASTER_PASS)))
+        runs.append(Run(name, table, table_observations(table, cluster, gpus_per_node=case.gpus_per_node),
+                        table_observations(table, cluster, gpus_per_node=case.gpus_per_node,
+                                           time=RowTime.FASTER_PASS)))
     return cluster, tuple(runs)
 
 
