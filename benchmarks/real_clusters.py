@@ -83,6 +83,15 @@ CASES = (
          gpu="Tesla T4", gpus_per_node=1),
     Case("moc-h100-roce-2node-nogdr-anomalous", Interconnect.NVSWITCH, False,
          "anomalous (GDR 0, ~15 GB/s on a 400G RoCE NIC)"),
+    Case("gke-a3high-h100-2node-tcpx", Interconnect.NVSWITCH, True,
+         "Ethernet, TCP plugin (GPUDirect-TCPX); all_gather; a vendor's example, no device lines",
+         gpu="H100 80GB HBM3", gpus_per_node=8),
+    Case("gke-a3mega-h100-2node-tcpxo-allgather", Interconnect.NVSWITCH, True,
+         "Ethernet, TCP plugin (GPUDirect-TCPXO); all_gather; a vendor's example, no device lines",
+         gpu="H100 80GB HBM3", gpus_per_node=8),
+    Case("gke-a4-b200-2node-gib-allgather-readme", Interconnect.NVSWITCH, False,
+         "RoCE (gIB); all_gather; a README sample later reused for another machine type: hardware uncertain",
+         gpu="B200", gpus_per_node=8),
 )
 
 
