@@ -230,6 +230,8 @@ def bench(
     if result.burst is not None:
         typer.echo(f"# note: {result.burst.what()}; for a wire: `genie testbed up TOPOLOGY --links wire` and "
                    f"--testbed, or --time-dilation N (docs/dilation.md)", err=as_json)
+    if result.cpu_starved is not None:
+        typer.echo(f"# note: {result.cpu_starved}", err=as_json)
     echo_capture(result.capture, err=as_json)
     if printer.failed:
         raise typer.Exit(1)

@@ -73,6 +73,7 @@ class BenchResult:
     link_rate_bps: Optional[int]
     nccl_documents: dict[str, str] = field(default_factory=dict)  # nccl-tests JSON: file name -> text
     burst: Any = None  # genie.testbed.shaping.BucketBurst: sizes the bucket links can carry faster than a wire
+    cpu_starved: str | None = None  # genie.measure.sched.starved_note: the ranks waited for a CPU that much
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int, step_bytes: int = 0) -> list[int]:
@@ -259,8 +260,17 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
                                  sorted({s.size_bytes for s in outcome.stats}))
             if burst is not None:
                 stage.run.warn(burst.describe())
+        starved = None
+        if outcome.cpu:
+            from genie.measure.sched import rank_cpu_csv, rank_cpu_summary, starved_note
+
+            stage.run.write("rank_cpu.csv", rank_cpu_csv(outcome.cpu))
+            starved = starved_note(outcome.cpu)
+            if starved is not None:
+                stage.run.warn(starved)
         stage.run.set_summary({"cases": len(outcome.stats), **rank_memory_summary(outcome.peak_rss_kb),
-                               **stage.summary()})
+                               **rank_cpu_summary(outcome.cpu), **stage.summary()})
     run = stage.run
     return BenchResult(run.run_dir, run.status, run.manifest.duration_s, outcome, doc, watch.links(),
-                       watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents, burst)
+                       watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents, burst,
+                       starved)

@@ -6,6 +6,7 @@ which a target's dilation may need, can use it."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -18,6 +19,7 @@ from genie.core.schedule import CollectiveOp
 from genie.engine.launch import Launcher
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
 from genie.measure.metrics import CaseStats, case_stats, iteration_times_ns, rank_iteration_times_ns
+from genie.measure.sched import CaseCpu, SchedCounters, case_cpu, parse_schedstat
 from genie.services.dilation import emulated_results, real_timeout_s
 
 
@@ -48,6 +50,50 @@ class BenchOutcome:
     in_place_stats: tuple[CaseStats, ...] = ()
     peak_rss_kb: dict[int, int] = field(default_factory=dict)  # rank -> its process's peak RSS (local ranks)
     flows: tuple[FlowTuple, ...] = ()  # every rank's sending connections (genie.core.flowpath)
+    #: per case, each local rank's CPU time and runnable-but-waiting time (genie.measure.sched); empty when the
+    #: ranks' processes cannot be read here
+    cpu: tuple[CaseCpu, ...] = ()
+
+
+def read_schedstat(pid: int) -> SchedCounters | None:
+    """A process's ``/proc/<pid>/schedstat`` (None: gone, or a kernel without schedstats)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return parse_schedstat(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+class RankCpuReader:
+    """Reads the rank processes' schedstat when the session reports their PIDs and after every case: the
+    differences are each case's `CaseCpu` (the first case's include the ranks' start-up). Only a PID list
+    with one PID per placement, in placement order, as local sessions report it, is used: an MPI session's
+    mpiexec or a partial list of local ranks would put figures on the wrong ranks."""
+
+    def __init__(self, placements: Sequence[RankPlacement], *, read: Callable[[int], SchedCounters | None]
+                 = read_schedstat, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.ranks = [p.rank for p in placements]
+        self.read, self.clock = read, clock
+        self.pids: dict[int, int] = {}
+        self.cases: list[CaseCpu] = []
+        self._last: tuple[int, dict[int, SchedCounters]] | None = None
+
+    def started(self, pids: Sequence[int]) -> None:
+        if len(pids) != len(self.ranks) or self.pids:
+            return
+        self.pids = dict(zip(self.ranks, pids))
+        self._last = self._reading()
+
+    def case_done(self, case: int, size_bytes: int) -> None:
+        if self._last is None:
+            return
+        now = self._reading()
+        self.cases.append(case_cpu(case, size_bytes, now[0] - self._last[0], self._last[1], now[1]))
+        self._last = now
+
+    def _reading(self) -> tuple[int, dict[int, SchedCounters]]:
+        counters = {rank: c for rank, pid in self.pids.items() if (c := self.read(pid)) is not None}
+        return self.clock(), counters
 
 
 class _PartialCase:
@@ -96,7 +142,15 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
     stats: dict[int, CaseStats] = {}
     steps: dict[int, dict[int, list]] = {}
 
+    cpu = RankCpuReader(placements)
+
+    def pids_known(pids: list[int]) -> None:
+        cpu.started(pids)
+        if on_pids:
+            on_pids(pids)
+
     def on_case(index: int, per_rank: dict[int, CaseResult]) -> None:
+        cpu.case_done(index, cases[index].op.size_bytes)
         per_rank = emulated_results(per_rank, dilation)
         op = cases[index].op
         restarts = next((m.restarts for m in per_rank.values() if m.restarts), ())
@@ -115,7 +169,7 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
     longest_case = max((c.warmup + c.iterations for c in cases), default=1) + 1
     partial = _PartialCase(fault_hooks) if fault_hooks is not None else None
     options = SessionOptions(idle_timeout_s=max(120.0, timeout_s * longest_case), spin_s=spin_us / 1e6,
-                             socket_buffer_bytes=socket_buffer_bytes, on_pids=on_pids, fault_hooks=partial)
+                             socket_buffer_bytes=socket_buffer_bytes, on_pids=pids_known, fault_hooks=partial)
     session = (sessions or local_sessions(launcher))(placements, options)
     try:
         result = session.run(lambda rank: jobs[rank], on_case=on_case)
@@ -128,4 +182,5 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
         raise
     first = jobs[min(jobs)] if jobs else rank_job(cases, 0)
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=first, placements=tuple(placements),
-                        steps=steps, peak_rss_kb=dict(result.peak_rss_kb), flows=tuple(result.flows))
+                        steps=steps, peak_rss_kb=dict(result.peak_rss_kb), flows=tuple(result.flows),
+                        cpu=tuple(cpu.cases))

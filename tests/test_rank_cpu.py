@@ -1,0 +1,117 @@
+"""The ranks' CPU per case (genie.measure.sched, services.cases.RankCpuReader): how long each rank process ran and
+how long it waited, runnable, for a CPU — what tells a CPU-starved measurement from a slow network."""
+
+import csv
+import io
+import json
+import os
+
+import pytest
+
+from cli_support import run_genie
+from genie.core.collective import Collective
+from genie.core.placement import RankPlacement
+from genie.measure.sched import (STARVED_WAIT_FRACTION, CaseCpu, RankCpu, SchedCounters, case_cpu, parse_schedstat,
+                                 rank_cpu_csv, rank_cpu_summary, starved_note)
+from genie.services.bench import BenchRequest, run_bench
+from genie.services.cases import RankCpuReader, read_schedstat
+from genie.services.target import loopback_placements
+
+
+def test_parse_schedstat_reads_the_three_numbers():
+    assert parse_schedstat("123456 7890 42\n") == SchedCounters(123456, 7890, 42)
+    with pytest.raises(ValueError):
+        parse_schedstat("1 2")
+    with pytest.raises(ValueError):
+        parse_schedstat("a b c")
+
+
+def test_own_schedstat_is_readable_and_counts_cpu():
+    own = read_schedstat(os.getpid())
+    if own is None:
+        pytest.skip("kernel without schedstats")
+    assert own.cpu_ns > 0 and own.wait_ns >= 0 and own.slices > 0
+    assert read_schedstat(2**22 + 12345) is None  # no such process: None, not an error
+
+
+def test_case_cpu_takes_differences_of_ranks_read_both_times():
+    before = {0: SchedCounters(100, 10, 1), 1: SchedCounters(200, 20, 2), 2: SchedCounters(5, 5, 5)}
+    after = {0: SchedCounters(400, 70, 3), 1: SchedCounters(260, 20, 4)}  # rank 2 gone
+    c = case_cpu(3, 4096, 1000, before, after)
+    assert c == CaseCpu(3, 4096, 1000, (RankCpu(0, 300, 60), RankCpu(1, 60, 0)))
+    assert c.wait_fractions() == [0.0, 0.06]
+    assert c.median_wait_fraction == 0.06
+
+
+def test_csv_summary_and_note():
+    calm = CaseCpu(0, 1024, 1_000_000, (RankCpu(0, 500, 100), RankCpu(1, 500, 200), RankCpu(2, 500, 300)))
+    starved = CaseCpu(1, 2048, 1_000_000, (RankCpu(0, 500, 400_000), RankCpu(1, 500, 500_000),
+                                          RankCpu(2, 500, 10)))
+    rows = list(csv.DictReader(io.StringIO(rank_cpu_csv([calm, starved]))))
+    assert len(rows) == 6 and rows[0].keys() == {"case", "size_bytes", "rank", "wall_ms", "cpu_ms", "wait_ms",
+                                                 "wait_pct"}
+    assert rows[4] == {"case": "1", "size_bytes": "2048", "rank": "1", "wall_ms": "1.000", "cpu_ms": "0.001",
+                       "wait_ms": "0.500", "wait_pct": "50.00"}
+    assert rank_cpu_summary([calm, starved]) == {"rank_cpu_wait_pct": {"cases": 2, "median": 40.0, "max": 40.0}}
+    assert rank_cpu_summary([]) == {}
+    assert starved_note([calm]) is None
+    note = starved_note([calm, starved])
+    assert note is not None and "40%" in note and "2048 B" in note
+    just = CaseCpu(0, 1, 1000, (RankCpu(0, 1, int(1000 * STARVED_WAIT_FRACTION)),))
+    assert starved_note([just]) is not None
+
+
+def _placements(n):
+    return [RankPlacement(r, f"h{r}", None, "127.0.0.1") for r in range(n)]
+
+
+def test_reader_uses_one_pid_per_placement_only():
+    readings = {11: [SchedCounters(0, 0, 0), SchedCounters(50, 5, 1), SchedCounters(90, 25, 2)],
+                12: [SchedCounters(0, 0, 0), SchedCounters(30, 0, 1), SchedCounters(60, 10, 2)]}
+    ticks = iter([0, 100, 300])
+    reader = RankCpuReader(_placements(2), read=lambda pid: readings[pid].pop(0), clock=lambda: next(ticks))
+    reader.started([99])  # an MPI session's mpiexec: not the ranks
+    reader.case_done(0, 8)
+    assert reader.cases == []
+    reader.started([11, 12])
+    reader.started([12, 11])  # a second report changes nothing
+    reader.case_done(0, 8)
+    reader.case_done(1, 16)
+    assert reader.cases == [CaseCpu(0, 8, 100, (RankCpu(0, 50, 5), RankCpu(1, 30, 0))),
+                            CaseCpu(1, 16, 200, (RankCpu(0, 40, 20), RankCpu(1, 30, 10)))]
+
+
+def test_reader_skips_a_rank_it_cannot_read():
+    reader = RankCpuReader(_placements(2), read=lambda pid: SchedCounters(pid, 0, 0) if pid == 11 else None,
+                           clock=iter([0, 10]).__next__)
+    reader.started([11, 12])
+    reader.case_done(0, 8)
+    assert [r.rank for r in reader.cases[0].ranks] == [0]
+
+
+def test_local_rank_processes_report_their_cpu_per_case():
+    if read_schedstat(os.getpid()) is None:
+        pytest.skip("kernel without schedstats")
+    request = BenchRequest(collectives=(Collective.ALL_REDUCE,), min_bytes=1024, max_bytes=4096, factor=4,
+                           iterations=2, warmup=1, verify=False, in_place=False)
+    outcome = run_bench(request, loopback_placements(2))
+    assert [(c.case, c.size_bytes) for c in outcome.cpu] == [(0, 1024), (1, 4096)]
+    for c in outcome.cpu:
+        assert c.wall_ns > 0 and [r.rank for r in c.ranks] == [0, 1]
+        assert all(r.cpu_ns > 0 and r.wait_ns >= 0 for r in c.ranks)
+    assert sum(r.cpu_ns for r in outcome.cpu[0].ranks) > 0
+
+
+def test_cli_bench_writes_rank_cpu_csv_and_summary(tmp_path):
+    if read_schedstat(os.getpid()) is None:
+        pytest.skip("kernel without schedstats")
+    out = tmp_path / "run"
+    proc = run_genie("bench", "--loopback", "--ranks", "2", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "-w", "0",
+                     "--no-in-place", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader((out / "rank_cpu.csv").open()))
+    assert [(r["case"], r["size_bytes"], r["rank"]) for r in rows] == [
+        ("0", "1024", "0"), ("0", "1024", "1"), ("1", "4096", "0"), ("1", "4096", "1")]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["summary"]["rank_cpu_wait_pct"]["cases"] == 2
+    assert "rank_cpu.csv" in {f["name"] for f in manifest["files"]}
