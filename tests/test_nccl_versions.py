@@ -68,10 +68,12 @@ def test_ll128_enabled_per_architecture_and_release():
     assert not enabled(_at(H100, "2.15.5"), ar, ring, ll128)  # Volta and Ampere only
     assert enabled(_at(H100, "2.16.2"), ar, ring, ll128)
     b200 = replace(H100, gpu="B200", compute_capability=100)
-    assert not enabled(_at(b200, "2.25.1"), ar, ring, ll128)
-    assert enabled(_at(b200, "2.26.2"), ar, ring, ll128)
+    assert not enabled(_at(b200, "2.24.3"), ar, ring, ll128)
+    assert enabled(_at(b200, "2.25.1"), ar, ring, ll128)
+    assert enabled(_at(b200, ""), ar, ring, ll128)  # no release named: Blackwell's first, 2.25
     sm86_nvlink = replace(H100, gpu="A40", compute_capability=86, interconnect=Interconnect.NVLINK)
     assert not enabled(_at(sm86_nvlink, "2.26.2"), ar, ring, ll128)
+    assert not enabled(_at(sm86_nvlink, ""), ar, ring, ll128)
     assert enabled(_at(sm86_nvlink, "2.27.3"), ar, ring, ll128)  # any sm70+ from 2.27
     assert not enabled(_at(V100_PCIE, "2.27.3"), ar, ring, ll128)  # never without NVLink
 

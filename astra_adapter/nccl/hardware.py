@@ -21,7 +21,7 @@ from genie.core.errors import InputError
 from genie.core.topology import LinkRole, Topology
 
 from astra_adapter.nccl.tuning import MAX_CHANNELS, HwKind, TunerSystem
-from astra_adapter.nccl.versions import DEFAULT_VERSION, parse_version
+from astra_adapter.nccl.versions import default_version, parse_version
 
 
 class Interconnect(Enum):
@@ -214,7 +214,7 @@ def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: 
                        comm_channels=min(MAX_CHANNELS, 2 * channels), nvls=nvls,
                        nvls_channels=16, nvls_graph_channels=ppn if nvls else 0,
                        nvls_bw_gb_s=_nvls_speed(intra, ppn) if nvls else 0.0,
-                       version=parse_version(cluster.nccl_version) or DEFAULT_VERSION)
+                       version=parse_version(cluster.nccl_version) or default_version(cc))
 
 
 def _nvls_speed(intra_gb_s: float, ppn: int) -> float:

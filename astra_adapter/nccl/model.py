@@ -4,8 +4,9 @@ hardware, timed with fitted parameters.
 A call is a collective on ``ranks`` GPUs spread over ``nodes`` nodes. For the collectives NCCL's tuner times
 (all-reduce, all-gather, reduce-scatter, broadcast, reduce), the algorithm, protocol and channels are what the
 tuner picks on the nominal system (:func:`astra_adapter.nccl.hardware.tuner_system`): what NCCL really runs does
-not depend on how fast the hardware turned out to be. The time is then NCCL's own formula for that choice on the
-*fitted* system:
+not depend on how fast the hardware turned out to be; the tuner is the one of the NCCL release the cluster's
+outputs name (:mod:`astra_adapter.nccl.versions`). The time is then NCCL's own formula for that choice on the
+*fitted* system, with NCCL 2.23's constants whatever the release (:data:`TIMING_VERSION`):
 
     time = launch_us + latency_scale x latency(algorithm, protocol) + transfer x (1 + min(bytes, fill) / bytes)
     transfer = bytes / (1000 x algbw x channels used / channels)

@@ -3,7 +3,8 @@ releases nccl-tests outputs in the wild were run with, as facts read from the ta
 lists them with their tags); the code is genie's.
 
 A release is ``(major, minor)``; an output that does not name its release is modelled as NCCL 2.23
-(:data:`DEFAULT_VERSION`, the release :mod:`astra_adapter.nccl.tuning` was written from). Releases before 2.8 had no
+(:data:`DEFAULT_VERSION`, the release :mod:`astra_adapter.nccl.tuning` was written from), or as the first release
+with its GPU's tables where that is later (:func:`default_version`). Releases before 2.8 had no
 tuner of this shape (2.4 picked its protocol by fixed thresholds) and are modelled with the 2.8 rules, the
 earliest encoded here.
 """
@@ -19,6 +20,12 @@ DEFAULT_VERSION: NcclVersion = (2, 23)
 EARLIEST_VERSION: NcclVersion = (2, 8)
 
 _VERSION = re.compile(r"(\d+)\.(\d+)")
+
+
+def default_version(compute_capability: int) -> NcclVersion:
+    """The release an output that names none is modelled with: 2.23, or the first release with the GPU's own
+    tables where that is later (Blackwell: 2.25)."""
+    return max(DEFAULT_VERSION, (2, 25) if compute_capability >= 100 else DEFAULT_VERSION)
 
 
 def parse_version(text: str) -> NcclVersion | None:
@@ -138,7 +145,7 @@ def constants(version: NcclVersion | None) -> TunerConstants:
         base, hw = _BASE_2_23, _HW_2_23
     if v < (2, 16):
         arches = frozenset({70, 80})
-    elif v < (2, 26):
+    elif v < (2, 25):
         arches = frozenset({70, 80, 90})
     elif v < (2, 27):
         arches = frozenset({70, 80, 90, 100, 120})
