@@ -118,6 +118,20 @@ def test_latency_and_cap_tables_per_release():
     assert constants((2, 17)).multinode_ll_intra_factor == 1.8 and constants((2, 18)).multinode_ll_intra_factor == 1
 
 
+def test_one_gpu_a_node_network_latency_and_pat_share_per_release():
+    one = dict(nodes=2, ranks_per_node=1)
+    a100 = replace(A100, nodes=2)
+    ring_ll = (Collective.ALL_REDUCE, NcclAlgorithm.RING, NcclProtocol.LL)
+    # 2 ranks, 2 nodes: ring steps 2, inter-node steps 2 x nodes = 4 in 2.22 (at the ring's 2.7 us), 2 in 2.23
+    # (at the tree's 5.0 us); the intra-node steps count negative in 2.22, at the 1 us network overhead
+    assert table_entry(_at(a100, "2.22.3", **one), *ring_ll).latency_us == pytest.approx(6.6 - 2 * 1.0 + 4 * 2.7)
+    assert table_entry(_at(a100, "2.23.4", **one), *ring_ll).latency_us == pytest.approx(6.6 + 2 * 5.0)
+    four = dict(nodes=4, ranks_per_node=1)
+    pat = (Collective.ALL_GATHER, NcclAlgorithm.PAT, NcclProtocol.SIMPLE)
+    s23, s24 = _at(replace(A100, nodes=4), "2.23.4", **four), _at(replace(A100, nodes=4), "2.24.3", **four)
+    assert table_entry(s24, *pat).algbw_gb_s == pytest.approx(table_entry(s23, *pat).algbw_gb_s * 0.75 / 0.85)
+
+
 def test_an_old_release_chooses_but_the_current_cost_model_times():
     # V100 PCIe, 4 GPUs: NCCL 2.8's ring LL at 1/4 of the link leaves LL for Simple at 128 KiB, 2.23's at 1/2 not
     call = Call(Collective.ALL_REDUCE, 4, 1, 128 << 10)

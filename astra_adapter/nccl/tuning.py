@@ -242,7 +242,7 @@ def _busbw(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: Ncc
         busbw = min(busbw * (7.0 / 9.0 if s.nodes == 1 else 120.0 / 128.0),
                     s.channels * c.per_ch_max_tree_ll128_bws[g][ni])
     if a is NcclAlgorithm.PAT:
-        busbw *= 0.85
+        busbw *= c.pat_factor
     if a is NcclAlgorithm.COLLNET_DIRECT:
         if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
             w = (ppn - 1) / 7
@@ -273,7 +273,8 @@ def _latency(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: N
     ai, pi = _A[a], _P[p]
     hw_lat = c.hw_lat_us
     intra_lat = hw_lat[s.intra.value][ai][pi]
-    inter_lat = (hw_lat["net"][_A[NcclAlgorithm.TREE]][pi] if s.ranks_per_node == 1 else hw_lat["net"][ai][pi])
+    tree_net = s.ranks_per_node == 1 and c.one_gpu_net_lat_from_tree
+    inter_lat = hw_lat["net"][_A[NcclAlgorithm.TREE] if tree_net else ai][pi]
     lat = c.base_lat_us[ai][pi]
     n, nodes, ppn = s.ranks, s.nodes, s.ranks_per_node
     if nodes > 1 and p is NcclProtocol.LL:

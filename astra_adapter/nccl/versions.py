@@ -114,6 +114,10 @@ class TunerConstants:
     sm80_only_index: bool
     #: compute capabilities LL128 is enabled on by default; None: any from sm70
     ll128_arches: frozenset[int] | None
+    #: with one GPU a node, the network step latency is the tree's (from 2.23; before, the algorithm's own)
+    one_gpu_net_lat_from_tree: bool
+    #: PAT's share of the graph bandwidth: 0.85 in 2.23, 0.75 from 2.24
+    pat_factor: float
     #: the algorithms the release has
     has_nvls: bool
     has_nvls_tree: bool
@@ -165,5 +169,7 @@ def constants(version: NcclVersion | None) -> TunerConstants:
         multinode_ll_intra_factor=1.8 if v < (2, 18) else 1.0,
         sm80_only_index=v < (2, 16),
         ll128_arches=arches,
+        one_gpu_net_lat_from_tree=v >= (2, 23),
+        pat_factor=0.85 if v < (2, 24) else 0.75,
         has_nvls=v >= (2, 17), has_nvls_tree=v >= (2, 18), has_pat=v >= (2, 23),
     )
