@@ -18,7 +18,7 @@ from astra_adapter.nccl.model import Call, nominal_params, predict
 from astra_adapter.nccl.observations import tables_nccl_version
 from astra_adapter.nccl.tuning import HwKind, NcclAlgorithm, NcclProtocol, TunerSystem, choose, enabled, \
     inter_steps, table_entry
-from astra_adapter.nccl.versions import DEFAULT_VERSION, constants, parse_version
+from astra_adapter.nccl.versions import DEFAULT_VERSION, constants, describe_release, parse_version
 
 A100 = Cluster("dgxa100", 1, 8, "A100-SXM4-40GB", 80, Interconnect.NVSWITCH, 240.0, 0.5, 8, 25.0, 1.0)
 H100 = Cluster("hgx", 1, 8, "H100", 90, Interconnect.NVSWITCH, 370.8, 0.5, 8, 50.0, 1.0)
@@ -41,6 +41,10 @@ def test_release_strings():
     assert parse_version("") is None and parse_version("unknown") is None
     assert constants(None).version == DEFAULT_VERSION
     assert constants((2, 4)).version == (2, 8)  # no tuner of this shape before 2.8: its earliest rules
+    assert describe_release("2.26.2", 90) == "NCCL 2.26.2's rules, the release the outputs print"
+    assert "2.8's rules, the earliest" in describe_release("2.4.2", 70)
+    assert describe_release("", 90) == "NCCL 2.23's rules (the outputs print no NCCL version)"
+    assert describe_release("", 100).startswith("NCCL 2.25's rules")
 
 
 def test_ring_ll_share_of_the_link_before_and_from_2_21():

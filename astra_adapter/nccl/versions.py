@@ -28,6 +28,17 @@ def default_version(compute_capability: int) -> NcclVersion:
     return max(DEFAULT_VERSION, (2, 25) if compute_capability >= 100 else DEFAULT_VERSION)
 
 
+def describe_release(text: str, compute_capability: int) -> str:
+    """Which release's tuner a cluster is modelled with, and why, in words."""
+    named = parse_version(text)
+    if named is not None:
+        used = constants(named).version
+        note = "" if used == named else f" (modelled with {used[0]}.{used[1]}'s rules, the earliest genie has)"
+        return f"NCCL {text}'s rules, the release the outputs print{note}"
+    v = default_version(compute_capability)
+    return f"NCCL {v[0]}.{v[1]}'s rules (the outputs print no NCCL version)"
+
+
 def parse_version(text: str) -> NcclVersion | None:
     """``"2.26.2"`` -> ``(2, 26)``; None for an empty or unreadable string."""
     m = _VERSION.search(text or "")
