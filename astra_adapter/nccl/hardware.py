@@ -21,6 +21,7 @@ from genie.core.errors import InputError
 from genie.core.topology import LinkRole, Topology
 
 from astra_adapter.nccl.tuning import MAX_CHANNELS, HwKind, TunerSystem
+from astra_adapter.nccl.versions import default_version, parse_version
 
 
 class Interconnect(Enum):
@@ -68,7 +69,8 @@ def compute_capability(gpu: str) -> int | None:
 class Cluster:
     """The hardware the NCCL model runs on: nodes of ``gpus_per_node`` GPUs; per GPU the intra-node link's rate
     (GB/s, one direction); per node ``nics`` NICs of ``nic_gb_s`` each. The fabric beyond the rails is taken as
-    non-blocking (not fitted: no case of the corpus crosses an oversubscribed spine)."""
+    non-blocking (not fitted: no case of the corpus crosses an oversubscribed spine). ``nccl_version``: the NCCL
+    release the outputs name ("2.26.2"; "" if they do not: modelled as NCCL 2.23)."""
 
     name: str
     nodes: int
@@ -81,6 +83,7 @@ class Cluster:
     nics: int
     nic_gb_s: float
     nic_delay_us: float
+    nccl_version: str = ""
 
     @property
     def ranks(self) -> int:
@@ -210,7 +213,8 @@ def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: 
                        channels=channels, bw_intra_gb_s=bw_intra, bw_inter_gb_s=bw_inter,
                        comm_channels=min(MAX_CHANNELS, 2 * channels), nvls=nvls,
                        nvls_channels=16, nvls_graph_channels=ppn if nvls else 0,
-                       nvls_bw_gb_s=_nvls_speed(intra, ppn) if nvls else 0.0)
+                       nvls_bw_gb_s=_nvls_speed(intra, ppn) if nvls else 0.0,
+                       version=parse_version(cluster.nccl_version) or default_version(cc))
 
 
 def _nvls_speed(intra_gb_s: float, ppn: int) -> float:

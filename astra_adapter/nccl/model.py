@@ -4,8 +4,9 @@ hardware, timed with fitted parameters.
 A call is a collective on ``ranks`` GPUs spread over ``nodes`` nodes. For the collectives NCCL's tuner times
 (all-reduce, all-gather, reduce-scatter, broadcast, reduce), the algorithm, protocol and channels are what the
 tuner picks on the nominal system (:func:`astra_adapter.nccl.hardware.tuner_system`): what NCCL really runs does
-not depend on how fast the hardware turned out to be. The time is then NCCL's own formula for that choice on the
-*fitted* system:
+not depend on how fast the hardware turned out to be; the tuner is the one of the NCCL release the cluster's
+outputs name (:mod:`astra_adapter.nccl.versions`). The time is then NCCL's own formula for that choice on the
+*fitted* system, with NCCL 2.23's constants whatever the release (:data:`TIMING_VERSION`):
 
     time = launch_us + latency_scale x latency(algorithm, protocol) + transfer x (1 + min(bytes, fill) / bytes)
     transfer = bytes / (1000 x algbw x channels used / channels)
@@ -37,7 +38,8 @@ from functools import lru_cache
 from genie.core.collective import Collective
 
 from astra_adapter.nccl.hardware import Cluster, tuner_system
-from astra_adapter.nccl.tuning import BASE_LAT_US, HW_LAT_US, TUNED, HwKind, NcclAlgorithm, NcclChoice, \
+from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
+from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
     NcclProtocol, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
     table_entry, tuner_table
 
@@ -49,6 +51,10 @@ LAUNCH_US = 1.0  # a call's cost outside NCCL's latency tables (the kernel launc
 #: the DGX H100 sweep's NVLS range
 #: (benchmarks/README.md shows how the held-out errors move with it)
 FILL_BYTES_PER_CHANNEL = 1 << 20
+#: the release whose cost model times a call, whatever release chose it: NCCL's developers re-measured the same
+#: kernels over the releases (ring LL's share of the link went from 1/4-1/3 to 1/2 in 2.21 with the LL line
+#: format unchanged: 8 bytes of data and 8 of flags in each 16), so the newest constants are the better clock
+TIMING_VERSION = DEFAULT_VERSION
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,8 @@ def _channels(cluster: Cluster, call: Call) -> int:
 
 
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
-    """The nominal system with the fitted bandwidths on its channels."""
+    """The nominal system with the fitted bandwidths on its channels, timed by NCCL's current cost model
+    (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes."""
     intra = params.intra_busbw_gb_s / nominal.channels
     if nominal.nodes > 1:
         inter = params.nic_gb_s * cluster.nics_reached(nominal.ranks_per_node) / nominal.channels
@@ -132,14 +139,15 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
     else:
         inter = intra
     nvls_bw = params.nvls_busbw_gb_s / nominal.nvls_graph_channels if nominal.nvls_graph_channels else 0.0
-    return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw)
+    return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION)
 
 
 def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[float, str]:
     n, ppn, nodes = call.ranks, call.ranks_per_node, call.nodes
     channels = _channels(cluster, call)
     hw = HwKind.NET if nodes > 1 else cluster.intra_kind
-    step = BASE_LAT_US[_RING][_SIMPLE] + HW_LAT_US[hw][_RING][_SIMPLE]
+    tables = constants(TIMING_VERSION)
+    step = tables.base_lat_us[_RING][_SIMPLE] + tables.hw_lat_us[hw.value][_RING][_SIMPLE]
     latency = params.launch_us + params.latency_scale * step
     intra_gb_s = params.intra_busbw_gb_s
     nic_share = params.nic_gb_s * cluster.nics_reached(ppn) / ppn if nodes > 1 else 0.0

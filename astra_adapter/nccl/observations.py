@@ -4,6 +4,7 @@ against the cluster the topology describes."""
 
 from __future__ import annotations
 
+from collections import Counter
 from enum import Enum
 
 from genie.core.errors import InputError
@@ -26,6 +27,12 @@ def _row_time(row, time: RowTime) -> float:
     if time is RowTime.FASTER_PASS and row.in_place_time_us is not None and row.in_place_time_us > 0:
         return min(row.time_us, row.in_place_time_us)
     return row.time_us
+
+
+def tables_nccl_version(tables) -> str:
+    """The NCCL release the tables name (the most named; "" if none names one)."""
+    named = Counter(t.nccl_version for t in tables if t.nccl_version)
+    return named.most_common(1)[0][0] if named else ""
 
 
 def table_nodes(table: NcclTable, gpus_per_node: int | None) -> int:

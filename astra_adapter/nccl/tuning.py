@@ -1,8 +1,9 @@
 """NCCL's tuner, as a cost model (pure): which algorithm and protocol NCCL picks for a collective of a size, with
 how many channels, and the time its own model gives.
 
-The constants and rules are facts carried over from NCCL 2.23's ``src/graph/tuning.cc`` and ``src/enqueue.cc``
-(docs/nccl-model.md lists them with their history); the code is genie's. In NCCL's model an (algorithm,
+The constants and rules are facts carried over from NCCL's ``src/graph/tuning.cc`` and ``src/enqueue.cc``: 2.23's
+by default, and per release where the system names one (:mod:`astra_adapter.nccl.versions`; docs/nccl-model.md
+lists them with their history); the code is genie's. In NCCL's model an (algorithm,
 protocol) pair has a latency and an algorithm bandwidth; the time of ``n`` bytes is
 ``latency + n / (1000 x bandwidth)`` us (GB/s), and the tuner takes the pair with the smallest time, ties to the
 lower algorithm, then the lower protocol (Tree < Ring < CollNetDirect < CollNetChain < NVLS < NVLSTree < PAT;
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from genie.core.collective import Collective
+
+from astra_adapter.nccl.versions import DEFAULT_VERSION, NcclVersion, TunerConstants, constants
 
 
 class NcclAlgorithm(Enum):
@@ -61,18 +64,11 @@ _P = {p: i for i, p in enumerate(PROTOCOLS)}
 TUNED = (Collective.BROADCAST, Collective.REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER,
          Collective.ALL_REDUCE)
 
-# ---- NCCL 2.23 constants (src/graph/tuning.cc), [algorithm][protocol] in the orders above, us -------------
-BASE_LAT_US = ((6.8, 14.0, 8.4), (6.6, 14.0, 8.4), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0))
-HW_LAT_US = {
-    HwKind.NVLINK: ((0.6, 1.25, 4.0), (0.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25), (0, 0, 25), (0, 0, 0)),
-    HwKind.PCI: ((1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 0), (0, 0, 0), (0, 0, 0)),
-    HwKind.NET: ((5.0, 8.5, 14), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18), (0, 0, 14), (0, 0, 0)),
-}
-# per-channel caps (GB/s): [generation index][node index: 1 node, 2 nodes, more]
-LL_MAX_BWS = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
-PER_CH_MAX_RING_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (73.4, 73.4, 73.4))
-PER_CH_MAX_TREE_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (73.4, 73.4, 58.0))
-PER_CH_MAX_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (77.4, 82.8, 72.0))
+# ---- NCCL 2.23's constants (src/graph/tuning.cc), [algorithm][protocol] in the orders above, us; other releases:
+# astra_adapter.nccl.versions
+_DEFAULT = constants(DEFAULT_VERSION)
+BASE_LAT_US = _DEFAULT.base_lat_us
+HW_LAT_US = {kind: _DEFAULT.hw_lat_us[kind.value] for kind in HwKind}
 # ncclTopoGetAlgoTime's tree correction, [protocol][floor(log2(bytes / 64))] for 64 B .. 256 MiB
 TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
@@ -111,6 +107,12 @@ class TunerSystem:
     collnet: bool = False
     amd_cpu: bool = False
     gpu_direct: bool = True
+    version: NcclVersion = DEFAULT_VERSION
+
+    @property
+    def constants(self) -> TunerConstants:
+        """The tuner's constants in the system's NCCL release."""
+        return constants(self.version)
 
     @property
     def ranks(self) -> int:
@@ -118,9 +120,8 @@ class TunerSystem:
 
     @property
     def generation(self) -> int:
-        """NCCL's compCapIndex: 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell."""
-        cc = self.compute_capability
-        return 3 if cc >= 100 else 2 if cc >= 90 else 1 if cc >= 80 else 0
+        """NCCL's compCapIndex: 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell (as the release reads it)."""
+        return self.constants.generation(self.compute_capability)
 
     @property
     def node_index(self) -> int:
@@ -160,11 +161,13 @@ def steps(collective: Collective, ranks: int) -> int:
     return ranks
 
 
-def inter_steps(collective: Collective, nodes: int) -> int:
+def inter_steps(collective: Collective, nodes: int, version: NcclVersion = DEFAULT_VERSION) -> int:
+    """The ring's steps at network latency: 2(nodes-1) for all-reduce (2 x nodes in NCCL 2.12 .. 2.22), nodes-1
+    otherwise."""
     if nodes == 1:
         return 0
     if collective is Collective.ALL_REDUCE:
-        return 2 * (nodes - 1)
+        return 2 * nodes if constants(version).ar_inter_steps_2n else 2 * (nodes - 1)
     return nodes - 1
 
 
@@ -175,6 +178,10 @@ def _log2i(n: int) -> int:
 def enabled(system: TunerSystem, collective: Collective, algorithm: NcclAlgorithm, protocol: NcclProtocol) -> bool:
     """NCCL's skip rules and default enable masks (no NCCL_ALGO / NCCL_PROTO)."""
     a = algorithm
+    c = system.constants
+    if (a is NcclAlgorithm.NVLS and not c.has_nvls) or (a is NcclAlgorithm.NVLS_TREE and not c.has_nvls_tree) \
+            or (a is NcclAlgorithm.PAT and not c.has_pat):
+        return False  # not in this release
     if collective in (Collective.BROADCAST, Collective.REDUCE) and a is not NcclAlgorithm.RING:
         return False
     if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER) and a not in (
@@ -196,8 +203,7 @@ def enabled(system: TunerSystem, collective: Collective, algorithm: NcclAlgorith
     if a in (NcclAlgorithm.COLLNET_DIRECT, NcclAlgorithm.COLLNET_CHAIN) and not system.collnet:
         return False
     if protocol is NcclProtocol.LL128:
-        cc = system.compute_capability
-        if not (system.intra is HwKind.NVLINK and cc in (70, 80, 90, 100, 120)
+        if not (system.intra is HwKind.NVLINK and c.ll128_arch_enabled(system.compute_capability)
                 and (system.nodes == 1 or system.gpu_direct)):
             return False
     return True
@@ -205,6 +211,7 @@ def enabled(system: TunerSystem, collective: Collective, algorithm: NcclAlgorith
 
 def _busbw(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: NcclProtocol) -> float:
     s = system
+    c = s.constants
     g, ni = s.generation, s.node_index
     ppn = s.ranks_per_node
     collnet = a in (NcclAlgorithm.COLLNET_DIRECT, NcclAlgorithm.COLLNET_CHAIN)
@@ -215,20 +222,27 @@ def _busbw(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: Ncc
         inter = s.bw_inter_gb_s if a is NcclAlgorithm.NVLS or s.nodes <= 2 else s.bw_inter_gb_s / 2
         bw = s.nvls_bw_gb_s if s.nodes == 1 else min(s.nvls_bw_gb_s, inter)
     busbw = channels * bw
-    ll_max = LL_MAX_BWS[g if s.nodes == 1 else (1 if s.amd_cpu else 0)][ni]
+    if c.a100_cap_gb_s is not None and s.compute_capability == 80:
+        busbw = min(busbw, c.a100_cap_gb_s)
+    ll_max = c.ll_max_bws[g if s.nodes == 1 else (1 if s.amd_cpu else 0)][ni]
     if a is NcclAlgorithm.RING and p is NcclProtocol.LL:
-        busbw = min(ll_max, busbw * 0.5)
+        if c.ring_ll_half:
+            share = 0.5
+        else:
+            share = 0.25 if (s.nodes > 1 or collective in (Collective.ALL_REDUCE, Collective.REDUCE)) else 1 / 3
+        busbw = min(ll_max, busbw * share)
     if a is NcclAlgorithm.RING and p is NcclProtocol.LL128:
-        busbw = min(busbw * 0.92, s.channels * PER_CH_MAX_RING_LL128_BWS[g][ni])
+        busbw = min(busbw * (c.ring_ll128_one_gpu_factor if ppn < 2 else 0.92),
+                    s.channels * c.per_ch_max_ring_ll128_bws[g][ni])
     if a is NcclAlgorithm.TREE and collective is Collective.ALL_REDUCE:
-        busbw = min(busbw * 0.92, s.channels * PER_CH_MAX_TREE_BWS[g][ni])
+        busbw = min(busbw * 0.92, s.channels * c.per_ch_max_tree_bws[g][ni])
     if a is NcclAlgorithm.TREE and p is NcclProtocol.LL:
         busbw = min(busbw / 3.8, ll_max)
     if a is NcclAlgorithm.TREE and p is NcclProtocol.LL128:
         busbw = min(busbw * (7.0 / 9.0 if s.nodes == 1 else 120.0 / 128.0),
-                    s.channels * PER_CH_MAX_TREE_LL128_BWS[g][ni])
+                    s.channels * c.per_ch_max_tree_ll128_bws[g][ni])
     if a is NcclAlgorithm.PAT:
-        busbw *= 0.85
+        busbw *= c.pat_factor
     if a is NcclAlgorithm.COLLNET_DIRECT:
         if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
             w = (ppn - 1) / 7
@@ -255,19 +269,23 @@ def _ratio(collective: Collective, a: NcclAlgorithm, ranks: int) -> float:
 
 def _latency(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: NcclProtocol) -> float:
     s = system
+    c = s.constants
     ai, pi = _A[a], _P[p]
-    intra_lat = HW_LAT_US[s.intra][ai][pi]
-    inter_lat = (HW_LAT_US[HwKind.NET][_A[NcclAlgorithm.TREE]][pi] if s.ranks_per_node == 1
-                 else HW_LAT_US[HwKind.NET][ai][pi])
-    lat = BASE_LAT_US[ai][pi]
+    hw_lat = c.hw_lat_us
+    intra_lat = hw_lat[s.intra.value][ai][pi]
+    tree_net = s.ranks_per_node == 1 and c.one_gpu_net_lat_from_tree
+    inter_lat = hw_lat["net"][_A[NcclAlgorithm.TREE] if tree_net else ai][pi]
+    lat = c.base_lat_us[ai][pi]
     n, nodes, ppn = s.ranks, s.nodes, s.ranks_per_node
+    if nodes > 1 and p is NcclProtocol.LL:
+        intra_lat *= c.multinode_ll_intra_factor
     hw = s.intra if nodes == 1 else HwKind.NET
     if a is NcclAlgorithm.RING:
         if collective in (Collective.BROADCAST, Collective.REDUCE):
-            return lat + HW_LAT_US[hw][ai][pi]  # the ring graph's channels are the same on every rank
-        overhead = 0.0 if nodes == 1 else NET_OVERHEAD_US[s.amd_cpu] * (3 if p is NcclProtocol.SIMPLE else 1)
+            return lat + hw_lat[hw.value][ai][pi]  # the ring graph's channels are the same on every rank
+        overhead = 0.0 if nodes == 1 or not c.ring_net_overhead else NET_OVERHEAD_US[s.amd_cpu] * (3 if p is NcclProtocol.SIMPLE else 1)
         intra_lat = max(intra_lat, overhead)
-        k, ki = steps(collective, n), inter_steps(collective, nodes)
+        k, ki = steps(collective, n), inter_steps(collective, nodes, s.version)
         return lat + (k - ki) * intra_lat + ki * inter_lat
     if a is NcclAlgorithm.TREE:
         return lat + 2 * ((ppn - 1) * intra_lat + _log2i(nodes) * inter_lat)

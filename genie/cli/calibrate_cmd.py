@@ -36,6 +36,7 @@ def calibrate(
     """Fit genie's NCCL model to a cluster's nccl-tests; print measured vs model and NCCL's choice per size."""
     from astra_adapter.nccl.calibration_io import format_residuals
     from astra_adapter.nccl.hardware import Interconnect
+    from astra_adapter.nccl.versions import describe_release
     from genie.core.collective import Collective
     from genie.core.errors import InputError
     from genie.services.calibrate import CalibrateRequest, run_calibrate
@@ -55,6 +56,7 @@ def calibrate(
                                                f"({fit.cluster.gpu}): rms error {fit.rms_error_pct:.2f} %"))
     moved = ", ".join(f"{n}={getattr(fit.params, n):.4g} (nominal {getattr(fit.nominal, n):.4g})" for n in fit.fitted)
     typer.echo(f"# fitted: {moved or 'nothing moved from nominal'}")
+    typer.echo(f"# NCCL tuner: {describe_release(fit.cluster.nccl_version, fit.cluster.compute_capability)}")
     if result.predictions:
         typer.echo(format_residuals(result.predictions, "predictions of measurements the calibration did not see"))
         typer.echo(f"# prediction geomean |error|: {result.prediction_geomean_pct:.2f} % over "

@@ -6,7 +6,7 @@ adapter's (pure); this module reads the files and records the run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -89,7 +89,7 @@ def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
     from astra_adapter.nccl.expected import check
     from astra_adapter.nccl.fit import fit, predict_all
     from astra_adapter.nccl.hardware import cluster_from_topology
-    from astra_adapter.nccl.observations import RowTime
+    from astra_adapter.nccl.observations import RowTime, tables_nccl_version
     from genie.core.errors import InputError
     from genie.report.manifest import RunRecorder, input_digest
     from genie.report.plots import measured_vs_model
@@ -103,6 +103,8 @@ def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
     gpu = _gpu_name(train_tables + predict_tables, request.gpu, str(request.outputs[0]))
     cluster = cluster_from_topology(topology, gpu=gpu, interconnect=request.interconnect,
                                     source=str(request.topology))
+    # NCCL's tuner constants of the release the outputs name (NCCL 2.23's if they name none)
+    cluster = replace(cluster, nccl_version=tables_nccl_version(train_tables + predict_tables))
     # fitted on each row's faster pass; predictions checked against nccl-tests' out-of-place column
     train = _observations(train_tables, cluster, request, max_nodes=cluster.nodes, time=RowTime.FASTER_PASS)
     held_out = _observations(predict_tables, cluster, request, max_nodes=None, time=RowTime.OUT_OF_PLACE)
