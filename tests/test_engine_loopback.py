@@ -239,3 +239,45 @@ def test_cli_bench_bad_input_is_one_line_exit_2(args, needle):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_tcp_receive_connections_delay_their_acks_and_keep_doing_so():
+    """A connection that only receives is put in delayed-ACK mode (TCP_QUICKACK=0 reads back 0) and is put
+    back after each small receive: Linux leaves the mode whenever a delayed ACK's timer fires. The send
+    connections keep the kernel's default."""
+    from genie.engine.transport import PeerLink
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    out = socket.create_connection(listener.getsockname())
+    into, _ = listener.accept()
+    back = socket.create_connection(listener.getsockname())
+    back_in, _ = listener.accept()
+    transport = SocketTransport(0, {1: PeerLink(back, into)})
+
+    def quickack(sock):
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK)
+
+    try:
+        assert quickack(into) == 0 and quickack(back) == 1
+        into.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)  # as when the delayed-ACK timer fires
+        out.sendall(b"x" * 8)
+        transport.exchange([Transfer(1, 16)], [Transfer(1, 8)], timeout_s=5)
+        assert quickack(into) == 0
+        assert len(back_in.recv(64)) > 0  # the send went out
+    finally:
+        transport.close()
+        for s in (out, back_in, listener):
+            s.close()
+
+
+def test_socket_pairs_are_left_alone():
+    from genie.engine.transport import delay_acks
+
+    a, b = socket.socketpair()
+    try:
+        assert delay_acks(a) is None
+    finally:
+        a.close()
+        b.close()
