@@ -281,3 +281,39 @@ def test_socket_pairs_are_left_alone():
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("algorithm", [Algorithm.RECURSIVE_DOUBLING, Algorithm.RING])
+def test_ops_without_data_leave_the_streams_where_ops_with_data_expect_them(algorithm):
+    """Payload-agnostic ops (the lean one-send-one-receive path) between verified ones (the general path) on
+    the same connections: the verified results are exact only if every op moved exactly its bytes."""
+    op = CollectiveOp(Collective.ALL_REDUCE, 4 * 4 * 64, tuple(range(4)), algorithm)
+    schedule = build_schedule(op)
+    mesh = socketpair_mesh(4)
+    errors, checked = [], []
+
+    def rank_main(rank: int) -> None:
+        transport = SocketTransport(rank, mesh[rank])
+        mine = schedule.for_rank(rank)
+        try:
+            for round_ in range(3):
+                for _ in range(5):
+                    run_schedule(mine, transport, timeout_s=20)
+                data = DataBuffers(check.initial_buffers(op, rank))
+                run_schedule(mine, transport, timeout_s=20, data=data)
+                problem = check.verify_buffers(op, rank, data.arrays)
+                assert not problem, problem
+                checked.append((rank, round_))
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for peers in mesh:
+        for link in peers.values():
+            link.close()
+    assert not errors, errors
+    assert len(checked) == 4 * 3
