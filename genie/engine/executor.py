@@ -92,12 +92,8 @@ def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: flo
         _run_data_step(step, transport, data, remaining_s)
         sending.extend((s.buffer, s.offset_bytes, s.offset_bytes + s.size_bytes) for s in step.sends)
         if record_steps:
-            records.append(StepRecord(index, start_ns, clock(), step.sent_bytes, step.received_bytes,
-                                      tuple(sorted({t.peer for t in (*step.sends, *step.recvs)}))))
-    remaining_s = deadline - time.monotonic()
-    if remaining_s <= 0:
-        raise RunFailure(f"rank {schedule.rank}: op timed out after {timeout_s:g} s")
-    transport.flush(remaining_s)
+            records.append(_record(index, step, start_ns, clock()))
+    _flush(schedule, transport, timeout_s, deadline)
     return records
 
 
@@ -114,14 +110,22 @@ def _run_plan(schedule: RankSchedule, plan: TransferPlan, transport: Transport, 
             raise RunFailure(f"rank {schedule.rank}: op timed out after {timeout_s:g} s at step {index}")
         exchange(sends, recvs, remaining_s, wait_for_sends=False)
         if record_steps:
-            step = schedule.steps[index]
-            records.append(StepRecord(index, start_ns, clock(), step.sent_bytes, step.received_bytes,
-                                      tuple(sorted({t.peer for t in (*step.sends, *step.recvs)}))))
-    remaining_s = deadline - monotonic()
+            records.append(_record(index, schedule.steps[index], start_ns, clock()))
+    _flush(schedule, transport, timeout_s, deadline)
+    return records
+
+
+def _record(index: int, step: Step, start_ns: int, end_ns: int) -> StepRecord:
+    return StepRecord(index, start_ns, end_ns, step.sent_bytes, step.received_bytes,
+                      tuple(sorted({t.peer for t in (*step.sends, *step.recvs)})))
+
+
+def _flush(schedule: RankSchedule, transport: Transport, timeout_s: float, deadline: float) -> None:
+    """The op ends when every queued send is out, within the op's deadline."""
+    remaining_s = deadline - time.monotonic()
     if remaining_s <= 0:
         raise RunFailure(f"rank {schedule.rank}: op timed out after {timeout_s:g} s")
     transport.flush(remaining_s)
-    return records
 
 
 def _overwrites(step, sending: list[tuple[Buffer, int, int]]) -> bool:
