@@ -239,3 +239,81 @@ def test_cli_bench_bad_input_is_one_line_exit_2(args, needle):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_tcp_receive_connections_delay_their_acks_and_keep_doing_so():
+    """A connection that only receives is put in delayed-ACK mode (TCP_QUICKACK=0 reads back 0) and is put
+    back after each small receive: Linux leaves the mode whenever a delayed ACK's timer fires. The send
+    connections keep the kernel's default."""
+    from genie.engine.transport import PeerLink
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    out = socket.create_connection(listener.getsockname())
+    into, _ = listener.accept()
+    back = socket.create_connection(listener.getsockname())
+    back_in, _ = listener.accept()
+    transport = SocketTransport(0, {1: PeerLink(back, into)})
+
+    def quickack(sock):
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK)
+
+    try:
+        assert quickack(into) == 0 and quickack(back) == 1
+        into.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)  # as when the delayed-ACK timer fires
+        out.sendall(b"x" * 8)
+        transport.exchange([Transfer(1, 16)], [Transfer(1, 8)], timeout_s=5)
+        assert quickack(into) == 0
+        assert len(back_in.recv(64)) > 0  # the send went out
+    finally:
+        transport.close()
+        for s in (out, back_in, listener):
+            s.close()
+
+
+def test_socket_pairs_are_left_alone():
+    from genie.engine.transport import delay_acks
+
+    a, b = socket.socketpair()
+    try:
+        assert delay_acks(a) is None
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("algorithm", [Algorithm.RECURSIVE_DOUBLING, Algorithm.RING])
+def test_ops_without_data_leave_the_streams_where_ops_with_data_expect_them(algorithm):
+    """Payload-agnostic ops (the lean one-send-one-receive path) between verified ones (the general path) on
+    the same connections: the verified results are exact only if every op moved exactly its bytes."""
+    op = CollectiveOp(Collective.ALL_REDUCE, 4 * 4 * 64, tuple(range(4)), algorithm)
+    schedule = build_schedule(op)
+    mesh = socketpair_mesh(4)
+    errors, checked = [], []
+
+    def rank_main(rank: int) -> None:
+        transport = SocketTransport(rank, mesh[rank])
+        mine = schedule.for_rank(rank)
+        try:
+            for round_ in range(3):
+                for _ in range(5):
+                    run_schedule(mine, transport, timeout_s=20)
+                data = DataBuffers(check.initial_buffers(op, rank))
+                run_schedule(mine, transport, timeout_s=20, data=data)
+                problem = check.verify_buffers(op, rank, data.arrays)
+                assert not problem, problem
+                checked.append((rank, round_))
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for peers in mesh:
+        for link in peers.values():
+            link.close()
+    assert not errors, errors
+    assert len(checked) == 4 * 3

@@ -47,9 +47,20 @@ class DataBuffers:
         return raw[offset_bytes:offset_bytes + size_bytes]
 
 
+TransferPlan = tuple[tuple[list[Transfer], list[Transfer]], ...]
+
+
+def transfer_plan(schedule: RankSchedule) -> TransferPlan:
+    """Each step's sends and receives as the transport takes them, for runs without data: built once per
+    schedule (`run_bench_job`) instead of once per step and iteration. The transports only read them."""
+    return tuple(([Transfer(s.peer, s.size_bytes) for s in step.sends],
+                  [Transfer(r.peer, r.size_bytes) for r in step.recvs]) for step in schedule.steps)
+
+
 def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: float,
                  data: DataBuffers | None = None, record_steps: bool = False,
-                 clock=time.monotonic_ns, clear_to_send: Step | None = None) -> list[StepRecord]:
+                 clock=time.monotonic_ns, clear_to_send: Step | None = None,
+                 plan: TransferPlan | None = None) -> list[StepRecord]:
     """Run every step of `schedule`; raise RunFailure (naming rank and peer) when a peer fails or times out.
 
     A step starts once the previous step's receives are complete — its data dependency — while the previous
@@ -58,37 +69,63 @@ def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: flo
     a step whose writes overlap a region still being sent first waits for the sends. The op ends when every
     send and receive is complete. A step record ends when the step's receives are complete.
 
-    `clear_to_send` (`genie.engine.program.clear_to_send`) runs first: tokens only, never data, not recorded."""
+    `clear_to_send` (`genie.engine.program.clear_to_send`) runs first: tokens only, never data, not recorded.
+    `plan`: `transfer_plan(schedule)`, when the caller keeps one (runs without data)."""
     records: list[StepRecord] = []
     deadline = time.monotonic() + timeout_s
     if clear_to_send is not None:
         transport.exchange([Transfer(s.peer, s.size_bytes) for s in clear_to_send.sends],
                            [Transfer(r.peer, r.size_bytes) for r in clear_to_send.recvs], timeout_s,
                            wait_for_sends=False)
+    if data is None:
+        return _run_plan(schedule, plan or transfer_plan(schedule), transport, timeout_s, deadline,
+                         record_steps, clock)
     sending: list[tuple[Buffer, int, int]] = []  # regions of sends not yet waited for (real data only)
     for index, step in enumerate(schedule.steps):
         start_ns = clock() if record_steps else 0
         remaining_s = deadline - time.monotonic()
         if remaining_s <= 0:
             raise RunFailure(f"rank {schedule.rank}: op timed out after {timeout_s:g} s at step {index}")
-        if data is None:
-            sends = [Transfer(s.peer, s.size_bytes) for s in step.sends]
-            recvs = [Transfer(r.peer, r.size_bytes) for r in step.recvs]
-            transport.exchange(sends, recvs, remaining_s, wait_for_sends=False)
-        else:
-            if sending and _overwrites(step, sending):
-                transport.flush(remaining_s)
-                sending.clear()
-            _run_data_step(step, transport, data, remaining_s)
-            sending.extend((s.buffer, s.offset_bytes, s.offset_bytes + s.size_bytes) for s in step.sends)
+        if sending and _overwrites(step, sending):
+            transport.flush(remaining_s)
+            sending.clear()
+        _run_data_step(step, transport, data, remaining_s)
+        sending.extend((s.buffer, s.offset_bytes, s.offset_bytes + s.size_bytes) for s in step.sends)
         if record_steps:
-            records.append(StepRecord(index, start_ns, clock(), step.sent_bytes, step.received_bytes,
-                                      tuple(sorted({t.peer for t in (*step.sends, *step.recvs)}))))
+            records.append(_record(index, step, start_ns, clock()))
+    _flush(schedule, transport, timeout_s, deadline)
+    return records
+
+
+def _run_plan(schedule: RankSchedule, plan: TransferPlan, transport: Transport, timeout_s: float, deadline: float,
+              record_steps: bool, clock) -> list[StepRecord]:
+    """`run_schedule` without data: the same step semantics, with the least work per step."""
+    records: list[StepRecord] = []
+    exchange = transport.exchange
+    monotonic = time.monotonic
+    for index, (sends, recvs) in enumerate(plan):
+        start_ns = clock() if record_steps else 0
+        remaining_s = deadline - monotonic()
+        if remaining_s <= 0:
+            raise RunFailure(f"rank {schedule.rank}: op timed out after {timeout_s:g} s at step {index}")
+        exchange(sends, recvs, remaining_s, wait_for_sends=False)
+        if record_steps:
+            records.append(_record(index, schedule.steps[index], start_ns, clock()))
+    _flush(schedule, transport, timeout_s, deadline)
+    return records
+
+
+def _record(index: int, step: Step, start_ns: int, end_ns: int) -> StepRecord:
+    return StepRecord(index, start_ns, end_ns, step.sent_bytes, step.received_bytes,
+                      tuple(sorted({t.peer for t in (*step.sends, *step.recvs)})))
+
+
+def _flush(schedule: RankSchedule, transport: Transport, timeout_s: float, deadline: float) -> None:
+    """The op ends when every queued send is out, within the op's deadline."""
     remaining_s = deadline - time.monotonic()
     if remaining_s <= 0:
         raise RunFailure(f"rank {schedule.rank}: op timed out after {timeout_s:g} s")
     transport.flush(remaining_s)
-    return records
 
 
 def _overwrites(step, sending: list[tuple[Buffer, int, int]]) -> bool:

@@ -52,6 +52,16 @@ class Flow:
             self.total_bytes += t.size_bytes
 
 
+def send_failure(rank: int, peer: int, exc: OSError) -> PeerFailure:
+    return PeerFailure(f"rank {rank}: connection to rank {peer} lost while sending ({exc.strerror or exc})",
+                       peer=peer)
+
+
+def closed_failure(rank: int, peer: int, done_bytes: int, total_bytes: int) -> PeerFailure:
+    return PeerFailure(f"rank {rank}: rank {peer} closed the connection ({done_bytes} of {total_bytes} bytes "
+                       f"received)", peer=peer)
+
+
 def gathered(flow: Flow) -> list[memoryview] | None:
     """The flow's next regions for one gathered send / scattered receive when it has several with real data
     (an aggregated step, such as PAT's): they travel as one segment and wake the peer once, as NCCL packs
@@ -87,8 +97,7 @@ def pump_send(flow: Flow, window: memoryview, rank: int) -> bool:
         except BlockingIOError:
             return False
         except (BrokenPipeError, ConnectionResetError) as exc:
-            raise PeerFailure(f"rank {rank}: connection to rank {flow.peer} lost while sending "
-                              f"({exc.strerror or exc})", peer=flow.peer) from None
+            raise send_failure(rank, flow.peer, exc) from None
         if n <= 0:
             return False
         _advance(flow, n)
@@ -103,8 +112,7 @@ def pump_send(flow: Flow, window: memoryview, rank: int) -> bool:
         except BlockingIOError:
             return False
         except (BrokenPipeError, ConnectionResetError) as exc:
-            raise PeerFailure(f"rank {rank}: connection to rank {flow.peer} lost while sending "
-                              f"({exc.strerror or exc})", peer=flow.peer) from None
+            raise send_failure(rank, flow.peer, exc) from None
         flow.pos += n
         flow.done_bytes += n
         if flow.pos >= t.size_bytes:
@@ -126,8 +134,7 @@ def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT)
         except ConnectionResetError:
             n = 0
         if n == 0:
-            raise PeerFailure(f"rank {rank}: rank {flow.peer} closed the connection "
-                              f"({flow.done_bytes} of {flow.total_bytes} bytes received)", peer=flow.peer)
+            raise closed_failure(rank, flow.peer, flow.done_bytes, flow.total_bytes)
         _advance(flow, n)
     while queue:
         t = queue[0]
@@ -142,8 +149,7 @@ def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT)
         except ConnectionResetError:
             n = 0
         if n == 0:
-            raise PeerFailure(f"rank {rank}: rank {flow.peer} closed the connection "
-                              f"({flow.done_bytes} of {flow.total_bytes} bytes received)", peer=flow.peer)
+            raise closed_failure(rank, flow.peer, flow.done_bytes, flow.total_bytes)
         flow.pos += n
         flow.done_bytes += n
         if flow.pos >= t.size_bytes:

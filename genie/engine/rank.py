@@ -86,7 +86,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
     a timed op that is a fault point (`job.fault_points`, counted over the whole sweep) every rank waits at
     one more barrier while the orchestrator injects; that iteration is then timed from its own start."""
     from genie.collectives.registry import build_schedule
-    from genie.engine.executor import run_schedule
+    from genie.engine.executor import run_schedule, transfer_plan
     from genie.engine.program import clear_to_send
 
     clock = time.monotonic_ns
@@ -95,12 +95,13 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
     for index, case in enumerate(job.cases):
         member = rank in case.op.group
         schedule = build_schedule(case.op).for_rank(rank) if member else None
+        plan = transfer_plan(schedule) if member else None
         tokens = clear_to_send(case.op, rank) if member and case.op.sends_messages else None
         verifier = _Verifier(case.op, rank) if (job.verify and member) else None
         control.barrier(Barrier())
         for _ in range(case.warmup if member else 0):
             run_schedule(schedule, transport, timeout_s=job.timeout_s,
-                         data=verifier.fresh() if verifier else None, clear_to_send=tokens)
+                         data=verifier.fresh() if verifier else None, clear_to_send=tokens, plan=plan)
         if verifier:  # nccl-tests' check iteration (-c): real data, checked, not timed
             data = verifier.fresh()
             run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data, clear_to_send=tokens)
@@ -119,7 +120,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
                 continue
             start = clock()
             records = run_schedule(schedule, transport, timeout_s=job.timeout_s,
-                                   record_steps=job.record_steps, clock=clock, clear_to_send=tokens)
+                                   record_steps=job.record_steps, clock=clock, clear_to_send=tokens, plan=plan)
             end = clock()
             iterations.append((start, end))
             steps.extend((it, r.step_index, r.start_ns, r.end_ns, r.sent_bytes, r.received_bytes, tuple(r.peers))

@@ -13,16 +13,18 @@ process (`socketpair_mesh`), which is how schedules are executed in tests withou
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import select
 import socket
 import struct
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
 from genie.engine.flows import Flow as _Flow, PeerFailure, Transfer
+from genie.engine.flows import closed_failure, send_failure
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
@@ -31,7 +33,8 @@ WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 WATCH_IN_OUT = WATCH_IN | select.EPOLLOUT
 _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
-_RECV_SLICE = struct.pack("ll", 0, 50_000)  # a blocking recv returns at least every 50 ms to check the deadline
+_RECV_SLICE_S = 0.05  # a blocking recv returns at least this often to check the deadline
+_RECV_SLICE = struct.pack("ll", 0, round(_RECV_SLICE_S * 1e6))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,12 @@ class SocketTransport:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RECV_SLICE)
                 self._fd_peer[sock.fileno()] = peer
         self._window = memoryview(bytearray(window_bytes))
+        self._window_bytes = window_bytes
+        # the latency-critical path's bound socket methods, per peer (see `_send_now`, `_recv_now`)
+        self._send = {peer: link.send.send for peer, link in links.items()}
+        self._recv_into = {peer: link.recv.recv_into for peer, link in links.items()}
+        # receive connections in delayed-ACK mode, set again after each small receive (see `delay_acks`)
+        self._delay_acks = {peer: delay_acks(link.recv) for peer, link in links.items()}
         self._outbox: dict[int, _Flow] = {}
         self._epoll = select.epoll()
         for fd in self._fd_peer:
@@ -171,9 +180,7 @@ class SocketTransport:
             # the latency-critical shape (recursive doubling, trees, p2p): at most one send, then one message
             # to wait for — no step object, no failed attempt, no epoll: a send and a recv that sleeps
             if not sends or self._send_now(sends[0]):
-                flow = _Flow(recvs[0].peer, self._link(recvs[0].peer).recv)
-                flow.add(recvs[0])
-                self._recv_blocking(flow, timeout_s)
+                self._recv_now(recvs[0], timeout_s)
                 return
             sends = ()  # the rest of that send waits in the outbox
         step = StepExchange(self.rank, self._links, sends, recvs, self._window, outbox=self._outbox,
@@ -200,13 +207,68 @@ class SocketTransport:
 
     def _send_now(self, transfer: Transfer) -> bool:
         """Send as much of `transfer` as the socket takes now; True when all of it went, else the rest is
-        queued in the outbox."""
+        queued in the outbox. A payload-agnostic transfer that fits the window is one system call and no
+        flow object (the per-step cost of small collectives, benchmarks/README.md "The step's software")."""
+        size = transfer.size_bytes
+        sent = 0
+        if transfer.view is None and size <= self._window_bytes:
+            send = self._send.get(transfer.peer)
+            if send is None:
+                self._link(transfer.peer)  # raises, naming the peer
+            try:
+                sent = send(self._window[:size], _DONTWAIT) if size else 0
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise send_failure(self.rank, transfer.peer, exc) from None
+            if sent == size:
+                return True
         flow = _Flow(transfer.peer, self._link(transfer.peer).send)
         flow.add(transfer)
+        flow.pos = flow.done_bytes = sent
         if _pump_send(flow, self._window, self.rank):
             return True
         self._outbox[transfer.peer] = flow
         return False
+
+    def _recv_now(self, transfer: Transfer, timeout_s: float) -> None:
+        """Receive `transfer` blocking (see `_recv_blocking`). A payload-agnostic transfer that fits the window
+        is received with bare `recv_into` calls, no flow object, and reads the clock only when a slice of
+        the socket's SO_RCVTIMEO ends without data."""
+        size = transfer.size_bytes
+        if transfer.view is not None or size > self._window_bytes:
+            flow = _Flow(transfer.peer, self._link(transfer.peer).recv)
+            flow.add(transfer)
+            self._recv_blocking(flow, timeout_s)
+            return
+        recv_into = self._recv_into.get(transfer.peer)
+        if recv_into is None:
+            self._link(transfer.peer)  # raises, naming the peer
+        window = self._window
+        got = 0
+        deadline = None
+        while got < size:
+            try:
+                n = recv_into(window[:size - got])
+            except (BlockingIOError, InterruptedError):  # a slice ended: is the op's time up?
+                now = time.monotonic()
+                if deadline is None:  # the first slice ended: the receive began about a slice ago
+                    deadline = now - _RECV_SLICE_S + timeout_s
+                if now >= deadline:
+                    raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s receiving from "
+                                      f"rank {transfer.peer} ({got}/{size} bytes)")
+                continue
+            except ConnectionResetError:
+                n = 0
+            if n == 0:
+                raise closed_failure(self.rank, transfer.peer, got, size)
+            got += n
+        again = self._delay_acks[transfer.peer]
+        if again is not None:
+            try:
+                again()
+            except OSError:  # the connection is gone: the next receive names the peer
+                pass
 
     def _recv_blocking(self, flow: _Flow, timeout_s: float) -> None:
         """Receive `flow` with blocking recv calls, each bounded by the socket's SO_RCVTIMEO slice (set once):
@@ -270,6 +332,25 @@ class SocketTransport:
 # all-reduce, 8 hosts). Where the kernel refuses (algorithm missing, or not in the allowed list for a
 # non-root rank), the socket keeps the namespace's default.
 CONGESTION_CONTROL = b"cubic"
+
+
+def delay_acks(sock: socket.socket) -> Callable[[], None] | None:
+    """Put a connection that only receives data in delayed-ACK ("pingpong") mode, as Linux does by itself for
+    a connection with data both ways (TCP_QUICKACK=0). Otherwise each read that empties the socket of a segment
+    smaller than the connection's MSS estimate sends a pure ACK at once (`tcp_cleanup_rbuf`): one packet more
+    per small message through the links, where a connection per peer let the reply's data carry it. In the
+    mode the kernel still ACKs every second such segment (measured: 0.49 ACKs per 8 B message instead of
+    0.92, benchmarks/README.md "The step's software"). Linux leaves the mode whenever a delayed ACK's timer
+    fires (a rank that did not read for 40 ms: an idle connection, or a busy host), so the caller sets it
+    again: the returned call does (None: not a TCP socket, left alone)."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+        return None
+    again = functools.partial(sock.setsockopt, socket.IPPROTO_TCP, socket.TCP_QUICKACK, 0)
+    try:
+        again()
+    except OSError:
+        return None
+    return again
 
 
 def _tune(sock: socket.socket, buffer_bytes: int | None) -> None:
