@@ -13,6 +13,7 @@ Then "are my numbers expected?" on every run, clean and anomalous.
     python -m benchmarks.real_clusters            # markdown tables
     python -m benchmarks.real_clusters --json     # the same numbers as JSON
     python -m benchmarks.real_clusters --readme-versions  # NCCL releases stated only in a case's README, too
+    python -m benchmarks.real_clusters --readme-env  # NCCL settings documented only in a case's README, too
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from astra_adapter.nccl.expected import check
 from astra_adapter.nccl.fit import Observation, fit, geomean_abs_error_pct, predict_all
 from astra_adapter.nccl.hardware import Cluster, Interconnect, cluster_from_topology
 from astra_adapter.nccl.model import nominal_params
+from astra_adapter.nccl.env import env_from_output
 from astra_adapter.nccl.observations import RowTime, table_observations, tables_nccl_version
 
 DATA = Path(__file__).resolve().parent / "data" / "real-nccl"
@@ -49,6 +51,8 @@ class Case:
     #: the NCCL release the case's README states where its output does not print one; used only with
     #: ``--readme-versions`` (genie calibrate knows only what an output prints)
     nccl_version: str = ""
+    #: NCCL_* settings the case's README documents but its outputs do not print; used only with ``--readme-env``
+    nccl_env: tuple[tuple[str, str], ...] = ()
 
 
 CASES = (
@@ -64,7 +68,8 @@ CASES = (
          nccl_version="2.8.3"),
     Case("nccltests309-h100-ndr-2node-4node", Interconnect.NVSWITCH, True, "2 and 4 nodes are different machines"),
     Case("nccltests309-h100-ndr-gjaion-2-4-8node", Interconnect.NVSWITCH, True),
-    Case("gcp-a3mega-h100-2node-tcpxo", Interconnect.NVSWITCH, True, "Ethernet, TCP plugin"),
+    Case("gcp-a3mega-h100-2node-tcpxo", Interconnect.NVSWITCH, True, "Ethernet, TCP plugin",
+         nccl_env=(("NCCL_NVLS_ENABLE", "0"),)),
     Case("aws-batch-g5-a10g-2node-eth-socket", Interconnect.PCIE, True, "Ethernet, NCCL's socket transport"),
     Case("rtx6000d-cx8-2node-spcx", Interconnect.PCIE, True, "RoCE; provenance unverified, NIC speed assumed"),
     Case("oci-oke-bm-gpu4.8-a100-roce-2node", Interconnect.NVSWITCH, True, "RoCE; a vendor's example"),
@@ -109,20 +114,26 @@ class Run:
     fit_observations: tuple[Observation, ...]  # each row's faster pass: what a calibration is fitted on
 
 
-def load_case(case: Case, readme_versions: bool = False) -> tuple[Cluster, tuple[Run, ...]]:
+def load_case(case: Case, readme_versions: bool = False,
+              readme_env: bool = False) -> tuple[Cluster, tuple[Run, ...]]:
     """A case's cluster and runs; the cluster's NCCL release is the one its outputs print (as `genie calibrate`
-    reads it), or with ``readme_versions`` else the one its README states."""
+    reads it), or with ``readme_versions`` else the one its README states; its NCCL settings (NCCL_ALGO,
+    NCCL_PROTO, NCCL_NVLS_ENABLE) those its outputs print, and with ``readme_env`` those its README documents."""
     folder = DATA / case.name
     runs = []
     tables = []
+    printed: dict[str, str] = {}
     for path in sorted(folder.glob("*.txt")):
+        for name, value in env_from_output(path.read_bytes()):
+            printed.setdefault(name, value)
         for table in parse_nccl_tests(path.read_bytes(), source=str(path.relative_to(DATA))).tables:
             tables.append((path.name, table))
     gpu = case.gpu or next(d.gpu for _, t in tables for d in t.devices if d.gpu)
     cluster = cluster_from_topology(load_topology_file(folder / "topology.yaml"), gpu=gpu,
                                     interconnect=case.interconnect, source=str(folder / "topology.yaml"))
     version = tables_nccl_version([t for _, t in tables]) or (case.nccl_version if readme_versions else "")
-    cluster = replace(cluster, nccl_version=version)
+    settings = {**printed, **(dict(case.nccl_env) if readme_env else {})}
+    cluster = replace(cluster, nccl_version=version, nccl_env=tuple(settings.items()))
     for name, table in tables:
         runs.append(Run(name, table, table_observations(table, cluster, gpus_per_node=case.gpus_per_node),
                         table_observations(table, cluster, gpus_per_node=case.gpus_per_node,
@@ -235,10 +246,10 @@ def beside_astra() -> list[dict]:
     return rows
 
 
-def evaluate(readme_versions: bool = False) -> dict:
+def evaluate(readme_versions: bool = False, readme_env: bool = False) -> dict:
     report: dict = {"sizes": [], "collectives": [], "scale": [], "findings": []}
     for case in CASES:
-        cluster, runs = load_case(case, readme_versions)
+        cluster, runs = load_case(case, readme_versions, readme_env)
         for run in runs:
             if len(run.observations) >= 4:
                 for rule in Picks:
@@ -311,10 +322,12 @@ def markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    parser.add_argument("--readme-env", action="store_true",
+                        help="apply the NCCL settings only a case's README documents (not printed in its outputs)")
     parser.add_argument("--readme-versions", action="store_true",
                         help="model a case whose outputs print no NCCL release with the one its README states")
     args = parser.parse_args(argv)
-    report = evaluate(args.readme_versions)
+    report = evaluate(args.readme_versions, args.readme_env)
     print(json.dumps(report, indent=1) if args.json else markdown(report))
     return 0
 

@@ -20,6 +20,7 @@ from genie.core.errors import InputError
 from genie.core.files import InputKind, read_input
 from genie.core.jsondoc import decode_json
 
+from astra_adapter.nccl.env import parse_env
 from astra_adapter.nccl.expected import Finding
 from astra_adapter.nccl.fit import Fit, Residual
 from astra_adapter.nccl.hardware import Cluster, Interconnect
@@ -68,7 +69,9 @@ def parse_calibration(data: bytes, *, source: str) -> tuple[Cluster, NcclParams]
     try:
         raw = dict(doc["cluster"])
         raw["interconnect"] = Interconnect.parse(raw["interconnect"], source=source, path="cluster.interconnect")
+        raw["nccl_env"] = tuple((str(k), str(v)) for k, v in raw.get("nccl_env", ()))
         cluster = Cluster(**raw)
+        parse_env(cluster.nccl_env, source=source)
         params = NcclParams(**{k: float(v) for k, v in doc["params"].items()})
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed calibration: {exc}", source=source, path="cluster") from None

@@ -20,6 +20,7 @@ from enum import Enum
 from genie.core.errors import InputError
 from genie.core.topology import LinkRole, Topology
 
+from astra_adapter.nccl.env import parse_env
 from astra_adapter.nccl.tuning import MAX_CHANNELS, HwKind, TunerSystem
 from astra_adapter.nccl.versions import default_version, parse_version
 
@@ -70,7 +71,8 @@ class Cluster:
     """The hardware the NCCL model runs on: nodes of ``gpus_per_node`` GPUs; per GPU the intra-node link's rate
     (GB/s, one direction); per node ``nics`` NICs of ``nic_gb_s`` each. The fabric beyond the rails is taken as
     non-blocking (not fitted: no case of the corpus crosses an oversubscribed spine). ``nccl_version``: the NCCL
-    release the outputs name ("2.26.2"; "" if they do not: modelled as NCCL 2.23)."""
+    release the outputs name ("2.26.2"; "" if they do not: modelled as NCCL 2.23). ``nccl_env``: the NCCL_*
+    settings NCCL ran with, as (variable, value) pairs."""
 
     name: str
     nodes: int
@@ -84,6 +86,8 @@ class Cluster:
     nic_gb_s: float
     nic_delay_us: float
     nccl_version: str = ""
+    #: NCCL variables the outputs print (NCCL_DEBUG=INFO) or the user gives; see astra_adapter.nccl.env
+    nccl_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def ranks(self) -> int:
@@ -214,7 +218,8 @@ def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: 
                        comm_channels=min(MAX_CHANNELS, 2 * channels), nvls=nvls,
                        nvls_channels=16, nvls_graph_channels=ppn if nvls else 0,
                        nvls_bw_gb_s=_nvls_speed(intra, ppn) if nvls else 0.0,
-                       version=parse_version(cluster.nccl_version) or default_version(cc))
+                       version=parse_version(cluster.nccl_version) or default_version(cc),
+                       env=parse_env(cluster.nccl_env, source=cluster.name))
 
 
 def _nvls_speed(intra_gb_s: float, ppn: int) -> float:

@@ -47,6 +47,26 @@ class NcclProtocol(Enum):
     SIMPLE = "Simple"
 
 
+@dataclass(frozen=True)
+class NcclEnv:
+    """What the environment lets NCCL's tuner choose. ``algorithms``: per collective (None: every collective)
+    the algorithms allowed; ``protocols``: the protocols allowed (None: all); ``nvls``: False when
+    ``NCCL_NVLS_ENABLE=0`` (parsed by ``astra_adapter.nccl.env``)."""
+
+    algorithms: tuple[tuple[Collective | None, frozenset[NcclAlgorithm]], ...] = ()
+    protocols: frozenset[NcclProtocol] | None = None
+    nvls: bool = True
+
+    def allows(self, collective: Collective, algorithm: NcclAlgorithm, protocol: NcclProtocol) -> bool:
+        if self.protocols is not None and protocol not in self.protocols:
+            return False
+        if not self.nvls and algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE):
+            return False
+        scoped = dict(self.algorithms)
+        allowed = scoped.get(collective, scoped.get(None))
+        return allowed is None or algorithm in allowed
+
+
 class HwKind(Enum):
     """The hardware a step crosses in NCCL's latency tables."""
 
@@ -108,6 +128,7 @@ class TunerSystem:
     amd_cpu: bool = False
     gpu_direct: bool = True
     version: NcclVersion = DEFAULT_VERSION
+    env: NcclEnv = NcclEnv()
 
     @property
     def constants(self) -> TunerConstants:
@@ -176,7 +197,10 @@ def _log2i(n: int) -> int:
 
 
 def enabled(system: TunerSystem, collective: Collective, algorithm: NcclAlgorithm, protocol: NcclProtocol) -> bool:
-    """NCCL's skip rules and default enable masks (no NCCL_ALGO / NCCL_PROTO)."""
+    """NCCL's skip rules and default enable masks, then what the environment allows (NCCL_ALGO, NCCL_PROTO,
+    NCCL_NVLS_ENABLE)."""
+    if not system.env.allows(collective, algorithm, protocol):
+        return False
     a = algorithm
     c = system.constants
     if (a is NcclAlgorithm.NVLS and not c.has_nvls) or (a is NcclAlgorithm.NVLS_TREE and not c.has_nvls_tree) \

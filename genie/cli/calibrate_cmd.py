@@ -13,7 +13,7 @@ from genie.cli.flags import flag_names
 #: CalibrateRequest fields -> flags
 CALIBRATE_FLAGS = {"outputs": "OUTPUT", "topology": "--topology", "predict": "--predict",
                    "gpus_per_node": "--gpus-per-node", "gpu": "--gpu", "interconnect": "--interconnect",
-                   "collective": "--collective", "out": "--out"}
+                   "collective": "--collective", "out": "--out", "nccl_env": "--nccl-env"}
 
 
 def calibrate(
@@ -32,9 +32,13 @@ def calibrate(
     collective: Optional[str] = typer.Option(None, "--collective",
                                              help="The collective, for outputs that do not say."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-calibrate)."),
+    nccl_env: List[str] = typer.Option([], "--nccl-env", help="An NCCL setting the cluster ran with, e.g. "
+                                                              "NCCL_ALGO=Ring,Tree, NCCL_PROTO=^LL128, "
+                                                              "NCCL_NVLS_ENABLE=0 (over what outputs print); repeat."),
 ) -> None:
     """Fit genie's NCCL model to a cluster's nccl-tests; print measured vs model and NCCL's choice per size."""
     from astra_adapter.nccl.calibration_io import format_residuals
+    from astra_adapter.nccl.env import parse_assignment
     from astra_adapter.nccl.hardware import Interconnect
     from astra_adapter.nccl.versions import describe_release
     from genie.core.collective import Collective
@@ -49,14 +53,17 @@ def calibrate(
             raise InputError(str(exc), path="collective") from None
         if gpus_per_node is not None and gpus_per_node < 1:
             raise InputError(f"expected at least 1, got {gpus_per_node}", path="gpus_per_node")
+        settings = tuple(parse_assignment(text, source="--nccl-env") for text in nccl_env)
         result = run_calibrate(CalibrateRequest(tuple(outputs), topology, tuple(predict), gpus_per_node, gpu, kind,
-                                                coll, out))
+                                                coll, out, settings))
     fit = result.fit
     typer.echo(format_residuals(fit.residuals, f"calibration on {len(fit.residuals)} points of {fit.cluster.name} "
                                                f"({fit.cluster.gpu}): rms error {fit.rms_error_pct:.2f} %"))
     moved = ", ".join(f"{n}={getattr(fit.params, n):.4g} (nominal {getattr(fit.nominal, n):.4g})" for n in fit.fitted)
     typer.echo(f"# fitted: {moved or 'nothing moved from nominal'}")
     typer.echo(f"# NCCL tuner: {describe_release(fit.cluster.nccl_version, fit.cluster.compute_capability)}")
+    if fit.cluster.nccl_env:
+        typer.echo("# NCCL environment: " + " ".join(f"{k}={v}" for k, v in fit.cluster.nccl_env))
     if result.predictions:
         typer.echo(format_residuals(result.predictions, "predictions of measurements the calibration did not see"))
         typer.echo(f"# prediction geomean |error|: {result.prediction_geomean_pct:.2f} % over "

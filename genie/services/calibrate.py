@@ -26,6 +26,7 @@ class CalibrateRequest:
     interconnect: Interconnect = Interconnect.NVSWITCH
     collective: Optional[Collective] = None  # for outputs that do not say (no header, ambiguous rows)
     out: Optional[Path] = None
+    nccl_env: tuple[tuple[str, str], ...] = ()  # NCCL_* settings NCCL ran with; win over what outputs print
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,25 @@ def _read_tables(path: Path, collective: Optional[Collective]):
     from genie.measure.nccl_output import parse_nccl_tests
 
     return parse_nccl_tests(read_input(path, InputKind.NCCL_TESTS), source=str(path), collective=collective).tables
+
+
+def _outputs_env(paths: tuple[Path, ...], given: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """The modelled NCCL_* settings the outputs print (NCCL_DEBUG=INFO) that the user did not give; outputs that
+    disagree on one are refused."""
+    from astra_adapter.nccl.env import env_from_output
+    from genie.core.errors import InputError
+    from genie.core.files import InputKind, read_input
+
+    found: dict[str, tuple[str, Path]] = {}
+    for path in paths:
+        for name, value in env_from_output(read_input(path, InputKind.NCCL_TESTS)):
+            if name in given:
+                continue
+            if name in found and found[name][0].lower() != value.lower():
+                raise InputError(f"{name} is {found[name][0]!r} in {found[name][1]} but {value!r} here: calibrate "
+                                 "outputs of one setting together (or give --nccl-env)", source=str(path), path=name)
+            found.setdefault(name, (value, path))
+    return tuple((name, value) for name, (value, _) in found.items())
 
 
 def _gpu_name(tables, given: Optional[str], source: str) -> str:
@@ -86,6 +106,7 @@ def _curves(residuals: tuple[Residual, ...]) -> dict[str, list[tuple[int, float,
 
 def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
     from astra_adapter.nccl import calibration_io
+    from astra_adapter.nccl.env import parse_env
     from astra_adapter.nccl.expected import check
     from astra_adapter.nccl.fit import fit, predict_all
     from astra_adapter.nccl.hardware import cluster_from_topology
@@ -105,6 +126,11 @@ def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
                                     source=str(request.topology))
     # NCCL's tuner constants of the release the outputs name (NCCL 2.23's if they name none)
     cluster = replace(cluster, nccl_version=tables_nccl_version(train_tables + predict_tables))
+    # NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE as the outputs print them, the user's settings over them
+    given = frozenset(name for name, _ in request.nccl_env)
+    settings = (*_outputs_env(request.outputs + request.predict, given), *request.nccl_env)
+    parse_env(settings, source="nccl-env")
+    cluster = replace(cluster, nccl_env=tuple(dict(settings).items()))
     # fitted on each row's faster pass; predictions checked against nccl-tests' out-of-place column
     train = _observations(train_tables, cluster, request, max_nodes=cluster.nodes, time=RowTime.FASTER_PASS)
     held_out = _observations(predict_tables, cluster, request, max_nodes=None, time=RowTime.OUT_OF_PLACE)
@@ -116,6 +142,7 @@ def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
     inputs = (*(input_digest(p, "nccl-tests") for p in request.outputs),
               *(input_digest(p, "predict") for p in request.predict), input_digest(request.topology, "topology"))
     params = {"gpu": gpu, "interconnect": request.interconnect.value, "gpus_per_node": request.gpus_per_node,
+              "nccl_env": dict(cluster.nccl_env),
               "collective": request.collective.value if request.collective else None}
     with RunRecorder("calibrate", out=request.out, inputs=inputs, params=params) as run:
         path = run.write(calibration_io.NCCL_CALIBRATION_JSON,
