@@ -41,9 +41,10 @@ def estimate_fabric_nccl(trace: Trace, target: Topology, calibrated: Cluster, pa
     kinds = sorted(engine.plans.items())
     choices = tuple(OpChoice(plan.prediction, ops) for _, (plan, ops) in kinds)
     plans = tuple(plan for _, (plan, _) in kinds)
+    links = (f"NVLink at the fitted {fitted.intra_busbw_gb_s:.4g} GB/s, " if cluster.gpus_per_node > 1 else "") + \
+        f"NICs at the fitted {fitted.nic_gb_s:.4g} GB/s"
     notes = (f"fabric model with NCCL's choices, calibrated on {calibrated.name} ({calibrated.gpu}), on "
              f"{target.name}: {cluster.nodes} node(s) x {cluster.gpus_per_node} GPUs, "
-             f"{len(network.resources)} link directions (NVLink at the fitted {fitted.intra_busbw_gb_s:.4g} GB/s, "
-             f"NICs at {fitted.nic_gb_s:.4g} GB/s), "
+             f"{len(network.resources)} link directions ({links}), "
              f"{'ECMP as the expected share' if network.multipath else 'no ECMP'}", *scaling)
     return NcclEstimate(TraceEstimate(EstimateMode.FABRIC, timeline.ranks, notes=notes), cluster, choices), plans

@@ -223,15 +223,23 @@ class NcclFlowEngine(FlowEngine):
         n_steps = max(len(r) for r in rings) if rings else 0
         step_latency = plan.latency_ns / n_steps if n_steps else 0.0
         scale = plan.bytes_factor / len(orders)
-        out = []
+        out, seen, paths = [], {}, {}
         for i in range(n_steps):
             parts = [r[i] for r in rings if i < len(r)]
             src = np.concatenate([p.src for p in parts])
             dst = np.concatenate([p.dst for p in parts])
             sizes = np.concatenate([p.size_bytes for p in parts]).astype(float) * scale
-            routes = np.array([self.network.route(a, b, channel) for a, b in zip(src.tolist(), dst.tolist())],
-                              dtype=np.int64)
-            out.append(StepFlows(routes, src, dst, sizes, step_latency + (plan.launch_ns if i == 0 else 0.0)))
+            pair = (src.tobytes(), dst.tobytes())  # a ring's steps all have the same pairs
+            routes = paths.get(pair)
+            if routes is None:
+                routes = paths[pair] = np.array([self.network.route(a, b, channel)
+                                                 for a, b in zip(src.tolist(), dst.tolist())], dtype=np.int64)
+            latency = step_latency + (plan.launch_ns if i == 0 else 0.0)
+            key = (pair, sizes.tobytes(), latency)  # one object per distinct step: the engine memoises rates on it
+            step = seen.get(key)
+            if step is None:
+                step = seen[key] = StepFlows(routes, src, dst, sizes, latency)
+            out.append(step)
         if not out and (plan.latency_ns or plan.launch_ns):  # nothing to move: the latency alone
             empty = np.zeros(0, dtype=np.int64)
             out.append(StepFlows(empty, empty, empty, np.zeros(0), plan.latency_ns + plan.launch_ns))
