@@ -88,10 +88,10 @@ def channel_orders(members: tuple[int, ...], rank_node: list, rings: int) -> tup
     for r in members:
         by_node.setdefault(rank_node[r], []).append(r)
     local = [sorted(rs) for rs in by_node.values()]
-    if len(local) < 2 or rings <= 1:
+    if len(local) < 2:
         return (members,)
     orders = []
-    for k in range(rings):
+    for k in range(max(rings, 1)):  # one ring too meets rail to rail (else a cross-rail hop rides ECMP)
         order: list[int] = []
         for j, gpus in enumerate(local):
             m = len(gpus)
@@ -142,6 +142,12 @@ def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
     if call.nodes > 1:  # the rails the channel rings take already narrow the NICs' share: not twice
         reference *= _inter_busbw(cluster, params, call, rails) / _inter_busbw(
             cluster, params, call, cluster.nics_reached(call.ranks_per_node))
+        if pattern_algorithm is not choice.algorithm and call.ranks_per_node > 1:
+            # a borrowed ring: what its flows really get (the GPU whose channel leaves the node sends on its
+            # NIC, not its NVLink: the NVLink carries (ppn - 1) / ppn of the ring's bytes)
+            ppn = call.ranks_per_node
+            nic = params.nic_gb_s * rails
+            reference *= min(params.intra_busbw_gb_s * ppn / (ppn - 1), nic) / min(params.intra_busbw_gb_s, nic)
     latency_us = params.latency_scale * call_latency_us(fitted, call.collective, chosen, call.size_bytes)
     if call.collective in _ROOTED:  # NCCL's model counts the chain's fill (its fill term): the flows' is not added
         fill *= PIPELINE_CHUNKS / (call.ranks + PIPELINE_CHUNKS - 2)
