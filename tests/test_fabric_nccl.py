@@ -192,3 +192,12 @@ def test_with_an_nccl_calibration_the_fabric_is_the_default_where_groups_share_l
     # both DP rings cross every other link of the 8-host ring: the fabric (the default here) has them share it,
     # the NCCL model times each op alone
     assert set(iteration) == {"fabric", "nccl"} and iteration["fabric"] > 1.5 * iteration["nccl"]
+
+
+def test_a_collective_the_nccl_model_does_not_time_is_refused_in_one_line():
+    from genie.core.errors import InputError
+
+    cluster, params = _a100_dgx2()
+    engine = _engine(DGX2, cluster, params)
+    with pytest.raises(InputError, match="does not time barrier"):
+        engine.plan(CommOp(Collective.BARRIER, Algorithm.AUTO, 16, 0), tuple(range(16)))

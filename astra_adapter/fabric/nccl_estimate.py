@@ -15,7 +15,7 @@ from astra_adapter.fabric.nccl_flows import NcclFlowEngine, OpPlan
 from astra_adapter.fabric.player import play_on_fabric
 from astra_adapter.nccl.estimate import NcclEstimate, OpChoice, retarget
 from astra_adapter.nccl.hardware import Cluster, node_of_hosts
-from astra_adapter.nccl.model import MODELLED, NcclParams
+from astra_adapter.nccl.model import NcclParams
 from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
 
 
@@ -29,11 +29,6 @@ def estimate_fabric_nccl(trace: Trace, target: Topology, calibrated: Cluster, pa
         raise InputError(f"the trace has {trace.num_ranks} ranks but topology {target.name} runs "
                          f"{network.world_size}", source=source, path="hosts")
     network.check_connected()
-    for rank in trace.ranks:
-        for node in rank.nodes:
-            comm = getattr(node, "collective", None)
-            if comm is not None and comm not in MODELLED:
-                raise InputError(f"genie's NCCL model does not time {comm.value} (the trace has it)", path="trace")
     node_of = node_of_hosts(target)
     rank_node = [node_of.get(h, h) for h in network.rank_hosts]  # a plain host is a node of its own
     engine = NcclFlowEngine(network, cluster, fitted, rank_node)

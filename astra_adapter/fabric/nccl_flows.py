@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from genie.core.collective import Algorithm, Collective
+from genie.core.errors import InputError
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
 from genie.core.topology import LinkRole
@@ -50,7 +51,7 @@ from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FlowEngine, 
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp
 from astra_adapter.nccl.hardware import Cluster, node_of_hosts
-from astra_adapter.nccl.model import P2P, Call, NcclParams, Prediction, _channels, _plan, fitted_system, predict
+from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _channels, _plan, fitted_system, predict
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, call_bandwidth_gb_s, call_latency_us, table_entry
 
 #: NCCL's algorithm -> the genie schedule whose flows it runs (the others: the ring's, see the module doc)
@@ -202,6 +203,9 @@ class NcclFlowEngine(FlowEngine):
         call = self.call_of(op, members)
         entry = self.plans.get(call)
         if entry is None:
+            if op.collective not in MODELLED:
+                raise InputError(f"genie's NCCL model does not time {op.collective.value} (the trace has "
+                                 f"{op.describe()})", path="trace")
             entry = self.plans[call] = [op_plan(self.cluster, self.nccl, call), 0]
         entry[1] += 1
         return super().plan(op, members, channel)
