@@ -10,14 +10,15 @@ gives NCCL's choice - what the NCCL-mode estimator assumes, so ``--explain`` pri
 - **algorithm -> flow pattern**: the steps of genie's schedule of that algorithm
   (:func:`genie.collectives.sends.step_sends`): Ring -> ``ring``, Tree -> ``double_binary_tree`` (NCCL's two
   binary trees, pipelined in :data:`TREE_CHUNKS` pieces), PAT -> ``pat``. NVLS, NVLSTree and CollNet have no
-  flow pattern of their own in genie (the switch reduces): they run the ring's flows, their bytes scaled by the
-  ring's fitted bandwidth over theirs. Alltoall and sendrecv (NCCL's send/receive operations, not in the tuner)
-  run their own schedules (direct, p2p).
+  flow pattern of their own in genie (the switch reduces): they borrow the ring's flows, their bytes scaled so
+  that those flows reach their fitted bandwidth. Alltoall and sendrecv (NCCL's send/receive operations, not in
+  the tuner) run their own schedules (direct, p2p; nccl-tests' sendrecv on more than two ranks the ring shift).
 - **channels -> rails**: between nodes, a call on ``c`` channels runs ``min(c, NICs its GPUs reach)`` channel
-  rings, each with its share of the bytes; channel ``k`` enters and leaves every node on rail ``k`` (a ring
-  through the node's GPUs, the node's GPUs in alternating directions so that the hop between two nodes joins
-  the same rail on both), so the channels spread over the NICs as NCCL's do (channel ``k`` on NIC
-  ``k mod nics``). Inside a node every channel crosses the same NVLink/NVSwitch links: one ring carries them.
+  rings, each with its share of the bytes; ring ``k`` enters and leaves every node at the GPU of its rail
+  (:func:`channel_orders`: a ring through the node's GPUs, every other node's in reverse so that the hop
+  between two nodes joins the same rail on both), so the channels spread over the NICs as NCCL's do (channel
+  ``k`` on NIC ``k mod nics``). Inside a node every channel crosses the same NVLink/NVSwitch links: one ring
+  carries them.
 - **protocol -> latency and bandwidth**: the op's latency is NCCL's for the (algorithm, protocol) on the fitted
   system (``launch_us + latency_scale x latency``, as the NCCL model), spread evenly over the steps, the launch
   on the first; its bytes are scaled by the protocol's share of the algorithm's Simple bandwidth on the fitted
@@ -29,9 +30,9 @@ gives NCCL's choice - what the NCCL-mode estimator assumes, so ``--explain`` pri
 - **links**: NVLink/NVSwitch links deliver the fitted ``intra_busbw_gb_s``, NIC links the fitted ``nic_gb_s``
   (:func:`fitted_capacity`), the links between switches their nominal rate.
 
-On an uncongested topology this reproduces the NCCL-mode estimate (tests/test_fabric_nccl.py;
-docs/fabric-model.md gives the measured agreement); where ops share links - concurrent process groups, a
-rail short, an oversubscribed spine - the flows contend where the NCCL model cannot tell.
+On an uncongested topology an op alone takes the NCCL model's time (tests/test_fabric_nccl.py; docs/astra.md,
+"With a real cluster's NCCL calibration", gives the measured agreement); where ops share links - concurrent
+process groups, a rail short, an oversubscribed spine - the flows contend where the NCCL model cannot tell.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FlowEngine, 
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp
 from astra_adapter.nccl.hardware import Cluster, node_of_hosts
-from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _channels, _plan, fitted_system, predict
+from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _channels, _plan, _with_fill, \
+    fitted_system, predict
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, call_bandwidth_gb_s, call_latency_us, table_entry
 
 #: NCCL's algorithm -> the genie schedule whose flows it runs (the others: the ring's, see the module doc)
@@ -120,8 +122,7 @@ def _inter_busbw(cluster: Cluster, params: NcclParams, call: Call, rails: int) -
 def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
     """NCCL's choice for ``call`` and how the fabric runs it (see the module doc)."""
     prediction = predict(cluster, params, call)
-    fill = 1.0 + (min(call.size_bytes, params.fill_bytes_per_channel * _channels_of(prediction, cluster, call)
-                      * call.ranks_per_node / 8) / call.size_bytes if call.size_bytes > 0 else 0.0)
+    fill = _with_fill(1.0, call, params, _channels_of(prediction, cluster, call))  # the NCCL model's fill factor
     choice = prediction.choice
     if choice is None:  # a send/receive operation: Simple, its latency the NCCL model's for no bytes
         latency_us = predict(cluster, params, replace(call, size_bytes=0)).time_us - params.launch_us
