@@ -13,7 +13,8 @@ calibration retargeted to the export's topology (:func:`astra_adapter.nccl.estim
 
 What ASTRA-sim cannot express is said in the notes, never dropped silently: NCCL's per-size choice of
 algorithm and protocol (LL and LL128 below the Simple range, NVLS, NVLSTree, Tree, PAT), the channel cut of small
-calls, the per-call launch and base latency, and the pipeline fill.
+calls, the per-call launch and base latency, and the pipeline fill. Neither can it map channels onto NICs (rails):
+one bandwidth per dimension. The fabric model can (:mod:`astra_adapter.fabric.nccl_flows`).
 """
 
 from __future__ import annotations

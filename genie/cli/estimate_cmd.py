@@ -29,7 +29,9 @@ def estimate(
                                                             "dimension stack, where the workload's groups share "
                                                             "its links, or with a fabric --calibration) | nccl "
                                                             "(NCCL's tuner with a genie calibrate run: the default "
-                                                            "with one); default measured."),
+                                                            "with one; fabric with one: NCCL's choices as flows on "
+                                                            "the topology, the default where the workload's ops "
+                                                            "contend for links); default measured."),
     topology: Optional[Path] = typer.Option(None, "--topology",
                                             help="Topology to estimate on (and to fit the measurements on when the "
                                                  "run directory has no calibration.json)."),
@@ -46,8 +48,9 @@ def estimate(
                                                     "NCCL mode, on --topology's nodes) or fabric_calibration.json "
                                                     "(fabric mode, fitted on another topology with the same link "
                                                     "classes)."),
-    explain: bool = typer.Option(False, "--explain", help="NCCL mode: print per op kind the algorithm, protocol "
-                                                          "and channels assumed, and its time."),
+    explain: bool = typer.Option(False, "--explain", help="With an NCCL calibration (nccl or fabric mode): print "
+                                                          "per op kind the algorithm, protocol and channels "
+                                                          "assumed, and the NCCL model's time of it alone."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="A job mix (docs/jobs.md) instead of TRACE: each "
                                                              "job's iteration in the mix and alone on the fabric "
                                                              "model, its slowdown (needs --topology)."),
@@ -74,8 +77,8 @@ def estimate(
                                               EstimateMode.parse(mode) if mode is not None else None, topology,
                                               extrapolate, share_nic, npus, out, calibration))
     if explain and not result.nccl_choices:
-        typer.echo("# --explain: only the NCCL mode (--calibration with nccl_calibration.json) assumes NCCL's "
-                   "choices", err=True)
+        typer.echo("# --explain: only an NCCL calibration (--calibration with nccl_calibration.json) assumes "
+                   "NCCL's choices", err=True)
     typer.echo(format_estimate(result.estimate))
     if explain and result.nccl_choices:
         from astra_adapter.nccl.estimate import format_choices

@@ -16,7 +16,8 @@ from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
 class EstimateRequest:
     trace: Path
     measurements: tuple[Path, ...] = ()
-    mode: Optional[EstimateMode] = None  # None: fabric where the topology needs it (or with a calibration), else measured
+    mode: Optional[EstimateMode] = None  # None: fabric where the topology needs it (or with a calibration), else
+    # measured; with an NCCL calibration: nccl, or fabric (with NCCL's choices) where the workload's ops contend
     topology: Optional[Path] = None
     extrapolate: bool = False
     share_nic: bool = True
@@ -51,12 +52,17 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
     topology = load_topology_file(request.topology) if request.topology is not None else None
     loaded, warnings = load_checked_trace(request.trace, request.npus)
     mode = request.mode
-    if mode is None and request.calibration is not None:
+    nccl_calibration = False
+    if request.calibration is not None and mode in (None, EstimateMode.FABRIC):
         from astra_adapter.nccl.calibration_io import has_nccl_calibration
-        if has_nccl_calibration(request.calibration):
-            mode = EstimateMode.NCCL
-    if mode is EstimateMode.NCCL:
-        return _estimate_nccl(request, loaded, topology, warnings)
+        nccl_calibration = has_nccl_calibration(request.calibration)
+    if mode is None and nccl_calibration:
+        # NCCL's model times each op alone; where the workload's ops contend for links, the fabric model does
+        from astra_adapter.fabric.estimate import groups_share_links, sends_beside_collectives
+        contends = topology is not None and (groups_share_links(loaded, topology) or sends_beside_collectives(loaded))
+        mode = EstimateMode.FABRIC if contends else EstimateMode.NCCL
+    if mode is EstimateMode.NCCL or nccl_calibration:
+        return _estimate_nccl(request, loaded, topology, warnings, mode)
     if mode is None:
         fabric = topology is not None and (request.calibration is not None or fabric_by_default(loaded, topology))
         mode = EstimateMode.FABRIC if fabric else EstimateMode.MEASURED
@@ -91,8 +97,11 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
     return EstimateResult(run.run_dir, est, calibration, path, fabric_cal, warnings=warnings)
 
 
-def _estimate_nccl(request: EstimateRequest, loaded, topology, warnings: tuple[str, ...]) -> EstimateResult:
-    """NCCL mode: every op through the NCCL model with a real cluster's calibration (genie calibrate)."""
+def _estimate_nccl(request: EstimateRequest, loaded, topology, warnings: tuple[str, ...],
+                   mode: EstimateMode = EstimateMode.NCCL) -> EstimateResult:
+    """With a real cluster's calibration (genie calibrate): NCCL mode, every op through the NCCL model; or
+    fabric mode, every op's NCCL choice as flows on the topology's links (astra_adapter.fabric.nccl_flows)."""
+    from astra_adapter.fabric.nccl_estimate import estimate_fabric_nccl
     from astra_adapter.nccl.calibration_io import load_calibration
     from astra_adapter.nccl.estimate import choices_csv, estimate_nccl
     from astra_adapter.workload_estimate import estimate_csv
@@ -108,11 +117,14 @@ def _estimate_nccl(request: EstimateRequest, loaded, topology, warnings: tuple[s
         raise InputError("`measurements` (sweeps of genie bench) do not calibrate the NCCL model: give a genie "
                          "calibrate run directory as `calibration`", path="measurements")
     cluster, params, cal_file = load_calibration(request.calibration)
-    result = estimate_nccl(loaded, topology, cluster, params, source=str(request.topology))
+    if mode is EstimateMode.FABRIC:
+        result, _ = estimate_fabric_nccl(loaded, topology, cluster, params, source=str(request.topology))
+    else:
+        result = estimate_nccl(loaded, topology, cluster, params, source=str(request.topology))
     est = result.estimate
     inputs = (input_digest(request.trace, "trace"), input_digest(Path(cal_file), "calibration"),
               input_digest(request.topology, "topology"))
-    params_doc = {"mode": EstimateMode.NCCL.value, "npus": request.npus, "calibration": str(request.calibration)}
+    params_doc = {"mode": mode.value, "npus": request.npus, "calibration": str(request.calibration)}
     with RunRecorder("estimate", out=request.out, inputs=inputs, params=params_doc) as run:
         for warning in warnings:
             run.warn(warning)
