@@ -76,135 +76,8 @@ cdef struct Chunk:
     void *box           # phase messages: the receiver's _Box (borrowed: the core keeps every box)
 
 
-cdef struct Entry:
-    int64_t frm
-    int64_t size
-    int64_t balance     # > 0 messages arrived and not received; < 0 receives posted (by ``waiter``)
-    int64_t waiter
-
-
-cdef class _Box:
-    """The messages of one stream key to one rank: (source, size) -> balance (the reference's ``arrived`` and
-    ``waiting`` deques, which only ever hold arrival ticks nobody reads and one member)."""
-
-    cdef Entry *entries
-    cdef int count, cap
-
-    def __cinit__(self):
-        self.cap = 4
-        self.count = 0
-        self.entries = <Entry *> malloc(self.cap * sizeof(Entry))
-        if self.entries == NULL:
-            raise MemoryError()
-
-    def __dealloc__(self):
-        free(self.entries)
-
-    cdef Entry *find(self, int64_t frm, int64_t size) except? NULL:
-        cdef int i
-        for i in range(self.count):
-            if self.entries[i].frm == frm and self.entries[i].size == size:
-                return &self.entries[i]
-        if self.count == self.cap:
-            self.cap *= 2
-            self.entries = <Entry *> realloc(self.entries, self.cap * sizeof(Entry))
-            if self.entries == NULL:
-                raise MemoryError()
-        i = self.count
-        self.count += 1
-        self.entries[i].frm = frm
-        self.entries[i].size = size
-        self.entries[i].balance = 0
-        self.entries[i].waiter = -1
-        return &self.entries[i]
-
-    cdef void drop(self, Entry *e) noexcept:
-        cdef int i = e - self.entries
-        self.count -= 1
-        if i != self.count:
-            self.entries[i] = self.entries[self.count]
-
-
-cdef class _Member:
-    """One member of a live ring-family phase (:class:`~astra_adapter.phase_sim.RingFamily`), with its
-    context (rank, stream, stream key, bus delay)."""
-
-    cdef int fam, comm, local
-    cdef int64_t *members
-    cdef int64_t n, index, rank, parallel, stream_count, sends, msg_size, receiver, sender
-    cdef int64_t non_zero_total, middle, zero, non_zero, free, received, rank_offset
-    cdef double multiplier
-    cdef bint toggle, done
-    cdef int64_t *pk_dst
-    cdef int64_t *pk_src
-    cdef int64_t *pk_size
-    cdef int64_t pk_head, pk_count, pk_cap
-    cdef object stream
-    cdef int64_t key, bus_ns, id, ctx_rank, last_to
-    cdef _Box own_box, last_box  # where its receives are matched; where its last message went
-
-    def __dealloc__(self):
-        free(self.members)
-        free(self.pk_dst)
-        free(self.pk_src)
-        free(self.pk_size)
-
-    cdef int push_packet(self, int64_t dst, int64_t src, int64_t size) except -1:
-        cdef int64_t i, j, cap
-        if self.pk_count == self.pk_cap:
-            cap = self.pk_cap * 2 if self.pk_cap else 8
-            nd = <int64_t *> malloc(cap * sizeof(int64_t))
-            ns = <int64_t *> malloc(cap * sizeof(int64_t))
-            nz = <int64_t *> malloc(cap * sizeof(int64_t))
-            if nd == NULL or ns == NULL or nz == NULL:
-                raise MemoryError()
-            for i in range(self.pk_count):
-                j = (self.pk_head + i) % self.pk_cap
-                nd[i], ns[i], nz[i] = self.pk_dst[j], self.pk_src[j], self.pk_size[j]
-            free(self.pk_dst)
-            free(self.pk_src)
-            free(self.pk_size)
-            self.pk_dst, self.pk_src, self.pk_size = nd, ns, nz
-            self.pk_head, self.pk_cap = 0, cap
-        j = (self.pk_head + self.pk_count) % self.pk_cap
-        self.pk_dst[j], self.pk_src[j], self.pk_size[j] = dst, src, size
-        self.pk_count += 1
-        return 0
-
-    cdef void hd_peer(self) noexcept:
-        cdef int64_t offset = self.rank_offset, step
-        cdef bint clockwise = offset == 0 or _floordiv(self.index, offset) % 2 == 0
-        step = offset if clockwise else -offset
-        self.receiver = self.sender = _mod(self.index + step, self.n)
-
-    cdef void advance(self) noexcept:
-        cdef int64_t r, s
-        if self.fam == FAM_DIRECT:
-            r = (self.receiver + 1) % self.n
-            if r == self.index:
-                r = (r + 1) % self.n
-            s = _mod(self.sender - 1, self.n)
-            if s == self.index:
-                s = _mod(s - 1, self.n)
-            self.receiver, self.sender = r, s
-        elif self.fam == FAM_HD:
-            self.rank_offset = <int64_t> (self.rank_offset * self.multiplier)
-            self.msg_size = <int64_t> (self.msg_size / self.multiplier)
-            if self.rank_offset == self.n and self.comm == C_AR:
-                self.multiplier = 0.5
-                self.rank_offset = <int64_t> (self.rank_offset * 0.5)
-                self.msg_size = <int64_t> (self.msg_size / 0.5)
-            self.hd_peer()
-
-
-cdef inline int64_t _mod(int64_t a, int64_t n) noexcept:
-    cdef int64_t r = a % n
-    return r + n if r < 0 else r
-
-
-cdef inline int64_t _floordiv(int64_t a, int64_t b) noexcept:
-    cdef int64_t q = a // b
-    return q
+include "aware_queue.pxi"
+include "aware_members.pxi"
 
 
 cdef class AwareCore:
@@ -213,8 +86,8 @@ cdef class AwareCore:
     Duck-types :class:`~astra_adapter.links.LinkNetwork` (``send``) and :class:`~astra_adapter.live_phases.
     LivePhases` (``start``, ``started_phases``, ``waiting_description``)."""
 
-    cdef Event *heap
-    cdef int64_t heap_len, heap_cap, seq, cur_t, cur_seq  # cur: the event being run
+    cdef _Queue queue
+    cdef int64_t seq, cur_t, cur_seq  # cur: the event being run
     cdef Chunk *chunks
     cdef int64_t chunks_len, chunks_cap, chunk_free
     cdef int64_t *free_t      # per link: the tick and sequence number of its free event (ends its busy time)
@@ -234,7 +107,6 @@ cdef class AwareCore:
     cdef public int64_t started_phases
 
     def __cinit__(self):
-        self.heap = NULL
         self.chunks = NULL
         self.free_t = NULL
         self.free_seq = NULL
@@ -260,8 +132,7 @@ cdef class AwareCore:
         self.endpoint_delay_ns, self.local_bus_ns = env.bus_delay_ns(False), env.bus_delay_ns(True)
         self.local_mem_bw = env.local_mem_bw_gb_per_s
         self.phase_ended, self.mirror = phase_ended, mirror
-        self.heap_cap = 1024
-        self.heap = <Event *> malloc(self.heap_cap * sizeof(Event))
+        self.queue = _Queue()
         self.chunks_cap = 1024
         self.chunks = <Chunk *> malloc(self.chunks_cap * sizeof(Chunk))
         self.free_t = <int64_t *> malloc(self.links_count * sizeof(int64_t))
@@ -269,12 +140,12 @@ cdef class AwareCore:
         self.freed_queued = <char *> malloc(self.links_count * sizeof(char))
         self.head = <int64_t *> malloc(self.links_count * sizeof(int64_t))
         self.tail = <int64_t *> malloc(self.links_count * sizeof(int64_t))
-        if self.heap == NULL or self.chunks == NULL or self.free_t == NULL or self.free_seq == NULL or \
+        if self.chunks == NULL or self.free_t == NULL or self.free_seq == NULL or \
                 self.freed_queued == NULL or self.head == NULL or self.tail == NULL:
             raise MemoryError()
         for i in range(self.links_count):
             self.free_t[i], self.free_seq[i], self.freed_queued[i], self.head[i], self.tail[i] = -1, -1, 0, -1, -1
-        self.heap_len = self.seq = self.chunks_len = 0
+        self.seq = self.chunks_len = 0
         self.cur_t = self.cur_seq = -1
         self.chunk_free = -1
         self.objs, self.free_objs, self.members = [], [], []
@@ -283,7 +154,6 @@ cdef class AwareCore:
         self.last_red_size = -1
 
     def __dealloc__(self):
-        free(self.heap)
         free(self.chunks)
         free(self.free_t)
         free(self.free_seq)
@@ -297,47 +167,9 @@ cdef class AwareCore:
         return self.push_at(t, self.seq, kind, a, b)
 
     cdef int push_at(self, int64_t t, int64_t seq, int kind, int64_t a, int64_t b) except -1:
-        cdef int64_t i, parent
-        cdef Event ev
-        if self.heap_len == self.heap_cap:
-            self.heap_cap *= 2
-            self.heap = <Event *> realloc(self.heap, self.heap_cap * sizeof(Event))
-            if self.heap == NULL:
-                raise MemoryError()
-        ev.t, ev.seq, ev.kind, ev.a, ev.b = t, seq, kind, a, b
-        i = self.heap_len
-        self.heap_len += 1
-        while i > 0:
-            parent = (i - 1) >> 1
-            if self.heap[parent].t < t or (self.heap[parent].t == t and self.heap[parent].seq < ev.seq):
-                break
-            self.heap[i] = self.heap[parent]
-            i = parent
-        self.heap[i] = ev
-        return 0
-
-    cdef Event pop(self) noexcept:
-        cdef Event top = self.heap[0]
-        cdef Event last
-        cdef int64_t i = 0, child, n
-        self.heap_len -= 1
-        n = self.heap_len
-        if n > 0:
-            last = self.heap[n]
-            while True:
-                child = 2 * i + 1
-                if child >= n:
-                    break
-                if child + 1 < n and (self.heap[child + 1].t < self.heap[child].t or (
-                        self.heap[child + 1].t == self.heap[child].t and
-                        self.heap[child + 1].seq < self.heap[child].seq)):
-                    child += 1
-                if last.t < self.heap[child].t or (last.t == self.heap[child].t and last.seq < self.heap[child].seq):
-                    break
-                self.heap[i] = self.heap[child]
-                i = child
-            self.heap[i] = last
-        return top
+        if t < self.cur_t:
+            raise Unsupported("an event scheduled in the past")
+        return self.queue.push(t, seq, kind, a, b)
 
     cdef int64_t keep(self, obj) except -1:
         cdef int64_t slot
@@ -364,8 +196,8 @@ cdef class AwareCore:
         cdef Event ev
         cdef _Member m
         cdef int64_t red
-        while self.heap_len > 0:
-            ev = self.pop()
+        while self.queue.length > 0:
+            ev = self.queue.pop()
             self.cur_t, self.cur_seq = ev.t, ev.seq
             if ev.kind == EV_ARRIVED:
                 self.arrived(ev.t, ev.a)
