@@ -170,3 +170,15 @@ def test_a_hang_is_reported_in_the_reference_words() -> None:
         messages.append(str(caught.value))
     assert messages[0] == messages[1]
     assert "never finishes" in messages[0]
+
+
+def test_the_speed_benchmarks_workload_on_a_switch() -> None:
+    """The DP ring workload of benchmarks/astra_aware_speed.py with 4 chunks per collective on a Switch (every
+    chunk stored and forwarded there; aware and unaware differ): identical, rank by rank and line by line."""
+    from benchmarks.astra_aware_speed import configs, dp_ring_trace
+
+    system, network = configs(12, 4, TopologyKind.SWITCH)
+    fast, reference = (estimate(dp_ring_trace(12), system, network, backend=AWARE, symmetry=False, compiled=c)
+                       for c in (True, False))
+    assert fast == reference
+    assert fast.stdout("t") == reference.stdout("t")
