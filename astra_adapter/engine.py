@@ -28,6 +28,11 @@ from astra_adapter.phase_sim import PhaseEnv, PhaseTimer
 from astra_adapter.streams import CollectiveScheduler, Stream, SysState, Twins
 from astra_adapter.work import OpKind, RankWork, Slot, StatType
 
+try:  # the compiled hot loop of the congestion-aware backend, built by the install step when it can be
+    from astra_adapter.aware_core import AwareCore, Unsupported
+except ImportError:  # not built: the pure Python reference runs everything
+    AwareCore, Unsupported = None, None
+
 _NODE_DONE, _PHASE_DONE, _ARRIVAL, _PORT_FREE, _CALL = 0, 1, 2, 3, 4
 _BUSY_SLOTS = (Slot.CPU, Slot.GPU_COMP, Slot.GPU_COMM)
 
@@ -77,7 +82,7 @@ class Engine:
     def __init__(self, work: tuple[RankWork, ...], groups: dict[str, tuple[int, ...]], system: SystemConfig,
                  network: AnalyticalNetwork, remote_memory: RemoteMemoryConfig | None = None,
                  queues_per_dim: int = 1, representatives: tuple[int, ...] | None = None,
-                 backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE) -> None:
+                 backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE, compiled: bool = False) -> None:
         if len(work) != network.npus_count:
             raise GenieError(f"the workload has {len(work)} ranks but the network has {network.npus_count} NPUs")
         _check_supported(system)
@@ -87,13 +92,20 @@ class Engine:
         self.timer = PhaseTimer(env)
         twins = Twins(representatives, work) if representatives is not None else None
         self.links: LinkNetwork | None = None
+        self.core = None
         live = None
         if backend is NetworkBackend.CONGESTION_AWARE:
             self.links = LinkNetwork(network.config, self._call)
             mirror = representatives is not None
             if mirror and not mirrored_links(work, groups, network, self.links, system, representatives):
                 raise GenieError("internal: these ranks cannot be mirrored in the congestion-aware network")
-            live = LivePhases(env, self.links, self._call, self._phase_ended, mirror)
+            if compiled and AwareCore is not None:
+                # links, live phases and the event queue in one compiled loop (same events, same order)
+                self.core = live = AwareCore(self.links, env, self._phase_ended, mirror)
+                self.links = self.core
+                self._at = self._core_at
+            else:
+                live = LivePhases(env, self.links, self._call, self._phase_ended, mirror)
             twins = None
         self.collectives = CollectiveScheduler(system, network, groups, self.timer, self._phase_done,
                                                self._collective_done, queues_per_dim, twins, live)
@@ -118,6 +130,9 @@ class Engine:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, rank, payload))
 
+    def _core_at(self, t: int, kind: int, rank: int, payload) -> None:
+        self.core.at(t, (kind, rank, payload))
+
     def _phase_done(self, t: int, rank: int, stream: Stream) -> None:
         self._at(t, _PHASE_DONE, rank, stream)
 
@@ -140,19 +155,14 @@ class Engine:
             self._issue(r, 0)
             self._check_finish(r, 0)
         heap, ranks, collectives = self.heap, self.ranks, self.collectives
+        if self.core is not None:
+            self.core.run(self._dispatch)
         while heap:
             t, _, kind, rank, payload = heapq.heappop(heap)
-            if kind == _PHASE_DONE:
-                r = ranks[rank]
-                collectives.proceed(r.sys, payload, t)
-            elif kind == _NODE_DONE:
-                self._node_done(ranks[rank], payload, t)
-            elif kind == _CALL:
+            if kind == _CALL:
                 payload[0](t, payload[1])
-            elif kind == _ARRIVAL:
-                self._arrival(payload, t)
             else:
-                self._port_free(payload, t)
+                self._dispatch(t, (kind, rank, payload))
         unfinished = [r for r in ranks.values() if r.finish is None]
         if unfinished:
             raise GenieError(self._deadlock_message(unfinished))
@@ -160,6 +170,19 @@ class Engine:
                      for r in ranks.values())
         log = sorted(self.log + collectives.log, key=lambda entry: entry[0])  # stable: same-tick order kept
         return EngineRun(runs, tuple(log), self.timer.simulated_phases, self.timer.barrier_approximations)
+
+    def _dispatch(self, t: int, event: tuple) -> None:
+        kind, rank, payload = event
+        if kind == _PHASE_DONE:
+            self.collectives.proceed(self.ranks[rank].sys, payload, t)
+        elif kind == _NODE_DONE:
+            self._node_done(self.ranks[rank], payload, t)
+        elif kind == _CALL:
+            payload[0](t, payload[1])
+        elif kind == _ARRIVAL:
+            self._arrival(payload, t)
+        else:
+            self._port_free(payload, t)
 
     # ---- workload layer -----------------------------------------------------------------------------------
     def _node_done(self, r: _Rank, i: int, t: int) -> None:
@@ -326,3 +349,19 @@ def stat_types(work: RankWork, run: RankRun) -> tuple[StatType, ...]:
     for i in reversed(run.issue_order):
         seen.setdefault(work.nodes[i].stat, None)
     return tuple(seen)
+
+
+def run_engine(work: tuple[RankWork, ...], groups: dict[str, tuple[int, ...]], system: SystemConfig,
+               network: AnalyticalNetwork, remote_memory: RemoteMemoryConfig | None = None, queues_per_dim: int = 1,
+               representatives: tuple[int, ...] | None = None,
+               backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE, compiled: bool = True) -> EngineRun:
+    """Run :class:`Engine`: the congestion-aware backend in the compiled loop when it is built and models the
+    run (``compiled``), else on the pure Python reference. A run the compiled loop does not model, or that ends
+    in an error, is run again on the reference, so that the result or the error is the reference's."""
+    args = (work, groups, system, network, remote_memory, queues_per_dim, representatives, backend)
+    if compiled and AwareCore is not None and backend is NetworkBackend.CONGESTION_AWARE:
+        try:
+            return Engine(*args, compiled=True).run()
+        except (Unsupported, GenieError):
+            pass
+    return Engine(*args).run()

@@ -25,7 +25,7 @@ from genie.core.trace import Trace
 from astra_adapter.collective_plan import ring_log_lines
 from astra_adapter.config import NetworkBackend, NetworkConfig, RemoteMemoryConfig, SystemConfig, load_network, \
     load_remote_memory, load_system
-from astra_adapter.engine import Engine, EngineRun, RankRun, stat_types
+from astra_adapter.engine import EngineRun, RankRun, run_engine, stat_types
 from astra_adapter.network import AnalyticalNetwork
 from astra_adapter.output import AstraResult, RankResult, format_astra_output, rank_lines, timestamp_now
 from astra_adapter.links import LinkNetwork
@@ -118,15 +118,17 @@ def results(work: tuple[RankWork, ...], run: EngineRun, representatives: tuple[i
 def estimate(trace: Trace, system: SystemConfig, network: NetworkConfig,
              remote_memory: RemoteMemoryConfig | None = None, *, queues_per_dim: int = 1,
              symmetry: bool | None = None,
-             backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE, holds: bool = False) -> Estimate:
+             backend: NetworkBackend = NetworkBackend.CONGESTION_UNAWARE, holds: bool = False,
+             compiled: bool = True) -> Estimate:
     """Estimate ``trace``. ``symmetry``: simulate one rank per class of identical ranks (exact, see
     :mod:`astra_adapter.symmetry`); None = when the trace has more than ``SYMMETRY_MIN_RANKS`` ranks. Without
     it the order of same-tick finish lines follows ASTRA-sim's event order; with it, rank order.
     ``backend``: which analytical network (the congestion-aware one simulates every rank, links shared).
     ``holds``: find where the one communication slot per NPU held a send or collective back
-    (:mod:`astra_adapter.slot_holds`)."""
+    (:mod:`astra_adapter.slot_holds`). ``compiled``: the congestion-aware backend's compiled loop where it is
+    built (:mod:`astra_adapter.aware_core`; same results); False runs the pure Python reference."""
     with _collector_paused():
-        return _estimate(trace, system, network, remote_memory, queues_per_dim, symmetry, backend, holds)
+        return _estimate(trace, system, network, remote_memory, queues_per_dim, symmetry, backend, holds, compiled)
 
 
 @contextmanager
@@ -142,7 +144,8 @@ def _collector_paused():
 
 
 def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote_memory: RemoteMemoryConfig | None,
-              queues_per_dim: int, symmetry: bool | None, backend: NetworkBackend, holds: bool) -> Estimate:
+              queues_per_dim: int, symmetry: bool | None, backend: NetworkBackend, holds: bool,
+              compiled: bool) -> Estimate:
     work = trace_work(trace, system)
     groups = {g.name: tuple(g.ranks) for g in trace.groups}
     net = AnalyticalNetwork(network)
@@ -155,8 +158,7 @@ def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote
             links = LinkNetwork(network, lambda *_: None) if len(network.dims) == 1 else None
             if links is None or not mirrored_links(work, groups, net, links, system, reps):
                 reps = None  # the aware network is mirrored only where one rank provably stands for all
-    run = Engine(work, groups, system, net, remote_memory, queues_per_dim, representatives=reps,
-                 backend=backend).run()
+    run = run_engine(work, groups, system, net, remote_memory, queues_per_dim, reps, backend, compiled)
     result, log = results(work, run, reps, roofline=system.roofline_enabled)
     return Estimate(result, ring_log_lines(system, network.npus_per_dim), log, run.simulated_phases,
                     len(run.ranks), run.approximated_phases, longest_hold(work, run.ranks) if holds else None)

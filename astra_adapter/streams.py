@@ -153,6 +153,8 @@ class CollectiveScheduler:
         self._dims: dict[CommKind, tuple] = {}
         self._phases: dict[tuple, tuple[PhaseSpec, ...]] = {}
         self._index: dict[tuple[int, ...], dict[int, int]] = {}
+        # (rank, logical dim, collective, reversed) -> a world phase's members, network dim, and index
+        self._placed: dict[tuple, tuple[tuple[int, ...], int | None, dict[int, int]]] = {}
 
     def new_state(self, rank: int) -> SysState:
         levels = self.network.dims_count
@@ -279,12 +281,19 @@ class CollectiveScheduler:
     def _phase_started(self, s: SysState, stream: Stream, t: int) -> None:
         p = stream.next_phase - 1
         spec = stream.phases[p]
-        members, network_dim = self._members(s.rank, stream, spec)
-        if stream.reversed[p]:
-            members = members[::-1]
-        index = self._index.get(members)
-        if index is None:
-            index = self._index[members] = {m: k for k, m in enumerate(members)}
+        where = None if spec.logical_dim is None else (s.rank, spec.logical_dim, stream.coll.comm, stream.reversed[p])
+        placed = self._placed.get(where) if where is not None else None
+        if placed is None:
+            members, network_dim = self._members(s.rank, stream, spec)
+            if stream.reversed[p]:
+                members = members[::-1]
+            index = self._index.get(members)
+            if index is None:
+                index = self._index[members] = {m: k for k, m in enumerate(members)}
+            placed = members, network_dim, index
+            if where is not None:
+                self._placed[where] = placed
+        members, network_dim, index = placed
         k = index[s.rank]
         if self.live is not None:
             self.live.start(s.rank, stream, (stream.coll.key, stream.chunk), spec, members, k, stream.trees[p], t)

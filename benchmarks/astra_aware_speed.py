@@ -11,14 +11,17 @@ local-mem-bw 1600 GB/s, ``--splits`` chunks per collective (1).
     python -m benchmarks.astra_aware_speed --astra-aware BIN --astra-unaware BIN   # and the real binaries
 
 genie runs in process (the trace built in memory, not read from ET files); each run is timed with
-``time.perf_counter`` and the median of ``--repeat`` runs printed. With ASTRA-sim binaries the input set is
-written to a temporary directory (or ``--write-et``) and each binary is run once from it (wall clock of the
-process); the finish cycles of every run are printed so that identical results can be checked.
+``time.perf_counter`` (wall) and ``time.process_time`` (CPU) and the medians of ``--repeat`` runs printed. With
+ASTRA-sim binaries the input set is written to a temporary directory (or ``--write-et``) and each binary is run
+once from it (wall clock of the process, and its CPU time from ``getrusage``); the finish cycles of every run
+are printed so that identical results can be checked. On a shared machine the CPU-time ratio is the steadier
+one (the wall clock of a long binary run sees the load change).
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -60,14 +63,16 @@ def configs(ranks: int, splits: int, topology: TopologyKind = TopologyKind.RING)
 
 
 def time_genie(trace: Trace, system: SystemConfig, network: NetworkConfig, backend: NetworkBackend,
-               repeat: int, symmetry: bool | None) -> tuple[float, int, int]:
-    times, finish, simulated = [], 0, 0
+               repeat: int, symmetry: bool | None) -> tuple[float, float, int, int]:
+    """(median wall s, median CPU s, finish cycles, simulated ranks)."""
+    times, cpu, finish, simulated = [], [], 0, 0
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         est = estimate(trace, system, network, backend=backend, symmetry=symmetry)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         finish, simulated = est.result.max_finish_cycles, est.simulated_ranks
-    return statistics.median(times), finish, simulated
+    return statistics.median(times), statistics.median(cpu), finish, simulated
 
 
 def write_set(trace: Trace, system: SystemConfig, network: NetworkConfig, out: Path) -> None:
@@ -78,13 +83,19 @@ def write_set(trace: Trace, system: SystemConfig, network: NetworkConfig, out: P
     (out / "remote_memory.json").write_text(remote_memory_json())
 
 
-def time_binary(binary: Path, folder: Path) -> tuple[float, int]:
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_binary(binary: Path, folder: Path) -> tuple[float, float, int]:
+    """(wall s, CPU s, finish cycles) of one run of ``binary``."""
     argv = [str(binary), "--workload-configuration=workload/workload", "--system-configuration=system.json",
             "--network-configuration=network.yml", "--remote-memory-configuration=remote_memory.json"]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _children_cpu_s()
     done = subprocess.run(argv, cwd=folder, capture_output=True, check=True)
-    elapsed = time.perf_counter() - t0
-    return elapsed, parse_astra_output(done.stdout, source=str(binary)).max_finish_cycles
+    elapsed, cpu = time.perf_counter() - t0, _children_cpu_s() - c0
+    return elapsed, cpu, parse_astra_output(done.stdout, source=str(binary)).max_finish_cycles
 
 
 def main() -> None:
@@ -105,10 +116,11 @@ def main() -> None:
           f"{LAYERS // BUCKET_EVERY} all-reduces of {BUCKET_BYTES >> 20} MiB, splits {args.splits}")
     genie_s = {}
     for backend in NetworkBackend:
-        seconds, finish, simulated = time_genie(trace, system, network, backend, args.repeat,
-                                                False if args.no_symmetry else None)
-        genie_s[backend] = (seconds, finish)
-        print(f"genie {backend.value:20s} {seconds:8.2f} s  finish {finish} cycles  ({simulated} rank(s) simulated)")
+        seconds, cpu, finish, simulated = time_genie(trace, system, network, backend, args.repeat,
+                                                     False if args.no_symmetry else None)
+        genie_s[backend] = (seconds, cpu, finish)
+        print(f"genie {backend.value:20s} {seconds:8.2f} s  (CPU {cpu:7.2f} s)  finish {finish} cycles  "
+              f"({simulated} rank(s) simulated)")
     binaries = {NetworkBackend.CONGESTION_AWARE: args.astra_aware,
                 NetworkBackend.CONGESTION_UNAWARE: args.astra_unaware}
     if not any(binaries.values()) and args.write_et is None:
@@ -119,11 +131,11 @@ def main() -> None:
         for backend, binary in binaries.items():
             if binary is None:
                 continue
-            seconds, finish = time_binary(binary, folder)
-            ours_s, ours_finish = genie_s[backend]
+            seconds, cpu, finish = time_binary(binary, folder)
+            ours_s, ours_cpu, ours_finish = genie_s[backend]
             same = "identical cycles" if finish == ours_finish else f"DIFFERENT cycles (genie {ours_finish})"
-            print(f"ASTRA-sim {backend.value:16s} {seconds:8.2f} s  finish {finish} cycles  {same};  "
-                  f"genie is {seconds / ours_s:.1f}x faster")
+            print(f"ASTRA-sim {backend.value:16s} {seconds:8.2f} s  (CPU {cpu:7.2f} s)  finish {finish} cycles  "
+                  f"{same};  genie is {seconds / ours_s:.1f}x faster (CPU {cpu / ours_cpu:.1f}x)")
 
 
 if __name__ == "__main__":
