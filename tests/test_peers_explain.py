@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks.peers import explain, report
 from benchmarks.peers.explain import GenieSteps, Verdict, losses, peer_algorithm, steps_from_csv
-from benchmarks.peers.report import GENIE, GLOO, MPI, FlowLimit
+from benchmarks.peers.report import GENIE, GLOO, MPI
 from genie.core.collective import Algorithm, Collective
 
 AR, AG, A2A = Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.ALL_TO_ALL
@@ -89,12 +89,25 @@ def test_steps_from_csv_counts_steps_and_bytes():
     assert rec.step_cost_us(RATE) == pytest.approx(5.0 - 2.56)
 
 
-def test_losses_by_shape_uses_the_measured_flow_limit_unshaped():
+def test_losses_by_shape_at_genies_own_data_rate():
     rows = [row(GENIE, False, AG, 1024, 500.0), row(MPI, False, AG, 1024, 100.0),
             row(GENIE, True, AG, 1024, 50.0), row(MPI, True, AG, 1024, 100.0)]
-    steps = {(False, AG, 1024): steps_of(Algorithm.RING, 7, 128, 70.0)}
-    text = explain.losses_by_shape(rows, steps, {False: FlowLimit(False, (0.5, 0.5))}, shaped_rate_bps=10 ** 9)
+    # the largest case's steps move 1000 B in 20 us: 0.05 GB/s, the rate the 1 KiB case's wire time is taken at
+    steps = {(False, AG, 1024): steps_of(Algorithm.RING, 7, 128, 70.0),
+             (False, AG, 8192): steps_of(Algorithm.RING, 7, 1000, 20.0)}
+    assert explain.data_rate_GBps(steps, False) == pytest.approx(0.05)
+    assert explain.data_rate_GBps(steps, True) is None
+    text = explain.losses_by_shape(rows, steps, shaped_rate_bps=10 ** 9)
     assert "at least as fast in every cell" in text[True]
-    assert "payload rate 0.5000 GB/s" in text[False] and "1 cell(s) lost" in text[False]
-    text = explain.losses_by_shape(rows, steps, {}, shaped_rate_bps=10 ** 9)
-    assert "payload rate not measured" in text[False] and "1 unexplained" in text[False]
+    assert "data rate 0.0500 GB/s" in text[False] and "1 cell(s) lost" in text[False]
+    (loss,) = losses(rows, steps, {False: 0.05})
+    assert loss.step_cost_us == pytest.approx(70.0 - 128 / 50)
+
+
+def test_a_peer_faster_than_genies_data_path_is_said_so():
+    rows = [row(GENIE, False, AG, 64 << 20, 3e6), row(MPI, False, AG, 64 << 20, 1e6)]
+    steps = {(False, AG, 64 << 20): steps_of(Algorithm.RING, 7, (64 << 20) / 8, 3e6 / 7)}
+    (loss,) = losses(rows, steps, {False: 0.02})
+    assert loss.verdict == Verdict.SOFTWARE and loss.peer_step_cost_us < 0
+    line = explain.explain_line(loss)
+    assert "NOT the algorithm (the same steps and bytes)" in line and "faster than genie's data path" in line

@@ -4,8 +4,9 @@ For every (shape, collective, size) where genie's time is above the best peer's,
 algorithm each side ran, how many steps it takes, and how much of the gap the algorithm accounts for:
 
 - genie's side is measured: the algorithm ``auto`` resolved to (sweep.csv), its steps and bytes per step
-  (``genie bench --steps``: steps.csv of the same run), and its *per-step software cost*: the median over the
-  case's step records of (step duration - the step's bytes at the wire's payload rate);
+  (``genie bench --steps``: steps.csv of the same run), genie's *data rate* on that shape (the bytes per
+  second its steps reach on its largest case: :func:`data_rate_GBps`) and its *per-step software cost*: the
+  median over the case's step records of (step duration - the step's bytes at that rate);
 - the peer's side is its documented selection for that collective, size and 8 ranks (:func:`peer_algorithm`:
   MPICH's default tuning tree ``maint/tuning/coll/mpir/generic.json``, gloo's only CPU algorithm per
   collective in ``gloo/{allreduce,allgather,alltoall}.cc``) with its steps and bytes per step;
@@ -13,9 +14,11 @@ algorithm each side ran, how many steps it takes, and how much of the gap the al
   ``sum(c + bytes_i / rate)`` over each algorithm's steps, ``c`` genie's measured per-step cost. Where it
   covers the gap, the gap is what running NCCL's (genie's) algorithm costs; where it does not, the rest is
   genie's software, and the cell says so, beside the peer's implied per-step cost
-  ``(peer time - peer wire time) / peer steps``.
+  ``(peer time - peer bytes at genie's rate) / peer steps`` (negative: the peer moves its bytes faster than
+  genie's data path does - a data-path gap, not the algorithm).
 
-The payload rate is the link's TCP payload limit when shaped, the run's measured per-flow limit unshaped.
+Both rates come from genie's own steps in the run (a loaded machine moves fewer bytes than the link allows;
+the link's limit would make every step look free of software).
 """
 
 from __future__ import annotations
@@ -30,8 +33,7 @@ from typing import Mapping, Sequence
 from genie.collectives.tuner import estimated_times
 from genie.core.collective import Algorithm, Collective
 
-from benchmarks.peers.report import (GENIE, GLOO, MPI, PEERS, FlowLimit, Row, find, format_size, payload_limit_GBps,
-                                     shape_label)
+from benchmarks.peers.report import GENIE, GLOO, MPI, PEERS, Row, find, format_size, shape_label
 
 #: where the peers' selections come from (public sources, cited in the report)
 MPICH_SOURCE = "MPICH maint/tuning/coll/mpir/generic.json (default csel tree)"
@@ -183,6 +185,20 @@ class Loss:
         return self.genie_us - self.peer_us
 
 
+def data_rate_GBps(steps: Mapping[tuple[bool, Collective, int], GenieSteps], shaped: bool) -> float | None:
+    """genie's data rate on one shape: per collective, the median bytes / duration of the step records of its
+    largest case; the best of those (GB/s). None without records."""
+    best = None
+    for collective in {c for s, c, _ in steps if s == shaped}:
+        size = max(z for s, c, z in steps if s == shaped and c is collective)
+        rec = steps[(shaped, collective, size)]
+        rates = [b / (d * 1e3) for b, d in zip(rec.step_bytes, rec.durations_us) if d > 0 and b > 0]
+        if rates:
+            rate = statistics.median(rates)
+            best = rate if best is None else max(best, rate)
+    return best
+
+
 def _cost(step_bytes: Sequence[float], c_us: float, rate_GBps: float) -> float:
     return sum(c_us + b / (rate_GBps * 1e3) for b in step_bytes)
 
@@ -241,7 +257,9 @@ def explain_line(loss: Loss) -> str:
         return head + "; not explained: no step records or no known peer algorithm for this cell"
     c, cp, cost = loss.step_cost_us, loss.peer_step_cost_us, loss.algorithm_cost_us
     fit = f" (genie's model {loss.model_us:.0f} us of its measured {loss.genie_us:.0f} us)"
-    costs = f"genie {c:.0f} us/step of software vs {loss.peer}'s implied {cp:.0f} us/step"
+    costs = f"genie {c:.0f} us/step of software vs {loss.peer}'s implied {cp:.0f} us/step" if cp >= 0 else (
+        f"genie {c:.0f} us/step of software, and {loss.peer}'s bytes alone at genie's data rate take "
+        f"{-cp * loss.peer_steps:.0f} us longer than its whole time: it moves data faster than genie's data path")
     if loss.verdict == Verdict.ALGORITHM:
         why = (f"NCCL-faithful algorithm explains it: at genie's measured {c:.0f} us/step + wire, its steps cost "
                f"{cost:.0f} us more than the peer's >= the {loss.gap_us:.0f} us gap")
@@ -250,8 +268,8 @@ def explain_line(loss: Loss) -> str:
                f"({cost / loss.gap_us:.0%}); the other {loss.gap_us - cost:.0f} us is genie's software, "
                f"not the algorithm: {costs}")
     else:
-        why = (f"NOT the algorithm (genie's steps cost {-cost:.0f} us less than the peer's at genie's per-step "
-               f"cost): the {loss.gap_us:.0f} us gap is genie's software: {costs}")
+        same = "the same steps and bytes" if abs(cost) < 0.5 else f"genie's steps cost {-cost:.0f} us less"
+        why = f"NOT the algorithm ({same}): the {loss.gap_us:.0f} us gap is genie's software: {costs}"
     return f"{head}; {why}{fit}"
 
 
@@ -261,8 +279,8 @@ def format_losses(found: Sequence[Loss], shaped: bool, rate_GBps: float | None) 
     if not mine:
         return f"# genie vs the best peer, {label}: genie is at least as fast in every cell measured"
     rate = "not measured" if not rate_GBps else f"{rate_GBps:.4f} GB/s"
-    lines = [f"# where genie loses to the best peer, {label} (payload rate {rate}; per-step cost from genie's "
-             f"steps.csv of this run; peers' algorithms: {MPICH_SOURCE}; {GLOO_SOURCE})"]
+    lines = [f"# where genie loses to the best peer, {label}: genie's data rate {rate} and per-step software cost "
+             f"from its steps.csv of this run; peers' algorithms: {MPICH_SOURCE}; {GLOO_SOURCE}"]
     counts = {v: sum(x.verdict == v for x in mine) for v in
               (Verdict.ALGORITHM, Verdict.PARTLY, Verdict.SOFTWARE, Verdict.UNKNOWN)}
     lines += [f"  {explain_line(x)}" for x in mine]
@@ -272,16 +290,11 @@ def format_losses(found: Sequence[Loss], shaped: bool, rate_GBps: float | None) 
     return "\n".join(lines)
 
 
-def losses_by_shape(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], GenieSteps],
-                    flow_limits: Mapping[bool, FlowLimit], *, shaped_rate_bps: int, ranks: int = 8
-                    ) -> dict[bool, str]:
-    """The report's "where genie loses" section per shape measured: the shaped payload rate from the link's
-    rate, the unshaped one from the run's per-flow limit (none measured: no wire term can be taken off, and
-    the unshaped cells say they are not explained)."""
-    unshaped = flow_limits.get(False)
-    rates = {True: payload_limit_GBps(shaped_rate_bps)}
-    if unshaped is not None and unshaped.mean_GBps > 0:
-        rates[False] = unshaped.mean_GBps
+def losses_by_shape(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], GenieSteps], *,
+                    shaped_rate_bps: int, ranks: int = 8) -> dict[bool, str]:
+    """The report's "where genie loses" section per shape measured, at genie's data rate of that shape
+    (:func:`data_rate_GBps`); NCCL's protocol choice at the shaped link's rate."""
+    rates = {shaped: r for shaped in (True, False) if (r := data_rate_GBps(steps, shaped))}
     found = losses(rows, steps, rates, ranks=ranks, nccl_net_GBps={True: shaped_rate_bps / 8e9})
     return {shaped: format_losses(found, shaped, rates.get(shaped))
             for shaped in (True, False) if any(r.shaped == shaped for r in rows)}
