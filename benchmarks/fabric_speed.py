@@ -9,9 +9,10 @@ report). It prints the wall time, the CPU time with the draws' workers, the load
 the problem's size: ranks, trace nodes, the flows the model plays per draw, link directions (target: < 60 s).
 
     python3 benchmarks/fabric_speed.py [--ranks 1024] [--ep 8] [--routing-skew 1.0] [--layers N]
-                                       [--out DIR] [--repeat 1] [--size]
+                                       [--out DIR] [--repeat 1] [--in-process [--ecmp-samples N]]
 
-``--size`` also counts the flows (one play's worth: every op's schedule steps; it loads the trace in process).
+``--in-process`` also runs the estimate in this process with the trace read and the model timed apart, and
+counts the flows (one play's worth: every op's schedule steps).
 """
 
 from __future__ import annotations
@@ -69,14 +70,32 @@ def generate(out: Path, ranks: int, ep: int, skew: float, layers: int | None) ->
     return prefix.parent
 
 
-def count_size(trace_dir: Path, topology) -> str:
+def in_process(trace_dir: Path, topology, ecmp_samples: int | None) -> str:
+    """The same estimate in this process, the trace read and the model timed apart (CPU includes the draws'
+    workers), then the problem's size."""
+    from astra_adapter.fabric.estimate import estimate_fabric
+    from astra_adapter.fabric.flows import ECMP_SAMPLES
+    from genie.workloads.loader import load_trace
+
+    c0, w0 = time.process_time(), time.perf_counter()
+    trace = load_trace(trace_dir)
+    c1, w1 = time.process_time(), time.perf_counter()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    est = estimate_fabric(trace, topology, ecmp_samples=ECMP_SAMPLES if ecmp_samples is None else ecmp_samples)
+    w2, after = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = time.process_time() - c1 + after.ru_utime - children.ru_utime + after.ru_stime - children.ru_stime
+    line = (f"in process: trace read {w1 - w0:.1f} s wall / {c1 - c0:.1f} s CPU; fabric model {w2 - w1:.1f} s "
+            f"wall / {cpu:.1f} s CPU "
+            f"(ECMP: {len(est.draw_iterations_ns) or 1} play(s)); iteration {est.iteration_ns} ns")
+    return line + "\nsize: " + count_size(trace, topology)
+
+
+def count_size(trace, topology) -> str:
     """Ranks, nodes, link directions and the flows one play runs (every op's schedule, step by step)."""
     from astra_adapter.fabric.flows import StepSends
     from astra_adapter.fabric.network import FabricNetwork
     from astra_adapter.timeline import CompiledTrace
-    from genie.workloads.loader import load_trace
 
-    trace = load_trace(trace_dir)
     compiled = CompiledTrace(trace)
     sends = StepSends()
     flows = steps = 0
@@ -99,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, help="transformer layers (default: the model's)")
     parser.add_argument("--out", type=Path, help="keep the trace, topology and estimates here (default: a temp dir)")
     parser.add_argument("--repeat", type=int, default=1, help="time the estimate this many times (median)")
-    parser.add_argument("--size", action="store_true", help="also count the flows one play runs")
+    parser.add_argument("--in-process", action="store_true",
+                        help="also time the trace read and the model apart in this process, and count the flows")
+    parser.add_argument("--ecmp-samples", type=int, help="in process: ECMP hash draws (default: the CLI's)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from genie.topology.writer import dump_topology
@@ -128,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fabric model, MoE EP{args.ep} (routing skew {args.routing_skew:g}) at {args.ranks} ranks on 3 "
               f"tiers: `genie estimate --mode fabric` median {median(walls):.1f} s wall, {median(cpus):.1f} s CPU "
               f"over {len(walls)} run(s) (target < 60 s)")
-        if args.size:
-            print(f"size: {count_size(trace_dir, topology)}")
+        if args.in_process:
+            print(in_process(trace_dir, topology, args.ecmp_samples))
     return 0
 
 
