@@ -28,6 +28,7 @@ import io
 import math
 import statistics
 from dataclasses import dataclass
+from enum import Enum
 from typing import Mapping, Sequence
 
 from genie.collectives.tuner import estimated_times
@@ -152,7 +153,9 @@ def steps_from_csv(text: str) -> dict[tuple[Collective, int], GenieSteps]:
     return out
 
 
-class Verdict:
+class Verdict(Enum):
+    """What a lost cell's gap comes from."""
+
     ALGORITHM = "algorithm"  # NCCL's (genie's) algorithm costs at least the gap
     PARTLY = "partly"  # the algorithm costs part of it; the rest is genie's software
     SOFTWARE = "software"  # genie's algorithm is no costlier than the peer's: the gap is genie's software
@@ -178,7 +181,7 @@ class Loss:
     peer_step_cost_us: float | None  # the peer's implied one: (time - wire) / steps
     algorithm_cost_us: float | None  # genie's model with its steps minus with the peer's
     model_us: float | None  # genie's model of its own time (how well c x steps + wire fits the measurement)
-    verdict: str
+    verdict: Verdict
 
     @property
     def gap_us(self) -> float:
@@ -207,8 +210,8 @@ def losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], Gen
            rates_GBps: Mapping[bool, float], *, ranks: int = 8,
            nccl_net_GBps: Mapping[bool, float] | None = None) -> list[Loss]:
     """Every (shape, collective, size) where genie is slower than the fastest peer measured, explained.
-    ``steps``: genie's step records per (shaped, collective, size); ``rates_GBps``: the payload rate per shape
-    (shaped: the link's limit, unshaped: the measured per-flow limit)."""
+    ``steps``: genie's step records per (shaped, collective, size); ``rates_GBps``: genie's data rate per shape
+    (:func:`data_rate_GBps`); ``nccl_net_GBps``: the per-rank network NCCL's tuner would assume, per shape."""
     out = []
     for g in sorted((r for r in rows if r.system == GENIE),
                     key=lambda r: (not r.shaped, r.collective.value, r.size_bytes)):
