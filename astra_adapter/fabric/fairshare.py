@@ -33,6 +33,5 @@ def max_min_rates(flow_of: np.ndarray, resource_of: np.ndarray, weight: np.ndarr
         residual[used] -= delta * load[used]
         saturated = used & (residual <= _REL_EPS * capacity)
         residual[saturated] = 0.0
-        frozen = np.unique(flow_of[live & saturated[resource_of]])
-        active[frozen] = False
+        active[flow_of[live & saturated[resource_of]]] = False  # the flows crossing a saturated resource
     return rates

@@ -136,7 +136,9 @@ class FlowEngine:
         self.capacity = np.array([r.rate_bps * params.efficiency_of(r.link_class) / 8e9
                                   for r in network.resources])  # bytes per ns
         self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
-        self._incidence: list[tuple[np.ndarray, np.ndarray]] = []
+        self._route_ptr = np.zeros(1, dtype=np.int64)  # the routes' loads as CSR (:meth:`_route_table`)
+        self._route_res = np.zeros(0, dtype=np.int64)
+        self._route_w = np.zeros(0)
         self._rates: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._moving_rates: dict[tuple, list[np.ndarray]] = {}
         self.ops: list[FabricOp] = []
@@ -196,31 +198,39 @@ class FlowEngine:
         self.ops.remove(op)
 
     # ---- rates ----------------------------------------------------------------------------------------
-    def _route_incidence(self, rid: int) -> tuple[np.ndarray, np.ndarray]:
-        while len(self._incidence) <= rid:
-            route = self.network.routes[len(self._incidence)]
-            self._incidence.append((np.array([r for r, _ in route.loads], dtype=np.int64),
-                                    np.array([w for _, w in route.loads])))
-        return self._incidence[rid]
+    def _route_table(self, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every route's loads up to route id ``top`` as one CSR table: route ``r``'s resources and fractions
+        are ``resource[ptr[r]:ptr[r + 1]]`` and ``weight[...]`` (extended as the network memoises routes)."""
+        if len(self._route_ptr) <= top + 1:
+            start = len(self._route_ptr) - 1
+            loads = [route.loads for route in self.network.routes[start:]]
+            lengths = np.fromiter((len(x) for x in loads), dtype=np.int64, count=len(loads))
+            self._route_ptr = np.concatenate((self._route_ptr, self._route_ptr[-1] + np.cumsum(lengths)))
+            self._route_res = np.concatenate((self._route_res, np.array([r for x in loads for r, _ in x],
+                                                                         dtype=np.int64)))
+            self._route_w = np.concatenate((self._route_w, np.array([w for x in loads for _, w in x], dtype=float)))
+        return self._route_ptr, self._route_res, self._route_w
 
     def _solve(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         key = routes.tobytes()
         hit = self._rates.get(key)
         if hit is not None:
             return hit
+        # identical flows get identical max-min rates: solve one per route, weighted by its multiplicity; the
+        # incidence is the routes' CSR rows gathered in one go (route by route, in the order of `unique`)
         unique, counts = np.unique(routes, return_counts=True)
-        flow_of, resource_of, weight = [], [], []
-        for f, rid in enumerate(unique):  # identical flows get identical max-min rates: solve one per route,
-            res, w = self._route_incidence(int(rid))  # weighted by its multiplicity
-            flow_of.append(np.full(len(res), f))
-            resource_of.append(res)
-            weight.append(w * counts[f])
-        resource_of_all, weight_all = np.concatenate(resource_of), np.concatenate(weight)
+        ptr, res, w = self._route_table(int(unique[-1]))
+        starts, lengths = ptr[unique], ptr[unique + 1] - ptr[unique]
+        flow_of = np.repeat(np.arange(len(unique)), lengths)
+        first = np.cumsum(lengths) - lengths  # each route's first entry in the gathered rows
+        index = np.repeat(starts - first, lengths) + np.arange(int(lengths.sum()))
+        resource_of_all = res[index]
+        weight_all = w[index] * np.repeat(counts, lengths)
         capacity = self.capacity
         if self.params.flow_contention > 0:
             flows_on = np.bincount(resource_of_all, weights=weight_all, minlength=len(capacity))
             capacity = capacity / (1 + self.params.flow_contention * np.maximum(flows_on - 1, 0))
-        per_flow = max_min_rates(np.concatenate(flow_of), resource_of_all, weight_all, capacity, len(unique))
+        per_flow = max_min_rates(flow_of, resource_of_all, weight_all, capacity, len(unique))
         hit = self._rates[key] = (unique, per_flow)
         return hit
 

@@ -354,9 +354,10 @@ def read_peers_csv(text: str) -> list[Row]:
 
 
 def full_report(rows: Sequence[Row], *, ranks: int, flow_limits: Mapping[bool, FlowLimit],
-                scale: ScaleResult | None, header: Sequence[str] = ()) -> str:
-    """The whole printed report: header lines, per shape the flow limit, per-system tables and ratios, then
-    the targets."""
+                scale: ScaleResult | None, header: Sequence[str] = (),
+                losses: Mapping[bool, str] | None = None) -> str:
+    """The whole printed report: header lines, per shape the flow limit, per-system tables and ratios (and
+    ``losses[shaped]``: where genie loses and why, `benchmarks.peers.explain`), then the targets."""
     parts: list[str] = list(header)
     for shaped in (True, False):
         if not any(r.shaped == shaped for r in rows) and shaped not in flow_limits:
@@ -370,6 +371,8 @@ def full_report(rows: Sequence[Row], *, ranks: int, flow_limits: Mapping[bool, F
                 parts.append(format_system_table(rows, system, shaped, ranks))
         parts.append("")
         parts.append(format_ratio_table(rows, shaped))
+        if losses and shaped in losses:
+            parts += ["", losses[shaped]]
     if scale is not None:
         label = f"{scale.rate_bps / 1e6:g} Mbit/s HTB"
         parts.append(f"\n########## scale: {scale.ranks} ranks, star, {label} ##########")

@@ -26,7 +26,7 @@ from typing import Sequence
 
 from genie.core.collective import Collective
 
-from benchmarks.peers import plan, report
+from benchmarks.peers import explain, plan, report
 from benchmarks.peers.install import ensure_peers, versions
 from benchmarks.peers.systems import REPO
 
@@ -121,7 +121,8 @@ def _parse_list(text: str, allowed: Sequence[str], option: str) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def run_main(args, systems, collectives, sizes, policy, raw: Path, out: Path, rows, flow_limits, problems):
+def run_main(args, systems, collectives, sizes, policy, raw: Path, out: Path, rows, flow_limits, problems,
+             steps):
     from genie.testbed import service
     from genie.topology import load_topology_file
 
@@ -153,7 +154,8 @@ def run_main(args, systems, collectives, sizes, policy, raw: Path, out: Path, ro
                 run = SystemRun(system, shaped)
                 try:
                     if system == report.GENIE:
-                        run_genie(info, collectives, sizes, policy, workdir, shaped, args.timeout, log, run=run)
+                        run_genie(info, collectives, sizes, policy, workdir, shaped, args.timeout, log, run=run,
+                                  steps=True)
                     elif system == report.GLOO:
                         run_gloo(info, cases, workdir, shaped, args.timeout, log, threads=args.torch_threads,
                                  run=run)
@@ -161,6 +163,7 @@ def run_main(args, systems, collectives, sizes, policy, raw: Path, out: Path, ro
                         run_mpi(info, cases, workdir, shaped, args.timeout, log, run=run)
                 finally:
                     rows += run.rows
+                    steps.update({(shaped, *key): rec for key, rec in run.steps.items()})
                 log(f"# {shape}: {system} took {run.seconds:.1f} s, {len(run.rows)} cases"
                     + (f"; FAILED: {run.error}" if run.error else ""))
                 if run.error:
@@ -206,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[report.Row] = []
     flow_limits: dict[bool, report.FlowLimit] = {}
     problems: list[str] = []
+    steps: dict = {}  # (shaped, collective, size) -> genie's step records (explain.GenieSteps)
     scale = None
     header: list[str] = []
     try:
@@ -215,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in header:
             log(line)
         if args.mode in ("main", "all"):
-            run_main(args, systems, collectives, sizes, policy, raw, out, rows, flow_limits, problems)
+            run_main(args, systems, collectives, sizes, policy, raw, out, rows, flow_limits, problems, steps)
         if args.mode in ("scale", "all"):
             from benchmarks.peers.scale import run_scale
 
@@ -230,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems.append("interrupted")
     elapsed = _process_age_s()
     text = report.full_report(rows, ranks=8, flow_limits=flow_limits, scale=scale,
-                              header=header or header_lines(args))
+                              header=header or header_lines(args), losses=explain.losses_by_shape(
+                                  rows, steps, shaped_rate_bps=report.SHAPED_RATE_BPS))
     text += "".join(f"# problem: {p}\n" for p in problems)
     text += f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
     text += f"# harness run time {elapsed:.0f} s ({elapsed / 60:.1f} min); results in {out}\n"

@@ -32,6 +32,7 @@ from genie.report.sweep import read_sweep_csv
 from genie.testbed import service
 
 from benchmarks.peers import report
+from benchmarks.peers.explain import steps_from_csv
 from benchmarks.peers.plan import Case, Iterations, bands
 from benchmarks.peers.results import rows_from_results
 
@@ -57,6 +58,7 @@ class SystemRun:
     rows: list[report.Row] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    steps: dict = field(default_factory=dict)  # genie with step records: (collective, size) -> GenieSteps
 
 
 def host_interface(info: TestbedInfo, host: str) -> str:
@@ -137,14 +139,16 @@ def genie_command() -> list[str]:
 
 
 def genie_bench_argv(testbed: str, collectives: Sequence[Collective], band, out: Path, *,
-                     sample_ms: int = 0, op_timeout_s: float | None = None, algorithm: str = "auto") -> list[str]:
+                     sample_ms: int = 0, op_timeout_s: float | None = None, algorithm: str = "auto",
+                     steps: bool = False) -> list[str]:
     """`op_timeout_s`: genie's per-op --timeout; genie bench also gives up after max(120 s, 2 x that) without
     a control message, and a case's timed loop sends none, so slow big cases need a larger one."""
     # as before genie bench validated and measured the in-place pass by default: neither (-c 0, --no-in-place)
     argv = [*genie_command(), "bench", "--testbed", testbed, "--collective", ",".join(c.value for c in collectives),
             "-b", str(band.min_bytes), "-e", str(band.max_bytes), "-f", str(band.factor),
             "-w", str(band.warmup), "-n", str(band.iterations), "-c", "0", "--no-in-place", "--out", str(out),
-            "--sample-ms", str(sample_ms), *(("--algorithm", algorithm) if algorithm != "auto" else ())]
+            "--sample-ms", str(sample_ms), *(("--algorithm", algorithm) if algorithm != "auto" else ()),
+            *(("--steps",) if steps else ())]
     return argv if op_timeout_s is None else [*argv, "--timeout", f"{op_timeout_s:g}"]
 
 
@@ -163,9 +167,9 @@ def _sweep_rows(run_dir: Path, shaped: bool) -> list[report.Row]:
 def run_genie(info: TestbedInfo, collectives: Sequence[Collective], sizes: Sequence[int],
               policy: Sequence[tuple[int, Iterations]], workdir: Path, shaped: bool, timeout_s: float,
               log: Log, on_started: Callable[[int], None] | None = None, run: SystemRun | None = None,
-              op_timeout_s: float | None = None, algorithm: str = "auto") -> SystemRun:
+              op_timeout_s: float | None = None, algorithm: str = "auto", steps: bool = False) -> SystemRun:
     """`genie bench --testbed` once per band of sizes sharing warmup/iterations (``--algorithm algorithm``);
-    rows from each sweep.csv."""
+    rows from each sweep.csv; with ``steps`` (``--steps``) each case's step records too (`run.steps`)."""
     run = run or SystemRun(report.GENIE, shaped)
     start = time.monotonic()
     try:
@@ -174,7 +178,7 @@ def run_genie(info: TestbedInfo, collectives: Sequence[Collective], sizes: Seque
             out = workdir / f"genie{tag}-{k}"
             log_path = workdir / "logs" / f"genie{tag}-{k}.log"
             proc = _spawn(genie_bench_argv(info.name, collectives, band, out, op_timeout_s=op_timeout_s,
-                                           algorithm=algorithm), log_path,
+                                           algorithm=algorithm, steps=steps), log_path,
                           preexec=_term_with_parent)
             service.register_pids(info.name, [proc.pid])
             if on_started is not None:
@@ -185,6 +189,8 @@ def run_genie(info: TestbedInfo, collectives: Sequence[Collective], sizes: Seque
             finally:
                 stop_processes([proc], grace_s=5.0)
                 run.rows += _sweep_rows(out, shaped)
+                if steps and (out / "steps.csv").exists():
+                    run.steps.update(steps_from_csv((out / "steps.csv").read_text()))
             log(f"  genie {report.format_size(band.min_bytes)}-{report.format_size(band.max_bytes)}: "
                 f"{len(collectives)} collectives done")
     except RunError as exc:

@@ -1,0 +1,303 @@
+"""Why genie loses a cell of the peers harness, computed from the run's own measurements (pure functions).
+
+For every (shape, collective, size) where genie's time is above the best peer's, the report says which
+algorithm each side ran, how many steps it takes, and how much of the gap the algorithm accounts for:
+
+- genie's side is measured: the algorithm ``auto`` resolved to (sweep.csv), its steps and bytes per step
+  (``genie bench --steps``: steps.csv of the same run), genie's *data rate* on that shape (the bytes per
+  second its steps reach on its largest case: :func:`data_rate_GBps`) and its *per-step software cost*: the
+  median over the case's step records of (step duration - the step's bytes at that rate);
+- the peer's side is its documented selection for that collective, size and 8 ranks (:func:`peer_algorithm`:
+  MPICH's default tuning tree ``maint/tuning/coll/mpir/generic.json``, gloo's only CPU algorithm per
+  collective in ``gloo/{allreduce,allgather,alltoall}.cc``) with its steps and bytes per step;
+- the algorithm's cost is genie's model time with its own steps minus the same model with the peer's steps:
+  ``sum(c + bytes_i / rate)`` over each algorithm's steps, ``c`` genie's measured per-step cost. Where it
+  covers the gap, the gap is what running NCCL's (genie's) algorithm costs; where it does not, the rest is
+  genie's software, and the cell says so, beside the peer's implied per-step cost
+  ``(peer time - peer bytes at genie's rate) / peer steps`` (negative: the peer moves its bytes faster than
+  genie's data path does - a data-path gap, not the algorithm).
+
+Both rates come from genie's own steps in the run (a loaded machine moves fewer bytes than the link allows;
+the link's limit would make every step look free of software).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from dataclasses import dataclass
+from enum import Enum
+from typing import Mapping, Sequence
+
+from genie.collectives.tuner import estimated_times
+from genie.core.collective import Algorithm, Collective
+
+from benchmarks.peers.report import GENIE, GLOO, MPI, PEERS, Row, find, format_size, shape_label
+
+#: where the peers' selections come from (public sources, cited in the report)
+MPICH_SOURCE = "MPICH maint/tuning/coll/mpir/generic.json (default csel tree)"
+GLOO_SOURCE = "gloo/{allreduce,allgather,alltoall}.cc (one algorithm each)"
+# MPICH's default tree, for a power-of-two communicator, a built-in commutative op, distinct send buffers:
+MPICH_ALLGATHER_RD_BELOW_TOTAL_BYTES = 524288  # allgather: recursive doubling below this total, ring above
+MPICH_ALLTOALL_BRUCK_MAX_BYTES = 256  # alltoall per destination: Bruck up to this
+MPICH_ALLTOALL_SCATTERED_MAX_BYTES = 32768  # ... isend/irecv all at once ("scattered") up to this, pairwise above
+MPICH_ALLREDUCE_RD_MAX_BYTES = 8  # allreduce: recursive doubling up to this (or count < pof2), else Rabenseifner
+
+
+@dataclass(frozen=True)
+class PeerAlgorithm:
+    """An algorithm as a sequence of steps: per step the bytes one rank sends (and receives) on it."""
+
+    name: str
+    step_bytes: tuple[float, ...]
+    source: str
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_bytes)
+
+
+def _log2(n: int) -> int:
+    return int(math.log2(n)) if n > 1 and n & (n - 1) == 0 else math.ceil(math.log2(max(n, 2)))
+
+
+def peer_algorithm(system: str, collective: Collective, size_bytes: int, ranks: int) -> PeerAlgorithm | None:
+    """The algorithm ``system`` runs for ``collective`` of ``size_bytes`` (nccl-tests' size: all-reduce the
+    buffer, all-gather the total output, all-to-all the per-rank send buffer) on ``ranks`` ranks; None where
+    not known (MPICH's tree below is the power-of-two branch)."""
+    n, s = ranks, float(size_bytes)
+    if system == GLOO:
+        if collective is Collective.ALL_REDUCE:
+            return PeerAlgorithm("ring (reduce-scatter + all-gather, 2 segments in flight)",
+                                 (s / n,) * (2 * (n - 1)), GLOO_SOURCE)
+        if collective is Collective.ALL_GATHER:
+            return PeerAlgorithm("ring", (s / n,) * (n - 1), GLOO_SOURCE)
+        if collective is Collective.ALL_TO_ALL:
+            return PeerAlgorithm("all sends posted at once", (s * (n - 1) / n,), GLOO_SOURCE)
+        return None
+    if system != MPI or n & (n - 1):
+        return None
+    log_n = _log2(n)
+    if collective is Collective.ALL_REDUCE:
+        if size_bytes <= MPICH_ALLREDUCE_RD_MAX_BYTES or size_bytes // 4 < n:
+            return PeerAlgorithm("recursive doubling", (s,) * log_n, MPICH_SOURCE)
+        halves = tuple(s / 2 ** (k + 1) for k in range(log_n))
+        return PeerAlgorithm("reduce-scatter (recursive halving) + all-gather (recursive doubling)",
+                             halves + tuple(reversed(halves)), MPICH_SOURCE)
+    if collective is Collective.ALL_GATHER:
+        if size_bytes < MPICH_ALLGATHER_RD_BELOW_TOTAL_BYTES:
+            return PeerAlgorithm("recursive doubling", tuple(s / n * 2 ** k for k in range(log_n)), MPICH_SOURCE)
+        return PeerAlgorithm("ring", (s / n,) * (n - 1), MPICH_SOURCE)
+    if collective is Collective.ALL_TO_ALL:
+        per_peer = s / n
+        if per_peer <= MPICH_ALLTOALL_BRUCK_MAX_BYTES:
+            return PeerAlgorithm("Bruck", (s / 2,) * log_n, MPICH_SOURCE)
+        if per_peer <= MPICH_ALLTOALL_SCATTERED_MAX_BYTES:
+            return PeerAlgorithm("scattered (every isend/irecv at once)", (per_peer * (n - 1),), MPICH_SOURCE)
+        return PeerAlgorithm("pairwise exchange", (per_peer,) * (n - 1), MPICH_SOURCE)
+    return None
+
+
+def nccl_protocol(collective: Collective, algorithm: Algorithm, size_bytes: int, ranks: int,
+                  net_GBps: float | None) -> str:
+    """The protocol NCCL's tuner takes with genie's algorithm (all-gather and reduce-scatter, one rank per node:
+    :mod:`genie.collectives.tuner`); '-' where genie's schedule has no NCCL protocol choice behind it."""
+    if collective not in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER) or ranks < 2:
+        return "-"
+    if algorithm is Algorithm.PAT:
+        return "Simple"
+    if algorithm is not Algorithm.RING:
+        return "-"
+    times = estimated_times(size_bytes, ranks, net_GBps) if net_GBps else estimated_times(size_bytes, ranks)
+    return "LL" if times.ring_ll_us < times.ring_simple_us else "Simple"
+
+
+@dataclass(frozen=True)
+class GenieSteps:
+    """One case's step records (steps.csv of the same run): the algorithm ``auto`` ran, the steps a rank takes
+    per iteration (the median over ranks and iterations), and every step's duration and bytes (the larger of
+    sent and received: a star host's link carries both directions at once)."""
+
+    algorithm: Algorithm
+    steps_per_iteration: float
+    durations_us: tuple[float, ...]
+    step_bytes: tuple[float, ...]
+
+    def step_cost_us(self, rate_GBps: float) -> float:
+        """The median per-step software cost: duration minus the step's bytes at ``rate_GBps`` (floored at 0)."""
+        wire = [b / (rate_GBps * 1e3) for b in self.step_bytes]
+        return statistics.median(max(0.0, d - w) for d, w in zip(self.durations_us, wire))
+
+    def bytes_per_iteration(self) -> float:
+        """A rank's bytes per iteration (the mean over the step records, times the steps per iteration)."""
+        return statistics.fmean(self.step_bytes) * self.steps_per_iteration if self.step_bytes else 0.0
+
+
+def steps_from_csv(text: str) -> dict[tuple[Collective, int], GenieSteps]:
+    """steps.csv (``genie bench --steps``) -> per (collective, size) its :class:`GenieSteps`."""
+    per_case: dict[tuple[Collective, int], list[dict]] = {}
+    for d in csv.DictReader(io.StringIO(text)):
+        per_case.setdefault((Collective.parse(d["collective"]), int(d["size_bytes"])), []).append(d)
+    out = {}
+    for key, records in per_case.items():
+        counts: dict[tuple[str, str], int] = {}
+        for d in records:
+            counts[(d["iteration"], d["rank"])] = counts.get((d["iteration"], d["rank"]), 0) + 1
+        out[key] = GenieSteps(
+            algorithm=Algorithm.parse(records[0]["algorithm"]),
+            steps_per_iteration=statistics.median(counts.values()),
+            durations_us=tuple((int(d["end_ns"]) - int(d["start_ns"])) / 1e3 for d in records),
+            step_bytes=tuple(float(max(int(d["sent_bytes"]), int(d["received_bytes"]))) for d in records))
+    return out
+
+
+class Verdict(Enum):
+    """What a lost cell's gap comes from."""
+
+    ALGORITHM = "algorithm"  # NCCL's (genie's) algorithm costs at least the gap
+    PARTLY = "partly"  # the algorithm costs part of it; the rest is genie's software
+    SOFTWARE = "software"  # genie's algorithm is no costlier than the peer's: the gap is genie's software
+    UNKNOWN = "unknown"  # no step records or no known peer algorithm
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One cell genie loses, with the explanation computed from the run's measurements."""
+
+    shaped: bool
+    collective: Collective
+    size_bytes: int
+    peer: str
+    genie_us: float
+    peer_us: float
+    genie_algorithm: str
+    genie_protocol: str
+    genie_steps: float
+    peer_algorithm: str
+    peer_steps: int
+    step_cost_us: float | None  # genie's measured per-step software cost
+    peer_step_cost_us: float | None  # the peer's implied one: (time - wire) / steps
+    algorithm_cost_us: float | None  # genie's model with its steps minus with the peer's
+    model_us: float | None  # genie's model of its own time (how well c x steps + wire fits the measurement)
+    verdict: Verdict
+
+    @property
+    def gap_us(self) -> float:
+        return self.genie_us - self.peer_us
+
+
+def data_rate_GBps(steps: Mapping[tuple[bool, Collective, int], GenieSteps], shaped: bool) -> float | None:
+    """genie's data rate on one shape: per collective, the median bytes / duration of the step records of its
+    largest case; the best of those (GB/s). None without records."""
+    best = None
+    for collective in {c for s, c, _ in steps if s == shaped}:
+        size = max(z for s, c, z in steps if s == shaped and c is collective)
+        rec = steps[(shaped, collective, size)]
+        rates = [b / (d * 1e3) for b, d in zip(rec.step_bytes, rec.durations_us) if d > 0 and b > 0]
+        if rates:
+            rate = statistics.median(rates)
+            best = rate if best is None else max(best, rate)
+    return best
+
+
+def _cost(step_bytes: Sequence[float], c_us: float, rate_GBps: float) -> float:
+    return sum(c_us + b / (rate_GBps * 1e3) for b in step_bytes)
+
+
+def losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], GenieSteps],
+           rates_GBps: Mapping[bool, float], *, ranks: int = 8,
+           nccl_net_GBps: Mapping[bool, float] | None = None) -> list[Loss]:
+    """Every (shape, collective, size) where genie is slower than the fastest peer measured, explained.
+    ``steps``: genie's step records per (shaped, collective, size); ``rates_GBps``: genie's data rate per shape
+    (:func:`data_rate_GBps`); ``nccl_net_GBps``: the per-rank network NCCL's tuner would assume, per shape."""
+    out = []
+    for g in sorted((r for r in rows if r.system == GENIE),
+                    key=lambda r: (not r.shaped, r.collective.value, r.size_bytes)):
+        peers = [p for p in (find(rows, s, g.shaped, g.collective, g.size_bytes) for s in PEERS)
+                 if p is not None and p.time_us > 0]
+        if not peers:
+            continue
+        best = min(peers, key=lambda p: p.time_us)
+        if g.time_us <= best.time_us:
+            continue
+        rec = steps.get((g.shaped, g.collective, g.size_bytes))
+        alg = peer_algorithm(best.system, g.collective, g.size_bytes, ranks)
+        rate = rates_GBps.get(g.shaped)
+        c = cp = cost = model = None
+        verdict = Verdict.UNKNOWN
+        if rec is not None and alg is not None and rate and rec.durations_us:
+            c = rec.step_cost_us(rate)
+            own = (rec.bytes_per_iteration() / rec.steps_per_iteration,) * round(rec.steps_per_iteration) \
+                if rec.steps_per_iteration else ()
+            model = _cost(own, c, rate)
+            cost = model - _cost(alg.step_bytes, c, rate)
+            cp = (best.time_us - sum(b / (rate * 1e3) for b in alg.step_bytes)) / alg.steps
+            gap = g.time_us - best.time_us
+            verdict = Verdict.ALGORITHM if cost >= gap else Verdict.PARTLY if cost > 0 else Verdict.SOFTWARE
+        net = (nccl_net_GBps or {}).get(g.shaped)
+        out.append(Loss(
+            shaped=g.shaped, collective=g.collective, size_bytes=g.size_bytes, peer=best.system,
+            genie_us=g.time_us, peer_us=best.time_us,
+            genie_algorithm=rec.algorithm.value if rec is not None else "?",
+            genie_protocol=nccl_protocol(g.collective, rec.algorithm, g.size_bytes, ranks, net)
+            if rec is not None else "-",
+            genie_steps=rec.steps_per_iteration if rec is not None else float("nan"),
+            peer_algorithm=alg.name if alg is not None else "?", peer_steps=alg.steps if alg is not None else 0,
+            step_cost_us=c, peer_step_cost_us=cp, algorithm_cost_us=cost, model_us=model, verdict=verdict))
+    return out
+
+
+def explain_line(loss: Loss) -> str:
+    """One cell's explanation, every number from the run."""
+    head = (f"{loss.collective.value} {format_size(loss.size_bytes)}: genie {loss.genie_us:.0f} us vs "
+            f"{loss.peer} {loss.peer_us:.0f} us (gap {loss.gap_us:.0f} us, {loss.genie_us / loss.peer_us:.2f}x); "
+            f"genie {loss.genie_algorithm}"
+            + (f"/{loss.genie_protocol}" if loss.genie_protocol != "-" else "")
+            + f" {loss.genie_steps:g} steps vs {loss.peer} {loss.peer_algorithm} {loss.peer_steps} steps")
+    if loss.verdict == Verdict.UNKNOWN or loss.algorithm_cost_us is None:
+        return head + "; not explained: no step records or no known peer algorithm for this cell"
+    c, cp, cost = loss.step_cost_us, loss.peer_step_cost_us, loss.algorithm_cost_us
+    fit = f" (genie's model {loss.model_us:.0f} us of its measured {loss.genie_us:.0f} us)"
+    costs = f"genie {c:.0f} us/step of software vs {loss.peer}'s implied {cp:.0f} us/step" if cp >= 0 else (
+        f"genie {c:.0f} us/step of software, and {loss.peer}'s bytes alone at genie's data rate take "
+        f"{-cp * loss.peer_steps:.0f} us longer than its whole time: it moves data faster than genie's data path")
+    if loss.verdict == Verdict.ALGORITHM:
+        why = (f"NCCL-faithful algorithm explains it: at genie's measured {c:.0f} us/step + wire, its steps cost "
+               f"{cost:.0f} us more than the peer's >= the {loss.gap_us:.0f} us gap")
+    elif loss.verdict == Verdict.PARTLY:
+        why = (f"the algorithm explains {cost:.0f} us of the {loss.gap_us:.0f} us gap "
+               f"({cost / loss.gap_us:.0%}); the other {loss.gap_us - cost:.0f} us is genie's software, "
+               f"not the algorithm: {costs}")
+    else:
+        same = "the same steps and bytes" if abs(cost) < 0.5 else f"genie's steps cost {-cost:.0f} us less"
+        why = f"NOT the algorithm ({same}): the {loss.gap_us:.0f} us gap is genie's software: {costs}"
+    return f"{head}; {why}{fit}"
+
+
+def format_losses(found: Sequence[Loss], shaped: bool, rate_GBps: float | None) -> str:
+    mine = [x for x in found if x.shaped == shaped]
+    label = shape_label(shaped)
+    if not mine:
+        return f"# genie vs the best peer, {label}: genie is at least as fast in every cell measured"
+    rate = "not measured" if not rate_GBps else f"{rate_GBps:.4f} GB/s"
+    lines = [f"# where genie loses to the best peer, {label}: genie's data rate {rate} and per-step software cost "
+             f"from its steps.csv of this run; peers' algorithms: {MPICH_SOURCE}; {GLOO_SOURCE}"]
+    counts = {v: sum(x.verdict == v for x in mine) for v in
+              (Verdict.ALGORITHM, Verdict.PARTLY, Verdict.SOFTWARE, Verdict.UNKNOWN)}
+    lines += [f"  {explain_line(x)}" for x in mine]
+    lines.append(f"# {len(mine)} cell(s) lost: {counts[Verdict.ALGORITHM]} explained by the algorithm, "
+                 f"{counts[Verdict.PARTLY]} partly, {counts[Verdict.SOFTWARE]} by genie's software alone, "
+                 f"{counts[Verdict.UNKNOWN]} unexplained (no records)")
+    return "\n".join(lines)
+
+
+def losses_by_shape(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], GenieSteps], *,
+                    shaped_rate_bps: int, ranks: int = 8) -> dict[bool, str]:
+    """The report's "where genie loses" section per shape measured, at genie's data rate of that shape
+    (:func:`data_rate_GBps`); NCCL's protocol choice at the shaped link's rate."""
+    rates = {shaped: r for shaped in (True, False) if (r := data_rate_GBps(steps, shaped))}
+    found = losses(rows, steps, rates, ranks=ranks, nccl_net_GBps={True: shaped_rate_bps / 8e9})
+    return {shaped: format_losses(found, shaped, rates.get(shaped))
+            for shaped in (True, False) if any(r.shaped == shaped for r in rows)}
