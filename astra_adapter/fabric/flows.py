@@ -29,6 +29,7 @@ from genie.collectives.sends import SendStep, step_sends
 
 from astra_adapter.fabric.fairshare import max_min_rates
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
+from astra_adapter.fabric.queues import StandingQueues
 from astra_adapter.measurements import CommOp
 
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
@@ -49,6 +50,7 @@ class FabricParams:
     message_overhead_ns: float = 0.0
     endpoint_delay_ns: float = 0.0
     flow_contention: float = 0.0
+    standing_queues: bool = False
 
     def efficiency_of(self, link_class: LinkClass) -> float:
         return dict(self.efficiency).get(link_class, 1.0)
@@ -141,6 +143,7 @@ class FlowEngine:
         self._moving_rates: dict[tuple, list[np.ndarray]] = {}
         self.ops: list[FabricOp] = []
         self._current: list[np.ndarray | None] = []
+        self.queues = StandingQueues(network, self.capacity) if params.standing_queues else None
 
     # ---- ops ----------------------------------------------------------------------------------------
     def plan(self, op: CommOp, members: tuple[int, ...], channel: int | None = None) -> tuple[StepFlows, ...]:
@@ -176,9 +179,26 @@ class FlowEngine:
 
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         op = FabricOp(steps)
-        op.next_step()
+        self._enter_next_step(op)
         self.ops.append(op)
         return op
+
+    def _enter_next_step(self, op: FabricOp) -> None:
+        """``op`` on to its next step; with standing queues its latency grows by the wait behind them."""
+        op.next_step()
+        if self.queues is None or op.done or not op.active_count:
+            return
+        others = [o for o in self.ops if o is not op and not o.done and o.latency_ns <= 0 and o.active_count]
+        if not others:
+            return
+        routes = np.concatenate([o.steps[o.step].routes[o.active] for o in others])
+        left = np.concatenate([o.left[o.active] for o in others])
+        unique, per_flow = self._solve(np.sort(routes))
+        rates = per_flow[np.searchsorted(unique, routes)]
+        queued = self.queues.queued_bytes(routes, left, rates, self._route_incidence)
+        if queued.any():
+            op.latency_ns += self.queues.delay_ns(queued, op.steps[op.step].routes[op.active],
+                                                  self._route_incidence)
 
     @staticmethod
     def busy_ranks(op: FabricOp) -> set[int] | None:
@@ -273,14 +293,14 @@ class FlowEngine:
                 if op.latency_ns <= 1e-6:
                     op.latency_ns = 0.0
                     if not op.active_count:
-                        op.next_step()
+                        self._enter_next_step(op)
                 continue
             if rate is not None:
                 op.left = op.left - rate * dt_ns
                 op.active = op.active & (op.left > op.steps[op.step].done_below)
                 op.active_count = int(np.count_nonzero(op.active))
             if not op.active_count:
-                op.next_step()
+                self._enter_next_step(op)
 
 
 def run_concurrently(engine: FlowEngine, ops: list[tuple[CommOp, tuple[int, ...]]]) -> list[float]:
