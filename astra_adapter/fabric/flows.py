@@ -143,7 +143,9 @@ class FlowEngine:
         self._moving_rates: dict[tuple, list[np.ndarray]] = {}
         self.ops: list[FabricOp] = []
         self._current: list[np.ndarray | None] = []
-        self.queues = StandingQueues(network, self.capacity) if params.standing_queues else None
+        self._rated: dict[int, tuple[FabricOp, int, np.ndarray]] = {}  # per op: its step and rates at the horizon
+        self.queues = StandingQueues(network, self.capacity, self._route_incidence) if params.standing_queues \
+            else None
 
     # ---- ops ----------------------------------------------------------------------------------------
     def plan(self, op: CommOp, members: tuple[int, ...], channel: int | None = None) -> tuple[StepFlows, ...]:
@@ -188,17 +190,17 @@ class FlowEngine:
         op.next_step()
         if self.queues is None or op.done or not op.active_count:
             return
-        others = [o for o in self.ops if o is not op and not o.done and o.latency_ns <= 0 and o.active_count]
-        if not others:
+        # the flows at the rates of the last horizon (``op``'s previous step among them: it shared the links, the
+        # queues stood all the same) say which links are saturated; the others' flows hold the queues ``op`` meets
+        rated = [(o, *self._rated[id(o)][1:]) for o in self.ops if id(o) in self._rated and self._rated[id(o)][0] is o]
+        in_flight = [(o.steps[o.step], o.active, o.left) for o, step, _ in rated
+                     if o is not op and step == o.step and not o.done and o.latency_ns <= 0 and o.active_count]
+        if not in_flight:
             return
-        routes = np.concatenate([o.steps[o.step].routes[o.active] for o in others])
-        left = np.concatenate([o.left[o.active] for o in others])
-        unique, per_flow = self._solve(np.sort(routes))
-        rates = per_flow[np.searchsorted(unique, routes)]
-        queued = self.queues.queued_bytes(routes, left, rates, self._route_incidence)
+        load = self.queues.load([(o.steps[step], rate) for o, step, rate in rated if 0 <= step < len(o.steps)])
+        queued = self.queues.queued_bytes(in_flight, load)
         if queued.any():
-            op.latency_ns += self.queues.delay_ns(queued, op.steps[op.step].routes[op.active],
-                                                  self._route_incidence)
+            op.latency_ns += self.queues.delay_ns(queued, op.steps[op.step].routes[op.active])
 
     @staticmethod
     def busy_ranks(op: FabricOp) -> set[int] | None:
@@ -270,6 +272,9 @@ class FlowEngine:
     def horizon_ns(self) -> float:
         """Time to the next step boundary or flow end at the current rates (inf: nothing running)."""
         self._current = self._flow_rates()
+        if self.queues is not None:
+            self._rated = {id(op): (op, op.step, rate) for op, rate in zip(self.ops, self._current)
+                           if rate is not None}
         best = float("inf")
         for op, rate in zip(self.ops, self._current):
             if op.done:

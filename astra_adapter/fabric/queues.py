@@ -27,13 +27,16 @@ _FULL = 1.0 - 1e-6  # a resource loaded to this fraction of its capacity is satu
 
 
 class StandingQueues:
-    """Per route (memoised): its resources, weights and window; per configuration of flows: the queues."""
+    """Per step of an op (memoised: its flows' resources in path order, weights and windows); per moment the
+    queues the flows in flight keep, and the wait a step's flows have behind them."""
 
-    def __init__(self, network: FabricNetwork, capacity: np.ndarray) -> None:
+    def __init__(self, network: FabricNetwork, capacity: np.ndarray, incidence) -> None:
         self.network = network
         self.capacity = capacity  # bytes per ns (calibrated rates)
         self.limit = np.array([float(r.queue_limit_bytes) for r in network.resources])
+        self.incidence = incidence  # route id -> (resources, weights), in path order
         self._windows: dict[int, float] = {}
+        self._steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def window_bytes(self, rid: int) -> float:
         hit = self._windows.get(rid)
@@ -44,30 +47,58 @@ class StandingQueues:
             hit = self._windows[rid] = float(testbed_window_bytes(rate, 2 * route.delay_ns / 1000))
         return hit
 
-    def queued_bytes(self, routes: np.ndarray, left_bytes: np.ndarray, rates: np.ndarray,
-                     incidence) -> np.ndarray:
-        """Bytes standing in each resource's queue, given the flows in flight (``routes``, ``left_bytes``,
-        ``rates`` in bytes/ns) and ``incidence(rid) -> (resources, weights)`` in path order."""
-        load = np.zeros(len(self.capacity))
-        for rid, rate in zip(routes.tolist(), rates.tolist()):
-            res, w = incidence(rid)
-            np.add.at(load, res, w * rate)
-        saturated = load >= _FULL * self.capacity
+    def _arrays(self, step) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(resources, weights, flow index) of every flow of ``step`` in path order, and each flow's window; the
+        engine's steps live as long as its plans, so their ids key this."""
+        hit = self._steps.get(id(step))
+        if hit is None:
+            routes = step.routes.tolist()
+            parts = [self.incidence(rid) for rid in routes]
+            hit = self._steps[id(step)] = (
+                np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64),
+                np.concatenate([p[1] for p in parts]) if parts else np.zeros(0),
+                np.repeat(np.arange(len(parts)), [len(p[0]) for p in parts]),
+                np.array([self.window_bytes(rid) for rid in routes]))
+        return hit
+
+    def load(self, rated: list) -> np.ndarray:
+        """Bytes/ns on each resource from ``(step, rates in bytes/ns)`` of every step moving."""
+        out = np.zeros(len(self.capacity))
+        for step, rate in rated:
+            res, w, flow, _ = self._arrays(step)
+            out += np.bincount(res, weights=w * rate[flow], minlength=len(self.capacity))
+        return out
+
+    def queued_bytes(self, in_flight: list, load: np.ndarray) -> np.ndarray:
+        """Bytes standing in each resource's queue, given the steps in flight: ``(step, active mask, bytes left,
+        rates in bytes/ns)`` each, and the ``load`` that says which resources are saturated."""
+        res_l, w_l, flow_l, keep_l = [], [], [], []
+        offset = 0
+        for step, active, left in in_flight:
+            res, w, flow, win = self._arrays(step)
+            on = active[flow]
+            res_l.append(res[on])
+            w_l.append(w[on])
+            flow_l.append(flow[on] + offset)
+            keep_l.append(np.minimum(np.where(active, left, 0.0), win))
+            offset += len(active)
         queued = np.zeros(len(self.capacity))
-        if not saturated.any():
+        if not offset:
             return queued
-        for rid, left in zip(routes.tolist(), left_bytes.tolist()):
-            res, w = incidence(rid)
-            full = np.flatnonzero(saturated[res] & (self.limit[res] > 0))
-            if len(full):  # its queue stands at its first bottleneck on the path
-                k = full[0]
-                queued[res[k]] += w[k] * min(left, self.window_bytes(rid))
+        res, w, flow = np.concatenate(res_l), np.concatenate(w_l), np.concatenate(flow_l)
+        full = (load >= _FULL * self.capacity) & (self.limit > 0)
+        at = np.flatnonzero(full[res])
+        if not len(at):
+            return queued
+        flows, first = np.unique(flow[at], return_index=True)  # each flow's queue: at its first bottleneck
+        at = at[first]
+        np.add.at(queued, res[at], w[at] * np.concatenate(keep_l)[flows])
         return np.minimum(queued, self.limit)
 
-    def delay_ns(self, queued: np.ndarray, step_routes: np.ndarray, incidence) -> float:
+    def delay_ns(self, queued: np.ndarray, step_routes: np.ndarray) -> float:
         """The longest wait one of a step's flows has behind the queues on its path."""
         worst = 0.0
         for rid in set(step_routes.tolist()):
-            res, w = incidence(rid)
+            res, w = self.incidence(rid)
             worst = max(worst, float(np.sum(w * queued[res] / self.capacity[res])))
         return worst
