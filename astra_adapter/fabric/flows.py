@@ -144,6 +144,7 @@ class FlowEngine:
         self.ops: list[FabricOp] = []
         self._current: list[np.ndarray | None] = []
         self._rated: dict[int, tuple[FabricOp, int, np.ndarray]] = {}  # per op: its step and rates at the horizon
+        self._load: np.ndarray | None = None  # bytes/ns per resource at the horizon (computed when first needed)
         self.queues = StandingQueues(network, self.capacity, self._route_incidence) if params.standing_queues \
             else None
 
@@ -197,7 +198,10 @@ class FlowEngine:
                      if o is not op and step == o.step and not o.done and o.latency_ns <= 0 and o.active_count]
         if not in_flight:
             return
-        load = self.queues.load([(o.steps[step], rate) for o, step, rate in rated if 0 <= step < len(o.steps)])
+        if self._load is None:  # once per horizon: every flow that was moving then
+            self._load = self.queues.load([(o.steps[step], rate) for o, step, rate in rated
+                                           if 0 <= step < len(o.steps)])
+        load = self._load
         queued = self.queues.queued_bytes(in_flight, load)
         if queued.any():
             op.latency_ns += self.queues.delay_ns(queued, op.steps[op.step].routes[op.active])
@@ -275,6 +279,7 @@ class FlowEngine:
         if self.queues is not None:
             self._rated = {id(op): (op, op.step, rate) for op, rate in zip(self.ops, self._current)
                            if rate is not None}
+            self._load = None
         best = float("inf")
         for op, rate in zip(self.ops, self._current):
             if op.done:

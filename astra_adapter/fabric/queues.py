@@ -63,11 +63,11 @@ class StandingQueues:
 
     def load(self, rated: list) -> np.ndarray:
         """Bytes/ns on each resource from ``(step, rates in bytes/ns)`` of every step moving."""
-        out = np.zeros(len(self.capacity))
-        for step, rate in rated:
-            res, w, flow, _ = self._arrays(step)
-            out += np.bincount(res, weights=w * rate[flow], minlength=len(self.capacity))
-        return out
+        if not rated:
+            return np.zeros(len(self.capacity))
+        arrays = [self._arrays(step) for step, _ in rated]
+        weights = np.concatenate([a[1] * rate[a[2]] for a, (_, rate) in zip(arrays, rated)])
+        return np.bincount(np.concatenate([a[0] for a in arrays]), weights=weights, minlength=len(self.capacity))
 
     def queued_bytes(self, in_flight: list, load: np.ndarray) -> np.ndarray:
         """Bytes standing in each resource's queue, given the steps in flight: ``(step, active mask, bytes left,
