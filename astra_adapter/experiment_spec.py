@@ -2,10 +2,11 @@
 
 ```yaml
 name: ddp-resnet50-star8             # optional; default: the file name
-workload:                            # exactly one of trace / generate
+workload:                            # exactly one of trace / generate / jobs
   trace: ../traces/gen_ddp_resnet50  # any trace genie reads; relative paths are relative to this file
   npus: 8                            # only for ASTRA-sim text workloads
   # generate: {model: gpt3-125m, layers: 2, seq: 512, dp: 8, batch: 2}   # `genie trace gen` options
+  # jobs: two-jobs.yaml              # a job mix (docs/jobs.md): every job alone and together, per job
 topology: ../topologies/star-8.yaml
 rounds: 3                            # sweep and replay alternate in rounds (default 1); iterations are split
                                      # over the rounds (rounded up) and pooled
@@ -62,8 +63,11 @@ class WorkloadSpec:
     trace_path: Path | None = None
     generate: tuple[tuple[str, Any], ...] = ()
     npus: int | None = None
+    jobs_path: Path | None = None  # a job mix file (genie.workloads.jobmix_file): the experiment runs per job
 
     def describe(self) -> str:
+        if self.jobs_path is not None:
+            return f"jobs:{self.jobs_path.name}"
         if self.trace_path is not None:
             return self.trace_path.name
         return "generated:" + ",".join(f"{k}={v}" for k, v in self.generate)
@@ -196,9 +200,14 @@ def parse_experiment(data: bytes | str, *, source: str = "experiment.yaml", base
 
 
 def _workload(r: _Reader, value: Any, base: Path) -> WorkloadSpec:
-    doc = r.mapping(value, "workload", ("trace", "generate", "npus"))
-    if ("trace" in doc) == ("generate" in doc):
-        raise r.fail("give exactly one of trace (a file or prefix) or generate (generator options)", "workload")
+    doc = r.mapping(value, "workload", ("trace", "generate", "npus", "jobs"))
+    if sum(key in doc for key in ("trace", "generate", "jobs")) != 1:
+        raise r.fail("give exactly one of trace (a file or prefix), generate (generator options) or jobs (a job "
+                     "mix file)", "workload")
+    if "jobs" in doc:
+        if "npus" in doc:
+            raise r.fail("a job mix's jobs give their own npus", "workload.npus")
+        return WorkloadSpec(jobs_path=r.path(doc["jobs"], "workload.jobs", base))
     npus = doc.get("npus")
     if npus is not None and (isinstance(npus, bool) or not isinstance(npus, int) or npus < 1):
         raise r.fail(f"expected a positive integer, got {shown(npus)}", "workload.npus")

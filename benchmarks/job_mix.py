@@ -235,6 +235,7 @@ def main() -> None:
     acc.add_argument("--out", type=Path, default=Path("/tmp/job-mix-accuracy"))
     acc.add_argument("--iterations", type=int, default=1)
     acc.add_argument("--time-dilation", type=float, default=1.0, help="bring the testbed up N times slower")
+    acc.add_argument("--testbed", default=TESTBED, help="the temporary testbed's name (default %(default)s)")
     ev = sub.add_parser("evaluate")
     ev.add_argument("out", type=Path)
     ev.add_argument("--calibration", type=Path, required=True)
@@ -245,6 +246,7 @@ def main() -> None:
     scale.add_argument("--out", type=Path, default=Path("/tmp/job-mix-scale"))
     args = parser.parse_args()
     if args.what == "accuracy":
+        globals()["TESTBED"] = args.testbed  # the name every part of the run uses
         run_accuracy(args.out, args.iterations, args.time_dilation)
     elif args.what == "evaluate":
         run_evaluate(args.out, args.calibration)

@@ -67,3 +67,20 @@ def test_an_unmappable_topology_runs_with_the_fabric_row(tmp_path: Path, monkeyp
     assert not (tmp_path / "run" / "calibration.json").exists()
     fabric = result.accuracy[1]
     assert fabric.estimated_s > 0.003 and 0.25 < fabric.estimated_s / fabric.measured_s < 4  # a model, not noise
+
+
+def test_a_job_mix_experiment_runs_on_a_testbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two 2-rank jobs across the dumbbell's 500 Mbit/s link (issue #34 item 1): swept, each job replayed alone
+    and together, estimated per job by the fitted fabric model; nothing left behind."""
+    from test_experiment_mix import write_mix_experiment
+
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
+    before = root_namespace_snapshot()
+    result = run_experiment_command(ExperimentCommand(load_experiment(write_mix_experiment(tmp_path)),
+                                                      RunOptions(out=tmp_path / "run")))
+    assert _ours() == [] and root_namespace_snapshot() == before
+    assert [r.name for r in result.jobs] == ["a", "b"] and "sw0->sw1" in result.shared_links
+    for r in result.jobs:
+        assert r.measured_alone_ns > 1e6 and r.measured_slowdown_pct is not None
+        assert 0.25 < r.estimated_together_ns / r.measured_together_ns < 4  # a model, not noise
+    assert all((tmp_path / "run" / name).is_file() for name in ("jobs_accuracy.csv", "fabric_calibration.json"))

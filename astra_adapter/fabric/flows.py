@@ -29,6 +29,7 @@ from genie.collectives.sends import SendStep, step_sends
 
 from astra_adapter.fabric.fairshare import max_min_rates
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
+from astra_adapter.fabric.queues import StandingQueues
 from astra_adapter.measurements import CommOp
 
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
@@ -49,6 +50,7 @@ class FabricParams:
     message_overhead_ns: float = 0.0
     endpoint_delay_ns: float = 0.0
     flow_contention: float = 0.0
+    standing_queues: bool = False
 
     def efficiency_of(self, link_class: LinkClass) -> float:
         return dict(self.efficiency).get(link_class, 1.0)
@@ -143,6 +145,10 @@ class FlowEngine:
         self._moving_rates: dict[tuple, list[np.ndarray]] = {}
         self.ops: list[FabricOp] = []
         self._current: list[np.ndarray | None] = []
+        self._rated: dict[int, tuple[FabricOp, int, np.ndarray]] = {}  # per op: its step and rates at the horizon
+        self._load: np.ndarray | None = None  # bytes/ns per resource at the horizon (computed when first needed)
+        self.queues = StandingQueues(network, self.capacity, self._route_incidence) if params.standing_queues \
+            else None
 
     # ---- ops ----------------------------------------------------------------------------------------
     def plan(self, op: CommOp, members: tuple[int, ...], channel: int | None = None) -> tuple[StepFlows, ...]:
@@ -178,9 +184,29 @@ class FlowEngine:
 
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         op = FabricOp(steps)
-        op.next_step()
+        self._enter_next_step(op)
         self.ops.append(op)
         return op
+
+    def _enter_next_step(self, op: FabricOp) -> None:
+        """``op`` on to its next step; with standing queues its latency grows by the wait behind them."""
+        op.next_step()
+        if self.queues is None or op.done or not op.active_count:
+            return
+        # the flows at the rates of the last horizon (``op``'s previous step among them: it shared the links, the
+        # queues stood all the same) say which links are saturated; the others' flows hold the queues ``op`` meets
+        rated = [(o, *self._rated[id(o)][1:]) for o in self.ops if id(o) in self._rated and self._rated[id(o)][0] is o]
+        in_flight = [(o.steps[o.step], o.active, o.left) for o, step, _ in rated
+                     if o is not op and step == o.step and not o.done and o.latency_ns <= 0 and o.active_count]
+        if not in_flight:
+            return
+        if self._load is None:  # once per horizon: every flow that was moving then
+            self._load = self.queues.load([(o.steps[step], rate) for o, step, rate in rated
+                                           if 0 <= step < len(o.steps)])
+        load = self._load
+        queued = self.queues.queued_bytes(in_flight, load)
+        if queued.any():
+            op.latency_ns += self.queues.delay_ns(queued, op.steps[op.step].routes[op.active])
 
     @staticmethod
     def busy_ranks(op: FabricOp) -> set[int] | None:
@@ -260,6 +286,10 @@ class FlowEngine:
     def horizon_ns(self) -> float:
         """Time to the next step boundary or flow end at the current rates (inf: nothing running)."""
         self._current = self._flow_rates()
+        if self.queues is not None:
+            self._rated = {id(op): (op, op.step, rate) for op, rate in zip(self.ops, self._current)
+                           if rate is not None}
+            self._load = None
         best = float("inf")
         for op, rate in zip(self.ops, self._current):
             if op.done:
@@ -283,14 +313,14 @@ class FlowEngine:
                 if op.latency_ns <= 1e-6:
                     op.latency_ns = 0.0
                     if not op.active_count:
-                        op.next_step()
+                        self._enter_next_step(op)
                 continue
             if rate is not None:
                 op.left = op.left - rate * dt_ns
                 op.active = op.active & (op.left > op.steps[op.step].done_below)
                 op.active_count = int(np.count_nonzero(op.active))
             if not op.active_count:
-                op.next_step()
+                self._enter_next_step(op)
 
 
 def run_concurrently(engine: FlowEngine, ops: list[tuple[CommOp, tuple[int, ...]]]) -> list[float]:

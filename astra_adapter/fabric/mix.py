@@ -10,7 +10,7 @@ alone on the same host slots; *in the mix* it is the mean of its repetitions tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import fmean
 
 from genie.core.flowpath import SessionPaths
@@ -118,6 +118,7 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
     ``repetitions``). With ECMP, the mean over ``ecmp_samples`` hash draws - or, given the paths a replay's
     sessions took (``alone_paths`` per job, ``mixed_paths``; ranks numbered as the topology's slots), on
     exactly those routes: the hash draw each session really got."""
+    params = replace(params, standing_queues=True)  # jobs meet on full links: each other's queues count
     network = FabricNetwork(topology, source=source)
     network.check_connected()
     nets = sample_networks(network, ecmp_samples)

@@ -30,6 +30,7 @@ from enum import Enum
 
 from genie.core.errors import InputError
 from genie.core.flowpath import SessionPaths
+from genie.core.tcp_window import queue_limit_bytes
 from genie.core.topology import LinkRole, Topology
 from genie.topology.graph import adjacency, hop_distances
 
@@ -62,6 +63,7 @@ class Resource:
     rate_bps: int
     delay_ns: float
     shaped: bool
+    queue_limit_bytes: int = 0  # what its queue holds at most (genie.core.tcp_window.queue_limit_bytes); 0: none
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,9 @@ class FabricNetwork:
                     raise InputError(f"nodes {a} and {b} are linked twice; the fabric model needs one link per pair",
                                      source=self.source, path="links")
                 self.index[(a, b)] = len(self.resources)
-                self.resources.append(Resource(a, b, cls, rate, link.shape.delay_us * 1000, shaped))
+                self.resources.append(Resource(a, b, cls, rate, link.shape.delay_us * 1000, shaped,
+                                               queue_limit_bytes(link.shape.queue_packets, link.shape.mtu_bytes)
+                                               if shaped else 0))
         for h in topology.hosts:
             if h.ranks > 1:
                 self.index[(h.name, h.name)] = len(self.resources)

@@ -114,7 +114,11 @@ def experiment(
 
     with flag_names(RUN_FLAGS):
         result = run_experiment_command(ExperimentCommand(loaded, run), progress)
-    typer.echo(format_summary(result))
+    if loaded.workload.jobs_path is not None:
+        from astra_adapter.experiment_mix import format_mix_summary
+        typer.echo(format_mix_summary(result))
+    else:
+        typer.echo(format_summary(result))
 
 
 def register(app: typer.Typer) -> None:

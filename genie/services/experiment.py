@@ -52,8 +52,13 @@ def _options(cmd: ExperimentCommand) -> RunOptions:
     return opts
 
 
-def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = None) -> ExperimentResult:
-    """The whole experiment in one run directory (its manifest says how far it got if it fails)."""
+def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = None) -> ExperimentResult | Any:
+    """The whole experiment in one run directory (its manifest says how far it got if it fails). A job mix
+    workload is `genie.services.experiment_mix`'s (its result: astra_adapter.experiment_mix.MixExperimentResult)."""
+    if cmd.spec.workload.jobs_path is not None:
+        from genie.services.experiment_mix import run_mix_experiment
+
+        return run_mix_experiment(cmd, progress)
     from genie.faults import service as faults_service
     from genie.engine.program import build_programs
     from genie.report.manifest import input_digest

@@ -155,7 +155,7 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
         if placements:
             raise InputError("the paths of a replay are those of its own placement: give `replay` or "
                              "`placements`, not both", path="replay")
-        traced = _replay_paths(request.replay, placed[0])
+        traced = replay_paths(request.replay, placed[0])
         notes = (*notes, f"ECMP and repetitions as replay {request.replay} had them")
     estimates = []
     for p in placed:
@@ -186,7 +186,7 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
     return MixEstimateResult(run.run_dir, tuple(estimates), ranked)
 
 
-def _replay_paths(run_dir: Path, placed: PlacedMix) -> dict:
+def replay_paths(run_dir: Path, placed: PlacedMix) -> dict:
     """estimate_mix's ``alone_paths``, ``mixed_paths`` and ``repetitions`` from a mix replay's run directory
     (its jobs_paths.json and mix.json), checked against this mix's jobs and slots."""
     import json

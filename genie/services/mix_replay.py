@@ -14,7 +14,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from genie.core.errors import InputError
 from genie.core.topology import Host, Topology
@@ -137,14 +137,10 @@ def format_mix_table(rows) -> str:
 def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None] = lambda _m: None
                            ) -> MixReplayResult:
     from genie.engine.program import build_programs
-    from genie.measure.mix import (JobComparison, job_outcome, job_placements, median_iteration_ns,
-                                   mixed_placements)
     from genie.report.manifest import input_digest
-    from genie.report.replay import replay_files
     from genie.services.mix import place_mix, read_mix
-    from genie.services.replay import check_request, run_replay
+    from genie.services.replay import check_request
     from genie.services.stage import staged
-    from genie.workloads.mix import merge_jobs, repetition_counts
 
     opts, request = cmd.options, cmd.request
     check_request(request)
@@ -154,8 +150,8 @@ def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None
     mix, traces = read_mix(cmd.jobs)
     total = sum(t.num_ranks for t in traces)
     placed = place_mix(mix, traces, _target_topology(opts, total))
-    programs = [tuple(build_programs(t, source=f"{mix.source}: jobs[{j}]")) for j, t in enumerate(traces)]
-    used = sorted(s for job in placed.slots for s in job)
+    for j, t in enumerate(traces):  # bad input fails before anything runs
+        build_programs(t, source=f"{mix.source}: jobs[{j}]")
 
     def fits(placements):
         return placements  # every slot was checked against the same topology by the placement
@@ -166,56 +162,78 @@ def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None
               *(input_digest(j.trace_path, "trace") for j in mix.jobs if j.trace_path and j.trace_path.is_file()))
     with staged("replay", opts, ranks=None, loopback_ranks=total, params=params, inputs=inputs, name="replay-jobs",
                 bounds=lambda _n, _f: _no_fault_bounds(request), fits=fits) as stage:
-        alone_outcomes = {}
-        sessions: list = []  # the paths each session's connections took (slot numbering), where read
-        if cmd.alone:
-            for j, trace in enumerate(traces):
-                progress(f"job {placed.names[j]} alone on {', '.join(placed.hosts(j))}")
-                alone_outcomes[j] = run_replay(
-                    trace, list(job_placements(stage.placements, placed.slots[j])),
-                    ReplayRequest(mix.jobs[j].iterations, request.warmup, request.timeout_s, request.spin_us),
-                    source=f"{mix.source}: jobs[{j}]", on_pids=stage.target.on_pids, sessions=stage.sessions,
-                    dilation=stage.dilation)
-                sessions.append(_slot_paths(stage.target.info, alone_outcomes[j].flows,
-                                            ALONE_LABEL + placed.names[j], placed.slots[j]))
-            alone_ns = [median_iteration_ns(alone_outcomes[j]) for j in range(len(traces))]
-        else:
-            alone_ns = _estimated_alone_ns(placed, opts)
-        reps = repetition_counts(alone_ns, placed.offsets_ns, placed.iterations)
-        merged, mixmap = merge_jobs(list(traces), placed.names, list(placed.slots), list(reps), placed.offsets_ns)
-        assert list(mixmap.slots) == used
-        progress("all jobs at once: " + ", ".join(f"{n} x{r}" for n, r in zip(placed.names, reps)))
-        with stage.watching():
-            outcome = run_replay(merged, mixed_placements(stage.placements, mixmap), request,
-                                 source=f"{mix.source}: the mix", on_pids=stage.target.on_pids,
-                                 sessions=stage.sessions, dilation=stage.dilation)
-        if stage.target.info is not None:  # while the testbed is up: the paths its kernels gave the connections
-            mixed_paths = _slot_paths(stage.target.info, outcome.flows, MIX_LABEL, mixmap.slots)
-            sessions.append(mixed_paths)
-            stage.run.write("jobs_links.csv", _links_by_job(placed, reps, mixed_paths, stage.target.info))
-        if any(p is not None for p in sessions):
-            from genie.core.flowpath import RunPaths
-            stage.run.write(JOBS_PATHS_JSON, RunPaths((), tuple(p for p in sessions if p is not None)).to_json())
-        rows = []
-        for j, name in enumerate(placed.names):
-            mine = job_outcome(outcome, mixmap, j, programs[j], job_placements(stage.placements, placed.slots[j]))
-            meta = {"job": name, "hosts": list(placed.hosts(j)), "target": stage.target.name, "mix": str(cmd.jobs),
-                    "repetitions": reps[j]}
-            for file_name, text in replay_files(mine, {**meta, "run": "together"})[1].items():
-                stage.run.write(f"jobs/{name}/together/{file_name}", text)
-            alone = alone_outcomes.get(j)
-            if alone is not None:
-                for file_name, text in replay_files(alone, {**meta, "run": "alone"})[1].items():
-                    stage.run.write(f"jobs/{name}/alone/{file_name}", text)
-            rows.append(JobComparison(name, placed.hosts(j), reps[j], median_iteration_ns(mine),
-                                      len(mine.iterations), median_iteration_ns(alone) if alone else None,
-                                      len(alone.iterations) if alone else 0))
-        stage.run.write("mix.csv", mix_csv(rows))
-        stage.run.write("mix.json", json.dumps({"jobs": [
-            {"name": r.name, "hosts": list(r.hosts), "repetitions": r.repetitions, "alone_ns": r.alone_ns,
-             "together_ns": r.together_ns, "slowdown_pct": r.slowdown_pct,
-             "alone_iterations": r.alone_iterations, "together_iterations": r.together_iterations}
-            for r in rows], "estimated_alone_ns": None if cmd.alone else alone_ns}, indent=2) + "\n")
+        rows = replay_mix_on(stage, placed, request, alone=cmd.alone, jobs_path=cmd.jobs, progress=progress,
+                             estimated_alone_ns=None if cmd.alone else _estimated_alone_ns(placed, opts))
         stage.run.set_summary({"jobs": len(rows), **{f"slowdown_pct.{r.name}": r.slowdown_pct for r in rows},
                                **stage.summary()})
     return MixReplayResult(stage.run.run_dir, stage.run.status, tuple(rows))
+
+
+def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_path: Path,
+                  progress: Callable[[str], None] = lambda _m: None, estimated_alone_ns: list[float] | None = None
+                  ) -> tuple[Any, ...]:
+    """The mix replayed on a stage that is up (``genie.services.stage.staged``): each job alone on its slots
+    (``alone``), then all at once; every file written to ``stage.run`` (``mix.csv``, ``mix.json``,
+    ``jobs/<name>/{alone,together}/``, ``jobs_paths.json``, ``jobs_links.csv``); the per-job
+    ``genie.measure.mix.JobComparison`` rows. Shared by ``genie replay --jobs`` and ``genie experiment``."""
+    from genie.engine.program import build_programs
+    from genie.measure.mix import JobComparison, job_outcome, job_placements, median_iteration_ns, mixed_placements
+    from genie.report.replay import replay_files
+    from genie.services.replay import run_replay
+    from genie.workloads.mix import merge_jobs, repetition_counts
+
+    run_alone = alone
+    mix, traces = placed.mix, placed.traces
+    programs = [tuple(build_programs(t, source=f"{mix.source}: jobs[{j}]")) for j, t in enumerate(traces)]
+    used = sorted(s for job in placed.slots for s in job)
+    alone_outcomes = {}
+    sessions: list = []  # the paths each session's connections took (slot numbering), where read
+    if run_alone:
+        for j, trace in enumerate(traces):
+            progress(f"job {placed.names[j]} alone on {', '.join(placed.hosts(j))}")
+            alone_outcomes[j] = run_replay(
+                trace, list(job_placements(stage.placements, placed.slots[j])),
+                ReplayRequest(mix.jobs[j].iterations, request.warmup, request.timeout_s, request.spin_us),
+                source=f"{mix.source}: jobs[{j}]", on_pids=stage.target.on_pids, sessions=stage.sessions,
+                dilation=stage.dilation)
+            sessions.append(_slot_paths(stage.target.info, alone_outcomes[j].flows,
+                                        ALONE_LABEL + placed.names[j], placed.slots[j]))
+        alone_ns = [median_iteration_ns(alone_outcomes[j]) for j in range(len(traces))]
+    else:
+        alone_ns = list(estimated_alone_ns or ())
+    reps = repetition_counts(alone_ns, placed.offsets_ns, placed.iterations)
+    merged, mixmap = merge_jobs(list(traces), placed.names, list(placed.slots), list(reps), placed.offsets_ns)
+    assert list(mixmap.slots) == used
+    progress("all jobs at once: " + ", ".join(f"{n} x{r}" for n, r in zip(placed.names, reps)))
+    with stage.watching():
+        outcome = run_replay(merged, mixed_placements(stage.placements, mixmap), request,
+                             source=f"{mix.source}: the mix", on_pids=stage.target.on_pids,
+                             sessions=stage.sessions, dilation=stage.dilation)
+    if stage.target.info is not None:  # while the testbed is up: the paths its kernels gave the connections
+        mixed_paths = _slot_paths(stage.target.info, outcome.flows, MIX_LABEL, mixmap.slots)
+        sessions.append(mixed_paths)
+        stage.run.write("jobs_links.csv", _links_by_job(placed, reps, mixed_paths, stage.target.info))
+    if any(p is not None for p in sessions):
+        from genie.core.flowpath import RunPaths
+        stage.run.write(JOBS_PATHS_JSON, RunPaths((), tuple(p for p in sessions if p is not None)).to_json())
+    rows = []
+    for j, name in enumerate(placed.names):
+        mine = job_outcome(outcome, mixmap, j, programs[j], job_placements(stage.placements, placed.slots[j]))
+        meta = {"job": name, "hosts": list(placed.hosts(j)), "target": stage.target.name, "mix": str(jobs_path),
+                "repetitions": reps[j]}
+        for file_name, text in replay_files(mine, {**meta, "run": "together"})[1].items():
+            stage.run.write(f"jobs/{name}/together/{file_name}", text)
+        alone = alone_outcomes.get(j)
+        if alone is not None:
+            for file_name, text in replay_files(alone, {**meta, "run": "alone"})[1].items():
+                stage.run.write(f"jobs/{name}/alone/{file_name}", text)
+        rows.append(JobComparison(name, placed.hosts(j), reps[j], median_iteration_ns(mine),
+                                  len(mine.iterations), median_iteration_ns(alone) if alone else None,
+                                  len(alone.iterations) if alone else 0))
+    stage.run.write("mix.csv", mix_csv(rows))
+    stage.run.write("mix.json", json.dumps({"jobs": [
+        {"name": r.name, "hosts": list(r.hosts), "repetitions": r.repetitions, "alone_ns": r.alone_ns,
+         "together_ns": r.together_ns, "slowdown_pct": r.slowdown_pct,
+         "alone_iterations": r.alone_iterations, "together_iterations": r.together_iterations}
+        for r in rows], "estimated_alone_ns": None if run_alone else alone_ns}, indent=2) + "\n")
+    return tuple(rows)

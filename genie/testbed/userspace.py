@@ -12,9 +12,9 @@ interface numbers (``eth3`` -> queue 3); one emulator process per namespace hand
 
 from __future__ import annotations
 
-import math
 import zlib
 
+from genie.core.tcp_window import DEFAULT_TCP_RMEM, DEFAULT_TCP_WMEM, tcp_buffer_bytes
 from genie.core.testbed import LinkModel
 from genie.core.topology import LinkShape
 from genie.linkemu.config import EmulatorConfig, QueueSpec, SourceRoute, StageSpec
@@ -27,9 +27,6 @@ from genie.topology.link_properties import shape_loss_burst, shape_reorders
 MAC_PREFIX = "02:67"  # locally administered, unicast; 0x67 = 'g'
 TCP_RMEM = "net.ipv4.tcp_rmem"
 TCP_WMEM = "net.ipv4.tcp_wmem"
-DEFAULT_TCP_RMEM = (4096, 131072, 6291456)  # a new namespace's defaults
-DEFAULT_TCP_WMEM = (4096, 16384, 4194304)
-MAX_TCP_BUFFER_BYTES = 256 * 1024**2
 
 
 def veth_macs(link_index: int) -> tuple[str, str]:
@@ -144,13 +141,6 @@ def userspace_steps(layout: TestbedLayout, links: LinkModel = LinkModel.BUCKET) 
         steps.append(StartEmulator(config.netns, config))
         steps += [AddQueueRule(config.netns, q.ifname, q.queue_num) for q in config.queues]
     return steps
-
-
-def tcp_buffer_bytes(rate_bps: int, rtt_us: float) -> int:
-    """TCP buffer maximum for one flow to fill ``rate_bps`` over ``rtt_us``: twice the bandwidth-delay
-    product (Linux advertises about half of the receive buffer), rounded up to a power of two."""
-    need = 2 * rate_bps / 8 * rtt_us / 1e6
-    return min(MAX_TCP_BUFFER_BYTES, 1 << max(0, math.ceil(math.log2(max(need, 1)))))
 
 
 def tcp_buffer_steps(layout: TestbedLayout) -> list[PlanStep]:
