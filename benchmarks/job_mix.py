@@ -194,7 +194,7 @@ def _ranking(rows: list[dict]) -> None:
                   f"{'equal' if est == meas else 'DIFFERENT'}")
 
 
-def run_scale(out: Path) -> None:
+def run_scale(out: Path, standing_queues: bool = True) -> None:
     """4 jobs x 64 ranks on 256 hosts through the fabric model alone, three placements ranked."""
     from astra_adapter.fabric.mix import format_ranking, rank_placements
     from genie.core.topology import LinkShape
@@ -219,11 +219,13 @@ def run_scale(out: Path) -> None:
         t0 = time.perf_counter()
         placed = place_mix(mix, traces, topology, placement)
         estimates.append(estimate_mix(list(traces), placed.names, placed.slots, placed.offsets_ns,
-                                      placed.iterations, topology, placement=placed.placement, ecmp_samples=0))
+                                      placed.iterations, topology, placement=placed.placement, ecmp_samples=0,
+                                      standing_queues=standing_queues))
         print(f"# {placed.placement}: {time.perf_counter() - t0:.1f} s", flush=True)
     total = time.perf_counter() - started
     print(format_ranking(rank_placements(estimates)))
-    print(f"# 4 jobs x 64 ranks on 256 hosts, 3 placements: {total:.1f} s wall, {time.process_time() - cpu:.1f} s "
+    print(f"# 4 jobs x 64 ranks on 256 hosts, 3 placements, standing queues {'on' if standing_queues else 'off'}: "
+          f"{total:.1f} s wall, {time.process_time() - cpu:.1f} s "
           f"CPU (load "
           f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())})")
 
@@ -244,6 +246,8 @@ def main() -> None:
     fit.add_argument("sweeps", type=Path, nargs="+")
     scale = sub.add_parser("scale")
     scale.add_argument("--out", type=Path, default=Path("/tmp/job-mix-scale"))
+    scale.add_argument("--no-standing-queues", action="store_true", help="the rates alone (genie estimate --jobs "
+                       "--no-standing-queues)")
     args = parser.parse_args()
     if args.what == "accuracy":
         globals()["TESTBED"] = args.testbed  # the name every part of the run uses
@@ -253,7 +257,7 @@ def main() -> None:
     elif args.what == "fit":
         _calibrate(tuple(args.sweeps), args.out)
     else:
-        run_scale(args.out)
+        run_scale(args.out, not args.no_standing_queues)
 
 
 if __name__ == "__main__":

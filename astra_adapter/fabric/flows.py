@@ -237,6 +237,11 @@ class FlowEngine:
             self._route_w = np.concatenate((self._route_w, np.array([w for x in loads for _, w in x], dtype=float)))
         return self._route_ptr, self._route_res, self._route_w
 
+    def _route_incidence(self, rid: int) -> tuple[np.ndarray, np.ndarray]:
+        """Route ``rid``'s resources and fractions, in path order (its row of :meth:`_route_table`)."""
+        ptr, res, w = self._route_table(rid)
+        return res[ptr[rid]:ptr[rid + 1]], w[ptr[rid]:ptr[rid + 1]]
+
     def _solve(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         key = routes.tobytes()
         hit = self._rates.get(key)

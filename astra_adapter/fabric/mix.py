@@ -113,12 +113,14 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
                  params: FabricParams = FabricParams(), *, placement: str = "as placed",
                  ecmp_samples: int = ECMP_SAMPLES, source: str | None = None,
                  alone_paths: tuple[SessionPaths | None, ...] = (), mixed_paths: SessionPaths | None = None,
-                 repetitions: tuple[int, ...] = ()) -> MixEstimate:
+                 repetitions: tuple[int, ...] = (), standing_queues: bool = True) -> MixEstimate:
     """Every job alone on its slots, then all at once (each repeated as :func:`repetition_counts` says, or
     ``repetitions``). With ECMP, the mean over ``ecmp_samples`` hash draws - or, given the paths a replay's
     sessions took (``alone_paths`` per job, ``mixed_paths``; ranks numbered as the topology's slots), on
-    exactly those routes: the hash draw each session really got."""
-    params = replace(params, standing_queues=True)  # jobs meet on full links: each other's queues count
+    exactly those routes: the hash draw each session really got. ``standing_queues``: a step first waits for
+    the other ops' queued windows on the full links it crosses (astra_adapter/fabric/queues.py); off, the
+    rates alone (faster at scale: the 256-host what-if in benchmarks/README.md)."""
+    params = replace(params, standing_queues=standing_queues)
     network = FabricNetwork(topology, source=source)
     network.check_connected()
     nets = sample_networks(network, ecmp_samples)

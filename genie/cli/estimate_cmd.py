@@ -60,12 +60,17 @@ def estimate(
     replay_run: Optional[Path] = typer.Option(None, "--replay-run",
                                               help="With --jobs: a `genie replay --jobs` run directory of the same "
                                                    "mix: ECMP on the paths its sessions took, its repetitions."),
+    standing_queues: bool = typer.Option(True, "--standing-queues/--no-standing-queues",
+                                         help="With --jobs: a step waits for the other jobs' queued TCP windows on "
+                                              "the full links it crosses (off: rates alone, much faster at "
+                                              "hundreds of hosts)."),
 ) -> None:
     """Estimate TRACE's iteration time per rank from measured collective latencies; writes estimate.csv."""
     if jobs is not None or placements is not None or replay_run is not None:
         from genie.cli.mix_cmd import estimate_mix
         return estimate_mix(trace, jobs, placements, topology=topology, calibration=calibration, out=out,
-                            measurements=tuple(measurements), mode=mode, replay_run=replay_run)
+                            measurements=tuple(measurements), mode=mode, replay_run=replay_run,
+                            standing_queues=standing_queues)
     if trace is None:
         from genie.core.errors import InputError
         raise InputError("give a TRACE (or --jobs FILE)")

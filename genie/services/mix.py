@@ -86,6 +86,7 @@ class MixEstimateRequest:
     measurements: tuple[Path, ...] = ()  # run directories with sweep.csv taken on `topology`: the model fitted on them
     replay: Optional[Path] = None  # a `genie replay --jobs` run directory: ECMP on the paths its sessions took,
     # its repetitions
+    standing_queues: bool = True  # steps wait for other jobs' queued windows on full links (fabric/queues.py)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,8 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
     estimates = []
     for p in placed:
         est = estimate_mix(list(p.traces), p.names, p.slots, p.offsets_ns, p.iterations, topology, params,
-                           placement=p.placement, source=str(request.topology), **traced)
+                           placement=p.placement, source=str(request.topology),
+                           standing_queues=request.standing_queues, **traced)
         estimates.append(type(est)(est.placement, est.jobs, est.links, est.notes + notes))
     ranked = len(estimates) > 1
     if ranked:
@@ -170,7 +172,8 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
               *(input_digest(j.trace_path, "trace") for j in mix.jobs
                 if j.trace_path is not None and j.trace_path.is_file()))
     params_doc = {"placements": [e.placement for e in estimates],
-                  "calibration": str(request.calibration) if request.calibration else None}
+                  "calibration": str(request.calibration) if request.calibration else None,
+                  "standing_queues": request.standing_queues}
     with RunRecorder("estimate", name="estimate-jobs", out=request.out, inputs=inputs,
                      params=params_doc) as run:
         run.write("jobs_estimate.csv", estimates_csv(estimates))
