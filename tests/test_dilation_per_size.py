@@ -14,8 +14,8 @@ from genie.core.errors import InputError, RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.core.topology import LinkShape
 from genie.faults.live import LiveTestbed
-from genie.services.bench import _run_per_size, sweep_sizes
-from genie.services.cases import BenchOutcome, GroupCase
+from genie.services.bench import sweep_sizes
+from genie.services.cases import BenchOutcome, GroupCase, run_cases_per_size
 from genie.services.dilation import SizeDilator
 from genie.core.protocol import BenchCase, BenchJob
 from genie.testbed.backend import FakeBackend, apply_plan
@@ -187,7 +187,7 @@ def test_sizes_run_in_sessions_of_one_factor_and_join_as_one_sweep() -> None:
     plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
     expected = [s.dilation.factor for s in plan.sizes]
     seen, rows, dilator = [], [], _Dilator()
-    outcome = _run_per_size(_cases(sizes * 2), plan, dilator, _fake_run(seen),  # two collectives' worth
+    outcome = run_cases_per_size(_cases(sizes * 2), plan, dilator, _fake_run(seen),  # two collectives' worth
                             lambda done, total, stats: rows.append((done, total, stats)))
     assert [f for f, _ in seen] == [f for i, f in enumerate(expected * 2) if i == 0 or f != (expected * 2)[i - 1]]
     assert dilator.used == [f for f, _ in seen] and dilator.restored == 1
@@ -202,6 +202,6 @@ def test_a_reshape_that_fails_keeps_the_sizes_before_it() -> None:
     plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
     seen, rows, dilator = [], [], _Dilator(fail_factor=plan.sizes[1].dilation.factor)
     with pytest.raises(RunFailure):
-        _run_per_size(_cases(sizes), plan, dilator, _fake_run(seen), lambda *row: rows.append(row))
+        run_cases_per_size(_cases(sizes), plan, dilator, _fake_run(seen), lambda *row: rows.append(row))
     assert rows == [(1, 2, "stats 1024")] and dilator.restored == 1
 

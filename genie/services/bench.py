@@ -18,7 +18,7 @@ from genie.core.sizes import DEFAULT_DTYPE_BYTES, aligned_size
 from genie.core.placement import RankPlacement
 from genie.core.protocol import BenchJob
 from genie.measure.metrics import CaseStats, rank_memory_summary
-from genie.services.cases import BenchOutcome, GroupCase, rank_job, run_cases
+from genie.services.cases import BenchOutcome, GroupCase, rank_job, run_cases, run_cases_per_size
 from genie.services.options import RunOptions, check_counts, check_ranks, check_timeout
 
 BenchProgress = Callable[[], ContextManager[Callable[[int, int, Any], None]]]
@@ -190,51 +190,12 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
     if dilator is None or dilation_plan is None or not dilation_plan.per_size:
         outcome = run(cases, progress=on_case)
     else:
-        outcome = _run_per_size(cases, dilation_plan, dilator, run, on_case)
+        outcome = run_cases_per_size(cases, dilation_plan, dilator, run, on_case)
     if passes == 1:
         return outcome
     return replace(outcome, stats=outcome.stats[0::2], in_place_stats=outcome.stats[1::2],
                    job=replace(outcome.job, cases=outcome.job.cases[0::2]),
                    steps={i // 2: rows for i, rows in outcome.steps.items() if i % 2 == 0})
-
-
-def _run_per_size(cases: list[GroupCase], plan: Any, dilator: Any, run: Callable[..., BenchOutcome],
-                  on_case: Callable[[int, int, CaseStats], None]) -> BenchOutcome:
-    """`cases` in runs of consecutive sizes at one factor: reshape, then one rank session each; the outcomes
-    joined as one sweep's. The testbed is put back at its own dilation at the end, whatever happens."""
-    segments: list[tuple[Any, list[GroupCase]]] = []
-    for case in cases:
-        dilation = plan.dilation_for(case.op.size_bytes)
-        if segments and segments[-1][0].factor == dilation.factor:
-            segments[-1][1].append(case)
-        else:
-            segments.append((dilation, [case]))
-    parts: list[BenchOutcome] = []
-    offset = 0
-    try:
-        for dilation, part in segments:
-            dilator.use(dilation, size_bytes=part[0].op.size_bytes)
-            base = offset
-            parts.append(run(part, dilation=dilation,
-                             progress=lambda d, _t, stats, base=base: on_case(base + d, len(cases), stats)))
-            offset += len(part)
-    finally:
-        dilator.restore()
-    return _joined(parts)
-
-
-def _joined(parts: list[BenchOutcome]) -> BenchOutcome:
-    """Several rank sessions' outcomes as one sweep's (cases, steps and flows in order; peak memory per rank)."""
-    first, steps, offset, rss = parts[0], {}, 0, {}
-    for part in parts:
-        steps.update({offset + i: rows for i, rows in part.steps.items()})
-        offset += len(part.job.cases)
-        for rank, kb in part.peak_rss_kb.items():
-            rss[rank] = max(kb, rss.get(rank, 0))
-    flows = tuple(dict.fromkeys(flow for part in parts for flow in part.flows))
-    job = replace(first.job, cases=tuple(c for part in parts for c in part.job.cases))
-    return replace(first, stats=tuple(s for part in parts for s in part.stats), job=job, steps=steps,
-                   peak_rss_kb=rss, flows=flows)
 
 
 def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: Callable[[list[dict]], None] | None
