@@ -205,3 +205,22 @@ def test_a_reshape_that_fails_keeps_the_sizes_before_it() -> None:
         run_cases_per_size(_cases(sizes), plan, dilator, _fake_run(seen), lambda *row: rows.append(row))
     assert rows == [(1, 2, "stats 1024")] and dilator.restored == 1
 
+
+
+# ---- a replay: one clock, and it says which ----------------------------------------------------------------------
+def test_a_replay_says_its_one_factor_and_why(tmp_path: Path) -> None:
+    trace = tmp_path / "compute.yaml"
+    trace.write_text("format: genie-trace\nversion: 1\nname: c\nranks: 2\nprogram:\n"
+                     "  - {id: 0, name: fwd, type: compute, duration: 1ms}\n")
+    result = run_genie("replay", trace, "--loopback", "-n", "1", "-w", "0", "--time-dilation", "4",
+                       "--out", tmp_path / "r")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# time dilation 4 (asked for); a replay runs the whole trace at one factor" in result.stdout
+
+
+def test_autos_reason_names_the_message_that_drove_it() -> None:
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    software = choose_dilation(topology, FIGURES, reference_bytes=16 << 10)
+    assert software.reason.startswith("auto: software needs N >=") and "for a 16384-byte message" in software.reason
+    throughput = choose_dilation(topology, FIGURES, reference_bytes=64 << 20)
+    assert throughput.reason == "auto: throughput needs N >= 200, rounded up"
