@@ -87,7 +87,23 @@ def sweep(out: Path) -> dict:
             "run_dir": str(result.run_dir), "first_size_includes": "host probe + testbed up"}
 
 
-def replay(out: Path) -> dict:
+def op_medians_us(run_dir: Path) -> dict[str, float]:
+    """Each collective node's median time (slowest rank per iteration), from the replay's ops.csv."""
+    import csv
+    import statistics
+
+    spans: dict[tuple[str, str], dict[int, float]] = {}
+    with open(run_dir / "ops.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["type"] != "compute":
+                key = (row["node_id"], f"{row['type']} {row['bytes']} B")
+                it = spans.setdefault(key, {})
+                took = (int(row["end_ns"]) - int(row["start_ns"])) / 1e3
+                it[int(row["iteration"])] = max(it.get(int(row["iteration"]), 0.0), took)
+    return {name: statistics.median(v.values()) for (_, name), v in sorted(spans.items())}
+
+
+def replay(out: Path, divisors: tuple[int, ...] = (2, 4), auto_factor: float | None = None) -> dict:
     from astra_adapter.fabric.estimate import estimate_fabric
     from genie.services.replay import ReplayCommand, ReplayRequest, run_replay_command
     from genie.topology import load_topology_file
@@ -99,11 +115,12 @@ def replay(out: Path) -> dict:
     estimate_ms = estimate_fabric(read_native(SMALL_TRACE, source="small-step"),
                                   load_topology_file(TOPOLOGY)).iteration_ns / 1e6
     rows = []
-    auto = None
+    auto = auto_factor
     print(f"# replay of a 16 KiB + 4 MiB all-reduce step, fabric estimate {estimate_ms:.4f} ms; "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
-    for label in ("auto", "auto/2", "auto/4"):
-        factor = "auto" if label == "auto" else f"{auto / int(label[-1]):g}"
+    labels = ([] if auto_factor else ["auto"]) + [f"auto/{d}" for d in divisors]
+    for label in labels:
+        factor = "auto" if label == "auto" else f"{auto / int(label.split('/')[1]):g}"
         started = time.monotonic()
         request = ReplayRequest(iterations=5, warmup=1, timeout_s=600.0)
         result = run_replay_command(ReplayCommand(trace, request, _options(factor, out / label.replace("/", "-"))),
@@ -114,10 +131,11 @@ def replay(out: Path) -> dict:
         measured_ms = result.doc["iteration_median_ns"] / 1e6
         row = {"asked": label, "factor": result.dilation.factor, "reason": result.dilation.reason,
                "measured_ms": measured_ms, "estimate_ms": estimate_ms, "error": measured_ms / estimate_ms - 1,
-               "wall_s": seconds, "load": os.getloadavg()[0]}
+               "wall_s": seconds, "load": os.getloadavg()[0], "ops_us": op_medians_us(result.run_dir)}
         rows.append(row)
+        ops = ", ".join(f"{name} {us:.2f} us" for name, us in row["ops_us"].items())
         print(f"{label:>7} N = {row['factor']:<7g} {measured_ms:.4f} ms ({row['error']:+.1%} vs the estimate), "
-              f"{seconds:.0f} s wall, load {row['load']:.1f}  {row['reason']}", flush=True)
+              f"{ops}; {seconds:.0f} s wall, load {row['load']:.1f}  {row['reason']}", flush=True)
     return {"estimate_ms": estimate_ms, "rows": rows}
 
 
@@ -125,11 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dilation_sweep",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default="sweep,replay")
+    parser.add_argument("--divisors", default="2,4", help="the replay's smaller factors: auto / each")
+    parser.add_argument("--auto-factor", type=float, default=None,
+                        help="the replay's auto factor from an earlier run (skips the auto run)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / time.strftime("%Y%m%d-%H%M%S-dilation-sweep"))
     args = parser.parse_args(argv)
     results = {}
     for part in args.parts.split(","):
-        results[part] = {"sweep": sweep, "replay": replay}[part.strip()](args.out)
+        divisors = tuple(int(d) for d in args.divisors.split(","))
+        results[part] = (sweep(args.out) if part.strip() == "sweep" else
+                         replay(args.out, divisors, args.auto_factor))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "dilation_sweep.json").write_text(json.dumps(results, indent=1))
     print(f"# results in {args.out}")
