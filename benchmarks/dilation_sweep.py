@@ -43,7 +43,7 @@ def _options(factor: str, out: Path):
     return RunOptions(topology=TOPOLOGY, time_dilation=DilationChoice.parse(factor), out=out, sample_ms=0)
 
 
-def sweep(out: Path) -> dict:
+def sweep(out: Path, max_bytes: int = 64 << 20, iterations: int = 20, warmup: int = 5) -> dict:
     from benchmarks.dilation import wire_time_us
     from genie.core.collective import Collective
     from genie.core.units import format_size
@@ -51,8 +51,8 @@ def sweep(out: Path) -> dict:
     from genie.testbed.verify import goodput_bps
 
     limit_GBps = goodput_bps(int(100e9), 1500) / 8e9
-    request = BenchRequest(collectives=(Collective.ALL_REDUCE,), min_bytes=1024, max_bytes=64 << 20, factor=4,
-                           iterations=20, warmup=5, verify=True, in_place=True, timeout_s=600.0)
+    request = BenchRequest(collectives=(Collective.ALL_REDUCE,), min_bytes=1024, max_bytes=max_bytes, factor=4,
+                           iterations=iterations, warmup=warmup, verify=True, in_place=True, timeout_s=600.0)
     marks: list[float] = []
 
     @contextlib.contextmanager
@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dilation_sweep",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default="sweep,replay")
+    parser.add_argument("--max-bytes", type=int, default=64 << 20, help="the sweep's largest size")
+    parser.add_argument("--iterations", type=int, default=20, help="the sweep's timed iterations per size")
+    parser.add_argument("--warmup", type=int, default=5, help="the sweep's warmup iterations per size")
     parser.add_argument("--divisors", default="2,4", help="the replay's smaller factors: auto / each")
     parser.add_argument("--auto-factor", type=float, default=None,
                         help="the replay's auto factor from an earlier run (skips the auto run)")
@@ -151,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for part in args.parts.split(","):
         divisors = tuple(int(d) for d in args.divisors.split(","))
-        results[part] = (sweep(args.out) if part.strip() == "sweep" else
+        results[part] = (sweep(args.out, args.max_bytes, args.iterations, args.warmup) if part.strip() == "sweep" else
                          replay(args.out, divisors, args.auto_factor))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "dilation_sweep.json").write_text(json.dumps(results, indent=1))
