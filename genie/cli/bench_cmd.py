@@ -160,6 +160,9 @@ def bench(
     timeout: float = typer.Option(60.0, "--timeout", "-T", help="Per-op timeout in seconds."),
     steps: bool = typer.Option(False, "--steps", help="Also record every algorithm step (steps.csv)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-bench)."),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="Print the testbed's time dilation per size (auto measures this host "
+                                      "first) and the links' real shapes; run nothing."),
     as_json: bool = options.AS_JSON,
     *, run,
 ) -> None:
@@ -209,6 +212,15 @@ def bench(
         printer = _OsuPrinter(test, request.pairs or 1, enabled=not as_json)
     else:
         printer = _TablePrinter(config, root=root, enabled=not as_json)
+    if dry_run:
+        from genie.services.bench import plan_bench_dilation
+
+        with flag_names(BENCH_FLAGS):
+            plan, topology = plan_bench_dilation(BenchCommand(request, run))
+        typer.echo(f"time dilation per size on {topology.name} (dry run, nothing brought up):")
+        for line in plan.describe(topology):
+            typer.echo(f"  {line}")
+        return
     with flag_names(BENCH_FLAGS):
         result = run_bench_command(BenchCommand(request, run), progress=lambda: bench_progress(not sys.stdout.isatty()),
                                    on_start=printer.start, on_row=printer.row, interval_s=interval,
@@ -232,6 +244,11 @@ def bench(
                    f"--testbed, or --time-dilation N (docs/dilation.md)", err=as_json)
     if result.cpu_starved is not None:
         typer.echo(f"# note: {result.cpu_starved}", err=as_json)
+    if result.dilation_plan is not None:
+        from genie.core.units import format_size
+
+        typer.echo("# time dilation per size: " + ", ".join(
+            f"{format_size(s.size_bytes)} {s.dilation.factor:g}" for s in result.dilation_plan.sizes), err=as_json)
     echo_capture(result.capture, err=as_json)
     if printer.failed:
         raise typer.Exit(1)

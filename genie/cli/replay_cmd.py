@@ -57,6 +57,9 @@ def replay(
     else:
         typer.echo(format_summary(result.outcome))
         typer.echo(summary)
+    if result.dilation.active:  # one clock for the whole trace: say which factor, and what chose it
+        typer.echo(f"# {result.dilation.describe()}; a replay runs the whole trace at one factor "
+                   "(docs/dilation.md: what a smaller one costs)", err=as_json)
     echo_capture(result.capture, err=as_json)
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)

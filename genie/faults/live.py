@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from genie.core.dilation import TimeDilation
 from genie.core.errors import EnvironmentProblem
 from genie.core.testbed import LinkEnd, TestbedInfo
 from genie.core.topology import LinkShape
@@ -49,8 +50,10 @@ def emulator_stages(steps: Sequence[PlanStep]) -> dict[str, list[str]]:
 class LiveTestbed:
     def __init__(self, info: TestbedInfo, steps: tuple[PlanStep, ...], shaper: Shaper, *,
                  on_pids: Callable[[list[int]], None] | None = None,
-                 emulators: Sequence[tuple[str, int, int | None]] = ()) -> None:
+                 emulators: Sequence[tuple[str, int, int | None]] = (), netlink: Any = None) -> None:
         self.info, self.steps, self.shaper, self.on_pids = info, steps, shaper, on_pids
+        self.dilation: TimeDilation = info.dilation  # what the links are shaped at now (`redilate`)
+        self._netlink_module = netlink  # None: genie.testbed.netlink (tests pass a fake beside it)
         self._shapes: dict[tuple[str, str], LinkShape] = {}  # current shape per end (node, peer)
         self._flows: list[bulk.CrossTraffic] = []
         self._lock = threading.Lock()
@@ -68,6 +71,8 @@ class LiveTestbed:
         return cls(record.info, record.steps, record.shaper, on_pids=on_pids, emulators=record.emulators)
 
     def _netlink(self) -> Any:
+        if self._netlink_module is not None:
+            return self._netlink_module
         from genie.testbed import netlink
 
         return netlink
@@ -79,14 +84,15 @@ class LiveTestbed:
     def configured(self, end: LinkEnd) -> LinkShape:
         return self.info.topology.links[end.link_index].shape
 
-    def _reshape(self, end: LinkEnd, new: LinkShape) -> None:
+    def _reshape(self, end: LinkEnd, new: LinkShape, was: TimeDilation | None = None) -> None:
         """The egress qdiscs of one end to those of `new` (and, userspace-shaped, its emulator stages). Shapes
-        are the stated fabric's; a dilated testbed applies them at rate / N and delay x N."""
+        are the stated fabric's; a dilated testbed applies them at rate / N and delay x N (`was`: the dilation
+        the end is shaped at now, when `redilate` changes it)."""
         assert end.netns is not None
         old = self._shapes.get((end.node, end.peer), self.configured(end))
-        real = self.info.dilation.real_shape
-        before = shaping_steps(end.netns, end.ifname, real(old), self.shaper, self.info.links)
-        after = shaping_steps(end.netns, end.ifname, real(new), self.shaper, self.info.links)
+        was = was or self.dilation
+        before = shaping_steps(end.netns, end.ifname, was.real_shape(old), self.shaper, self.info.links)
+        after = shaping_steps(end.netns, end.ifname, self.dilation.real_shape(new), self.shaper, self.info.links)
         netlink = self._netlink()
         if before != after:
             changed = [(a, b) for a, b in zip(before, after) if a != b]
@@ -103,13 +109,13 @@ class LiveTestbed:
     def _restage(self, end: LinkEnd, new: LinkShape) -> None:
         """Record the live stage fields of direction end.node>end.peer in every emulator that has it."""
         name = f"links[{end.link_index}] {end.node}>{end.peer}"
-        real = self.info.dilation.real_shape(new)
+        real = self.dilation.real_shape(new)
         fields = {"delay_ns": round(real.delay_us * 1000), "jitter_ns": round(real.jitter_us * 1000),
                   "loss_pct": real.loss_pct, "limit_packets": emulator_limit_packets(real),
                   "rate_bps": real.rate_bps if is_wire(real, self.info.links) else None}
         for netns in self._stages.get(name, ()):
             stages = self._overrides.setdefault(netns, {})
-            if new == self.configured(end):
+            if new == self.configured(end) and self.dilation.factor == self.info.dilation.factor:
                 stages.pop(name, None)
             else:
                 stages[name] = fields
@@ -146,6 +152,16 @@ class LiveTestbed:
                 raise EnvironmentProblem(f"{sorted(waiting)[0]}: the link emulator did not confirm the change "
                                          f"within {CONFIRM_TIMEOUT_S:g} s")
             time.sleep(0.01)
+
+    def redilate(self, dilation: TimeDilation) -> None:
+        """Every shaped link end at `dilation` instead (its stated shape kept): rate / N and delay x N of the
+        new N, through the same qdisc and emulator changes as a degrade. Applying the testbed's own dilation
+        again restores it; a failure part-way leaves some ends changed: apply the dilation before again."""
+        was, self.dilation = self.dilation, dilation
+        for end in self.info.link_ends:
+            if end.netns is not None:
+                self._reshape(end, self._shapes.get((end.node, end.peer), self.configured(end)), was)
+        self._push_overrides()
 
     # ---- LiveNetwork
     def _remember(self, link_index: int, change: str | None) -> None:

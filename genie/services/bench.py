@@ -18,7 +18,7 @@ from genie.core.sizes import DEFAULT_DTYPE_BYTES, aligned_size
 from genie.core.placement import RankPlacement
 from genie.core.protocol import BenchJob
 from genie.measure.metrics import CaseStats, rank_memory_summary
-from genie.services.cases import BenchOutcome, GroupCase, rank_job, run_cases
+from genie.services.cases import BenchOutcome, GroupCase, rank_job, run_cases, run_cases_per_size
 from genie.services.options import RunOptions, check_counts, check_ranks, check_timeout
 
 BenchProgress = Callable[[], ContextManager[Callable[[int, int, Any], None]]]
@@ -74,6 +74,7 @@ class BenchResult:
     nccl_documents: dict[str, str] = field(default_factory=dict)  # nccl-tests JSON: file name -> text
     burst: Any = None  # genie.testbed.shaping.BucketBurst: sizes the bucket links can carry faster than a wire
     cpu_starved: str | None = None  # genie.measure.sched.starved_note: the ranks waited for a CPU that much
+    dilation_plan: Any = None  # genie.testbed.dilation_plan.DilationPlan when sizes ran at their own factors
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int, step_bytes: int = 0) -> list[int]:
@@ -164,10 +165,13 @@ def build_job(request: BenchRequest, ranks: int) -> BenchJob:
 
 def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
               progress: Callable[[int, int, CaseStats], None] | None = None, on_row: RowCallback | None = None,
-              link_rate_bps: int | None = None, **kwargs: Any) -> BenchOutcome:
+              link_rate_bps: int | None = None, dilation_plan: Any = None, dilator: Any = None,
+              **kwargs: Any) -> BenchOutcome:
     """The plain sweep of `request` on `placements` (keyword arguments as `run_cases`). `progress` and `on_row`
     are called when a size is done (both its passes with `request.in_place`). AUTO chooses with the
-    placements' ranks per host and `link_rate_bps` (the testbed's link rate, if it has one)."""
+    placements' ranks per host and `link_rate_bps` (the testbed's link rate, if it has one). With a
+    `dilation_plan` of more than one factor (`genie.testbed.dilation_plan`) each run of sizes at one factor is
+    its own rank session, the testbed reshaped before it by `dilator` (`genie.services.dilation.SizeDilator`)."""
     passes = 2 if request.in_place else 1
     done: list[CaseStats] = []
 
@@ -181,9 +185,13 @@ def run_bench(request: BenchRequest, placements: list[RankPlacement], *,
 
     cases = sweep_cases(request, len(placements), per_node=ranks_per_node(placements),
                         link_rate_bps=link_rate_bps)
-    outcome = run_cases(cases, placements, verify=request.verify,
-                        timeout_s=request.timeout_s, record_steps=request.record_steps, spin_us=request.spin_us,
-                        socket_buffer_bytes=request.socket_buffer_bytes, progress=on_case, **kwargs)
+    run = lambda part, **more: run_cases(  # noqa: E731
+        part, placements, verify=request.verify, timeout_s=request.timeout_s, record_steps=request.record_steps,
+        spin_us=request.spin_us, socket_buffer_bytes=request.socket_buffer_bytes, **{**kwargs, **more})
+    if dilator is None or dilation_plan is None or not dilation_plan.per_size:
+        outcome = run(cases, progress=on_case)
+    else:
+        outcome = run_cases_per_size(cases, dilation_plan, dilator, run, on_case)
     if passes == 1:
         return outcome
     return replace(outcome, stats=outcome.stats[0::2], in_place_stats=outcome.stats[1::2],
@@ -206,7 +214,8 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
 
     request, opts = cmd.request, cmd.options
     check_request(request)  # what does not depend on the target, before it is up
-    sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes)
+    sizes = sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes)
+    check_per_size(request, opts)
     config = {"min_bytes": request.min_bytes, "max_bytes": request.max_bytes, "step_factor": request.factor,
               "warmup_iters": request.warmup, "iterations": request.iterations, "verify": request.verify,
               "root": request.root, "cputime": request.cputime}
@@ -214,10 +223,17 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
               "steps": request.record_steps, "in_place": request.in_place}
     with staged("bench", opts, ranks=request.ranks, loopback_ranks=request.ranks, params=params,
                 bounds=lambda n, _faults: bench_bounds(build_job(request, request.ranks or n)),
-                smallest_message_bytes=request.min_bytes) as stage:
+                smallest_message_bytes=request.min_bytes, sweep_sizes_bytes=tuple(sizes)) as stage:
         target = stage.target
         meta = {"target": target.name, "ranks": len(stage.placements), "verify": request.verify,
                 "iterations": request.iterations, "warmup": request.warmup}
+        plan = target.dilation_plan
+        dilator = None
+        if plan is not None and target.info is not None:
+            from genie.services.dilation import SizeDilator
+
+            dilator = SizeDilator(target.info)
+            meta["time_dilation_per_size"] = plan.to_dict()
         files = SweepRecorder(stage.run, meta)
         devices = target.devices()
         started: list[bool] = []
@@ -246,7 +262,8 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
                                 link_rate_bps=(target.topology or {}).get("link_rate_bps"),
                                 progress=lambda d, t, s: (bar(d, t, s), files.add(d, t, s)),
                                 sessions=stage.sessions, fault_hooks=watch.injector,
-                                fault_points=stage.fault_plan.fault_points(), dilation=stage.dilation)
+                                fault_points=stage.fault_plan.fault_points(), dilation=stage.dilation,
+                                dilation_plan=plan, dilator=dilator)
         start()
         traced = PathRecorder(target.info)  # while the testbed is up
         traced.sweep("sweep", outcome.flows)
@@ -273,4 +290,35 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
     run = stage.run
     return BenchResult(run.run_dir, run.status, run.manifest.duration_s, outcome, doc, watch.links(),
                        watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents, burst,
-                       starved)
+                       starved, plan)
+
+
+def check_per_size(request: BenchRequest, opts: RunOptions) -> None:
+    """A sweep of several sizes under ``auto`` runs each size at its own factor (docs/dilation.md); faults and
+    stragglers are timed on one clock for the whole run, so they need one factor: refused before anything
+    is up."""
+    from genie.core.dilation import DilationMode
+
+    several = len(set(sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes))) > 1
+    if (opts.time_dilation.mode is DilationMode.AUTO and several and opts.topology is not None
+            and (opts.faults or opts.faults_file)):
+        raise InputError("a sweep under auto runs each size at its own time dilation, and faults are timed on "
+                         "one clock: give a fixed factor (--time-dilation N) or one size", path="faults")
+
+
+def plan_bench_dilation(cmd: BenchCommand) -> tuple[Any, Any]:
+    """`genie bench --dry-run`: the sweep's dilation per size (`genie.testbed.dilation_plan.DilationPlan`) on
+    its topology, and the topology; nothing of the run is brought up (``auto`` measures this host on scratch
+    testbeds, as it does before a run)."""
+    from genie.services.dilation_choice import resolve_dilation_plan
+    from genie.topology import load_topology_file
+
+    request, opts = cmd.request, cmd.options
+    check_request(request)
+    sizes = sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes)
+    check_per_size(request, opts)
+    if opts.topology is None:
+        raise InputError("a dry run plans the testbed of a topology: give one", path="topology")
+    topology = load_topology_file(opts.topology)
+    plan, _ = resolve_dilation_plan(opts.time_dilation, topology, sizes, source=str(opts.topology))
+    return plan, topology

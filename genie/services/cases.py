@@ -7,8 +7,8 @@ which a target's dilation may need, can use it."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
 
 from genie.core.dilation import NO_DILATION, TimeDilation
 from genie.core.errors import RunFailure
@@ -184,3 +184,46 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
     return BenchOutcome(stats=tuple(stats[i] for i in sorted(stats)), job=first, placements=tuple(placements),
                         steps=steps, peak_rss_kb=dict(result.peak_rss_kb), flows=tuple(result.flows),
                         cpu=tuple(cpu.cases))
+
+
+def run_cases_per_size(cases: list[GroupCase], plan: Any, dilator: Any, run: Callable[..., BenchOutcome],
+                       on_case: Callable[[int, int, CaseStats], None]) -> BenchOutcome:
+    """`cases` in runs of consecutive sizes at one factor of `plan` (`genie.testbed.dilation_plan`): each run
+    reshaped by `dilator` (`genie.services.dilation.SizeDilator`), then `run(part, dilation=, progress=)` (one
+    rank session: `run_cases` with the caller's options); `on_case(done, total, stats)` over the whole list.
+    The outcomes are joined as one sweep's; the testbed is put back at its own dilation at the end, whatever
+    happens (a failure keeps what `on_case` was given)."""
+    segments: list[tuple[Any, list[GroupCase]]] = []
+    for case in cases:
+        dilation = plan.dilation_for(case.op.size_bytes)
+        if segments and segments[-1][0].factor == dilation.factor:
+            segments[-1][1].append(case)
+        else:
+            segments.append((dilation, [case]))
+    parts: list[BenchOutcome] = []
+    offset = 0
+    try:
+        for dilation, part in segments:
+            dilator.use(dilation, size_bytes=part[0].op.size_bytes)
+            base = offset
+            parts.append(run(part, dilation=dilation,
+                             progress=lambda d, _t, stats, base=base: on_case(base + d, len(cases), stats)))
+            offset += len(part)
+    finally:
+        dilator.restore()
+    return _joined(parts)
+
+
+def _joined(parts: list[BenchOutcome]) -> BenchOutcome:
+    """Several rank sessions' outcomes as one sweep's (cases, steps and flows in order; peak memory per rank)."""
+    first, steps, offset, rss, cpu = parts[0], {}, 0, {}, []
+    for part in parts:
+        steps.update({offset + i: rows for i, rows in part.steps.items()})
+        cpu.extend(replace(c, case=offset + c.case) for c in part.cpu)
+        offset += len(part.job.cases)
+        for rank, kb in part.peak_rss_kb.items():
+            rss[rank] = max(kb, rss.get(rank, 0))
+    flows = tuple(dict.fromkeys(flow for part in parts for flow in part.flows))
+    job = replace(first.job, cases=tuple(c for part in parts for c in part.job.cases))
+    return replace(first, stats=tuple(s for part in parts for s in part.stats), job=job, steps=steps,
+                   peak_rss_kb=rss, flows=flows, cpu=tuple(cpu))

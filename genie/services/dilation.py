@@ -11,7 +11,7 @@ import dataclasses
 from typing import Optional
 
 from genie.core.dilation import (NO_DILATION, DilationChoice, DilationMode, TimeDilation, fixed_dilation)
-from genie.core.errors import InputError
+from genie.core.errors import InputError, RunFailure
 from genie.core.limits import MAX_TIMEOUT_S
 from genie.core.program import Lane, RankProgram
 from genie.core.protocol import Barrier, CaseResult, Straggler
@@ -92,3 +92,48 @@ def smallest_message_bytes(programs) -> Optional[int]:
     sizes = [node.size_bytes for program in programs for node in program.nodes
              if node.size_bytes > 0 and node.lane in (Lane.COLLECTIVE, Lane.SEND, Lane.RECV)]
     return min(sizes) if sizes else None
+
+
+# ---- a sweep's dilation per size, made real between sizes ------------------------------------------------
+class SizeDilator:
+    """Applies a sweep's dilation per size (`genie.testbed.dilation_plan.DilationPlan`) to the running testbed
+    `info` between sizes, through `genie.faults.live.LiveTestbed` (`live`: a fake in tests). `use(d)` reshapes
+    every link to `d` when it differs from the current one; a reshape that fails restores the testbed's own
+    dilation and raises RunFailure (the sizes measured so far are already written). `restore()` (always called
+    at the end) puts the testbed back as it was brought up."""
+
+    def __init__(self, info: TestbedInfo, live=None) -> None:
+        if live is None:
+            from genie.faults.live import LiveTestbed
+
+            live = LiveTestbed.of(info.name)
+        self.info, self.live = info, live
+        self.current = info.dilation
+
+    def use(self, dilation: TimeDilation, *, size_bytes: int) -> None:
+        if dilation.factor == self.current.factor:
+            return
+        try:
+            self.live.redilate(dilation)
+        except Exception as exc:  # noqa: BLE001 - any failure of the live change: put the testbed back
+            restored = self._put_back()
+            from genie.core.units import format_size
+
+            raise RunFailure(f"reshaping testbed {self.info.name}'s links to time dilation {dilation.factor:g} "
+                             f"for size {format_size(size_bytes)} failed ({type(exc).__name__}: {exc}); "
+                             f"{restored}; the sizes measured before it are kept") from None
+        self.current = dilation
+
+    def restore(self) -> None:
+        if self.current.factor != self.info.dilation.factor:
+            self.live.redilate(self.info.dilation)
+            self.current = self.info.dilation
+
+    def _put_back(self) -> str:
+        try:
+            self.live.redilate(self.info.dilation)
+        except Exception as exc:  # noqa: BLE001
+            return (f"restoring its shapes at {self.info.dilation.factor:g} failed too ({type(exc).__name__}: "
+                    f"{exc}): `genie testbed down {self.info.name}`")
+        self.current = self.info.dilation
+        return f"its links are back at time dilation {self.info.dilation.factor:g}"

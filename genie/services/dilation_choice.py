@@ -4,12 +4,15 @@ this module sits above both)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from genie.core.dilation import DilationChoice, DilationMode, TimeDilation, fixed_dilation
 from genie.core.errors import InputError
 from genie.core.testbed import LinkModel
 from genie.core.topology import Topology
+
+if TYPE_CHECKING:
+    from genie.testbed.dilation_plan import DilationPlan
 
 
 def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Optional[str] = None,
@@ -33,6 +36,25 @@ def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Opti
     check_dilation_holds(topology, dilation, source=source)
     return dilation, links or default_link_model(topology, dilation)
 
+
+def resolve_dilation_plan(choice: DilationChoice, topology: Topology, sizes: Sequence[int], *,
+                          source: Optional[str] = None, links: Optional[LinkModel] = None
+                          ) -> tuple[DilationPlan, LinkModel]:
+    """A sweep's dilation per size (`genie.testbed.dilation_plan`) and the link model of its testbed: under
+    ``auto`` this host is measured once and each size gets its own factor (InputError naming the first size
+    whose factor the topology cannot hold: nothing is brought up); a fixed factor (or none) is every size's."""
+    from genie.testbed.dilation_plan import plan_per_size, single_plan
+    from genie.testbed.shaping import default_link_model
+
+    if choice.mode is DilationMode.AUTO and len(set(sizes)) > 1:
+        from genie.services.host_probe import measure_host
+
+        model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
+        plan = plan_per_size(topology, measure_host(topology, model), sizes, source=source)
+        return plan, links or default_link_model(topology, plan.first)
+    dilation, model = resolve_dilation(choice, topology, source=source, links=links,
+                                       reference_bytes=min(sizes) if sizes else None)
+    return single_plan(sizes, dilation), model
 
 
 def testbed_up(topology: Topology, *, name: str, source, dry_run: bool, shaper, choice: DilationChoice,

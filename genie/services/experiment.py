@@ -62,7 +62,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     from genie.faults import service as faults_service
     from genie.engine.program import build_programs
     from genie.report.manifest import input_digest
-    from genie.services.cases import GroupCase, run_cases
+    from genie.services.cases import GroupCase, run_cases, run_cases_per_size
     from genie.services.replay import ReplayRequest, check_fits, run_replay
     from genie.services.stage import staged
 
@@ -107,14 +107,29 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     load_before = os.getloadavg()[0]
     say(f"bringing up {prepared.topology.name}" if opts.topology is not None else
         f"running on {opts.testbed or ('loopback' if opts.loopback else opts.inventory)}")
-    smallest = None
+    smallest, replayed, every_size = None, None, ()
     if opts.time_dilation.mode is DilationMode.AUTO:  # what auto protects: the smallest message of the run
         sizes = [size for _, size in items]
         replayed = smallest_message_bytes(build_programs(prepared.trace, source=source))
         smallest = min(sizes + ([replayed] if replayed else [])) if sizes or replayed else None
+        # each sweep size at its own factor, the replay (one clock) at its smallest message's
+        every_size = tuple(sorted(set(sizes + ([replayed] if replayed else []))))
+        if len(every_size) > 1 and opts.topology is not None and (opts.faults or opts.faults_file):
+            raise InputError("under auto the sweep's sizes run at their own time dilations, and faults are timed "
+                             "on one clock: give a fixed factor (--time-dilation N)", path="faults")
     with staged("experiment", opts, ranks=None, loopback_ranks=prepared.trace.num_ranks, params=params,
                 bounds=bounds, inputs=inputs, fits=lambda p: check_fits(prepared.trace, p, source=source),
-                name=f"experiment-{spec.name}", smallest_message_bytes=smallest) as stage:
+                name=f"experiment-{spec.name}", smallest_message_bytes=smallest,
+                sweep_sizes_bytes=every_size) as stage:
+        plan = stage.target.dilation_plan
+        dilator, replay_dilation = None, stage.dilation
+        if plan is not None and stage.target.info is not None:
+            from genie.services.dilation import SizeDilator
+
+            dilator = SizeDilator(stage.target.info)
+            replay_dilation = plan.dilation_for(replayed) if replayed else stage.dilation
+            say("time dilation per size: " + ", ".join(f"{s.size_bytes} B {s.dilation.factor:g}"
+                                                       for s in plan.sizes))
         for warning in prepared.warnings:
             stage.run.warn(warning)
         pooled: list[list[int]] = [[] for _ in items]
@@ -123,8 +138,13 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
         with stage.watching() as watch:
             for r in range(rounds):
                 say(f"round {r + 1}/{rounds}: sweep, {sweep_each} iterations per size")
-                swept = run_cases(cases, stage.placements, timeout_s=spec.timeout_s, on_pids=stage.target.on_pids,
-                                  sessions=stage.sessions, progress=bench_progress, dilation=stage.dilation)
+                sweep = lambda part, **more: run_cases(  # noqa: E731
+                    part, stage.placements, timeout_s=spec.timeout_s, on_pids=stage.target.on_pids,
+                    sessions=stage.sessions, **{"progress": bench_progress, "dilation": stage.dilation, **more})
+                swept = (sweep(cases) if dilator is None else
+                         run_cases_per_size(cases, plan, dilator, sweep, bench_progress))
+                if dilator is not None:
+                    dilator.use(replay_dilation, size_bytes=replayed)
                 for acc, stats in zip(pooled, swept.stats):
                     acc.extend(stats.iteration_ns)
                 traced.sweep(f"round {r + 1} sweep", swept.flows)
@@ -134,7 +154,9 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
                                            on_pids=stage.target.on_pids, sessions=stage.sessions,
                                            fault_hooks=watch.injector, fault_points=stage.fault_plan.fault_points(),
                                            stragglers=faults_service.stragglers_by_rank(stage.fault_plan),
-                                           dilation=stage.dilation))
+                                           dilation=replay_dilation))
+                if dilator is not None:
+                    dilator.restore()
                 traced.replay(f"round {r + 1} replay", outcomes[-1].flows)
                 write_rounds(stage.run, prepared, pooled, outcomes)  # a later failure keeps these rounds
                 traced.write(stage.run)

@@ -50,6 +50,7 @@ class ReplayResult:
     links: Optional[dict[str, Any]]
     capture: Any  # genie.report.capture result, or None
     warnings: tuple[str, ...] = ()  # the trace's (e.g. dependencies on missing nodes treated as met); in the manifest
+    dilation: TimeDilation = NO_DILATION  # the run's (one clock for the whole trace)
 
 
 def check_request(request: ReplayRequest) -> None:
@@ -182,4 +183,5 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
             stage.run.write(name, text)
         stage.run.set_summary({"iteration_median_ns": doc["iteration_median_ns"],
                                **rank_memory_summary(dict(outcome.peak_rss_kb)), **stage.summary()})
-    return ReplayResult(stage.run.run_dir, stage.run.status, outcome, doc, watch.links(), watch.capture, warnings)
+    return ReplayResult(stage.run.run_dir, stage.run.status, outcome, doc, watch.links(), watch.capture, warnings,
+                        stage.dilation)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from genie.core.dilation import NO_DILATION, DilationChoice, TimeDilation
 from genie.core.errors import InputError, RunFailure
@@ -34,6 +34,8 @@ class Target:
     topology: Optional[dict[str, Any]] = None
     warnings: tuple[str, ...] = ()  # for the run's manifest
     dilation: TimeDilation = NO_DILATION  # the run reports in the stated fabric's time (genie.core.dilation)
+    #: a sweep's dilation per size when its sizes run at different factors (genie.testbed.dilation_plan)
+    dilation_plan: Any = None
 
     def devices(self) -> list[dict]:
         return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in self.placements]
@@ -42,14 +44,15 @@ class Target:
 @contextlib.contextmanager
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
                 ranks: Optional[int], *, command: str, shared: bool = False,
-                dilation: DilationChoice = DilationChoice(), reference_bytes: Optional[int] = None
-                ) -> Iterator[Target]:
+                dilation: DilationChoice = DilationChoice(), reference_bytes: Optional[int] = None,
+                sweep_sizes: Sequence[int] = ()) -> Iterator[Target]:
     """The chosen target; a topology's testbed lives only inside this block. `command` names the service in
     the error when not exactly one target is given. A live testbed is held for this run (a second run on it
     is refused) unless `shared`: then the target carries a warning for the manifest. `dilation`: a topology's
     testbed is brought up so (``auto`` measures this host first, for a run whose smallest message is
     `reference_bytes`); a running testbed keeps its own (a different factor asked for is refused); loopback
-    takes a fixed factor (compute and reported times only)."""
+    takes a fixed factor (compute and reported times only). A sweep's `sweep_sizes` under ``auto``: each size
+    its own factor (the target's `dilation_plan`; the testbed comes up at the smallest size's)."""
     from genie.services.dilation import loopback_dilation, running_dilation
     from genie.services.dilation_choice import resolve_dilation
 
@@ -90,10 +93,18 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
 
     topo = load_topology_file(topology)
     digest = input_digest(topology, "topology")
-    chosen, links = resolve_dilation(dilation, topo, source=str(topology), reference_bytes=reference_bytes)
+    plan = None
+    if sweep_sizes:
+        from genie.services.dilation_choice import resolve_dilation_plan
+
+        planned, links = resolve_dilation_plan(dilation, topo, sweep_sizes, source=str(topology))
+        chosen, plan = planned.first, (planned if planned.per_size else None)
+    else:
+        chosen, links = resolve_dilation(dilation, topo, source=str(topology), reference_bytes=reference_bytes)
     with service.temporary_testbed(topo, source=str(topology), dilation=chosen, links=links) as info:
         yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
-                     info.name, info, (digest,), info.shaper, topology_summary(info.topology), (), info.dilation)
+                     info.name, info, (digest,), info.shaper, topology_summary(info.topology), (), info.dilation,
+                     plan)
 
 
 def observe(run, target: Target, sample_ms: int, *, report_s: float = 0.0, on_interval=None):

@@ -165,7 +165,8 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
     need = max([1.0] + [limit.needed_factor for limit in limits])
     factor = nice_factor(need)
     binding = max(limits, key=lambda limit: limit.needed_factor).name if limits and need > 1 else None
-    reason = (f"auto: {binding} needs N >= {need:.4g}, rounded up" if binding
+    driver = f" for {what}" if binding in ("software", "emulator") else ""  # the message size decides those
+    reason = (f"auto: {binding} needs N >= {need:.4g}{driver}, rounded up" if binding
               else "auto: this host's limits cost under 2% without dilation")
     holds = max_factor(topology)
     if factor > holds:

@@ -316,3 +316,31 @@ def _qdiscs(interface: Interface) -> tuple[QdiscStatus, ...]:
 def _netem_detail(netem: AddNetem) -> str:
     return (f"delay {int(netem.delay_us):g}us jitter {int(netem.jitter_us):g}us "
             f"loss {netem.loss_pct:.3g}% limit {netem.limit_packets}")
+
+
+class KernelNetlink:
+    """The live-change calls of `genie.testbed.netlink` that `genie.faults.live.LiveTestbed` makes, on a
+    `KernelModel` (pass it as the live testbed's `netlink`). `fail_at`: the call number (1-based) that fails
+    with an OSError, as the kernel may refuse a change part-way; None: none fails."""
+
+    def __init__(self, kernel: KernelModel, *, fail_at: int | None = None) -> None:
+        self.kernel, self.fail_at, self.calls = kernel, fail_at, 0
+
+    def _call(self) -> None:
+        self.calls += 1
+        if self.fail_at is not None and self.calls == self.fail_at:
+            raise _error(errno.EBUSY, f"fake failure of live change {self.calls}")
+
+    def change_htb_class(self, step: AddHtb) -> None:
+        self._call()
+        interface = self.kernel.interface(step.netns, step.ifname)
+        if interface.htb is None:
+            raise _error(errno.ENOENT, f"{step.netns}: {step.ifname} has no HTB class")
+        interface.htb = step
+
+    def replace_egress_qdiscs(self, netns: str, ifname: str, steps: list[PlanStep]) -> None:
+        self._call()
+        interface = self.kernel.interface(netns, ifname)
+        interface.htb = interface.leaf = interface.ack_leaf = None
+        for step in steps:
+            self.kernel.apply(step)

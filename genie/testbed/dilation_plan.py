@@ -1,0 +1,108 @@
+"""Time dilation per size (pure): in a sweep each size runs at the factor ``auto`` chooses for it, so a 64 MiB
+row does not run at the factor its 1 KiB row needs.
+
+``auto``'s factor protects a run's smallest figure (one message of the size between the two closest hosts,
+`genie.testbed.dilation_rules.choose_dilation`): a bigger message needs a smaller factor for the same share of
+software cost, down to what the host's throughput needs. The host is measured once
+(`genie.testbed.dilation_rules.HostFigures`); the plan is then a pure function of those figures, the topology
+and the sizes: size -> factor -> the links' real shapes. `genie bench --dry-run` prints it; the bench service
+applies it between sizes through the live testbed (`genie.faults.live.LiveTestbed.redilate`, the mechanism the
+fault injector changes shapes with).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from genie.core.dilation import TimeDilation
+from genie.core.errors import InputError
+from genie.core.topology import LinkShape, Topology
+from genie.core.units import format_rate, format_size
+
+
+@dataclass(frozen=True)
+class SizeDilation:
+    """One size of a sweep and the dilation it runs at."""
+
+    size_bytes: int
+    dilation: TimeDilation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"size_bytes": self.size_bytes, "factor": self.dilation.factor, "reason": self.dilation.reason}
+
+
+@dataclass(frozen=True)
+class DilationPlan:
+    """Each size of a sweep with its dilation (ascending sizes, each once). The testbed comes up at `first`
+    (the smallest size's); a size at another factor has every link reshaped before it runs."""
+
+    sizes: tuple[SizeDilation, ...]
+
+    @property
+    def first(self) -> TimeDilation:
+        return self.sizes[0].dilation
+
+    @property
+    def per_size(self) -> bool:
+        """True when the sizes do not all share one factor."""
+        return len({s.dilation.factor for s in self.sizes}) > 1
+
+    def dilation_for(self, size_bytes: int) -> TimeDilation:
+        """The dilation of `size_bytes` (a size aligned for a collective may differ from the sweep's: the
+        nearest planned size not above it, else the smallest)."""
+        chosen = self.sizes[0].dilation
+        for entry in self.sizes:
+            if entry.size_bytes <= size_bytes:
+                chosen = entry.dilation
+        return chosen
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        return [s.to_dict() for s in self.sizes]
+
+    def describe(self, topology: Topology) -> list[str]:
+        """One line per size: its factor, why, and the real shape of each distinct stated link shape."""
+        lines = []
+        for entry in self.sizes:
+            shapes = ", ".join(f"{_shape_text(shape)} -> {_shape_text(entry.dilation.real_shape(shape))}"
+                               for shape in distinct_shapes(topology))
+            lines.append(f"{format_size(entry.size_bytes):>8}  N = {entry.dilation.factor:<8g} "
+                         f"{shapes}  ({entry.dilation.reason})")
+        return lines
+
+
+def distinct_shapes(topology: Topology) -> list[LinkShape]:
+    out: list[LinkShape] = []
+    for link in topology.links:
+        if link.shape not in out:
+            out.append(link.shape)
+    return out
+
+
+def _shape_text(shape: LinkShape) -> str:
+    rate = "unshaped" if shape.rate_bps is None else format_rate(shape.rate_bps)
+    return f"{rate} {shape.delay_us:g}us" if shape.delay_us else rate
+
+
+def single_plan(sizes: Iterable[int], dilation: TimeDilation) -> DilationPlan:
+    """Every size at one dilation (a fixed factor, or none)."""
+    return DilationPlan(tuple(SizeDilation(s, dilation) for s in sorted(set(sizes))))
+
+
+def plan_per_size(topology: Topology, figures: Any, sizes: Sequence[int], *, source: Optional[str] = None
+                  ) -> DilationPlan:
+    """``auto``'s factor for each size of a sweep, from this host's `figures`
+    (`genie.testbed.dilation_rules.HostFigures`, measured once). InputError naming the first size the topology
+    cannot hold a factor for, and the limit that needs it."""
+    from genie.testbed.dilation_rules import check_dilation_holds, choose_dilation
+
+    planned = []
+    for size in sorted(set(sizes)):
+        try:
+            dilation = choose_dilation(topology, figures, source=source, reference_bytes=size)
+            check_dilation_holds(topology, dilation, source=source)
+        except InputError as exc:
+            raise InputError(f"size {format_size(size)}: {exc.detail}", source=exc.source,
+                             path=exc.path) from None
+        planned.append(SizeDilation(size, dilation))
+    return DilationPlan(tuple(planned))

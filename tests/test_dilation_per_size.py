@@ -1,0 +1,226 @@
+"""Time dilation per size without root: the plan (size -> factor -> link shapes) from measured host figures,
+auto's refusal naming the size, the live reshape between sizes on the kernel model (and its failure leaving the
+testbed as it was), and the bench service's runs of sizes at one factor each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from genie.core.collective import Algorithm, Collective
+from genie.core.dilation import TimeDilation
+from genie.core.errors import InputError, RunFailure
+from genie.core.schedule import CollectiveOp
+from genie.core.topology import LinkShape
+from genie.faults.live import LiveTestbed
+from genie.services.bench import sweep_sizes
+from genie.services.cases import BenchOutcome, GroupCase, run_cases_per_size
+from genie.services.dilation import SizeDilator
+from genie.core.protocol import BenchCase, BenchJob
+from genie.testbed.backend import FakeBackend, apply_plan
+from genie.testbed.dilation_plan import plan_per_size, single_plan
+from genie.testbed.dilation_rules import HostFigures, choose_dilation
+from genie.testbed.kernel_model import KernelModel, KernelNetlink
+from genie.testbed.plan import build_plan
+from genie.testbed.steps import Shaper
+from genie.topology import load_topology_file, star
+
+from cli_support import run_genie
+
+TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
+GBIT = 10**9
+SIZES = sweep_sizes(1024, 64 << 20, 4)
+FIGURES = HostFigures(ranks=8, step_us=60.0, aggregate_bps=4 * GBIT, emulator_late_us=10.0)
+
+
+# ---- the plan -------------------------------------------------------------------------------------------------
+def test_each_size_gets_autos_factor_for_that_size() -> None:
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    plan = plan_per_size(topology, FIGURES, SIZES)
+    assert [s.size_bytes for s in plan.sizes] == SIZES
+    for entry in plan.sizes:  # each factor is exactly auto's for a run whose smallest message is that size
+        assert entry.dilation == choose_dilation(topology, FIGURES, reference_bytes=entry.size_bytes)
+        assert ("software" not in entry.dilation.reason) or f"{entry.size_bytes}-byte message" in entry.dilation.reason
+    factors = [s.dilation.factor for s in plan.sizes]
+    assert factors == sorted(factors, reverse=True) and plan.per_size
+    assert plan.first.factor == factors[0] > factors[-1]
+    # the largest sizes are held by the host's throughput, not its software: 800 Gbit/s asked, 4 delivered
+    assert factors[-1] == 200 and "throughput" in plan.sizes[-1].dilation.reason
+    assert plan.dilation_for(64 << 20).factor == 200 and plan.dilation_for(1000).factor == factors[0]
+    assert plan.dilation_for(5000) == plan.sizes[1].dilation  # an aligned size between two planned ones
+    lines = plan.describe(topology)
+    assert len(lines) == len(SIZES) and "100gbit 1us -> 500mbit 200us" in lines[-1]
+    assert plan.to_dict()[-1] == {"size_bytes": 64 << 20, "factor": 200.0, "reason": plan.sizes[-1].dilation.reason}
+
+
+def test_one_factor_is_every_sizes() -> None:
+    plan = single_plan([4096, 1024, 4096], TimeDilation(10.0, "asked for"))
+    assert [s.size_bytes for s in plan.sizes] == [1024, 4096] and not plan.per_size
+
+
+def test_a_size_whose_factor_cannot_hold_is_refused_by_name() -> None:
+    slow = star(2, shape=LinkShape(rate_bps=10**6))  # holds up to N = 16
+    with pytest.raises(InputError) as info:
+        plan_per_size(slow, HostFigures(2, 20_000.0, 10 * GBIT), [1 << 20, 1024, 4096])
+    message = str(info.value)
+    assert message.startswith("time_dilation: size 1KiB: auto dilation needs N >=")
+    assert "holds only up to 16" in message and "\n" not in message
+
+
+def test_cli_refuses_per_size_before_anything_is_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genie.services import host_probe
+    from genie.testbed import service
+
+    topology = tmp_path / "slow.yaml"
+    topology.write_text("name: slow\ndefaults: {bandwidth: 1mbit}\nhosts: [{prefix: h, count: 2}]\n"
+                        "switches: [{name: s0, kind: bridge}]\n"
+                        "links: [{endpoints: [h0, s0]}, {endpoints: [h1, s0]}]\n")
+    monkeypatch.setattr(host_probe, "measure_host", lambda *_a, **_k: HostFigures(2, 20_000.0, 10 * GBIT))
+
+    def never(*_a, **_k):
+        raise AssertionError("a testbed was brought up")
+
+    monkeypatch.setattr(service, "temporary_testbed", never)
+    out = tmp_path / "run"
+    for extra in ((), ("--dry-run",)):
+        result = run_genie("bench", "--topology", topology, "--time-dilation", "auto", "-b", "1K", "-e", "1M",
+                           "--out", out, *extra)
+        text = result.stdout + result.stderr
+        assert result.returncode == 2, text
+        assert "size 1KiB" in text and "holds only up to" in text and "Traceback" not in text
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+
+
+def test_cli_dry_run_prints_the_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genie.services import host_probe
+
+    monkeypatch.setattr(host_probe, "measure_host", lambda *_a, **_k: FIGURES)
+    result = run_genie("bench", "--topology", TOPOLOGIES / "star-8-100g.yaml", "--time-dilation", "auto",
+                       "-b", "1K", "-e", "64M", "-f", "4", "--dry-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line for line in result.stdout.splitlines() if "N = " in line]
+    assert len(rows) == len(SIZES) and rows[-1].split()[0] == "64MiB" and "N = 200" in rows[-1]
+    result = run_genie("bench", "--topology", TOPOLOGIES / "star-8-100g.yaml", "--time-dilation", "auto",
+                       "-b", "1K", "-e", "64K", "--fault", "degrade h0-s0 rate=1gbit at=0.1", "--dry-run")
+    assert result.returncode == 2 and "one clock" in result.stderr
+
+
+# ---- the live reshape, on the kernel model --------------------------------------------------------------------
+def _testbed(kernel: KernelModel, dilation: TimeDilation, netlink: KernelNetlink) -> LiveTestbed:
+    topology = star(3, shape=LinkShape(rate_bps=100 * GBIT, delay_us=1.0))
+    plan = build_plan(topology, "fk-dps", netem_available=True, shaper=Shaper.KERNEL, dilation=dilation)
+    apply_plan(FakeBackend(kernel=kernel), plan.steps)
+    return LiveTestbed(plan.info, plan.steps, Shaper.KERNEL, netlink=netlink)
+
+
+def _egress(kernel: KernelModel) -> dict:
+    return {(ns, name): (i.htb, i.leaf, i.ack_leaf) for ns, space in sorted(kernel.namespaces.items())
+            for name, i in sorted(space.interfaces.items()) if i.htb or i.leaf}
+
+
+def test_redilate_reshapes_every_link_and_back() -> None:
+    kernel = KernelModel()
+    up = TimeDilation(1000.0, "auto")
+    live = _testbed(kernel, up, KernelNetlink(kernel))
+    built = _egress(kernel)
+    live.redilate(TimeDilation(100.0, "auto"))
+    changed = _egress(kernel)
+    assert changed.keys() == built.keys() and len(changed) == 6  # both ends of 3 links
+    rates = {htb.rate_bps for htb, _, _ in changed.values() if htb}
+    assert rates == {GBIT}  # 100 Gbit/s / 100
+    delays = {leaf.delay_us for _, leaf, _ in changed.values() if leaf is not None and hasattr(leaf, "delay_us")}
+    assert delays == {100.0}
+    live.redilate(up)
+    assert _egress(kernel) == built
+
+
+def test_a_failed_reshape_leaves_the_testbed_as_it_was() -> None:
+    kernel = KernelModel()
+    up = TimeDilation(1000.0, "auto")
+    netlink = KernelNetlink(kernel, fail_at=4)  # part-way through the 6 link ends
+    live = _testbed(kernel, up, netlink)
+    built = _egress(kernel)
+    dilator = SizeDilator(live.info, live)
+    with pytest.raises(RunFailure) as info:
+        dilator.use(TimeDilation(100.0, "auto"), size_bytes=1 << 20)
+    message = str(info.value)
+    assert "for size 1MiB failed" in message and "back at time dilation 1000" in message and "\n" not in message
+    assert _egress(kernel) == built and dilator.current == up and live.dilation == up
+
+
+# ---- the sweep in runs of one factor ----------------------------------------------------------------------------
+def _cases(sizes) -> list[GroupCase]:
+    return [GroupCase((CollectiveOp(Collective.ALL_REDUCE, s, (0, 1), Algorithm.RING, dtype_bytes=4),), 1, 2)
+            for s in sizes]
+
+
+class _Dilator:
+    def __init__(self, fail_factor: float | None = None) -> None:
+        self.used: list[float] = []
+        self.restored = 0
+        self.fail_factor = fail_factor
+
+    def use(self, dilation: TimeDilation, *, size_bytes: int) -> None:
+        if dilation.factor == self.fail_factor:
+            raise RunFailure(f"reshape for {size_bytes} failed")
+        self.used.append(dilation.factor)
+
+    def restore(self) -> None:
+        self.restored += 1
+
+
+def _fake_run(seen: list):
+    def run(part, *, dilation, progress):
+        seen.append((dilation.factor, [c.op.size_bytes for c in part]))
+        for i, _ in enumerate(part, 1):
+            progress(i, len(part), f"stats {part[i - 1].op.size_bytes}")
+        job = BenchJob(cases=tuple(BenchCase(c.op, c.warmup, c.iterations) for c in part))
+        return BenchOutcome(stats=tuple(f"stats {c.op.size_bytes}" for c in part), job=job, placements=(),
+                            peak_rss_kb={0: 10 * len(seen)})
+    return run
+
+
+def test_sizes_run_in_sessions_of_one_factor_and_join_as_one_sweep() -> None:
+    sizes = [1024, 4096, 16384, 65536]
+    plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
+    expected = [s.dilation.factor for s in plan.sizes]
+    seen, rows, dilator = [], [], _Dilator()
+    outcome = run_cases_per_size(_cases(sizes * 2), plan, dilator, _fake_run(seen),  # two collectives' worth
+                            lambda done, total, stats: rows.append((done, total, stats)))
+    assert [f for f, _ in seen] == [f for i, f in enumerate(expected * 2) if i == 0 or f != (expected * 2)[i - 1]]
+    assert dilator.used == [f for f, _ in seen] and dilator.restored == 1
+    assert [d for d, _, _ in rows] == list(range(1, 9)) and {t for _, t, _ in rows} == {8}
+    assert outcome.stats == tuple(f"stats {s}" for s in sizes * 2)
+    assert [c.op.size_bytes for c in outcome.job.cases] == sizes * 2
+    assert outcome.peak_rss_kb == {0: 10 * len(seen)}
+
+
+def test_a_reshape_that_fails_keeps_the_sizes_before_it() -> None:
+    sizes = [1024, 64 << 20]
+    plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
+    seen, rows, dilator = [], [], _Dilator(fail_factor=plan.sizes[1].dilation.factor)
+    with pytest.raises(RunFailure):
+        run_cases_per_size(_cases(sizes), plan, dilator, _fake_run(seen), lambda *row: rows.append(row))
+    assert rows == [(1, 2, "stats 1024")] and dilator.restored == 1
+
+
+
+# ---- a replay: one clock, and it says which ----------------------------------------------------------------------
+def test_a_replay_says_its_one_factor_and_why(tmp_path: Path) -> None:
+    trace = tmp_path / "compute.yaml"
+    trace.write_text("format: genie-trace\nversion: 1\nname: c\nranks: 2\nprogram:\n"
+                     "  - {id: 0, name: fwd, type: compute, duration: 1ms}\n")
+    result = run_genie("replay", trace, "--loopback", "-n", "1", "-w", "0", "--time-dilation", "4",
+                       "--out", tmp_path / "r")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# time dilation 4 (asked for); a replay runs the whole trace at one factor" in result.stdout
+
+
+def test_autos_reason_names_the_message_that_drove_it() -> None:
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    software = choose_dilation(topology, FIGURES, reference_bytes=16 << 10)
+    assert software.reason.startswith("auto: software needs N >=") and "for a 16384-byte message" in software.reason
+    throughput = choose_dilation(topology, FIGURES, reference_bytes=64 << 20)
+    assert throughput.reason == "auto: throughput needs N >= 200, rounded up"
