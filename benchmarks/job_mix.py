@@ -93,15 +93,16 @@ def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
 
 
 def _compare(out: Path, name: str, placement: str, placed: Path, replay, calibration: Path,
-             replay_dir: Path) -> list[dict]:
+             replay_dir: Path, standing_queues: bool = True) -> list[dict]:
     """One placement's rows: the mix estimated on the replay's own paths and on 8 hash draws, against it."""
     from genie.services.mix import MixEstimateRequest, run_mix_estimate
 
     rows = []
     est = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
-                                              replay=replay_dir,
+                                              replay=replay_dir, standing_queues=standing_queues,
                                               out=out / f"estimate-{name}-{placement}"))
     ahead = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
+                                                standing_queues=standing_queues,
                                                 out=out / f"estimate-draws-{name}-{placement}"))
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     for measured, estimated, drawn in zip(replay.jobs, est.estimates[0].jobs, ahead.estimates[0].jobs):
@@ -123,7 +124,7 @@ def _compare(out: Path, name: str, placement: str, placed: Path, replay, calibra
     return rows
 
 
-def run_evaluate(out: Path, calibration: Path) -> None:
+def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True) -> None:
     """Re-estimate every mix replay of an accuracy run directory with another fabric calibration (no testbed)."""
     from genie.measure.mix import JobComparison
 
@@ -139,7 +140,7 @@ def run_evaluate(out: Path, calibration: Path) -> None:
                          for j in doc["jobs"])
             replay = type("Replay", (), {"jobs": jobs})
             rows += _compare(out / "evaluate", name, placement, _with_placement(mix, placement), replay, calibration,
-                             replay_dir)
+                             replay_dir, standing_queues)
     (out / "evaluate.json").write_text(json.dumps(rows, indent=2) + "\n")
     _ranking(rows)
 
@@ -241,6 +242,7 @@ def main() -> None:
     ev = sub.add_parser("evaluate")
     ev.add_argument("out", type=Path)
     ev.add_argument("--calibration", type=Path, required=True)
+    ev.add_argument("--no-standing-queues", action="store_true", help="the rates alone")
     fit = sub.add_parser("fit")
     fit.add_argument("out", type=Path)
     fit.add_argument("sweeps", type=Path, nargs="+")
@@ -253,7 +255,7 @@ def main() -> None:
         globals()["TESTBED"] = args.testbed  # the name every part of the run uses
         run_accuracy(args.out, args.iterations, args.time_dilation)
     elif args.what == "evaluate":
-        run_evaluate(args.out, args.calibration)
+        run_evaluate(args.out, args.calibration, not args.no_standing_queues)
     elif args.what == "fit":
         _calibrate(tuple(args.sweeps), args.out)
     else:
