@@ -73,6 +73,15 @@ def gathered(flow: Flow) -> list[memoryview] | None:
     return [first.view[flow.pos:first.size_bytes], *(queue[i].view for i in range(1, min(len(queue), _MAX_GATHER)))]
 
 
+def _next_region(flow: Flow, window: memoryview) -> memoryview:
+    """Where the front transfer's next bytes come from or go: the rest of its buffer, or (no data, a size only)
+    as much of the scratch ``window`` as it has left."""
+    t = flow.queue[0]
+    if t.view is not None:
+        return t.view[flow.pos:t.size_bytes]
+    return window[:min(t.size_bytes - flow.pos, len(window))]
+
+
 def _advance(flow: Flow, n: int) -> None:
     """Account `n` bytes moved from the front of the flow's queue."""
     flow.done_bytes += n
@@ -102,22 +111,13 @@ def pump_send(flow: Flow, window: memoryview, rank: int) -> bool:
             return False
         _advance(flow, n)
     while queue:
-        t = queue[0]
-        if t.view is not None:
-            chunk = t.view[flow.pos:t.size_bytes]
-        else:
-            chunk = window[:min(t.size_bytes - flow.pos, len(window))]
         try:
-            n = send(chunk, _DONTWAIT)
+            n = send(_next_region(flow, window), _DONTWAIT)
         except BlockingIOError:
             return False
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise send_failure(rank, flow.peer, exc) from None
-        flow.pos += n
-        flow.done_bytes += n
-        if flow.pos >= t.size_bytes:
-            queue.popleft()
-            flow.pos = 0
+        _advance(flow, n)
     return True
 
 
@@ -137,22 +137,13 @@ def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT)
             raise closed_failure(rank, flow.peer, flow.done_bytes, flow.total_bytes)
         _advance(flow, n)
     while queue:
-        t = queue[0]
-        if t.view is not None:
-            target = t.view[flow.pos:t.size_bytes]
-        else:
-            target = window[:min(t.size_bytes - flow.pos, len(window))]
         try:
-            n = recv_into(target, 0, flags)
+            n = recv_into(_next_region(flow, window), 0, flags)
         except (BlockingIOError, InterruptedError):
             return False
         except ConnectionResetError:
             n = 0
         if n == 0:
             raise closed_failure(rank, flow.peer, flow.done_bytes, flow.total_bytes)
-        flow.pos += n
-        flow.done_bytes += n
-        if flow.pos >= t.size_bytes:
-            queue.popleft()
-            flow.pos = 0
+        _advance(flow, n)
     return True
