@@ -111,6 +111,9 @@ CASES = (
          "anomalous (broadcast busbw collapses from 7.06 to 1.97 GB/s above 2 MiB)", nccl_version="2.8.4"),
     Case("abci-vnode-v100sxm2-4gpu-1node", Interconnect.NVLINK, True, nccl_version="2.8.4"),
     Case("abci-anode-a100sxm4-40g-1node", Interconnect.NVSWITCH, True, nccl_version="2.8.4"),
+    Case("abci-anode-a100sxm4-hdr-2node-sharp", Interconnect.NVSWITCH, True,
+         "InfiniBand HDR with SHARP (NCCL_COLLNET_ENABLE=1, CollNet not modelled); a user guide's example",
+         nccl_version="2.8"),
 )
 
 
