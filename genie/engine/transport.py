@@ -24,7 +24,7 @@ from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
 from genie.engine.flows import Flow as _Flow, PeerFailure, Transfer
-from genie.engine.flows import closed_failure, send_failure
+from genie.engine.flows import closed_failure, send_failure, wait_sent
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
@@ -35,6 +35,7 @@ _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDH
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 _RECV_SLICE_S = 0.05  # a blocking recv returns at least this often to check the deadline
 _RECV_SLICE = struct.pack("ll", 0, round(_RECV_SLICE_S * 1e6))
+HELD_BACK_MIN_BYTES = 64 << 10  # a message up to one GSO packet leaves its socket whole (see `flush`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,7 @@ class SocketTransport:
         # receive connections in delayed-ACK mode, set again after each small receive (see `delay_acks`)
         self._delay_acks = {peer: delay_acks(link.recv) for peer, link in links.items()}
         self._outbox: dict[int, _Flow] = {}
+        self._bulk_peers: set[int] = set()  # peers sent more than HELD_BACK_MIN_BYTES since the last flush
         self._epoll = select.epoll()
         for fd in self._fd_peer:
             self._epoll.register(fd, WATCH_IN)
@@ -176,6 +178,9 @@ class SocketTransport:
 
     def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float, *,
                  wait_for_sends: bool = True) -> None:
+        for t in sends:
+            if t.size_bytes > HELD_BACK_MIN_BYTES:
+                self._bulk_peers.add(t.peer)
         if not self._outbox and len(sends) <= 1 and len(recvs) == 1:
             # the latency-critical shape (recursive doubling, trees, p2p): at most one send, then one message
             # to wait for — no step object, no failed attempt, no epoll: a send and a recv that sleeps
@@ -196,8 +201,20 @@ class SocketTransport:
         self._wait_loop(step, timeout_s)
 
     def flush(self, timeout_s: float) -> None:
+        """Return when every send is out of the outbox and, if the sends went to several peers in bulk, TCP
+        has sent all of them: the op's last bytes are then on their way before any later op's. Otherwise TCP
+        small queues (one queue per socket, about two 64 KiB packets each in the host's FIFO qdisc) holds a
+        message's last piece in its socket until the packets before it have left, while a later op's data to
+        another peer enters the FIFO at once, ahead of it: a rank that finished receiving first delayed its
+        own last pieces to the others by up to a whole FIFO (~7 ms at 1 Gbit/s), and they then started their
+        next op as late — the 1-4 MiB all-to-all's slow mode (benchmarks/README.md, "Slow iterations"). A NIC
+        serves its connections' queues in turn, so its last piece is never held back behind later data."""
         if self._outbox:
             self.exchange((), (), timeout_s)
+        if self._bulk_peers:
+            peers, self._bulk_peers = self._bulk_peers, set()
+            if len(peers) > 1:
+                wait_sent(self.rank, {p: self._links[p].send for p in peers}, timeout_s)
 
     def _link(self, peer: int) -> PeerLink:
         try:
