@@ -206,7 +206,7 @@ class SocketTransport:
         small queues (one queue per socket, about two 64 KiB packets each in the host's FIFO qdisc) holds a
         message's last piece in its socket until the packets before it have left, while a later op's data to
         another peer enters the FIFO at once, ahead of it: a rank that finished receiving first delayed its
-        own last pieces to the others by up to a whole FIFO (~7 ms at 1 Gbit/s), and they then started their
+        own last pieces to the others by up to a whole FIFO (~6 ms at 1 Gbit/s), and they then started their
         next op as late — the 1-4 MiB all-to-all's slow mode (benchmarks/README.md, "Slow iterations"). A NIC
         serves its connections' queues in turn, so its last piece is never held back behind later data."""
         if self._outbox:
