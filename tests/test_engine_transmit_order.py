@@ -106,3 +106,31 @@ def test_flush_names_the_peer_whose_bytes_tcp_could_not_send(two_peers):
     two_peers.drain(1, SIZE)
     with pytest.raises(PeerFailure, match=r"rank 0: op timed out after 0.2 s: \d+ bytes to rank 2 not yet sent"):
         two_peers.transport.flush(0.2)
+
+
+def test_replay_collective_that_sent_in_bulk_to_several_peers_completes_once_tcp_sent_it(two_peers):
+    """The replay's mover gives a collective node the bench's op end: its last step completes only when TCP has
+    sent everything, and the mover notices that without a readiness event."""
+    from genie.core.program import Lane, ProgramNode
+    from genie.core.schedule import Send, Step
+    from genie.engine.socket_mover import SocketMover
+    from genie.engine.walker import CommRun
+
+    links = {(0, p): PeerLink(s, two_peers.transport._links[p].recv) for p, s in two_peers.sends.items()}
+    mover = SocketMover(0, links)
+    node = ProgramNode(0, "a2a", Lane.COLLECTIVE, (), channel=0, size_bytes=2 * SIZE)
+    run = CommRun(node, (Step(sends=(Send(1, 0, SIZE), Send(2, 0, SIZE))),), time.monotonic_ns(), 1e12)
+    try:
+        assert not run.advance(mover)  # in the sockets, not yet sent
+        mover.watch(run)
+        assert mover.wait(0.05, None) == []
+        two_peers.drain(1, SIZE)
+        two_peers.drain(2, SIZE)
+        deadline = time.monotonic() + 5
+        done = []
+        while not done and time.monotonic() < deadline:
+            done = mover.wait(1.0, None)
+        assert done == [run]
+    finally:
+        mover.epoll.close()
+        mover.timer.close()

@@ -24,7 +24,7 @@ from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
 from genie.engine.flows import Flow as _Flow, PeerFailure, Transfer
-from genie.engine.flows import closed_failure, send_failure, wait_sent
+from genie.engine.flows import closed_failure, send_failure, unsent_bytes, wait_sent
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
@@ -91,14 +91,15 @@ class StepExchange:
     sends of earlier steps still in progress go first and keep moving; with `wait_for_sends=False` the step is
     complete once its receives are."""
 
-    __slots__ = ("rank", "window", "pending_out", "pending_in", "wait_for_sends")
+    __slots__ = ("rank", "window", "pending_out", "pending_in", "wait_for_sends", "unsent")
 
     def __init__(self, rank: int, links: dict[int, PeerLink], sends: Sequence[Transfer],
                  recvs: Sequence[Transfer], window: memoryview, *, outbox: dict[int, _Flow] | None = None,
-                 wait_for_sends: bool = True) -> None:
+                 wait_for_sends: bool = True, drain: dict[int, socket.socket] | None = None) -> None:
         self.rank = rank
         self.window = window
         self.wait_for_sends = wait_for_sends
+        self.unsent = drain  # {peer: send socket} that TCP must have sent all of before the step is complete
         self.pending_out: dict[int, _Flow] = {} if outbox is None else outbox
         self.pending_in: dict[int, _Flow] = {}
         for flows, transfers, sending in ((self.pending_out, sends, True), (self.pending_in, recvs, False)):
@@ -114,7 +115,16 @@ class StepExchange:
 
     @property
     def done(self) -> bool:
-        return not self.pending_in and not (self.wait_for_sends and self.pending_out)
+        if self.pending_in or (self.wait_for_sends and self.pending_out):
+            return False
+        if self.unsent:  # `drain`: see `SocketTransport.flush`
+            self.unsent = {peer: sock for peer, sock in self.unsent.items() if unsent_bytes(sock) > 0}
+        return not self.unsent
+
+    @property
+    def draining(self) -> bool:
+        """Only TCP's sending of the drained sockets is left: no readiness event will say when it is done."""
+        return bool(self.unsent) and not self.pending_in and not self.pending_out
 
     def progress(self) -> bool:
         """Push every pending flow as far as the sockets allow; True when the step is complete."""
@@ -202,13 +212,10 @@ class SocketTransport:
 
     def flush(self, timeout_s: float) -> None:
         """Return when every send is out of the outbox and, if the sends went to several peers in bulk, TCP
-        has sent all of them: the op's last bytes are then on their way before any later op's. Otherwise TCP
-        small queues (one queue per socket, about two 64 KiB packets each in the host's FIFO qdisc) holds a
-        message's last piece in its socket until the packets before it have left, while a later op's data to
-        another peer enters the FIFO at once, ahead of it: a rank that finished receiving first delayed its
-        own last pieces to the others by up to a whole FIFO (~6 ms at 1 Gbit/s), and they then started their
-        next op as late — the 1-4 MiB all-to-all's slow mode (benchmarks/README.md, "Slow iterations"). A NIC
-        serves its connections' queues in turn, so its last piece is never held back behind later data."""
+        has sent all of them, so no later op's data can overtake them: TCP small queues holds a message's last
+        piece in its socket until its connection's packets before it have left the host's FIFO, while later
+        data to another peer enters the FIFO at once (docs/engine.md, "An op's last pieces"). A NIC serves its
+        connections' queues in turn: its last piece is never held back behind later data."""
         if self._outbox:
             self.exchange((), (), timeout_s)
         if self._bulk_peers:
