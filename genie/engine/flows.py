@@ -4,13 +4,19 @@ step, such as PAT's) move as one gathered send / scattered receive."""
 
 from __future__ import annotations
 
+import fcntl
 import socket
+import struct
+import time
 from collections import deque
 from dataclasses import dataclass
 
 from genie.core.errors import RunFailure
 
 _MAX_GATHER = 64  # regions per gathered send (well under IOV_MAX)
+_SIOCOUTQNSD = 0x894B  # <linux/sockios.h>: bytes in a TCP socket's send queue that TCP has not sent yet
+_UNSENT = struct.Struct("i")
+_SENT_POLL_S = 0.0002  # how often `wait_sent` looks again
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
 
 
@@ -147,3 +153,29 @@ def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT)
             raise closed_failure(rank, flow.peer, flow.done_bytes, flow.total_bytes)
         _advance(flow, n)
     return True
+
+
+def unsent_bytes(sock: socket.socket) -> int:
+    """Bytes `sock` (TCP) holds that TCP has not handed to the network yet: the send queue minus what is in
+    flight. 0 for a socket the kernel cannot say it of (gone, not TCP)."""
+    try:
+        return _UNSENT.unpack(fcntl.ioctl(sock.fileno(), _SIOCOUTQNSD, bytes(_UNSENT.size)))[0]
+    except OSError:
+        return 0
+
+
+def wait_sent(rank: int, socks: dict[int, socket.socket], timeout_s: float) -> None:
+    """Return once TCP has sent everything queued on `socks` ({peer: send socket}): nothing is left in them
+    that later writes to other sockets could overtake (see `SocketTransport.flush`). Raise PeerFailure naming
+    a peer whose bytes are still not sent after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    pending = dict(socks)
+    while True:
+        pending = {peer: sock for peer, sock in pending.items() if unsent_bytes(sock) > 0}
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            peer, sock = min(pending.items())
+            raise PeerFailure(f"rank {rank}: op timed out after {timeout_s:g} s: {unsent_bytes(sock)} bytes to "
+                              f"rank {peer} not yet sent")
+        time.sleep(_SENT_POLL_S)

@@ -24,7 +24,7 @@ from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
 from genie.engine.flows import Flow as _Flow, PeerFailure, Transfer
-from genie.engine.flows import closed_failure, send_failure
+from genie.engine.flows import closed_failure, send_failure, unsent_bytes, wait_sent
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
@@ -35,6 +35,7 @@ _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDH
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 _RECV_SLICE_S = 0.05  # a blocking recv returns at least this often to check the deadline
 _RECV_SLICE = struct.pack("ll", 0, round(_RECV_SLICE_S * 1e6))
+HELD_BACK_MIN_BYTES = 64 << 10  # a message up to one GSO packet leaves its socket whole (see `flush`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +91,15 @@ class StepExchange:
     sends of earlier steps still in progress go first and keep moving; with `wait_for_sends=False` the step is
     complete once its receives are."""
 
-    __slots__ = ("rank", "window", "pending_out", "pending_in", "wait_for_sends")
+    __slots__ = ("rank", "window", "pending_out", "pending_in", "wait_for_sends", "unsent")
 
     def __init__(self, rank: int, links: dict[int, PeerLink], sends: Sequence[Transfer],
                  recvs: Sequence[Transfer], window: memoryview, *, outbox: dict[int, _Flow] | None = None,
-                 wait_for_sends: bool = True) -> None:
+                 wait_for_sends: bool = True, drain: dict[int, socket.socket] | None = None) -> None:
         self.rank = rank
         self.window = window
         self.wait_for_sends = wait_for_sends
+        self.unsent = drain  # {peer: send socket} that TCP must have sent all of before the step is complete
         self.pending_out: dict[int, _Flow] = {} if outbox is None else outbox
         self.pending_in: dict[int, _Flow] = {}
         for flows, transfers, sending in ((self.pending_out, sends, True), (self.pending_in, recvs, False)):
@@ -113,7 +115,16 @@ class StepExchange:
 
     @property
     def done(self) -> bool:
-        return not self.pending_in and not (self.wait_for_sends and self.pending_out)
+        if self.pending_in or (self.wait_for_sends and self.pending_out):
+            return False
+        if self.unsent:  # `drain`: see `SocketTransport.flush`
+            self.unsent = {peer: sock for peer, sock in self.unsent.items() if unsent_bytes(sock) > 0}
+        return not self.unsent
+
+    @property
+    def draining(self) -> bool:
+        """Only TCP's sending of the drained sockets is left: no readiness event will say when it is done."""
+        return bool(self.unsent) and not self.pending_in and not self.pending_out
 
     def progress(self) -> bool:
         """Push every pending flow as far as the sockets allow; True when the step is complete."""
@@ -166,6 +177,7 @@ class SocketTransport:
         # receive connections in delayed-ACK mode, set again after each small receive (see `delay_acks`)
         self._delay_acks = {peer: delay_acks(link.recv) for peer, link in links.items()}
         self._outbox: dict[int, _Flow] = {}
+        self._bulk_peers: set[int] = set()  # peers sent more than HELD_BACK_MIN_BYTES since the last flush
         self._epoll = select.epoll()
         for fd in self._fd_peer:
             self._epoll.register(fd, WATCH_IN)
@@ -176,6 +188,9 @@ class SocketTransport:
 
     def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float, *,
                  wait_for_sends: bool = True) -> None:
+        for t in sends:
+            if t.size_bytes > HELD_BACK_MIN_BYTES:
+                self._bulk_peers.add(t.peer)
         if not self._outbox and len(sends) <= 1 and len(recvs) == 1:
             # the latency-critical shape (recursive doubling, trees, p2p): at most one send, then one message
             # to wait for — no step object, no failed attempt, no epoll: a send and a recv that sleeps
@@ -196,8 +211,17 @@ class SocketTransport:
         self._wait_loop(step, timeout_s)
 
     def flush(self, timeout_s: float) -> None:
+        """Return when every send is out of the outbox and, if the sends went to several peers in bulk, TCP
+        has sent all of them, so no later op's data can overtake them: TCP small queues holds a message's last
+        piece in its socket until its connection's packets before it have left the host's FIFO, while later
+        data to another peer enters the FIFO at once (docs/engine.md, "An op's last pieces"). A NIC serves its
+        connections' queues in turn: its last piece is never held back behind later data."""
         if self._outbox:
             self.exchange((), (), timeout_s)
+        if self._bulk_peers:
+            peers, self._bulk_peers = self._bulk_peers, set()
+            if len(peers) > 1:
+                wait_sent(self.rank, {p: self._links[p].send for p in peers}, timeout_s)
 
     def _link(self, peer: int) -> PeerLink:
         try:
