@@ -21,6 +21,8 @@ import numpy as np
 
 from genie.core.tcp_window import sender_queue_bytes, testbed_window_bytes
 
+from genie.topology.graph import hop_distances
+
 from astra_adapter.fabric.network import FabricNetwork
 
 _FULL = 1.0 - 1e-6  # a resource loaded to this fraction of its capacity is saturated
@@ -67,7 +69,8 @@ class StandingQueues:
         self.flow_contention = flow_contention  # FabricParams.flow_contention: what n flows cost a link's rate
         self.limit = np.array([float(r.queue_limit_bytes) for r in network.resources])
         self.sender_limit = np.array([float(sender_queue_bytes(r.rate_bps)) for r in network.resources])
-        self._from_sender: dict[int, np.ndarray] = {}
+        self._order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._hops: dict[str, dict[str, int]] = {}  # per sending host: hops to every node
         self.incidence = incidence  # route id -> (resources, weights), in path order
         self._windows: dict[int, float] = {}
         self._steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -104,17 +107,22 @@ class StandingQueues:
                 np.array([self.window_bytes(rid) for rid in routes]))
         return hit
 
-    def from_sender(self, step) -> np.ndarray:
-        """Per entry of ``step``'s resources (:meth:`_arrays`): whether it is the link out of the flow's own
-        sending host, where TCP small queues bounds the flow's queue (:func:`sender_queue_bytes`)."""
-        hit = self._from_sender.get(id(step))
+    def path_order(self, step) -> tuple[np.ndarray, np.ndarray]:
+        """Per entry of ``step``'s resources (:meth:`_arrays`, sorted by resource, not along the path): its hop
+        from the flow's sending host (0: the link out of that host, where TCP small queues bounds what the flow
+        queues, :func:`sender_queue_bytes`), and whether it is that first link."""
+        hit = self._order.get(id(step))
         if hit is None:
             res, _, flow, _ = self._arrays(step)
-            hosts = self.network.rank_hosts
-            senders = [hosts[rank] for rank in step.src.tolist()]
-            hit = self._from_sender[id(step)] = np.array(
-                [self.network.resources[r].a == senders[f] != self.network.resources[r].b
-                 for r, f in zip(res.tolist(), flow.tolist())], dtype=bool)
+            senders = [self.network.rank_hosts[rank] for rank in step.src.tolist()]
+            for host in set(senders) - self._hops.keys():
+                self._hops[host] = hop_distances(self.network.neighbours, host)
+            resources = self.network.resources
+            hop = np.array([self._hops[senders[f]].get(resources[r].a, 0) for r, f in zip(res.tolist(), flow.tolist())],
+                           dtype=np.int64)
+            own = np.array([resources[r].a == senders[f] != resources[r].b for r, f in zip(res.tolist(), flow.tolist())],
+                           dtype=bool)
+            hit = self._order[id(step)] = (hop, own)
         return hit
 
     def load(self, rated: list) -> np.ndarray:
@@ -137,12 +145,14 @@ class StandingQueues:
     def queued_bytes(self, in_flight: list, load: np.ndarray) -> np.ndarray:
         """Bytes standing in each resource's queue, given the steps in flight: ``(step, active mask, bytes left,
         rates in bytes/ns)`` each, and the ``load`` that says which resources are saturated."""
-        res_l, w_l, flow_l, keep_l, own_l = [], [], [], [], []
+        res_l, w_l, flow_l, keep_l, own_l, hop_l = [], [], [], [], [], []
         offset = 0
         for step, active, left in in_flight:
             res, w, flow, win = self._arrays(step)
             on = active[flow]
-            own_l.append(self.from_sender(step)[on])
+            hop, own = self.path_order(step)
+            hop_l.append(hop[on])
+            own_l.append(own[on])
             res_l.append(res[on])
             w_l.append(w[on])
             flow_l.append(flow[on] + offset)
@@ -156,6 +166,7 @@ class StandingQueues:
         at = np.flatnonzero(full[res])
         if not len(at):
             return queued
+        at = at[np.lexsort((np.concatenate(hop_l)[at], flow[at]))]  # per flow, its saturated links along its path
         flows, first = np.unique(flow[at], return_index=True)  # each flow's queue: at its first bottleneck
         at = at[first]
         keep = np.concatenate(keep_l)[flows]
