@@ -9,10 +9,15 @@ tensor-parallel all-reduce across a spine link another job's data-parallel ring 
 to tens of milliseconds.
 
 The queue is derived, not fitted: on link ``r``, the sum over the flows in flight whose first saturated link
-is ``r`` of what each still has to send, up to one TCP window (its route's
-:func:`genie.core.tcp_window.testbed_window_bytes`), the whole at most the link's queue limit
-(``Resource.queue_limit_bytes``); a link is saturated when the max-min rates fill it. Only other ops' flows
-count: a step's own flows start together, so they find no queue of their own (their sharing is the rates').
+along their path is ``r`` of what each still has to send on its connection (the rest of its step and the same
+sender -> receiver's bytes in the op's later steps, :func:`later_step_bytes`), up to one TCP window (its
+route's :func:`genie.core.tcp_window.testbed_window_bytes`) - on the link out of the flow's own host, up to
+what TCP small queues lets into that qdisc (:func:`genie.core.tcp_window.sender_queue_bytes`) - the whole at
+most the link's queue limit (``Resource.queue_limit_bytes``). A link is saturated when the max-min rates fill
+what it delivers to that many flows (:func:`contended_load`). Only other ops' flows count: a step's own flows
+start together, so they find no queue of their own (their sharing is the rates'). A step of a multi-step op
+pays its flows' waits as :func:`step_wait_ns` combines them. Measured against the testbed in
+benchmarks/README.md "Job mixes" (the spread TP job behind DDP's queues).
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 
 from genie.core.tcp_window import sender_queue_bytes, testbed_window_bytes
-
 from genie.topology.graph import hop_distances
 
 from astra_adapter.fabric.network import FabricNetwork
@@ -60,8 +64,8 @@ def later_step_bytes(steps: tuple) -> tuple[np.ndarray, ...]:
 
 
 class StandingQueues:
-    """Per step of an op (memoised: its flows' resources in path order, weights and windows); per moment the
-    queues the flows in flight keep, and the wait a step's flows have behind them."""
+    """Per step of an op (memoised: its flows' resources, weights and windows, each resource's hop along the
+    flow's path); per moment the queues the flows in flight keep, and the wait a step's flows have behind them."""
 
     def __init__(self, network: FabricNetwork, capacity: np.ndarray, incidence, flow_contention: float = 0.0) -> None:
         self.network = network
@@ -71,7 +75,7 @@ class StandingQueues:
         self.sender_limit = np.array([float(sender_queue_bytes(r.rate_bps)) for r in network.resources])
         self._order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._hops: dict[str, dict[str, int]] = {}  # per sending host: hops to every node
-        self.incidence = incidence  # route id -> (resources, weights), in path order
+        self.incidence = incidence  # route id -> (resources, weights), sorted by resource
         self._windows: dict[int, float] = {}
         self._steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._later: dict[int, tuple[np.ndarray, ...]] = {}
@@ -117,11 +121,9 @@ class StandingQueues:
             senders = [self.network.rank_hosts[rank] for rank in step.src.tolist()]
             for host in set(senders) - self._hops.keys():
                 self._hops[host] = hop_distances(self.network.neighbours, host)
-            resources = self.network.resources
-            hop = np.array([self._hops[senders[f]].get(resources[r].a, 0) for r, f in zip(res.tolist(), flow.tolist())],
-                           dtype=np.int64)
-            own = np.array([resources[r].a == senders[f] != resources[r].b for r, f in zip(res.tolist(), flow.tolist())],
-                           dtype=bool)
+            entries = [(self.network.resources[r], senders[f]) for r, f in zip(res.tolist(), flow.tolist())]
+            hop = np.array([self._hops[host].get(r.a, 0) for r, host in entries], dtype=np.int64)
+            own = np.array([r.a == host != r.b for r, host in entries], dtype=bool)
             hit = self._order[id(step)] = (hop, own)
         return hit
 
@@ -179,16 +181,12 @@ class StandingQueues:
         """The wait a step pays behind the queues on its flows' paths: the longest one flow has, or with
         ``receivers`` (each flow's receiving rank, given for a step of a multi-step op) the combination
         :func:`step_wait_ns` gives."""
-        if receivers is None:
-            worst = 0.0
-            for rid in set(step_routes.tolist()):
-                res, w = self.incidence(rid)
-                worst = max(worst, float(np.sum(w * queued[res] / self.capacity[res])))
-            return worst
         waits = {}
         for rid in set(step_routes.tolist()):
             res, w = self.incidence(rid)
             waits[rid] = float(np.sum(w * queued[res] / self.capacity[res]))
+        if receivers is None:
+            return max(waits.values(), default=0.0)
         return step_wait_ns(np.array([waits[r] for r in step_routes.tolist()]), receivers)
 
 
