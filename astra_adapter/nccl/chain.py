@@ -21,9 +21,9 @@ Between nodes a slice moves whole: the network proxy (``src/transport/net.cc``, 
 once the GPU has posted all of it (Simple: its FIFO tail, written after the data; LL: every line's flag checked)
 and the receiving GPU sees it when the whole step has landed. LL128 is the exception: with GPUDirect RDMA (which
 LL128 across nodes needs) the proxy sends a step as soon as its size is posted, and the receiver polls each
-line's flag, so its lines stream through the hop: no whole-step fill. So a chain through ``nodes`` nodes holds each slice once per network hop: the fill is a
-slice's time on each of the ``nodes - 1`` network hops but the slowest (the transfer at the chain's bandwidth
-counts that one). Inside a node the hops write into the next GPU's buffer over NVLink or PCIe; their fill is the
+line's flag, so its lines stream through the hop: no whole-step fill. So a chain through ``nodes`` nodes holds
+each slice once per network hop: the fill is a slice's time on each of the ``nodes - 1`` network hops but the
+slowest (the transfer at the chain's bandwidth counts that one). Inside a node the hops write into the next GPU's buffer over NVLink or PCIe; their fill is the
 model's general pipeline fill (:func:`astra_adapter.nccl.model._with_fill`), as for the other collectives: a
 whole 512 KiB step held on each of 7 hops would take 8 x A100's 32 MiB broadcast beyond its measured 217 us.
 """
@@ -64,8 +64,9 @@ def slice_bytes(protocol: NcclProtocol, size_bytes: int, channels: int) -> float
 def chain_fill_us(protocol: NcclProtocol, size_bytes: int, channels: int, nodes: int,
                   intra_us_per_byte: float, inter_us_per_byte: float) -> float:
     """The chain's fill between nodes: a whole slice's time on every network hop of the chain (``nodes - 1``)
-    but the slowest hop (none for LL128, whose lines stream), which the transfer at the chain's bandwidth already counts. ``intra_us_per_byte`` /
-    ``inter_us_per_byte``: one channel's time per byte on a hop inside a node and between nodes."""
+    but the slowest hop, which the transfer at the chain's bandwidth already counts (none for LL128, whose lines
+    stream). ``intra_us_per_byte`` / ``inter_us_per_byte``: one channel's time per byte on a hop inside a node
+    and between nodes."""
     if nodes <= 1 or size_bytes <= 0 or protocol is NcclProtocol.LL128:
         return 0.0
     s = slice_bytes(protocol, size_bytes, channels)

@@ -24,6 +24,9 @@ came out 20-50 % fast on 8 x A100); the pipeline's first ``fill`` bytes move at 
 node's 24) times the call's GPUs per node over 8 (the prior was read on 8; a ring through 4 GPUs of a node
 fills in fewer steps).
 
+A ring broadcast or reduce is the pipelined chain NCCL runs (:mod:`astra_adapter.nccl.chain`): one step of NCCL's
+latency, the transfer with the fill above, and a whole FIFO step held on each network hop of the chain.
+
 Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
 move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
 after one Ring/Simple step's latency (NCCL spreads the peers over its channels and runs them at once). On a PCIe
@@ -184,14 +187,14 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     transfer = call.size_bytes / (1000.0 * efficiency * call_bandwidth_gb_s(call.collective, fitted_entry,
                                                                             call.size_bytes))
     if is_chain(call.collective, entry.algorithm):
-        return Prediction(call, params.launch_us + _chain_us(nominal, fitted, cluster, params, call, entry,
-                                                             transfer / share, used), choice, choice.describe())
+        return Prediction(call, params.launch_us + _chain_us(fitted, cluster, params, call, entry, transfer / share,
+                                                             used), choice, choice.describe())
     time_us = params.launch_us + latency + _with_fill(transfer / share, call, params, used)
     return Prediction(call, time_us, choice, choice.describe())
 
 
-def _chain_us(nominal: TunerSystem, fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: Call,
-              entry: TunerEntry, transfer_us: float, channels: int) -> float:
+def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry,
+              transfer_us: float, channels: int) -> float:
     """A ring broadcast or reduce (astra_adapter.nccl.chain): one step of NCCL's latency (its tuner's nRanks
     steps where the channels differ stand in for the chunks, which are timed here), the transfer at the chain's
     bandwidth with the general pipeline fill, and the chain's fill between nodes: a slice on every network hop
