@@ -23,9 +23,10 @@ and the receiving GPU sees it when the whole step has landed. LL128 is the excep
 LL128 across nodes needs) the proxy sends a step as soon as its size is posted, and the receiver polls each
 line's flag, so its lines stream through the hop: no whole-step fill. So a chain through ``nodes`` nodes holds
 each slice once per network hop: the fill is a slice's time on each of the ``nodes - 1`` network hops but the
-slowest (the transfer at the chain's bandwidth counts that one). Inside a node the hops write into the next GPU's buffer over NVLink or PCIe; their fill is the
-model's general pipeline fill (:func:`astra_adapter.nccl.model._with_fill`), as for the other collectives: a
-whole 512 KiB step held on each of 7 hops would take 8 x A100's 32 MiB broadcast beyond its measured 217 us.
+slowest (the transfer at the chain's bandwidth counts that one). Inside a node the hops write into the next
+GPU's buffer over NVLink or PCIe; their fill is the model's general pipeline fill
+(:func:`astra_adapter.nccl.model._with_fill`), as for the other collectives: a whole 512 KiB step held on each
+of 7 hops would take 8 x A100's 32 MiB broadcast beyond its measured 217 us.
 """
 
 from __future__ import annotations
