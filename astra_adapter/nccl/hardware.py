@@ -20,6 +20,7 @@ from enum import Enum
 from genie.core.errors import InputError
 from genie.core.topology import LinkRole, Topology
 
+from astra_adapter.nccl.chain import same_channels
 from astra_adapter.nccl.env import parse_env
 from astra_adapter.nccl.tuning import MAX_CHANNELS, HwKind, TunerSystem
 from astra_adapter.nccl.versions import default_version, parse_version
@@ -218,6 +219,7 @@ def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: 
                        comm_channels=min(MAX_CHANNELS, 2 * channels), nvls=nvls,
                        nvls_channels=16, nvls_graph_channels=ppn if nvls else 0,
                        nvls_bw_gb_s=_nvls_speed(intra, ppn) if nvls else 0.0,
+                       same_channels=same_channels(nodes, cluster.nics_reached(ppn)),
                        version=parse_version(cluster.nccl_version) or default_version(cc),
                        env=parse_env(cluster.nccl_env, source=cluster.name))
 

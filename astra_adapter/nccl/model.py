@@ -24,6 +24,9 @@ came out 20-50 % fast on 8 x A100); the pipeline's first ``fill`` bytes move at 
 node's 24) times the call's GPUs per node over 8 (the prior was read on 8; a ring through 4 GPUs of a node
 fills in fewer steps).
 
+A ring broadcast or reduce is the pipelined chain NCCL runs (:mod:`astra_adapter.nccl.chain`): one step of NCCL's
+latency, the transfer with the fill above, and a whole FIFO step held on each network hop of the chain.
+
 Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
 move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
 after one Ring/Simple step's latency (NCCL spreads the peers over its channels and runs them at once), their
@@ -38,6 +41,7 @@ from functools import lru_cache
 
 from genie.core.collective import Collective
 
+from astra_adapter.nccl.chain import chain_fill_us, is_chain
 from astra_adapter.nccl.hardware import Cluster, tuner_system
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
@@ -183,8 +187,31 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     latency = params.latency_scale * call_latency_us(fitted, call.collective, fitted_entry, call.size_bytes)
     transfer = call.size_bytes / (1000.0 * efficiency * call_bandwidth_gb_s(call.collective, fitted_entry,
                                                                             call.size_bytes))
+    if is_chain(call.collective, entry.algorithm):
+        return Prediction(call, params.launch_us + _chain_us(fitted, cluster, params, call, entry, transfer / share,
+                                                             used), choice, choice.describe())
     time_us = params.launch_us + latency + _with_fill(transfer / share, call, params, used)
     return Prediction(call, time_us, choice, choice.describe())
+
+
+def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry,
+              transfer_us: float, channels: int) -> float:
+    """A ring broadcast or reduce (astra_adapter.nccl.chain): one step of NCCL's latency (its tuner's nRanks
+    steps where the channels differ stand in for the chunks, which are timed here), the transfer at the chain's
+    bandwidth with the general pipeline fill, and the chain's fill between nodes: a slice on every network hop
+    but the slowest, at the NICs' fitted rate."""
+    one_step = table_entry(replace(fitted, same_channels=True), call.collective, entry.algorithm, entry.protocol)
+    latency = params.latency_scale * one_step.latency_us
+    if call.size_bytes <= 0:
+        return latency + transfer_us
+    # one channel's time per byte on the slowest hop, from the transfer; the other link class in proportion
+    slowest = transfer_us * channels / call.size_bytes
+    intra = params.intra_busbw_gb_s if call.ranks_per_node > 1 else float("inf")
+    inter = params.nic_gb_s * cluster.nics_reached(call.ranks_per_node) if call.nodes > 1 else float("inf")
+    narrow = min(intra, inter)
+    fill = chain_fill_us(entry.protocol, call.size_bytes, channels, call.nodes, slowest * narrow / intra,
+                         slowest * narrow / inter)
+    return latency + _with_fill(transfer_us, call, params, channels) + fill
 
 
 def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int) -> float:

@@ -127,6 +127,8 @@ class TunerSystem:
     collnet: bool = False
     amd_cpu: bool = False
     gpu_direct: bool = True
+    #: the ring graph's channels keep one GPU order (NCCL's sameChannels; astra_adapter.nccl.chain)
+    same_channels: bool = True
     version: NcclVersion = DEFAULT_VERSION
     env: NcclEnv = NcclEnv()
 
@@ -306,7 +308,11 @@ def _latency(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: N
     hw = s.intra if nodes == 1 else HwKind.NET
     if a is NcclAlgorithm.RING:
         if collective in (Collective.BROADCAST, Collective.REDUCE):
-            return lat + hw_lat[hw.value][ai][pi]  # the ring graph's channels are the same on every rank
+            if s.same_channels:
+                return lat + hw_lat[hw.value][ai][pi]
+            # nsteps = nRanks steps, Simple's at the tree's latency (NCCL's stand-in for its chunks)
+            step = hw_lat[hw.value][_A[NcclAlgorithm.TREE] if p is NcclProtocol.SIMPLE else ai][pi]
+            return lat + n * step
         overhead = 0.0 if nodes == 1 or not c.ring_net_overhead else NET_OVERHEAD_US[s.amd_cpu] * (3 if p is NcclProtocol.SIMPLE else 1)
         intra_lat = max(intra_lat, overhead)
         k, ki = steps(collective, n), inter_steps(collective, nodes, s.version)

@@ -1,0 +1,75 @@
+"""Ring broadcast and reduce as NCCL runs them (pure): a pipelined chain through the ring, not a ring.
+
+Facts carried over from NCCL 2.8.4 and 2.23 (the same in both; the code is genie's):
+- ``src/collectives/device/broadcast.h`` / ``reduce.h``: the root sends, every other rank receives a slice, copies
+  it and forwards it to the next rank (``recvCopySend``); the last rank only receives. A slice is one FIFO step
+  (``BROADCAST_SLICESTEPS`` = ``BROADCAST_CHUNKSTEPS`` = 1, ``REDUCE_*`` likewise), at most
+  ``min(chunk, ceil(bytes / channels))`` per channel and loop;
+- ``src/init.cc``: a step is the protocol's buffer over ``NCCL_STEPS`` = 8: Simple 4 MiB (``NCCL_BUFFSIZE``) / 8 =
+  512 KiB; LL 8 lines x 512 threads x 8 steps x 16 B / 8 = 64 KiB of lines, half of it data; LL128 120 x 640 x 8 x
+  8 B / 8 = 614400 B, 120 of each 128 bytes data;
+- ``src/graph/tuning.cc`` (``ncclTopoTuneModel``): a broadcast or reduce ring has ``nsteps = nRanks``; when the
+  ring graph's channels are all the same GPU order (``sameChannels``) its latency is one step
+  (``baseLat + hwLat``), otherwise ``nsteps`` steps, Simple's at the tree's ``hwLat`` ("add some chunk latency,
+  waiting for proper chunk modeling"). The tuner decides with that; genie times the chunks instead
+  (:func:`chain_fill_us`).
+- ``src/graph/search.cc`` (``ncclTopoCompute``): the search tries ``sameChannels = 1`` first, replaying the first
+  channel's GPU order; a ring through nodes that reach several NICs enters each node at the GPU next to its NIC,
+  so its channels differ and the search keeps ``sameChannels = 0`` (:func:`same_channels`, an outline).
+
+Between nodes a slice moves whole: the network proxy (``src/transport/net.cc``, ``netSendProxy``) sends a step
+once the GPU has posted all of it (Simple: its FIFO tail, written after the data; LL: every line's flag checked)
+and the receiving GPU sees it when the whole step has landed. LL128 is the exception: with GPUDirect RDMA (which
+LL128 across nodes needs) the proxy sends a step as soon as its size is posted, and the receiver polls each
+line's flag, so its lines stream through the hop: no whole-step fill. So a chain through ``nodes`` nodes holds
+each slice once per network hop: the fill is a slice's time on each of the ``nodes - 1`` network hops but the
+slowest (the transfer at the chain's bandwidth counts that one). Inside a node the hops write into the next
+GPU's buffer over NVLink or PCIe; their fill is the model's general pipeline fill
+(:func:`astra_adapter.nccl.model._with_fill`), as for the other collectives: a whole 512 KiB step held on each
+of 7 hops would take 8 x A100's 32 MiB broadcast beyond its measured 217 us.
+"""
+
+from __future__ import annotations
+
+from genie.core.collective import Collective
+
+from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol
+
+CHAINS = (Collective.BROADCAST, Collective.REDUCE)
+NCCL_STEPS = 8
+#: one FIFO step's data bytes per protocol with NCCL's default buffers (src/init.cc, 2.8 .. 2.23)
+STEP_DATA_BYTES = {
+    NcclProtocol.SIMPLE: (1 << 22) // NCCL_STEPS,
+    NcclProtocol.LL: 8 * 512 * 16 // 2,
+    NcclProtocol.LL128: 120 * 640 * 8 * 120 // 128,
+}
+
+
+def is_chain(collective: Collective, algorithm: NcclAlgorithm) -> bool:
+    """NCCL runs this call as a pipelined chain through its ring."""
+    return collective in CHAINS and algorithm is NcclAlgorithm.RING
+
+
+def same_channels(nodes: int, nics_reached: int) -> bool:
+    """Whether the ring graph's channels keep one GPU order (NCCL's ``sameChannels``): on one node, or when a
+    node's ranks reach one NIC; a ring entering nodes through several NICs starts each channel at another GPU."""
+    return nodes == 1 or nics_reached <= 1
+
+
+def slice_bytes(protocol: NcclProtocol, size_bytes: int, channels: int) -> float:
+    """The bytes a rank forwards at once on one channel: a FIFO step, or the call's share if smaller."""
+    per_channel = -(-size_bytes // max(1, channels))
+    return float(min(STEP_DATA_BYTES[protocol], per_channel))
+
+
+def chain_fill_us(protocol: NcclProtocol, size_bytes: int, channels: int, nodes: int,
+                  intra_us_per_byte: float, inter_us_per_byte: float) -> float:
+    """The chain's fill between nodes: a whole slice's time on every network hop of the chain (``nodes - 1``)
+    but the slowest hop, which the transfer at the chain's bandwidth already counts (none for LL128, whose lines
+    stream). ``intra_us_per_byte`` / ``inter_us_per_byte``: one channel's time per byte on a hop inside a node
+    and between nodes."""
+    if nodes <= 1 or size_bytes <= 0 or protocol is NcclProtocol.LL128:
+        return 0.0
+    s = slice_bytes(protocol, size_bytes, channels)
+    hops = nodes - 1 - (1 if inter_us_per_byte >= intra_us_per_byte else 0)
+    return max(0, hops) * s * inter_us_per_byte
