@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
+from genie.engine.compiled_steps import CompiledPlans, StepPlan
 from genie.engine.flows import Flow as _Flow, PeerFailure, Transfer
 from genie.engine.flows import closed_failure, send_failure
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
@@ -148,7 +149,7 @@ class SocketTransport:
     (`wait_for_sends=False`) stay in the outbox and move whenever the transport runs."""
 
     def __init__(self, rank: int, links: dict[int, PeerLink], window_bytes: int = 1 << 20,
-                 spin_s: float = 0.0) -> None:
+                 spin_s: float = 0.0, compiled: bool = True) -> None:
         self.rank = rank
         self.spin_s = spin_s
         self._links = links
@@ -166,6 +167,9 @@ class SocketTransport:
         # receive connections in delayed-ACK mode, set again after each small receive (see `delay_acks`)
         self._delay_acks = {peer: delay_acks(link.recv) for peer, link in links.items()}
         self._outbox: dict[int, _Flow] = {}
+        # plans kept by the caller, as the compiled step loop runs them (None: the reference runs them);
+        # `compiled=False` keeps every step on the pure Python reference (the tests compare the two)
+        self._compiled_plans = CompiledPlans(self._window, links, self._delay_acks) if compiled else None
         self._epoll = select.epoll()
         for fd in self._fd_peer:
             self._epoll.register(fd, WATCH_IN)
@@ -199,6 +203,14 @@ class SocketTransport:
         if self._outbox:
             self.exchange((), (), timeout_s)
 
+    def run_plan(self, plan: StepPlan, start: int, deadline: float, timeout_s: float) -> int:
+        """Run the steps of `plan` (a `transfer_plan` the caller keeps) from `start` on in the compiled step loop,
+        with the outbox empty, as far as it goes; returns the first step the caller runs through `exchange`
+        (len(plan): none). The same system calls, in the same order, as `exchange` makes for these steps."""
+        if self._outbox or self._compiled_plans is None:
+            return start
+        return self._compiled_plans.run(self, plan, start, deadline, timeout_s)
+
     def _link(self, peer: int) -> PeerLink:
         try:
             return self._links[peer]
@@ -223,9 +235,14 @@ class SocketTransport:
                 raise send_failure(self.rank, transfer.peer, exc) from None
             if sent == size:
                 return True
+        return self.queue_send(transfer, sent)
+
+    def queue_send(self, transfer: Transfer, sent_bytes: int) -> bool:
+        """`transfer` of which `sent_bytes` went: push the rest now; True when all of it went, else the rest is
+        queued in the outbox."""
         flow = _Flow(transfer.peer, self._link(transfer.peer).send)
         flow.add(transfer)
-        flow.pos = flow.done_bytes = sent
+        flow.pos = flow.done_bytes = sent_bytes
         if _pump_send(flow, self._window, self.rank):
             return True
         self._outbox[transfer.peer] = flow
@@ -241,22 +258,32 @@ class SocketTransport:
             flow.add(transfer)
             self._recv_blocking(flow, timeout_s)
             return
+        self.finish_recv(transfer, 0, timeout_s)
+
+    def finish_recv(self, transfer: Transfer, got: int, timeout_s: float, deadline: float | None = None, *,
+                    slice_ended: bool = False) -> None:
+        """Receive the rest of payload-agnostic `transfer` (within the window), of which `got` bytes are in, with
+        bare `recv_into` calls; then put the connection back in delayed-ACK mode. The op's time is up at
+        `deadline` (None: `timeout_s` after the receive began, about a slice before the first slice ends),
+        checked whenever a slice ends without data (`slice_ended`: one just did)."""
+        size = transfer.size_bytes
         recv_into = self._recv_into.get(transfer.peer)
         if recv_into is None:
             self._link(transfer.peer)  # raises, naming the peer
         window = self._window
-        got = 0
-        deadline = None
         while got < size:
-            try:
-                n = recv_into(window[:size - got])
-            except (BlockingIOError, InterruptedError):  # a slice ended: is the op's time up?
+            if slice_ended:  # is the op's time up?
+                slice_ended = False
                 now = time.monotonic()
                 if deadline is None:  # the first slice ended: the receive began about a slice ago
                     deadline = now - _RECV_SLICE_S + timeout_s
                 if now >= deadline:
                     raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s receiving from "
                                       f"rank {transfer.peer} ({got}/{size} bytes)")
+            try:
+                n = recv_into(window[:size - got])
+            except (BlockingIOError, InterruptedError):  # a slice ended
+                slice_ended = True
                 continue
             except ConnectionResetError:
                 n = 0
@@ -320,6 +347,7 @@ class SocketTransport:
                 self._epoll.modify(fd, WATCH_IN)
 
     def close(self) -> None:
+        self._compiled_plans = None  # their sockets are closed next
         self._epoll.close()
         for link in self._links.values():
             link.close()

@@ -1,0 +1,102 @@
+"""A bench plan's steps run by the compiled step loop (`genie/engine/step_loop.pyx`, built by the install step;
+issue #36 item 2, benchmarks/README.md "The step's software").
+
+The loop runs what `SocketTransport.exchange` runs for the latency-critical shape — at most one send and one
+receive per step, payload-agnostic, within the window, nothing queued — with the same system calls in the same
+order: one non-blocking `send`, blocking `recv` calls bounded by the socket's receive slice, the receive connection
+put back in delayed-ACK mode. Where a step needs more (a send the socket did not take whole, a slice that ended
+without data, a closed or failed connection, the op's time up) the loop stops and this module hands the step to the
+reference's own code, which decides and words everything as it does without the loop. Where the module is not built
+the reference runs every step (`CompiledSteps` is None).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Sequence
+
+from genie.engine.flows import Transfer, closed_failure, send_failure
+
+try:
+    from genie.engine.step_loop import DONE, LATE, RECV_CLOSED, RECV_SLICE, SEND_BLOCKED, SEND_FAILED, CompiledSteps
+except ImportError:  # not built (no compiler at install): the pure Python reference runs every step
+    CompiledSteps = None
+
+if TYPE_CHECKING:
+    from genie.engine.transport import PeerLink, SocketTransport
+
+#: each step's sends and receives (`genie.engine.executor.transfer_plan`)
+StepPlan = Sequence[tuple[Sequence[Transfer], Sequence[Transfer]]]
+
+_KEPT_PLANS = 32  # a bench job keeps one plan per case; more than this and the oldest are compiled again
+
+
+class CompiledPlans:
+    """One transport's plans, compiled once each (by identity: the caller keeps its plan for the whole case).
+    `window`, `links` and `delay_acks` are the transport's (`SocketTransport`)."""
+
+    def __init__(self, window: memoryview, links: dict[int, PeerLink], delay_acks: dict[int, object]) -> None:
+        self._window = window
+        self._links = links
+        self._delay_acks = delay_acks
+        self._plans: dict[int, tuple[StepPlan, object]] = {}
+
+    def run(self, transport: SocketTransport, plan: StepPlan, start: int, deadline: float, timeout_s: float) -> int:
+        entry = self._plans.get(id(plan))
+        if entry is None or entry[0] is not plan:
+            if len(self._plans) >= _KEPT_PLANS:
+                self._plans.clear()
+            entry = self._plans[id(plan)] = (plan, self.compile(plan))
+        steps = entry[1]
+        if steps is None:
+            return start
+        return run_steps(transport, steps, plan, start, deadline, timeout_s)
+
+    def compile(self, plan: StepPlan):
+        """`plan`'s steps for the compiled loop: None where it is not built or a step is not its shape (at most
+        one send and exactly one receive, payload-agnostic, within the window, to a peer with a connection)."""
+        if CompiledSteps is None:
+            return None
+        window_bytes, links = len(self._window), self._links
+        rows = []
+        for sends, recvs in plan:
+            if len(sends) > 1 or len(recvs) != 1 or any(t.view is not None or t.size_bytes > window_bytes
+                                                         or t.peer not in links for t in (*sends, *recvs)):
+                return None
+            (recv,) = recvs
+            send_fd, send_bytes = (links[sends[0].peer].send.fileno(), sends[0].size_bytes) if sends else (-1, 0)
+            rows.append((send_fd, send_bytes, links[recv.peer].recv.fileno(), recv.size_bytes,
+                         self._delay_acks[recv.peer] is not None))
+        return CompiledSteps(self._window, rows)
+
+
+def run_steps(transport: SocketTransport, steps, plan: StepPlan, start: int, deadline: float,
+              timeout_s: float) -> int:
+    """Run `plan` from step `start` in the compiled loop `steps`, handing each step the loop stops at to the
+    reference; returns the first step the caller runs itself (len(plan): none). `deadline` is the op's, on
+    time.monotonic()'s clock; `timeout_s` the op's timeout, for the messages."""
+    index = start
+    while True:
+        outcome, index, done_bytes, error = steps.run(index, deadline)
+        if outcome == DONE or outcome == LATE:  # LATE: the caller's step loop names the step that found it so
+            return index
+        sends, recvs = plan[index]
+        if outcome == SEND_BLOCKED:
+            if not transport.queue_send(sends[0], done_bytes):
+                # the rest is queued: the reference receives while it keeps the queued send moving
+                transport.exchange((), recvs, deadline - time.monotonic(), wait_for_sends=False)
+                return index + 1
+            transport.finish_recv(recvs[0], 0, timeout_s, deadline)
+        elif outcome == RECV_SLICE:
+            transport.finish_recv(recvs[0], done_bytes, timeout_s, deadline, slice_ended=True)
+        elif outcome == SEND_FAILED:
+            exc = OSError(error, os.strerror(error))  # BrokenPipeError, ConnectionResetError... by errno
+            if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+                raise send_failure(transport.rank, sends[0].peer, exc) from None
+            raise exc
+        elif outcome == RECV_CLOSED:
+            raise closed_failure(transport.rank, recvs[0].peer, done_bytes, recvs[0].size_bytes)
+        else:  # RECV_FAILED
+            raise OSError(error, os.strerror(error))
+        index += 1
