@@ -40,10 +40,12 @@ class _CountingTransport(SocketTransport):
         super().exchange(sends, recvs, timeout_s, wait_for_sends=wait_for_sends)
 
 
-def _run(op: CollectiveOp, *, compiled: bool, ops: int = 4, buffer_bytes: int | None = None):
+def _run(op: CollectiveOp, *, compiled: bool, ops: int = 4, buffer_bytes: int | None = None,
+         records: dict | None = None):
     """`ops` payload-agnostic ops of `op` (each rank's plan kept, as the bench keeps it), then one verified op on
     the same connections, every rank on a thread. Each rank's window starts as a pattern of its own. Returns
-    {rank: (window bytes after the payload-agnostic ops, steps the reference ran, verification problem)}."""
+    {rank: (window bytes after the payload-agnostic ops, steps the reference ran, verification problem)};
+    `records` (when given) gets each rank's step records of its payload-agnostic ops."""
     schedule = build_schedule(op)
     mesh = socketpair_mesh(len(op.group))
     if buffer_bytes:  # small socket buffers: a send the socket does not take whole
@@ -60,7 +62,9 @@ def _run(op: CollectiveOp, *, compiled: bool, ops: int = 4, buffer_bytes: int | 
         plan = transfer_plan(mine)
         try:
             for _ in range(ops):
-                run_schedule(mine, transport, timeout_s=20, plan=plan)
+                done = run_schedule(mine, transport, timeout_s=20, plan=plan, record_steps=records is not None)
+                if records is not None:
+                    records.setdefault(rank, []).append(done)
             window = bytes(transport._window[:4096])
             steps = transport.reference_steps
             data = DataBuffers(check.initial_buffers(op, rank))
@@ -101,6 +105,37 @@ def test_compiled_loop_moves_the_bytes_the_reference_moves(collective, algorithm
         assert steps == 0
         assert window == reference[rank][0]
         assert reference[rank][1] == 4 * len(build_schedule(op).for_rank(rank).steps)
+
+
+@pytest.mark.parametrize("buffer_bytes", [None, 1 << 14])
+def test_the_compiled_loop_records_its_steps_as_the_reference_does(buffer_bytes):
+    """With step records (`--steps`) the loop stamps each step on the executor's clock: one record per step
+    and op, its bytes and peers the step's, ending after it starts and no earlier than the step before it
+    (small socket buffers: steps handed to the reference midway are recorded too)."""
+    op = CollectiveOp(Collective.ALL_REDUCE, 1 << 17, tuple(range(4)), Algorithm.RECURSIVE_DOUBLING, dtype_bytes=4)
+    schedule = build_schedule(op)
+    compiled, reference = {}, {}
+    _run(op, compiled=True, ops=3, buffer_bytes=buffer_bytes, records=compiled)
+    _run(op, compiled=False, ops=3, buffer_bytes=buffer_bytes, records=reference)
+    for rank in range(4):
+        steps = schedule.for_rank(rank).steps
+        for ours, theirs in zip(compiled[rank], reference[rank], strict=True):
+            assert [(r.step_index, r.sent_bytes, r.received_bytes, r.peers) for r in ours] \
+                == [(r.step_index, r.sent_bytes, r.received_bytes, r.peers) for r in theirs]
+            assert len(ours) == len(steps)
+            assert all(r.start_ns <= r.end_ns for r in ours)
+            assert all(a.end_ns <= b.start_ns for a, b in zip(ours, ours[1:]))
+
+
+@pytest.mark.parametrize("collective", [Collective.ALL_GATHER, Collective.REDUCE_SCATTER])
+def test_pat_chunks_to_one_peer_are_one_message(collective):
+    """PAT's steps send several chunks to one peer and receive several from one: the loop moves each step's
+    chunks as one message of their total, and the streams stay where a verified op expects them."""
+    op = CollectiveOp(collective, 8 * 1024, tuple(range(8)), Algorithm.PAT, dtype_bytes=4)
+    assert any(len(step.sends) > 1 for step in build_schedule(op).for_rank(0).steps)
+    for rank, (_, steps, problem) in _run(op, compiled=True).items():
+        assert not problem, problem
+        assert steps == 0
 
 
 def test_steps_not_of_its_shape_run_on_the_reference():

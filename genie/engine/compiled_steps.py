@@ -42,7 +42,8 @@ class CompiledPlans:
         self._delay_acks = delay_acks
         self._plans: dict[int, tuple[StepPlan, object]] = {}
 
-    def run(self, transport: SocketTransport, plan: StepPlan, start: int, deadline: float, timeout_s: float) -> int:
+    def run(self, transport: SocketTransport, plan: StepPlan, start: int, deadline: float, timeout_s: float,
+            stamps: list[tuple[int, int, int]] | None = None) -> int:
         entry = self._plans.get(id(plan))
         if entry is None or entry[0] is not plan:
             if len(self._plans) >= _KEPT_PLANS:
@@ -51,52 +52,73 @@ class CompiledPlans:
         steps = entry[1]
         if steps is None:
             return start
-        return run_steps(transport, steps, plan, start, deadline, timeout_s)
+        return run_steps(transport, steps, plan, start, deadline, timeout_s, stamps)
 
     def compile(self, plan: StepPlan):
-        """`plan`'s steps for the compiled loop: None where it is not built or a step is not its shape (at most
-        one send and exactly one receive, payload-agnostic, within the window, to a peer with a connection)."""
+        """`plan`'s steps for the compiled loop: None where it is not built or a step is not its shape — sends to
+        at most one peer and receives from exactly one, payload-agnostic, within the window, with a connection.
+        Several transfers to one peer in a step (PAT's chunks) are one message of their total: the bytes on the
+        connection are the same, and a payload-agnostic transfer's content is irrelevant."""
         if CompiledSteps is None:
             return None
         window_bytes, links = len(self._window), self._links
         rows = []
         for sends, recvs in plan:
-            if len(sends) > 1 or len(recvs) != 1 or any(t.view is not None or t.size_bytes > window_bytes
-                                                         or t.peer not in links for t in (*sends, *recvs)):
+            if any(t.view is not None or t.peer not in links for t in (*sends, *recvs)) or not recvs \
+                    or len({t.peer for t in sends}) > 1 or len({t.peer for t in recvs}) != 1:
                 return None
-            (recv,) = recvs
-            send_fd, send_bytes = (links[sends[0].peer].send.fileno(), sends[0].size_bytes) if sends else (-1, 0)
-            rows.append((send_fd, send_bytes, links[recv.peer].recv.fileno(), recv.size_bytes,
-                         self._delay_acks[recv.peer] is not None))
+            send_bytes, recv_bytes = sum(t.size_bytes for t in sends), sum(t.size_bytes for t in recvs)
+            if send_bytes > window_bytes or recv_bytes > window_bytes:
+                return None
+            peer = recvs[0].peer
+            rows.append((links[sends[0].peer].send.fileno() if sends else -1, send_bytes,
+                         links[peer].recv.fileno(), recv_bytes, self._delay_acks[peer] is not None))
         return CompiledSteps(self._window, rows)
 
 
 def run_steps(transport: SocketTransport, steps, plan: StepPlan, start: int, deadline: float,
-              timeout_s: float) -> int:
+              timeout_s: float, stamps: list[tuple[int, int, int]] | None = None) -> int:
     """Run `plan` from step `start` in the compiled loop `steps`, handing each step the loop stops at to the
     reference; returns the first step the caller runs itself (len(plan): none). `deadline` is the op's, on
-    time.monotonic()'s clock; `timeout_s` the op's timeout, for the messages."""
+    time.monotonic()'s clock; `timeout_s` the op's timeout, for the messages. `stamps` (when given) gets
+    (step, start ns, end ns) of every step done here, on time.monotonic_ns()'s clock."""
     index = start
+    stamp = stamps is not None
     while True:
-        outcome, index, done_bytes, error = steps.run(index, deadline)
+        begun = index
+        outcome, index, done_bytes, error = steps.run(index, deadline, stamp)
+        if stamp:
+            stamps.extend((i, *steps.stamps(i)) for i in range(begun, index))
         if outcome == DONE or outcome == LATE:  # LATE: the caller's step loop names the step that found it so
             return index
         sends, recvs = plan[index]
+        recv = _message(recvs)
         if outcome == SEND_BLOCKED:
-            if not transport.queue_send(sends[0], done_bytes):
+            if not transport.queue_send(_message(sends), done_bytes):
                 # the rest is queued: the reference receives while it keeps the queued send moving
                 transport.exchange((), recvs, deadline - time.monotonic(), wait_for_sends=False)
+                if stamp:
+                    stamps.append((index, steps.stamps(index)[0], time.monotonic_ns()))
                 return index + 1
-            transport.finish_recv(recvs[0], 0, timeout_s, deadline)
+            transport.finish_recv(recv, 0, timeout_s, deadline)
         elif outcome == RECV_SLICE:
-            transport.finish_recv(recvs[0], done_bytes, timeout_s, deadline, slice_ended=True)
+            transport.finish_recv(recv, done_bytes, timeout_s, deadline, slice_ended=True)
         elif outcome == SEND_FAILED:
             exc = OSError(error, os.strerror(error))  # BrokenPipeError, ConnectionResetError... by errno
             if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
                 raise send_failure(transport.rank, sends[0].peer, exc) from None
             raise exc
         elif outcome == RECV_CLOSED:
-            raise closed_failure(transport.rank, recvs[0].peer, done_bytes, recvs[0].size_bytes)
+            raise closed_failure(transport.rank, recv.peer, done_bytes, recv.size_bytes)
         else:  # RECV_FAILED
             raise OSError(error, os.strerror(error))
+        if stamp:
+            stamps.append((index, steps.stamps(index)[0], time.monotonic_ns()))
         index += 1
+
+
+def _message(transfers: Sequence[Transfer]) -> Transfer:
+    """A step's transfers with one peer as the one message the compiled loop moves."""
+    if len(transfers) == 1:
+        return transfers[0]
+    return Transfer(transfers[0].peer, sum(t.size_bytes for t in transfers))

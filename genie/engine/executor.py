@@ -100,17 +100,23 @@ def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: flo
 def _run_plan(schedule: RankSchedule, plan: TransferPlan, transport: Transport, timeout_s: float, deadline: float,
               record_steps: bool, clock, *, compiled: bool = False) -> list[StepRecord]:
     """`run_schedule` without data: the same step semantics, with the least work per step. With `compiled` (a
-    plan the caller keeps) and no step records, a `SocketTransport` runs what steps it can in its compiled
-    step loop (`SocketTransport.run_plan`); the steps it leaves run here, through `exchange`."""
+    plan the caller keeps), a `SocketTransport` runs what steps it can in its compiled step loop
+    (`SocketTransport.run_plan`, stamping them on CLOCK_MONOTONIC: only where `clock` is that clock); the steps
+    it leaves run here, through `exchange`."""
     records: list[StepRecord] = []
     exchange = transport.exchange
     monotonic = time.monotonic
-    run_compiled = transport.run_plan if compiled and not record_steps and isinstance(transport, SocketTransport) \
-        else None
+    run_compiled = None
+    if compiled and isinstance(transport, SocketTransport) and (not record_steps or clock is time.monotonic_ns):
+        run_compiled = transport.run_plan
+    stamps: list[tuple[int, int, int]] | None = [] if record_steps else None
     index, count = 0, len(plan)
     while index < count:
         if run_compiled is not None:
-            index = run_compiled(plan, index, deadline, timeout_s)
+            index = run_compiled(plan, index, deadline, timeout_s, stamps)
+            if stamps:
+                records.extend(_record(i, schedule.steps[i], start_ns, end_ns) for i, start_ns, end_ns in stamps)
+                stamps.clear()
             if index >= count:
                 break
         sends, recvs = plan[index]

@@ -15,6 +15,7 @@ does not.
 """
 
 from libc.errno cimport errno, EAGAIN, EINTR, ECONNRESET  # EWOULDBLOCK is EAGAIN on Linux
+from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
@@ -51,6 +52,12 @@ cdef inline double _monotonic_s() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
+cdef inline int64_t _monotonic_ns() noexcept nogil:  # time.monotonic_ns()
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <int64_t> ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
 cdef class CompiledSteps:
     """A plan's steps as C arrays: per step the send socket (-1: none) and size, the receive socket and size, and
     whether the receive connection is kept in delayed-ACK mode. `window` is the transport's window (kept alive
@@ -62,6 +69,8 @@ cdef class CompiledSteps:
     cdef int *recv_fd
     cdef Py_ssize_t *recv_size
     cdef char *delay_acks
+    cdef int64_t *start_ns
+    cdef int64_t *end_ns
     cdef unsigned char *window
     cdef Py_ssize_t window_bytes
     cdef object _window_ref
@@ -75,7 +84,10 @@ cdef class CompiledSteps:
         self.recv_fd = <int *> malloc(n * sizeof(int))
         self.recv_size = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
         self.delay_acks = <char *> malloc(n * sizeof(char))
-        if not (self.send_fd and self.send_size and self.recv_fd and self.recv_size and self.delay_acks):
+        self.start_ns = <int64_t *> malloc(n * sizeof(int64_t))
+        self.end_ns = <int64_t *> malloc(n * sizeof(int64_t))
+        if not (self.send_fd and self.send_size and self.recv_fd and self.recv_size and self.delay_acks
+                and self.start_ns and self.end_ns):
             raise MemoryError()
         self._window_ref = window
         self.window = &window[0]
@@ -96,13 +108,23 @@ cdef class CompiledSteps:
         free(self.recv_fd)
         free(self.recv_size)
         free(self.delay_acks)
+        free(self.start_ns)
+        free(self.end_ns)
 
     def __len__(self):
         return self.count
 
-    def run(self, Py_ssize_t start, double deadline_s):
+    def stamps(self, Py_ssize_t step):
+        """When the last run began and ended `step` (ns, time.monotonic_ns()'s clock; with `stamp`), the end
+        once its receive is in and its connection is back in delayed-ACK mode."""
+        if not 0 <= step < self.count:
+            raise IndexError(step)
+        return self.start_ns[step], self.end_ns[step]
+
+    def run(self, Py_ssize_t start, double deadline_s, bint stamp=False):
         """Run steps `start`.. until all are done or one needs the reference: (outcome, step, done bytes,
-        errno). `deadline_s` is on time.monotonic()'s clock."""
+        errno). `deadline_s` is on time.monotonic()'s clock. With `stamp` each step begun records its start
+        and each step done its end (`stamps`)."""
         cdef Py_ssize_t i = start, size, got = 0
         cdef ssize_t n
         cdef int outcome = C_DONE, error = 0, zero = 0, fd
@@ -112,6 +134,8 @@ cdef class CompiledSteps:
                 if _monotonic_s() >= deadline_s:
                     outcome = C_LATE
                     break
+                if stamp:
+                    self.start_ns[i] = _monotonic_ns()
                 got = 0
                 size = self.send_size[i]
                 fd = self.send_fd[i]
@@ -149,5 +173,7 @@ cdef class CompiledSteps:
                     break
                 if self.delay_acks[i]:
                     c_setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(int))  # errors: as the reference
+                if stamp:
+                    self.end_ns[i] = _monotonic_ns()
                 i += 1
         return outcome, i, got, error

@@ -203,13 +203,15 @@ class SocketTransport:
         if self._outbox:
             self.exchange((), (), timeout_s)
 
-    def run_plan(self, plan: StepPlan, start: int, deadline: float, timeout_s: float) -> int:
+    def run_plan(self, plan: StepPlan, start: int, deadline: float, timeout_s: float,
+                 stamps: list[tuple[int, int, int]] | None = None) -> int:
         """Run the steps of `plan` (a `transfer_plan` the caller keeps) from `start` on in the compiled step loop,
         with the outbox empty, as far as it goes; returns the first step the caller runs through `exchange`
-        (len(plan): none). The same system calls, in the same order, as `exchange` makes for these steps."""
+        (len(plan): none). The same system calls, in the same order, as `exchange` makes for these steps.
+        `stamps` gets (step, start ns, end ns) of the steps run here (time.monotonic_ns()'s clock)."""
         if self._outbox or self._compiled_plans is None:
             return start
-        return self._compiled_plans.run(self, plan, start, deadline, timeout_s)
+        return self._compiled_plans.run(self, plan, start, deadline, timeout_s, stamps)
 
     def _link(self, peer: int) -> PeerLink:
         try:
