@@ -199,3 +199,4 @@ def test_an_op_whose_time_is_up_before_a_step_names_the_step(compiled):
     with pytest.raises(RunFailure, match=r"^rank 0: op timed out after 0 s at step 0$"):
         run_schedule(mine, transport, timeout_s=0.0, plan=transfer_plan(mine))
     transport.close()
+

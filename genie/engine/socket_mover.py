@@ -2,16 +2,19 @@
 
 One epoll set holds every socket (edge-triggered, as in `SocketTransport`: every wait follows an attempt that
 hit EAGAIN, so no edge is missed) and a timerfd for the walker's compute wake-up. A run in flight is a user
-of its channel's sockets; write readiness is watched only where one of its sends is blocked.
+of its channel's sockets; write readiness is watched only where one of its sends is blocked. Receive
+connections are kept in delayed-ACK mode as the bench's are (`genie.engine.transport.delay_acks`): set at
+start-up and again as each step begins to receive on them.
 """
 
 from __future__ import annotations
 
 import select
+from typing import Callable
 
 from genie.core.schedule import Step
 from genie.engine.clock import DeadlineTimer
-from genie.engine.transport import WATCH_IN, WATCH_IN_OUT, PeerLink, StepExchange, Transfer
+from genie.engine.transport import WATCH_IN, WATCH_IN_OUT, PeerLink, StepExchange, Transfer, delay_acks
 from genie.engine.walker import CommRun
 
 
@@ -29,8 +32,12 @@ class SocketMover:
         self.channel_fds: dict[int, list[int]] = {}  # every socket of a channel, both directions
         self.fds_out: dict[CommRun, list[int]] = {}
         self.outboxes: dict[CommRun, dict] = {}  # sends of a run's earlier steps still queued
+        self.delay_acks: dict[tuple[int, int], Callable[[], None]] = {}  # (channel, peer): set the mode again
         for (channel, peer), link in links.items():
             self.channels.setdefault(channel, {})[peer] = link
+            again = delay_acks(link.recv) if link.recv is not link.send else None  # one way: see PeerLink
+            if again is not None:
+                self.delay_acks[(channel, peer)] = again
             for sock in link.sockets():
                 sock.settimeout(None)  # attempts use MSG_DONTWAIT (see genie.engine.transport)
                 fd = sock.fileno()
@@ -48,6 +55,13 @@ class SocketMover:
         last step completes only when the outbox is empty too."""
         last = run.index >= len(run.steps) - 1
         outbox = self.outboxes.pop(run, {}) if last else self.outboxes.setdefault(run, {})
+        for peer in {r.peer for r in step.recvs}:  # Linux leaves the mode whenever a delayed ACK's timer fires
+            again = self.delay_acks.get((run.node.channel, peer))
+            if again is not None:
+                try:
+                    again()
+                except OSError:  # the connection is gone: the receive names the peer
+                    pass
         return StepExchange(self.rank, self.channels.get(run.node.channel, {}),
                             [Transfer(s.peer, s.size_bytes) for s in step.sends],
                             [Transfer(r.peer, r.size_bytes) for r in step.recvs], self.window,
