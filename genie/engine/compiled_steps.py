@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Sequence
+import socket
+from typing import Protocol, Sequence
 
 from genie.engine.flows import Transfer, closed_failure, send_failure
 
@@ -23,8 +24,24 @@ try:
 except ImportError:  # not built (no compiler at install): the pure Python reference runs every step
     CompiledSteps = None
 
-if TYPE_CHECKING:
-    from genie.engine.transport import PeerLink, SocketTransport
+
+class _Link(Protocol):  # genie.engine.transport.PeerLink
+    send: socket.socket
+    recv: socket.socket
+
+
+class SocketTransport(Protocol):
+    """What the hand-over uses of `genie.engine.transport.SocketTransport` (which imports this module)."""
+
+    rank: int
+
+    def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float, *,
+                 wait_for_sends: bool = True) -> None: ...
+
+    def queue_send(self, transfer: Transfer, sent_bytes: int) -> bool: ...
+
+    def finish_recv(self, transfer: Transfer, got: int, timeout_s: float, deadline: float | None = None, *,
+                    slice_ended: bool = False) -> None: ...
 
 #: each step's sends and receives (`genie.engine.executor.transfer_plan`)
 StepPlan = Sequence[tuple[Sequence[Transfer], Sequence[Transfer]]]
@@ -36,7 +53,7 @@ class CompiledPlans:
     """One transport's plans, compiled once each (by identity: the caller keeps its plan for the whole case).
     `window`, `links` and `delay_acks` are the transport's (`SocketTransport`)."""
 
-    def __init__(self, window: memoryview, links: dict[int, PeerLink], delay_acks: dict[int, object]) -> None:
+    def __init__(self, window: memoryview, links: dict[int, _Link], delay_acks: dict[int, object]) -> None:
         self._window = window
         self._links = links
         self._delay_acks = delay_acks

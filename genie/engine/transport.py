@@ -161,14 +161,12 @@ class SocketTransport:
                 self._fd_peer[sock.fileno()] = peer
         self._window = memoryview(bytearray(window_bytes))
         self._window_bytes = window_bytes
-        # the latency-critical path's bound socket methods, per peer (see `_send_now`, `_recv_now`)
-        self._send = {peer: link.send.send for peer, link in links.items()}
+        self._send = {peer: link.send.send for peer, link in links.items()}  # the fast path's, per peer
         self._recv_into = {peer: link.recv.recv_into for peer, link in links.items()}
         # receive connections in delayed-ACK mode, set again after each small receive (see `delay_acks`)
         self._delay_acks = {peer: delay_acks(link.recv) for peer, link in links.items()}
         self._outbox: dict[int, _Flow] = {}
-        # plans kept by the caller, as the compiled step loop runs them (None: the reference runs them);
-        # `compiled=False` keeps every step on the pure Python reference (the tests compare the two)
+        # the compiled step loop's plans; `compiled=False`: every step on the Python reference (tests compare)
         self._compiled_plans = CompiledPlans(self._window, links, self._delay_acks) if compiled else None
         self._epoll = select.epoll()
         for fd in self._fd_peer:
@@ -205,10 +203,8 @@ class SocketTransport:
 
     def run_plan(self, plan: StepPlan, start: int, deadline: float, timeout_s: float,
                  stamps: list[tuple[int, int, int]] | None = None) -> int:
-        """Run the steps of `plan` (a `transfer_plan` the caller keeps) from `start` on in the compiled step loop,
-        with the outbox empty, as far as it goes; returns the first step the caller runs through `exchange`
-        (len(plan): none). The same system calls, in the same order, as `exchange` makes for these steps.
-        `stamps` gets (step, start ns, end ns) of the steps run here (time.monotonic_ns()'s clock)."""
+        """Run `plan` (a `transfer_plan` the caller keeps) from step `start` in the compiled step loop (outbox
+        empty; `genie.engine.compiled_steps`); returns the first step the caller runs through `exchange`."""
         if self._outbox or self._compiled_plans is None:
             return start
         return self._compiled_plans.run(self, plan, start, deadline, timeout_s, stamps)
@@ -264,10 +260,9 @@ class SocketTransport:
 
     def finish_recv(self, transfer: Transfer, got: int, timeout_s: float, deadline: float | None = None, *,
                     slice_ended: bool = False) -> None:
-        """Receive the rest of payload-agnostic `transfer` (within the window), of which `got` bytes are in, with
-        bare `recv_into` calls; then put the connection back in delayed-ACK mode. The op's time is up at
-        `deadline` (None: `timeout_s` after the receive began, about a slice before the first slice ends),
-        checked whenever a slice ends without data (`slice_ended`: one just did)."""
+        """Receive the rest (`got` bytes are in) of payload-agnostic `transfer` within the window with bare
+        `recv_into` calls, then set delayed-ACK mode again. Whenever a slice ends empty (`slice_ended`: one just
+        did) the op's `deadline` is checked (None: `timeout_s` after the receive began)."""
         size = transfer.size_bytes
         recv_into = self._recv_into.get(transfer.peer)
         if recv_into is None:
