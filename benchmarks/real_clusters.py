@@ -103,6 +103,17 @@ CASES = (
     Case("gke-a4-b200-2node-gib-allgather-readme", Interconnect.NVSWITCH, False,
          "RoCE (gIB); all_gather; a README sample later reused for another machine type: hardware uncertain",
          gpu="B200", gpus_per_node=8),
+    Case("abci-anode-a100sxm4-hdr-2-4-8-16node", Interconnect.NVSWITCH, True,
+         "InfiniBand HDR; all_reduce and broadcast on 2, 4, 8 and 16 nodes", nccl_version="2.8.4"),
+    Case("abci-vnode-v100sxm2-edr-2-4-8-16-32node", Interconnect.NVLINK, True,
+         "InfiniBand EDR; all_reduce on 2-32 nodes, broadcast on 2, 8, 16 and 32", nccl_version="2.8.4"),
+    Case("abci-vnode-v100sxm2-edr-4node-broadcast-anomalous", Interconnect.NVLINK, False,
+         "anomalous (broadcast busbw collapses from 7.06 to 1.97 GB/s above 2 MiB)", nccl_version="2.8.4"),
+    Case("abci-vnode-v100sxm2-4gpu-1node", Interconnect.NVLINK, True, nccl_version="2.8.4"),
+    Case("abci-anode-a100sxm4-40g-1node", Interconnect.NVSWITCH, True, nccl_version="2.8.4"),
+    Case("abci-anode-a100sxm4-hdr-2node-sharp", Interconnect.NVSWITCH, True,
+         "InfiniBand HDR with SHARP (NCCL_COLLNET_ENABLE=1, CollNet not modelled); a user guide's example",
+         nccl_version="2.8"),
 )
 
 

@@ -200,3 +200,33 @@ def test_an_op_whose_time_is_up_before_a_step_names_the_step(compiled):
         run_schedule(mine, transport, timeout_s=0.0, plan=transfer_plan(mine))
     transport.close()
 
+
+
+def test_an_op_that_sent_in_bulk_to_several_peers_waits_for_tcp_as_the_reference_does(monkeypatch):
+    """Recursive doubling with 128 KiB messages sends in bulk (over HELD_BACK_MIN_BYTES) to a peer per step: the
+    compiled loop's ops wait at their flush until TCP has sent to all of them (`SocketTransport.flush`), as
+    the reference's ops do: the same waits, for the same peers."""
+    from genie.engine import transport as transport_module
+
+    waited: list[tuple[int, frozenset[int]]] = []
+    real_wait_sent = transport_module.wait_sent
+
+    def wait_sent(rank, socks, timeout_s):
+        waited.append((rank, frozenset(socks)))
+        real_wait_sent(rank, socks, timeout_s)
+
+    monkeypatch.setattr(transport_module, "wait_sent", wait_sent)
+    op = CollectiveOp(Collective.ALL_REDUCE, 1 << 17, tuple(range(4)), Algorithm.RECURSIVE_DOUBLING, dtype_bytes=4)
+    runs = []
+    for compiled in (True, False):
+        waited.clear()
+        for rank, (_, steps, problem) in _run(op, compiled=compiled, ops=3).items():
+            assert not problem, problem
+            if not compiled:
+                assert steps == 3 * 2
+        runs.append(sorted(waited))
+    peers = {rank: frozenset(s.peer for step in build_schedule(op).for_rank(rank).steps for s in step.sends)
+             for rank in range(4)}
+    assert runs[0] == runs[1]
+    assert {rank: sum(1 for r, _ in runs[0] if r == rank) for rank in range(4)} == {r: 3 for r in range(4)}
+    assert all(socks == peers[rank] for rank, socks in runs[0])

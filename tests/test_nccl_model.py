@@ -4,6 +4,7 @@ numbers expected?", and `genie calibrate` on real nccl-tests output (benchmarks/
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -266,3 +267,23 @@ def test_a_plateau_at_a_whole_number_of_nics_is_named():
     o1 = Observation(Call(Collective.ALL_REDUCE, 8, 1, 1 << 30), 1.0)
     assert "traffic on PCIe" in _cause(one, nominal, o1, 20.0, 400.0, NcclAlgorithm.NVLS)
     assert "no NVLS" in _cause(one, nominal, o1, 300.0, 480.0, NcclAlgorithm.NVLS)
+
+
+@pytest.mark.parametrize("collective", [Collective.ALL_TO_ALL, Collective.SEND_RECV])
+def test_a_send_receive_fills_through_one_hop_and_a_ring_through_the_node(collective):
+    # fill per channel F: the first F x channels x hops / 8 bytes move at half the rate; a send/receive's bytes
+    # go sender -> receiver on their own connection (1 hop), a ring's through the node's 8 GPUs (8 hops)
+    base = NcclParams(intra_busbw_gb_s=300.0, nvls_busbw_gb_s=350.0, nic_gb_s=50.0, launch_us=4.0)
+    fill = replace(base, fill_bytes_per_channel=1 << 16)
+    channels = tuner_system(H100, nodes=1).comm_channels
+    size = 1 << 30  # larger than any fill here: the fill adds its own bytes' time once
+    call = Call(collective, 8, 1, size)
+    no_fill_us, with_fill_us = predict(H100, base, call).time_us, predict(H100, fill, call).time_us
+    transfer_us = no_fill_us - predict(H100, base, replace(call, size_bytes=0)).time_us
+    assert with_fill_us - no_fill_us == pytest.approx(transfer_us * (1 << 16) * channels * 1 / 8 / size, rel=1e-6)
+    # a ring of the same 8 GPUs (Simple at 1 GiB) charges 8 hops: 8 x the p2p's fill bytes
+    ring = Call(Collective.ALL_GATHER, 8, 1, size)
+    ring_extra = predict(H100, fill, ring).time_us - predict(H100, base, ring).time_us
+    ring_transfer = predict(H100, base, ring).time_us - predict(H100, base, replace(ring, size_bytes=0)).time_us
+    assert predict(H100, base, ring).choice.protocol is NcclProtocol.SIMPLE
+    assert ring_extra / ring_transfer == pytest.approx(8 * (with_fill_us - no_fill_us) / transfer_us, rel=0.05)

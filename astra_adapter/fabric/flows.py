@@ -145,10 +145,8 @@ class FlowEngine:
         self._moving_rates: dict[tuple, list[np.ndarray]] = {}
         self.ops: list[FabricOp] = []
         self._current: list[np.ndarray | None] = []
-        self._rated: dict[int, tuple[FabricOp, int, np.ndarray]] = {}  # per op: its step and rates at the horizon
-        self._load: np.ndarray | None = None  # bytes/ns per resource at the horizon (computed when first needed)
-        self.queues = StandingQueues(network, self.capacity, self._route_incidence) if params.standing_queues \
-            else None
+        self.queues = StandingQueues(network, self.capacity, self._route_incidence, params.flow_contention) \
+            if params.standing_queues else None
 
     # ---- ops ----------------------------------------------------------------------------------------
     def plan(self, op: CommOp, members: tuple[int, ...], channel: int | None = None) -> tuple[StepFlows, ...]:
@@ -193,20 +191,19 @@ class FlowEngine:
         op.next_step()
         if self.queues is None or op.done or not op.active_count:
             return
-        # the flows at the rates of the last horizon (``op``'s previous step among them: it shared the links, the
-        # queues stood all the same) say which links are saturated; the others' flows hold the queues ``op`` meets
-        rated = [(o, *self._rated[id(o)][1:]) for o in self.ops if id(o) in self._rated and self._rated[id(o)][0] is o]
-        in_flight = [(o.steps[o.step], o.active, o.left) for o, step, _ in rated
-                     if o is not op and step == o.step and not o.done and o.latency_ns <= 0 and o.active_count]
+        # the flows moving now, at the max-min rates they have now (an op that just ended has left its links to
+        # them; ``op`` itself is in its latency), say which links are saturated and hold the queues ``op`` meets
+        moving = [(o, rate) for o, rate in zip(self.ops, self._flow_rates()) if rate is not None]
+        in_flight = [(o.steps[o.step], o.active, o.left + self.queues.later_bytes(o.steps, o.step))
+                     for o, _ in moving if o is not op]
         if not in_flight:
             return
-        if self._load is None:  # once per horizon: every flow that was moving then
-            self._load = self.queues.load([(o.steps[step], rate) for o, step, rate in rated
-                                           if 0 <= step < len(o.steps)])
-        load = self._load
+        load = self.queues.load([(o.steps[o.step], rate) for o, rate in moving])
         queued = self.queues.queued_bytes(in_flight, load)
         if queued.any():
-            op.latency_ns += self.queues.delay_ns(queued, op.steps[op.step].routes[op.active])
+            step = op.steps[op.step]
+            op.latency_ns += self.queues.delay_ns(queued, step.routes[op.active],
+                                                  step.dst[op.active] if len(op.steps) > 1 else None)
 
     @staticmethod
     def busy_ranks(op: FabricOp) -> set[int] | None:
@@ -291,10 +288,6 @@ class FlowEngine:
     def horizon_ns(self) -> float:
         """Time to the next step boundary or flow end at the current rates (inf: nothing running)."""
         self._current = self._flow_rates()
-        if self.queues is not None:
-            self._rated = {id(op): (op, op.step, rate) for op, rate in zip(self.ops, self._current)
-                           if rate is not None}
-            self._load = None
         best = float("inf")
         for op, rate in zip(self.ops, self._current):
             if op.done:

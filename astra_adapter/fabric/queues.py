@@ -9,34 +9,84 @@ tensor-parallel all-reduce across a spine link another job's data-parallel ring 
 to tens of milliseconds.
 
 The queue is derived, not fitted: on link ``r``, the sum over the flows in flight whose first saturated link
-is ``r`` of what each still has to send, up to one TCP window (its route's
-:func:`genie.core.tcp_window.testbed_window_bytes`), the whole at most the link's queue limit
-(``Resource.queue_limit_bytes``); a link is saturated when the max-min rates fill it. Only other ops' flows
-count: a step's own flows start together, so they find no queue of their own (their sharing is the rates').
+along their path is ``r`` of what each still has to send on its connection (the rest of its step and the same
+sender -> receiver's bytes in the op's later steps, :func:`later_step_bytes`), up to one TCP window (its
+route's :func:`genie.core.tcp_window.testbed_window_bytes`) - on the link out of the flow's own host, up to
+what TCP small queues lets into that qdisc (:func:`genie.core.tcp_window.sender_queue_bytes`) - the whole at
+most the link's queue limit (``Resource.queue_limit_bytes``). A link is saturated when the max-min rates fill
+what it delivers to that many flows (:func:`contended_load`). Only other ops' flows count: a step's own flows
+start together, so they find no queue of their own (their sharing is the rates'). A step of a multi-step op
+pays its flows' waits as :func:`step_wait_ns` combines them. Measured against the testbed in
+benchmarks/README.md "Job mixes" (the spread TP job behind DDP's queues).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from genie.core.tcp_window import testbed_window_bytes
+from genie.core.tcp_window import sender_queue_bytes, testbed_window_bytes
+from genie.topology.graph import hop_distances
 
 from astra_adapter.fabric.network import FabricNetwork
 
 _FULL = 1.0 - 1e-6  # a resource loaded to this fraction of its capacity is saturated
 
 
-class StandingQueues:
-    """Per step of an op (memoised: its flows' resources in path order, weights and windows); per moment the
-    queues the flows in flight keep, and the wait a step's flows have behind them."""
+def contended_load(moved: np.ndarray, flows_on: np.ndarray, flow_contention: float) -> np.ndarray:
+    """A resource's load on the scale of its calibrated rate: ``moved`` (bytes/ns) times the contention factor
+    ``1 + flow_contention x (n - 1)`` of its ``flows_on`` (n) moving flows. The max-min solve fills a link
+    crossed by n flows only to ``rate / (1 + flow_contention x (n - 1))`` (``FabricParams.flow_contention``);
+    compared with the rate itself, a link two TCP flows share would never read as saturated, and their queue
+    would never count (the 2026-12-04 fit put ``flow_contention`` at 0.006: a spine link two DDP flows kept
+    full read as 99.4 % loaded and the TP job behind it waited for nothing)."""
+    return moved * (1.0 + flow_contention * np.maximum(flows_on - 1.0, 0.0))
 
-    def __init__(self, network: FabricNetwork, capacity: np.ndarray, incidence) -> None:
+
+def later_step_bytes(steps: tuple) -> tuple[np.ndarray, ...]:
+    """Per step of an op and per flow of it, the wire bytes the same connection (sender -> receiver) moves in the
+    op's later steps.
+
+    What a TCP flow keeps queued is bounded by what its sender still has to send, and a ring's connection sends
+    in every step: as the step's last bytes leave, the next step's data follows on the same connection as soon
+    as the rank's own receive is in, and the queue does not drain between ring steps (measured 2026-12-04 on
+    the oversubscribed leaf-spine: the spine link two DDP4 ring flows share held 5-6 MiB on average of their
+    6 MiB of windows through the whole all-reduce, load 10-14). Counting only the step's own bytes left would
+    empty the queue at every step's tail."""
+    out: list[np.ndarray] = [np.zeros(0)] * len(steps)
+    after: dict[tuple[int, int], float] = {}
+    for k in range(len(steps) - 1, -1, -1):
+        s = steps[k]
+        pairs = list(zip(s.src.tolist(), s.dst.tolist()))
+        out[k] = np.array([after.get(pair, 0.0) for pair in pairs])
+        for pair, size in zip(pairs, s.wire_bytes.tolist()):
+            after[pair] = after.get(pair, 0.0) + size
+    return tuple(out)
+
+
+class StandingQueues:
+    """Per step of an op (memoised: its flows' resources, weights and windows, each resource's hop along the
+    flow's path); per moment the queues the flows in flight keep, and the wait a step's flows have behind them."""
+
+    def __init__(self, network: FabricNetwork, capacity: np.ndarray, incidence, flow_contention: float = 0.0) -> None:
         self.network = network
         self.capacity = capacity  # bytes per ns (calibrated rates)
+        self.flow_contention = flow_contention  # FabricParams.flow_contention: what n flows cost a link's rate
         self.limit = np.array([float(r.queue_limit_bytes) for r in network.resources])
-        self.incidence = incidence  # route id -> (resources, weights), in path order
+        self.sender_limit = np.array([float(sender_queue_bytes(r.rate_bps)) for r in network.resources])
+        self._order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._hops: dict[str, dict[str, int]] = {}  # per sending host: hops to every node
+        self.incidence = incidence  # route id -> (resources, weights), sorted by resource
         self._windows: dict[int, float] = {}
         self._steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._later: dict[int, tuple[np.ndarray, ...]] = {}
+
+    def later_bytes(self, steps: tuple, k: int) -> np.ndarray:
+        """Per flow of ``steps[k]``, the wire bytes its connection (same sender and receiver) still sends in the
+        op's later steps (memoised per op plan; :func:`later_step_bytes`)."""
+        hit = self._later.get(id(steps))
+        if hit is None:
+            hit = self._later[id(steps)] = later_step_bytes(steps)
+        return hit[k]
 
     def window_bytes(self, rid: int) -> float:
         hit = self._windows.get(rid)
@@ -61,22 +111,50 @@ class StandingQueues:
                 np.array([self.window_bytes(rid) for rid in routes]))
         return hit
 
+    def path_order(self, step) -> tuple[np.ndarray, np.ndarray]:
+        """Per entry of ``step``'s resources (:meth:`_arrays`, sorted by resource, not along the path): its hop
+        from the flow's sending host (0: the link out of that host, where TCP small queues bounds what the flow
+        queues, :func:`sender_queue_bytes`), and whether it is that first link."""
+        hit = self._order.get(id(step))
+        if hit is None:
+            res, _, flow, _ = self._arrays(step)
+            senders = [self.network.rank_hosts[rank] for rank in step.src.tolist()]
+            for host in set(senders) - self._hops.keys():
+                self._hops[host] = hop_distances(self.network.neighbours, host)
+            entries = [(self.network.resources[r], senders[f]) for r, f in zip(res.tolist(), flow.tolist())]
+            hop = np.array([self._hops[host].get(r.a, 0) for r, host in entries], dtype=np.int64)
+            own = np.array([r.a == host != r.b for r, host in entries], dtype=bool)
+            hit = self._order[id(step)] = (hop, own)
+        return hit
+
     def load(self, rated: list) -> np.ndarray:
-        """Bytes/ns on each resource from ``(step, rates in bytes/ns)`` of every step moving."""
+        """Bytes/ns on each resource from ``(step, rates in bytes/ns)`` of every step moving, scaled up by what
+        flow contention took from the resource (:func:`contended_load`), so a link the max-min solve filled reads
+        as full."""
         if not rated:
             return np.zeros(len(self.capacity))
         arrays = [self._arrays(step) for step, _ in rated]
-        weights = np.concatenate([a[1] * rate[a[2]] for a, (_, rate) in zip(arrays, rated)])
-        return np.bincount(np.concatenate([a[0] for a in arrays]), weights=weights, minlength=len(self.capacity))
+        rates = [rate[a[2]] for a, (_, rate) in zip(arrays, rated)]
+        res = np.concatenate([a[0] for a in arrays])
+        moved = np.bincount(res, weights=np.concatenate([a[1] * r for a, r in zip(arrays, rates)]),
+                            minlength=len(self.capacity))
+        if self.flow_contention <= 0:
+            return moved
+        flows_on = np.bincount(res, weights=np.concatenate([a[1] * (r > 0) for a, r in zip(arrays, rates)]),
+                               minlength=len(self.capacity))
+        return contended_load(moved, flows_on, self.flow_contention)
 
     def queued_bytes(self, in_flight: list, load: np.ndarray) -> np.ndarray:
         """Bytes standing in each resource's queue, given the steps in flight: ``(step, active mask, bytes left,
         rates in bytes/ns)`` each, and the ``load`` that says which resources are saturated."""
-        res_l, w_l, flow_l, keep_l = [], [], [], []
+        res_l, w_l, flow_l, keep_l, own_l, hop_l = [], [], [], [], [], []
         offset = 0
         for step, active, left in in_flight:
             res, w, flow, win = self._arrays(step)
             on = active[flow]
+            hop, own = self.path_order(step)
+            hop_l.append(hop[on])
+            own_l.append(own[on])
             res_l.append(res[on])
             w_l.append(w[on])
             flow_l.append(flow[on] + offset)
@@ -90,15 +168,43 @@ class StandingQueues:
         at = np.flatnonzero(full[res])
         if not len(at):
             return queued
+        at = at[np.lexsort((np.concatenate(hop_l)[at], flow[at]))]  # per flow, its saturated links along its path
         flows, first = np.unique(flow[at], return_index=True)  # each flow's queue: at its first bottleneck
         at = at[first]
-        np.add.at(queued, res[at], w[at] * np.concatenate(keep_l)[flows])
+        keep = np.concatenate(keep_l)[flows]
+        own = np.concatenate(own_l)[at]  # a queue on the sender's own link: what TCP small queues lets in
+        keep[own] = np.minimum(keep[own], self.sender_limit[res[at][own]])
+        np.add.at(queued, res[at], w[at] * keep)
         return np.minimum(queued, self.limit)
 
-    def delay_ns(self, queued: np.ndarray, step_routes: np.ndarray) -> float:
-        """The longest wait one of a step's flows has behind the queues on its path."""
-        worst = 0.0
+    def delay_ns(self, queued: np.ndarray, step_routes: np.ndarray, receivers: np.ndarray | None = None) -> float:
+        """The wait a step pays behind the queues on its flows' paths: the longest one flow has, or with
+        ``receivers`` (each flow's receiving rank, given for a step of a multi-step op) the combination
+        :func:`step_wait_ns` gives."""
+        waits = {}
         for rid in set(step_routes.tolist()):
             res, w = self.incidence(rid)
-            worst = max(worst, float(np.sum(w * queued[res] / self.capacity[res])))
-        return worst
+            waits[rid] = float(np.sum(w * queued[res] / self.capacity[res]))
+        if receivers is None:
+            return max(waits.values(), default=0.0)
+        return step_wait_ns(np.array([waits[r] for r in step_routes.tolist()]), receivers)
+
+
+def step_wait_ns(waits_ns: np.ndarray, receivers: np.ndarray) -> float:
+    """What a step of a multi-step op pays for its flows' waits (``waits_ns``, one per flow, behind the queues on
+    its path): the mean when every rank receives one of the step's flows at most, else the longest.
+
+    The engine moves an op's ranks through its steps together, but on the testbed a rank starts its next step
+    when its own receive is in, so a queue's wait delays only the ranks downstream of that flow: the chain of
+    receives that makes the op's critical path crosses the ring's flows in turn, one per step. A 2-rank
+    all-reduce (a TP pair) whose one direction crosses a queue of ``q_a`` and the other ``q_b`` ends ``q_a +
+    q_b`` late, not ``2 x max`` (measured 2026-12-04 on the oversubscribed leaf-spine: TP all-reduces of 512 B
+    took 100 ms behind DDP's 6 MiB queue in one direction - 100 ms of queue - and a partly filled one back,
+    where the longest wait per step gives 200 ms). Over the op's steps that is the mean of the flows' waits per
+    step. A rank that receives several flows in one step (an all-to-all, a direct algorithm) waits for the
+    slowest of them: there the longest wait stands."""
+    if not len(waits_ns):
+        return 0.0
+    if len(np.unique(receivers)) == len(receivers):
+        return float(np.mean(waits_ns))
+    return float(np.max(waits_ns))

@@ -26,8 +26,9 @@ fills in fewer steps).
 
 Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
 move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
-after one Ring/Simple step's latency (NCCL spreads the peers over its channels and runs them at once). On a PCIe
-node a GPU's one PCIe link carries both: its peers' bytes inside the node and those to the NICs.
+after one Ring/Simple step's latency (NCCL spreads the peers over its channels and runs them at once), their
+pipeline filling through one hop rather than a node's ring. On a PCIe node a GPU's one PCIe link carries both:
+its peers' bytes inside the node and those to the NICs.
 """
 
 from __future__ import annotations
@@ -188,8 +189,11 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
 
 def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int) -> float:
     """The transfer with the pipeline's fill and drain: the first ``fill_bytes_per_channel`` x ``channels`` x
-    (GPUs per node / 8) bytes move at half the rate."""
+    (hops / 8) bytes move at half the rate. A ring's pipeline fills through the GPUs of a node (hops: the call's
+    GPUs per node; the prior was read on 8), a send/receive operation's through one hop, sender to receiver: NCCL
+    runs each peer's bytes on its own connection, not through a ring (src/enqueue.cc, addP2pToPlan)."""
     if call.size_bytes <= 0:
         return transfer_us
-    fill = params.fill_bytes_per_channel * channels * call.ranks_per_node / 8
+    hops = 1 if call.collective in P2P else call.ranks_per_node
+    fill = params.fill_bytes_per_channel * channels * hops / 8
     return transfer_us * (1.0 + min(call.size_bytes, fill) / call.size_bytes)

@@ -46,3 +46,11 @@ def queue_limit_bytes(queue_packets: int | None, mtu_bytes: int) -> int:
     if queue_packets is not None:
         return queue_packets * mtu_bytes
     return TXQUEUELEN_PACKETS * GSO_MAX_BYTES
+
+
+def sender_queue_bytes(rate_bps: int) -> int:
+    """The most one connection keeps in the qdisc of its own host's link: TCP small queues lets it have about
+    1 ms of its pacing rate there (at least two GSO packets); the rest of its window waits in the socket, not in
+    that queue (docs/testbed.md, measured in benchmarks/README.md "Slow iterations"). A router's queue further
+    on gets the whole window."""
+    return max(int(rate_bps / 8 / 1000), 2 * GSO_MAX_BYTES)

@@ -53,23 +53,36 @@ class CompiledPlans:
     """One transport's plans, compiled once each (by identity: the caller keeps its plan for the whole case).
     `window`, `links` and `delay_acks` are the transport's (`SocketTransport`)."""
 
-    def __init__(self, window: memoryview, links: dict[int, _Link], delay_acks: dict[int, object]) -> None:
+    def __init__(self, window: memoryview, links: dict[int, _Link], delay_acks: dict[int, object],
+                 bulk_bytes: int) -> None:
         self._window = window
         self._links = links
         self._delay_acks = delay_acks
-        self._plans: dict[int, tuple[StepPlan, object]] = {}
+        self._bulk_bytes = bulk_bytes
+        self._plans: dict[int, tuple[StepPlan, object, list[set[int]]]] = {}
 
     def run(self, transport: SocketTransport, plan: StepPlan, start: int, deadline: float, timeout_s: float,
-            stamps: list[tuple[int, int, int]] | None = None) -> int:
+            stamps: list[tuple[int, int, int]] | None, bulk_peers: set[int]) -> int:
+        """`bulk_peers`: the transport's peers sent more than `bulk_bytes` in one transfer since its last flush
+        (`SocketTransport.flush`); the steps from `start` on add theirs, as `exchange` adds them."""
         entry = self._plans.get(id(plan))
         if entry is None or entry[0] is not plan:
             if len(self._plans) >= _KEPT_PLANS:
                 self._plans.clear()
-            entry = self._plans[id(plan)] = (plan, self.compile(plan))
-        steps = entry[1]
+            entry = self._plans[id(plan)] = (plan, self.compile(plan), self._bulk_from(plan))
+        _, steps, bulk_from = entry
         if steps is None:
             return start
+        if bulk_from[start]:
+            bulk_peers |= bulk_from[start]
         return run_steps(transport, steps, plan, start, deadline, timeout_s, stamps)
+
+    def _bulk_from(self, plan: StepPlan) -> list[set[int]]:
+        """Per step, the peers that step or a later one sends more than `bulk_bytes` in one transfer."""
+        out: list[set[int]] = [set()]
+        for sends, _ in reversed(plan):
+            out.append(out[-1] | {t.peer for t in sends if t.size_bytes > self._bulk_bytes})
+        return out[::-1]
 
     def compile(self, plan: StepPlan):
         """`plan`'s steps for the compiled loop: None where it is not built or a step is not its shape — sends to

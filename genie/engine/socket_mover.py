@@ -2,7 +2,9 @@
 
 One epoll set holds every socket (edge-triggered, as in `SocketTransport`: every wait follows an attempt that
 hit EAGAIN, so no edge is missed) and a timerfd for the walker's compute wake-up. A run in flight is a user
-of its channel's sockets; write readiness is watched only where one of its sends is blocked. Receive
+of its channel's sockets; write readiness is watched only where one of its sends is blocked. A collective that
+sent in bulk to several peers completes once TCP has sent all of it, as the bench's op ends
+(`SocketTransport.flush`); while only that is left the mover looks again every `_SENT_POLL_S`. Receive
 connections are kept in delayed-ACK mode as the bench's are (`genie.engine.transport.delay_acks`): set at
 start-up and again as each step begins to receive on them.
 """
@@ -14,8 +16,11 @@ from typing import Callable
 
 from genie.core.schedule import Step
 from genie.engine.clock import DeadlineTimer
-from genie.engine.transport import WATCH_IN, WATCH_IN_OUT, PeerLink, StepExchange, Transfer, delay_acks
+from genie.engine.transport import HELD_BACK_MIN_BYTES, WATCH_IN, WATCH_IN_OUT, PeerLink, StepExchange, Transfer, \
+    delay_acks
 from genie.engine.walker import CommRun
+
+_SENT_POLL_S = 0.0002
 
 
 class SocketMover:
@@ -32,6 +37,7 @@ class SocketMover:
         self.channel_fds: dict[int, list[int]] = {}  # every socket of a channel, both directions
         self.fds_out: dict[CommRun, list[int]] = {}
         self.outboxes: dict[CommRun, dict] = {}  # sends of a run's earlier steps still queued
+        self.watched: set[CommRun] = set()
         self.delay_acks: dict[tuple[int, int], Callable[[], None]] = {}  # (channel, peer): set the mode again
         for (channel, peer), link in links.items():
             self.channels.setdefault(channel, {})[peer] = link
@@ -62,15 +68,21 @@ class SocketMover:
                     again()
                 except OSError:  # the connection is gone: the receive names the peer
                     pass
-        return StepExchange(self.rank, self.channels.get(run.node.channel, {}),
-                            [Transfer(s.peer, s.size_bytes) for s in step.sends],
+        links = self.channels.get(run.node.channel, {})
+        drain = None
+        if last:
+            bulk = {s.peer for st in run.steps for s in st.sends if s.size_bytes > HELD_BACK_MIN_BYTES}
+            if len(bulk) > 1:
+                drain = {peer: links[peer].send for peer in bulk if peer in links}
+        return StepExchange(self.rank, links, [Transfer(s.peer, s.size_bytes) for s in step.sends],
                             [Transfer(r.peer, r.size_bytes) for r in step.recvs], self.window,
-                            outbox=outbox, wait_for_sends=last)
+                            outbox=outbox, wait_for_sends=last, drain=drain)
 
     def watch(self, run: CommRun) -> None:
         """Register `run` as a user of its sockets; watch write readiness where its sends are blocked."""
         for fd in self.channel_fds.get(run.node.channel, ()):
             self.fd_users[fd].add(run)
+        self.watched.add(run)
         if run.exchange is not None:
             links = self.channels.get(run.node.channel, {})
             fds = self.fds_out[run] = [links[p].send.fileno() for p in run.exchange.pending_out]
@@ -80,6 +92,7 @@ class SocketMover:
     def unwatch(self, run: CommRun) -> None:
         for fd in self.channel_fds.get(run.node.channel, ()):
             self.fd_users[fd].discard(run)
+        self.watched.discard(run)
         for fd in self.fds_out.pop(run, ()):
             self.epoll.modify(fd, WATCH_IN)
 
@@ -88,6 +101,9 @@ class SocketMover:
             self.timer.set(wake_ns)
             self._armed = wake_ns
         done: list[CommRun] = []
+        draining = [run for run in self.watched if run.exchange is not None and run.exchange.draining]
+        if draining:
+            wait_s = min(wait_s, _SENT_POLL_S)
         for fd, ev in self.epoll.poll(wait_s):
             if fd == self.timer.fd:
                 self.timer.clear()
@@ -97,6 +113,7 @@ class SocketMover:
                 ex = run.exchange
                 if ex is not None and run not in done and ex.on_ready(peer, ev):
                     done.append(run)
+        done += [run for run in draining if run not in done and run.exchange.done]
         return done
 
     def close(self) -> None:

@@ -24,18 +24,17 @@ from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
 from genie.engine.compiled_steps import CompiledPlans, StepPlan
-from genie.engine.flows import Flow as _Flow, PeerFailure, Transfer
-from genie.engine.flows import closed_failure, send_failure
+from genie.engine.flows import Flow as _Flow, PeerFailure, StepExchange, Transfer
+from genie.engine.flows import closed_failure, send_failure, unsent_bytes, wait_sent
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
 WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 WATCH_IN_OUT = WATCH_IN | select.EPOLLOUT
-_EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
-_EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 _RECV_SLICE_S = 0.05  # a blocking recv returns at least this often to check the deadline
 _RECV_SLICE = struct.pack("ll", 0, round(_RECV_SLICE_S * 1e6))
+HELD_BACK_MIN_BYTES = 64 << 10  # a message up to one GSO packet leaves its socket whole (see `flush`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,68 +81,6 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-class StepExchange:
-    """The sends and receives of one schedule step in progress over `links` (peer -> `PeerLink`). Driven by
-    `progress()` (try everything) and `on_ready(peer, events)` (a readiness event of either of that peer's
-    sockets: a read event tries the receive connection, a write event the send connection).
-
-    `outbox` (peer -> flow) is where the sends queue: a transport passes its own, which outlives the step, so
-    sends of earlier steps still in progress go first and keep moving; with `wait_for_sends=False` the step is
-    complete once its receives are."""
-
-    __slots__ = ("rank", "window", "pending_out", "pending_in", "wait_for_sends")
-
-    def __init__(self, rank: int, links: dict[int, PeerLink], sends: Sequence[Transfer],
-                 recvs: Sequence[Transfer], window: memoryview, *, outbox: dict[int, _Flow] | None = None,
-                 wait_for_sends: bool = True) -> None:
-        self.rank = rank
-        self.window = window
-        self.wait_for_sends = wait_for_sends
-        self.pending_out: dict[int, _Flow] = {} if outbox is None else outbox
-        self.pending_in: dict[int, _Flow] = {}
-        for flows, transfers, sending in ((self.pending_out, sends, True), (self.pending_in, recvs, False)):
-            for t in transfers:
-                flow = flows.get(t.peer)
-                if flow is None:
-                    try:
-                        link = links[t.peer]
-                    except KeyError:
-                        raise PeerFailure(f"rank {rank}: no connection to rank {t.peer}") from None
-                    flow = flows[t.peer] = _Flow(t.peer, link.send if sending else link.recv)
-                flow.add(t)
-
-    @property
-    def done(self) -> bool:
-        return not self.pending_in and not (self.wait_for_sends and self.pending_out)
-
-    def progress(self) -> bool:
-        """Push every pending flow as far as the sockets allow; True when the step is complete."""
-        window, rank = self.window, self.rank
-        for peer in [p for p, f in self.pending_out.items() if _pump_send(f, window, rank)]:
-            del self.pending_out[peer]
-        for peer in [p for p, f in self.pending_in.items() if _pump_recv(f, window, rank)]:
-            del self.pending_in[peer]
-        return self.done
-
-    def on_ready(self, peer: int, events: int) -> bool:
-        if events & _EPOLL_IN:
-            flow = self.pending_in.get(peer)
-            if flow is not None and _pump_recv(flow, self.window, self.rank):
-                del self.pending_in[peer]
-        if events & _EPOLL_OUT:
-            flow = self.pending_out.get(peer)
-            if flow is not None and _pump_send(flow, self.window, self.rank):
-                del self.pending_out[peer]
-        return self.done
-
-    def describe_pending(self) -> str:
-        parts = [f"sending to rank {p} ({f.done_bytes}/{f.total_bytes} bytes)"
-                 for p, f in sorted(self.pending_out.items())]
-        parts += [f"receiving from rank {p} ({f.done_bytes}/{f.total_bytes} bytes)"
-                  for p, f in sorted(self.pending_in.items())]
-        return ", ".join(parts)
-
-
 class SocketTransport:
     """Executes steps one at a time over a `PeerLink` per peer (the bench path). Sends not waited for
     (`wait_for_sends=False`) stay in the outbox and move whenever the transport runs."""
@@ -166,8 +103,9 @@ class SocketTransport:
         # receive connections in delayed-ACK mode, set again after each small receive (see `delay_acks`)
         self._delay_acks = {peer: delay_acks(link.recv) for peer, link in links.items()}
         self._outbox: dict[int, _Flow] = {}
+        self._bulk_peers: set[int] = set()  # peers sent more than HELD_BACK_MIN_BYTES since the last flush
         # the compiled step loop's plans; `compiled=False`: every step on the Python reference (tests compare)
-        self._compiled_plans = CompiledPlans(self._window, links, self._delay_acks) if compiled else None
+        self._compiled_plans = CompiledPlans(self._window, links, self._delay_acks, HELD_BACK_MIN_BYTES) if compiled else None
         self._epoll = select.epoll()
         for fd in self._fd_peer:
             self._epoll.register(fd, WATCH_IN)
@@ -178,6 +116,9 @@ class SocketTransport:
 
     def exchange(self, sends: Sequence[Transfer], recvs: Sequence[Transfer], timeout_s: float, *,
                  wait_for_sends: bool = True) -> None:
+        for t in sends:
+            if t.size_bytes > HELD_BACK_MIN_BYTES:
+                self._bulk_peers.add(t.peer)
         if not self._outbox and len(sends) <= 1 and len(recvs) == 1:
             # the latency-critical shape (recursive doubling, trees, p2p): at most one send, then one message
             # to wait for — no step object, no failed attempt, no epoll: a send and a recv that sleeps
@@ -198,8 +139,17 @@ class SocketTransport:
         self._wait_loop(step, timeout_s)
 
     def flush(self, timeout_s: float) -> None:
+        """Return when every send is out of the outbox and, if the sends went to several peers in bulk, TCP
+        has sent all of them, so no later op's data can overtake them: TCP small queues holds a message's last
+        piece in its socket until its connection's packets before it have left the host's FIFO, while later
+        data to another peer enters the FIFO at once (docs/engine.md, "An op's last pieces"). A NIC serves its
+        connections' queues in turn: its last piece is never held back behind later data."""
         if self._outbox:
             self.exchange((), (), timeout_s)
+        if self._bulk_peers:
+            peers, self._bulk_peers = self._bulk_peers, set()
+            if len(peers) > 1:
+                wait_sent(self.rank, {p: self._links[p].send for p in peers}, timeout_s)
 
     def run_plan(self, plan: StepPlan, start: int, deadline: float, timeout_s: float,
                  stamps: list[tuple[int, int, int]] | None = None) -> int:
@@ -207,7 +157,7 @@ class SocketTransport:
         empty; `genie.engine.compiled_steps`); returns the first step the caller runs through `exchange`."""
         if self._outbox or self._compiled_plans is None:
             return start
-        return self._compiled_plans.run(self, plan, start, deadline, timeout_s, stamps)
+        return self._compiled_plans.run(self, plan, start, deadline, timeout_s, stamps, self._bulk_peers)
 
     def _link(self, peer: int) -> PeerLink:
         try:
