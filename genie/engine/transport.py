@@ -25,7 +25,7 @@ from typing import Callable, Protocol, Sequence
 from genie.core.flowpath import FlowTuple
 from genie.engine.compiled_steps import CompiledPlans, StepPlan
 from genie.engine.flows import Flow as _Flow, PeerFailure, StepExchange, Transfer
-from genie.engine.flows import closed_failure, send_failure, unsent_bytes, wait_sent
+from genie.engine.flows import closed_failure, send_failure, wait_sent
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
