@@ -10,7 +10,7 @@ genie checkouts side by side on small all-reduces.
 rank 0 (its process time over the timed ops). The difference is the Python of genie's step; the bare loop is
 what is left without it (system calls, loopback TCP, the context switch).
 
-`testbed`: `genie bench` of each checkout on a testbed that is up (8 B and 64 B all-reduce, 1 KiB all-reduce
+`testbed`: `genie bench` of each checkout on a testbed that is up (64 B and 1 KiB all-reduce
 with `auto` and with `ring`), the checkouts' runs interleaved round by round so that a busy machine weighs on
 all of them alike; per case the median of the rounds' medians, and each checkout's ratio to the first.
 
@@ -21,6 +21,7 @@ interpreter imports.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import socket
 import statistics
@@ -30,11 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
+# each bench's first size also carries the ranks' start-up (imports, connecting) in its CPU: a throwaway size
 TESTBED_CASES = (
-    ("all_reduce 8 B, 64 B (auto)", ["-b", "8", "-e", "64", "-f", "8"]),
-    ("all_reduce 1 KiB (auto)", ["-b", "1K", "-e", "1K"]),
-    ("all_reduce 1 KiB (ring)", ["-b", "1K", "-e", "1K", "--algorithm", "ring"]),
+    ("all_reduce 64 B, 1 KiB (auto)", ["-b", "4", "-e", "1K", "-f", "16"]),  # 4 B: throwaway
+    ("all_reduce 1 KiB (ring)", ["-b", "512", "-e", "1K", "-f", "2", "--algorithm", "ring"]),
 )
+SIZES_SHOWN = {"all_reduce 64 B, 1 KiB (auto)": (64, 1024), "all_reduce 1 KiB (ring)": (1024,)}
 
 
 def _child(size_bytes: int, ops: int, mode: str) -> None:
@@ -121,40 +123,52 @@ def loopback(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(tree: str | None, testbed: str, case: list[str], iterations: int) -> dict[int, float]:
-    """One `genie bench` of `tree`: {size_bytes: median us} (genie's median column)."""
+def _bench(tree: str | None, testbed: str, case: list[str], iterations: int) -> dict[int, tuple[float, float]]:
+    """One `genie bench` of `tree`: {size_bytes: (median us (genie's median column), the ranks' CPU us per op)}.
+    The CPU is the 8 rank processes' summed /proc/PID/schedstat run time over the case (rank_cpu.csv: its warmup,
+    timed iterations and barriers) over its ops: less swayed by other work on the machine than the wall time."""
     env, cwd = _tree_env(tree)
+    warmup = 20
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, "-m", "genie.cli.main", "bench", "--testbed", testbed, "-c", "0", "--no-in-place",
-                "--sample-ms", "0", "--genie-columns", "-n", str(iterations), "-w", "20", "--out",
+                "--sample-ms", "0", "--genie-columns", "-n", str(iterations), "-w", str(warmup), "--out",
                 str(Path(tmp) / "run"), *case]
         out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=True).stdout
-    rows: dict[int, float] = {}
+        cpu_ms: dict[int, float] = {}
+        with open(Path(tmp) / "run" / "rank_cpu.csv") as f:
+            for row in csv.DictReader(f):
+                cpu_ms[int(row["size_bytes"])] = cpu_ms.get(int(row["size_bytes"]), 0.0) + float(row["cpu_ms"])
+    rows: dict[int, tuple[float, float]] = {}
     for line in out.splitlines():
         fields = line.split()
         if fields and fields[0].isdigit() and not line.startswith("#"):
-            rows[int(fields[0])] = float(fields[-2])
+            size = int(fields[0])
+            rows[size] = (float(fields[-2]), cpu_ms.get(size, float("nan")) * 1e3 / (iterations + warmup))
     return rows
 
 
 def testbed(args: argparse.Namespace) -> int:
     trees = args.tree or [None]
-    medians: dict[tuple[str, int, str], list[float]] = {}
+    medians: dict[tuple[str, int, str], list[tuple[float, float]]] = {}
     loads: list[float] = []
     for _ in range(args.rounds):
         for label, case in TESTBED_CASES:
             for tree in trees:
                 loads.append(os.getloadavg()[0])
-                for size, us in _bench(tree, args.testbed, case, args.iterations).items():
-                    medians.setdefault((label, size, tree or "this"), []).append(us)
-    print(f"# genie bench medians (us), median of {args.rounds} interleaved rounds of -n {args.iterations}; "
-          f"load average {min(loads):.1f}-{max(loads):.1f}")
+                for size, values in _bench(tree, args.testbed, case, args.iterations).items():
+                    if size in SIZES_SHOWN[label]:
+                        medians.setdefault((label, size, tree or "this"), []).append(values)
+    print(f"# genie bench medians (us) and the 8 ranks' CPU per op (us), median of {args.rounds} interleaved "
+          f"rounds of -n {args.iterations}; load average {min(loads):.1f}-{max(loads):.1f}")
     first = trees[0] or "this"
     for (label, size, tree), values in medians.items():
-        m = statistics.median(values)
-        ratio = m / statistics.median(medians[(label, size, first)])
-        print(f"  {label:<30} {size:>6} B  {tree:<30} {m:>9.1f}  x{ratio:.2f}  "
-              f"({' '.join(f'{v:.0f}' for v in values)})")
+        m = statistics.median(v[0] for v in values)
+        cpu = statistics.median(v[1] for v in values)
+        base = medians[(label, size, first)]
+        ratio = m / statistics.median(v[0] for v in base)
+        cpu_ratio = cpu / statistics.median(v[1] for v in base)
+        print(f"  {label:<30} {size:>6} B  {tree:<30} {m:>9.1f}  x{ratio:.2f}   cpu/op {cpu:>7.0f}  x{cpu_ratio:.2f}  "
+              f"({' '.join(f'{v[0]:.0f}' for v in values)})")
     return 0
 
 

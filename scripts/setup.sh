@@ -22,7 +22,8 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v tc >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)  # NFQUEUE rules of the userspace link emulator
 # a C compiler and Python's headers build the congestion-aware backend's compiled loop (astra_adapter/aware_core.pyx;
-# without them pip skips it and the pure Python reference runs, ~15x slower)
+# without them pip skips it and the pure Python reference runs, ~15x slower) and the bench's compiled step loop
+# (genie/engine/step_loop.pyx; without it the Python step path runs)
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
     >/dev/null 2>&1 || missing+=(python3-dev)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from genie.core.errors import RunFailure
 from genie.core.schedule import Buffer, RankSchedule, Step
-from genie.engine.transport import Transfer, Transport
+from genie.engine.transport import SocketTransport, Transfer, Transport
 
 if TYPE_CHECKING:  # numpy is imported by the buffers of a verified run only: a rank without costs ~12 MB less
     import numpy as np
@@ -79,7 +79,7 @@ def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: flo
                            wait_for_sends=False)
     if data is None:
         return _run_plan(schedule, plan or transfer_plan(schedule), transport, timeout_s, deadline,
-                         record_steps, clock)
+                         record_steps, clock, compiled=plan is not None)
     sending: list[tuple[Buffer, int, int]] = []  # regions of sends not yet waited for (real data only)
     for index, step in enumerate(schedule.steps):
         start_ns = clock() if record_steps else 0
@@ -98,12 +98,28 @@ def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: flo
 
 
 def _run_plan(schedule: RankSchedule, plan: TransferPlan, transport: Transport, timeout_s: float, deadline: float,
-              record_steps: bool, clock) -> list[StepRecord]:
-    """`run_schedule` without data: the same step semantics, with the least work per step."""
+              record_steps: bool, clock, *, compiled: bool = False) -> list[StepRecord]:
+    """`run_schedule` without data: the same step semantics, with the least work per step. With `compiled` (a
+    plan the caller keeps), a `SocketTransport` runs what steps it can in its compiled step loop
+    (`SocketTransport.run_plan`, stamping them on CLOCK_MONOTONIC: only where `clock` is that clock); the steps
+    it leaves run here, through `exchange`."""
     records: list[StepRecord] = []
     exchange = transport.exchange
     monotonic = time.monotonic
-    for index, (sends, recvs) in enumerate(plan):
+    run_compiled = None
+    if compiled and isinstance(transport, SocketTransport) and (not record_steps or clock is time.monotonic_ns):
+        run_compiled = transport.run_plan
+    stamps: list[tuple[int, int, int]] | None = [] if record_steps else None
+    index, count = 0, len(plan)
+    while index < count:
+        if run_compiled is not None:
+            index = run_compiled(plan, index, deadline, timeout_s, stamps)
+            if stamps:
+                records.extend(_record(i, schedule.steps[i], start_ns, end_ns) for i, start_ns, end_ns in stamps)
+                stamps.clear()
+            if index >= count:
+                break
+        sends, recvs = plan[index]
         start_ns = clock() if record_steps else 0
         remaining_s = deadline - monotonic()
         if remaining_s <= 0:
@@ -111,6 +127,7 @@ def _run_plan(schedule: RankSchedule, plan: TransferPlan, transport: Transport, 
         exchange(sends, recvs, remaining_s, wait_for_sends=False)
         if record_steps:
             records.append(_record(index, schedule.steps[index], start_ns, clock()))
+        index += 1
     _flush(schedule, transport, timeout_s, deadline)
     return records
 

@@ -1,15 +1,18 @@
-"""One step's transfers with one peer in one direction (`Flow`), pumped through a non-blocking socket: the byte
-moving under `genie.engine.transport.StepExchange`. Several regions with real data for one peer (an aggregated
-step, such as PAT's) move as one gathered send / scattered receive."""
+"""One step's transfers with one peer in one direction (`Flow`), pumped through a non-blocking socket, and one
+step's flows with all its peers in progress (`StepExchange`, driven by `genie.engine.transport.SocketTransport`
+and the replay's `SocketMover`). Several regions with real data for one peer (an aggregated step, such as PAT's)
+move as one gathered send / scattered receive."""
 
 from __future__ import annotations
 
 import fcntl
+import select
 import socket
 import struct
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol, Sequence
 
 from genie.core.errors import RunFailure
 
@@ -18,6 +21,13 @@ _SIOCOUTQNSD = 0x894B  # <linux/sockios.h>: bytes in a TCP socket's send queue t
 _UNSENT = struct.Struct("i")
 _SENT_POLL_S = 0.0002  # how often `wait_sent` looks again
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
+_EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
+_EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
+
+
+class _Link(Protocol):  # genie.engine.transport.PeerLink
+    send: socket.socket
+    recv: socket.socket
 
 
 class PeerFailure(RunFailure):
@@ -179,3 +189,75 @@ def wait_sent(rank: int, socks: dict[int, socket.socket], timeout_s: float) -> N
             raise PeerFailure(f"rank {rank}: op timed out after {timeout_s:g} s: {unsent_bytes(sock)} bytes to "
                               f"rank {peer} not yet sent")
         time.sleep(_SENT_POLL_S)
+
+
+class StepExchange:
+    """The sends and receives of one schedule step in progress over `links` (peer -> `genie.engine.transport.PeerLink`). Driven by
+    `progress()` (try everything) and `on_ready(peer, events)` (a readiness event of either of that peer's
+    sockets: a read event tries the receive connection, a write event the send connection).
+
+    `outbox` (peer -> flow) is where the sends queue: a transport passes its own, which outlives the step, so
+    sends of earlier steps still in progress go first and keep moving; with `wait_for_sends=False` the step is
+    complete once its receives are."""
+
+    __slots__ = ("rank", "window", "pending_out", "pending_in", "wait_for_sends", "unsent")
+
+    def __init__(self, rank: int, links: dict[int, _Link], sends: Sequence[Transfer],
+                 recvs: Sequence[Transfer], window: memoryview, *, outbox: dict[int, Flow] | None = None,
+                 wait_for_sends: bool = True, drain: dict[int, socket.socket] | None = None) -> None:
+        self.rank = rank
+        self.window = window
+        self.wait_for_sends = wait_for_sends
+        self.unsent = drain  # {peer: send socket} that TCP must have sent all of before the step is complete
+        self.pending_out: dict[int, Flow] = {} if outbox is None else outbox
+        self.pending_in: dict[int, Flow] = {}
+        for flows, transfers, sending in ((self.pending_out, sends, True), (self.pending_in, recvs, False)):
+            for t in transfers:
+                flow = flows.get(t.peer)
+                if flow is None:
+                    try:
+                        link = links[t.peer]
+                    except KeyError:
+                        raise PeerFailure(f"rank {rank}: no connection to rank {t.peer}") from None
+                    flow = flows[t.peer] = Flow(t.peer, link.send if sending else link.recv)
+                flow.add(t)
+
+    @property
+    def done(self) -> bool:
+        if self.pending_in or (self.wait_for_sends and self.pending_out):
+            return False
+        if self.unsent:  # `drain`: see `SocketTransport.flush`
+            self.unsent = {peer: sock for peer, sock in self.unsent.items() if unsent_bytes(sock) > 0}
+        return not self.unsent
+
+    @property
+    def draining(self) -> bool:
+        """Only TCP's sending of the drained sockets is left: no readiness event will say when it is done."""
+        return bool(self.unsent) and not self.pending_in and not self.pending_out
+
+    def progress(self) -> bool:
+        """Push every pending flow as far as the sockets allow; True when the step is complete."""
+        window, rank = self.window, self.rank
+        for peer in [p for p, f in self.pending_out.items() if pump_send(f, window, rank)]:
+            del self.pending_out[peer]
+        for peer in [p for p, f in self.pending_in.items() if pump_recv(f, window, rank)]:
+            del self.pending_in[peer]
+        return self.done
+
+    def on_ready(self, peer: int, events: int) -> bool:
+        if events & _EPOLL_IN:
+            flow = self.pending_in.get(peer)
+            if flow is not None and pump_recv(flow, self.window, self.rank):
+                del self.pending_in[peer]
+        if events & _EPOLL_OUT:
+            flow = self.pending_out.get(peer)
+            if flow is not None and pump_send(flow, self.window, self.rank):
+                del self.pending_out[peer]
+        return self.done
+
+    def describe_pending(self) -> str:
+        parts = [f"sending to rank {p} ({f.done_bytes}/{f.total_bytes} bytes)"
+                 for p, f in sorted(self.pending_out.items())]
+        parts += [f"receiving from rank {p} ({f.done_bytes}/{f.total_bytes} bytes)"
+                  for p, f in sorted(self.pending_in.items())]
+        return ", ".join(parts)

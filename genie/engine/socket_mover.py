@@ -4,16 +4,20 @@ One epoll set holds every socket (edge-triggered, as in `SocketTransport`: every
 hit EAGAIN, so no edge is missed) and a timerfd for the walker's compute wake-up. A run in flight is a user
 of its channel's sockets; write readiness is watched only where one of its sends is blocked. A collective that
 sent in bulk to several peers completes once TCP has sent all of it, as the bench's op ends
-(`SocketTransport.flush`); while only that is left the mover looks again every `_SENT_POLL_S`.
+(`SocketTransport.flush`); while only that is left the mover looks again every `_SENT_POLL_S`. Receive
+connections are kept in delayed-ACK mode as the bench's are (`genie.engine.transport.delay_acks`): set at
+start-up and again as each step begins to receive on them.
 """
 
 from __future__ import annotations
 
 import select
+from typing import Callable
 
 from genie.core.schedule import Step
 from genie.engine.clock import DeadlineTimer
-from genie.engine.transport import HELD_BACK_MIN_BYTES, WATCH_IN, WATCH_IN_OUT, PeerLink, StepExchange, Transfer
+from genie.engine.transport import HELD_BACK_MIN_BYTES, WATCH_IN, WATCH_IN_OUT, PeerLink, StepExchange, Transfer, \
+    delay_acks
 from genie.engine.walker import CommRun
 
 _SENT_POLL_S = 0.0002
@@ -34,8 +38,12 @@ class SocketMover:
         self.fds_out: dict[CommRun, list[int]] = {}
         self.outboxes: dict[CommRun, dict] = {}  # sends of a run's earlier steps still queued
         self.watched: set[CommRun] = set()
+        self.delay_acks: dict[tuple[int, int], Callable[[], None]] = {}  # (channel, peer): set the mode again
         for (channel, peer), link in links.items():
             self.channels.setdefault(channel, {})[peer] = link
+            again = delay_acks(link.recv) if link.recv is not link.send else None  # one way: see PeerLink
+            if again is not None:
+                self.delay_acks[(channel, peer)] = again
             for sock in link.sockets():
                 sock.settimeout(None)  # attempts use MSG_DONTWAIT (see genie.engine.transport)
                 fd = sock.fileno()
@@ -53,6 +61,13 @@ class SocketMover:
         last step completes only when the outbox is empty too."""
         last = run.index >= len(run.steps) - 1
         outbox = self.outboxes.pop(run, {}) if last else self.outboxes.setdefault(run, {})
+        for peer in {r.peer for r in step.recvs}:  # Linux leaves the mode whenever a delayed ACK's timer fires
+            again = self.delay_acks.get((run.node.channel, peer))
+            if again is not None:
+                try:
+                    again()
+                except OSError:  # the connection is gone: the receive names the peer
+                    pass
         links = self.channels.get(run.node.channel, {})
         drain = None
         if last:

@@ -23,16 +23,15 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
-from genie.engine.flows import Flow as _Flow, PeerFailure, Transfer
-from genie.engine.flows import closed_failure, send_failure, unsent_bytes, wait_sent
+from genie.engine.compiled_steps import CompiledPlans, StepPlan
+from genie.engine.flows import Flow as _Flow, PeerFailure, StepExchange, Transfer
+from genie.engine.flows import closed_failure, send_failure, wait_sent
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
 WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 WATCH_IN_OUT = WATCH_IN | select.EPOLLOUT
-_EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
-_EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 _RECV_SLICE_S = 0.05  # a blocking recv returns at least this often to check the deadline
 _RECV_SLICE = struct.pack("ll", 0, round(_RECV_SLICE_S * 1e6))
 HELD_BACK_MIN_BYTES = 64 << 10  # a message up to one GSO packet leaves its socket whole (see `flush`)
@@ -82,84 +81,12 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-class StepExchange:
-    """The sends and receives of one schedule step in progress over `links` (peer -> `PeerLink`). Driven by
-    `progress()` (try everything) and `on_ready(peer, events)` (a readiness event of either of that peer's
-    sockets: a read event tries the receive connection, a write event the send connection).
-
-    `outbox` (peer -> flow) is where the sends queue: a transport passes its own, which outlives the step, so
-    sends of earlier steps still in progress go first and keep moving; with `wait_for_sends=False` the step is
-    complete once its receives are."""
-
-    __slots__ = ("rank", "window", "pending_out", "pending_in", "wait_for_sends", "unsent")
-
-    def __init__(self, rank: int, links: dict[int, PeerLink], sends: Sequence[Transfer],
-                 recvs: Sequence[Transfer], window: memoryview, *, outbox: dict[int, _Flow] | None = None,
-                 wait_for_sends: bool = True, drain: dict[int, socket.socket] | None = None) -> None:
-        self.rank = rank
-        self.window = window
-        self.wait_for_sends = wait_for_sends
-        self.unsent = drain  # {peer: send socket} that TCP must have sent all of before the step is complete
-        self.pending_out: dict[int, _Flow] = {} if outbox is None else outbox
-        self.pending_in: dict[int, _Flow] = {}
-        for flows, transfers, sending in ((self.pending_out, sends, True), (self.pending_in, recvs, False)):
-            for t in transfers:
-                flow = flows.get(t.peer)
-                if flow is None:
-                    try:
-                        link = links[t.peer]
-                    except KeyError:
-                        raise PeerFailure(f"rank {rank}: no connection to rank {t.peer}") from None
-                    flow = flows[t.peer] = _Flow(t.peer, link.send if sending else link.recv)
-                flow.add(t)
-
-    @property
-    def done(self) -> bool:
-        if self.pending_in or (self.wait_for_sends and self.pending_out):
-            return False
-        if self.unsent:  # `drain`: see `SocketTransport.flush`
-            self.unsent = {peer: sock for peer, sock in self.unsent.items() if unsent_bytes(sock) > 0}
-        return not self.unsent
-
-    @property
-    def draining(self) -> bool:
-        """Only TCP's sending of the drained sockets is left: no readiness event will say when it is done."""
-        return bool(self.unsent) and not self.pending_in and not self.pending_out
-
-    def progress(self) -> bool:
-        """Push every pending flow as far as the sockets allow; True when the step is complete."""
-        window, rank = self.window, self.rank
-        for peer in [p for p, f in self.pending_out.items() if _pump_send(f, window, rank)]:
-            del self.pending_out[peer]
-        for peer in [p for p, f in self.pending_in.items() if _pump_recv(f, window, rank)]:
-            del self.pending_in[peer]
-        return self.done
-
-    def on_ready(self, peer: int, events: int) -> bool:
-        if events & _EPOLL_IN:
-            flow = self.pending_in.get(peer)
-            if flow is not None and _pump_recv(flow, self.window, self.rank):
-                del self.pending_in[peer]
-        if events & _EPOLL_OUT:
-            flow = self.pending_out.get(peer)
-            if flow is not None and _pump_send(flow, self.window, self.rank):
-                del self.pending_out[peer]
-        return self.done
-
-    def describe_pending(self) -> str:
-        parts = [f"sending to rank {p} ({f.done_bytes}/{f.total_bytes} bytes)"
-                 for p, f in sorted(self.pending_out.items())]
-        parts += [f"receiving from rank {p} ({f.done_bytes}/{f.total_bytes} bytes)"
-                  for p, f in sorted(self.pending_in.items())]
-        return ", ".join(parts)
-
-
 class SocketTransport:
     """Executes steps one at a time over a `PeerLink` per peer (the bench path). Sends not waited for
     (`wait_for_sends=False`) stay in the outbox and move whenever the transport runs."""
 
     def __init__(self, rank: int, links: dict[int, PeerLink], window_bytes: int = 1 << 20,
-                 spin_s: float = 0.0) -> None:
+                 spin_s: float = 0.0, compiled: bool = True) -> None:
         self.rank = rank
         self.spin_s = spin_s
         self._links = links
@@ -171,13 +98,14 @@ class SocketTransport:
                 self._fd_peer[sock.fileno()] = peer
         self._window = memoryview(bytearray(window_bytes))
         self._window_bytes = window_bytes
-        # the latency-critical path's bound socket methods, per peer (see `_send_now`, `_recv_now`)
-        self._send = {peer: link.send.send for peer, link in links.items()}
+        self._send = {peer: link.send.send for peer, link in links.items()}  # the fast path's, per peer
         self._recv_into = {peer: link.recv.recv_into for peer, link in links.items()}
         # receive connections in delayed-ACK mode, set again after each small receive (see `delay_acks`)
         self._delay_acks = {peer: delay_acks(link.recv) for peer, link in links.items()}
         self._outbox: dict[int, _Flow] = {}
         self._bulk_peers: set[int] = set()  # peers sent more than HELD_BACK_MIN_BYTES since the last flush
+        # the compiled step loop's plans; `compiled=False`: every step on the Python reference (tests compare)
+        self._compiled_plans = CompiledPlans(self._window, links, self._delay_acks, HELD_BACK_MIN_BYTES) if compiled else None
         self._epoll = select.epoll()
         for fd in self._fd_peer:
             self._epoll.register(fd, WATCH_IN)
@@ -223,6 +151,14 @@ class SocketTransport:
             if len(peers) > 1:
                 wait_sent(self.rank, {p: self._links[p].send for p in peers}, timeout_s)
 
+    def run_plan(self, plan: StepPlan, start: int, deadline: float, timeout_s: float,
+                 stamps: list[tuple[int, int, int]] | None = None) -> int:
+        """Run `plan` (a `transfer_plan` the caller keeps) from step `start` in the compiled step loop (outbox
+        empty; `genie.engine.compiled_steps`); returns the first step the caller runs through `exchange`."""
+        if self._outbox or self._compiled_plans is None:
+            return start
+        return self._compiled_plans.run(self, plan, start, deadline, timeout_s, stamps, self._bulk_peers)
+
     def _link(self, peer: int) -> PeerLink:
         try:
             return self._links[peer]
@@ -247,9 +183,14 @@ class SocketTransport:
                 raise send_failure(self.rank, transfer.peer, exc) from None
             if sent == size:
                 return True
+        return self.queue_send(transfer, sent)
+
+    def queue_send(self, transfer: Transfer, sent_bytes: int) -> bool:
+        """`transfer` of which `sent_bytes` went: push the rest now; True when all of it went, else the rest is
+        queued in the outbox."""
         flow = _Flow(transfer.peer, self._link(transfer.peer).send)
         flow.add(transfer)
-        flow.pos = flow.done_bytes = sent
+        flow.pos = flow.done_bytes = sent_bytes
         if _pump_send(flow, self._window, self.rank):
             return True
         self._outbox[transfer.peer] = flow
@@ -265,22 +206,31 @@ class SocketTransport:
             flow.add(transfer)
             self._recv_blocking(flow, timeout_s)
             return
+        self.finish_recv(transfer, 0, timeout_s)
+
+    def finish_recv(self, transfer: Transfer, got: int, timeout_s: float, deadline: float | None = None, *,
+                    slice_ended: bool = False) -> None:
+        """Receive the rest (`got` bytes are in) of payload-agnostic `transfer` within the window with bare
+        `recv_into` calls, then set delayed-ACK mode again. Whenever a slice ends empty (`slice_ended`: one just
+        did) the op's `deadline` is checked (None: `timeout_s` after the receive began)."""
+        size = transfer.size_bytes
         recv_into = self._recv_into.get(transfer.peer)
         if recv_into is None:
             self._link(transfer.peer)  # raises, naming the peer
         window = self._window
-        got = 0
-        deadline = None
         while got < size:
-            try:
-                n = recv_into(window[:size - got])
-            except (BlockingIOError, InterruptedError):  # a slice ended: is the op's time up?
+            if slice_ended:  # is the op's time up?
+                slice_ended = False
                 now = time.monotonic()
                 if deadline is None:  # the first slice ended: the receive began about a slice ago
                     deadline = now - _RECV_SLICE_S + timeout_s
                 if now >= deadline:
                     raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s receiving from "
                                       f"rank {transfer.peer} ({got}/{size} bytes)")
+            try:
+                n = recv_into(window[:size - got])
+            except (BlockingIOError, InterruptedError):  # a slice ended
+                slice_ended = True
                 continue
             except ConnectionResetError:
                 n = 0
@@ -344,6 +294,7 @@ class SocketTransport:
                 self._epoll.modify(fd, WATCH_IN)
 
     def close(self) -> None:
+        self._compiled_plans = None  # their sockets are closed next
         self._epoll.close()
         for link in self._links.values():
             link.close()
