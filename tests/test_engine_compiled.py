@@ -5,7 +5,6 @@ receive, the same failures worded the same way. Schedules run over socket pairs 
 from __future__ import annotations
 
 import os
-import socket
 import threading
 
 import pytest
@@ -47,12 +46,7 @@ def _run(op: CollectiveOp, *, compiled: bool, ops: int = 4, buffer_bytes: int | 
     {rank: (window bytes after the payload-agnostic ops, steps the reference ran, verification problem)};
     `records` (when given) gets each rank's step records of its payload-agnostic ops."""
     schedule = build_schedule(op)
-    mesh = socketpair_mesh(len(op.group))
-    if buffer_bytes:  # small socket buffers: a send the socket does not take whole
-        for peers in mesh:
-            for link in peers.values():
-                link.send.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes)
-                link.recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)
+    mesh = socketpair_mesh(len(op.group), buffer_bytes)
     out, errors = {}, []
 
     def rank_main(rank: int) -> None:

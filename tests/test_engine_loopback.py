@@ -27,12 +27,7 @@ ALL_CASES = [(c, a) for c in Collective for a in supported_algorithms(c)]
 def _run_threads(op: CollectiveOp, verify: bool = True, record_steps: bool = False,
                  send_buffer_bytes: int | None = None):
     schedule = build_schedule(op)
-    mesh = socketpair_mesh(len(op.group))
-    if send_buffer_bytes:  # tiny socket buffers keep sends queued across steps (the eager path)
-        for peers in mesh:
-            for link in peers.values():
-                link.send.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
-                link.recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, send_buffer_bytes)
+    mesh = socketpair_mesh(len(op.group), send_buffer_bytes)
     results, errors = {}, []
 
     def rank_main(pos: int) -> None:

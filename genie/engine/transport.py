@@ -437,9 +437,10 @@ def flow_tuples(rank: int, links: dict[tuple[int, int], PeerLink]) -> tuple[Flow
     return tuple(out)
 
 
-def socketpair_mesh(world: int) -> list[dict[int, PeerLink]]:
+def socketpair_mesh(world: int, buffer_bytes: int | None = None) -> list[dict[int, PeerLink]]:
     """A full mesh of AF_UNIX socket pairs for `world` ranks in one process (tests, in-process replay): a pair
-    per direction, as `connect_mesh` has a connection per direction."""
+    per direction, as `connect_mesh` has a connection per direction. `buffer_bytes` (tests) sets every
+    socket's send and receive buffer, so that small ones keep sends queued across steps."""
     mesh: list[dict[int, PeerLink]] = [{} for _ in range(world)]
     for a in range(world):
         for b in range(a + 1, world):
@@ -447,4 +448,9 @@ def socketpair_mesh(world: int) -> list[dict[int, PeerLink]]:
             b_out, a_in = socket.socketpair()
             mesh[a][b] = PeerLink(a_out, a_in)
             mesh[b][a] = PeerLink(b_out, b_in)
+    if buffer_bytes:
+        for peers in mesh:
+            for link in peers.values():
+                link.send.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes)
+                link.recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)
     return mesh
