@@ -130,6 +130,10 @@ class StepSends:
 class FlowEngine:
     """Running ops on one fabric: ``horizon_ns`` (time to the next change at the current rates), ``advance``."""
 
+    # the ids of the ops whose busy ranks may have changed since the player last asked (None: any op's; an
+    # engine that tracks it, :class:`astra_adapter.fabric.flat_flows.FlatFlowEngine`, is cleared by the player)
+    changed: set[int] | None = None
+
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: "StepSends | None" = None) -> None:
         self.network = network
