@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from astra_adapter.fabric.fairshare import max_min_rates_compacting
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
 from astra_adapter.fabric.network import FabricNetwork
 
@@ -41,6 +42,8 @@ class _FlatOp(FabricOp):
 
 class FlatFlowEngine(FlowEngine):
     """:class:`FlowEngine` with the moving flows of all ops in one set of arrays (see the module doc)."""
+
+    _max_min = staticmethod(max_min_rates_compacting)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
