@@ -13,6 +13,11 @@ the problem's size: ranks, trace nodes, the flows the model plays per draw, link
 
 ``--in-process`` also runs the estimate in this process with the trace read and the model timed apart, and
 counts the flows (one play's worth: every op's schedule steps).
+
+``--play flat,reference`` instead plays one draw (``--draw K`` of the ECMP hash, -1: the expected share) in this
+process on each engine in turn, side by side, each under a CPU-time cap (``--cpu-cap S``): the ET read and the
+trace's compile timed apart, then per engine its CPU and wall time, the load average, the events and max-min
+solves it ran, and the iteration - or, stopped at the cap, how many of the trace's nodes it had done.
 """
 
 from __future__ import annotations
@@ -90,6 +95,61 @@ def in_process(trace_dir: Path, topology, ecmp_samples: int | None) -> str:
     return line + "\nsize: " + count_size(trace, topology)
 
 
+def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, cpu_cap_s: float) -> None:
+    """One play of draw ``draw`` on each engine (``flat``: the estimate's, ``reference``: FlowEngine), each
+    stopped at ``cpu_cap_s`` of CPU; prints what it did."""
+    import signal
+
+    from astra_adapter.fabric.flat_flows import FlatFlowEngine
+    from astra_adapter.fabric.flows import FlowEngine
+    from astra_adapter.fabric.network import FabricNetwork, sample_networks
+    from astra_adapter.fabric.player import FabricPlayer
+    from astra_adapter.timeline import CompiledTrace, timeline_of
+    from genie.workloads.loader import load_trace
+
+    c0, w0 = time.process_time(), time.perf_counter()
+    trace = load_trace(trace_dir)
+    c1 = time.process_time()
+    compiled = CompiledTrace(trace)
+    print(f"ET read {c1 - c0:.1f} s CPU, compile {time.process_time() - c1:.1f} s CPU "
+          f"({time.perf_counter() - w0:.1f} s wall)", flush=True)
+    network = FabricNetwork(topology)
+    net = network if draw < 0 else sample_networks(network, draw + 1)[draw]
+
+    class Stop(Exception):
+        pass
+
+    def stop(*_):
+        raise Stop()
+
+    signal.signal(signal.SIGXCPU, stop)
+    for name in engines:
+        engine = {"flat": FlatFlowEngine, "reference": FlowEngine}[name](net)
+        player = FabricPlayer(trace, engine, compiled)
+        events = [0]
+        advance = player.advance
+
+        def counted(dt_ns: float, advance=advance, events=events) -> None:
+            events[0] += 1
+            advance(dt_ns)
+
+        player.advance = counted  # type: ignore[method-assign]
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        resource.setrlimit(resource.RLIMIT_CPU, (int(used.ru_utime + used.ru_stime + cpu_cap_s) + 1,
+                                                 resource.RLIM_INFINITY))
+        load, c, w = os.getloadavg()[0], time.process_time(), time.perf_counter()
+        try:
+            status = f"iteration {timeline_of(player).iteration_ns} ns"
+        except Stop:
+            status = (f"stopped at the {cpu_cap_s:.0f} s CPU cap with {player.done}/{player.total} trace nodes done "
+                      f"({100 * player.done / player.total:.1f}%)")
+        finally:
+            resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        print(f"{name}: {time.process_time() - c:.1f} s CPU, {time.perf_counter() - w:.1f} s wall, load "
+              f"{load:.1f}/{os.getloadavg()[0]:.1f}; {events[0]} events, {len(engine._rates)} max-min solves; "
+              f"{status}", flush=True)
+
+
 def count_size(trace, topology) -> str:
     """Ranks, nodes, link directions and the flows one play runs (every op's schedule, step by step)."""
     from astra_adapter.fabric.flows import StepSends
@@ -121,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-process", action="store_true",
                         help="also time the trace read and the model apart in this process, and count the flows")
     parser.add_argument("--ecmp-samples", type=int, help="in process: ECMP hash draws (default: the CLI's)")
+    parser.add_argument("--play", help="instead: one play in process on these engines, side by side "
+                        "(comma-separated: flat, reference)")
+    parser.add_argument("--draw", type=int, default=0, help="--play: the ECMP hash draw (-1: the expected share)")
+    parser.add_argument("--cpu-cap", type=float, default=600.0, help="--play: CPU seconds per engine at most")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from genie.topology.writer import dump_topology
@@ -133,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         topo_path.write_text(dump_topology(topology))
         trace_dir = out / "moe" if (out / "moe" / "moe.0.et").exists() else \
             generate(out, args.ranks, args.ep, args.routing_skew, args.layers)
+        if args.play:
+            play_side_by_side(trace_dir, topology, args.play.split(","), args.draw, args.cpu_cap)
+            return 0
         walls, cpus = [], []
         for k in range(args.repeat):
             load = os.getloadavg()[0]

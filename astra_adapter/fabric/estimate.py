@@ -18,7 +18,8 @@ from genie.core.process import die_with_parent
 from genie.core.topology import Topology
 from genie.core.trace import NodeKind, Trace
 
-from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine, StepSends
+from astra_adapter.fabric.flat_flows import engine_for
+from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, StepSends
 from astra_adapter.fabric.network import FabricNetwork, sample_networks
 from astra_adapter.fabric.player import play_on_fabric
 from astra_adapter.mapping import TopologyShape, map_topology
@@ -92,7 +93,7 @@ def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *,
     workers = min(workers, len(nets))
     if workers <= 1:
         sends = StepSends()
-        return [play_on_fabric(trace, FlowEngine(n, params, sends), compiled) for n in nets]
+        return [play_on_fabric(trace, engine_for(n, params, sends), compiled) for n in nets]
     context = multiprocessing.get_context("fork")  # the children get the compiled trace by fork, not pickle
     # leaving the block terminates the workers at once, so Ctrl-C or an error never waits for the draws in flight
     with context.Pool(workers, initializer=_start_draw_worker, initargs=(trace, nets, params, compiled)) as pool:
@@ -113,7 +114,7 @@ def _start_draw_worker(trace: Trace, nets: list[FabricNetwork], params: FabricPa
 def _play_draw(k: int) -> Timeline:
     assert _worker_draws is not None
     trace, nets, params, compiled, sends = _worker_draws
-    return play_on_fabric(trace, FlowEngine(nets[k], params, sends), compiled)
+    return play_on_fabric(trace, engine_for(nets[k], params, sends), compiled)
 
 
 def _mean_ranks(timelines: list[Timeline]) -> tuple[RankTimes, ...]:

@@ -130,6 +130,11 @@ class StepSends:
 class FlowEngine:
     """Running ops on one fabric: ``horizon_ns`` (time to the next change at the current rates), ``advance``."""
 
+    # the ids of the ops whose busy ranks may have changed since the player last asked (None: any op's; an
+    # engine that tracks it, :class:`astra_adapter.fabric.flat_flows.FlatFlowEngine`, is cleared by the player)
+    changed: set[int] | None = None
+    _max_min = staticmethod(max_min_rates)  # the solve (an engine may take a faster one with the same results)
+
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: "StepSends | None" = None) -> None:
         self.network = network
@@ -258,7 +263,7 @@ class FlowEngine:
         if self.params.flow_contention > 0:
             flows_on = np.bincount(resource_of_all, weights=weight_all, minlength=len(capacity))
             capacity = capacity / (1 + self.params.flow_contention * np.maximum(flows_on - 1, 0))
-        per_flow = max_min_rates(flow_of, resource_of_all, weight_all, capacity, len(unique))
+        per_flow = self._max_min(flow_of, resource_of_all, weight_all, capacity, len(unique))
         hit = self._rates[key] = (unique, per_flow)
         return hit
 

@@ -46,10 +46,13 @@ class FabricPlayer(_Player):
     def settle(self, t: float) -> None:
         """Each member leaves an op when its own part of the last step is done (the replay's ranks leave a
         collective at their last receive, not together); the op ends when the last one leaves."""
+        changed = self.engine.changed  # the ops whose busy ranks may have changed (None: any)
         for op in list(self.running):
             assert isinstance(op, _FlowOp)
             if op.flow is None:  # joined by its last member since the last horizon: starts there
                 continue
+            if changed is not None and id(op.flow) not in changed:
+                continue  # its busy ranks are those it had: whoever was to leave has left
             busy = self.engine.busy_ranks(op.flow)
             if busy is None:
                 continue
@@ -62,6 +65,8 @@ class FabricPlayer(_Player):
                 self.engine.remove(op.flow)
             for rank in leaving:
                 self.pump(rank, t)
+        if changed is not None:
+            changed.clear()
 
 
 def play_on_fabric(trace: Trace, engine: FlowEngine, compiled: CompiledTrace | None = None) -> Timeline:
