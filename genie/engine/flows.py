@@ -19,7 +19,7 @@ from genie.core.errors import RunFailure
 _MAX_GATHER = 64  # regions per gathered send (well under IOV_MAX)
 _SIOCOUTQNSD = 0x894B  # <linux/sockios.h>: bytes in a TCP socket's send queue that TCP has not sent yet
 _UNSENT = struct.Struct("i")
-_SENT_POLL_S = 0.0002  # how often `wait_sent` looks again
+SENT_POLL_S = 0.0002  # how often `wait_sent` looks again
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
 _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
@@ -188,7 +188,7 @@ def wait_sent(rank: int, socks: dict[int, socket.socket], timeout_s: float) -> N
             peer, sock = min(pending.items())
             raise PeerFailure(f"rank {rank}: op timed out after {timeout_s:g} s: {unsent_bytes(sock)} bytes to "
                               f"rank {peer} not yet sent")
-        time.sleep(_SENT_POLL_S)
+        time.sleep(SENT_POLL_S)
 
 
 class StepExchange:

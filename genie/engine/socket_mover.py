@@ -4,7 +4,7 @@ One epoll set holds every socket (edge-triggered, as in `SocketTransport`: every
 hit EAGAIN, so no edge is missed) and a timerfd for the walker's compute wake-up. A run in flight is a user
 of its channel's sockets; write readiness is watched only where one of its sends is blocked. A collective that
 sent in bulk to several peers completes once TCP has sent all of it, as the bench's op ends
-(`SocketTransport.flush`); while only that is left the mover looks again every `_SENT_POLL_S`. Receive
+(`SocketTransport.flush`); while only that is left the mover looks again every `SENT_POLL_S`. Receive
 connections are kept in delayed-ACK mode as the bench's are (`genie.engine.transport.delay_acks`): set at
 start-up and again as each step begins to receive on them.
 """
@@ -16,11 +16,11 @@ from typing import Callable
 
 from genie.core.schedule import Step
 from genie.engine.clock import DeadlineTimer
+from genie.engine.flows import SENT_POLL_S
 from genie.engine.transport import HELD_BACK_MIN_BYTES, WATCH_IN, WATCH_IN_OUT, PeerLink, StepExchange, Transfer, \
     delay_acks
 from genie.engine.walker import CommRun
 
-_SENT_POLL_S = 0.0002
 
 
 class SocketMover:
@@ -103,7 +103,7 @@ class SocketMover:
         done: list[CommRun] = []
         draining = [run for run in self.watched if run.exchange is not None and run.exchange.draining]
         if draining:
-            wait_s = min(wait_s, _SENT_POLL_S)
+            wait_s = min(wait_s, SENT_POLL_S)
         for fd, ev in self.epoll.poll(wait_s):
             if fd == self.timer.fd:
                 self.timer.clear()
