@@ -5,10 +5,10 @@ receive, the same failures worded the same way. Schedules run over socket pairs 
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
+from engine_support import run_ranks
 from genie.collectives import check
 from genie.collectives.registry import build_schedule
 from genie.core.collective import Algorithm, Collective
@@ -67,14 +67,7 @@ def _run(op: CollectiveOp, *, compiled: bool, ops: int = 4, buffer_bytes: int | 
         except Exception as exc:  # surfaced by the assertion below
             errors.append(exc)
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(len(op.group))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    for peers in mesh:
-        for link in peers.values():
-            link.close()
+    run_ranks(rank_main, len(op.group), mesh)
     assert not errors, errors
     return out
 

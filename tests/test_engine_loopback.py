@@ -11,6 +11,7 @@ import time
 import pytest
 
 from cli_support import run_genie
+from engine_support import run_ranks
 from genie.collectives import check
 from genie.collectives.registry import build_schedule, supported_algorithms
 from genie.core.collective import Algorithm, Collective
@@ -41,21 +42,9 @@ def _run_threads(op: CollectiveOp, verify: bool = True, record_steps: bool = Fal
         except Exception as exc:  # surfaced by the assertion below
             errors.append(exc)
 
-    _run_ranks(rank_main, len(op.group), mesh)
+    run_ranks(rank_main, len(op.group), mesh)
     assert not errors, errors
     return schedule, results
-
-
-def _run_ranks(rank_main, ranks: int, mesh) -> None:
-    """``rank_main(rank)`` on a thread per rank, joined, then every socket of ``mesh`` closed."""
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    for peers in mesh:
-        for link in peers.values():
-            link.close()
 
 
 @pytest.mark.parametrize("collective,algorithm", ALL_CASES, ids=lambda v: getattr(v, "value", v))
@@ -307,6 +296,6 @@ def test_ops_without_data_leave_the_streams_where_ops_with_data_expect_them(algo
         except Exception as exc:  # surfaced by the assertion below
             errors.append(exc)
 
-    _run_ranks(rank_main, 4, mesh)
+    run_ranks(rank_main, 4, mesh)
     assert not errors, errors
     assert len(checked) == 4 * 3
