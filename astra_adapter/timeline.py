@@ -31,7 +31,8 @@ from typing import Callable
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import GenieError
 from genie.core.intervals import union_ns
-from genie.core.trace import NodeKind, Trace, topological_order
+from genie.core.alltoallv import rank_orders
+from genie.core.trace import NodeKind, Trace
 
 from astra_adapter.measurements import CommOp, comm_op, trace_splits
 
@@ -94,11 +95,12 @@ class CompiledTrace:
         self.queues: list[dict[tuple, tuple[int, ...]]] = []
         self.ops: dict[tuple, tuple[tuple[int, ...], tuple | None, CommOp]] = {}
         self._members: dict[str, tuple[int, ...]] = {}
-        self._splits = trace_splits(trace)
+        orders = rank_orders(trace)  # sorted once, for the split matrices and the compile
+        self._splits = trace_splits(trace, orders)
         self._built: dict[tuple, tuple[tuple, tuple, CommOp | None]] = {}  # op key -> (node's fields, split, op)
-        for rank_trace in trace.ranks:
+        for i_rank, rank_trace in enumerate(trace.ranks):
             r = rank_trace.rank
-            order = topological_order(rank_trace.nodes)
+            order = orders[i_rank]
             index = {n.id: i for i, n in enumerate(order)}
             children: list[list[int]] = [[] for _ in order]
             waiting = []
