@@ -97,9 +97,11 @@ def comm_op(node: TraceNode, trace: Trace, split_bytes: SplitMatrix = ()) -> Com
     return CommOp(collective, algorithm, n, size, auto=hint is Algorithm.AUTO, split_bytes=split_bytes)
 
 
-def trace_splits(trace: Trace) -> dict[tuple[int, int], SplitMatrix]:
-    """{(rank, node id): split matrix} of the trace's uneven all-to-alls (genie.core.alltoallv)."""
-    return split_matrices(trace)
+def trace_splits(trace: Trace, orders: dict[int, tuple[TraceNode, ...]] | None = None
+                 ) -> dict[tuple[int, int], SplitMatrix]:
+    """{(rank, node id): split matrix} of the trace's uneven all-to-alls (genie.core.alltoallv); ``orders``:
+    the ranks' nodes in topological order when the caller has them (``rank_orders``)."""
+    return split_matrices(trace, orders)
 
 
 def trace_comm_ops(trace: Trace) -> tuple[CommOp, ...]:

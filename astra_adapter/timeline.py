@@ -31,7 +31,8 @@ from typing import Callable
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import GenieError
 from genie.core.intervals import union_ns
-from genie.core.trace import NodeKind, Trace, topological_order
+from genie.core.alltoallv import rank_orders
+from genie.core.trace import NodeKind, Trace
 
 from astra_adapter.measurements import CommOp, comm_op, trace_splits
 
@@ -78,7 +79,12 @@ class CompiledTrace:
     """A trace's static structure for the players, built once and played any number of times (the fabric
     model's ECMP draws): per rank its nodes in topological order, their children, initial dependency counts,
     lanes and the lane queues in program order, and which shared op each communication node joins (its key;
-    the op's members, sides and CommOp, from the first member that names it)."""
+    the op's members, sides and CommOp, from the first member that names it).
+
+    A collective's CommOp is built once per op, not once per member: a member whose node names the op as the
+    one before it did (the same type, group, size, algorithm hint and split matrix) reuses its CommOp (or
+    None); ``comm_op`` is pure in those, so the result is the per-member build's (a member that differs is
+    built afresh)."""
 
     def __init__(self, trace: Trace) -> None:
         self.nodes: list[list] = []
@@ -89,10 +95,12 @@ class CompiledTrace:
         self.queues: list[dict[tuple, tuple[int, ...]]] = []
         self.ops: dict[tuple, tuple[tuple[int, ...], tuple | None, CommOp]] = {}
         self._members: dict[str, tuple[int, ...]] = {}
-        self._splits = trace_splits(trace)
-        for rank_trace in trace.ranks:
+        orders = rank_orders(trace)  # sorted once, for the split matrices and the compile
+        self._splits = trace_splits(trace, orders)
+        self._built: dict[tuple, tuple[tuple, tuple, CommOp | None]] = {}  # op key -> (node's fields, split, op)
+        for i_rank, rank_trace in enumerate(trace.ranks):
             r = rank_trace.rank
-            order = topological_order(rank_trace.nodes)
+            order = orders[i_rank]
             index = {n.id: i for i, n in enumerate(order)}
             children: list[list[int]] = [[] for _ in order]
             waiting = []
@@ -115,6 +123,7 @@ class CompiledTrace:
             self.node_lane.append(node_lane)
             self.node_key.append(node_key)
             self.queues.append({lane: tuple(q) for lane, q in queues.items()})
+        del self._built  # only the compile needs it
 
     def _lane(self, node, rank: int, trace: Trace, counters: dict) -> tuple[tuple | None, tuple | None]:
         kind = node.kind
@@ -124,10 +133,10 @@ class CompiledTrace:
             group = node.process_group or ""
             lane = ("coll", group)
             k = counters[lane] = counters.get(lane, -1) + 1
-            op = comm_op(node, trace, self._splits.get((rank, node.id), ()))
+            key = ("coll", group, k)
+            op = self._collective_op(node, rank, trace, key)
             if op is None:
                 return lane, None  # moves nothing: done when started, without waiting for the others
-            key = ("coll", group, k)
             if key not in self.ops:
                 members = self._members.get(group)
                 if members is None:
@@ -147,6 +156,21 @@ class CompiledTrace:
                 self.ops[key] = ((src, dst), ((src, 0), (dst, 1)), CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size))
             return lane, key
         return None, None
+
+    def _collective_op(self, node, rank: int, trace: Trace, key: tuple) -> CommOp | None:
+        """``comm_op`` of ``node``, rank ``rank``'s member of op ``key``: the op's CommOp built by an earlier
+        member when this node names it alike (the fields ``comm_op`` reads; the split matrix, shared by an
+        instance's members, compared by identity first; with one, not the member's comm_size), else built
+        here."""
+        split = self._splits.get((rank, node.id), ())
+        # an uneven all-to-all's size is its split matrix's (comm_op), each member's own comm_size aside
+        fields = (node.comm_type, node.process_group, None if split else node.size_bytes, node.algorithm)
+        built = self._built.get(key)
+        if built is not None and built[0] == fields and (built[1] is split or built[1] == split):
+            return built[2]
+        op = comm_op(node, trace, split)
+        self._built[key] = (fields, split, op)
+        return op
 
 
 class _Player:
