@@ -145,8 +145,8 @@ class StandingQueues:
         return contended_load(moved, flows_on, self.flow_contention)
 
     def queued_bytes(self, in_flight: list, load: np.ndarray) -> np.ndarray:
-        """Bytes standing in each resource's queue, given the steps in flight: ``(step, active mask, bytes left,
-        rates in bytes/ns)`` each, and the ``load`` that says which resources are saturated."""
+        """Bytes standing in each resource's queue, given the steps in flight: ``(step, active mask, bytes left)``
+        each, and the ``load`` that says which resources are saturated."""
         res_l, w_l, flow_l, keep_l, own_l, hop_l = [], [], [], [], [], []
         offset = 0
         for step, active, left in in_flight:
