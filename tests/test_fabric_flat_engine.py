@@ -1,15 +1,23 @@
 """The flat flow engine (astra_adapter.fabric.flat_flows) gives the reference FlowEngine's results, bit for bit
 (pure; small cases): random sets of concurrent collectives on a 3-tier fabric, whole plays of real-shaped traces
 (uneven MoE, pipeline with data parallelism) with and without ECMP hash draws, flow contention, message overhead
-and endpoint delay; and the compacting max-min solve gives the reference solve's rates on random incidences."""
+and endpoint delay, and with standing queues (random sets of collectives, random job mixes on random placements
+of an oversubscribed leaf-spine); and the compacting max-min solve gives the reference solve's rates on random
+incidences."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from genie.core.alltoallv import busiest_even_size
 from genie.core.collective import Algorithm, Collective
+from genie.core.topology import LinkShape
+from genie.topology.builders import leaf_spine
+from genie.workloads.generators.options import GeneratorOptions, generate_from_options
+from genie.workloads.mix import merge_jobs
 from genie.workloads.generators import TrainingConfig, expert_parallel, pipeline_parallel
 from genie.workloads.presets import device_preset, model_preset
 
@@ -105,13 +113,64 @@ def test_a_pipeline_with_data_parallelism_plays_as_the_reference():
     assert got.spans == want.spans
 
 
-def test_the_estimate_plays_on_the_flat_engine_and_queues_on_the_reference():
+def test_the_estimate_plays_on_the_flat_engine_with_or_without_queues():
     network = FabricNetwork(small_fabric())
     assert type(engine_for(network)) is FlatFlowEngine
-    assert type(engine_for(network, FabricParams(standing_queues=True))) is FlowEngine
-    with pytest.raises(ValueError):
-        FlatFlowEngine(network, FabricParams(standing_queues=True))
+    assert type(engine_for(network, FabricParams(standing_queues=True))) is FlatFlowEngine
     trace = _moe(layers=1, seed=4)
     est = estimate_fabric(trace, small_fabric(), ecmp_samples=2)  # the CLI's path: draws on engine_for's engine
     want = [play_on_fabric(trace, FlowEngine(network.with_hash_seed(k))).iteration_ns for k in range(2)]
     assert est.draw_iterations_ns == tuple(want)
+
+
+QUEUE_PARAMS = [FabricParams(standing_queues=True), FabricParams(standing_queues=True, flow_contention=0.05),
+                FabricParams(standing_queues=True, message_overhead_ns=3000.0, endpoint_delay_ns=20000.0)]
+
+
+@pytest.mark.parametrize("params", QUEUE_PARAMS)
+@pytest.mark.parametrize("seed", [None, 5])
+def test_random_concurrent_collectives_with_standing_queues_end_when_the_reference_says(params, seed):
+    rng = np.random.default_rng(13 if seed is None else seed)
+    network = FabricNetwork(small_fabric(), hash_seed=seed)
+    waited = 0
+    for _ in range(8):
+        ops = _random_ops(rng, network.world_size)
+        want = run_concurrently(FlowEngine(network, params), ops)
+        got = run_concurrently(FlatFlowEngine(network, params), ops)
+        assert got == want  # bit for bit
+        waited += want != run_concurrently(FlowEngine(network, replace(params, standing_queues=False)), ops)
+    assert waited  # the queues changed some ending: the term was exercised
+
+
+MIX_TOPOLOGY = leaf_spine(4, 4, 2, shape=LinkShape(rate_bps=1_000_000_000),
+                          fabric_shape=LinkShape(rate_bps=500_000_000))  # 4:1 oversubscribed: queues stand
+MIX_BASE = {"model": "gpt3-125m", "layers": 1, "seq": 128, "batch": 1}
+MIX_JOBS = [{**MIX_BASE, "dp": 4}, {**MIX_BASE, "tp": 2, "dp": 2}, {**MIX_BASE, "tp": 4},
+            {**MIX_BASE, "dp": 4, "ep": 4, "experts": 4, "top_k": 2, "moe_every": 1}]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_job_mixes_with_standing_queues_play_as_the_reference(seed):
+    # 2-4 jobs at random host slots and start offsets, each repeated twice: steps of different jobs enter while
+    # others' flows keep the spine links full, mid-advance and in every order of the engine's ops
+    rng = np.random.default_rng(seed)
+    traces = [generate_from_options(GeneratorOptions.parse(options)) for options in MIX_JOBS]
+    waited = 0
+    for _ in range(3):
+        pick = rng.choice(len(traces), size=int(rng.integers(2, 5)), replace=False).tolist()
+        hosts, slots = rng.permutation(16).tolist(), []
+        for j in pick:
+            slots.append(tuple(hosts[:traces[j].num_ranks]))
+            hosts = hosts[traces[j].num_ranks:]
+        merged, _ = merge_jobs([traces[j] for j in pick], [f"job{j}" for j in pick], slots, [2] * len(pick),
+                               [int(rng.integers(0, 3)) * 1_000_000 for _ in pick], world=16)
+        params = FabricParams(standing_queues=True, flow_contention=float(rng.choice([0.0, 0.006])),
+                              message_overhead_ns=float(rng.choice([0.0, 3000.0])))
+        network = FabricNetwork(MIX_TOPOLOGY, hash_seed=int(rng.integers(0, 3)) if rng.random() < 0.5 else None)
+        want = play_on_fabric(merged, FlowEngine(network, params))
+        got = play_on_fabric(merged, FlatFlowEngine(network, params))
+        assert got.ranks == want.ranks
+        assert got.spans == want.spans  # every node's start and end, bit for bit
+        waited += want.spans != play_on_fabric(merged, FlatFlowEngine(network, replace(params,
+                                                                                      standing_queues=False))).spans
+    assert waited  # the queues changed the play: the term was exercised

@@ -16,8 +16,14 @@ Which ops changed since the player last looked is kept (:attr:`FlatFlowEngine.ch
 op change only when its step or moving flows do, so the player asks only those ops who left
 (:meth:`astra_adapter.fabric.player.FabricPlayer.settle`).
 
-Standing queues (``FabricParams.standing_queues``) read every op's flows at every step change: they run on the
-reference engine (:func:`engine_for`).
+Standing queues (``FabricParams.standing_queues``): a step entering pays the wait behind the queues of the
+flows in flight (:mod:`astra_adapter.fabric.queues`), read as the reference reads them - mid-advance, in the
+order of ``ops``: the ops before the entering one as they are after this advance, the ops after it as they
+were before. So with queues an advance walks the ops whose phase changes in that order, and each wait is built
+on one view of the flat arrays (bytes left and moving flags before or after the advance, split at the entering
+op, with the few ops that started moving in this advance inserted at their places): the same max-min solve
+of the same sorted routes, the same per-resource sums in the same order, the same queue arithmetic
+(:meth:`StandingQueues.load_on`, :meth:`StandingQueues.queued_on`), so the same floats.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import numpy as np
 from astra_adapter.fabric.fairshare import max_min_rates_compacting
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
 from astra_adapter.fabric.network import FabricNetwork
+from astra_adapter.fabric.queues import kept_bytes
 
 
 class _FlatOp(FabricOp):
@@ -47,8 +54,6 @@ class FlatFlowEngine(FlowEngine):
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
-        if params.standing_queues:
-            raise ValueError("standing queues run on the reference FlowEngine (engine_for chooses)")
         super().__init__(network, params, sends)
         self.changed: set[int] = set()  # ids of the ops whose step or moving flows changed (the player clears it)
         self._dirty = True  # an op started, left, or changed phase: lay the arrays out again
@@ -64,11 +69,20 @@ class FlatFlowEngine(FlowEngine):
         self._key_steps: tuple[int, ...] = ()
         self._rate = np.zeros(0)
         self._rated = False  # self._rate holds the rates of the current moving flows
+        self._pos: dict[int, int] = {}  # id(op) -> its index in self.ops (at the last lay-out)
+        self._cuts = np.zeros(1, dtype=np.int64)  # per ops index + 1: flat index of the first flow of a later op
+        self._queue_flat: tuple[np.ndarray, ...] | None = None  # the flowing flows' queue entries (lazy)
+        self._queue_steps: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}  # (id(steps), k) -> _queue_step
+        self._flow_steps: list[tuple[tuple[StepFlows, ...], int]] = []  # the flowing ops' (steps, step) laid out
 
     # ---- ops ----------------------------------------------------------------------------------------
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         op = _FlatOp(steps)
         op.next_step()
+        if self.queues is not None and not op.done and op.active_count:
+            if self._dirty:
+                self._lay_out()
+            op.latency_ns += self._queue_wait_ns(op, self._left, self._active, [])  # ``op`` not yet in ops
         self.ops.append(op)
         self._changed(op)
         return op
@@ -108,6 +122,8 @@ class FlatFlowEngine(FlowEngine):
         """Sort the ops into waiting, flowing and halted, and the flowing ops' flows into one set of arrays
         (each op's ``left`` and ``active`` then views into them, updated in place)."""
         self._waiting, self._flowing, self._halted = [], [], []
+        self._pos = {id(op): k for k, op in enumerate(self.ops)}
+        self._queue_flat = None
         for op in self.ops:
             if op.done:
                 self._halted.append(op)
@@ -129,9 +145,18 @@ class FlatFlowEngine(FlowEngine):
             self._starts = ends - lengths
             self._counts = np.array([op.active_count for op in flowing], dtype=np.int64)
             self._key_steps = tuple(map(id, steps))
+            self._flow_steps = [(op.steps, op.step) for op in flowing]  # as laid out (ops move on mid-advance)
             for op, a, b in zip(flowing, self._starts.tolist(), ends.tolist()):
                 op.left = self._left[a:b]
                 op.active = self._active[a:b]
+        else:  # nothing flows: empty arrays (a queue's view reads them)
+            self._left, self._active, self._done_below = np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0)
+            self._routes, self._starts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            self._counts, self._key_steps, self._flow_steps = np.zeros(0, dtype=np.int64), (), []
+        if self.queues is not None:  # per ops index k: the flat index of the first flow of a flowing op after k
+            at = np.array([self._pos[id(op)] for op in flowing], dtype=np.int64)
+            ends = np.append(self._starts, len(self._left))
+            self._cuts = ends[np.searchsorted(at, np.arange(len(self.ops)), side="right")]
         self._dirty = False
         self._rated = False
 
@@ -166,6 +191,9 @@ class FlatFlowEngine(FlowEngine):
         return best
 
     def advance(self, dt_ns: float) -> None:
+        if self.queues is not None:
+            self._advance_in_order(dt_ns)
+            return
         waiting, flowing, halted = self._waiting, self._flowing, self._halted
         for op in waiting:
             op.latency_ns -= dt_ns
@@ -196,9 +224,139 @@ class FlatFlowEngine(FlowEngine):
                 self._enter_next_step(op)
 
 
+    # ---- standing queues ----------------------------------------------------------------------------------
+    def _advance_in_order(self, dt_ns: float) -> None:
+        """:meth:`advance` with the steps entered in the order of ``ops``, each wait read on the state the
+        reference reads (see the module doc)."""
+        waiting, flowing, halted = self._waiting, self._flowing, self._halted
+        pos = self._pos
+        turns: list[tuple[int, int, FabricOp]] = []  # (ops index, 0: moves now / 1: enters its next step, op)
+        for op in waiting:
+            op.latency_ns -= dt_ns
+            if op.latency_ns <= 1e-6:
+                op.latency_ns = 0.0
+                self._changed(op)
+                turns.append((pos[id(op)], 0 if op.active_count else 1, op))
+        for op in halted:
+            if not op.done:
+                turns.append((pos[id(op)], 1, op))
+        left, active = self._left, self._active
+        new_left, new_active, moved = left, active, np.zeros(0, dtype=np.int64)
+        if flowing:
+            new_left = left - self._rate * dt_ns
+            new_active = active & (new_left > self._done_below)
+            counts = np.add.reduceat(new_active, self._starts, dtype=np.int64)
+            moved = np.flatnonzero(counts != self._counts)
+            if len(moved):
+                self._counts = counts
+                self._rated = False
+                for i in moved.tolist():
+                    op = flowing[i]
+                    op.active_count = int(counts[i])
+                    self.changed.add(id(op))
+                    if not op.active_count:
+                        turns.append((pos[id(op)], 1, op))
+        extras: list[tuple[int, FabricOp, bool]] = []  # ops moving outside the flat arrays, in ops order
+        cuts = self._cuts
+        for k, kind, op in sorted(turns, key=lambda t: t[0]):
+            if kind == 1:
+                op.next_step()
+                self._changed(op)
+                if not op.done and op.active_count:
+                    split = int(cuts[k])  # the flowing ops up to ``op``: after this advance; the rest: before
+                    view_left = np.concatenate((new_left[:split], left[split:]))
+                    view_active = np.concatenate((new_active[:split], active[split:]))
+                    mine = [(split, op, True)] if op.latency_ns <= 0 else []
+                    op.latency_ns += self._queue_wait_ns(op, view_left, view_active, extras + mine)
+            if not op.done and op.latency_ns <= 0 and op.active_count:
+                extras.append((int(cuts[k]), op, False))
+        if flowing:
+            np.copyto(left, new_left)
+            np.copyto(active, new_active)
+
+    def _queue_flows(self) -> tuple[np.ndarray, ...]:
+        """The flowing flows' queue entries as flat arrays (per entry: resource, weight, flat flow index, hop
+        from the sender, on the sender's own link; per flow: window, bytes its connection sends in later steps;
+        per flow and one more: its first entry), built once per lay-out."""
+        if self._queue_flat is None:
+            q = self.queues
+            assert q is not None
+            parts = [self._queue_step(steps, k) for steps, k in self._flow_steps]
+            if parts:
+                flow = np.concatenate([p[2] + a for p, a in zip(parts, self._starts.tolist())])
+                res, w, _, hop, own, win, later = (np.concatenate([p[i] for p in parts]) for i in range(7))
+                self._queue_flat = (res, w, flow, hop, own, win, later,
+                                    np.searchsorted(flow, np.arange(len(self._left) + 1)))
+            else:
+                self._queue_flat = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64),
+                                    np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0),
+                                    np.zeros(1, dtype=np.int64))
+        return self._queue_flat
+
+    def _queue_step(self, steps: tuple[StepFlows, ...], k: int) -> tuple[np.ndarray, ...]:
+        """Of step ``k`` of an op's ``steps``: its queue entries (resource, weight, flow, hop, own link) and per
+        flow its window and the bytes its connection sends in later steps (memoised per plan and step)."""
+        key = (id(steps), k)
+        hit = self._queue_steps.get(key)
+        if hit is None:
+            q = self.queues
+            assert q is not None
+            res, w, flow, win = q.entries(steps[k])
+            hop, own = q.path_order(steps[k])
+            hit = self._queue_steps[key] = (res, w, flow, hop, own, win, q.later_bytes(steps, k))
+        return hit
+
+    def _queue_wait_ns(self, op: FabricOp, left: np.ndarray, active: np.ndarray,
+                       extras: list[tuple[int, FabricOp, bool]]) -> float:
+        """The wait ``op``'s step (just entered) has behind the queues of the flows moving: the flowing flows
+        with bytes left ``left`` and moving flags ``active`` (flat arrays of the lay-out), and ``extras``:
+        (flat index it sits before, op, whether it is ``op`` itself) for each op moving outside them, in the
+        order of ``ops``. As :meth:`FlowEngine._enter_next_step` (0.0 where it adds nothing)."""
+        q = self.queues
+        assert q is not None
+        res, w, flow, hop, own, win, later, first = self._queue_flows()
+        if extras:  # the flat arrays cut at each extra op, its flows and entries in between
+            f_parts: list[tuple] = []
+            e_parts: list[tuple] = []
+            at = offset = 0
+            for cut, xop, mine in extras + [(len(left), None, False)]:
+                if cut > at:
+                    f_parts.append((self._routes[at:cut], active[at:cut], left[at:cut], later[at:cut], win[at:cut],
+                                    active[at:cut]))
+                    ea, eb = int(first[at]), int(first[cut])
+                    e_parts.append((res[ea:eb], w[ea:eb], flow[ea:eb] - at + offset, hop[ea:eb], own[ea:eb]))
+                    offset += cut - at
+                    at = cut
+                if xop is not None:
+                    s = xop.steps[xop.step]
+                    x_res, x_w, x_flow, x_hop, x_own, x_win, x_later = self._queue_step(xop.steps, xop.step)
+                    f_parts.append((s.routes, xop.active, xop.left, x_later, x_win,
+                                    np.zeros(len(s.routes), dtype=bool) if mine else xop.active))
+                    e_parts.append((x_res, x_w, x_flow + offset, x_hop, x_own))
+                    offset += len(s.routes)
+            routes, active, left, later, win, in_flight = (np.concatenate([p[i] for p in f_parts]) for i in range(6))
+            res, w, flow, hop, own = (np.concatenate([p[i] for p in e_parts]) for i in range(5))
+        else:
+            routes, in_flight = self._routes, active
+        if not in_flight.any():
+            return 0.0  # no other op moves
+        moving_routes = routes[active]
+        unique, per_flow = self._solve(np.sort(moving_routes))
+        rate = np.zeros(len(active))
+        rate[active] = per_flow[np.searchsorted(unique, moving_routes)]
+        load = q.load_on(res, w, rate[flow])
+        step = op.steps[op.step]
+        if not q.saturated(load)[q.entries(step)[0]].any():
+            return 0.0  # queues stand only on saturated links, and none is on the step's paths: no wait
+        on = in_flight[flow]
+        queued = q.queued_on(res[on], w[on], flow[on], hop[on], own[on], kept_bytes(in_flight, left + later, win),
+                             load)
+        if not queued.any():
+            return 0.0
+        return q.delay_ns(queued, step.routes[op.active], step.dst[op.active] if len(op.steps) > 1 else None)
+
+
 def engine_for(network: FabricNetwork, params: FabricParams = FabricParams(),
                sends: StepSends | None = None) -> FlowEngine:
-    """The engine a play runs on: the flat one, or the reference where standing queues are modelled."""
-    if params.standing_queues:
-        return FlowEngine(network, params, sends)
+    """The engine a play runs on: the flat one (standing queues or not)."""
     return FlatFlowEngine(network, params, sends)

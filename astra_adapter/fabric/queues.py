@@ -42,6 +42,12 @@ def contended_load(moved: np.ndarray, flows_on: np.ndarray, flow_contention: flo
     return moved * (1.0 + flow_contention * np.maximum(flows_on - 1.0, 0.0))
 
 
+def kept_bytes(active: np.ndarray, left_bytes: np.ndarray, window_bytes: np.ndarray) -> np.ndarray:
+    """Per flow, what it keeps in flight: what its connection still sends (``left_bytes``: this step's bytes
+    left and the later steps', :func:`later_step_bytes`), up to its window; 0 for a flow not moving."""
+    return np.minimum(np.where(active, left_bytes, 0.0), window_bytes)
+
+
 def later_step_bytes(steps: tuple) -> tuple[np.ndarray, ...]:
     """Per step of an op and per flow of it, the wire bytes the same connection (sender -> receiver) moves in the
     op's later steps.
@@ -79,6 +85,7 @@ class StandingQueues:
         self._windows: dict[int, float] = {}
         self._steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._later: dict[int, tuple[np.ndarray, ...]] = {}
+        self._rows: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def later_bytes(self, steps: tuple, k: int) -> np.ndarray:
         """Per flow of ``steps[k]``, the wire bytes its connection (same sender and receiver) still sends in the
@@ -96,6 +103,10 @@ class StandingQueues:
             rate = first.rate_bps if first is not None else 0
             hit = self._windows[rid] = float(testbed_window_bytes(rate, 2 * route.delay_ns / 1000))
         return hit
+
+    def entries(self, step) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Of ``step``: its flows' resources, weights and flow indices, and each flow's window (:meth:`_arrays`)."""
+        return self._arrays(step)
 
     def _arrays(self, step) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(resources, weights, flow index) of every flow of ``step`` in path order, and each flow's window; the
@@ -134,14 +145,16 @@ class StandingQueues:
         if not rated:
             return np.zeros(len(self.capacity))
         arrays = [self._arrays(step) for step, _ in rated]
-        rates = [rate[a[2]] for a, (_, rate) in zip(arrays, rated)]
-        res = np.concatenate([a[0] for a in arrays])
-        moved = np.bincount(res, weights=np.concatenate([a[1] * r for a, r in zip(arrays, rates)]),
-                            minlength=len(self.capacity))
+        return self.load_on(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]),
+                            np.concatenate([rate[a[2]] for a, (_, rate) in zip(arrays, rated)]))
+
+    def load_on(self, res: np.ndarray, w: np.ndarray, rate: np.ndarray) -> np.ndarray:
+        """:meth:`load` from its entries: per entry a resource, the flow's weight there and the flow's rate
+        (0: not moving), summed per resource in the entries' order."""
+        moved = np.bincount(res, weights=w * rate, minlength=len(self.capacity))
         if self.flow_contention <= 0:
             return moved
-        flows_on = np.bincount(res, weights=np.concatenate([a[1] * (r > 0) for a, r in zip(arrays, rates)]),
-                               minlength=len(self.capacity))
+        flows_on = np.bincount(res, weights=w * (rate > 0), minlength=len(self.capacity))
         return contended_load(moved, flows_on, self.flow_contention)
 
     def queued_bytes(self, in_flight: list, load: np.ndarray) -> np.ndarray:
@@ -158,21 +171,32 @@ class StandingQueues:
             res_l.append(res[on])
             w_l.append(w[on])
             flow_l.append(flow[on] + offset)
-            keep_l.append(np.minimum(np.where(active, left, 0.0), win))
+            keep_l.append(kept_bytes(active, left, win))
             offset += len(active)
-        queued = np.zeros(len(self.capacity))
         if not offset:
-            return queued
-        res, w, flow = np.concatenate(res_l), np.concatenate(w_l), np.concatenate(flow_l)
-        full = (load >= _FULL * self.capacity) & (self.limit > 0)
+            return np.zeros(len(self.capacity))
+        return self.queued_on(np.concatenate(res_l), np.concatenate(w_l), np.concatenate(flow_l),
+                              np.concatenate(hop_l), np.concatenate(own_l), np.concatenate(keep_l), load)
+
+    def saturated(self, load: np.ndarray) -> np.ndarray:
+        """Per resource, whether a queue can stand on it: loaded full (``load``, :meth:`load`) and with room."""
+        return (load >= _FULL * self.capacity) & (self.limit > 0)
+
+    def queued_on(self, res: np.ndarray, w: np.ndarray, flow: np.ndarray, hop: np.ndarray, own: np.ndarray,
+                  keep: np.ndarray, load: np.ndarray) -> np.ndarray:
+        """:meth:`queued_bytes` from its entries: per entry of a moving flow its resource, weight, flow index
+        (ascending in the flows' order), hop from the sender and whether it is the sender's own link; per flow
+        (indexed by ``flow``) what it keeps in flight (bytes left, up to its window)."""
+        queued = np.zeros(len(self.capacity))
+        full = self.saturated(load)
         at = np.flatnonzero(full[res])
         if not len(at):
             return queued
-        at = at[np.lexsort((np.concatenate(hop_l)[at], flow[at]))]  # per flow, its saturated links along its path
+        at = at[np.lexsort((hop[at], flow[at]))]  # per flow, its saturated links along its path
         flows, first = np.unique(flow[at], return_index=True)  # each flow's queue: at its first bottleneck
         at = at[first]
-        keep = np.concatenate(keep_l)[flows]
-        own = np.concatenate(own_l)[at]  # a queue on the sender's own link: what TCP small queues lets in
+        keep = keep[flows]
+        own = own[at]  # a queue on the sender's own link: what TCP small queues lets in
         keep[own] = np.minimum(keep[own], self.sender_limit[res[at][own]])
         np.add.at(queued, res[at], w[at] * keep)
         return np.minimum(queued, self.limit)
@@ -181,13 +205,29 @@ class StandingQueues:
         """The wait a step pays behind the queues on its flows' paths: the longest one flow has, or with
         ``receivers`` (each flow's receiving rank, given for a step of a multi-step op) the combination
         :func:`step_wait_ns` gives."""
-        waits = {}
-        for rid in set(step_routes.tolist()):
-            res, w = self.incidence(rid)
-            waits[rid] = float(np.sum(w * queued[res] / self.capacity[res]))
+        routes, res, w, bounds = self._route_rows(step_routes)
+        part = w * queued[res] / self.capacity[res]  # per route, its links' waits in path order
+        crossed = np.concatenate(([0], np.cumsum(part != 0)))[bounds]
+        waits = np.zeros(len(routes))
+        for k in np.flatnonzero(crossed[1:] > crossed[:-1]).tolist():  # a route without a queue waits 0.0
+            waits[k] = np.sum(part[bounds[k]:bounds[k + 1]])
         if receivers is None:
-            return max(waits.values(), default=0.0)
-        return step_wait_ns(np.array([waits[r] for r in step_routes.tolist()]), receivers)
+            return float(np.max(waits, initial=0.0))
+        return step_wait_ns(waits[np.searchsorted(routes, step_routes)], receivers)
+
+    def _route_rows(self, step_routes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct routes of ``step_routes`` (sorted), their resources and weights one route after the
+        other in path order, and each route's bounds in them (memoised per set of routes)."""
+        key = step_routes.tobytes()
+        hit = self._rows.get(key)
+        if hit is None:
+            routes = np.unique(step_routes)
+            parts = [self.incidence(rid) for rid in routes.tolist()]
+            hit = self._rows[key] = (
+                routes, np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64),
+                np.concatenate([p[1] for p in parts]) if parts else np.zeros(0),
+                np.concatenate(([0], np.cumsum([len(p[0]) for p in parts], dtype=np.int64))).astype(np.int64))
+        return hit
 
 
 def step_wait_ns(waits_ns: np.ndarray, receivers: np.ndarray) -> float:
