@@ -346,9 +346,11 @@ class FlatFlowEngine(FlowEngine):
         rate[active] = per_flow[np.searchsorted(unique, moving_routes)]
         load = q.load_on(res, w, rate[flow])
         step = op.steps[op.step]
-        if not q.saturated(load)[q.entries(step)[0]].any():
+        full = q.saturated(load)
+        if not full[q.entries(step)[0]].any():
             return 0.0  # queues stand only on saturated links, and none is on the step's paths: no wait
-        on = in_flight[flow]
+        # the in-flight flows' entries on saturated links, in order: all queued_on reads of them
+        on = np.flatnonzero(full[res] & in_flight[flow])
         queued = q.queued_on(res[on], w[on], flow[on], hop[on], own[on], kept_bytes(in_flight, left + later, win),
                              load)
         if not queued.any():
