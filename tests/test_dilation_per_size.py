@@ -24,6 +24,7 @@ from genie.testbed.dilation_rules import HostFigures, choose_dilation
 from genie.testbed.kernel_model import KernelModel, KernelNetlink
 from genie.testbed.plan import build_plan
 from genie.testbed.steps import Shaper
+from genie.linkemu.line import message_wire_bytes
 from genie.topology import load_topology_file, star
 
 from cli_support import run_genie
@@ -224,3 +225,84 @@ def test_autos_reason_names_the_message_that_drove_it() -> None:
     assert software.reason.startswith("auto: software needs N >=") and "for a 16384-byte message" in software.reason
     throughput = choose_dilation(topology, FIGURES, reference_bytes=64 << 20)
     assert throughput.reason == "auto: throughput needs N >= 200, rounded up"
+
+
+# ---- a replay: auto weighs the iteration, not its smallest message -----------------------------------------------
+def _programs(text: str):
+    from genie.engine.program import build_programs
+    from genie.workloads.native import read_native
+
+    return build_programs(read_native(text, source="t"), source="t")
+
+
+STEP_TRACE = ("format: genie-trace\nversion: 1\nname: step\nranks: 8\nprogram:\n"
+              "  - {id: 0, type: all_reduce, size: 16KiB}\n"
+              "  - {id: 1, type: compute, duration: 20ms, deps: [0]}\n"
+              "  - {id: 2, type: all_reduce, size: 64MiB, algorithm: ring, deps: [1]}\n")
+
+
+def test_a_replays_iteration_is_its_steps_and_the_chain_they_wait_on() -> None:
+    from genie.services.dilation import replay_iteration
+    from genie.testbed.dilation_rules import iteration_floor, message_floor_us, path_floors
+
+    text = ("format: genie-trace\nversion: 1\nname: two\nranks: 2\nprogram:\n"
+            "  - {id: 0, type: compute, duration: 1ms}\n"
+            "  - {id: 1, type: all_reduce, size: 512KiB, algorithm: ring, deps: [0]}\n"
+            "  - {id: 2, type: compute, duration: 500us}\n")  # beside the other two: not on their chain
+    iteration = replay_iteration(_programs(text))
+    assert iteration.smallest_bytes == 512 << 10 and len(iteration.ranks) == 2
+    compute, reduce, beside = iteration.ranks[0]
+    assert (compute.compute_ns, compute.steps) == (1_000_000, ())
+    assert reduce.deps == (0,) and reduce.steps == ((256 << 10, 1), (256 << 10, 1))  # 2 ring steps, no token
+    assert (beside.deps, beside.compute_ns) == ((), 500_000)
+    topology = star(2, shape=LinkShape(rate_bps=100 * GBIT, delay_us=1.0))
+    floors = path_floors(topology)
+    step_us = message_floor_us(floors, 256 << 10)  # both hops' delay, the bytes serialized once (pipelined)
+    assert step_us == pytest.approx(2.0 + 8 * message_wire_bytes(256 << 10, 1500) / (100 * GBIT) * 1e6)
+    floor = iteration_floor(topology, iteration)
+    assert (floor.steps, floor.compute_us) == (2, 1000.0)
+    assert floor.floor_us == pytest.approx(1000.0 + 2 * step_us)  # the longest chain, not the sum of all
+    # a collective whose peer gets >= 1 MiB runs a clear-to-send token first: a step of its own
+    big = replay_iteration(_programs(text.replace("512KiB", "4MiB"))).ranks[0][1]
+    assert big.steps[0] == (8, 1) and len(big.steps) == 3
+
+
+def test_auto_sizes_a_replay_by_its_iteration_not_its_smallest_message() -> None:
+    from genie.services.dilation import replay_iteration
+
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    figures = HostFigures(ranks=8, step_us=60.0, aggregate_bps=4 * GBIT, emulator_late_us=10.0)
+    iteration = replay_iteration(_programs(STEP_TRACE))
+    by_message = choose_dilation(topology, figures, reference_bytes=16 << 10)
+    by_iteration = choose_dilation(topology, figures, iteration=iteration)
+    assert by_message.factor == 800 and "for a 16384-byte message" in by_message.reason
+    # 30 steps (14 + a token + 14, and a token) against an iteration of > 20 ms: the host's 60 us per step is far
+    # under 2 %; the 800 Gbit/s the links ask of a host that carries 4 binds
+    assert by_iteration.factor == 200 and by_iteration.reason == "auto: throughput needs N >= 200, rounded up"
+    software = {limit.name: limit for limit in by_iteration.limits}["software"]
+    assert software.needed_factor < 10 and "rank 0's iteration" in software.detail
+    # an iteration of small messages only keeps a factor as large as its messages need
+    chain = "".join(f"  - {{id: {i}, type: all_reduce, size: 16KiB{f', deps: [{i - 1}]' if i else ''}}}\n"
+                    for i in range(50))
+    small = choose_dilation(topology, figures, iteration=replay_iteration(_programs(STEP_TRACE.split("  - ")[0] + chain)))
+    assert small.factor >= by_message.factor and small.reason.endswith("for the iteration, rounded up")
+
+
+def test_cli_replay_under_auto_weighs_the_iteration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genie.services import host_probe
+    from genie.testbed import service
+
+    trace = tmp_path / "step.yaml"
+    trace.write_text(STEP_TRACE)
+    monkeypatch.setattr(host_probe, "measure_host", lambda *_a, **_k: HostFigures(8, 60.0, 4 * GBIT, 10.0))
+    chosen = []
+
+    def stop(*_a, dilation, **_k):  # what the testbed would come up with; then stop before anything is up
+        chosen.append(dilation)
+        raise InputError("stopped before bringing the testbed up", path="topology")
+
+    monkeypatch.setattr(service, "temporary_testbed", stop)
+    result = run_genie("replay", trace, "--topology", TOPOLOGIES / "star-8-100g.yaml", "--time-dilation", "auto",
+                       "-n", "1", "--out", tmp_path / "r")
+    assert result.returncode == 2 and "stopped before" in result.stderr, result.stdout + result.stderr
+    assert [d.factor for d in chosen] == [200] and "throughput" in chosen[0].reason

@@ -12,10 +12,11 @@ goes ahead and the manifest's dilation says what the host's limits cost (``auto`
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-from genie.core.dilation import HostLimit, TimeDilation
+from genie.core.dilation import HostLimit, IterationSteps, TimeDilation
 from genie.core.errors import InputError
 from genie.core.topology import Topology
 from genie.core.units import format_rate
@@ -113,6 +114,67 @@ def smallest_step_us(topology: Topology, reference_bytes: int = REFERENCE_MESSAG
     return best, pair
 
 
+def path_floors(topology: Topology) -> frozenset[tuple[float, int | None, int]]:
+    """Every pair of hosts' path as what bounds a message on it from below: (the hops' delays summed, the
+    slowest hop's rate or None when no hop is shaped, that hop's MTU), distinct."""
+    from genie.testbed.layout import plan_layout
+    from genie.testbed.paths import PathFinder
+
+    finder = PathFinder(plan_layout(topology, "auto"))
+    names = [h.name for h in topology.hosts]
+    floors = set()
+    for src in names:
+        for path in finder.paths_from(src, [n for n in names if n != src]):
+            shapes = [topology.links[hop.link_index].shape for hop in path.hops]
+            rated = [shape for shape in shapes if shape.rate_bps is not None]
+            slowest = min(rated, key=lambda shape: shape.rate_bps) if rated else None
+            floors.add((sum(shape.delay_us for shape in shapes), slowest and slowest.rate_bps,
+                        slowest.mtu_bytes if slowest else 1500))
+    return frozenset(floors)
+
+
+def message_floor_us(floors: frozenset[tuple[float, int | None, int]], size_bytes: int) -> float:
+    """The least time a message of `size_bytes` takes between any two hosts (`path_floors`): the path's delays
+    and its bytes serialized once at its slowest hop (packets pipeline through the others)."""
+    return min((delay_us + (8 * message_wire_bytes(size_bytes, mtu) / rate * 1e6 if rate else 0.0)
+                for delay_us, rate, mtu in floors), default=0.0)
+
+
+@dataclass(frozen=True)
+class IterationFloor:
+    """The rank of a replay whose iteration the host's per-step costs weigh most on: its `steps` (each pays
+    the host's per-step cost once) and the least time its iteration takes on the stated fabric (`floor_us`:
+    its longest chain of dependent nodes, compute at its duration and each message step at its
+    `message_floor_us`), with that chain's compute (`compute_us`)."""
+
+    rank: int
+    steps: int
+    floor_us: float
+    compute_us: float
+
+
+def iteration_floor(topology: Topology, iteration: IterationSteps) -> IterationFloor | None:
+    """The rank of `iteration` with the most steps per microsecond of its floor (`IterationFloor`); None when
+    no rank sends a message."""
+    floors = path_floors(topology)
+    wire = functools.lru_cache(maxsize=None)(lambda size: message_floor_us(floors, size))
+    worst: IterationFloor | None = None
+    for rank, nodes in enumerate(iteration.ranks):
+        ends: list[tuple[float, float]] = []  # per node: (the chain's end, its compute), in microseconds
+        steps = 0
+        for node in nodes:
+            start, compute = max((ends[d] for d in node.deps if d < len(ends)), default=(0.0, 0.0))
+            took = node.compute_ns / 1e3 + sum(wire(size) for size, _ in node.steps)
+            ends.append((start + took, compute + node.compute_ns / 1e3))
+            steps += sum(sends for _, sends in node.steps)
+        if not steps:
+            continue
+        end, compute = max(ends)
+        if end > 0 and (worst is None or steps / end > worst.steps / worst.floor_us):
+            worst = IterationFloor(rank, steps, end, compute)
+    return worst
+
+
 def demanded_bps(topology: Topology) -> float:
     """What the stated fabric's hosts can send at once: every host's shaped links at their rates (a host with
     an unshaped link asks for nothing the dilation could lower)."""
@@ -137,19 +199,32 @@ def nice_factor(factor: float) -> float:
 
 
 def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | None = None,
-                    reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> TimeDilation:
+                    reference_bytes: int = REFERENCE_MESSAGE_BYTES,
+                    iteration: IterationSteps | None = None) -> TimeDilation:
     """The smallest (rounded) factor at which each measured limit of this host costs under TARGET_SHARE of the
-    smallest figure a run on `topology` reports — one message of `reference_bytes`, the smallest the run sends
-    (1 KiB when the run is not known yet) — and whose summed link rates stay within what the host delivered
-    through shaped links; InputError when the topology cannot hold it (`check_dilation_holds`)."""
-    step_us, pair = smallest_step_us(topology, reference_bytes)
-    what = f"a {reference_bytes}-byte message"
+    smallest figure a run on `topology` reports, and whose summed link rates stay within what the host
+    delivered through shaped links; InputError when the topology cannot hold it (`check_dilation_holds`).
+    The smallest figure: one message of `reference_bytes` (a sweep's size, a bench's smallest; 1 KiB when the
+    run is not known yet); for a replay (`iteration`: one clock over the whole trace) its iteration — every
+    step of its busiest rank pays the host's per-step cost once, against the least time that iteration takes
+    (`iteration_floor`)."""
+    floor = iteration_floor(topology, iteration) if iteration is not None else None
+    if floor is not None:
+        per_us = floor.steps / floor.floor_us  # the per-step costs' share of the iteration is cost x per_us / N
+        what = (f"rank {floor.rank}'s iteration ({floor.steps} steps in at least {floor.floor_us / 1e3:.4g} ms, "
+                f"{floor.compute_us / 1e3:.4g} ms of it compute)")
+        driver_text = "for the iteration"
+    else:
+        step_us, pair = smallest_step_us(topology, reference_bytes)
+        per_us = 1 / step_us if math.isfinite(step_us) else None
+        what = f"a {reference_bytes}-byte message ({step_us:.3g} us, {pair})"
+        driver_text = f"for a {reference_bytes}-byte message"
     limits = []
-    if math.isfinite(step_us):
-        need = figures.step_us / (TARGET_SHARE * step_us)
+    if per_us is not None:
+        need = figures.step_us * per_us / TARGET_SHARE
         limits.append(HostLimit("software", figures.step_us, "us per step", need,
                                 f"{figures.step_us:.1f} us of software per step with {figures.ranks} ranks must be "
-                                f"under {TARGET_SHARE:.0%} of {what} ({step_us:.3g} us, {pair}): N >= {need:.4g}"))
+                                f"under {TARGET_SHARE:.0%} of {what}: N >= {need:.4g}"))
     demand = demanded_bps(topology)
     if demand and 0 < figures.aggregate_bps < float("inf"):
         need = demand / figures.aggregate_bps
@@ -157,15 +232,15 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
                                 f"the hosts' links ask {format_rate(round(demand))} at once; shaped links on this "
                                 f"host delivered their rate up to {format_rate(round(figures.aggregate_bps))} "
                                 f"in all: N >= {need:.4g}"))
-    if figures.emulator_late_us is not None and math.isfinite(step_us):
-        need = figures.emulator_late_us / (TARGET_SHARE * step_us)
+    if figures.emulator_late_us is not None and per_us is not None:
+        need = figures.emulator_late_us * per_us / TARGET_SHARE
         limits.append(HostLimit("emulator", figures.emulator_late_us, "us late", need,
                                 f"the link emulator releases packets {figures.emulator_late_us:.1f} us late (median), "
-                                f"to be under {TARGET_SHARE:.0%} of {what}: N >= {need:.4g}"))
+                                f"per step to be under {TARGET_SHARE:.0%} of {what}: N >= {need:.4g}"))
     need = max([1.0] + [limit.needed_factor for limit in limits])
     factor = nice_factor(need)
     binding = max(limits, key=lambda limit: limit.needed_factor).name if limits and need > 1 else None
-    driver = f" for {what}" if binding in ("software", "emulator") else ""  # the message size decides those
+    driver = f" {driver_text}" if binding in ("software", "emulator") else ""  # the message or iteration decides
     reason = (f"auto: {binding} needs N >= {need:.4g}{driver}, rounded up" if binding
               else "auto: this host's limits cost under 2% without dilation")
     holds = max_factor(topology)
