@@ -306,3 +306,66 @@ def test_cli_replay_under_auto_weighs_the_iteration(tmp_path: Path, monkeypatch:
                        "-n", "1", "--out", tmp_path / "r")
     assert result.returncode == 2 and "stopped before" in result.stderr, result.stdout + result.stderr
     assert [d.factor for d in chosen] == [200] and "throughput" in chosen[0].reason
+
+
+# ---- an experiment: its sweep per size, its replay by genie replay's rule -------------------------------------
+def test_an_experiments_plan_gives_its_replay_the_replays_factor() -> None:
+    from genie.services.dilation import replay_iteration
+
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    iteration = replay_iteration(_programs(STEP_TRACE))
+    plan = plan_per_size(topology, FIGURES, [16 << 10, 64 << 20], iteration=iteration)
+    assert plan.replay == choose_dilation(topology, FIGURES, iteration=iteration)  # the one rule, as genie replay
+    assert plan.replay.factor == 200 and plan.dilation_for(16 << 10).factor == 800  # not its smallest message's
+    assert plan.first.factor == 800 and plan.per_size
+    assert plan.describe(topology)[-1].split()[:4] == ["replay", "N", "=", "200"]
+    # one size at the replay's factor is still a plan of two factors; one factor for both is not per size
+    assert plan_per_size(topology, FIGURES, [16 << 10], iteration=iteration).per_size
+    assert not plan_per_size(topology, FIGURES, [64 << 20], iteration=iteration).per_size
+    # a replay whose factor the topology cannot hold is refused by name
+    small = replay_iteration(_programs(STEP_TRACE.split("  - ")[0] + "  - {id: 0, type: all_reduce, size: 1KiB}\n"))
+    with pytest.raises(InputError) as info:
+        plan_per_size(star(8, shape=LinkShape(rate_bps=10**6)), HostFigures(8, 20_000.0, 10 * GBIT), [],
+                      iteration=small)
+    assert str(info.value).startswith("time_dilation: the replay: auto dilation needs N >=")
+    assert "holds only up to 16" in str(info.value)
+
+
+def test_cli_experiment_under_auto_replays_at_the_replays_factor(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import json
+
+    from genie.services import dilation as dilation_service, host_probe
+    from genie.services.dilation import replay_iteration
+    from genie.testbed import service
+
+    (tmp_path / "step.yaml").write_text(STEP_TRACE)
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"name: step\nworkload: {{trace: step.yaml}}\ntopology: {TOPOLOGIES / 'star-8-100g.yaml'}\n"
+                    "algorithms: {all_reduce: ring}\nsweep: {iterations: 1, warmup: 0, grid: [16KiB, 64MiB]}\n"
+                    "replay: {iterations: 1, warmup: 0}\n")
+    monkeypatch.setattr(host_probe, "measure_host", lambda *_a, **_k: FIGURES)
+    up: list[TimeDilation] = []
+
+    @contextlib.contextmanager
+    def testbed(topology, *, dilation, links=None, **_k):  # the testbed's description, nothing brought up
+        up.append(dilation)
+        yield build_plan(topology, "fk-exp", netem_available=True, dilation=dilation, links=links).info
+
+    def stop(_info):  # where the experiment would first reshape the links: the manifest is written by then
+        raise RunFailure("stopped before reshaping the links")
+
+    monkeypatch.setattr(service, "temporary_testbed", testbed)
+    monkeypatch.setattr(dilation_service, "SizeDilator", stop)
+    result = run_genie("experiment", spec, "--time-dilation", "auto", "--out", tmp_path / "run",
+                       env={"GENIE_STATE_DIR": str(tmp_path / "state")})
+    assert "stopped before reshaping" in result.stderr, result.stdout + result.stderr
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    replay = choose_dilation(topology, FIGURES, iteration=replay_iteration(_programs(STEP_TRACE)))
+    assert replay.factor == 200  # its 16 KiB all-reduce alone would need 800 (the old rule's replay factor)
+    dilation = json.loads((tmp_path / "run" / "manifest.json").read_text())["time_dilation"]
+    assert dilation["replay"]["factor"] == replay.factor and dilation["replay"]["reason"] == replay.reason
+    assert [(s["size_bytes"], s["factor"]) for s in dilation["per_size"]] == [(16 << 10, 800), (64 << 20, 200)]
+    assert [d.factor for d in up] == [800] and dilation["factor"] == 800  # up at the smallest size's
+    assert "time dilation per size: 16384 B 800, 67108864 B 200; replay 200" in result.stdout + result.stderr

@@ -89,8 +89,8 @@ def real_timeout_s(timeout_s: float, dilation: TimeDilation) -> float:
 
 
 def smallest_message_bytes(programs) -> Optional[int]:
-    """The smallest message the rank programs send (a sweep's smallest size beside it, in an experiment), None
-    without any."""
+    """The smallest message the rank programs send (`IterationSteps.smallest_bytes`: reported beside the
+    iteration auto weighs), None without any."""
     sizes = [node.size_bytes for program in programs for node in program.nodes
              if node.size_bytes > 0 and node.lane in (Lane.COLLECTIVE, Lane.SEND, Lane.RECV)]
     return min(sizes) if sizes else None
@@ -137,7 +137,8 @@ class SizeDilator:
         self.info, self.live = info, live
         self.current = info.dilation
 
-    def use(self, dilation: TimeDilation, *, size_bytes: int) -> None:
+    def use(self, dilation: TimeDilation, *, size_bytes: int | None) -> None:
+        """Every link reshaped to `dilation` for the sweep's size `size_bytes` (None: an experiment's replay)."""
         if dilation.factor == self.current.factor:
             return
         try:
@@ -146,8 +147,9 @@ class SizeDilator:
             restored = self._put_back()
             from genie.core.units import format_size
 
+            what = "the replay" if size_bytes is None else f"size {format_size(size_bytes)}"
             raise RunFailure(f"reshaping testbed {self.info.name}'s links to time dilation {dilation.factor:g} "
-                             f"for size {format_size(size_bytes)} failed ({type(exc).__name__}: {exc}); "
+                             f"for {what} failed ({type(exc).__name__}: {exc}); "
                              f"{restored}; the sizes measured before it are kept") from None
         self.current = dilation
 

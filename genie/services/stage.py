@@ -68,8 +68,8 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
     manifest; `name` names the default run directory (runs/<time>-<name>, default: the kind);
     `smallest_message_bytes` is what ``--time-dilation auto`` protects (the run's smallest message), a
     replay's `iteration` instead when given;
-    `sweep_sizes_bytes`, a sweep's sizes: under ``auto`` each gets its own factor (the target's
-    `dilation_plan`)."""
+    `sweep_sizes_bytes`, a sweep's sizes: under ``auto`` each gets its own factor, and an experiment's replay
+    `iteration` beside them its own (the target's `dilation_plan`)."""
     from genie.faults import service as faults_service
     from genie.report.manifest import RunRecorder
 
@@ -94,7 +94,7 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
                          force=opts.force) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology,
                          time_dilation={**target.dilation.to_dict(),
-                                        **({"per_size": target.dilation_plan.to_dict()}
+                                        **(_planned(target.dilation_plan)
                                            if target.dilation_plan is not None else {})})
             for warning in target.warnings:
                 run.warn(warning)
@@ -104,6 +104,12 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
                 raise _named_failure(failure, target) from None
             if choice.sessions is not None:
                 run.write("launch.json", json.dumps(launch_meta(opts.launcher, opts.transport, choice), indent=2))
+
+
+def _planned(plan: Any) -> dict[str, Any]:
+    """A per-size plan (`genie.testbed.dilation_plan.DilationPlan`) as the manifest's `time_dilation` keeps it:
+    each size's factor and why, and an experiment's replay's."""
+    return {"per_size": plan.to_dict(), **({"replay": plan.replay.to_dict()} if plan.replay is not None else {})}
 
 
 def _named_failure(failure: RunFailure, target: Any) -> RunFailure:

@@ -52,7 +52,8 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
     testbed is brought up so (``auto`` measures this host first, for a run whose smallest message is
     `reference_bytes`, or for a replay's `iteration`); a running testbed keeps its own (a different factor asked for is refused); loopback
     takes a fixed factor (compute and reported times only). A sweep's `sweep_sizes` under ``auto``: each size
-    its own factor (the target's `dilation_plan`; the testbed comes up at the smallest size's)."""
+    its own factor, and with an `iteration` the experiment's replay beside it its own (the target's
+    `dilation_plan`; the testbed comes up at the smallest size's)."""
     from genie.services.dilation import loopback_dilation, running_dilation
     from genie.services.dilation_choice import resolve_dilation
 
@@ -97,7 +98,8 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
     if sweep_sizes:
         from genie.services.dilation_choice import resolve_dilation_plan
 
-        planned, links = resolve_dilation_plan(dilation, topo, sweep_sizes, source=str(topology))
+        planned, links = resolve_dilation_plan(dilation, topo, sweep_sizes, source=str(topology),
+                                               iteration=iteration)
         chosen, plan = planned.first, (planned if planned.per_size else None)
     else:
         chosen, links = resolve_dilation(dilation, topo, source=str(topology), reference_bytes=reference_bytes,
