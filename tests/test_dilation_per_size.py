@@ -257,8 +257,11 @@ def test_a_replays_iteration_is_its_steps_and_the_chain_they_wait_on() -> None:
     assert (beside.deps, beside.compute_ns) == ((), 500_000)
     topology = star(2, shape=LinkShape(rate_bps=100 * GBIT, delay_us=1.0))
     floors = path_floors(topology)
-    step_us = message_floor_us(floors, 256 << 10)  # both hops' delay, the bytes serialized once (pipelined)
-    assert step_us == pytest.approx(2.0 + 8 * message_wire_bytes(256 << 10, 1500) / (100 * GBIT) * 1e6)
+    # both hops' delay, the bytes serialized once (pipelined) and at the other hop its last packet (256 KiB is
+    # 181 packets of 1448 bytes and one of 56)
+    step_us = message_floor_us(floors, 256 << 10)
+    assert step_us == pytest.approx(2.0 + 8 * (message_wire_bytes(256 << 10, 1500) + message_wire_bytes(56, 1500))
+                                    / (100 * GBIT) * 1e6)
     floor = iteration_floor(topology, iteration)
     assert (floor.steps, floor.compute_us) == (2, 1000.0)
     assert floor.floor_us == pytest.approx(1000.0 + 2 * step_us)  # the longest chain, not the sum of all
@@ -275,7 +278,7 @@ def test_auto_sizes_a_replay_by_its_iteration_not_its_smallest_message() -> None
     iteration = replay_iteration(_programs(STEP_TRACE))
     by_message = choose_dilation(topology, figures, reference_bytes=16 << 10)
     by_iteration = choose_dilation(topology, figures, iteration=iteration)
-    assert by_message.factor == 800 and "for a 16384-byte message" in by_message.reason
+    assert by_message.factor == 1000 and "for a 16384-byte message" in by_message.reason
     # 30 steps (14 + a token + 14, and a token) against an iteration of > 20 ms: the host's 60 us per step is far
     # under 2 %; the 800 Gbit/s the links ask of a host that carries 4 binds
     assert by_iteration.factor == 200 and by_iteration.reason == "auto: throughput needs N >= 200, rounded up"
@@ -316,8 +319,8 @@ def test_an_experiments_plan_gives_its_replay_the_replays_factor() -> None:
     iteration = replay_iteration(_programs(STEP_TRACE))
     plan = plan_per_size(topology, FIGURES, [16 << 10, 64 << 20], iteration=iteration)
     assert plan.replay == choose_dilation(topology, FIGURES, iteration=iteration)  # the one rule, as genie replay
-    assert plan.replay.factor == 200 and plan.dilation_for(16 << 10).factor == 800  # not its smallest message's
-    assert plan.first.factor == 800 and plan.per_size
+    assert plan.replay.factor == 200 and plan.dilation_for(16 << 10).factor == 1000  # not its smallest message's
+    assert plan.first.factor == 1000 and plan.per_size
     assert plan.describe(topology)[-1].split()[:4] == ["replay", "N", "=", "200"]
     # one size at the replay's factor is still a plan of two factors; one factor for both is not per size
     assert plan_per_size(topology, FIGURES, [16 << 10], iteration=iteration).per_size
@@ -363,9 +366,9 @@ def test_cli_experiment_under_auto_replays_at_the_replays_factor(tmp_path: Path,
     assert "stopped before reshaping" in result.stderr, result.stdout + result.stderr
     topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
     replay = choose_dilation(topology, FIGURES, iteration=replay_iteration(_programs(STEP_TRACE)))
-    assert replay.factor == 200  # its 16 KiB all-reduce alone would need 800 (the old rule's replay factor)
+    assert replay.factor == 200  # its 16 KiB all-reduce alone would need 1000 (the old rule's replay factor)
     dilation = json.loads((tmp_path / "run" / "manifest.json").read_text())["time_dilation"]
     assert dilation["replay"]["factor"] == replay.factor and dilation["replay"]["reason"] == replay.reason
-    assert [(s["size_bytes"], s["factor"]) for s in dilation["per_size"]] == [(16 << 10, 800), (64 << 20, 200)]
-    assert [d.factor for d in up] == [800] and dilation["factor"] == 800  # up at the smallest size's
-    assert "time dilation per size: 16384 B 800, 67108864 B 200; replay 200" in result.stdout + result.stderr
+    assert [(s["size_bytes"], s["factor"]) for s in dilation["per_size"]] == [(16 << 10, 1000), (64 << 20, 200)]
+    assert [d.factor for d in up] == [1000] and dilation["factor"] == 1000  # up at the smallest size's
+    assert "time dilation per size: 16384 B 1000, 67108864 B 200; replay 200" in result.stdout + result.stderr

@@ -20,7 +20,7 @@ from genie.core.dilation import HostLimit, IterationSteps, TimeDilation
 from genie.core.errors import InputError
 from genie.core.topology import Topology
 from genie.core.units import format_rate
-from genie.linkemu.line import message_wire_bytes
+from genie.linkemu.line import TCP_IP_HEADER_BYTES, message_wire_bytes
 from genie.topology.link_properties import MAX_DELAY_US
 
 TCP_MIN_RTO_S = 0.2  # Linux's TCP_RTO_MIN
@@ -91,53 +91,70 @@ class HostFigures:
     emulator_late_us: float | None = None
 
 
-def smallest_step_us(topology: Topology, reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> tuple[float, str]:
-    """The shortest time one message of `reference_bytes` (the smallest a run sends) takes between two hosts
-    of the stated fabric — every hop's delay and serialization — with the pair: the smallest figure that run
-    can report."""
-    from genie.testbed.layout import plan_layout
-    from genie.testbed.paths import PathFinder
-
-    layout = plan_layout(topology, "auto")
-    finder = PathFinder(layout)
-    names = [h.name for h in topology.hosts]
-    best, pair = float("inf"), ""
-    for src in names:
-        for path in finder.paths_from(src, [n for n in names if n != src]):
-            time_us = 0.0
-            for hop in path.hops:
-                shape = topology.links[hop.link_index].shape
-                bits = 8 * message_wire_bytes(reference_bytes, shape.mtu_bytes)
-                time_us += shape.delay_us + (bits / shape.rate_bps * 1e6 if shape.rate_bps else 0.0)
-            if 0 < time_us < best:
-                best, pair = time_us, f"{src}->{path.dst}"
-    return best, pair
+#: a path between two hosts as what bounds a message on it from below: its hops' delays summed (us) and its
+#: rate-shaped hops in order, each (rate_bps, mtu_bytes)
+PathFloor = tuple[float, tuple[tuple[int, int], ...]]
 
 
-def path_floors(topology: Topology) -> frozenset[tuple[float, int | None, int]]:
-    """Every pair of hosts' path as what bounds a message on it from below: (the hops' delays summed, the
-    slowest hop's rate or None when no hop is shaped, that hop's MTU), distinct."""
+def host_paths(topology: Topology) -> list[tuple[str, PathFloor]]:
+    """Every pair of hosts' path ("src->dst") as a `PathFloor`, in the hosts' order."""
     from genie.testbed.layout import plan_layout
     from genie.testbed.paths import PathFinder
 
     finder = PathFinder(plan_layout(topology, "auto"))
     names = [h.name for h in topology.hosts]
-    floors = set()
+    out = []
     for src in names:
         for path in finder.paths_from(src, [n for n in names if n != src]):
             shapes = [topology.links[hop.link_index].shape for hop in path.hops]
-            rated = [shape for shape in shapes if shape.rate_bps is not None]
-            slowest = min(rated, key=lambda shape: shape.rate_bps) if rated else None
-            floors.add((sum(shape.delay_us for shape in shapes), slowest and slowest.rate_bps,
-                        slowest.mtu_bytes if slowest else 1500))
-    return frozenset(floors)
+            out.append((f"{src}->{path.dst}", (sum(shape.delay_us for shape in shapes),
+                                                tuple((shape.rate_bps, shape.mtu_bytes) for shape in shapes
+                                                      if shape.rate_bps is not None))))
+    return out
 
 
-def message_floor_us(floors: frozenset[tuple[float, int | None, int]], size_bytes: int) -> float:
-    """The least time a message of `size_bytes` takes between any two hosts (`path_floors`): the path's delays
-    and its bytes serialized once at its slowest hop (packets pipeline through the others)."""
-    return min((delay_us + (8 * message_wire_bytes(size_bytes, mtu) / rate * 1e6 if rate else 0.0)
-                for delay_us, rate, mtu in floors), default=0.0)
+def path_floors(topology: Topology) -> frozenset[PathFloor]:
+    """Every pair of hosts' path (`host_paths`), distinct."""
+    return frozenset(floor for _, floor in host_paths(topology))
+
+
+def last_packet_bytes(size_bytes: int, mtu_bytes: int) -> int:
+    """The payload of the last (smallest) packet a message of `size_bytes` is cut into at `mtu_bytes`."""
+    mss = mtu_bytes - TCP_IP_HEADER_BYTES
+    return size_bytes - (max(1, -(-size_bytes // mss)) - 1) * mss
+
+
+def message_us(floor: PathFloor, size_bytes: int) -> float:
+    """The least time a message of `size_bytes` takes on a path (`PathFloor`): the path's delays, the message
+    serialized at its slowest hop and one packet of it (its smallest) at every other hop. A message crosses a
+    path packet by packet and each hop stores and forwards a packet, not the message: the hops serialize at
+    once but for one packet each (the link emulator's chain of wires passes a message so, `genie.linkemu.line`:
+    a one-packet message is serialized at every hop, a large one about once)."""
+    delay_us, hops = floor
+    if not hops:
+        return delay_us
+    whole = [8 * message_wire_bytes(size_bytes, mtu) / rate * 1e6 for rate, mtu in hops]
+    slowest = whole.index(max(whole))
+    packets = sum(8 * message_wire_bytes(last_packet_bytes(size_bytes, mtu), mtu) / rate * 1e6
+                  for i, (rate, mtu) in enumerate(hops) if i != slowest)
+    return delay_us + whole[slowest] + packets
+
+
+def smallest_step_us(topology: Topology, reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> tuple[float, str]:
+    """The shortest time one message of `reference_bytes` (the smallest a run sends) takes between two hosts
+    of the stated fabric (`message_us`), with the pair: the smallest figure that run can report (inf when no
+    path has a delay or a rate)."""
+    best, pair = float("inf"), ""
+    for name, floor in host_paths(topology):
+        time_us = message_us(floor, reference_bytes)
+        if 0 < time_us < best:
+            best, pair = time_us, name
+    return best, pair
+
+
+def message_floor_us(floors: frozenset[PathFloor], size_bytes: int) -> float:
+    """The least time a message of `size_bytes` takes between any two hosts (`path_floors`, `message_us`)."""
+    return min((message_us(floor, size_bytes) for floor in floors), default=0.0)
 
 
 @dataclass(frozen=True)
