@@ -114,6 +114,10 @@ CASES = (
     Case("abci-anode-a100sxm4-hdr-2node-sharp", Interconnect.NVSWITCH, True,
          "InfiniBand HDR with SHARP (NCCL_COLLNET_ENABLE=1, CollNet not modelled); a user guide's example",
          nccl_version="2.8"),
+    Case("xxrjun-cluster01-h100-1gpn-2-10node", Interconnect.NVSWITCH, True,
+         "1 GPU per node on 2 and 10 nodes; 5 collectives on 10; network not stated (400G NIC per GPU assumed)"),
+    Case("xxrjun-cluster01-h100-10node-5collectives", Interconnect.NVSWITCH, True,
+         "5 collectives on 10 nodes x 2/4/8 GPUs, alltoall/sendrecv on 2 x 8; network not stated (400G per GPU assumed)"),
 )
 
 
