@@ -121,8 +121,10 @@ CASES = (
     Case("alcf-polaris-a100-slingshot11-2-8-256-540node", Interconnect.NVLINK, True,
          "Slingshot-11 (aws-ofi-nccl); all_reduce, all_gather, alltoall on 2, 8, 256 and 540 nodes x 4 GPUs",
          nccl_version="2.21.5"),
-    Case("snellius-h100-ndr200-1node-2node", Interconnect.NVLINK, True,
-         "4 x H100 (NVLink, no NVSwitch) + 4 x NDR200 per node; all_reduce, all_gather, reduce_scatter on 1 and 2 nodes"),
+    Case("snellius-h100-ndr200-2node", Interconnect.NVLINK, True,
+         "4 x H100 (NVLink, no NVSwitch) + 4 x NDR200 per node; all_reduce (2 runs), all_gather, reduce_scatter"),
+    Case("snellius-h100-4gpu-1node", Interconnect.NVLINK, True,
+         "4 x H100 on NVLink without NVSwitch; all_reduce, all_gather, reduce_scatter"),
 )
 
 

@@ -1,7 +1,7 @@
 """genie.measure.nccl_log_lines and its use by the nccl-tests reader: a row whose head NCCL's log (NCCL_DEBUG=INFO,
 lazy connection at a collective's first call) cut from its figures is read whole; `make NAME_SUFFIX=_mpi` binaries
 are read as the collective they test. Excerpts from a real 2-node H100 log (odissei-benchmarks/nccl-tests,
-runs/2nodes/all_reduce_mpi.log; the corpus case snellius-h100-ndr200-1node-2node holds the whole files)."""
+runs/2nodes/all_reduce_mpi.log; the corpus case snellius-h100-ndr200-2node holds the whole files)."""
 
 import pytest
 
