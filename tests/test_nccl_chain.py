@@ -9,8 +9,8 @@ import pytest
 
 from genie.core.collective import Collective
 
-from astra_adapter.nccl.chain import STEP_DATA_BYTES, chain_fill_us, chain_latency_us, is_chain, same_channels, \
-    slice_bytes
+from astra_adapter.nccl.chain import STEP_DATA_BYTES, chain_fill_us, chain_latency_us, is_chain, \
+    network_hop_us_per_byte, same_channels, slice_bytes
 from astra_adapter.nccl.hardware import Cluster, Interconnect, tuner_system
 from astra_adapter.nccl.model import Call, NcclParams, predict
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, choose, tuner_table
@@ -90,13 +90,13 @@ def test_a_broadcast_across_more_nodes_takes_longer_only_for_the_chain():
 
 def test_an_ll128_broadcast_across_nodes_holds_a_step_on_each_network_hop():
     # 16 nodes, 8 MiB: LL128 on 8 channels, a whole 576000 B step (capped by the 1 MiB share) held on 14 of the
-    # 15 network hops, at a channel's share of the node's NICs (4 x 20 GB/s over 8 channels: 10 GB/s) times
-    # LL128's 120 data bytes of each 128 (NCCL's 0.92)
+    # 15 network hops, its 128/120 wire bytes at a channel's share of the node's NICs (4 x 20 GB/s over 8
+    # channels: 10 GB/s)
     params = NcclParams(intra_busbw_gb_s=240.0, nvls_busbw_gb_s=0.0, nic_gb_s=20.0)
     p = predict(A_NODE, params, Call(Collective.BROADCAST, 128, 16, 8 << 20))
     assert p.choice.protocol is NcclProtocol.LL128
     two = predict(A_NODE, params, Call(Collective.BROADCAST, 16, 2, 8 << 20))
-    assert p.time_us - two.time_us == pytest.approx(14 * 576000 / (0.92 * 10e3), rel=0.02)
+    assert p.time_us - two.time_us == pytest.approx(14 * 576000 * 128 / 120 / 10e3, rel=1e-6)
 
 
 def test_a_small_broadcast_back_to_back_costs_one_rank_not_the_hops():
@@ -109,3 +109,11 @@ def test_a_small_broadcast_back_to_back_costs_one_rank_not_the_hops():
         p = predict(A_NODE, params, Call(Collective.BROADCAST, 8 * nodes, nodes, 4))
         assert p.choice.protocol is NcclProtocol.LL
         assert p.time_us == pytest.approx(3.0 + base, rel=1e-3)
+
+
+def test_a_network_hop_moves_the_protocols_wire_bytes_on_one_nic_per_channel():
+    # LL carries 8 data bytes in each 16-byte line; a channel alone on a NIC has all of it (1 channel, 4 NICs of
+    # 20 GB/s: 20 GB/s), 8 channels share 4 NICs (10 GB/s each)
+    assert network_hop_us_per_byte(NcclProtocol.LL, 80.0, 4, 1) == pytest.approx(2 / 20e3)
+    assert network_hop_us_per_byte(NcclProtocol.SIMPLE, 80.0, 4, 8) == pytest.approx(1 / 10e3)
+    assert network_hop_us_per_byte(NcclProtocol.LL128, 80.0, 4, 8) == pytest.approx(128 / 120 / 10e3)

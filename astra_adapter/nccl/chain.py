@@ -49,6 +49,9 @@ STEP_DATA_BYTES = {
     NcclProtocol.LL128: 120 * 640 * 8 * 120 // 128,
 }
 
+#: bytes on the wire per data byte (LL: 8 of each 16-byte line are flags; LL128: 8 of each 128-byte line)
+WIRE_BYTES_PER_DATA_BYTE = {NcclProtocol.SIMPLE: 1.0, NcclProtocol.LL: 2.0, NcclProtocol.LL128: 128 / 120}
+
 
 def is_chain(collective: Collective, algorithm: NcclAlgorithm) -> bool:
     """NCCL runs this call as a pipelined chain through its ring."""
@@ -76,10 +79,17 @@ def chain_latency_us(system: TunerSystem, protocol: NcclProtocol) -> float:
 def chain_fill_us(protocol: NcclProtocol, size_bytes: int, channels: int, nodes: int,
                   intra_us_per_byte: float, inter_us_per_byte: float) -> float:
     """The chain's fill between nodes: a whole slice's time on every network hop of the chain (``nodes - 1``)
-    but the slowest hop, which the transfer at the chain's bandwidth already counts. ``intra_us_per_byte`` / ``inter_us_per_byte``: one channel's time per byte on a hop inside a node
-    and between nodes."""
+    but the slowest hop, which the transfer at the chain's bandwidth already counts. ``intra_us_per_byte`` /
+    ``inter_us_per_byte``: one channel's time per data byte on a hop inside a node and between nodes."""
     if nodes <= 1 or size_bytes <= 0:
         return 0.0
     s = slice_bytes(protocol, size_bytes, channels)
     hops = nodes - 1 - (1 if inter_us_per_byte >= intra_us_per_byte else 0)
     return max(0, hops) * s * inter_us_per_byte
+
+
+def network_hop_us_per_byte(protocol: NcclProtocol, node_nic_gb_s: float, nics: int, channels: int) -> float:
+    """One channel's time per data byte on a network hop: the protocol's wire bytes at the channel's share of
+    the node's NICs (a channel's ring crosses one NIC; channels share a NIC only when there are more of them)."""
+    per_channel_gb_s = node_nic_gb_s / max(channels, nics, 1)
+    return WIRE_BYTES_PER_DATA_BYTE[protocol] / (1000.0 * per_channel_gb_s)
