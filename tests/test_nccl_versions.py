@@ -215,3 +215,15 @@ def test_ring_plateau_threshold_and_factor_per_release():
         assert call_latency_us(system, ar, entry, 32 << 10) == pytest.approx(entry.latency_us * small)
         assert call_latency_us(system, ar, entry, 1 << 20) == pytest.approx(entry.latency_us * large)
     assert constants((2, 17)).plateau_factor(90) == 1.5 and constants((2, 17)).plateau_factor(80) == 1.9
+
+
+def test_2_8_all_reduce_leaves_ll128_for_simple_where_its_per_collective_cap_binds():
+    # 4 x V100 SXM2 with NVLink between every pair (6 links x 20 GB/s): ring graph 6 channels x 20 GB/s.
+    # NCCL 2.8.4's LL128 all-reduce cap 6 x 16.9 GB/s makes Simple faster from 4 MiB (LL128 at 2 MiB); with 20
+    # GB/s a channel LL128 would run to 4 MiB (ABCI's V node, NCCL 2.8.4: 2 MiB 103 us, 4 MiB 101 us)
+    v100 = Cluster("v100-nvlink", 1, 4, "Tesla V100-SXM2-16GB", 70, Interconnect.NVLINK, 120.0, 0.5, 2, 12.5, 1.0)
+    system = _at(v100, "2.8.4")
+    assert (system.channels, system.bw_intra_gb_s) == (6, 20.0)
+    ar = Collective.ALL_REDUCE
+    assert choose(system, ar, 2 << 20)[0].protocol is NcclProtocol.LL128
+    assert choose(system, ar, 4 << 20)[0].protocol is NcclProtocol.SIMPLE
