@@ -217,6 +217,15 @@ def test_ring_plateau_threshold_and_factor_per_release():
     assert constants((2, 17)).plateau_factor(90) == 1.5 and constants((2, 17)).plateau_factor(80) == 1.9
 
 
+def test_ll128_cap_of_2_17_is_per_generation_for_rings_and_trees():
+    # v2.17.1-1: ll128MaxBwPerCh[compCapIndex] = {20.0, 20.0, 36.7}, before 2.18's separate ring and tree tables
+    h = constants((2, 17)).generation(90)
+    assert constants((2, 17)).per_ch_max_ring_ll128_bws[h] == (36.7, 36.7, 36.7)
+    assert constants((2, 17)).per_ch_max_tree_ll128_bws[h] == (36.7, 36.7, 36.7)
+    assert constants((2, 16)).per_ch_max_ring_ll128_bws[h] == (20.0, 20.0, 20.0)
+    assert constants((2, 18)).per_ch_max_tree_ll128_bws[h] == (36.7, 36.7, 29.0)
+
+
 def test_2_8_all_reduce_leaves_ll128_for_simple_where_its_per_collective_cap_binds():
     # 4 x V100 SXM2 with NVLink between every pair (6 links x 20 GB/s): ring graph 6 channels x 20 GB/s.
     # NCCL 2.8.4's LL128 all-reduce cap 6 x 16.9 GB/s makes Simple faster from 4 MiB (LL128 at 2 MiB); with 20

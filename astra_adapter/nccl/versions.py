@@ -98,6 +98,8 @@ _RING_LL128_2_10 = ((20.0,) * 3,) * 4
 # 2.8 and 2.9: LL128's cap a channel per collective (ll128MaxBwPerCh[function]), for rings and trees alike
 _LL128_PER_COLLECTIVE_2_8 = ((Collective.BROADCAST, 18.8), (Collective.REDUCE, 12.0), (Collective.ALL_GATHER, 18.3),
                              (Collective.REDUCE_SCATTER, 15.2), (Collective.ALL_REDUCE, 16.9))
+# 2.17: one LL128 cap a channel per generation for rings and trees (ll128MaxBwPerCh[compCapIndex]), Hopper's 36.7
+_LL128_2_17 = ((20.0,) * 3, (20.0,) * 3, (36.7,) * 3, (36.7,) * 3)
 _RING_LL128_2_18 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (73.4, 73.4, 73.4))
 _TREE_LL128_2_10 = ((20.0,) * 3,) * 4
 _TREE_LL128_2_18 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (73.4, 73.4, 58.0))
@@ -201,8 +203,10 @@ def constants(version: NcclVersion | None) -> TunerConstants:
         ll_max_bws=_LL_MAX_2_21 if v >= (2, 21) else _LL_MAX_2_8,
         per_ch_max_tree_bws=_TREE_2_19 if v >= (2, 19) else _TREE_2_17 if v >= (2, 17) else _TREE_2_10 if v >= (
             2, 10) else _TREE_2_8,
-        per_ch_max_ring_ll128_bws=_RING_LL128_2_18 if v >= (2, 18) else _RING_LL128_2_10,
-        per_ch_max_tree_ll128_bws=_TREE_LL128_2_18 if v >= (2, 18) else _TREE_LL128_2_10,
+        per_ch_max_ring_ll128_bws=_RING_LL128_2_18 if v >= (2, 18) else _LL128_2_17 if v >= (2, 17) else
+        _RING_LL128_2_10,
+        per_ch_max_tree_ll128_bws=_TREE_LL128_2_18 if v >= (2, 18) else _LL128_2_17 if v >= (2, 17) else
+        _TREE_LL128_2_10,
         ring_ll_half=v >= (2, 21),
         ring_ll128_one_gpu_factor=0.92 if v >= (2, 23) else 0.7,
         ar_inter_steps_2n=(2, 12) <= v < (2, 23),
