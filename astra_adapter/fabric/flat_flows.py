@@ -198,7 +198,8 @@ class FlatFlowEngine(FlowEngine):
 
 def engine_for(network: FabricNetwork, params: FabricParams = FabricParams(),
                sends: StepSends | None = None) -> FlowEngine:
-    """The engine a play runs on: the flat one, or the reference where standing queues are modelled."""
-    if params.standing_queues:
+    """The engine a play runs on: the flat one, or the reference where standing queues or ring chains are
+    modelled."""
+    if params.standing_queues or params.ring_chains:
         return FlowEngine(network, params, sends)
     return FlatFlowEngine(network, params, sends)

@@ -27,6 +27,7 @@ from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
 from genie.collectives.sends import SendStep, step_sends
 
+from astra_adapter.fabric.chains import RingOp, ring_like
 from astra_adapter.fabric.fairshare import max_min_rates
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.fabric.queues import StandingQueues
@@ -44,6 +45,9 @@ class FabricParams:
     per-message overhead and a per-op endpoint delay (ns), and the flow contention: a link crossed by ``n``
     flows at once delivers ``1 / (1 + flow_contention x (n - 1))`` of its rate (TCP flows sharing a shaped
     queue lose throughput to drops and retransmissions as they multiply - the incast of an all-to-all; 0: none).
+    ``standing_queues``: a step first waits behind the queues other ops' flows keep on saturated links
+    (:mod:`astra_adapter.fabric.queues`). ``ring_chains``: a ring's ranks each on their own step, as the replay's
+    are (:mod:`astra_adapter.fabric.chains`), not in lock step.
     """
 
     efficiency: tuple[tuple[LinkClass, float], ...] = ()
@@ -51,6 +55,7 @@ class FabricParams:
     endpoint_delay_ns: float = 0.0
     flow_contention: float = 0.0
     standing_queues: bool = False
+    ring_chains: bool = False
 
     def efficiency_of(self, link_class: LinkClass) -> float:
         return dict(self.efficiency).get(link_class, 1.0)
@@ -186,10 +191,42 @@ class FlowEngine:
         return tuple(out)
 
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
+        if self.params.ring_chains and ring_like(steps):
+            ring = RingOp(steps)
+            self._begin_chunks(ring)
+            self.ops.append(ring)
+            return ring  # type: ignore[return-value]  # what the engine reads of an op (chains.RingOp)
         op = FabricOp(steps)
         self._enter_next_step(op)
         self.ops.append(op)
         return op
+
+    def _begin_chunks(self, op: RingOp) -> None:
+        """The connections of a ring-like op whose senders have their chunk's data start it; with standing
+        queues each first waits behind the queues on its own path (only its downstream ranks wait for it), unless
+        the chunk queued right behind the connection's previous one (``RingOp.behind``: a TP pair's all-reduce
+        behind a queue one way waits it once, not once per step)."""
+        which = op.startable()
+        if not which.any():
+            return
+        extra = np.zeros(len(which))
+        if self.queues is not None:
+            queued = self._queued(op)
+            if queued is not None:
+                extra = np.where(which & ~op.behind, self.queues.flow_waits_ns(queued, op.steps[0].routes), 0.0)
+        op.begin(which, extra)
+
+    def _queued(self, op) -> np.ndarray | None:
+        """Bytes standing in each resource's queue, kept by the flows moving now other than ``op``'s, at the
+        max-min rates they have now (None: no other op moves)."""
+        assert self.queues is not None
+        moving = [(o, rate) for o, rate in zip(self.ops, self._flow_rates()) if rate is not None]
+        in_flight = [(o.steps[o.step], o.active, o.remaining_bytes() if isinstance(o, RingOp) else
+                      o.left + self.queues.later_bytes(o.steps, o.step)) for o, _ in moving if o is not op]
+        if not in_flight:
+            return None
+        load = self.queues.load([(o.steps[o.step], rate) for o, rate in moving])
+        return self.queues.queued_bytes(in_flight, load)
 
     def _enter_next_step(self, op: FabricOp) -> None:
         """``op`` on to its next step; with standing queues its latency grows by the wait behind them."""
@@ -198,14 +235,8 @@ class FlowEngine:
             return
         # the flows moving now, at the max-min rates they have now (an op that just ended has left its links to
         # them; ``op`` itself is in its latency), say which links are saturated and hold the queues ``op`` meets
-        moving = [(o, rate) for o, rate in zip(self.ops, self._flow_rates()) if rate is not None]
-        in_flight = [(o.steps[o.step], o.active, o.left + self.queues.later_bytes(o.steps, o.step))
-                     for o, _ in moving if o is not op]
-        if not in_flight:
-            return
-        load = self.queues.load([(o.steps[o.step], rate) for o, rate in moving])
-        queued = self.queues.queued_bytes(in_flight, load)
-        if queued.any():
+        queued = self._queued(op)
+        if queued is not None and queued.any():
             step = op.steps[op.step]
             op.latency_ns += self.queues.delay_ns(queued, step.routes[op.active],
                                                   step.dst[op.active] if len(op.steps) > 1 else None)
@@ -214,6 +245,8 @@ class FlowEngine:
     def busy_ranks(op: FabricOp) -> set[int] | None:
         """On the op's last step, the ranks that still send or receive in it (a rank whose flows are all done
         leaves the op, as the replay's ranks do); None before the last step (every member is in it)."""
+        if isinstance(op, RingOp):
+            return op.busy_ranks()
         if op.done:
             return set()
         if op.step < len(op.steps) - 1 or op.latency_ns > 0:
@@ -297,6 +330,9 @@ class FlowEngine:
         for op, rate in zip(self.ops, self._current):
             if op.done:
                 return 0.0
+            if isinstance(op, RingOp):
+                best = min(best, op.horizon_ns(rate))
+                continue
             if op.latency_ns > 0:
                 best = min(best, op.latency_ns)
             elif rate is None:
@@ -310,6 +346,10 @@ class FlowEngine:
     def advance(self, dt_ns: float) -> None:
         for op, rate in zip(self.ops, self._current):
             if op.done:
+                continue
+            if isinstance(op, RingOp):
+                if op.move(dt_ns, rate):
+                    self._begin_chunks(op)
                 continue
             if op.latency_ns > 0:
                 op.latency_ns -= dt_ns

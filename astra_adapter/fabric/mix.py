@@ -120,7 +120,7 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
     exactly those routes: the hash draw each session really got. ``standing_queues``: a step first waits for
     the other ops' queued windows on the full links it crosses (astra_adapter/fabric/queues.py); off, the
     rates alone (faster at scale: the 256-host what-if in benchmarks/README.md)."""
-    params = replace(params, standing_queues=standing_queues)
+    params = replace(params, standing_queues=standing_queues, ring_chains=standing_queues)
     network = FabricNetwork(topology, source=source)
     network.check_connected()
     nets = sample_networks(network, ecmp_samples)
