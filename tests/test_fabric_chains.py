@@ -61,6 +61,8 @@ def test_ring_chains_run_on_the_reference_engine() -> None:
     assert isinstance(engine_for(_dumbbell(), FabricParams(ring_chains=True)), FlowEngine)
     assert not isinstance(engine_for(_dumbbell(), FabricParams(ring_chains=True)), FlatFlowEngine)
     assert isinstance(engine_for(_dumbbell(), FabricParams()), FlatFlowEngine)
+    with pytest.raises(ValueError):  # the flat engine has no per-connection state: it would play lock step
+        FlatFlowEngine(_dumbbell(), FabricParams(ring_chains=True))
 
 
 def test_a_ring_with_a_slow_connection_ends_rank_by_rank_as_its_chain_of_receives_says() -> None:

@@ -47,8 +47,8 @@ class FlatFlowEngine(FlowEngine):
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
-        if params.standing_queues:
-            raise ValueError("standing queues run on the reference FlowEngine (engine_for chooses)")
+        if params.standing_queues or params.ring_chains:
+            raise ValueError("standing queues and ring chains run on the reference FlowEngine (engine_for chooses)")
         super().__init__(network, params, sends)
         self.changed: set[int] = set()  # ids of the ops whose step or moving flows changed (the player clears it)
         self._dirty = True  # an op started, left, or changed phase: lay the arrays out again
