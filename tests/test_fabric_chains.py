@@ -13,7 +13,7 @@ from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.measurements import CommOp
 from genie.core.collective import Algorithm, Collective
-from genie.core.tcp_window import window_bytes
+from genie.core.tcp_window import send_buffer_bytes, window_bytes
 from genie.topology.reader import load_topology
 
 HOST_BYTES_PER_NS = 1e9 / 8 / 1e9
@@ -80,15 +80,20 @@ def test_a_ring_with_a_slow_connection_ends_rank_by_rank_as_its_chain_of_receive
     # connection s -> s + 1 moves chunk k once it moved chunk k - 1 and the connection into s delivered k - 1
     done = {s: 0.0 for s in range(4)}
     for _ in range(len(steps)):
-        before = dict(done)
-        done = {s: max(before[s], before[(s - 1) % 4]) + chunk / rate[s] for s in range(4)}
-    expected = {r: max(done[r], done[(r - 1) % 4]) for r in range(4)}  # its send out and its receive in
+        began = {s: max(done[s], done[(s - 1) % 4]) for s in range(4)}
+        done = {s: began[s] + chunk / rate[s] for s in range(4)}
+    # a rank leaves with its receive in and its last send written: all but the socket's send buffer of it sent
+    socket = send_buffer_bytes(1_000_000_000, 0) * WIRE_BYTES_PER_PAYLOAD_BYTE
+    written = {s: began[s] + max(chunk - socket, 0.0) / rate[s] for s in range(4)}
+    expected = {r: max(done[(r - 1) % 4], written[r]) for r in range(4)}
     got = _leave_times(engine, ring)
     assert sorted(src) == [0, 1, 2, 3] and len(steps) == 6
     assert got == pytest.approx(expected, rel=1e-9)
-    # the ranks leave over more than a chunk's time at the slow rate; in lock step all 6 steps take the slow
-    # connection's time and every rank leaves within the last one
+    # the ranks leave over more than a chunk's time at the slow rate (rank 1, sending into it, once all but its
+    # socket's buffer is sent); in lock step all 6 steps take the slow connection's time and every rank leaves
+    # within the last one
     assert max(got.values()) - min(got.values()) > chunk / rate[1]
+    assert got[1] < max(got.values()) - 0.9 * socket / rate[1]
     lock = FlowEngine(_dumbbell(), FabricParams())
     lock.start(lock.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**10), (1, 2)))
     locked = _leave_times(lock, lock.start(lock.plan(ALLREDUCE, (0, 1, 2, 3))))

@@ -46,9 +46,9 @@ class RingOp:
     ``active`` per connection. ``steps``: the op's :class:`astra_adapter.fabric.flows.StepFlows`."""
 
     __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done",
-                 "chunk", "wait", "ready", "behind", "pred", "sizes", "after", "latencies", "count")
+                 "chunk", "wait", "ready", "behind", "pred", "sizes", "after", "latencies", "count", "send_buffer")
 
-    def __init__(self, steps: tuple) -> None:
+    def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
         self.steps = steps
         self.latency_ns = 0.0
         self.done = False
@@ -60,6 +60,9 @@ class RingOp:
         # per chunk and connection: what the connection still sends after that chunk (its queue's reserve)
         self.after = np.concatenate((np.cumsum(self.sizes[::-1], axis=0)[::-1][1:], np.zeros((1, n))))
         self.latencies = np.array([s.latency_ns for s in steps])
+        # per connection, the bytes its socket holds (genie.core.tcp_window.send_buffer_bytes, on the wire's scale):
+        # the sender leaves once its last chunk is written and no more than this of it is still to arrive
+        self.send_buffer = np.zeros(n) if send_buffer is None else np.asarray(send_buffer, dtype=float)
         into = {int(d): k for k, d in enumerate(first.dst.tolist())}
         self.pred = np.array([into.get(int(s), -1) for s in first.src.tolist()], dtype=np.int64)
         self.chunk = np.zeros(n, dtype=np.int64)
@@ -110,21 +113,30 @@ class RingOp:
         return bool(through.any())
 
     def horizon_ns(self, rate: np.ndarray | None) -> float:
-        """Time to the next wait running out or chunk going through at ``rate``."""
+        """Time to the next wait running out, chunk going through, or last chunk fitting in its sender's socket
+        (its sender leaves then, :meth:`busy_ranks`) at ``rate``."""
         best = float("inf")
         waiting = self.ready & ~self.active & (self.wait > 0)
         if waiting.any():
             best = float(np.min(self.wait[waiting]))
         if rate is not None and self.active_count:
-            best = min(best, float(np.min(self.left[self.active] / rate[self.active])))
+            on = self.active
+            best = min(best, float(np.min(self.left[on] / rate[on])))
+            filling = on & (self.chunk == self.count - 1) & (self.left > self.send_buffer)
+            if filling.any():
+                best = min(best, float(np.min((self.left[filling] - self.send_buffer[filling]) / rate[filling])))
         stuck = self.ready & ~self.active & (self.wait <= 0)  # a chunk of nothing: through now
         return 0.0 if stuck.any() else best
 
     def busy_ranks(self) -> set[int]:
-        """Ranks with a connection in or out that has chunks left."""
+        """Ranks still in the op: receiving a chunk yet, or sending one not yet written whole into its socket
+        (the replay's rank ends its op when its receives are in and its sends are out of its outbox; what the
+        socket holds arrives after it has gone on)."""
         first = self.steps[0]
-        left = self.chunk < self.count
-        return set(first.src[left].tolist()) | set(first.dst[left].tolist())
+        receiving = self.chunk < self.count
+        written = (self.chunk == self.count - 1) & self.ready & (self.left <= self.send_buffer)
+        sending = (self.chunk < self.count) & ~written
+        return set(first.dst[receiving].tolist()) | set(first.src[sending].tolist())
 
     def remaining_bytes(self) -> np.ndarray:
         """Per connection, what it still sends: the rest of its chunk and its later chunks (what TCP keeps in

@@ -25,6 +25,7 @@ from genie.core.collective import Collective
 from genie.core.alltoallv import matrix_op_size
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
+from genie.core.tcp_window import send_buffer_bytes
 from genie.collectives.sends import SendStep, step_sends
 
 from astra_adapter.fabric.chains import RingOp, ring_like
@@ -192,7 +193,7 @@ class FlowEngine:
 
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         if self.params.ring_chains and ring_like(steps):
-            ring = RingOp(steps)
+            ring = RingOp(steps, self._send_buffers(steps[0].routes))
             self._begin_chunks(ring)
             self.ops.append(ring)
             return ring  # type: ignore[return-value]  # what the engine reads of an op (chains.RingOp)
@@ -200,6 +201,15 @@ class FlowEngine:
         self._enter_next_step(op)
         self.ops.append(op)
         return op
+
+    def _send_buffers(self, routes: np.ndarray) -> np.ndarray:
+        """Per route, what its sender's socket holds (:func:`genie.core.tcp_window.send_buffer_bytes`, wire bytes)."""
+        out = []
+        for rid in routes.tolist():
+            route = self.network.routes[rid]
+            rate = self.network.resources[route.loads[0][0]].rate_bps if route.loads else 0
+            out.append(send_buffer_bytes(rate, 2 * route.delay_ns / 1000) * WIRE_BYTES_PER_PAYLOAD_BYTE)
+        return np.array(out)
 
     def _begin_chunks(self, op: RingOp) -> None:
         """The connections of a ring-like op whose senders have their chunk's data start it; with standing
