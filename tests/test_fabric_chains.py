@@ -114,6 +114,9 @@ def test_a_pair_s_all_reduce_behind_a_queue_one_way_waits_it_once() -> None:
     # measured: a TP pair's 512 B all-reduce took ~100 ms with one direction behind a 6 MiB queue (100 ms): the
     # second step's chunk queues right behind the first on the slow connection, it does not wait the queue again
     def allreduce_ns(longs: list[tuple[int, int]]) -> float:
+        return max(allreduce_leaves(longs).values())
+
+    def allreduce_leaves(longs: list[tuple[int, int]]) -> dict[int, float]:
         engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
         for pair in longs:
             engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
@@ -123,7 +126,7 @@ def test_a_pair_s_all_reduce_behind_a_queue_one_way_waits_it_once() -> None:
             engine.advance(dt)
             t += dt
         op = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 512), (1, 3)))
-        return max(_leave_times(engine, op).values())
+        return _leave_times(engine, op)
 
     queue_ns = window_bytes() / FABRIC_BYTES_PER_NS  # one long flow's window at 500 Mbit/s: 50.3 ms
     one_way = allreduce_ns([(0, 2)])
@@ -131,3 +134,22 @@ def test_a_pair_s_all_reduce_behind_a_queue_one_way_waits_it_once() -> None:
     both = allreduce_ns([(0, 2), (2, 0)])
     assert both == pytest.approx(2 * queue_ns, rel=1e-3)  # each direction's queue once, one after the other
     assert np.isfinite(one_way) and np.isfinite(both)
+
+
+def test_a_chunk_joins_the_queue_when_its_data_comes_in_not_when_its_connection_is_free() -> None:
+    # a TP pair 1 <-> 3 with 1 -> 3 behind one long flow's window (50 ms) and 3 -> 1 behind two (100 ms): the second
+    # step's chunk 3 -> 1 has its data at 50 ms (1 -> 3's first chunk in) and waits the 100 ms queue from then;
+    # 1 -> 3's second chunk has its data at 100 ms and waits 50 ms from then: both ranks are done at 150 ms (the
+    # replay: a pair behind queues both ways waits both, one after the other)
+    engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+    for pair in ((0, 2), (2, 0), (2, 1)):
+        engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
+    t = 0.0
+    while t < 300e6:
+        dt = min(engine.horizon_ns(), 300e6 - t)
+        engine.advance(dt)
+        t += dt
+    left = _leave_times(engine, engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 512),
+                                                         (1, 3))))
+    queue_ns = window_bytes() / FABRIC_BYTES_PER_NS
+    assert left[1] == pytest.approx(3 * queue_ns, rel=1e-3) and left[3] == pytest.approx(3 * queue_ns, rel=1e-3)

@@ -46,7 +46,7 @@ class RingOp:
     ``active`` per connection. ``steps``: the op's :class:`astra_adapter.fabric.flows.StepFlows`."""
 
     __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done",
-                 "chunk", "wait", "ready", "behind", "pred", "sizes", "after", "latencies", "count", "send_buffer")
+                 "chunk", "wait", "ready", "next_ready", "next_wait", "pred", "sizes", "after", "latencies", "count", "send_buffer")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
         self.steps = steps
@@ -69,9 +69,10 @@ class RingOp:
         self.left = np.zeros(n)
         self.wait = np.zeros(n)
         self.ready = np.zeros(n, dtype=bool)  # its sender has the chunk's data: waiting out ``wait`` or moving
-        # the chunk's data was in before the connection was through its previous chunk: it queued right behind
-        # that chunk (still waiting, or moving with the connection's window in flight), so it waits no queue anew
-        self.behind = np.zeros(n, dtype=bool)
+        # the next chunk's data is in while the connection is still on its chunk: the next chunk joined the
+        # queues then, and its wait behind them (next_wait) runs down from that moment, not from its start
+        self.next_ready = np.zeros(n, dtype=bool)
+        self.next_wait = np.zeros(n)
         self.active = np.zeros(n, dtype=bool)
         self.active_count = 0
 
@@ -81,12 +82,27 @@ class RingOp:
         pred_chunk = np.where(self.pred >= 0, self.chunk[np.maximum(self.pred, 0)], self.count)
         return ~self.ready & (self.chunk < self.count) & ((self.chunk == 0) | (pred_chunk >= self.chunk))
 
+    def arriving(self) -> np.ndarray:
+        """Connections on a chunk whose next chunk's data has come in since (not yet counted): it joins the
+        queues now (:meth:`queue_next`)."""
+        nxt = self.chunk + 1
+        pred_chunk = np.where(self.pred >= 0, self.chunk[np.maximum(self.pred, 0)], self.count)
+        return self.ready & ~self.next_ready & (nxt < self.count) & (pred_chunk >= nxt)
+
+    def queue_next(self, which: np.ndarray, wait_ns: np.ndarray) -> None:
+        """The next chunk of connections ``which`` joined the queues now: ``wait_ns`` behind them from now."""
+        self.next_ready[which] = True
+        self.next_wait[which] = wait_ns[which]
+
     def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
-        """Connections ``which`` (mask) start their chunk: its latency plus ``extra_wait_ns`` (theirs behind the
-        standing queues; the engine gives none to a chunk :attr:`behind` its previous one), then its bytes."""
+        """Connections ``which`` (mask) start their chunk: its latency plus its wait behind the standing
+        queues - ``extra_wait_ns`` (from now), or what is left of the wait it began when its data came in while
+        the connection was still on its previous chunk - then its bytes."""
         k = self.chunk[which]
+        extra_wait_ns = np.where(self.next_ready, self.next_wait, extra_wait_ns)
+        self.next_ready[which] = False
+        self.next_wait[which] = 0.0
         self.ready[which] = True
-        self.behind[which] = False
         self.left[which] = self.sizes[k, np.flatnonzero(which)]
         self.wait[which] = self.latencies[k] + extra_wait_ns[which]
         self._refresh()
@@ -96,18 +112,14 @@ class RingOp:
         through goes on to the next (not yet ready). True when some connection finished a chunk."""
         waiting = self.ready & ~self.active
         self.wait[waiting] = np.maximum(self.wait[waiting] - dt_ns, 0.0)
+        self.next_wait[self.next_ready] = np.maximum(self.next_wait[self.next_ready] - dt_ns, 0.0)
         if rate is not None and self.active_count:
             self.left = np.where(self.active, self.left - rate * dt_ns, self.left)
         through = self.ready & (self.wait <= 1e-6) & (self.left <= self._done_below())
         if through.any():
-            # the next chunk's data was in already (the connection into the sender delivered it before this
-            # interval's end): it sat right behind this chunk; data that comes in with this chunk's end or later
-            # finds the connection idle and joins the queues anew
-            had = np.where(self.pred >= 0, self.chunk[np.maximum(self.pred, 0)], self.count)
             self.chunk[through] += 1
             self.ready[through] = False
             self.left[through] = 0.0
-            self.behind[through] = had[through] >= self.chunk[through]
         self._refresh()
         self.done = bool(np.all(self.chunk >= self.count))
         return bool(through.any())

@@ -213,18 +213,23 @@ class FlowEngine:
 
     def _begin_chunks(self, op: RingOp) -> None:
         """The connections of a ring-like op whose senders have their chunk's data start it; with standing
-        queues each first waits behind the queues on its own path (only its downstream ranks wait for it), unless
-        the chunk queued right behind the connection's previous one (``RingOp.behind``: a TP pair's all-reduce
-        behind a queue one way waits it once, not once per step)."""
+        queues each chunk waits behind the queues on its own path from when its data came in (only its downstream
+        ranks wait for it; a chunk whose data came in while the connection was still on its previous one joined
+        the queues then: a TP pair's all-reduce behind a queue one way waits it once, not once per step)."""
         which = op.startable()
-        if not which.any():
-            return
-        extra = np.zeros(len(which))
-        if self.queues is not None:
-            queued = self._queued(op)
-            if queued is not None:
-                extra = np.where(which & ~op.behind, self.queues.flow_waits_ns(queued, op.steps[0].routes), 0.0)
-        op.begin(which, extra)
+        waits = np.zeros(len(which))
+        queued = self._queued(op) if self.queues is not None and which.any() else None
+        if queued is not None:
+            waits = self.queues.flow_waits_ns(queued, op.steps[0].routes)
+        if which.any():
+            op.begin(which, waits)
+        early = op.arriving()
+        if early.any():
+            if self.queues is not None and queued is None:
+                queued = self._queued(op)
+                if queued is not None:
+                    waits = self.queues.flow_waits_ns(queued, op.steps[0].routes)
+            op.queue_next(early, waits)
 
     def _queued(self, op) -> np.ndarray | None:
         """Bytes standing in each resource's queue, kept by the flows moving now other than ``op``'s, at the
