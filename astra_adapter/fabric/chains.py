@@ -14,11 +14,12 @@ that skew into its iteration.
 
 A *ring-like* op (:func:`ring_like`): every step runs the same connections, one into and one out of each rank.
 Its state here is per connection: the chunk (step) it is on, the bytes left of it, the wait before it moves
-(the step's latency, and with standing queues its own wait behind them - a wait delays only the ranks
-downstream of that connection, which is what :func:`astra_adapter.fabric.queues.step_wait_ns`'s mean
-approximates in lock step), and whether its sender has the data yet: connection ``s -> d`` moves chunk ``k``
-once the connection into ``s`` has delivered chunk ``k - 1``. A rank leaves the op when its connections in and
-out have moved their last chunk. Rates stay the engine's max-min solve over every flow moving.
+(the step's latency, and with standing queues its own wait behind them, counted from when the chunk's data came
+in - a wait delays only the ranks downstream of that connection, which is what
+:func:`astra_adapter.fabric.queues.step_wait_ns`'s mean approximates in lock step), and whether its sender has
+the data yet: connection ``s -> d`` moves chunk ``k`` once the connection into ``s`` has delivered chunk
+``k - 1``. A rank leaves the op when its receives are in and its last send is written into its socket (all but
+the send buffer sent). Rates stay the engine's max-min solve over every flow moving.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ class RingOp:
     so the engine's rates read ``steps[0]``), ``latency_ns`` 0 (the waits are per connection), ``left`` and
     ``active`` per connection. ``steps``: the op's :class:`astra_adapter.fabric.flows.StepFlows`."""
 
-    __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done",
-                 "chunk", "wait", "ready", "next_ready", "next_wait", "pred", "sizes", "after", "latencies", "count", "send_buffer")
+    __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "chunk", "wait", "ready",
+                 "next_ready", "next_wait", "pred", "sizes", "after", "latencies", "count", "send_buffer")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
         self.steps = steps
