@@ -47,8 +47,8 @@ class FlatFlowEngine(FlowEngine):
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
-        if params.standing_queues:
-            raise ValueError("standing queues run on the reference FlowEngine (engine_for chooses)")
+        if params.standing_queues or params.ring_chains:
+            raise ValueError("standing queues and ring chains run on the reference FlowEngine (engine_for chooses)")
         super().__init__(network, params, sends)
         self.changed: set[int] = set()  # ids of the ops whose step or moving flows changed (the player clears it)
         self._dirty = True  # an op started, left, or changed phase: lay the arrays out again
@@ -198,7 +198,8 @@ class FlatFlowEngine(FlowEngine):
 
 def engine_for(network: FabricNetwork, params: FabricParams = FabricParams(),
                sends: StepSends | None = None) -> FlowEngine:
-    """The engine a play runs on: the flat one, or the reference where standing queues are modelled."""
-    if params.standing_queues:
+    """The engine a play runs on: the flat one, or the reference where standing queues or ring chains are
+    modelled."""
+    if params.standing_queues or params.ring_chains:
         return FlowEngine(network, params, sends)
     return FlatFlowEngine(network, params, sends)
