@@ -42,6 +42,7 @@ class Row:
     unit: str
     seconds: float
     reason: str
+    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at the start and at the end of the part
 
     @property
     def ratio(self) -> float:
@@ -116,7 +117,8 @@ def _replay(factor: str, iterations: int, run: Path, started: float) -> Row:
     result = run_replay_command(ReplayCommand(TRACE, request, _options(factor, run)),
                                 progress=lambda: contextlib.nullcontext(lambda *_: None))
     measured_ms = result.doc["iteration_median_ns"] / 1e6
-    estimate_ms = estimate_fabric(load_checked_trace(TRACE, None), load_topology_file(TOPOLOGY)).iteration_ns / 1e6
+    trace, _warnings = load_checked_trace(TRACE, None)
+    estimate_ms = estimate_fabric(trace, load_topology_file(TOPOLOGY)).iteration_ns / 1e6
     used, reason = _used(result.run_dir)
     return Row(factor, "replay", used, measured_ms, estimate_ms, "ms", time.monotonic() - started, reason)
 
@@ -131,13 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"# {TOPOLOGY.name}; load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     print(f"{'N asked':>8} {'part':<7} {'N used':>8} {'measured':>12} {'reference':>12} {'ratio':>7} "
-          f"{'unit':<11} {'wall s':>7}  why", flush=True)
+          f"{'unit':<11} {'wall s':>7} {'load':>9}  why", flush=True)
     for factor in args.factors.split(","):
         for part in args.parts.split(","):
+            load = os.getloadavg()[0]
             row = run_part(part, factor.strip(), args.iterations, args.out)
+            row.load = (load, os.getloadavg()[0])
             rows.append(row)
             print(f"{row.factor:>8} {row.part:<7} {row.used_factor:>8g} {row.measured:>12.4f} {row.reference:>12.4f} "
-                  f"{row.ratio:>7.3f} {row.unit:<11} {row.seconds:>7.0f}  {row.reason}", flush=True)
+                  f"{row.ratio:>7.3f} {row.unit:<11} {row.seconds:>7.0f} {row.load[0]:>4.1f}-{row.load[1]:<4.1f}  {row.reason}",
+                  flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "dilation.json").write_text(json.dumps(
         [{**row.__dict__, "ratio": row.ratio} for row in rows], indent=1))

@@ -8,7 +8,7 @@ test).
   small-size reference) and its busbw against the 100 Gbit/s TCP payload limit (#14's bulk reference);
   the whole run's wall time (target <= 10 min).
 * ``replay``: a small 8-rank trace (a 16 KiB and a 4 MiB all-reduce around 200 us of compute) replayed at
-  ``auto`` (one factor for the whole trace: its smallest message's), then at auto / 2 and auto / 4, each
+  ``auto`` (one factor for the whole trace: its iteration's, docs/dilation.md), then at auto / 2 and auto / 4, each
   against the fabric model's estimate: what a smaller factor costs in accuracy.
 
     sudo .venv/bin/python -m benchmarks.dilation_sweep [--parts sweep,replay] [--out DIR]

@@ -114,6 +114,19 @@ CASES = (
     Case("abci-anode-a100sxm4-hdr-2node-sharp", Interconnect.NVSWITCH, True,
          "InfiniBand HDR with SHARP (NCCL_COLLNET_ENABLE=1, CollNet not modelled); a user guide's example",
          nccl_version="2.8"),
+    Case("xxrjun-cluster01-h100-1gpn-2-10node", Interconnect.NVSWITCH, True,
+         "1 GPU per node on 2 and 10 nodes; 5 collectives on 10; network not stated (400G NIC per GPU assumed)"),
+    Case("xxrjun-cluster01-h100-10node-5collectives", Interconnect.NVSWITCH, True,
+         "5 collectives on 10 nodes x 2/4/8 GPUs, alltoall/sendrecv on 2 x 8; network not stated (400G per GPU assumed)"),
+    Case("xxrjun-cluster01-h100-8gpu-1node", Interconnect.NVSWITCH, True,
+         "all_reduce, all_gather, reduce_scatter, alltoall, sendrecv on 4 and 8 GPUs of one node"),
+    Case("alcf-polaris-a100-slingshot11-2-8-256-540node", Interconnect.NVLINK, True,
+         "Slingshot-11 (aws-ofi-nccl); all_reduce, all_gather, alltoall on 2, 8, 256 and 540 nodes x 4 GPUs",
+         nccl_version="2.21.5"),
+    Case("snellius-h100-ndr200-2node", Interconnect.NVLINK, True,
+         "4 x H100 (NVLink, no NVSwitch) + 4 x NDR200 per node; all_reduce (2 runs), all_gather, reduce_scatter"),
+    Case("snellius-h100-4gpu-1node", Interconnect.NVLINK, True,
+         "4 x H100 on NVLink without NVSwitch; all_reduce, all_gather, reduce_scatter"),
 )
 
 

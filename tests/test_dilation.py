@@ -153,6 +153,36 @@ def test_auto_takes_the_binding_limit_rounded_up() -> None:
     assert choose_dilation(slow, HostFigures(2, 20.0, 10 * GBIT)).factor == 1.0
 
 
+@pytest.mark.parametrize("size_bytes", [1024, 10 * 1448, 60_000])  # one packet, ten full ones, a short last one
+def test_a_messages_least_time_is_the_link_emulators_through_a_chain_of_wires(size_bytes: int) -> None:
+    """One rule for a message's least time (`message_us`), the sweep's per size and the replay's per step:
+    packets pipeline through a store-and-forward path, so a message is serialized once at its slowest hop and
+    one packet of it at each other hop — exactly what the link emulator's chain of wires releases it at for
+    equal packets, never later; serializing the whole message at every hop (what auto counted per size
+    before) is later than the emulator for any message of more than one packet."""
+    from genie.linkemu.config import EmulatorConfig, QueueSpec, StageSpec
+    from genie.linkemu.line import TCP_IP_HEADER_BYTES, DelayLine, message_wire_bytes
+    from genie.testbed.dilation_rules import message_floor_us, message_us, path_floors
+
+    rate = 100 * GBIT
+    stages = tuple(StageSpec(f"links[{i}]", delay_ns=1000, rate_bps=rate, limit_packets=10**6) for i in range(2))
+    line = DelayLine(EmulatorConfig("genie-t-h1", stages, (QueueSpec(0, "eth0", (0, 1)),)))
+    emulated_us = line.admit(0, 0, 0, size_bytes + TCP_IP_HEADER_BYTES) / 1e3  # one GSO packet through both
+    topology = star(2, shape=LinkShape(rate_bps=rate, delay_us=1.0))  # h0 -> s0 -> h1: that chain
+    (floor,) = path_floors(topology)
+    assert floor == (2.0, ((rate, 1500), (rate, 1500)))
+    least_us = message_us(floor, size_bytes)
+    assert least_us == message_floor_us(path_floors(topology), size_bytes) == smallest_step_us(topology, size_bytes)[0]
+    assert least_us <= emulated_us + 1e-3
+    if size_bytes % 1448 == 0 or size_bytes <= 1448:  # equal packets: the emulator's time to the nanosecond
+        assert least_us == pytest.approx(emulated_us, abs=2e-3)
+    per_hop_us = 2 * (1.0 + 8 * message_wire_bytes(size_bytes) / rate * 1e6)
+    if size_bytes <= 1448:
+        assert per_hop_us == pytest.approx(least_us)
+    else:
+        assert per_hop_us > emulated_us + 0.5
+
+
 def test_auto_refuses_a_factor_the_topology_cannot_hold() -> None:
     topology = star(2, shape=LinkShape(rate_bps=10**6))
     with pytest.raises(InputError, match="auto dilation needs"):

@@ -24,6 +24,7 @@ from genie.testbed.dilation_rules import HostFigures, choose_dilation
 from genie.testbed.kernel_model import KernelModel, KernelNetlink
 from genie.testbed.plan import build_plan
 from genie.testbed.steps import Shaper
+from genie.linkemu.line import message_wire_bytes
 from genie.topology import load_topology_file, star
 
 from cli_support import run_genie
@@ -224,3 +225,150 @@ def test_autos_reason_names_the_message_that_drove_it() -> None:
     assert software.reason.startswith("auto: software needs N >=") and "for a 16384-byte message" in software.reason
     throughput = choose_dilation(topology, FIGURES, reference_bytes=64 << 20)
     assert throughput.reason == "auto: throughput needs N >= 200, rounded up"
+
+
+# ---- a replay: auto weighs the iteration, not its smallest message -----------------------------------------------
+def _programs(text: str):
+    from genie.engine.program import build_programs
+    from genie.workloads.native import read_native
+
+    return build_programs(read_native(text, source="t"), source="t")
+
+
+STEP_TRACE = ("format: genie-trace\nversion: 1\nname: step\nranks: 8\nprogram:\n"
+              "  - {id: 0, type: all_reduce, size: 16KiB}\n"
+              "  - {id: 1, type: compute, duration: 20ms, deps: [0]}\n"
+              "  - {id: 2, type: all_reduce, size: 64MiB, algorithm: ring, deps: [1]}\n")
+
+
+def test_a_replays_iteration_is_its_steps_and_the_chain_they_wait_on() -> None:
+    from genie.services.dilation import replay_iteration
+    from genie.testbed.dilation_rules import iteration_floor, message_floor_us, path_floors
+
+    text = ("format: genie-trace\nversion: 1\nname: two\nranks: 2\nprogram:\n"
+            "  - {id: 0, type: compute, duration: 1ms}\n"
+            "  - {id: 1, type: all_reduce, size: 512KiB, algorithm: ring, deps: [0]}\n"
+            "  - {id: 2, type: compute, duration: 500us}\n")  # beside the other two: not on their chain
+    iteration = replay_iteration(_programs(text))
+    assert iteration.smallest_bytes == 512 << 10 and len(iteration.ranks) == 2
+    compute, reduce, beside = iteration.ranks[0]
+    assert (compute.compute_ns, compute.steps) == (1_000_000, ())
+    assert reduce.deps == (0,) and reduce.steps == ((256 << 10, 1), (256 << 10, 1))  # 2 ring steps, no token
+    assert (beside.deps, beside.compute_ns) == ((), 500_000)
+    topology = star(2, shape=LinkShape(rate_bps=100 * GBIT, delay_us=1.0))
+    floors = path_floors(topology)
+    # both hops' delay, the bytes serialized once (pipelined) and at the other hop its last packet (256 KiB is
+    # 181 packets of 1448 bytes and one of 56)
+    step_us = message_floor_us(floors, 256 << 10)
+    assert step_us == pytest.approx(2.0 + 8 * (message_wire_bytes(256 << 10, 1500) + message_wire_bytes(56, 1500))
+                                    / (100 * GBIT) * 1e6)
+    floor = iteration_floor(topology, iteration)
+    assert (floor.steps, floor.compute_us) == (2, 1000.0)
+    assert floor.floor_us == pytest.approx(1000.0 + 2 * step_us)  # the longest chain, not the sum of all
+    # a collective whose peer gets >= 1 MiB runs a clear-to-send token first: a step of its own
+    big = replay_iteration(_programs(text.replace("512KiB", "4MiB"))).ranks[0][1]
+    assert big.steps[0] == (8, 1) and len(big.steps) == 3
+
+
+def test_auto_sizes_a_replay_by_its_iteration_not_its_smallest_message() -> None:
+    from genie.services.dilation import replay_iteration
+
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    figures = HostFigures(ranks=8, step_us=60.0, aggregate_bps=4 * GBIT, emulator_late_us=10.0)
+    iteration = replay_iteration(_programs(STEP_TRACE))
+    by_message = choose_dilation(topology, figures, reference_bytes=16 << 10)
+    by_iteration = choose_dilation(topology, figures, iteration=iteration)
+    assert by_message.factor == 1000 and "for a 16384-byte message" in by_message.reason
+    # 30 steps (14 + a token + 14, and a token) against an iteration of > 20 ms: the host's 60 us per step is far
+    # under 2 %; the 800 Gbit/s the links ask of a host that carries 4 binds
+    assert by_iteration.factor == 200 and by_iteration.reason == "auto: throughput needs N >= 200, rounded up"
+    software = {limit.name: limit for limit in by_iteration.limits}["software"]
+    assert software.needed_factor < 10 and "rank 0's iteration" in software.detail
+    # an iteration of small messages only keeps a factor as large as its messages need
+    chain = "".join(f"  - {{id: {i}, type: all_reduce, size: 16KiB{f', deps: [{i - 1}]' if i else ''}}}\n"
+                    for i in range(50))
+    small = choose_dilation(topology, figures, iteration=replay_iteration(_programs(STEP_TRACE.split("  - ")[0] + chain)))
+    assert small.factor >= by_message.factor and small.reason.endswith("for the iteration, rounded up")
+
+
+def test_cli_replay_under_auto_weighs_the_iteration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genie.services import host_probe
+    from genie.testbed import service
+
+    trace = tmp_path / "step.yaml"
+    trace.write_text(STEP_TRACE)
+    monkeypatch.setattr(host_probe, "measure_host", lambda *_a, **_k: HostFigures(8, 60.0, 4 * GBIT, 10.0))
+    chosen = []
+
+    def stop(*_a, dilation, **_k):  # what the testbed would come up with; then stop before anything is up
+        chosen.append(dilation)
+        raise InputError("stopped before bringing the testbed up", path="topology")
+
+    monkeypatch.setattr(service, "temporary_testbed", stop)
+    result = run_genie("replay", trace, "--topology", TOPOLOGIES / "star-8-100g.yaml", "--time-dilation", "auto",
+                       "-n", "1", "--out", tmp_path / "r")
+    assert result.returncode == 2 and "stopped before" in result.stderr, result.stdout + result.stderr
+    assert [d.factor for d in chosen] == [200] and "throughput" in chosen[0].reason
+
+
+# ---- an experiment: its sweep per size, its replay by genie replay's rule -------------------------------------
+def test_an_experiments_plan_gives_its_replay_the_replays_factor() -> None:
+    from genie.services.dilation import replay_iteration
+
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    iteration = replay_iteration(_programs(STEP_TRACE))
+    plan = plan_per_size(topology, FIGURES, [16 << 10, 64 << 20], iteration=iteration)
+    assert plan.replay == choose_dilation(topology, FIGURES, iteration=iteration)  # the one rule, as genie replay
+    assert plan.replay.factor == 200 and plan.dilation_for(16 << 10).factor == 1000  # not its smallest message's
+    assert plan.first.factor == 1000 and plan.per_size
+    assert plan.describe(topology)[-1].split()[:4] == ["replay", "N", "=", "200"]
+    # one size at the replay's factor is still a plan of two factors; one factor for both is not per size
+    assert plan_per_size(topology, FIGURES, [16 << 10], iteration=iteration).per_size
+    assert not plan_per_size(topology, FIGURES, [64 << 20], iteration=iteration).per_size
+    # a replay whose factor the topology cannot hold is refused by name
+    small = replay_iteration(_programs(STEP_TRACE.split("  - ")[0] + "  - {id: 0, type: all_reduce, size: 1KiB}\n"))
+    with pytest.raises(InputError) as info:
+        plan_per_size(star(8, shape=LinkShape(rate_bps=10**6)), HostFigures(8, 20_000.0, 10 * GBIT), [],
+                      iteration=small)
+    assert str(info.value).startswith("time_dilation: the replay: auto dilation needs N >=")
+    assert "holds only up to 16" in str(info.value)
+
+
+def test_cli_experiment_under_auto_replays_at_the_replays_factor(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import json
+
+    from genie.services import dilation as dilation_service, host_probe
+    from genie.services.dilation import replay_iteration
+    from genie.testbed import service
+
+    (tmp_path / "step.yaml").write_text(STEP_TRACE)
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"name: step\nworkload: {{trace: step.yaml}}\ntopology: {TOPOLOGIES / 'star-8-100g.yaml'}\n"
+                    "algorithms: {all_reduce: ring}\nsweep: {iterations: 1, warmup: 0, grid: [16KiB, 64MiB]}\n"
+                    "replay: {iterations: 1, warmup: 0}\n")
+    monkeypatch.setattr(host_probe, "measure_host", lambda *_a, **_k: FIGURES)
+    up: list[TimeDilation] = []
+
+    @contextlib.contextmanager
+    def testbed(topology, *, dilation, links=None, **_k):  # the testbed's description, nothing brought up
+        up.append(dilation)
+        yield build_plan(topology, "fk-exp", netem_available=True, dilation=dilation, links=links).info
+
+    def stop(_info):  # where the experiment would first reshape the links: the manifest is written by then
+        raise RunFailure("stopped before reshaping the links")
+
+    monkeypatch.setattr(service, "temporary_testbed", testbed)
+    monkeypatch.setattr(dilation_service, "SizeDilator", stop)
+    result = run_genie("experiment", spec, "--time-dilation", "auto", "--out", tmp_path / "run",
+                       env={"GENIE_STATE_DIR": str(tmp_path / "state")})
+    assert "stopped before reshaping" in result.stderr, result.stdout + result.stderr
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    replay = choose_dilation(topology, FIGURES, iteration=replay_iteration(_programs(STEP_TRACE)))
+    assert replay.factor == 200  # its 16 KiB all-reduce alone would need 1000 (the old rule's replay factor)
+    dilation = json.loads((tmp_path / "run" / "manifest.json").read_text())["time_dilation"]
+    assert dilation["replay"]["factor"] == replay.factor and dilation["replay"]["reason"] == replay.reason
+    assert [(s["size_bytes"], s["factor"]) for s in dilation["per_size"]] == [(16 << 10, 1000), (64 << 20, 200)]
+    assert [d.factor for d in up] == [1000] and dilation["factor"] == 1000  # up at the smallest size's
+    assert "time dilation per size: 16384 B 1000, 67108864 B 200; replay 200" in result.stdout + result.stderr

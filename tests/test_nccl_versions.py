@@ -16,8 +16,8 @@ from astra_adapter.nccl.fit import Observation, fit
 from astra_adapter.nccl.hardware import Cluster, Interconnect, tuner_system
 from astra_adapter.nccl.model import Call, nominal_params, predict
 from astra_adapter.nccl.observations import tables_nccl_version
-from astra_adapter.nccl.tuning import HwKind, NcclAlgorithm, NcclProtocol, TunerSystem, choose, enabled, \
-    inter_steps, table_entry
+from astra_adapter.nccl.tuning import HwKind, NcclAlgorithm, NcclProtocol, TunerSystem, call_latency_us, choose, \
+    enabled, inter_steps, table_entry
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants, describe_release, parse_version
 
 A100 = Cluster("dgxa100", 1, 8, "A100-SXM4-40GB", 80, Interconnect.NVSWITCH, 240.0, 0.5, 8, 25.0, 1.0)
@@ -180,3 +180,59 @@ def test_a_calibration_keeps_its_release_and_old_files_still_read():
     del doc["cluster"]["nccl_version"]  # a calibration written before releases were modelled
     back, _ = parse_calibration(json.dumps(doc).encode(), source="cal.json")
     assert back.nccl_version == "" and tuner_system(back).version == DEFAULT_VERSION
+
+
+def test_ll128_and_tree_caps_of_2_8_and_2_9():
+    # NCCL 2.8/2.9 (src/graph/tuning.cc ll128MaxBwPerCh[function]): LL128's cap a channel is per collective
+    # (all-reduce 16.9, reduce 12.0 GB/s), not 20 GB/s; one node of 8 A100: graph 12 channels, 235 GB/s cap first
+    old, new = _at(A100, "2.8.4"), _at(A100, "2.10.3")
+    ring, ll128 = NcclAlgorithm.RING, NcclProtocol.LL128
+    assert old.channels == new.channels == 12
+    assert _busbw(old, Collective.ALL_REDUCE, ring, ll128) == pytest.approx(12 * 16.9)
+    assert _busbw(new, Collective.ALL_REDUCE, ring, ll128) == pytest.approx(235 * 0.92)
+    reduce_busbw = table_entry(old, Collective.REDUCE, ring, ll128).algbw_gb_s  # ring ratio n / n steps = 1
+    assert reduce_busbw == pytest.approx(12 * 12.0)
+    # two nodes: Ampere's tree cap 22.5 GB/s a channel (23.6 from 2.10); tree LL128 across nodes x0.915
+    two_old, two_new = _at(replace(A100, nodes=2), "2.9.9"), _at(replace(A100, nodes=2), "2.10.3")
+    tree = NcclAlgorithm.TREE
+    for system, cap in ((two_old, 22.5), (two_new, 23.6)):
+        simple = table_entry(system, Collective.ALL_REDUCE, tree, NcclProtocol.SIMPLE).algbw_gb_s / 0.5
+        assert simple == pytest.approx(min(system.channels * system.bw_intra_gb_s * 0.92, system.channels * cap))
+    tree_simple = min(two_old.channels * two_old.bw_intra_gb_s * 0.92, two_old.channels * 22.5)
+    assert table_entry(two_old, Collective.ALL_REDUCE, tree, ll128).algbw_gb_s / 0.5 == pytest.approx(
+        min(tree_simple * 0.915, two_old.channels * 16.9))
+
+
+def test_ring_plateau_threshold_and_factor_per_release():
+    # ncclTopoGetAlgoTime: a multi-node all-reduce's Ring/Simple latency x1.9 from nRanks/16 x 64 KiB bytes in
+    # 2.8 .. 2.17 (any GPU); from 2.18 from 64 bytes a channel and rank, x1.4 on Ampere and later
+    a100 = replace(A100, nodes=2)
+    ar = Collective.ALL_REDUCE
+    for version, small, large in (("2.8.4", 1.0, 1.9), ("2.16.5", 1.0, 1.9), ("2.23.4", 1.4, 1.4)):
+        system = _at(a100, version)
+        entry = table_entry(system, ar, NcclAlgorithm.RING, NcclProtocol.SIMPLE)
+        # 32 KiB: below 16 ranks / 16 x 64 KiB, above 24 channels x 16 ranks x 64 B
+        assert call_latency_us(system, ar, entry, 32 << 10) == pytest.approx(entry.latency_us * small)
+        assert call_latency_us(system, ar, entry, 1 << 20) == pytest.approx(entry.latency_us * large)
+    assert constants((2, 17)).plateau_factor(90) == 1.5 and constants((2, 17)).plateau_factor(80) == 1.9
+
+
+def test_ll128_cap_of_2_17_is_per_generation_for_rings_and_trees():
+    # v2.17.1-1: ll128MaxBwPerCh[compCapIndex] = {20.0, 20.0, 36.7}, before 2.18's separate ring and tree tables
+    h = constants((2, 17)).generation(90)
+    assert constants((2, 17)).per_ch_max_ring_ll128_bws[h] == (36.7, 36.7, 36.7)
+    assert constants((2, 17)).per_ch_max_tree_ll128_bws[h] == (36.7, 36.7, 36.7)
+    assert constants((2, 16)).per_ch_max_ring_ll128_bws[h] == (20.0, 20.0, 20.0)
+    assert constants((2, 18)).per_ch_max_tree_ll128_bws[h] == (36.7, 36.7, 29.0)
+
+
+def test_2_8_all_reduce_leaves_ll128_for_simple_where_its_per_collective_cap_binds():
+    # 4 x V100 SXM2 with NVLink between every pair (6 links x 20 GB/s): ring graph 6 channels x 20 GB/s.
+    # NCCL 2.8.4's LL128 all-reduce cap 6 x 16.9 GB/s makes Simple faster from 4 MiB (LL128 at 2 MiB); with 20
+    # GB/s a channel LL128 would run to 4 MiB (ABCI's V node, NCCL 2.8.4: 2 MiB 103 us, 4 MiB 101 us)
+    v100 = Cluster("v100-nvlink", 1, 4, "Tesla V100-SXM2-16GB", 70, Interconnect.NVLINK, 120.0, 0.5, 2, 12.5, 1.0)
+    system = _at(v100, "2.8.4")
+    assert (system.channels, system.bw_intra_gb_s) == (6, 20.0)
+    ar = Collective.ALL_REDUCE
+    assert choose(system, ar, 2 << 20)[0].protocol is NcclProtocol.LL128
+    assert choose(system, ar, 4 << 20)[0].protocol is NcclProtocol.SIMPLE

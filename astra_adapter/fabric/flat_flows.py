@@ -54,6 +54,8 @@ class FlatFlowEngine(FlowEngine):
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
+        if params.ring_chains:
+            raise ValueError("ring chains run on the reference FlowEngine (engine_for chooses)")
         super().__init__(network, params, sends)
         self.changed: set[int] = set()  # ids of the ops whose step or moving flows changed (the player clears it)
         self._dirty = True  # an op started, left, or changed phase: lay the arrays out again
@@ -360,5 +362,8 @@ class FlatFlowEngine(FlowEngine):
 
 def engine_for(network: FabricNetwork, params: FabricParams = FabricParams(),
                sends: StepSends | None = None) -> FlowEngine:
-    """The engine a play runs on: the flat one (standing queues or not)."""
+    """The engine a play runs on: the flat one (standing queues or not), or the reference where ring chains are
+    modelled (a ring's connections each on their own step: state the flat arrays do not keep)."""
+    if params.ring_chains:
+        return FlowEngine(network, params, sends)
     return FlatFlowEngine(network, params, sends)

@@ -25,8 +25,10 @@ from genie.core.collective import Collective
 from genie.core.alltoallv import matrix_op_size
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
+from genie.core.tcp_window import send_buffer_bytes
 from genie.collectives.sends import SendStep, step_sends
 
+from astra_adapter.fabric.chains import RingOp, ring_like
 from astra_adapter.fabric.fairshare import max_min_rates
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.fabric.queues import StandingQueues
@@ -44,6 +46,9 @@ class FabricParams:
     per-message overhead and a per-op endpoint delay (ns), and the flow contention: a link crossed by ``n``
     flows at once delivers ``1 / (1 + flow_contention x (n - 1))`` of its rate (TCP flows sharing a shaped
     queue lose throughput to drops and retransmissions as they multiply - the incast of an all-to-all; 0: none).
+    ``standing_queues``: a step first waits behind the queues other ops' flows keep on saturated links
+    (:mod:`astra_adapter.fabric.queues`). ``ring_chains``: a ring's ranks each on their own step, as the replay's
+    are (:mod:`astra_adapter.fabric.chains`), not in lock step.
     """
 
     efficiency: tuple[tuple[LinkClass, float], ...] = ()
@@ -51,6 +56,7 @@ class FabricParams:
     endpoint_delay_ns: float = 0.0
     flow_contention: float = 0.0
     standing_queues: bool = False
+    ring_chains: bool = False
 
     def efficiency_of(self, link_class: LinkClass) -> float:
         return dict(self.efficiency).get(link_class, 1.0)
@@ -186,10 +192,56 @@ class FlowEngine:
         return tuple(out)
 
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
+        if self.params.ring_chains and ring_like(steps):
+            ring = RingOp(steps, self._send_buffers(steps[0].routes))
+            self._begin_chunks(ring)
+            self.ops.append(ring)
+            return ring  # type: ignore[return-value]  # what the engine reads of an op (chains.RingOp)
         op = FabricOp(steps)
         self._enter_next_step(op)
         self.ops.append(op)
         return op
+
+    def _send_buffers(self, routes: np.ndarray) -> np.ndarray:
+        """Per route, what its sender's socket holds (:func:`genie.core.tcp_window.send_buffer_bytes`, wire bytes)."""
+        out = []
+        for rid in routes.tolist():
+            route = self.network.routes[rid]
+            rate = self.network.resources[route.loads[0][0]].rate_bps if route.loads else 0
+            out.append(send_buffer_bytes(rate, 2 * route.delay_ns / 1000) * WIRE_BYTES_PER_PAYLOAD_BYTE)
+        return np.array(out)
+
+    def _begin_chunks(self, op: RingOp) -> None:
+        """The connections of a ring-like op whose senders have their chunk's data start it; with standing
+        queues each chunk waits behind the queues on its own path from when its data came in (only its downstream
+        ranks wait for it; a chunk whose data came in while the connection was still on its previous one joined
+        the queues then: a TP pair's all-reduce behind a queue one way waits it once, not once per step)."""
+        which = op.startable()
+        waits = np.zeros(len(which))
+        queued = self._queued(op) if self.queues is not None and which.any() else None
+        if queued is not None:
+            waits = self.queues.flow_waits_ns(queued, op.steps[0].routes)
+        if which.any():
+            op.begin(which, waits)
+        early = op.arriving()
+        if early.any():
+            if self.queues is not None and queued is None:
+                queued = self._queued(op)
+                if queued is not None:
+                    waits = self.queues.flow_waits_ns(queued, op.steps[0].routes)
+            op.queue_next(early, waits)
+
+    def _queued(self, op) -> np.ndarray | None:
+        """Bytes standing in each resource's queue, kept by the flows moving now other than ``op``'s, at the
+        max-min rates they have now (None: no other op moves)."""
+        assert self.queues is not None
+        moving = [(o, rate) for o, rate in zip(self.ops, self._flow_rates()) if rate is not None]
+        in_flight = [(o.steps[o.step], o.active, o.remaining_bytes() if isinstance(o, RingOp) else
+                      o.left + self.queues.later_bytes(o.steps, o.step)) for o, _ in moving if o is not op]
+        if not in_flight:
+            return None
+        load = self.queues.load([(o.steps[o.step], rate) for o, rate in moving])
+        return self.queues.queued_bytes(in_flight, load)
 
     def _enter_next_step(self, op: FabricOp) -> None:
         """``op`` on to its next step; with standing queues its latency grows by the wait behind them."""
@@ -198,14 +250,8 @@ class FlowEngine:
             return
         # the flows moving now, at the max-min rates they have now (an op that just ended has left its links to
         # them; ``op`` itself is in its latency), say which links are saturated and hold the queues ``op`` meets
-        moving = [(o, rate) for o, rate in zip(self.ops, self._flow_rates()) if rate is not None]
-        in_flight = [(o.steps[o.step], o.active, o.left + self.queues.later_bytes(o.steps, o.step))
-                     for o, _ in moving if o is not op]
-        if not in_flight:
-            return
-        load = self.queues.load([(o.steps[o.step], rate) for o, rate in moving])
-        queued = self.queues.queued_bytes(in_flight, load)
-        if queued.any():
+        queued = self._queued(op)
+        if queued is not None and queued.any():
             step = op.steps[op.step]
             op.latency_ns += self.queues.delay_ns(queued, step.routes[op.active],
                                                   step.dst[op.active] if len(op.steps) > 1 else None)
@@ -214,6 +260,8 @@ class FlowEngine:
     def busy_ranks(op: FabricOp) -> set[int] | None:
         """On the op's last step, the ranks that still send or receive in it (a rank whose flows are all done
         leaves the op, as the replay's ranks do); None before the last step (every member is in it)."""
+        if isinstance(op, RingOp):
+            return op.busy_ranks()
         if op.done:
             return set()
         if op.step < len(op.steps) - 1 or op.latency_ns > 0:
@@ -297,6 +345,9 @@ class FlowEngine:
         for op, rate in zip(self.ops, self._current):
             if op.done:
                 return 0.0
+            if isinstance(op, RingOp):
+                best = min(best, op.horizon_ns(rate))
+                continue
             if op.latency_ns > 0:
                 best = min(best, op.latency_ns)
             elif rate is None:
@@ -310,6 +361,10 @@ class FlowEngine:
     def advance(self, dt_ns: float) -> None:
         for op, rate in zip(self.ops, self._current):
             if op.done:
+                continue
+            if isinstance(op, RingOp):
+                if op.move(dt_ns, rate):
+                    self._begin_chunks(op)
                 continue
             if op.latency_ns > 0:
                 op.latency_ns -= dt_ns

@@ -118,9 +118,10 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
     ``repetitions``). With ECMP, the mean over ``ecmp_samples`` hash draws - or, given the paths a replay's
     sessions took (``alone_paths`` per job, ``mixed_paths``; ranks numbered as the topology's slots), on
     exactly those routes: the hash draw each session really got. ``standing_queues``: a step first waits for
-    the other ops' queued windows on the full links it crosses (astra_adapter/fabric/queues.py); off, the
-    rates alone (faster at scale: the 256-host what-if in benchmarks/README.md)."""
-    params = replace(params, standing_queues=standing_queues)
+    the other ops' queued windows on the full links it crosses (astra_adapter/fabric/queues.py), and a ring's
+    ranks each go on their own step (astra_adapter/fabric/chains.py); off, the rates alone in lock step (faster at
+    scale: the 256-host what-if in benchmarks/README.md)."""
+    params = replace(params, standing_queues=standing_queues, ring_chains=standing_queues)
     network = FabricNetwork(topology, source=source)
     network.check_connected()
     nets = sample_networks(network, ecmp_samples)

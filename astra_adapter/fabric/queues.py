@@ -201,6 +201,13 @@ class StandingQueues:
         np.add.at(queued, res[at], w[at] * keep)
         return np.minimum(queued, self.limit)
 
+    def flow_waits_ns(self, queued: np.ndarray, routes: np.ndarray) -> np.ndarray:
+        """Per flow (its route id), its wait behind the queues on its path: each link's queued bytes over the
+        link's rate, summed along the path (a ring's connection on its own, astra_adapter.fabric.chains)."""
+        waits = {rid: float(np.sum(w * queued[res] / self.capacity[res]))
+                 for rid in set(routes.tolist()) for res, w in (self.incidence(rid),)}
+        return np.array([waits[r] for r in routes.tolist()])
+
     def delay_ns(self, queued: np.ndarray, step_routes: np.ndarray, receivers: np.ndarray | None = None) -> float:
         """The wait a step pays behind the queues on its flows' paths: the longest one flow has, or with
         ``receivers`` (each flow's receiving rank, given for a step of a multi-step op) the combination

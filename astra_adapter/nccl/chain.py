@@ -17,23 +17,28 @@ Facts carried over from NCCL 2.8.4 and 2.23 (the same in both; the code is genie
   channel's GPU order; a ring through nodes that reach several NICs enters each node at the GPU next to its NIC,
   so its channels differ and the search keeps ``sameChannels = 0`` (:func:`same_channels`, an outline).
 
-Between nodes a slice moves whole: the network proxy (``src/transport/net.cc``, ``netSendProxy``) sends a step
-once the GPU has posted all of it (Simple: its FIFO tail, written after the data; LL: every line's flag checked)
-and the receiving GPU sees it when the whole step has landed. LL128 is the exception: with GPUDirect RDMA (which
-LL128 across nodes needs) the proxy sends a step as soon as its size is posted, and the receiver polls each
-line's flag, so its lines stream through the hop: no whole-step fill. So a chain through ``nodes`` nodes holds
-each slice once per network hop: the fill is a slice's time on each of the ``nodes - 1`` network hops but the
-slowest (the transfer at the chain's bandwidth counts that one). Inside a node the hops write into the next
-GPU's buffer over NVLink or PCIe; their fill is the model's general pipeline fill
-(:func:`astra_adapter.nccl.model._with_fill`), as for the other collectives: a whole 512 KiB step held on each
-of 7 hops would take 8 x A100's 32 MiB broadcast beyond its measured 217 us.
+Between nodes a slice moves whole, whatever the protocol: the network proxy (``src/transport/net.cc``, the send
+proxy) sends a step only once the GPU has advanced the connection's tail past it (every protocol but LL, whose
+lines' flags it checks instead), and the GPU advances the tail after it has written the whole slice (Simple: after
+the data; LL128: ``postSend`` after the closing barrier of ``GenericOp`` in ``prims_ll128.h``; the same in 2.8.4 and
+2.23.4). So a chain through ``nodes`` nodes holds each slice once per network hop: the fill is a slice's time on
+each of the ``nodes - 1`` network hops but the slowest (the transfer at the chain's bandwidth counts that one).
+Inside a node the hops write into the next GPU's buffer over NVLink or PCIe; their fill is the model's general
+pipeline fill (:func:`astra_adapter.nccl.model._with_fill`), as for the other collectives: a whole 512 KiB step
+held on each of 7 hops would take 8 x A100's 32 MiB broadcast beyond its measured 217 us.
+
+Back to back (nccl-tests times a stream of calls), a chain's calls overlap: the root is done once it has posted
+its slices, and each rank starts the next call while the ranks after it still forward the last one. A call then
+costs what one rank spends on it, NCCL's base latency for the protocol (:func:`chain_latency_us`), not the hop
+latency on the way to the last rank: ABCI's broadcast of 4 B takes 7.5 us on 2 and on 16 nodes alike
+(benchmarks/data/real-nccl/abci-anode-a100sxm4-hdr-2-4-8-16node), its all-reduce 32 to 62 us.
 """
 
 from __future__ import annotations
 
 from genie.core.collective import Collective
 
-from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol
+from astra_adapter.nccl.tuning import ALGORITHMS, PROTOCOLS, NcclAlgorithm, NcclProtocol, TunerSystem
 
 CHAINS = (Collective.BROADCAST, Collective.REDUCE)
 NCCL_STEPS = 8
@@ -43,6 +48,9 @@ STEP_DATA_BYTES = {
     NcclProtocol.LL: 8 * 512 * 16 // 2,
     NcclProtocol.LL128: 120 * 640 * 8 * 120 // 128,
 }
+
+#: bytes on the wire per data byte (LL: 8 of each 16-byte line are flags; LL128: 8 of each 128-byte line)
+WIRE_BYTES_PER_DATA_BYTE = {NcclProtocol.SIMPLE: 1.0, NcclProtocol.LL: 2.0, NcclProtocol.LL128: 128 / 120}
 
 
 def is_chain(collective: Collective, algorithm: NcclAlgorithm) -> bool:
@@ -62,14 +70,26 @@ def slice_bytes(protocol: NcclProtocol, size_bytes: int, channels: int) -> float
     return float(min(STEP_DATA_BYTES[protocol], per_channel))
 
 
+def chain_latency_us(system: TunerSystem, protocol: NcclProtocol) -> float:
+    """A chain's latency per call back to back: NCCL's ring base latency for ``protocol`` in the system's timing
+    release (``baseLat``; its per-hop ``hwLat`` overlaps the next call, see the module doc)."""
+    return system.constants.base_lat_us[ALGORITHMS.index(NcclAlgorithm.RING)][PROTOCOLS.index(protocol)]
+
+
 def chain_fill_us(protocol: NcclProtocol, size_bytes: int, channels: int, nodes: int,
                   intra_us_per_byte: float, inter_us_per_byte: float) -> float:
     """The chain's fill between nodes: a whole slice's time on every network hop of the chain (``nodes - 1``)
-    but the slowest hop, which the transfer at the chain's bandwidth already counts (none for LL128, whose lines
-    stream). ``intra_us_per_byte`` / ``inter_us_per_byte``: one channel's time per byte on a hop inside a node
-    and between nodes."""
-    if nodes <= 1 or size_bytes <= 0 or protocol is NcclProtocol.LL128:
+    but the slowest hop, which the transfer at the chain's bandwidth already counts. ``intra_us_per_byte`` /
+    ``inter_us_per_byte``: one channel's time per data byte on a hop inside a node and between nodes."""
+    if nodes <= 1 or size_bytes <= 0:
         return 0.0
     s = slice_bytes(protocol, size_bytes, channels)
     hops = nodes - 1 - (1 if inter_us_per_byte >= intra_us_per_byte else 0)
     return max(0, hops) * s * inter_us_per_byte
+
+
+def network_hop_us_per_byte(protocol: NcclProtocol, node_nic_gb_s: float, nics: int, channels: int) -> float:
+    """One channel's time per data byte on a network hop: the protocol's wire bytes at the channel's share of
+    the node's NICs (a channel's ring crosses one NIC; channels share a NIC only when there are more of them)."""
+    per_channel_gb_s = node_nic_gb_s / max(channels, nics, 1)
+    return WIRE_BYTES_PER_DATA_BYTE[protocol] / (1000.0 * per_channel_gb_s)

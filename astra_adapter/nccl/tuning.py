@@ -259,14 +259,14 @@ def _busbw(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: Ncc
         busbw = min(ll_max, busbw * share)
     if a is NcclAlgorithm.RING and p is NcclProtocol.LL128:
         busbw = min(busbw * (c.ring_ll128_one_gpu_factor if ppn < 2 else 0.92),
-                    s.channels * c.per_ch_max_ring_ll128_bws[g][ni])
+                    s.channels * c.ll128_cap_per_channel(collective, c.per_ch_max_ring_ll128_bws, g, ni))
     if a is NcclAlgorithm.TREE and collective is Collective.ALL_REDUCE:
         busbw = min(busbw * 0.92, s.channels * c.per_ch_max_tree_bws[g][ni])
     if a is NcclAlgorithm.TREE and p is NcclProtocol.LL:
         busbw = min(busbw / 3.8, ll_max)
     if a is NcclAlgorithm.TREE and p is NcclProtocol.LL128:
-        busbw = min(busbw * (7.0 / 9.0 if s.nodes == 1 else 120.0 / 128.0),
-                    s.channels * c.per_ch_max_tree_ll128_bws[g][ni])
+        busbw = min(busbw * (7.0 / 9.0 if s.nodes == 1 else c.tree_ll128_inter_factor),
+                    s.channels * c.ll128_cap_per_channel(collective, c.per_ch_max_tree_ll128_bws, g, ni))
     if a is NcclAlgorithm.PAT:
         busbw *= c.pat_factor
     if a is NcclAlgorithm.COLLNET_DIRECT:
@@ -348,11 +348,14 @@ def tuner_table(system: TunerSystem, collective: Collective) -> tuple[TunerEntry
 
 
 def call_latency_us(system: TunerSystem, collective: Collective, entry: TunerEntry, size_bytes: int) -> float:
-    """The latency term of ncclTopoGetAlgoTime: the entry's, times the ring's "plateau" factor where it applies."""
+    """The latency term of ncclTopoGetAlgoTime: the entry's, times the ring's "plateau" factor where it applies
+    (the release's threshold and factor)."""
+    c = system.constants
     if (entry.algorithm is NcclAlgorithm.RING and entry.protocol is NcclProtocol.SIMPLE and system.nodes > 1
             and collective is Collective.ALL_REDUCE
-            and size_bytes // (system.comm_channels * system.ranks) >= 64):
-        return entry.latency_us * (1.9 if system.compute_capability < 80 else 1.4)
+            and (size_bytes >= system.ranks / 16.0 * 65536 if c.plateau_by_ranks
+                 else size_bytes // (system.comm_channels * system.ranks) >= 64)):
+        return entry.latency_us * c.plateau_factor(system.compute_capability)
     return entry.latency_us
 
 

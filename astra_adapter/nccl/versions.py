@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from genie.core.collective import Collective
+
 NcclVersion = tuple[int, int]
 DEFAULT_VERSION: NcclVersion = (2, 23)
 EARLIEST_VERSION: NcclVersion = (2, 8)
@@ -87,12 +89,19 @@ _HW_2_23 = {
 # per-channel caps (GB/s), [generation: Volta, Ampere, Hopper, Blackwell][nodes: 1, 2, more]
 _LL_MAX_2_8 = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0))
 _LL_MAX_2_21 = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
-_TREE_2_8 = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (24.0, 23.6, 17.8), (24.0, 23.6, 17.8))
+# 2.8 and 2.9: Ampere's tree caps were 22.5 / 16.0 GB/s a channel across 2 / more nodes (23.6 / 17.8 from 2.10)
+_TREE_2_8 = ((26.5, 18.5, 10.0), (24.0, 22.5, 16.0), (24.0, 22.5, 16.0), (24.0, 22.5, 16.0))
+_TREE_2_10 = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (24.0, 23.6, 17.8), (24.0, 23.6, 17.8))
 _TREE_2_17 = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 33.0), (38.7, 41.4, 33.0))
 _TREE_2_19 = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (77.4, 82.8, 72.0))
-_RING_LL128_2_8 = ((20.0,) * 3,) * 4
+_RING_LL128_2_10 = ((20.0,) * 3,) * 4
+# 2.8 and 2.9: LL128's cap a channel per collective (ll128MaxBwPerCh[function]), for rings and trees alike
+_LL128_PER_COLLECTIVE_2_8 = ((Collective.BROADCAST, 18.8), (Collective.REDUCE, 12.0), (Collective.ALL_GATHER, 18.3),
+                             (Collective.REDUCE_SCATTER, 15.2), (Collective.ALL_REDUCE, 16.9))
+# 2.17: one LL128 cap a channel per generation for rings and trees (ll128MaxBwPerCh[compCapIndex]), Hopper's 36.7
+_LL128_2_17 = ((20.0,) * 3, (20.0,) * 3, (36.7,) * 3, (36.7,) * 3)
 _RING_LL128_2_18 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (73.4, 73.4, 73.4))
-_TREE_LL128_2_8 = ((20.0,) * 3,) * 4
+_TREE_LL128_2_10 = ((20.0,) * 3,) * 4
 _TREE_LL128_2_18 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (73.4, 73.4, 58.0))
 
 
@@ -129,6 +138,14 @@ class TunerConstants:
     one_gpu_net_lat_from_tree: bool
     #: PAT's share of the graph bandwidth: 0.85 in 2.23, 0.75 from 2.24
     pat_factor: float
+    #: 2.8 and 2.9: LL128's per-channel cap per collective, replacing both LL128 tables (None: the tables)
+    ll128_per_collective: tuple[tuple[Collective, float], ...] | None
+    #: tree LL128 across nodes: x0.915 in 2.8 and 2.9, x120/128 from 2.10
+    tree_ll128_inter_factor: float
+    #: the ring's "plateau" latency factor on a multi-node all-reduce (Ring/Simple) before 2.18: from
+    #: nRanks/16 x 64 KiB bytes, x1.9 (2.17: x1.5 on Hopper); from 2.18 from 64 bytes a channel and rank, x1.9
+    #: before Ampere, x1.4 from it
+    plateau_by_ranks: bool
     #: the algorithms the release has
     has_nvls: bool
     has_nvls_tree: bool
@@ -139,6 +156,21 @@ class TunerConstants:
         if self.sm80_only_index:
             return 1 if cc == 80 else 0
         return 3 if cc >= 100 and self.version >= (2, 25) else 2 if cc >= 90 else 1 if cc >= 80 else 0
+
+    def ll128_cap_per_channel(self, collective: Collective, table: tuple[tuple[float, ...], ...],
+                              generation: int, node_index: int) -> float:
+        """LL128's bandwidth cap a channel: the release's per-collective value (2.8, 2.9), else ``table``'s."""
+        if self.ll128_per_collective is not None:
+            return dict(self.ll128_per_collective).get(collective, table[generation][node_index])
+        return table[generation][node_index]
+
+    def plateau_factor(self, compute_capability: int) -> float:
+        """The ring's plateau latency factor (see ``plateau_by_ranks``)."""
+        if self.version < (2, 17):
+            return 1.9
+        if self.version < (2, 18):
+            return 1.9 if compute_capability < 90 else 1.5
+        return 1.9 if compute_capability < 80 else 1.4
 
     def ll128_arch_enabled(self, compute_capability: int) -> bool:
         if self.ll128_arches is None:
@@ -169,9 +201,12 @@ def constants(version: NcclVersion | None) -> TunerConstants:
     return TunerConstants(
         version=v, base_lat_us=base, hw_lat_us=hw,
         ll_max_bws=_LL_MAX_2_21 if v >= (2, 21) else _LL_MAX_2_8,
-        per_ch_max_tree_bws=_TREE_2_19 if v >= (2, 19) else _TREE_2_17 if v >= (2, 17) else _TREE_2_8,
-        per_ch_max_ring_ll128_bws=_RING_LL128_2_18 if v >= (2, 18) else _RING_LL128_2_8,
-        per_ch_max_tree_ll128_bws=_TREE_LL128_2_18 if v >= (2, 18) else _TREE_LL128_2_8,
+        per_ch_max_tree_bws=_TREE_2_19 if v >= (2, 19) else _TREE_2_17 if v >= (2, 17) else _TREE_2_10 if v >= (
+            2, 10) else _TREE_2_8,
+        per_ch_max_ring_ll128_bws=_RING_LL128_2_18 if v >= (2, 18) else _LL128_2_17 if v >= (2, 17) else
+        _RING_LL128_2_10,
+        per_ch_max_tree_ll128_bws=_TREE_LL128_2_18 if v >= (2, 18) else _LL128_2_17 if v >= (2, 17) else
+        _TREE_LL128_2_10,
         ring_ll_half=v >= (2, 21),
         ring_ll128_one_gpu_factor=0.92 if v >= (2, 23) else 0.7,
         ar_inter_steps_2n=(2, 12) <= v < (2, 23),
@@ -182,5 +217,8 @@ def constants(version: NcclVersion | None) -> TunerConstants:
         ll128_arches=arches,
         one_gpu_net_lat_from_tree=v >= (2, 23),
         pat_factor=0.85 if v < (2, 24) else 0.75,
+        ll128_per_collective=_LL128_PER_COLLECTIVE_2_8 if v < (2, 10) else None,
+        tree_ll128_inter_factor=0.915 if v < (2, 10) else 120.0 / 128.0,
+        plateau_by_ranks=v < (2, 18),
         has_nvls=v >= (2, 17), has_nvls_tree=v >= (2, 18), has_pat=v >= (2, 23),
     )

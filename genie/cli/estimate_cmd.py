@@ -62,8 +62,9 @@ def estimate(
                                                    "mix: ECMP on the paths its sessions took, its repetitions."),
     standing_queues: bool = typer.Option(True, "--standing-queues/--no-standing-queues",
                                          help="With --jobs: a step waits for the other jobs' queued TCP windows on "
-                                              "the full links it crosses (off: rates alone, much faster at "
-                                              "hundreds of hosts)."),
+                                              "the full links it crosses, and a ring's ranks each go on their own "
+                                              "step (off: rates alone in lock step, much faster at hundreds of "
+                                              "hosts)."),
 ) -> None:
     """Estimate TRACE's iteration time per rank from measured collective latencies; writes estimate.csv."""
     if jobs is not None or placements is not None or replay_run is not None:

@@ -147,6 +147,28 @@ class TimeDilation:
                             tuple(HostLimit.from_dict(d) for d in data.get("limits", ())))
 
 
+@dataclass(frozen=True)
+class StepNode:
+    """One node of a replayed rank's iteration as ``auto`` weighs it (`IterationSteps`): the nodes it waits for
+    (indexes into its rank's nodes, all before it), its compute time, and its message steps, each as (the
+    step's largest message in bytes, the messages it sends; a step that only receives counts 1)."""
+
+    deps: tuple[int, ...] = ()
+    compute_ns: int = 0
+    steps: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class IterationSteps:
+    """A replay's iteration rank by rank, as ``auto`` weighs it for one clock over a whole trace: every step
+    pays the host's per-step cost once, and the iteration lasts at least its longest chain of nodes at the
+    stated fabric's wire (`genie.testbed.dilation_rules.iteration_floor`). `smallest_bytes`: the smallest
+    message (what ``auto`` weighed before it weighed the iteration, still reported)."""
+
+    ranks: tuple[tuple[StepNode, ...], ...]
+    smallest_bytes: int | None = None
+
+
 NO_DILATION = TimeDilation()
 
 

@@ -41,6 +41,14 @@ def testbed_window_bytes(rate_bps: int, rtt_us: float) -> int:
     return window_bytes(max(DEFAULT_TCP_RMEM[2], raised), max(DEFAULT_TCP_WMEM[2], raised))
 
 
+def send_buffer_bytes(rate_bps: int, rtt_us: float) -> int:
+    """The most a testbed connection's socket holds of what its sender wrote and the peer has not yet
+    acknowledged: the send buffer's maximum, raised with the receive buffer on long paths (:func:`tcp_buffer_bytes`).
+    A sender's last write of a message returns once its bytes are in that buffer: the rank goes on with up to
+    this much of the message still on its way."""
+    return max(DEFAULT_TCP_WMEM[2], tcp_buffer_bytes(rate_bps, rtt_us))
+
+
 def queue_limit_bytes(queue_packets: int | None, mtu_bytes: int) -> int:
     """The most a shaped link's queue holds: ``queue_packets`` MTU-sized packets, or HTB's default FIFO."""
     if queue_packets is not None:

@@ -26,6 +26,7 @@ from genie.core.collective import Collective
 from genie.core.errors import InputError
 from genie.core.jsondoc import JsonSyntaxError, decode_json
 from genie.core.sizes import PER_RANK_SPLIT
+from genie.measure.nccl_log_lines import rejoin_rows
 
 MAX_INPUT_BYTES = 64 << 20
 MAX_ROWS = 100_000
@@ -249,8 +250,7 @@ def _read_text(text: str, source: str) -> list[_Segment]:
         segments.extend([seg] if seg.rows else [])
         return _Segment(title=title)
 
-    for number, raw in enumerate(text.split("\n"), 1):
-        line = _LABEL.sub("", raw, count=1).strip()
+    for number, line in enumerate(rejoin_rows([_LABEL.sub("", raw, count=1).strip() for raw in text.split("\n")]), 1):
         tokens = line.split()
         # what nccl-tests prints in order (version, test banner, devices, header, rows): an earlier stage (or a
         # repeat of one printed once) begins the next table
@@ -403,7 +403,7 @@ def _fits(collective: Collective, ratio: tuple[float, float], ranks: int | None)
 
 
 def _binary(name: str, source: str, where: str) -> Collective:
-    name = name.lower().rsplit("/", 1)[-1]
+    name = re.sub(r"(_perf)_[a-z0-9]+$", r"\1", name.lower().rsplit("/", 1)[-1])  # make NAME_SUFFIX=_mpi
     if name not in BINARIES:
         raise _fail(source, where, f"{name} output is not supported (only {', '.join(BINARIES)})")
     return BINARIES[name]

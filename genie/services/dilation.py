@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from genie.core.dilation import (NO_DILATION, DilationChoice, DilationMode, TimeDilation, fixed_dilation)
+from genie.core.dilation import (NO_DILATION, DilationChoice, DilationMode, IterationSteps, StepNode, TimeDilation,
+                                 fixed_dilation)
 from genie.core.errors import InputError, RunFailure
 from genie.core.limits import MAX_TIMEOUT_S
 from genie.core.program import Lane, RankProgram
@@ -88,10 +89,36 @@ def real_timeout_s(timeout_s: float, dilation: TimeDilation) -> float:
 
 
 def smallest_message_bytes(programs) -> Optional[int]:
-    """The smallest message the rank programs send (what ``auto`` protects for a replay), None without any."""
+    """The smallest message the rank programs send (`IterationSteps.smallest_bytes`: reported beside the
+    iteration auto weighs), None without any."""
     sizes = [node.size_bytes for program in programs for node in program.nodes
              if node.size_bytes > 0 and node.lane in (Lane.COLLECTIVE, Lane.SEND, Lane.RECV)]
     return min(sizes) if sizes else None
+
+
+def replay_iteration(programs) -> IterationSteps:
+    """The rank programs' iteration as ``auto`` weighs it for a replay (`genie.core.dilation.IterationSteps`):
+    each node's dependencies, compute and message steps — a collective's steps of its schedule for the rank,
+    with the clear-to-send step before it where the engine runs one; a send or receive one step."""
+    from genie.engine.program import cached_schedule, clear_to_send
+
+    ranks = []
+    for program in programs:
+        index = {node.id: i for i, node in enumerate(program.nodes)}
+        nodes = []
+        for node in program.nodes:
+            steps: tuple[tuple[int, int], ...] = ()
+            if node.lane is Lane.COLLECTIVE and node.op is not None and node.op.sends_messages:
+                token = clear_to_send(node.op, program.rank)
+                schedule = ((token,) if token else ()) + cached_schedule(node.op).for_rank(program.rank).steps
+                steps = tuple((max(m.size_bytes for m in (*step.sends, *step.recvs)), max(1, len(step.sends)))
+                              for step in schedule if step.sends or step.recvs)
+            elif node.lane in (Lane.SEND, Lane.RECV) and node.size_bytes > 0:
+                steps = ((node.size_bytes, 1),)
+            nodes.append(StepNode(tuple(index[d] for d in node.deps if d in index),
+                                  node.duration_ns if node.lane is Lane.COMPUTE else 0, steps))
+        ranks.append(tuple(nodes))
+    return IterationSteps(tuple(ranks), smallest_message_bytes(programs))
 
 
 # ---- a sweep's dilation per size, made real between sizes ------------------------------------------------
@@ -110,7 +137,8 @@ class SizeDilator:
         self.info, self.live = info, live
         self.current = info.dilation
 
-    def use(self, dilation: TimeDilation, *, size_bytes: int) -> None:
+    def use(self, dilation: TimeDilation, *, size_bytes: int | None) -> None:
+        """Every link reshaped to `dilation` for the sweep's size `size_bytes` (None: an experiment's replay)."""
         if dilation.factor == self.current.factor:
             return
         try:
@@ -119,8 +147,9 @@ class SizeDilator:
             restored = self._put_back()
             from genie.core.units import format_size
 
+            what = "the replay" if size_bytes is None else f"size {format_size(size_bytes)}"
             raise RunFailure(f"reshaping testbed {self.info.name}'s links to time dilation {dilation.factor:g} "
-                             f"for size {format_size(size_bytes)} failed ({type(exc).__name__}: {exc}); "
+                             f"for {what} failed ({type(exc).__name__}: {exc}); "
                              f"{restored}; the sizes measured before it are kept") from None
         self.current = dilation
 

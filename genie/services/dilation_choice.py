@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from genie.core.dilation import DilationChoice, DilationMode, TimeDilation, fixed_dilation
+from genie.core.dilation import DilationChoice, DilationMode, IterationSteps, TimeDilation, fixed_dilation
 from genie.core.errors import InputError
 from genie.core.testbed import LinkModel
 from genie.core.topology import Topology
@@ -17,11 +17,12 @@ if TYPE_CHECKING:
 
 def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Optional[str] = None,
                      links: Optional[LinkModel] = None,
-                     reference_bytes: Optional[int] = None) -> tuple[TimeDilation, LinkModel]:
+                     reference_bytes: Optional[int] = None,
+                     iteration: Optional[IterationSteps] = None) -> tuple[TimeDilation, LinkModel]:
     """The dilation and link model a testbed of `topology` is brought up with: a fixed factor checked to hold
     (`genie.testbed.dilation_rules`), or ``auto``: this host measured (`genie.services.host_probe`) and the
     smallest factor that keeps its limits under the target share of every figure — of the run's smallest
-    message, `reference_bytes` (None: 1 KiB). `links` None: the default for the dilation
+    message, `reference_bytes` (None: 1 KiB), or of a replay's `iteration`. `links` None: the default for the dilation
     (`genie.testbed.shaping.default_link_model`)."""
     from genie.testbed.dilation_rules import check_dilation_holds
     from genie.testbed.shaping import default_link_model
@@ -30,7 +31,8 @@ def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Opti
         from genie.services.host_probe import auto_dilation
 
         model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
-        dilation = auto_dilation(topology, links=model, source=source, reference_bytes=reference_bytes)
+        dilation = auto_dilation(topology, links=model, source=source, reference_bytes=reference_bytes,
+                                 iteration=iteration)
     else:
         dilation = fixed_dilation(choice.factor)
     check_dilation_holds(topology, dilation, source=source)
@@ -38,19 +40,20 @@ def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Opti
 
 
 def resolve_dilation_plan(choice: DilationChoice, topology: Topology, sizes: Sequence[int], *,
-                          source: Optional[str] = None, links: Optional[LinkModel] = None
-                          ) -> tuple[DilationPlan, LinkModel]:
+                          source: Optional[str] = None, links: Optional[LinkModel] = None,
+                          iteration: Optional[IterationSteps] = None) -> tuple[DilationPlan, LinkModel]:
     """A sweep's dilation per size (`genie.testbed.dilation_plan`) and the link model of its testbed: under
-    ``auto`` this host is measured once and each size gets its own factor (InputError naming the first size
-    whose factor the topology cannot hold: nothing is brought up); a fixed factor (or none) is every size's."""
+    ``auto`` this host is measured once and each size gets its own factor, and an experiment's replay
+    `iteration` the replay's (InputError naming the first size, or the replay, whose factor the topology
+    cannot hold: nothing is brought up); a fixed factor (or none) is every size's and the replay's."""
     from genie.testbed.dilation_plan import plan_per_size, single_plan
     from genie.testbed.shaping import default_link_model
 
-    if choice.mode is DilationMode.AUTO and len(set(sizes)) > 1:
+    if choice.mode is DilationMode.AUTO and (len(set(sizes)) > 1 or iteration is not None):
         from genie.services.host_probe import measure_host
 
         model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
-        plan = plan_per_size(topology, measure_host(topology, model), sizes, source=source)
+        plan = plan_per_size(topology, measure_host(topology, model), sizes, source=source, iteration=iteration)
         return plan, links or default_link_model(topology, plan.first)
     dilation, model = resolve_dilation(choice, topology, source=source, links=links,
                                        reference_bytes=min(sizes) if sizes else None)

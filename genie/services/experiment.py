@@ -29,7 +29,7 @@ from astra_adapter.experiment_spec import ExperimentSpec
 from genie.core.dilation import DilationMode
 from genie.core.errors import InputError
 from genie.services.connection_paths import PathRecorder
-from genie.services.dilation import smallest_message_bytes
+from genie.services.dilation import replay_iteration
 from genie.services.options import RunOptions
 from genie.core.records import ReplayOutcome
 
@@ -107,29 +107,27 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     load_before = os.getloadavg()[0]
     say(f"bringing up {prepared.topology.name}" if opts.topology is not None else
         f"running on {opts.testbed or ('loopback' if opts.loopback else opts.inventory)}")
-    smallest, replayed, every_size = None, None, ()
-    if opts.time_dilation.mode is DilationMode.AUTO:  # what auto protects: the smallest message of the run
-        sizes = [size for _, size in items]
-        replayed = smallest_message_bytes(build_programs(prepared.trace, source=source))
-        smallest = min(sizes + ([replayed] if replayed else [])) if sizes or replayed else None
-        # each sweep size at its own factor, the replay (one clock) at its smallest message's
-        every_size = tuple(sorted(set(sizes + ([replayed] if replayed else []))))
-        if len(every_size) > 1 and opts.topology is not None and (opts.faults or opts.faults_file):
-            raise InputError("under auto the sweep's sizes run at their own time dilations, and faults are timed "
-                             "on one clock: give a fixed factor (--time-dilation N)", path="faults")
+    iteration, every_size = None, ()
+    if opts.time_dilation.mode is DilationMode.AUTO:
+        # each sweep size at its own factor; the replay (one clock) at genie replay's: weighed on its iteration
+        iteration = replay_iteration(build_programs(prepared.trace, source=source))
+        every_size = tuple(sorted({size for _, size in items}))
+        if opts.topology is not None and (opts.faults or opts.faults_file):
+            raise InputError("under auto the sweep's sizes and the replay run at their own time dilations, and "
+                             "faults are timed on one clock: give a fixed factor (--time-dilation N)", path="faults")
     with staged("experiment", opts, ranks=None, loopback_ranks=prepared.trace.num_ranks, params=params,
                 bounds=bounds, inputs=inputs, fits=lambda p: check_fits(prepared.trace, p, source=source),
-                name=f"experiment-{spec.name}", smallest_message_bytes=smallest,
-                sweep_sizes_bytes=every_size) as stage:
+                name=f"experiment-{spec.name}", iteration=iteration, sweep_sizes_bytes=every_size) as stage:
         plan = stage.target.dilation_plan
         dilator, replay_dilation = None, stage.dilation
         if plan is not None and stage.target.info is not None:
             from genie.services.dilation import SizeDilator
 
-            dilator = SizeDilator(stage.target.info)
-            replay_dilation = plan.dilation_for(replayed) if replayed else stage.dilation
+            replay_dilation = plan.replay or stage.dilation
             say("time dilation per size: " + ", ".join(f"{s.size_bytes} B {s.dilation.factor:g}"
-                                                       for s in plan.sizes))
+                                                       for s in plan.sizes)
+                + f"; replay {replay_dilation.factor:g}")
+            dilator = SizeDilator(stage.target.info)
         for warning in prepared.warnings:
             stage.run.warn(warning)
         pooled: list[list[int]] = [[] for _ in items]
@@ -144,7 +142,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
                 swept = (sweep(cases) if dilator is None else
                          run_cases_per_size(cases, plan, dilator, sweep, bench_progress))
                 if dilator is not None:
-                    dilator.use(replay_dilation, size_bytes=replayed)
+                    dilator.use(replay_dilation, size_bytes=None)
                 for acc, stats in zip(pooled, swept.stats):
                     acc.extend(stats.iteration_ns)
                 traced.sweep(f"round {r + 1} sweep", swept.flows)

@@ -24,7 +24,7 @@ import math
 from typing import Optional
 
 from genie.core.collective import Algorithm, Collective
-from genie.core.dilation import TimeDilation
+from genie.core.dilation import IterationSteps, TimeDilation
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import DEFAULT_DTYPE_BYTES
 from genie.core.testbed import LinkModel
@@ -143,10 +143,11 @@ def _emulator_late_us(path) -> Optional[float]:
 
 
 def auto_dilation(topology: Topology, *, links: LinkModel, source: str | None = None,
-                  reference_bytes: int | None = None) -> TimeDilation:
+                  reference_bytes: int | None = None, iteration: IterationSteps | None = None) -> TimeDilation:
     """Measure this host for `topology` and choose the factor for a run whose smallest message is
-    `reference_bytes` (None: not known, 1 KiB); InputError when the topology cannot hold it."""
+    `reference_bytes` (None: not known, 1 KiB), or for a replay's `iteration`; InputError when the topology
+    cannot hold it."""
     from genie.testbed.dilation_rules import REFERENCE_MESSAGE_BYTES, choose_dilation
 
     return choose_dilation(topology, measure_host(topology, links), source=source,
-                           reference_bytes=reference_bytes or REFERENCE_MESSAGE_BYTES)
+                           reference_bytes=reference_bytes or REFERENCE_MESSAGE_BYTES, iteration=iteration)

@@ -15,7 +15,7 @@ from genie.core.placement import RankPlacement
 from genie.core.protocol import CaseResult, ReplayJob, Straggler
 from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
 from genie.services.dilation import (emulated_results, real_program, real_stragglers, real_timeout_s,
-                                     smallest_message_bytes)
+                                     replay_iteration)
 from genie.services.options import RunOptions, check_counts, check_timeout
 
 if TYPE_CHECKING:  # the engine and numpy load when a replay runs, not for a refusal (issue #35 item 7)
@@ -154,9 +154,10 @@ def run_replay_command(cmd: ReplayCommand, progress: ReplayProgress) -> ReplayRe
                                             request.timeout_s, faults)
 
     params = {"iterations": request.iterations, "warmup": request.warmup, "npus": cmd.npus, "ranks": ranks}
-    smallest = smallest_message_bytes(programs()) if opts.time_dilation.mode is DilationMode.AUTO else None
+    # auto weighs the host's per-step costs against the whole iteration: one clock for the whole trace
+    iteration = replay_iteration(programs()) if opts.time_dilation.mode is DilationMode.AUTO else None
     with staged("replay", opts, ranks=None, loopback_ranks=ranks, params=params, bounds=bounds,
-                smallest_message_bytes=smallest,
+                iteration=iteration,
                 inputs=(input_digest(trace, "trace"),),
                 fits=lambda placements: check_fits(loaded, placements, source=str(trace))) as stage:
         for warning in warnings:

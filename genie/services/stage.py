@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from genie.core.dilation import IterationSteps
 from genie.core.errors import RunFailure
 from genie.core.placement import RankPlacement
 from genie.services.launch import LaunchChoice, check_launch, launch_meta, launch_target, resolve_launch
@@ -58,15 +59,17 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
            params: dict[str, Any], inputs: Sequence[Any] = (), loopback_ranks: int | None = None,
            name: str | None = None,
            fits: Callable[[list[RankPlacement]], list[RankPlacement]] = lambda placements: placements,
-           smallest_message_bytes: int | None = None, sweep_sizes_bytes: Sequence[int] = ()) -> Iterator[Stage]:
+           smallest_message_bytes: int | None = None, sweep_sizes_bytes: Sequence[int] = (),
+           iteration: IterationSteps | None = None) -> Iterator[Stage]:
     """The stage of one `kind` run (bench, replay, experiment). `ranks`: the first N ranks of the target
     (None: all); `loopback_ranks`: how many ranks loopback gets; `bounds(ranks, faults)` the run's fault
     bounds (`genie.faults.validation.RunBounds`) for a rank count and the faults asked for; `fits(placements)`
     the placements the run uses (it may refuse a target too small); `params` and `inputs` go into the
     manifest; `name` names the default run directory (runs/<time>-<name>, default: the kind);
-    `smallest_message_bytes` is what ``--time-dilation auto`` protects (the run's smallest message);
-    `sweep_sizes_bytes`, a sweep's sizes: under ``auto`` each gets its own factor (the target's
-    `dilation_plan`)."""
+    `smallest_message_bytes` is what ``--time-dilation auto`` protects (the run's smallest message), a
+    replay's `iteration` instead when given;
+    `sweep_sizes_bytes`, a sweep's sizes: under ``auto`` each gets its own factor, and an experiment's replay
+    `iteration` beside them its own (the target's `dilation_plan`)."""
     from genie.faults import service as faults_service
     from genie.report.manifest import RunRecorder
 
@@ -79,7 +82,8 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
     open_testbed = lambda: open_target(opts.topology, opts.testbed, opts.loopback,  # noqa: E731
                                        loopback_ranks if opts.loopback else ranks, command=kind,
                                        shared=opts.shared, dilation=opts.time_dilation,
-                                       reference_bytes=smallest_message_bytes, sweep_sizes=sweep_sizes_bytes)
+                                       reference_bytes=smallest_message_bytes, sweep_sizes=sweep_sizes_bytes,
+                                       iteration=iteration)
     with launch_target(choice, opts.inventory, open_testbed) as target:
         placements = fits(target.placements)
         check_launch(choice, placements)
@@ -90,7 +94,7 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
                          force=opts.force) as run:
             run.describe(target=target.name, shaper=target.shaper, topology=target.topology,
                          time_dilation={**target.dilation.to_dict(),
-                                        **({"per_size": target.dilation_plan.to_dict()}
+                                        **(_planned(target.dilation_plan)
                                            if target.dilation_plan is not None else {})})
             for warning in target.warnings:
                 run.warn(warning)
@@ -100,6 +104,12 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
                 raise _named_failure(failure, target) from None
             if choice.sessions is not None:
                 run.write("launch.json", json.dumps(launch_meta(opts.launcher, opts.transport, choice), indent=2))
+
+
+def _planned(plan: Any) -> dict[str, Any]:
+    """A per-size plan (`genie.testbed.dilation_plan.DilationPlan`) as the manifest's `time_dilation` keeps it:
+    each size's factor and why, and an experiment's replay's."""
+    return {"per_size": plan.to_dict(), **({"replay": plan.replay.to_dict()} if plan.replay is not None else {})}
 
 
 def _named_failure(failure: RunFailure, target: Any) -> RunFailure:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
-from genie.core.dilation import NO_DILATION, DilationChoice, TimeDilation
+from genie.core.dilation import NO_DILATION, DilationChoice, IterationSteps, TimeDilation
 from genie.core.errors import InputError, RunFailure
 
 from genie.core.testbed import Shaping, TestbedInfo
@@ -45,14 +45,15 @@ class Target:
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
                 ranks: Optional[int], *, command: str, shared: bool = False,
                 dilation: DilationChoice = DilationChoice(), reference_bytes: Optional[int] = None,
-                sweep_sizes: Sequence[int] = ()) -> Iterator[Target]:
+                sweep_sizes: Sequence[int] = (), iteration: Optional[IterationSteps] = None) -> Iterator[Target]:
     """The chosen target; a topology's testbed lives only inside this block. `command` names the service in
     the error when not exactly one target is given. A live testbed is held for this run (a second run on it
     is refused) unless `shared`: then the target carries a warning for the manifest. `dilation`: a topology's
     testbed is brought up so (``auto`` measures this host first, for a run whose smallest message is
-    `reference_bytes`); a running testbed keeps its own (a different factor asked for is refused); loopback
+    `reference_bytes`, or for a replay's `iteration`); a running testbed keeps its own (a different factor asked for is refused); loopback
     takes a fixed factor (compute and reported times only). A sweep's `sweep_sizes` under ``auto``: each size
-    its own factor (the target's `dilation_plan`; the testbed comes up at the smallest size's)."""
+    its own factor, and with an `iteration` the experiment's replay beside it its own (the target's
+    `dilation_plan`; the testbed comes up at the smallest size's)."""
     from genie.services.dilation import loopback_dilation, running_dilation
     from genie.services.dilation_choice import resolve_dilation
 
@@ -97,10 +98,12 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
     if sweep_sizes:
         from genie.services.dilation_choice import resolve_dilation_plan
 
-        planned, links = resolve_dilation_plan(dilation, topo, sweep_sizes, source=str(topology))
+        planned, links = resolve_dilation_plan(dilation, topo, sweep_sizes, source=str(topology),
+                                               iteration=iteration)
         chosen, plan = planned.first, (planned if planned.per_size else None)
     else:
-        chosen, links = resolve_dilation(dilation, topo, source=str(topology), reference_bytes=reference_bytes)
+        chosen, links = resolve_dilation(dilation, topo, source=str(topology), reference_bytes=reference_bytes,
+                                         iteration=iteration)
     with service.temporary_testbed(topo, source=str(topology), dilation=chosen, links=links) as info:
         yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
                      info.name, info, (digest,), info.shaper, topology_summary(info.topology), (), info.dilation,

@@ -1,5 +1,6 @@
 """Time dilation per size (pure): in a sweep each size runs at the factor ``auto`` chooses for it, so a 64 MiB
-row does not run at the factor its 1 KiB row needs.
+row does not run at the factor its 1 KiB row needs; an experiment's replay beside its sweep at the factor
+``auto`` chooses for a replay (its iteration, as `genie replay` has it).
 
 ``auto``'s factor protects a run's smallest figure (one message of the size between the two closest hosts,
 `genie.testbed.dilation_rules.choose_dilation`): a bigger message needs a smaller factor for the same share of
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from genie.core.dilation import TimeDilation
+from genie.core.dilation import IterationSteps, TimeDilation
 from genie.core.errors import InputError
 from genie.core.topology import LinkShape, Topology
 from genie.core.units import format_rate, format_size
@@ -34,19 +35,21 @@ class SizeDilation:
 
 @dataclass(frozen=True)
 class DilationPlan:
-    """Each size of a sweep with its dilation (ascending sizes, each once). The testbed comes up at `first`
-    (the smallest size's); a size at another factor has every link reshaped before it runs."""
+    """Each size of a sweep with its dilation (ascending sizes, each once), and an experiment's `replay` (one
+    clock for the whole trace; None: no replay beside the sweep). The testbed comes up at `first` (the smallest
+    size's); a size, or the replay, at another factor has every link reshaped before it runs."""
 
     sizes: tuple[SizeDilation, ...]
+    replay: Optional[TimeDilation] = None
 
     @property
     def first(self) -> TimeDilation:
-        return self.sizes[0].dilation
+        return self.sizes[0].dilation if self.sizes or self.replay is None else self.replay
 
     @property
     def per_size(self) -> bool:
-        """True when the sizes do not all share one factor."""
-        return len({s.dilation.factor for s in self.sizes}) > 1
+        """True when the sizes (and the replay) do not all share one factor."""
+        return len({s.dilation.factor for s in self.sizes} | ({self.replay.factor} if self.replay else set())) > 1
 
     def dilation_for(self, size_bytes: int) -> TimeDilation:
         """The dilation of `size_bytes` (a size aligned for a collective may differ from the sweep's: the
@@ -68,6 +71,8 @@ class DilationPlan:
                                for shape in distinct_shapes(topology))
             lines.append(f"{format_size(entry.size_bytes):>8}  N = {entry.dilation.factor:<8g} "
                          f"{shapes}  ({entry.dilation.reason})")
+        if self.replay is not None:
+            lines.append(f"{'replay':>8}  N = {self.replay.factor:<8g} ({self.replay.reason})")
         return lines
 
 
@@ -89,20 +94,23 @@ def single_plan(sizes: Iterable[int], dilation: TimeDilation) -> DilationPlan:
     return DilationPlan(tuple(SizeDilation(s, dilation) for s in sorted(set(sizes))))
 
 
-def plan_per_size(topology: Topology, figures: Any, sizes: Sequence[int], *, source: Optional[str] = None
-                  ) -> DilationPlan:
+def plan_per_size(topology: Topology, figures: Any, sizes: Sequence[int], *, source: Optional[str] = None,
+                  iteration: Optional[IterationSteps] = None) -> DilationPlan:
     """``auto``'s factor for each size of a sweep, from this host's `figures`
-    (`genie.testbed.dilation_rules.HostFigures`, measured once). InputError naming the first size the topology
-    cannot hold a factor for, and the limit that needs it."""
+    (`genie.testbed.dilation_rules.HostFigures`, measured once), and with an experiment's replay `iteration`
+    (`genie.services.dilation.replay_iteration`) the replay's: ``auto``'s rule for a replay, as `genie replay`
+    has it. InputError naming the first size (or the replay) the topology cannot hold a factor for, and the
+    limit that needs it."""
     from genie.testbed.dilation_rules import check_dilation_holds, choose_dilation
 
-    planned = []
-    for size in sorted(set(sizes)):
+    def held(what: str, **figure: Any) -> TimeDilation:
         try:
-            dilation = choose_dilation(topology, figures, source=source, reference_bytes=size)
+            dilation = choose_dilation(topology, figures, source=source, **figure)
             check_dilation_holds(topology, dilation, source=source)
         except InputError as exc:
-            raise InputError(f"size {format_size(size)}: {exc.detail}", source=exc.source,
-                             path=exc.path) from None
-        planned.append(SizeDilation(size, dilation))
-    return DilationPlan(tuple(planned))
+            raise InputError(f"{what}: {exc.detail}", source=exc.source, path=exc.path) from None
+        return dilation
+
+    planned = tuple(SizeDilation(size, held(f"size {format_size(size)}", reference_bytes=size))
+                    for size in sorted(set(sizes)))
+    return DilationPlan(planned, None if iteration is None else held("the replay", iteration=iteration))

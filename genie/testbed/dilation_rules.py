@@ -12,14 +12,15 @@ goes ahead and the manifest's dilation says what the host's limits cost (``auto`
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-from genie.core.dilation import HostLimit, TimeDilation
+from genie.core.dilation import HostLimit, IterationSteps, TimeDilation
 from genie.core.errors import InputError
 from genie.core.topology import Topology
 from genie.core.units import format_rate
-from genie.linkemu.line import message_wire_bytes
+from genie.linkemu.line import TCP_IP_HEADER_BYTES, message_wire_bytes
 from genie.topology.link_properties import MAX_DELAY_US
 
 TCP_MIN_RTO_S = 0.2  # Linux's TCP_RTO_MIN
@@ -90,27 +91,105 @@ class HostFigures:
     emulator_late_us: float | None = None
 
 
-def smallest_step_us(topology: Topology, reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> tuple[float, str]:
-    """The shortest time one message of `reference_bytes` (the smallest a run sends) takes between two hosts
-    of the stated fabric — every hop's delay and serialization — with the pair: the smallest figure that run
-    can report."""
+#: a path between two hosts as what bounds a message on it from below: its hops' delays summed (us) and its
+#: rate-shaped hops in order, each (rate_bps, mtu_bytes)
+PathFloor = tuple[float, tuple[tuple[int, int], ...]]
+
+
+def host_paths(topology: Topology) -> list[tuple[str, PathFloor]]:
+    """Every pair of hosts' path ("src->dst") as a `PathFloor`, in the hosts' order."""
     from genie.testbed.layout import plan_layout
     from genie.testbed.paths import PathFinder
 
-    layout = plan_layout(topology, "auto")
-    finder = PathFinder(layout)
+    finder = PathFinder(plan_layout(topology, "auto"))
     names = [h.name for h in topology.hosts]
-    best, pair = float("inf"), ""
+    out = []
     for src in names:
         for path in finder.paths_from(src, [n for n in names if n != src]):
-            time_us = 0.0
-            for hop in path.hops:
-                shape = topology.links[hop.link_index].shape
-                bits = 8 * message_wire_bytes(reference_bytes, shape.mtu_bytes)
-                time_us += shape.delay_us + (bits / shape.rate_bps * 1e6 if shape.rate_bps else 0.0)
-            if 0 < time_us < best:
-                best, pair = time_us, f"{src}->{path.dst}"
+            shapes = [topology.links[hop.link_index].shape for hop in path.hops]
+            out.append((f"{src}->{path.dst}", (sum(shape.delay_us for shape in shapes),
+                                                tuple((shape.rate_bps, shape.mtu_bytes) for shape in shapes
+                                                      if shape.rate_bps is not None))))
+    return out
+
+
+def path_floors(topology: Topology) -> frozenset[PathFloor]:
+    """Every pair of hosts' path (`host_paths`), distinct."""
+    return frozenset(floor for _, floor in host_paths(topology))
+
+
+def last_packet_bytes(size_bytes: int, mtu_bytes: int) -> int:
+    """The payload of the last (smallest) packet a message of `size_bytes` is cut into at `mtu_bytes`."""
+    mss = mtu_bytes - TCP_IP_HEADER_BYTES
+    return size_bytes - (max(1, -(-size_bytes // mss)) - 1) * mss
+
+
+def message_us(floor: PathFloor, size_bytes: int) -> float:
+    """The least time a message of `size_bytes` takes on a path (`PathFloor`): the path's delays, the message
+    serialized at its slowest hop and one packet of it (its smallest) at every other hop. A message crosses a
+    path packet by packet and each hop stores and forwards a packet, not the message: the hops serialize at
+    once but for one packet each (the link emulator's chain of wires passes a message so, `genie.linkemu.line`:
+    a one-packet message is serialized at every hop, a large one about once)."""
+    delay_us, hops = floor
+    if not hops:
+        return delay_us
+    whole = [8 * message_wire_bytes(size_bytes, mtu) / rate * 1e6 for rate, mtu in hops]
+    slowest = whole.index(max(whole))
+    packets = sum(8 * message_wire_bytes(last_packet_bytes(size_bytes, mtu), mtu) / rate * 1e6
+                  for i, (rate, mtu) in enumerate(hops) if i != slowest)
+    return delay_us + whole[slowest] + packets
+
+
+def smallest_step_us(topology: Topology, reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> tuple[float, str]:
+    """The shortest time one message of `reference_bytes` (the smallest a run sends) takes between two hosts
+    of the stated fabric (`message_us`), with the pair: the smallest figure that run can report (inf when no
+    path has a delay or a rate)."""
+    best, pair = float("inf"), ""
+    for name, floor in host_paths(topology):
+        time_us = message_us(floor, reference_bytes)
+        if 0 < time_us < best:
+            best, pair = time_us, name
     return best, pair
+
+
+def message_floor_us(floors: frozenset[PathFloor], size_bytes: int) -> float:
+    """The least time a message of `size_bytes` takes between any two hosts (`path_floors`, `message_us`)."""
+    return min((message_us(floor, size_bytes) for floor in floors), default=0.0)
+
+
+@dataclass(frozen=True)
+class IterationFloor:
+    """The rank of a replay whose iteration the host's per-step costs weigh most on: its `steps` (each pays
+    the host's per-step cost once) and the least time its iteration takes on the stated fabric (`floor_us`:
+    its longest chain of dependent nodes, compute at its duration and each message step at its
+    `message_floor_us`), with that chain's compute (`compute_us`)."""
+
+    rank: int
+    steps: int
+    floor_us: float
+    compute_us: float
+
+
+def iteration_floor(topology: Topology, iteration: IterationSteps) -> IterationFloor | None:
+    """The rank of `iteration` with the most steps per microsecond of its floor (`IterationFloor`); None when
+    no rank sends a message."""
+    floors = path_floors(topology)
+    wire = functools.lru_cache(maxsize=None)(lambda size: message_floor_us(floors, size))
+    worst: IterationFloor | None = None
+    for rank, nodes in enumerate(iteration.ranks):
+        ends: list[tuple[float, float]] = []  # per node: (the chain's end, its compute), in microseconds
+        steps = 0
+        for node in nodes:
+            start, compute = max((ends[d] for d in node.deps if d < len(ends)), default=(0.0, 0.0))
+            took = node.compute_ns / 1e3 + sum(wire(size) for size, _ in node.steps)
+            ends.append((start + took, compute + node.compute_ns / 1e3))
+            steps += sum(sends for _, sends in node.steps)
+        if not steps:
+            continue
+        end, compute = max(ends)
+        if end > 0 and (worst is None or steps / end > worst.steps / worst.floor_us):
+            worst = IterationFloor(rank, steps, end, compute)
+    return worst
 
 
 def demanded_bps(topology: Topology) -> float:
@@ -137,19 +216,32 @@ def nice_factor(factor: float) -> float:
 
 
 def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | None = None,
-                    reference_bytes: int = REFERENCE_MESSAGE_BYTES) -> TimeDilation:
+                    reference_bytes: int = REFERENCE_MESSAGE_BYTES,
+                    iteration: IterationSteps | None = None) -> TimeDilation:
     """The smallest (rounded) factor at which each measured limit of this host costs under TARGET_SHARE of the
-    smallest figure a run on `topology` reports — one message of `reference_bytes`, the smallest the run sends
-    (1 KiB when the run is not known yet) — and whose summed link rates stay within what the host delivered
-    through shaped links; InputError when the topology cannot hold it (`check_dilation_holds`)."""
-    step_us, pair = smallest_step_us(topology, reference_bytes)
-    what = f"a {reference_bytes}-byte message"
+    smallest figure a run on `topology` reports, and whose summed link rates stay within what the host
+    delivered through shaped links; InputError when the topology cannot hold it (`check_dilation_holds`).
+    The smallest figure: one message of `reference_bytes` (a sweep's size, a bench's smallest; 1 KiB when the
+    run is not known yet); for a replay (`iteration`: one clock over the whole trace) its iteration — every
+    step of its busiest rank pays the host's per-step cost once, against the least time that iteration takes
+    (`iteration_floor`)."""
+    floor = iteration_floor(topology, iteration) if iteration is not None else None
+    if floor is not None:
+        per_us = floor.steps / floor.floor_us  # the per-step costs' share of the iteration is cost x per_us / N
+        what = (f"rank {floor.rank}'s iteration ({floor.steps} steps in at least {floor.floor_us / 1e3:.4g} ms, "
+                f"{floor.compute_us / 1e3:.4g} ms of it compute)")
+        driver_text = "for the iteration"
+    else:
+        step_us, pair = smallest_step_us(topology, reference_bytes)
+        per_us = 1 / step_us if math.isfinite(step_us) else None
+        what = f"a {reference_bytes}-byte message ({step_us:.3g} us, {pair})"
+        driver_text = f"for a {reference_bytes}-byte message"
     limits = []
-    if math.isfinite(step_us):
-        need = figures.step_us / (TARGET_SHARE * step_us)
+    if per_us is not None:
+        need = figures.step_us * per_us / TARGET_SHARE
         limits.append(HostLimit("software", figures.step_us, "us per step", need,
                                 f"{figures.step_us:.1f} us of software per step with {figures.ranks} ranks must be "
-                                f"under {TARGET_SHARE:.0%} of {what} ({step_us:.3g} us, {pair}): N >= {need:.4g}"))
+                                f"under {TARGET_SHARE:.0%} of {what}: N >= {need:.4g}"))
     demand = demanded_bps(topology)
     if demand and 0 < figures.aggregate_bps < float("inf"):
         need = demand / figures.aggregate_bps
@@ -157,15 +249,15 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
                                 f"the hosts' links ask {format_rate(round(demand))} at once; shaped links on this "
                                 f"host delivered their rate up to {format_rate(round(figures.aggregate_bps))} "
                                 f"in all: N >= {need:.4g}"))
-    if figures.emulator_late_us is not None and math.isfinite(step_us):
-        need = figures.emulator_late_us / (TARGET_SHARE * step_us)
+    if figures.emulator_late_us is not None and per_us is not None:
+        need = figures.emulator_late_us * per_us / TARGET_SHARE
         limits.append(HostLimit("emulator", figures.emulator_late_us, "us late", need,
                                 f"the link emulator releases packets {figures.emulator_late_us:.1f} us late (median), "
-                                f"to be under {TARGET_SHARE:.0%} of {what}: N >= {need:.4g}"))
+                                f"per step to be under {TARGET_SHARE:.0%} of {what}: N >= {need:.4g}"))
     need = max([1.0] + [limit.needed_factor for limit in limits])
     factor = nice_factor(need)
     binding = max(limits, key=lambda limit: limit.needed_factor).name if limits and need > 1 else None
-    driver = f" for {what}" if binding in ("software", "emulator") else ""  # the message size decides those
+    driver = f" {driver_text}" if binding in ("software", "emulator") else ""  # the message or iteration decides
     reason = (f"auto: {binding} needs N >= {need:.4g}{driver}, rounded up" if binding
               else "auto: this host's limits cost under 2% without dilation")
     holds = max_factor(topology)

@@ -1,0 +1,167 @@
+"""A ring's ranks each on their own step (pure, numpy): every connection moves its chunks in turn, a chunk as
+soon as its sender has received the previous step's - the replay's data dependency - not when every rank has.
+
+:class:`astra_adapter.fabric.flows.FlowEngine` moves an op's ranks through its steps together: a step ends when
+its slowest flow does. The replay does not (``genie.engine.executor.run_schedule``): a rank starts its next step
+once its own receives of the step before are in, its sends of that step still queued on their connection. On a
+ring whose connections move at unequal rates - another job's elephants share some of its links, not others -
+the ranks behind the slow connection fall behind and the others run ahead: the op ends rank by rank, the
+ranks upstream of the bottleneck up to a few chunks' time before the last (measured on the oversubscribed
+leaf-spine, benchmarks/README.md "Job mixes": the MoE EP4 job's 82 MB ring all-reduce beside a DDP ring left
+its four ranks over 0.5-1.2 s where the lock-step model leaves them within 0.3 s, and its next iteration's
+all-to-all then waits for the last). A job whose iterations follow each other without a barrier (a mix) carries
+that skew into its iteration.
+
+A *ring-like* op (:func:`ring_like`): every step runs the same connections, one into and one out of each rank.
+Its state here is per connection: the chunk (step) it is on, the bytes left of it, the wait before it moves
+(the step's latency, and with standing queues its own wait behind them, counted from when the chunk's data came
+in - a wait delays only the ranks downstream of that connection, which is what
+:func:`astra_adapter.fabric.queues.step_wait_ns`'s mean approximates in lock step), and whether its sender has
+the data yet: connection ``s -> d`` moves chunk ``k`` once the connection into ``s`` has delivered chunk
+``k - 1``. A rank leaves the op when its receives are in and its last send is written into its socket (all but
+the send buffer sent). Rates stay the engine's max-min solve over every flow moving.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def ring_like(steps: tuple) -> bool:
+    """True for a multi-step op whose every step runs the same connections (same sender -> receiver, same
+    routes), each rank sending at most one flow and receiving at most one per step: a ring's shape."""
+    if len(steps) < 2:
+        return False
+    first = steps[0]
+    if not len(first.src) or len(np.unique(first.src)) != len(first.src) or \
+            len(np.unique(first.dst)) != len(first.dst):
+        return False
+    return all(s is first or (np.array_equal(s.src, first.src) and np.array_equal(s.dst, first.dst)
+                              and np.array_equal(s.routes, first.routes)) for s in steps[1:])
+
+
+class RingOp:
+    """A ring-like op in flight, per connection (see the module doc), with what the engine reads of an op
+    (:class:`astra_adapter.fabric.flows.FabricOp`'s fields): ``step`` stays 0 (every step has the same routes,
+    so the engine's rates read ``steps[0]``), ``latency_ns`` 0 (the waits are per connection), ``left`` and
+    ``active`` per connection. ``steps``: the op's :class:`astra_adapter.fabric.flows.StepFlows`."""
+
+    __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "chunk", "wait", "ready",
+                 "next_ready", "next_wait", "pred", "sizes", "after", "latencies", "count", "send_buffer")
+
+    def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
+        self.steps = steps
+        self.latency_ns = 0.0
+        self.done = False
+        first = steps[0]
+        n = len(first.src)
+        self.step = 0
+        self.count = len(steps)  # chunks per connection
+        self.sizes = np.array([s.wire_bytes for s in steps])  # [chunk, connection]
+        # per chunk and connection: what the connection still sends after that chunk (its queue's reserve)
+        self.after = np.concatenate((np.cumsum(self.sizes[::-1], axis=0)[::-1][1:], np.zeros((1, n))))
+        self.latencies = np.array([s.latency_ns for s in steps])
+        # per connection, the bytes its socket holds (genie.core.tcp_window.send_buffer_bytes, on the wire's scale):
+        # the sender leaves once its last chunk is written and no more than this of it is still to arrive
+        self.send_buffer = np.zeros(n) if send_buffer is None else np.asarray(send_buffer, dtype=float)
+        into = {int(d): k for k, d in enumerate(first.dst.tolist())}
+        self.pred = np.array([into.get(int(s), -1) for s in first.src.tolist()], dtype=np.int64)
+        self.chunk = np.zeros(n, dtype=np.int64)
+        self.left = np.zeros(n)
+        self.wait = np.zeros(n)
+        self.ready = np.zeros(n, dtype=bool)  # its sender has the chunk's data: waiting out ``wait`` or moving
+        # the next chunk's data is in while the connection is still on its chunk: the next chunk joined the
+        # queues then, and its wait behind them (next_wait) runs down from that moment, not from its start
+        self.next_ready = np.zeros(n, dtype=bool)
+        self.next_wait = np.zeros(n)
+        self.active = np.zeros(n, dtype=bool)
+        self.active_count = 0
+
+    def startable(self) -> np.ndarray:
+        """Connections not yet on their way whose sender has the data for their chunk: the connection into the
+        sender has delivered the chunk before (or there is none, or it is the first chunk)."""
+        pred_chunk = np.where(self.pred >= 0, self.chunk[np.maximum(self.pred, 0)], self.count)
+        return ~self.ready & (self.chunk < self.count) & ((self.chunk == 0) | (pred_chunk >= self.chunk))
+
+    def arriving(self) -> np.ndarray:
+        """Connections on a chunk whose next chunk's data has come in since (not yet counted): it joins the
+        queues now (:meth:`queue_next`)."""
+        nxt = self.chunk + 1
+        pred_chunk = np.where(self.pred >= 0, self.chunk[np.maximum(self.pred, 0)], self.count)
+        return self.ready & ~self.next_ready & (nxt < self.count) & (pred_chunk >= nxt)
+
+    def queue_next(self, which: np.ndarray, wait_ns: np.ndarray) -> None:
+        """The next chunk of connections ``which`` joined the queues now: ``wait_ns`` behind them from now."""
+        self.next_ready[which] = True
+        self.next_wait[which] = wait_ns[which]
+
+    def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
+        """Connections ``which`` (mask) start their chunk: its latency plus its wait behind the standing
+        queues - ``extra_wait_ns`` (from now), or what is left of the wait it began when its data came in while
+        the connection was still on its previous chunk - then its bytes."""
+        k = self.chunk[which]
+        extra_wait_ns = np.where(self.next_ready, self.next_wait, extra_wait_ns)
+        self.next_ready[which] = False
+        self.next_wait[which] = 0.0
+        self.ready[which] = True
+        self.left[which] = self.sizes[k, np.flatnonzero(which)]
+        self.wait[which] = self.latencies[k] + extra_wait_ns[which]
+        self._refresh()
+
+    def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
+        """``dt_ns`` passes: waits run down, moving connections move at ``rate``; a connection whose chunk is
+        through goes on to the next (not yet ready). True when some connection finished a chunk."""
+        waiting = self.ready & ~self.active
+        self.wait[waiting] = np.maximum(self.wait[waiting] - dt_ns, 0.0)
+        self.next_wait[self.next_ready] = np.maximum(self.next_wait[self.next_ready] - dt_ns, 0.0)
+        if rate is not None and self.active_count:
+            self.left = np.where(self.active, self.left - rate * dt_ns, self.left)
+        through = self.ready & (self.wait <= 1e-6) & (self.left <= self._done_below())
+        if through.any():
+            self.chunk[through] += 1
+            self.ready[through] = False
+            self.left[through] = 0.0
+        self._refresh()
+        self.done = bool(np.all(self.chunk >= self.count))
+        return bool(through.any())
+
+    def horizon_ns(self, rate: np.ndarray | None) -> float:
+        """Time to the next wait running out, chunk going through, or last chunk fitting in its sender's socket
+        (its sender leaves then, :meth:`busy_ranks`) at ``rate``."""
+        best = float("inf")
+        waiting = self.ready & ~self.active & (self.wait > 0)
+        if waiting.any():
+            best = float(np.min(self.wait[waiting]))
+        if rate is not None and self.active_count:
+            on = self.active
+            best = min(best, float(np.min(self.left[on] / rate[on])))
+            filling = on & (self.chunk == self.count - 1) & (self.left > self.send_buffer)
+            if filling.any():
+                best = min(best, float(np.min((self.left[filling] - self.send_buffer[filling]) / rate[filling])))
+        stuck = self.ready & ~self.active & (self.wait <= 0)  # a chunk of nothing: through now
+        return 0.0 if stuck.any() else best
+
+    def busy_ranks(self) -> set[int]:
+        """Ranks still in the op: receiving a chunk yet, or sending one not yet written whole into its socket
+        (the replay's rank ends its op when its receives are in and its sends are out of its outbox; what the
+        socket holds arrives after it has gone on)."""
+        first = self.steps[0]
+        receiving = self.chunk < self.count
+        written = (self.chunk == self.count - 1) & self.ready & (self.left <= self.send_buffer)
+        sending = (self.chunk < self.count) & ~written
+        return set(first.dst[receiving].tolist()) | set(first.src[sending].tolist())
+
+    def remaining_bytes(self) -> np.ndarray:
+        """Per connection, what it still sends: the rest of its chunk and its later chunks (what TCP keeps in
+        flight is bounded by it, astra_adapter.fabric.queues)."""
+        k = np.minimum(self.chunk, self.count - 1)
+        later = np.where(self.chunk < self.count, self.after[k, np.arange(len(k))], 0.0)
+        return np.where(self.ready, self.left, np.where(self.chunk < self.count,
+                                                        self.sizes[k, np.arange(len(k))], 0.0)) + later
+
+    def _done_below(self) -> float:
+        return 1e-6 + 1e-9 * float(self.sizes.max(initial=0.0))
+
+    def _refresh(self) -> None:
+        self.active = self.ready & (self.wait <= 1e-6) & (self.left > self._done_below())
+        self.active_count = int(np.count_nonzero(self.active))

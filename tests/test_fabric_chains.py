@@ -1,0 +1,155 @@
+"""A ring's ranks each on their own step in the fabric model (astra_adapter.fabric.chains): a connection moves its
+next chunk as soon as its sender has received the one before, as the replay's ranks do, so on a ring whose
+connections move at unequal rates the ranks leave the op one by one instead of together."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from astra_adapter.fabric.chains import RingOp, ring_like
+from astra_adapter.fabric.flat_flows import FlatFlowEngine, engine_for
+from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine
+from astra_adapter.fabric.network import FabricNetwork
+from astra_adapter.measurements import CommOp
+from genie.core.collective import Algorithm, Collective
+from genie.core.tcp_window import send_buffer_bytes, window_bytes
+from genie.topology.reader import load_topology
+
+HOST_BYTES_PER_NS = 1e9 / 8 / 1e9
+FABRIC_BYTES_PER_NS = 500e6 / 8 / 1e9
+
+
+def _dumbbell() -> FabricNetwork:
+    """h0, h1 on sw0 and h2, h3 on sw1 (1 Gbit/s host links), sw0 - sw1 at 500 Mbit/s; no delays."""
+    return FabricNetwork(load_topology(
+        "name: d\ndefaults: {bandwidth: 1gbit}\nhosts: [{name: h0}, {name: h1}, {name: h2}, {name: h3}]\n"
+        "switches: [{name: sw0}, {name: sw1}]\nlinks:\n  - {endpoints: [h0, sw0]}\n  - {endpoints: [h1, sw0]}\n"
+        "  - {endpoints: [h2, sw1]}\n  - {endpoints: [h3, sw1]}\n  - {endpoints: [sw0, sw1], bandwidth: 500mbit}\n"))
+
+
+def _leave_times(engine: FlowEngine, op, until_done: bool = True) -> dict[int, float]:
+    """When each member of ``op`` leaves it (the engine's busy ranks), playing the engine until ``op`` is done."""
+    members = set(int(r) for s in op.steps for r in (*s.src.tolist(), *s.dst.tolist()))
+    left: dict[int, float] = {}
+    t = 0.0
+    while len(left) < len(members):
+        busy = engine.busy_ranks(op)
+        if busy is not None:
+            for rank in members - busy - left.keys():
+                left[rank] = t
+        if len(left) == len(members):
+            break
+        dt = engine.horizon_ns()
+        assert dt < float("inf")
+        engine.advance(dt)
+        t += dt
+    return left
+
+
+ALLREDUCE = CommOp(Collective.ALL_REDUCE, Algorithm.RING, 4, 40_000_000)
+
+
+def test_a_ring_s_steps_run_the_same_connections_and_other_shapes_do_not() -> None:
+    engine = FlowEngine(_dumbbell())
+    assert ring_like(engine.plan(ALLREDUCE, (0, 1, 2, 3)))
+    assert not ring_like(engine.plan(CommOp(Collective.ALL_TO_ALL, Algorithm.DIRECT, 4, 4_000_000), (0, 1, 2, 3)))
+    assert not ring_like(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 1000), (0, 1)))
+
+
+def test_ring_chains_run_on_the_reference_engine() -> None:
+    assert isinstance(engine_for(_dumbbell(), FabricParams(ring_chains=True)), FlowEngine)
+    assert not isinstance(engine_for(_dumbbell(), FabricParams(ring_chains=True)), FlatFlowEngine)
+    assert isinstance(engine_for(_dumbbell(), FabricParams()), FlatFlowEngine)
+    with pytest.raises(ValueError):  # the flat engine has no per-connection state: it would play lock step
+        FlatFlowEngine(_dumbbell(), FabricParams(ring_chains=True))
+
+
+def test_a_ring_with_a_slow_connection_ends_rank_by_rank_as_its_chain_of_receives_says() -> None:
+    # ring 0 -> 1 -> 2 -> 3 -> 0 on the dumbbell; a long message h1 -> h2 shares the whole path of the ring's
+    # 1 -> 2 connection, which so moves at 250 Mbit/s; 0 -> 1 and 2 -> 3 stay on one switch (1 Gbit/s) and
+    # 3 -> 0 crosses the fabric alone (500 Mbit/s). No connection of the ring shares a link with another.
+    engine = FlowEngine(_dumbbell(), FabricParams(ring_chains=True))
+    engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**10), (1, 2)))
+    steps = engine.plan(ALLREDUCE, (0, 1, 2, 3))
+    ring = engine.start(steps)
+    assert isinstance(ring, RingOp)
+    chunk = ALLREDUCE.size_bytes / 4 * WIRE_BYTES_PER_PAYLOAD_BYTE
+    src = steps[0].src.tolist()
+    rate = {0: HOST_BYTES_PER_NS, 1: FABRIC_BYTES_PER_NS / 2, 2: HOST_BYTES_PER_NS, 3: FABRIC_BYTES_PER_NS}
+    # connection s -> s + 1 moves chunk k once it moved chunk k - 1 and the connection into s delivered k - 1
+    done = {s: 0.0 for s in range(4)}
+    for _ in range(len(steps)):
+        began = {s: max(done[s], done[(s - 1) % 4]) for s in range(4)}
+        done = {s: began[s] + chunk / rate[s] for s in range(4)}
+    # a rank leaves with its receive in and its last send written: all but the socket's send buffer of it sent
+    socket = send_buffer_bytes(1_000_000_000, 0) * WIRE_BYTES_PER_PAYLOAD_BYTE
+    written = {s: began[s] + max(chunk - socket, 0.0) / rate[s] for s in range(4)}
+    expected = {r: max(done[(r - 1) % 4], written[r]) for r in range(4)}
+    got = _leave_times(engine, ring)
+    assert sorted(src) == [0, 1, 2, 3] and len(steps) == 6
+    assert got == pytest.approx(expected, rel=1e-9)
+    # the ranks leave over more than a chunk's time at the slow rate (rank 1, sending into it, once all but its
+    # socket's buffer is sent); in lock step all 6 steps take the slow connection's time and every rank leaves
+    # within the last one
+    assert max(got.values()) - min(got.values()) > chunk / rate[1]
+    assert got[1] < max(got.values()) - 0.9 * socket / rate[1]
+    lock = FlowEngine(_dumbbell(), FabricParams())
+    lock.start(lock.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**10), (1, 2)))
+    locked = _leave_times(lock, lock.start(lock.plan(ALLREDUCE, (0, 1, 2, 3))))
+    assert min(locked.values()) >= 5 * chunk / rate[1]
+    assert max(got.values()) == pytest.approx(max(locked.values()), rel=1e-9)  # the slow chain sets the end
+
+
+def test_an_even_ring_alone_is_the_same_in_chains_as_in_lock_step() -> None:
+    for params in (FabricParams(), FabricParams(ring_chains=True)):
+        engine = FlowEngine(_dumbbell(), params)
+        got = _leave_times(engine, engine.start(engine.plan(ALLREDUCE, (0, 1, 2, 3))))
+        # 0 -> 1 and 2 -> 3 at 1 Gbit/s, 1 -> 2 and 3 -> 0 across the fabric at 500 Mbit/s: the slow ones lead
+        assert max(got.values()) == pytest.approx(6 * ALLREDUCE.size_bytes / 4 * WIRE_BYTES_PER_PAYLOAD_BYTE
+                                                  / FABRIC_BYTES_PER_NS, rel=1e-9), params
+
+
+def test_a_pair_s_all_reduce_behind_a_queue_one_way_waits_it_once() -> None:
+    # measured: a TP pair's 512 B all-reduce took ~100 ms with one direction behind a 6 MiB queue (100 ms): the
+    # second step's chunk queues right behind the first on the slow connection, it does not wait the queue again
+    def allreduce_ns(longs: list[tuple[int, int]]) -> float:
+        return max(allreduce_leaves(longs).values())
+
+    def allreduce_leaves(longs: list[tuple[int, int]]) -> dict[int, float]:
+        engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+        for pair in longs:
+            engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
+        t = 0.0
+        while t < 200e6:  # the long flows' windows queue on the fabric link
+            dt = min(engine.horizon_ns(), 200e6 - t)
+            engine.advance(dt)
+            t += dt
+        op = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 512), (1, 3)))
+        return _leave_times(engine, op)
+
+    queue_ns = window_bytes() / FABRIC_BYTES_PER_NS  # one long flow's window at 500 Mbit/s: 50.3 ms
+    one_way = allreduce_ns([(0, 2)])
+    assert one_way == pytest.approx(queue_ns, rel=1e-3)  # not twice: once per step
+    both = allreduce_ns([(0, 2), (2, 0)])
+    assert both == pytest.approx(2 * queue_ns, rel=1e-3)  # each direction's queue once, one after the other
+    assert np.isfinite(one_way) and np.isfinite(both)
+
+
+def test_a_chunk_joins_the_queue_when_its_data_comes_in_not_when_its_connection_is_free() -> None:
+    # a TP pair 1 <-> 3 with 1 -> 3 behind one long flow's window (50 ms) and 3 -> 1 behind two (100 ms): the second
+    # step's chunk 3 -> 1 has its data at 50 ms (1 -> 3's first chunk in) and waits the 100 ms queue from then;
+    # 1 -> 3's second chunk has its data at 100 ms and waits 50 ms from then: both ranks are done at 150 ms (the
+    # replay: a pair behind queues both ways waits both, one after the other)
+    engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+    for pair in ((0, 2), (2, 0), (2, 1)):
+        engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
+    t = 0.0
+    while t < 300e6:
+        dt = min(engine.horizon_ns(), 300e6 - t)
+        engine.advance(dt)
+        t += dt
+    left = _leave_times(engine, engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 512),
+                                                         (1, 3))))
+    queue_ns = window_bytes() / FABRIC_BYTES_PER_NS
+    assert left[1] == pytest.approx(3 * queue_ns, rel=1e-3) and left[3] == pytest.approx(3 * queue_ns, rel=1e-3)
