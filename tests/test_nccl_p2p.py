@@ -81,3 +81,63 @@ def test_an_alltoall_over_many_ranks_waits_a_step_per_batch_of_peers():
     one_batch = tiny(32, 8) - params.launch_us  # 31 peers: one batch
     many = tiny(1024, 256) - params.launch_us
     assert many == pytest.approx(32 * one_batch, rel=0.02)
+
+
+def test_the_fabric_runs_a_sendrecv_at_its_peers_channels_as_the_nccl_model_does(tmp_path):
+    # the xxrjun cluster's node (8 x H100, a 400G NIC per GPU on its rail) on 10 nodes, NCCL 2.29: 2 channels
+    # for the neighbour across each node boundary, 28 / 50 of the NIC, in the flows as in the NCCL model
+    from genie.topology import load_topology_file
+    from astra_adapter.fabric.flows import run_concurrently
+    from astra_adapter.fabric.nccl_flows import NcclFlowEngine
+    from astra_adapter.fabric.network import FabricNetwork
+    from astra_adapter.measurements import CommOp
+    from astra_adapter.nccl.hardware import cluster_from_topology, node_of_hosts
+    from genie.core.collective import Algorithm
+    from tests.test_nccl_model import DATA
+
+    text = (DATA / "xxrjun-cluster01-h100-10node-5collectives" / "topology.yaml").read_text()
+    path = tmp_path / "ten.yaml"
+    path.write_text(text.replace("count: 2, gpus: 8", "count: 10, gpus: 8"))
+    topology = load_topology_file(path)
+    cluster = replace(cluster_from_topology(topology, gpu="H100 80GB HBM3", interconnect=Interconnect.NVSWITCH,
+                                            source=str(path)), nccl_version="2.29.2")
+    network = FabricNetwork(topology)
+    node_of = node_of_hosts(topology)
+    engine = NcclFlowEngine(network, cluster, PARAMS, [node_of.get(h, h) for h in network.rank_hosts])
+    times = {}
+    for size in (1 << 30, 1 << 32):
+        call = Call(Collective.SEND_RECV, 20, 10, size)
+        members = tuple(n * 8 + g for n in range(10) for g in range(2))
+        fabric_us = run_concurrently(engine, [(CommOp(call.collective, Algorithm.AUTO, 20, size), members)])[0] / 1e3
+        assert fabric_us == pytest.approx(predict(cluster, PARAMS, call).time_us, rel=0.02)
+        times[size] = fabric_us
+    rate_gb_s = ((1 << 32) - (1 << 30)) / (times[1 << 32] - times[1 << 30]) / 1000.0
+    assert rate_gb_s == pytest.approx(PARAMS.nic_gb_s * 2 * PER_CHANNEL_NET_GB_S / 50.0, rel=0.03)
+
+
+@pytest.mark.parametrize("version, value, ranks, expected", [
+    ((2, 29), "8", 80, 8),    # set by the user: not halved with the ranks (p2pnChannels 16)
+    ((2, 29), "3", 80, 4),    # a power of two
+    ((2, 29), "0", 80, 1),    # not positive: NCCL keeps its own
+    ((2, 21), "4", 1024, 4),  # 2.12 - 2.28: the fewest of it and the communicator's channels (14)
+    ((2, 8), "4", 16, 1),     # no such variable before 2.12
+])
+def test_nccl_nchannels_per_net_peer_sets_a_network_peers_channels(version, value, ranks, expected):
+    from astra_adapter.nccl.p2p import channels_per_net_peer_setting
+    setting = channels_per_net_peer_setting((("NCCL_NCHANNELS_PER_NET_PEER", value),), source="x")
+    plan = net_peer_plan(version, ranks=ranks, comm_channels=14, gpu_nics=1, nic_gb_s=50.0, setting=setting)
+    assert plan.channels_per_peer == expected
+
+
+def test_a_sendrecv_runs_on_the_channels_the_environment_sets_and_bad_values_are_refused():
+    from genie.core.errors import InputError
+    from astra_adapter.nccl.env import env_from_output, parse_env
+    big, small = Call(Collective.SEND_RECV, 80, 10, 1 << 34), Call(Collective.SEND_RECV, 80, 10, 1 << 30)
+    four = replace(HGX, nccl_env=(("NCCL_NCHANNELS_PER_NET_PEER", "4"),))
+    rate = (big.size_bytes - small.size_bytes) / (predict(four, PARAMS, big).time_us -
+                                                  predict(four, PARAMS, small).time_us) / 1000.0
+    assert rate == pytest.approx(PARAMS.nic_gb_s, rel=0.02)  # 4 x 14 GB/s drive the whole NIC
+    line = b"host:1:1 [0] NCCL INFO NCCL_NCHANNELS_PER_NET_PEER set by environment to 4.\n"
+    assert env_from_output(line) == (("NCCL_NCHANNELS_PER_NET_PEER", "4"),)
+    with pytest.raises(InputError, match="NCCL_NCHANNELS_PER_NET_PEER"):
+        parse_env([("NCCL_NCHANNELS_PER_NET_PEER", "many")], source="nccl-env")

@@ -46,7 +46,7 @@ from genie.core.collective import Collective
 
 from astra_adapter.nccl.chain import chain_fill_us, chain_latency_us, is_chain, network_hop_us_per_byte
 from astra_adapter.nccl.hardware import Cluster, tuner_system
-from astra_adapter.nccl.p2p import NetPeerPlan, net_peer_plan
+from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
     NcclProtocol, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
@@ -155,13 +155,25 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
 def _net_plan(cluster: Cluster, call: Call) -> NetPeerPlan:
     """A send/receive operation's layout across nodes on the nominal system (astra_adapter.nccl.p2p)."""
     system = tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node)
+    setting = channels_per_net_peer_setting(cluster.nccl_env, source=cluster.name)
     return net_peer_plan(system.version, ranks=call.ranks, comm_channels=system.comm_channels,
-                         gpu_nics=_gpu_nics(cluster), nic_gb_s=cluster.nic_gb_s)
+                         gpu_nics=_gpu_nics(cluster), nic_gb_s=cluster.nic_gb_s, setting=setting)
 
 
 def _gpu_nics(cluster: Cluster) -> int:
     """The NICs one GPU reaches on its own (NCCL's local NICs): its share of the node's, at least one."""
     return max(1, cluster.nics // max(1, cluster.gpus_per_node))
+
+
+def net_peer_share(cluster: Cluster, call: Call) -> float:
+    """The share of a GPU's NICs a send/receive operation's network peers drive (1 inside a node): a sendrecv's
+    one neighbour across a node boundary, an alltoall's remote peers in flight at once (astra_adapter.nccl.p2p)."""
+    if call.nodes == 1 or call.collective not in P2P:
+        return 1.0
+    plan = _net_plan(cluster, call)
+    if call.collective is Collective.SEND_RECV:
+        return plan.peers_nic_share(1)
+    return plan.peers_nic_share(min(call.ranks - call.ranks_per_node, plan.peers_in_flight))
 
 
 def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[float, str]:
@@ -182,7 +194,7 @@ def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[floa
         # rank r sends to r+1: across nodes one GPU of a node sends to the next node, on its own NICs and the
         # channels NCCL gives a network peer; the call waits for that pair
         if plan is not None:
-            path_gb_s = params.nic_gb_s * _gpu_nics(cluster) * plan.peers_nic_share(1)
+            path_gb_s = params.nic_gb_s * _gpu_nics(cluster) * net_peer_share(cluster, call)
             if ppn > 1:
                 path_gb_s = min(path_gb_s, intra_gb_s)
             return (latency + _with_fill(call.size_bytes / (1000.0 * path_gb_s), call, params, channels),
@@ -192,8 +204,7 @@ def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[floa
     nic_share = params.nic_gb_s * cluster.nics_reached(ppn) / ppn if plan is not None else 0.0
     if plan is not None:
         # the remote peers in flight at once, each at its channels' rate
-        nic_share = min(nic_share, params.nic_gb_s * _gpu_nics(cluster) *
-                        plan.peers_nic_share(min(n - ppn, plan.peers_in_flight)))
+        nic_share = min(nic_share, params.nic_gb_s * _gpu_nics(cluster) * net_peer_share(cluster, call))
     local = call.size_bytes * (ppn - 1) / n
     remote = call.size_bytes * (n - ppn) / n
     through_pcie = local + remote if cluster.intra_kind is HwKind.PCI else local

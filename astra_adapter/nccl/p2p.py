@@ -18,6 +18,9 @@ tagged sources (``src/graph/paths.cc`` ``ncclTopoGetNchannels`` / ``ncclTopoComp
   release, as what one channel drives), so a peer on ``c`` channels of a GPU whose NICs are nominally ``B`` GB/s
   gets ``min(1, 14 c / B)`` of what the NICs turn out to deliver (the calibration's NIC rate scales the channel
   with it: a calibration fitted on a sendrecv alone still fits it).
+- ``NCCL_NCHANNELS_PER_NET_PEER`` set to a positive count replaces the default's reckoning (2.12 on; a value of
+  0 or less is ignored, as 2.29 does): 2.12 - 2.28 take the fewest of it and the p2p channels, a power of two;
+  2.29 takes it as a power of two, at most p2pnChannels, and does not halve it with the ranks.
 - Peers in flight: each channel runs up to 8 peers' operations at once (a batch), its batches one after
   another; a call whose peers each take ``channels per peer`` of the ``p2pnChannels`` has
   ``p2pnChannels / channels per peer x 8`` peers in flight (2.29's ``maxConcurrent``), and the rest wait for
@@ -28,7 +31,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from genie.core.errors import InputError
+
 from astra_adapter.nccl.versions import NcclVersion
+
+CHANNELS_PER_NET_PEER_VARIABLE = "NCCL_NCHANNELS_PER_NET_PEER"
 
 #: NCCL_P2P_PER_CHANNEL_NET_BW's default (NCCL 2.29, src/graph/paths.cc): GB/s one p2p channel drives on the network
 PER_CHANNEL_NET_GB_S = 14.0
@@ -73,14 +80,33 @@ class NetPeerPlan:
         return min(1.0, peers * self.channels_per_peer * PER_CHANNEL_NET_GB_S / self.gpu_net_gb_s)
 
 
+def channels_per_net_peer_setting(settings: tuple[tuple[str, str], ...], *, source: str) -> int | None:
+    """``NCCL_NCHANNELS_PER_NET_PEER`` from NCCL settings (the later wins): a positive count, or None when unset or
+    not positive (NCCL then keeps its own); a value that is not an integer is an input error."""
+    value = dict(settings).get(CHANNELS_PER_NET_PEER_VARIABLE)
+    if value is None:
+        return None
+    try:
+        count = int(value.strip())
+    except ValueError:
+        raise InputError(f"{CHANNELS_PER_NET_PEER_VARIABLE}={value!r}: expected an integer", source=source,
+                         path=CHANNELS_PER_NET_PEER_VARIABLE) from None
+    return count if count > 0 else None
+
+
 def net_peer_plan(version: NcclVersion, *, ranks: int, comm_channels: int, gpu_nics: int,
-                  nic_gb_s: float) -> NetPeerPlan:
+                  nic_gb_s: float, setting: int | None = None) -> NetPeerPlan:
     """NCCL's channels per network peer for a communicator of ``ranks`` over several nodes whose GPUs each have
-    ``gpu_nics`` NICs of ``nic_gb_s`` nominal GB/s (NCCL's rule of that release, see the module doc)."""
+    ``gpu_nics`` NICs of ``nic_gb_s`` nominal GB/s (NCCL's rule of that release, see the module doc);
+    ``setting``: NCCL_NCHANNELS_PER_NET_PEER when set."""
     raw = max(1, comm_channels)
     p2p = _pow2_up(raw)
     if version < (2, 12):
         per_peer = 1
+    elif setting is not None and version < (2, 29):
+        per_peer = _pow2_up(min(raw, setting))
+    elif setting is not None:
+        per_peer = min(_pow2_up(setting), p2p)
     elif version < (2, 20):
         per_peer = min(_pow2_up(min(raw, 2)), p2p)
     elif version < (2, 29):
