@@ -53,7 +53,7 @@ from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp
 from astra_adapter.nccl.hardware import Cluster, node_of_hosts
 from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _channels, _plan, _with_fill, \
-    fitted_system, predict
+    fitted_system, net_peer_share, predict
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, call_bandwidth_gb_s, call_latency_us, table_entry
 
 #: NCCL's algorithm -> the genie schedule whose flows it runs (the others: the ring's, see the module doc)
@@ -128,7 +128,8 @@ def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
         latency_us = predict(cluster, params, replace(call, size_bytes=0)).time_us - params.launch_us
         pattern = Algorithm.RING if call.collective is Collective.SEND_RECV and call.ranks > 2 else \
             _P2P_PATTERN[call.collective]  # nccl-tests' sendrecv: every rank to the next at once
-        return OpPlan(prediction, pattern, 1, fill / WIRE_BYTES_PER_PAYLOAD_BYTE,
+        # a network peer runs on its few channels: the share of its NICs they drive scales its bytes
+        return OpPlan(prediction, pattern, 1, fill / net_peer_share(cluster, call) / WIRE_BYTES_PER_PAYLOAD_BYTE,
                       latency_us * 1000.0, params.launch_us * 1000.0)
     nominal, _, entry, share, used = _plan(cluster, call)  # the nominal system, its entry, channel share, channels
     fitted = fitted_system(nominal, cluster, params)

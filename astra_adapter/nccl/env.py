@@ -8,8 +8,9 @@ what they exclude, whatever its cost model says. With ``NCCL_DEBUG=INFO`` an ncc
 The rules carried over (NCCL's user guide, "Environment Variables"): ``NCCL_ALGO`` and ``NCCL_PROTO`` are
 comma-separated, case-insensitive lists of names; a leading ``^`` makes the list the ones to exclude. From 2.24 a
 list may be given per collective, ``allreduce:tree,ring;allgather:ring``; collectives it does not name keep every
-algorithm. ``NCCL_NVLS_ENABLE=0`` turns NVLink SHARP off. Other variables (channel counts, buffer sizes, plugins)
-are kept as given but do not change the model.
+algorithm. ``NCCL_NVLS_ENABLE=0`` turns NVLink SHARP off. ``NCCL_NCHANNELS_PER_NET_PEER`` sets the channels a
+send/receive peer on another node runs on (:mod:`astra_adapter.nccl.p2p`). Other variables (other channel counts,
+buffer sizes, plugins) are kept as given but do not change the model.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from astra_adapter.nccl.p2p import CHANNELS_PER_NET_PEER_VARIABLE, channels_per_net_peer_setting
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclEnv, NcclProtocol
 from genie.core.errors import InputError
 from genie.core.collective import Collective
 
-MODELLED = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE")
+MODELLED = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", CHANNELS_PER_NET_PEER_VARIABLE)
 _SET_BY_ENV = re.compile(rb"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (\S+?)\.?\s*$")
 _ALGORITHMS = {a.value.lower(): a for a in NcclAlgorithm}
 _PROTOCOLS = {p.value.lower(): p for p in NcclProtocol}
@@ -66,6 +68,7 @@ def parse_env(settings: Iterable[tuple[str, str]], *, source: str) -> NcclEnv:
         if nvls.strip() not in ("0", "1", "2"):
             raise InputError(f"NCCL_NVLS_ENABLE={nvls!r}: expected 0, 1 or 2", source=source, path="NCCL_NVLS_ENABLE")
         env = NcclEnv(env.algorithms, env.protocols, nvls.strip() != "0")
+    channels_per_net_peer_setting(tuple(merged.items()), source=source)  # checked here; read by the p2p model
     return env
 
 

@@ -30,9 +30,11 @@ each network hop of the chain, whatever the protocol.
 
 Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
 move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
-after one Ring/Simple step's latency (NCCL spreads the peers over its channels and runs them at once), their
-pipeline filling through one hop rather than a node's ring. On a PCIe node a GPU's one PCIe link carries both:
-its peers' bytes inside the node and those to the NICs.
+after one Ring/Simple step's latency per batch of peers in flight, their pipeline filling through one hop rather
+than a node's ring. Between nodes a peer runs on the channels NCCL gives a network peer, each 14 GB/s of the
+NICs' nominal rate (:mod:`astra_adapter.nccl.p2p`): a sendrecv's one neighbour across a node boundary gets
+that share of its GPU's NICs. On a PCIe node a GPU's one PCIe link carries both: its peers' bytes inside the
+node and those to the NICs.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from genie.core.collective import Collective
 
 from astra_adapter.nccl.chain import chain_fill_us, chain_latency_us, is_chain, network_hop_us_per_byte
 from astra_adapter.nccl.hardware import Cluster, tuner_system
+from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
     NcclProtocol, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
@@ -148,30 +151,69 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
     return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION)
 
 
+@lru_cache(maxsize=4096)
+def _net_plan(cluster: Cluster, call: Call) -> NetPeerPlan:
+    """A send/receive operation's layout across nodes on the nominal system (astra_adapter.nccl.p2p)."""
+    system = tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node)
+    setting = channels_per_net_peer_setting(cluster.nccl_env, source=cluster.name)
+    return net_peer_plan(system.version, ranks=call.ranks, comm_channels=system.comm_channels,
+                         gpu_nics=_gpu_nics(cluster), nic_gb_s=cluster.nic_gb_s, setting=setting)
+
+
+def _gpu_nics(cluster: Cluster) -> int:
+    """The NICs one GPU reaches on its own (NCCL's local NICs): its share of the node's, at least one."""
+    return max(1, cluster.nics // max(1, cluster.gpus_per_node))
+
+
+def net_peer_share(cluster: Cluster, call: Call) -> float:
+    """The share of a GPU's NICs a send/receive operation's network peers drive (1 inside a node): a sendrecv's
+    one neighbour across a node boundary, an alltoall's remote peers in flight at once (astra_adapter.nccl.p2p)."""
+    if call.nodes == 1 or call.collective not in P2P:
+        return 1.0
+    plan = _net_plan(cluster, call)
+    if call.collective is Collective.SEND_RECV:
+        return plan.peers_nic_share(1)
+    return plan.peers_nic_share(min(call.ranks - call.ranks_per_node, plan.peers_in_flight))
+
+
 def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[float, str]:
     n, ppn, nodes = call.ranks, call.ranks_per_node, call.nodes
     channels = _channels(cluster, call)
     hw = HwKind.NET if nodes > 1 else cluster.intra_kind
     tables = constants(TIMING_VERSION)
     step = tables.base_lat_us[_RING][_SIMPLE] + tables.hw_lat_us[hw.value][_RING][_SIMPLE]
-    latency = params.launch_us + params.latency_scale * step
     intra_gb_s = params.intra_busbw_gb_s
-    nic_share = params.nic_gb_s * cluster.nics_reached(ppn) / ppn if nodes > 1 else 0.0
+    if nodes == 1:
+        plan, batches = None, 1
+    else:
+        plan = _net_plan(cluster, call)
+        # one step's latency per batch of peers: a channel runs its batches one after another
+        batches = plan.batches(n - 1 if call.collective is Collective.ALL_TO_ALL else 1)
+    latency = params.launch_us + params.latency_scale * step * batches
     if call.collective is Collective.SEND_RECV:
-        # rank r sends to r+1: across nodes some pair crosses a NIC and the call waits for it
-        if nodes > 1:
-            path_gb_s = min(nic_share, intra_gb_s) if ppn > 1 else nic_share
+        # rank r sends to r+1: across nodes one GPU of a node sends to the next node, on its own NICs and the
+        # channels NCCL gives a network peer; the call waits for that pair
+        if plan is not None:
+            path_gb_s = params.nic_gb_s * _gpu_nics(cluster) * net_peer_share(cluster, call)
+            if ppn > 1:
+                path_gb_s = min(path_gb_s, intra_gb_s)
             return (latency + _with_fill(call.size_bytes / (1000.0 * path_gb_s), call, params, channels),
-                "p2p over the NIC")
+                    f"p2p over the NIC, {plan.channels_per_peer} channel(s) per peer")
         return (latency + _with_fill(call.size_bytes / (1000.0 * intra_gb_s), call, params, channels),
                 f"p2p over {cluster.intra_kind.value}")
+    nic_share = params.nic_gb_s * cluster.nics_reached(ppn) / ppn if plan is not None else 0.0
+    if plan is not None:
+        # the remote peers in flight at once, each at its channels' rate
+        nic_share = min(nic_share, params.nic_gb_s * _gpu_nics(cluster) * net_peer_share(cluster, call))
     local = call.size_bytes * (ppn - 1) / n
     remote = call.size_bytes * (n - ppn) / n
     through_pcie = local + remote if cluster.intra_kind is HwKind.PCI else local
     t_local = through_pcie / (1000.0 * intra_gb_s) if through_pcie else 0.0
     t_remote = remote / (1000.0 * nic_share) if remote else 0.0
-    return latency + _with_fill(max(t_local, t_remote), call, params, channels), ("p2p, the NICs' share" if t_remote > t_local
-                                              else f"p2p over {cluster.intra_kind.value}")
+    how = "p2p, the NICs' share" if t_remote > t_local else f"p2p over {cluster.intra_kind.value}"
+    if batches > 1:
+        how += f", {batches} batches of peers"
+    return latency + _with_fill(max(t_local, t_remote), call, params, channels), how
 
 
 def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
