@@ -48,14 +48,17 @@ class CreateNetns:
 
 @dataclass(frozen=True)
 class SetSysctl:
-    """A per-namespace sysctl such as ``net.ipv4.ip_forward``; it lives and dies with the namespace."""
+    """A per-namespace sysctl such as ``net.ipv4.ip_forward``; it lives and dies with the namespace.
+    `if_present`: set only where the kernel has the sysctl (a module's, such as br_netfilter's), else skipped."""
 
     netns: str
     key: str
     value: str
+    if_present: bool = False
 
     def describe(self) -> str:
-        return f"{self.netns}: sysctl {self.key}={self.value}"
+        where = " (where the kernel has it)" if self.if_present else ""
+        return f"{self.netns}: sysctl {self.key}={self.value}{where}"
 
 
 @dataclass(frozen=True)
