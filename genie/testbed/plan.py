@@ -46,7 +46,7 @@ IPV6_OFF = ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv
 #: A bridge's namespace does not pass bridged frames through iptables. Where the br_netfilter module is loaded
 #: (Docker loads it) every namespace starts with these at 1, and each frame a switch forwards then runs the
 #: IPv4 hooks three times (pre-routing, forward, post-routing) although no genie namespace has rules there:
-#: 10-12 % of a 1 KiB all-reduce's CPU on star-8 (benchmarks/README.md, "Bridged frames and iptables").
+#: ~7 % of a 1 KiB all-reduce's CPU per rank-step on star-8 (benchmarks/README.md, "Bridged frames and iptables").
 #: Without the module the keys do not exist and nothing is set.
 BRIDGE_NETFILTER_OFF = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables",
                         "net.bridge.bridge-nf-call-arptables")
