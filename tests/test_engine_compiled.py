@@ -252,9 +252,10 @@ def test_whole_ops_back_to_back_move_the_bytes_the_reference_moves(collective, a
 
 def test_an_op_the_loop_stops_in_is_finished_by_the_reference_and_timed_whole():
     """64 KiB messages through 4 KiB socket buffers, rank 1 late: the loop stops at a send the socket does not
-    take whole, the reference finishes that op from there (queueing the rest, as it does without the op loop), and the op
-    loop goes on with the next op; every op still has its span and the streams stay where the verified op after
-    them expects them (where in the window a handed-over receive lands depends on the timing: not compared)."""
+    take whole, the reference finishes that op from there (queueing the rest, as it does without the op loop),
+    and the op loop goes on with the next op; every op still has its span and the streams stay where the
+    verified op after them expects them (where a handed-over receive lands in the window depends on the timing:
+    not compared)."""
     op = CollectiveOp(Collective.ALL_REDUCE, 1 << 16, tuple(range(2)), Algorithm.RECURSIVE_DOUBLING, dtype_bytes=4)
     spans: dict = {}
     whole = _run(op, compiled=True, ops=4, buffer_bytes=1 << 12, spans=spans, late_s=0.2)
