@@ -106,7 +106,7 @@ def build_plan(topology: Topology, name: str, *, netem_available: bool, shaper: 
         if switch.kind is SwitchKind.BRIDGE:
             netns = layout.netns_of(switch.name)
             steps += [AddBridge(netns, BRIDGE_IFNAME), SetLinkUp(netns, BRIDGE_IFNAME)]
-            steps += [SetSysctl(netns, key, "0", if_present=True) for key in BRIDGE_NETFILTER_OFF]
+            steps += [SetSysctl(netns, key, "0") for key in BRIDGE_NETFILTER_OFF]
     for index, link in enumerate(topology.links):
         steps.extend(_link_steps(layout, index, link, shaper, links, fixed_macs=bool(emulation)))
     steps.extend(routing.routes)

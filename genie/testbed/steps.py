@@ -38,6 +38,12 @@ class QdiscParent(Enum):
     ACK_CLASS = "1:2"
 
 
+#: Sysctls of a kernel module that may not be loaded (br_netfilter's ``net.bridge.*``): a `SetSysctl` of one is
+#: applied only where the kernel has it. A property of the key, not a field of the step: testbed records stay
+#: readable by genie versions before it.
+MODULE_SYSCTL_PREFIXES = ("net.bridge.",)
+
+
 @dataclass(frozen=True)
 class CreateNetns:
     netns: str
@@ -48,13 +54,16 @@ class CreateNetns:
 
 @dataclass(frozen=True)
 class SetSysctl:
-    """A per-namespace sysctl such as ``net.ipv4.ip_forward``; it lives and dies with the namespace.
-    `if_present`: set only where the kernel has the sysctl (a module's, such as br_netfilter's), else skipped."""
+    """A per-namespace sysctl such as ``net.ipv4.ip_forward``; it lives and dies with the namespace."""
 
     netns: str
     key: str
     value: str
-    if_present: bool = False
+
+    @property
+    def if_present(self) -> bool:
+        """Set only where the kernel has the key (`MODULE_SYSCTL_PREFIXES`), else skipped."""
+        return self.key.startswith(MODULE_SYSCTL_PREFIXES)
 
     def describe(self) -> str:
         where = " (where the kernel has it)" if self.if_present else ""
