@@ -11,7 +11,8 @@ The loop stops at the first step it cannot finish by itself and says where and w
 the bytes done, the errno); `SocketTransport.run_steps` turns that into the reference's handling — a send the
 socket did not take whole queued in the outbox, a receive slice that ended empty checked against the deadline,
 a closed or failed connection named as the reference names it. Nothing here decides anything the reference
-does not.
+does not. `run_ops` runs whole ops back to back the same way (the bench's timed iterations: no Python between
+them), stamping each op's start and end; an op it stops in goes to the reference from that step.
 """
 
 from libc.errno cimport errno, EAGAIN, EINTR, ECONNRESET  # EWOULDBLOCK is EAGAIN on Linux
