@@ -294,3 +294,20 @@ def test_whole_ops_fail_as_the_reference_fails():
     with pytest.raises(RunFailure, match=r"^rank 0: op timed out after 0 s at step 0$"):
         run_timed_ops(mine, transport, transfer_plan(mine), 3, timeout_s=0.0)
     transport.close()
+
+
+def test_an_extension_built_before_the_op_loop_runs_op_by_op(monkeypatch):
+    """A checkout updated without rebuilding keeps a step loop without `run_ops`: the bench runs op by op."""
+
+    class _StaleBuild:  # what an extension built from the step loop before `run_ops` offers
+        def __init__(self, steps) -> None:
+            self.run = steps.run
+
+    real_compile = compiled_steps.CompiledPlans.compile
+    monkeypatch.setattr(compiled_steps.CompiledPlans, "compile",
+                        lambda self, plan: _StaleBuild(real_compile(self, plan)))
+    op = CollectiveOp(Collective.ALL_REDUCE, 1024, tuple(range(4)), Algorithm.RECURSIVE_DOUBLING, dtype_bytes=4)
+    mine = build_schedule(op).for_rank(0)
+    transport = SocketTransport(0, socketpair_mesh(4)[0])
+    assert run_timed_ops(mine, transport, transfer_plan(mine), 3, timeout_s=1) is None
+    transport.close()

@@ -74,9 +74,10 @@ class CompiledPlans:
 
     def whole_ops(self, plan: StepPlan):
         """`plan` compiled for `CompiledSteps.run_ops` (None: it cannot run there): every step the loop's shape
-        and no transfer in bulk, so an op's flush has nothing to wait for once its steps are done."""
+        and no transfer in bulk, so an op's flush has nothing to wait for once its steps are done. An extension
+        built before `run_ops` existed (a checkout updated without `pip install -e .`) runs op by op."""
         steps, bulk_from = self._entry(plan)
-        return steps if steps is not None and not bulk_from[0] else None
+        return steps if steps is not None and not bulk_from[0] and hasattr(steps, "run_ops") else None
 
     def _entry(self, plan: StepPlan) -> tuple[object, list[set[int]]]:
         """`plan`'s compiled steps (None: not the loop's shape) and its `_bulk_from`, made once per plan."""
