@@ -5,6 +5,7 @@ receive, the same failures worded the same way. Schedules run over socket pairs 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -15,7 +16,7 @@ from genie.core.collective import Algorithm, Collective
 from genie.core.errors import RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.engine import compiled_steps
-from genie.engine.executor import DataBuffers, run_schedule, transfer_plan
+from genie.engine.executor import DataBuffers, run_schedule, run_timed_ops, transfer_plan
 from genie.engine.transport import PeerFailure, SocketTransport, socketpair_mesh
 
 pytestmark = pytest.mark.skipif(compiled_steps.CompiledSteps is None and not os.environ.get("CI"),
@@ -40,11 +41,13 @@ class _CountingTransport(SocketTransport):
 
 
 def _run(op: CollectiveOp, *, compiled: bool, ops: int = 4, buffer_bytes: int | None = None,
-         records: dict | None = None):
+         records: dict | None = None, spans: dict | None = None, late_s: float = 0.0):
     """`ops` payload-agnostic ops of `op` (each rank's plan kept, as the bench keeps it), then one verified op on
     the same connections, every rank on a thread. Each rank's window starts as a pattern of its own. Returns
     {rank: (window bytes after the payload-agnostic ops, steps the reference ran, verification problem)};
-    `records` (when given) gets each rank's step records of its payload-agnostic ops."""
+    `records` (when given) gets each rank's step records of its payload-agnostic ops; with `spans` the ops run
+    back to back (`run_timed_ops`, as the bench's timed loop) and `spans` gets each rank's (start, end) per op.
+    The last rank starts `late_s` after the others."""
     schedule = build_schedule(op)
     mesh = socketpair_mesh(len(op.group), buffer_bytes)
     out, errors = {}, []
@@ -54,8 +57,12 @@ def _run(op: CollectiveOp, *, compiled: bool, ops: int = 4, buffer_bytes: int | 
         transport._window[:] = bytes((rank * 31 + i) % 251 for i in range(1 << 20))
         mine = schedule.for_rank(rank)
         plan = transfer_plan(mine)
+        if rank == len(op.group) - 1:
+            time.sleep(late_s)
         try:
-            for _ in range(ops):
+            if spans is not None:
+                spans[rank] = run_timed_ops(mine, transport, plan, ops, timeout_s=20)
+            for _ in range(ops if spans is None else 0):
                 done = run_schedule(mine, transport, timeout_s=20, plan=plan, record_steps=records is not None)
                 if records is not None:
                     records.setdefault(rank, []).append(done)
@@ -217,3 +224,90 @@ def test_an_op_that_sent_in_bulk_to_several_peers_waits_for_tcp_as_the_reference
     assert runs[0] == runs[1]
     assert {rank: sum(1 for r, _ in runs[0] if r == rank) for rank in range(4)} == {r: 3 for r in range(4)}
     assert all(socks == peers[rank] for rank, socks in runs[0])
+
+
+@pytest.mark.parametrize("collective, algorithm, ranks, size_bytes", [
+    (Collective.ALL_REDUCE, Algorithm.RECURSIVE_DOUBLING, 8, 1024),
+    (Collective.ALL_REDUCE, Algorithm.RING, 8, 1024),
+    (Collective.ALL_GATHER, Algorithm.RING, 4, 4096),
+    (Collective.ALL_GATHER, Algorithm.PAT, 8, 8 * 1024),
+])
+def test_whole_ops_back_to_back_move_the_bytes_the_reference_moves(collective, algorithm, ranks, size_bytes):
+    """The bench's timed ops back to back in the loop (`run_timed_ops`): one span per op on the monotonic
+    clock, in order; every window as op by op (which is the reference's, above: PAT's chunks aside); the
+    streams where a verified op expects them."""
+    op = CollectiveOp(collective, size_bytes, tuple(range(ranks)), algorithm, dtype_bytes=4)
+    spans: dict = {}
+    whole = _run(op, compiled=True, ops=5, spans=spans)
+    reference = _run(op, compiled=True, ops=5)
+    for rank in range(ranks):
+        window, steps, problem = whole[rank]
+        assert not problem, problem
+        assert steps == 0
+        assert window == reference[rank][0]
+        assert len(spans[rank]) == 5
+        assert all(start <= end for start, end in spans[rank])
+        assert all(a[1] <= b[0] for a, b in zip(spans[rank], spans[rank][1:]))
+
+
+def test_an_op_the_loop_stops_in_is_finished_by_the_reference_and_timed_whole():
+    """64 KiB messages through 4 KiB socket buffers, rank 1 late: the loop stops at a send the socket does not
+    take whole, the reference finishes that op from there (queueing the rest, as it does without the op loop),
+    and the op loop goes on with the next op; every op still has its span and the streams stay where the
+    verified op after them expects them (where a handed-over receive lands in the window depends on the timing:
+    not compared)."""
+    op = CollectiveOp(Collective.ALL_REDUCE, 1 << 16, tuple(range(2)), Algorithm.RECURSIVE_DOUBLING, dtype_bytes=4)
+    spans: dict = {}
+    whole = _run(op, compiled=True, ops=4, buffer_bytes=1 << 12, spans=spans, late_s=0.2)
+    for rank in range(2):
+        _, steps, problem = whole[rank]
+        assert not problem, problem
+        assert steps <= 4  # handed over: at most each op's one step
+        assert len(spans[rank]) == 4 and all(a[1] <= b[0] for a, b in zip(spans[rank], spans[rank][1:]))
+    assert whole[0][1] >= 1  # rank 0's first send met a peer not yet reading
+
+
+@pytest.mark.parametrize("collective, algorithm, size_bytes", [
+    (Collective.ALL_TO_ALL, Algorithm.DIRECT, 4 * 256),  # several sends and receives per step
+    (Collective.ALL_REDUCE, Algorithm.RECURSIVE_DOUBLING, 1 << 17),  # in bulk: the flush may wait for TCP
+])
+def test_ops_the_loop_cannot_run_whole_are_left_to_the_caller(collective, algorithm, size_bytes):
+    op = CollectiveOp(collective, size_bytes, tuple(range(4)), algorithm, dtype_bytes=4)
+    mesh = socketpair_mesh(4)
+    mine = build_schedule(op).for_rank(0)
+    transport = SocketTransport(0, mesh[0])
+    assert run_timed_ops(mine, transport, transfer_plan(mine), 3, timeout_s=1) is None
+    transport.close()
+    without_loop = SocketTransport(0, socketpair_mesh(4)[0], compiled=False)
+    assert run_timed_ops(mine, without_loop, transfer_plan(mine), 3, timeout_s=1) is None
+    without_loop.close()
+
+
+def test_whole_ops_fail_as_the_reference_fails():
+    """A silent peer and an op whose time is up: `run_timed_ops` raises what `run_schedule` raises."""
+    transport, mine, mesh = _lone_rank()
+    with pytest.raises(PeerFailure, match=r"^rank 0: op timed out after 0\.\d+ s receiving from rank 1 "
+                                          r"\(0/1024 bytes\)$"):
+        run_timed_ops(mine, transport, transfer_plan(mine), 3, timeout_s=0.3)
+    transport.close()
+    transport, mine, mesh = _lone_rank()
+    with pytest.raises(RunFailure, match=r"^rank 0: op timed out after 0 s at step 0$"):
+        run_timed_ops(mine, transport, transfer_plan(mine), 3, timeout_s=0.0)
+    transport.close()
+
+
+def test_an_extension_built_before_the_op_loop_runs_op_by_op(monkeypatch):
+    """A checkout updated without rebuilding keeps a step loop without `run_ops`: the bench runs op by op."""
+
+    class _StaleBuild:  # what an extension built from the step loop before `run_ops` offers
+        def __init__(self, steps) -> None:
+            self.run = steps.run
+
+    real_compile = compiled_steps.CompiledPlans.compile
+    monkeypatch.setattr(compiled_steps.CompiledPlans, "compile",
+                        lambda self, plan: _StaleBuild(real_compile(self, plan)))
+    op = CollectiveOp(Collective.ALL_REDUCE, 1024, tuple(range(4)), Algorithm.RECURSIVE_DOUBLING, dtype_bytes=4)
+    mine = build_schedule(op).for_rank(0)
+    transport = SocketTransport(0, socketpair_mesh(4)[0])
+    assert run_timed_ops(mine, transport, transfer_plan(mine), 3, timeout_s=1) is None
+    transport.close()

@@ -49,7 +49,9 @@ def test_star_4_golden_plan() -> None:
                   f"genie-s4-s0: link set eth{i} master br0",
                   "genie-s4-s0: " + htb.format(dev=f"eth{i}"),
                   f"genie-s4-s0: link set eth{i} up"]
-    bridge = ["genie-s4-s0: link add br0 type bridge", "genie-s4-s0: link set br0 up"]
+    bridge = ["genie-s4-s0: link add br0 type bridge", "genie-s4-s0: link set br0 up"] + [
+        f"genie-s4-s0: sysctl net.bridge.bridge-nf-call-{table}=0 (where the kernel has it)"
+        for table in ("iptables", "ip6tables", "arptables")]
     host_tcp = [f"genie-s4-h{i}: sysctl net.ipv4.tcp_slow_start_after_idle=0" for i in range(4)]
     assert lines == preamble + bridge + links + host_tcp  # one L2 segment: no routes at all
 
@@ -154,6 +156,17 @@ def test_link_ends_name_every_interface() -> None:
         (1, "h1", "s0", "genie-le-h1", "eth0"), (1, "s0", "h1", "genie-le-s0", "eth1")]
     assert plan.info.prefix == "genie-le-"
     assert plan.info.shaper is Shaping.NONE and plan.info.shaper.label == "none"
+
+
+def test_only_bridges_turn_off_bridged_netfilter_and_only_where_the_kernel_has_it() -> None:
+    """br_netfilter's keys exist only where the module is loaded: each bridge's namespace sets them if present."""
+    plan = build_plan(leaf_spine(2, 2, 3), "bn", netem_available=False)  # routers: no bridge
+    assert not any(isinstance(s, SetSysctl) and s.key.startswith("net.bridge.") for s in plan.steps)
+    steps = [s for s in plan_testbed(star(3), "bn", netem_available=False)
+             if isinstance(s, SetSysctl) and s.key.startswith("net.bridge.")]
+    assert {(s.netns, s.value, s.if_present) for s in steps} == {("genie-bn-s0", "0", True)}
+    assert len(steps) == 3
+    assert not any(s.if_present for s in plan.steps if isinstance(s, SetSysctl))  # every other sysctl is required
 
 
 def test_mixed_fabric_bridge_behind_a_router() -> None:
@@ -266,4 +279,4 @@ def test_describe_plan_numbers_steps() -> None:
     lines = describe_plan(plan_testbed(star(1), "one", netem_available=False))
     assert lines[0] == " 1. netns add genie-one-h0"
     assert lines[-2].endswith("genie-one-s0: link set eth0 up")
-    assert lines[-1] == "16. genie-one-h0: sysctl net.ipv4.tcp_slow_start_after_idle=0"
+    assert lines[-1] == "19. genie-one-h0: sysctl net.ipv4.tcp_slow_start_after_idle=0"

@@ -123,6 +123,12 @@ def test_star_4_full_mesh_htb_on_both_ends_counters_and_down(state_dir: Path) ->
     assert [_run(["ip", "netns", "exec", f"genie-{RUN}-star-{n}", "cat", str(idle_restart)]).stdout.strip()
             for n in ("h0", "h3", "s0")] == ["0", "0", "1"]  # hosts keep their cwnd across idle; a switch: default
     assert idle_restart.read_text() == root_value  # never the root namespace's
+    bridged_iptables = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")  # only with br_netfilter loaded
+    if bridged_iptables.exists():
+        root_bridged = bridged_iptables.read_text()
+        assert [_run(["ip", "netns", "exec", f"genie-{RUN}-star-{n}", "cat", str(bridged_iptables)]).stdout.strip()
+                for n in ("h0", "s0")] == ["1", "0"]  # the bridge's namespace only: bridged frames skip iptables
+        assert bridged_iptables.read_text() == root_bridged
     for netns in (f"genie-{RUN}-star-h0", f"genie-{RUN}-star-s0"):  # both ends of link 0
         classes = sorted(_run(["ip", "netns", "exec", netns, "tc", "class", "show", "dev", "eth0"]).stdout.splitlines())
         assert [line.split(" prio")[0] for line in classes] == ["class htb 1:1 root", "class htb 1:2 root"]

@@ -176,7 +176,7 @@ def test_cli_dry_run_prints_the_plan(state_dir: Path) -> None:
     done = run_genie("testbed", "up", str(TOPOLOGIES / "star-4.yaml"), "--dry-run")
     assert done.returncode == 0
     out = done.stdout.splitlines()
-    assert out[0] == "plan for testbed star-4 (54 steps; dry run, nothing changed):"
+    assert out[0] == "plan for testbed star-4 (57 steps; dry run, nothing changed):"
     assert out[1] == " 1. netns add genie-star-4-h0"
     assert not state_dir.exists()
 

@@ -65,17 +65,28 @@ class CompiledPlans:
             stamps: list[tuple[int, int, int]] | None, bulk_peers: set[int]) -> int:
         """`bulk_peers`: the transport's peers sent more than `bulk_bytes` in one transfer since its last flush
         (`SocketTransport.flush`); the steps from `start` on add theirs, as `exchange` adds them."""
-        entry = self._plans.get(id(plan))
-        if entry is None or entry[0] is not plan:
-            if len(self._plans) >= _KEPT_PLANS:
-                self._plans.clear()
-            entry = self._plans[id(plan)] = (plan, self.compile(plan), self._bulk_from(plan))
-        _, steps, bulk_from = entry
+        steps, bulk_from = self._entry(plan)
         if steps is None:
             return start
         if bulk_from[start]:
             bulk_peers |= bulk_from[start]
         return run_steps(transport, steps, plan, start, deadline, timeout_s, stamps)
+
+    def whole_ops(self, plan: StepPlan):
+        """`plan` compiled for `CompiledSteps.run_ops` (None: it cannot run there): every step the loop's shape
+        and no transfer in bulk, so an op's flush has nothing to wait for once its steps are done. An extension
+        built before `run_ops` existed (a checkout updated without `pip install -e .`) runs op by op."""
+        steps, bulk_from = self._entry(plan)
+        return steps if steps is not None and not bulk_from[0] and hasattr(steps, "run_ops") else None
+
+    def _entry(self, plan: StepPlan) -> tuple[object, list[set[int]]]:
+        """`plan`'s compiled steps (None: not the loop's shape) and its `_bulk_from`, made once per plan."""
+        entry = self._plans.get(id(plan))
+        if entry is None or entry[0] is not plan:
+            if len(self._plans) >= _KEPT_PLANS:
+                self._plans.clear()
+            entry = self._plans[id(plan)] = (plan, self.compile(plan), self._bulk_from(plan))
+        return entry[1], entry[2]
 
     def _bulk_from(self, plan: StepPlan) -> list[set[int]]:
         """Per step, the peers that step or a later one sends more than `bulk_bytes` in one transfer."""
@@ -107,16 +118,21 @@ class CompiledPlans:
 
 
 def run_steps(transport: SocketTransport, steps, plan: StepPlan, start: int, deadline: float,
-              timeout_s: float, stamps: list[tuple[int, int, int]] | None = None) -> int:
+              timeout_s: float, stamps: list[tuple[int, int, int]] | None = None,
+              first: tuple[int, int, int, int] | None = None) -> int:
     """Run `plan` from step `start` in the compiled loop `steps`, handing each step the loop stops at to the
     reference; returns the first step the caller runs itself (len(plan): none). `deadline` is the op's, on
     time.monotonic()'s clock; `timeout_s` the op's timeout, for the messages. `stamps` (when given) gets
-    (step, start ns, end ns) of every step done here, on time.monotonic_ns()'s clock."""
+    (step, start ns, end ns) of every step done here, on time.monotonic_ns()'s clock. `first`: the loop has
+    already run from `start` and stopped with this (outcome, step, done bytes, errno) (`CompiledSteps.run_ops`)."""
     index = start
     stamp = stamps is not None
     while True:
         begun = index
-        outcome, index, done_bytes, error = steps.run(index, deadline, stamp)
+        if first is not None:
+            (outcome, index, done_bytes, error), first = first, None
+        else:
+            outcome, index, done_bytes, error = steps.run(index, deadline, stamp)
         if stamp:
             stamps.extend((i, *steps.stamps(i)) for i in range(begun, index))
         if outcome == DONE or outcome == LATE:  # LATE: the caller's step loop names the step that found it so

@@ -97,8 +97,32 @@ def run_schedule(schedule: RankSchedule, transport: Transport, *, timeout_s: flo
     return records
 
 
+def run_timed_ops(schedule: RankSchedule, transport: Transport, plan: TransferPlan, ops: int, *,
+                  timeout_s: float) -> list[tuple[int, int]] | None:
+    """`ops` payload-agnostic ops of `schedule` back to back, as `ops` calls of `run_schedule(schedule, transport,
+    timeout_s=timeout_s, plan=plan)` run them, each timed from before its first step to after its flush on
+    time.monotonic_ns()'s clock: [(start ns, end ns)] per op. The ops run in the compiled step loop with no
+    Python between them (`CompiledSteps.run_ops`); an op the loop stops in is finished by the reference from
+    the step it stopped at, as `run_plan` hands it over. None where the loop cannot run these ops (the caller
+    runs them one by one): not a `SocketTransport`, not built, a step not its shape, or sends in bulk."""
+    steps = transport.whole_ops(plan) if isinstance(transport, SocketTransport) else None
+    if steps is None:
+        return None
+    spans: list[tuple[int, int]] = []
+    while len(spans) < ops:
+        done, outcome, index, done_bytes, error, deadline, start_ns = steps.run_ops(ops - len(spans), timeout_s)
+        spans.extend(done)
+        if len(spans) == ops:
+            break
+        index = transport.resume_plan(steps, plan, (outcome, index, done_bytes, error), deadline, timeout_s)
+        _run_plan(schedule, plan, transport, timeout_s, deadline, False, time.monotonic_ns, compiled=True,
+                  start=index)
+        spans.append((start_ns, time.monotonic_ns()))
+    return spans
+
+
 def _run_plan(schedule: RankSchedule, plan: TransferPlan, transport: Transport, timeout_s: float, deadline: float,
-              record_steps: bool, clock, *, compiled: bool = False) -> list[StepRecord]:
+              record_steps: bool, clock, *, compiled: bool = False, start: int = 0) -> list[StepRecord]:
     """`run_schedule` without data: the same step semantics, with the least work per step. With `compiled` (a
     plan the caller keeps), a `SocketTransport` runs what steps it can in its compiled step loop
     (`SocketTransport.run_plan`, stamping them on CLOCK_MONOTONIC: only where `clock` is that clock); the steps
@@ -110,7 +134,7 @@ def _run_plan(schedule: RankSchedule, plan: TransferPlan, transport: Transport, 
     if compiled and isinstance(transport, SocketTransport) and (not record_steps or clock is time.monotonic_ns):
         run_compiled = transport.run_plan
     stamps: list[tuple[int, int, int]] | None = [] if record_steps else None
-    index, count = 0, len(plan)
+    index, count = start, len(plan)
     while index < count:
         if run_compiled is not None:
             index = run_compiled(plan, index, deadline, timeout_s, stamps)

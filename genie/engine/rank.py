@@ -86,7 +86,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
     a timed op that is a fault point (`job.fault_points`, counted over the whole sweep) every rank waits at
     one more barrier while the orchestrator injects; that iteration is then timed from its own start."""
     from genie.collectives.registry import build_schedule
-    from genie.engine.executor import run_schedule, transfer_plan
+    from genie.engine.executor import run_schedule, run_timed_ops, transfer_plan
     from genie.engine.program import clear_to_send
 
     clock = time.monotonic_ns
@@ -110,7 +110,15 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
         iterations: list[tuple[int, int]] = []
         steps: list[tuple[Any, ...]] = []
         restarts: list[int] = []
-        for it in range(case.iterations):
+        # no fault point, step record or token among this case's ops: back to back in the compiled loop
+        whole = None
+        if member and tokens is None and not job.record_steps and not any(op <= p < op + case.iterations
+                                                                          for p in points):
+            whole = run_timed_ops(schedule, transport, plan, case.iterations, timeout_s=job.timeout_s)
+        if whole is not None:
+            op += case.iterations
+            iterations = whole
+        for it in range(case.iterations if whole is None else 0):
             op += 1
             if op - 1 in points:  # the iterations so far go along: kept if a fault ends the run in this case
                 control.barrier(Barrier(fault_point=op - 1, case=index, iterations=tuple(iterations),

@@ -11,7 +11,8 @@ The loop stops at the first step it cannot finish by itself and says where and w
 the bytes done, the errno); `SocketTransport.run_steps` turns that into the reference's handling — a send the
 socket did not take whole queued in the outbox, a receive slice that ended empty checked against the deadline,
 a closed or failed connection named as the reference names it. Nothing here decides anything the reference
-does not.
+does not. `run_ops` runs whole ops back to back the same way (the bench's timed iterations: no Python between
+them), stamping each op's start and end; an op it stops in goes to the reference from that step.
 """
 
 from libc.errno cimport errno, EAGAIN, EINTR, ECONNRESET  # EWOULDBLOCK is EAGAIN on Linux
@@ -125,55 +126,102 @@ cdef class CompiledSteps:
         """Run steps `start`.. until all are done or one needs the reference: (outcome, step, done bytes,
         errno). `deadline_s` is on time.monotonic()'s clock. With `stamp` each step begun records its start
         and each step done its end (`stamps`)."""
-        cdef Py_ssize_t i = start, size, got = 0
+        cdef Py_ssize_t i = start, got = 0
+        cdef int outcome, error = 0
+        with nogil:
+            outcome = self._steps(&i, deadline_s, stamp, &got, &error)
+        return outcome, i, got, error
+
+    def run_ops(self, Py_ssize_t ops, double timeout_s):
+        """Up to `ops` whole ops back to back, each from its first step, each with its own deadline `timeout_s`
+        after it began (as `run_schedule` sets it): what the bench's timed loop does per iteration, without
+        Python between the ops. Returns (spans, outcome, step, done bytes, errno, deadline_s, start_ns):
+        `spans` the (start ns, end ns) of each op done; with an outcome other than DONE, the op after them
+        stopped at `step` as `run` reports it (LATE at the last step + 1: its time was up when its steps were
+        done, which the reference's flush reports), begun at `start_ns` with deadline `deadline_s`."""
+        cdef Py_ssize_t k = 0, i = 0, got = 0, n = ops if ops > 0 else 1
+        cdef int outcome = C_DONE, error = 0
+        cdef double deadline_s = 0.0
+        cdef int64_t *starts = <int64_t *> malloc(n * sizeof(int64_t))
+        cdef int64_t *ends = <int64_t *> malloc(n * sizeof(int64_t))
+        if not (starts and ends):
+            free(starts)
+            free(ends)
+            raise MemoryError()
+        try:
+            with nogil:
+                while k < ops:
+                    starts[k] = _monotonic_ns()
+                    deadline_s = _monotonic_s() + timeout_s
+                    i = 0
+                    outcome = self._steps(&i, deadline_s, False, &got, &error)
+                    if outcome != C_DONE:
+                        break
+                    if _monotonic_s() >= deadline_s:  # the reference's flush finds the op's time up
+                        outcome = C_LATE
+                        break
+                    ends[k] = _monotonic_ns()
+                    k += 1
+            spans = [(starts[j], ends[j]) for j in range(k)]
+            return spans, outcome, i, got, error, deadline_s, (starts[k] if k < ops else 0)
+        finally:
+            free(starts)
+            free(ends)
+
+    cdef int _steps(self, Py_ssize_t *index, double deadline_s, bint stamp, Py_ssize_t *got_out,
+                    int *error_out) noexcept nogil:
+        """Steps `index[0]`.. as `run` describes; `index`, `got_out` and `error_out` say where it stopped."""
+        cdef Py_ssize_t i = index[0], size, got = 0
         cdef ssize_t n
         cdef int outcome = C_DONE, error = 0, zero = 0, fd
         cdef unsigned char *window = self.window
-        with nogil:
-            while i < self.count:
-                if _monotonic_s() >= deadline_s:
-                    outcome = C_LATE
-                    break
-                if stamp:
-                    self.start_ns[i] = _monotonic_ns()
-                got = 0
-                size = self.send_size[i]
-                fd = self.send_fd[i]
-                if fd >= 0 and size > 0:
-                    n = c_send(fd, window, size, MSG_DONTWAIT | MSG_NOSIGNAL)
-                    if n < 0:
-                        error = errno
-                        if error == EAGAIN or error == EINTR:
-                            outcome, error = C_SEND_BLOCKED, 0
-                        else:
-                            outcome = C_SEND_FAILED
-                        break
-                    if n < size:
-                        outcome, got = C_SEND_BLOCKED, n
-                        break
-                size = self.recv_size[i]
-                fd = self.recv_fd[i]
-                while got < size:
-                    n = c_recv(fd, window, size - got, 0)
-                    if n > 0:
-                        got += n
-                        continue
-                    if n == 0:
-                        outcome = C_RECV_CLOSED
-                        break
+        while i < self.count:
+            if _monotonic_s() >= deadline_s:
+                outcome = C_LATE
+                break
+            if stamp:
+                self.start_ns[i] = _monotonic_ns()
+            got = 0
+            size = self.send_size[i]
+            fd = self.send_fd[i]
+            if fd >= 0 and size > 0:
+                n = c_send(fd, window, size, MSG_DONTWAIT | MSG_NOSIGNAL)
+                if n < 0:
                     error = errno
                     if error == EAGAIN or error == EINTR:
-                        outcome, error = C_RECV_SLICE, 0
-                    elif error == ECONNRESET:
-                        outcome, error = C_RECV_CLOSED, 0
+                        outcome, error = C_SEND_BLOCKED, 0
                     else:
-                        outcome = C_RECV_FAILED
+                        outcome = C_SEND_FAILED
                     break
-                if outcome != C_DONE:
+                if n < size:
+                    outcome, got = C_SEND_BLOCKED, n
                     break
-                if self.delay_acks[i]:
-                    c_setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(int))  # errors: as the reference
-                if stamp:
-                    self.end_ns[i] = _monotonic_ns()
-                i += 1
-        return outcome, i, got, error
+            size = self.recv_size[i]
+            fd = self.recv_fd[i]
+            while got < size:
+                n = c_recv(fd, window, size - got, 0)
+                if n > 0:
+                    got += n
+                    continue
+                if n == 0:
+                    outcome = C_RECV_CLOSED
+                    break
+                error = errno
+                if error == EAGAIN or error == EINTR:
+                    outcome, error = C_RECV_SLICE, 0
+                elif error == ECONNRESET:
+                    outcome, error = C_RECV_CLOSED, 0
+                else:
+                    outcome = C_RECV_FAILED
+                break
+            if outcome != C_DONE:
+                break
+            if self.delay_acks[i]:
+                c_setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(int))  # errors: as the reference
+            if stamp:
+                self.end_ns[i] = _monotonic_ns()
+            i += 1
+        index[0] = i
+        got_out[0] = got
+        error_out[0] = error
+        return outcome

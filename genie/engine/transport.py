@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
-from genie.engine.compiled_steps import CompiledPlans, StepPlan
+from genie.engine.compiled_steps import CompiledPlans, StepPlan, run_steps
 from genie.engine.flows import Flow as _Flow, PeerFailure, StepExchange, Transfer
 from genie.engine.flows import closed_failure, send_failure, wait_sent
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
@@ -158,6 +158,19 @@ class SocketTransport:
         if self._outbox or self._compiled_plans is None:
             return start
         return self._compiled_plans.run(self, plan, start, deadline, timeout_s, stamps, self._bulk_peers)
+
+    def whole_ops(self, plan: StepPlan):
+        """`plan` compiled for whole ops back to back (`CompiledSteps.run_ops`; None: not here — not built, not
+        its shape, sends in bulk, or a send still queued)."""
+        if self._outbox or self._bulk_peers or self._compiled_plans is None:
+            return None
+        return self._compiled_plans.whole_ops(plan)
+
+    def resume_plan(self, steps, plan: StepPlan, stopped: tuple[int, int, int, int], deadline: float,
+                    timeout_s: float) -> int:
+        """An op of `plan` that `steps.run_ops` stopped with `stopped` (outcome, step, done bytes, errno): the
+        reference takes that step over, as `run_plan` hands it; returns the first step the caller runs."""
+        return run_steps(self, steps, plan, stopped[1], deadline, timeout_s, first=stopped)
 
     def _link(self, peer: int) -> PeerLink:
         try:

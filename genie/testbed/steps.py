@@ -38,6 +38,12 @@ class QdiscParent(Enum):
     ACK_CLASS = "1:2"
 
 
+#: Sysctls of a kernel module that may not be loaded (br_netfilter's ``net.bridge.*``): a `SetSysctl` of one is
+#: applied only where the kernel has it. A property of the key, not a field of the step: testbed records stay
+#: readable by genie versions before it.
+MODULE_SYSCTL_PREFIXES = ("net.bridge.",)
+
+
 @dataclass(frozen=True)
 class CreateNetns:
     netns: str
@@ -54,8 +60,14 @@ class SetSysctl:
     key: str
     value: str
 
+    @property
+    def if_present(self) -> bool:
+        """Set only where the kernel has the key (`MODULE_SYSCTL_PREFIXES`), else skipped."""
+        return self.key.startswith(MODULE_SYSCTL_PREFIXES)
+
     def describe(self) -> str:
-        return f"{self.netns}: sysctl {self.key}={self.value}"
+        where = " (where the kernel has it)" if self.if_present else ""
+        return f"{self.netns}: sysctl {self.key}={self.value}{where}"
 
 
 @dataclass(frozen=True)

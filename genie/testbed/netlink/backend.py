@@ -90,7 +90,8 @@ def run_in_netns(name: str, fn: Callable[[], _T]) -> _T:
     return outcome["value"]  # type: ignore[no-any-return]
 
 
-def write_sysctl(name: str, key: str, value: str) -> None:
+def write_sysctl(name: str, key: str, value: str, *, if_present: bool = False) -> None:
+    """Set sysctl `key` in namespace `name`; with `if_present` a key this kernel lacks is skipped."""
     path = "/proc/sys/" + key.replace(".", "/")
 
     def write() -> None:
@@ -98,6 +99,8 @@ def write_sysctl(name: str, key: str, value: str) -> None:
             with open(path, "w") as handle:
                 handle.write(value)
         except FileNotFoundError:
+            if if_present:
+                return
             raise EnvironmentProblem(f"this kernel has no sysctl {key} (genie's testbeds need it; "
                                      f"docs/testbed.md)") from None
 
@@ -155,8 +158,8 @@ class NetlinkBackend:
             self._undo_partial(step)
             raise
 
-    def _sysctl(self, name: str, key: str, value: str) -> None:
-        write_sysctl(name, key, value)
+    def _sysctl(self, name: str, key: str, value: str, if_present: bool = False) -> None:
+        write_sysctl(name, key, value, if_present=if_present)
 
     def _undo_partial(self, step: PlanStep) -> None:
         with signals_deferred():
@@ -170,7 +173,7 @@ class NetlinkBackend:
             case CreateNetns(netns=name):
                 netns.create(name)
             case SetSysctl(netns=name, key=key, value=value):
-                self._sysctl(name, key, value)
+                self._sysctl(name, key, value, step.if_present)
             case SetLinkUp(netns=name, ifname=ifname):
                 self._ipr(name).link("set", index=self._index(name, ifname), state="up")
             case AddBridge(netns=name, ifname=ifname):
@@ -284,9 +287,13 @@ class HostNetlinkBackend(NetlinkBackend):
             self._sockets[""] = IPRoute()
         return self._sockets[""]
 
-    def _sysctl(self, name: str, key: str, value: str) -> None:
-        with open("/proc/sys/" + key.replace(".", "/"), "w") as handle:
-            handle.write(value)
+    def _sysctl(self, name: str, key: str, value: str, if_present: bool = False) -> None:
+        try:
+            with open("/proc/sys/" + key.replace(".", "/"), "w") as handle:
+                handle.write(value)
+        except FileNotFoundError:
+            if not if_present:
+                raise
 
     def apply(self, step: PlanStep) -> None:
         if not isinstance(step, HOST_STEP_TYPES):
