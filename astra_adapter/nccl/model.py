@@ -46,7 +46,7 @@ from astra_adapter.nccl.chain import chain_fill_us, chain_latency_us, is_chain, 
 from astra_adapter.nccl.hardware import Cluster, tuner_system
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
-    NcclProtocol, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
+    NcclProtocol, TreeLevels, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
     table_entry, tuner_table
 
 P2P = (Collective.ALL_TO_ALL, Collective.SEND_RECV)
@@ -136,7 +136,8 @@ def _channels(cluster: Cluster, call: Call) -> int:
 
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
     """The nominal system with the fitted bandwidths on its channels, timed by NCCL's current cost model
-    (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes."""
+    (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes; its
+    tree as deep as NCCL builds it (:class:`~astra_adapter.nccl.tuning.TreeLevels`), not as the tuner counts."""
     intra = params.intra_busbw_gb_s / nominal.channels
     if nominal.nodes > 1:
         inter = params.nic_gb_s * cluster.nics_reached(nominal.ranks_per_node) / nominal.channels
@@ -145,7 +146,8 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
     else:
         inter = intra
     nvls_bw = params.nvls_busbw_gb_s / nominal.nvls_graph_channels if nominal.nvls_graph_channels else 0.0
-    return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION)
+    return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION,
+                   tree_levels=TreeLevels.BUILT)
 
 
 def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[float, str]:
@@ -191,7 +193,9 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     if is_chain(call.collective, entry.algorithm):
         return Prediction(call, params.launch_us + _chain_us(fitted, cluster, params, call, entry, transfer / share,
                                                              used), choice, choice.describe())
-    time_us = params.launch_us + latency + _with_fill(transfer / share, call, params, used)
+    hops = (call.ranks_per_node - 1 + TreeLevels.BUILT.depth(call.nodes)) if entry.algorithm is NcclAlgorithm.TREE \
+        else None
+    time_us = params.launch_us + latency + _with_fill(transfer / share, call, params, used, hops)
     return Prediction(call, time_us, choice, choice.describe())
 
 
@@ -217,13 +221,14 @@ def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: C
     return latency + _with_fill(transfer_us, call, params, channels) + fill
 
 
-def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int) -> float:
+def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int, hops: int | None = None) -> float:
     """The transfer with the pipeline's fill and drain: the first ``fill_bytes_per_channel`` x ``channels`` x
     (hops / 8) bytes move at half the rate. A ring's pipeline fills through the GPUs of a node (hops: the call's
     GPUs per node; the prior was read on 8), a send/receive operation's through one hop, sender to receiver: NCCL
     runs each peer's bytes on its own connection, not through a ring (src/enqueue.cc, addP2pToPlan)."""
     if call.size_bytes <= 0:
         return transfer_us
-    hops = 1 if call.collective in P2P else call.ranks_per_node
+    if hops is None:
+        hops = 1 if call.collective in P2P else call.ranks_per_node
     fill = params.fill_bytes_per_channel * channels * hops / 8
     return transfer_us * (1.0 + min(call.size_bytes, fill) / call.size_bytes)
