@@ -63,15 +63,29 @@ def test_a_tree_call_on_540_nodes_takes_a_level_more_than_on_512():
     assert small[540].time_us - small[512].time_us == pytest.approx(2 * 5.0, rel=0.02)
 
 
-def test_the_trees_pipeline_fills_through_its_levels():
-    # a Tree/Simple call's pipeline fills through the chain in a node and a hop a level (3 + 10 hops on 540
-    # nodes, 3 + 8 on 256), not through a node's GPUs alone: with the latencies off, 540 nodes take longer
-    params = replace(nominal_params(A100X4), fill_bytes_per_channel=4 << 20, latency_scale=0.0, launch_us=0.0)
+def test_a_tree_holds_a_whole_slice_on_each_network_hop_of_its_levels():
+    # a Tree/Simple call between nodes is a chain up the tree and one down: each of the 2 x depth network hops
+    # holds a 512 KiB slice a channel, all but the slowest (the transfer's) on top of the transfer; with the
+    # latencies and the general fill off, 540 nodes (10 levels) take 4 slices' times more than 256 (8 levels)
+    params = replace(nominal_params(A100X4), fill_bytes_per_channel=0.0, latency_scale=0.0, launch_us=0.0)
     cluster = replace(A100X4, nic_path=NicPath.PHB)
     calls = {n: predict(cluster, params, Call(Collective.ALL_REDUCE, 4 * n, n, 64 << 20)) for n in (256, 540)}
     assert all(p.choice.algorithm is NcclAlgorithm.TREE and p.choice.protocol is NcclProtocol.SIMPLE
-               for p in calls.values())
-    assert calls[540].time_us > calls[256].time_us * 1.01
+               and p.choice.channels == 4 for p in calls.values())
+    # a channel's share of the node's two NICs: 2 x 25 GB/s over 4 channels
+    slice_us = (512 << 10) / (1000.0 * 2 * 25.0 / 4)
+    assert calls[540].time_us - calls[256].time_us == pytest.approx(4 * slice_us, rel=1e-6)
+
+
+def test_a_tree_ll128_call_runs_nccls_smaller_chunks():
+    from astra_adapter.nccl.model import tree_ll128_chunk_bytes
+
+    # 2.23: 1 + log2i(nodes) + ppn/10 tree steps; halve LL128's 576000-byte step while a channel has fewer than
+    # 64 x steps / ppn chunks (down to 128 KiB), then 16 x (down to 32 KiB)
+    assert tree_ll128_chunk_bytes(1 << 30, 4, 2, 8) == 576000
+    assert tree_ll128_chunk_bytes(4 << 20, 4, 16, 8) == 576000 // 8  # 8 chunks < 16 x 5.8 / 8, stop above 32K
+    # the checks come before each halving: 36000 > 32 KiB halves once more
+    assert tree_ll128_chunk_bytes(64 << 10, 4, 16, 8) == 576000 // 32
 
 
 def test_a_gpu_to_nic_path_through_the_host_bridge_turns_ll128_off_between_nodes():

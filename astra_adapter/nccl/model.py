@@ -42,7 +42,8 @@ from functools import lru_cache
 
 from genie.core.collective import Collective
 
-from astra_adapter.nccl.chain import chain_fill_us, chain_latency_us, is_chain, network_hop_us_per_byte
+from astra_adapter.nccl.chain import STEP_DATA_BYTES, chain_fill_us, chain_latency_us, is_chain, \
+    network_hop_us_per_byte, slice_bytes
 from astra_adapter.nccl.hardware import Cluster, tuner_system
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
@@ -193,9 +194,10 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     if is_chain(call.collective, entry.algorithm):
         return Prediction(call, params.launch_us + _chain_us(fitted, cluster, params, call, entry, transfer / share,
                                                              used), choice, choice.describe())
-    hops = (call.ranks_per_node - 1 + TreeLevels.BUILT.depth(call.nodes)) if entry.algorithm is NcclAlgorithm.TREE \
-        else None
-    time_us = params.launch_us + latency + _with_fill(transfer / share, call, params, used, hops)
+    if entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
+        return Prediction(call, params.launch_us + latency + _tree_us(cluster, params, call, entry, transfer / share,
+                                                                      used), choice, choice.describe())
+    time_us = params.launch_us + latency + _with_fill(transfer / share, call, params, used)
     return Prediction(call, time_us, choice, choice.describe())
 
 
@@ -221,14 +223,45 @@ def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: C
     return latency + _with_fill(transfer_us, call, params, channels) + fill
 
 
-def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int, hops: int | None = None) -> float:
+def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry, transfer_us: float,
+             channels: int) -> float:
+    """A tree all-reduce between nodes: a chain up the tree NCCL built and a chain down it
+    (:class:`~astra_adapter.nccl.tuning.TreeLevels`: ceil(log2 nodes) levels). Its transfer has the general
+    pipeline fill inside a node; between nodes each network hop holds a whole slice, as in a chain
+    (:mod:`astra_adapter.nccl.chain`: the proxy sends a step once the GPU has written all of it; a tree's slice is
+    one FIFO step, ``sliceSteps`` = 1 for every algorithm but the ring, src/enqueue.cc), on every one of the
+    2 x depth network hops but the slowest, which the transfer counts. Tree/LL128 runs smaller chunks
+    (:func:`tree_ll128_chunk_bytes`); Tree/Simple a whole 512 KiB step (NCCL 2.20 dropped the depth-based cut of
+    2.8 .. 2.19)."""
+    nics = cluster.nics_reached(call.ranks_per_node)
+    network = network_hop_us_per_byte(entry.protocol, params.nic_gb_s * nics, nics, channels)
+    hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 1
+    piece = slice_bytes(entry.protocol, call.size_bytes, channels)
+    if entry.protocol is NcclProtocol.LL128:
+        piece = min(piece, tree_ll128_chunk_bytes(call.size_bytes, channels, call.nodes, call.ranks_per_node))
+    return _with_fill(transfer_us, call, params, channels) + hops * piece * network
+
+
+def tree_ll128_chunk_bytes(size_bytes: int, channels: int, nodes: int, ranks_per_node: int) -> float:
+    """NCCL's chunk of a Tree/LL128 call (src/enqueue.cc, 2.12 .. 2.23; not in 2.8): LL128's step,
+    halved while the call has fewer than 64 x its tree steps / ppn chunks a channel (not below 128 KiB), then
+    16 x (not below 32 KiB); its tree steps 1 + log2i(nodes) + ppn / 10."""
+    chunk = STEP_DATA_BYTES[NcclProtocol.LL128]
+    steps = 1 + (nodes.bit_length() - 1) + 0.1 * ranks_per_node
+    while size_bytes / (channels * chunk) < steps * 64 / ranks_per_node and chunk > 131072:
+        chunk //= 2
+    while size_bytes / (channels * chunk) < steps * 16 / ranks_per_node and chunk > 32768:
+        chunk //= 2
+    return float(chunk)
+
+
+def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int) -> float:
     """The transfer with the pipeline's fill and drain: the first ``fill_bytes_per_channel`` x ``channels`` x
     (hops / 8) bytes move at half the rate. A ring's pipeline fills through the GPUs of a node (hops: the call's
     GPUs per node; the prior was read on 8), a send/receive operation's through one hop, sender to receiver: NCCL
     runs each peer's bytes on its own connection, not through a ring (src/enqueue.cc, addP2pToPlan)."""
     if call.size_bytes <= 0:
         return transfer_us
-    if hops is None:
-        hops = 1 if call.collective in P2P else call.ranks_per_node
+    hops = 1 if call.collective in P2P else call.ranks_per_node
     fill = params.fill_bytes_per_channel * channels * hops / 8
     return transfer_us * (1.0 + min(call.size_bytes, fill) / call.size_bytes)
