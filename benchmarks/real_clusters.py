@@ -31,7 +31,7 @@ from genie.topology import load_topology_file
 
 from astra_adapter.nccl.expected import check
 from astra_adapter.nccl.fit import Observation, fit, geomean_abs_error_pct, predict_all
-from astra_adapter.nccl.hardware import Cluster, Interconnect, cluster_from_topology
+from astra_adapter.nccl.hardware import Cluster, CpuVendor, Interconnect, NicPath, cluster_from_topology
 from astra_adapter.nccl.model import nominal_params
 from astra_adapter.nccl.env import env_from_output
 from astra_adapter.nccl.observations import RowTime, table_observations, tables_nccl_version
@@ -53,6 +53,10 @@ class Case:
     nccl_version: str = ""
     #: NCCL_* settings the case's README documents but its outputs do not print; used only with ``--readme-env``
     nccl_env: tuple[tuple[str, str], ...] = ()
+    #: the node's GPU-NIC PCIe path and CPU vendor where its README's sources state them (as `genie calibrate
+    #: --nic-path/--cpu`); the defaults are a DGX/HGX's (PXB, Intel)
+    nic_path: NicPath = NicPath.PXB
+    cpu: CpuVendor = CpuVendor.INTEL
 
 
 CASES = (
@@ -122,7 +126,7 @@ CASES = (
          "all_reduce, all_gather, reduce_scatter, alltoall, sendrecv on 4 and 8 GPUs of one node"),
     Case("alcf-polaris-a100-slingshot11-2-8-256-540node", Interconnect.NVLINK, True,
          "Slingshot-11 (aws-ofi-nccl); all_reduce, all_gather, alltoall on 2, 8, 256 and 540 nodes x 4 GPUs",
-         nccl_version="2.21.5"),
+         nccl_version="2.21.5", nic_path=NicPath.PHB, cpu=CpuVendor.AMD),
     Case("snellius-h100-ndr200-2node", Interconnect.NVLINK, True,
          "4 x H100 (NVLink, no NVSwitch) + 4 x NDR200 per node; all_reduce (2 runs), all_gather, reduce_scatter"),
     Case("snellius-h100-4gpu-1node", Interconnect.NVLINK, True,
@@ -157,7 +161,8 @@ def load_case(case: Case, readme_versions: bool = False,
                                     interconnect=case.interconnect, source=str(folder / "topology.yaml"))
     version = tables_nccl_version([t for _, t in tables]) or (case.nccl_version if readme_versions else "")
     settings = {**printed, **(dict(case.nccl_env) if readme_env else {})}
-    cluster = replace(cluster, nccl_version=version, nccl_env=tuple(settings.items()))
+    cluster = replace(cluster, nccl_version=version, nccl_env=tuple(settings.items()), nic_path=case.nic_path,
+                      cpu=case.cpu)
     for name, table in tables:
         runs.append(Run(name, table, table_observations(table, cluster, gpus_per_node=case.gpus_per_node),
                         table_observations(table, cluster, gpus_per_node=case.gpus_per_node,

@@ -23,7 +23,7 @@ from genie.core.jsondoc import decode_json
 from astra_adapter.nccl.env import parse_env
 from astra_adapter.nccl.expected import Finding
 from astra_adapter.nccl.fit import Fit, Residual
-from astra_adapter.nccl.hardware import Cluster, Interconnect
+from astra_adapter.nccl.hardware import Cluster, CpuVendor, Interconnect, NicPath
 from astra_adapter.nccl.model import NcclParams
 
 NCCL_CALIBRATION_JSON = "nccl_calibration.json"
@@ -49,6 +49,8 @@ def calibration_json(fit: Fit, findings: tuple[Finding, ...], sources: tuple[str
     c = fit.cluster
     cluster = asdict(c)
     cluster["interconnect"] = c.interconnect.value
+    cluster["nic_path"] = c.nic_path.value
+    cluster["cpu"] = c.cpu.value
     doc = {"format": FORMAT, "version": 1, "cluster": cluster,
            "params": dict(zip(NcclParams.names(), fit.params.values())),
            "nominal": dict(zip(NcclParams.names(), fit.nominal.values())),
@@ -69,6 +71,10 @@ def parse_calibration(data: bytes, *, source: str) -> tuple[Cluster, NcclParams]
     try:
         raw = dict(doc["cluster"])
         raw["interconnect"] = Interconnect.parse(raw["interconnect"], source=source, path="cluster.interconnect")
+        # calibrations written before the GPU-NIC path and the CPU were recorded: a DGX/HGX's
+        raw["nic_path"] = NicPath.parse(raw.get("nic_path", NicPath.PXB.value), source=source,
+                                        path="cluster.nic_path")
+        raw["cpu"] = CpuVendor.parse(raw.get("cpu", CpuVendor.INTEL.value), source=source, path="cluster.cpu")
         raw["nccl_env"] = tuple((str(k), str(v)) for k, v in raw.get("nccl_env", ()))
         cluster = Cluster(**raw)
         parse_env(cluster.nccl_env, source=source)

@@ -42,6 +42,48 @@ class Interconnect(Enum):
                          source=source, path=path)
 
 
+class NicPath(Enum):
+    """The PCIe path from a node's GPU to its nearest NIC, in the words of ``nvidia-smi topo -m`` (nearest
+    first). NCCL's topology search settles on the nearest path type that carries its graph (``typeInter``), and
+    its tuner enables LL128 between nodes only where that is no farther than PXB (src/graph/tuning.cc, every
+    release since 2.8; Hopper's PXN, a hop through a peer GPU's NVLink to a PXB NIC, counts as PXB here)."""
+
+    PIX = "pix"  # at most one PCIe bridge
+    PXB = "pxb"  # several PCIe bridges, no host bridge (a PCIe switch shared by GPU and NIC)
+    PHB = "phb"  # through the CPU's PCIe host bridge
+    NODE = "node"  # between host bridges of one NUMA node
+    SYS = "sys"  # across the CPUs' SMP interconnect
+
+    @property
+    def ll128_between_nodes(self) -> bool:
+        return self in (NicPath.PIX, NicPath.PXB)
+
+    @classmethod
+    def parse(cls, text: str, *, source: str | None = None, path: str | None = None) -> "NicPath":
+        for c in cls:
+            if c.value == str(text).strip().lower():
+                return c
+        raise InputError(f"unknown GPU-NIC path {text!r} (expected {', '.join(c.value for c in cls)}, as "
+                         f"nvidia-smi topo -m prints it)", source=source, path=path)
+
+
+class CpuVendor(Enum):
+    """The node's CPU vendor: NCCL's tuner charges an inter-node ring step 2 us of network overhead on AMD CPUs,
+    1 us on others, and caps LL's bandwidth between nodes per vendor (src/graph/tuning.cc)."""
+
+    INTEL = "intel"
+    AMD = "amd"
+    ARM = "arm"
+
+    @classmethod
+    def parse(cls, text: str, *, source: str | None = None, path: str | None = None) -> "CpuVendor":
+        for c in cls:
+            if c.value == str(text).strip().lower():
+                return c
+        raise InputError(f"unknown CPU vendor {text!r} (expected {', '.join(c.value for c in cls)})",
+                         source=source, path=path)
+
+
 #: GPU names (as nccl-tests' `# Using devices` lines print them) -> CUDA compute capability; first match wins
 _GPU_CC = (("GB200", 100), ("B200", 100), ("B100", 100), ("RTX PRO 6000", 120), ("RTX 6000D", 120),
            ("RTX 50", 120), ("5090", 120), ("GH200", 90), ("H200", 90), ("H100", 90), ("H800", 90),
@@ -73,7 +115,8 @@ class Cluster:
     (GB/s, one direction); per node ``nics`` NICs of ``nic_gb_s`` each. The fabric beyond the rails is taken as
     non-blocking (not fitted: no case of the corpus crosses an oversubscribed spine). ``nccl_version``: the NCCL
     release the outputs name ("2.26.2"; "" if they do not: modelled as NCCL 2.23). ``nccl_env``: the NCCL_*
-    settings NCCL ran with, as (variable, value) pairs."""
+    settings NCCL ran with, as (variable, value) pairs. ``nic_path`` and ``cpu``: what ``nvidia-smi topo -m`` and
+    the node's CPU say (a DGX/HGX's GPUs share PCIe switches with their NICs: PXB; Intel)."""
 
     name: str
     nodes: int
@@ -89,6 +132,9 @@ class Cluster:
     nccl_version: str = ""
     #: NCCL variables the outputs print (NCCL_DEBUG=INFO) or the user gives; see astra_adapter.nccl.env
     nccl_env: tuple[tuple[str, str], ...] = ()
+    #: the PCIe path from a GPU to its nearest NIC (LL128 between nodes only up to PXB) and the CPU vendor
+    nic_path: NicPath = NicPath.PXB
+    cpu: CpuVendor = CpuVendor.INTEL
 
     @property
     def ranks(self) -> int:
@@ -220,6 +266,7 @@ def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: 
                        nvls_channels=16, nvls_graph_channels=ppn if nvls else 0,
                        nvls_bw_gb_s=_nvls_speed(intra, ppn) if nvls else 0.0,
                        same_channels=same_channels(nodes, cluster.nics_reached(ppn)),
+                       gpu_direct=cluster.nic_path.ll128_between_nodes, amd_cpu=cluster.cpu is CpuVendor.AMD,
                        version=parse_version(cluster.nccl_version) or default_version(cc),
                        env=parse_env(cluster.nccl_env, source=cluster.name))
 

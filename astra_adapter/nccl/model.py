@@ -44,12 +44,13 @@ from functools import lru_cache
 
 from genie.core.collective import Collective
 
-from astra_adapter.nccl.chain import chain_fill_us, chain_latency_us, is_chain, network_hop_us_per_byte
+from astra_adapter.nccl.chain import STEP_DATA_BYTES, chain_fill_us, chain_latency_us, is_chain, \
+    network_hop_us_per_byte, slice_bytes
 from astra_adapter.nccl.hardware import Cluster, tuner_system
 from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
-    NcclProtocol, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
+    NcclProtocol, TreeLevels, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
     table_entry, tuner_table
 
 P2P = (Collective.ALL_TO_ALL, Collective.SEND_RECV)
@@ -139,7 +140,8 @@ def _channels(cluster: Cluster, call: Call) -> int:
 
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
     """The nominal system with the fitted bandwidths on its channels, timed by NCCL's current cost model
-    (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes."""
+    (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes; its
+    tree as deep as NCCL builds it (:class:`~astra_adapter.nccl.tuning.TreeLevels`), not as the tuner counts."""
     intra = params.intra_busbw_gb_s / nominal.channels
     if nominal.nodes > 1:
         inter = params.nic_gb_s * cluster.nics_reached(nominal.ranks_per_node) / nominal.channels
@@ -148,7 +150,8 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
     else:
         inter = intra
     nvls_bw = params.nvls_busbw_gb_s / nominal.nvls_graph_channels if nominal.nvls_graph_channels else 0.0
-    return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION)
+    return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION,
+                   tree_levels=TreeLevels.BUILT)
 
 
 @lru_cache(maxsize=4096)
@@ -233,6 +236,9 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     if is_chain(call.collective, entry.algorithm):
         return Prediction(call, params.launch_us + _chain_us(fitted, cluster, params, call, entry, transfer / share,
                                                              used), choice, choice.describe())
+    if entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
+        return Prediction(call, params.launch_us + latency + _tree_us(cluster, params, call, entry, transfer / share,
+                                                                      used), choice, choice.describe())
     time_us = params.launch_us + latency + _with_fill(transfer / share, call, params, used)
     return Prediction(call, time_us, choice, choice.describe())
 
@@ -257,6 +263,38 @@ def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: C
         fill = chain_fill_us(entry.protocol, call.size_bytes, channels, call.nodes, network * inter / intra,
                              network)
     return latency + _with_fill(transfer_us, call, params, channels) + fill
+
+
+def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry, transfer_us: float,
+             channels: int) -> float:
+    """A tree all-reduce between nodes: a chain up the tree NCCL built and a chain down it
+    (:class:`~astra_adapter.nccl.tuning.TreeLevels`: ceil(log2 nodes) levels). Its transfer has the general
+    pipeline fill inside a node; between nodes each network hop holds a whole slice, as in a chain
+    (:mod:`astra_adapter.nccl.chain`: the proxy sends a step once the GPU has written all of it; a tree's slice is
+    one FIFO step, ``sliceSteps`` = 1 for every algorithm but the ring, src/enqueue.cc), on every one of the
+    2 x depth network hops but the slowest, which the transfer counts. Tree/LL128 runs smaller chunks
+    (:func:`tree_ll128_chunk_bytes`); Tree/Simple a whole 512 KiB step (NCCL 2.20 dropped the depth-based cut of
+    2.8 .. 2.19)."""
+    nics = cluster.nics_reached(call.ranks_per_node)
+    network = network_hop_us_per_byte(entry.protocol, params.nic_gb_s * nics, nics, channels)
+    hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 1
+    piece = slice_bytes(entry.protocol, call.size_bytes, channels)
+    if entry.protocol is NcclProtocol.LL128:
+        piece = min(piece, tree_ll128_chunk_bytes(call.size_bytes, channels, call.nodes, call.ranks_per_node))
+    return _with_fill(transfer_us, call, params, channels) + hops * piece * network
+
+
+def tree_ll128_chunk_bytes(size_bytes: int, channels: int, nodes: int, ranks_per_node: int) -> float:
+    """NCCL's chunk of a Tree/LL128 call (src/enqueue.cc, 2.12 .. 2.23; not in 2.8): LL128's step,
+    halved while the call has fewer than 64 x its tree steps / ppn chunks a channel (not below 128 KiB), then
+    16 x (not below 32 KiB); its tree steps 1 + log2i(nodes) + ppn / 10."""
+    chunk = STEP_DATA_BYTES[NcclProtocol.LL128]
+    steps = 1 + (nodes.bit_length() - 1) + 0.1 * ranks_per_node
+    while size_bytes / (channels * chunk) < steps * 64 / ranks_per_node and chunk > 131072:
+        chunk //= 2
+    while size_bytes / (channels * chunk) < steps * 16 / ranks_per_node and chunk > 32768:
+        chunk //= 2
+    return float(chunk)
 
 
 def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int) -> float:

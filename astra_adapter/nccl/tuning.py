@@ -103,6 +103,22 @@ MAX_CHANNELS = 32
 NET_OVERHEAD_US = {False: 1.0, True: 2.0}  # per inter-node ring step: x86 Intel (or other) / AMD
 
 
+class TreeLevels(Enum):
+    """The depth of NCCL's inter-node tree over ``nodes`` nodes. NCCL's tuner counts log2i(nodes) levels (the
+    floor, src/graph/tuning.cc); the double binary tree NCCL builds (src/graph/trees.cc, ncclGetBtree: rank 0 is
+    the root with a single child at the highest power of two below the node count, each level halving the bit)
+    is ceil(log2(nodes)) deep: 10 levels on 540 nodes where the tuner counts 9. The choice is the tuner's; the
+    time of the call runs through the tree NCCL built."""
+
+    TUNER = "tuner"
+    BUILT = "built"
+
+    def depth(self, nodes: int) -> int:
+        if nodes <= 1:
+            return 0
+        return _log2i(nodes) if self is TreeLevels.TUNER else (nodes - 1).bit_length()
+
+
 @dataclass(frozen=True)
 class TunerSystem:
     """What NCCL's topology search finds on a cluster, as its tuner reads it.
@@ -131,6 +147,9 @@ class TunerSystem:
     same_channels: bool = True
     version: NcclVersion = DEFAULT_VERSION
     env: NcclEnv = NcclEnv()
+    #: how deep the inter-node tree is taken: as NCCL's tuner counts it (what it picks by), or as NCCL builds it
+    #: (what a call then takes)
+    tree_levels: TreeLevels = TreeLevels.TUNER
 
     @property
     def constants(self) -> TunerConstants:
@@ -318,7 +337,7 @@ def _latency(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: N
         k, ki = steps(collective, n), inter_steps(collective, nodes, s.version)
         return lat + (k - ki) * intra_lat + ki * inter_lat
     if a is NcclAlgorithm.TREE:
-        return lat + 2 * ((ppn - 1) * intra_lat + _log2i(nodes) * inter_lat)
+        return lat + 2 * ((ppn - 1) * intra_lat + s.tree_levels.depth(nodes) * inter_lat)
     if a is NcclAlgorithm.COLLNET_DIRECT:
         return lat + 2 * (min(1, ppn - 1) * intra_lat + (ppn - 1) * 0.4) + inter_lat
     if a is NcclAlgorithm.COLLNET_CHAIN:
@@ -326,7 +345,7 @@ def _latency(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: N
     if a is NcclAlgorithm.NVLS:
         return intra_lat + (inter_lat if nodes > 1 else 0.0)
     if a is NcclAlgorithm.NVLS_TREE:
-        return lat + intra_lat + 2 * _log2i(nodes) * inter_lat
+        return lat + intra_lat + 2 * s.tree_levels.depth(nodes) * inter_lat
     return 8 + _log2i(nodes) * (inter_lat / 3.5) + n * 2.8  # PAT
 
 

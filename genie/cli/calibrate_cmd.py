@@ -13,7 +13,8 @@ from genie.cli.flags import flag_names
 #: CalibrateRequest fields -> flags
 CALIBRATE_FLAGS = {"outputs": "OUTPUT", "topology": "--topology", "predict": "--predict",
                    "gpus_per_node": "--gpus-per-node", "gpu": "--gpu", "interconnect": "--interconnect",
-                   "collective": "--collective", "out": "--out", "nccl_env": "--nccl-env"}
+                   "collective": "--collective", "out": "--out", "nccl_env": "--nccl-env",
+                   "nic_path": "--nic-path", "cpu": "--cpu"}
 
 
 def calibrate(
@@ -35,11 +36,15 @@ def calibrate(
     nccl_env: List[str] = typer.Option([], "--nccl-env", help="An NCCL setting the cluster ran with, e.g. "
                                                               "NCCL_ALGO=Ring,Tree, NCCL_PROTO=^LL128, "
                                                               "NCCL_NVLS_ENABLE=0 (over what outputs print); repeat."),
+    nic_path: str = typer.Option("pxb", "--nic-path", help="A GPU's PCIe path to its nearest NIC as nvidia-smi "
+                                                           "topo -m prints it: pix | pxb | phb | node | sys (NCCL "
+                                                           "runs LL128 between nodes only up to pxb)."),
+    cpu: str = typer.Option("intel", "--cpu", help="The nodes' CPU vendor: intel | amd | arm."),
 ) -> None:
     """Fit genie's NCCL model to a cluster's nccl-tests; print measured vs model and NCCL's choice per size."""
     from astra_adapter.nccl.calibration_io import format_residuals
     from astra_adapter.nccl.env import parse_assignment
-    from astra_adapter.nccl.hardware import Interconnect
+    from astra_adapter.nccl.hardware import CpuVendor, Interconnect, NicPath
     from astra_adapter.nccl.versions import describe_release
     from genie.core.collective import Collective
     from genie.core.errors import InputError
@@ -47,6 +52,8 @@ def calibrate(
 
     with flag_names(CALIBRATE_FLAGS):
         kind = Interconnect.parse(interconnect, path="interconnect")
+        path = NicPath.parse(nic_path, path="nic_path")
+        vendor = CpuVendor.parse(cpu, path="cpu")
         try:
             coll = Collective.parse(collective) if collective else None
         except ValueError as exc:
@@ -55,7 +62,7 @@ def calibrate(
             raise InputError(f"expected at least 1, got {gpus_per_node}", path="gpus_per_node")
         settings = tuple(parse_assignment(text, source="--nccl-env") for text in nccl_env)
         result = run_calibrate(CalibrateRequest(tuple(outputs), topology, tuple(predict), gpus_per_node, gpu, kind,
-                                                coll, out, settings))
+                                                coll, out, settings, path, vendor))
     fit = result.fit
     typer.echo(format_residuals(fit.residuals, f"calibration on {len(fit.residuals)} points of {fit.cluster.name} "
                                                f"({fit.cluster.gpu}): rms error {fit.rms_error_pct:.2f} %"))

@@ -14,7 +14,7 @@ from genie.core.collective import Collective
 
 from astra_adapter.nccl.expected import Finding
 from astra_adapter.nccl.fit import Fit, Observation, Residual
-from astra_adapter.nccl.hardware import Interconnect
+from astra_adapter.nccl.hardware import CpuVendor, Interconnect, NicPath
 
 @dataclass(frozen=True)
 class CalibrateRequest:
@@ -27,6 +27,8 @@ class CalibrateRequest:
     collective: Optional[Collective] = None  # for outputs that do not say (no header, ambiguous rows)
     out: Optional[Path] = None
     nccl_env: tuple[tuple[str, str], ...] = ()  # NCCL_* settings NCCL ran with; win over what outputs print
+    nic_path: NicPath = NicPath.PXB  # a GPU's PCIe path to its nearest NIC (nvidia-smi topo -m)
+    cpu: CpuVendor = CpuVendor.INTEL
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
     gpu = _gpu_name(train_tables + predict_tables, request.gpu, str(request.outputs[0]))
     cluster = cluster_from_topology(topology, gpu=gpu, interconnect=request.interconnect,
                                     source=str(request.topology))
+    cluster = replace(cluster, nic_path=request.nic_path, cpu=request.cpu)
     # NCCL's tuner constants of the release the outputs name (NCCL 2.23's if they name none)
     cluster = replace(cluster, nccl_version=tables_nccl_version(train_tables + predict_tables))
     # NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE as the outputs print them, the user's settings over them
@@ -141,7 +144,8 @@ def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
     findings = check(cluster, result.nominal, train + held_out)
     inputs = (*(input_digest(p, "nccl-tests") for p in request.outputs),
               *(input_digest(p, "predict") for p in request.predict), input_digest(request.topology, "topology"))
-    params = {"gpu": gpu, "interconnect": request.interconnect.value, "gpus_per_node": request.gpus_per_node,
+    params = {"gpu": gpu, "interconnect": request.interconnect.value, "nic_path": request.nic_path.value,
+              "cpu": request.cpu.value, "gpus_per_node": request.gpus_per_node,
               "nccl_env": dict(cluster.nccl_env),
               "collective": request.collective.value if request.collective else None}
     with RunRecorder("calibrate", out=request.out, inputs=inputs, params=params) as run:
