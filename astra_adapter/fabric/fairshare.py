@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-_REL_EPS = 1e-9
+try:  # the flat engine's whole rate solve compiled, the same floats (built by the install step when it can be)
+    from astra_adapter.fabric.fairshare_core import MovingRates
+except ImportError:  # not built: the numpy solve below runs
+    MovingRates = None
+
+_REL_EPS = 1e-9  # fairshare_core.pyx has the same
 
 
 def max_min_rates(flow_of: np.ndarray, resource_of: np.ndarray, weight: np.ndarray, capacity: np.ndarray,

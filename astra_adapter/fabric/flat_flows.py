@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_adapter.fabric.fairshare import max_min_rates_compacting
+from astra_adapter.fabric.fairshare import MovingRates, max_min_rates_compacting
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
 from astra_adapter.fabric.network import FabricNetwork
 
@@ -44,6 +44,7 @@ class FlatFlowEngine(FlowEngine):
     """:class:`FlowEngine` with the moving flows of all ops in one set of arrays (see the module doc)."""
 
     _max_min = staticmethod(max_min_rates_compacting)
+    compiled_solve = True  # solve on fairshare_core where it is built (the same floats; False: numpy)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -64,6 +65,9 @@ class FlatFlowEngine(FlowEngine):
         self._key_steps: tuple[int, ...] = ()
         self._rate = np.zeros(0)
         self._rated = False  # self._rate holds the rates of the current moving flows
+        self._compiled = MovingRates(self.capacity, params.flow_contention) \
+            if MovingRates is not None and self.compiled_solve else None
+        self.solves = 0  # max-min solves run (the memo's misses)
 
     # ---- ops ----------------------------------------------------------------------------------------
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
@@ -141,10 +145,15 @@ class FlatFlowEngine(FlowEngine):
         key = (self._key_steps, self._active.tobytes())
         rate = self._moving_rates.get(key)
         if rate is None:
-            moving_routes = self._routes[self._active]
-            unique, per_flow = self._solve(np.sort(moving_routes))
-            rate = np.zeros(len(self._active))
-            rate[self._active] = per_flow[np.searchsorted(unique, moving_routes)]
+            self.solves += 1
+            if self._compiled is not None:  # the same operations, in one compiled call
+                ptr, res, w = self._route_table(len(self.network.routes) - 1)
+                rate = self._compiled.rates(self._routes, self._active.view(np.uint8), ptr, res, w)
+            else:
+                moving_routes = self._routes[self._active]
+                unique, per_flow = self._solve(np.sort(moving_routes))
+                rate = np.zeros(len(self._active))
+                rate[self._active] = per_flow[np.searchsorted(unique, moving_routes)]
             if len(self._moving_rates) >= _MEMO_LIMIT:
                 self._moving_rates.clear()
             self._moving_rates[key] = rate
