@@ -56,6 +56,9 @@ class FlatFlowEngine(FlowEngine):
         self._waiting: list[FabricOp] = []  # ops paying a step's latency
         self._flowing: list[FabricOp] = []  # ops moving flows, in the order of self.ops (their slices in order)
         self._halted: list[FabricOp] = []  # done, or in a step with nothing to move and no latency: ends now
+        self._compiled = MovingRates(self.capacity, params.flow_contention) \
+            if MovingRates is not None and self.compiled_solve else None
+        self.solves = 0  # max-min solves run (the memo's misses)
         self._left = np.zeros(0)
         self._active = np.zeros(0, dtype=bool)
         self._done_below = np.zeros(0)
@@ -65,9 +68,6 @@ class FlatFlowEngine(FlowEngine):
         self._key_steps: tuple[int, ...] = ()
         self._rate = np.zeros(0)
         self._rated = False  # self._rate holds the rates of the current moving flows
-        self._compiled = MovingRates(self.capacity, params.flow_contention) \
-            if MovingRates is not None and self.compiled_solve else None
-        self.solves = 0  # max-min solves run (the memo's misses)
 
     # ---- ops ----------------------------------------------------------------------------------------
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
@@ -141,7 +141,8 @@ class FlatFlowEngine(FlowEngine):
 
     def _rate_flows(self) -> None:
         """The moving flows' max-min rates (0 for the flows that ended), memoised as the reference does: on
-        the steps in flight and which of their flows move; solved on the same sorted routes."""
+        the steps in flight and which of their flows move; solved on the same sorted routes (in one compiled
+        call where :mod:`astra_adapter.fabric.fairshare_core` is built: the same floats)."""
         key = (self._key_steps, self._active.tobytes())
         rate = self._moving_rates.get(key)
         if rate is None:
