@@ -190,3 +190,38 @@ cdef class MovingRates:
             free(moving)
             free(saturated)
             free(used)
+
+
+def earliest_end_ns(const double[::1] left, const double[::1] rate, const unsigned char[::1] active):
+    """The least ``left / rate`` over the moving flows (``np.min(left[active] / rate[active])``: the same
+    quotients, and a minimum is exact); inf where none moves."""
+    cdef Py_ssize_t i
+    cdef double best = INFINITY, quotient
+    for i in range(left.shape[0]):
+        if active[i]:
+            quotient = left[i] / rate[i]
+            if quotient < best:
+                best = quotient
+    return best
+
+
+def move_flows(double[::1] left, const double[::1] rate, unsigned char[::1] active, const double[::1] done_below,
+               const int64_t[::1] starts, double dt_ns):
+    """The flows moved by ``dt_ns`` in place - ``left -= rate * dt_ns`` (every flow: the same product and
+    difference), ``active &= left > done_below`` - and each op's count of moving flows (its flows from
+    ``starts[k]`` to the next op's start: ``np.add.reduceat(active, starts)``)."""
+    cdef Py_ssize_t i, k, n = left.shape[0], num_ops = starts.shape[0]
+    counts_out = np.zeros(num_ops, dtype=np.int64)
+    cdef int64_t[::1] counts = counts_out
+    cdef Py_ssize_t end
+    cdef int64_t c
+    for k in range(num_ops):
+        end = starts[k + 1] if k + 1 < num_ops else n
+        c = 0
+        for i in range(starts[k], end):
+            left[i] = left[i] - rate[i] * dt_ns
+            if active[i] and not left[i] > done_below[i]:
+                active[i] = 0
+            c += active[i]
+        counts[k] = c
+    return counts_out

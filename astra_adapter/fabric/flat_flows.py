@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_adapter.fabric.fairshare import MovingRates, max_min_rates_compacting
+from astra_adapter.fabric.fairshare import MovingRates, earliest_end_ns, max_min_rates_compacting, move_flows
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
 from astra_adapter.fabric.network import FabricNetwork
 
@@ -44,7 +44,7 @@ class FlatFlowEngine(FlowEngine):
     """:class:`FlowEngine` with the moving flows of all ops in one set of arrays (see the module doc)."""
 
     _max_min = staticmethod(max_min_rates_compacting)
-    compiled_solve = True  # solve on fairshare_core where it is built (the same floats; False: numpy)
+    compiled_solve = True  # solve and sweep on fairshare_core where it is built (the same floats; False: numpy)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -58,6 +58,7 @@ class FlatFlowEngine(FlowEngine):
         self._halted: list[FabricOp] = []  # done, or in a step with nothing to move and no latency: ends now
         self._compiled = MovingRates(self.capacity, params.flow_contention) \
             if MovingRates is not None and self.compiled_solve else None
+        self._sweep = self._compiled is not None and move_flows is not None
         self.solves = 0  # max-min solves run (the memo's misses)
         self._left = np.zeros(0)
         self._active = np.zeros(0, dtype=bool)
@@ -172,7 +173,8 @@ class FlatFlowEngine(FlowEngine):
         best = min((op.latency_ns for op in self._waiting), default=float("inf"))
         if self._flowing:
             active = self._active
-            best = min(best, float(np.min(self._left[active] / self._rate[active])))
+            best = min(best, earliest_end_ns(self._left, self._rate, active.view(np.uint8)) if self._sweep else
+                       float(np.min(self._left[active] / self._rate[active])))
         return best
 
     def advance(self, dt_ns: float) -> None:
@@ -190,9 +192,12 @@ class FlatFlowEngine(FlowEngine):
         if not flowing:
             return
         left, active = self._left, self._active
-        np.subtract(left, self._rate * dt_ns, out=left)
-        np.logical_and(active, left > self._done_below, out=active)
-        counts = np.add.reduceat(active, self._starts, dtype=np.int64)
+        if self._sweep:  # the same operations in one compiled pass
+            counts = move_flows(left, self._rate, active.view(np.uint8), self._done_below, self._starts, dt_ns)
+        else:
+            np.subtract(left, self._rate * dt_ns, out=left)
+            np.logical_and(active, left > self._done_below, out=active)
+            counts = np.add.reduceat(active, self._starts, dtype=np.int64)
         moved = np.flatnonzero(counts != self._counts)
         if not len(moved):
             return
