@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_adapter.fabric.fairshare import max_min_rates_compacting
+from astra_adapter.fabric.fairshare import MovingRates, earliest_end_ns, max_min_rates_compacting, move_flows
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.queues import kept_bytes
@@ -51,6 +51,7 @@ class FlatFlowEngine(FlowEngine):
     """:class:`FlowEngine` with the moving flows of all ops in one set of arrays (see the module doc)."""
 
     _max_min = staticmethod(max_min_rates_compacting)
+    compiled_solve = True  # solve and sweep on fairshare_core where it is built (the same floats; False: numpy)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -62,6 +63,10 @@ class FlatFlowEngine(FlowEngine):
         self._waiting: list[FabricOp] = []  # ops paying a step's latency
         self._flowing: list[FabricOp] = []  # ops moving flows, in the order of self.ops (their slices in order)
         self._halted: list[FabricOp] = []  # done, or in a step with nothing to move and no latency: ends now
+        self._compiled = MovingRates(self.capacity, params.flow_contention) \
+            if MovingRates is not None and self.compiled_solve else None
+        self._sweep = self._compiled is not None and move_flows is not None
+        self.solves = 0  # max-min solves run (the memo's misses)
         self._left = np.zeros(0)
         self._active = np.zeros(0, dtype=bool)
         self._done_below = np.zeros(0)
@@ -164,14 +169,20 @@ class FlatFlowEngine(FlowEngine):
 
     def _rate_flows(self) -> None:
         """The moving flows' max-min rates (0 for the flows that ended), memoised as the reference does: on
-        the steps in flight and which of their flows move; solved on the same sorted routes."""
+        the steps in flight and which of their flows move; solved on the same sorted routes (in one compiled
+        call where :mod:`astra_adapter.fabric.fairshare_core` is built: the same floats)."""
         key = (self._key_steps, self._active.tobytes())
         rate = self._moving_rates.get(key)
         if rate is None:
-            moving_routes = self._routes[self._active]
-            unique, per_flow = self._solve(np.sort(moving_routes))
-            rate = np.zeros(len(self._active))
-            rate[self._active] = per_flow[np.searchsorted(unique, moving_routes)]
+            self.solves += 1
+            if self._compiled is not None:  # the same operations, in one compiled call
+                ptr, res, w = self._route_table(len(self.network.routes) - 1)
+                rate = self._compiled.rates(self._routes, self._active.view(np.uint8), ptr, res, w)
+            else:
+                moving_routes = self._routes[self._active]
+                unique, per_flow = self._solve(np.sort(moving_routes))
+                rate = np.zeros(len(self._active))
+                rate[self._active] = per_flow[np.searchsorted(unique, moving_routes)]
             if len(self._moving_rates) >= _MEMO_LIMIT:
                 self._moving_rates.clear()
             self._moving_rates[key] = rate
@@ -189,7 +200,8 @@ class FlatFlowEngine(FlowEngine):
         best = min((op.latency_ns for op in self._waiting), default=float("inf"))
         if self._flowing:
             active = self._active
-            best = min(best, float(np.min(self._left[active] / self._rate[active])))
+            best = min(best, earliest_end_ns(self._left, self._rate, active.view(np.uint8)) if self._sweep else
+                       float(np.min(self._left[active] / self._rate[active])))
         return best
 
     def advance(self, dt_ns: float) -> None:
@@ -210,9 +222,12 @@ class FlatFlowEngine(FlowEngine):
         if not flowing:
             return
         left, active = self._left, self._active
-        np.subtract(left, self._rate * dt_ns, out=left)
-        np.logical_and(active, left > self._done_below, out=active)
-        counts = np.add.reduceat(active, self._starts, dtype=np.int64)
+        if self._sweep:  # the same operations in one compiled pass
+            counts = move_flows(left, self._rate, active.view(np.uint8), self._done_below, self._starts, dt_ns)
+        else:
+            np.subtract(left, self._rate * dt_ns, out=left)
+            np.logical_and(active, left > self._done_below, out=active)
+            counts = np.add.reduceat(active, self._starts, dtype=np.int64)
         moved = np.flatnonzero(counts != self._counts)
         if not len(moved):
             return
