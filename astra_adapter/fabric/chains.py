@@ -47,7 +47,8 @@ class RingOp:
     ``active`` per connection. ``steps``: the op's :class:`astra_adapter.fabric.flows.StepFlows`."""
 
     __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "chunk", "wait", "ready",
-                 "next_ready", "next_wait", "pred", "sizes", "after", "latencies", "count", "send_buffer")
+                 "next_ready", "next_wait", "pred", "sizes", "after", "latencies", "count", "send_buffer", "_index",
+                 "_remaining", "_done")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
         self.steps = steps
@@ -76,6 +77,9 @@ class RingOp:
         self.next_wait = np.zeros(n)
         self.active = np.zeros(n, dtype=bool)
         self.active_count = 0
+        self._index = np.arange(n)
+        self._done = 1e-6 + 1e-9 * float(self.sizes.max(initial=0.0))  # a chunk with less left is through
+        self._remaining: np.ndarray | None = None  # remaining_bytes until the state next changes
 
     def startable(self) -> np.ndarray:
         """Connections not yet on their way whose sender has the data for their chunk: the connection into the
@@ -99,6 +103,7 @@ class RingOp:
         """Connections ``which`` (mask) start their chunk: its latency plus its wait behind the standing
         queues - ``extra_wait_ns`` (from now), or what is left of the wait it began when its data came in while
         the connection was still on its previous chunk - then its bytes."""
+        self._remaining = None
         k = self.chunk[which]
         extra_wait_ns = np.where(self.next_ready, self.next_wait, extra_wait_ns)
         self.next_ready[which] = False
@@ -111,6 +116,7 @@ class RingOp:
     def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
         """``dt_ns`` passes: waits run down, moving connections move at ``rate``; a connection whose chunk is
         through goes on to the next (not yet ready). True when some connection finished a chunk."""
+        self._remaining = None
         waiting = self.ready & ~self.active
         self.wait[waiting] = np.maximum(self.wait[waiting] - dt_ns, 0.0)
         self.next_wait[self.next_ready] = np.maximum(self.next_wait[self.next_ready] - dt_ns, 0.0)
@@ -154,13 +160,16 @@ class RingOp:
     def remaining_bytes(self) -> np.ndarray:
         """Per connection, what it still sends: the rest of its chunk and its later chunks (what TCP keeps in
         flight is bounded by it, astra_adapter.fabric.queues)."""
+        if self._remaining is not None:  # several queue reads between two changes of the op (one advance)
+            return self._remaining
         k = np.minimum(self.chunk, self.count - 1)
-        later = np.where(self.chunk < self.count, self.after[k, np.arange(len(k))], 0.0)
-        return np.where(self.ready, self.left, np.where(self.chunk < self.count,
-                                                        self.sizes[k, np.arange(len(k))], 0.0)) + later
+        on = self.chunk < self.count
+        later = np.where(on, self.after[k, self._index], 0.0)
+        self._remaining = np.where(self.ready, self.left, np.where(on, self.sizes[k, self._index], 0.0)) + later
+        return self._remaining
 
     def _done_below(self) -> float:
-        return 1e-6 + 1e-9 * float(self.sizes.max(initial=0.0))
+        return self._done
 
     def _refresh(self) -> None:
         self.active = self.ready & (self.wait <= 1e-6) & (self.left > self._done_below())
