@@ -140,17 +140,19 @@ class RingOp:
         """Time to the next wait running out, chunk going through, or last chunk fitting in its sender's socket
         (its sender leaves then, :meth:`busy_ranks`) at ``rate``."""
         best = float("inf")
-        waiting = self.ready & ~self.active & (self.wait > 0)
-        if waiting.any():
-            best = float(np.min(self.wait[waiting]))
+        idle = self.ready & ~self.active  # in their latency or wait
+        if idle.any():
+            waits = self.wait[idle]
+            if not (waits > 0).all():
+                return 0.0  # a chunk of nothing: through now
+            best = float(np.min(waits))
         if rate is not None and self.active_count:
             on = self.active
             best = min(best, float(np.min(self.left[on] / rate[on])))
             filling = on & (self.chunk == self.count - 1) & (self.left > self.send_buffer)
             if filling.any():
                 best = min(best, float(np.min((self.left[filling] - self.send_buffer[filling]) / rate[filling])))
-        stuck = self.ready & ~self.active & (self.wait <= 0)  # a chunk of nothing: through now
-        return 0.0 if stuck.any() else best
+        return best
 
     def busy_ranks(self) -> set[int]:
         """Ranks still in the op: receiving a chunk yet, or sending one not yet written whole into its socket
