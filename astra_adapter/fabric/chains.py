@@ -47,7 +47,8 @@ class RingOp:
     ``active`` per connection. ``steps``: the op's :class:`astra_adapter.fabric.flows.StepFlows`."""
 
     __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "chunk", "wait", "ready",
-                 "next_ready", "next_wait", "pred", "sizes", "after", "latencies", "count", "send_buffer")
+                 "next_ready", "next_wait", "pred", "sizes", "after", "latencies", "count", "send_buffer", "_index",
+                 "_remaining", "_done", "_busy_key", "_busy")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
         self.steps = steps
@@ -76,6 +77,11 @@ class RingOp:
         self.next_wait = np.zeros(n)
         self.active = np.zeros(n, dtype=bool)
         self.active_count = 0
+        self._index = np.arange(n)
+        self._done = 1e-6 + 1e-9 * float(self.sizes.max(initial=0.0))  # a chunk with less left is through
+        self._remaining: np.ndarray | None = None  # remaining_bytes until the state next changes
+        self._busy_key = b""  # busy_ranks: the masks it was last computed from, and its answer
+        self._busy: set[int] = set()
 
     def startable(self) -> np.ndarray:
         """Connections not yet on their way whose sender has the data for their chunk: the connection into the
@@ -99,6 +105,7 @@ class RingOp:
         """Connections ``which`` (mask) start their chunk: its latency plus its wait behind the standing
         queues - ``extra_wait_ns`` (from now), or what is left of the wait it began when its data came in while
         the connection was still on its previous chunk - then its bytes."""
+        self._remaining = None
         k = self.chunk[which]
         extra_wait_ns = np.where(self.next_ready, self.next_wait, extra_wait_ns)
         self.next_ready[which] = False
@@ -111,57 +118,67 @@ class RingOp:
     def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
         """``dt_ns`` passes: waits run down, moving connections move at ``rate``; a connection whose chunk is
         through goes on to the next (not yet ready). True when some connection finished a chunk."""
+        self._remaining = None
         waiting = self.ready & ~self.active
-        self.wait[waiting] = np.maximum(self.wait[waiting] - dt_ns, 0.0)
-        self.next_wait[self.next_ready] = np.maximum(self.next_wait[self.next_ready] - dt_ns, 0.0)
+        if waiting.any():
+            self.wait[waiting] = np.maximum(self.wait[waiting] - dt_ns, 0.0)
+        if self.next_ready.any():
+            self.next_wait[self.next_ready] = np.maximum(self.next_wait[self.next_ready] - dt_ns, 0.0)
         if rate is not None and self.active_count:
             self.left = np.where(self.active, self.left - rate * dt_ns, self.left)
-        through = self.ready & (self.wait <= 1e-6) & (self.left <= self._done_below())
-        if through.any():
+        through = self.ready & (self.wait <= 1e-6) & (self.left <= self._done)
+        went = bool(through.any())
+        if went:
             self.chunk[through] += 1
             self.ready[through] = False
             self.left[through] = 0.0
+            self.done = bool(np.all(self.chunk >= self.count))  # the chunks only change here
         self._refresh()
-        self.done = bool(np.all(self.chunk >= self.count))
-        return bool(through.any())
+        return went
 
     def horizon_ns(self, rate: np.ndarray | None) -> float:
         """Time to the next wait running out, chunk going through, or last chunk fitting in its sender's socket
         (its sender leaves then, :meth:`busy_ranks`) at ``rate``."""
         best = float("inf")
-        waiting = self.ready & ~self.active & (self.wait > 0)
-        if waiting.any():
-            best = float(np.min(self.wait[waiting]))
+        idle = self.ready & ~self.active  # in their latency or wait
+        if idle.any():
+            waits = self.wait[idle]
+            if not (waits > 0).all():
+                return 0.0  # a chunk of nothing: through now
+            best = float(np.min(waits))
         if rate is not None and self.active_count:
             on = self.active
             best = min(best, float(np.min(self.left[on] / rate[on])))
             filling = on & (self.chunk == self.count - 1) & (self.left > self.send_buffer)
             if filling.any():
                 best = min(best, float(np.min((self.left[filling] - self.send_buffer[filling]) / rate[filling])))
-        stuck = self.ready & ~self.active & (self.wait <= 0)  # a chunk of nothing: through now
-        return 0.0 if stuck.any() else best
+        return best
 
     def busy_ranks(self) -> set[int]:
         """Ranks still in the op: receiving a chunk yet, or sending one not yet written whole into its socket
         (the replay's rank ends its op when its receives are in and its sends are out of its outbox; what the
         socket holds arrives after it has gone on)."""
-        first = self.steps[0]
         receiving = self.chunk < self.count
         written = (self.chunk == self.count - 1) & self.ready & (self.left <= self.send_buffer)
-        sending = (self.chunk < self.count) & ~written
-        return set(first.dst[receiving].tolist()) | set(first.src[sending].tolist())
+        sending = receiving & ~written
+        key = receiving.tobytes() + sending.tobytes()
+        if key != self._busy_key:  # the same ranks as last asked for most events: kept (callers only read it)
+            first = self.steps[0]
+            self._busy_key = key
+            self._busy = set(first.dst[receiving].tolist()) | set(first.src[sending].tolist())
+        return self._busy
 
     def remaining_bytes(self) -> np.ndarray:
         """Per connection, what it still sends: the rest of its chunk and its later chunks (what TCP keeps in
         flight is bounded by it, astra_adapter.fabric.queues)."""
+        if self._remaining is not None:  # several queue reads between two changes of the op (one advance)
+            return self._remaining
         k = np.minimum(self.chunk, self.count - 1)
-        later = np.where(self.chunk < self.count, self.after[k, np.arange(len(k))], 0.0)
-        return np.where(self.ready, self.left, np.where(self.chunk < self.count,
-                                                        self.sizes[k, np.arange(len(k))], 0.0)) + later
-
-    def _done_below(self) -> float:
-        return 1e-6 + 1e-9 * float(self.sizes.max(initial=0.0))
+        on = self.chunk < self.count
+        later = np.where(on, self.after[k, self._index], 0.0)
+        self._remaining = np.where(self.ready, self.left, np.where(on, self.sizes[k, self._index], 0.0)) + later
+        return self._remaining
 
     def _refresh(self) -> None:
-        self.active = self.ready & (self.wait <= 1e-6) & (self.left > self._done_below())
+        self.active = self.ready & (self.wait <= 1e-6) & (self.left > self._done)
         self.active_count = int(np.count_nonzero(self.active))
