@@ -228,17 +228,24 @@ class FlatFlowEngine(FlowEngine):
             np.subtract(left, self._rate * dt_ns, out=left)
             np.logical_and(active, left > self._done_below, out=active)
             counts = np.add.reduceat(active, self._starts, dtype=np.int64)
+        for op in self._take_counts(counts, flowing):
+            self._enter_next_step(op)
+
+    def _take_counts(self, counts: np.ndarray, flowing: list[FabricOp]) -> list[FabricOp]:
+        """Record each flowing op's count of moving flows after a move; the ops whose last flow just ended."""
         moved = np.flatnonzero(counts != self._counts)
         if not len(moved):
-            return
+            return []
         self._counts = counts
         self._rated = False
+        emptied = []
         for i in moved.tolist():
             op = flowing[i]
             op.active_count = int(counts[i])
             self.changed.add(id(op))
             if not op.active_count:
-                self._enter_next_step(op)
+                emptied.append(op)
+        return emptied
 
 
     # ---- standing queues ----------------------------------------------------------------------------------
@@ -258,21 +265,12 @@ class FlatFlowEngine(FlowEngine):
             if not op.done:
                 turns.append((pos[id(op)], 1, op))
         left, active = self._left, self._active
-        new_left, new_active, moved = left, active, np.zeros(0, dtype=np.int64)
+        new_left, new_active = left, active
         if flowing:
             new_left = left - self._rate * dt_ns
             new_active = active & (new_left > self._done_below)
             counts = np.add.reduceat(new_active, self._starts, dtype=np.int64)
-            moved = np.flatnonzero(counts != self._counts)
-            if len(moved):
-                self._counts = counts
-                self._rated = False
-                for i in moved.tolist():
-                    op = flowing[i]
-                    op.active_count = int(counts[i])
-                    self.changed.add(id(op))
-                    if not op.active_count:
-                        turns.append((pos[id(op)], 1, op))
+            turns.extend((pos[id(op)], 1, op) for op in self._take_counts(counts, flowing))
         extras: list[tuple[int, FabricOp, bool]] = []  # ops moving outside the flat arrays, in ops order
         cuts = self._cuts
         for k, kind, op in sorted(turns, key=lambda t: t[0]):
