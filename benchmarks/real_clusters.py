@@ -238,8 +238,12 @@ def across_scale(cluster: Cluster, runs: tuple[Run, ...]) -> list[dict]:
     return out
 
 
-H100_SWEEPS = ("nvidia-dgxc-dgxh100-8gpu-1node", "dudeperf3ct-h100x4-nvlink-lambda-1node",
-               "nccltests290-h100-8gpu-1node-nvls")
+#: (case, its all_reduce output) of every single-node H100 sweep on NVSwitch, the machine ASTRA-sim's config describes
+H100_SWEEPS = (("nvidia-dgxc-dgxh100-8gpu-1node", "all_reduce-8r.txt"),
+               ("dudeperf3ct-h100x4-nvlink-lambda-1node", "all_reduce-4r.txt"),
+               ("nccltests290-h100-8gpu-1node-nvls", "all_reduce-8r.txt"),
+               ("xxrjun-cluster01-h100-8gpu-1node", "all_reduce-8r.txt"),
+               ("xxrjun-cluster01-h100-8gpu-1node", "all_reduce-4r.txt"))
 
 
 def beside_astra() -> list[dict]:
@@ -252,19 +256,19 @@ def beside_astra() -> list[dict]:
     from astra_adapter.config import NetworkBackend
     from benchmarks.astra_h100_baseline import geomean_abs_pct, run_sweep
 
-    loaded = {name: load_case(next(c for c in CASES if c.name == name)) for name in H100_SWEEPS}
+    loaded = {name: load_case(next(c for c in CASES if c.name == name)) for name, _ in H100_SWEEPS}
     donor = {name: ("dudeperf3ct-h100x4-nvlink-lambda-1node" if name == "nvidia-dgxc-dgxh100-8gpu-1node"
-                    else "nvidia-dgxc-dgxh100-8gpu-1node") for name in H100_SWEEPS}
+                    else "nvidia-dgxc-dgxh100-8gpu-1node") for name, _ in H100_SWEEPS}
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        for name in H100_SWEEPS:
+        for name, file in H100_SWEEPS:
             cluster, runs = loaded[name]
-            run = runs[0]
+            run = next(r for r in runs if r.file == file)
             sizes = across_sizes(cluster, run, Picks.ENDS)
             donor_cluster, donor_runs = loaded[donor[name]]
             donor_fit = fit(donor_cluster, donor_runs[0].fit_observations)
             other = _geo(predict_all(cluster, donor_fit.params, run.observations))
-            points = run_sweep(f"{name}/{run.file}", Path(work), configs=("validated",))
+            points = run_sweep(f"{name}/{run.file}", Path(work) / run.file, configs=("validated",))
             astra = {b: geomean_abs_pct([p for p in points if p.backend is b]) for b in
                      (NetworkBackend.CONGESTION_UNAWARE, NetworkBackend.CONGESTION_AWARE)}
             rows.append({"case": name, "ranks": run.table.ranks, "sizes": len(run.observations),

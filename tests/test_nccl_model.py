@@ -291,3 +291,15 @@ def test_a_send_receive_fills_through_one_hop_and_a_ring_through_the_node(collec
     ring_transfer = predict(H100, base, ring).time_us - predict(H100, base, replace(ring, size_bytes=0)).time_us
     assert predict(H100, base, ring).choice.protocol is NcclProtocol.SIMPLE
     assert ring_extra / ring_transfer == pytest.approx(8 * (with_fill_us - no_fill_us) / transfer_us, rel=0.05)
+
+
+def test_genie_beats_astra_sims_validated_h100_config_on_every_single_node_h100_sweep():
+    from benchmarks.real_clusters import H100_SWEEPS, beside_astra
+
+    rows = beside_astra()
+    assert len(rows) == len(H100_SWEEPS) == 5
+    for row in rows:
+        # ASTRA-sim's own published figure for its validated config is 9.69 % (8 GPUs) to 20.63 % (2 GPUs); on the
+        # same real sweeps its analytical backends, run through genie's drop-in, read 13-79 %
+        assert row["genie_3_sizes_pct"] < 9.69, row
+        assert row["genie_3_sizes_pct"] < min(row["astra_unaware_pct"], row["astra_aware_pct"]), row
