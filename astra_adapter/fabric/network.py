@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass
 from enum import Enum
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, parse_enum_value
 from genie.core.flowpath import SessionPaths
 from genie.core.tcp_window import queue_limit_bytes
 from genie.core.topology import LinkRole, Topology
@@ -46,11 +46,7 @@ class LinkClass(Enum):
 
     @classmethod
     def parse(cls, text: str, *, source: str | None = None, path: str | None = None) -> "LinkClass":
-        for c in cls:
-            if c.value == str(text).strip().lower():
-                return c
-        raise InputError(f"unknown link class {text!r} (expected {', '.join(c.value for c in cls)})",
-                         source=source, path=path)
+        return parse_enum_value(cls, text, "link class", source=source, path=path)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, parse_enum_value
 from genie.core.topology import LinkRole, Topology
 
 from astra_adapter.nccl.chain import same_channels
@@ -35,11 +35,7 @@ class Interconnect(Enum):
 
     @classmethod
     def parse(cls, text: str, *, source: str | None = None, path: str | None = None) -> "Interconnect":
-        for c in cls:
-            if c.value == str(text).strip().lower():
-                return c
-        raise InputError(f"unknown interconnect {text!r} (expected {', '.join(c.value for c in cls)})",
-                         source=source, path=path)
+        return parse_enum_value(cls, text, "interconnect", source=source, path=path)
 
 
 class NicPath(Enum):
@@ -60,11 +56,8 @@ class NicPath(Enum):
 
     @classmethod
     def parse(cls, text: str, *, source: str | None = None, path: str | None = None) -> "NicPath":
-        for c in cls:
-            if c.value == str(text).strip().lower():
-                return c
-        raise InputError(f"unknown GPU-NIC path {text!r} (expected {', '.join(c.value for c in cls)}, as "
-                         f"nvidia-smi topo -m prints it)", source=source, path=path)
+        return parse_enum_value(cls, text, "GPU-NIC path", source=source, path=path,
+                                note=", as nvidia-smi topo -m prints it")
 
 
 class CpuVendor(Enum):
@@ -77,11 +70,7 @@ class CpuVendor(Enum):
 
     @classmethod
     def parse(cls, text: str, *, source: str | None = None, path: str | None = None) -> "CpuVendor":
-        for c in cls:
-            if c.value == str(text).strip().lower():
-                return c
-        raise InputError(f"unknown CPU vendor {text!r} (expected {', '.join(c.value for c in cls)})",
-                         source=source, path=path)
+        return parse_enum_value(cls, text, "CPU vendor", source=source, path=path)
 
 
 #: GPU names (as nccl-tests' `# Using devices` lines print them) -> CUDA compute capability; first match wins

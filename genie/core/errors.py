@@ -38,3 +38,14 @@ def shown(value: object) -> str:
     if len(text) <= SHOWN_CHARS:
         return text
     return f"{text[:SHOWN_CHARS - 20]}... ({len(text)} characters)"
+
+
+def parse_enum_value(cls, text: object, what: str, *, source: str | None = None, path: str | None = None,
+                     note: str = ""):
+    """The member of the string-valued enum ``cls`` whose value is ``text`` (case and surrounding blanks
+    ignored); else an `InputError` naming ``what``, the text and the values expected (then ``note``)."""
+    for member in cls:
+        if member.value == str(text).strip().lower():
+            return member
+    raise InputError(f"unknown {what} {text!r} (expected {', '.join(m.value for m in cls)}{note})",
+                     source=source, path=path)
