@@ -59,8 +59,10 @@ def test_ddp_buckets_are_the_all_reduces_ddp_reports(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "cap" / "summary.json").read_text())
     assert [r["comm_ops"] for r in summary["ranks"]] == [len(buckets)] * 4
     assert all(r["traced_step_ms"] > 0 and r["compute_ms"] > 0 for r in summary["ranks"])
-    # DDP's reducer waits for its buckets in C++, in no range: gaps taken as waiting, and fewer than compute's
-    assert all(r["gap_wait_ms"] > 0 and 0 <= r["gap_compute_ms"] < r["compute_ms"] for r in summary["ranks"])
+    # DDP's reducer waits for its buckets in C++, in no range: whether a rank's thread sat in such a gap depends
+    # on how the host scheduled it (CI saw a rank with none), so the live run checks the accounting's
+    # invariants; test_pytorch_gaps.py checks the classification on fixed events
+    assert all(r["gap_wait_ms"] >= 0 and 0 <= r["gap_compute_ms"] <= r["compute_ms"] for r in summary["ranks"])
     assert sorted(p.name for p in (tmp_path / "cap").iterdir()) == \
         ["ddp_buckets.0.et", "ddp_buckets.1.et", "ddp_buckets.2.et", "ddp_buckets.3.et", "raw", "summary.json",
          "torchrun.log"]
