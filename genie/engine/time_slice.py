@@ -16,7 +16,6 @@ No effect at import: the system calls are made by `request_time_slice` only.
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import struct
 
@@ -54,15 +53,3 @@ def request_time_slice(slice_us: int = RANK_SLICE_US) -> bool:
                                                   slice_us * 1000, 0, 0), _ATTR.size)
     return libc.syscall(set_attr, 0, attr, 0) == 0
 
-
-def own_time_slice_ns() -> int | None:
-    """This process's slice as the scheduler reports it (``se.slice`` of /proc/self/sched); None where the
-    kernel does not report one."""
-    try:
-        with open(f"/proc/{os.getpid()}/sched") as sched:
-            for line in sched:
-                if line.startswith("se.slice"):
-                    return int(line.split(":")[1])
-    except (OSError, ValueError):
-        pass
-    return None
