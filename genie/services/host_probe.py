@@ -9,6 +9,11 @@ The probe runs on scratch testbeds built by the same planner and shapers as the 
   ranks sharing the CPUs): a ring all-gather of tiny messages, its median iteration divided by its steps, is
   the software time of one step (interpreter, sockets, kernel, emulator: everything but the wire). The link
   emulator's median release lateness comes from its own statistics.
+* Wake-ups, on the same star and ranks: a replay of `WAKE_PROGRAM` (a tiny all-reduce, `WAKE_COMPUTE_US` of
+  compute, a tiny all-reduce), `WAKE_ITERATIONS` times: how late the slowest rank starts the first node after
+  the iteration's common start (its wake-up from the barrier) and ends the compute after its deadline (its
+  wake-up from the compute timer) — a host cost of every iteration start and compute node, not of a step
+  (`wake_late_us`).
 * Throughput, shaped: what the topology's hosts ask for at once at factor N (the sum of their links' rates / N)
   is put on a star of one rank per host, the links shaped at that share, every host streaming one long message
   to the next at once (nccl-tests' sendrecv ring shift: one step per iteration, so per-step software costs do
@@ -40,6 +45,17 @@ FIRST_GUESS_BPS = 4 * 10**9  # the aggregate the throughput probe tries first (a
 GOOD_EFFICIENCY = 0.98  # of the links' payload limit, with every host sending at once
 BULK_SECONDS = 1.0  # real time one bulk iteration should take at the rate under test
 MAX_ROUNDS = 5
+WAKE_COMPUTE_US = 5000  # real: a dilated compute node lasts milliseconds
+WAKE_ITERATIONS = 20
+WAKE_PROGRAM = """format: genie-trace
+version: 1
+name: wake-probe
+ranks: {ranks}
+program:
+  - {{id: 0, type: all_reduce, size: 256}}
+  - {{id: 1, type: compute, duration: {compute_us}us, deps: [0]}}
+  - {{id: 2, type: all_reduce, size: 256, deps: [1]}}
+"""
 
 
 def _emulated(topology: Topology, links: LinkModel) -> bool:
@@ -71,13 +87,13 @@ def measure_host(topology: Topology, links: LinkModel):
     """This host's `HostFigures` for a testbed of `topology` with `links` (needs root: scratch testbeds)."""
     from genie.testbed.dilation_rules import HostFigures, demanded_bps
 
-    ranks, step_us, late_us = _software(topology, links)
+    ranks, step_us, late_us, wake_us = _software(topology, links)
     demand = demanded_bps(topology)
     aggregate = _shaped_throughput(topology, links, demand) if demand else float("inf")
-    return HostFigures(ranks, step_us, aggregate, late_us)
+    return HostFigures(ranks, step_us, aggregate, late_us, wake_us)
 
 
-def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float | None]:
+def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float | None, float | None]:
     from genie.services.cases import GroupCase, run_cases
     from genie.services.placement import placements_for
     from genie.testbed import service
@@ -95,7 +111,53 @@ def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float |
         step_us = outcome.stats[0].time_median_us / (len(world) - 1)
         lateness = [_emulator_late_us(stats_path(info.name, ns)) for ns in {h.netns for h in info.hosts}]
         known = [late for late in lateness if late is not None]
-    return ranks, step_us, max(known) if known else None
+        wake_us = _wake_late_us(placements, info.name)
+    return ranks, step_us, max(known) if known else None, wake_us
+
+
+def _wake_late_us(placements, testbed: str) -> float | None:
+    """Replay `WAKE_PROGRAM` on `placements` (see the module docstring); `wake_lateness_us` of its iterations."""
+    from genie.core.protocol import ReplayJob
+    from genie.core.records import IterationRecords, RankRecords
+    from genie.engine.clock import DEFAULT_SPIN_NS
+    from genie.engine.program import build_programs
+    from genie.engine.session import SessionOptions, local_sessions
+    from genie.testbed import service
+    from genie.workloads.native import read_native
+
+    trace = read_native(WAKE_PROGRAM.format(ranks=len(placements), compute_us=WAKE_COMPUTE_US), source="wake-probe")
+    programs = {p.rank: p for p in build_programs(trace, source="wake-probe")}
+    iterations: list[IterationRecords] = []
+
+    def on_case(index: int, per_rank) -> None:
+        iterations.append(IterationRecords(index, tuple(RankRecords(rank, m.t0_ns, tuple(m.records))
+                                                        for rank, m in sorted(per_rank.items()))))
+
+    options = SessionOptions(on_pids=lambda pids: service.register_pids(testbed, pids))
+    session = local_sessions()(placements, options)
+    session.run(lambda rank: ReplayJob(program=programs[rank], iterations=WAKE_ITERATIONS, warmup=1, timeout_s=60.0,
+                                       spin_ns=DEFAULT_SPIN_NS), on_case=on_case)
+    return wake_lateness_us(iterations, WAKE_COMPUTE_US)
+
+
+def wake_lateness_us(iterations, compute_us: float) -> float | None:
+    """How late the slowest rank wakes, the mean over `iterations` of `WAKE_PROGRAM`'s records (real us): per
+    iteration, the latest start of node 0 after the rank's iteration start (the barrier's wake-up) and the
+    latest end of node 1 (compute) after its deadline, node 0's end + `compute_us` (the compute timer's
+    wake-up), each one sample (>= 0). The mean, not the median: on a loaded host most wake-ups are on time
+    and some a scheduler slice late (milliseconds), and an iteration pays the sum of its wake-ups. None
+    without records."""
+    samples = []
+    for iteration in iterations:
+        starts, ends = [], []
+        for rank in iteration.ranks:
+            nodes = {node: (start, end) for node, start, end in rank.records}
+            if 0 in nodes and 1 in nodes:
+                starts.append(nodes[0][0] - rank.t0_ns)
+                ends.append(nodes[1][1] - (nodes[0][1] + compute_us * 1e3))
+        if starts:
+            samples += [max(0.0, max(starts) / 1e3), max(0.0, max(ends) / 1e3)]
+    return sum(samples) / len(samples) if samples else None
 
 
 def _shaped_throughput(topology: Topology, links: LinkModel, demand_bps: float) -> float:

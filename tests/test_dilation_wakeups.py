@@ -1,0 +1,105 @@
+"""`auto` for a replay counts how late the ranks wake (the iteration's start, a compute node's end), not only
+their per-step cost: the rule on a software-bound trace, the count of wake-ups per rank, a throughput-bound
+trace unchanged, and the probe's statistic from records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from genie.core.records import IterationRecords, RankRecords
+from genie.core.topology import LinkShape
+from genie.services.host_probe import WAKE_COMPUTE_US, wake_lateness_us
+from genie.testbed.dilation_rules import (TARGET_SHARE, HostFigures, choose_dilation, iteration_floor, rank_floors,
+                                          wake_floor)
+from genie.topology import load_topology_file, star
+
+ROOT = Path(__file__).resolve().parent.parent
+GBIT = 10**9
+HEADER = "format: genie-trace\nversion: 1\nname: t\nranks: {ranks}\nprogram:\n"
+SOFTWARE_BOUND = (HEADER.format(ranks=2) +
+                  "  - {id: 0, type: all_reduce, size: 16KiB}\n"
+                  "  - {id: 1, type: compute, duration: 2ms, deps: [0]}\n"
+                  "  - {id: 2, type: all_reduce, size: 4MiB, deps: [1]}\n")
+TWO_HOSTS_10G = star(2, shape=LinkShape(rate_bps=10 * GBIT, delay_us=5.0))
+
+
+def _iteration(text: str):
+    from genie.engine.program import build_programs
+    from genie.services.dilation import replay_iteration
+    from genie.workloads.native import read_native
+
+    return replay_iteration(build_programs(read_native(text, source="t"), source="t"))
+
+
+def test_a_software_bound_replay_is_sized_by_how_late_its_ranks_wake() -> None:
+    # session 19's case: 2 hosts at 10 Gbit/s, a 16 KiB all-reduce, 2 ms of compute, a 4 MiB all-reduce; the
+    # host measured ~220 us per step and 1.33 Gbit/s of shaped throughput, and its ranks woke ~3 ms late
+    # (a scheduler slice) at the iteration's start and the compute's end, which the per-step rule missed
+    iteration = _iteration(SOFTWARE_BOUND)
+    floor = wake_floor(TWO_HOSTS_10G, iteration)
+    assert floor.wakes == 2  # the iteration's start, the compute's end (it hands over to the 4 MiB all-reduce)
+    without = choose_dilation(TWO_HOSTS_10G, HostFigures(2, 220.0, 1.33 * GBIT), iteration=iteration)
+    assert without.factor == 20 and "throughput" in without.reason  # the old rule: 3 ms x 2 is 5 % of 5.6 ms
+    figures = HostFigures(2, 220.0, 1.33 * GBIT, wake_late_us=3000.0)
+    dilation = choose_dilation(TWO_HOSTS_10G, figures, iteration=iteration)
+    need = 3000.0 * 2 / (TARGET_SHARE * floor.floor_us)
+    assert need == pytest.approx(53.8, abs=0.1)
+    assert dilation.factor == 60 and dilation.reason == f"auto: wake-up needs N >= {need:.4g} for the iteration, rounded up"
+    assert 2 * 3000.0 / dilation.factor <= TARGET_SHARE * floor.floor_us  # the wake-ups under 2 % of the iteration
+    wake = {limit.name: limit for limit in dilation.limits}["wake-up"]
+    assert (wake.measured, wake.needed_factor) == (3000.0, pytest.approx(need))
+    assert "rank 0's 2 wake-ups per iteration" in wake.detail and "5.575 ms" in wake.detail
+    # a sweep size is one op between barriers: the wake-ups weigh only on a replay's iteration
+    by_size = choose_dilation(TWO_HOSTS_10G, figures, reference_bytes=16 << 10)
+    assert "wake-up" not in {limit.name for limit in by_size.limits}
+
+
+def test_a_ranks_wake_ups_are_its_start_and_each_compute_that_hands_over() -> None:
+    text = (HEADER.format(ranks=2) +
+            "  - {id: 0, type: compute, duration: 1ms}\n"
+            "  - {id: 1, type: compute, duration: 1ms, deps: [0]}\n"  # after compute only: made up by its deadline
+            "  - {id: 2, type: all_reduce, size: 64KiB, deps: [1]}\n"  # node 1 hands over to it
+            "  - {id: 3, type: compute, duration: 1ms, deps: [2]}\n"
+            "  - {id: 4, type: compute, duration: 1ms, deps: [3]}\n"
+            "  - {id: 5, type: all_reduce, size: 64KiB, deps: [3]}\n"  # node 3 hands over to compute and to this
+            "  - {id: 6, type: compute, duration: 1ms, deps: [4]}\n")  # ends the iteration
+    floors = rank_floors(TWO_HOSTS_10G, _iteration(text))
+    assert [f.wakes for f in floors] == [4, 4]  # start + nodes 1, 3 and 6; not 0 or 4
+    assert floors[0].steps == iteration_floor(TWO_HOSTS_10G, _iteration(text)).steps
+
+
+def test_a_throughput_bound_replay_keeps_its_factor() -> None:
+    from genie.engine.program import build_programs
+    from genie.services.dilation import replay_iteration
+    from genie.services.replay import load_checked_trace
+
+    trace, _ = load_checked_trace(ROOT / "traces" / "gen_tp2_dp4_gpt3", None)
+    iteration = replay_iteration(build_programs(trace, source="tp2dp4"))
+    topology = load_topology_file(ROOT / "topologies" / "star-8-100g.yaml")
+    # TP2xDP4: 41 wake-ups per rank (the start, 40 compute nodes that hand over) against 43.3 ms; session 19's
+    # host figures with its 8 ranks waking 5 ms late on average still leave the throughput binding at 500
+    floor = wake_floor(topology, iteration)
+    assert floor.wakes == 41 and floor.floor_us == pytest.approx(43_267, rel=1e-3)
+    dilation = choose_dilation(topology, HostFigures(8, 910.0, 1.6 * GBIT, 373.0, 5000.0), iteration=iteration)
+    assert dilation.factor == 500 and dilation.reason == "auto: throughput needs N >= 500, rounded up"
+    assert {limit.name: limit for limit in dilation.limits}["wake-up"].needed_factor == pytest.approx(237, abs=1)
+
+
+def test_the_probe_takes_the_mean_of_the_slowest_ranks_wake_ups() -> None:
+    c = WAKE_COMPUTE_US * 1000
+
+    def rank(r: int, t0: int, start: int, comm_end: int, late: int) -> RankRecords:
+        return RankRecords(r, t0, ((0, t0 + start, t0 + comm_end), (1, t0 + comm_end, t0 + comm_end + c + late),
+                                   (2, t0 + comm_end + c + late, t0 + comm_end + c + late + 50_000)))
+
+    iterations = (
+        IterationRecords(0, (rank(0, 1_000_000, 10_000, 60_000, 0), rank(1, 1_000_500, 300_000, 70_000, 40_000))),
+        IterationRecords(1, (rank(0, 9_000_000, 20_000, 60_000, 3_000_000), rank(1, 9_000_000, 0, 70_000, -5_000))),
+    )
+    # per iteration the slowest rank's start (300, 20 us) and compute end (40, 3000 us): their mean
+    assert wake_lateness_us(iterations, WAKE_COMPUTE_US) == pytest.approx((300 + 40 + 20 + 3000) / 4)
+    early = (IterationRecords(0, (rank(0, 0, 0, 60_000, -5_000),)),)  # a wake-up is never early
+    assert wake_lateness_us(early, WAKE_COMPUTE_US) == 0.0
+    assert wake_lateness_us((), WAKE_COMPUTE_US) is None
