@@ -44,13 +44,19 @@ def test_a_software_bound_replay_is_sized_by_how_late_its_ranks_wake() -> None:
     assert without.factor == 20 and "throughput" in without.reason  # the old rule: 3 ms x 2 is 5 % of 5.6 ms
     figures = HostFigures(2, 220.0, 1.33 * GBIT, wake_late_us=3000.0)
     dilation = choose_dilation(TWO_HOSTS_10G, figures, iteration=iteration)
-    need = 3000.0 * 2 / (TARGET_SHARE * floor.floor_us)
-    assert need == pytest.approx(53.8, abs=0.1)
-    assert dilation.factor == 60 and dilation.reason == f"auto: wake-up needs N >= {need:.4g} for the iteration, rounded up"
-    assert 2 * 3000.0 / dilation.factor <= TARGET_SHARE * floor.floor_us  # the wake-ups under 2 % of the iteration
-    wake = {limit.name: limit for limit in dilation.limits}["wake-up"]
-    assert (wake.measured, wake.needed_factor) == (3000.0, pytest.approx(need))
-    assert "rank 0's 2 wake-ups per iteration" in wake.detail and "5.575 ms" in wake.detail
+    # one budget for the host's software per iteration: 5 steps x 220 us and 2 wake-ups x 3 ms, under 2 %
+    need = (5 * 220.0 + 2 * 3000.0) / (TARGET_SHARE * floor.floor_us)
+    assert need == pytest.approx(63.7, abs=0.1)
+    assert dilation.factor == 80 and dilation.reason == f"auto: software needs N >= {need:.4g} for the iteration, rounded up"
+    assert (5 * 220.0 + 2 * 3000.0) / dilation.factor <= TARGET_SHARE * floor.floor_us
+    limits = {limit.name: limit for limit in dilation.limits}
+    assert limits["software"].needed_factor == pytest.approx(need) and limits["software"].measured == 220.0
+    assert "5 steps x 220.0 us" in limits["software"].detail and "2 wake-ups x 3000 us late" in limits["software"].detail
+    assert "rank 0's iteration (at least 5.575 ms, 2 ms of it compute)" in limits["software"].detail
+    # the wake-ups' own figure is recorded too (what they alone would need; never more than the software's)
+    wake = limits["wake-up"]
+    assert (wake.measured, wake.needed_factor) == (3000.0, pytest.approx(3000.0 * 2 / (TARGET_SHARE * floor.floor_us)))
+    assert "rank 0's 2 wake-ups per iteration" in wake.detail
     # a sweep size is one op between barriers: the wake-ups weigh only on a replay's iteration
     by_size = choose_dilation(TWO_HOSTS_10G, figures, reference_bytes=16 << 10)
     assert "wake-up" not in {limit.name for limit in by_size.limits}
@@ -79,12 +85,15 @@ def test_a_throughput_bound_replay_keeps_its_factor() -> None:
     iteration = replay_iteration(build_programs(trace, source="tp2dp4"))
     topology = load_topology_file(ROOT / "topologies" / "star-8-100g.yaml")
     # TP2xDP4: 41 wake-ups per rank (the start, 40 compute nodes that hand over) against 43.3 ms; session 19's
-    # host figures with its 8 ranks waking 5 ms late on average still leave the throughput binding at 500
+    # host figures with its 8 ranks waking 5 ms late on average (software 148 + wake-ups 237) still leave
+    # the throughput binding at 500
     floor = wake_floor(topology, iteration)
     assert floor.wakes == 41 and floor.floor_us == pytest.approx(43_267, rel=1e-3)
     dilation = choose_dilation(topology, HostFigures(8, 910.0, 1.6 * GBIT, 373.0, 5000.0), iteration=iteration)
     assert dilation.factor == 500 and dilation.reason == "auto: throughput needs N >= 500, rounded up"
-    assert {limit.name: limit for limit in dilation.limits}["wake-up"].needed_factor == pytest.approx(237, abs=1)
+    limits = {limit.name: limit for limit in dilation.limits}
+    assert limits["wake-up"].needed_factor == pytest.approx(237, abs=1)
+    assert limits["software"].needed_factor == pytest.approx((141 * 910.0 + 41 * 5000.0) / (TARGET_SHARE * floor.floor_us))
 
 
 def test_the_probe_takes_the_mean_of_the_slowest_ranks_wake_ups() -> None:
