@@ -115,16 +115,16 @@ def test_a_wire_link_is_never_faster_than_its_bytes_at_the_rate(tmp_path: Path) 
         service.down(info.name)
 
 
-def test_the_probe_measures_how_late_the_ranks_wake() -> None:
-    """`auto`'s wake-up probe on a live 2-host testbed: its replay's records give one lateness per iteration
-    start and compute end of the slowest rank (a figure >= 0, whatever the load)."""
+def test_the_probe_measures_what_a_wake_up_costs() -> None:
+    """`auto`'s wake-up probe on a live 2-host testbed: its replay's records give a cost per iteration start
+    and compute end of the slowest rank (a figure >= 0, whatever the load)."""
     from genie.services import host_probe
     from genie.services.placement import placements_for
 
     topology = star(2, shape=LinkShape(rate_bps=10 * GBIT, delay_us=5.0))
     info = service.up(topology, name=f"{RUN}-wake", links=LinkModel.WIRE)
     try:
-        late_us = host_probe._wake_late_us(placements_for(info, 2), info.name)
-        assert late_us is not None and late_us >= 0.0
+        wake_us = host_probe._wake_us(placements_for(info, 2), info.name, 0.0)
+        assert wake_us is not None and wake_us >= 0.0
     finally:
         service.down(info.name)

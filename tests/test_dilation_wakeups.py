@@ -10,7 +10,7 @@ import pytest
 
 from genie.core.records import IterationRecords, RankRecords
 from genie.core.topology import LinkShape
-from genie.services.host_probe import WAKE_COMPUTE_US, wake_lateness_us
+from genie.services.host_probe import WAKE_COMPUTE_US, wake_cost_us
 from genie.testbed.dilation_rules import (TARGET_SHARE, HostFigures, choose_dilation, iteration_floor, rank_floors,
                                           wake_floor)
 from genie.topology import load_topology_file, star
@@ -42,7 +42,7 @@ def test_a_software_bound_replay_is_sized_by_how_late_its_ranks_wake() -> None:
     assert floor.wakes == 2  # the iteration's start, the compute's end (it hands over to the 4 MiB all-reduce)
     without = choose_dilation(TWO_HOSTS_10G, HostFigures(2, 220.0, 1.33 * GBIT), iteration=iteration)
     assert without.factor == 20 and "throughput" in without.reason  # the old rule: 3 ms x 2 is 5 % of 5.6 ms
-    figures = HostFigures(2, 220.0, 1.33 * GBIT, wake_late_us=3000.0)
+    figures = HostFigures(2, 220.0, 1.33 * GBIT, wake_us=3000.0)
     dilation = choose_dilation(TWO_HOSTS_10G, figures, iteration=iteration)
     # one budget for the host's software per iteration: 5 steps x 220 us and 2 wake-ups x 3 ms, under 2 %
     need = (5 * 220.0 + 2 * 3000.0) / (TARGET_SHARE * floor.floor_us)
@@ -51,7 +51,7 @@ def test_a_software_bound_replay_is_sized_by_how_late_its_ranks_wake() -> None:
     assert (5 * 220.0 + 2 * 3000.0) / dilation.factor <= TARGET_SHARE * floor.floor_us
     limits = {limit.name: limit for limit in dilation.limits}
     assert limits["software"].needed_factor == pytest.approx(need) and limits["software"].measured == 220.0
-    assert "5 steps x 220.0 us" in limits["software"].detail and "2 wake-ups x 3000 us late" in limits["software"].detail
+    assert "5 steps x 220.0 us" in limits["software"].detail and "2 wake-ups x 3000 us (the slowest rank's mean" in limits["software"].detail
     assert "rank 0's iteration (at least 5.575 ms, 2 ms of it compute)" in limits["software"].detail
     # the wake-ups' own figure is recorded too (what they alone would need; never more than the software's)
     wake = limits["wake-up"]
@@ -96,19 +96,24 @@ def test_a_throughput_bound_replay_keeps_its_factor() -> None:
     assert limits["software"].needed_factor == pytest.approx((141 * 910.0 + 41 * 5000.0) / (TARGET_SHARE * floor.floor_us))
 
 
-def test_the_probe_takes_the_mean_of_the_slowest_ranks_wake_ups() -> None:
+def test_the_probe_takes_the_mean_of_what_a_wake_up_costs_the_slowest_rank() -> None:
     c = WAKE_COMPUTE_US * 1000
 
-    def rank(r: int, t0: int, start: int, comm_end: int, late: int) -> RankRecords:
-        return RankRecords(r, t0, ((0, t0 + start, t0 + comm_end), (1, t0 + comm_end, t0 + comm_end + c + late),
-                                   (2, t0 + comm_end + c + late, t0 + comm_end + c + late + 50_000)))
+    def rank(r: int, t0: int, start: int, end0: int, late: int, end2: int) -> RankRecords:
+        """node 0 from t0 + start to t0 + end0, compute to its deadline + late, node 2 ends t0 + end2"""
+        return RankRecords(r, t0, ((0, t0 + start, t0 + end0), (1, t0 + end0, t0 + end0 + c + late),
+                                   (2, t0 + end0 + c + late, t0 + end2)))
 
-    iterations = (
-        IterationRecords(0, (rank(0, 1_000_000, 10_000, 60_000, 0), rank(1, 1_000_500, 300_000, 70_000, 40_000))),
-        IterationRecords(1, (rank(0, 9_000_000, 20_000, 60_000, 3_000_000), rank(1, 9_000_000, 0, 70_000, -5_000))),
+    iterations = (  # times in ns; rank 1 of iteration 0 starts 300 us late and its compute deadline is the latest
+        IterationRecords(0, (rank(0, 1_000_000, 10_000, 400_000, 0, 400_000 + c + 900_000),
+                             rank(1, 1_000_000, 300_000, 500_000, 40_000, 500_000 + c + 700_000))),
+        IterationRecords(1, (rank(0, 9_000_000, 20_000, 60_000, 3_000_000, 60_000 + c + 3_100_000),
+                             rank(1, 9_000_000, 0, 70_000, -5_000, 70_000 + c + 3_100_000))),
     )
-    # per iteration the slowest rank's start (300, 20 us) and compute end (40, 3000 us): their mean
-    assert wake_lateness_us(iterations, WAKE_COMPUTE_US) == pytest.approx((300 + 40 + 20 + 3000) / 4)
-    early = (IterationRecords(0, (rank(0, 0, 0, 60_000, -5_000),)),)  # a wake-up is never early
-    assert wake_lateness_us(early, WAKE_COMPUTE_US) == 0.0
-    assert wake_lateness_us((), WAKE_COMPUTE_US) is None
+    # per iteration: the latest first all-reduce's end after the start (500, 70 us) and the latest second
+    # all-reduce's end after the latest compute deadline (900 - 100 = 800, 3_100 us), less what
+    # the all-reduce's steps cost at the probe's per-step time (50 us)
+    assert wake_cost_us(iterations, WAKE_COMPUTE_US, 50.0) == pytest.approx((500 + 70 + 800 + 3100) / 4 - 50)
+    # the steps may cost less after a wake-up than the probe's per-step time says; the mean is never below 0
+    assert wake_cost_us(iterations[:1], WAKE_COMPUTE_US, 5000.0) == 0.0
+    assert wake_cost_us((), WAKE_COMPUTE_US, 50.0) is None

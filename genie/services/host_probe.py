@@ -10,10 +10,11 @@ The probe runs on scratch testbeds built by the same planner and shapers as the 
   the software time of one step (interpreter, sockets, kernel, emulator: everything but the wire). The link
   emulator's median release lateness comes from its own statistics.
 * Wake-ups, on the same star and ranks: a replay of `WAKE_PROGRAM` (a tiny all-reduce, `WAKE_COMPUTE_US` of
-  compute, a tiny all-reduce), `WAKE_ITERATIONS` times: how late the slowest rank starts the first node after
-  the iteration's common start (its wake-up from the barrier) and ends the compute after its deadline (its
-  wake-up from the compute timer) — a host cost of every iteration start and compute node, not of a step
-  (`wake_late_us`).
+  compute, a tiny all-reduce), `WAKE_ITERATIONS` times: how much later than its steps at the software
+  probe's cost the first all-reduce ends after the iteration's common start (the ranks' wake-up from the
+  barrier) and the second after the compute's deadline (their wake-up from the compute timer) — a host cost
+  of every iteration start and compute node, not of a step (`wake_cost_us`): the slowest rank's lateness,
+  and a replay's steps right after a wake-up costing more than the bench's back-to-back ones.
 * Throughput, shaped: what the topology's hosts ask for at once at factor N (the sum of their links' rates / N)
   is put on a star of one rank per host, the links shaped at that share, every host streaming one long message
   to the next at once (nccl-tests' sendrecv ring shift: one step per iteration, so per-step software costs do
@@ -111,22 +112,25 @@ def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float |
         step_us = outcome.stats[0].time_median_us / (len(world) - 1)
         lateness = [_emulator_late_us(stats_path(info.name, ns)) for ns in {h.netns for h in info.hosts}]
         known = [late for late in lateness if late is not None]
-        wake_us = _wake_late_us(placements, info.name)
+        wake_us = _wake_us(placements, info.name, step_us)
     return ranks, step_us, max(known) if known else None, wake_us
 
 
-def _wake_late_us(placements, testbed: str) -> float | None:
-    """Replay `WAKE_PROGRAM` on `placements` (see the module docstring); `wake_lateness_us` of its iterations."""
+def _wake_us(placements, testbed: str, step_us: float) -> float | None:
+    """Replay `WAKE_PROGRAM` on `placements` (see the module docstring); `wake_cost_us` of its iterations, the
+    all-reduce after a wake-up at `step_us` per step of its slowest rank's schedule."""
     from genie.core.protocol import ReplayJob
     from genie.core.records import IterationRecords, RankRecords
     from genie.engine.clock import DEFAULT_SPIN_NS
-    from genie.engine.program import build_programs
+    from genie.engine.program import build_programs, cached_schedule
     from genie.engine.session import SessionOptions, local_sessions
     from genie.testbed import service
     from genie.workloads.native import read_native
 
     trace = read_native(WAKE_PROGRAM.format(ranks=len(placements), compute_us=WAKE_COMPUTE_US), source="wake-probe")
     programs = {p.rank: p for p in build_programs(trace, source="wake-probe")}
+    steps = max(len(cached_schedule(node.op).for_rank(rank).steps)
+                for rank, program in programs.items() for node in program.nodes if node.id == 0)
     iterations: list[IterationRecords] = []
 
     def on_case(index: int, per_rank) -> None:
@@ -137,27 +141,29 @@ def _wake_late_us(placements, testbed: str) -> float | None:
     session = local_sessions()(placements, options)
     session.run(lambda rank: ReplayJob(program=programs[rank], iterations=WAKE_ITERATIONS, warmup=1, timeout_s=60.0,
                                        spin_ns=DEFAULT_SPIN_NS), on_case=on_case)
-    return wake_lateness_us(iterations, WAKE_COMPUTE_US)
+    return wake_cost_us(iterations, WAKE_COMPUTE_US, steps * step_us)
 
 
-def wake_lateness_us(iterations, compute_us: float) -> float | None:
-    """How late the slowest rank wakes, the mean over `iterations` of `WAKE_PROGRAM`'s records (real us): per
-    iteration, the latest start of node 0 after the rank's iteration start (the barrier's wake-up) and the
-    latest end of node 1 (compute) after its deadline, node 0's end + `compute_us` (the compute timer's
-    wake-up), each one sample (>= 0). The mean, not the median: on a loaded host most wake-ups are on time
-    and some a scheduler slice late (milliseconds), and an iteration pays the sum of its wake-ups. None
-    without records."""
+def wake_cost_us(iterations, compute_us: float, follow_us: float) -> float | None:
+    """What a wake-up costs the slowest rank beyond the per-step costs, the mean over `iterations` of
+    `WAKE_PROGRAM`'s records (real us, >= 0): per iteration two samples, the latest end of node 0 (the first
+    all-reduce) after the iteration's start and the latest end of node 2 (the second) after the latest
+    deadline of node 1 (compute: node 0's end + `compute_us`), each less `follow_us` (what that all-reduce's
+    steps cost at the software probe's per-step time). The mean, not the median: on a loaded host most
+    wake-ups are on time and some a scheduler slice late (milliseconds), and an iteration pays the sum of its
+    wake-ups. None without records."""
     samples = []
     for iteration in iterations:
-        starts, ends = [], []
+        started, computed, ended = [], [], []
         for rank in iteration.ranks:
             nodes = {node: (start, end) for node, start, end in rank.records}
-            if 0 in nodes and 1 in nodes:
-                starts.append(nodes[0][0] - rank.t0_ns)
-                ends.append(nodes[1][1] - (nodes[0][1] + compute_us * 1e3))
-        if starts:
-            samples += [max(0.0, max(starts) / 1e3), max(0.0, max(ends) / 1e3)]
-    return sum(samples) / len(samples) if samples else None
+            if {0, 1, 2} <= nodes.keys():
+                started.append(nodes[0][1] - rank.t0_ns)
+                computed.append(nodes[0][1] + compute_us * 1e3)
+                ended.append(nodes[2][1])
+        if started:
+            samples += [max(started) / 1e3 - follow_us, (max(ended) - max(computed)) / 1e3 - follow_us]
+    return max(0.0, sum(samples) / len(samples)) if samples else None
 
 
 def _shaped_throughput(topology: Topology, links: LinkModel, demand_bps: float) -> float:

@@ -83,15 +83,16 @@ class HostFigures:
     a collective among `ranks` ranks (interpreter, sockets, kernel and link emulator: everything but the wire),
     the largest aggregate rate at which shaped links still delivered their rate with every host sending
     (`aggregate_bps`), the link emulator's median release lateness (None when no emulator was in the
-    path), and how late the slowest rank wakes from a timed sleep — at an iteration's common start and at a
-    compute node's end (`wake_late_us`, mean; None when not measured): a cost of every iteration start and
-    compute node of a replay, not of a step."""
+    path), and what a wake-up from a timed sleep costs the slowest rank beyond its steps' per-step cost — at
+    an iteration's common start and at a compute node's end, until the collective after it ends (`wake_us`,
+    mean; None when not measured): a cost of every iteration start and compute node of a replay, not of a
+    step."""
 
     ranks: int
     step_us: float
     aggregate_bps: float
     emulator_late_us: float | None = None
-    wake_late_us: float | None = None
+    wake_us: float | None = None
 
 
 #: a path between two hosts as what bounds a message on it from below: its hops' delays summed (us) and its
@@ -163,7 +164,7 @@ def message_floor_us(floors: frozenset[PathFloor], size_bytes: int) -> float:
 @dataclass(frozen=True)
 class IterationFloor:
     """One rank of a replay as the host's costs weigh on it: its `steps` (each pays the host's per-step cost
-    once), its `wakes` (each pays the host's wake-up lateness once: the iteration's start, and each compute
+    once), its `wakes` (each pays the host's wake-up cost once: the iteration's start, and each compute
     node that hands over to communication or ends the iteration — a compute node followed only by compute
     is made up by the next one's deadline, `genie.engine.walker`) and the least time its iteration takes on
     the stated fabric (`floor_us`: its longest chain of dependent nodes, compute at its duration and each
@@ -248,11 +249,11 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
     The smallest figure: one message of `reference_bytes` (a sweep's size, a bench's smallest; 1 KiB when the
     run is not known yet); for a replay (`iteration`: one clock over the whole trace) its iteration — every
     step of a rank pays the host's per-step cost once and every wake-up (its iteration's start, its compute
-    nodes' ends that hand over, `rank_floors`) the measured wake-up lateness once, together against the least
+    nodes' ends that hand over, `rank_floors`) the measured wake-up cost once, together against the least
     time that rank's iteration takes; the emulator's lateness per step against the busiest rank's
     (`iteration_floor`)."""
     floor = iteration_floor(topology, iteration) if iteration is not None else None
-    wake_us = figures.wake_late_us or 0.0
+    wake_us = figures.wake_us or 0.0
     limits = []
     if floor is not None:
         per_us = floor.steps / floor.floor_us  # the per-step costs' share of the iteration is cost x per_us / N
@@ -263,8 +264,8 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
         busiest = max(rank_floors(topology, iteration),
                       key=lambda f: (f.steps * figures.step_us + f.wakes * wake_us) / f.floor_us)
         need = (busiest.steps * figures.step_us + busiest.wakes * wake_us) / busiest.floor_us / TARGET_SHARE
-        wakes = (f" and {busiest.wakes} wake-ups x {wake_us:.0f} us late (the slowest rank's mean, at the iteration's "
-                 "start and a compute node's end)" if wake_us else "")
+        wakes = (f" and {busiest.wakes} wake-ups x {wake_us:.0f} us (the slowest rank's mean, at the iteration's "
+                 "start and a compute node's end, beyond the steps after it)" if wake_us else "")
         limits.append(HostLimit("software", figures.step_us, "us per step", need,
                                 f"{busiest.steps} steps x {figures.step_us:.1f} us of software per step with "
                                 f"{figures.ranks} ranks{wakes} must be under {TARGET_SHARE:.0%} of rank "
@@ -295,8 +296,8 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
     woken = wake_floor(topology, iteration) if iteration is not None and wake_us else None
     if woken is not None:  # its own record; its cost is counted in the software limit (never the larger)
         need = wake_us * woken.wakes / woken.floor_us / TARGET_SHARE
-        limits.append(HostLimit("wake-up", wake_us, "us late per wake-up", need,
-                                f"the slowest of {figures.ranks} ranks wakes {wake_us:.0f} us late (mean) at an "
+        limits.append(HostLimit("wake-up", wake_us, "us per wake-up", need,
+                                f"a wake-up costs the slowest of {figures.ranks} ranks {wake_us:.0f} us (mean) at an "
                                 f"iteration's start and a compute node's end; rank {woken.rank}'s {woken.wakes} "
                                 f"wake-ups per iteration alone under {TARGET_SHARE:.0%} of its least time "
                                 f"({woken.floor_us / 1e3:.4g} ms): N >= {need:.4g} (counted in the software limit)"))
