@@ -117,3 +117,36 @@ def test_the_probe_takes_the_mean_of_what_a_wake_up_costs_the_slowest_rank() -> 
     # the steps may cost less after a wake-up than the probe's per-step time says; the mean is never below 0
     assert wake_cost_us(iterations[:1], WAKE_COMPUTE_US, 5000.0) == 0.0
     assert wake_cost_us((), WAKE_COMPUTE_US, 50.0) is None
+
+
+def test_a_replay_under_auto_measures_the_wake_ups_and_a_sweep_does_not(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from cli_support import run_genie
+    from genie.core.errors import InputError
+    from genie.services import host_probe
+    from genie.testbed import service
+
+    asked: list[bool] = []
+
+    def measure(_topology, _links, *, wakes=False):
+        asked.append(wakes)
+        return HostFigures(2, 220.0, 1.33 * GBIT, wake_us=3000.0 if wakes else None)
+
+    def stop(*_a, dilation, **_k):  # what the testbed would come up with; then stop before anything is up
+        raise InputError(f"stopped before bringing the testbed up at {dilation.factor:g}", path="topology")
+
+    monkeypatch.setattr(host_probe, "measure_host", measure)
+    monkeypatch.setattr(service, "temporary_testbed", stop)
+    topology = tmp_path / "star2.yaml"
+    from genie.topology import dump_topology
+
+    topology.write_text(dump_topology(TWO_HOSTS_10G))
+    trace = tmp_path / "t.yaml"
+    trace.write_text(SOFTWARE_BOUND)
+    result = run_genie("replay", trace, "--topology", topology, "--time-dilation", "auto", "-n", "1",
+                       "--out", tmp_path / "r")
+    assert result.returncode == 2 and "stopped before bringing the testbed up at 80" in result.stderr, result.stderr
+    result = run_genie("bench", "--topology", topology, "--time-dilation", "auto", "-b", "1K", "-e", "4K",
+                       "-n", "1", "--out", tmp_path / "b")
+    assert result.returncode == 2 and "stopped before" in result.stderr, result.stderr
+    assert asked == [True, False]

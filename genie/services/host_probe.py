@@ -84,17 +84,19 @@ def _probe_mtu(topology: Topology) -> int:
     return max((link.shape.mtu_bytes for link in topology.links), default=1500)
 
 
-def measure_host(topology: Topology, links: LinkModel):
-    """This host's `HostFigures` for a testbed of `topology` with `links` (needs root: scratch testbeds)."""
+def measure_host(topology: Topology, links: LinkModel, *, wakes: bool = False):
+    """This host's `HostFigures` for a testbed of `topology` with `links` (needs root: scratch testbeds); the
+    wake-ups' cost only with `wakes` (a replay's: a sweep's sizes do not weigh it)."""
     from genie.testbed.dilation_rules import HostFigures, demanded_bps
 
-    ranks, step_us, late_us, wake_us = _software(topology, links)
+    ranks, step_us, late_us, wake_us = _software(topology, links, wakes)
     demand = demanded_bps(topology)
     aggregate = _shaped_throughput(topology, links, demand) if demand else float("inf")
     return HostFigures(ranks, step_us, aggregate, late_us, wake_us)
 
 
-def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float | None, float | None]:
+def _software(topology: Topology, links: LinkModel,
+              wakes: bool = False) -> tuple[int, float, float | None, float | None]:
     from genie.services.cases import GroupCase, run_cases
     from genie.services.placement import placements_for
     from genie.testbed import service
@@ -112,7 +114,7 @@ def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float |
         step_us = outcome.stats[0].time_median_us / (len(world) - 1)
         lateness = [_emulator_late_us(stats_path(info.name, ns)) for ns in {h.netns for h in info.hosts}]
         known = [late for late in lateness if late is not None]
-        wake_us = _wake_us(placements, info.name, step_us)
+        wake_us = _wake_us(placements, info.name, step_us) if wakes else None
     return ranks, step_us, max(known) if known else None, wake_us
 
 
@@ -217,5 +219,5 @@ def auto_dilation(topology: Topology, *, links: LinkModel, source: str | None = 
     cannot hold it."""
     from genie.testbed.dilation_rules import REFERENCE_MESSAGE_BYTES, choose_dilation
 
-    return choose_dilation(topology, measure_host(topology, links), source=source,
+    return choose_dilation(topology, measure_host(topology, links, wakes=iteration is not None), source=source,
                            reference_bytes=reference_bytes or REFERENCE_MESSAGE_BYTES, iteration=iteration)
