@@ -51,7 +51,7 @@ from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, n
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
     NcclProtocol, TreeLevels, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
-    table_entry, tuner_table
+    table_entry, tree_pattern, tuner_table
 
 P2P = (Collective.ALL_TO_ALL, Collective.SEND_RECV)
 MODELLED = TUNED + P2P
@@ -150,8 +150,9 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
     else:
         inter = intra
     nvls_bw = params.nvls_busbw_gb_s / nominal.nvls_graph_channels if nominal.nvls_graph_channels else 0.0
+    pattern = tree_pattern(nominal.version, nominal.compute_capability, nominal.ranks_per_node, nominal.nodes)
     return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION,
-                   tree_levels=TreeLevels.BUILT)
+                   tree_levels=TreeLevels.BUILT, tree_pattern=pattern)
 
 
 @lru_cache(maxsize=4096)
