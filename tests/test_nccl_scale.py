@@ -16,8 +16,8 @@ from astra_adapter.nccl.calibration_io import calibration_json, parse_calibratio
 from astra_adapter.nccl.fit import Observation, fit
 from astra_adapter.nccl.hardware import Cluster, CpuVendor, Interconnect, NicPath, tuner_system
 from astra_adapter.nccl.model import Call, NcclParams, nominal_params, predict
-from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, TreeLevels, TreePattern, enabled, table_entry, \
-    tuner_table
+from astra_adapter.nccl.trees import TreePattern
+from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, TreeLevels, enabled, table_entry, tuner_table
 from tests.cli_support import run_genie
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def _btree_ways(nodes: int) -> set[tuple[int, int]]:
 
 @pytest.mark.parametrize("nodes", [2, 3, 5, 8, 16, 100, 257, 540])
 def test_the_slowest_way_up_the_built_tree_is_its_deepest_with_the_most_child_0_links(nodes):
-    from astra_adapter.nccl.tuning import TreePattern, btree_paths, tree_way_us
+    from astra_adapter.nccl.trees import btree_paths, tree_way_us
 
     ways = _btree_ways(nodes)
     assert max(h for h, _ in btree_paths(nodes)) == _btree_depth(nodes)
@@ -97,18 +97,17 @@ def test_the_slowest_way_up_the_built_tree_is_its_deepest_with_the_most_child_0_
     assert btree_paths(2) == ((1, 0),) and btree_paths(16) == ((4, 3),)
 
 
-def test_nccls_search_builds_the_balanced_tree_but_on_hopper_and_on_volta_in_2_8():
-    from astra_adapter.nccl.tuning import TreePattern, tree_pattern
+def test_nccls_search_builds_the_balanced_tree_but_with_one_gpu_a_node_and_on_volta_in_2_8():
+    from astra_adapter.nccl.trees import tree_pattern
 
     # src/init.cc, src/graph/search.cc per release: the balanced pattern first; 2.8/2.9 the plain one on 2 nodes
-    # and the split one before Ampere; from 2.18.3 a Hopper node tries (and genie takes) the plain one
+    # and the split one before Ampere; one GPU a node the plain one
     assert tree_pattern((2, 21), 80, 4, 540) is TreePattern.BALANCED
     assert tree_pattern((2, 23), 70, 4, 32) is TreePattern.BALANCED
     assert tree_pattern((2, 8), 70, 4, 32) is TreePattern.SPLIT
     assert tree_pattern((2, 8), 70, 4, 2) is TreePattern.TREE
     assert tree_pattern((2, 8), 80, 8, 16) is TreePattern.BALANCED
-    assert tree_pattern((2, 23), 90, 8, 16) is TreePattern.TREE
-    assert tree_pattern((2, 17), 90, 8, 16) is TreePattern.BALANCED
+    assert tree_pattern((2, 23), 90, 8, 16) is TreePattern.BALANCED
     assert tree_pattern((2, 23), 80, 1, 16) is TreePattern.TREE
 
 

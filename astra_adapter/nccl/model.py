@@ -47,11 +47,12 @@ from genie.core.collective import Collective
 from astra_adapter.nccl.chain import STEP_DATA_BYTES, chain_fill_us, chain_latency_us, is_chain, \
     network_hop_us_per_byte, slice_bytes
 from astra_adapter.nccl.hardware import Cluster, tuner_system
+from astra_adapter.nccl.trees import tree_pattern
 from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
     NcclProtocol, TreeLevels, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
-    table_entry, tree_pattern, tuner_table
+    table_entry, tuner_table
 
 P2P = (Collective.ALL_TO_ALL, Collective.SEND_RECV)
 MODELLED = TUNED + P2P
@@ -141,7 +142,8 @@ def _channels(cluster: Cluster, call: Call) -> int:
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
     """The nominal system with the fitted bandwidths on its channels, timed by NCCL's current cost model
     (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes; its
-    tree as deep as NCCL builds it (:class:`~astra_adapter.nccl.tuning.TreeLevels`), not as the tuner counts."""
+    tree as deep as NCCL builds it (:class:`~astra_adapter.nccl.tuning.TreeLevels`), not as the tuner counts, with
+    each node's GPU chain hung on it as the release's search does (:func:`~astra_adapter.nccl.trees.tree_pattern`)."""
     intra = params.intra_busbw_gb_s / nominal.channels
     if nominal.nodes > 1:
         inter = params.nic_gb_s * cluster.nics_reached(nominal.ranks_per_node) / nominal.channels
