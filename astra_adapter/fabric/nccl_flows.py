@@ -140,7 +140,10 @@ def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
     efficiency = {NcclProtocol.LL: params.ll_efficiency, NcclProtocol.LL128: params.ll128_efficiency}.get(
         entry.protocol, 1.0)
     model_bw = efficiency * call_bandwidth_gb_s(call.collective, chosen, call.size_bytes) * share
-    reference = table_entry(fitted, call.collective, pattern_algorithm, NcclProtocol.SIMPLE).algbw_gb_s
+    # the pattern's flows run at the links' rates: not at the tree search's raised speed inside a node on 2 nodes,
+    # which only NCCL's model of the choice carries (model_bw)
+    reference = table_entry(replace(fitted, tree_bw_intra_gb_s=0.0), call.collective, pattern_algorithm,
+                            NcclProtocol.SIMPLE).algbw_gb_s
     rails = _rails(cluster, call, used)
     if call.nodes > 1:  # the rails the channel rings take already narrow the NICs' share: not twice
         reference *= _inter_busbw(cluster, params, call, rails) / _inter_busbw(

@@ -145,8 +145,12 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
     tree as deep as NCCL builds it (:class:`~astra_adapter.nccl.tuning.TreeLevels`), not as the tuner counts, with
     each node's GPU chain hung on it as the release's search does (:func:`~astra_adapter.nccl.trees.tree_pattern`)."""
     intra = params.intra_busbw_gb_s / nominal.channels
+    tree_intra = 0.0
     if nominal.nodes > 1:
         inter = params.nic_gb_s * cluster.nics_reached(nominal.ranks_per_node) / nominal.channels
+        if nominal.tree_bw_intra_gb_s > 0:
+            # the tree's links inside a node carry what its search raised them to, over the network's share
+            tree_intra = min(intra, inter * nominal.tree_bw_intra_gb_s / nominal.bw_inter_gb_s)
         # a ring through nodes of several GPUs crosses NVLink and NICs alike; with one GPU a node, only NICs
         intra = inter = min(intra, inter) if nominal.ranks_per_node > 1 else inter
     else:
@@ -154,7 +158,7 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
     nvls_bw = params.nvls_busbw_gb_s / nominal.nvls_graph_channels if nominal.nvls_graph_channels else 0.0
     pattern = tree_pattern(nominal.version, nominal.compute_capability, nominal.ranks_per_node, nominal.nodes)
     return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION,
-                   tree_levels=TreeLevels.BUILT, tree_pattern=pattern)
+                   tree_levels=TreeLevels.BUILT, tree_bw_intra_gb_s=tree_intra, tree_pattern=pattern)
 
 
 @lru_cache(maxsize=4096)

@@ -146,6 +146,9 @@ class TunerSystem:
     gpu_direct: bool = True
     #: the ring graph's channels keep one GPU order (NCCL's sameChannels; astra_adapter.nccl.chain)
     same_channels: bool = True
+    #: the tree graph's bandwidth per channel inside a node where its search raised it above the network's
+    #: (2 nodes: NCCL's tuner reads it, astra_adapter.nccl.hardware.tree_intra_speed); 0: the ring graph's
+    tree_bw_intra_gb_s: float = 0.0
     version: NcclVersion = DEFAULT_VERSION
     env: NcclEnv = NcclEnv()
     #: how deep the inter-node tree is taken: as NCCL's tuner counts it (what it picks by), or as NCCL builds it
@@ -264,6 +267,8 @@ def _busbw(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: Ncc
     ppn = s.ranks_per_node
     collnet = a in (NcclAlgorithm.COLLNET_DIRECT, NcclAlgorithm.COLLNET_CHAIN)
     bw = s.bw_intra_gb_s if (s.nodes <= 2 or collnet) else s.bw_inter_gb_s
+    if a is NcclAlgorithm.TREE and s.nodes <= 2 and s.tree_bw_intra_gb_s > 0:
+        bw = s.tree_bw_intra_gb_s
     channels = s.channels
     if a in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE):  # NVLS's own graph: its channels, its speed
         channels = s.nvls_graph_channels
