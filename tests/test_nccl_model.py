@@ -305,3 +305,34 @@ def test_genie_beats_astra_sims_validated_h100_config_on_every_single_node_h100_
         # same real sweeps its analytical backends, run through genie's drop-in, read 13-79 %
         assert row["genie_3_sizes_pct"] < 9.69, row
         assert row["genie_3_sizes_pct"] < min(row["astra_unaware_pct"], row["astra_aware_pct"]), row
+
+
+def test_ring_ll_inside_a_node_takes_its_kept_channels_share_and_fills_at_the_full_rate():
+    from astra_adapter.nccl.model import TIMING_VERSION, cut_with_fill, fitted_system
+    from astra_adapter.nccl.tuning import call_latency_us, table_entry
+
+    params = nominal_params(H100)
+    calls = [Call(Collective.ALL_REDUCE, 8, 1, size) for size in (32 << 10, 64 << 10)]
+    one, two = (predict(H100, params, c) for c in calls)
+    # NCCL keeps a Ring/LL channel per 512 threads x 8 B x 8 ranks = 32 KiB: 1 and 2 of the node's 24 channels
+    assert (one.choice.protocol, one.choice.channels, two.choice.channels) == (NcclProtocol.LL, 1, 2)
+    system = fitted_system(tuner_system(H100, nodes=1, ranks_per_node=8), H100, params)
+    assert system.version == TIMING_VERSION and system.comm_channels == 24
+    entry = table_entry(system, Collective.ALL_REDUCE, NcclAlgorithm.RING, NcclProtocol.LL)
+    us_per_byte = 1 / (1000.0 * entry.algbw_gb_s)
+    fixed = params.launch_us + call_latency_us(system, Collective.ALL_REDUCE, entry, 32 << 10)
+    # each kept channel carries the same bytes (32 KiB at 1/24 of LL's rate), the fill the call's own at the full
+    assert one.time_us == pytest.approx(fixed + (32 << 10) * us_per_byte * (24 + 1))
+    assert two.time_us - one.time_us == pytest.approx((32 << 10) * us_per_byte)
+    # between nodes (the network proxy forwards LL's steps) and for Tree/LL the cut is not applied; Simple takes it
+    far = Call(Collective.ALL_REDUCE, 16, 2, 32 << 10)
+    ring_ll = table_entry(system, Collective.ALL_REDUCE, NcclAlgorithm.RING, NcclProtocol.LL)
+    tree_ll = table_entry(system, Collective.ALL_REDUCE, NcclAlgorithm.TREE, NcclProtocol.LL)
+    simple = table_entry(system, Collective.ALL_REDUCE, NcclAlgorithm.RING, NcclProtocol.SIMPLE)
+    assert cut_with_fill(1.0, 0.5, ring_ll, far, params, 1) == cut_with_fill(1.0, 1.0, ring_ll, far, params, 1)
+    assert cut_with_fill(1.0, 0.5, tree_ll, calls[0], params, 1) == cut_with_fill(1.0, 1.0, tree_ll, calls[0],
+                                                                                 params, 1)
+    assert cut_with_fill(1.0, 0.5, ring_ll, calls[0], params, 1) > cut_with_fill(1.0, 1.0, ring_ll, calls[0],
+                                                                                params, 1)
+    assert cut_with_fill(1.0, 0.5, simple, far, params, 1) == pytest.approx(
+        2 * cut_with_fill(1.0, 1.0, simple, far, params, 1))
