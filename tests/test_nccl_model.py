@@ -187,18 +187,17 @@ def test_the_real_cluster_benchmark_meets_its_met_targets():
     from benchmarks.real_clusters import evaluate
 
     overall = evaluate()["overall"]
-    # measured 2026-12-05 00:00 UTC on the 42-case corpus, with the tree's raised intra-node bandwidth on 2 nodes
-    # (NCCL's search, astra_adapter.nccl.hardware.tree_intra_speed) and Ring/LL's channel cut inside a node:
-    # sizes < 64 KiB 3.78 % (target 10, met; 3.32 before both); sizes >= 64 KiB 5.54 % (target 5; 5.83 before),
-    # collectives 11.43 % (target 10; 11.97 before) and scale 10.27 % (target 10; 10.69 before, 9.98 % before the
-    # ALCF Polaris case joined the corpus, whose
-    # dragonfly's global taper a topology file cannot describe) miss and are reported in benchmarks/README.md. The
-    # met target is asserted; the missed ones are held at today's figures (rounded up to the next 0.1 %) so that no
-    # change makes them worse unnoticed
+    # measured 2026-12-04 23:53 UTC on the 42-case corpus, main 4f1dda7 with branch s20-scale (a tree call runs
+    # along the slowest way up the tree NCCL builds, each node's GPU chain hung on it by the balanced pattern):
+    # sizes < 64 KiB 3.78 % (target 10, met) and scale 9.24 % (target 10, met; 10.27 before the balanced pattern,
+    # 10.69 before this session); sizes >= 64 KiB 5.54 % (target 5) and collectives 11.45 % (target 10; 11.43
+    # before the balanced pattern: ABCI A-node's broadcasts, predicted from its refitted multi-node all_reduce) miss
+    # and are reported in benchmarks/README.md. The met targets are asserted; the missed ones are held at the
+    # session's figures (rounded up to the next 0.1 %) so that no change makes them worse unnoticed
     assert overall["sizes_ends_lt_64k_pct"] <= 10.0
+    assert overall["scale_pct"] <= 10.0
     assert overall["sizes_ends_ge_64k_pct"] <= 5.6
     assert overall["collectives_pct"] <= 11.5
-    assert overall["scale_pct"] <= 10.3
 
 
 def test_genie_estimate_with_an_nccl_calibration_explains_each_op(tmp_path):

@@ -47,6 +47,7 @@ from genie.core.collective import Collective
 from astra_adapter.nccl.chain import STEP_DATA_BYTES, chain_fill_us, chain_latency_us, is_chain, \
     network_hop_us_per_byte, slice_bytes
 from astra_adapter.nccl.hardware import Cluster, tuner_system
+from astra_adapter.nccl.trees import tree_pattern
 from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
@@ -140,7 +141,8 @@ def _channels(cluster: Cluster, call: Call) -> int:
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
     """The nominal system with the fitted bandwidths on its channels, timed by NCCL's current cost model
     (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes; its
-    tree as deep as NCCL builds it (:class:`~astra_adapter.nccl.tuning.TreeLevels`), not as the tuner counts."""
+    tree as deep as NCCL builds it (:class:`~astra_adapter.nccl.tuning.TreeLevels`), not as the tuner counts, with
+    each node's GPU chain hung on it as the release's search does (:func:`~astra_adapter.nccl.trees.tree_pattern`)."""
     intra = params.intra_busbw_gb_s / nominal.channels
     tree_intra = 0.0
     if nominal.nodes > 1:
@@ -153,8 +155,9 @@ def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) ->
     else:
         inter = intra
     nvls_bw = params.nvls_busbw_gb_s / nominal.nvls_graph_channels if nominal.nvls_graph_channels else 0.0
+    pattern = tree_pattern(nominal.version, nominal.compute_capability, nominal.ranks_per_node, nominal.nodes)
     return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION,
-                   tree_levels=TreeLevels.BUILT, tree_bw_intra_gb_s=tree_intra)
+                   tree_levels=TreeLevels.BUILT, tree_bw_intra_gb_s=tree_intra, tree_pattern=pattern)
 
 
 @lru_cache(maxsize=4096)

@@ -26,6 +26,7 @@ from enum import Enum
 
 from genie.core.collective import Collective
 
+from astra_adapter.nccl.trees import TreePattern, tree_way_us
 from astra_adapter.nccl.versions import DEFAULT_VERSION, NcclVersion, TunerConstants, constants
 
 
@@ -153,6 +154,8 @@ class TunerSystem:
     #: how deep the inter-node tree is taken: as NCCL's tuner counts it (what it picks by), or as NCCL builds it
     #: (what a call then takes)
     tree_levels: TreeLevels = TreeLevels.TUNER
+    #: how the built tree enters a node (:func:`tree_pattern`, of the release that built it); timing only
+    tree_pattern: TreePattern = TreePattern.TREE
 
     @property
     def constants(self) -> TunerConstants:
@@ -342,6 +345,9 @@ def _latency(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: N
         k, ki = steps(collective, n), inter_steps(collective, nodes, s.version)
         return lat + (k - ki) * intra_lat + ki * inter_lat
     if a is NcclAlgorithm.TREE:
+        if s.tree_levels is TreeLevels.BUILT:
+            way = tree_way_us(nodes, intra_lat, inter_lat, s.tree_pattern)
+            return lat + 2 * ((ppn - 1) * intra_lat + way)
         return lat + 2 * ((ppn - 1) * intra_lat + s.tree_levels.depth(nodes) * inter_lat)
     if a is NcclAlgorithm.COLLNET_DIRECT:
         return lat + 2 * (min(1, ppn - 1) * intra_lat + (ppn - 1) * 0.4) + inter_lat
