@@ -43,6 +43,7 @@ class NcclDevice:
     host: str
     device: int
     gpu: str  # the GPU's name as printed ('' if absent)
+    pid: int = -1  # the process that drove the rank (-1: not printed)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ class NcclTable:
     first_line: int  # the column titles' line, or the first row's without a header (JSON: 0)
     nccl_version: str  # '' if unknown
     title: str  # the nearest preceding `### ` line's text, or ''
+    #: the GPUs one host thread launched each call on in turn (nccl-tests -g N: `nGpus N` in its header; else the
+    #: ranks that share a process in the `# Using devices` lines; 1 when neither says)
+    gpus_per_thread: int = 1
 
     def nodes(self) -> tuple[str, ...]:
         """The distinct hosts in rank order (empty when no device names its host)."""
@@ -116,8 +120,9 @@ _KINDS = {(False, False): (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Col
           (True, True): (Collective.BROADCAST, Collective.GATHER, Collective.SCATTER)}
 
 _LABEL = re.compile(r"^(?:\s*\d+:(?:\s|$)|\[\d+,\d+\]<std(?:out|err)>:)")  # srun --label, mpirun --tag-output
-_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+-?\d+\s+)?Pid\s+\d+\s+on\s+(?:(\S+)\s+)?device\s+(\d+)"
+_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+-?\d+\s+)?Pid\s+(\d+)\s+on\s+(?:(\S+)\s+)?device\s+(\d+)"
                      r"\s*(?:\[[^\]]*\])?\s*(.*)$")
+_THREADS = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+(\d+)")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\b.*?\bnccl-library=(\d+)")
 _NCCL_VERSION = re.compile(r"\bNCCL version\s+v?(\d+\.\d+(?:\.\d+)?)")
@@ -196,6 +201,7 @@ class _Segment:
     first_line: int = 0
     cputime: bool = False
     rows: list[_RawRow] = field(default_factory=list)
+    gpus_per_thread: int = 0  # the header's nGpus (0: not printed)
     stage: int = 0  # how far nccl-tests' printing order got (see _read_text)
 
 
@@ -268,6 +274,9 @@ def _read_text(text: str, source: str) -> list[_Segment]:
         if stage and (seg.stage > stage or seg.stage == stage != 4):
             seg = close()
         seg.stage = max(seg.stage, stage)
+        if threads := _THREADS.match(line):
+            seg = close() if began else seg  # a table without a footer: the header begins the next
+            seg.gpus_per_thread = int(threads[1])
         if line.startswith("###") and (len(line) == 3 or line[3].isspace()):
             title = line[3:].strip()
             seg = close()
@@ -279,7 +288,7 @@ def _read_text(text: str, source: str) -> list[_Segment]:
             seg.stated, seg.stated_at = m.group(1), f"line {number}"
         elif stage in (3, 4):
             seg.devices_at = seg.devices_at or f"line {number}"
-            seg.devices += [NcclDevice(int(m[1]), m[2] or "", int(m[3]), m[4].strip())] if m else []
+            seg.devices += [NcclDevice(int(m[1]), m[3] or "", int(m[4]), m[5].strip(), int(m[2]))] if m else []
         elif layout:
             seg.layout, seg.first_line = layout, number
         if (v := _NCCL_VERSION.search(line)) and not began and not line.startswith("#"):
@@ -480,8 +489,10 @@ def _table(seg: _Segment, source: str, given: Collective | None, given_ranks: in
         ip: list[float | None] = [v for v, _ in inp] if inp else [None] * 3
         rows.append(NcclRow(r.size, r.count, r.dtype, r.redop, r.root, out[0][0], out[1][0], out[2][0], ip[0], ip[1],
                             ip[2], r.line))
+    per_process = Counter((d.host, d.pid) for d in seg.devices)
+    by_pid = max(per_process.values()) if seg.devices and all(d.pid >= 0 for d in seg.devices) else 1
     return NcclTable(source, collective, ranks, tuple(seg.devices), tuple(rows), seg.first_line, seg.version,
-                     seg.title)
+                     seg.title, seg.gpus_per_thread or by_pid)
 
 
 def parse_nccl_tests(data: bytes, *, source: str, collective: Collective | None = None,
