@@ -77,6 +77,7 @@ class NcclParams:
     nic_gb_s: float
     latency_scale: float = 1.0
     launch_us: float = LAUNCH_US
+    launch_per_gpu_us: float = LAUNCH_US  # a host thread's cost per GPU it launches a call on (see host_bound_us)
     ll_efficiency: float = 1.0
     ll128_efficiency: float = 1.0
     fill_bytes_per_channel: float = 0.0
@@ -106,6 +107,8 @@ class Call:
     ranks: int
     nodes: int
     size_bytes: int
+    #: the GPUs one host thread launches the call on in turn (nccl-tests -g N; 1: a process per GPU, as in training)
+    gpus_per_thread: int = 1
 
     @property
     def ranks_per_node(self) -> int:
@@ -229,7 +232,7 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     """The time of ``call`` (see the module doc)."""
     if call.collective in P2P:
         time_us, how = _p2p_time_us(cluster, params, call)
-        return Prediction(call, time_us, None, how)
+        return Prediction(call, host_bound_us(params, call, time_us), None, how)
     nominal, choice, entry, share, used = _plan(cluster, call)
     fitted = fitted_system(nominal, cluster, params)
     fitted_entry = table_entry(fitted, call.collective, entry.algorithm, entry.protocol)
@@ -241,13 +244,23 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
                                                                             call.size_bytes))
     moved = cut_with_fill(transfer, share, entry, call, params, used)
     if is_chain(call.collective, entry.algorithm):
-        return Prediction(call, params.launch_us + _chain_us(fitted, cluster, params, call, entry, moved, used),
-                          choice, choice.describe())
-    if entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
-        return Prediction(call, params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used),
-                          choice, choice.describe())
-    time_us = params.launch_us + latency + moved
-    return Prediction(call, time_us, choice, choice.describe())
+        time_us = params.launch_us + _chain_us(fitted, cluster, params, call, entry, moved, used)
+    elif entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
+        time_us = params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used)
+    else:
+        time_us = params.launch_us + latency + moved
+    return Prediction(call, host_bound_us(params, call, time_us), choice, choice.describe())
+
+
+def host_bound_us(params: NcclParams, call: Call, gpu_us: float) -> float:
+    """A call one host thread launches on several GPUs in turn (nccl-tests -g N): the thread enqueues each GPU's
+    kernel inside one ncclGroupStart/End, and nccl-tests times a loop of such calls queued back to back, so the
+    GPUs' work of one call overlaps the host's launches of the next: a call takes the longer of the host's
+    ``gpus_per_thread`` x ``launch_per_gpu_us`` and the GPUs' own time (``gpu_us``, its launch included), not
+    their sum. One GPU per thread (a process per GPU, as training runs): ``gpu_us``."""
+    if call.gpus_per_thread <= 1:
+        return gpu_us
+    return max(call.gpus_per_thread * params.launch_per_gpu_us, gpu_us)
 
 
 def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry,
