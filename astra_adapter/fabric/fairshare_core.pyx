@@ -109,7 +109,8 @@ cdef class MovingRates:
         cdef int64_t* comp_of_root = NULL  # a component's root resource -> its index (-1: none yet)
         cdef int64_t* comp_of = NULL  # distinct route index -> its component (-1: crosses nothing)
         cdef int64_t* comp_start = NULL  # per component: its first place in `order`
-        cdef int64_t* order = NULL  # distinct route indices grouped by component, ascending within each
+        cdef int64_t* order = NULL  # distinct route indices grouped by component
+        cdef int64_t* sorted_ids = NULL  # a component's route ids, ascending
         cdef char* dirty = NULL  # per resource: loaded by a route whose multiplicity changed; then per component
         cdef Py_ssize_t* flow_of = NULL
         cdef int64_t* res_of = NULL
@@ -123,7 +124,8 @@ cdef class MovingRates:
         cdef Py_ssize_t* used = NULL
         cdef double delta, quotient, left, x
         try:
-            # the distinct moving routes, ascending (np.unique), and how many flows take each
+            # the distinct moving routes and how many flows take each (one solve of them all: ascending, as
+            # np.unique; per component: each dirty component's sorted when it is filled)
             for f in range(n):
                 if active[f]:
                     r = routes[f]
@@ -131,7 +133,8 @@ cdef class MovingRates:
                         slot[r] = num_routes
                         distinct[num_routes] = r
                         num_routes += 1
-            qsort(distinct, num_routes, sizeof(int64_t), _ascending)
+            if not self.by_component:
+                qsort(distinct, num_routes, sizeof(int64_t), _ascending)
             count = <int64_t*>calloc(max(num_routes, 1), sizeof(int64_t))
             for k in range(num_routes):
                 slot[distinct[k]] = k
@@ -195,7 +198,8 @@ cdef class MovingRates:
             for c in range(num_comps):
                 comp_start[c + 1] += comp_start[c]
             order = <int64_t*>malloc(max(num_routes, 1) * sizeof(int64_t))
-            for k in range(num_routes):  # stable: ascending route ids within each component
+            sorted_ids = <int64_t*>malloc(max(num_routes, 1) * sizeof(int64_t))
+            for k in range(num_routes):
                 if comp_of[k] >= 0:
                     order[comp_start[comp_of[k]]] = k
                     comp_start[comp_of[k]] += 1
@@ -230,6 +234,12 @@ cdef class MovingRates:
                     self.components_kept += 1
                     continue
                 self.components_solved += 1
+                if self.by_component:  # its routes ascending (np.unique of its routes alone)
+                    for i in range(a, b):
+                        sorted_ids[i - a] = distinct[order[i]]
+                    qsort(sorted_ids, b - a, sizeof(int64_t), _ascending)
+                    for i in range(a, b):
+                        order[i] = slot[sorted_ids[i - a]]
                 # the incidence, route by route in path order, each load times the route's multiplicity
                 entries = 0
                 for i in range(a, b):
@@ -339,6 +349,7 @@ cdef class MovingRates:
             free(comp_of)
             free(comp_start)
             free(order)
+            free(sorted_ids)
             free(dirty)
             free(flow_of)
             free(res_of)
