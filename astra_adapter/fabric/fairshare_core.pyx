@@ -175,10 +175,11 @@ cdef class MovingRates:
                         q = _root(parent, res[e])
                         if q != top:
                             parent[q] = top
-            for q in range(num_resources):  # a component is dirty where one of its resources is
+            for q in range(num_resources):  # every resource pointing at its root; a component is dirty where one
+                parent[q] = _root(parent, q)  # of its resources is
                 if dirty[q]:
                     dirty[q] = 0
-                    dirty[_root(parent, q)] = 2
+                    dirty[parent[q]] = 2
             comp_of_root = <int64_t*>malloc(max(num_resources, 1) * sizeof(int64_t))
             for q in range(num_resources):
                 comp_of_root[q] = -1
@@ -187,7 +188,7 @@ cdef class MovingRates:
             for k in range(num_routes):
                 r = distinct[k]
                 if ptr[r + 1] > ptr[r]:
-                    q = _root(parent, res[ptr[r]])
+                    q = parent[res[ptr[r]]]
                     if comp_of_root[q] < 0:
                         comp_of_root[q] = num_comps
                         num_comps += 1
@@ -228,7 +229,7 @@ cdef class MovingRates:
                 a = comp_start[c]
                 b = comp_start[c + 1]
                 r = distinct[order[a]]
-                if dirty[_root(parent, res[ptr[r]])] != 2:
+                if dirty[parent[res[ptr[r]]]] != 2:
                     for i in range(a, b):
                         per_route[order[i]] = last_rate[distinct[order[i]]]
                     self.components_kept += 1
