@@ -193,11 +193,13 @@ def test_the_real_cluster_benchmark_meets_its_met_targets():
     # time)): sizes < 64 KiB 3.62 % (target 10, met) and scale 9.24 % (target 10, met; 10.69 at the session's
     # start); sizes >= 64 KiB 5.62 % (target 5; 5.83 at the start) and collectives 10.36 % (target 10; 11.97 at
     # the start) miss and are reported in benchmarks/README.md. The met targets are asserted; the missed ones are
-    # held at the session's figures (rounded up to the next 0.1 %) so that no change makes them worse unnoticed
+    # held at the session's figures (rounded up to the next 0.1 %) so that no change makes them worse unnoticed.
+    # 2026-12-05 00:25 UTC (branch s20-coll2: a ring broadcast or reduce back to back pays NCCL's base latency,
+    # not the fitted launch_us): collectives 9.58 % (met), sizes >= 64 KiB 5.61, < 64 KiB 3.92, scale 9.24
     assert overall["sizes_ends_lt_64k_pct"] <= 10.0
     assert overall["scale_pct"] <= 10.0
+    assert overall["collectives_pct"] <= 10.0
     assert overall["sizes_ends_ge_64k_pct"] <= 5.7
-    assert overall["collectives_pct"] <= 10.4
 
 
 def test_genie_estimate_with_an_nccl_calibration_explains_each_op(tmp_path):

@@ -31,7 +31,11 @@ Back to back (nccl-tests times a stream of calls), a chain's calls overlap: the 
 its slices, and each rank starts the next call while the ranks after it still forward the last one. A call then
 costs what one rank spends on it, NCCL's base latency for the protocol (:func:`chain_latency_us`), not the hop
 latency on the way to the last rank: ABCI's broadcast of 4 B takes 7.5 us on 2 and on 16 nodes alike
-(benchmarks/data/real-nccl/abci-anode-a100sxm4-hdr-2-4-8-16node), its all-reduce 32 to 62 us.
+(benchmarks/data/real-nccl/abci-anode-a100sxm4-hdr-2-4-8-16node), its all-reduce 32 to 62 us. Nor does it pay the
+model's fitted ``launch_us``: NCCL's tuner has no launch term (``baseLat`` is a call's fixed cost), and the ~10 us
+an all-reduce fit puts there is its tree's beyond NCCL's table (on one node of the same machine the 4 B all-reduce
+takes 17.2 us, NCCL's Ring/LL latency for 8 GPUs ~15, the broadcast 7.3; on 2-16 nodes the all-reduce is ~10 us
+above NCCL's tree latency at every node count, the broadcast stays at ``baseLat`` + ~1).
 """
 
 from __future__ import annotations

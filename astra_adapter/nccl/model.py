@@ -26,7 +26,10 @@ fills in fewer steps).
 
 A ring broadcast or reduce is the pipelined chain NCCL runs (:mod:`astra_adapter.nccl.chain`): NCCL's base latency
 (back to back, a chain's calls overlap along it), the transfer with the fill above, and a whole FIFO step held on
-each network hop of the chain, whatever the protocol.
+each network hop of the chain, whatever the protocol - without ``launch_us``: NCCL's tuner has no launch term (its
+``baseLat`` is a call's whole fixed cost), and what the all-reduce fit puts into ``launch_us`` beyond NCCL's table
+is the synchronising tree's and ring's, which a chain back to back does not pay (ABCI: 4 B broadcast 7.3-7.8 us on
+1-16 nodes, Ring/LL's ``baseLat`` 6.6; the all-reduce fits ~10 us of launch).
 
 Alltoall and sendrecv are NCCL send/receive operations, not in the tuner: a rank's bytes to peers in its node
 move over its intra-node links while those to other nodes share its node's NICs, at the same fitted rates,
@@ -244,7 +247,7 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
                                                                             call.size_bytes))
     moved = cut_with_fill(transfer, share, entry, call, params, used)
     if is_chain(call.collective, entry.algorithm):
-        time_us = params.launch_us + _chain_us(fitted, cluster, params, call, entry, moved, used)
+        time_us = _chain_us(fitted, cluster, params, call, entry, moved, used)
     elif entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
         time_us = params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used)
     else:
@@ -265,8 +268,8 @@ def host_bound_us(params: NcclParams, call: Call, gpu_us: float) -> float:
 
 def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry,
               moved_us: float, channels: int) -> float:
-    """A ring broadcast or reduce (astra_adapter.nccl.chain): NCCL's base latency, what one rank spends on a call
-    back to back (its tuner's hops, or nRanks steps where the channels differ, overlap the next call; the chunks
+    """A ring broadcast or reduce (astra_adapter.nccl.chain), its whole time (no ``launch_us``, see the module
+    doc): NCCL's base latency, what one rank spends on a call back to back (its tuner's hops, or nRanks steps where the channels differ, overlap the next call; the chunks
     are timed here), the transfer at the chain's bandwidth with the general pipeline fill, and the chain's fill
     between nodes: a slice on every network hop but the slowest, for its wire bytes at a channel's share of the
     NICs' fitted rate."""
