@@ -1,0 +1,159 @@
+"""The flow engine that plays ring chains fast (pure): :class:`FlowEngine`'s results bit for bit, with the work
+whose answer is known skipped and the rate solve compiled.
+
+With ring chains (:mod:`astra_adapter.fabric.chains`) and standing queues on, every chunk a ring's connection
+starts and every step a lock-step op enters reads the queues the other ops' flows keep, mid-advance: the rates
+of every flow moving (a max-min solve of that moment's moving set, rarely one seen before), each op's bytes
+still to send, the load and queue on every resource, then each connection's wait along its path. Most of the
+answer is not needed, and some of it is known without being computed:
+
+- a wait is a sum along the connection's path of ``queued / rate``, and a queue stands only on a saturated
+  resource (:meth:`StandingQueues.saturated`): where no resource on the paths of the connections that take a
+  wait now is saturated, every wait is 0.0 (the reference adds ``0.0`` to a latency, or begins the chunk with
+  a wait of ``0.0``), and the queues are not built;
+- only the queues on those paths are read, so only the ops whose moving flows cross one of its saturated
+  resources add to them: the others are left out of the queue sums (a resource's queue sums the same flows'
+  terms in the same order, the others add nothing there);
+- only the connections starting a chunk now, or whose next chunk's data has come in, take their wait (the
+  reference computes every connection's and reads theirs); a path without a queue on it waits 0.0 (the same
+  sum of zeros), the others sum the same terms with the same numpy call as the reference's
+  :meth:`StandingQueues.flow_waits_ns`;
+- the max-min solve on moving sets the memo has not seen runs compiled
+  (:class:`astra_adapter.fabric.fairshare_core.MovingRates`, the same floats as the numpy solve, as the flat
+  engine uses it) where it is built.
+
+Each read is taken at the moment the reference takes it (the ops before in ``ops`` advanced, the ones after
+not yet), so every time is the same float; ``tests/test_fabric_chain_engine.py`` compares the two span for
+span on random job mixes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from astra_adapter.fabric.chains import RingOp
+from astra_adapter.fabric.fairshare import MovingRates
+from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
+from astra_adapter.fabric.network import FabricNetwork
+
+
+class ChainFlowEngine(FlowEngine):
+    """:class:`FlowEngine` for plays with ring chains (see the module doc): the same results, less work."""
+
+    compiled_solve = True  # new moving sets solved on fairshare_core where it is built (the same floats)
+
+    def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
+                 sends: StepSends | None = None) -> None:
+        super().__init__(network, params, sends)
+        self._compiled = MovingRates(self.capacity, params.flow_contention) \
+            if MovingRates is not None and self.compiled_solve else None
+        # a path without a queue waits 0.0 only where every rate is positive (0 / 0 would be nan)
+        self._zero_waits_known = bool(np.all(self.capacity > 0))
+        self.solves = 0  # max-min solves run (the memo's misses)
+        self.queue_asks = 0  # queue reads asked for (a chunk starting, a step entering, with queues on)
+        self.queue_reads = 0  # of them, the reads that built the queues (the others were known to be 0.0)
+
+    # ---- rates ----------------------------------------------------------------------------------------
+    def _flow_rates(self) -> list[np.ndarray | None]:
+        if self._compiled is None:
+            return super()._flow_rates()
+        moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active_count]
+        if not moving:
+            return [None] * len(self.ops)
+        key = tuple((id(op.steps[op.step]), op.active.tobytes()) for op in moving)
+        rates = self._moving_rates.get(key)
+        if rates is None:
+            self.solves += 1
+            routes = np.concatenate([op.steps[op.step].routes for op in moving])
+            active = np.concatenate([op.active for op in moving])
+            ptr, res, w = self._route_table(len(self.network.routes) - 1)
+            rate = self._compiled.rates(routes, active.view(np.uint8), ptr, res, w)
+            ends = np.cumsum([len(op.active) for op in moving]).tolist()
+            rates = [rate[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+            if len(self._moving_rates) >= _MEMO_LIMIT:
+                self._moving_rates.clear()
+            self._moving_rates[key] = rates
+        of = dict(zip(map(id, moving), rates))
+        return [of.get(id(op)) for op in self.ops]
+
+    # ---- standing queues --------------------------------------------------------------------------------
+    def _begin_chunks(self, op: RingOp) -> None:
+        which = op.startable()
+        waits = np.zeros(len(which))
+        if self.queues is not None:
+            # who takes a wait from this read: the connections starting now, and those whose next chunk's data
+            # is in once they have (op.arriving() after op.begin(which): begin marks them ready, not queued)
+            nxt = op.chunk + 1
+            pred_chunk = np.where(op.pred >= 0, op.chunk[np.maximum(op.pred, 0)], op.count)
+            early = (op.ready | which) & ~(op.next_ready & ~which) & (nxt < op.count) & (pred_chunk >= nxt)
+            needed = which | early
+            if needed.any():
+                waits = self._connection_waits(op, needed)
+        if which.any():
+            op.begin(which, waits)
+        early = op.arriving()
+        if early.any():
+            op.queue_next(early, waits)
+
+    def _connection_waits(self, op: RingOp, needed: np.ndarray) -> np.ndarray:
+        """Per connection of ``op`` (read where ``needed``), its wait behind the queues the other ops' flows
+        keep now: :meth:`FlowEngine._queued` and :meth:`StandingQueues.flow_waits_ns`, with the parts whose
+        answer is 0.0 skipped."""
+        routes = op.steps[0].routes
+        waits = np.zeros(len(routes))
+        read = self._read_queues(op, op.steps[0], needed)
+        if read is None:
+            return waits
+        queued, _ = read
+        incidence = self.queues.incidence
+        capacity = self.capacity
+        for rid in set(routes[needed].tolist()):
+            res, w = incidence(rid)
+            q = queued[res]
+            if q.any() or not self._zero_waits_known:
+                waits[routes == rid] = float(np.sum(w * q / capacity[res]))
+        return waits
+
+    def _enter_next_step(self, op: FabricOp) -> None:
+        op.next_step()
+        if self.queues is None or op.done or not op.active_count:
+            return
+        step = op.steps[op.step]
+        read = self._read_queues(op, step, op.active)
+        if read is not None and read[0].any():
+            op.latency_ns += self.queues.delay_ns(read[0], step.routes[op.active],
+                                                  step.dst[op.active] if len(op.steps) > 1 else None)
+
+    def _read_queues(self, op, step, needed: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The queues the flows moving now other than ``op``'s keep, on the resources the paths of ``step``'s
+        flows ``needed`` cross (elsewhere 0), and the load; None where every one of those is 0 (no other op
+        moves, or no resource on those paths is saturated)."""
+        q = self.queues
+        assert q is not None
+        self.queue_asks += 1
+        moving = [(o, rate) for o, rate in zip(self.ops, self._flow_rates()) if rate is not None]
+        if not any(o is not op for o, _ in moving):
+            return None
+        load = q.load([(o.steps[o.step], rate) for o, rate in moving])
+        full = q.saturated(load)
+        res, _, flow, _ = q.entries(step)
+        mine = res[needed[flow]]
+        hot = np.zeros(len(full), dtype=bool)
+        hot[mine[full[mine]]] = True  # the saturated resources on the paths read
+        if not hot.any():
+            return None
+        in_flight = []
+        for o, _ in moving:
+            if o is op:
+                continue
+            s = o.steps[o.step]
+            crossed = q.moving_resources(s, o.active)
+            if not hot[crossed].any():
+                continue  # adds to no queue on the paths read
+            in_flight.append((s, o.active, o.remaining_bytes() if isinstance(o, RingOp) else
+                              o.left + q.later_bytes(o.steps, o.step)))
+        if not in_flight:
+            return None
+        queued = q.queued_bytes(in_flight, load)
+        self.queue_reads += 1
+        return queued, load
