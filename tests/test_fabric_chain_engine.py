@@ -15,7 +15,8 @@ from genie.topology.builders import leaf_spine
 from genie.workloads.generators.options import GeneratorOptions, generate_from_options
 from genie.workloads.mix import merge_jobs
 
-from astra_adapter.fabric.chain_flows import ChainFlowEngine
+from astra_adapter.fabric.chain_flows import ChainFlowEngine, CompiledRingOp
+from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.flat_flows import engine_for
 from astra_adapter.fabric.flows import FabricParams, FlowEngine, run_concurrently
 from astra_adapter.fabric.network import FabricNetwork
@@ -30,7 +31,8 @@ CHAINS = FabricParams(standing_queues=True, ring_chains=True)
 
 
 class _Numpy(ChainFlowEngine):
-    compiled_solve = False  # the numpy solve: the skipped work alone
+    compiled_solve = False  # the numpy solve and RingOp's numpy methods: the skipped work alone
+    ring_op = RingOp
 
 
 def test_plays_with_ring_chains_run_on_the_chain_engine() -> None:
@@ -38,6 +40,11 @@ def test_plays_with_ring_chains_run_on_the_chain_engine() -> None:
     assert type(engine_for(network, CHAINS)) is ChainFlowEngine
     assert type(engine_for(network, replace(CHAINS, standing_queues=False))) is ChainFlowEngine
     assert not isinstance(engine_for(network, FabricParams(standing_queues=True)), ChainFlowEngine)
+    try:
+        import astra_adapter.fabric.chains_core  # noqa: F401  (built by the install step where it can be)
+    except ImportError:
+        pytest.skip("astra_adapter.fabric.chains_core is not built")
+    assert ChainFlowEngine.ring_op is CompiledRingOp  # built: a ring's per-event work runs compiled
 
 
 @pytest.mark.parametrize("engine", [ChainFlowEngine, _Numpy])

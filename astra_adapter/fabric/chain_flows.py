@@ -33,14 +33,41 @@ import numpy as np
 
 from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.fairshare import MovingRates
+
+try:  # a ring's per-event work compiled, the same floats (built by the install step when it can be)
+    from astra_adapter.fabric.chains_core import ring_horizon, ring_move
+except ImportError:  # not built: RingOp's numpy methods run
+    ring_horizon = ring_move = None
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
 from astra_adapter.fabric.network import FabricNetwork
+
+
+class CompiledRingOp(RingOp):
+    """:class:`RingOp` with :meth:`move` and :meth:`horizon_ns` in one compiled call each
+    (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays)."""
+
+    __slots__ = ()
+
+    def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
+        self._remaining = None
+        went, count = ring_move(self.chunk, self.left, self.wait, self.ready.view(np.uint8),
+                                self.active.view(np.uint8), self.next_ready.view(np.uint8), self.next_wait,
+                                rate if self.active_count else None, dt_ns, self._done)
+        self.active_count = count
+        if went:
+            self.done = bool(np.all(self.chunk >= self.count))
+        return went
+
+    def horizon_ns(self, rate: np.ndarray | None) -> float:
+        return ring_horizon(self.ready.view(np.uint8), self.active.view(np.uint8), self.wait, self.left,
+                            rate if self.active_count else None, self.chunk, self.count - 1, self.send_buffer)
 
 
 class ChainFlowEngine(FlowEngine):
     """:class:`FlowEngine` for plays with ring chains (see the module doc): the same results, less work."""
 
     compiled_solve = True  # new moving sets solved on fairshare_core where it is built (the same floats)
+    ring_op = CompiledRingOp if ring_move is not None else RingOp
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
