@@ -81,25 +81,47 @@ class ChainFlowEngine(FlowEngine):
         self.queue_reads = 0  # of them, the reads that built the queues (the others were known to be 0.0)
 
     # ---- rates ----------------------------------------------------------------------------------------
-    def _flow_rates(self) -> list[np.ndarray | None]:
-        if self._compiled is None:
-            return super()._flow_rates()
+    def _moving(self) -> tuple[list[FabricOp], list]:
+        """The ops moving flows now, in the order of ``ops``, and the memo entry of that moving set: [their
+        rates, (load, saturated) once a queue read asked for them]. Keyed on the steps and one string of their
+        moving flags (a step's flows are as many as its routes, so the string splits one way only)."""
         moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active_count]
         if not moving:
-            return [None] * len(self.ops)
-        key = tuple((id(op.steps[op.step]), op.active.tobytes()) for op in moving)
-        rates = self._moving_rates.get(key)
-        if rates is None:
+            return moving, [None, None]
+        key = (tuple(id(op.steps[op.step]) for op in moving),
+               np.concatenate([op.active for op in moving]).tobytes())
+        hit = self._moving_rates.get(key)
+        if hit is None:
             self.solves += 1
-            routes = np.concatenate([op.steps[op.step].routes for op in moving])
-            active = np.concatenate([op.active for op in moving])
-            ptr, res, w = self._route_table(len(self.network.routes) - 1)
-            rate = self._compiled.rates(routes, active.view(np.uint8), ptr, res, w)
-            ends = np.cumsum([len(op.active) for op in moving]).tolist()
-            rates = [rate[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+            hit = [self._solve_moving(moving), None]
             if len(self._moving_rates) >= _MEMO_LIMIT:
                 self._moving_rates.clear()
-            self._moving_rates[key] = rates
+            self._moving_rates[key] = hit
+        return moving, hit
+
+    def _solve_moving(self, moving: list[FabricOp]) -> list[np.ndarray]:
+        """Each moving op's flows' max-min rates (0 for a flow not moving): :meth:`FlowEngine._flow_rates`'s
+        solve, compiled where it is built."""
+        if self._compiled is None:
+            rates = []
+            routes = np.sort(np.concatenate([op.steps[op.step].routes[op.active] for op in moving]))
+            unique, per_flow = self._solve(routes)
+            for op in moving:
+                rate = np.zeros(len(op.active))
+                rate[op.active] = per_flow[np.searchsorted(unique, op.steps[op.step].routes[op.active])]
+                rates.append(rate)
+            return rates
+        routes = np.concatenate([op.steps[op.step].routes for op in moving])
+        active = np.concatenate([op.active for op in moving])
+        ptr, res, w = self._route_table(len(self.network.routes) - 1)
+        rate = self._compiled.rates(routes, active.view(np.uint8), ptr, res, w)
+        ends = np.cumsum([len(op.active) for op in moving]).tolist()
+        return [rate[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+
+    def _flow_rates(self) -> list[np.ndarray | None]:
+        moving, (rates, _) = self._moving()
+        if not moving:
+            return [None] * len(self.ops)
         of = dict(zip(map(id, moving), rates))
         return [of.get(id(op)) for op in self.ops]
 
@@ -158,11 +180,14 @@ class ChainFlowEngine(FlowEngine):
         q = self.queues
         assert q is not None
         self.queue_asks += 1
-        moving = [(o, rate) for o, rate in zip(self.ops, self._flow_rates()) if rate is not None]
-        if not any(o is not op for o, _ in moving):
+        ops, hit = self._moving()
+        if not any(o is not op for o in ops):
             return None
-        load = q.load([(o.steps[o.step], rate) for o, rate in moving])
-        full = q.saturated(load)
+        if hit[1] is None:  # the load and its saturated resources: a function of the moving set, as its rates
+            load = q.load([(o.steps[o.step], rate) for o, rate in zip(ops, hit[0])])
+            hit[1] = (load, q.saturated(load))
+        load, full = hit[1]
+        moving = zip(ops, hit[0])
         res, _, flow, _ = q.entries(step)
         mine = res[needed[flow]]
         hot = np.zeros(len(full), dtype=bool)
