@@ -46,16 +46,27 @@ class CompiledRingOp(RingOp):
     """:class:`RingOp` with :meth:`move` and :meth:`horizon_ns` in one compiled call each
     (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays)."""
 
-    __slots__ = ()
+    __slots__ = ("busy_moved",)
+
+    def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
+        super().__init__(steps, send_buffer)
+        self.busy_moved = True  # the ranks busy in it may have changed since the engine last looked
+
+    def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
+        super().begin(which, extra_wait_ns)
+        self.busy_moved = True  # connections ready: a last chunk within its send buffer is written
 
     def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
         self._remaining = None
-        went, count = ring_move(self.chunk, self.left, self.wait, self.ready.view(np.uint8),
-                                self.active.view(np.uint8), self.next_ready.view(np.uint8), self.next_wait,
-                                rate if self.active_count else None, dt_ns, self._done)
+        went, count, written = ring_move(self.chunk, self.left, self.wait, self.ready.view(np.uint8),
+                                         self.active.view(np.uint8), self.next_ready.view(np.uint8),
+                                         self.next_wait, rate if self.active_count else None, dt_ns, self._done,
+                                         self.count - 1, self.send_buffer)
         self.active_count = count
         if went:
             self.done = bool(np.all(self.chunk >= self.count))
+        if went or written:  # busy_ranks reads the chunks, the ready flags and the last chunks' bytes left
+            self.busy_moved = True
         return went
 
     def horizon_ns(self, rate: np.ndarray | None) -> float:
@@ -76,9 +87,35 @@ class ChainFlowEngine(FlowEngine):
             if MovingRates is not None and self.compiled_solve else None
         # a path without a queue waits 0.0 only where every rate is positive (0 / 0 would be nan)
         self._zero_waits_known = bool(np.all(self.capacity > 0))
+        self.changed: set[int] = set()  # ids of the ops whose busy ranks may have changed (the player clears it)
         self.solves = 0  # max-min solves run (the memo's misses)
         self.queue_asks = 0  # queue reads asked for (a chunk starting, a step entering, with queues on)
         self.queue_reads = 0  # of them, the reads that built the queues (the others were known to be 0.0)
+
+    # ---- ops --------------------------------------------------------------------------------------------
+    def start(self, steps) -> FabricOp:
+        op = super().start(steps)
+        self.changed.add(id(op))
+        return op
+
+    def advance(self, dt_ns: float) -> None:
+        """:meth:`FlowEngine.advance`, noting the ops whose busy ranks may have changed (:attr:`changed`: the
+        player asks only those): a ring that says so (:class:`CompiledRingOp`; any other ring always), a
+        lock-step op whose step, latency, count of moving flows or end changed (its busy ranks are its last
+        step's flows still above their done threshold, which leave the moving ones in the same advance)."""
+        before = [None if isinstance(op, RingOp) else (op.step, op.latency_ns > 0, op.active_count, op.done)
+                  for op in self.ops]
+        super().advance(dt_ns)
+        changed = self.changed
+        for op, was in zip(self.ops, before):
+            if was is None:
+                if not isinstance(op, CompiledRingOp):
+                    changed.add(id(op))
+                elif op.busy_moved:
+                    changed.add(id(op))
+                    op.busy_moved = False
+            elif was != (op.step, op.latency_ns > 0, op.active_count, op.done):
+                changed.add(id(op))
 
     # ---- rates ----------------------------------------------------------------------------------------
     def _moving(self) -> tuple[list[FabricOp], list]:

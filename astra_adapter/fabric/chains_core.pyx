@@ -17,13 +17,15 @@ cdef double _THROUGH = 1e-6  # chains.RingOp: a wait at most this is over
 
 def ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned char[::1] ready,
               unsigned char[::1] active, const unsigned char[::1] next_ready, double[::1] next_wait,
-              rate, double dt_ns, double done_bytes):
+              rate, double dt_ns, double done_bytes, int64_t last, const double[::1] send_buffer):
     """:meth:`RingOp.move`'s arithmetic in place (``rate``: None or the connections' rates): returns (whether
-    some connection finished a chunk, the count of moving connections after). ``active`` is refreshed."""
+    some connection finished a chunk, the count of moving connections after, whether a connection on its
+    ``last`` chunk got within its ``send_buffer`` - its sender's last send is written then). ``active`` is
+    refreshed."""
     cdef Py_ssize_t i, n = chunk.shape[0]
     cdef double[::1] r
     cdef bint moved = rate is not None
-    cdef bint went = False
+    cdef bint went = False, written = False
     cdef Py_ssize_t count = 0
     cdef double x
     if moved:
@@ -36,7 +38,10 @@ def ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned c
             x = next_wait[i] - dt_ns
             next_wait[i] = x if x > 0.0 else 0.0
         if moved and active[i]:
-            left[i] = left[i] - r[i] * dt_ns
+            x = left[i]
+            left[i] = x - r[i] * dt_ns
+            if chunk[i] == last and x > send_buffer[i] and not left[i] > send_buffer[i]:
+                written = True
         if ready[i] and wait[i] <= _THROUGH and left[i] <= done_bytes:
             chunk[i] += 1
             ready[i] = 0
@@ -44,7 +49,7 @@ def ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned c
             went = True
         active[i] = ready[i] and wait[i] <= _THROUGH and left[i] > done_bytes
         count += active[i]
-    return went, count
+    return went, count, written
 
 
 def ring_horizon(const unsigned char[::1] ready, const unsigned char[::1] active, const double[::1] wait,
