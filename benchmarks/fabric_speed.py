@@ -14,7 +14,7 @@ the problem's size: ranks, trace nodes, the flows the model plays per draw, link
 ``--in-process`` also runs the estimate in this process with the trace read and the model timed apart, and
 counts the flows (one play's worth: every op's schedule steps).
 
-``--play flat,flat-numpy,reference`` instead plays one draw (``--draw K`` of the ECMP hash, -1: the expected share) in this
+``--play flat,flat-one,flat-numpy,reference`` instead plays one draw (``--draw K`` of the ECMP hash, -1: the expected share) in this
 process on each engine in turn, side by side, each under a CPU-time cap (``--cpu-cap S``): the ET read and the
 trace's compile timed apart, then per engine its CPU and wall time, the load average, the events and max-min
 solves it ran, and the iteration - or, stopped at the cap, how many of the trace's nodes it had done.
@@ -119,6 +119,9 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
     class NumpyFlatFlowEngine(FlatFlowEngine):
         compiled_solve = False  # the flat engine with its rate solve in numpy, not fairshare_core
 
+    class OneSolveFlatFlowEngine(FlatFlowEngine):
+        by_component = False  # the compiled solve of every moving flow at once (before the per-component solve)
+
     class Stop(Exception):
         pass
 
@@ -127,7 +130,8 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
 
     signal.signal(signal.SIGXCPU, stop)
     for name in engines:
-        engine = {"flat": FlatFlowEngine, "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](net)
+        engine = {"flat": FlatFlowEngine, "flat-one": OneSolveFlatFlowEngine, "flat-numpy": NumpyFlatFlowEngine,
+                  "reference": FlowEngine}[name](net)
         player = FabricPlayer(trace, engine, compiled)
         events = [0]
         advance = player.advance
@@ -148,9 +152,13 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
                       f"({100 * player.done / player.total:.1f}%)")
         finally:
             resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-        print(f"{name}: {time.process_time() - c:.1f} s CPU, {time.perf_counter() - w:.1f} s wall, load "
-              f"{load:.1f}/{os.getloadavg()[0]:.1f}; {events[0]} events, "
-              f"{getattr(engine, 'solves', len(engine._rates))} max-min solves; "
+        solve = getattr(engine, "_compiled", None)
+        parts = f" ({solve.components_solved} components solved, {solve.components_kept} kept)" \
+            if solve is not None and solve.by_component else ""
+        cpu = time.process_time() - c
+        print(f"{name}: {cpu:.1f} s CPU, {time.perf_counter() - w:.1f} s wall, load "
+              f"{load:.1f}/{os.getloadavg()[0]:.1f}; {events[0]} events ({1e3 * cpu / max(events[0], 1):.3f} ms CPU "
+              f"an event), {getattr(engine, 'solves', len(engine._rates))} max-min solves{parts}; "
               f"{status}", flush=True)
 
 
@@ -186,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the trace read and the model apart in this process, and count the flows")
     parser.add_argument("--ecmp-samples", type=int, help="in process: ECMP hash draws (default: the CLI's)")
     parser.add_argument("--play", help="instead: one play in process on these engines, side by side "
-                        "(comma-separated: flat, flat-numpy: its solve not compiled, reference)")
+                        "(comma-separated: flat, flat-one: its compiled solve not per component, "
+                        "flat-numpy: its solve not compiled, reference)")
     parser.add_argument("--draw", type=int, default=0, help="--play: the ECMP hash draw (-1: the expected share)")
     parser.add_argument("--cpu-cap", type=float, default=600.0, help="--play: CPU seconds per engine at most")
     args = parser.parse_args(argv)

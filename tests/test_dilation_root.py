@@ -113,3 +113,18 @@ def test_a_wire_link_is_never_faster_than_its_bytes_at_the_rate(tmp_path: Path) 
         assert stages and all(stage.rate_bps == 100 * 10**6 for stage in stages)
     finally:
         service.down(info.name)
+
+
+def test_the_probe_measures_what_a_wake_up_costs() -> None:
+    """`auto`'s wake-up probe on a live 2-host testbed: its replay's records give a cost per iteration start
+    and compute end of the slowest rank (a figure >= 0, whatever the load)."""
+    from genie.services import host_probe
+    from genie.services.placement import placements_for
+
+    topology = star(2, shape=LinkShape(rate_bps=10 * GBIT, delay_us=5.0))
+    info = service.up(topology, name=f"{RUN}-wake", links=LinkModel.WIRE)
+    try:
+        wake_us = host_probe._wake_us(placements_for(info, 2), info.name, 0.0)
+        assert wake_us is not None and wake_us >= 0.0
+    finally:
+        service.down(info.name)

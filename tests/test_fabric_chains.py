@@ -167,12 +167,16 @@ class _CheckedEngine(FlowEngine):
     def horizon_ns(self) -> float:
         for op in self.ops:
             if isinstance(op, RingOp):
-                k = np.minimum(op.chunk, op.count - 1)
-                rows = np.arange(len(k))
                 on = op.chunk < op.count
-                fresh = np.where(op.ready, op.left, np.where(on, op.sizes[k, rows], 0.0)) + \
-                    np.where(on, op.after[k, rows], 0.0)
-                assert np.array_equal(op.remaining_bytes(), fresh)
+                fresh = np.zeros(len(op.chunk))
+                for c in np.flatnonzero(on).tolist():  # the chunk's rest, then each later chunk its sender has
+                    k = int(op.chunk[c])
+                    fresh[c] = op.left[c] if op.ready[c] else op.sizes[k, c]
+                    upstream = op.count if op.pred[c] < 0 else int(op.chunk[op.pred[c]])  # chunks delivered into it
+                    for j in range(k + 1, op.count):
+                        if upstream >= j:
+                            fresh[c] += op.sizes[j, c]
+                assert np.allclose(op.remaining_bytes(), fresh, rtol=1e-12, atol=1e-6)
                 written = (op.chunk == op.count - 1) & op.ready & (op.left <= op.send_buffer)
                 first = op.steps[0]
                 assert op.busy_ranks() == set(first.dst[on].tolist()) | set(first.src[on & ~written].tolist())
@@ -209,3 +213,40 @@ def test_a_ring_s_kept_answers_are_its_state_s_at_every_event_of_a_random_mix(se
                             FabricParams(standing_queues=True, ring_chains=True))
     play_on_fabric(merged, engine)
     assert engine.checked > 100  # rings were in flight at many events
+
+
+def test_a_ring_queues_only_the_chunks_its_sender_has_the_data_for() -> None:
+    # a 2-rank ring all-reduce 0 <-> 2 across the dumbbell's fabric link; 1 ms in, a 512 B message 1 -> 3 meets
+    # the queue 0 -> 2 keeps on sw0 -> sw1. Rank 0 has only its first chunk's data (its second comes with 2 -> 0's
+    # first chunk), so that queue is the first chunk's rest: a sender writes only the data it holds. With chunks
+    # larger than a window the queue is the window, as before.
+    def probe_ns(size_bytes: int) -> tuple[float, float]:
+        engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+        ring = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, size_bytes), (0, 2)))
+        assert isinstance(ring, RingOp) and ring.count == 2
+        t = 0.0
+        while t < 1e6:
+            dt = min(engine.horizon_ns(), 1e6 - t)
+            engine.advance(dt)
+            t += dt
+        chunk_left = size_bytes / 2 * WIRE_BYTES_PER_PAYLOAD_BYTE - 1e6 * FABRIC_BYTES_PER_NS
+        probe = engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 512), (1, 3)))
+        t = 0.0
+        while engine.busy_ranks(probe) != set():  # to the probe's end (None: all its ranks still in it); a
+            # done ring leaves the engine, as in a play
+            for op in [o for o in engine.ops if o.done and o is not probe]:
+                engine.remove(op)
+            dt = engine.horizon_ns()
+            engine.advance(dt)
+            t += dt
+        return t, chunk_left
+
+    queue_ns = window_bytes() / FABRIC_BYTES_PER_NS
+    small, chunk_left = probe_ns(2_000_000)  # chunks of ~1 MB: less than a window (3 MiB)
+    assert chunk_left < window_bytes()
+    # the wait behind the chunk's rest, then the message itself (512 B, a few microseconds at its share)
+    assert small == pytest.approx(chunk_left / FABRIC_BYTES_PER_NS, rel=0.01)
+    assert small < 0.6 * min(2 * chunk_left, window_bytes()) / FABRIC_BYTES_PER_NS  # not both chunks' bytes
+    large, chunk_left = probe_ns(40_000_000)  # chunks of ~20 MB: the window stands
+    assert chunk_left > window_bytes()
+    assert large == pytest.approx(queue_ns, rel=0.01)

@@ -1,9 +1,9 @@
-"""The flat flow engine (astra_adapter.fabric.flat_flows) gives the reference FlowEngine's results, bit for bit
-(pure; small cases): random sets of concurrent collectives on a 3-tier fabric, whole plays of real-shaped traces
-(uneven MoE, pipeline with data parallelism) with and without ECMP hash draws, flow contention, message overhead
-and endpoint delay, and with standing queues (random sets of collectives, random job mixes on random placements
-of an oversubscribed leaf-spine); and the compacting max-min solve gives the reference solve's rates on random
-incidences."""
+"""The flat flow engine (astra_adapter.fabric.flat_flows), with one max-min solve of every moving flow, gives the
+reference FlowEngine's results, bit for bit (pure; small cases): random sets of concurrent collectives on a 3-tier
+fabric, whole plays of real-shaped traces (uneven MoE, pipeline with data parallelism) with and without ECMP hash
+draws, flow contention, message overhead and endpoint delay, and with standing queues (random sets of collectives,
+random job mixes on random placements of an oversubscribed leaf-spine); and the compacting max-min solve gives the
+reference solve's rates on random incidences."""
 
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ from benchmarks.fabric_accuracy import three_tier
 
 PARAMS = [FabricParams(), FabricParams(flow_contention=0.05),
           FabricParams(message_overhead_ns=3000.0, endpoint_delay_ns=20000.0)]
+
+
+@pytest.fixture(autouse=True)
+def _one_solve(monkeypatch):
+    """Bit for bit holds for the one max-min solve of every moving flow (numpy, or compiled where it is built);
+    the compiled per-component solve, the estimate's default, agrees to a tolerance: test_fabric_rates_compiled."""
+    monkeypatch.setattr(FlatFlowEngine, "by_component", False)
 
 
 def small_fabric():

@@ -1,31 +1,44 @@
-"""The flat engine's compiled rate solve (astra_adapter/fabric/fairshare_core.pyx) gives the numpy path's rates bit
-for bit: random sets of moving flows on 3-tier fabrics (expected ECMP shares and hash draws, with and without flow
-contention, flows repeated on one route, flows that ended), and whole plays of the flat engine with and without
-it (pure)."""
+"""The flat engine's compiled rate solve (astra_adapter/fabric/fairshare_core.pyx), on random sets of moving flows on
+3-tier fabrics (expected ECMP shares and hash draws, with and without flow contention, flows repeated on one route,
+flows that ended) and whole plays (pure):
+
+- as one solve of every moving flow (``by_component=False``): the numpy path's rates, bit for bit;
+- per connected component, incrementally (the default): each component's rates bit for bit those the numpy solve
+  gives that component's flows alone, whatever the calls before it kept; within a relative 1e-9 of the one solve;
+  and whole plays (uneven MoE, random concurrent collectives, a pipeline with data parallelism) within a relative
+  1e-9 of the reference engine's times."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
 import pytest
 
-from genie.workloads.generators import TrainingConfig, expert_parallel
+from genie.workloads.generators import TrainingConfig, expert_parallel, pipeline_parallel
 from genie.workloads.presets import device_preset, model_preset
 
 from astra_adapter.fabric.fairshare import MovingRates
 from astra_adapter.fabric.flat_flows import FlatFlowEngine
-from astra_adapter.fabric.flows import FabricParams, FlowEngine
+from astra_adapter.fabric.flows import FabricParams, FlowEngine, run_concurrently
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.player import play_on_fabric
 from benchmarks.fabric_accuracy import three_tier
+from test_fabric_flat_engine import PARAMS, _random_ops
 
 pytestmark = pytest.mark.skipif(MovingRates is None and not os.environ.get("CI"),
                                 reason="astra_adapter.fabric.fairshare_core is not built (pip install -e . builds it)")
 
+REL = 1e-9  # the per-component solve against the one solve of every flow (the reference's)
+
 
 class NumpyFlatFlowEngine(FlatFlowEngine):
     compiled_solve = False
+
+
+class OneSolveFlatFlowEngine(FlatFlowEngine):
+    by_component = False
 
 
 def fabric():
@@ -47,21 +60,47 @@ def _numpy_rates(engine: FlowEngine, routes: np.ndarray, active: np.ndarray) -> 
     return rate
 
 
+def _components(engine: FlowEngine, routes: np.ndarray, active: np.ndarray) -> list[np.ndarray]:
+    """The moving flows grouped by connected component (flows joined where their routes load a common resource)."""
+    ptr, res, _ = engine._route_table(len(engine.network.routes) - 1)
+    parent = list(range(len(engine.capacity)))
+
+    def root(q: int) -> int:
+        while parent[q] != q:
+            q = parent[q]
+        return q
+
+    for r in set(routes[active].tolist()):
+        for q in res[ptr[r] + 1:ptr[r + 1]].tolist():
+            a, b = root(int(res[ptr[r]])), root(q)
+            if a != b:
+                parent[b] = a
+    groups: dict[int, list[int]] = {}
+    for f in np.flatnonzero(active).tolist():
+        r = int(routes[f])
+        groups.setdefault(root(int(res[ptr[r]])) if ptr[r + 1] > ptr[r] else -1 - f, []).append(f)
+    return [np.array(g) for g in groups.values()]
+
+
+def _random_flows(rng, network: FabricNetwork, flows: int) -> np.ndarray:
+    n = network.world_size
+    pairs = rng.integers(0, n, size=(flows, 2))
+    pairs[:, 1] = np.where(pairs[:, 0] == pairs[:, 1], (pairs[:, 1] + 1) % n, pairs[:, 1])
+    if flows:
+        pairs[rng.random(flows) < 0.3] = pairs[0]  # flows repeated on one route
+    return np.array([network.route(int(a), int(b)) for a, b in pairs], dtype=np.int64)
+
+
 @pytest.mark.parametrize("contention", [0.0, 0.05])
 @pytest.mark.parametrize("seed", [None, 3])
-def test_the_compiled_solve_gives_the_numpy_rates_bit_for_bit(contention, seed):
+def test_the_compiled_one_solve_gives_the_numpy_rates_bit_for_bit(contention, seed):
     network = FabricNetwork(fabric(), hash_seed=seed)
     engine = FlowEngine(network, FabricParams(flow_contention=contention))
-    solve = MovingRates(engine.capacity, contention)
+    solve = MovingRates(engine.capacity, contention, False)
     rng = np.random.default_rng(7)
-    n = network.world_size
     for _ in range(150):
         flows = int(rng.integers(0, 60))
-        pairs = rng.integers(0, n, size=(flows, 2))
-        pairs[:, 1] = np.where(pairs[:, 0] == pairs[:, 1], (pairs[:, 1] + 1) % n, pairs[:, 1])
-        if flows:
-            pairs[rng.random(flows) < 0.3] = pairs[0]  # flows repeated on one route
-        routes = np.array([network.route(int(a), int(b)) for a, b in pairs], dtype=np.int64)
+        routes = _random_flows(rng, network, flows)
         active = rng.random(flows) < 0.8
         want = _numpy_rates(engine, routes, active)
         ptr, res, w = engine._route_table(len(network.routes) - 1)
@@ -70,16 +109,109 @@ def test_the_compiled_solve_gives_the_numpy_rates_bit_for_bit(contention, seed):
         assert not got[~active].any()
 
 
-@pytest.mark.parametrize("params", [FabricParams(), FabricParams(flow_contention=0.05)])
-def test_a_moe_play_with_the_compiled_solve_is_the_numpy_one(params):
+@pytest.mark.parametrize("contention", [0.0, 0.05])
+@pytest.mark.parametrize("seed", [None, 3])
+def test_the_component_solve_gives_each_components_own_rates_bit_for_bit(contention, seed):
+    """Sequences as a play makes them: flows end one by one, groups of flows come and go, so most calls keep
+    some components' rates and solve the others; each component's rates must be the numpy solve of it alone."""
+    network = FabricNetwork(fabric(), hash_seed=seed)
+    engine = FlowEngine(network, FabricParams(flow_contention=contention))
+    solve = MovingRates(engine.capacity, contention)
+    rng = np.random.default_rng(11)
+    routes = _random_flows(rng, network, 0)
+    active = np.zeros(0, dtype=bool)
+    apart = 0
+    for _ in range(200):
+        change = int(rng.integers(0, 4))
+        if change == 0 or not active.any():  # a group of flows starts (a few hosts talking among themselves)
+            hosts = rng.choice(network.world_size, size=int(rng.integers(2, 5)), replace=False)
+            pairs = [(int(a), int(b)) for a in hosts for b in hosts if a != b and rng.random() < 0.7]
+            routes = np.concatenate([routes, np.array([network.route(a, b) for a, b in pairs], dtype=np.int64)])
+            active = np.concatenate([active, np.ones(len(pairs), dtype=bool)])
+        elif change == 1:  # a group leaves: its flows drop out of the arrays
+            keep = np.ones(len(routes), dtype=bool)
+            keep[int(rng.integers(0, len(routes))):][:int(rng.integers(1, 8))] = False
+            routes, active = routes[keep], active[keep]
+        else:  # flows end
+            moving = np.flatnonzero(active)
+            active = active.copy()
+            active[rng.choice(moving, size=min(len(moving), int(rng.integers(1, 3))), replace=False)] = False
+        ptr, res, w = engine._route_table(len(network.routes) - 1)
+        got = solve.rates(routes, active.view(np.uint8), ptr, res, w)
+        assert not got[~active].any()
+        for flows in _components(engine, routes, active):
+            alone = np.zeros(len(routes), dtype=bool)
+            alone[flows] = True
+            assert np.array_equal(got[flows], _numpy_rates(engine, routes, alone)[flows])
+        whole = _numpy_rates(engine, routes, active)
+        assert np.allclose(got, whole, rtol=REL, atol=0)
+        apart += len(_components(engine, routes, active)) > 1
+    assert apart > 50  # the sequences had several components to solve apart
+    assert solve.components_kept > 100 and solve.components_solved > 100  # both paths ran, many times
+
+
+def _close(got: float, want: float) -> bool:
+    return math.isclose(got, want, rel_tol=REL, abs_tol=1e-6)
+
+
+def _same_play(got, want) -> None:
+    """Two timelines of one trace: the same nodes on every rank, every start and end within REL; the per-rank
+    totals (whole ns) within REL or 1 ns of rounding."""
+    assert len(got.spans) == len(want.spans)
+    for g, w in zip(got.spans, want.spans):
+        assert [n for n, _, _ in g] == [n for n, _, _ in w]
+        assert all(_close(gs, ws) and _close(ge, we) for (_, gs, ge), (_, ws, we) in zip(g, w))
+    for g, w in zip(got.ranks, want.ranks):
+        for field in ("iteration_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "overlap_ns"):
+            a, b = getattr(g, field), getattr(w, field)
+            assert abs(a - b) <= max(1, REL * abs(b)), (field, a, b)
+
+
+def _moe(seed: int = 3, dp: int = 16):
     model = model_preset("mixtral-8x7b").with_overrides(num_layers=2)
-    trace = expert_parallel(model, device_preset("a100"), ep=8, dp=16,
-                            config=TrainingConfig(routing_skew=1.0, routing_seed=3))
+    return expert_parallel(model, device_preset("a100"), ep=8, dp=dp,
+                           config=TrainingConfig(routing_skew=1.0, routing_seed=seed))
+
+
+@pytest.mark.parametrize("params", [FabricParams(), FabricParams(flow_contention=0.05)])
+def test_a_moe_play_with_the_compiled_one_solve_is_the_numpy_one(params):
+    trace = _moe()
     network = FabricNetwork(fabric(), hash_seed=1)
-    compiled = FlatFlowEngine(network, params)
+    compiled = OneSolveFlatFlowEngine(network, params)
     assert compiled._compiled is not None
     want = play_on_fabric(trace, NumpyFlatFlowEngine(network, params))
     got = play_on_fabric(trace, compiled)
     assert got.ranks == want.ranks
     assert got.spans == want.spans
     assert compiled.solves > 10
+
+
+@pytest.mark.parametrize("params", PARAMS)
+@pytest.mark.parametrize("seed", [None, 2])
+def test_an_uneven_moe_play_by_component_is_the_references_within_a_tolerance(params, seed):
+    trace = _moe(seed=1)
+    network = FabricNetwork(fabric(), hash_seed=seed)
+    engine = FlatFlowEngine(network, params)
+    got = play_on_fabric(trace, engine)
+    _same_play(got, play_on_fabric(trace, FlowEngine(network, params)))
+    solve = engine._compiled
+    assert solve.components_kept > 0 and solve.components_solved > engine.solves  # solved apart, and kept
+
+
+@pytest.mark.parametrize("params", PARAMS)
+@pytest.mark.parametrize("seed", [None, 5])
+def test_random_concurrent_collectives_by_component_end_when_the_reference_says(params, seed):
+    rng = np.random.default_rng(3 if seed is None else seed)
+    network = FabricNetwork(fabric(), hash_seed=seed)
+    for _ in range(8):
+        ops = _random_ops(rng, network.world_size)
+        want = run_concurrently(FlowEngine(network, params), ops)
+        got = run_concurrently(FlatFlowEngine(network, params), ops)
+        assert len(got) == len(want) and all(_close(g, w) for g, w in zip(got, want))
+
+
+def test_a_pipeline_with_data_parallelism_by_component_plays_as_the_reference():
+    model = model_preset("gpt3-1.3b").with_overrides(num_layers=4)
+    trace = pipeline_parallel(model, device_preset("a100"), pp=4, dp=4, config=TrainingConfig(micro_batches=4))
+    network = FabricNetwork(fabric(), hash_seed=1)
+    _same_play(play_on_fabric(trace, FlatFlowEngine(network)), play_on_fabric(trace, FlowEngine(network)))

@@ -151,6 +151,31 @@ def test_repetition_times_read_the_spans_per_job() -> None:
 
 
 # ---- the fabric estimate ------------------------------------------------------------------------------------
+def test_a_job_s_mixed_time_is_the_median_of_its_repetitions_as_the_replay_reports_it() -> None:
+    # the replay reports the median of a job's iterations (genie.measure.mix.median_iteration_ns); the estimate
+    # takes the same statistic of its repetitions, per draw, then the mean over the draws: one short repetition
+    # (an iteration that fell into the other job's quiet phase) moves a mean, not the median
+    from types import SimpleNamespace
+
+    from astra_adapter.fabric.mix import _rep_medians
+
+    merged, mix = merge_jobs([ddp(1)], ["a"], [(0,)], [5], [0])
+    ids = [n.id for n in merged.ranks[0].nodes if n.id]  # two nodes per repetition (stride 3)
+
+    def timeline(durations: list[float]) -> SimpleNamespace:
+        spans, t = [], 0.0
+        for k, d in enumerate(durations):
+            spans += [(ids[2 * k], t, t + d / 2), (ids[2 * k + 1], t + d / 2, t + d)]
+            t += d
+        return SimpleNamespace(spans=[tuple(spans)])
+
+    (value, count), = _rep_medians(mix, [timeline([100.0, 100.0, 40.0, 100.0, 100.0])], 1, mixed=True)
+    assert value == 100.0 and count == 5  # the mean would be 88
+    (value, count), = _rep_medians(mix, [timeline([100.0, 100.0, 40.0, 100.0, 100.0]),
+                                         timeline([10.0, 50.0, 60.0, 70.0, 80.0])], 1, mixed=True)
+    assert value == 80.0 and count == 10  # each draw's median (100, 60), then their mean
+
+
 def test_the_fabric_sees_spread_jobs_meet_and_packed_jobs_not() -> None:
     from astra_adapter.fabric.mix import estimate_mix, rank_placements
 

@@ -187,15 +187,17 @@ def test_the_real_cluster_benchmark_meets_its_met_targets():
     from benchmarks.real_clusters import evaluate
 
     overall = evaluate()["overall"]
-    # measured 2026-12-04 21:25 UTC on the 42-case corpus: sizes < 64 KiB 3.32 % (target 10, met); sizes >= 64 KiB
-    # 5.83 % (target 5), collectives 11.97 % (target 10) and scale 10.69 % (target 10; 9.98 % before the ALCF Polaris
-    # case joined the corpus, whose dragonfly's global taper a topology file cannot describe) miss and are reported
-    # in benchmarks/README.md. The met target is asserted; the missed ones are held at today's figures (rounded up
-    # to the next 0.1 %) so that no change makes them worse unnoticed
+    # measured 2026-12-05 00:10 UTC on the 42-case corpus with session 20's rules (the tree's raised intra-node
+    # bandwidth on 2 nodes, Ring/LL's channel cut inside a node, a tree call along the slowest way up the tree NCCL
+    # builds, and a call one host thread launches on several GPUs (nccl-tests -g N) timed as max(host floor, GPU
+    # time)): sizes < 64 KiB 3.62 % (target 10, met) and scale 9.24 % (target 10, met; 10.69 at the session's
+    # start); sizes >= 64 KiB 5.62 % (target 5; 5.83 at the start) and collectives 10.36 % (target 10; 11.97 at
+    # the start) miss and are reported in benchmarks/README.md. The met targets are asserted; the missed ones are
+    # held at the session's figures (rounded up to the next 0.1 %) so that no change makes them worse unnoticed
     assert overall["sizes_ends_lt_64k_pct"] <= 10.0
-    assert overall["sizes_ends_ge_64k_pct"] <= 5.9
-    assert overall["collectives_pct"] <= 12.0
-    assert overall["scale_pct"] <= 10.7
+    assert overall["scale_pct"] <= 10.0
+    assert overall["sizes_ends_ge_64k_pct"] <= 5.7
+    assert overall["collectives_pct"] <= 10.4
 
 
 def test_genie_estimate_with_an_nccl_calibration_explains_each_op(tmp_path):
@@ -303,3 +305,34 @@ def test_genie_beats_astra_sims_validated_h100_config_on_every_single_node_h100_
         # same real sweeps its analytical backends, run through genie's drop-in, read 13-79 %
         assert row["genie_3_sizes_pct"] < 9.69, row
         assert row["genie_3_sizes_pct"] < min(row["astra_unaware_pct"], row["astra_aware_pct"]), row
+
+
+def test_ring_ll_inside_a_node_takes_its_kept_channels_share_and_fills_at_the_full_rate():
+    from astra_adapter.nccl.model import TIMING_VERSION, cut_with_fill, fitted_system
+    from astra_adapter.nccl.tuning import call_latency_us, table_entry
+
+    params = nominal_params(H100)
+    calls = [Call(Collective.ALL_REDUCE, 8, 1, size) for size in (32 << 10, 64 << 10)]
+    one, two = (predict(H100, params, c) for c in calls)
+    # NCCL keeps a Ring/LL channel per 512 threads x 8 B x 8 ranks = 32 KiB: 1 and 2 of the node's 24 channels
+    assert (one.choice.protocol, one.choice.channels, two.choice.channels) == (NcclProtocol.LL, 1, 2)
+    system = fitted_system(tuner_system(H100, nodes=1, ranks_per_node=8), H100, params)
+    assert system.version == TIMING_VERSION and system.comm_channels == 24
+    entry = table_entry(system, Collective.ALL_REDUCE, NcclAlgorithm.RING, NcclProtocol.LL)
+    us_per_byte = 1 / (1000.0 * entry.algbw_gb_s)
+    fixed = params.launch_us + call_latency_us(system, Collective.ALL_REDUCE, entry, 32 << 10)
+    # each kept channel carries the same bytes (32 KiB at 1/24 of LL's rate), the fill the call's own at the full
+    assert one.time_us == pytest.approx(fixed + (32 << 10) * us_per_byte * (24 + 1))
+    assert two.time_us - one.time_us == pytest.approx((32 << 10) * us_per_byte)
+    # between nodes (the network proxy forwards LL's steps) and for Tree/LL the cut is not applied; Simple takes it
+    far = Call(Collective.ALL_REDUCE, 16, 2, 32 << 10)
+    ring_ll = table_entry(system, Collective.ALL_REDUCE, NcclAlgorithm.RING, NcclProtocol.LL)
+    tree_ll = table_entry(system, Collective.ALL_REDUCE, NcclAlgorithm.TREE, NcclProtocol.LL)
+    simple = table_entry(system, Collective.ALL_REDUCE, NcclAlgorithm.RING, NcclProtocol.SIMPLE)
+    assert cut_with_fill(1.0, 0.5, ring_ll, far, params, 1) == cut_with_fill(1.0, 1.0, ring_ll, far, params, 1)
+    assert cut_with_fill(1.0, 0.5, tree_ll, calls[0], params, 1) == cut_with_fill(1.0, 1.0, tree_ll, calls[0],
+                                                                                 params, 1)
+    assert cut_with_fill(1.0, 0.5, ring_ll, calls[0], params, 1) > cut_with_fill(1.0, 1.0, ring_ll, calls[0],
+                                                                                params, 1)
+    assert cut_with_fill(1.0, 0.5, simple, far, params, 1) == pytest.approx(
+        2 * cut_with_fill(1.0, 1.0, simple, far, params, 1))

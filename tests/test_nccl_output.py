@@ -102,7 +102,8 @@ def test_two_h100_nodes_with_srun_labels():
     (table,) = _parse(H100_TWO_NODES).tables
     assert (table.collective, table.ranks, len(table.rows)) == (Collective.ALL_REDUCE, 16, 3)
     assert table.nodes() == ("node005", "node007") and table.ranks_per_node() == 8
-    assert table.devices[8] == NcclDevice(8, "node007", 0, "NVIDIA H100 80GB HBM3")
+    assert table.devices[8] == NcclDevice(8, "node007", 0, "NVIDIA H100 80GB HBM3", 291008)
+    assert table.gpus_per_thread == 1  # a process per GPU (srun)
     assert table.title == "(B) Two nodes (node005 + node007), 16 ranks" and table.nccl_version == ""
     first = table.rows[0]
     assert (first.size_bytes, first.count, first.dtype, first.redop, first.root) == (8388608, 2097152, "float", "sum", -1)
@@ -199,7 +200,8 @@ def test_genie_table_reads_back(collective, layout):
     (table,) = parse_nccl_tests(text.encode(), source="genie-bench.out").tables
     assert (table.collective, table.ranks, table.first_line) == (collective, 4, 12 + bool(layout.get("per_iteration")))
     assert table.nodes() == ("host0", "host1") and table.ranks_per_node() == 2
-    assert table.devices[3] == NcclDevice(3, "host1", 0, "genie rank (netns g-h)") and table.nccl_version == ""
+    assert table.devices[3] == NcclDevice(3, "host1", 0, "genie rank (netns g-h)", 103) and table.nccl_version == ""
+    assert table.gpus_per_thread == 1  # the header says nGpus 1 (a genie rank is one process)
     _assert_read_back(table, oop, ip, root=root)
 
 
@@ -271,7 +273,8 @@ def test_release_2_11_layout():
     (table,) = _parse(text, "all_gather_perf.out").tables
     assert (table.collective, table.ranks, table.ranks_per_node()) == (Collective.ALL_GATHER, 8, 8)
     assert (table.rows[0].redop, table.rows[0].root, table.rows[0].count) == ("none", -1, 128)
-    assert table.devices[7] == NcclDevice(7, "dgx-01", 7, "Tesla V100-SXM2-32GB")
+    assert table.devices[7] == NcclDevice(7, "dgx-01", 7, "Tesla V100-SXM2-32GB", 12345)
+    assert table.gpus_per_thread == 8  # nThread 1 nGpus 8: one thread launches on the 8 GPUs
 
 
 def test_current_preamble_names_the_collective_and_version():

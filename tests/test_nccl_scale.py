@@ -16,6 +16,7 @@ from astra_adapter.nccl.calibration_io import calibration_json, parse_calibratio
 from astra_adapter.nccl.fit import Observation, fit
 from astra_adapter.nccl.hardware import Cluster, CpuVendor, Interconnect, NicPath, tuner_system
 from astra_adapter.nccl.model import Call, NcclParams, nominal_params, predict
+from astra_adapter.nccl.trees import TreePattern
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, TreeLevels, enabled, table_entry, tuner_table
 from tests.cli_support import run_genie
 
@@ -55,12 +56,78 @@ def test_the_tuner_counts_the_floor_of_log2_but_540_nodes_build_10_levels():
 
 def test_a_tree_call_on_540_nodes_takes_a_level_more_than_on_512():
     # NCCL's tuner picks the same Tree/LL on 512 and 540 nodes (log2i: 9 both); the tree it builds on 540 is
-    # 10 levels deep, a network hop more each way: 2 x NCCL's Tree/LL network latency (5 us in 2.23's table)
+    # 10 levels deep, a network hop more each way (NCCL's Tree/LL network latency, 5 us in 2.23's table), and
+    # on an A100 node (the balanced pattern) the extra level enters a node's second GPU: an NVLink hop (0.6 us)
     params = nominal_params(A100X4)
     small = {n: predict(A100X4, params, Call(Collective.ALL_REDUCE, 4 * n, n, 1024)) for n in (512, 540)}
     assert small[512].choice.algorithm is small[540].choice.algorithm is NcclAlgorithm.TREE
     assert small[540].choice.protocol is NcclProtocol.LL
-    assert small[540].time_us - small[512].time_us == pytest.approx(2 * 5.0, rel=0.02)
+    assert small[540].time_us - small[512].time_us == pytest.approx(2 * (5.0 + 0.6), rel=0.02)
+
+
+def _btree_ways(nodes: int) -> set[tuple[int, int]]:
+    """Every node's (levels, child-0 links) to the root, walked from NCCL's parent rule (src/graph/trees.cc): a
+    rank below its parent is its child 0."""
+    ways = set()
+    for rank in range(1, nodes):
+        hops = zeros = 0
+        r = rank
+        while r:
+            bit = r & -r
+            up = (r ^ bit) | (bit << 1)
+            up = up if up < nodes else r ^ bit
+            hops, zeros, r = hops + 1, zeros + (r < up), up
+        ways.add((hops, zeros))
+    return ways
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 5, 8, 16, 100, 257, 540])
+def test_the_slowest_way_up_the_built_tree_is_its_deepest_with_the_most_child_0_links(nodes):
+    from astra_adapter.nccl.trees import btree_paths, tree_way_us
+
+    ways = _btree_ways(nodes)
+    assert max(h for h, _ in btree_paths(nodes)) == _btree_depth(nodes)
+    for intra, inter in ((0.6, 5.0), (4.0, 14.0), (1.0, 0.5)):
+        slowest = max(h * inter + z * intra for h, z in ways)
+        assert tree_way_us(nodes, intra, inter, TreePattern.BALANCED) == pytest.approx(slowest)
+        assert tree_way_us(nodes, intra, inter, TreePattern.TREE) == pytest.approx(_btree_depth(nodes) * inter)
+        assert tree_way_us(nodes, intra, inter, TreePattern.SPLIT) == pytest.approx(
+            _btree_depth(nodes) * (inter + intra))
+    # the root's one child is its child 1: 2 nodes cross no extra NVLink hop; 16 nodes cross 3
+    assert btree_paths(2) == ((1, 0),) and btree_paths(16) == ((4, 3),)
+
+
+def test_nccls_search_builds_the_balanced_tree_but_with_one_gpu_a_node_and_on_volta_in_2_8():
+    from astra_adapter.nccl.trees import tree_pattern
+
+    # src/init.cc, src/graph/search.cc per release: the balanced pattern first; 2.8/2.9 the plain one on 2 nodes
+    # and the split one before Ampere; one GPU a node the plain one
+    assert tree_pattern((2, 21), 80, 4, 540) is TreePattern.BALANCED
+    assert tree_pattern((2, 23), 70, 4, 32) is TreePattern.BALANCED
+    assert tree_pattern((2, 8), 70, 4, 32) is TreePattern.SPLIT
+    assert tree_pattern((2, 8), 70, 4, 2) is TreePattern.TREE
+    assert tree_pattern((2, 8), 80, 8, 16) is TreePattern.BALANCED
+    assert tree_pattern((2, 23), 90, 8, 16) is TreePattern.BALANCED
+    assert tree_pattern((2, 23), 80, 1, 16) is TreePattern.TREE
+
+
+def test_a_balanced_tree_enters_a_node_on_its_second_gpu_for_a_child_0():
+    from astra_adapter.nccl.model import fitted_system
+
+    cluster = replace(A100X4, nodes=16, nccl_version="2.21.5")
+    nominal = tuner_system(cluster)
+    fitted = fitted_system(nominal, cluster, nominal_params(cluster))
+    plain = replace(fitted, tree_pattern=TreePattern.TREE)
+    lat = {s.tree_pattern: table_entry(s, Collective.ALL_REDUCE, NcclAlgorithm.TREE, NcclProtocol.LL).latency_us
+           for s in (fitted, plain)}
+    # 16 nodes: 4 levels, 3 of them into a child 0, up and down: 6 NVLink hops of Tree/LL's 0.6 us
+    assert fitted.tree_pattern is TreePattern.BALANCED
+    assert lat[TreePattern.BALANCED] - lat[TreePattern.TREE] == pytest.approx(2 * 3 * 0.6)
+    # the tuner decides with NCCL's own formula whatever the pattern
+    assert nominal.tree_levels is TreeLevels.TUNER
+    assert table_entry(replace(nominal, tree_pattern=TreePattern.BALANCED), Collective.ALL_REDUCE,
+                       NcclAlgorithm.TREE, NcclProtocol.LL) == table_entry(nominal, Collective.ALL_REDUCE,
+                                                                           NcclAlgorithm.TREE, NcclProtocol.LL)
 
 
 def test_a_tree_holds_a_whole_slice_on_each_network_hop_of_its_levels():

@@ -83,7 +83,8 @@ class ChainFlowEngine(FlowEngine):
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
         super().__init__(network, params, sends)
-        self._compiled = MovingRates(self.capacity, params.flow_contention) \
+        # one solve of every moving flow (by_component False): the reference's floats
+        self._compiled = MovingRates(self.capacity, params.flow_contention, False) \
             if MovingRates is not None and self.compiled_solve else None
         # a path without a queue waits 0.0 only where every rate is positive (0 / 0 would be nan)
         self._zero_waits_known = bool(np.all(self.capacity > 0))

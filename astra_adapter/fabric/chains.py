@@ -47,7 +47,7 @@ class RingOp:
     ``active`` per connection. ``steps``: the op's :class:`astra_adapter.fabric.flows.StepFlows`."""
 
     __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "chunk", "wait", "ready",
-                 "next_ready", "next_wait", "pred", "sizes", "after", "latencies", "count", "send_buffer", "_index",
+                 "next_ready", "next_wait", "pred", "sizes", "before", "latencies", "count", "send_buffer", "_index",
                  "_remaining", "_done", "_busy_key", "_busy")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
@@ -59,8 +59,9 @@ class RingOp:
         self.step = 0
         self.count = len(steps)  # chunks per connection
         self.sizes = np.array([s.wire_bytes for s in steps])  # [chunk, connection]
-        # per chunk and connection: what the connection still sends after that chunk (its queue's reserve)
-        self.after = np.concatenate((np.cumsum(self.sizes[::-1], axis=0)[::-1][1:], np.zeros((1, n))))
+        # per chunk and connection: the bytes of the chunks before it (what the connection has sent when it starts
+        # that chunk); with a column of totals, the bytes up to any chunk a sender has the data for
+        self.before = np.concatenate((np.zeros((1, n)), np.cumsum(self.sizes, axis=0)))
         self.latencies = np.array([s.latency_ns for s in steps])
         # per connection, the bytes its socket holds (genie.core.tcp_window.send_buffer_bytes, on the wire's scale):
         # the sender leaves once its last chunk is written and no more than this of it is still to arrive
@@ -169,13 +170,18 @@ class RingOp:
         return self._busy
 
     def remaining_bytes(self) -> np.ndarray:
-        """Per connection, what it still sends: the rest of its chunk and its later chunks (what TCP keeps in
-        flight is bounded by it, astra_adapter.fabric.queues)."""
+        """Per connection, what its sender has to send now: the rest of its chunk and the later chunks whose data
+        it already has (chunk ``j`` once the connection into the sender has delivered chunk ``j - 1``). What TCP
+        keeps in flight is bounded by it (astra_adapter.fabric.queues): a sender writes only data it holds, so a
+        ring whose chunks are smaller than a window keeps at most a chunk or two queued, not a window (the
+        replay's 4.7 MB DDP bucket beside the spread TP job, benchmarks/README.md "Job mixes")."""
         if self._remaining is not None:  # several queue reads between two changes of the op (one advance)
             return self._remaining
         k = np.minimum(self.chunk, self.count - 1)
         on = self.chunk < self.count
-        later = np.where(on, self.after[k, self._index], 0.0)
+        pred_chunk = np.where(self.pred >= 0, self.chunk[np.maximum(self.pred, 0)], self.count)
+        held = np.maximum(np.minimum(pred_chunk + 1, self.count), k + 1)  # chunks whose data the sender has
+        later = np.where(on, self.before[held, self._index] - self.before[k + 1, self._index], 0.0)
         self._remaining = np.where(self.ready, self.left, np.where(on, self.sizes[k, self._index], 0.0)) + later
         return self._remaining
 

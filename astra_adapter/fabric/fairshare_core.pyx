@@ -1,17 +1,30 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The flat flow engine's rate solve, compiled: the max-min fair rates of the moving flows of every op in flight,
-from their routes, in one call (issue #36 item 6).
+from their routes, in one call, solved per connected component and only where something changed (issue #36
+item 6).
 
-It is :meth:`astra_adapter.fabric.flows.FlowEngine._solve` followed by
-:func:`astra_adapter.fabric.fairshare.max_min_rates_compacting` and the scatter back to the flows
-(:meth:`astra_adapter.fabric.flat_flows.FlatFlowEngine._rate_flows`), operation for operation: the distinct
-moving routes in ascending order, each weighted by its multiplicity; their loads gathered route by route in path
-order; the contention-scaled capacities; then progressive filling, each round summing every resource's load
-over the same live entries in the same order, the same division, minimum, subtraction and threshold, the flows
-crossing a saturated resource frozen and their entries dropped. So every rate is the same float as the numpy
-path's (``tests/test_fabric_rates_compiled.py`` compares them); it is built with ``-ffp-contract=off`` so that
-no ``a - b * c`` becomes a fused multiply-add. What it saves is the numpy calls' overhead: a solve has a few
-rounds over a few thousand entries, which numpy pays for in dozens of small calls and temporaries.
+The flows whose routes share no resource do not change each other's max-min rates, so the solve splits the moving
+routes into the connected components of the route-resource graph (union-find over the resources each route
+loads) and fills each component on its own: :meth:`astra_adapter.fabric.flows.FlowEngine._solve` followed by
+:func:`astra_adapter.fabric.fairshare.max_min_rates_compacting`, operation for operation, on the component's
+distinct moving routes in ascending order (each weighted by its multiplicity, its loads in path order), the
+contention-scaled capacities, then progressive filling, each round summing every resource's load over the same
+live entries in the same order, the same division, minimum, subtraction and threshold, the flows crossing a
+saturated resource frozen and their entries dropped. So each component's rates are, bit for bit, what the numpy
+solve gives for that component's flows alone (``tests/test_fabric_rates_compiled.py`` checks it); built with
+``-ffp-contract=off`` so that no ``a - b * c`` becomes a fused multiply-add.
+
+Against one solve of all the moving flows (the reference engine's, and the numpy path's) the rates are the same
+max-min allocation but not always the same floats: there a component's flows grow by the increments of every
+round, including the rounds other components saturate in, so their rate is a sum of several deltas where here it
+is one; they agree to a relative 1e-12 or so (the tests assert 1e-9 on rates and on whole plays' times).
+
+Incremental: the solve keeps the last call's routes, multiplicities and per-route rates. A component of this call
+none of whose resources is loaded by a route whose multiplicity changed since (a route that appeared, left, or
+gained or lost flows) is exactly a component of the last call - the same routes with the same multiplicities - so
+its rates are kept, not solved again; each component's rates are a function of its own routes only, so keeping
+them gives the floats a fresh solve would. In an MoE play the expert groups share no link while no data-parallel
+ring moves, so a flow's end re-solves its group's few dozen flows instead of every flow in flight.
 """
 
 from libc.stdlib cimport malloc, calloc, free, qsort
@@ -30,18 +43,50 @@ cdef int _ascending(const void* a, const void* b) noexcept nogil:
     return (x > y) - (x < y)
 
 
+cdef inline int64_t _root(int64_t* parent, int64_t q) noexcept nogil:
+    while parent[q] != q:
+        parent[q] = parent[parent[q]]  # path halving
+        q = parent[q]
+    return q
+
+
 cdef class MovingRates:
     """The solve over one fabric's resources (capacities in bytes per ns, the flow contention), with its
-    scratch space kept between calls."""
+    scratch space and the last call's per-route state kept between calls."""
 
     cdef double[::1] capacity
     cdef double contention
     cdef int64_t[::1] slot  # route id -> its index among the distinct moving routes of the call (-1 between calls)
+    cdef int64_t[::1] last_count  # route id -> its multiplicity in the last call (0: not moving then)
+    cdef double[::1] last_rate  # route id -> its per-flow rate in the last call (where last_count > 0)
+    cdef int64_t[::1] last_routes  # the last call's distinct moving routes
+    cdef Py_ssize_t num_last
+    cdef readonly bint by_component  # False: one solve of every moving route, every call (the numpy path's floats)
+    cdef public int64_t components_solved  # components filled (counters for the benchmarks)
+    cdef public int64_t components_kept  # components whose last rates were kept
 
-    def __init__(self, double[::1] capacity, double contention):
+    def __init__(self, double[::1] capacity, double contention, bint by_component=True):
         self.capacity = capacity.copy()
         self.contention = contention
+        self.by_component = by_component
         self.slot = np.full(0, -1, dtype=np.int64)
+        self.last_count = np.zeros(0, dtype=np.int64)
+        self.last_rate = np.zeros(0)
+        self.last_routes = np.zeros(0, dtype=np.int64)
+        self.num_last = 0
+        self.components_solved = 0
+        self.components_kept = 0
+
+    cdef void _grow(self, Py_ssize_t num_route_ids):
+        cdef Py_ssize_t size = num_route_ids + 1024
+        slot = np.full(size, -1, dtype=np.int64)
+        count = np.zeros(size, dtype=np.int64)
+        rate = np.zeros(size)
+        old = self.last_count.shape[0]
+        slot[:old] = self.slot
+        count[:old] = self.last_count
+        rate[:old] = self.last_rate
+        self.slot, self.last_count, self.last_rate = slot, count, rate
 
     def rates(self, const int64_t[::1] routes, const unsigned char[::1] active, const int64_t[::1] ptr,
               const int64_t[::1] res, const double[::1] w):
@@ -51,13 +96,22 @@ cdef class MovingRates:
         cdef Py_ssize_t num_resources = self.capacity.shape[0]
         out = np.zeros(n)
         cdef double[::1] rate = out
-        cdef Py_ssize_t f, k, j, e, m, u, num_routes = 0, entries = 0, live, num_used, still
-        cdef int64_t r, q
+        cdef Py_ssize_t f, k, i, j, e, m, u, c, num_routes = 0, entries, live, num_used, still, num_comps = 0
+        cdef int64_t r, q, a, b, top, whole
         if ptr.shape[0] - 1 > self.slot.shape[0]:
-            self.slot = np.full(ptr.shape[0] - 1 + 1024, -1, dtype=np.int64)
+            self._grow(ptr.shape[0] - 1)
         cdef int64_t[::1] slot = self.slot
+        cdef int64_t[::1] last_count = self.last_count
+        cdef double[::1] last_rate = self.last_rate
         cdef int64_t* distinct = <int64_t*>malloc(max(n, 1) * sizeof(int64_t))
         cdef int64_t* count = NULL
+        cdef int64_t* parent = NULL
+        cdef int64_t* comp_of_root = NULL  # a component's root resource -> its index (-1: none yet)
+        cdef int64_t* comp_of = NULL  # distinct route index -> its component (-1: crosses nothing)
+        cdef int64_t* comp_start = NULL  # per component: its first place in `order`
+        cdef int64_t* order = NULL  # distinct route indices grouped by component
+        cdef int64_t* sorted_ids = NULL  # a component's route ids, ascending
+        cdef char* dirty = NULL  # per resource: loaded by a route whose multiplicity changed; then per component
         cdef Py_ssize_t* flow_of = NULL
         cdef int64_t* res_of = NULL
         cdef double* weight = NULL
@@ -70,7 +124,8 @@ cdef class MovingRates:
         cdef Py_ssize_t* used = NULL
         cdef double delta, quotient, left, x
         try:
-            # the distinct moving routes, ascending (np.unique), and how many flows take each
+            # the distinct moving routes and how many flows take each (one solve of them all: ascending, as
+            # np.unique; per component: each dirty component's sorted when it is filled)
             for f in range(n):
                 if active[f]:
                     r = routes[f]
@@ -78,108 +133,225 @@ cdef class MovingRates:
                         slot[r] = num_routes
                         distinct[num_routes] = r
                         num_routes += 1
-            if num_routes == 0:
-                return out
-            qsort(distinct, num_routes, sizeof(int64_t), _ascending)
-            count = <int64_t*>calloc(num_routes, sizeof(int64_t))
+            if not self.by_component:
+                qsort(distinct, num_routes, sizeof(int64_t), _ascending)
+            count = <int64_t*>calloc(max(num_routes, 1), sizeof(int64_t))
             for k in range(num_routes):
                 slot[distinct[k]] = k
-                entries += ptr[distinct[k] + 1] - ptr[distinct[k]]
             for f in range(n):
                 if active[f]:
                     count[slot[routes[f]]] += 1
-            # the incidence, route by route in path order, each load times the route's multiplicity
+            # the resources of the routes whose multiplicity changed since the last call (or that left)
+            dirty = <char*>calloc(max(num_resources, 1), 1)
+            for k in range(num_routes):
+                r = distinct[k]
+                if last_count[r] != count[k]:
+                    for e in range(ptr[r], ptr[r + 1]):
+                        dirty[res[e]] = 1
+            for i in range(self.num_last):
+                r = self.last_routes[i]
+                if slot[r] < 0:
+                    for e in range(ptr[r], ptr[r + 1]):
+                        dirty[res[e]] = 1
+            # the connected components: union-find over the resources each route loads (not by component: one
+            # component of every route, always solved)
+            parent = <int64_t*>malloc(max(num_resources, 1) * sizeof(int64_t))
+            for q in range(num_resources):
+                parent[q] = q
+                if not self.by_component:
+                    dirty[q] = 1
+            whole = -1
+            for k in range(num_routes):
+                r = distinct[k]
+                if ptr[r + 1] > ptr[r]:
+                    top = _root(parent, res[ptr[r]])
+                    if not self.by_component:
+                        if whole < 0:
+                            whole = top
+                        elif top != whole:
+                            parent[top] = whole
+                            top = whole
+                    for e in range(ptr[r] + 1, ptr[r + 1]):
+                        q = _root(parent, res[e])
+                        if q != top:
+                            parent[q] = top
+            for q in range(num_resources):  # every resource pointing at its root; a component is dirty where one
+                parent[q] = _root(parent, q)  # of its resources is
+                if dirty[q]:
+                    dirty[q] = 0
+                    dirty[parent[q]] = 2
+            comp_of_root = <int64_t*>malloc(max(num_resources, 1) * sizeof(int64_t))
+            for q in range(num_resources):
+                comp_of_root[q] = -1
+            comp_of = <int64_t*>malloc(max(num_routes, 1) * sizeof(int64_t))
+            comp_start = <int64_t*>calloc(num_routes + 2, sizeof(int64_t))
+            for k in range(num_routes):
+                r = distinct[k]
+                if ptr[r + 1] > ptr[r]:
+                    q = parent[res[ptr[r]]]
+                    if comp_of_root[q] < 0:
+                        comp_of_root[q] = num_comps
+                        num_comps += 1
+                    comp_of[k] = comp_of_root[q]
+                    comp_start[comp_of[k] + 1] += 1
+                else:
+                    comp_of[k] = -1
+            for c in range(num_comps):
+                comp_start[c + 1] += comp_start[c]
+            order = <int64_t*>malloc(max(num_routes, 1) * sizeof(int64_t))
+            sorted_ids = <int64_t*>malloc(max(num_routes, 1) * sizeof(int64_t))
+            for k in range(num_routes):
+                if comp_of[k] >= 0:
+                    order[comp_start[comp_of[k]]] = k
+                    comp_start[comp_of[k]] += 1
+            for c in range(num_comps - 1, 0, -1):
+                comp_start[c] = comp_start[c - 1]
+            if num_comps:
+                comp_start[0] = 0
+            per_route = <double*>calloc(max(num_routes, 1), sizeof(double))
+            for k in range(num_routes):
+                if comp_of[k] < 0:
+                    per_route[k] = INFINITY  # crosses nothing: unbounded
+            # per component: its last rates kept, or progressive filling on it alone
+            entries = 0  # the most a component can have: every moving route's entries
+            for k in range(num_routes):
+                entries += ptr[distinct[k] + 1] - ptr[distinct[k]]
             flow_of = <Py_ssize_t*>malloc(max(entries, 1) * sizeof(Py_ssize_t))
             res_of = <int64_t*>malloc(max(entries, 1) * sizeof(int64_t))
             weight = <double*>malloc(max(entries, 1) * sizeof(double))
-            j = 0
-            for k in range(num_routes):
-                r = distinct[k]
-                for e in range(ptr[r], ptr[r + 1]):
-                    flow_of[j] = k
-                    res_of[j] = res[e]
-                    weight[j] = w[e] * <double>count[k]
-                    j += 1
-            cap = <double*>malloc(num_resources * sizeof(double))
-            residual = <double*>malloc(num_resources * sizeof(double))
-            load = <double*>calloc(num_resources, sizeof(double))
-            for q in range(num_resources):
-                cap[q] = self.capacity[q]
-            if self.contention > 0:  # a link crossed by n flows delivers 1 / (1 + c (n - 1)) of its rate
+            cap = <double*>malloc(max(num_resources, 1) * sizeof(double))
+            residual = <double*>malloc(max(num_resources, 1) * sizeof(double))
+            load = <double*>calloc(max(num_resources, 1), sizeof(double))
+            moving = <char*>calloc(max(num_routes, 1), 1)
+            saturated = <char*>calloc(max(num_resources, 1), 1)
+            used = <Py_ssize_t*>malloc(max(num_resources, 1) * sizeof(Py_ssize_t))
+            for c in range(num_comps):
+                a = comp_start[c]
+                b = comp_start[c + 1]
+                r = distinct[order[a]]
+                if dirty[parent[res[ptr[r]]]] != 2:
+                    for i in range(a, b):
+                        per_route[order[i]] = last_rate[distinct[order[i]]]
+                    self.components_kept += 1
+                    continue
+                self.components_solved += 1
+                if self.by_component:  # its routes ascending (np.unique of its routes alone)
+                    for i in range(a, b):
+                        sorted_ids[i - a] = distinct[order[i]]
+                    qsort(sorted_ids, b - a, sizeof(int64_t), _ascending)
+                    for i in range(a, b):
+                        order[i] = slot[sorted_ids[i - a]]
+                # the incidence, route by route in path order, each load times the route's multiplicity
+                entries = 0
+                for i in range(a, b):
+                    k = order[i]
+                    r = distinct[k]
+                    for e in range(ptr[r], ptr[r + 1]):
+                        flow_of[entries] = k
+                        res_of[entries] = res[e]
+                        weight[entries] = w[e] * <double>count[k]
+                        entries += 1
                 for j in range(entries):
-                    load[res_of[j]] += weight[j]
-                for q in range(num_resources):
-                    x = load[q] - 1
-                    if x < 0:
-                        x = 0
-                    cap[q] = cap[q] / (1 + self.contention * x)
-            for q in range(num_resources):
-                residual[q] = cap[q]
-            # progressive filling (fairshare.max_min_rates_compacting)
-            per_route = <double*>calloc(num_routes, sizeof(double))
-            moving = <char*>malloc(num_routes)
-            memset(moving, 1, num_routes)
-            saturated = <char*>calloc(num_resources, 1)
-            used = <Py_ssize_t*>malloc(num_resources * sizeof(Py_ssize_t))
-            live = entries
-            still = num_routes
-            while still > 0:
-                for j in range(live):
-                    load[res_of[j]] = 0
-                for j in range(live):
-                    load[res_of[j]] += weight[j]
-                num_used = 0
-                for j in range(live):
                     q = res_of[j]
-                    if load[q] > 0 and not saturated[q]:  # `saturated` marks the resources listed this round
-                        saturated[q] = 1
-                        used[num_used] = q
-                        num_used += 1
-                if num_used == 0:
-                    for k in range(num_routes):
-                        if moving[k]:
-                            per_route[k] = INFINITY  # crosses nothing: unbounded
-                    break
-                delta = residual[used[0]] / load[used[0]]
-                for u in range(1, num_used):
-                    quotient = residual[used[u]] / load[used[u]]
-                    if quotient < delta:
-                        delta = quotient
-                for k in range(num_routes):
-                    if moving[k]:
-                        per_route[k] += delta
-                for u in range(num_used):
-                    q = used[u]
-                    left = residual[q] - delta * load[q]
-                    if left <= _REL_EPS * cap[q]:
-                        left = 0
-                        saturated[q] = 2
-                    else:
-                        saturated[q] = 0
-                    residual[q] = left
-                for j in range(live):  # the flows crossing a saturated resource
-                    if saturated[res_of[j]] == 2 and moving[flow_of[j]]:
-                        moving[flow_of[j]] = 0
-                        still -= 1
-                m = 0
-                for j in range(live):
-                    if moving[flow_of[j]]:
-                        flow_of[m] = flow_of[j]
-                        res_of[m] = res_of[j]
-                        weight[m] = weight[j]
-                        m += 1
-                live = m
-                for u in range(num_used):
-                    saturated[used[u]] = 0
+                    cap[q] = self.capacity[q]
+                    load[q] = 0
+                if self.contention > 0:  # a link crossed by n flows delivers 1 / (1 + c (n - 1)) of its rate
+                    for j in range(entries):
+                        load[res_of[j]] += weight[j]
+                    for j in range(entries):
+                        q = res_of[j]
+                        if not saturated[q]:  # `saturated` marks the resources scaled already
+                            saturated[q] = 1
+                            x = load[q] - 1
+                            if x < 0:
+                                x = 0
+                            cap[q] = self.capacity[q] / (1 + self.contention * x)
+                    for j in range(entries):
+                        saturated[res_of[j]] = 0
+                for j in range(entries):
+                    residual[res_of[j]] = cap[res_of[j]]
+                for i in range(a, b):
+                    moving[order[i]] = 1
+                # progressive filling (fairshare.max_min_rates_compacting)
+                live = entries
+                still = b - a
+                while still > 0:
+                    for j in range(live):
+                        load[res_of[j]] = 0
+                    for j in range(live):
+                        load[res_of[j]] += weight[j]
+                    num_used = 0
+                    for j in range(live):
+                        q = res_of[j]
+                        if load[q] > 0 and not saturated[q]:  # `saturated` marks the resources listed this round
+                            saturated[q] = 1
+                            used[num_used] = q
+                            num_used += 1
+                    if num_used == 0:
+                        for i in range(a, b):
+                            if moving[order[i]]:
+                                per_route[order[i]] = INFINITY  # crosses nothing loaded: unbounded
+                        break
+                    delta = residual[used[0]] / load[used[0]]
+                    for u in range(1, num_used):
+                        quotient = residual[used[u]] / load[used[u]]
+                        if quotient < delta:
+                            delta = quotient
+                    for i in range(a, b):
+                        if moving[order[i]]:
+                            per_route[order[i]] += delta
+                    for u in range(num_used):
+                        q = used[u]
+                        left = residual[q] - delta * load[q]
+                        if left <= _REL_EPS * cap[q]:
+                            left = 0
+                            saturated[q] = 2
+                        else:
+                            saturated[q] = 0
+                        residual[q] = left
+                    for j in range(live):  # the flows crossing a saturated resource
+                        if saturated[res_of[j]] == 2 and moving[flow_of[j]]:
+                            moving[flow_of[j]] = 0
+                            still -= 1
+                    m = 0
+                    for j in range(live):
+                        if moving[flow_of[j]]:
+                            flow_of[m] = flow_of[j]
+                            res_of[m] = res_of[j]
+                            weight[m] = weight[j]
+                            m += 1
+                    live = m
+                    for u in range(num_used):
+                        saturated[used[u]] = 0
+                for i in range(a, b):
+                    moving[order[i]] = 0
             for f in range(n):
                 if active[f]:
                     rate[f] = per_route[slot[routes[f]]]
+            # this call's routes, multiplicities and rates, for the next
+            for i in range(self.num_last):
+                last_count[self.last_routes[i]] = 0
+            if self.last_routes.shape[0] < num_routes:
+                self.last_routes = np.zeros(num_routes + 1024, dtype=np.int64)
+            for k in range(num_routes):
+                r = distinct[k]
+                last_count[r] = count[k]
+                last_rate[r] = per_route[k]
+                self.last_routes[k] = r
+            self.num_last = num_routes
             return out
         finally:
             for k in range(num_routes):
                 slot[distinct[k]] = -1
             free(distinct)
             free(count)
+            free(parent)
+            free(comp_of_root)
+            free(comp_of)
+            free(comp_start)
+            free(order)
+            free(sorted_ids)
+            free(dirty)
             free(flow_of)
             free(res_of)
             free(weight)

@@ -24,6 +24,12 @@ on one view of the flat arrays (bytes left and moving flags before or after the 
 op, with the few ops that started moving in this advance inserted at their places): the same max-min solve
 of the same sorted routes, the same per-resource sums in the same order, the same queue arithmetic
 (:meth:`StandingQueues.load_on`, :meth:`StandingQueues.queued_on`), so the same floats.
+
+All of this holds with the rate solve in numpy, or compiled as one solve (``by_component = False``). Where
+:mod:`astra_adapter.fabric.fairshare_core` is built the flat engine by default solves per connected component of
+the moving flows and only the components that changed (issue #36 item 6): the same max-min rates, summed in
+another order, so times agree with the reference's to a relative 1e-9 (``tests/test_fabric_rates_compiled.py``),
+not bit for bit.
 """
 
 from __future__ import annotations
@@ -52,7 +58,9 @@ class FlatFlowEngine(FlowEngine):
     """:class:`FlowEngine` with the moving flows of all ops in one set of arrays (see the module doc)."""
 
     _max_min = staticmethod(max_min_rates_compacting)
-    compiled_solve = True  # solve and sweep on fairshare_core where it is built (the same floats; False: numpy)
+    compiled_solve = True  # solve and sweep on fairshare_core where it is built (False: numpy, the reference's floats)
+    by_component = True  # the compiled solve per connected component, incremental (rates to ~1e-12 relative of the
+    # one solve of every flow; False: that one solve, compiled, the same floats) - see fairshare_core
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -64,7 +72,7 @@ class FlatFlowEngine(FlowEngine):
         self._waiting: list[FabricOp] = []  # ops paying a step's latency
         self._flowing: list[FabricOp] = []  # ops moving flows, in the order of self.ops (their slices in order)
         self._halted: list[FabricOp] = []  # done, or in a step with nothing to move and no latency: ends now
-        self._compiled = MovingRates(self.capacity, params.flow_contention) \
+        self._compiled = MovingRates(self.capacity, params.flow_contention, self.by_component) \
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         self.solves = 0  # max-min solves run (the memo's misses)
@@ -171,7 +179,9 @@ class FlatFlowEngine(FlowEngine):
     def _rate_flows(self) -> None:
         """The moving flows' max-min rates (0 for the flows that ended), memoised as the reference does: on
         the steps in flight and which of their flows move; solved on the same sorted routes (in one compiled
-        call where :mod:`astra_adapter.fabric.fairshare_core` is built: the same floats)."""
+        call where :mod:`astra_adapter.fabric.fairshare_core` is built: per connected component and only the
+        components that changed, the same rates to a relative ~1e-12 - or, ``by_component`` False, the same
+        floats)."""
         key = (self._key_steps, self._active.tobytes())
         rate = self._moving_rates.get(key)
         if rate is None:

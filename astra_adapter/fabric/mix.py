@@ -4,14 +4,17 @@ and the links where the jobs meet.
 The mix is one merged trace (:func:`genie.workloads.mix.merge_jobs`) played under the replay's rules with
 every op's flows on the topology graph: the jobs' phases interleave as their own DAGs and start offsets say,
 and flows of different jobs share the links they cross (max-min fair). A job's iteration *alone* is its trace
-alone on the same host slots; *in the mix* it is the mean of its repetitions that saw every job running
-(:func:`genie.core.jobmix.mixed_repetitions`). With ECMP both are means over the same hash draws.
+alone on the same host slots; *in the mix* it is the median of its repetitions that saw every job running
+(:func:`genie.core.jobmix.mixed_repetitions`), the statistic the replay reports of its iterations
+(:func:`genie.measure.mix.median_iteration_ns`): a job whose iterations sometimes fall into another job's quiet
+phase has a few short ones, which move a mean and not a median. With ECMP both are means over the same hash
+draws of each draw's median.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from statistics import fmean
+from statistics import fmean, median
 
 from genie.core.flowpath import SessionPaths
 from genie.core.jobmix import MixMap, mixed_repetitions, repetition_times
@@ -77,16 +80,19 @@ class MixEstimate:
         return tuple(s for s in self.links if s.jobs > 1)
 
 
-def _rep_means(mix: MixMap, timelines, jobs: int, *, mixed: bool) -> list[tuple[float, int]]:
-    """Per job (mean repetition time, repetitions counted) over every draw's timeline."""
-    samples: list[list[float]] = [[] for _ in range(jobs)]
+def _rep_medians(mix: MixMap, timelines, jobs: int, *, mixed: bool) -> list[tuple[float, int]]:
+    """Per job (the mean over every draw's timeline of its median repetition time, repetitions counted)."""
+    medians: list[list[float]] = [[] for _ in range(jobs)]
+    counts = [0] * jobs
     for timeline in timelines:
         times = repetition_times(mix, timeline.spans)
         chosen = mixed_repetitions(times, jobs) if mixed else {j: tuple(t for t in times if t.job == j)
                                                                 for j in range(jobs)}
         for j in range(jobs):
-            samples[j].extend(t.duration_ns for t in chosen[j])
-    return [(fmean(s) if s else 0.0, len(s)) for s in samples]
+            if chosen[j]:
+                medians[j].append(median(t.duration_ns for t in chosen[j]))
+                counts[j] += len(chosen[j])
+    return [(fmean(m) if m else 0.0, n) for m, n in zip(medians, counts)]
 
 
 def link_shares(trace: Trace, mix: MixMap, network: FabricNetwork, params: FabricParams, jobs: int
@@ -135,10 +141,10 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
     for j in range(jobs):
         solo, solo_map = merge_jobs([traces[j]], [names[j]], [slots[j]], [1], [0], world=world)
         draws = networks(alone_paths[j] if j < len(alone_paths) else None)
-        alone.append(_rep_means(solo_map, play_draws(solo, draws, params), 1, mixed=False)[0][0])
+        alone.append(_rep_medians(solo_map, play_draws(solo, draws, params), 1, mixed=False)[0][0])
     reps = repetitions or repetition_counts(alone, offsets_ns, iterations)
     merged, mix = merge_jobs(list(traces), list(names), list(slots), list(reps), list(offsets_ns), world=world)
-    mixed = _rep_means(mix, play_draws(merged, networks(mixed_paths), params), jobs, mixed=True)
+    mixed = _rep_medians(mix, play_draws(merged, networks(mixed_paths), params), jobs, mixed=True)
     rank_hosts = topology.rank_hosts()
     estimates = tuple(JobEstimate(names[j], slots[j], reps[j], alone[j], mixed[j][0], mixed[j][1],
                                   tuple(rank_hosts[s] for s in slots[j])) for j in range(jobs))

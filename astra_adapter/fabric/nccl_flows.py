@@ -53,7 +53,7 @@ from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp
 from astra_adapter.nccl.hardware import Cluster, node_of_hosts
 from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _channels, _plan, _with_fill, \
-    fitted_system, net_peer_share, predict
+    cut_with_fill, fitted_system, net_peer_share, predict
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, call_bandwidth_gb_s, call_latency_us, table_entry
 
 #: NCCL's algorithm -> the genie schedule whose flows it runs (the others: the ring's, see the module doc)
@@ -139,8 +139,12 @@ def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
     chosen = table_entry(fitted, call.collective, entry.algorithm, entry.protocol)
     efficiency = {NcclProtocol.LL: params.ll_efficiency, NcclProtocol.LL128: params.ll128_efficiency}.get(
         entry.protocol, 1.0)
-    model_bw = efficiency * call_bandwidth_gb_s(call.collective, chosen, call.size_bytes) * share
-    reference = table_entry(fitted, call.collective, pattern_algorithm, NcclProtocol.SIMPLE).algbw_gb_s
+    model_bw = efficiency * call_bandwidth_gb_s(call.collective, chosen, call.size_bytes)
+    fill = cut_with_fill(1.0, share, entry, call, params, used)  # the NCCL model's channel cut and fill, per unit
+    # the pattern's flows run at the links' rates: not at the tree search's raised speed inside a node on 2 nodes,
+    # which only NCCL's model of the choice carries (model_bw)
+    reference = table_entry(replace(fitted, tree_bw_intra_gb_s=0.0), call.collective, pattern_algorithm,
+                            NcclProtocol.SIMPLE).algbw_gb_s
     rails = _rails(cluster, call, used)
     if call.nodes > 1:  # the rails the channel rings take already narrow the NICs' share: not twice
         reference *= _inter_busbw(cluster, params, call, rails) / _inter_busbw(

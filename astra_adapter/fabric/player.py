@@ -12,7 +12,7 @@ from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeli
 
 
 class _FlowOp(_Op):
-    __slots__ = ("comm", "flow", "channel", "gone")
+    __slots__ = ("comm", "flow", "channel", "gone", "flow_order")
 
     def __init__(self, members: tuple[int, ...], sides: tuple | None, comm: CommOp) -> None:
         super().__init__(members, sides, float("inf"))
@@ -20,11 +20,14 @@ class _FlowOp(_Op):
         self.flow: FabricOp | None = None
         self.channel: int | None = None
         self.gone: set[int] = set()  # members that have left the op
+        self.flow_order = 0  # when its flow started, among the player's ops (their order in ``running``)
 
 
 class FabricPlayer(_Player):
     def __init__(self, trace: Trace, engine: FlowEngine, compiled: CompiledTrace | None = None) -> None:
         self.engine = engine
+        self._of_flow: dict[int, _FlowOp] = {}  # id(op.flow) -> the running op, for the ops whose flow started
+        self._flows_started = 0
         super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
         channels, p2p = trace.channels()
         for key, op in self.op_index.items():  # ("coll", group, k) or ("p2p", src, dst, k): the replay's channel
@@ -38,6 +41,9 @@ class FabricPlayer(_Player):
             if op.flow is None:  # type: ignore[attr-defined]
                 op.flow = self.engine.start(self.engine.plan(op.comm, op.members,  # type: ignore[attr-defined]
                                                              op.channel))  # type: ignore[attr-defined]
+                op.flow_order = self._flows_started  # type: ignore[attr-defined]
+                self._flows_started += 1
+                self._of_flow[id(op.flow)] = op  # type: ignore[arg-type,attr-defined]
         return self.engine.horizon_ns()
 
     def advance(self, dt_ns: float) -> None:
@@ -45,14 +51,18 @@ class FabricPlayer(_Player):
 
     def settle(self, t: float) -> None:
         """Each member leaves an op when its own part of the last step is done (the replay's ranks leave a
-        collective at their last receive, not together); the op ends when the last one leaves."""
+        collective at their last receive, not together); the op ends when the last one leaves. Only the ops
+        whose busy ranks may have changed are asked (the others' ranks that were to leave have left), in the
+        order of ``running`` (their flows started in that order); an op joined by its last member since the last
+        horizon has no flow yet and starts there."""
         changed = self.engine.changed  # the ops whose busy ranks may have changed (None: any)
-        for op in list(self.running):
-            assert isinstance(op, _FlowOp)
-            if op.flow is None:  # joined by its last member since the last horizon: starts there
-                continue
-            if changed is not None and id(op.flow) not in changed:
-                continue  # its busy ranks are those it had: whoever was to leave has left
+        if changed is None:
+            asked = [op for op in self.running if op.flow is not None]  # type: ignore[attr-defined]
+        else:
+            of_flow = self._of_flow
+            asked = sorted((of_flow[k] for k in changed if k in of_flow), key=lambda op: op.flow_order)
+        for op in asked:
+            assert isinstance(op, _FlowOp) and op.flow is not None
             busy = self.engine.busy_ranks(op.flow)
             if busy is None:
                 continue
@@ -63,6 +73,7 @@ class FabricPlayer(_Player):
             if len(op.gone) == len(op.members):
                 self.running.remove(op)
                 self.engine.remove(op.flow)
+                del self._of_flow[id(op.flow)]
             for rank in leaving:
                 self.pump(rank, t)
         if changed is not None:

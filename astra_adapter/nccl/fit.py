@@ -25,10 +25,11 @@ from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol
 PRIOR_WEIGHT = 0.05
 #: soft-L1 scale of the log-time residuals: a point off by more than about this is weighed less than squared
 ROBUST_SCALE = 0.05
-PRIOR_WEIGHTS = {"latency_scale": 0.3, "launch_us": 0.01}
+PRIOR_WEIGHTS = {"latency_scale": 0.3, "launch_us": 0.01, "launch_per_gpu_us": 0.01}
 #: per parameter: (lowest, highest) as a multiple of its nominal value
 _BOUNDS = {"intra_busbw_gb_s": (0.02, 3.0), "nvls_busbw_gb_s": (0.02, 3.0), "nic_gb_s": (0.02, 1.5),
-           "latency_scale": (0.05, 50.0), "launch_us": (1e-3, 1e3), "ll_efficiency": (0.05, 3.0),
+           "latency_scale": (0.05, 50.0), "launch_us": (1e-3, 1e3),
+           "launch_per_gpu_us": (1e-3, 1e3), "ll_efficiency": (0.05, 3.0),
            "ll128_efficiency": (0.05, 3.0), "fill_bytes_per_channel": (1e-3, 20.0)}
 
 
@@ -70,6 +71,8 @@ def _seen(cluster: Cluster, nominal: NcclParams, observations: tuple[Observation
     seen = {"latency_scale", "launch_us", "fill_bytes_per_channel"}
     for o in observations:
         p = predict(cluster, nominal, o.call)
+        if o.call.gpus_per_thread > 1:
+            seen.add("launch_per_gpu_us")
         if o.call.nodes > 1:
             seen.add("nic_gb_s")
         if o.call.ranks_per_node > 1:
@@ -101,14 +104,27 @@ _LAUNCH_SHARES = (0.25, 0.75)
 _LATENCY_SCALES = (0.5, 2.0)
 
 
+def _host_floor_start(names: tuple[str, ...], nominal: NcclParams,
+                      observations: tuple[Observation, ...]) -> np.ndarray:
+    """The nominal point, but a host thread's launch cost per GPU (:func:`astra_adapter.nccl.model.host_bound_us`)
+    read off the fastest call one thread launched on several GPUs, per GPU: the smallest sizes sit on that floor
+    (from below it, the floor hides under the GPUs' time and the fit would not see it)."""
+    x = np.zeros(len(names))
+    several = [o.measured_us / o.call.gpus_per_thread for o in observations if o.call.gpus_per_thread > 1]
+    if "launch_per_gpu_us" in names and several:
+        x[names.index("launch_per_gpu_us")] = math.log(min(several) / nominal.launch_per_gpu_us)
+    return x
+
+
 def _starts(names: tuple[str, ...], nominal: NcclParams, fastest_us: float, lo: np.ndarray,
-            hi: np.ndarray) -> list[np.ndarray]:
-    """Deterministic starting points for the fit: the nominal parameters, then every combination of the launch
-    and latency starts above (only for parameters being fitted), clipped into the bounds."""
-    starts = [np.zeros(len(names))]
+            hi: np.ndarray, base: np.ndarray) -> list[np.ndarray]:
+    """Deterministic starting points for the fit: ``base`` (the nominal parameters, the host floor read off the
+    measurements), then every combination of the launch and latency starts above (only for parameters being
+    fitted), clipped into the bounds."""
+    starts = [np.clip(base, lo, hi)]
     for share in _LAUNCH_SHARES:
         for scale in _LATENCY_SCALES:
-            x = np.zeros(len(names))
+            x = base.copy()
             for i, n in enumerate(names):
                 if n == "launch_us":
                     x[i] = math.log(max(share * fastest_us, 1e-3) / nominal.launch_us)
@@ -138,7 +154,8 @@ def fit(cluster: Cluster, observations: tuple[Observation, ...] | list[Observati
 
     if names and observations:
         best = None
-        for start in _starts(names, nominal, float(measured.min()), np.array(lo), np.array(hi)):
+        base = _host_floor_start(names, nominal, observations)
+        for start in _starts(names, nominal, float(measured.min()), np.array(lo), np.array(hi), base):
             result = least_squares(residuals, start, bounds=(np.array(lo), np.array(hi)), method="trf",
                                    loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac", diff_step=1e-3)
             if best is None or result.cost < best.cost - 1e-12:

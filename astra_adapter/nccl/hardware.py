@@ -219,9 +219,9 @@ def _search(link_gb_s: float, speeds: tuple[float, ...], per_channel_limit: int)
     return best
 
 
-def _dup(channels: int, speed: float, cc: int) -> tuple[int, float]:
+def _dup(channels: int, speed: float, cc: int, max_channels: int = _RING_MAX_CHANNELS) -> tuple[int, float]:
     if speed >= 25 and not (cc > 80 and speed < 50 and channels > 4):
-        doubled = min(2 * channels, _RING_MAX_CHANNELS)
+        doubled = min(2 * channels, max_channels)
         return doubled, speed / -(-doubled // channels)
     return channels, speed
 
@@ -231,6 +231,8 @@ def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: 
     nodes = cluster.nodes if nodes is None else nodes
     ppn = cluster.gpus_per_node if ranks_per_node is None else ranks_per_node
     cc = cluster.compute_capability
+    version = parse_version(cluster.nccl_version) or default_version(cc)
+    tree_intra = 0.0
     hopper = cc >= 90
     intra = cluster.intra_gb_s if ppn > 1 else 0.0
     if nodes == 1:
@@ -242,12 +244,15 @@ def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: 
         nic = cluster.nic_gb_s
         if nic <= 0:
             raise InputError(f"{cluster.name}: {nodes} nodes need NICs with a bandwidth", path="topology")
-        channels, speed = _search(min(nic, intra) if ppn > 1 else nic,
-                                  _SM90_SPEEDS_INTER if hopper else _SPEEDS_INTER, _RING_MAX_CHANNELS)
+        speeds = _SM90_SPEEDS_INTER if hopper else _SPEEDS_INTER
+        channels, speed = _search(min(nic, intra) if ppn > 1 else nic, speeds, _RING_MAX_CHANNELS)
         channels = min(_RING_MAX_CHANNELS, cluster.nics_reached(ppn) * max(1, int(nic // speed)),
                        int(intra // speed) if ppn > 1 else _RING_MAX_CHANNELS)
-        channels, speed = _dup(max(1, channels), speed, cc)
+        found = (max(1, channels), speed)
+        channels, speed = _dup(*found, cc)
         bw_intra = bw_inter = speed
+        if ppn > 1:
+            tree_intra = tree_intra_speed(speeds, found, channels, intra, cc, version >= _DUP_BEFORE_TREE_PASS)
     nvls = cluster.interconnect is Interconnect.NVSWITCH and hopper and ppn > 2
     return TunerSystem(nodes=nodes, ranks_per_node=ppn, compute_capability=cc, intra=cluster.intra_kind,
                        channels=channels, bw_intra_gb_s=bw_intra, bw_inter_gb_s=bw_inter,
@@ -256,8 +261,34 @@ def tuner_system(cluster: Cluster, *, nodes: int | None = None, ranks_per_node: 
                        nvls_bw_gb_s=_nvls_speed(intra, ppn) if nvls else 0.0,
                        same_channels=same_channels(nodes, cluster.nics_reached(ppn)),
                        gpu_direct=cluster.nic_path.ll128_between_nodes, amd_cpu=cluster.cpu is CpuVendor.AMD,
-                       version=parse_version(cluster.nccl_version) or default_version(cc),
+                       version=version, tree_bw_intra_gb_s=tree_intra,
                        env=parse_env(cluster.nccl_env, source=cluster.name))
+
+
+#: the first release that splits a fast graph into more channels before its second pass (ncclTopoDupChannels at
+#: the end of pass 1, src/graph/search.cc 2.19); before, the split came after it, on the raised speed
+_DUP_BEFORE_TREE_PASS = (2, 19)
+
+
+def tree_intra_speed(speeds: tuple[float, ...], found: tuple[int, float], ring_channels: int, intra_gb_s: float,
+                     cc: int, dup_first: bool) -> float:
+    """The tree graph's bandwidth per channel inside a node between nodes (NCCL's search, every release since
+    2.8: its second pass raises a non-ring graph's ``bwIntra`` one speed at a time while it is below twice its
+    ``bwInter`` and the GPUs' links hold the channels at the next speed; NCCL's tuner reads ``bwIntra`` for a
+    tree on 2 nodes, ``bwInter`` beyond). ``found``: the first pass's channels and speed (before the split of
+    :func:`_dup`); the split comes first from 2.19 on, after the raise before; either way the tree graph may not
+    have more channels than the ring's (``treeGraph.maxChannels = ringGraph.nChannels``, src/init.cc), so a
+    split that would pass them leaves the speed whole."""
+    split_first = _dup(*found, cc, max_channels=ring_channels) if dup_first else found
+    channels, speed = split_first
+    i = next((k for k, s in enumerate(speeds) if s <= speed), len(speeds) - 1)
+    inter = speeds[i]
+    while i > 0 and speeds[i] < 2 * inter and channels * speeds[i - 1] <= intra_gb_s:
+        i -= 1
+    raised = float(speeds[i])
+    if not dup_first:
+        _, raised = _dup(channels, raised, cc, max_channels=ring_channels)
+    return raised
 
 
 def _nvls_speed(intra_gb_s: float, ppn: int) -> float:

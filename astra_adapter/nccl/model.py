@@ -17,9 +17,9 @@ intra-node links deliver to a ring: NVLink/NVSwitch or PCIe), ``nvls_busbw_gb_s`
 ``ll_efficiency``/``ll128_efficiency``. Between nodes a ring runs at the narrower of its NVLink and its node's
 NICs (NCCL's tuner reads the intra-node bandwidth for two nodes; the wire does not). A call smaller than its
 channels' thresholds runs on fewer channels (NCCL's cut, :func:`~astra_adapter.nccl.tuning.channels_used`),
-at that share of the bandwidth - but for LL, whose cap a few channels already reach (NCCL's tuner times LL
-without the cut; fitted with the cut, the LL efficiency ran to its bound and the LL range from 256 KiB to 2 MiB
-came out 20-50 % fast on 8 x A100); the pipeline's first ``fill`` bytes move at half the rate, ``fill`` being
+at that share of the bandwidth; inside a node Ring/LL's cut channels each write one LL line per thread per
+step, so its transfer takes their share while its fill stays at LL's full rate (:func:`cut_with_fill`; Tree/LL,
+NVLS and LL between nodes: no cut); the pipeline's first ``fill`` bytes move at half the rate, ``fill`` being
 ``fill_bytes_per_channel`` times the channels the call runs on (a 2-rank group's 4 channels fill less than a
 node's 24) times the call's GPUs per node over 8 (the prior was read on 8; a ring through 4 GPUs of a node
 fills in fewer steps).
@@ -47,6 +47,7 @@ from genie.core.collective import Collective
 from astra_adapter.nccl.chain import STEP_DATA_BYTES, chain_fill_us, chain_latency_us, is_chain, \
     network_hop_us_per_byte, slice_bytes
 from astra_adapter.nccl.hardware import Cluster, tuner_system
+from astra_adapter.nccl.trees import tree_pattern
 from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
@@ -76,6 +77,7 @@ class NcclParams:
     nic_gb_s: float
     latency_scale: float = 1.0
     launch_us: float = LAUNCH_US
+    launch_per_gpu_us: float = LAUNCH_US  # a host thread's cost per GPU it launches a call on (see host_bound_us)
     ll_efficiency: float = 1.0
     ll128_efficiency: float = 1.0
     fill_bytes_per_channel: float = 0.0
@@ -105,6 +107,8 @@ class Call:
     ranks: int
     nodes: int
     size_bytes: int
+    #: the GPUs one host thread launches the call on in turn (nccl-tests -g N; 1: a process per GPU, as in training)
+    gpus_per_thread: int = 1
 
     @property
     def ranks_per_node(self) -> int:
@@ -126,8 +130,7 @@ def _plan(cluster: Cluster, call: Call) -> tuple[TunerSystem, NcclChoice, TunerE
     system = tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node)
     choice, entry = choose(system, call.collective, call.size_bytes, tuner_table(system, call.collective))
     used = channels_used(system, entry.algorithm, entry.protocol, call.size_bytes)
-    # LL: a few channels already reach LL's cap (NCCL's tuner, too, times LL without the cut); the others share
-    full = entry.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE) or entry.protocol is NcclProtocol.LL
+    full = entry.algorithm in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE)
     share = 1.0 if full else used / system.comm_channels
     return system, choice, entry, share, used
 
@@ -141,17 +144,23 @@ def _channels(cluster: Cluster, call: Call) -> int:
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
     """The nominal system with the fitted bandwidths on its channels, timed by NCCL's current cost model
     (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes; its
-    tree as deep as NCCL builds it (:class:`~astra_adapter.nccl.tuning.TreeLevels`), not as the tuner counts."""
+    tree as deep as NCCL builds it (:class:`~astra_adapter.nccl.tuning.TreeLevels`), not as the tuner counts, with
+    each node's GPU chain hung on it as the release's search does (:func:`~astra_adapter.nccl.trees.tree_pattern`)."""
     intra = params.intra_busbw_gb_s / nominal.channels
+    tree_intra = 0.0
     if nominal.nodes > 1:
         inter = params.nic_gb_s * cluster.nics_reached(nominal.ranks_per_node) / nominal.channels
+        if nominal.tree_bw_intra_gb_s > 0:
+            # the tree's links inside a node carry what its search raised them to, over the network's share
+            tree_intra = min(intra, inter * nominal.tree_bw_intra_gb_s / nominal.bw_inter_gb_s)
         # a ring through nodes of several GPUs crosses NVLink and NICs alike; with one GPU a node, only NICs
         intra = inter = min(intra, inter) if nominal.ranks_per_node > 1 else inter
     else:
         inter = intra
     nvls_bw = params.nvls_busbw_gb_s / nominal.nvls_graph_channels if nominal.nvls_graph_channels else 0.0
+    pattern = tree_pattern(nominal.version, nominal.compute_capability, nominal.ranks_per_node, nominal.nodes)
     return replace(nominal, bw_intra_gb_s=intra, bw_inter_gb_s=inter, nvls_bw_gb_s=nvls_bw, version=TIMING_VERSION,
-                   tree_levels=TreeLevels.BUILT)
+                   tree_levels=TreeLevels.BUILT, tree_bw_intra_gb_s=tree_intra, tree_pattern=pattern)
 
 
 @lru_cache(maxsize=4096)
@@ -223,7 +232,7 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     """The time of ``call`` (see the module doc)."""
     if call.collective in P2P:
         time_us, how = _p2p_time_us(cluster, params, call)
-        return Prediction(call, time_us, None, how)
+        return Prediction(call, host_bound_us(params, call, time_us), None, how)
     nominal, choice, entry, share, used = _plan(cluster, call)
     fitted = fitted_system(nominal, cluster, params)
     fitted_entry = table_entry(fitted, call.collective, entry.algorithm, entry.protocol)
@@ -233,18 +242,29 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     latency = params.latency_scale * call_latency_us(fitted, call.collective, fitted_entry, call.size_bytes)
     transfer = call.size_bytes / (1000.0 * efficiency * call_bandwidth_gb_s(call.collective, fitted_entry,
                                                                             call.size_bytes))
+    moved = cut_with_fill(transfer, share, entry, call, params, used)
     if is_chain(call.collective, entry.algorithm):
-        return Prediction(call, params.launch_us + _chain_us(fitted, cluster, params, call, entry, transfer / share,
-                                                             used), choice, choice.describe())
-    if entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
-        return Prediction(call, params.launch_us + latency + _tree_us(cluster, params, call, entry, transfer / share,
-                                                                      used), choice, choice.describe())
-    time_us = params.launch_us + latency + _with_fill(transfer / share, call, params, used)
-    return Prediction(call, time_us, choice, choice.describe())
+        time_us = params.launch_us + _chain_us(fitted, cluster, params, call, entry, moved, used)
+    elif entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
+        time_us = params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used)
+    else:
+        time_us = params.launch_us + latency + moved
+    return Prediction(call, host_bound_us(params, call, time_us), choice, choice.describe())
+
+
+def host_bound_us(params: NcclParams, call: Call, gpu_us: float) -> float:
+    """A call one host thread launches on several GPUs in turn (nccl-tests -g N): the thread enqueues each GPU's
+    kernel inside one ncclGroupStart/End, and nccl-tests times a loop of such calls queued back to back, so the
+    GPUs' work of one call overlaps the host's launches of the next: a call takes the longer of the host's
+    ``gpus_per_thread`` x ``launch_per_gpu_us`` and the GPUs' own time (``gpu_us``, its launch included), not
+    their sum. One GPU per thread (a process per GPU, as training runs): ``gpu_us``."""
+    if call.gpus_per_thread <= 1:
+        return gpu_us
+    return max(call.gpus_per_thread * params.launch_per_gpu_us, gpu_us)
 
 
 def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry,
-              transfer_us: float, channels: int) -> float:
+              moved_us: float, channels: int) -> float:
     """A ring broadcast or reduce (astra_adapter.nccl.chain): NCCL's base latency, what one rank spends on a call
     back to back (its tuner's hops, or nRanks steps where the channels differ, overlap the next call; the chunks
     are timed here), the transfer at the chain's bandwidth with the general pipeline fill, and the chain's fill
@@ -252,7 +272,7 @@ def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: C
     NICs' fitted rate."""
     latency = params.latency_scale * chain_latency_us(fitted, entry.protocol)
     if call.size_bytes <= 0:
-        return latency + transfer_us
+        return latency + moved_us
     fill = 0.0
     if call.nodes > 1:
         # a network hop holds a slice for the NIC's time on its wire bytes; a hop inside a node in proportion
@@ -262,10 +282,10 @@ def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: C
         network = network_hop_us_per_byte(entry.protocol, inter, nics, channels)
         fill = chain_fill_us(entry.protocol, call.size_bytes, channels, call.nodes, network * inter / intra,
                              network)
-    return latency + _with_fill(transfer_us, call, params, channels) + fill
+    return latency + moved_us + fill
 
 
-def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry, transfer_us: float,
+def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry, moved_us: float,
              channels: int) -> float:
     """A tree all-reduce between nodes: a chain up the tree NCCL built and a chain down it
     (:class:`~astra_adapter.nccl.tuning.TreeLevels`: ceil(log2 nodes) levels). Its transfer has the general
@@ -281,7 +301,7 @@ def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry
     piece = slice_bytes(entry.protocol, call.size_bytes, channels)
     if entry.protocol is NcclProtocol.LL128:
         piece = min(piece, tree_ll128_chunk_bytes(call.size_bytes, channels, call.nodes, call.ranks_per_node))
-    return _with_fill(transfer_us, call, params, channels) + hops * piece * network
+    return moved_us + hops * piece * network
 
 
 def tree_ll128_chunk_bytes(size_bytes: int, channels: int, nodes: int, ranks_per_node: int) -> float:
@@ -295,6 +315,27 @@ def tree_ll128_chunk_bytes(size_bytes: int, channels: int, nodes: int, ranks_per
     while size_bytes / (channels * chunk) < steps * 16 / ranks_per_node and chunk > 32768:
         chunk //= 2
     return float(chunk)
+
+
+def cut_with_fill(transfer_us: float, share: float, entry: TunerEntry, call: Call, params: NcclParams,
+                  channels: int) -> float:
+    """A call's transfer (``transfer_us`` on all its communicator's channels) on the ``share`` of them NCCL runs
+    it on, with the pipeline's fill (:func:`_with_fill`).
+
+    Ring/LL inside a node: NCCL cuts a small call's channels while it has fewer than 8 B x nRanks per thread
+    (src/enqueue.cc with the ring LL threshold of src/graph/tuning.cc), so each channel it keeps writes about one
+    LL line per thread per ring step into the next GPU whatever the size: the transfer takes the kept channels'
+    share of LL's rate (8 A100s measured 36 us at 32 KiB on one channel, 40-48 us at 64-256 KiB on 2-8, where
+    LL's full rate gives 22-30), while the fill - the call's own bytes through the pipeline - stays at LL's
+    full rate, as NCCL's tuner times it. Not cut: Tree/LL (its threshold has no nRanks: its channels are cut
+    only below a few KiB), NVLS, and LL between nodes, whose steps the network proxy forwards (their time is
+    the network's per step, not the lines a channel writes; the corpus's multi-node sweeps fit no better with
+    the cut, see docs/nccl-model.md)."""
+    if entry.protocol is NcclProtocol.LL:
+        fill_us = _with_fill(transfer_us, call, params, channels) - transfer_us
+        cut = entry.algorithm is NcclAlgorithm.RING and call.nodes == 1
+        return (transfer_us / share if cut else transfer_us) + fill_us
+    return _with_fill(transfer_us / share, call, params, channels)
 
 
 def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int) -> float:

@@ -70,6 +70,6 @@ def table_observations(table: NcclTable, cluster: Cluster, *, gpus_per_node: int
         raise InputError(f"the output ran on {nodes} nodes ({table.ranks} ranks), but the topology has "
                          f"{max_nodes} node(s) ({max_nodes * cluster.gpus_per_node} GPUs)", source=table.source,
                          path=f"line {table.first_line}")
-    return tuple(Observation(Call(table.collective, table.ranks, nodes, row.size_bytes), _row_time(row, time),
-                             table.source, row.line)
+    return tuple(Observation(Call(table.collective, table.ranks, nodes, row.size_bytes, table.gpus_per_thread),
+                             _row_time(row, time), table.source, row.line)
                  for row in table.rows if row.size_bytes > 0 and row.time_us > 0)

@@ -26,6 +26,7 @@ from enum import Enum
 
 from genie.core.collective import Collective
 
+from astra_adapter.nccl.trees import TreePattern, tree_way_us
 from astra_adapter.nccl.versions import DEFAULT_VERSION, NcclVersion, TunerConstants, constants
 
 
@@ -145,11 +146,16 @@ class TunerSystem:
     gpu_direct: bool = True
     #: the ring graph's channels keep one GPU order (NCCL's sameChannels; astra_adapter.nccl.chain)
     same_channels: bool = True
+    #: the tree graph's bandwidth per channel inside a node where its search raised it above the network's
+    #: (2 nodes: NCCL's tuner reads it, astra_adapter.nccl.hardware.tree_intra_speed); 0: the ring graph's
+    tree_bw_intra_gb_s: float = 0.0
     version: NcclVersion = DEFAULT_VERSION
     env: NcclEnv = NcclEnv()
     #: how deep the inter-node tree is taken: as NCCL's tuner counts it (what it picks by), or as NCCL builds it
     #: (what a call then takes)
     tree_levels: TreeLevels = TreeLevels.TUNER
+    #: how the built tree enters a node (:func:`tree_pattern`, of the release that built it); timing only
+    tree_pattern: TreePattern = TreePattern.TREE
 
     @property
     def constants(self) -> TunerConstants:
@@ -261,6 +267,8 @@ def _busbw(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: Ncc
     ppn = s.ranks_per_node
     collnet = a in (NcclAlgorithm.COLLNET_DIRECT, NcclAlgorithm.COLLNET_CHAIN)
     bw = s.bw_intra_gb_s if (s.nodes <= 2 or collnet) else s.bw_inter_gb_s
+    if a is NcclAlgorithm.TREE and s.nodes <= 2 and s.tree_bw_intra_gb_s > 0:
+        bw = s.tree_bw_intra_gb_s
     channels = s.channels
     if a in (NcclAlgorithm.NVLS, NcclAlgorithm.NVLS_TREE):  # NVLS's own graph: its channels, its speed
         channels = s.nvls_graph_channels
@@ -337,6 +345,9 @@ def _latency(system: TunerSystem, collective: Collective, a: NcclAlgorithm, p: N
         k, ki = steps(collective, n), inter_steps(collective, nodes, s.version)
         return lat + (k - ki) * intra_lat + ki * inter_lat
     if a is NcclAlgorithm.TREE:
+        if s.tree_levels is TreeLevels.BUILT:
+            way = tree_way_us(nodes, intra_lat, inter_lat, s.tree_pattern)
+            return lat + 2 * ((ppn - 1) * intra_lat + way)
         return lat + 2 * ((ppn - 1) * intra_lat + s.tree_levels.depth(nodes) * inter_lat)
     if a is NcclAlgorithm.COLLNET_DIRECT:
         return lat + 2 * (min(1, ppn - 1) * intra_lat + (ppn - 1) * 0.4) + inter_lat

@@ -72,7 +72,7 @@ class HostLimit:
     """One limit of this host that auto dilation weighs: what was measured (`measured`, in `unit`), what the
     topology needs of it, and the smallest factor that makes its cost under the target share of any figure."""
 
-    name: str  # "throughput", "software", "emulator"
+    name: str  # "throughput", "software", "emulator", "wake-up"
     measured: float
     unit: str
     needed_factor: float

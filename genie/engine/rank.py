@@ -23,6 +23,7 @@ from genie.core.process import own_status_field
 from genie.core.protocol import (Barrier, BenchJob, CaseResult, Done, Error, Go, Hello, Job, Message, ReplayJob, Setup,
                                  Straggler)
 from genie.engine.control import ControlClosed, recv_message, send_message
+from genie.engine.time_slice import request_time_slice
 from genie.engine.transport import SocketTransport, Transport, connect_mesh, flow_tuples, listen_socket
 
 
@@ -290,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", required=True)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    request_time_slice()  # woken from a receive, a rank runs soon and briefly (genie.engine.time_slice)
 
     ctrl_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     ctrl_sock.connect(args.control)

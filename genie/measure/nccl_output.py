@@ -26,6 +26,7 @@ from genie.core.collective import Collective
 from genie.core.errors import InputError
 from genie.core.jsondoc import JsonSyntaxError, decode_json
 from genie.core.sizes import PER_RANK_SPLIT
+from genie.measure.nccl_devices import NcclDevice, device, device_line, gpus_per_thread, header_gpus_per_thread
 from genie.measure.nccl_log_lines import rejoin_rows
 
 MAX_INPUT_BYTES = 64 << 20
@@ -35,14 +36,6 @@ MAX_ROWS = 100_000
 class Phase(Enum):
     OUT_OF_PLACE = "out_of_place"
     IN_PLACE = "in_place"
-
-
-@dataclass(frozen=True)
-class NcclDevice:
-    rank: int
-    host: str
-    device: int
-    gpu: str  # the GPU's name as printed ('' if absent)
 
 
 @dataclass(frozen=True)
@@ -78,6 +71,7 @@ class NcclTable:
     first_line: int  # the column titles' line, or the first row's without a header (JSON: 0)
     nccl_version: str  # '' if unknown
     title: str  # the nearest preceding `### ` line's text, or ''
+    gpus_per_thread: int = 1  # one host thread launched each call on so many GPUs (nccl_devices.gpus_per_thread)
 
     def nodes(self) -> tuple[str, ...]:
         """The distinct hosts in rank order (empty when no device names its host)."""
@@ -116,8 +110,6 @@ _KINDS = {(False, False): (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Col
           (True, True): (Collective.BROADCAST, Collective.GATHER, Collective.SCATTER)}
 
 _LABEL = re.compile(r"^(?:\s*\d+:(?:\s|$)|\[\d+,\d+\]<std(?:out|err)>:)")  # srun --label, mpirun --tag-output
-_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+-?\d+\s+)?Pid\s+\d+\s+on\s+(?:(\S+)\s+)?device\s+(\d+)"
-                     r"\s*(?:\[[^\]]*\])?\s*(.*)$")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\b.*?\bnccl-library=(\d+)")
 _NCCL_VERSION = re.compile(r"\bNCCL version\s+v?(\d+\.\d+(?:\.\d+)?)")
@@ -196,6 +188,7 @@ class _Segment:
     first_line: int = 0
     cputime: bool = False
     rows: list[_RawRow] = field(default_factory=list)
+    gpus_per_thread: int = 0  # the header's nGpus (0: not printed)
     stage: int = 0  # how far nccl-tests' printing order got (see _read_text)
 
 
@@ -254,7 +247,7 @@ def _read_text(text: str, source: str) -> list[_Segment]:
         tokens = line.split()
         # what nccl-tests prints in order (version, test banner, devices, header, rows): an earlier stage (or a
         # repeat of one printed once) begins the next table
-        m = _TESTS_VERSION.match(line) or _STARTING.match(line) or _DEVICE.match(line)
+        m = _TESTS_VERSION.match(line) or _STARTING.match(line) or device_line(line)
         stage = (1 if m and m.re is _TESTS_VERSION else 2 if m and m.re is _STARTING else 4 if m
                  else 3 if re.match(r"#\s*Using devices", line) else 0)
         layout = _layout(tokens[1:]) if line.startswith("#") and not stage else None
@@ -268,6 +261,9 @@ def _read_text(text: str, source: str) -> list[_Segment]:
         if stage and (seg.stage > stage or seg.stage == stage != 4):
             seg = close()
         seg.stage = max(seg.stage, stage)
+        if threads := header_gpus_per_thread(line):
+            seg = close() if began else seg  # a table without a footer: the header begins the next
+            seg.gpus_per_thread = threads
         if line.startswith("###") and (len(line) == 3 or line[3].isspace()):
             title = line[3:].strip()
             seg = close()
@@ -279,7 +275,7 @@ def _read_text(text: str, source: str) -> list[_Segment]:
             seg.stated, seg.stated_at = m.group(1), f"line {number}"
         elif stage in (3, 4):
             seg.devices_at = seg.devices_at or f"line {number}"
-            seg.devices += [NcclDevice(int(m[1]), m[2] or "", int(m[3]), m[4].strip())] if m else []
+            seg.devices += [device(m)] if m else []
         elif layout:
             seg.layout, seg.first_line = layout, number
         if (v := _NCCL_VERSION.search(line)) and not began and not line.startswith("#"):
@@ -481,7 +477,7 @@ def _table(seg: _Segment, source: str, given: Collective | None, given_ranks: in
         rows.append(NcclRow(r.size, r.count, r.dtype, r.redop, r.root, out[0][0], out[1][0], out[2][0], ip[0], ip[1],
                             ip[2], r.line))
     return NcclTable(source, collective, ranks, tuple(seg.devices), tuple(rows), seg.first_line, seg.version,
-                     seg.title)
+                     seg.title, gpus_per_thread(seg.gpus_per_thread, seg.devices))
 
 
 def parse_nccl_tests(data: bytes, *, source: str, collective: Collective | None = None,

@@ -53,7 +53,8 @@ def resolve_dilation_plan(choice: DilationChoice, topology: Topology, sizes: Seq
         from genie.services.host_probe import measure_host
 
         model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
-        plan = plan_per_size(topology, measure_host(topology, model), sizes, source=source, iteration=iteration)
+        figures = measure_host(topology, model, wakes=iteration is not None)
+        plan = plan_per_size(topology, figures, sizes, source=source, iteration=iteration)
         return plan, links or default_link_model(topology, plan.first)
     dilation, model = resolve_dilation(choice, topology, source=source, links=links,
                                        reference_bytes=min(sizes) if sizes else None)

@@ -9,6 +9,12 @@ The probe runs on scratch testbeds built by the same planner and shapers as the 
   ranks sharing the CPUs): a ring all-gather of tiny messages, its median iteration divided by its steps, is
   the software time of one step (interpreter, sockets, kernel, emulator: everything but the wire). The link
   emulator's median release lateness comes from its own statistics.
+* Wake-ups, on the same star and ranks: a replay of `WAKE_PROGRAM` (a tiny all-reduce, `WAKE_COMPUTE_US` of
+  compute, a tiny all-reduce), `WAKE_ITERATIONS` times: how much later than its steps at the software
+  probe's cost the first all-reduce ends after the iteration's common start (the ranks' wake-up from the
+  barrier) and the second after the compute's deadline (their wake-up from the compute timer) — a host cost
+  of every iteration start and compute node, not of a step (`wake_cost_us`): the slowest rank's lateness,
+  and a replay's steps right after a wake-up costing more than the bench's back-to-back ones.
 * Throughput, shaped: what the topology's hosts ask for at once at factor N (the sum of their links' rates / N)
   is put on a star of one rank per host, the links shaped at that share, every host streaming one long message
   to the next at once (nccl-tests' sendrecv ring shift: one step per iteration, so per-step software costs do
@@ -40,6 +46,17 @@ FIRST_GUESS_BPS = 4 * 10**9  # the aggregate the throughput probe tries first (a
 GOOD_EFFICIENCY = 0.98  # of the links' payload limit, with every host sending at once
 BULK_SECONDS = 1.0  # real time one bulk iteration should take at the rate under test
 MAX_ROUNDS = 5
+WAKE_COMPUTE_US = 5000  # real: a dilated compute node lasts milliseconds
+WAKE_ITERATIONS = 20
+WAKE_PROGRAM = """format: genie-trace
+version: 1
+name: wake-probe
+ranks: {ranks}
+program:
+  - {{id: 0, type: all_reduce, size: 256}}
+  - {{id: 1, type: compute, duration: {compute_us}us, deps: [0]}}
+  - {{id: 2, type: all_reduce, size: 256, deps: [1]}}
+"""
 
 
 def _emulated(topology: Topology, links: LinkModel) -> bool:
@@ -67,17 +84,19 @@ def _probe_mtu(topology: Topology) -> int:
     return max((link.shape.mtu_bytes for link in topology.links), default=1500)
 
 
-def measure_host(topology: Topology, links: LinkModel):
-    """This host's `HostFigures` for a testbed of `topology` with `links` (needs root: scratch testbeds)."""
+def measure_host(topology: Topology, links: LinkModel, *, wakes: bool = False):
+    """This host's `HostFigures` for a testbed of `topology` with `links` (needs root: scratch testbeds); the
+    wake-ups' cost only with `wakes` (a replay's: a sweep's sizes do not weigh it)."""
     from genie.testbed.dilation_rules import HostFigures, demanded_bps
 
-    ranks, step_us, late_us = _software(topology, links)
+    ranks, step_us, late_us, wake_us = _software(topology, links, wakes)
     demand = demanded_bps(topology)
     aggregate = _shaped_throughput(topology, links, demand) if demand else float("inf")
-    return HostFigures(ranks, step_us, aggregate, late_us)
+    return HostFigures(ranks, step_us, aggregate, late_us, wake_us)
 
 
-def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float | None]:
+def _software(topology: Topology, links: LinkModel,
+              wakes: bool = False) -> tuple[int, float, float | None, float | None]:
     from genie.services.cases import GroupCase, run_cases
     from genie.services.placement import placements_for
     from genie.testbed import service
@@ -95,7 +114,58 @@ def _software(topology: Topology, links: LinkModel) -> tuple[int, float, float |
         step_us = outcome.stats[0].time_median_us / (len(world) - 1)
         lateness = [_emulator_late_us(stats_path(info.name, ns)) for ns in {h.netns for h in info.hosts}]
         known = [late for late in lateness if late is not None]
-    return ranks, step_us, max(known) if known else None
+        wake_us = _wake_us(placements, info.name, step_us) if wakes else None
+    return ranks, step_us, max(known) if known else None, wake_us
+
+
+def _wake_us(placements, testbed: str, step_us: float) -> float | None:
+    """Replay `WAKE_PROGRAM` on `placements` (see the module docstring); `wake_cost_us` of its iterations, the
+    all-reduce after a wake-up at `step_us` per step of its slowest rank's schedule."""
+    from genie.core.protocol import ReplayJob
+    from genie.core.records import IterationRecords, RankRecords
+    from genie.engine.clock import DEFAULT_SPIN_NS
+    from genie.engine.program import build_programs, cached_schedule
+    from genie.engine.session import SessionOptions, local_sessions
+    from genie.testbed import service
+    from genie.workloads.native import read_native
+
+    trace = read_native(WAKE_PROGRAM.format(ranks=len(placements), compute_us=WAKE_COMPUTE_US), source="wake-probe")
+    programs = {p.rank: p for p in build_programs(trace, source="wake-probe")}
+    steps = max(len(cached_schedule(node.op).for_rank(rank).steps)
+                for rank, program in programs.items() for node in program.nodes if node.id == 0)
+    iterations: list[IterationRecords] = []
+
+    def on_case(index: int, per_rank) -> None:
+        iterations.append(IterationRecords(index, tuple(RankRecords(rank, m.t0_ns, tuple(m.records))
+                                                        for rank, m in sorted(per_rank.items()))))
+
+    options = SessionOptions(on_pids=lambda pids: service.register_pids(testbed, pids))
+    session = local_sessions()(placements, options)
+    session.run(lambda rank: ReplayJob(program=programs[rank], iterations=WAKE_ITERATIONS, warmup=1, timeout_s=60.0,
+                                       spin_ns=DEFAULT_SPIN_NS), on_case=on_case)
+    return wake_cost_us(iterations, WAKE_COMPUTE_US, steps * step_us)
+
+
+def wake_cost_us(iterations, compute_us: float, follow_us: float) -> float | None:
+    """What a wake-up costs the slowest rank beyond the per-step costs, the mean over `iterations` of
+    `WAKE_PROGRAM`'s records (real us, >= 0): per iteration two samples, the latest end of node 0 (the first
+    all-reduce) after the iteration's start and the latest end of node 2 (the second) after the latest
+    deadline of node 1 (compute: node 0's end + `compute_us`), each less `follow_us` (what that all-reduce's
+    steps cost at the software probe's per-step time). The mean, not the median: on a loaded host most
+    wake-ups are on time and some a scheduler slice late (milliseconds), and an iteration pays the sum of its
+    wake-ups. None without records."""
+    samples = []
+    for iteration in iterations:
+        started, computed, ended = [], [], []
+        for rank in iteration.ranks:
+            nodes = {node: (start, end) for node, start, end in rank.records}
+            if {0, 1, 2} <= nodes.keys():
+                started.append(nodes[0][1] - rank.t0_ns)
+                computed.append(nodes[0][1] + compute_us * 1e3)
+                ended.append(nodes[2][1])
+        if started:
+            samples += [max(started) / 1e3 - follow_us, (max(ended) - max(computed)) / 1e3 - follow_us]
+    return max(0.0, sum(samples) / len(samples)) if samples else None
 
 
 def _shaped_throughput(topology: Topology, links: LinkModel, demand_bps: float) -> float:
@@ -149,5 +219,5 @@ def auto_dilation(topology: Topology, *, links: LinkModel, source: str | None = 
     cannot hold it."""
     from genie.testbed.dilation_rules import REFERENCE_MESSAGE_BYTES, choose_dilation
 
-    return choose_dilation(topology, measure_host(topology, links), source=source,
+    return choose_dilation(topology, measure_host(topology, links, wakes=iteration is not None), source=source,
                            reference_bytes=reference_bytes or REFERENCE_MESSAGE_BYTES, iteration=iteration)

@@ -82,13 +82,17 @@ class HostFigures:
     """What `genie.services.host_probe` measured on this host, in real time: the software time of one step of
     a collective among `ranks` ranks (interpreter, sockets, kernel and link emulator: everything but the wire),
     the largest aggregate rate at which shaped links still delivered their rate with every host sending
-    (`aggregate_bps`), and the link emulator's median release lateness (None when no emulator was in the
-    path)."""
+    (`aggregate_bps`), the link emulator's median release lateness (None when no emulator was in the
+    path), and what a wake-up from a timed sleep costs the slowest rank beyond its steps' per-step cost — at
+    an iteration's common start and at a compute node's end, until the collective after it ends (`wake_us`,
+    mean; None when not measured): a cost of every iteration start and compute node of a replay, not of a
+    step."""
 
     ranks: int
     step_us: float
     aggregate_bps: float
     emulator_late_us: float | None = None
+    wake_us: float | None = None
 
 
 #: a path between two hosts as what bounds a message on it from below: its hops' delays summed (us) and its
@@ -159,37 +163,58 @@ def message_floor_us(floors: frozenset[PathFloor], size_bytes: int) -> float:
 
 @dataclass(frozen=True)
 class IterationFloor:
-    """The rank of a replay whose iteration the host's per-step costs weigh most on: its `steps` (each pays
-    the host's per-step cost once) and the least time its iteration takes on the stated fabric (`floor_us`:
-    its longest chain of dependent nodes, compute at its duration and each message step at its
-    `message_floor_us`), with that chain's compute (`compute_us`)."""
+    """One rank of a replay as the host's costs weigh on it: its `steps` (each pays the host's per-step cost
+    once), its `wakes` (each pays the host's wake-up cost once: the iteration's start, and each compute
+    node that hands over to communication or ends the iteration — a compute node followed only by compute
+    is made up by the next one's deadline, `genie.engine.walker`) and the least time its iteration takes on
+    the stated fabric (`floor_us`: its longest chain of dependent nodes, compute at its duration and each
+    message step at its `message_floor_us`), with that chain's compute (`compute_us`)."""
 
     rank: int
     steps: int
     floor_us: float
     compute_us: float
+    wakes: int = 1
 
 
-def iteration_floor(topology: Topology, iteration: IterationSteps) -> IterationFloor | None:
-    """The rank of `iteration` with the most steps per microsecond of its floor (`IterationFloor`); None when
-    no rank sends a message."""
+def rank_floors(topology: Topology, iteration: IterationSteps) -> list[IterationFloor]:
+    """Every rank of `iteration` that sends a message, as an `IterationFloor`."""
     floors = path_floors(topology)
     wire = functools.lru_cache(maxsize=None)(lambda size: message_floor_us(floors, size))
-    worst: IterationFloor | None = None
+    out = []
     for rank, nodes in enumerate(iteration.ranks):
         ends: list[tuple[float, float]] = []  # per node: (the chain's end, its compute), in microseconds
         steps = 0
+        handed_over = [False] * len(nodes)  # a node with a dependent that is not compute (or none at all)
+        followed = [False] * len(nodes)
         for node in nodes:
             start, compute = max((ends[d] for d in node.deps if d < len(ends)), default=(0.0, 0.0))
             took = node.compute_ns / 1e3 + sum(wire(size) for size, _ in node.steps)
             ends.append((start + took, compute + node.compute_ns / 1e3))
             steps += sum(sends for _, sends in node.steps)
+            for d in node.deps:
+                if d < len(nodes):
+                    followed[d] = True
+                    handed_over[d] = handed_over[d] or node.compute_ns == 0 or bool(node.steps)
         if not steps:
             continue
+        wakes = 1 + sum(1 for i, node in enumerate(nodes)
+                        if node.compute_ns > 0 and (handed_over[i] or not followed[i]))
         end, compute = max(ends)
-        if end > 0 and (worst is None or steps / end > worst.steps / worst.floor_us):
-            worst = IterationFloor(rank, steps, end, compute)
-    return worst
+        if end > 0:
+            out.append(IterationFloor(rank, steps, end, compute, wakes))
+    return out
+
+
+def iteration_floor(topology: Topology, iteration: IterationSteps) -> IterationFloor | None:
+    """The rank of `iteration` with the most steps per microsecond of its floor (`rank_floors`); None when
+    no rank sends a message."""
+    return max(rank_floors(topology, iteration), key=lambda f: f.steps / f.floor_us, default=None)
+
+
+def wake_floor(topology: Topology, iteration: IterationSteps) -> IterationFloor | None:
+    """The rank of `iteration` with the most wake-ups per microsecond of its floor (`rank_floors`)."""
+    return max(rank_floors(topology, iteration), key=lambda f: f.wakes / f.floor_us, default=None)
 
 
 def demanded_bps(topology: Topology) -> float:
@@ -224,7 +249,10 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
     The smallest figure: one message of `reference_bytes` (a sweep's size, a bench's smallest; 1 KiB when the
     run is not known yet); for a replay (`iteration`: one clock over the whole trace) its iteration — every
     step of its busiest rank pays the host's per-step cost once, against the least time that iteration takes
-    (`iteration_floor`)."""
+    (`iteration_floor`), and every wake-up of a rank (its iteration's start, its compute nodes' ends that hand
+    over) the measured wake-up cost once, against its least time (`wake_floor`), each limit on its own as the
+    software's and the emulator's (their costs add up in an iteration: at most ~3 x 2 %, within the 5 % a
+    replay is held to, and a throughput-bound trace keeps its factor)."""
     floor = iteration_floor(topology, iteration) if iteration is not None else None
     if floor is not None:
         per_us = floor.steps / floor.floor_us  # the per-step costs' share of the iteration is cost x per_us / N
@@ -254,10 +282,19 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
         limits.append(HostLimit("emulator", figures.emulator_late_us, "us late", need,
                                 f"the link emulator releases packets {figures.emulator_late_us:.1f} us late (median), "
                                 f"per step to be under {TARGET_SHARE:.0%} of {what}: N >= {need:.4g}"))
+    woken = wake_floor(topology, iteration) if iteration is not None and figures.wake_us else None
+    if woken is not None:
+        need = figures.wake_us * woken.wakes / woken.floor_us / TARGET_SHARE
+        limits.append(HostLimit("wake-up", figures.wake_us, "us per wake-up", need,
+                                f"a wake-up costs the slowest of {figures.ranks} ranks {figures.wake_us:.0f} us (mean, "
+                                f"at an iteration's start or a compute node's end, to the end of the collective "
+                                f"after it beyond its steps); rank {woken.rank}'s {woken.wakes} wake-ups per "
+                                f"iteration must be under {TARGET_SHARE:.0%} of its least time "
+                                f"({woken.floor_us / 1e3:.4g} ms): N >= {need:.4g}"))
     need = max([1.0] + [limit.needed_factor for limit in limits])
     factor = nice_factor(need)
     binding = max(limits, key=lambda limit: limit.needed_factor).name if limits and need > 1 else None
-    driver = f" {driver_text}" if binding in ("software", "emulator") else ""  # the message or iteration decides
+    driver = f" {driver_text}" if binding in ("software", "emulator", "wake-up") else ""  # what decides
     reason = (f"auto: {binding} needs N >= {need:.4g}{driver}, rounded up" if binding
               else "auto: this host's limits cost under 2% without dilation")
     holds = max_factor(topology)
