@@ -18,9 +18,12 @@ answer is not needed, and some of it is known without being computed:
   reference computes every connection's and reads theirs); a path without a queue on it waits 0.0 (the same
   sum of zeros), the others sum the same terms with the same numpy call as the reference's
   :meth:`StandingQueues.flow_waits_ns`;
+- the player asks only the ops whose busy ranks may have changed (:attr:`ChainFlowEngine.changed`, as the flat
+  engine keeps it), and a moving set's load and saturated resources are kept with its rates;
+- a ring's per-event arithmetic runs compiled (:class:`CompiledRingOp`, ``fabric/chains_core.pyx``);
 - the max-min solve on moving sets the memo has not seen runs compiled
-  (:class:`astra_adapter.fabric.fairshare_core.MovingRates`, the same floats as the numpy solve, as the flat
-  engine uses it) where it is built.
+  (:class:`astra_adapter.fabric.fairshare_core.MovingRates` as one solve of every moving flow, the same floats
+  as the numpy solve) where it is built.
 
 Each read is taken at the moment the reference takes it (the ops before in ``ops`` advanced, the ones after
 not yet), so every time is the same float; ``tests/test_fabric_chain_engine.py`` compares the two span for
