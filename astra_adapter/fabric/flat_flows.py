@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from astra_adapter.fabric.chain_flows import ChainFlowEngine
 from astra_adapter.fabric.fairshare import MovingRates, earliest_end_ns, max_min_rates_compacting, move_flows
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
 from astra_adapter.fabric.network import FabricNetwork
@@ -385,8 +386,9 @@ class FlatFlowEngine(FlowEngine):
 
 def engine_for(network: FabricNetwork, params: FabricParams = FabricParams(),
                sends: StepSends | None = None) -> FlowEngine:
-    """The engine a play runs on: the flat one (standing queues or not), or the reference where ring chains are
-    modelled (a ring's connections each on their own step: state the flat arrays do not keep)."""
+    """The engine a play runs on: the flat one (standing queues or not), or where ring chains are modelled (a
+    ring's connections each on their own step: state the flat arrays do not keep) the reference's with its known
+    zeros skipped (:class:`astra_adapter.fabric.chain_flows.ChainFlowEngine`)."""
     if params.ring_chains:
-        return FlowEngine(network, params, sends)
+        return ChainFlowEngine(network, params, sends)
     return FlatFlowEngine(network, params, sends)

@@ -140,6 +140,7 @@ class FlowEngine:
     # engine that tracks it, :class:`astra_adapter.fabric.flat_flows.FlatFlowEngine`, is cleared by the player)
     changed: set[int] | None = None
     _max_min = staticmethod(max_min_rates)  # the solve (an engine may take a faster one with the same results)
+    ring_op = RingOp  # a ring-like op's state under ring chains (an engine may take a faster one, the same floats)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: "StepSends | None" = None) -> None:
@@ -193,7 +194,7 @@ class FlowEngine:
 
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         if self.params.ring_chains and ring_like(steps):
-            ring = RingOp(steps, self._send_buffers(steps[0].routes))
+            ring = self.ring_op(steps, self._send_buffers(steps[0].routes))
             self._begin_chunks(ring)
             self.ops.append(ring)
             return ring  # type: ignore[return-value]  # what the engine reads of an op (chains.RingOp)

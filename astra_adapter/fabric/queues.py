@@ -193,6 +193,11 @@ class StandingQueues:
             hit = self._moving[key] = (hop[on], res[on], w[on], flow[on], own[on])
         return hit
 
+    def moving_resources(self, step, active: np.ndarray) -> np.ndarray:
+        """The resources (with repeats) that ``step``'s ``active`` flows cross (memoised with
+        :meth:`_moving_entries`)."""
+        return self._moving_entries(step, active)[1]
+
     def saturated(self, load: np.ndarray) -> np.ndarray:
         """Per resource, whether a queue can stand on it: loaded full (``load``, :meth:`load`) and with room."""
         return (load >= _FULL * self.capacity) & (self.limit > 0)

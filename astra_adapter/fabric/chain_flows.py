@@ -1,0 +1,252 @@
+"""The flow engine that plays ring chains fast (pure): :class:`FlowEngine`'s results bit for bit, with the work
+whose answer is known skipped and the rate solve compiled.
+
+With ring chains (:mod:`astra_adapter.fabric.chains`) and standing queues on, every chunk a ring's connection
+starts and every step a lock-step op enters reads the queues the other ops' flows keep, mid-advance: the rates
+of every flow moving (a max-min solve of that moment's moving set, rarely one seen before), each op's bytes
+still to send, the load and queue on every resource, then each connection's wait along its path. Most of the
+answer is not needed, and some of it is known without being computed:
+
+- a wait is a sum along the connection's path of ``queued / rate``, and a queue stands only on a saturated
+  resource (:meth:`StandingQueues.saturated`): where no resource on the paths of the connections that take a
+  wait now is saturated, every wait is 0.0 (the reference adds ``0.0`` to a latency, or begins the chunk with
+  a wait of ``0.0``), and the queues are not built;
+- only the queues on those paths are read, so only the ops whose moving flows cross one of its saturated
+  resources add to them: the others are left out of the queue sums (a resource's queue sums the same flows'
+  terms in the same order, the others add nothing there);
+- only the connections starting a chunk now, or whose next chunk's data has come in, take their wait (the
+  reference computes every connection's and reads theirs); a path without a queue on it waits 0.0 (the same
+  sum of zeros), the others sum the same terms with the same numpy call as the reference's
+  :meth:`StandingQueues.flow_waits_ns`;
+- the player asks only the ops whose busy ranks may have changed (:attr:`ChainFlowEngine.changed`, as the flat
+  engine keeps it), and a moving set's load and saturated resources are kept with its rates;
+- a ring's per-event arithmetic runs compiled (:class:`CompiledRingOp`, ``fabric/chains_core.pyx``);
+- the max-min solve on moving sets the memo has not seen runs compiled
+  (:class:`astra_adapter.fabric.fairshare_core.MovingRates` as one solve of every moving flow, the same floats
+  as the numpy solve) where it is built.
+
+Each read is taken at the moment the reference takes it (the ops before in ``ops`` advanced, the ones after
+not yet), so every time is the same float; ``tests/test_fabric_chain_engine.py`` compares the two span for
+span on random job mixes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from astra_adapter.fabric.chains import RingOp
+from astra_adapter.fabric.fairshare import MovingRates
+
+try:  # a ring's per-event work compiled, the same floats (built by the install step when it can be)
+    from astra_adapter.fabric.chains_core import ring_horizon, ring_move
+except ImportError:  # not built: RingOp's numpy methods run
+    ring_horizon = ring_move = None
+from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
+from astra_adapter.fabric.network import FabricNetwork
+
+
+class CompiledRingOp(RingOp):
+    """:class:`RingOp` with :meth:`move` and :meth:`horizon_ns` in one compiled call each
+    (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays)."""
+
+    __slots__ = ("busy_moved",)
+
+    def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
+        super().__init__(steps, send_buffer)
+        self.busy_moved = True  # the ranks busy in it may have changed since the engine last looked
+
+    def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
+        super().begin(which, extra_wait_ns)
+        self.busy_moved = True  # connections ready: a last chunk within its send buffer is written
+
+    def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
+        self._remaining = None
+        went, count, written = ring_move(self.chunk, self.left, self.wait, self.ready.view(np.uint8),
+                                         self.active.view(np.uint8), self.next_ready.view(np.uint8),
+                                         self.next_wait, rate if self.active_count else None, dt_ns, self._done,
+                                         self.count - 1, self.send_buffer)
+        self.active_count = count
+        if went:
+            self.done = bool(np.all(self.chunk >= self.count))
+        if went or written:  # busy_ranks reads the chunks, the ready flags and the last chunks' bytes left
+            self.busy_moved = True
+        return went
+
+    def horizon_ns(self, rate: np.ndarray | None) -> float:
+        return ring_horizon(self.ready.view(np.uint8), self.active.view(np.uint8), self.wait, self.left,
+                            rate if self.active_count else None, self.chunk, self.count - 1, self.send_buffer)
+
+
+class ChainFlowEngine(FlowEngine):
+    """:class:`FlowEngine` for plays with ring chains (see the module doc): the same results, less work."""
+
+    compiled_solve = True  # new moving sets solved on fairshare_core where it is built (the same floats)
+    ring_op = CompiledRingOp if ring_move is not None else RingOp
+
+    def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
+                 sends: StepSends | None = None) -> None:
+        super().__init__(network, params, sends)
+        # one solve of every moving flow (by_component False): the reference's floats
+        self._compiled = MovingRates(self.capacity, params.flow_contention, False) \
+            if MovingRates is not None and self.compiled_solve else None
+        # a path without a queue waits 0.0 only where every rate is positive (0 / 0 would be nan)
+        self._zero_waits_known = bool(np.all(self.capacity > 0))
+        self.changed: set[int] = set()  # ids of the ops whose busy ranks may have changed (the player clears it)
+        self.solves = 0  # max-min solves run (the memo's misses)
+        self.queue_asks = 0  # queue reads asked for (a chunk starting, a step entering, with queues on)
+        self.queue_reads = 0  # of them, the reads that built the queues (the others were known to be 0.0)
+
+    # ---- ops --------------------------------------------------------------------------------------------
+    def start(self, steps) -> FabricOp:
+        op = super().start(steps)
+        self.changed.add(id(op))
+        return op
+
+    def advance(self, dt_ns: float) -> None:
+        """:meth:`FlowEngine.advance`, noting the ops whose busy ranks may have changed (:attr:`changed`: the
+        player asks only those): a ring that says so (:class:`CompiledRingOp`; any other ring always), a
+        lock-step op whose step, latency, count of moving flows or end changed (its busy ranks are its last
+        step's flows still above their done threshold, which leave the moving ones in the same advance)."""
+        before = [None if isinstance(op, RingOp) else (op.step, op.latency_ns > 0, op.active_count, op.done)
+                  for op in self.ops]
+        super().advance(dt_ns)
+        changed = self.changed
+        for op, was in zip(self.ops, before):
+            if was is None:
+                if not isinstance(op, CompiledRingOp):
+                    changed.add(id(op))
+                elif op.busy_moved:
+                    changed.add(id(op))
+                    op.busy_moved = False
+            elif was != (op.step, op.latency_ns > 0, op.active_count, op.done):
+                changed.add(id(op))
+
+    # ---- rates ----------------------------------------------------------------------------------------
+    def _moving(self) -> tuple[list[FabricOp], list]:
+        """The ops moving flows now, in the order of ``ops``, and the memo entry of that moving set: [their
+        rates, (load, saturated) once a queue read asked for them]. Keyed on the steps and one string of their
+        moving flags (a step's flows are as many as its routes, so the string splits one way only)."""
+        moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active_count]
+        if not moving:
+            return moving, [None, None]
+        key = (tuple(id(op.steps[op.step]) for op in moving),
+               np.concatenate([op.active for op in moving]).tobytes())
+        hit = self._moving_rates.get(key)
+        if hit is None:
+            self.solves += 1
+            hit = [self._solve_moving(moving), None]
+            if len(self._moving_rates) >= _MEMO_LIMIT:
+                self._moving_rates.clear()
+            self._moving_rates[key] = hit
+        return moving, hit
+
+    def _solve_moving(self, moving: list[FabricOp]) -> list[np.ndarray]:
+        """Each moving op's flows' max-min rates (0 for a flow not moving): :meth:`FlowEngine._flow_rates`'s
+        solve, compiled where it is built."""
+        if self._compiled is None:
+            rates = []
+            routes = np.sort(np.concatenate([op.steps[op.step].routes[op.active] for op in moving]))
+            unique, per_flow = self._solve(routes)
+            for op in moving:
+                rate = np.zeros(len(op.active))
+                rate[op.active] = per_flow[np.searchsorted(unique, op.steps[op.step].routes[op.active])]
+                rates.append(rate)
+            return rates
+        routes = np.concatenate([op.steps[op.step].routes for op in moving])
+        active = np.concatenate([op.active for op in moving])
+        ptr, res, w = self._route_table(len(self.network.routes) - 1)
+        rate = self._compiled.rates(routes, active.view(np.uint8), ptr, res, w)
+        ends = np.cumsum([len(op.active) for op in moving]).tolist()
+        return [rate[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+
+    def _flow_rates(self) -> list[np.ndarray | None]:
+        moving, (rates, _) = self._moving()
+        if not moving:
+            return [None] * len(self.ops)
+        of = dict(zip(map(id, moving), rates))
+        return [of.get(id(op)) for op in self.ops]
+
+    # ---- standing queues --------------------------------------------------------------------------------
+    def _begin_chunks(self, op: RingOp) -> None:
+        which = op.startable()
+        waits = np.zeros(len(which))
+        if self.queues is not None:
+            # who takes a wait from this read: the connections starting now, and those whose next chunk's data
+            # is in once they have (op.arriving() after op.begin(which): begin marks them ready, not queued)
+            nxt = op.chunk + 1
+            pred_chunk = np.where(op.pred >= 0, op.chunk[np.maximum(op.pred, 0)], op.count)
+            early = (op.ready | which) & ~(op.next_ready & ~which) & (nxt < op.count) & (pred_chunk >= nxt)
+            needed = which | early
+            if needed.any():
+                waits = self._connection_waits(op, needed)
+        if which.any():
+            op.begin(which, waits)
+        early = op.arriving()
+        if early.any():
+            op.queue_next(early, waits)
+
+    def _connection_waits(self, op: RingOp, needed: np.ndarray) -> np.ndarray:
+        """Per connection of ``op`` (read where ``needed``), its wait behind the queues the other ops' flows
+        keep now: :meth:`FlowEngine._queued` and :meth:`StandingQueues.flow_waits_ns`, with the parts whose
+        answer is 0.0 skipped."""
+        routes = op.steps[0].routes
+        waits = np.zeros(len(routes))
+        read = self._read_queues(op, op.steps[0], needed)
+        if read is None:
+            return waits
+        queued, _ = read
+        incidence = self.queues.incidence
+        capacity = self.capacity
+        for rid in set(routes[needed].tolist()):
+            res, w = incidence(rid)
+            q = queued[res]
+            if q.any() or not self._zero_waits_known:
+                waits[routes == rid] = float(np.sum(w * q / capacity[res]))
+        return waits
+
+    def _enter_next_step(self, op: FabricOp) -> None:
+        op.next_step()
+        if self.queues is None or op.done or not op.active_count:
+            return
+        step = op.steps[op.step]
+        read = self._read_queues(op, step, op.active)
+        if read is not None and read[0].any():
+            op.latency_ns += self.queues.delay_ns(read[0], step.routes[op.active],
+                                                  step.dst[op.active] if len(op.steps) > 1 else None)
+
+    def _read_queues(self, op, step, needed: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The queues the flows moving now other than ``op``'s keep, on the resources the paths of ``step``'s
+        flows ``needed`` cross (elsewhere 0), and the load; None where every one of those is 0 (no other op
+        moves, or no resource on those paths is saturated)."""
+        q = self.queues
+        assert q is not None
+        self.queue_asks += 1
+        ops, hit = self._moving()
+        if not any(o is not op for o in ops):
+            return None
+        if hit[1] is None:  # the load and its saturated resources: a function of the moving set, as its rates
+            load = q.load([(o.steps[o.step], rate) for o, rate in zip(ops, hit[0])])
+            hit[1] = (load, q.saturated(load))
+        load, full = hit[1]
+        moving = zip(ops, hit[0])
+        res, _, flow, _ = q.entries(step)
+        mine = res[needed[flow]]
+        hot = np.zeros(len(full), dtype=bool)
+        hot[mine[full[mine]]] = True  # the saturated resources on the paths read
+        if not hot.any():
+            return None
+        in_flight = []
+        for o, _ in moving:
+            if o is op:
+                continue
+            s = o.steps[o.step]
+            crossed = q.moving_resources(s, o.active)
+            if not hot[crossed].any():
+                continue  # adds to no queue on the paths read
+            in_flight.append((s, o.active, o.remaining_bytes() if isinstance(o, RingOp) else
+                              o.left + q.later_bytes(o.steps, o.step)))
+        if not in_flight:
+            return None
+        queued = q.queued_bytes(in_flight, load)
+        self.queue_reads += 1
+        return queued, load
