@@ -10,23 +10,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from genie.core.topology import LinkShape
-from genie.topology.builders import leaf_spine
-from genie.workloads.generators.options import GeneratorOptions, generate_from_options
-from genie.workloads.mix import merge_jobs
-
 from astra_adapter.fabric.chain_flows import ChainFlowEngine, CompiledRingOp
 from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.flat_flows import engine_for
 from astra_adapter.fabric.flows import FabricParams, FlowEngine, run_concurrently
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.player import play_on_fabric
+from fabric_mix_support import MIX_TOPOLOGY, random_mixes
 
-MIX_TOPOLOGY = leaf_spine(4, 4, 2, shape=LinkShape(rate_bps=1_000_000_000),
-                          fabric_shape=LinkShape(rate_bps=500_000_000))  # 4:1 oversubscribed: queues stand
-MIX_BASE = {"model": "gpt3-125m", "layers": 1, "seq": 128, "batch": 1}
-MIX_JOBS = [{**MIX_BASE, "dp": 4}, {**MIX_BASE, "tp": 2, "dp": 2}, {**MIX_BASE, "tp": 4},
-            {**MIX_BASE, "dp": 4, "ep": 4, "experts": 4, "top_k": 2, "moe_every": 1}]
 CHAINS = FabricParams(standing_queues=True, ring_chains=True)
 
 
@@ -53,19 +44,9 @@ def test_random_job_mixes_with_chains_and_queues_play_as_the_reference(engine, s
     # 2-4 jobs at random host slots and start offsets, each repeated twice: rings whose connections run at
     # unequal rates beside other jobs' elephants, chunks starting mid-advance in every order of the engine's ops
     rng = np.random.default_rng(seed)
-    traces = [generate_from_options(GeneratorOptions.parse(options)) for options in MIX_JOBS]
     chained = skipped = 0
-    for _ in range(3):
-        pick = rng.choice(len(traces), size=int(rng.integers(2, 5)), replace=False).tolist()
-        hosts, slots = rng.permutation(16).tolist(), []
-        for j in pick:
-            slots.append(tuple(hosts[:traces[j].num_ranks]))
-            hosts = hosts[traces[j].num_ranks:]
-        merged, _ = merge_jobs([traces[j] for j in pick], [f"job{j}" for j in pick], slots, [2] * len(pick),
-                               [int(rng.integers(0, 3)) * 1_000_000 for _ in pick], world=16)
-        params = replace(CHAINS, flow_contention=float(rng.choice([0.0, 0.006])),
-                         message_overhead_ns=float(rng.choice([0.0, 3000.0])))
-        network = FabricNetwork(MIX_TOPOLOGY, hash_seed=int(rng.integers(0, 3)) if rng.random() < 0.5 else None)
+    for merged, contention, overhead_ns, network in random_mixes(rng):
+        params = replace(CHAINS, flow_contention=contention, message_overhead_ns=overhead_ns)
         want = play_on_fabric(merged, FlowEngine(network, params))
         fast = engine(network, params)
         got = play_on_fabric(merged, fast)

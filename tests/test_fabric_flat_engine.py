@@ -14,10 +14,6 @@ import pytest
 
 from genie.core.alltoallv import busiest_even_size
 from genie.core.collective import Algorithm, Collective
-from genie.core.topology import LinkShape
-from genie.topology.builders import leaf_spine
-from genie.workloads.generators.options import GeneratorOptions, generate_from_options
-from genie.workloads.mix import merge_jobs
 from genie.workloads.generators import TrainingConfig, expert_parallel, pipeline_parallel
 from genie.workloads.presets import device_preset, model_preset
 
@@ -29,6 +25,7 @@ from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.player import play_on_fabric
 from astra_adapter.measurements import CommOp
 from benchmarks.fabric_accuracy import three_tier
+from fabric_mix_support import random_mixes
 
 PARAMS = [FabricParams(), FabricParams(flow_contention=0.05),
           FabricParams(message_overhead_ns=3000.0, endpoint_delay_ns=20000.0)]
@@ -149,31 +146,14 @@ def test_random_concurrent_collectives_with_standing_queues_end_when_the_referen
     assert waited  # the queues changed some ending: the term was exercised
 
 
-MIX_TOPOLOGY = leaf_spine(4, 4, 2, shape=LinkShape(rate_bps=1_000_000_000),
-                          fabric_shape=LinkShape(rate_bps=500_000_000))  # 4:1 oversubscribed: queues stand
-MIX_BASE = {"model": "gpt3-125m", "layers": 1, "seq": 128, "batch": 1}
-MIX_JOBS = [{**MIX_BASE, "dp": 4}, {**MIX_BASE, "tp": 2, "dp": 2}, {**MIX_BASE, "tp": 4},
-            {**MIX_BASE, "dp": 4, "ep": 4, "experts": 4, "top_k": 2, "moe_every": 1}]
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_job_mixes_with_standing_queues_play_as_the_reference(seed):
     # 2-4 jobs at random host slots and start offsets, each repeated twice: steps of different jobs enter while
     # others' flows keep the spine links full, mid-advance and in every order of the engine's ops
     rng = np.random.default_rng(seed)
-    traces = [generate_from_options(GeneratorOptions.parse(options)) for options in MIX_JOBS]
     waited = 0
-    for _ in range(3):
-        pick = rng.choice(len(traces), size=int(rng.integers(2, 5)), replace=False).tolist()
-        hosts, slots = rng.permutation(16).tolist(), []
-        for j in pick:
-            slots.append(tuple(hosts[:traces[j].num_ranks]))
-            hosts = hosts[traces[j].num_ranks:]
-        merged, _ = merge_jobs([traces[j] for j in pick], [f"job{j}" for j in pick], slots, [2] * len(pick),
-                               [int(rng.integers(0, 3)) * 1_000_000 for _ in pick], world=16)
-        params = FabricParams(standing_queues=True, flow_contention=float(rng.choice([0.0, 0.006])),
-                              message_overhead_ns=float(rng.choice([0.0, 3000.0])))
-        network = FabricNetwork(MIX_TOPOLOGY, hash_seed=int(rng.integers(0, 3)) if rng.random() < 0.5 else None)
+    for merged, contention, overhead_ns, network in random_mixes(rng):
+        params = FabricParams(standing_queues=True, flow_contention=contention, message_overhead_ns=overhead_ns)
         want = play_on_fabric(merged, FlowEngine(network, params))
         got = play_on_fabric(merged, FlatFlowEngine(network, params))
         assert got.ranks == want.ranks
