@@ -104,6 +104,20 @@ def test_the_fit_recovers_known_parameters_from_three_sizes():
     assert result.params.nic_gb_s == nominal_params(H100).nic_gb_s
 
 
+
+def test_three_sizes_read_a_slow_pipeline_fill_as_the_fill_not_as_a_slow_nic():
+    # a 2-node sweep whose 32 MiB call is slow because its pipeline fills slowly (4 x the nominal fill), its NICs
+    # as rated: three sizes give one large point, and the fill (no rated value) should move, not the NIC
+    case = DATA / "abci-anode-a100sxm4-hdr-2-4-8-16node"
+    cluster = cluster_from_topology(load_topology_file(case / "topology.yaml"), gpu="A100-SXM4-40GB",
+                                    interconnect=Interconnect.NVSWITCH, source="topology.yaml")
+    nominal = nominal_params(cluster)
+    truth = replace(nominal, fill_bytes_per_channel=4 * nominal.fill_bytes_per_channel, launch_us=8.0)
+    calls = [Call(Collective.ALL_REDUCE, 16, 2, s) for s in (4, 16384, 32 << 20)]
+    result = fit(cluster, [Observation(c, predict(cluster, truth, c).time_us) for c in calls])
+    assert result.params.nic_gb_s == pytest.approx(nominal.nic_gb_s, rel=0.15)
+    assert result.params.fill_bytes_per_channel > 2 * nominal.fill_bytes_per_channel
+
 def _dgx_observations():
     table = parse_nccl_tests((DGX / "all_reduce-8r.txt").read_bytes(), source="dgx").tables[0]
     cluster = cluster_from_topology(load_topology_file(DGX / "topology.yaml"), gpu=table.devices[0].gpu,
@@ -196,10 +210,12 @@ def test_the_real_cluster_benchmark_meets_its_met_targets():
     # held at the session's figures (rounded up to the next 0.1 %) so that no change makes them worse unnoticed.
     # 2026-12-05 00:25 UTC (branch s20-coll2: a ring broadcast or reduce back to back pays NCCL's base latency,
     # not the fitted launch_us): collectives 9.58 % (met), sizes >= 64 KiB 5.61, < 64 KiB 3.92, scale 9.24
+    # 2026-12-05 00:25 UTC (branch s20-sizes2: the pipeline fill's prior as weak as the launch's): sizes >= 64 KiB
+    # 5.34, < 64 KiB 3.98, collectives 9.57, scale 9.37
     assert overall["sizes_ends_lt_64k_pct"] <= 10.0
     assert overall["scale_pct"] <= 10.0
     assert overall["collectives_pct"] <= 10.0
-    assert overall["sizes_ends_ge_64k_pct"] <= 5.7
+    assert overall["sizes_ends_ge_64k_pct"] <= 5.4
 
 
 def test_genie_estimate_with_an_nccl_calibration_explains_each_op(tmp_path):
