@@ -152,3 +152,42 @@ def test_the_orchestrator_releases_a_barrier_and_gathers_results():
         for ours, theirs in pairs.values():
             ours.close()
             theirs.close()
+
+
+def test_a_rank_that_left_without_a_word_is_the_cause_not_its_peers_reports_of_it():
+    # rank 1 is killed: rank 0 reports a peer's closed connection (whichever peer it saw first), then rank 1's
+    # control connection closes with no error of its own; the run names rank 1 (CI once saw rank 2 named instead)
+    pairs = {r: socket.socketpair() for r in (0, 1, 2)}
+
+    class _Killed(_NoDeaths):
+        def dead_rank_error(self, rank: int, during: str) -> RunFailure:
+            return RunFailure(f"rank {rank} on host h{rank} exited with code -9 during {during}")
+
+    try:
+        orchestrator = Orchestrator({r: ours for r, (ours, _) in pairs.items()}, _Killed(), idle_timeout_s=5.0)
+        send_message(pairs[0][1], Error(rank=0, message="rank 0: rank 2 closed the connection (0 of 8 bytes "
+                                                        "received)"))
+        pairs[1][1].close()
+        with pytest.raises(RunFailure, match="^rank 1 on host h1 exited with code -9 during the run$"):
+            orchestrator.serve(None)
+    finally:
+        for ours, theirs in pairs.values():
+            ours.close()
+            theirs.close()
+
+
+def test_a_cause_of_its_own_wins_over_a_rank_that_left_after_it():
+    # rank 1 fails on its own and exits: its own error is the cause, its leaving is not another one
+    pairs = {r: socket.socketpair() for r in (0, 1)}
+    try:
+        orchestrator = Orchestrator({r: ours for r, (ours, _) in pairs.items()}, _NoDeaths(), idle_timeout_s=5.0)
+        send_message(pairs[0][1], Error(rank=0, message="rank 0: rank 1 closed the connection (0 of 8 bytes "
+                                                        "received)"))
+        send_message(pairs[1][1], Error(rank=1, message="rank 1: op timed out after 2 s"))
+        pairs[1][1].close()
+        with pytest.raises(RunFailure, match="^rank 1: op timed out after 2 s$"):
+            orchestrator.serve(None)
+    finally:
+        for ours, theirs in pairs.values():
+            ours.close()
+            theirs.close()

@@ -100,6 +100,8 @@ class _Serving:
     reports: dict[int, Barrier] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)  # the ranks' errors, in the order they arrived
+    error_ranks: set[int] = field(default_factory=set)  # the ranks that sent them
+    vanished: list[int] = field(default_factory=list)  # ranks gone after the first error without one of their own
     error_deadline: float | None = None  # when the errors are reported (see ERROR_GRACE_S)
 
 
@@ -110,9 +112,14 @@ ERROR_GRACE_S = 0.3
 _CONSEQUENCES = ("closed the connection", "lost while")
 
 
+def is_consequence(error: str) -> bool:
+    """Whether a rank's error says only that a peer left (its connection closed or was lost)."""
+    return any(c in error for c in _CONSEQUENCES)
+
+
 def root_cause(errors: list[str]) -> str:
     """The error to report of several ranks' errors: the first that is not a consequence of a peer leaving."""
-    return next((e for e in errors if not any(c in e for c in _CONSEQUENCES)), errors[0])
+    return next((e for e in errors if not is_consequence(e)), errors[0])
 
 
 class Orchestrator:
@@ -167,7 +174,7 @@ class Orchestrator:
             while len(state.done) < len(self.conns):
                 if state.error_deadline is not None and (time.monotonic() >= state.error_deadline
                                                          or not sel.get_map()):
-                    raise RunFailure(root_cause(state.errors))
+                    raise self._failure(state)
                 wait_s = 0.5 if state.error_deadline is None else \
                     max(0.0, min(0.5, state.error_deadline - time.monotonic()))
                 events = sel.select(timeout=wait_s)
@@ -189,6 +196,8 @@ class Orchestrator:
                     except (ControlClosed, ConnectionError):
                         if state.error_deadline is not None:  # a rank leaving after the first error
                             sel.unregister(key.fileobj)
+                            if rank not in state.error_ranks and rank not in state.done:
+                                state.vanished.append(rank)
                             continue
                         raise self.health.dead_rank_error(rank, "the run") from None
                     handler = handlers.get(msg.kind)
@@ -199,8 +208,18 @@ class Orchestrator:
             sel.close()
         return state.result
 
+    def _failure(self, state: _Serving) -> RunFailure:
+        """The run's failure once the ranks' errors are in: the first that is a cause of its own; where every one
+        only says a peer left, the rank that left without a word (killed, crashed) is the cause, not its peers'
+        reports of it (which of them reports first is a race)."""
+        cause = root_cause(state.errors)
+        if is_consequence(cause) and state.vanished:
+            return self.health.dead_rank_error(state.vanished[0], "the run")
+        return RunFailure(cause)
+
     def _on_error(self, rank: int, msg: Error, state: _Serving) -> None:
         state.errors.append(msg.message)
+        state.error_ranks.add(rank)
         if state.error_deadline is None:
             state.error_deadline = time.monotonic() + ERROR_GRACE_S
 
