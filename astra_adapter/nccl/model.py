@@ -269,10 +269,10 @@ def host_bound_us(params: NcclParams, call: Call, gpu_us: float) -> float:
 def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry,
               moved_us: float, channels: int) -> float:
     """A ring broadcast or reduce (astra_adapter.nccl.chain), its whole time (no ``launch_us``, see the module
-    doc): NCCL's base latency, what one rank spends on a call back to back (its tuner's hops, or nRanks steps where the channels differ, overlap the next call; the chunks
-    are timed here), the transfer at the chain's bandwidth with the general pipeline fill, and the chain's fill
-    between nodes: a slice on every network hop but the slowest, for its wire bytes at a channel's share of the
-    NICs' fitted rate."""
+    doc): NCCL's base latency, what one rank spends on a call back to back (its tuner's hops, or nRanks steps
+    where the channels differ, overlap the next call; the chunks are timed here), the transfer at the chain's
+    bandwidth with the general pipeline fill, and the chain's fill between nodes: a slice on every network hop
+    but the slowest, for its wire bytes at a channel's share of the NICs' fitted rate."""
     latency = params.latency_scale * chain_latency_us(fitted, entry.protocol)
     if call.size_bytes <= 0:
         return latency + moved_us
