@@ -20,6 +20,7 @@ replay, and a what-if at 256 hosts (run by hand; the testbed parts as root; not 
     .venv/bin/python benchmarks/job_mix.py fit CAL_DIR SWEEP_RUN_DIR...     # fit the fabric model on sweeps
     .venv/bin/python benchmarks/job_mix.py evaluate ACCURACY_DIR --calibration CAL_DIR   # re-estimate, no testbed
     .venv/bin/python benchmarks/job_mix.py scale [--out DIR]
+    .venv/bin/python benchmarks/job_mix.py ops ACCURACY_DIR SCENARIO PLACEMENT JOB   # per op, model vs replay
 """
 
 from __future__ import annotations
@@ -246,6 +247,12 @@ def main() -> None:
     fit = sub.add_parser("fit")
     fit.add_argument("out", type=Path)
     fit.add_argument("sweeps", type=Path, nargs="+")
+    ops = sub.add_parser("ops", help="one job's ops in a saved run: the model's spans against the replay's "
+                         "(benchmarks/job_mix_ops.py), alone and in the mix")
+    ops.add_argument("out", type=Path)
+    ops.add_argument("scenario", choices=("a", "b"))
+    ops.add_argument("placement", choices=("packed", "spread"))
+    ops.add_argument("job")
     scale = sub.add_parser("scale")
     scale.add_argument("--out", type=Path, default=Path("/tmp/job-mix-scale"))
     scale.add_argument("--no-standing-queues", action="store_true", help="the rates alone (genie estimate --jobs "
@@ -256,6 +263,11 @@ def main() -> None:
         run_accuracy(args.out, args.iterations, args.time_dilation)
     elif args.what == "evaluate":
         run_evaluate(args.out, args.calibration, not args.no_standing_queues)
+    elif args.what == "ops":
+        from benchmarks.job_mix_ops import format_job_ops, job_ops
+
+        for part in job_ops(args.out, args.scenario, args.placement, args.job):
+            print(format_job_ops(part))
     elif args.what == "fit":
         _calibrate(tuple(args.sweeps), args.out)
     else:
