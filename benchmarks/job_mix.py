@@ -136,7 +136,8 @@ def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True) -> 
             if not (replay_dir / "mix.json").is_file():
                 continue
             doc = json.loads((replay_dir / "mix.json").read_text())
-            jobs = tuple(JobComparison(j["name"], tuple(j["hosts"]), j["repetitions"], j["together_ns"],
+            jobs = tuple(JobComparison(j["name"], tuple(j["hosts"]), j["repetitions"],
+                                       _together_ns(replay_dir, j["name"], j["together_ns"]),
                                        j["together_iterations"], j["alone_ns"], j["alone_iterations"])
                          for j in doc["jobs"])
             replay = type("Replay", (), {"jobs": jobs})
@@ -144,6 +145,27 @@ def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True) -> 
                              replay_dir, standing_queues)
     (out / "evaluate.json").write_text(json.dumps(rows, indent=2) + "\n")
     _ranking(rows)
+
+
+def _together_ns(replay_dir: Path, job: str, saved_ns: float) -> float:
+    """A job's measured iteration in the mix by today's rule (genie.core.jobmix.longest_rank_span_ns, the median
+    over its iterations), from the run's saved ``jobs/<job>/together/ops.csv``: runs saved before the rule
+    changed hold the window in mix.json. Without the file, the saved value."""
+    import csv
+    from statistics import median
+
+    from genie.core.jobmix import longest_rank_span_ns
+
+    path = replay_dir / "jobs" / job / "together" / "ops.csv"
+    if not path.is_file():
+        return saved_ns
+    ranks: dict[int, dict[int, list[float]]] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            start, end = float(row["start_ns"]), float(row["end_ns"])
+            w = ranks.setdefault(int(row["iteration"]), {}).setdefault(int(row["rank"]), [start, end])
+            w[0], w[1] = min(w[0], start), max(w[1], end)
+    return float(median(longest_rank_span_ns(r.values()) for r in ranks.values())) if ranks else saved_ns
 
 
 def _calibrate(sweeps: tuple[Path, ...], out: Path) -> Path:
