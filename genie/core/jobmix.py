@@ -142,13 +142,13 @@ def longest_rank_span_ns(windows) -> float:
     """A job's iteration inside a mix, from each of its ranks' ``(first start, last end)`` in that iteration:
     the longest rank's own span. Nothing holds a mix's iterations together (no barrier between a job's
     repetitions), so its ranks run at an offset from each other that its collectives keep: a 2-rank ring
-    all-reduce whose one direction waits ``d`` behind a queue turns an offset ``x`` between its ranks into
-    ``min(x, d)``, so any offset up to the wait stays, and how large it is depends on the run's history, not on
-    the job or the network (the spread TP2xDP2 of benchmarks/job_mix.py: 3-100 ms, on every iteration of a
-    run). The window (first start on any rank to last end on any rank) counts that offset once per iteration
-    although each rank - and so the job - takes only its own span per iteration; alone, a barrier starts every
-    iteration, and the two are the same. One rule for the replay (:func:`genie.measure.mix.mixed_iteration_ns`)
-    and the fabric estimate (astra_adapter.fabric.mix)."""
+    all-reduce whose rank ahead reaches the rank behind after a wait ``d`` (a queue) turns an offset ``x``
+    between them into ``min(x, d)``, so any offset up to the wait stays, and how large it is depends on the
+    run's history, not on the job or the network (the spread TP2xDP2 of benchmarks/job_mix.py: 12-100 ms through
+    a whole replay). The window (first start on any rank to last end on any rank) counts that offset once per
+    iteration although each rank - and so the job - takes only its own span per iteration; alone, a barrier
+    starts every iteration, and the two are the same. One rule for the replay
+    (:func:`genie.measure.mix.mixed_iteration_ns`) and the fabric estimate (astra_adapter.fabric.mix)."""
     return max((end - start for start, end in windows), default=0.0)
 
 
