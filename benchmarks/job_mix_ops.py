@@ -7,6 +7,7 @@ in the mix on the mix session's paths with the replay's repetitions, on the run'
 an op is per rank (the rank's own start to its own end, as the replay records it), the median over the
 repetitions that saw the whole mix (alone: the one repetition); the replay's is the median over its timed
 iterations (`jobs/<job>/{alone,together}/ops.csv`). Both include what a rank waits inside an op for its peers.
+The iteration both ways is as the mix's table times it (docs/jobs.md "A job's iteration in the mix").
 """
 
 from __future__ import annotations
@@ -43,21 +44,25 @@ class JobOps:
     spans: tuple[OpSpan, ...]
 
 
-def _replay_spans(path: Path) -> tuple[dict[tuple[int, int], float], dict[int, str], float]:
-    """Per (rank, node id) the median span of an ops.csv, the nodes' names, and the median iteration window
-    (first start to last end over the ranks, as the replay times an iteration of a job)."""
+def _replay_spans(path: Path, together: bool) -> tuple[dict[tuple[int, int], float], dict[int, str], float]:
+    """Per (rank, node id) the median span of an ops.csv, the nodes' names, and the median iteration as the
+    replay times it: in the mix the longest rank's own span (genie.core.jobmix.longest_rank_span_ns), alone the
+    window (first start to last end over the ranks)."""
+    from genie.core.jobmix import longest_rank_span_ns
+
     spans: dict[tuple[int, int], list[float]] = {}
     names: dict[int, str] = {}
-    windows: dict[int, list[float]] = {}
+    ranks: dict[int, dict[int, list[float]]] = {}
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
             start, end = float(row["start_ns"]), float(row["end_ns"])
             spans.setdefault((int(row["rank"]), int(row["node_id"])), []).append(end - start)
             names[int(row["node_id"])] = row["name"]
-            w = windows.setdefault(int(row["iteration"]), [start, end])
+            w = ranks.setdefault(int(row["iteration"]), {}).setdefault(int(row["rank"]), [start, end])
             w[0], w[1] = min(w[0], start), max(w[1], end)
-    return ({k: median(v) for k, v in spans.items()}, names,
-            median(e - s for s, e in windows.values()) if windows else 0.0)
+    iterations = [longest_rank_span_ns(r.values()) if together else
+                  max(e for _, e in r.values()) - min(s for s, _ in r.values()) for r in ranks.values()]
+    return {k: median(v) for k, v in spans.items()}, names, median(iterations) if iterations else 0.0
 
 
 def job_ops(run_dir: Path, scenario: str, placement: str, job: str) -> tuple[JobOps, JobOps]:
@@ -103,11 +108,11 @@ def job_ops(run_dir: Path, scenario: str, placement: str, job: str) -> tuple[Job
                 if where is not None and where[0] == mine and where[2] in reps:
                     model.setdefault((where[1], where[3]), []).append(end - start)
         measured, names, replay_iteration = _replay_spans(
-            replay_dir / "jobs" / job / ("together" if together else "alone") / "ops.csv")
+            replay_dir / "jobs" / job / ("together" if together else "alone") / "ops.csv", together)
         spans = tuple(OpSpan(rank, node, names.get(node, "?"), median(v) / 1e6, measured.get((rank, node), 0.0) / 1e6)
                       for (rank, node), v in sorted(model.items()))
-        out.append(JobOps(job, together, median(t.duration_ns for t in chosen) / 1e6, replay_iteration / 1e6,
-                          spans))
+        model_iteration = median(t.iteration_ns if together else t.duration_ns for t in chosen)
+        out.append(JobOps(job, together, model_iteration / 1e6, replay_iteration / 1e6, spans))
     return out[0], out[1]
 
 
