@@ -1,7 +1,7 @@
 """Where the CPU of a small op goes, across every process of the machine (issue #36 item 2; run by hand, not a test).
 
     sudo .venv/bin/python -m benchmarks.op_cpu --testbed NAME [--tree DIR ...] [-b 1K] [--algorithm auto]
-        [--collective all_reduce] [-n 20000] [--settle 8] [--seconds 4] [--rounds 1]
+        [--collective all_reduce] [-n 20000] [--settle 8] [--seconds 4] [--rounds 1] [--affinity none,halves]
 
 Runs `genie bench` of each checkout (`--tree`, as in `benchmarks.step_cost`; the trees alternated round by round)
 on a testbed that is up, and while its timed loop runs reads the machine's counters twice, `--seconds` apart:
@@ -11,6 +11,10 @@ of every CPU, whatever process), its IPIs (/proc/interrupts RES, CAL) and NET_RX
 namespace's TCP counters (/proc/PID/net: segments sent, data segments sent, retransmissions). Everything is
 per data segment: a message of at most one MSS is one segment, so at <= 1 KiB that is per rank-step (one send
 and one receive of each rank). A pure ACK is a segment sent without data.
+
+`--affinity` (a diagnostic, alternated with the trees round by round): `halves` pins the ranks of the first half
+of the testbed's hosts to CPU 0 and the rest to CPU 1 (recursive doubling's first two steps then stay on one CPU),
+`one` pins every rank to CPU 0; set as soon as the ranks exist, before their timed loop.
 
 The bench's own numbers (median, mean) print beside them; the rank processes' share of the machine's busy time
 says how much of it other work (other workers' jobs) took.
@@ -171,6 +175,35 @@ def _namespace_inodes(testbed: str) -> dict[int, str]:
     return {os.stat(f"/run/netns/{name}").st_ino: name for name in names}
 
 
+def cpu_of_host(affinity: str, host_index: int, hosts: int, cpus: int) -> int | None:
+    """The CPU `--affinity` pins the ranks of host `host_index` (of `hosts`) to; None: not pinned."""
+    if affinity == "none":
+        return None
+    if affinity == "one":
+        return 0
+    if affinity == "halves":
+        return min(cpus - 1, host_index * 2 // hosts)
+    raise ValueError(f"unknown affinity {affinity!r} (none, halves, one)")
+
+
+def _pin(inodes: dict[int, str], affinity: str, bench: subprocess.Popen) -> None:
+    """Wait for a rank in every namespace (up to 30 s), then pin each as `affinity` says."""
+    order = list(inodes.values())  # the testbed's hosts in order: rank i runs on host i
+    deadline = time.monotonic() + 30
+    while True:
+        pids = rank_processes(inodes)
+        if len(set(pids.values())) == len(order) or time.monotonic() > deadline or bench.poll() is not None:
+            break
+        time.sleep(0.02)
+    for pid, name in pids.items():
+        cpu = cpu_of_host(affinity, order.index(name), len(order), os.cpu_count() or 1)
+        if cpu is not None:
+            try:
+                os.sched_setaffinity(pid, {cpu})
+            except OSError:  # ended meanwhile
+                pass
+
+
 def rank_processes(inodes: dict[int, str]) -> dict[int, str]:
     """Every process in one of the namespaces: {pid: namespace}."""
     found = {}
@@ -205,7 +238,8 @@ def read_counters(pids: dict[int, str]) -> Counters:
                     parse_softirq(_read("/proc/softirqs")), *tcp)
 
 
-def _measure(args: argparse.Namespace, tree: str | None, inodes: dict[int, str]) -> tuple[OpCpu, str]:
+def _measure(args: argparse.Namespace, tree: str | None, inodes: dict[int, str],
+             affinity: str) -> tuple[OpCpu, str]:
     env = os.environ.copy()
     if tree:
         env["PYTHONPATH"] = tree
@@ -216,7 +250,9 @@ def _measure(args: argparse.Namespace, tree: str | None, inodes: dict[int, str])
                 "--out", str(Path(tmp) / "run")]
         bench = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            time.sleep(args.settle)
+            started = time.monotonic()
+            _pin(inodes, affinity, bench)
+            time.sleep(max(0.0, args.settle - (time.monotonic() - started)))
             pids = rank_processes(inodes)
             first = read_counters(pids)
             time.sleep(args.seconds)
@@ -244,17 +280,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, default=8.0, help="seconds from the bench's start to the first reading")
     p.add_argument("--seconds", type=float, default=4.0, help="seconds between the two readings")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--affinity", default="none", help="comma-separated: none, halves, one (see the module doc)")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("error: reading the rank processes' counters needs root", file=sys.stderr)
         return 2
+    affinities = args.affinity.split(",")
+    for affinity in affinities:
+        try:
+            cpu_of_host(affinity, 0, 2, 2)
+        except ValueError as exc:
+            print(f"error: --affinity: {exc}", file=sys.stderr)
+            return 2
     inodes = _namespace_inodes(args.testbed)
     for round_ in range(1, args.rounds + 1):
         for tree in args.tree or [None]:
-            load = os.getloadavg()[0]
-            op, row = _measure(args, tree, inodes)
-            print(f"# round {round_}, {tree or 'this checkout'}, load {load:.1f}: {describe(op)}")
-            print(f"#   bench: {' '.join(row.split())}", flush=True)
+            for affinity in affinities:
+                load = os.getloadavg()[0]
+                op, row = _measure(args, tree, inodes, affinity)
+                print(f"# round {round_}, {tree or 'this checkout'}, affinity {affinity}, load {load:.1f}: "
+                      f"{describe(op)}")
+                print(f"#   bench: {' '.join(row.split())}", flush=True)
     return 0
 
 

@@ -80,3 +80,13 @@ def test_difference_without_messages_is_an_error():
     a = counters(0.0, 0, 1000, 1500, (0,) * 8)
     with pytest.raises(ValueError, match="no data segment"):
         difference(a, a, jiffy_us=10_000)
+
+
+def test_affinity_places_hosts_on_cpus():
+    from benchmarks.op_cpu import cpu_of_host
+    assert [cpu_of_host("halves", i, 8, 2) for i in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [cpu_of_host("one", i, 8, 2) for i in range(8)] == [0] * 8
+    assert cpu_of_host("none", 3, 8, 2) is None
+    assert cpu_of_host("halves", 7, 8, 1) == 0  # one CPU: everything on it
+    with pytest.raises(ValueError, match="unknown affinity"):
+        cpu_of_host("spread", 0, 8, 2)
