@@ -212,6 +212,8 @@ def test_the_real_cluster_benchmark_meets_its_met_targets():
     # not the fitted launch_us): collectives 9.58 % (met), sizes >= 64 KiB 5.61, < 64 KiB 3.92, scale 9.24
     # 2026-12-05 00:25 UTC (branch s20-sizes2: the pipeline fill's prior as weak as the launch's): sizes >= 64 KiB
     # 5.34, < 64 KiB 3.98, collectives 9.57, scale 9.37
+    # 2026-12-05 02:15 UTC (branch s21-scale: a Tree/LL slice waits on each network hop for the GPU's write into
+    # the host-memory LL buffer): sizes >= 64 KiB 5.17, < 64 KiB 3.62, collectives 9.74, scale 8.72
     assert overall["sizes_ends_lt_64k_pct"] <= 10.0
     assert overall["scale_pct"] <= 10.0
     assert overall["collectives_pct"] <= 10.0

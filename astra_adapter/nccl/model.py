@@ -249,7 +249,9 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     if is_chain(call.collective, entry.algorithm):
         time_us = _chain_us(fitted, cluster, params, call, entry, moved, used)
     elif entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
-        time_us = params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used)
+        written = ll_write_us_per_byte(nominal, fitted_entry, efficiency) if entry.protocol is NcclProtocol.LL \
+            else 0.0
+        time_us = params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used, written)
     else:
         time_us = params.launch_us + latency + moved
     return Prediction(call, host_bound_us(params, call, time_us), choice, choice.describe())
@@ -288,8 +290,18 @@ def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: C
     return latency + moved_us + fill
 
 
+def ll_write_us_per_byte(nominal: TunerSystem, fitted_entry: TunerEntry, efficiency: float) -> float:
+    """One channel's time per data byte to write an LL slice for the network: the LL entry's fitted bus
+    bandwidth (its algorithm bandwidth over NCCL's bus-to-algorithm ratio, 1/2 for a tree: up and down) shared
+    by the communicator's channels. NCCL keeps a network connection's LL send buffer in host memory whatever
+    GPUDirect allows (src/transport/net.cc, sendProxySetup: every protocol's buffer on the GPU with GDR but LL's;
+    2.8 .. 2.29), and its proxy sends a step only once every line of it carries the step's flag (sendProxyProgress),
+    so a slice crosses a network hop only after the GPU has written all of it, at LL's rate."""
+    return nominal.comm_channels / (2000.0 * efficiency * fitted_entry.algbw_gb_s)
+
+
 def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry, moved_us: float,
-             channels: int) -> float:
+             channels: int, written_us_per_byte: float = 0.0) -> float:
     """A tree all-reduce between nodes: a chain up the tree NCCL built and a chain down it
     (:class:`~astra_adapter.nccl.tuning.TreeLevels`: ceil(log2 nodes) levels). Its transfer has the general
     pipeline fill inside a node; between nodes each network hop holds a whole slice, as in a chain
@@ -297,14 +309,16 @@ def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry
     one FIFO step, ``sliceSteps`` = 1 for every algorithm but the ring, src/enqueue.cc), on every one of the
     2 x depth network hops but the slowest, which the transfer counts. Tree/LL128 runs smaller chunks
     (:func:`tree_ll128_chunk_bytes`); Tree/Simple a whole 512 KiB step (NCCL 2.20 dropped the depth-based cut of
-    2.8 .. 2.19)."""
+    2.8 .. 2.19). A Tree/LL slice is held, on each of those hops, for the GPU's write of it into the host-memory
+    send buffer as well as for the wire (``written_us_per_byte``, :func:`ll_write_us_per_byte`): the one makes
+    the other wait, and with one slice a channel nothing overlaps them."""
     nics = cluster.nics_reached(call.ranks_per_node)
     network = network_hop_us_per_byte(entry.protocol, params.nic_gb_s * nics, nics, channels)
     hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 1
     piece = slice_bytes(entry.protocol, call.size_bytes, channels)
     if entry.protocol is NcclProtocol.LL128:
         piece = min(piece, tree_ll128_chunk_bytes(call.size_bytes, channels, call.nodes, call.ranks_per_node))
-    return moved_us + hops * piece * network
+    return moved_us + hops * piece * (network + written_us_per_byte)
 
 
 def tree_ll128_chunk_bytes(size_bytes: int, channels: int, nodes: int, ranks_per_node: int) -> float:
