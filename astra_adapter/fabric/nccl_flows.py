@@ -20,11 +20,12 @@ gives NCCL's choice - what the NCCL-mode estimator assumes, so ``--explain`` pri
   ``k`` on NIC ``k mod nics``). Inside a node every channel crosses the same NVLink/NVSwitch links: one ring
   carries them.
 - **protocol -> latency and bandwidth**: the op's latency is NCCL's for the (algorithm, protocol) on the fitted
-  system (``launch_us + latency_scale x latency``, as the NCCL model), spread evenly over the steps, the launch
-  on the first; its bytes are scaled by the protocol's share of the algorithm's Simple bandwidth on the fitted
-  system in NCCL's table (:func:`astra_adapter.nccl.tuning.table_entry`: LL carries half its bytes as flags,
-  LL128 120 of 128 - 0.92 on a ring -, both under NCCL's per-channel caps; Simple 1), times the
-  fitted ``ll_efficiency``/``ll128_efficiency``, the share of the channels a small call runs on beyond what
+  system (``launch_us + latency_scale x latency``, as the NCCL model, and a Tree/LL call's waits for the GPU's
+  writes of its slices into host memory, :func:`astra_adapter.nccl.model.tree_ll_write_us`), spread evenly over
+  the steps, the launch on the first; its bytes are scaled by the protocol's share of the algorithm's Simple
+  bandwidth on the fitted system in NCCL's table (:func:`astra_adapter.nccl.tuning.table_entry`: LL carries
+  half its bytes as flags, LL128 120 of 128 - 0.92 on a ring -, both under NCCL's per-channel caps; Simple 1),
+  times the fitted ``ll_efficiency``/``ll128_efficiency``, the share of the channels a small call runs on beyond what
   the rails already express, NCCL's tree correction and the pipeline's fill - all as the NCCL model applies them.
   Route delays are not added (NCCL's latency already counts the hops).
 - **links**: NVLink/NVSwitch links deliver the fitted ``intra_busbw_gb_s``, NIC links the fitted ``nic_gb_s``
@@ -53,7 +54,7 @@ from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp
 from astra_adapter.nccl.hardware import Cluster, node_of_hosts
 from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _channels, _plan, _with_fill, \
-    cut_with_fill, fitted_system, net_peer_share, predict
+    cut_with_fill, fitted_system, net_peer_share, predict, tree_ll_write_us
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, call_bandwidth_gb_s, call_latency_us, table_entry
 
 #: NCCL's algorithm -> the genie schedule whose flows it runs (the others: the ring's, see the module doc)
@@ -156,6 +157,8 @@ def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
             nic = params.nic_gb_s * rails
             reference *= min(params.intra_busbw_gb_s * ppn / (ppn - 1), nic) / min(params.intra_busbw_gb_s, nic)
     latency_us = params.latency_scale * call_latency_us(fitted, call.collective, chosen, call.size_bytes)
+    # a Tree/LL slice's writes into the host-memory LL buffers, one per network hop: the GPU's, not the links'
+    latency_us += tree_ll_write_us(nominal, chosen, efficiency, call, used)
     if call.collective in _ROOTED:  # NCCL's model counts the chain's fill (its fill term): the flows' is not added
         fill *= PIPELINE_CHUNKS / (call.ranks + PIPELINE_CHUNKS - 2)
     return OpPlan(prediction, pattern, rails if pattern is not Algorithm.PAT else 1,

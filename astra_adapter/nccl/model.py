@@ -249,9 +249,8 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     if is_chain(call.collective, entry.algorithm):
         time_us = _chain_us(fitted, cluster, params, call, entry, moved, used)
     elif entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
-        written = ll_write_us_per_byte(nominal, fitted_entry, efficiency) if entry.protocol is NcclProtocol.LL \
-            else 0.0
-        time_us = params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used, written)
+        time_us = params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used) \
+            + tree_ll_write_us(nominal, fitted_entry, efficiency, call, used)
     else:
         time_us = params.launch_us + latency + moved
     return Prediction(call, host_bound_us(params, call, time_us), choice, choice.describe())
@@ -300,8 +299,21 @@ def ll_write_us_per_byte(nominal: TunerSystem, fitted_entry: TunerEntry, efficie
     return nominal.comm_channels / (2000.0 * efficiency * fitted_entry.algbw_gb_s)
 
 
+def tree_ll_write_us(nominal: TunerSystem, fitted_entry: TunerEntry, efficiency: float, call: Call,
+                     channels: int) -> float:
+    """What a Tree/LL call between nodes waits, beyond the wire, for the GPU's writes of its slices into the
+    host-memory LL buffers (:func:`ll_write_us_per_byte`): a slice's write on each of the tree's 2 x depth network
+    hops but the slowest, which the transfer counts (as :func:`_tree_us` holds the wire); 0 for any other call."""
+    if fitted_entry.algorithm is not NcclAlgorithm.TREE or fitted_entry.protocol is not NcclProtocol.LL \
+            or call.nodes <= 1 or call.size_bytes <= 0:
+        return 0.0
+    hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 1
+    piece = slice_bytes(NcclProtocol.LL, call.size_bytes, channels)
+    return hops * piece * ll_write_us_per_byte(nominal, fitted_entry, efficiency)
+
+
 def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry, moved_us: float,
-             channels: int, written_us_per_byte: float = 0.0) -> float:
+             channels: int) -> float:
     """A tree all-reduce between nodes: a chain up the tree NCCL built and a chain down it
     (:class:`~astra_adapter.nccl.tuning.TreeLevels`: ceil(log2 nodes) levels). Its transfer has the general
     pipeline fill inside a node; between nodes each network hop holds a whole slice, as in a chain
@@ -310,15 +322,14 @@ def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry
     2 x depth network hops but the slowest, which the transfer counts. Tree/LL128 runs smaller chunks
     (:func:`tree_ll128_chunk_bytes`); Tree/Simple a whole 512 KiB step (NCCL 2.20 dropped the depth-based cut of
     2.8 .. 2.19). A Tree/LL slice is held, on each of those hops, for the GPU's write of it into the host-memory
-    send buffer as well as for the wire (``written_us_per_byte``, :func:`ll_write_us_per_byte`): the one makes
-    the other wait, and with one slice a channel nothing overlaps them."""
+    send buffer as well (:func:`tree_ll_write_us`, added by :func:`predict`)."""
     nics = cluster.nics_reached(call.ranks_per_node)
     network = network_hop_us_per_byte(entry.protocol, params.nic_gb_s * nics, nics, channels)
     hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 1
     piece = slice_bytes(entry.protocol, call.size_bytes, channels)
     if entry.protocol is NcclProtocol.LL128:
         piece = min(piece, tree_ll128_chunk_bytes(call.size_bytes, channels, call.nodes, call.ranks_per_node))
-    return moved_us + hops * piece * (network + written_us_per_byte)
+    return moved_us + hops * piece * network
 
 
 def tree_ll128_chunk_bytes(size_bytes: int, channels: int, nodes: int, ranks_per_node: int) -> float:
