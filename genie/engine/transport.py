@@ -225,8 +225,9 @@ class SocketTransport:
     def finish_recv(self, transfer: Transfer, got: int, timeout_s: float, deadline: float | None = None, *,
                     slice_ended: bool = False) -> None:
         """Receive the rest (`got` bytes are in) of payload-agnostic `transfer` within the window with bare
-        `recv_into` calls (`DISCARD`: TCP drops the bytes uncopied), then set delayed-ACK mode again. Whenever a slice ends empty (`slice_ended`: one just
-        did) the op's `deadline` is checked (None: `timeout_s` after the receive began)."""
+        `recv_into` calls (`DISCARD`: TCP drops the bytes uncopied), then set delayed-ACK mode again. Whenever a
+        slice ends empty (`slice_ended`: one just did) the op's `deadline` is checked (None: `timeout_s` after the
+        receive began)."""
         size = transfer.size_bytes
         recv_into = self._recv_into.get(transfer.peer)
         if recv_into is None:
