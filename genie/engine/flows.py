@@ -23,7 +23,7 @@ SENT_POLL_S = 0.0002  # how often `wait_sent` looks again
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
 #: a payload-agnostic receive's flag: TCP consumes the bytes without copying them out (tcp(7), MSG_TRUNC); a socket
 #: that cannot (AF_UNIX: the tests' socket pairs) copies them into the scratch window as without it
-DISCARD = socket.MSG_TRUNC
+DISCARD = int(socket.MSG_TRUNC)  # an int: `|` on the socket module's IntFlag members runs enum code in Python
 _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 
@@ -146,6 +146,7 @@ def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT)
     received with `DISCARD`: TCP drops its bytes uncopied."""
     queue = flow.queue
     recv_into = flow.sock.recv_into
+    discard = int(flags) | DISCARD
     while (parts := gathered(flow)) is not None:
         try:
             n = flow.sock.recvmsg_into(parts, 0, flags)[0]
@@ -158,7 +159,7 @@ def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT)
         _advance(flow, n)
     while queue:
         try:
-            n = recv_into(_next_region(flow, window), 0, flags if queue[0].view is not None else flags | DISCARD)
+            n = recv_into(_next_region(flow, window), 0, flags if queue[0].view is not None else discard)
         except (BlockingIOError, InterruptedError):
             return False
         except ConnectionResetError:
