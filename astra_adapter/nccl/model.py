@@ -52,7 +52,7 @@ from astra_adapter.nccl.chain import STEP_DATA_BYTES, chain_fill_us, chain_laten
     network_hop_us_per_byte, slice_bytes
 from astra_adapter.nccl.hardware import Cluster, tuner_system
 from astra_adapter.nccl.trees import tree_pattern
-from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan
+from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan, network_batches
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
     NcclProtocol, TreeLevels, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
@@ -183,13 +183,18 @@ def _gpu_nics(cluster: Cluster) -> int:
 
 def net_peer_share(cluster: Cluster, call: Call) -> float:
     """The share of a GPU's NICs a send/receive operation's network peers drive (1 inside a node): a sendrecv's
-    one neighbour across a node boundary, an alltoall's remote peers in flight at once (astra_adapter.nccl.p2p)."""
+    one neighbour across a node boundary on its channels; an alltoall's peers on other nodes on the channels of
+    their bases, one base per other node's schedule group of 8 (astra_adapter.nccl.p2p)."""
     if call.nodes == 1 or call.collective not in P2P:
         return 1.0
     plan = _net_plan(cluster, call)
     if call.collective is Collective.SEND_RECV:
         return plan.peers_nic_share(1)
-    return plan.peers_nic_share(min(call.ranks - call.ranks_per_node, plan.peers_in_flight))
+    # an alltoall's peers on one other node share a base's channels (astra_adapter.nccl.p2p.network_batches)
+    batches = network_batches(tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node).version,
+                              nodes=call.nodes, ranks_per_node=call.ranks_per_node,
+                              remote_peers=call.ranks - call.ranks_per_node)
+    return plan.channels_nic_share(batches * plan.channels_per_peer)
 
 
 def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[float, str]:
