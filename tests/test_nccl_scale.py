@@ -141,7 +141,7 @@ def test_a_tree_holds_a_whole_slice_on_each_network_hop_of_its_levels():
     # a Tree/Simple call between nodes is a chain up the tree and one down: each of the 2 x depth network hops
     # holds a 512 KiB slice a channel, all but the slowest (the transfer's) on top of the transfer; with the
     # latencies and the general fill off, 540 nodes (10 levels) take 4 slices' times more than 256 (8 levels)
-    params = replace(nominal_params(A100X4), fill_bytes_per_channel=0.0, latency_scale=0.0, launch_us=0.0)
+    params = replace(nominal_params(A100X4), fill_us=0.0, latency_scale=0.0, launch_us=0.0)
     cluster = replace(A100X4, nic_path=NicPath.PHB)
     calls = {n: predict(cluster, params, Call(Collective.ALL_REDUCE, 4 * n, n, 64 << 20)) for n in (256, 540)}
     assert all(p.choice.algorithm is NcclAlgorithm.TREE and p.choice.protocol is NcclProtocol.SIMPLE

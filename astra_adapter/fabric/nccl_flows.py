@@ -53,8 +53,8 @@ from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FlowEngine, 
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp
 from astra_adapter.nccl.hardware import Cluster, node_of_hosts
-from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _channels, _plan, _with_fill, \
-    cut_with_fill, fitted_system, net_peer_share, predict, tree_ll_write_us
+from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _plan, cut_with_fill, \
+    fill_factor, fitted_system, net_peer_share, predict, tree_ll_write_us
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, call_bandwidth_gb_s, call_latency_us, table_entry
 
 #: NCCL's algorithm -> the genie schedule whose flows it runs (the others: the ring's, see the module doc)
@@ -123,10 +123,12 @@ def _inter_busbw(cluster: Cluster, params: NcclParams, call: Call, rails: int) -
 def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
     """NCCL's choice for ``call`` and how the fabric runs it (see the module doc)."""
     prediction = predict(cluster, params, call)
-    fill = _with_fill(1.0, call, params, _channels_of(prediction, cluster, call))  # the NCCL model's fill factor
     choice = prediction.choice
     if choice is None:  # a send/receive operation: Simple, its latency the NCCL model's for no bytes
-        latency_us = predict(cluster, params, replace(call, size_bytes=0)).time_us - params.launch_us
+        empty_us = predict(cluster, params, replace(call, size_bytes=0)).time_us
+        latency_us = empty_us - params.launch_us
+        # the NCCL model's fill factor on its transfer (the time without the fill, less that of no bytes)
+        fill = fill_factor(predict(cluster, replace(params, fill_us=0.0), call).time_us - empty_us, call, params)
         pattern = Algorithm.RING if call.collective is Collective.SEND_RECV and call.ranks > 2 else \
             _P2P_PATTERN[call.collective]  # nccl-tests' sendrecv: every rank to the next at once
         # a network peer runs on its few channels: the share of its NICs they drive scales its bytes
@@ -141,7 +143,9 @@ def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
     efficiency = {NcclProtocol.LL: params.ll_efficiency, NcclProtocol.LL128: params.ll128_efficiency}.get(
         entry.protocol, 1.0)
     model_bw = efficiency * call_bandwidth_gb_s(call.collective, chosen, call.size_bytes)
-    fill = cut_with_fill(1.0, share, entry, call, params, used)  # the NCCL model's channel cut and fill, per unit
+    transfer_us = call.size_bytes / (1000.0 * model_bw)  # the NCCL model's channel cut and fill, per unit of it
+    fill = cut_with_fill(transfer_us, share, entry, call, params) / transfer_us if transfer_us > 0 else \
+        cut_with_fill(1.0, share, entry, call, params)
     # the pattern's flows run at the links' rates: not at the tree search's raised speed inside a node on 2 nodes,
     # which only NCCL's model of the choice carries (model_bw)
     reference = table_entry(replace(fitted, tree_bw_intra_gb_s=0.0), call.collective, pattern_algorithm,
@@ -164,10 +168,6 @@ def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
     return OpPlan(prediction, pattern, rails if pattern is not Algorithm.PAT else 1,
                   reference / model_bw * fill / WIRE_BYTES_PER_PAYLOAD_BYTE, latency_us * 1000.0,
                   params.launch_us * 1000.0)
-
-
-def _channels_of(prediction: Prediction, cluster: Cluster, call: Call) -> int:
-    return _plan(cluster, call)[4] if prediction.choice is not None else _channels(cluster, call)
 
 
 def fitted_capacity(network: FabricNetwork, cluster: Cluster, params: NcclParams) -> np.ndarray:
