@@ -219,8 +219,9 @@ def test_the_real_cluster_benchmark_meets_its_met_targets():
     # 5.34, < 64 KiB 3.98, collectives 9.57, scale 9.37
     # 2026-12-05 02:05 UTC (branch s21-fill: the pipeline fill a time, not a number of bytes): sizes >= 64 KiB
     # 4.93 (target 5, met), < 64 KiB 3.92, collectives 9.80, scale 9.95 - all four targets met and asserted
-    # 2026-12-05 02:15 UTC (branch s21-scale: a Tree/LL slice waits on each network hop for the GPU's write into
-    # the host-memory LL buffer): sizes >= 64 KiB 5.17, < 64 KiB 3.62, collectives 9.74, scale 8.72
+    # 2026-12-05 02:37 UTC (branch s21-scale on main 588473f, which measured 4.93 / 3.92 / 9.84 / 9.95: a Tree/LL
+    # slice waits on the tree's network hops for the GPU's write into the host-memory LL buffer): sizes >= 64 KiB
+    # 4.82, < 64 KiB 3.69, collectives 9.44, scale 9.89
     assert overall["sizes_ends_lt_64k_pct"] <= 10.0
     assert overall["scale_pct"] <= 10.0
     assert overall["collectives_pct"] <= 10.0

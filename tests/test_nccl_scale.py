@@ -237,13 +237,13 @@ def test_genie_calibrate_refuses_an_unknown_path_or_cpu_in_one_line(tmp_path, fl
 
 def test_a_tree_ll_slice_waits_on_each_network_hop_for_the_gpus_write_into_host_memory():
     # NCCL keeps a network connection's LL send buffer in host memory (src/transport/net.cc), and its proxy
-    # posts a step only once all its lines carry the flag: on each of the 2 x depth network hops but the slowest,
-    # a Tree/LL slice takes the GPU's write at a channel's share of the LL bus bandwidth and then the wire (LL's
-    # 16-byte lines, 8 of data). With latencies and the fill off, 540 nodes (10 levels) take 4 such holds more
-    # than 256 (8 levels); halving LL's efficiency halves the rate of the write, not of the wire
-    from astra_adapter.nccl.model import fitted_system, ll_write_us_per_byte
+    # posts a step only once all its lines carry the flag: on the tree's network hops a Tree/LL slice takes the
+    # GPU's write at a channel's share of the LL bus bandwidth and then the wire (LL's 16-byte lines, 8 of data).
+    # With latencies and the fill off, 540 nodes (10 levels) take 4 such holds more than 256 (8 levels); halving
+    # LL's efficiency halves the rate of the write, not of the wire
+    from astra_adapter.nccl.model import fitted_system, ll_write_us_per_byte, tree_ll_write_us
 
-    base = replace(nominal_params(A100X4), fill_bytes_per_channel=0.0, latency_scale=0.0, launch_us=0.0)
+    base = replace(nominal_params(A100X4), fill_us=0.0, latency_scale=0.0, launch_us=0.0)
     size = 4096  # one channel, one 4 KiB slice
     for efficiency in (1.0, 0.5):
         params = replace(base, ll_efficiency=efficiency)
@@ -261,3 +261,7 @@ def test_a_tree_ll_slice_waits_on_each_network_hop_for_the_gpus_write_into_host_
         wire_us = 2 * size / (1000.0 * 2 * 25.0 / 2)
         assert got[540].time_us - got[256].time_us == pytest.approx(4 * (write_us + wire_us), rel=1e-6)
         assert write_us > wire_us  # the hold is the GPU's write more than the wire
+        # on 2 nodes the transfer (LL's bus bandwidth, up and down once) is the one write each way: none added
+        two = Call(Collective.ALL_REDUCE, 8, 2, size)
+        assert tree_ll_write_us(tuner_system(A100X4, nodes=2, ranks_per_node=4), entry, efficiency, two, 1) == 0.0
+        assert tree_ll_write_us(nominal, entry, efficiency, calls[540], 1) == pytest.approx(18 * write_us)

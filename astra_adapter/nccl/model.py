@@ -308,11 +308,12 @@ def tree_ll_write_us(nominal: TunerSystem, fitted_entry: TunerEntry, efficiency:
                      channels: int) -> float:
     """What a Tree/LL call between nodes waits, beyond the wire, for the GPU's writes of its slices into the
     host-memory LL buffers (:func:`ll_write_us_per_byte`): a slice's write on each of the tree's 2 x depth network
-    hops but the slowest, which the transfer counts (as :func:`_tree_us` holds the wire); 0 for any other call."""
+    hops but one up and one down, which the transfer counts (it is the call's bytes at LL's bus bandwidth, up and
+    down once); none on 2 nodes. 0 for any other call."""
     if fitted_entry.algorithm is not NcclAlgorithm.TREE or fitted_entry.protocol is not NcclProtocol.LL \
             or call.nodes <= 1 or call.size_bytes <= 0:
         return 0.0
-    hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 1
+    hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 2
     piece = slice_bytes(NcclProtocol.LL, call.size_bytes, channels)
     return hops * piece * ll_write_us_per_byte(nominal, fitted_entry, efficiency)
 
@@ -326,8 +327,8 @@ def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry
     one FIFO step, ``sliceSteps`` = 1 for every algorithm but the ring, src/enqueue.cc), on every one of the
     2 x depth network hops but the slowest, which the transfer counts. Tree/LL128 runs smaller chunks
     (:func:`tree_ll128_chunk_bytes`); Tree/Simple a whole 512 KiB step (NCCL 2.20 dropped the depth-based cut of
-    2.8 .. 2.19). A Tree/LL slice is held, on each of those hops, for the GPU's write of it into the host-memory
-    send buffer as well (:func:`tree_ll_write_us`, added by :func:`predict`)."""
+    2.8 .. 2.19). A Tree/LL slice is held on those hops for the GPU's write of it into the host-memory send
+    buffer as well (:func:`tree_ll_write_us`, added by :func:`predict`)."""
     nics = cluster.nics_reached(call.ranks_per_node)
     network = network_hop_us_per_byte(entry.protocol, params.nic_gb_s * nics, nics, channels)
     hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 1
