@@ -27,7 +27,7 @@ them gives the floats a fresh solve would. In an MoE play the expert groups shar
 ring moves, so a flow's end re-solves its group's few dozen flows instead of every flow in flight.
 """
 
-from libc.stdlib cimport malloc, calloc, free, qsort
+from libc.stdlib cimport malloc, calloc, realloc, free, qsort
 from libc.string cimport memset
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
@@ -452,3 +452,6 @@ def move_flows(double[::1] left, const double[::1] rate, unsigned char[::1] acti
             c += active[i]
         counts[k] = c
     return counts_out
+
+
+include "fairshare_live.pxi"
