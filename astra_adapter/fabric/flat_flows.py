@@ -29,7 +29,11 @@ All of this holds with the rate solve in numpy, or compiled as one solve (``by_c
 :mod:`astra_adapter.fabric.fairshare_core` is built the flat engine by default solves per connected component of
 the moving flows and only the components that changed (issue #36 item 6): the same max-min rates, summed in
 another order, so times agree with the reference's to a relative 1e-9 (``tests/test_fabric_rates_compiled.py``),
-not bit for bit.
+not bit for bit. Without standing queues that solve keeps its state between events
+(:class:`~astra_adapter.fabric.fairshare_core.LiveRates`: the moving flows counted per route at each lay-out,
+each flow uncounted by the move that ends it, a solve walking only from the links of the routes that changed),
+the same floats as the per-call solve (``incremental = False``), the solve no longer walking every flow in
+flight (the sweeps still do).
 """
 
 from __future__ import annotations
