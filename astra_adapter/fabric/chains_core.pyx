@@ -12,6 +12,8 @@ the reference engine's span for span).
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
 
+import numpy as np
+
 cdef double _THROUGH = 1e-6  # chains.RingOp: a wait at most this is over
 
 
@@ -82,3 +84,103 @@ def ring_horizon(const unsigned char[::1] ready, const unsigned char[::1] active
                 if q < best:
                     best = q
     return best
+
+
+def ring_remaining(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
+                   const double[::1] left, const double[:, ::1] sizes, const double[:, ::1] before,
+                   int64_t count, double[::1] out):
+    """:meth:`RingOp.remaining_bytes` into ``out``: per connection the rest of its chunk (``left`` where it is
+    ready, else the chunk's size; 0 past its last) plus the later chunks whose data its sender holds (``before``'s
+    difference; 0 past its last), the same two operations on the same floats as the numpy method."""
+    cdef Py_ssize_t i, n = chunk.shape[0]
+    cdef int64_t k, p, held
+    cdef bint on
+    cdef double later, now
+    for i in range(n):
+        k = chunk[i] if chunk[i] < count - 1 else count - 1
+        on = chunk[i] < count
+        p = chunk[pred[i]] if pred[i] >= 0 else count
+        held = p + 1 if p + 1 < count else count
+        if held < k + 1:
+            held = k + 1
+        later = before[held, i] - before[k + 1, i] if on else 0.0
+        if ready[i]:
+            now = left[i]
+        else:
+            now = sizes[k, i] if on else 0.0
+        out[i] = now + later
+
+
+def moving_load(list rated, Py_ssize_t num_resources, double flow_contention):
+    """:meth:`astra_adapter.fabric.queues.StandingQueues.load` (``load_on``) from per step moving ``(resources,
+    weights, flow index, rates)``: per resource the sum of ``weight x rate`` in the entries' order (as
+    ``np.bincount``), times the contention factor of its moving flows (``queues.contended_load``)."""
+    moved_out = np.zeros(num_resources)
+    cdef double[::1] moved = moved_out
+    cdef double[::1] flows_on
+    cdef const int64_t[::1] res
+    cdef const double[::1] w
+    cdef const int64_t[::1] flow
+    cdef const double[::1] rate
+    cdef Py_ssize_t e, q
+    cdef double x, r
+    cdef bint contended = flow_contention > 0
+    if contended:
+        flows_out = np.zeros(num_resources)
+        flows_on = flows_out
+    for res, w, flow, rate in rated:
+        for e in range(res.shape[0]):
+            r = rate[flow[e]]
+            moved[res[e]] += w[e] * r
+            if contended:
+                flows_on[res[e]] += w[e] * (1.0 if r > 0 else 0.0)
+    if contended:
+        for q in range(num_resources):
+            x = flows_on[q] - 1.0
+            moved[q] = moved[q] * (1.0 + flow_contention * (x if x > 0.0 else 0.0))
+    return moved_out
+
+
+def queued_of(list in_flight, const unsigned char[::1] full, const double[::1] sender_limit,
+              const double[::1] limit):
+    """:meth:`astra_adapter.fabric.queues.StandingQueues.queued_bytes` on the resources ``full`` marks saturated:
+    per in-flight step its moving entries ``(hop, resource, weight, flow index ascending, own link)`` and per flow
+    its moving flag, bytes left and window. Each flow queues what it keeps (its bytes left up to its window; on
+    its sender's own link up to ``sender_limit``) at its first saturated resource along its path (the least hop,
+    the first such entry on a tie), added in the flows' order as ``np.add.at``; each queue at most ``limit``."""
+    cdef Py_ssize_t num_resources = full.shape[0]
+    out = np.zeros(num_resources)
+    cdef double[::1] queued = out
+    cdef const int64_t[::1] hop
+    cdef const int64_t[::1] res
+    cdef const double[::1] w
+    cdef const int64_t[::1] flow
+    cdef const unsigned char[::1] own
+    cdef const unsigned char[::1] active
+    cdef const double[::1] left
+    cdef const double[::1] window
+    cdef Py_ssize_t e, best, m, q
+    cdef int64_t f
+    cdef double keep
+    for hop, res, w, flow, own, active, left, window in in_flight:
+        m = res.shape[0]
+        e = 0
+        while e < m:
+            f = flow[e]
+            best = -1
+            while e < m and flow[e] == f:
+                if full[res[e]] and (best < 0 or hop[e] < hop[best]):
+                    best = e
+                e += 1
+            if best < 0:
+                continue
+            keep = left[f] if active[f] else 0.0
+            if window[f] < keep:
+                keep = window[f]
+            if own[best] and sender_limit[res[best]] < keep:
+                keep = sender_limit[res[best]]
+            queued[res[best]] += w[best] * keep
+    for q in range(num_resources):
+        if limit[q] < queued[q]:
+            queued[q] = limit[q]
+    return out
