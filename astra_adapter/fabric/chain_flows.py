@@ -38,9 +38,11 @@ from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.fairshare import MovingRates
 
 try:  # a ring's per-event work compiled, the same floats (built by the install step when it can be)
-    from astra_adapter.fabric.chains_core import moving_load, queued_of, ring_horizon, ring_move, ring_remaining
+    from astra_adapter.fabric.chains_core import (moving_load, queued_of, ring_arriving, ring_begin, ring_horizon,
+                                                  ring_move, ring_remaining, ring_starting)
 except ImportError:  # not built: RingOp's numpy methods run
-    moving_load = queued_of = ring_horizon = ring_move = ring_remaining = None
+    moving_load = queued_of = ring_arriving = ring_begin = ring_horizon = ring_move = ring_remaining = \
+        ring_starting = None
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
 from astra_adapter.fabric.network import FabricNetwork
 
@@ -58,10 +60,30 @@ class CompiledRingOp(RingOp):
         self._ready8 = self.ready.view(np.uint8)
         self._active8 = self.active.view(np.uint8)
         self._next_ready8 = self.next_ready.view(np.uint8)
+        self.sizes = np.ascontiguousarray(self.sizes, dtype=float)  # the compiled calls' layout (the same values)
+        self.latencies = np.ascontiguousarray(self.latencies, dtype=float)
 
     def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
-        super().begin(which, extra_wait_ns)
+        self._remaining = None
+        self.active_count = ring_begin(which.view(np.uint8), self.chunk, self._next_ready8, self.next_wait,
+                                       extra_wait_ns, self._ready8, self.left, self.wait, self.sizes, self.latencies,
+                                       self._done, self._active8)
         self.busy_moved = True  # connections ready: a last chunk within its send buffer is written
+
+    def starting(self) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+        """The connections starting their chunk now (:meth:`startable`), those and the ones whose next chunk's
+        data is in once they have (who takes a wait from a queue read now), and whether any of each."""
+        which = np.empty(len(self.chunk), dtype=bool)
+        needed = np.empty(len(self.chunk), dtype=bool)
+        any_which, any_needed = ring_starting(self.chunk, self.pred, self._ready8, self._next_ready8, self.count,
+                                              which.view(np.uint8), needed.view(np.uint8))
+        return which, needed, any_which, any_needed
+
+    def arriving_any(self) -> tuple[np.ndarray, bool]:
+        """:meth:`arriving`, and whether any."""
+        early = np.empty(len(self.chunk), dtype=bool)
+        return early, ring_arriving(self.chunk, self.pred, self._ready8, self._next_ready8, self.count,
+                                    early.view(np.uint8))
 
     def _refresh(self) -> None:
         active = self.active  # RingOp._refresh's mask, written into the same array
@@ -198,8 +220,12 @@ class ChainFlowEngine(FlowEngine):
         active = np.concatenate([op.active for op in moving])
         ptr, res, w = self._route_table(len(self.network.routes) - 1)
         rate = self._compiled.rates(routes, active.view(np.uint8), ptr, res, w)
-        ends = np.cumsum([len(op.active) for op in moving]).tolist()
-        return [rate[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+        out, a = [], 0
+        for op in moving:  # each op's slice of the flows
+            b = a + len(op.active)
+            out.append(rate[a:b])
+            a = b
+        return out
 
     def _flow_rates(self) -> list[np.ndarray | None]:
         moving, (rates, _) = self._moving()
@@ -210,6 +236,16 @@ class ChainFlowEngine(FlowEngine):
 
     # ---- standing queues --------------------------------------------------------------------------------
     def _begin_chunks(self, op: RingOp) -> None:
+        if isinstance(op, CompiledRingOp):  # the same masks, compiled
+            which, needed, any_which, any_needed = op.starting()
+            waits = self._connection_waits(op, needed) if self.queues is not None and any_needed else \
+                np.zeros(len(which))
+            if any_which:
+                op.begin(which, waits)
+            early, any_early = op.arriving_any()
+            if any_early:
+                op.queue_next(early, waits)
+            return
         which = op.startable()
         waits = np.zeros(len(which))
         if self.queues is not None:

@@ -184,3 +184,61 @@ def queued_of(list in_flight, const unsigned char[::1] full, const double[::1] s
         if limit[q] < queued[q]:
             queued[q] = limit[q]
     return out
+
+
+def ring_starting(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
+                  const unsigned char[::1] next_ready, int64_t count, unsigned char[::1] which,
+                  unsigned char[::1] needed):
+    """Which connections start their chunk now (:meth:`RingOp.startable`) into ``which``, and into ``needed``
+    those and the ones whose next chunk's data is in once they have (``ChainFlowEngine._begin_chunks``: who takes
+    a wait from this read); returns whether any starts and whether any is needed."""
+    cdef Py_ssize_t i, n = chunk.shape[0]
+    cdef int64_t p, k
+    cdef bint start, early, any_which = False, any_needed = False
+    for i in range(n):
+        k = chunk[i]
+        p = chunk[pred[i]] if pred[i] >= 0 else count
+        start = not ready[i] and k < count and (k == 0 or p >= k)
+        early = (ready[i] or start) and not (next_ready[i] and not start) and k + 1 < count and p >= k + 1
+        which[i] = start
+        needed[i] = start or early
+        any_which |= start
+        any_needed |= start or early
+    return any_which, any_needed
+
+
+def ring_arriving(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
+                  const unsigned char[::1] next_ready, int64_t count, unsigned char[::1] early):
+    """:meth:`RingOp.arriving` into ``early``; returns whether any."""
+    cdef Py_ssize_t i, n = chunk.shape[0]
+    cdef int64_t p
+    cdef bint e, found = False
+    for i in range(n):
+        p = chunk[pred[i]] if pred[i] >= 0 else count
+        e = ready[i] and not next_ready[i] and chunk[i] + 1 < count and p >= chunk[i] + 1
+        early[i] = e
+        found |= e
+    return found
+
+
+def ring_begin(const unsigned char[::1] which, const int64_t[::1] chunk, unsigned char[::1] next_ready,
+               double[::1] next_wait, const double[::1] extra_wait_ns, unsigned char[::1] ready, double[::1] left,
+               double[::1] wait, const double[:, ::1] sizes, const double[::1] latencies, double done_bytes,
+               unsigned char[::1] active):
+    """:meth:`RingOp.begin` in place: connections ``which`` start their chunk (its size left; its latency plus
+    the wait it began when its data came in, else ``extra_wait_ns``), then every connection's moving flag
+    refreshed; returns the count moving."""
+    cdef Py_ssize_t i, n = chunk.shape[0], count = 0
+    cdef double extra
+    for i in range(n):
+        if which[i]:
+            extra = next_wait[i] if next_ready[i] else extra_wait_ns[i]
+            next_ready[i] = 0
+            next_wait[i] = 0.0
+            ready[i] = 1
+            left[i] = sizes[chunk[i], i]
+            wait[i] = latencies[chunk[i]] + extra
+    for i in range(n):
+        active[i] = ready[i] and wait[i] <= _THROUGH and left[i] > done_bytes
+        count += active[i]
+    return count
