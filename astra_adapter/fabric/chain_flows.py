@@ -20,7 +20,12 @@ answer is not needed, and some of it is known without being computed:
   :meth:`StandingQueues.flow_waits_ns`;
 - the player asks only the ops whose busy ranks may have changed (:attr:`ChainFlowEngine.changed`, as the flat
   engine keeps it), and a moving set's load and saturated resources are kept with its rates;
-- a ring's per-event arithmetic runs compiled (:class:`CompiledRingOp`, ``fabric/chains_core.pyx``);
+- a ring's per-event arithmetic runs compiled (:class:`CompiledRingOp`, ``fabric/chains_core.pyx``): its move
+  and horizon, its chunk starts (which connections start, which take a wait, the start itself) and the bytes its
+  senders hold, each one call on its per-connection arrays;
+- a queue read's load on every resource and its queue sums run compiled (``chains_core.moving_load`` and
+  ``queued_of``: :meth:`StandingQueues.load` and :meth:`StandingQueues.queued_bytes`, the same terms added in
+  the same order);
 - the max-min solve on moving sets the memo has not seen runs compiled
   (:class:`astra_adapter.fabric.fairshare_core.MovingRates` as one solve of every moving flow, the same floats
   as the numpy solve) where it is built.
