@@ -14,10 +14,11 @@ the problem's size: ranks, trace nodes, the flows the model plays per draw, link
 ``--in-process`` also runs the estimate in this process with the trace read and the model timed apart, and
 counts the flows (one play's worth: every op's schedule steps).
 
-``--play flat,flat-one,flat-numpy,reference`` instead plays one draw (``--draw K`` of the ECMP hash, -1: the expected share) in this
-process on each engine in turn, side by side, each under a CPU-time cap (``--cpu-cap S``): the ET read and the
-trace's compile timed apart, then per engine its CPU and wall time, the load average, the events and max-min
-solves it ran, and the iteration - or, stopped at the cap, how many of the trace's nodes it had done.
+``--play flat,flat-walk,flat-one,flat-numpy,reference`` instead plays one draw (``--draw K`` of the ECMP hash,
+-1: the expected share) in this process on each engine in turn, side by side, each under a CPU-time cap
+(``--cpu-cap S``): the ET read and the trace's compile timed apart, then per engine its CPU and wall time, the
+load average, the events and max-min solves it ran, and the iteration - or, stopped at the cap, how many of the
+trace's nodes it had done.
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
     class NumpyFlatFlowEngine(FlatFlowEngine):
         compiled_solve = False  # the flat engine with its rate solve in numpy, not fairshare_core
 
+    class WalkFlatFlowEngine(FlatFlowEngine):
+        incremental = False  # the compiled per-component solve walking every moving flow at each solve (MovingRates)
+
     class OneSolveFlatFlowEngine(FlatFlowEngine):
         by_component = False  # the compiled solve of every moving flow at once (before the per-component solve)
 
@@ -130,8 +134,8 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
 
     signal.signal(signal.SIGXCPU, stop)
     for name in engines:
-        engine = {"flat": FlatFlowEngine, "flat-one": OneSolveFlatFlowEngine, "flat-numpy": NumpyFlatFlowEngine,
-                  "reference": FlowEngine}[name](net)
+        engine = {"flat": FlatFlowEngine, "flat-walk": WalkFlatFlowEngine, "flat-one": OneSolveFlatFlowEngine,
+                  "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](net)
         player = FabricPlayer(trace, engine, compiled)
         events = [0]
         advance = player.advance
@@ -153,8 +157,10 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
         finally:
             resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
         solve = getattr(engine, "_compiled", None)
-        parts = f" ({solve.components_solved} components solved, {solve.components_kept} kept)" \
-            if solve is not None and solve.by_component else ""
+        parts = "" if solve is None else f" ({solve.components_solved} components solved)" \
+            if getattr(engine, "_live", None) is not None else \
+            f" ({solve.components_solved} components solved, {solve.components_kept} kept)" \
+            if solve.by_component else ""
         cpu = time.process_time() - c
         print(f"{name}: {cpu:.1f} s CPU, {time.perf_counter() - w:.1f} s wall, load "
               f"{load:.1f}/{os.getloadavg()[0]:.1f}; {events[0]} events ({1e3 * cpu / max(events[0], 1):.3f} ms CPU "
@@ -194,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the trace read and the model apart in this process, and count the flows")
     parser.add_argument("--ecmp-samples", type=int, help="in process: ECMP hash draws (default: the CLI's)")
     parser.add_argument("--play", help="instead: one play in process on these engines, side by side "
-                        "(comma-separated: flat, flat-one: its compiled solve not per component, "
+                        "(comma-separated: flat, flat-walk: its solve walking every moving flow, "
+                        "flat-one: its compiled solve not per component, "
                         "flat-numpy: its solve not compiled, reference)")
     parser.add_argument("--draw", type=int, default=0, help="--play: the ECMP hash draw (-1: the expected share)")
     parser.add_argument("--cpu-cap", type=float, default=600.0, help="--play: CPU seconds per engine at most")

@@ -21,6 +21,7 @@ replay, and a what-if at 256 hosts (run by hand; the testbed parts as root; not 
     .venv/bin/python benchmarks/job_mix.py fit CAL_DIR SWEEP_RUN_DIR...     # fit the fabric model on sweeps
     .venv/bin/python benchmarks/job_mix.py evaluate ACCURACY_DIR --calibration CAL_DIR   # re-estimate, no testbed
     .venv/bin/python benchmarks/job_mix.py scale [--out DIR] [--workers N]
+    .venv/bin/python benchmarks/job_mix.py ops ACCURACY_DIR SCENARIO PLACEMENT JOB   # per op, model vs replay
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True) -> 
             if not (replay_dir / "mix.json").is_file():
                 continue
             doc = json.loads((replay_dir / "mix.json").read_text())
-            jobs = tuple(JobComparison(j["name"], tuple(j["hosts"]), j["repetitions"], j["together_ns"],
+            jobs = tuple(JobComparison(j["name"], tuple(j["hosts"]), j["repetitions"],
+                                       _together_ns(replay_dir, j["name"], j["together_ns"]),
                                        j["together_iterations"], j["alone_ns"], j["alone_iterations"])
                          for j in doc["jobs"])
             replay = type("Replay", (), {"jobs": jobs})
@@ -144,6 +146,27 @@ def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True) -> 
                              replay_dir, standing_queues)
     (out / "evaluate.json").write_text(json.dumps(rows, indent=2) + "\n")
     _ranking(rows)
+
+
+def _together_ns(replay_dir: Path, job: str, saved_ns: float) -> float:
+    """A job's measured iteration in the mix by today's rule (genie.core.jobmix.longest_rank_span_ns, the median
+    over its iterations), from the run's saved ``jobs/<job>/together/ops.csv``: runs saved before the rule
+    changed hold the window in mix.json. Without the file, the saved value."""
+    import csv
+    from statistics import median
+
+    from genie.core.jobmix import longest_rank_span_ns
+
+    path = replay_dir / "jobs" / job / "together" / "ops.csv"
+    if not path.is_file():
+        return saved_ns
+    ranks: dict[int, dict[int, list[float]]] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            start, end = float(row["start_ns"]), float(row["end_ns"])
+            w = ranks.setdefault(int(row["iteration"]), {}).setdefault(int(row["rank"]), [start, end])
+            w[0], w[1] = min(w[0], start), max(w[1], end)
+    return float(median(longest_rank_span_ns(r.values()) for r in ranks.values())) if ranks else saved_ns
 
 
 def _calibrate(sweeps: tuple[Path, ...], out: Path) -> Path:
@@ -256,6 +279,12 @@ def main() -> None:
     fit = sub.add_parser("fit")
     fit.add_argument("out", type=Path)
     fit.add_argument("sweeps", type=Path, nargs="+")
+    ops = sub.add_parser("ops", help="one job's ops in a saved run: the model's spans against the replay's "
+                         "(benchmarks/job_mix_ops.py), alone and in the mix")
+    ops.add_argument("out", type=Path)
+    ops.add_argument("scenario", choices=("a", "b"))
+    ops.add_argument("placement", choices=("packed", "spread"))
+    ops.add_argument("job")
     scale = sub.add_parser("scale")
     scale.add_argument("--out", type=Path, default=Path("/tmp/job-mix-scale"))
     scale.add_argument("--no-standing-queues", action="store_true", help="the rates alone (genie estimate --jobs "
@@ -268,6 +297,11 @@ def main() -> None:
         run_accuracy(args.out, args.iterations, args.time_dilation)
     elif args.what == "evaluate":
         run_evaluate(args.out, args.calibration, not args.no_standing_queues)
+    elif args.what == "ops":
+        from benchmarks.job_mix_ops import format_job_ops, job_ops
+
+        for part in job_ops(args.out, args.scenario, args.placement, args.job):
+            print(format_job_ops(part))
     elif args.what == "fit":
         _calibrate(tuple(args.sweeps), args.out)
     else:

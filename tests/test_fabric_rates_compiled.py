@@ -6,7 +6,9 @@ flows that ended) and whole plays (pure):
 - per connected component, incrementally (the default): each component's rates bit for bit those the numpy solve
   gives that component's flows alone, whatever the calls before it kept; within a relative 1e-9 of the one solve;
   and whole plays (uneven MoE, random concurrent collectives, a pipeline with data parallelism) within a relative
-  1e-9 of the reference engine's times."""
+  1e-9 of the reference engine's times;
+- incrementally with the moving routes kept between events (``LiveRates``, the flat engine's default): every
+  rate MovingRates' per-component solve gives, bit for bit, so whole plays are the same floats."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import pytest
 from genie.workloads.generators import TrainingConfig, expert_parallel, pipeline_parallel
 from genie.workloads.presets import device_preset, model_preset
 
-from astra_adapter.fabric.fairshare import MovingRates
+from astra_adapter.fabric.fairshare import LiveRates, MovingRates, earliest_end_ns
 from astra_adapter.fabric.flat_flows import FlatFlowEngine
 from astra_adapter.fabric.flows import FabricParams, FlowEngine, run_concurrently
 from astra_adapter.fabric.network import FabricNetwork
@@ -39,6 +41,10 @@ class NumpyFlatFlowEngine(FlatFlowEngine):
 
 class OneSolveFlatFlowEngine(FlatFlowEngine):
     by_component = False
+
+
+class WalkFlatFlowEngine(FlatFlowEngine):
+    incremental = False  # MovingRates per component: every moving flow walked at every solve
 
 
 def fabric():
@@ -191,11 +197,83 @@ def test_a_moe_play_with_the_compiled_one_solve_is_the_numpy_one(params):
 def test_an_uneven_moe_play_by_component_is_the_references_within_a_tolerance(params, seed):
     trace = _moe(seed=1)
     network = FabricNetwork(fabric(), hash_seed=seed)
-    engine = FlatFlowEngine(network, params)
+    engine = WalkFlatFlowEngine(network, params)
     got = play_on_fabric(trace, engine)
     _same_play(got, play_on_fabric(trace, FlowEngine(network, params)))
     solve = engine._compiled
     assert solve.components_kept > 0 and solve.components_solved > engine.solves  # solved apart, and kept
+
+
+@pytest.mark.parametrize("contention", [0.0, 0.05])
+@pytest.mark.parametrize("seed", [None, 3])
+def test_the_incremental_solve_gives_the_component_solves_rates_bit_for_bit(contention, seed):
+    """Sequences as the flat engine makes them: flows laid out again (groups start, leave, or are laid out twice
+    before a solve), flows ending in a move; after each solve every moving flow's rate is MovingRates'
+    per-component rate for the same flows, bit for bit, and each move the same floats as move_flows."""
+    from astra_adapter.fabric.fairshare_core import move_flows
+
+    network = FabricNetwork(fabric(), hash_seed=seed)
+    engine = FlowEngine(network, FabricParams(flow_contention=contention))
+    live = LiveRates(engine.capacity, contention)
+    walk = MovingRates(engine.capacity, contention)
+    rng = np.random.default_rng(5)
+    routes = np.zeros(0, dtype=np.int64)
+    active = np.zeros(0, dtype=np.uint8)
+    solved = moved = 0
+    fresh = False  # solved since the flows were last laid out (the engine moves only then)
+    for _ in range(300):
+        change = int(rng.integers(0, 5))
+        if change == 0 or not active.any():  # a group of flows starts
+            hosts = rng.choice(network.world_size, size=int(rng.integers(2, 5)), replace=False)
+            pairs = [(int(a), int(b)) for a in hosts for b in hosts if a != b and rng.random() < 0.7]
+            routes = np.concatenate([routes, np.array([network.route(a, b) for a, b in pairs], dtype=np.int64)])
+            active = np.concatenate([active, np.ones(len(pairs), dtype=np.uint8)])
+            live.set_moving(routes, active, len(network.routes))
+            fresh = False
+        elif change == 1:  # a group leaves
+            keep = np.ones(len(routes), dtype=bool)
+            keep[int(rng.integers(0, len(routes))):][:int(rng.integers(1, 8))] = False
+            routes, active = routes[keep], active[keep]
+            live.set_moving(routes, active, len(network.routes))
+            fresh = False
+        elif change == 2 and fresh:  # flows move, some end: the same floats as move_flows
+            left = rng.random(len(routes)) * 1e6
+            done_below = np.where(rng.random(len(routes)) < 0.2, 2e6, 0.0)
+            starts = np.array([0, len(routes) // 2], dtype=np.int64) if len(routes) > 1 else \
+                np.zeros(1, dtype=np.int64)
+            want_left, want_active = left.copy(), active.copy()
+            before = np.add.reduceat(active, starts, dtype=np.int64) if len(routes) else np.zeros(1, np.int64)
+            want = move_flows(want_left, walk_rates, want_active, done_below, starts, 3.0)
+            counts = before.copy()
+            changed = live.move(left, active, done_below, starts, routes, counts, 3.0)
+            assert np.array_equal(counts, want) and np.array_equal(active, want_active)
+            assert changed == [(k, int(want[k])) for k in np.flatnonzero(want != before).tolist()]
+            assert np.array_equal(left, want_left)
+            moved += 1
+            fresh = not changed  # flows ended: the engine solves before it moves again
+        if rng.random() < 0.8:  # else laid out again (or moved) before the next solve
+            ptr, res, w = engine._route_table(len(network.routes) - 1)
+            live.solve(ptr, res, w)
+            walk_rates = walk.rates(routes, active, ptr, res, w)
+            assert np.array_equal(live.flow_rates(routes, active), walk_rates)
+            if len(routes):
+                assert live.earliest_end(np.full(len(routes), 7.0), active, routes) == \
+                    earliest_end_ns(np.full(len(routes), 7.0), walk_rates, active)
+            solved += 1
+            fresh = True
+    assert solved > 100 and moved > 20 and live.components_solved > 100
+
+
+@pytest.mark.parametrize("params", PARAMS)
+def test_an_uneven_moe_play_incrementally_is_the_component_solves_bit_for_bit(params):
+    trace = _moe(seed=1)
+    network = FabricNetwork(fabric(), hash_seed=2)
+    engine = FlatFlowEngine(network, params)
+    assert engine._live is not None
+    got = play_on_fabric(trace, engine)
+    want = play_on_fabric(trace, WalkFlatFlowEngine(network, params))
+    assert got.spans == want.spans and got.ranks == want.ranks
+    assert engine._live.components_solved > engine.solves  # components solved apart
 
 
 @pytest.mark.parametrize("params", PARAMS)
@@ -214,4 +292,7 @@ def test_a_pipeline_with_data_parallelism_by_component_plays_as_the_reference():
     model = model_preset("gpt3-1.3b").with_overrides(num_layers=4)
     trace = pipeline_parallel(model, device_preset("a100"), pp=4, dp=4, config=TrainingConfig(micro_batches=4))
     network = FabricNetwork(fabric(), hash_seed=1)
-    _same_play(play_on_fabric(trace, FlatFlowEngine(network)), play_on_fabric(trace, FlowEngine(network)))
+    got = play_on_fabric(trace, FlatFlowEngine(network))
+    _same_play(got, play_on_fabric(trace, FlowEngine(network)))
+    walked = play_on_fabric(trace, WalkFlatFlowEngine(network))
+    assert got.spans == walked.spans and got.ranks == walked.ranks  # the incremental solve: the same floats

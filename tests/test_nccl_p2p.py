@@ -11,7 +11,7 @@ from genie.core.collective import Collective
 
 from astra_adapter.nccl.hardware import Cluster, Interconnect, tuner_system
 from astra_adapter.nccl.model import Call, NcclParams, predict
-from astra_adapter.nccl.p2p import PER_CHANNEL_NET_GB_S, NetPeerPlan, net_peer_plan
+from astra_adapter.nccl.p2p import PER_CHANNEL_NET_GB_S, NetPeerPlan, net_peer_plan, network_batches
 
 # 8 x H100 on NVSwitch, one 400G NIC per GPU (50 GB/s), NCCL 2.29
 HGX = Cluster("hgx", 10, 8, "H100", 90, Interconnect.NVSWITCH, 370.8, 0.5, 8, 50.0, 2.0, nccl_version="2.29.2")
@@ -81,6 +81,40 @@ def test_an_alltoall_over_many_ranks_waits_a_step_per_batch_of_peers():
     one_batch = tiny(32, 8) - params.launch_us  # 31 peers: one batch
     many = tiny(1024, 256) - params.launch_us
     assert many == pytest.approx(32 * one_batch, rel=0.02)
+
+
+@pytest.mark.parametrize("version, nodes, ranks_per_node, expected", [
+    ((2, 21), 2, 8, 1),      # 2.12 - 2.21: the node delta plus the local step over 8
+    ((2, 21), 2, 4, 1),
+    ((2, 21), 256, 4, 255),  # one base per other node
+    ((2, 23), 2, 16, 2),     # 2.22 - 2.28: ceil(16 / 8) bases a node
+    ((2, 23), 2, 6, 1),
+    ((2, 29), 2, 6, 3),      # 2.29: schedule groups of gcd(8, 6) = 2 ranks
+    ((2, 29), 10, 8, 9),
+    ((2, 29), 10, 1, 9),
+    ((2, 8), 2, 8, 8),       # 2.8 - 2.11: each peer its own channel
+])
+def test_an_alltoalls_peers_on_one_node_share_a_base_channel(version, nodes, ranks_per_node, expected):
+    assert network_batches(version, nodes=nodes, ranks_per_node=ranks_per_node,
+                           remote_peers=(nodes - 1) * ranks_per_node) == expected
+
+
+def test_an_alltoall_between_two_nodes_drives_only_its_batchs_channels():
+    # NCCL 2.29 with NCCL_NCHANNELS_PER_NET_PEER=1 on 2 x 8 H100: the 8 peers on the other node are one batch on
+    # one channel, 14 of the NIC's nominal 50 GB/s whatever the peers; on 10 nodes 9 batches drive the whole NIC
+    one = replace(HGX, nccl_env=(("NCCL_NCHANNELS_PER_NET_PEER", "1"),))
+
+    def remote_rate_gb_s(nodes: int) -> float:
+        ranks = 8 * nodes
+        big = Call(Collective.ALL_TO_ALL, ranks, nodes, 1 << 36)
+        small = replace(big, size_bytes=1 << 32)
+        remote_bytes = (big.size_bytes - small.size_bytes) * (ranks - 8) / ranks
+        return remote_bytes / (predict(one, PARAMS, big).time_us - predict(one, PARAMS, small).time_us) / 1000.0
+
+    assert remote_rate_gb_s(2) == pytest.approx(PARAMS.nic_gb_s * PER_CHANNEL_NET_GB_S / 50.0, rel=0.02)
+    assert remote_rate_gb_s(10) == pytest.approx(PARAMS.nic_gb_s, rel=0.02)
+    assert NetPeerPlan(4, 2, 50.0).channels_nic_share(1 * 2) == pytest.approx(28 / 50)
+    assert NetPeerPlan(4, 2, 50.0).channels_nic_share(9 * 2) == 1.0  # at most p2pnChannels: 4 x 14 > 50
 
 
 def test_the_fabric_runs_a_sendrecv_at_its_peers_channels_as_the_nccl_model_does(tmp_path):

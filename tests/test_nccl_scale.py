@@ -57,12 +57,19 @@ def test_the_tuner_counts_the_floor_of_log2_but_540_nodes_build_10_levels():
 def test_a_tree_call_on_540_nodes_takes_a_level_more_than_on_512():
     # NCCL's tuner picks the same Tree/LL on 512 and 540 nodes (log2i: 9 both); the tree it builds on 540 is
     # 10 levels deep, a network hop more each way (NCCL's Tree/LL network latency, 5 us in 2.23's table), and
-    # on an A100 node (the balanced pattern) the extra level enters a node's second GPU: an NVLink hop (0.6 us)
+    # on an A100 node (the balanced pattern) the extra level enters a node's second GPU: an NVLink hop (0.6 us);
+    # its two network hops each hold the call's 1 KiB slice for the GPU's write and the wire (the test below)
+    from astra_adapter.nccl.model import fitted_system, ll_write_us_per_byte
+
     params = nominal_params(A100X4)
     small = {n: predict(A100X4, params, Call(Collective.ALL_REDUCE, 4 * n, n, 1024)) for n in (512, 540)}
     assert small[512].choice.algorithm is small[540].choice.algorithm is NcclAlgorithm.TREE
-    assert small[540].choice.protocol is NcclProtocol.LL
-    assert small[540].time_us - small[512].time_us == pytest.approx(2 * (5.0 + 0.6), rel=0.02)
+    assert small[540].choice.protocol is NcclProtocol.LL and small[540].choice.channels == 1
+    nominal = tuner_system(A100X4, nodes=540, ranks_per_node=4)
+    entry = table_entry(fitted_system(nominal, A100X4, params), Collective.ALL_REDUCE, NcclAlgorithm.TREE,
+                        NcclProtocol.LL)
+    hold_us = 1024 * (ll_write_us_per_byte(nominal, entry, 1.0) + 2 / (1000.0 * 2 * 25.0 / 2))
+    assert small[540].time_us - small[512].time_us == pytest.approx(2 * (5.0 + 0.6) + 2 * hold_us, rel=0.02)
 
 
 def _btree_ways(nodes: int) -> set[tuple[int, int]]:
@@ -134,7 +141,7 @@ def test_a_tree_holds_a_whole_slice_on_each_network_hop_of_its_levels():
     # a Tree/Simple call between nodes is a chain up the tree and one down: each of the 2 x depth network hops
     # holds a 512 KiB slice a channel, all but the slowest (the transfer's) on top of the transfer; with the
     # latencies and the general fill off, 540 nodes (10 levels) take 4 slices' times more than 256 (8 levels)
-    params = replace(nominal_params(A100X4), fill_bytes_per_channel=0.0, latency_scale=0.0, launch_us=0.0)
+    params = replace(nominal_params(A100X4), fill_us=0.0, latency_scale=0.0, launch_us=0.0)
     cluster = replace(A100X4, nic_path=NicPath.PHB)
     calls = {n: predict(cluster, params, Call(Collective.ALL_REDUCE, 4 * n, n, 64 << 20)) for n in (256, 540)}
     assert all(p.choice.algorithm is NcclAlgorithm.TREE and p.choice.protocol is NcclProtocol.SIMPLE
@@ -226,3 +233,35 @@ def test_genie_calibrate_refuses_an_unknown_path_or_cpu_in_one_line(tmp_path, fl
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and flag in r.stderr
     assert not out.exists()
+
+
+def test_a_tree_ll_slice_waits_on_each_network_hop_for_the_gpus_write_into_host_memory():
+    # NCCL keeps a network connection's LL send buffer in host memory (src/transport/net.cc), and its proxy
+    # posts a step only once all its lines carry the flag: on the tree's network hops a Tree/LL slice takes the
+    # GPU's write at a channel's share of the LL bus bandwidth and then the wire (LL's 16-byte lines, 8 of data).
+    # With latencies and the fill off, 540 nodes (10 levels) take 4 such holds more than 256 (8 levels); halving
+    # LL's efficiency halves the rate of the write, not of the wire
+    from astra_adapter.nccl.model import fitted_system, ll_write_us_per_byte, tree_ll_write_us
+
+    base = replace(nominal_params(A100X4), fill_us=0.0, latency_scale=0.0, launch_us=0.0)
+    size = 4096  # one channel, one 4 KiB slice
+    for efficiency in (1.0, 0.5):
+        params = replace(base, ll_efficiency=efficiency)
+        calls = {n: Call(Collective.ALL_REDUCE, 4 * n, n, size) for n in (256, 540)}
+        got = {n: predict(A100X4, params, c) for n, c in calls.items()}
+        assert all(p.choice.algorithm is NcclAlgorithm.TREE and p.choice.protocol is NcclProtocol.LL
+                   and p.choice.channels == 1 for p in got.values())
+        nominal = tuner_system(A100X4, nodes=540, ranks_per_node=4)
+        entry = table_entry(fitted_system(nominal, A100X4, params), Collective.ALL_REDUCE, NcclAlgorithm.TREE,
+                            NcclProtocol.LL)
+        # one channel's write: the tree's bus bandwidth (twice its algorithm bandwidth) over the comm's channels
+        write_us = size * nominal.comm_channels / (1000.0 * efficiency * 2 * entry.algbw_gb_s)
+        assert ll_write_us_per_byte(nominal, entry, efficiency) * size == pytest.approx(write_us)
+        # the wire: LL's 2 bytes a data byte at a channel's share of the two NICs (one channel: one NIC)
+        wire_us = 2 * size / (1000.0 * 2 * 25.0 / 2)
+        assert got[540].time_us - got[256].time_us == pytest.approx(4 * (write_us + wire_us), rel=1e-6)
+        assert write_us > wire_us  # the hold is the GPU's write more than the wire
+        # on 2 nodes the transfer (LL's bus bandwidth, up and down once) is the one write each way: none added
+        two = Call(Collective.ALL_REDUCE, 8, 2, size)
+        assert tree_ll_write_us(tuner_system(A100X4, nodes=2, ranks_per_node=4), entry, efficiency, two, 1) == 0.0
+        assert tree_ll_write_us(nominal, entry, efficiency, calls[540], 1) == pytest.approx(18 * write_us)

@@ -27,7 +27,7 @@ them gives the floats a fresh solve would. In an MoE play the expert groups shar
 ring moves, so a flow's end re-solves its group's few dozen flows instead of every flow in flight.
 """
 
-from libc.stdlib cimport malloc, calloc, free, qsort
+from libc.stdlib cimport malloc, calloc, realloc, free, qsort
 from libc.string cimport memset
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
@@ -48,6 +48,156 @@ cdef inline int64_t _root(int64_t* parent, int64_t q) noexcept nogil:
         parent[q] = parent[parent[q]]  # path halving
         q = parent[q]
     return q
+
+
+cdef struct _Scratch:  # progressive filling's working space: per incidence entry, per resource, per route
+    Py_ssize_t* flow_of
+    int64_t* res_of
+    double* weight
+    double* cap
+    double* residual
+    double* load
+    char* saturated
+    Py_ssize_t* used
+    char* moving
+    Py_ssize_t entries
+    Py_ssize_t resources
+    Py_ssize_t routes
+
+
+cdef void _scratch_free(_Scratch* s) noexcept:
+    free(s.flow_of)
+    free(s.res_of)
+    free(s.weight)
+    free(s.cap)
+    free(s.residual)
+    free(s.load)
+    free(s.saturated)
+    free(s.used)
+    free(s.moving)
+    memset(s, 0, sizeof(_Scratch))
+
+
+cdef int _scratch_alloc(_Scratch* s, Py_ssize_t entries, Py_ssize_t resources, Py_ssize_t routes) except -1:
+    """Room for ``entries`` incidence entries over ``resources`` resources and ``routes`` routes (``load`` and
+    ``saturated`` zeroed: _fill leaves them zero)."""
+    _scratch_free(s)
+    entries, resources, routes = max(entries, 1), max(resources, 1), max(routes, 1)
+    s.flow_of = <Py_ssize_t*>malloc(entries * sizeof(Py_ssize_t))
+    s.res_of = <int64_t*>malloc(entries * sizeof(int64_t))
+    s.weight = <double*>malloc(entries * sizeof(double))
+    s.cap = <double*>malloc(resources * sizeof(double))
+    s.residual = <double*>malloc(resources * sizeof(double))
+    s.load = <double*>calloc(resources, sizeof(double))
+    s.saturated = <char*>calloc(resources, 1)
+    s.used = <Py_ssize_t*>malloc(resources * sizeof(Py_ssize_t))
+    s.moving = <char*>calloc(routes, 1)
+    s.entries, s.resources, s.routes = entries, resources, routes
+    if not (s.flow_of and s.res_of and s.weight and s.cap and s.residual and s.load and s.saturated and s.used
+            and s.moving):
+        _scratch_free(s)
+        raise MemoryError()
+    return 0
+
+
+cdef void _fill(const int64_t* ids, const int64_t* mult, Py_ssize_t m, const int64_t* ptr, const int64_t* res,
+                const double* w, const double* capacity, double contention, _Scratch* s, double* out) noexcept:
+    """The max-min rates ``out[i]`` of one flow on route ``ids[i]`` (``ids`` ascending, ``mult[i]`` flows on it):
+    the incidence route by route in path order, each load times the route's multiplicity, the contention-scaled
+    capacities, then progressive filling (fairshare.max_min_rates_compacting, operation for operation)."""
+    cdef Py_ssize_t i, j, e, u, m2, entries = 0, live, num_used, still
+    cdef int64_t r, q
+    cdef double delta, quotient, left, x
+    cdef Py_ssize_t* flow_of = s.flow_of
+    cdef int64_t* res_of = s.res_of
+    cdef double* weight = s.weight
+    cdef double* cap = s.cap
+    cdef double* residual = s.residual
+    cdef double* load = s.load
+    cdef char* saturated = s.saturated
+    cdef Py_ssize_t* used = s.used
+    cdef char* moving = s.moving
+    for i in range(m):
+        out[i] = 0
+        r = ids[i]
+        for e in range(ptr[r], ptr[r + 1]):
+            flow_of[entries] = i
+            res_of[entries] = res[e]
+            weight[entries] = w[e] * <double>mult[i]
+            entries += 1
+    for j in range(entries):
+        q = res_of[j]
+        cap[q] = capacity[q]
+        load[q] = 0
+    if contention > 0:  # a link crossed by n flows delivers 1 / (1 + c (n - 1)) of its rate
+        for j in range(entries):
+            load[res_of[j]] += weight[j]
+        for j in range(entries):
+            q = res_of[j]
+            if not saturated[q]:  # `saturated` marks the resources scaled already
+                saturated[q] = 1
+                x = load[q] - 1
+                if x < 0:
+                    x = 0
+                cap[q] = capacity[q] / (1 + contention * x)
+        for j in range(entries):
+            saturated[res_of[j]] = 0
+    for j in range(entries):
+        residual[res_of[j]] = cap[res_of[j]]
+    for i in range(m):
+        moving[i] = 1
+    live = entries
+    still = m
+    while still > 0:
+        for j in range(live):
+            load[res_of[j]] = 0
+        for j in range(live):
+            load[res_of[j]] += weight[j]
+        num_used = 0
+        for j in range(live):
+            q = res_of[j]
+            if load[q] > 0 and not saturated[q]:  # `saturated` marks the resources listed this round
+                saturated[q] = 1
+                used[num_used] = q
+                num_used += 1
+        if num_used == 0:
+            for i in range(m):
+                if moving[i]:
+                    out[i] = INFINITY  # crosses nothing loaded: unbounded
+            break
+        delta = residual[used[0]] / load[used[0]]
+        for u in range(1, num_used):
+            quotient = residual[used[u]] / load[used[u]]
+            if quotient < delta:
+                delta = quotient
+        for i in range(m):
+            if moving[i]:
+                out[i] += delta
+        for u in range(num_used):
+            q = used[u]
+            left = residual[q] - delta * load[q]
+            if left <= _REL_EPS * cap[q]:
+                left = 0
+                saturated[q] = 2
+            else:
+                saturated[q] = 0
+            residual[q] = left
+        for j in range(live):  # the flows crossing a saturated resource
+            if saturated[res_of[j]] == 2 and moving[flow_of[j]]:
+                moving[flow_of[j]] = 0
+                still -= 1
+        m2 = 0
+        for j in range(live):
+            if moving[flow_of[j]]:
+                flow_of[m2] = flow_of[j]
+                res_of[m2] = res_of[j]
+                weight[m2] = weight[j]
+                m2 += 1
+        live = m2
+        for u in range(num_used):
+            saturated[used[u]] = 0
+    for i in range(m):
+        moving[i] = 0
 
 
 cdef class MovingRates:
@@ -96,7 +246,7 @@ cdef class MovingRates:
         cdef Py_ssize_t num_resources = self.capacity.shape[0]
         out = np.zeros(n)
         cdef double[::1] rate = out
-        cdef Py_ssize_t f, k, i, j, e, m, u, c, num_routes = 0, entries, live, num_used, still, num_comps = 0
+        cdef Py_ssize_t f, k, i, e, c, num_routes = 0, entries, num_comps = 0
         cdef int64_t r, q, a, b, top, whole
         if ptr.shape[0] - 1 > self.slot.shape[0]:
             self._grow(ptr.shape[0] - 1)
@@ -112,17 +262,11 @@ cdef class MovingRates:
         cdef int64_t* order = NULL  # distinct route indices grouped by component
         cdef int64_t* sorted_ids = NULL  # a component's route ids, ascending
         cdef char* dirty = NULL  # per resource: loaded by a route whose multiplicity changed; then per component
-        cdef Py_ssize_t* flow_of = NULL
-        cdef int64_t* res_of = NULL
-        cdef double* weight = NULL
-        cdef double* cap = NULL
-        cdef double* residual = NULL
-        cdef double* load = NULL
         cdef double* per_route = NULL
-        cdef char* moving = NULL
-        cdef char* saturated = NULL
-        cdef Py_ssize_t* used = NULL
-        cdef double delta, quotient, left, x
+        cdef int64_t* mult = NULL  # a component's routes' multiplicities (in sorted_ids' order)
+        cdef double* filled = NULL  # a component's per-flow rates (in sorted_ids' order)
+        cdef _Scratch scratch
+        memset(&scratch, 0, sizeof(_Scratch))
         try:
             # the distinct moving routes and how many flows take each (one solve of them all: ascending, as
             # np.unique; per component: each dirty component's sorted when it is filled)
@@ -216,15 +360,9 @@ cdef class MovingRates:
             entries = 0  # the most a component can have: every moving route's entries
             for k in range(num_routes):
                 entries += ptr[distinct[k] + 1] - ptr[distinct[k]]
-            flow_of = <Py_ssize_t*>malloc(max(entries, 1) * sizeof(Py_ssize_t))
-            res_of = <int64_t*>malloc(max(entries, 1) * sizeof(int64_t))
-            weight = <double*>malloc(max(entries, 1) * sizeof(double))
-            cap = <double*>malloc(max(num_resources, 1) * sizeof(double))
-            residual = <double*>malloc(max(num_resources, 1) * sizeof(double))
-            load = <double*>calloc(max(num_resources, 1), sizeof(double))
-            moving = <char*>calloc(max(num_routes, 1), 1)
-            saturated = <char*>calloc(max(num_resources, 1), 1)
-            used = <Py_ssize_t*>malloc(max(num_resources, 1) * sizeof(Py_ssize_t))
+            _scratch_alloc(&scratch, entries, num_resources, num_routes)
+            mult = <int64_t*>malloc(max(num_routes, 1) * sizeof(int64_t))
+            filled = <double*>malloc(max(num_routes, 1) * sizeof(double))
             for c in range(num_comps):
                 a = comp_start[c]
                 b = comp_start[c + 1]
@@ -239,92 +377,15 @@ cdef class MovingRates:
                     for i in range(a, b):
                         sorted_ids[i - a] = distinct[order[i]]
                     qsort(sorted_ids, b - a, sizeof(int64_t), _ascending)
+                else:
                     for i in range(a, b):
-                        order[i] = slot[sorted_ids[i - a]]
-                # the incidence, route by route in path order, each load times the route's multiplicity
-                entries = 0
+                        sorted_ids[i - a] = distinct[order[i]]
                 for i in range(a, b):
-                    k = order[i]
-                    r = distinct[k]
-                    for e in range(ptr[r], ptr[r + 1]):
-                        flow_of[entries] = k
-                        res_of[entries] = res[e]
-                        weight[entries] = w[e] * <double>count[k]
-                        entries += 1
-                for j in range(entries):
-                    q = res_of[j]
-                    cap[q] = self.capacity[q]
-                    load[q] = 0
-                if self.contention > 0:  # a link crossed by n flows delivers 1 / (1 + c (n - 1)) of its rate
-                    for j in range(entries):
-                        load[res_of[j]] += weight[j]
-                    for j in range(entries):
-                        q = res_of[j]
-                        if not saturated[q]:  # `saturated` marks the resources scaled already
-                            saturated[q] = 1
-                            x = load[q] - 1
-                            if x < 0:
-                                x = 0
-                            cap[q] = self.capacity[q] / (1 + self.contention * x)
-                    for j in range(entries):
-                        saturated[res_of[j]] = 0
-                for j in range(entries):
-                    residual[res_of[j]] = cap[res_of[j]]
+                    mult[i - a] = count[slot[sorted_ids[i - a]]]
+                _fill(sorted_ids, mult, b - a, &ptr[0], &res[0], &w[0], &self.capacity[0], self.contention, &scratch,
+                      filled)
                 for i in range(a, b):
-                    moving[order[i]] = 1
-                # progressive filling (fairshare.max_min_rates_compacting)
-                live = entries
-                still = b - a
-                while still > 0:
-                    for j in range(live):
-                        load[res_of[j]] = 0
-                    for j in range(live):
-                        load[res_of[j]] += weight[j]
-                    num_used = 0
-                    for j in range(live):
-                        q = res_of[j]
-                        if load[q] > 0 and not saturated[q]:  # `saturated` marks the resources listed this round
-                            saturated[q] = 1
-                            used[num_used] = q
-                            num_used += 1
-                    if num_used == 0:
-                        for i in range(a, b):
-                            if moving[order[i]]:
-                                per_route[order[i]] = INFINITY  # crosses nothing loaded: unbounded
-                        break
-                    delta = residual[used[0]] / load[used[0]]
-                    for u in range(1, num_used):
-                        quotient = residual[used[u]] / load[used[u]]
-                        if quotient < delta:
-                            delta = quotient
-                    for i in range(a, b):
-                        if moving[order[i]]:
-                            per_route[order[i]] += delta
-                    for u in range(num_used):
-                        q = used[u]
-                        left = residual[q] - delta * load[q]
-                        if left <= _REL_EPS * cap[q]:
-                            left = 0
-                            saturated[q] = 2
-                        else:
-                            saturated[q] = 0
-                        residual[q] = left
-                    for j in range(live):  # the flows crossing a saturated resource
-                        if saturated[res_of[j]] == 2 and moving[flow_of[j]]:
-                            moving[flow_of[j]] = 0
-                            still -= 1
-                    m = 0
-                    for j in range(live):
-                        if moving[flow_of[j]]:
-                            flow_of[m] = flow_of[j]
-                            res_of[m] = res_of[j]
-                            weight[m] = weight[j]
-                            m += 1
-                    live = m
-                    for u in range(num_used):
-                        saturated[used[u]] = 0
-                for i in range(a, b):
-                    moving[order[i]] = 0
+                    per_route[slot[sorted_ids[i - a]]] = filled[i - a]
             for f in range(n):
                 if active[f]:
                     rate[f] = per_route[slot[routes[f]]]
@@ -352,16 +413,10 @@ cdef class MovingRates:
             free(order)
             free(sorted_ids)
             free(dirty)
-            free(flow_of)
-            free(res_of)
-            free(weight)
-            free(cap)
-            free(residual)
-            free(load)
+            _scratch_free(&scratch)
             free(per_route)
-            free(moving)
-            free(saturated)
-            free(used)
+            free(mult)
+            free(filled)
 
 
 def earliest_end_ns(const double[::1] left, const double[::1] rate, const unsigned char[::1] active):
@@ -397,3 +452,6 @@ def move_flows(double[::1] left, const double[::1] rate, unsigned char[::1] acti
             c += active[i]
         counts[k] = c
     return counts_out
+
+
+include "fairshare_live.pxi"

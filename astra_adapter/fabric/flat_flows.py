@@ -29,7 +29,11 @@ All of this holds with the rate solve in numpy, or compiled as one solve (``by_c
 :mod:`astra_adapter.fabric.fairshare_core` is built the flat engine by default solves per connected component of
 the moving flows and only the components that changed (issue #36 item 6): the same max-min rates, summed in
 another order, so times agree with the reference's to a relative 1e-9 (``tests/test_fabric_rates_compiled.py``),
-not bit for bit.
+not bit for bit. Without standing queues that solve keeps its state between events
+(:class:`~astra_adapter.fabric.fairshare_core.LiveRates`: the moving flows counted per route at each lay-out,
+each flow uncounted by the move that ends it, a solve walking only from the links of the routes that changed),
+the same floats as the per-call solve (``incremental = False``), the solve no longer walking every flow in
+flight (the sweeps still do).
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from __future__ import annotations
 import numpy as np
 
 from astra_adapter.fabric.chain_flows import ChainFlowEngine
-from astra_adapter.fabric.fairshare import MovingRates, earliest_end_ns, max_min_rates_compacting, move_flows
+from astra_adapter.fabric.fairshare import (LiveRates, MovingRates, earliest_end_ns, max_min_rates_compacting,
+                                            move_flows)
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.queues import kept_bytes
@@ -61,6 +66,8 @@ class FlatFlowEngine(FlowEngine):
     compiled_solve = True  # solve and sweep on fairshare_core where it is built (False: numpy, the reference's floats)
     by_component = True  # the compiled solve per connected component, incremental (rates to ~1e-12 relative of the
     # one solve of every flow; False: that one solve, compiled, the same floats) - see fairshare_core
+    incremental = True  # per component, with the moving routes kept between events (fairshare_core.LiveRates: the
+    # same floats as MovingRates per component; False: MovingRates, every moving flow walked at every solve)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -72,7 +79,12 @@ class FlatFlowEngine(FlowEngine):
         self._waiting: list[FabricOp] = []  # ops paying a step's latency
         self._flowing: list[FabricOp] = []  # ops moving flows, in the order of self.ops (their slices in order)
         self._halted: list[FabricOp] = []  # done, or in a step with nothing to move and no latency: ends now
-        self._compiled = MovingRates(self.capacity, params.flow_contention, self.by_component) \
+        # the incremental solve where it applies (not with standing queues: their reads want per-flow rates)
+        self._live = LiveRates(self.capacity, params.flow_contention) \
+            if LiveRates is not None and self.compiled_solve and self.by_component and self.incremental \
+            and self.queues is None else None
+        self._compiled = self._live if self._live is not None else \
+            MovingRates(self.capacity, params.flow_contention, self.by_component) \
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         self.solves = 0  # max-min solves run (the memo's misses)
@@ -173,6 +185,8 @@ class FlatFlowEngine(FlowEngine):
             at = np.array([self._pos[id(op)] for op in flowing], dtype=np.int64)
             ends = np.append(self._starts, len(self._left))
             self._cuts = ends[np.searchsorted(at, np.arange(len(self.ops)), side="right")]
+        if self._live is not None:  # the moving flows now, counted per route
+            self._live.set_moving(self._routes, self._active.view(np.uint8), len(self.network.routes))
         self._dirty = False
         self._rated = False
 
@@ -181,7 +195,14 @@ class FlatFlowEngine(FlowEngine):
         the steps in flight and which of their flows move; solved on the same sorted routes (in one compiled
         call where :mod:`astra_adapter.fabric.fairshare_core` is built: per connected component and only the
         components that changed, the same rates to a relative ~1e-12 - or, ``by_component`` False, the same
-        floats)."""
+        floats). Where the incremental solve runs: the components that changed solved, no memo (each rate is the
+        float a memo would have kept, and keeping the rest costs less than a memo's key)."""
+        if self._live is not None:
+            self.solves += 1
+            ptr, res, w = self._route_table(len(self.network.routes) - 1)
+            self._live.solve(ptr, res, w)
+            self._rated = True
+            return
         key = (self._key_steps, self._active.tobytes())
         rate = self._moving_rates.get(key)
         if rate is None:
@@ -211,6 +232,8 @@ class FlatFlowEngine(FlowEngine):
         best = min((op.latency_ns for op in self._waiting), default=float("inf"))
         if self._flowing:
             active = self._active
+            if self._live is not None:
+                return min(best, self._live.earliest_end(self._left, active.view(np.uint8), self._routes))
             best = min(best, earliest_end_ns(self._left, self._rate, active.view(np.uint8)) if self._sweep else
                        float(np.min(self._left[active] / self._rate[active])))
         return best
@@ -233,6 +256,19 @@ class FlatFlowEngine(FlowEngine):
         if not flowing:
             return
         left, active = self._left, self._active
+        if self._live is not None:  # the same operations, at each flow's route's rate, the ended flows uncounted
+            moved = self._live.move(left, active.view(np.uint8), self._done_below, self._starts, self._routes,
+                                    self._counts, dt_ns)
+            if moved:
+                self._rated = False
+                changed = self.changed
+                for i, count in moved:
+                    op = flowing[i]
+                    op.active_count = count
+                    changed.add(id(op))
+                    if not count:
+                        self._enter_next_step(op)
+            return
         if self._sweep:  # the same operations in one compiled pass
             counts = move_flows(left, self._rate, active.view(np.uint8), self._done_below, self._starts, dt_ns)
         else:

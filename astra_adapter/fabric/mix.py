@@ -4,11 +4,13 @@ and the links where the jobs meet.
 The mix is one merged trace (:func:`genie.workloads.mix.merge_jobs`) played under the replay's rules with
 every op's flows on the topology graph: the jobs' phases interleave as their own DAGs and start offsets say,
 and flows of different jobs share the links they cross (max-min fair). A job's iteration *alone* is its trace
-alone on the same host slots; *in the mix* it is the median of its repetitions that saw every job running
-(:func:`genie.core.jobmix.mixed_repetitions`), the statistic the replay reports of its iterations
-(:func:`genie.measure.mix.median_iteration_ns`): a job whose iterations sometimes fall into another job's quiet
-phase has a few short ones, which move a mean and not a median. With ECMP both are means over the same hash
-draws of each draw's median.
+alone on the same host slots (its window: first start to last end, as a barrier starts each of the replay's
+iterations alone); *in the mix* it is the median of its repetitions that saw every job running
+(:func:`genie.core.jobmix.mixed_repetitions`), each its longest rank's own span
+(:func:`genie.core.jobmix.longest_rank_span_ns`: no barrier resets the offset between its ranks), the statistic
+the replay reports of its iterations (:func:`genie.measure.mix.mixed_iteration_ns`): a job whose iterations
+sometimes fall into another job's quiet phase has a few short ones, which move a mean and not a median. With
+ECMP both are means over the same hash draws of each draw's median.
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ class MixEstimate:
 
 
 def _rep_medians(mix: MixMap, timelines, jobs: int, *, mixed: bool) -> list[tuple[float, int]]:
-    """Per job (the mean over every draw's timeline of its median repetition time, repetitions counted)."""
+    """Per job (the mean over every draw's timeline of its median repetition time, repetitions counted): in the
+    mix each repetition's :attr:`genie.core.jobmix.RepetitionTime.iteration_ns` (its longest rank's span),
+    alone its window."""
     medians: list[list[float]] = [[] for _ in range(jobs)]
     counts = [0] * jobs
     for timeline in timelines:
@@ -94,7 +98,7 @@ def _rep_medians(mix: MixMap, timelines, jobs: int, *, mixed: bool) -> list[tupl
                                                                 for j in range(jobs)}
         for j in range(jobs):
             if chosen[j]:
-                medians[j].append(median(t.duration_ns for t in chosen[j]))
+                medians[j].append(median(t.iteration_ns if mixed else t.duration_ns for t in chosen[j]))
                 counts[j] += len(chosen[j])
     return [(fmean(m) if m else 0.0, n) for m, n in zip(medians, counts)]
 

@@ -20,11 +20,12 @@ gives NCCL's choice - what the NCCL-mode estimator assumes, so ``--explain`` pri
   ``k`` on NIC ``k mod nics``). Inside a node every channel crosses the same NVLink/NVSwitch links: one ring
   carries them.
 - **protocol -> latency and bandwidth**: the op's latency is NCCL's for the (algorithm, protocol) on the fitted
-  system (``launch_us + latency_scale x latency``, as the NCCL model), spread evenly over the steps, the launch
-  on the first; its bytes are scaled by the protocol's share of the algorithm's Simple bandwidth on the fitted
-  system in NCCL's table (:func:`astra_adapter.nccl.tuning.table_entry`: LL carries half its bytes as flags,
-  LL128 120 of 128 - 0.92 on a ring -, both under NCCL's per-channel caps; Simple 1), times the
-  fitted ``ll_efficiency``/``ll128_efficiency``, the share of the channels a small call runs on beyond what
+  system (``launch_us + latency_scale x latency``, as the NCCL model, and a Tree/LL call's waits for the GPU's
+  writes of its slices into host memory, :func:`astra_adapter.nccl.model.tree_ll_write_us`), spread evenly over
+  the steps, the launch on the first; its bytes are scaled by the protocol's share of the algorithm's Simple
+  bandwidth on the fitted system in NCCL's table (:func:`astra_adapter.nccl.tuning.table_entry`: LL carries
+  half its bytes as flags, LL128 120 of 128 - 0.92 on a ring -, both under NCCL's per-channel caps; Simple 1),
+  times the fitted ``ll_efficiency``/``ll128_efficiency``, the share of the channels a small call runs on beyond what
   the rails already express, NCCL's tree correction and the pipeline's fill - all as the NCCL model applies them.
   Route delays are not added (NCCL's latency already counts the hops).
 - **links**: NVLink/NVSwitch links deliver the fitted ``intra_busbw_gb_s``, NIC links the fitted ``nic_gb_s``
@@ -52,8 +53,8 @@ from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FlowEngine, 
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.measurements import CommOp
 from astra_adapter.nccl.hardware import Cluster, node_of_hosts
-from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _channels, _plan, _with_fill, \
-    cut_with_fill, fitted_system, net_peer_share, predict
+from astra_adapter.nccl.model import MODELLED, P2P, Call, NcclParams, Prediction, _plan, cut_with_fill, \
+    fill_factor, fitted_system, net_peer_share, predict, tree_ll_write_us
 from astra_adapter.nccl.tuning import NcclAlgorithm, NcclProtocol, call_bandwidth_gb_s, call_latency_us, table_entry
 
 #: NCCL's algorithm -> the genie schedule whose flows it runs (the others: the ring's, see the module doc)
@@ -122,10 +123,12 @@ def _inter_busbw(cluster: Cluster, params: NcclParams, call: Call, rails: int) -
 def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
     """NCCL's choice for ``call`` and how the fabric runs it (see the module doc)."""
     prediction = predict(cluster, params, call)
-    fill = _with_fill(1.0, call, params, _channels_of(prediction, cluster, call))  # the NCCL model's fill factor
     choice = prediction.choice
     if choice is None:  # a send/receive operation: Simple, its latency the NCCL model's for no bytes
-        latency_us = predict(cluster, params, replace(call, size_bytes=0)).time_us - params.launch_us
+        empty_us = predict(cluster, params, replace(call, size_bytes=0)).time_us
+        latency_us = empty_us - params.launch_us
+        # the NCCL model's fill factor on its transfer (the time without the fill, less that of no bytes)
+        fill = fill_factor(predict(cluster, replace(params, fill_us=0.0), call).time_us - empty_us, call, params)
         pattern = Algorithm.RING if call.collective is Collective.SEND_RECV and call.ranks > 2 else \
             _P2P_PATTERN[call.collective]  # nccl-tests' sendrecv: every rank to the next at once
         # a network peer runs on its few channels: the share of its NICs they drive scales its bytes
@@ -140,7 +143,9 @@ def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
     efficiency = {NcclProtocol.LL: params.ll_efficiency, NcclProtocol.LL128: params.ll128_efficiency}.get(
         entry.protocol, 1.0)
     model_bw = efficiency * call_bandwidth_gb_s(call.collective, chosen, call.size_bytes)
-    fill = cut_with_fill(1.0, share, entry, call, params, used)  # the NCCL model's channel cut and fill, per unit
+    transfer_us = call.size_bytes / (1000.0 * model_bw)  # the NCCL model's channel cut and fill, per unit of it
+    fill = cut_with_fill(transfer_us, share, entry, call, params) / transfer_us if transfer_us > 0 else \
+        cut_with_fill(1.0, share, entry, call, params)
     # the pattern's flows run at the links' rates: not at the tree search's raised speed inside a node on 2 nodes,
     # which only NCCL's model of the choice carries (model_bw)
     reference = table_entry(replace(fitted, tree_bw_intra_gb_s=0.0), call.collective, pattern_algorithm,
@@ -156,15 +161,13 @@ def op_plan(cluster: Cluster, params: NcclParams, call: Call) -> OpPlan:
             nic = params.nic_gb_s * rails
             reference *= min(params.intra_busbw_gb_s * ppn / (ppn - 1), nic) / min(params.intra_busbw_gb_s, nic)
     latency_us = params.latency_scale * call_latency_us(fitted, call.collective, chosen, call.size_bytes)
+    # a Tree/LL slice's writes into the host-memory LL buffers, one per network hop: the GPU's, not the links'
+    latency_us += tree_ll_write_us(nominal, chosen, efficiency, call, used)
     if call.collective in _ROOTED:  # NCCL's model counts the chain's fill (its fill term): the flows' is not added
         fill *= PIPELINE_CHUNKS / (call.ranks + PIPELINE_CHUNKS - 2)
     return OpPlan(prediction, pattern, rails if pattern is not Algorithm.PAT else 1,
                   reference / model_bw * fill / WIRE_BYTES_PER_PAYLOAD_BYTE, latency_us * 1000.0,
                   params.launch_us * 1000.0)
-
-
-def _channels_of(prediction: Prediction, cluster: Cluster, call: Call) -> int:
-    return _plan(cluster, call)[4] if prediction.choice is not None else _channels(cluster, call)
 
 
 def fitted_capacity(network: FabricNetwork, cluster: Cluster, params: NcclParams) -> np.ndarray:

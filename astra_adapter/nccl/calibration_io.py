@@ -24,7 +24,7 @@ from astra_adapter.nccl.env import parse_env
 from astra_adapter.nccl.expected import Finding
 from astra_adapter.nccl.fit import Fit, Residual
 from astra_adapter.nccl.hardware import Cluster, CpuVendor, Interconnect, NicPath
-from astra_adapter.nccl.model import NcclParams
+from astra_adapter.nccl.model import FILL_US, NcclParams
 
 NCCL_CALIBRATION_JSON = "nccl_calibration.json"
 POINTS_CSV = "calibration_points.csv"
@@ -78,7 +78,11 @@ def parse_calibration(data: bytes, *, source: str) -> tuple[Cluster, NcclParams]
         raw["nccl_env"] = tuple((str(k), str(v)) for k, v in raw.get("nccl_env", ()))
         cluster = Cluster(**raw)
         parse_env(cluster.nccl_env, source=source)
-        params = NcclParams(**{k: float(v) for k, v in doc["params"].items()})
+        values = {k: float(v) for k, v in doc["params"].items()}
+        if "fill_bytes_per_channel" in values and "fill_us" not in values:
+            # written before the fill became a time (2026-12-05): its fitted ratio to the prior of then (1 MiB)
+            values["fill_us"] = FILL_US * values.pop("fill_bytes_per_channel") / (1 << 20)
+        params = NcclParams(**values)
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed calibration: {exc}", source=source, path="cluster") from None
     for name, value in zip(NcclParams.names(), params.values()):

@@ -29,12 +29,12 @@ ROBUST_SCALE = 0.05
 #: description states (their nominal values are empirical starting points, see astra_adapter.nccl.model), so the
 #: measurements move them almost freely; a rated bandwidth or efficiency, against them, is held at the default
 #: weight (three sizes of a sweep give one large point, where a slow pipeline fill and a slow NIC look alike)
-PRIOR_WEIGHTS = {"latency_scale": 0.3, "launch_us": 0.01, "launch_per_gpu_us": 0.01, "fill_bytes_per_channel": 0.01}
+PRIOR_WEIGHTS = {"latency_scale": 0.3, "launch_us": 0.01, "launch_per_gpu_us": 0.01, "fill_us": 0.01}
 #: per parameter: (lowest, highest) as a multiple of its nominal value
 _BOUNDS = {"intra_busbw_gb_s": (0.02, 3.0), "nvls_busbw_gb_s": (0.02, 3.0), "nic_gb_s": (0.02, 1.5),
            "latency_scale": (0.05, 50.0), "launch_us": (1e-3, 1e3),
            "launch_per_gpu_us": (1e-3, 1e3), "ll_efficiency": (0.05, 3.0),
-           "ll128_efficiency": (0.05, 3.0), "fill_bytes_per_channel": (1e-3, 20.0)}
+           "ll128_efficiency": (0.05, 3.0), "fill_us": (1e-3, 20.0)}
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Fit:
 
 def _seen(cluster: Cluster, nominal: NcclParams, observations: tuple[Observation, ...]) -> tuple[str, ...]:
     """The parameters at least one observation's time depends on."""
-    seen = {"latency_scale", "launch_us", "fill_bytes_per_channel"}
+    seen = {"latency_scale", "launch_us", "fill_us"}
     for o in observations:
         p = predict(cluster, nominal, o.call)
         if o.call.gpus_per_thread > 1:

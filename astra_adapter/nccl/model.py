@@ -8,7 +8,7 @@ not depend on how fast the hardware turned out to be; the tuner is the one of th
 outputs name (:mod:`astra_adapter.nccl.versions`). The time is then NCCL's own formula for that choice on the
 *fitted* system, with NCCL 2.23's constants whatever the release (:data:`TIMING_VERSION`):
 
-    time = launch_us + latency_scale x latency(algorithm, protocol) + transfer x (1 + min(bytes, fill) / bytes)
+    time = launch_us + latency_scale x latency(algorithm, protocol) + transfer + min(transfer, fill)
     transfer = bytes / (1000 x algbw x channels used / channels)
 
 where the fitted system's channels carry the fitted bus bandwidths: ``intra_busbw_gb_s`` (what a GPU's
@@ -19,10 +19,11 @@ NICs (NCCL's tuner reads the intra-node bandwidth for two nodes; the wire does n
 channels' thresholds runs on fewer channels (NCCL's cut, :func:`~astra_adapter.nccl.tuning.channels_used`),
 at that share of the bandwidth; inside a node Ring/LL's cut channels each write one LL line per thread per
 step, so its transfer takes their share while its fill stays at LL's full rate (:func:`cut_with_fill`; Tree/LL,
-NVLS and LL between nodes: no cut); the pipeline's first ``fill`` bytes move at half the rate, ``fill`` being
-``fill_bytes_per_channel`` times the channels the call runs on (a 2-rank group's 4 channels fill less than a
-node's 24) times the call's GPUs per node over 8 (the prior was read on 8; a ring through 4 GPUs of a node
-fills in fewer steps).
+NVLS and LL between nodes: no cut); the pipeline's first ``fill`` microseconds of transfer move at half the
+rate, ``fill`` being ``fill_us`` times the call's GPUs per node over 8 (the prior was read on 8; a ring through 4
+GPUs of a node fills in fewer steps): a fixed time, not a fixed number of bytes - a connection's FIFO refills
+step by step as the receiver frees it (:func:`_with_fill`), so its fill lasts a few steps' round trips whatever
+the link's rate, and a slow network fills in fewer bytes than NVLink.
 
 A ring broadcast or reduce is the pipelined chain NCCL runs (:mod:`astra_adapter.nccl.chain`): NCCL's base latency
 (back to back, a chain's calls overlap along it), the transfer with the fill above, and a whole FIFO step held on
@@ -51,7 +52,7 @@ from astra_adapter.nccl.chain import STEP_DATA_BYTES, chain_fill_us, chain_laten
     network_hop_us_per_byte, slice_bytes
 from astra_adapter.nccl.hardware import Cluster, tuner_system
 from astra_adapter.nccl.trees import tree_pattern
-from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan
+from astra_adapter.nccl.p2p import NetPeerPlan, channels_per_net_peer_setting, net_peer_plan, network_batches
 from astra_adapter.nccl.versions import DEFAULT_VERSION, constants
 from astra_adapter.nccl.tuning import TUNED, HwKind, NcclAlgorithm, NcclChoice, \
     NcclProtocol, TreeLevels, TunerEntry, TunerSystem, call_bandwidth_gb_s, call_latency_us, channels_used, choose, \
@@ -61,10 +62,10 @@ P2P = (Collective.ALL_TO_ALL, Collective.SEND_RECV)
 MODELLED = TUNED + P2P
 _RING, _SIMPLE = 1, 2  # NCCL's indices of Ring and Simple in its latency tables
 LAUNCH_US = 1.0  # a call's cost outside NCCL's latency tables (the kernel launch), before fitting
-#: the pipeline's fill per channel of a ring through 8 GPUs of a node before fitting: an empirical prior, read off
-#: the DGX H100 sweep's NVLS range
-#: (benchmarks/README.md shows how the held-out errors move with it)
-FILL_BYTES_PER_CHANNEL = 1 << 20
+#: the pipeline's fill time of a ring through 8 GPUs of a node before fitting: an empirical prior, read off the
+#: DGX H100 sweep's NVLS range as 1 MiB a channel (16 channels, 16.8 MB at NVLS's 267 GB/s all-reduce rate: 63 us)
+#: and kept as that time (benchmarks/README.md shows how the held-out errors move with it)
+FILL_US = 63.0
 #: the release whose cost model times a call, whatever release chose it: NCCL's developers re-measured the same
 #: kernels over the releases (ring LL's share of the link went from 1/4-1/3 to 1/2 in 2.21 with the LL line
 #: format unchanged: 8 bytes of data and 8 of flags in each 16), so the newest constants are the better clock
@@ -83,7 +84,7 @@ class NcclParams:
     launch_per_gpu_us: float = LAUNCH_US  # a host thread's cost per GPU it launches a call on (see host_bound_us)
     ll_efficiency: float = 1.0
     ll128_efficiency: float = 1.0
-    fill_bytes_per_channel: float = 0.0
+    fill_us: float = 0.0
 
     def values(self) -> tuple[float, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))
@@ -99,7 +100,7 @@ def nominal_params(cluster: Cluster) -> NcclParams:
     nvls = one_node.nvls_graph_channels * one_node.nvls_bw_gb_s
     return NcclParams(intra_busbw_gb_s=one_node.channels * one_node.bw_intra_gb_s if cluster.gpus_per_node > 1
                       else cluster.nic_gb_s, nvls_busbw_gb_s=nvls, nic_gb_s=cluster.nic_gb_s,
-                      fill_bytes_per_channel=FILL_BYTES_PER_CHANNEL)
+                      fill_us=FILL_US)
 
 
 @dataclass(frozen=True, order=True)
@@ -182,18 +183,22 @@ def _gpu_nics(cluster: Cluster) -> int:
 
 def net_peer_share(cluster: Cluster, call: Call) -> float:
     """The share of a GPU's NICs a send/receive operation's network peers drive (1 inside a node): a sendrecv's
-    one neighbour across a node boundary, an alltoall's remote peers in flight at once (astra_adapter.nccl.p2p)."""
+    one neighbour across a node boundary on its channels; an alltoall's peers on other nodes on the channels of
+    their bases, one base per other node's schedule group of 8 (astra_adapter.nccl.p2p)."""
     if call.nodes == 1 or call.collective not in P2P:
         return 1.0
     plan = _net_plan(cluster, call)
     if call.collective is Collective.SEND_RECV:
         return plan.peers_nic_share(1)
-    return plan.peers_nic_share(min(call.ranks - call.ranks_per_node, plan.peers_in_flight))
+    # an alltoall's peers on one other node share a base's channels (astra_adapter.nccl.p2p.network_batches)
+    batches = network_batches(tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node).version,
+                              nodes=call.nodes, ranks_per_node=call.ranks_per_node,
+                              remote_peers=call.ranks - call.ranks_per_node)
+    return plan.channels_nic_share(batches * plan.channels_per_peer)
 
 
 def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[float, str]:
     n, ppn, nodes = call.ranks, call.ranks_per_node, call.nodes
-    channels = _channels(cluster, call)
     hw = HwKind.NET if nodes > 1 else cluster.intra_kind
     tables = constants(TIMING_VERSION)
     step = tables.base_lat_us[_RING][_SIMPLE] + tables.hw_lat_us[hw.value][_RING][_SIMPLE]
@@ -212,9 +217,9 @@ def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[floa
             path_gb_s = params.nic_gb_s * _gpu_nics(cluster) * net_peer_share(cluster, call)
             if ppn > 1:
                 path_gb_s = min(path_gb_s, intra_gb_s)
-            return (latency + _with_fill(call.size_bytes / (1000.0 * path_gb_s), call, params, channels),
+            return (latency + _with_fill(call.size_bytes / (1000.0 * path_gb_s), call, params),
                     f"p2p over the NIC, {plan.channels_per_peer} channel(s) per peer")
-        return (latency + _with_fill(call.size_bytes / (1000.0 * intra_gb_s), call, params, channels),
+        return (latency + _with_fill(call.size_bytes / (1000.0 * intra_gb_s), call, params),
                 f"p2p over {cluster.intra_kind.value}")
     nic_share = params.nic_gb_s * cluster.nics_reached(ppn) / ppn if plan is not None else 0.0
     if plan is not None:
@@ -228,7 +233,7 @@ def _p2p_time_us(cluster: Cluster, params: NcclParams, call: Call) -> tuple[floa
     how = "p2p, the NICs' share" if t_remote > t_local else f"p2p over {cluster.intra_kind.value}"
     if batches > 1:
         how += f", {batches} batches of peers"
-    return latency + _with_fill(max(t_local, t_remote), call, params, channels), how
+    return latency + _with_fill(max(t_local, t_remote), call, params), how
 
 
 def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
@@ -245,11 +250,12 @@ def predict(cluster: Cluster, params: NcclParams, call: Call) -> Prediction:
     latency = params.latency_scale * call_latency_us(fitted, call.collective, fitted_entry, call.size_bytes)
     transfer = call.size_bytes / (1000.0 * efficiency * call_bandwidth_gb_s(call.collective, fitted_entry,
                                                                             call.size_bytes))
-    moved = cut_with_fill(transfer, share, entry, call, params, used)
+    moved = cut_with_fill(transfer, share, entry, call, params)
     if is_chain(call.collective, entry.algorithm):
         time_us = _chain_us(fitted, cluster, params, call, entry, moved, used)
     elif entry.algorithm is NcclAlgorithm.TREE and call.nodes > 1:
-        time_us = params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used)
+        time_us = params.launch_us + latency + _tree_us(cluster, params, call, entry, moved, used) \
+            + tree_ll_write_us(nominal, fitted_entry, efficiency, call, used)
     else:
         time_us = params.launch_us + latency + moved
     return Prediction(call, host_bound_us(params, call, time_us), choice, choice.describe())
@@ -288,6 +294,30 @@ def _chain_us(fitted: TunerSystem, cluster: Cluster, params: NcclParams, call: C
     return latency + moved_us + fill
 
 
+def ll_write_us_per_byte(nominal: TunerSystem, fitted_entry: TunerEntry, efficiency: float) -> float:
+    """One channel's time per data byte to write an LL slice for the network: the LL entry's fitted bus
+    bandwidth (its algorithm bandwidth over NCCL's bus-to-algorithm ratio, 1/2 for a tree: up and down) shared
+    by the communicator's channels. NCCL keeps a network connection's LL send buffer in host memory whatever
+    GPUDirect allows (src/transport/net.cc, sendProxySetup: every protocol's buffer on the GPU with GDR but LL's;
+    2.8 .. 2.29), and its proxy sends a step only once every line of it carries the step's flag (sendProxyProgress),
+    so a slice crosses a network hop only after the GPU has written all of it, at LL's rate."""
+    return nominal.comm_channels / (2000.0 * efficiency * fitted_entry.algbw_gb_s)
+
+
+def tree_ll_write_us(nominal: TunerSystem, fitted_entry: TunerEntry, efficiency: float, call: Call,
+                     channels: int) -> float:
+    """What a Tree/LL call between nodes waits, beyond the wire, for the GPU's writes of its slices into the
+    host-memory LL buffers (:func:`ll_write_us_per_byte`): a slice's write on each of the tree's 2 x depth network
+    hops but one up and one down, which the transfer counts (it is the call's bytes at LL's bus bandwidth, up and
+    down once); none on 2 nodes. 0 for any other call."""
+    if fitted_entry.algorithm is not NcclAlgorithm.TREE or fitted_entry.protocol is not NcclProtocol.LL \
+            or call.nodes <= 1 or call.size_bytes <= 0:
+        return 0.0
+    hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 2
+    piece = slice_bytes(NcclProtocol.LL, call.size_bytes, channels)
+    return hops * piece * ll_write_us_per_byte(nominal, fitted_entry, efficiency)
+
+
 def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry, moved_us: float,
              channels: int) -> float:
     """A tree all-reduce between nodes: a chain up the tree NCCL built and a chain down it
@@ -297,7 +327,8 @@ def _tree_us(cluster: Cluster, params: NcclParams, call: Call, entry: TunerEntry
     one FIFO step, ``sliceSteps`` = 1 for every algorithm but the ring, src/enqueue.cc), on every one of the
     2 x depth network hops but the slowest, which the transfer counts. Tree/LL128 runs smaller chunks
     (:func:`tree_ll128_chunk_bytes`); Tree/Simple a whole 512 KiB step (NCCL 2.20 dropped the depth-based cut of
-    2.8 .. 2.19)."""
+    2.8 .. 2.19). A Tree/LL slice is held on those hops for the GPU's write of it into the host-memory send
+    buffer as well (:func:`tree_ll_write_us`, added by :func:`predict`)."""
     nics = cluster.nics_reached(call.ranks_per_node)
     network = network_hop_us_per_byte(entry.protocol, params.nic_gb_s * nics, nics, channels)
     hops = 2 * TreeLevels.BUILT.depth(call.nodes) - 1
@@ -320,8 +351,7 @@ def tree_ll128_chunk_bytes(size_bytes: int, channels: int, nodes: int, ranks_per
     return float(chunk)
 
 
-def cut_with_fill(transfer_us: float, share: float, entry: TunerEntry, call: Call, params: NcclParams,
-                  channels: int) -> float:
+def cut_with_fill(transfer_us: float, share: float, entry: TunerEntry, call: Call, params: NcclParams) -> float:
     """A call's transfer (``transfer_us`` on all its communicator's channels) on the ``share`` of them NCCL runs
     it on, with the pipeline's fill (:func:`_with_fill`).
 
@@ -335,19 +365,31 @@ def cut_with_fill(transfer_us: float, share: float, entry: TunerEntry, call: Cal
     the network's per step, not the lines a channel writes; the corpus's multi-node sweeps fit no better with
     the cut, see docs/nccl-model.md)."""
     if entry.protocol is NcclProtocol.LL:
-        fill_us = _with_fill(transfer_us, call, params, channels) - transfer_us
+        fill_us = _with_fill(transfer_us, call, params) - transfer_us
         cut = entry.algorithm is NcclAlgorithm.RING and call.nodes == 1
         return (transfer_us / share if cut else transfer_us) + fill_us
-    return _with_fill(transfer_us / share, call, params, channels)
+    return _with_fill(transfer_us / share, call, params)
 
 
-def _with_fill(transfer_us: float, call: Call, params: NcclParams, channels: int) -> float:
-    """The transfer with the pipeline's fill and drain: the first ``fill_bytes_per_channel`` x ``channels`` x
-    (hops / 8) bytes move at half the rate. A ring's pipeline fills through the GPUs of a node (hops: the call's
-    GPUs per node; the prior was read on 8), a send/receive operation's through one hop, sender to receiver: NCCL
-    runs each peer's bytes on its own connection, not through a ring (src/enqueue.cc, addP2pToPlan)."""
+def _with_fill(transfer_us: float, call: Call, params: NcclParams) -> float:
+    """The transfer with the pipeline's fill and drain: its first ``fill_us`` x hops / 8 microseconds move at half
+    the rate (all of a shorter transfer). A ring's pipeline fills through the GPUs of a node (hops: the call's GPUs
+    per node; the prior was read on 8), a send/receive operation's through one hop, sender to receiver: NCCL runs
+    each peer's bytes on its own connection, not through a ring (src/enqueue.cc, addP2pToPlan).
+
+    A time, not a number of bytes: a connection's FIFO has ``NCCL_STEPS`` = 8 slots, and a sender reuses a slot
+    only once the receiver has consumed its step and posted its head back (2.8.4:
+    src/collectives/device/primitives.h; 2.23.4, 2.29.2: src/device/prims_simple.h), so the first steps of a
+    call run at the pace of that round trip, not of the link, for a time that does not grow with the link's
+    rate: the same fill holds fewer bytes on a 10 GB/s network than on 300 GB/s of NVLink (the bytes form, a
+    fixed count a channel, charged ABCI's InfiniBand A100 nodes 8 MiB at half rate; see docs/nccl-model.md)."""
+
     if call.size_bytes <= 0:
         return transfer_us
     hops = 1 if call.collective in P2P else call.ranks_per_node
-    fill = params.fill_bytes_per_channel * channels * hops / 8
-    return transfer_us * (1.0 + min(call.size_bytes, fill) / call.size_bytes)
+    return transfer_us + min(transfer_us, params.fill_us * hops / 8)
+
+
+def fill_factor(transfer_us: float, call: Call, params: NcclParams) -> float:
+    """What the pipeline's fill multiplies a transfer of ``transfer_us`` by (:func:`_with_fill`; 1 for none)."""
+    return _with_fill(transfer_us, call, params) / transfer_us if transfer_us > 0 else 1.0

@@ -25,11 +25,24 @@ tagged sources (``src/graph/paths.cc`` ``ncclTopoGetNchannels`` / ``ncclTopoComp
   another; a call whose peers each take ``channels per peer`` of the ``p2pnChannels`` has
   ``p2pnChannels / channels per peer x 8`` peers in flight (2.29's ``maxConcurrent``), and the rest wait for
   the next batch.
+- The channels an alltoall's network peers run on (:func:`network_batches`): from 2.12 NCCL gives a peer's
+  operations a base channel by its round, and the rounds to one node's peers share one base per schedule group
+  of 8 (2.12 - 2.21 ``src/include/channel.h`` ``ncclChannelComputeBase``: the node delta plus the local step
+  over 8; 2.22 - 2.28 ``ncclP2pChannelBaseForRound``: the node delta times ceil(local ranks / 8) plus the local
+  delta over 8; 2.29 on: the round's group of ``NCCL_P2P_SCHEDULE_GROUP_SIZE`` = 8 ranks, or the greatest common
+  divisor of 8 and a node's ranks where those are not a multiple of 8, ``src/init.cc`` ``ncclP2pSchedule``), the
+  peer's parts on the ``channels per peer`` channels from it (``ncclP2pChannelForPart``). So a GPU's peers on
+  another node run together on one base's channels - a batch on the same channels, as the device work's comment
+  says - and the GPU drives at most ``remote batches x channels per peer`` channels (never more than
+  ``p2pnChannels``) to its NICs, each at 14 GB/s as above: 8 GPUs a node on 2 nodes with 2 channels a peer
+  drive 28 of a 400G NIC's 50 GB/s, however many peers the batch holds. 2.8 - 2.11 give each peer its own channel
+  (the peer's delta plus the part, ``src/group.cc``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
 from genie.core.errors import InputError
 
@@ -71,6 +84,13 @@ class NetPeerPlan:
     def batches(self, peers: int) -> int:
         """The batches one after another that ``peers`` peers take (1 when all are in flight at once)."""
         return max(1, _div_up(peers, self.peers_in_flight))
+
+    def channels_nic_share(self, channels: int) -> float:
+        """The share of a GPU's NICs that ``channels`` p2p channels drive at once: 14 GB/s each of the NICs'
+        nominal rate, at most all of it; never more channels than ``p2pnChannels``."""
+        if self.gpu_net_gb_s <= 0:
+            return 1.0
+        return min(1.0, min(channels, self.p2p_channels) * PER_CHANNEL_NET_GB_S / self.gpu_net_gb_s)
 
     def peers_nic_share(self, peers: int) -> float:
         """The share of a GPU's NICs that ``peers`` network peers in flight drive: 14 GB/s a channel of the
@@ -119,3 +139,17 @@ def net_peer_plan(version: NcclVersion, *, ranks: int, comm_channels: int, gpu_n
         while per_peer * _div_up(ranks, P2P_PER_BATCH) > p2p and per_peer > 1:
             per_peer //= 2
     return NetPeerPlan(p2p, per_peer, gpu_nics * nic_gb_s)
+
+
+def network_batches(version: NcclVersion, *, nodes: int, ranks_per_node: int, remote_peers: int) -> int:
+    """The base channels a GPU's peers on other nodes run on (see the module doc): per other node, its ranks in
+    schedule groups of 8 (2.12 on; 2.29 on: 8, or gcd(8, ranks a node) where a node's ranks are not a multiple of
+    8); 2.8 - 2.11: one per peer."""
+    if version < (2, 12):
+        return max(1, remote_peers)
+    if version < (2, 29):
+        per_node = _div_up(ranks_per_node, P2P_PER_BATCH)
+    else:
+        group = P2P_PER_BATCH if ranks_per_node % P2P_PER_BATCH == 0 else gcd(P2P_PER_BATCH, ranks_per_node)
+        per_node = max(1, ranks_per_node // group)
+    return max(1, (nodes - 1) * per_node)

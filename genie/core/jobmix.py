@@ -118,21 +118,45 @@ class MixMap:
 
 @dataclass(frozen=True)
 class RepetitionTime:
-    """One repetition (iteration) of a job inside a run: its window over the job's ranks."""
+    """One repetition (iteration) of a job inside a run: its window over the job's ranks, and the time it took
+    (:attr:`iteration_ns`)."""
 
     job: int
     repetition: int
     start_ns: float  # earliest start of its nodes on any of the job's ranks
     end_ns: float  # latest end
+    rank_span_ns: float = -1.0  # its longest rank's own span (:func:`longest_rank_span_ns`); < 0: the window's
 
     @property
     def duration_ns(self) -> float:
+        """The window: first start on any rank to last end on any rank."""
         return self.end_ns - self.start_ns
+
+    @property
+    def iteration_ns(self) -> float:
+        """What the repetition took the job: its longest rank's own span (see :func:`longest_rank_span_ns`)."""
+        return self.rank_span_ns if self.rank_span_ns >= 0 else self.duration_ns
+
+
+def longest_rank_span_ns(windows) -> float:
+    """A job's iteration inside a mix, from each of its ranks' ``(first start, last end)`` in that iteration:
+    the longest rank's own span. Nothing holds a mix's iterations together (no barrier between a job's
+    repetitions), so its ranks run at an offset from each other that its collectives keep: a 2-rank ring
+    all-reduce whose rank ahead reaches the rank behind after a wait ``d`` (a queue) turns an offset ``x``
+    between them into ``min(x, d)``, so any offset up to the wait stays, and how large it is depends on the
+    run's history, not on the job or the network (the spread TP2xDP2 of benchmarks/job_mix.py: 12-100 ms through
+    a whole replay). The window (first start on any rank to last end on any rank) counts that offset once per
+    iteration although each rank - and so the job - takes only its own span per iteration; alone, a barrier
+    starts every iteration, and the two are the same. One rule for the replay
+    (:func:`genie.measure.mix.mixed_iteration_ns`) and the fabric estimate (astra_adapter.fabric.mix)."""
+    return max((end - start for start, end in windows), default=0.0)
 
 
 def repetition_times(mix: MixMap, spans) -> tuple[RepetitionTime, ...]:
-    """Each job's repetition windows from ``spans``: per merged rank, (node id, start, end) of its nodes."""
+    """Each job's repetition windows and iteration times from ``spans``: per merged rank, (node id, start, end)
+    of its nodes."""
     windows: dict[tuple[int, int], list[float]] = {}
+    ranks: dict[tuple[int, int], dict[int, list[float]]] = {}
     for rank, rows in enumerate(spans):
         for node_id, start, end in rows:
             where = mix.origin(rank, node_id)
@@ -140,7 +164,10 @@ def repetition_times(mix: MixMap, spans) -> tuple[RepetitionTime, ...]:
                 continue
             w = windows.setdefault((where[0], where[2]), [start, end])
             w[0], w[1] = min(w[0], start), max(w[1], end)
-    return tuple(RepetitionTime(job, rep, s, e) for (job, rep), (s, e) in sorted(windows.items()))
+            r = ranks.setdefault((where[0], where[2]), {}).setdefault(rank, [start, end])
+            r[0], r[1] = min(r[0], start), max(r[1], end)
+    return tuple(RepetitionTime(job, rep, s, e, longest_rank_span_ns(ranks[job, rep].values()))
+                 for (job, rep), (s, e) in sorted(windows.items()))
 
 
 def mixed_repetitions(times: tuple[RepetitionTime, ...], jobs: int) -> dict[int, tuple[RepetitionTime, ...]]:

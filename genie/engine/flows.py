@@ -21,6 +21,9 @@ _SIOCOUTQNSD = 0x894B  # <linux/sockios.h>: bytes in a TCP socket's send queue t
 _UNSENT = struct.Struct("i")
 SENT_POLL_S = 0.0002  # how often `wait_sent` looks again
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
+#: a payload-agnostic receive's flag: TCP consumes the bytes without copying them out (tcp(7), MSG_TRUNC); a socket
+#: that cannot (AF_UNIX: the tests' socket pairs) copies them into the scratch window as without it
+DISCARD = int(socket.MSG_TRUNC)  # an int: `|` on the socket module's IntFlag members runs enum code in Python
 _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 
@@ -139,9 +142,11 @@ def pump_send(flow: Flow, window: memoryview, rank: int) -> bool:
 
 def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT) -> bool:
     """Receive what has arrived (with ``flags=0``: block in each call, bounded by the socket's SO_RCVTIMEO);
-    True when the flow is complete, False when the socket has nothing more now."""
+    True when the flow is complete, False when the socket has nothing more now. A transfer without a view is
+    received with `DISCARD`: TCP drops its bytes uncopied."""
     queue = flow.queue
     recv_into = flow.sock.recv_into
+    discard = int(flags) | DISCARD
     while (parts := gathered(flow)) is not None:
         try:
             n = flow.sock.recvmsg_into(parts, 0, flags)[0]
@@ -154,7 +159,7 @@ def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT)
         _advance(flow, n)
     while queue:
         try:
-            n = recv_into(_next_region(flow, window), 0, flags)
+            n = recv_into(_next_region(flow, window), 0, flags if queue[0].view is not None else discard)
         except (BlockingIOError, InterruptedError):
             return False
         except ConnectionResetError:

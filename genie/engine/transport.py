@@ -4,7 +4,8 @@ driven by a poll loop.
 `SocketTransport.exchange` runs one schedule step: every send and receive of the step progresses concurrently
 on non-blocking sockets in a single thread (no per-byte Python work: the kernel copies straight from and into
 preallocated memoryviews). A transfer without a view moves payload-agnostic bytes through a fixed window, so
-a 256 MiB collective needs no 256 MiB buffer unless the data is verified.
+a 256 MiB collective needs no 256 MiB buffer unless the data is verified; TCP discards such received bytes
+without copying them (`genie.engine.flows.DISCARD`).
 
 The same class runs over TCP between namespaces (`connect_mesh`) and over `socket.socketpair()` inside one
 process (`socketpair_mesh`), which is how schedules are executed in tests without root.
@@ -24,7 +25,7 @@ from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
 from genie.engine.compiled_steps import CompiledPlans, StepPlan, run_steps
-from genie.engine.flows import Flow as _Flow, PeerFailure, StepExchange, Transfer
+from genie.engine.flows import DISCARD, Flow as _Flow, PeerFailure, StepExchange, Transfer
 from genie.engine.flows import closed_failure, send_failure, wait_sent
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
 
@@ -224,8 +225,9 @@ class SocketTransport:
     def finish_recv(self, transfer: Transfer, got: int, timeout_s: float, deadline: float | None = None, *,
                     slice_ended: bool = False) -> None:
         """Receive the rest (`got` bytes are in) of payload-agnostic `transfer` within the window with bare
-        `recv_into` calls, then set delayed-ACK mode again. Whenever a slice ends empty (`slice_ended`: one just
-        did) the op's `deadline` is checked (None: `timeout_s` after the receive began)."""
+        `recv_into` calls (`DISCARD`: TCP drops the bytes uncopied), then set delayed-ACK mode again. Whenever a
+        slice ends empty (`slice_ended`: one just did) the op's `deadline` is checked (None: `timeout_s` after the
+        receive began)."""
         size = transfer.size_bytes
         recv_into = self._recv_into.get(transfer.peer)
         if recv_into is None:
@@ -241,7 +243,7 @@ class SocketTransport:
                     raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s receiving from "
                                       f"rank {transfer.peer} ({got}/{size} bytes)")
             try:
-                n = recv_into(window[:size - got])
+                n = recv_into(window[:size - got], 0, DISCARD)
             except (BlockingIOError, InterruptedError):  # a slice ended
                 slice_ended = True
                 continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from statistics import median
 
-from genie.core.jobmix import MixMap, RepetitionTime, mixed_repetitions, repetition_times
+from genie.core.jobmix import MixMap, RepetitionTime, longest_rank_span_ns, mixed_repetitions, repetition_times
 from genie.core.placement import RankPlacement
 from genie.core.program import RankProgram
 from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
@@ -70,7 +70,19 @@ class JobComparison:
         return 100.0 * (self.together_ns / self.alone_ns - 1.0)
 
 
+def mixed_iteration_ns(outcome: ReplayOutcome) -> float:
+    """A job's iteration in the mix (its outcome from :func:`job_outcome`): the median over its iterations of
+    the longest rank's own span (:func:`genie.core.jobmix.longest_rank_span_ns`: its ranks run at an offset that
+    no barrier resets, which the window would count)."""
+    times = [longest_rank_span_ns((min(s for _, s, _ in rr.records), max(e for _, _, e in rr.records))
+                                  for rr in it.ranks if rr.records)
+             for it in outcome.iterations if any(rr.records for rr in it.ranks)]
+    return float(median(times)) if times else 0.0
+
+
 def median_iteration_ns(outcome: ReplayOutcome) -> float:
+    """A replay's median iteration: each iteration's window from its ranks' common start (alone, a barrier
+    starts every iteration)."""
     from genie.measure.replay import iteration_time_ns, rank_summaries
 
     times = [iteration_time_ns(rank_summaries(outcome.programs, it)) for it in outcome.iterations if it.ranks]

@@ -177,7 +177,8 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
     ``jobs/<name>/{alone,together}/``, ``jobs_paths.json``, ``jobs_links.csv``); the per-job
     ``genie.measure.mix.JobComparison`` rows. Shared by ``genie replay --jobs`` and ``genie experiment``."""
     from genie.engine.program import build_programs
-    from genie.measure.mix import JobComparison, job_outcome, job_placements, median_iteration_ns, mixed_placements
+    from genie.measure.mix import (JobComparison, job_outcome, job_placements, median_iteration_ns,
+                                   mixed_iteration_ns, mixed_placements)
     from genie.report.replay import replay_files
     from genie.services.replay import run_replay
     from genie.workloads.mix import merge_jobs, repetition_counts
@@ -227,7 +228,7 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
         if alone is not None:
             for file_name, text in replay_files(alone, {**meta, "run": "alone"})[1].items():
                 stage.run.write(f"jobs/{name}/alone/{file_name}", text)
-        rows.append(JobComparison(name, placed.hosts(j), reps[j], median_iteration_ns(mine),
+        rows.append(JobComparison(name, placed.hosts(j), reps[j], mixed_iteration_ns(mine),
                                   len(mine.iterations), median_iteration_ns(alone) if alone else None,
                                   len(alone.iterations) if alone else 0))
     stage.run.write("mix.csv", mix_csv(rows))

@@ -1,0 +1,323 @@
+# Included by fairshare_core.pyx (one extension): the flat engine's incremental solve.
+#
+# LiveRates keeps, between events, what MovingRates rebuilds on every call: each route's count of moving flows
+# and its per-flow rate, and per resource the routes that load it. The engine tells it which flows move when it
+# lays its arrays out (set_moving: one pass over the flows, counting), and the flows that end as they end (move);
+# a solve then fills only the connected components that hold a resource loaded by a route whose count changed,
+# each found by a walk from those resources through the routes that move - not a union-find over every moving
+# route - and each filled as MovingRates fills a component (_fill on its routes ascending, with their counts), so
+# every rate is the float MovingRates gives: a component untouched since the last solve is exactly one of the
+# last solve's (its rates kept), the others are solved as MovingRates solves them. Rates are kept per route, and
+# the per-event sweeps (earliest_end, move) read them through each flow's route, so no per-flow rate array is
+# built either.
+
+
+cdef class LiveRates:
+    """The per-component max-min solve over one fabric's resources, with the moving flows' routes kept between
+    calls (see the comment above)."""
+
+    cdef double[::1] capacity
+    cdef double contention
+    cdef Py_ssize_t num_resources
+    cdef Py_ssize_t route_cap  # per-route arrays' size
+    cdef int64_t* count  # route -> flows moving on it
+    cdef double* rate  # route -> its per-flow rate (where count > 0, as of the last solve)
+    cdef char* listed  # route -> in the lists of its resources (and in `known`)
+    cdef char* changed  # route -> its count changed since the last solve (and on `changed_stack`)
+    cdef char* in_comp  # route -> in the component being walked
+    cdef int64_t* tally  # route -> scratch count (set_moving)
+    cdef int64_t* changed_stack
+    cdef Py_ssize_t num_changed
+    cdef int64_t* known  # the listed routes
+    cdef Py_ssize_t num_known
+    cdef Py_ssize_t num_live  # routes with count > 0
+    cdef int64_t* comp  # a component's routes (then ascending)
+    cdef int64_t* mult  # their counts
+    cdef double* filled  # their rates
+    cdef int64_t** lists  # resource -> the listed routes loading it (some may have count 0)
+    cdef int64_t* list_len
+    cdef int64_t* list_cap
+    cdef char* dirty  # resource -> loaded by a changed route (and on `walk`... until walked)
+    cdef char* seen  # resource -> reached by this solve's walks
+    cdef int64_t* dirty_stack
+    cdef int64_t* walk  # resources to walk from
+    cdef int64_t* reached  # resources reached, to clear `seen`
+    cdef _Scratch scratch
+    cdef public int64_t components_solved  # components filled (a counter for the benchmarks)
+
+    def __cinit__(self, double[::1] capacity, double contention):
+        cdef Py_ssize_t q
+        self.capacity = capacity.copy()
+        self.contention = contention
+        self.num_resources = capacity.shape[0]
+        n = max(self.num_resources, 1)
+        self.lists = <int64_t**>calloc(n, sizeof(int64_t*))
+        self.list_len = <int64_t*>calloc(n, sizeof(int64_t))
+        self.list_cap = <int64_t*>calloc(n, sizeof(int64_t))
+        self.dirty = <char*>calloc(n, 1)
+        self.seen = <char*>calloc(n, 1)
+        self.dirty_stack = <int64_t*>malloc(n * sizeof(int64_t))
+        self.walk = <int64_t*>malloc(n * sizeof(int64_t))
+        self.reached = <int64_t*>malloc(n * sizeof(int64_t))
+        if not (self.lists and self.list_len and self.list_cap and self.dirty and self.seen and self.dirty_stack
+                and self.walk and self.reached):
+            raise MemoryError()
+        memset(&self.scratch, 0, sizeof(_Scratch))
+        _scratch_alloc(&self.scratch, 1024, self.num_resources, 1024)
+        self._grow(1024)
+
+    def __dealloc__(self):
+        cdef Py_ssize_t q
+        if self.lists:
+            for q in range(self.num_resources):
+                free(self.lists[q])
+        free(self.lists)
+        free(self.list_len)
+        free(self.list_cap)
+        free(self.dirty)
+        free(self.seen)
+        free(self.dirty_stack)
+        free(self.walk)
+        free(self.reached)
+        free(self.count)
+        free(self.rate)
+        free(self.listed)
+        free(self.changed)
+        free(self.in_comp)
+        free(self.tally)
+        free(self.changed_stack)
+        free(self.known)
+        free(self.comp)
+        free(self.mult)
+        free(self.filled)
+        _scratch_free(&self.scratch)
+
+    cdef int _grow(self, Py_ssize_t num_route_ids) except -1:
+        """Per-route arrays for route ids below ``num_route_ids`` (new entries zero)."""
+        cdef Py_ssize_t old = self.route_cap, size
+        if num_route_ids <= old:
+            return 0
+        size = max(num_route_ids + 1024, 2 * old)
+        self.count = <int64_t*>_grown(self.count, old, size, sizeof(int64_t))
+        self.rate = <double*>_grown(self.rate, old, size, sizeof(double))
+        self.listed = <char*>_grown(self.listed, old, size, 1)
+        self.changed = <char*>_grown(self.changed, old, size, 1)
+        self.in_comp = <char*>_grown(self.in_comp, old, size, 1)
+        self.tally = <int64_t*>_grown(self.tally, old, size, sizeof(int64_t))
+        self.changed_stack = <int64_t*>_grown(self.changed_stack, old, size, sizeof(int64_t))
+        self.known = <int64_t*>_grown(self.known, old, size, sizeof(int64_t))
+        self.comp = <int64_t*>_grown(self.comp, old, size, sizeof(int64_t))
+        self.mult = <int64_t*>_grown(self.mult, old, size, sizeof(int64_t))
+        self.filled = <double*>_grown(self.filled, old, size, sizeof(double))
+        self.route_cap = size
+        return 0
+
+    cdef inline void _mark(self, int64_t r) noexcept:
+        if not self.changed[r]:
+            self.changed[r] = 1
+            self.changed_stack[self.num_changed] = r
+            self.num_changed += 1
+
+    cdef inline void _recount(self, int64_t r, int64_t flows) noexcept:
+        if (self.count[r] > 0) != (flows > 0):
+            self.num_live += 1 if flows > 0 else -1
+        self.count[r] = flows
+        self._mark(r)
+
+    def set_moving(self, const int64_t[::1] routes, const unsigned char[::1] active, Py_ssize_t num_route_ids):
+        """The flows moving now: flow ``f`` on route ``routes[f]`` where ``active[f]`` (route ids below
+        ``num_route_ids``); the counts that changed are marked for the next solve."""
+        cdef Py_ssize_t f, i, num_touched = 0
+        cdef int64_t r
+        self._grow(num_route_ids)
+        cdef int64_t* tally = self.tally
+        cdef int64_t* touched = self.comp  # scratch here: the routes counted
+        for f in range(routes.shape[0]):
+            if active[f]:
+                r = routes[f]
+                if tally[r] == 0:
+                    touched[num_touched] = r
+                    num_touched += 1
+                tally[r] += 1
+        for i in range(self.num_known):  # the routes listed: their counts now (0 where no flow moves on them)
+            r = self.known[i]
+            if tally[r] != self.count[r]:
+                self._recount(r, tally[r])
+        for i in range(self.num_changed):  # the routes counted since the last solve, not listed yet
+            r = self.changed_stack[i]
+            if not self.listed[r] and tally[r] != self.count[r]:
+                self._recount(r, tally[r])
+        for i in range(num_touched):  # the routes not listed, which moved no flow: new
+            r = touched[i]
+            if not self.listed[r]:
+                self._recount(r, tally[r])
+            tally[r] = 0
+
+    def solve(self, const int64_t[::1] ptr, const int64_t[::1] res, const double[::1] w):
+        """The rates of the routes whose component holds a changed route (``ptr``/``res``/``w``: the routes' loads
+        as CSR, :meth:`astra_adapter.fabric.flows.FlowEngine._route_table`)."""
+        cdef Py_ssize_t i, e, num_dirty = 0, num_walk, num_reached = 0, m, entries
+        cdef int64_t r, q, q2, k
+        cdef int64_t* lst
+        for i in range(self.num_changed):  # list the new routes; their resources are dirty
+            r = self.changed_stack[i]
+            self.changed[r] = 0
+            if self.count[r] > 0 and not self.listed[r]:
+                self._list(r, ptr, res)
+            if ptr[r + 1] == ptr[r]:
+                self.rate[r] = INFINITY  # crosses nothing: unbounded
+            for e in range(ptr[r], ptr[r + 1]):
+                q = res[e]
+                if not self.dirty[q]:
+                    self.dirty[q] = 1
+                    self.dirty_stack[num_dirty] = q
+                    num_dirty += 1
+        self.num_changed = 0
+        for i in range(num_dirty):  # each dirty resource's component, walked once
+            q = self.dirty_stack[i]
+            self.dirty[q] = 0
+            if self.seen[q]:
+                continue
+            self.seen[q] = 1
+            self.reached[num_reached] = q
+            num_reached += 1
+            self.walk[0] = q
+            num_walk = 1
+            m = 0
+            entries = 0
+            while num_walk:
+                num_walk -= 1
+                q = self.walk[num_walk]
+                lst = self.lists[q]
+                for k in range(self.list_len[q]):
+                    r = lst[k]
+                    if self.count[r] > 0 and not self.in_comp[r]:
+                        self.in_comp[r] = 1
+                        self.comp[m] = r
+                        m += 1
+                        entries += ptr[r + 1] - ptr[r]
+                        for e in range(ptr[r], ptr[r + 1]):
+                            q2 = res[e]
+                            if not self.seen[q2]:
+                                self.seen[q2] = 1
+                                self.reached[num_reached] = q2
+                                num_reached += 1
+                                self.walk[num_walk] = q2
+                                num_walk += 1
+            if not m:
+                continue  # nothing moves there now
+            qsort(self.comp, m, sizeof(int64_t), _ascending)
+            for k in range(m):
+                r = self.comp[k]
+                self.in_comp[r] = 0
+                self.mult[k] = self.count[r]
+            if entries > self.scratch.entries or m > self.scratch.routes:
+                _scratch_alloc(&self.scratch, max(entries, 2 * self.scratch.entries), self.num_resources,
+                               max(m, 2 * self.scratch.routes))
+            _fill(self.comp, self.mult, m, &ptr[0], &res[0], &w[0], &self.capacity[0], self.contention,
+                  &self.scratch, self.filled)
+            for k in range(m):
+                self.rate[self.comp[k]] = self.filled[k]
+            self.components_solved += 1
+        for i in range(num_reached):
+            self.seen[self.reached[i]] = 0
+        if self.num_known > 2 * self.num_live + 4096:
+            self._compact()
+
+    cdef int _list(self, int64_t r, const int64_t[::1] ptr, const int64_t[::1] res) except -1:
+        cdef Py_ssize_t e
+        cdef int64_t q, size
+        for e in range(ptr[r], ptr[r + 1]):
+            q = res[e]
+            if self.list_len[q] == self.list_cap[q]:
+                size = max(8, 2 * self.list_cap[q])
+                self.lists[q] = <int64_t*>_grown(self.lists[q], self.list_cap[q], size, sizeof(int64_t))
+                self.list_cap[q] = size
+            self.lists[q][self.list_len[q]] = r
+            self.list_len[q] += 1
+        self.listed[r] = 1
+        self.known[self.num_known] = r
+        self.num_known += 1
+        return 0
+
+    cdef void _compact(self) noexcept:
+        """The routes no flow moves on dropped from the lists (they are listed again when flows take them)."""
+        cdef Py_ssize_t q, k, m, i
+        cdef int64_t r
+        for q in range(self.num_resources):
+            m = 0
+            for k in range(self.list_len[q]):
+                r = self.lists[q][k]
+                if self.count[r] > 0:
+                    self.lists[q][m] = r
+                    m += 1
+            self.list_len[q] = m
+        m = 0
+        for i in range(self.num_known):
+            r = self.known[i]
+            if self.count[r] > 0:
+                self.known[m] = r
+                m += 1
+            else:
+                self.listed[r] = 0
+        self.num_known = m
+
+    def flow_rates(self, const int64_t[::1] routes, const unsigned char[::1] active):
+        """Each flow's rate as of the last solve (its route's; 0 where ``active`` is 0): what MovingRates.rates
+        returns for these flows."""
+        out = np.zeros(routes.shape[0])
+        cdef double[::1] rate = out
+        cdef Py_ssize_t f
+        for f in range(routes.shape[0]):
+            if active[f]:
+                rate[f] = self.rate[routes[f]]
+        return out
+
+    def earliest_end(self, const double[::1] left, const unsigned char[::1] active, const int64_t[::1] routes):
+        """The least ``left / rate`` over the moving flows, each at its route's rate (earliest_end_ns's
+        quotients); inf where none moves."""
+        cdef Py_ssize_t i
+        cdef double best = INFINITY, quotient
+        cdef double* rate = self.rate
+        for i in range(left.shape[0]):
+            if active[i]:
+                quotient = left[i] / rate[routes[i]]
+                if quotient < best:
+                    best = quotient
+        return best
+
+    def move(self, double[::1] left, unsigned char[::1] active, const double[::1] done_below,
+             const int64_t[::1] starts, const int64_t[::1] routes, int64_t[::1] counts, double dt_ns):
+        """move_flows with each moving flow at its route's rate (the others at 0: the same differences), the
+        flows that end taken off their routes' counts; each op's count of moving flows updated in ``counts``
+        (its flows from ``starts[k]`` to the next op's start); the (op index, count) of the ops whose count
+        changed."""
+        cdef Py_ssize_t i, k, n = left.shape[0], num_ops = starts.shape[0], end
+        cdef int64_t c, r
+        cdef double* rate = self.rate
+        changed = []
+        for k in range(num_ops):
+            end = starts[k + 1] if k + 1 < num_ops else n
+            c = 0
+            for i in range(starts[k], end):
+                if active[i]:
+                    r = routes[i]
+                    left[i] = left[i] - rate[r] * dt_ns
+                    if not left[i] > done_below[i]:
+                        active[i] = 0
+                        self._recount(r, self.count[r] - 1)
+                    else:
+                        c += 1
+            if c != counts[k]:
+                counts[k] = c
+                changed.append((k, c))
+        return changed
+
+
+cdef void* _grown(void* p, Py_ssize_t old, Py_ssize_t size, size_t item) except NULL:
+    """``p`` (``old`` items) reallocated to ``size`` items, the new ones zero."""
+    cdef void* q = realloc(p, size * item)
+    if q == NULL:
+        raise MemoryError()
+    memset(<char*>q + old * item, 0, (size - old) * item)
+    return q

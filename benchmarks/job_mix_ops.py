@@ -1,0 +1,133 @@
+"""Per op, the fabric model's spans of one job of a saved mix replay against the replay's own (no testbed; for
+`job_mix.py ops`): where an estimate of a job's iteration alone or in the mix goes wrong - which ops, on which
+ranks, by how much.
+
+The model plays the job as `job_mix.py evaluate` estimates it: alone on the paths its alone session took, and
+in the mix on the mix session's paths with the replay's repetitions, on the run's own calibration. Its span of
+an op is per rank (the rank's own start to its own end, as the replay records it), the median over the
+repetitions that saw the whole mix (alone: the one repetition); the replay's is the median over its timed
+iterations (`jobs/<job>/{alone,together}/ops.csv`). Both include what a rank waits inside an op for its peers.
+The iteration both ways is as the mix's table times it (docs/jobs.md "A job's iteration in the mix").
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, replace
+from pathlib import Path
+from statistics import median
+
+
+@dataclass(frozen=True)
+class OpSpan:
+    """One op of one rank: its median span in the model and in the replay (ms)."""
+
+    rank: int
+    node_id: int
+    name: str
+    model_ms: float
+    replay_ms: float
+
+    @property
+    def difference_ms(self) -> float:
+        return self.model_ms - self.replay_ms
+
+
+@dataclass(frozen=True)
+class JobOps:
+    """A job's ops alone or in the mix, and its iteration time both ways (ms)."""
+
+    job: str
+    together: bool
+    model_iteration_ms: float
+    replay_iteration_ms: float
+    spans: tuple[OpSpan, ...]
+
+
+def _replay_spans(path: Path, together: bool) -> tuple[dict[tuple[int, int], float], dict[int, str], float]:
+    """Per (rank, node id) the median span of an ops.csv, the nodes' names, and the median iteration as the
+    replay times it: in the mix the longest rank's own span (genie.core.jobmix.longest_rank_span_ns), alone the
+    window (first start to last end over the ranks)."""
+    from genie.core.jobmix import longest_rank_span_ns
+
+    spans: dict[tuple[int, int], list[float]] = {}
+    names: dict[int, str] = {}
+    ranks: dict[int, dict[int, list[float]]] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            start, end = float(row["start_ns"]), float(row["end_ns"])
+            spans.setdefault((int(row["rank"]), int(row["node_id"])), []).append(end - start)
+            names[int(row["node_id"])] = row["name"]
+            w = ranks.setdefault(int(row["iteration"]), {}).setdefault(int(row["rank"]), [start, end])
+            w[0], w[1] = min(w[0], start), max(w[1], end)
+    iterations = [longest_rank_span_ns(r.values()) if together else
+                  max(e for _, e in r.values()) - min(s for s, _ in r.values()) for r in ranks.values()]
+    return {k: median(v) for k, v in spans.items()}, names, median(iterations) if iterations else 0.0
+
+
+def job_ops(run_dir: Path, scenario: str, placement: str, job: str) -> tuple[JobOps, JobOps]:
+    """The job's ops alone and in the mix of one saved accuracy run (``run_dir`` as `job_mix.py accuracy`
+    writes it, with its calibration)."""
+    from astra_adapter.fabric.calibration_io import load_fabric_params
+    from astra_adapter.fabric.estimate import play_draws
+    from astra_adapter.fabric.network import FabricNetwork
+    from genie.core.jobmix import mixed_repetitions, repetition_times
+    from genie.services.mix import place_mix, read_mix, replay_paths
+    from genie.topology import load_topology_file
+    from genie.workloads.mix import merge_jobs
+
+    from benchmarks.job_mix import OVERSUB, _with_placement
+
+    replay_dir = run_dir / f"replay-{scenario}-{placement}"
+    topology = load_topology_file(OVERSUB)
+    mix, traces = read_mix(_with_placement(run_dir / "inputs" / f"{scenario}.yaml", placement))
+    placed = place_mix(mix, traces, topology)
+    traced = replay_paths(replay_dir, placed)
+    params, _, _ = load_fabric_params(run_dir / "calibration")
+    params = replace(params, standing_queues=True, ring_chains=True)  # as estimate_mix plays it
+    network = FabricNetwork(topology, source=str(OVERSUB))
+    j = placed.names.index(job)
+    out = []
+    for together in (False, True):
+        if together:
+            merged, mix_map = merge_jobs(list(placed.traces), list(placed.names), list(placed.slots),
+                                         list(traced["repetitions"]), list(placed.offsets_ns),
+                                         world=network.world_size)
+            paths, mine, jobs = traced["mixed_paths"], j, len(placed.names)
+        else:
+            merged, mix_map = merge_jobs([placed.traces[j]], [job], [placed.slots[j]], [1], [0],
+                                         world=network.world_size)
+            paths, mine, jobs = traced["alone_paths"][j], 0, 1
+        timeline = play_draws(merged, [network.with_paths(paths) if paths is not None else network], params)[0]
+        chosen = mixed_repetitions(repetition_times(mix_map, timeline.spans), jobs)[mine]
+        reps = {t.repetition for t in chosen}
+        model: dict[tuple[int, int], list[float]] = {}
+        for rank, rows in enumerate(timeline.spans):
+            for node_id, start, end in rows:
+                where = mix_map.origin(rank, node_id)
+                if where is not None and where[0] == mine and where[2] in reps:
+                    model.setdefault((where[1], where[3]), []).append(end - start)
+        measured, names, replay_iteration = _replay_spans(
+            replay_dir / "jobs" / job / ("together" if together else "alone") / "ops.csv", together)
+        spans = tuple(OpSpan(rank, node, names.get(node, "?"), median(v) / 1e6, measured.get((rank, node), 0.0) / 1e6)
+                      for (rank, node), v in sorted(model.items()))
+        model_iteration = median(t.iteration_ns if together else t.duration_ns for t in chosen)
+        out.append(JobOps(job, together, model_iteration / 1e6, replay_iteration / 1e6, spans))
+    return out[0], out[1]
+
+
+def format_job_ops(ops: JobOps, min_ms: float = 0.5) -> str:
+    """Per op (the mean over the job's ranks) and per rank where the two differ by ``min_ms`` or more."""
+    lines = [f"# {ops.job} {'in the mix' if ops.together else 'alone'}: iteration model "
+             f"{ops.model_iteration_ms:.1f} ms, replay {ops.replay_iteration_ms:.1f} ms "
+             f"({100 * (ops.model_iteration_ms / ops.replay_iteration_ms - 1):+.2f}%)",
+             f"#{'node':>4} {'op':<36} {'model_ms':>9} {'replay_ms':>9} {'diff_ms':>8}   per rank model-replay (ms)"]
+    for node in sorted({s.node_id for s in ops.spans}):
+        mine = [s for s in ops.spans if s.node_id == node]
+        model = sum(s.model_ms for s in mine) / len(mine)
+        replay = sum(s.replay_ms for s in mine) / len(mine)
+        if max(model, replay) < min_ms and abs(model - replay) < min_ms:
+            continue
+        lines.append(f" {node:>4} {mine[0].name[:36]:<36} {model:>9.2f} {replay:>9.2f} {model - replay:>+8.2f}   "
+                     + " ".join(f"r{s.rank} {s.difference_ms:+.1f}" for s in mine))
+    return "\n".join(lines)
