@@ -14,12 +14,13 @@ replay, and a what-if at 256 hosts (run by hand; the testbed parts as root; not 
 2. ``scale``: 4 jobs of 64 ranks on a 256-host leaf-spine (16 leaves x 16 hosts, 8 spines; 100 Gbit/s host
    links, 100 Gbit/s fabric links: 2:1 oversubscribed) through the fabric model alone, placements packed,
    spread and random:1 ranked, ECMP as the expected share (one play each; `genie estimate` averages 8 hash
-   draws); wall time per placement (target: under 60 s for the whole what-if).
+   draws); the placements estimated at once in ``--workers`` processes (default the CPUs, as `genie estimate
+   --placements` does; 1: one after the other, wall time per placement). Target: under 60 s for the what-if.
 
     sudo .venv/bin/python benchmarks/job_mix.py accuracy [--out DIR] [--iterations N] [--time-dilation N]
     .venv/bin/python benchmarks/job_mix.py fit CAL_DIR SWEEP_RUN_DIR...     # fit the fabric model on sweeps
     .venv/bin/python benchmarks/job_mix.py evaluate ACCURACY_DIR --calibration CAL_DIR   # re-estimate, no testbed
-    .venv/bin/python benchmarks/job_mix.py scale [--out DIR]
+    .venv/bin/python benchmarks/job_mix.py scale [--out DIR] [--workers N]
     .venv/bin/python benchmarks/job_mix.py ops ACCURACY_DIR SCENARIO PLACEMENT JOB   # per op, model vs replay
 """
 
@@ -218,13 +219,15 @@ def _ranking(rows: list[dict]) -> None:
                   f"{'equal' if est == meas else 'DIFFERENT'}")
 
 
-def run_scale(out: Path, standing_queues: bool = True) -> None:
-    """4 jobs x 64 ranks on 256 hosts through the fabric model alone, three placements ranked."""
-    from astra_adapter.fabric.mix import format_ranking, rank_placements
+def run_scale(out: Path, standing_queues: bool = True, workers: int | None = None) -> None:
+    """4 jobs x 64 ranks on 256 hosts through the fabric model alone, three placements ranked; ``workers``
+    processes estimate the placements at once (as `genie estimate --placements` does; default the CPUs, 1: one
+    after the other, each timed)."""
+    import resource
+
+    from astra_adapter.fabric.mix import estimate_mix, estimate_mixes, format_ranking, rank_placements
     from genie.core.topology import LinkShape
-    from genie.services.mix import place_mix, read_mix
-    from genie.services.mix import parse_placements
-    from astra_adapter.fabric.mix import estimate_mix
+    from genie.services.mix import parse_placements, place_mix, read_mix
     from genie.topology.builders import leaf_spine
 
     out.mkdir(parents=True, exist_ok=True)
@@ -238,20 +241,27 @@ def run_scale(out: Path, standing_queues: bool = True) -> None:
                           fabric_shape=LinkShape(rate_bps=100_000_000_000), name="leaf-spine-16x16-8")
     mix, traces = read_mix(out / "mix.yaml")
     started, cpu = time.perf_counter(), time.process_time()
-    estimates = []
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    calls = []
     for placement in parse_placements(("packed,spread,random:1",)):
-        t0 = time.perf_counter()
         placed = place_mix(mix, traces, topology, placement)
-        estimates.append(estimate_mix(list(traces), placed.names, placed.slots, placed.offsets_ns,
-                                      placed.iterations, topology, placement=placed.placement, ecmp_samples=0,
-                                      standing_queues=standing_queues))
-        print(f"# {placed.placement}: {time.perf_counter() - t0:.1f} s", flush=True)
+        calls.append(((list(traces), placed.names, placed.slots, placed.offsets_ns, placed.iterations, topology),
+                      {"placement": placed.placement, "ecmp_samples": 0, "standing_queues": standing_queues}))
+    if workers == 1:
+        estimates = []
+        for args, kwargs in calls:
+            t0 = time.perf_counter()
+            estimates.append(estimate_mix(*args, **kwargs))
+            print(f"# {kwargs['placement']}: {time.perf_counter() - t0:.1f} s", flush=True)
+    else:
+        estimates = estimate_mixes(calls, workers=workers)
     total = time.perf_counter() - started
+    done = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child_cpu = done.ru_utime + done.ru_stime - children.ru_utime - children.ru_stime
     print(format_ranking(rank_placements(estimates)))
-    print(f"# 4 jobs x 64 ranks on 256 hosts, 3 placements, standing queues {'on' if standing_queues else 'off'}: "
-          f"{total:.1f} s wall, {time.process_time() - cpu:.1f} s "
-          f"CPU (load "
-          f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())})")
+    print(f"# 4 jobs x 64 ranks on 256 hosts, 3 placements, standing queues {'on' if standing_queues else 'off'}, "
+          f"{workers or 'the CPUs as'} worker(s): {total:.1f} s wall, {time.process_time() - cpu + child_cpu:.1f} s "
+          f"CPU (load {'/'.join(f'{x:.1f}' for x in os.getloadavg())})")
 
 
 def main() -> None:
@@ -279,6 +289,8 @@ def main() -> None:
     scale.add_argument("--out", type=Path, default=Path("/tmp/job-mix-scale"))
     scale.add_argument("--no-standing-queues", action="store_true", help="the rates alone (genie estimate --jobs "
                        "--no-standing-queues)")
+    scale.add_argument("--workers", type=int, default=None, help="processes estimating the placements at once "
+                       "(default: the CPUs; 1: one after the other, each timed)")
     args = parser.parse_args()
     if args.what == "accuracy":
         globals()["TESTBED"] = args.testbed  # the name every part of the run uses
@@ -293,7 +305,7 @@ def main() -> None:
     elif args.what == "fit":
         _calibrate(tuple(args.sweeps), args.out)
     else:
-        run_scale(args.out, not args.no_standing_queues)
+        run_scale(args.out, not args.no_standing_queues, args.workers)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ CHAINS = FabricParams(standing_queues=True, ring_chains=True)
 class _Numpy(ChainFlowEngine):
     compiled_solve = False  # the numpy solve and RingOp's numpy methods: the skipped work alone
     ring_op = RingOp
+    compiled_queues = False
 
 
 def test_plays_with_ring_chains_run_on_the_chain_engine() -> None:

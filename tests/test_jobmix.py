@@ -193,6 +193,20 @@ def test_the_fabric_sees_spread_jobs_meet_and_packed_jobs_not() -> None:
     assert spread.jobs[0].hosts == ("h0", "h4", "h1", "h5")
 
 
+def test_placements_estimated_in_worker_processes_are_the_ones_estimated_in_turn() -> None:
+    from astra_adapter.fabric.mix import estimate_mixes
+
+    traces, names = [ddp(4), ddp(4)], ["a", "b"]
+    calls = [((traces, names, place_jobs([JobPlacement(policy)] * 2, [4, 4], TOPO), [0, 0], [2, 2], TOPO),
+              {"placement": policy.value, "ecmp_samples": samples})
+             for policy, samples in ((PlacementPolicy.SPREAD, 0), (PlacementPolicy.PACKED, 0),
+                                     (PlacementPolicy.SPREAD, 2))]
+    in_turn = estimate_mixes(calls, workers=1)
+    assert estimate_mixes(calls, workers=2) == in_turn  # every float the same, in the calls' order
+    assert [e.placement for e in in_turn] == ["spread", "packed", "spread"]
+    assert in_turn[0].mean_slowdown_pct > 10 > in_turn[1].mean_slowdown_pct
+
+
 def test_a_merged_replay_splits_into_each_jobs_own_outcome() -> None:
     from genie.core.placement import RankPlacement
     from genie.core.records import IterationRecords, RankRecords, ReplayOutcome

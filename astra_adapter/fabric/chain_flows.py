@@ -20,7 +20,12 @@ answer is not needed, and some of it is known without being computed:
   :meth:`StandingQueues.flow_waits_ns`;
 - the player asks only the ops whose busy ranks may have changed (:attr:`ChainFlowEngine.changed`, as the flat
   engine keeps it), and a moving set's load and saturated resources are kept with its rates;
-- a ring's per-event arithmetic runs compiled (:class:`CompiledRingOp`, ``fabric/chains_core.pyx``);
+- a ring's per-event arithmetic runs compiled (:class:`CompiledRingOp`, ``fabric/chains_core.pyx``): its move
+  and horizon, its chunk starts (which connections start, which take a wait, the start itself) and the bytes its
+  senders hold, each one call on its per-connection arrays;
+- a queue read's load on every resource and its queue sums run compiled (``chains_core.moving_load`` and
+  ``queued_of``: :meth:`StandingQueues.load` and :meth:`StandingQueues.queued_bytes`, the same terms added in
+  the same order);
 - the max-min solve on moving sets the memo has not seen runs compiled
   (:class:`astra_adapter.fabric.fairshare_core.MovingRates` as one solve of every moving flow, the same floats
   as the numpy solve) where it is built.
@@ -38,33 +43,64 @@ from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.fairshare import MovingRates
 
 try:  # a ring's per-event work compiled, the same floats (built by the install step when it can be)
-    from astra_adapter.fabric.chains_core import ring_horizon, ring_move
+    from astra_adapter.fabric.chains_core import (moving_load, queued_of, ring_arriving, ring_begin, ring_horizon,
+                                                  ring_move, ring_remaining, ring_starting)
 except ImportError:  # not built: RingOp's numpy methods run
-    ring_horizon = ring_move = None
+    moving_load = queued_of = ring_arriving = ring_begin = ring_horizon = ring_move = ring_remaining = \
+        ring_starting = None
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
 from astra_adapter.fabric.network import FabricNetwork
 
 
 class CompiledRingOp(RingOp):
-    """:class:`RingOp` with :meth:`move` and :meth:`horizon_ns` in one compiled call each
-    (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays)."""
+    """:class:`RingOp` with :meth:`move`, :meth:`horizon_ns` and :meth:`remaining_bytes` in one compiled call each
+    (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays). Its flag arrays stay the
+    same objects for the op's life (``active`` refreshed in place), so their byte views are taken once."""
 
-    __slots__ = ("busy_moved",)
+    __slots__ = ("busy_moved", "_ready8", "_active8", "_next_ready8")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
         super().__init__(steps, send_buffer)
         self.busy_moved = True  # the ranks busy in it may have changed since the engine last looked
+        self._ready8 = self.ready.view(np.uint8)
+        self._active8 = self.active.view(np.uint8)
+        self._next_ready8 = self.next_ready.view(np.uint8)
+        self.sizes = np.ascontiguousarray(self.sizes, dtype=float)  # the compiled calls' layout (the same values)
+        self.latencies = np.ascontiguousarray(self.latencies, dtype=float)
 
     def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
-        super().begin(which, extra_wait_ns)
+        self._remaining = None
+        self.active_count = ring_begin(which.view(np.uint8), self.chunk, self._next_ready8, self.next_wait,
+                                       extra_wait_ns, self._ready8, self.left, self.wait, self.sizes, self.latencies,
+                                       self._done, self._active8)
         self.busy_moved = True  # connections ready: a last chunk within its send buffer is written
+
+    def starting(self) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+        """The connections starting their chunk now (:meth:`startable`), those and the ones whose next chunk's
+        data is in once they have (who takes a wait from a queue read now), and whether any of each."""
+        which = np.empty(len(self.chunk), dtype=bool)
+        needed = np.empty(len(self.chunk), dtype=bool)
+        any_which, any_needed = ring_starting(self.chunk, self.pred, self._ready8, self._next_ready8, self.count,
+                                              which.view(np.uint8), needed.view(np.uint8))
+        return which, needed, any_which, any_needed
+
+    def arriving_any(self) -> tuple[np.ndarray, bool]:
+        """:meth:`arriving`, and whether any."""
+        early = np.empty(len(self.chunk), dtype=bool)
+        return early, ring_arriving(self.chunk, self.pred, self._ready8, self._next_ready8, self.count,
+                                    early.view(np.uint8))
+
+    def _refresh(self) -> None:
+        active = self.active  # RingOp._refresh's mask, written into the same array
+        np.logical_and(self.ready, self.wait <= 1e-6, out=active)
+        np.logical_and(active, self.left > self._done, out=active)
+        self.active_count = int(np.count_nonzero(active))
 
     def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
         self._remaining = None
-        went, count, written = ring_move(self.chunk, self.left, self.wait, self.ready.view(np.uint8),
-                                         self.active.view(np.uint8), self.next_ready.view(np.uint8),
-                                         self.next_wait, rate if self.active_count else None, dt_ns, self._done,
-                                         self.count - 1, self.send_buffer)
+        went, count, written = ring_move(self.chunk, self.left, self.wait, self._ready8, self._active8,
+                                         self._next_ready8, self.next_wait, rate if self.active_count else None,
+                                         dt_ns, self._done, self.count - 1, self.send_buffer)
         self.active_count = count
         if went:
             self.done = bool(np.all(self.chunk >= self.count))
@@ -73,8 +109,14 @@ class CompiledRingOp(RingOp):
         return went
 
     def horizon_ns(self, rate: np.ndarray | None) -> float:
-        return ring_horizon(self.ready.view(np.uint8), self.active.view(np.uint8), self.wait, self.left,
+        return ring_horizon(self._ready8, self._active8, self.wait, self.left,
                             rate if self.active_count else None, self.chunk, self.count - 1, self.send_buffer)
+
+    def remaining_bytes(self) -> np.ndarray:
+        if self._remaining is None:  # kept until the state next changes (RingOp.remaining_bytes)
+            out = self._remaining = np.empty(len(self.chunk))
+            ring_remaining(self.chunk, self.pred, self._ready8, self.left, self.sizes, self.before, self.count, out)
+        return self._remaining
 
 
 class ChainFlowEngine(FlowEngine):
@@ -82,6 +124,7 @@ class ChainFlowEngine(FlowEngine):
 
     compiled_solve = True  # new moving sets solved on fairshare_core where it is built (the same floats)
     ring_op = CompiledRingOp if ring_move is not None else RingOp
+    compiled_queues = moving_load is not None  # queue reads' load and sums on chains_core (the same floats)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -107,19 +150,45 @@ class ChainFlowEngine(FlowEngine):
         player asks only those): a ring that says so (:class:`CompiledRingOp`; any other ring always), a
         lock-step op whose step, latency, count of moving flows or end changed (its busy ranks are its last
         step's flows still above their done threshold, which leave the moving ones in the same advance)."""
-        before = [None if isinstance(op, RingOp) else (op.step, op.latency_ns > 0, op.active_count, op.done)
-                  for op in self.ops]
-        super().advance(dt_ns)
         changed = self.changed
-        for op, was in zip(self.ops, before):
-            if was is None:
+        for op, rate in zip(self.ops, self._current):
+            if isinstance(op, RingOp):
+                if not op.done and op.move(dt_ns, rate):
+                    self._begin_chunks(op)
                 if not isinstance(op, CompiledRingOp):
                     changed.add(id(op))
                 elif op.busy_moved:
                     changed.add(id(op))
                     op.busy_moved = False
-            elif was != (op.step, op.latency_ns > 0, op.active_count, op.done):
-                changed.add(id(op))
+            elif not op.done:  # an op changes only in its own turn: compared right after it
+                was = (op.step, op.latency_ns > 0, op.active_count)
+                self._advance_lock_step(op, rate, dt_ns)
+                if op.done or was != (op.step, op.latency_ns > 0, op.active_count):
+                    changed.add(id(op))
+
+    def horizon_ns(self) -> float:
+        """:meth:`FlowEngine.horizon_ns` (the same minimum, in the same order)."""
+        rates = self._current = self._flow_rates()
+        best = float("inf")
+        for op, rate in zip(self.ops, rates):
+            if op.done:
+                return 0.0
+            if isinstance(op, RingOp):
+                h = op.horizon_ns(rate)
+                if h < best:
+                    best = h
+                continue
+            if op.latency_ns > 0:
+                h = op.latency_ns
+            elif rate is None:
+                return 0.0  # a step with nothing left to move: ends now
+            elif op.active_count == len(op.left):
+                h = float(np.min(op.left / rate))
+            else:
+                h = float(np.min(op.left[op.active] / rate[op.active]))
+            if h < best:
+                best = h
+        return best
 
     # ---- rates ----------------------------------------------------------------------------------------
     def _moving(self) -> tuple[list[FabricOp], list]:
@@ -156,8 +225,12 @@ class ChainFlowEngine(FlowEngine):
         active = np.concatenate([op.active for op in moving])
         ptr, res, w = self._route_table(len(self.network.routes) - 1)
         rate = self._compiled.rates(routes, active.view(np.uint8), ptr, res, w)
-        ends = np.cumsum([len(op.active) for op in moving]).tolist()
-        return [rate[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+        out, a = [], 0
+        for op in moving:  # each op's slice of the flows
+            b = a + len(op.active)
+            out.append(rate[a:b])
+            a = b
+        return out
 
     def _flow_rates(self) -> list[np.ndarray | None]:
         moving, (rates, _) = self._moving()
@@ -168,6 +241,16 @@ class ChainFlowEngine(FlowEngine):
 
     # ---- standing queues --------------------------------------------------------------------------------
     def _begin_chunks(self, op: RingOp) -> None:
+        if isinstance(op, CompiledRingOp):  # the same masks, compiled
+            which, needed, any_which, any_needed = op.starting()
+            waits = self._connection_waits(op, needed) if self.queues is not None and any_needed else \
+                np.zeros(len(which))
+            if any_which:
+                op.begin(which, waits)
+            early, any_early = op.arriving_any()
+            if any_early:
+                op.queue_next(early, waits)
+            return
         which = op.startable()
         waits = np.zeros(len(which))
         if self.queues is not None:
@@ -225,9 +308,14 @@ class ChainFlowEngine(FlowEngine):
         if not any(o is not op for o in ops):
             return None
         if hit[1] is None:  # the load and its saturated resources: a function of the moving set, as its rates
-            load = q.load([(o.steps[o.step], rate) for o, rate in zip(ops, hit[0])])
-            hit[1] = (load, q.saturated(load))
-        load, full = hit[1]
+            if self.compiled_queues:
+                load = moving_load([q.entries(o.steps[o.step])[:3] + (rate,) for o, rate in zip(ops, hit[0])],
+                                   len(self.capacity), q.flow_contention)
+            else:
+                load = q.load([(o.steps[o.step], rate) for o, rate in zip(ops, hit[0])])
+            full = q.saturated(load)
+            hit[1] = (load, full, full.view(np.uint8))
+        load, full, full8 = hit[1]
         moving = zip(ops, hit[0])
         res, _, flow, _ = q.entries(step)
         mine = res[needed[flow]]
@@ -236,17 +324,24 @@ class ChainFlowEngine(FlowEngine):
         if not hot.any():
             return None
         in_flight = []
+        compiled = self.compiled_queues
         for o, _ in moving:
             if o is op:
                 continue
             s = o.steps[o.step]
-            crossed = q.moving_resources(s, o.active)
-            if not hot[crossed].any():
+            entries = q._moving_entries(s, o.active)  # (hop, resource, weight, flow, own link) of its moving flows
+            if not hot[entries[1]].any():
                 continue  # adds to no queue on the paths read
-            in_flight.append((s, o.active, o.remaining_bytes() if isinstance(o, RingOp) else
-                              o.left + q.later_bytes(o.steps, o.step)))
+            left = o.remaining_bytes() if isinstance(o, RingOp) else o.left + q.later_bytes(o.steps, o.step)
+            if compiled:
+                hop, res_on, w_on, flow_on, own_on = entries
+                in_flight.append((hop, res_on, w_on, flow_on, own_on.view(np.uint8), o.active.view(np.uint8), left,
+                                  q.entries(s)[3]))
+            else:
+                in_flight.append((s, o.active, left))
         if not in_flight:
             return None
-        queued = q.queued_bytes(in_flight, load)
+        queued = queued_of(in_flight, full8, q.sender_limit, q.limit) if compiled else \
+            q.queued_bytes(in_flight, load)
         self.queue_reads += 1
         return queued, load

@@ -12,6 +12,8 @@ the reference engine's span for span).
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
 
+import numpy as np
+
 cdef double _THROUGH = 1e-6  # chains.RingOp: a wait at most this is over
 
 
@@ -82,3 +84,161 @@ def ring_horizon(const unsigned char[::1] ready, const unsigned char[::1] active
                 if q < best:
                     best = q
     return best
+
+
+def ring_remaining(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
+                   const double[::1] left, const double[:, ::1] sizes, const double[:, ::1] before,
+                   int64_t count, double[::1] out):
+    """:meth:`RingOp.remaining_bytes` into ``out``: per connection the rest of its chunk (``left`` where it is
+    ready, else the chunk's size; 0 past its last) plus the later chunks whose data its sender holds (``before``'s
+    difference; 0 past its last), the same two operations on the same floats as the numpy method."""
+    cdef Py_ssize_t i, n = chunk.shape[0]
+    cdef int64_t k, p, held
+    cdef bint on
+    cdef double later, now
+    for i in range(n):
+        k = chunk[i] if chunk[i] < count - 1 else count - 1
+        on = chunk[i] < count
+        p = chunk[pred[i]] if pred[i] >= 0 else count
+        held = p + 1 if p + 1 < count else count
+        if held < k + 1:
+            held = k + 1
+        later = before[held, i] - before[k + 1, i] if on else 0.0
+        if ready[i]:
+            now = left[i]
+        else:
+            now = sizes[k, i] if on else 0.0
+        out[i] = now + later
+
+
+def moving_load(list rated, Py_ssize_t num_resources, double flow_contention):
+    """:meth:`astra_adapter.fabric.queues.StandingQueues.load` (``load_on``) from per step moving ``(resources,
+    weights, flow index, rates)``: per resource the sum of ``weight x rate`` in the entries' order (as
+    ``np.bincount``), times the contention factor of its moving flows (``queues.contended_load``)."""
+    moved_out = np.zeros(num_resources)
+    cdef double[::1] moved = moved_out
+    cdef double[::1] flows_on
+    cdef const int64_t[::1] res
+    cdef const double[::1] w
+    cdef const int64_t[::1] flow
+    cdef const double[::1] rate
+    cdef Py_ssize_t e, q
+    cdef double x, r
+    cdef bint contended = flow_contention > 0
+    if contended:
+        flows_out = np.zeros(num_resources)
+        flows_on = flows_out
+    for res, w, flow, rate in rated:
+        for e in range(res.shape[0]):
+            r = rate[flow[e]]
+            moved[res[e]] += w[e] * r
+            if contended:
+                flows_on[res[e]] += w[e] * (1.0 if r > 0 else 0.0)
+    if contended:
+        for q in range(num_resources):
+            x = flows_on[q] - 1.0
+            moved[q] = moved[q] * (1.0 + flow_contention * (x if x > 0.0 else 0.0))
+    return moved_out
+
+
+def queued_of(list in_flight, const unsigned char[::1] full, const double[::1] sender_limit,
+              const double[::1] limit):
+    """:meth:`astra_adapter.fabric.queues.StandingQueues.queued_bytes` on the resources ``full`` marks saturated:
+    per in-flight step its moving entries ``(hop, resource, weight, flow index ascending, own link)`` and per flow
+    its moving flag, bytes left and window. Each flow queues what it keeps (its bytes left up to its window; on
+    its sender's own link up to ``sender_limit``) at its first saturated resource along its path (the least hop,
+    the first such entry on a tie), added in the flows' order as ``np.add.at``; each queue at most ``limit``."""
+    cdef Py_ssize_t num_resources = full.shape[0]
+    out = np.zeros(num_resources)
+    cdef double[::1] queued = out
+    cdef const int64_t[::1] hop
+    cdef const int64_t[::1] res
+    cdef const double[::1] w
+    cdef const int64_t[::1] flow
+    cdef const unsigned char[::1] own
+    cdef const unsigned char[::1] active
+    cdef const double[::1] left
+    cdef const double[::1] window
+    cdef Py_ssize_t e, best, m, q
+    cdef int64_t f
+    cdef double keep
+    for hop, res, w, flow, own, active, left, window in in_flight:
+        m = res.shape[0]
+        e = 0
+        while e < m:
+            f = flow[e]
+            best = -1
+            while e < m and flow[e] == f:
+                if full[res[e]] and (best < 0 or hop[e] < hop[best]):
+                    best = e
+                e += 1
+            if best < 0:
+                continue
+            keep = left[f] if active[f] else 0.0
+            if window[f] < keep:
+                keep = window[f]
+            if own[best] and sender_limit[res[best]] < keep:
+                keep = sender_limit[res[best]]
+            queued[res[best]] += w[best] * keep
+    for q in range(num_resources):
+        if limit[q] < queued[q]:
+            queued[q] = limit[q]
+    return out
+
+
+def ring_starting(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
+                  const unsigned char[::1] next_ready, int64_t count, unsigned char[::1] which,
+                  unsigned char[::1] needed):
+    """Which connections start their chunk now (:meth:`RingOp.startable`) into ``which``, and into ``needed``
+    those and the ones whose next chunk's data is in once they have (``ChainFlowEngine._begin_chunks``: who takes
+    a wait from this read); returns whether any starts and whether any is needed."""
+    cdef Py_ssize_t i, n = chunk.shape[0]
+    cdef int64_t p, k
+    cdef bint start, early, any_which = False, any_needed = False
+    for i in range(n):
+        k = chunk[i]
+        p = chunk[pred[i]] if pred[i] >= 0 else count
+        start = not ready[i] and k < count and (k == 0 or p >= k)
+        early = (ready[i] or start) and not (next_ready[i] and not start) and k + 1 < count and p >= k + 1
+        which[i] = start
+        needed[i] = start or early
+        any_which |= start
+        any_needed |= start or early
+    return any_which, any_needed
+
+
+def ring_arriving(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
+                  const unsigned char[::1] next_ready, int64_t count, unsigned char[::1] early):
+    """:meth:`RingOp.arriving` into ``early``; returns whether any."""
+    cdef Py_ssize_t i, n = chunk.shape[0]
+    cdef int64_t p
+    cdef bint e, found = False
+    for i in range(n):
+        p = chunk[pred[i]] if pred[i] >= 0 else count
+        e = ready[i] and not next_ready[i] and chunk[i] + 1 < count and p >= chunk[i] + 1
+        early[i] = e
+        found |= e
+    return found
+
+
+def ring_begin(const unsigned char[::1] which, const int64_t[::1] chunk, unsigned char[::1] next_ready,
+               double[::1] next_wait, const double[::1] extra_wait_ns, unsigned char[::1] ready, double[::1] left,
+               double[::1] wait, const double[:, ::1] sizes, const double[::1] latencies, double done_bytes,
+               unsigned char[::1] active):
+    """:meth:`RingOp.begin` in place: connections ``which`` start their chunk (its size left; its latency plus
+    the wait it began when its data came in, else ``extra_wait_ns``), then every connection's moving flag
+    refreshed; returns the count moving."""
+    cdef Py_ssize_t i, n = chunk.shape[0], count = 0
+    cdef double extra
+    for i in range(n):
+        if which[i]:
+            extra = next_wait[i] if next_ready[i] else extra_wait_ns[i]
+            next_ready[i] = 0
+            next_wait[i] = 0.0
+            ready[i] = 1
+            left[i] = sizes[chunk[i], i]
+            wait[i] = latencies[chunk[i]] + extra
+    for i in range(n):
+        active[i] = ready[i] and wait[i] <= _THROUGH and left[i] > done_bytes
+        count += active[i]
+    return count

@@ -367,19 +367,24 @@ class FlowEngine:
                 if op.move(dt_ns, rate):
                     self._begin_chunks(op)
                 continue
-            if op.latency_ns > 0:
-                op.latency_ns -= dt_ns
-                if op.latency_ns <= 1e-6:
-                    op.latency_ns = 0.0
-                    if not op.active_count:
-                        self._enter_next_step(op)
-                continue
-            if rate is not None:
-                op.left = op.left - rate * dt_ns
-                op.active = op.active & (op.left > op.steps[op.step].done_below)
-                op.active_count = int(np.count_nonzero(op.active))
-            if not op.active_count:
-                self._enter_next_step(op)
+            self._advance_lock_step(op, rate, dt_ns)
+
+    def _advance_lock_step(self, op: FabricOp, rate: np.ndarray | None, dt_ns: float) -> None:
+        """A lock-step op (not done) ``dt_ns`` on: its latency runs down, or its flows move at ``rate``; on to its
+        next step when nothing of this one is left."""
+        if op.latency_ns > 0:
+            op.latency_ns -= dt_ns
+            if op.latency_ns <= 1e-6:
+                op.latency_ns = 0.0
+                if not op.active_count:
+                    self._enter_next_step(op)
+            return
+        if rate is not None:
+            op.left = op.left - rate * dt_ns
+            op.active = op.active & (op.left > op.steps[op.step].done_below)
+            op.active_count = int(np.count_nonzero(op.active))
+        if not op.active_count:
+            self._enter_next_step(op)
 
 
 def run_concurrently(engine: FlowEngine, ops: list[tuple[CommOp, tuple[int, ...]]]) -> list[float]:

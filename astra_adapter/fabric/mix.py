@@ -15,11 +15,15 @@ ECMP both are means over the same hash draws of each draw's median.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 from dataclasses import dataclass, replace
 from statistics import fmean, median
 
 from genie.core.flowpath import SessionPaths
 from genie.core.jobmix import MixMap, mixed_repetitions, repetition_times
+from genie.core.process import die_with_parent
 from genie.core.topology import Topology
 from genie.core.trace import Trace
 from genie.workloads.mix import merge_jobs, repetition_counts
@@ -123,14 +127,16 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
                  params: FabricParams = FabricParams(), *, placement: str = "as placed",
                  ecmp_samples: int = ECMP_SAMPLES, source: str | None = None,
                  alone_paths: tuple[SessionPaths | None, ...] = (), mixed_paths: SessionPaths | None = None,
-                 repetitions: tuple[int, ...] = (), standing_queues: bool = True) -> MixEstimate:
+                 repetitions: tuple[int, ...] = (), standing_queues: bool = True,
+                 workers: int | None = None) -> MixEstimate:
     """Every job alone on its slots, then all at once (each repeated as :func:`repetition_counts` says, or
     ``repetitions``). With ECMP, the mean over ``ecmp_samples`` hash draws - or, given the paths a replay's
     sessions took (``alone_paths`` per job, ``mixed_paths``; ranks numbered as the topology's slots), on
     exactly those routes: the hash draw each session really got. ``standing_queues``: a step first waits for
     the other ops' queued windows on the full links it crosses (astra_adapter/fabric/queues.py), and a ring's
     ranks each go on their own step (astra_adapter/fabric/chains.py); off, the rates alone in lock step (faster at
-    scale: the 256-host what-if in benchmarks/README.md)."""
+    scale: the 256-host what-if in benchmarks/README.md). ``workers``: the processes a play's hash draws may take
+    (:func:`astra_adapter.fabric.estimate.play_draws`; default its own choice)."""
     params = replace(params, standing_queues=standing_queues, ring_chains=standing_queues)
     network = FabricNetwork(topology, source=source)
     network.check_connected()
@@ -145,10 +151,12 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
     for j in range(jobs):
         solo, solo_map = merge_jobs([traces[j]], [names[j]], [slots[j]], [1], [0], world=world)
         draws = networks(alone_paths[j] if j < len(alone_paths) else None)
-        alone.append(_rep_medians(solo_map, play_draws(solo, draws, params), 1, mixed=False)[0][0])
+        timelines = play_draws(solo, draws, params, workers=workers)
+        alone.append(_rep_medians(solo_map, timelines, 1, mixed=False)[0][0])
     reps = repetitions or repetition_counts(alone, offsets_ns, iterations)
     merged, mix = merge_jobs(list(traces), list(names), list(slots), list(reps), list(offsets_ns), world=world)
-    mixed = _rep_medians(mix, play_draws(merged, networks(mixed_paths), params), jobs, mixed=True)
+    mixed = _rep_medians(mix, play_draws(merged, networks(mixed_paths), params, workers=workers), jobs,
+                         mixed=True)
     rank_hosts = topology.rank_hosts()
     estimates = tuple(JobEstimate(names[j], slots[j], reps[j], alone[j], mixed[j][0], mixed[j][1],
                                   tuple(rank_hosts[s] for s in slots[j])) for j in range(jobs))
@@ -158,6 +166,38 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
     notes = (f"fabric model on {topology.name} ({ecmp}); repetitions per job "
              + ", ".join(f"{n} x{r}" for n, r in zip(names, reps)),)
     return MixEstimate(placement, estimates, link_shares(merged, mix, network, params, jobs), notes)
+
+
+def estimate_mixes(calls: list[tuple[tuple, dict]], *, workers: int | None = None) -> list[MixEstimate]:
+    """:func:`estimate_mix` ``(*args, **kwargs)`` of each call (several placements of one mix), in order. With
+    several calls, in ``workers`` forked processes (default: the CPUs this process may use), each call in one
+    process with its hash draws played one after the other there; every estimate is the same pure function's
+    result either way."""
+    if workers is None:
+        workers = len(os.sched_getaffinity(0))
+    workers = min(workers, len(calls))
+    if workers <= 1:
+        return [estimate_mix(*args, **kwargs) for args, kwargs in calls]
+    context = multiprocessing.get_context("fork")  # the children get the traces by fork, not pickle
+    # leaving the block terminates the workers at once, so Ctrl-C or an error never waits for the calls in flight
+    with context.Pool(workers, initializer=_start_mix_worker, initargs=(calls,)) as pool:
+        return pool.map(_estimate_call, range(len(calls)), chunksize=1)
+
+
+_worker_calls: list | None = None  # in a forked mix worker only: what `estimate_mixes` handed it
+
+
+def _start_mix_worker(calls: list[tuple[tuple, dict]]) -> None:
+    global _worker_calls
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; its exit ends this worker
+    _worker_calls = calls
+
+
+def _estimate_call(k: int) -> MixEstimate:
+    assert _worker_calls is not None
+    args, kwargs = _worker_calls[k]
+    return estimate_mix(*args, **{**kwargs, "workers": 1})  # a worker's draws in it: no pool in a pool
 
 
 def rank_placements(estimates: list[MixEstimate]) -> list[MixEstimate]:

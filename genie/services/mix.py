@@ -131,7 +131,7 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
 
     from astra_adapter.fabric.calibration_io import load_fabric_params
     from astra_adapter.fabric.flows import FabricParams
-    from astra_adapter.fabric.mix import estimate_mix, rank_placements
+    from astra_adapter.fabric.mix import estimate_mixes, rank_placements
     from genie.report.manifest import RunRecorder, input_digest
     from genie.topology import load_topology_file
 
@@ -159,10 +159,10 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
         traced = replay_paths(request.replay, placed[0])
         notes = (*notes, f"ECMP and repetitions as replay {request.replay} had them")
     estimates = []
-    for p in placed:
-        est = estimate_mix(list(p.traces), p.names, p.slots, p.offsets_ns, p.iterations, topology, params,
-                           placement=p.placement, source=str(request.topology),
-                           standing_queues=request.standing_queues, **traced)
+    calls = [((list(p.traces), p.names, p.slots, p.offsets_ns, p.iterations, topology, params),
+              {"placement": p.placement, "source": str(request.topology), "standing_queues": request.standing_queues,
+               **traced}) for p in placed]
+    for est in estimate_mixes(calls):  # several placements at once where there are CPUs for them
         estimates.append(type(est)(est.placement, est.jobs, est.links, est.notes + notes))
     ranked = len(estimates) > 1
     if ranked:
