@@ -216,19 +216,13 @@ def test_a_merged_replay_splits_into_each_jobs_own_outcome() -> None:
     a, b = ddp(2), ddp(2)
     merged, mix = merge_jobs([a, b], ["a", "b"], [(0, 1), (2, 3)], [3, 1], [0, 0])
     # job b (one repetition) runs 0..100; job a's repetitions take 40 each: 0-40, 40-80, 80-120
-    records = []
-    for rank, rt in enumerate(merged.ranks):
-        rows = []
-        for n in rt.nodes:
-            where = mix.origin(rank, n.id)
-            if where is None:
-                rows.append((n.id, 0, 0))
-            elif where[0] == 0:
-                start = 40 * where[2]
-                rows.append((n.id, start + (0 if where[3] == 1 else 10), start + (10 if where[3] == 1 else 40)))
-            else:
-                rows.append((n.id, 0 if where[3] == 1 else 50, 50 if where[3] == 1 else 100))
-        records.append(RankRecords(rank, 0, tuple(rows)))
+    def timing(rank, where):
+        if where[0] == 0:
+            start = 40 * where[2]
+            return start + (0 if where[3] == 1 else 10), start + (10 if where[3] == 1 else 40)
+        return (0, 50) if where[3] == 1 else (50, 100)
+
+    records = [RankRecords(rank, 0, rows) for rank, rows in enumerate(_rank_rows(merged, mix, timing))]
     outcome = ReplayOutcome(tuple(build_programs(merged)), (IterationRecords(0, tuple(records)),), ())
     places = tuple(RankPlacement(r, "localhost", None, "127.0.0.1") for r in range(2))
     mine = job_outcome(outcome, mix, 0, tuple(build_programs(a)), places)
@@ -243,16 +237,22 @@ def test_a_merged_replay_splits_into_each_jobs_own_outcome() -> None:
 def _offset_ranks(merged, mix, offset: int, period: int = 100):
     """Job 0 of ``merged`` (two ranks, a compute and a collective per repetition) with rank 1 ``offset`` behind
     rank 0 on every repetition, each rank ``period`` per repetition: per rank (node id, start, end)."""
+    def timing(rank, where):
+        start = period * where[2] + (offset if where[1] == 1 else 0)
+        return start + (0 if where[3] == 1 else 10), start + (10 if where[3] == 1 else period)
+
+    return _rank_rows(merged, mix, timing)
+
+
+def _rank_rows(merged, mix, timing):
+    """Per rank of ``merged``, (node id, start, end) of each node: ``timing(rank, where)`` for a job's node
+    (``where``: ``mix.origin``), (0, 0) for the merge's own nodes."""
     spans = []
     for rank, rt in enumerate(merged.ranks):
         rows = []
         for n in rt.nodes:
             where = mix.origin(rank, n.id)
-            if where is None:
-                rows.append((n.id, 0, 0))
-                continue
-            start = period * where[2] + (offset if where[1] == 1 else 0)
-            rows.append((n.id, start + (0 if where[3] == 1 else 10), start + (10 if where[3] == 1 else period)))
+            rows.append((n.id, 0, 0) if where is None else (n.id, *timing(rank, where)))
         spans.append(tuple(rows))
     return spans
 
