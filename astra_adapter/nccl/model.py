@@ -140,11 +140,6 @@ def _plan(cluster: Cluster, call: Call) -> tuple[TunerSystem, NcclChoice, TunerE
 
 
 @lru_cache(maxsize=4096)
-def _channels(cluster: Cluster, call: Call) -> int:
-    """A send/receive operation's channels: its communicator's."""
-    return tuner_system(cluster, nodes=call.nodes, ranks_per_node=call.ranks_per_node).comm_channels
-
-
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
     """The nominal system with the fitted bandwidths on its channels, timed by NCCL's current cost model
     (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes; its
