@@ -139,7 +139,6 @@ def _plan(cluster: Cluster, call: Call) -> tuple[TunerSystem, NcclChoice, TunerE
     return system, choice, entry, share, used
 
 
-@lru_cache(maxsize=4096)
 def fitted_system(nominal: TunerSystem, cluster: Cluster, params: NcclParams) -> TunerSystem:
     """The nominal system with the fitted bandwidths on its channels, timed by NCCL's current cost model
     (:data:`TIMING_VERSION`): an older release's constants decide what it runs, not how long that takes; its
