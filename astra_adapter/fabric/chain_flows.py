@@ -166,30 +166,6 @@ class ChainFlowEngine(FlowEngine):
                 if op.done or was != (op.step, op.latency_ns > 0, op.active_count):
                     changed.add(id(op))
 
-    def horizon_ns(self) -> float:
-        """:meth:`FlowEngine.horizon_ns` (the same minimum, in the same order)."""
-        rates = self._current = self._flow_rates()
-        best = float("inf")
-        for op, rate in zip(self.ops, rates):
-            if op.done:
-                return 0.0
-            if isinstance(op, RingOp):
-                h = op.horizon_ns(rate)
-                if h < best:
-                    best = h
-                continue
-            if op.latency_ns > 0:
-                h = op.latency_ns
-            elif rate is None:
-                return 0.0  # a step with nothing left to move: ends now
-            elif op.active_count == len(op.left):
-                h = float(np.min(op.left / rate))
-            else:
-                h = float(np.min(op.left[op.active] / rate[op.active]))
-            if h < best:
-                best = h
-        return best
-
     # ---- rates ----------------------------------------------------------------------------------------
     def _moving(self) -> tuple[list[FabricOp], list]:
         """The ops moving flows now, in the order of ``ops``, and the memo entry of that moving set: [their

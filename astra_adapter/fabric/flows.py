@@ -341,22 +341,23 @@ class FlowEngine:
 
     def horizon_ns(self) -> float:
         """Time to the next step boundary or flow end at the current rates (inf: nothing running)."""
-        self._current = self._flow_rates()
+        rates = self._current = self._flow_rates()
         best = float("inf")
-        for op, rate in zip(self.ops, self._current):
+        for op, rate in zip(self.ops, rates):
             if op.done:
                 return 0.0
             if isinstance(op, RingOp):
-                best = min(best, op.horizon_ns(rate))
-                continue
-            if op.latency_ns > 0:
-                best = min(best, op.latency_ns)
+                h = op.horizon_ns(rate)
+            elif op.latency_ns > 0:
+                h = op.latency_ns
             elif rate is None:
                 return 0.0  # a step with nothing left to move: ends now
             elif op.active_count == len(op.left):
-                best = min(best, float(np.min(op.left / rate)))
+                h = float(np.min(op.left / rate))
             else:
-                best = min(best, float(np.min(op.left[op.active] / rate[op.active])))
+                h = float(np.min(op.left[op.active] / rate[op.active]))
+            if h < best:  # min() without its call: this runs once per op and event
+                best = h
         return best
 
     def advance(self, dt_ns: float) -> None:
