@@ -155,19 +155,17 @@ def longest_rank_span_ns(windows) -> float:
 def repetition_times(mix: MixMap, spans) -> tuple[RepetitionTime, ...]:
     """Each job's repetition windows and iteration times from ``spans``: per merged rank, (node id, start, end)
     of its nodes."""
-    windows: dict[tuple[int, int], list[float]] = {}
-    ranks: dict[tuple[int, int], dict[int, list[float]]] = {}
+    ranks: dict[tuple[int, int], dict[int, list[float]]] = {}  # per (job, repetition): each rank's [start, end]
     for rank, rows in enumerate(spans):
         for node_id, start, end in rows:
             where = mix.origin(rank, node_id)
             if where is None:
                 continue
-            w = windows.setdefault((where[0], where[2]), [start, end])
-            w[0], w[1] = min(w[0], start), max(w[1], end)
             r = ranks.setdefault((where[0], where[2]), {}).setdefault(rank, [start, end])
             r[0], r[1] = min(r[0], start), max(r[1], end)
-    return tuple(RepetitionTime(job, rep, s, e, longest_rank_span_ns(ranks[job, rep].values()))
-                 for (job, rep), (s, e) in sorted(windows.items()))
+    return tuple(RepetitionTime(job, rep, min(s for s, _ in per_rank.values()), max(e for _, e in per_rank.values()),
+                                longest_rank_span_ns(per_rank.values()))
+                 for (job, rep), per_rank in sorted(ranks.items()))
 
 
 def mixed_repetitions(times: tuple[RepetitionTime, ...], jobs: int) -> dict[int, tuple[RepetitionTime, ...]]:
