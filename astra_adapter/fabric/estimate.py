@@ -94,27 +94,39 @@ def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *,
     if workers <= 1:
         sends = StepSends()
         return [play_on_fabric(trace, engine_for(n, params, sends), compiled) for n in nets]
-    context = multiprocessing.get_context("fork")  # the children get the compiled trace by fork, not pickle
-    # leaving the block terminates the workers at once, so Ctrl-C or an error never waits for the draws in flight
-    with context.Pool(workers, initializer=_start_draw_worker, initargs=(trace, nets, params, compiled)) as pool:
-        return pool.map(_play_draw, range(len(nets)), chunksize=1)
+    return fork_map(_play_draw, (trace, nets, params, compiled, StepSends()), len(nets), workers)
 
 
-_worker_draws: tuple | None = None  # in a forked draw worker only: what `play_draws` handed it
+def _play_draw(draws: tuple, k: int) -> Timeline:
+    trace, nets, params, compiled, sends = draws  # sends: one per worker, as in turn (forked empty into each)
+    return play_on_fabric(trace, engine_for(nets[k], params, sends), compiled)
 
 
-def _start_draw_worker(trace: Trace, nets: list[FabricNetwork], params: FabricParams,
-                       compiled: CompiledTrace) -> None:
-    global _worker_draws
+def fork_map(run, state, count: int, workers: int) -> list:
+    """``[run(state, k) for k in range(count)]`` in ``workers`` forked processes, in order: the children get
+    ``state`` by fork, not pickle (``run``, a module-level function, and the results are pickled). Leaving the
+    pool terminates the workers at once, so Ctrl-C or an error never waits for the calls in flight; a worker
+    ignores Ctrl-C (the parent's to handle; its exit ends the worker). :func:`play_draws` and
+    :func:`astra_adapter.fabric.mix.estimate_mixes` share it."""
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers, initializer=_start_forked_worker, initargs=(run, state)) as pool:
+        return pool.map(_forked_call, range(count), chunksize=1)
+
+
+_forked: tuple | None = None  # in a forked worker of `fork_map` only: (run, state)
+
+
+def _start_forked_worker(run, state) -> None:
+    global _forked
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; its exit ends this worker
-    _worker_draws = (trace, nets, params, compiled, StepSends())
+    _forked = (run, state)
 
 
-def _play_draw(k: int) -> Timeline:
-    assert _worker_draws is not None
-    trace, nets, params, compiled, sends = _worker_draws
-    return play_on_fabric(trace, engine_for(nets[k], params, sends), compiled)
+def _forked_call(k: int):
+    assert _forked is not None
+    run, state = _forked
+    return run(state, k)
 
 
 def _mean_ranks(timelines: list[Timeline]) -> tuple[RankTimes, ...]:

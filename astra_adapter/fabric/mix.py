@@ -15,20 +15,17 @@ ECMP both are means over the same hash draws of each draw's median.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
 from dataclasses import dataclass, replace
 from statistics import fmean, median
 
 from genie.core.flowpath import SessionPaths
 from genie.core.jobmix import MixMap, mixed_repetitions, repetition_times
-from genie.core.process import die_with_parent
 from genie.core.topology import Topology
 from genie.core.trace import Trace
 from genie.workloads.mix import merge_jobs, repetition_counts
 
-from astra_adapter.fabric.estimate import play_draws, sample_networks
+from astra_adapter.fabric.estimate import fork_map, play_draws, sample_networks
 from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.timeline import CompiledTrace
@@ -178,25 +175,11 @@ def estimate_mixes(calls: list[tuple[tuple, dict]], *, workers: int | None = Non
     workers = min(workers, len(calls))
     if workers <= 1:
         return [estimate_mix(*args, **kwargs) for args, kwargs in calls]
-    context = multiprocessing.get_context("fork")  # the children get the traces by fork, not pickle
-    # leaving the block terminates the workers at once, so Ctrl-C or an error never waits for the calls in flight
-    with context.Pool(workers, initializer=_start_mix_worker, initargs=(calls,)) as pool:
-        return pool.map(_estimate_call, range(len(calls)), chunksize=1)
+    return fork_map(_estimate_call, calls, len(calls), workers)  # the children get the traces by fork, not pickle
 
 
-_worker_calls: list | None = None  # in a forked mix worker only: what `estimate_mixes` handed it
-
-
-def _start_mix_worker(calls: list[tuple[tuple, dict]]) -> None:
-    global _worker_calls
-    die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; its exit ends this worker
-    _worker_calls = calls
-
-
-def _estimate_call(k: int) -> MixEstimate:
-    assert _worker_calls is not None
-    args, kwargs = _worker_calls[k]
+def _estimate_call(calls: list[tuple[tuple, dict]], k: int) -> MixEstimate:
+    args, kwargs = calls[k]
     return estimate_mix(*args, **{**kwargs, "workers": 1})  # a worker's draws in it: no pool in a pool
 
 
