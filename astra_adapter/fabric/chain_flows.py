@@ -305,7 +305,7 @@ class ChainFlowEngine(FlowEngine):
             if o is op:
                 continue
             s = o.steps[o.step]
-            entries = q._moving_entries(s, o.active)  # (hop, resource, weight, flow, own link) of its moving flows
+            entries = q.moving_entries(s, o.active)  # (hop, resource, weight, flow, own link) of its moving flows
             if not hot[entries[1]].any():
                 continue  # adds to no queue on the paths read
             left = o.remaining_bytes() if isinstance(o, RingOp) else o.left + q.later_bytes(o.steps, o.step)

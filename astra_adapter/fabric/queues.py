@@ -29,7 +29,7 @@ from genie.topology.graph import hop_distances
 
 from astra_adapter.fabric.network import FabricNetwork
 
-_MOVING_MEMO = 8192  # (step, moving flows) whose queue entries :meth:`StandingQueues._moving_entries` keeps
+_MOVING_MEMO = 8192  # (step, moving flows) whose queue entries :meth:`StandingQueues.moving_entries` keeps
 _FULL = 1.0 - 1e-6  # a resource loaded to this fraction of its capacity is saturated
 
 
@@ -87,7 +87,7 @@ class StandingQueues:
         self._steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._later: dict[int, tuple[np.ndarray, ...]] = {}
         self._rows: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._moving: dict[tuple[int, bytes], tuple[np.ndarray, ...]] = {}  # :meth:`_moving_entries`
+        self._moving: dict[tuple[int, bytes], tuple[np.ndarray, ...]] = {}  # :meth:`moving_entries`
 
     def later_bytes(self, steps: tuple, k: int) -> np.ndarray:
         """Per flow of ``steps[k]``, the wire bytes its connection (same sender and receiver) still sends in the
@@ -166,7 +166,7 @@ class StandingQueues:
         offset = 0
         for step, active, left in in_flight:
             res, w, flow, win = self._arrays(step)
-            hop, res_on, w_on, flow_on, own_on = self._moving_entries(step, active)
+            hop, res_on, w_on, flow_on, own_on = self.moving_entries(step, active)
             hop_l.append(hop)
             own_l.append(own_on)
             res_l.append(res_on)
@@ -179,7 +179,7 @@ class StandingQueues:
         return self.queued_on(np.concatenate(res_l), np.concatenate(w_l), np.concatenate(flow_l),
                               np.concatenate(hop_l), np.concatenate(own_l), np.concatenate(keep_l), load)
 
-    def _moving_entries(self, step, active: np.ndarray) -> tuple[np.ndarray, ...]:
+    def moving_entries(self, step, active: np.ndarray) -> tuple[np.ndarray, ...]:
         """(hop, resource, weight, flow index, own link) of ``step``'s entries whose flow is ``active`` (memoised
         per step and set of moving flows: a ring's connections keep one set for most of the op)."""
         key = (id(step), active.tobytes())
@@ -192,11 +192,6 @@ class StandingQueues:
                 self._moving.clear()
             hit = self._moving[key] = (hop[on], res[on], w[on], flow[on], own[on])
         return hit
-
-    def moving_resources(self, step, active: np.ndarray) -> np.ndarray:
-        """The resources (with repeats) that ``step``'s ``active`` flows cross (memoised with
-        :meth:`_moving_entries`)."""
-        return self._moving_entries(step, active)[1]
 
     def saturated(self, load: np.ndarray) -> np.ndarray:
         """Per resource, whether a queue can stand on it: loaded full (``load``, :meth:`load`) and with room."""
