@@ -157,10 +157,11 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
         finally:
             resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
         solve = getattr(engine, "_compiled", None)
-        parts = "" if solve is None else f" ({solve.components_solved} components solved)" \
-            if getattr(engine, "_live", None) is not None else \
-            f" ({solve.components_solved} components solved, {solve.components_kept} kept)" \
-            if solve.by_component else ""
+        parts = ""
+        if solve is not None and getattr(engine, "_live", None) is not None:  # LiveRates: only components solved
+            parts = f" ({solve.components_solved} components solved)"
+        elif solve is not None and solve.by_component:
+            parts = f" ({solve.components_solved} components solved, {solve.components_kept} kept)"
         cpu = time.process_time() - c
         print(f"{name}: {cpu:.1f} s CPU, {time.perf_counter() - w:.1f} s wall, load "
               f"{load:.1f}/{os.getloadavg()[0]:.1f}; {events[0]} events ({1e3 * cpu / max(events[0], 1):.3f} ms CPU "
