@@ -155,17 +155,14 @@ def _together_ns(replay_dir: Path, job: str, saved_ns: float) -> float:
     import csv
     from statistics import median
 
+    from benchmarks.job_mix_ops import rank_windows
     from genie.core.jobmix import longest_rank_span_ns
 
     path = replay_dir / "jobs" / job / "together" / "ops.csv"
     if not path.is_file():
         return saved_ns
-    ranks: dict[int, dict[int, list[float]]] = {}
     with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            start, end = float(row["start_ns"]), float(row["end_ns"])
-            w = ranks.setdefault(int(row["iteration"]), {}).setdefault(int(row["rank"]), [start, end])
-            w[0], w[1] = min(w[0], start), max(w[1], end)
+        ranks = rank_windows(csv.DictReader(f))
     return float(median(longest_rank_span_ns(r.values()) for r in ranks.values())) if ranks else saved_ns
 
 

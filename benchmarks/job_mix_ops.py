@@ -44,6 +44,16 @@ class JobOps:
     spans: tuple[OpSpan, ...]
 
 
+def rank_windows(rows) -> dict[int, dict[int, list[float]]]:
+    """Per iteration, each rank's [first start, last end] (ns) over an ops.csv's rows."""
+    ranks: dict[int, dict[int, list[float]]] = {}
+    for row in rows:
+        start, end = float(row["start_ns"]), float(row["end_ns"])
+        w = ranks.setdefault(int(row["iteration"]), {}).setdefault(int(row["rank"]), [start, end])
+        w[0], w[1] = min(w[0], start), max(w[1], end)
+    return ranks
+
+
 def _replay_spans(path: Path, together: bool) -> tuple[dict[tuple[int, int], float], dict[int, str], float]:
     """Per (rank, node id) the median span of an ops.csv, the nodes' names, and the median iteration as the
     replay times it: in the mix the longest rank's own span (genie.core.jobmix.longest_rank_span_ns), alone the
@@ -52,14 +62,13 @@ def _replay_spans(path: Path, together: bool) -> tuple[dict[tuple[int, int], flo
 
     spans: dict[tuple[int, int], list[float]] = {}
     names: dict[int, str] = {}
-    ranks: dict[int, dict[int, list[float]]] = {}
     with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            start, end = float(row["start_ns"]), float(row["end_ns"])
-            spans.setdefault((int(row["rank"]), int(row["node_id"])), []).append(end - start)
-            names[int(row["node_id"])] = row["name"]
-            w = ranks.setdefault(int(row["iteration"]), {}).setdefault(int(row["rank"]), [start, end])
-            w[0], w[1] = min(w[0], start), max(w[1], end)
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        start, end = float(row["start_ns"]), float(row["end_ns"])
+        spans.setdefault((int(row["rank"]), int(row["node_id"])), []).append(end - start)
+        names[int(row["node_id"])] = row["name"]
+    ranks = rank_windows(rows)
     iterations = [longest_rank_span_ns(r.values()) if together else
                   max(e for _, e in r.values()) - min(s for s, _ in r.values()) for r in ranks.values()]
     return {k: median(v) for k, v in spans.items()}, names, median(iterations) if iterations else 0.0
