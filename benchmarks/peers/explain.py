@@ -4,9 +4,10 @@ For every (shape, collective, size) where genie's time is above the best peer's,
 algorithm each side ran, how many steps it takes, and how much of the gap the algorithm accounts for:
 
 - genie's side is measured: the algorithm ``auto`` resolved to (sweep.csv), its steps and bytes per step
-  (``genie bench --steps``: steps.csv of the same run), genie's *data rate* on that shape (the bytes per
-  second its steps reach on its largest case: :func:`data_rate_GBps`) and its *per-step software cost*: the
-  median over the case's step records of (step duration - the step's bytes at that rate);
+  (``genie bench --steps``: steps.csv of the band's recording pass, run after the timed one), genie's *data
+  rate* on that shape (the bytes per second its steps reach on its largest case: :func:`data_rate_GBps`) and
+  its *per-step software cost*: the median over the case's step records of (step duration - the step's bytes
+  at that rate);
 - the peer's side is its documented selection for that collective, size and 8 ranks (:func:`peer_algorithm`:
   MPICH's default tuning tree ``maint/tuning/coll/mpir/generic.json``, gloo's only CPU algorithm per
   collective in ``gloo/{allreduce,allgather,alltoall}.cc``) with its steps and bytes per step;

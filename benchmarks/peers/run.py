@@ -108,8 +108,8 @@ def header_lines(args: argparse.Namespace) -> list[str]:
     if args.mode in ("scale", "all"):
         lines.append(f"# scale: genie all_reduce {plan.SCALE_SIZES} (factor 4) on {args.topology_scale.name}, "
                      f"iterations {args.scale_policy}")
-    lines.append("# time = median iteration; iteration i ends when its last rank ends it (genie's definition); "
-                 "busbw with nccl-tests' factors")
+    lines.append("# time = mean iteration (nccl-tests' time, sweep.csv time_us); iteration i ends when its last rank "
+                 "ends it (genie's definition); genie timed without --steps; busbw with nccl-tests' factors")
     return lines
 
 

@@ -164,33 +164,57 @@ def _sweep_rows(run_dir: Path, shaped: bool) -> list[report.Row]:
             for r in read_sweep_csv(path.read_bytes(), source=str(path))]
 
 
+@dataclass(frozen=True)
+class GeniePass:
+    """One `genie bench` of a band: `timed` passes give the report's rows; a `record_steps` pass gives only the
+    step records the explanation reads. Never both: `--steps` takes the ranks out of the compiled back-to-back
+    loop into a Python loop per iteration that stamps every step, which is the op plus the recording (at 1 KiB
+    on star-8 it read 1.2-1.6x the op; benchmarks/README.md), and MPI and gloo time their op alone."""
+    out: Path
+    log: Path
+    timed: bool
+    record_steps: bool
+
+
+def genie_passes(workdir: Path, band_index: int, algorithm: str, steps: bool) -> list[GeniePass]:
+    """The timed pass of a band, then (with `steps`) its untimed step-record pass."""
+    tag = "" if algorithm == "auto" else f"-{algorithm}"
+    name = f"genie{tag}-{band_index}"
+    passes = [GeniePass(workdir / name, workdir / "logs" / f"{name}.log", timed=True, record_steps=False)]
+    if steps:
+        passes.append(GeniePass(workdir / f"genie{tag}-steps-{band_index}",
+                                workdir / "logs" / f"genie{tag}-steps-{band_index}.log", timed=False,
+                                record_steps=True))
+    return passes
+
+
 def run_genie(info: TestbedInfo, collectives: Sequence[Collective], sizes: Sequence[int],
               policy: Sequence[tuple[int, Iterations]], workdir: Path, shaped: bool, timeout_s: float,
               log: Log, on_started: Callable[[int], None] | None = None, run: SystemRun | None = None,
               op_timeout_s: float | None = None, algorithm: str = "auto", steps: bool = False) -> SystemRun:
     """`genie bench --testbed` once per band of sizes sharing warmup/iterations (``--algorithm algorithm``);
-    rows from each sweep.csv; with ``steps`` (``--steps``) each case's step records too (`run.steps`)."""
+    rows from each sweep.csv; with ``steps`` a second `genie bench --steps` of the band gives each case's step
+    records (`run.steps`) and nothing else (`GeniePass`)."""
     run = run or SystemRun(report.GENIE, shaped)
     start = time.monotonic()
     try:
         for k, band in enumerate(bands(sizes, policy)):
-            tag = "" if algorithm == "auto" else f"-{algorithm}"
-            out = workdir / f"genie{tag}-{k}"
-            log_path = workdir / "logs" / f"genie{tag}-{k}.log"
-            proc = _spawn(genie_bench_argv(info.name, collectives, band, out, op_timeout_s=op_timeout_s,
-                                           algorithm=algorithm, steps=steps), log_path,
-                          preexec=_term_with_parent)
-            service.register_pids(info.name, [proc.pid])
-            if on_started is not None:
-                on_started(proc.pid)
-            try:
-                _wait_all([proc], [log_path], f"genie bench ({report.format_size(band.min_bytes)}-"
-                          f"{report.format_size(band.max_bytes)})", timeout_s)
-            finally:
-                stop_processes([proc], grace_s=5.0)
-                run.rows += _sweep_rows(out, shaped)
-                if steps and (out / "steps.csv").exists():
-                    run.steps.update(steps_from_csv((out / "steps.csv").read_text()))
+            for p in genie_passes(workdir, k, algorithm, steps):
+                proc = _spawn(genie_bench_argv(info.name, collectives, band, p.out, op_timeout_s=op_timeout_s,
+                                               algorithm=algorithm, steps=p.record_steps), p.log,
+                              preexec=_term_with_parent)
+                service.register_pids(info.name, [proc.pid])
+                if on_started is not None:
+                    on_started(proc.pid)
+                try:
+                    _wait_all([proc], [p.log], f"genie bench ({report.format_size(band.min_bytes)}-"
+                              f"{report.format_size(band.max_bytes)}{'' if p.timed else ', --steps'})", timeout_s)
+                finally:
+                    stop_processes([proc], grace_s=5.0)
+                    if p.timed:
+                        run.rows += _sweep_rows(p.out, shaped)
+                    if p.record_steps and (p.out / "steps.csv").exists():
+                        run.steps.update(steps_from_csv((p.out / "steps.csv").read_text()))
             log(f"  genie {report.format_size(band.min_bytes)}-{report.format_size(band.max_bytes)}: "
                 f"{len(collectives)} collectives done")
     except RunError as exc:
