@@ -33,7 +33,6 @@ _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting si
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
 WATCH_IN = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 WATCH_IN_OUT = WATCH_IN | select.EPOLLOUT
-WAIT_ALL = int(socket.MSG_WAITALL)  # a blocking receive returns only when its region is complete
 _RECV_SLICE_S = 0.05  # a blocking recv returns at least this often to check the deadline
 _RECV_SLICE = struct.pack("ll", 0, round(_RECV_SLICE_S * 1e6))
 HELD_BACK_MIN_BYTES = 64 << 10  # a message up to one GSO packet leaves its socket whole (see `flush`)
@@ -132,10 +131,11 @@ class SocketTransport:
                             wait_for_sends=wait_for_sends)
         if step.progress():  # optimistic pass: small messages usually complete here
             return
-        if self.spin_s > 0 and self._spin(step):
+        if not step.pending_out and len(step.pending_in) == 1:
+            (flow,) = step.pending_in.values()
+            self._recv_blocking(flow, timeout_s)
             return
-        if not step.pending_out:  # every byte this rank owes is in its sockets: see _recv_in_turn
-            self._recv_in_turn(step, timeout_s)
+        if self.spin_s > 0 and self._spin(step):
             return
         self._wait_loop(step, timeout_s)
 
@@ -259,26 +259,12 @@ class SocketTransport:
             except OSError:  # the connection is gone: the next receive names the peer
                 pass
 
-    def _recv_in_turn(self, step: StepExchange, timeout_s: float) -> None:
-        """The step's receives one after another, each with blocking calls that return only when its region is
-        complete (`MSG_WAITALL`), in the schedule's order — for the all-to-all the order their last bytes
-        arrive in (docs/engine.md, "Receiving in turn"). Safe because nothing is left to send: every byte a
-        peer waits for from this rank is in the kernel, which delivers it while this rank sleeps in one
-        receive. A sleeping rank is woken only by data of the connection it reads, and a message whose bytes
-        are all in by its turn takes one call; the epoll loop is woken by every connection's data, and reads
-        each packet with a call of its own plus one that fails."""
-        deadline = time.monotonic() + timeout_s
-        for peer in list(step.pending_in):
-            self._recv_blocking(step.pending_in.pop(peer), deadline - time.monotonic(), whole=True)
-
-    def _recv_blocking(self, flow: _Flow, timeout_s: float, *, whole: bool = False) -> None:
+    def _recv_blocking(self, flow: _Flow, timeout_s: float) -> None:
         """Receive `flow` with blocking recv calls, each bounded by the socket's SO_RCVTIMEO slice (set once):
         one system call that sleeps, instead of an attempt that fails, an epoll_wait and a second attempt.
-        `whole`: each call returns only when its region is complete or a slice ends (`MSG_WAITALL`). The op's
-        deadline is checked whenever a slice ends, so a silent peer is named within the slice."""
+        The op's deadline is checked whenever a slice ends, so a silent peer is named within the slice."""
         deadline = time.monotonic() + timeout_s
-        flags = WAIT_ALL if whole else 0
-        while not _pump_recv(flow, self._window, self.rank, flags):
+        while not _pump_recv(flow, self._window, self.rank, 0):
             if time.monotonic() >= deadline:
                 raise PeerFailure(f"rank {self.rank}: op timed out after {timeout_s:g} s receiving from rank "
                                   f"{flow.peer} ({flow.done_bytes}/{flow.total_bytes} bytes)")
