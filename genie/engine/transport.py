@@ -28,7 +28,6 @@ from genie.engine.compiled_steps import CompiledPlans, StepPlan, run_steps
 from genie.engine.flows import DISCARD, Flow as _Flow, PeerFailure, StepExchange, Transfer
 from genie.engine.flows import closed_failure, send_failure, wait_sent
 from genie.engine.flows import pump_recv as _pump_recv, pump_send as _pump_send
-from genie.engine.low_water import LowWaterMarks
 
 _LINK_HEADER = struct.Struct("!II")  # (rank, channel) sent by the connecting side
 _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-blocking attempt says so per call
@@ -111,7 +110,6 @@ class SocketTransport:
         self._epoll = select.epoll()
         for fd in self._fd_peer:
             self._epoll.register(fd, WATCH_IN)
-        self._low_water = LowWaterMarks()
 
     @property
     def peers(self) -> frozenset[int]:
@@ -290,8 +288,6 @@ class SocketTransport:
         watching_out = [self._links[peer].send.fileno() for peer in step.pending_out]
         for fd in watching_out:
             self._epoll.modify(fd, WATCH_IN_OUT)
-        # wake for a bulk message once it is all in, not for each packet (genie/engine/low_water.py)
-        self._low_water.arm((f.sock, f.total_bytes - f.done_bytes) for f in step.pending_in.values())
         try:
             deadline = time.monotonic() + timeout_s
             wait = self._epoll.poll
