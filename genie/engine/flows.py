@@ -143,15 +143,10 @@ def pump_send(flow: Flow, window: memoryview, rank: int) -> bool:
 def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT) -> bool:
     """Receive what has arrived (with ``flags=0``: block in each call, bounded by the socket's SO_RCVTIMEO);
     True when the flow is complete, False when the socket has nothing more now. A transfer without a view is
-    received with `DISCARD`: TCP drops its bytes uncopied. A non-blocking read that returns less than it asked
-    for has emptied the socket (TCP and AF_UNIX stream reads take all that is queued, a TCP read also what
-    arrived while it ran), so no second attempt follows it: a byte that arrives later raises a new readiness
-    edge (the epoll sets are edge-triggered), and the failing attempt cost a system call and an exception
-    per wake-up (benchmarks/README.md, "Slow iterations")."""
+    received with `DISCARD`: TCP drops its bytes uncopied."""
     queue = flow.queue
     recv_into = flow.sock.recv_into
     discard = int(flags) | DISCARD
-    drained = bool(flags & _DONTWAIT)  # a short non-blocking read emptied the socket: no second attempt
     while (parts := gathered(flow)) is not None:
         try:
             n = flow.sock.recvmsg_into(parts, 0, flags)[0]
@@ -162,12 +157,9 @@ def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT)
         if n == 0:
             raise closed_failure(rank, flow.peer, flow.done_bytes, flow.total_bytes)
         _advance(flow, n)
-        if drained and n < sum(len(p) for p in parts):
-            return not flow.queue
     while queue:
-        region = _next_region(flow, window)
         try:
-            n = recv_into(region, 0, flags if queue[0].view is not None else discard)
+            n = recv_into(_next_region(flow, window), 0, flags if queue[0].view is not None else discard)
         except (BlockingIOError, InterruptedError):
             return False
         except ConnectionResetError:
@@ -175,8 +167,6 @@ def pump_recv(flow: Flow, window: memoryview, rank: int, flags: int = _DONTWAIT)
         if n == 0:
             raise closed_failure(rank, flow.peer, flow.done_bytes, flow.total_bytes)
         _advance(flow, n)
-        if drained and n < len(region):
-            return not queue
     return True
 
 

@@ -282,8 +282,8 @@ class SocketTransport:
 
     def _wait_loop(self, step: StepExchange, timeout_s: float) -> None:
         """Wait for readiness with the edge-triggered epoll set registered once at start-up. Edge triggering
-        is safe because every wait follows an attempt that emptied that socket (hit EAGAIN, or read less than
-        it asked: the optimistic pass, or a pump), so no readiness edge can have been missed. Write readiness is watched only while a send
+        is safe because every wait follows an attempt that hit EAGAIN on that socket (the optimistic pass,
+        or a pump), so no readiness edge can have been missed. Write readiness is watched only while a send
         is blocked: otherwise every ACK would wake the rank."""
         watching_out = [self._links[peer].send.fileno() for peer in step.pending_out]
         for fd in watching_out:
