@@ -143,6 +143,13 @@ def test_a_lost_cell_measured_with_the_peers_algorithm_says_what_nccls_choice_co
                     key=lambda x: x.collective.value)
     line = explain.explain_line(ag)
     assert "took 600 us, so NCCL's choice (ring) cost +400 us here, 67% of the gap" in line
+    # why NCCL takes ring there: its tuner's three estimates (unknown rate: a veth's 10 Gbit/s)
+    assert "(NCCL's tuner at 10 Gbit/s (unknown rate): ring/LL 137.2, ring/Simple 154.2, PAT 115.2 us)" in line
+    shaped = losses(rows, steps, {True: RATE}, nccl_net_GBps={True: 0.125})
+    assert "ring/Simple" in explain.explain_line(shaped[0] if shaped[0].collective is AG else shaped[1])
+    assert "NCCL's tuner at 1 Gbit/s: ring/LL 997.3, ring/Simple 584.3, PAT 770.6 us" in explain.explain_line(
+        shaped[0] if shaped[0].collective is AG else shaped[1])
+    assert "NCCL's tuner" not in explain.explain_line(ar)  # all-reduce: genie's choice is not NCCL's tuner's
     assert "still 200 us (1.50x) behind" in line
     assert "already runs mpi's algorithm (halving_doubling): the whole 50 us" in explain.explain_line(ar)
     # the peer's algorithm closes the gap: NCCL's choice cost all of it

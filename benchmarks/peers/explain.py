@@ -125,6 +125,16 @@ def nccl_protocol(collective: Collective, algorithm: Algorithm, size_bytes: int,
     return "LL" if times.ring_ll_us < times.ring_simple_us else "Simple"
 
 
+def nccl_reason(collective: Collective, size_bytes: int, ranks: int, net_GBps: float | None) -> str:
+    """Why NCCL's tuner (one rank per node) takes what it takes for an all-gather / reduce-scatter: its three
+    estimates; '' for other collectives (genie's choice there is not NCCL's tuner's)."""
+    if collective not in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER) or ranks < 2:
+        return ""
+    t = estimated_times(size_bytes, ranks, net_GBps) if net_GBps else estimated_times(size_bytes, ranks)
+    return (f"NCCL's tuner at {net_GBps * 8:g} Gbit/s" if net_GBps else "NCCL's tuner at 10 Gbit/s (unknown rate)") + (
+        f": ring/LL {t.ring_ll_us:.1f}, ring/Simple {t.ring_simple_us:.1f}, PAT {t.pat_us:.1f} us")
+
+
 @dataclass(frozen=True)
 class GenieSteps:
     """One case's step records (steps.csv of the same run): the algorithm ``auto`` ran, the steps a rank takes
@@ -195,6 +205,7 @@ class Loss:
     verdict: Verdict
     peer_genie_algorithm: Algorithm | None = None  # genie's schedule of the peer's algorithm, if it has one
     peer_like_us: float | None = None  # genie's measured time running that schedule (None: not run)
+    nccl_reason: str = ""  # NCCL's tuner estimates behind genie's choice (all-gather, reduce-scatter)
 
     @property
     def gap_us(self) -> float:
@@ -265,7 +276,8 @@ def losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], Gen
             peer_algorithm=alg.name if alg is not None else "?", peer_steps=alg.steps if alg is not None else 0,
             step_cost_us=c, peer_step_cost_us=cp, algorithm_cost_us=cost, model_us=model, verdict=verdict,
             peer_genie_algorithm=alg.genie_algorithm if alg is not None else None,
-            peer_like_us=(peer_like or {}).get((g.shaped, g.collective, g.size_bytes))))
+            peer_like_us=(peer_like or {}).get((g.shaped, g.collective, g.size_bytes)),
+            nccl_reason=nccl_reason(g.collective, g.size_bytes, ranks, net)))
     return out
 
 
@@ -304,7 +316,8 @@ def explain_line(loss: Loss) -> str:
             f"{loss.peer} {loss.peer_us:.0f} us (gap {loss.gap_us:.0f} us, {loss.genie_us / loss.peer_us:.2f}x); "
             f"genie {loss.genie_algorithm}"
             + (f"/{loss.genie_protocol}" if loss.genie_protocol != "-" else "")
-            + f" {loss.genie_steps:g} steps vs {loss.peer} {loss.peer_algorithm} {loss.peer_steps} steps")
+            + f" {loss.genie_steps:g} steps vs {loss.peer} {loss.peer_algorithm} {loss.peer_steps} steps"
+            + (f" ({loss.nccl_reason})" if loss.nccl_reason else ""))
     measured = measured_line(loss)
     if loss.verdict == Verdict.UNKNOWN or loss.algorithm_cost_us is None:
         return head + "; not modelled: no step records or no known peer algorithm for this cell; " + measured
