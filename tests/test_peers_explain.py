@@ -193,3 +193,21 @@ def test_the_harness_reruns_genie_with_the_peers_algorithm_where_it_lost(monkeyp
     assert peer_like == {(True, AG, 1024): 420.0}
     assert problems == ["shaped genie --algorithm halving_doubling all_gather-1K: genie bench exited with code 1: "
                         "boom"]
+
+
+def test_every_lost_cell_of_every_collective_gets_a_line_with_numbers():
+    """All three collectives of the harness, both shapes: each lost cell is listed with its times and gap, and
+    says whether the peer's algorithm was or can be measured (Bruck: genie has no schedule of it)."""
+    rows = [row(GENIE, s, c, z, 900.0) for s in (True, False) for c in (AR, AG, A2A) for z in (1024, 4096)]
+    rows += [row(MPI, s, c, z, 300.0) for s in (True, False) for c in (AR, AG, A2A) for z in (1024, 4096)]
+    found = losses(rows, {}, {})
+    assert len(found) == 12
+    assert {(x.shaped, x.collective, x.size_bytes) for x in found} == \
+        {(s, c, z) for s in (True, False) for c in (AR, AG, A2A) for z in (1024, 4096)}
+    for x in found:
+        line = explain.explain_line(x)
+        assert "genie 900 us vs mpi 300 us (gap 600 us, 3.00x)" in line
+    bruck = [x for x in found if x.collective is A2A and x.size_bytes == 1024][0]
+    assert "genie has no schedule of mpi's Bruck" in explain.explain_line(bruck)
+    text = explain.format_losses(found, False, None)
+    assert "6 cell(s) lost" in text and "6 not modelled" in text
