@@ -289,7 +289,8 @@ def alternatives_to_run(found: Sequence[Loss]) -> list[tuple[bool, Collective, i
 
 
 def measured_line(loss: Loss) -> str:
-    """What the measurement with the peer's algorithm says ('' where there is none to say)."""
+    """What genie's run with the peer's algorithm says about the cell: its time and what NCCL's choice cost, or
+    why there is none (genie has no such schedule, already runs it, or the harness did not run it)."""
     alg = loss.peer_genie_algorithm
     if alg is None:
         return (f"genie has no schedule of {loss.peer}'s {loss.peer_algorithm}: "
@@ -353,7 +354,7 @@ def format_losses(found: Sequence[Loss], shaped: bool, rate_GBps: float | None) 
     ran = [x for x in mine if x.peer_like_us is not None]
     lines.append(f"# {len(mine)} cell(s) lost: {counts[Verdict.ALGORITHM]} explained by the algorithm, "
                  f"{counts[Verdict.PARTLY]} partly, {counts[Verdict.SOFTWARE]} by genie's software alone, "
-                 f"{counts[Verdict.UNKNOWN]} not modelled (no records) (model); measured with the peer's "
+                 f"{counts[Verdict.UNKNOWN]} not modelled (no records); measured with the peer's "
                  f"algorithm: {len(ran)}, of which NCCL's choice cost the whole gap in "
                  f"{sum(x.peer_like_us <= x.peer_us for x in ran)}")
     return "\n".join(lines)
