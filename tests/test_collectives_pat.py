@@ -13,7 +13,7 @@ from genie.core.schedule import CollectiveOp
 from genie.collectives import build_schedule, choose_algorithm, supported_algorithms
 from genie.collectives.check import find_deadlock, schedule_problems, simulate_data, verify_buffers
 from genie.collectives.pat import aggregation, allgather_offset_steps
-from genie.collectives.tuner import estimated_times, nccl_prefers_pat
+from genie.collectives.tuner import DEFAULT_NET_GBPS, estimated_times, graph_GBps, nccl_prefers_pat, search_channels
 
 A, C = Algorithm, Collective
 
@@ -93,8 +93,8 @@ def test_tuner_estimates_are_nccls():
     assert t.ring_ll_us == pytest.approx(6.6 + 7 * 5.0)
     assert t.ring_simple_us == pytest.approx(8.4 + 7 * 14.0)
     assert t.pat_us == pytest.approx(8.0 + 3 * 4.0 + 8 * 2.8)
-    # bandwidths: PAT 0.75 B; ring LL min(20.4, B/2) x n/(n-1); ring Simple B x n/(n-1)
-    big = estimated_times(10**9, 8, net_GBps=12.0)
+    # bandwidths: PAT 0.75 B; ring LL min(20.4, B/2) x n/(n-1); ring Simple B x n/(n-1); B = 12 on a 100G NIC
+    big = estimated_times(10**9, 8, net_GBps=12.5)
     assert big.pat_us - t.pat_us == pytest.approx(10**9 / (1000 * 9.0))
     assert big.ring_simple_us - t.ring_simple_us == pytest.approx(10**9 / (1000 * 12.0 * 8 / 7))
     assert big.ring_ll_us - t.ring_ll_us == pytest.approx(10**9 / (1000 * 6.0 * 8 / 7))
@@ -112,13 +112,34 @@ def test_auto_picks_pat_where_nccl_does(collective):
     picks = {size: choose_algorithm(collective, size, 8, ranks_per_node=1, net_GBps=one_gbit)
              for size in (64, 1024, 4096, 16384, 65536, 1 << 20)}
     assert picks == {64: A.RING, 1024: A.PAT, 4096: A.PAT, 16384: A.PAT, 65536: A.RING, 1 << 20: A.RING}
-    # 8 nodes at NCCL's default 12 GB/s: ring/LL's latency is lower up to ~23 KB, PAT then up to ~1.7 MB
-    assert choose_algorithm(collective, 16384, 8, ranks_per_node=1) is A.RING
-    assert choose_algorithm(collective, 65536, 8, ranks_per_node=1) is A.PAT
-    assert choose_algorithm(collective, 1 << 21, 8, ranks_per_node=1) is A.RING
+    # 8 nodes, rate not known (an unshaped veth: NCCL's socket transport reads 10 Gbit/s, graph 1.2 GB/s):
+    # ring/LL up to 2 KiB, PAT from 4 KiB to 128 KiB, ring/Simple beyond
+    picks = {size: choose_algorithm(collective, size, 8, ranks_per_node=1)
+             for size in (1024, 2048, 4096, 16384, 65536, 131072, 262144)}
+    assert picks == {1024: A.RING, 2048: A.RING, 4096: A.PAT, 16384: A.PAT, 65536: A.PAT, 131072: A.PAT,
+                     262144: A.RING}
+    # a 100 Gbit/s NIC (graph 12 GB/s): ring/LL's latency is lower up to ~23 KB, PAT then up to ~1.7 MB
+    assert choose_algorithm(collective, 16384, 8, ranks_per_node=1, net_GBps=12.5) is A.RING
+    assert choose_algorithm(collective, 65536, 8, ranks_per_node=1, net_GBps=12.5) is A.PAT
+    assert choose_algorithm(collective, 1 << 21, 8, ranks_per_node=1, net_GBps=12.5) is A.RING
     # 16 nodes: PAT's log latency wins even for the smallest
     assert choose_algorithm(collective, 64, 16, ranks_per_node=1) is A.PAT
     assert not nccl_prefers_pat(65536, 8, 2)
+
+
+def test_tuner_bandwidth_is_the_graph_searchs():
+    """NCCL's tuner reads the graph's channels x speed, a speed of search.cc's array the NIC holds, not the NIC's
+    own rate; a NIC of unknown rate is the socket transport's 10 Gbit/s (topo.h's NET_BW is read nowhere)."""
+    assert search_channels(0.125) == (1, 0.12)  # 1 Gbit/s: the array's last entry
+    assert search_channels(1.25) == (1, 1.2)  # 10 Gbit/s (a veth's reported speed)
+    assert search_channels(12.5) == (1, 12.0)  # 100 Gbit/s: 12 beats 2 x 6 (a tie is not better)
+    assert search_channels(0.05) == (1, 0.1)  # below every speed: NCCL's fallback channel
+    assert graph_GBps(0.125) == pytest.approx(0.12)
+    assert DEFAULT_NET_GBPS == pytest.approx(1.25)
+    assert estimated_times(10**6, 8) == estimated_times(10**6, 8, net_GBps=1.25)
+    # 1 Gbit/s: PAT's bandwidth is 0.75 x 0.12 (not x 0.125)
+    t0, t1 = estimated_times(0, 8, net_GBps=0.125), estimated_times(90_000, 8, net_GBps=0.125)
+    assert t1.pat_us - t0.pat_us == pytest.approx(90_000 / (1000 * 0.75 * 0.12))
 
 
 def test_bench_sweep_uses_ranks_per_host_and_link_rate():
@@ -127,6 +148,9 @@ def test_bench_sweep_uses_ranks_per_host_and_link_rate():
     request = BenchRequest(collectives=(C.ALL_GATHER,), min_bytes=1024, max_bytes=65536, factor=4)
     shaped = sweep_cases(request, 8, per_node=1, link_rate_bps=10**9)
     assert [c.op.algorithm for c in shaped] == [A.PAT, A.PAT, A.PAT, A.RING]
+    # unshaped (no link rate): the veth's 10 Gbit/s, as NCCL reads it: ring/LL at 1 KiB, PAT at 4-64 KiB
+    unshaped = sweep_cases(request, 8, per_node=1)
+    assert [c.op.algorithm for c in unshaped] == [A.RING, A.PAT, A.PAT, A.PAT]
     assert [c.op.algorithm for c in sweep_cases(request, 8)] == [A.RING] * 4
     hosts = [RankPlacement(r, f"h{r // 2}", None, "127.0.0.1") for r in range(8)]
     assert ranks_per_node(hosts) == 2

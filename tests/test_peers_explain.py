@@ -74,7 +74,7 @@ def test_cells_genie_wins_or_ties_are_not_listed_and_missing_records_say_so():
             row(GENIE, True, AR, 4096, 300.0), row(GLOO, True, AR, 4096, 200.0)]
     (loss,) = losses(rows, {}, {True: RATE})
     assert loss.size_bytes == 4096 and loss.verdict == Verdict.UNKNOWN
-    assert "not explained" in explain.explain_line(loss)
+    assert "not modelled" in explain.explain_line(loss)
 
 
 def test_steps_from_csv_counts_steps_and_bytes():
@@ -111,3 +111,103 @@ def test_a_peer_faster_than_genies_data_path_is_said_so():
     assert loss.verdict == Verdict.SOFTWARE and loss.peer_step_cost_us < 0
     line = explain.explain_line(loss)
     assert "NOT the algorithm (the same steps and bytes)" in line and "faster than genie's data path" in line
+
+
+def test_peer_algorithms_map_to_genies_schedules():
+    """Each peer algorithm genie has a schedule of names it (the harness re-runs genie with it where it loses)."""
+    from genie.collectives import build_schedule
+    from genie.core.schedule import CollectiveOp
+
+    assert peer_algorithm(MPI, AG, 1024, 8).genie_algorithm is Algorithm.HALVING_DOUBLING
+    assert peer_algorithm(MPI, AG, 1 << 20, 8).genie_algorithm is Algorithm.RING
+    assert peer_algorithm(MPI, AR, 16, 8).genie_algorithm is Algorithm.RECURSIVE_DOUBLING
+    assert peer_algorithm(MPI, AR, 1024, 8).genie_algorithm is Algorithm.HALVING_DOUBLING
+    assert peer_algorithm(MPI, A2A, 2048, 8).genie_algorithm is None  # Bruck: genie has none
+    assert peer_algorithm(GLOO, AG, 1024, 8).genie_algorithm is Algorithm.RING
+    # the mapped schedule has the peer's steps and bytes per step (MPICH's recursive-doubling all-gather)
+    op = CollectiveOp(AG, 1024, tuple(range(8)), Algorithm.HALVING_DOUBLING, dtype_bytes=4)
+    sent = [step.sent_bytes for step in build_schedule(op).for_rank(0).steps]
+    assert sent == [128, 256, 512]
+
+
+def test_a_lost_cell_measured_with_the_peers_algorithm_says_what_nccls_choice_cost():
+    # genie's ring all-gather 1000 us; MPI (recursive doubling) 400 us; genie's halving_doubling measured 600 us
+    rows = [row(GENIE, True, AG, 65536, 1000.0), row(MPI, True, AG, 65536, 400.0),
+            row(GENIE, True, AR, 1024, 500.0), row(MPI, True, AR, 1024, 450.0)]
+    steps = {(True, AG, 65536): steps_of(Algorithm.RING, 7, 8192, 140.0),
+             (True, AR, 1024): steps_of(Algorithm.HALVING_DOUBLING, 6, 512, 80.0)}
+    found = losses(rows, steps, {True: RATE})
+    # the all-gather ran ring where MPI runs recursive doubling: re-run; the all-reduce is MPI's algorithm already
+    assert explain.alternatives_to_run(found) == [(True, AG, 65536, Algorithm.HALVING_DOUBLING)]
+    ag, ar = sorted(losses(rows, steps, {True: RATE}, peer_like={(True, AG, 65536): 600.0}),
+                    key=lambda x: x.collective.value)
+    line = explain.explain_line(ag)
+    assert "took 600 us, so NCCL's choice (ring) cost +400 us here, 67% of the gap" in line
+    # why NCCL takes ring there: its tuner's three estimates (unknown rate: a veth's 10 Gbit/s)
+    assert "(NCCL's tuner at 10 Gbit/s (unknown rate): ring/LL 137.2, ring/Simple 154.2, PAT 115.2 us)" in line
+    shaped = losses(rows, steps, {True: RATE}, nccl_net_GBps={True: 0.125})
+    assert "ring/Simple" in explain.explain_line(shaped[0] if shaped[0].collective is AG else shaped[1])
+    assert "NCCL's tuner at 1 Gbit/s: ring/LL 997.3, ring/Simple 584.3, PAT 770.6 us" in explain.explain_line(
+        shaped[0] if shaped[0].collective is AG else shaped[1])
+    assert "NCCL's tuner" not in explain.explain_line(ar)  # all-reduce: genie's choice is not NCCL's tuner's
+    assert "still 200 us (1.50x) behind" in line
+    assert "already runs mpi's algorithm (halving_doubling): the whole 50 us" in explain.explain_line(ar)
+    # the peer's algorithm closes the gap: NCCL's choice cost all of it
+    (ag,) = [x for x in losses(rows, steps, {True: RATE}, peer_like={(True, AG, 65536): 380.0})
+             if x.collective is AG]
+    assert "(>= the 600 us gap: with mpi's algorithm genie is not behind)" in explain.explain_line(ag)
+    text = explain.format_losses([ag], True, RATE)
+    assert "measured with the peer's algorithm: 1, of which NCCL's choice cost the whole gap in 1" in text
+    # not run (the harness's --no-peer-algorithms): said so
+    assert "not measured in this run" in explain.explain_line(found[0] if found[0].collective is AG else found[1])
+
+
+def test_the_harness_reruns_genie_with_the_peers_algorithm_where_it_lost(monkeypatch, tmp_path):
+    """run_peer_algorithms: one `genie bench --algorithm` per lost cell of the shape (not the cells genie won, nor
+    one where it already ran the peer's algorithm); the times land in peer_like, a failure in problems."""
+    from benchmarks.peers import run as harness
+    from benchmarks.peers import systems
+    from benchmarks.peers.plan import Iterations
+
+    rows = [row(GENIE, True, AG, 1024, 700.0), row(MPI, True, AG, 1024, 400.0),  # lost, ran pat
+            row(GENIE, True, AG, 4096, 300.0), row(MPI, True, AG, 4096, 400.0),  # won
+            row(GENIE, True, AR, 1024, 500.0), row(MPI, True, AR, 1024, 450.0),  # lost on MPI's own algorithm
+            row(GENIE, False, AG, 1024, 900.0), row(MPI, False, AG, 1024, 400.0)]  # the other shape
+    steps = {(True, AG, 1024): steps_of(Algorithm.PAT, 3, 256, 200.0),
+             (True, AR, 1024): steps_of(Algorithm.HALVING_DOUBLING, 6, 512, 80.0)}
+    calls = []
+
+    def fake_run_genie(info, collectives, sizes, policy, workdir, shaped, timeout_s, log, algorithm="auto",
+                       **_):
+        calls.append((tuple(collectives), tuple(sizes), shaped, algorithm, workdir.name))
+        run = systems.SystemRun(GENIE, shaped)
+        run.rows = [row(GENIE, shaped, collectives[0], sizes[0], 420.0)]
+        run.error = "genie bench exited with code 1: boom"
+        return run
+
+    monkeypatch.setattr(systems, "run_genie", fake_run_genie)
+    peer_like, problems = {}, []
+    harness.run_peer_algorithms(None, True, tmp_path, rows, steps, [(1 << 20, Iterations(1, 5))], 60.0, peer_like,
+                                problems)
+    assert calls == [((AG,), (1024,), True, "halving_doubling", "all_gather-1K")]
+    assert peer_like == {(True, AG, 1024): 420.0}
+    assert problems == ["shaped genie --algorithm halving_doubling all_gather-1K: genie bench exited with code 1: "
+                        "boom"]
+
+
+def test_every_lost_cell_of_every_collective_gets_a_line_with_numbers():
+    """All three collectives of the harness, both shapes: each lost cell is listed with its times and gap, and
+    says whether the peer's algorithm was or can be measured (Bruck: genie has no schedule of it)."""
+    rows = [row(GENIE, s, c, z, 900.0) for s in (True, False) for c in (AR, AG, A2A) for z in (1024, 4096)]
+    rows += [row(MPI, s, c, z, 300.0) for s in (True, False) for c in (AR, AG, A2A) for z in (1024, 4096)]
+    found = losses(rows, {}, {})
+    assert len(found) == 12
+    assert {(x.shaped, x.collective, x.size_bytes) for x in found} == \
+        {(s, c, z) for s in (True, False) for c in (AR, AG, A2A) for z in (1024, 4096)}
+    for x in found:
+        line = explain.explain_line(x)
+        assert "genie 900 us vs mpi 300 us (gap 600 us, 3.00x)" in line
+    bruck = [x for x in found if x.collective is A2A and x.size_bytes == 1024][0]
+    assert "genie has no schedule of mpi's Bruck" in explain.explain_line(bruck)
+    text = explain.format_losses(found, False, None)
+    assert "6 cell(s) lost" in text and "6 not modelled" in text

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from genie.collectives.tuner import search_channels as _search  # one rule: NCCL's ring search
 from genie.core.errors import InputError, parse_enum_value
 from genie.core.topology import LinkRole, Topology
 
@@ -197,26 +198,6 @@ def cluster_from_topology(topology: Topology, *, gpu: str, interconnect: Interco
     nic_gb_s = min(nic_rates) / 8e9 if nic_rates else 0.0
     return Cluster(topology.name, len(nodes), sizes.pop(), gpu, cc, interconnect, min(intra_rates) / 8e9,
                    min(intra_delays), nics, nic_gb_s, min(nic_delays, default=0.0))
-
-
-def _search(link_gb_s: float, speeds: tuple[float, ...], per_channel_limit: int) -> tuple[int, float]:
-    """The channels and speed the ring search settles on for a GPU whose narrowest link holds ``link_gb_s``."""
-    best = (0, 0.0)
-    first = None
-    for speed in speeds:
-        if speed > link_gb_s:
-            continue
-        if first is not None and speed < 0.49 * first:
-            break
-        channels = min(per_channel_limit, int(link_gb_s // speed))
-        if channels < 1:
-            continue
-        first = first or speed
-        if channels * speed > best[0] * best[1] + 1e-9:
-            best = (channels, float(speed))
-    if best[0] == 0:
-        return 1, max(0.1, link_gb_s)
-    return best
 
 
 def _dup(channels: int, speed: float, cc: int, max_channels: int = _RING_MAX_CHANNELS) -> tuple[int, float]:

@@ -20,6 +20,13 @@ algorithm each side ran, how many steps it takes, and how much of the gap the al
 
 Both rates come from genie's own steps in the run (a loaded machine moves fewer bytes than the link allows;
 the link's limit would make every step look free of software).
+
+The model is a split, not a measurement. Where genie has a schedule of the peer's algorithm
+(:attr:`PeerAlgorithm.genie_algorithm`: MPICH's recursive-doubling all-gather is genie's ``halving_doubling``,
+its Rabenseifner all-reduce genie's ``halving_doubling``, rings are rings) and ``auto`` ran another, the harness
+also *measures* genie running the peer's algorithm on the same testbed (:func:`alternatives_to_run`, one
+``genie bench --algorithm`` per lost cell, after the systems), and the cell says what NCCL's choice cost there
+(auto's time minus that one) and what is left on the peer's own algorithm (genie's software).
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ class PeerAlgorithm:
     name: str
     step_bytes: tuple[float, ...]
     source: str
+    genie_algorithm: Algorithm | None = None  # genie's schedule of the same algorithm (None: genie has none)
 
     @property
     def steps(self) -> int:
@@ -72,31 +80,33 @@ def peer_algorithm(system: str, collective: Collective, size_bytes: int, ranks: 
     if system == GLOO:
         if collective is Collective.ALL_REDUCE:
             return PeerAlgorithm("ring (reduce-scatter + all-gather, 2 segments in flight)",
-                                 (s / n,) * (2 * (n - 1)), GLOO_SOURCE)
+                                 (s / n,) * (2 * (n - 1)), GLOO_SOURCE, Algorithm.RING)
         if collective is Collective.ALL_GATHER:
-            return PeerAlgorithm("ring", (s / n,) * (n - 1), GLOO_SOURCE)
+            return PeerAlgorithm("ring", (s / n,) * (n - 1), GLOO_SOURCE, Algorithm.RING)
         if collective is Collective.ALL_TO_ALL:
-            return PeerAlgorithm("all sends posted at once", (s * (n - 1) / n,), GLOO_SOURCE)
+            return PeerAlgorithm("all sends posted at once", (s * (n - 1) / n,), GLOO_SOURCE, Algorithm.DIRECT)
         return None
     if system != MPI or n & (n - 1):
         return None
     log_n = _log2(n)
     if collective is Collective.ALL_REDUCE:
         if size_bytes <= MPICH_ALLREDUCE_RD_MAX_BYTES or size_bytes // 4 < n:
-            return PeerAlgorithm("recursive doubling", (s,) * log_n, MPICH_SOURCE)
+            return PeerAlgorithm("recursive doubling", (s,) * log_n, MPICH_SOURCE, Algorithm.RECURSIVE_DOUBLING)
         halves = tuple(s / 2 ** (k + 1) for k in range(log_n))
         return PeerAlgorithm("reduce-scatter (recursive halving) + all-gather (recursive doubling)",
-                             halves + tuple(reversed(halves)), MPICH_SOURCE)
+                             halves + tuple(reversed(halves)), MPICH_SOURCE, Algorithm.HALVING_DOUBLING)
     if collective is Collective.ALL_GATHER:
-        if size_bytes < MPICH_ALLGATHER_RD_BELOW_TOTAL_BYTES:
-            return PeerAlgorithm("recursive doubling", tuple(s / n * 2 ** k for k in range(log_n)), MPICH_SOURCE)
-        return PeerAlgorithm("ring", (s / n,) * (n - 1), MPICH_SOURCE)
+        if size_bytes < MPICH_ALLGATHER_RD_BELOW_TOTAL_BYTES:  # genie's halving_doubling all-gather is this
+            return PeerAlgorithm("recursive doubling", tuple(s / n * 2 ** k for k in range(log_n)), MPICH_SOURCE,
+                                 Algorithm.HALVING_DOUBLING)
+        return PeerAlgorithm("ring", (s / n,) * (n - 1), MPICH_SOURCE, Algorithm.RING)
     if collective is Collective.ALL_TO_ALL:
         per_peer = s / n
         if per_peer <= MPICH_ALLTOALL_BRUCK_MAX_BYTES:
             return PeerAlgorithm("Bruck", (s / 2,) * log_n, MPICH_SOURCE)
         if per_peer <= MPICH_ALLTOALL_SCATTERED_MAX_BYTES:
-            return PeerAlgorithm("scattered (every isend/irecv at once)", (per_peer * (n - 1),), MPICH_SOURCE)
+            return PeerAlgorithm("scattered (every isend/irecv at once)", (per_peer * (n - 1),), MPICH_SOURCE,
+                                 Algorithm.DIRECT)
         return PeerAlgorithm("pairwise exchange", (per_peer,) * (n - 1), MPICH_SOURCE)
     return None
 
@@ -113,6 +123,16 @@ def nccl_protocol(collective: Collective, algorithm: Algorithm, size_bytes: int,
         return "-"
     times = estimated_times(size_bytes, ranks, net_GBps) if net_GBps else estimated_times(size_bytes, ranks)
     return "LL" if times.ring_ll_us < times.ring_simple_us else "Simple"
+
+
+def nccl_reason(collective: Collective, size_bytes: int, ranks: int, net_GBps: float | None) -> str:
+    """Why NCCL's tuner (one rank per node) takes what it takes for an all-gather / reduce-scatter: its three
+    estimates; '' for other collectives (genie's choice there is not NCCL's tuner's)."""
+    if collective not in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER) or ranks < 2:
+        return ""
+    t = estimated_times(size_bytes, ranks, net_GBps) if net_GBps else estimated_times(size_bytes, ranks)
+    return (f"NCCL's tuner at {net_GBps * 8:g} Gbit/s" if net_GBps else "NCCL's tuner at 10 Gbit/s (unknown rate)") + (
+        f": ring/LL {t.ring_ll_us:.1f}, ring/Simple {t.ring_simple_us:.1f}, PAT {t.pat_us:.1f} us")
 
 
 @dataclass(frozen=True)
@@ -183,6 +203,9 @@ class Loss:
     algorithm_cost_us: float | None  # genie's model with its steps minus with the peer's
     model_us: float | None  # genie's model of its own time (how well c x steps + wire fits the measurement)
     verdict: Verdict
+    peer_genie_algorithm: Algorithm | None = None  # genie's schedule of the peer's algorithm, if it has one
+    peer_like_us: float | None = None  # genie's measured time running that schedule (None: not run)
+    nccl_reason: str = ""  # NCCL's tuner estimates behind genie's choice (all-gather, reduce-scatter)
 
     @property
     def gap_us(self) -> float:
@@ -207,12 +230,17 @@ def _cost(step_bytes: Sequence[float], c_us: float, rate_GBps: float) -> float:
     return sum(c_us + b / (rate_GBps * 1e3) for b in step_bytes)
 
 
+#: (shaped, collective, size) -> genie's time (us) running the peer's algorithm there (`alternatives_to_run`)
+PeerLike = Mapping[tuple[bool, Collective, int], float]
+
+
 def losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], GenieSteps],
            rates_GBps: Mapping[bool, float], *, ranks: int = 8,
-           nccl_net_GBps: Mapping[bool, float] | None = None) -> list[Loss]:
+           nccl_net_GBps: Mapping[bool, float] | None = None, peer_like: PeerLike | None = None) -> list[Loss]:
     """Every (shape, collective, size) where genie is slower than the fastest peer measured, explained.
     ``steps``: genie's step records per (shaped, collective, size); ``rates_GBps``: genie's data rate per shape
-    (:func:`data_rate_GBps`); ``nccl_net_GBps``: the per-rank network NCCL's tuner would assume, per shape."""
+    (:func:`data_rate_GBps`); ``nccl_net_GBps``: the per-rank network NCCL's tuner would assume, per shape;
+    ``peer_like``: genie's measured times with the peer's algorithm, where the harness ran it."""
     out = []
     for g in sorted((r for r in rows if r.system == GENIE),
                     key=lambda r: (not r.shaped, r.collective.value, r.size_bytes)):
@@ -246,8 +274,41 @@ def losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], Gen
             if rec is not None else "-",
             genie_steps=rec.steps_per_iteration if rec is not None else float("nan"),
             peer_algorithm=alg.name if alg is not None else "?", peer_steps=alg.steps if alg is not None else 0,
-            step_cost_us=c, peer_step_cost_us=cp, algorithm_cost_us=cost, model_us=model, verdict=verdict))
+            step_cost_us=c, peer_step_cost_us=cp, algorithm_cost_us=cost, model_us=model, verdict=verdict,
+            peer_genie_algorithm=alg.genie_algorithm if alg is not None else None,
+            peer_like_us=(peer_like or {}).get((g.shaped, g.collective, g.size_bytes)),
+            nccl_reason=nccl_reason(g.collective, g.size_bytes, ranks, net)))
     return out
+
+
+def alternatives_to_run(found: Sequence[Loss]) -> list[tuple[bool, Collective, int, Algorithm]]:
+    """The lost cells where genie has a schedule of the peer's algorithm and ``auto`` ran another: (shaped,
+    collective, size, that algorithm), for a ``genie bench --algorithm`` that measures what NCCL's choice costs."""
+    return [(x.shaped, x.collective, x.size_bytes, x.peer_genie_algorithm) for x in found
+            if x.peer_genie_algorithm is not None and x.genie_algorithm != x.peer_genie_algorithm.value]
+
+
+def measured_line(loss: Loss) -> str:
+    """What genie's run with the peer's algorithm says about the cell: its time and what NCCL's choice cost, or
+    why there is none (genie has no such schedule, already runs it, or the harness did not run it)."""
+    alg = loss.peer_genie_algorithm
+    if alg is None:
+        return (f"genie has no schedule of {loss.peer}'s {loss.peer_algorithm}: "
+                "the choice's cost is not measured, only modelled above")
+    if loss.genie_algorithm == alg.value:
+        return (f"genie already runs {loss.peer}'s algorithm ({alg.value}): the whole {loss.gap_us:.0f} us is "
+                "genie's software on the same steps")
+    if loss.peer_like_us is None:
+        return f"genie with {loss.peer}'s algorithm ({alg.value}) not measured in this run"
+    x = loss.peer_like_us
+    choice = loss.genie_us - x
+    head = (f"measured: genie running {loss.peer}'s algorithm ({alg.value}) took {x:.0f} us, so NCCL's choice "
+            f"({loss.genie_algorithm}) cost {choice:+.0f} us here")
+    if x <= loss.peer_us:
+        return head + f" (>= the {loss.gap_us:.0f} us gap: with {loss.peer}'s algorithm genie is not behind)"
+    share = f", {max(0.0, choice) / loss.gap_us:.0%} of the gap" if choice > 0 else ""
+    return (head + f"{share}; on {loss.peer}'s own algorithm genie is still {x - loss.peer_us:.0f} us "
+            f"({x / loss.peer_us:.2f}x) behind: genie's software")
 
 
 def explain_line(loss: Loss) -> str:
@@ -256,9 +317,11 @@ def explain_line(loss: Loss) -> str:
             f"{loss.peer} {loss.peer_us:.0f} us (gap {loss.gap_us:.0f} us, {loss.genie_us / loss.peer_us:.2f}x); "
             f"genie {loss.genie_algorithm}"
             + (f"/{loss.genie_protocol}" if loss.genie_protocol != "-" else "")
-            + f" {loss.genie_steps:g} steps vs {loss.peer} {loss.peer_algorithm} {loss.peer_steps} steps")
+            + f" {loss.genie_steps:g} steps vs {loss.peer} {loss.peer_algorithm} {loss.peer_steps} steps"
+            + (f" ({loss.nccl_reason})" if loss.nccl_reason else ""))
+    measured = measured_line(loss)
     if loss.verdict == Verdict.UNKNOWN or loss.algorithm_cost_us is None:
-        return head + "; not explained: no step records or no known peer algorithm for this cell"
+        return head + "; not modelled: no step records or no known peer algorithm for this cell; " + measured
     c, cp, cost = loss.step_cost_us, loss.peer_step_cost_us, loss.algorithm_cost_us
     fit = f" (genie's model {loss.model_us:.0f} us of its measured {loss.genie_us:.0f} us)"
     costs = f"genie {c:.0f} us/step of software vs {loss.peer}'s implied {cp:.0f} us/step" if cp >= 0 else (
@@ -274,7 +337,7 @@ def explain_line(loss: Loss) -> str:
     else:
         same = "the same steps and bytes" if abs(cost) < 0.5 else f"genie's steps cost {-cost:.0f} us less"
         why = f"NOT the algorithm ({same}): the {loss.gap_us:.0f} us gap is genie's software: {costs}"
-    return f"{head}; {why}{fit}"
+    return f"{head}; model: {why}{fit}; {measured}"
 
 
 def format_losses(found: Sequence[Loss], shaped: bool, rate_GBps: float | None) -> str:
@@ -288,17 +351,29 @@ def format_losses(found: Sequence[Loss], shaped: bool, rate_GBps: float | None) 
     counts = {v: sum(x.verdict == v for x in mine) for v in
               (Verdict.ALGORITHM, Verdict.PARTLY, Verdict.SOFTWARE, Verdict.UNKNOWN)}
     lines += [f"  {explain_line(x)}" for x in mine]
+    ran = [x for x in mine if x.peer_like_us is not None]
     lines.append(f"# {len(mine)} cell(s) lost: {counts[Verdict.ALGORITHM]} explained by the algorithm, "
                  f"{counts[Verdict.PARTLY]} partly, {counts[Verdict.SOFTWARE]} by genie's software alone, "
-                 f"{counts[Verdict.UNKNOWN]} unexplained (no records)")
+                 f"{counts[Verdict.UNKNOWN]} not modelled (no records); measured with the peer's "
+                 f"algorithm: {len(ran)}, of which NCCL's choice cost the whole gap in "
+                 f"{sum(x.peer_like_us <= x.peer_us for x in ran)}")
     return "\n".join(lines)
 
 
 def losses_by_shape(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], GenieSteps], *,
-                    shaped_rate_bps: int, ranks: int = 8) -> dict[bool, str]:
+                    shaped_rate_bps: int, ranks: int = 8, peer_like: PeerLike | None = None) -> dict[bool, str]:
     """The report's "where genie loses" section per shape measured, at genie's data rate of that shape
-    (:func:`data_rate_GBps`); NCCL's protocol choice at the shaped link's rate."""
+    (:func:`data_rate_GBps`); NCCL's protocol choice at the shaped link's rate (unshaped: the tuner's default,
+    a veth's 10 Gbit/s); ``peer_like``: genie's times with the peers' algorithms (:func:`alternatives_to_run`)."""
+    found = shape_losses(rows, steps, shaped_rate_bps=shaped_rate_bps, ranks=ranks, peer_like=peer_like)
     rates = {shaped: r for shaped in (True, False) if (r := data_rate_GBps(steps, shaped))}
-    found = losses(rows, steps, rates, ranks=ranks, nccl_net_GBps={True: shaped_rate_bps / 8e9})
     return {shaped: format_losses(found, shaped, rates.get(shaped))
             for shaped in (True, False) if any(r.shaped == shaped for r in rows)}
+
+
+def shape_losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], GenieSteps], *,
+                 shaped_rate_bps: int, ranks: int = 8, peer_like: PeerLike | None = None) -> list[Loss]:
+    """`losses` at each shape's own data rate and NCCL's network (the report's and the harness's one call)."""
+    rates = {shaped: r for shaped in (True, False) if (r := data_rate_GBps(steps, shaped))}
+    return losses(rows, steps, rates, ranks=ranks, nccl_net_GBps={True: shaped_rate_bps / 8e9},
+                  peer_like=peer_like)

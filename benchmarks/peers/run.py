@@ -56,6 +56,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads per gloo rank")
     p.add_argument("--flow-seconds", type=float, default=3.0, help="measuring window of the per-flow TCP limit")
     p.add_argument("--no-install", action="store_true", help="do not pip-install missing peers")
+    p.add_argument("--no-peer-algorithms", action="store_true",
+                   help="do not re-run genie with the peer's algorithm where it loses (the report then only "
+                        "models what NCCL's choice costs there)")
     args = p.parse_args(argv)
     args.sizes = args.sizes or (plan.QUICK_SIZES if args.quick else plan.DEFAULT_SIZES)
     args.factor = args.factor or (plan.QUICK_FACTOR if args.quick else plan.DEFAULT_FACTOR)
@@ -121,8 +124,28 @@ def _parse_list(text: str, allowed: Sequence[str], option: str) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def run_peer_algorithms(info, shaped: bool, workdir: Path, rows, steps, policy, timeout_s: float, peer_like,
+                        problems) -> None:
+    """Where genie lost a cell of this shape with an algorithm other than the peer's, genie again with the peer's
+    (`genie bench --algorithm`, timed as the auto pass): what NCCL's choice cost there (`explain.measured_line`)."""
+    from benchmarks.peers.systems import run_genie
+
+    found = explain.shape_losses([r for r in rows if r.shaped == shaped], steps,
+                                 shaped_rate_bps=report.SHAPED_RATE_BPS)
+    for _, collective, size, algorithm in explain.alternatives_to_run(found):
+        cell = f"{collective.value}-{report.format_size(size)}"
+        log(f"# {'shaped' if shaped else 'unshaped'}: genie lost {cell}: again with the peer's {algorithm.value}")
+        run = run_genie(info, [collective], [size], policy, workdir / "peer-algorithms" / cell, shaped, timeout_s,
+                        log, algorithm=algorithm.value)
+        for r in run.rows:
+            peer_like[(shaped, r.collective, r.size_bytes)] = r.time_us
+        if run.error:
+            problems.append(f"{'shaped' if shaped else 'unshaped'} genie --algorithm {algorithm.value} {cell}: "
+                            f"{run.error}")
+
+
 def run_main(args, systems, collectives, sizes, policy, raw: Path, out: Path, rows, flow_limits, problems,
-             steps):
+             steps, peer_like):
     from genie.testbed import service
     from genie.topology import load_topology_file
 
@@ -169,6 +192,8 @@ def run_main(args, systems, collectives, sizes, policy, raw: Path, out: Path, ro
                 if run.error:
                     problems.append(f"{shape} {system}: {run.error}")
                 _write_atomic(out / "peers.csv", report.peers_csv(rows))
+            if report.GENIE in systems and set(report.PEERS) & set(systems) and not args.no_peer_algorithms:
+                run_peer_algorithms(info, shaped, workdir, rows, steps, policy, args.timeout, peer_like, problems)
             flows("after")
 
 
@@ -210,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flow_limits: dict[bool, report.FlowLimit] = {}
     problems: list[str] = []
     steps: dict = {}  # (shaped, collective, size) -> genie's step records (explain.GenieSteps)
+    peer_like: dict = {}  # (shaped, collective, size) -> genie's time with the peer's algorithm (lost cells)
     scale = None
     header: list[str] = []
     try:
@@ -219,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in header:
             log(line)
         if args.mode in ("main", "all"):
-            run_main(args, systems, collectives, sizes, policy, raw, out, rows, flow_limits, problems, steps)
+            run_main(args, systems, collectives, sizes, policy, raw, out, rows, flow_limits, problems, steps,
+                     peer_like)
         if args.mode in ("scale", "all"):
             from benchmarks.peers.scale import run_scale
 
@@ -235,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = _process_age_s()
     text = report.full_report(rows, ranks=8, flow_limits=flow_limits, scale=scale,
                               header=header or header_lines(args), losses=explain.losses_by_shape(
-                                  rows, steps, shaped_rate_bps=report.SHAPED_RATE_BPS))
+                                  rows, steps, shaped_rate_bps=report.SHAPED_RATE_BPS, peer_like=peer_like))
     text += "".join(f"# problem: {p}\n" for p in problems)
     text += f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
     text += f"# harness run time {elapsed:.0f} s ({elapsed / 60:.1f} min); results in {out}\n"

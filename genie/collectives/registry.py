@@ -81,7 +81,8 @@ def choose_algorithm(collective: Collective, size_bytes: int, n: int, *, ranks_p
       chosen;
     - all_gather, reduce_scatter: pat where NCCL's tuner picks it (`genie.collectives.tuner`): one rank per
       node (``ranks_per_node == 1``; None, not known, counts as more) and PAT's estimate below ring's for
-      ``size_bytes`` on a network of ``net_GBps`` per rank (default NCCL's 12 GB/s); ring otherwise;
+      ``size_bytes`` on a NIC of ``net_GBps`` per rank (default 10 Gbit/s, NCCL's socket default); ring
+      otherwise;
     - all_to_all: direct; broadcast: pipelined_ring; send_recv: p2p;
     - reduce: pipelined_ring (NCCL's ring); gather, scatter: direct (NCCL's grouped sends); barrier:
       dissemination.
