@@ -45,7 +45,7 @@ ACK_LEAF_HANDLE = 0x200000  # 20:, under the ACK lane
 # The eleven filters sit in a u32 table of their own (ACK_TABLE), behind one gate filter in the root table
 # that links to it only packets whose IPv4 total length is under 128 bytes (a pure ACK is 40-80): a data
 # segment of 128 bytes or more is classified by one key instead of eleven filters, at every shaped egress
-# it crosses (measured: u32_classify 0.34-0.45 -> 0.16-0.21 us of CPU per 1 KiB message on star-8;
+# it crosses (measured: u32_classify 0.32-0.46 -> 0.13-0.30 us of CPU per 1 KiB message on star-8;
 # benchmarks/README.md, "The emulated star's own packet path"). A packet the gate lets in and no filter of
 # the table takes is given the data class by the gate (its classid, 1:1, the default class anyway).
 PURE_ACK_FILTER_KEYS = tuple(("0x5/0xf+0", f"0x{20 + 4 * words:04x}/0xffff+2", "0x06/0xff+9",
