@@ -284,7 +284,7 @@ class NetlinkBackend:
         ipr.tc("add-class", "htb", index=index, handle=ACK_CLASS, parent=HTB_ROOT, **_ack_class_args(step))
         _add_u32(ipr, index, ACK_TABLE, [("TCA_U32_DIVISOR", 1)])
         for keys in PURE_ACK_FILTER_KEYS:
-            _add_u32(ipr, index, 0, [("TCA_U32_HASH", ACK_TABLE), ("TCA_U32_CLASSID", HTB_CLASS),
+            _add_u32(ipr, index, 0, [("TCA_U32_HASH", ACK_TABLE), ("TCA_U32_CLASSID", ACK_CLASS),
                                      ("TCA_U32_SEL", {"keys": list(keys)})])
         _add_u32(ipr, index, 0, [("TCA_U32_LINK", struct.pack("=I", ACK_TABLE)), ("TCA_U32_CLASSID", HTB_CLASS),
                                  ("TCA_U32_SEL", {"keys": list(ACK_GATE_KEYS)})])
