@@ -155,6 +155,7 @@ def test_star_4_full_mesh_htb_on_both_ends_counters_and_down(state_dir: Path) ->
 BULK = r"""
 import socket, sys
 role, address, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+piece = int(sys.argv[4]) if len(sys.argv) > 4 else size  # the sender's messages, each its own segment
 if role == "recv":
     srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((address, 47002)); srv.listen(1); srv.settimeout(20)
@@ -168,7 +169,12 @@ else:
             c = socket.create_connection((address, 47002), timeout=2); break
         except OSError:
             import time; time.sleep(0.05)
-    c.sendall(bytes(size)); c.close()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for _ in range(size // piece):
+        c.sendall(bytes(piece))
+        if piece < size:
+            import time; time.sleep(0.002)
+    c.close()
 """
 
 
@@ -202,7 +208,31 @@ def test_the_ack_lane_carries_the_pure_acks_and_only_them(state_dir: Path) -> No
     keys = re.findall(r"match (\S+) at (\d+)", filters)  # as the kernel holds them: one filter per TCP header
     assert keys == [key for words in range(5, 16)  # length, the IPv4 length exactly both headers (no payload)
                     for key in ((f"0500{20 + 4 * words:04x}/0f00ffff", "0"), ("06000000/ff000000", "9"),
-                                (f"{words:x}0100000/f03f0000", "32"))], filters
+                                (f"{words:x}0100000/f03f0000", "32"))] + [("00000000/ff800000", "2")], filters
+    assert "link 2:" in filters  # the gate (total length < 128) in front of the table that holds them
+    service.down(info.name)
+    assert _ours() == []
+
+
+def test_small_data_segments_pass_the_ack_gate_into_the_data_class(state_dir: Path) -> None:
+    """Segments under 128 bytes pass the ACK lane's gate into its filters; those that carry data, however
+    little, are no pure ACKs and go to the data class 1:1 (the gate's own class), never to the lane."""
+    topology = star(2, shape=LinkShape(rate_bps=200 * 10**6))
+    info = _up(topology=topology, suffix="gate")
+    h0, h1 = info.hosts
+    messages, piece = 200, 16  # 16 + 52 bytes of headers: 68-byte IPv4 packets, inside the gate
+    receiver = subprocess.Popen(["ip", "netns", "exec", h1.netns, sys.executable, "-c", BULK, "recv", h1.address,
+                                 str(messages * piece)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sender = _run(["ip", "netns", "exec", h0.netns, sys.executable, "-c", BULK, "send", h1.address,
+                   str(messages * piece), str(piece)])
+    out, err = receiver.communicate(timeout=30)
+    assert sender.returncode == 0 and receiver.returncode == 0, sender.stderr + err
+    assert int(out) == messages * piece
+    data, acks = _class_stats(h0.netns), _class_stats(h1.netns)
+    assert data["1:1"][1] >= messages * 9 // 10, data  # NODELAY, 2 ms apart: a segment each (a few may merge)
+    assert data["1:1"][0] / data["1:1"][1] < 128, data  # small ones
+    assert data["1:2"][1] <= 3, data  # only the sender's own pure ACKs: the handshake's and the close's
+    assert acks["1:2"][1] > 0 and acks["1:2"][0] / acks["1:2"][1] < 128, acks  # the receiver's pure ACKs: the lane
     service.down(info.name)
     assert _ours() == []
 
