@@ -22,6 +22,9 @@ replay, and a what-if at 256 hosts (run by hand; the testbed parts as root; not 
     .venv/bin/python benchmarks/job_mix.py evaluate ACCURACY_DIR --calibration CAL_DIR   # re-estimate, no testbed
     .venv/bin/python benchmarks/job_mix.py scale [--out DIR] [--workers N]
     .venv/bin/python benchmarks/job_mix.py ops ACCURACY_DIR SCENARIO PLACEMENT JOB   # per op, model vs replay
+
+``ops`` takes ``--flow-contention C``: the model played with that flow contention instead of none (what a
+calibration's fitted contention would add, op by op; benchmarks/README.md "Job mixes", session 22).
 """
 
 from __future__ import annotations
@@ -282,6 +285,8 @@ def main() -> None:
     ops.add_argument("scenario", choices=("a", "b"))
     ops.add_argument("placement", choices=("packed", "spread"))
     ops.add_argument("job")
+    ops.add_argument("--flow-contention", type=float, default=None, help="the model with this flow contention "
+                     "(a mix's estimate plays with none)")
     scale = sub.add_parser("scale")
     scale.add_argument("--out", type=Path, default=Path("/tmp/job-mix-scale"))
     scale.add_argument("--no-standing-queues", action="store_true", help="the rates alone (genie estimate --jobs "
@@ -297,7 +302,7 @@ def main() -> None:
     elif args.what == "ops":
         from benchmarks.job_mix_ops import format_job_ops, job_ops
 
-        for part in job_ops(args.out, args.scenario, args.placement, args.job):
+        for part in job_ops(args.out, args.scenario, args.placement, args.job, args.flow_contention):
             print(format_job_ops(part))
     elif args.what == "fit":
         _calibrate(tuple(args.sweeps), args.out)

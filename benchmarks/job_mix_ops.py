@@ -74,11 +74,14 @@ def _replay_spans(path: Path, together: bool) -> tuple[dict[tuple[int, int], flo
     return {k: median(v) for k, v in spans.items()}, names, median(iterations) if iterations else 0.0
 
 
-def job_ops(run_dir: Path, scenario: str, placement: str, job: str) -> tuple[JobOps, JobOps]:
+def job_ops(run_dir: Path, scenario: str, placement: str, job: str,
+            flow_contention: float | None = None) -> tuple[JobOps, JobOps]:
     """The job's ops alone and in the mix of one saved accuracy run (``run_dir`` as `job_mix.py accuracy`
-    writes it, with its calibration)."""
+    writes it, with its calibration; with ``flow_contention``, played with that flow contention instead of none,
+    :func:`astra_adapter.fabric.mix.mix_play_params`)."""
     from astra_adapter.fabric.calibration_io import load_fabric_params
     from astra_adapter.fabric.estimate import play_draws
+    from astra_adapter.fabric.mix import mix_play_params
     from astra_adapter.fabric.network import FabricNetwork
     from genie.core.jobmix import mixed_repetitions, repetition_times
     from genie.services.mix import place_mix, read_mix, replay_paths
@@ -93,7 +96,9 @@ def job_ops(run_dir: Path, scenario: str, placement: str, job: str) -> tuple[Job
     placed = place_mix(mix, traces, topology)
     traced = replay_paths(replay_dir, placed)
     params, _, _ = load_fabric_params(run_dir / "calibration")
-    params = replace(params, standing_queues=True, ring_chains=True)  # as estimate_mix plays it
+    params = mix_play_params(params)  # as estimate_mix plays it
+    if flow_contention is not None:
+        params = replace(params, flow_contention=flow_contention)
     network = FabricNetwork(topology, source=str(OVERSUB))
     j = placed.names.index(job)
     out = []

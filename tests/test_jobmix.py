@@ -193,6 +193,28 @@ def test_the_fabric_sees_spread_jobs_meet_and_packed_jobs_not() -> None:
     assert spread.jobs[0].hosts == ("h0", "h4", "h1", "h5")
 
 
+def test_a_mix_is_played_without_the_calibration_s_flow_contention() -> None:
+    # the jobs' flows share shaped FIFOs that deliver their whole rate (mix_play_params): a calibration's fitted
+    # flow contention changes nothing in a mix's estimate with the standing queues, alone or together; with the
+    # rates alone it still slows the links that several flows cross
+    from astra_adapter.fabric.flows import FabricParams
+    from astra_adapter.fabric.mix import estimate_mix, mix_play_params
+
+    traces, names = [ddp(4), ddp(4)], ["a", "b"]
+    slots = place_jobs([JobPlacement(PlacementPolicy.SPREAD)] * 2, [4, 4], TOPO)
+
+    def times(contention: float, queues: bool) -> list[tuple[float, float]]:
+        est = estimate_mix(traces, names, slots, [0, 0], [2, 2], TOPO, FabricParams(flow_contention=contention),
+                           ecmp_samples=0, standing_queues=queues)
+        return [(j.alone_ns, j.mixed_ns) for j in est.jobs]
+
+    assert times(0.05, True) == times(0.0, True)
+    assert all(x[1] > y[1] for x, y in zip(times(0.05, False), times(0.0, False)))  # the mix's shared links
+    played = mix_play_params(FabricParams(flow_contention=0.05))
+    assert played.flow_contention == 0.0 and played.standing_queues and played.ring_chains
+    assert mix_play_params(FabricParams(flow_contention=0.05), False).flow_contention == 0.05
+
+
 def test_placements_estimated_in_worker_processes_are_the_ones_estimated_in_turn() -> None:
     from astra_adapter.fabric.mix import estimate_mixes
 

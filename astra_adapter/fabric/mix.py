@@ -119,6 +119,26 @@ def link_shares(trace: Trace, mix: MixMap, network: FabricNetwork, params: Fabri
                  if r.link_class is not LinkClass.LOOPBACK and any(load[i]))
 
 
+def mix_play_params(params: FabricParams, standing_queues: bool = True) -> FabricParams:
+    """The parameters a mix's jobs are played with, alone and together: with ``standing_queues`` the links'
+    FIFOs (astra_adapter/fabric/queues.py) and the rings' connections each on their own step
+    (astra_adapter/fabric/chains.py), and then no flow contention - a link shared by several TCP flows delivers
+    its whole rate.
+
+    ``flow_contention`` is fitted on the calibration's sweeps (a link crossed by n flows delivers ``1 / (1 + c
+    (n - 1))`` of its rate); what it absorbs there is not the sharing of a shaped link: an HTB class is work
+    conserving, and the window-limited flows of a mix fill its FIFO without a drop (the queue limit is far
+    deeper than their windows), so the link delivers its rate whatever their number. Measured on six saved
+    accuracy runs (benchmarks/README.md "Job mixes", session 22): the DDP4 job alone, two of its ring's flows on
+    one 500 Mbit/s spine link, took 4592.8-4594.4 ms in every run - the model without contention says 4597.6 ms,
+    with each run's fitted contention (0 to 0.025) up to 4711.7 ms; beside the DDP ring, the MoE job's 82 MB ring
+    all-reduce ran at exactly half its alone rate (4110.6 ms against 2 x 2061.3), where the fitted contention
+    made it 4219.2 ms. Without the standing queues (the rates alone) the calibration's contention stays."""
+    if not standing_queues:
+        return replace(params, standing_queues=False, ring_chains=False)
+    return replace(params, standing_queues=True, ring_chains=True, flow_contention=0.0)
+
+
 def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, ...], ...],
                  offsets_ns: list[int], iterations: list[int], topology: Topology,
                  params: FabricParams = FabricParams(), *, placement: str = "as placed",
@@ -134,7 +154,7 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
     ranks each go on their own step (astra_adapter/fabric/chains.py); off, the rates alone in lock step (faster at
     scale: the 256-host what-if in benchmarks/README.md). ``workers``: the processes a play's hash draws may take
     (:func:`astra_adapter.fabric.estimate.play_draws`; default its own choice)."""
-    params = replace(params, standing_queues=standing_queues, ring_chains=standing_queues)
+    params = mix_play_params(params, standing_queues)
     network = FabricNetwork(topology, source=source)
     network.check_connected()
     nets = sample_networks(network, ecmp_samples)
