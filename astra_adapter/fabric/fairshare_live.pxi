@@ -44,6 +44,8 @@ cdef class LiveRates:
     cdef int64_t* reached  # resources reached, to clear `seen`
     cdef _Scratch scratch
     cdef public int64_t components_solved  # components filled (a counter for the benchmarks)
+    cdef public bint scan_entries  # solve as session 21 did (the routes sorted by qsort, each round of the filling
+    # scanning every live entry: _rounds_scanning) - the same floats; for side-by-side timing
 
     def __cinit__(self, double[::1] capacity, double contention):
         cdef Py_ssize_t q
@@ -206,7 +208,10 @@ cdef class LiveRates:
                                 num_walk += 1
             if not m:
                 continue  # nothing moves there now
-            qsort(self.comp, m, sizeof(int64_t), _ascending)
+            if self.scan_entries:
+                qsort(self.comp, m, sizeof(int64_t), _ascending)
+            else:
+                _sort_ids(self.comp, m, self.mult)  # the same order; `mult` is filled below
             for k in range(m):
                 r = self.comp[k]
                 self.in_comp[r] = 0
@@ -215,7 +220,7 @@ cdef class LiveRates:
                 _scratch_alloc(&self.scratch, max(entries, 2 * self.scratch.entries), self.num_resources,
                                max(m, 2 * self.scratch.routes))
             _fill(self.comp, self.mult, m, &ptr[0], &res[0], &w[0], &self.capacity[0], self.contention,
-                  &self.scratch, self.filled)
+                  &self.scratch, self.filled, self.scan_entries)
             for k in range(m):
                 self.rate[self.comp[k]] = self.filled[k]
             self.components_solved += 1
