@@ -226,8 +226,9 @@ cdef class LiveRates:
             self.components_solved += 1
         for i in range(num_reached):
             self.seen[self.reached[i]] = 0
-        if self.num_known > 2 * self.num_live + 4096:
-            self._compact()
+        if self.num_known > (2 * self.num_live + 4096 if self.scan_entries else
+                             self.num_live + (self.num_live >> 3) + 256):
+            self._compact()  # the walks above step over the listed routes no flow moves on: keep them few
 
     cdef int _list(self, int64_t r, const int64_t[::1] ptr, const int64_t[::1] res) except -1:
         cdef Py_ssize_t e
