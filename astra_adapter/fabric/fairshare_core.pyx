@@ -10,7 +10,7 @@ loads) and fills each component on its own: :meth:`astra_adapter.fabric.flows.Fl
 distinct moving routes in ascending order (each weighted by its multiplicity, its loads in path order), the
 contention-scaled capacities, then progressive filling, each round summing every resource's load over the same
 live entries in the same order, the same division, minimum, subtraction and threshold, the flows crossing a
-saturated resource frozen and their entries dropped. So each component's rates are, bit for bit, what the numpy
+saturated resource frozen and their entries dropped (walked by resource: fairshare_fill.pxi). So each component's rates are, bit for bit, what the numpy
 solve gives for that component's flows alone (``tests/test_fabric_rates_compiled.py`` checks it); built with
 ``-ffp-contract=off`` so that no ``a - b * c`` becomes a fused multiply-add.
 
