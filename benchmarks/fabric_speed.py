@@ -14,8 +14,8 @@ the problem's size: ranks, trace nodes, the flows the model plays per draw, link
 ``--in-process`` also runs the estimate in this process with the trace read and the model timed apart, and
 counts the flows (one play's worth: every op's schedule steps).
 
-``--play flat,flat-walk,flat-one,flat-numpy,reference`` instead plays one draw (``--draw K`` of the ECMP hash,
--1: the expected share) in this process on each engine in turn, side by side, each under a CPU-time cap
+``--play flat,flat-scan,flat-walk,flat-one,flat-numpy,reference`` instead plays one draw (``--draw K`` of the
+ECMP hash, -1: the expected share) in this process on each engine in turn, side by side, each under a CPU-time cap
 (``--cpu-cap S``): the ET read and the trace's compile timed apart, then per engine its CPU and wall time, the
 load average, the events and max-min solves it ran, and the iteration - or, stopped at the cap, how many of the
 trace's nodes it had done.
@@ -126,6 +126,12 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
     class OneSolveFlatFlowEngine(FlatFlowEngine):
         by_component = False  # the compiled solve of every moving flow at once (before the per-component solve)
 
+    def scanning(net):  # the flat engine with session 21's solve: qsort, each filling round scanning every entry
+        engine = FlatFlowEngine(net)
+        if engine._live is not None:
+            engine._live.scan_entries = True
+        return engine
+
     class Stop(Exception):
         pass
 
@@ -135,7 +141,7 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
     signal.signal(signal.SIGXCPU, stop)
     for name in engines:
         engine = {"flat": FlatFlowEngine, "flat-walk": WalkFlatFlowEngine, "flat-one": OneSolveFlatFlowEngine,
-                  "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](net)
+                  "flat-scan": scanning, "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](net)
         player = FabricPlayer(trace, engine, compiled)
         events = [0]
         advance = player.advance
@@ -201,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the trace read and the model apart in this process, and count the flows")
     parser.add_argument("--ecmp-samples", type=int, help="in process: ECMP hash draws (default: the CLI's)")
     parser.add_argument("--play", help="instead: one play in process on these engines, side by side "
-                        "(comma-separated: flat, flat-walk: its solve walking every moving flow, "
+                        "(comma-separated: flat, flat-scan: its filling scanning every entry each round, "
+                        "flat-walk: its solve walking every moving flow, "
                         "flat-one: its compiled solve not per component, "
                         "flat-numpy: its solve not compiled, reference)")
     parser.add_argument("--draw", type=int, default=0, help="--play: the ECMP hash draw (-1: the expected share)")

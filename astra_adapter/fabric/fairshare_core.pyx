@@ -10,7 +10,7 @@ loads) and fills each component on its own: :meth:`astra_adapter.fabric.flows.Fl
 distinct moving routes in ascending order (each weighted by its multiplicity, its loads in path order), the
 contention-scaled capacities, then progressive filling, each round summing every resource's load over the same
 live entries in the same order, the same division, minimum, subtraction and threshold, the flows crossing a
-saturated resource frozen and their entries dropped. So each component's rates are, bit for bit, what the numpy
+saturated resource frozen and their entries dropped (walked by resource: fairshare_fill.pxi). So each component's rates are, bit for bit, what the numpy
 solve gives for that component's flows alone (``tests/test_fabric_rates_compiled.py`` checks it); built with
 ``-ffp-contract=off`` so that no ``a - b * c`` becomes a fused multiply-add.
 
@@ -28,7 +28,7 @@ ring moves, so a flow's end re-solves its group's few dozen flows instead of eve
 """
 
 from libc.stdlib cimport malloc, calloc, realloc, free, qsort
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
 
@@ -60,6 +60,13 @@ cdef struct _Scratch:  # progressive filling's working space: per incidence entr
     char* saturated
     Py_ssize_t* used
     char* moving
+    Py_ssize_t* entry_at  # _fill_by_resource: per resource, its entries ascending (CSR by `first_at`..`end_at`)
+    Py_ssize_t* first_at  # per resource: its first place in `entry_at`
+    Py_ssize_t* end_at  # per resource: one past its last live entry in `entry_at`
+    Py_ssize_t* degree  # per resource: entries on it (zero between calls)
+    char* touched  # per resource: lost a live entry this round (zero between calls)
+    Py_ssize_t* touched_list
+    Py_ssize_t* route_first  # per route and one more: its first incidence entry
     Py_ssize_t entries
     Py_ssize_t resources
     Py_ssize_t routes
@@ -75,6 +82,13 @@ cdef void _scratch_free(_Scratch* s) noexcept:
     free(s.saturated)
     free(s.used)
     free(s.moving)
+    free(s.entry_at)
+    free(s.first_at)
+    free(s.end_at)
+    free(s.degree)
+    free(s.touched)
+    free(s.touched_list)
+    free(s.route_first)
     memset(s, 0, sizeof(_Scratch))
 
 
@@ -92,22 +106,33 @@ cdef int _scratch_alloc(_Scratch* s, Py_ssize_t entries, Py_ssize_t resources, P
     s.saturated = <char*>calloc(resources, 1)
     s.used = <Py_ssize_t*>malloc(resources * sizeof(Py_ssize_t))
     s.moving = <char*>calloc(routes, 1)
+    s.entry_at = <Py_ssize_t*>malloc(entries * sizeof(Py_ssize_t))
+    s.first_at = <Py_ssize_t*>malloc(resources * sizeof(Py_ssize_t))
+    s.end_at = <Py_ssize_t*>malloc(resources * sizeof(Py_ssize_t))
+    s.degree = <Py_ssize_t*>calloc(resources, sizeof(Py_ssize_t))
+    s.touched = <char*>calloc(resources, 1)
+    s.touched_list = <Py_ssize_t*>malloc(resources * sizeof(Py_ssize_t))
+    s.route_first = <Py_ssize_t*>malloc((routes + 1) * sizeof(Py_ssize_t))
     s.entries, s.resources, s.routes = entries, resources, routes
     if not (s.flow_of and s.res_of and s.weight and s.cap and s.residual and s.load and s.saturated and s.used
-            and s.moving):
+            and s.moving and s.entry_at and s.first_at and s.end_at and s.degree and s.touched and s.touched_list
+            and s.route_first):
         _scratch_free(s)
         raise MemoryError()
     return 0
 
 
 cdef void _fill(const int64_t* ids, const int64_t* mult, Py_ssize_t m, const int64_t* ptr, const int64_t* res,
-                const double* w, const double* capacity, double contention, _Scratch* s, double* out) noexcept:
+                const double* w, const double* capacity, double contention, _Scratch* s, double* out,
+                bint scan_entries) noexcept:
     """The max-min rates ``out[i]`` of one flow on route ``ids[i]`` (``ids`` ascending, ``mult[i]`` flows on it):
     the incidence route by route in path order, each load times the route's multiplicity, the contention-scaled
-    capacities, then progressive filling (fairshare.max_min_rates_compacting, operation for operation)."""
-    cdef Py_ssize_t i, j, e, u, m2, entries = 0, live, num_used, still
+    capacities, then progressive filling (fairshare.max_min_rates_compacting, operation for operation): its rounds
+    by resource (_rounds_by_resource, fairshare_fill.pxi), or ``scan_entries``: each round scanning every live
+    entry (_rounds_scanning, as the numpy code does; session 21's fill) - the same floats either way."""
+    cdef Py_ssize_t i, j, e, entries = 0
     cdef int64_t r, q
-    cdef double delta, quotient, left, x
+    cdef double x
     cdef Py_ssize_t* flow_of = s.flow_of
     cdef int64_t* res_of = s.res_of
     cdef double* weight = s.weight
@@ -115,16 +140,17 @@ cdef void _fill(const int64_t* ids, const int64_t* mult, Py_ssize_t m, const int
     cdef double* residual = s.residual
     cdef double* load = s.load
     cdef char* saturated = s.saturated
-    cdef Py_ssize_t* used = s.used
     cdef char* moving = s.moving
     for i in range(m):
         out[i] = 0
+        s.route_first[i] = entries
         r = ids[i]
         for e in range(ptr[r], ptr[r + 1]):
             flow_of[entries] = i
             res_of[entries] = res[e]
             weight[entries] = w[e] * <double>mult[i]
             entries += 1
+    s.route_first[m] = entries
     for j in range(entries):
         q = res_of[j]
         cap[q] = capacity[q]
@@ -146,6 +172,30 @@ cdef void _fill(const int64_t* ids, const int64_t* mult, Py_ssize_t m, const int
         residual[res_of[j]] = cap[res_of[j]]
     for i in range(m):
         moving[i] = 1
+    if scan_entries:
+        _rounds_scanning(s, m, entries, out)
+    else:
+        _rounds_by_resource(s, m, entries, out)
+    for i in range(m):
+        moving[i] = 0
+
+
+cdef void _rounds_scanning(_Scratch* s, Py_ssize_t m, Py_ssize_t entries, double* out) noexcept:
+    """Progressive filling's rounds on the prepared incidence (every flow moving), each round summing every
+    resource's load over all live entries and dropping the frozen flows' entries after it (as
+    fairshare.max_min_rates_compacting)."""
+    cdef Py_ssize_t i, j, u, m2, live, num_used, still
+    cdef int64_t q
+    cdef double delta, quotient, left
+    cdef Py_ssize_t* flow_of = s.flow_of
+    cdef int64_t* res_of = s.res_of
+    cdef double* weight = s.weight
+    cdef double* cap = s.cap
+    cdef double* residual = s.residual
+    cdef double* load = s.load
+    cdef char* saturated = s.saturated
+    cdef Py_ssize_t* used = s.used
+    cdef char* moving = s.moving
     live = entries
     still = m
     while still > 0:
@@ -196,8 +246,7 @@ cdef void _fill(const int64_t* ids, const int64_t* mult, Py_ssize_t m, const int
         live = m2
         for u in range(num_used):
             saturated[used[u]] = 0
-    for i in range(m):
-        moving[i] = 0
+
 
 
 cdef class MovingRates:
@@ -214,6 +263,7 @@ cdef class MovingRates:
     cdef readonly bint by_component  # False: one solve of every moving route, every call (the numpy path's floats)
     cdef public int64_t components_solved  # components filled (counters for the benchmarks)
     cdef public int64_t components_kept  # components whose last rates were kept
+    cdef public bint scan_entries  # fill each round scanning every live entry (_rounds_scanning; the same floats)
 
     def __init__(self, double[::1] capacity, double contention, bint by_component=True):
         self.capacity = capacity.copy()
@@ -383,7 +433,7 @@ cdef class MovingRates:
                 for i in range(a, b):
                     mult[i - a] = count[slot[sorted_ids[i - a]]]
                 _fill(sorted_ids, mult, b - a, &ptr[0], &res[0], &w[0], &self.capacity[0], self.contention, &scratch,
-                      filled)
+                      filled, self.scan_entries)
                 for i in range(a, b):
                     per_route[slot[sorted_ids[i - a]]] = filled[i - a]
             for f in range(n):
@@ -454,4 +504,5 @@ def move_flows(double[::1] left, const double[::1] rate, unsigned char[::1] acti
     return counts_out
 
 
+include "fairshare_fill.pxi"
 include "fairshare_live.pxi"

@@ -44,6 +44,8 @@ cdef class LiveRates:
     cdef int64_t* reached  # resources reached, to clear `seen`
     cdef _Scratch scratch
     cdef public int64_t components_solved  # components filled (a counter for the benchmarks)
+    cdef public bint scan_entries  # solve as session 21 did (the routes sorted by qsort, each round of the filling
+    # scanning every live entry: _rounds_scanning) - the same floats; for side-by-side timing
 
     def __cinit__(self, double[::1] capacity, double contention):
         cdef Py_ssize_t q
@@ -206,7 +208,10 @@ cdef class LiveRates:
                                 num_walk += 1
             if not m:
                 continue  # nothing moves there now
-            qsort(self.comp, m, sizeof(int64_t), _ascending)
+            if self.scan_entries:
+                qsort(self.comp, m, sizeof(int64_t), _ascending)
+            else:
+                _sort_ids(self.comp, m, self.mult)  # the same order; `mult` is filled below
             for k in range(m):
                 r = self.comp[k]
                 self.in_comp[r] = 0
@@ -215,14 +220,15 @@ cdef class LiveRates:
                 _scratch_alloc(&self.scratch, max(entries, 2 * self.scratch.entries), self.num_resources,
                                max(m, 2 * self.scratch.routes))
             _fill(self.comp, self.mult, m, &ptr[0], &res[0], &w[0], &self.capacity[0], self.contention,
-                  &self.scratch, self.filled)
+                  &self.scratch, self.filled, self.scan_entries)
             for k in range(m):
                 self.rate[self.comp[k]] = self.filled[k]
             self.components_solved += 1
         for i in range(num_reached):
             self.seen[self.reached[i]] = 0
-        if self.num_known > 2 * self.num_live + 4096:
-            self._compact()
+        if self.num_known > (2 * self.num_live + 4096 if self.scan_entries else
+                             self.num_live + (self.num_live >> 3) + 256):
+            self._compact()  # the walks above step over the listed routes no flow moves on: keep them few
 
     cdef int _list(self, int64_t r, const int64_t[::1] ptr, const int64_t[::1] res) except -1:
         cdef Py_ssize_t e
