@@ -214,6 +214,24 @@ def test_the_ack_lane_carries_the_pure_acks_and_only_them(state_dir: Path) -> No
     assert _ours() == []
 
 
+def test_a_refused_u32_message_raises(state_dir: Path) -> None:
+    """The ACK lane's u32 table and filters go in as raw messages (netlink.backend._add_u32) that ask for an ACK:
+    a kernel NACK - here table 2: made again, NLM_F_EXCL - raises, nothing is swallowed."""
+    import errno
+
+    from genie.testbed.netlink import NetlinkBackend
+    from genie.testbed.netlink.backend import ACK_TABLE, _add_u32
+
+    info = _up(topology=star(2, shape=LinkShape(rate_bps=200 * 10**6)), suffix="nack")
+    h0 = info.hosts[0]
+    with NetlinkBackend() as backend:
+        with pytest.raises(Exception) as refused:
+            _add_u32(backend._ipr(h0.netns), backend._index(h0.netns, "eth0"), ACK_TABLE, [("TCA_U32_DIVISOR", 1)])
+    assert getattr(refused.value, "code", None) == errno.EEXIST, refused.value
+    service.down(info.name)
+    assert _ours() == []
+
+
 def test_small_data_segments_pass_the_ack_gate_into_the_data_class(state_dir: Path) -> None:
     """Segments under 128 bytes pass the ACK lane's gate into its filters; those that carry data, however
     little, are no pure ACKs and go to the data class 1:1 (the gate's own class), never to the lane."""

@@ -1,4 +1,5 @@
-# Included by fairshare_core.pyx (one extension): progressive filling's rounds walked by resource.
+# Included by fairshare_core.pyx (one extension): progressive filling's rounds, scanning every entry (session 21's)
+# or walked by resource (the default).
 #
 # _rounds_scanning (the numpy code's way, operation for operation) spends every round on every live incidence
 # entry: it zeroes and re-sums every resource's load, lists the loaded resources, adds the round's increment to
@@ -15,6 +16,74 @@
 #   - the flows frozen are those with an entry on a resource that saturated this round (found through that
 #     resource's entries, not a scan of all).
 # Each round then costs the loaded resources plus the entries of the flows that froze.
+
+
+cdef void _rounds_scanning(_Scratch* s, Py_ssize_t m, Py_ssize_t entries, double* out) noexcept:
+    """Progressive filling's rounds on the prepared incidence (every flow moving), each round summing every
+    resource's load over all live entries and dropping the frozen flows' entries after it (as
+    fairshare.max_min_rates_compacting)."""
+    cdef Py_ssize_t i, j, u, m2, live, num_used, still
+    cdef int64_t q
+    cdef double delta, quotient, left
+    cdef Py_ssize_t* flow_of = s.flow_of
+    cdef int64_t* res_of = s.res_of
+    cdef double* weight = s.weight
+    cdef double* cap = s.cap
+    cdef double* residual = s.residual
+    cdef double* load = s.load
+    cdef char* saturated = s.saturated
+    cdef Py_ssize_t* used = s.used
+    cdef char* moving = s.moving
+    live = entries
+    still = m
+    while still > 0:
+        for j in range(live):
+            load[res_of[j]] = 0
+        for j in range(live):
+            load[res_of[j]] += weight[j]
+        num_used = 0
+        for j in range(live):
+            q = res_of[j]
+            if load[q] > 0 and not saturated[q]:  # `saturated` marks the resources listed this round
+                saturated[q] = 1
+                used[num_used] = q
+                num_used += 1
+        if num_used == 0:
+            for i in range(m):
+                if moving[i]:
+                    out[i] = INFINITY  # crosses nothing loaded: unbounded
+            break
+        delta = residual[used[0]] / load[used[0]]
+        for u in range(1, num_used):
+            quotient = residual[used[u]] / load[used[u]]
+            if quotient < delta:
+                delta = quotient
+        for i in range(m):
+            if moving[i]:
+                out[i] += delta
+        for u in range(num_used):
+            q = used[u]
+            left = residual[q] - delta * load[q]
+            if left <= _REL_EPS * cap[q]:
+                left = 0
+                saturated[q] = 2
+            else:
+                saturated[q] = 0
+            residual[q] = left
+        for j in range(live):  # the flows crossing a saturated resource
+            if saturated[res_of[j]] == 2 and moving[flow_of[j]]:
+                moving[flow_of[j]] = 0
+                still -= 1
+        m2 = 0
+        for j in range(live):
+            if moving[flow_of[j]]:
+                flow_of[m2] = flow_of[j]
+                res_of[m2] = res_of[j]
+                weight[m2] = weight[j]
+                m2 += 1
+        live = m2
+        for u in range(num_used):
+            saturated[used[u]] = 0
 
 
 cdef void _rounds_by_resource(_Scratch* s, Py_ssize_t m, Py_ssize_t entries, double* out) noexcept:

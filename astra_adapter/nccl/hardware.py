@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from genie.collectives.tuner import RING_MAX_CHANNELS as _RING_MAX_CHANNELS, SPEEDS_INTER_GBPS as _SPEEDS_INTER
 from genie.collectives.tuner import search_channels as _search  # one rule: NCCL's ring search
 from genie.core.errors import InputError, parse_enum_value
 from genie.core.topology import LinkRole, Topology
@@ -82,12 +83,11 @@ _GPU_CC = (("GB200", 100), ("B200", 100), ("B100", 100), ("RTX PRO 6000", 120), 
            ("3090", 86), ("3080", 86), ("3070", 86), ("3060", 86), ("A16", 86), ("A2", 86), ("V100", 70),
            ("TITAN V", 70), ("T4", 75), ("RTX 20", 75), ("2080", 75), ("P100", 60))
 
-# NCCL's per-channel speed candidates (GB/s): one node / with a network; Hopper and later have their own
+# NCCL's per-channel speed candidates (GB/s): one node / with a network (the tuner's: _SPEEDS_INTER);
+# Hopper and later have their own
 _SPEEDS_INTRA = (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3)
-_SPEEDS_INTER = (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12)
 _SM90_SPEEDS_INTRA = (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3)
 _SM90_SPEEDS_INTER = (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12)
-_RING_MAX_CHANNELS = MAX_CHANNELS // 2
 
 
 def compute_capability(gpu: str) -> int | None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Sequence
 
-from genie.collectives.tuner import estimated_times
+from genie.collectives.tuner import DEFAULT_NET_GBPS, estimated_times
 from genie.core.collective import Algorithm, Collective
 
 from benchmarks.peers.report import GENIE, GLOO, MPI, PEERS, Row, find, format_size, shape_label
@@ -121,7 +121,7 @@ def nccl_protocol(collective: Collective, algorithm: Algorithm, size_bytes: int,
         return "Simple"
     if algorithm is not Algorithm.RING:
         return "-"
-    times = estimated_times(size_bytes, ranks, net_GBps) if net_GBps else estimated_times(size_bytes, ranks)
+    times = estimated_times(size_bytes, ranks, net_GBps or DEFAULT_NET_GBPS)
     return "LL" if times.ring_ll_us < times.ring_simple_us else "Simple"
 
 
@@ -130,9 +130,10 @@ def nccl_reason(collective: Collective, size_bytes: int, ranks: int, net_GBps: f
     estimates; '' for other collectives (genie's choice there is not NCCL's tuner's)."""
     if collective not in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER) or ranks < 2:
         return ""
-    t = estimated_times(size_bytes, ranks, net_GBps) if net_GBps else estimated_times(size_bytes, ranks)
-    return (f"NCCL's tuner at {net_GBps * 8:g} Gbit/s" if net_GBps else "NCCL's tuner at 10 Gbit/s (unknown rate)") + (
-        f": ring/LL {t.ring_ll_us:.1f}, ring/Simple {t.ring_simple_us:.1f}, PAT {t.pat_us:.1f} us")
+    t = estimated_times(size_bytes, ranks, net_GBps or DEFAULT_NET_GBPS)
+    rate = f"{net_GBps * 8:g} Gbit/s" if net_GBps else f"{DEFAULT_NET_GBPS * 8:g} Gbit/s (unknown rate)"
+    return (f"NCCL's tuner at {rate}: ring/LL {t.ring_ll_us:.1f}, ring/Simple {t.ring_simple_us:.1f}, "
+            f"PAT {t.pat_us:.1f} us")
 
 
 @dataclass(frozen=True)
