@@ -150,7 +150,6 @@ class FlowEngine:
         self.capacity = np.array([r.rate_bps * params.efficiency_of(r.link_class) / 8e9
                                   for r in network.resources])  # bytes per ns
         self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
-        self._injects: dict[int, np.ndarray] = {}  # per step (id), its flows' senders' link rates
         self._route_ptr = np.zeros(1, dtype=np.int64)  # the routes' loads as CSR (:meth:`_route_table`)
         self._route_res = np.zeros(0, dtype=np.int64)
         self._route_w = np.zeros(0)
@@ -195,8 +194,7 @@ class FlowEngine:
 
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         if self.params.ring_chains and ring_like(steps):
-            ring = self.ring_op(steps, self._send_buffers(steps[0].routes),
-                                self._inject_rates(steps[0]) if self.queues is not None else None)
+            ring = self.ring_op(steps, self._send_buffers(steps[0].routes))
             self._begin_chunks(ring)
             self.ops.append(ring)
             return ring  # type: ignore[return-value]  # what the engine reads of an op (chains.RingOp)
@@ -213,21 +211,6 @@ class FlowEngine:
             rate = self.network.resources[route.loads[0][0]].rate_bps if route.loads else 0
             out.append(send_buffer_bytes(rate, 2 * route.delay_ns / 1000) * WIRE_BYTES_PER_PAYLOAD_BYTE)
         return np.array(out)
-
-    def _inject_rates(self, step: StepFlows) -> np.ndarray:
-        """Per flow of ``step``, the rate (bytes/ns) its sender's own link puts its bytes on the wire: the link out
-        of the sender's host on its route (infinite where it has none, a loopback): how fast a ring's connection
-        refills its queue after a step's gap (:meth:`astra_adapter.fabric.chains.RingOp.standing_bytes`)."""
-        hit = self._injects.get(id(step))  # the engine's steps live as long as its plans
-        if hit is None:
-            out = []
-            for src, rid in zip(step.src.tolist(), step.routes.tolist()):
-                host = self.network.rank_hosts[src]
-                own = [r for r, _ in self.network.routes[rid].loads
-                       if self.network.resources[r].a == host != self.network.resources[r].b]
-                out.append(float(self.capacity[own[0]]) if own else np.inf)
-            hit = self._injects[id(step)] = np.array(out)
-        return hit
 
     def _begin_chunks(self, op: RingOp) -> None:
         """The connections of a ring-like op whose senders have their chunk's data start it; with standing
@@ -254,7 +237,7 @@ class FlowEngine:
         max-min rates they have now (None: no other op moves)."""
         assert self.queues is not None
         moving = [(o, rate) for o, rate in zip(self.ops, self._flow_rates()) if rate is not None]
-        in_flight = [(o.steps[o.step], o.active, o.standing_bytes() if isinstance(o, RingOp) else
+        in_flight = [(o.steps[o.step], o.active, o.remaining_bytes() if isinstance(o, RingOp) else
                       o.left + self.queues.later_bytes(o.steps, o.step)) for o, _ in moving if o is not op]
         if not in_flight:
             return None
