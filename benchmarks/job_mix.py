@@ -25,6 +25,9 @@ replay, and a what-if at 256 hosts (run by hand; the testbed parts as root; not 
 
 ``ops`` takes ``--flow-contention C``: the model played with that flow contention instead of none (what a
 calibration's fitted contention would add, op by op; benchmarks/README.md "Job mixes", session 22).
+``evaluate``, ``ops`` and ``scale`` take ``--no-htb-credit``: the model without the links' HTB buckets
+(astra_adapter/fabric/credit.py; on by default where the topology's testbed has bucket links, as in
+`genie estimate --jobs`).
 """
 
 from __future__ import annotations

@@ -173,3 +173,11 @@ def test_random_concurrent_collectives_with_the_credit_end_when_the_reference_sa
         assert run_concurrently(engine_for(network, params), ops) == want  # bit for bit
         credited += want != run_concurrently(FlowEngine(network, replace(params, htb_credit=False)), ops)
     assert credited
+
+
+def test_a_mix_estimate_plays_the_credit_where_the_topologys_testbed_has_bucket_links() -> None:
+    from genie.services.mix import _bucket_links
+
+    assert _bucket_links(MIX_TOPOLOGY)  # rate-only links: HTB buckets alone (--links bucket)
+    delayed = leaf_spine(2, 2, 1, shape=LinkShape(rate_bps=GBIT, delay_us=50.0))
+    assert not _bucket_links(delayed)  # a delay: netem on the path, the wire model (no burst at once)
