@@ -25,6 +25,9 @@ replay, and a what-if at 256 hosts (run by hand; the testbed parts as root; not 
 
 ``ops`` takes ``--flow-contention C``: the model played with that flow contention instead of none (what a
 calibration's fitted contention would add, op by op; benchmarks/README.md "Job mixes", session 22).
+``evaluate``, ``ops`` and ``scale`` take ``--no-htb-credit``: the model without the links' HTB buckets
+(astra_adapter/fabric/credit.py; on by default where the topology's testbed has bucket links, as in
+`genie estimate --jobs`).
 """
 
 from __future__ import annotations
@@ -98,16 +101,17 @@ def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
 
 
 def _compare(out: Path, name: str, placement: str, placed: Path, replay, calibration: Path,
-             replay_dir: Path, standing_queues: bool = True) -> list[dict]:
+             replay_dir: Path, standing_queues: bool = True, htb_credit: bool | None = None) -> list[dict]:
     """One placement's rows: the mix estimated on the replay's own paths and on 8 hash draws, against it."""
     from genie.services.mix import MixEstimateRequest, run_mix_estimate
 
     rows = []
     est = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
                                               replay=replay_dir, standing_queues=standing_queues,
+                                              htb_credit=htb_credit,
                                               out=out / f"estimate-{name}-{placement}"))
     ahead = run_mix_estimate(MixEstimateRequest(placed, OVERSUB, calibration=calibration,
-                                                standing_queues=standing_queues,
+                                                standing_queues=standing_queues, htb_credit=htb_credit,
                                                 out=out / f"estimate-draws-{name}-{placement}"))
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     for measured, estimated, drawn in zip(replay.jobs, est.estimates[0].jobs, ahead.estimates[0].jobs):
@@ -129,7 +133,7 @@ def _compare(out: Path, name: str, placement: str, placed: Path, replay, calibra
     return rows
 
 
-def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True) -> None:
+def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True, htb_credit: bool | None = None) -> None:
     """Re-estimate every mix replay of an accuracy run directory with another fabric calibration (no testbed)."""
     from genie.measure.mix import JobComparison
 
@@ -146,7 +150,7 @@ def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True) -> 
                          for j in doc["jobs"])
             replay = type("Replay", (), {"jobs": jobs})
             rows += _compare(out / "evaluate", name, placement, _with_placement(mix, placement), replay, calibration,
-                             replay_dir, standing_queues)
+                             replay_dir, standing_queues, htb_credit)
     (out / "evaluate.json").write_text(json.dumps(rows, indent=2) + "\n")
     _ranking(rows)
 
@@ -219,12 +223,13 @@ def _ranking(rows: list[dict]) -> None:
                   f"{'equal' if est == meas else 'DIFFERENT'}")
 
 
-def run_scale(out: Path, standing_queues: bool = True, workers: int | None = None) -> None:
+def run_scale(out: Path, standing_queues: bool = True, workers: int | None = None, htb_credit: bool = True) -> None:
     """4 jobs x 64 ranks on 256 hosts through the fabric model alone, three placements ranked; ``workers``
     processes estimate the placements at once (as `genie estimate --placements` does; default the CPUs, 1: one
     after the other, each timed)."""
     import resource
 
+    from astra_adapter.fabric.flows import FabricParams
     from astra_adapter.fabric.mix import estimate_mix, estimate_mixes, format_ranking, rank_placements
     from genie.core.topology import LinkShape
     from genie.services.mix import parse_placements, place_mix, read_mix
@@ -245,7 +250,8 @@ def run_scale(out: Path, standing_queues: bool = True, workers: int | None = Non
     calls = []
     for placement in parse_placements(("packed,spread,random:1",)):
         placed = place_mix(mix, traces, topology, placement)
-        calls.append(((list(traces), placed.names, placed.slots, placed.offsets_ns, placed.iterations, topology),
+        calls.append(((list(traces), placed.names, placed.slots, placed.offsets_ns, placed.iterations, topology,
+                       FabricParams(htb_credit=htb_credit)),
                       {"placement": placed.placement, "ecmp_samples": 0, "standing_queues": standing_queues}))
     if workers == 1:
         estimates = []
@@ -276,6 +282,8 @@ def main() -> None:
     ev.add_argument("out", type=Path)
     ev.add_argument("--calibration", type=Path, required=True)
     ev.add_argument("--no-standing-queues", action="store_true", help="the rates alone")
+    ev.add_argument("--no-htb-credit", action="store_true", help="the links' HTB buckets not played (default: "
+                    "played where the topology's testbed has bucket links, as genie estimate --jobs)")
     fit = sub.add_parser("fit")
     fit.add_argument("out", type=Path)
     fit.add_argument("sweeps", type=Path, nargs="+")
@@ -287,27 +295,31 @@ def main() -> None:
     ops.add_argument("job")
     ops.add_argument("--flow-contention", type=float, default=None, help="the model with this flow contention "
                      "(a mix's estimate plays with none)")
+    ops.add_argument("--no-htb-credit", action="store_true", help="the links' HTB buckets not played "
+                     "(fabric/credit.py; a mix's estimate plays them on bucket links)")
     scale = sub.add_parser("scale")
     scale.add_argument("--out", type=Path, default=Path("/tmp/job-mix-scale"))
     scale.add_argument("--no-standing-queues", action="store_true", help="the rates alone (genie estimate --jobs "
                        "--no-standing-queues)")
     scale.add_argument("--workers", type=int, default=None, help="processes estimating the placements at once "
                        "(default: the CPUs; 1: one after the other, each timed)")
+    scale.add_argument("--no-htb-credit", action="store_true", help="the links' HTB buckets not played "
+                       "(fabric/credit.py; its 100 Gbit/s links have none either way)")
     args = parser.parse_args()
     if args.what == "accuracy":
         globals()["TESTBED"] = args.testbed  # the name every part of the run uses
         run_accuracy(args.out, args.iterations, args.time_dilation)
     elif args.what == "evaluate":
-        run_evaluate(args.out, args.calibration, not args.no_standing_queues)
+        run_evaluate(args.out, args.calibration, not args.no_standing_queues, False if args.no_htb_credit else None)
     elif args.what == "ops":
         from benchmarks.job_mix_ops import format_job_ops, job_ops
 
-        for part in job_ops(args.out, args.scenario, args.placement, args.job, args.flow_contention):
+        for part in job_ops(args.out, args.scenario, args.placement, args.job, args.flow_contention, not args.no_htb_credit):
             print(format_job_ops(part))
     elif args.what == "fit":
         _calibrate(tuple(args.sweeps), args.out)
     else:
-        run_scale(args.out, not args.no_standing_queues, args.workers)
+        run_scale(args.out, not args.no_standing_queues, args.workers, not args.no_htb_credit)
 
 
 if __name__ == "__main__":

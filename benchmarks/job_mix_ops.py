@@ -75,7 +75,7 @@ def _replay_spans(path: Path, together: bool) -> tuple[dict[tuple[int, int], flo
 
 
 def job_ops(run_dir: Path, scenario: str, placement: str, job: str,
-            flow_contention: float | None = None) -> tuple[JobOps, JobOps]:
+            flow_contention: float | None = None, htb_credit: bool = True) -> tuple[JobOps, JobOps]:
     """The job's ops alone and in the mix of one saved accuracy run (``run_dir`` as `job_mix.py accuracy`
     writes it, with its calibration; with ``flow_contention``, played with that flow contention instead of none,
     :func:`astra_adapter.fabric.mix.mix_play_params`)."""
@@ -96,7 +96,8 @@ def job_ops(run_dir: Path, scenario: str, placement: str, job: str,
     placed = place_mix(mix, traces, topology)
     traced = replay_paths(replay_dir, placed)
     params, _, _ = load_fabric_params(run_dir / "calibration")
-    params = mix_play_params(params)  # as estimate_mix plays it
+    # as estimate_mix plays it (the credit: on, the oversubscribed leaf-spine's testbed has bucket links)
+    params = replace(mix_play_params(params), htb_credit=htb_credit)
     if flow_contention is not None:
         params = replace(params, flow_contention=flow_contention)
     network = FabricNetwork(topology, source=str(OVERSUB))

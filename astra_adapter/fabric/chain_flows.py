@@ -165,6 +165,11 @@ class ChainFlowEngine(FlowEngine):
                 self._advance_lock_step(op, rate, dt_ns)
                 if op.done or was != (op.step, op.latency_ns > 0, op.active_count):
                     changed.add(id(op))
+        self._credit_advance(dt_ns)
+
+    def _capacity_changed(self) -> None:
+        if self._compiled is not None:
+            self._compiled.set_capacity(self.capacity)
 
     # ---- rates ----------------------------------------------------------------------------------------
     def _moving(self) -> tuple[list[FabricOp], list]:
@@ -174,7 +179,7 @@ class ChainFlowEngine(FlowEngine):
         moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active_count]
         if not moving:
             return moving, [None, None]
-        key = (tuple(id(op.steps[op.step]) for op in moving),
+        key = (self._mode_key, tuple(id(op.steps[op.step]) for op in moving),
                np.concatenate([op.active for op in moving]).tobytes())
         hit = self._moving_rates.get(key)
         if hit is None:
@@ -208,8 +213,22 @@ class ChainFlowEngine(FlowEngine):
             a = b
         return out
 
+    def _credit_horizon_ns(self, rates: list) -> float:
+        """:meth:`FlowEngine._credit_horizon_ns` with the load kept with the moving set's rates (a function of it
+        and the modes, as they are)."""
+        moving, hit = self._moving()
+        if not moving:
+            self._credit_load = None
+        else:
+            if len(hit) < 3:
+                hit.append(self._load_of(np.concatenate([op.steps[op.step].routes[op.active] for op in moving]),
+                                         np.concatenate([r[op.active] for op, r in zip(moving, hit[0])])))
+            self._credit_load = hit[2]
+        assert self.credit is not None
+        return self.credit.horizon_ns(self._credit_load)
+
     def _flow_rates(self) -> list[np.ndarray | None]:
-        moving, (rates, _) = self._moving()
+        moving, (rates, *_) = self._moving()
         if not moving:
             return [None] * len(self.ops)
         of = dict(zip(map(id, moving), rates))

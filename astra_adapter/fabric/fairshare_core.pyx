@@ -209,6 +209,12 @@ cdef class MovingRates:
         self.components_solved = 0
         self.components_kept = 0
 
+    def set_capacity(self, const double[::1] capacity):
+        """New capacities (HTB's credit: astra_adapter.fabric.credit); every component is solved again."""
+        self.capacity[:] = capacity
+        self.last_count[:] = 0
+        self.num_last = 0
+
     cdef void _grow(self, Py_ssize_t num_route_ids):
         cdef Py_ssize_t size = num_route_ids + 1024
         slot = np.full(size, -1, dtype=np.int64)

@@ -82,12 +82,16 @@ class FlatFlowEngine(FlowEngine):
         # the incremental solve where it applies (not with standing queues: their reads want per-flow rates)
         self._live = LiveRates(self.capacity, params.flow_contention) \
             if LiveRates is not None and self.compiled_solve and self.by_component and self.incremental \
-            and self.queues is None else None
+            and self.queues is None and self.credit is None else None
+        # with HTB's credit the capacities change as the buckets run dry: one solve of every moving flow (the
+        # reference's floats), told the capacities (_capacity_changed)
         self._compiled = self._live if self._live is not None else \
-            MovingRates(self.capacity, params.flow_contention, self.by_component) \
+            MovingRates(self.capacity, params.flow_contention, self.by_component and self.credit is None) \
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         self.solves = 0  # max-min solves run (the memo's misses)
+        self._rate_key: tuple = ()  # the memo key of the rates in self._rate
+        self._credit_loads: dict[tuple, np.ndarray | None] = {}  # with the credit: per rates' key, their load
         self._left = np.zeros(0)
         self._active = np.zeros(0, dtype=bool)
         self._done_below = np.zeros(0)
@@ -203,7 +207,7 @@ class FlatFlowEngine(FlowEngine):
             self._live.solve(ptr, res, w)
             self._rated = True
             return
-        key = (self._key_steps, self._active.tobytes())
+        key = self._rate_key = (self._mode_key, self._key_steps, self._active.tobytes())
         rate = self._moving_rates.get(key)
         if rate is None:
             self.solves += 1
@@ -217,6 +221,7 @@ class FlatFlowEngine(FlowEngine):
                 rate[self._active] = per_flow[np.searchsorted(unique, moving_routes)]
             if len(self._moving_rates) >= _MEMO_LIMIT:
                 self._moving_rates.clear()
+                self._credit_loads.clear()
             self._moving_rates[key] = rate
         self._rate = rate
         self._rated = True
@@ -227,9 +232,20 @@ class FlatFlowEngine(FlowEngine):
             self._lay_out()
         if self._flowing and not self._rated:
             self._rate_flows()  # also before a halt: the advance by 0 that follows moves the flows by 0
+        credit_ns = float("inf")
+        if self.credit is not None:  # the moving flows' load, summed as the reference sums it
+            if not self._flowing:
+                self._credit_load = None
+            else:  # a function of the moving set and the modes, as the rates (kept with them)
+                load = self._credit_loads.get(self._rate_key)
+                if load is None:
+                    load = self._credit_loads[self._rate_key] = self._load_of(self._routes[self._active],
+                                                                              self._rate[self._active])
+                self._credit_load = load
+            credit_ns = self.credit.horizon_ns(self._credit_load)
         if self._halted:
             return 0.0
-        best = min((op.latency_ns for op in self._waiting), default=float("inf"))
+        best = min(min((op.latency_ns for op in self._waiting), default=float("inf")), credit_ns)
         if self._flowing:
             active = self._active
             if self._live is not None:
@@ -241,7 +257,16 @@ class FlatFlowEngine(FlowEngine):
     def advance(self, dt_ns: float) -> None:
         if self.queues is not None:
             self._advance_in_order(dt_ns)
-            return
+        else:
+            self._advance_flows(dt_ns)
+        self._credit_advance(dt_ns)
+
+    def _capacity_changed(self) -> None:
+        self._rated = False
+        if self._compiled is not None:
+            self._compiled.set_capacity(self.capacity)
+
+    def _advance_flows(self, dt_ns: float) -> None:
         waiting, flowing, halted = self._waiting, self._flowing, self._halted
         for op in waiting:
             op.latency_ns -= dt_ns

@@ -29,6 +29,7 @@ from genie.core.tcp_window import send_buffer_bytes
 from genie.collectives.sends import SendStep, step_sends
 
 from astra_adapter.fabric.chains import RingOp, ring_like
+from astra_adapter.fabric.credit import LinkCredit, link_load
 from astra_adapter.fabric.fairshare import max_min_rates
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
 from astra_adapter.fabric.queues import StandingQueues
@@ -48,7 +49,9 @@ class FabricParams:
     queue lose throughput to drops and retransmissions as they multiply - the incast of an all-to-all; 0: none).
     ``standing_queues``: a step first waits behind the queues other ops' flows keep on saturated links
     (:mod:`astra_adapter.fabric.queues`). ``ring_chains``: a ring's ranks each on their own step, as the replay's
-    are (:mod:`astra_adapter.fabric.chains`), not in lock step.
+    are (:mod:`astra_adapter.fabric.chains`), not in lock step. ``htb_credit``: every link shaped below the
+    device's speed has the testbed's HTB buckets, played as a fluid (:mod:`astra_adapter.fabric.credit`): after an
+    idle spell it sends its ceil burst at once, then at 1.02 x its rate until its rate bucket is spent.
     """
 
     efficiency: tuple[tuple[LinkClass, float], ...] = ()
@@ -57,6 +60,7 @@ class FabricParams:
     flow_contention: float = 0.0
     standing_queues: bool = False
     ring_chains: bool = False
+    htb_credit: bool = False
 
     def efficiency_of(self, link_class: LinkClass) -> float:
         return dict(self.efficiency).get(link_class, 1.0)
@@ -148,7 +152,11 @@ class FlowEngine:
         self.params = params
         self.sends = sends or StepSends()
         self.capacity = np.array([r.rate_bps * params.efficiency_of(r.link_class) / 8e9
-                                  for r in network.resources])  # bytes per ns
+                                  for r in network.resources])  # bytes per ns (with the credit: now)
+        credit = LinkCredit(network, self.capacity) if params.htb_credit else None
+        self.credit = credit if credit else None  # the links' HTB buckets (None: off, or no link has them)
+        self._mode_key = b""  # the credit links' modes (the capacities), in every memo key of rates
+        self._credit_load: np.ndarray | None = None  # the load on each resource at the current rates (credit)
         self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
         self._route_ptr = np.zeros(1, dtype=np.int64)  # the routes' loads as CSR (:meth:`_route_table`)
         self._route_res = np.zeros(0, dtype=np.int64)
@@ -294,7 +302,7 @@ class FlowEngine:
         return res[ptr[rid]:ptr[rid + 1]], w[ptr[rid]:ptr[rid + 1]]
 
     def _solve(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        key = routes.tobytes()
+        key = self._mode_key + routes.tobytes()
         hit = self._rates.get(key)
         if hit is not None:
             return hit
@@ -316,13 +324,37 @@ class FlowEngine:
         hit = self._rates[key] = (unique, per_flow)
         return hit
 
+    # ---- HTB's credit (astra_adapter.fabric.credit) ------------------------------------------------------
+    def _credit_horizon_ns(self, rates: list) -> float:
+        """With the credit: the load of the moving flows at ``rates`` (per op, as :meth:`_flow_rates` gives
+        them) kept for :meth:`_credit_advance`, and the time until a bucket runs dry under it."""
+        assert self.credit is not None
+        parts = [(op.steps[op.step].routes[op.active], rate[op.active]) for op, rate in zip(self.ops, rates)
+                 if rate is not None]
+        self._credit_load = self._load_of(np.concatenate([p[0] for p in parts]),
+                                          np.concatenate([p[1] for p in parts])) if parts else None
+        return self.credit.horizon_ns(self._credit_load)
+
+    def _load_of(self, routes: np.ndarray, rates: np.ndarray) -> np.ndarray | None:
+        return link_load(routes, rates, self._route_table(len(self.network.routes) - 1), len(self.capacity))
+
+    def _credit_advance(self, dt_ns: float) -> None:
+        """The buckets ``dt_ns`` on at the load of the last horizon (every engine's advance ends with it); a mode
+        that changed changes the capacities, so the rates (memoised on the modes) are solved again."""
+        if self.credit is not None and self.credit.advance(self._credit_load, dt_ns):
+            self._mode_key = self.credit.key
+            self._capacity_changed()
+
+    def _capacity_changed(self) -> None:
+        """A hook for engines that keep a copy of the capacities (their compiled solves)."""
+
     def _flow_rates(self) -> list[np.ndarray | None]:
         moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active_count]
         if not moving:
             return [None] * len(self.ops)
         # the rates depend only on which flows of which steps move: memoised on that (a ring's 2(n-1) steps
         # are one configuration); the step objects live as long as the engine's plans, so their ids are stable
-        key = tuple((id(op.steps[op.step]), op.active.tobytes()) for op in moving)
+        key = (self._mode_key,) + tuple((id(op.steps[op.step]), op.active.tobytes()) for op in moving)
         rates = self._moving_rates.get(key)
         if rates is None:
             routes = np.sort(np.concatenate([op.steps[op.step].routes[op.active] for op in moving]))
@@ -342,7 +374,7 @@ class FlowEngine:
     def horizon_ns(self) -> float:
         """Time to the next step boundary or flow end at the current rates (inf: nothing running)."""
         rates = self._current = self._flow_rates()
-        best = float("inf")
+        best = float("inf") if self.credit is None else self._credit_horizon_ns(rates)
         for op, rate in zip(self.ops, rates):
             if op.done:
                 return 0.0
@@ -369,6 +401,7 @@ class FlowEngine:
                     self._begin_chunks(op)
                 continue
             self._advance_lock_step(op, rate, dt_ns)
+        self._credit_advance(dt_ns)
 
     def _advance_lock_step(self, op: FabricOp, rate: np.ndarray | None, dt_ns: float) -> None:
         """A lock-step op (not done) ``dt_ns`` on: its latency runs down, or its flows move at ``rate``; on to its

@@ -65,13 +65,18 @@ def estimate(
                                               "the full links it crosses, and a ring's ranks each go on their own "
                                               "step (off: rates alone in lock step, much faster at hundreds of "
                                               "hosts)."),
+    htb_credit: Optional[bool] = typer.Option(None, "--htb-credit/--no-htb-credit",
+                                              help="With --jobs: links shaped below 10 Gbit/s carry the testbed's "
+                                                   "HTB buckets (after idle time a burst at once, then 2 % above "
+                                                   "the rate until the rate bucket is spent); default: on where the "
+                                                   "topology's testbed has bucket links (no link delay)."),
 ) -> None:
     """Estimate TRACE's iteration time per rank from measured collective latencies; writes estimate.csv."""
     if jobs is not None or placements is not None or replay_run is not None:
         from genie.cli.mix_cmd import estimate_mix
         return estimate_mix(trace, jobs, placements, topology=topology, calibration=calibration, out=out,
                             measurements=tuple(measurements), mode=mode, replay_run=replay_run,
-                            standing_queues=standing_queues)
+                            standing_queues=standing_queues, htb_credit=htb_credit)
     if trace is None:
         from genie.core.errors import InputError
         raise InputError("give a TRACE (or --jobs FILE)")

@@ -13,13 +13,14 @@ from genie.core.errors import InputError
 #: MixEstimateRequest fields -> flags
 MIX_ESTIMATE_FLAGS = {"jobs": "--jobs", "topology": "--topology", "calibration": "--calibration",
                       "placements": "--placements", "out": "--out", "measurements": "--measurements",
-                      "replay": "--replay-run", "standing_queues": "--standing-queues"}
+                      "replay": "--replay-run", "standing_queues": "--standing-queues",
+                      "htb_credit": "--htb-credit"}
 
 
 def estimate_mix(trace: Optional[Path], jobs: Optional[Path], placements: Optional[str], *,
                  topology: Optional[Path], calibration: Optional[Path], out: Optional[Path],
                  measurements: tuple[Path, ...], mode: Optional[str], replay_run: Optional[Path] = None,
-                 standing_queues: bool = True) -> None:
+                 standing_queues: bool = True, htb_credit: Optional[bool] = None) -> None:
     from astra_adapter.fabric.mix import format_mix, format_ranking
     from genie.services.mix import MixEstimateRequest, run_mix_estimate
 
@@ -33,7 +34,7 @@ def estimate_mix(trace: Optional[Path], jobs: Optional[Path], placements: Option
     with flag_names(MIX_ESTIMATE_FLAGS):
         result = run_mix_estimate(MixEstimateRequest(jobs, topology, calibration,
                                                      (placements,) if placements else (), out, measurements,
-                                                     replay_run, standing_queues))
+                                                     replay_run, standing_queues, htb_credit))
     for est in result.estimates:
         typer.echo(format_mix(est))
     if result.ranked:

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from astra_adapter.experiment_mix import MixExperimentResult
 from genie.core.errors import InputError
+from genie.core.testbed import LinkModel
 
 Progress = Callable[[str], None]
 
@@ -130,8 +131,12 @@ def run_mix_experiment(cmd: Any, progress: Progress | None = None) -> MixExperim
         cal = calibrate_fabric(measurements, FabricNetwork(topology, source=str(spec.topology_path)),
                                paths=tuple(traced.swept), weights=workload_weights(merged, measurements))
         stage.run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(cal))
+        # the links' HTB credit where this testbed's links are buckets at their stated rates (docs/jobs.md)
+        info = stage.target.info
+        credit = info is not None and info.links is LinkModel.BUCKET and not info.dilation.active  # None: loopback
         estimate = estimate_mix(list(placed.traces), placed.names, placed.slots, placed.offsets_ns,
-                                placed.iterations, topology, cal.params, placement=placed.placement,
+                                placed.iterations, topology, dataclasses.replace(cal.params, htb_credit=credit),
+                                placement=placed.placement,
                                 source=str(spec.topology_path), **replay_paths(stage.run.run_dir, placed))
         stage.run.write("jobs_estimate.csv", estimates_csv([estimate]))
         if not (stage.run.run_dir / "jobs_links.csv").is_file():  # the replay's (a testbed's kernel paths) first

@@ -87,6 +87,8 @@ class MixEstimateRequest:
     replay: Optional[Path] = None  # a `genie replay --jobs` run directory: ECMP on the paths its sessions took,
     # its repetitions
     standing_queues: bool = True  # steps wait for other jobs' queued windows on full links (fabric/queues.py)
+    htb_credit: Optional[bool] = None  # links shaped below 10 Gbit/s carry the testbed's HTB buckets
+    # (astra_adapter/fabric/credit.py); None: where the topology's testbed has bucket links (no delay on any link)
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,16 @@ def links_csv(entries) -> str:
     return out.getvalue()
 
 
+def _bucket_links(topology) -> bool:
+    """Would the topology's testbed (undilated) shape its links with HTB buckets alone (`--links bucket`, the
+    default where no link has a delay): then the fabric model plays their after-idle credit."""
+    from genie.core.dilation import TimeDilation
+    from genie.core.testbed import LinkModel
+    from genie.testbed.shaping import default_link_model
+
+    return default_link_model(topology, TimeDilation()) is LinkModel.BUCKET
+
+
 def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
     """Every placement asked for (or the file's own) estimated on the fabric model; ranked when several."""
     import json
@@ -158,6 +170,11 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
                              "`placements`, not both", path="replay")
         traced = replay_paths(request.replay, placed[0])
         notes = (*notes, f"ECMP and repetitions as replay {request.replay} had them")
+    htb_credit = request.htb_credit if request.htb_credit is not None else _bucket_links(topology)
+    if htb_credit:
+        from dataclasses import replace
+        params = replace(params, htb_credit=True)
+        notes = (*notes, "HTB's after-idle credit on the links shaped below 10 Gbit/s")
     estimates = []
     calls = [((list(p.traces), p.names, p.slots, p.offsets_ns, p.iterations, topology, params),
               {"placement": p.placement, "source": str(request.topology), "standing_queues": request.standing_queues,
@@ -173,7 +190,7 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
                 if j.trace_path is not None and j.trace_path.is_file()))
     params_doc = {"placements": [e.placement for e in estimates],
                   "calibration": str(request.calibration) if request.calibration else None,
-                  "standing_queues": request.standing_queues}
+                  "standing_queues": request.standing_queues, "htb_credit": htb_credit}
     with RunRecorder("estimate", name="estimate-jobs", out=request.out, inputs=inputs,
                      params=params_doc) as run:
         run.write("jobs_estimate.csv", estimates_csv(estimates))

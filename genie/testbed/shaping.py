@@ -1,7 +1,7 @@
 """From a LinkShape to the qdisc steps on one interface's egress. Pure.
 
 Every shaped veth end gets (each direction of a link is shaped at the sender):
-* ``rate_bps`` -> HTB root ``1:`` with class ``1:1``. HTB sends only while both of the class's token buckets
+* ``rate_bps`` -> HTB root ``1:`` with class ``1:1``, its buckets from `genie.core.htb.htb_buckets`. HTB sends only while both of the class's token buckets
   allow it, and genie gives them two jobs:
   - the *ceil* bucket sets the instantaneous rate: ``ceil = rate * 1.02`` with ``cburst = max(128 KiB,
     rate * 1 ms)`` — what the kernel hands over at once (GSO packets up to 64 KiB) and about 1 ms at the rate;
@@ -58,16 +58,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from genie.core.errors import InputError
+from genie.core.htb import htb_buckets
 from genie.core.dilation import TimeDilation
 from genie.core.testbed import LinkModel, Shaping
 from genie.core.topology import LinkShape, Topology
 from genie.core.units import format_size
 from genie.testbed.steps import AddHtb, AddNetem, AddPfifo, PlanStep, QdiscParent, Shaper, StartEmulator
 
-MIN_BURST_BYTES = 128 * 1024
-BURST_TIME_S = 0.001  # the ceil bucket: what may leave at once
-CATCH_UP_TIME_S = 0.008  # the rate bucket: link time lost to late timers that can be paid back
-CATCH_UP_FRACTION = 0.02  # how much faster than the rate it is paid back
 MAX_QUANTUM_BYTES = 200_000
 HTB_R2Q = 10
 ETHERNET_HEADER_BYTES = 14
@@ -79,10 +76,9 @@ WIRE_SLACK_NS = 100_000  # how late the sender's HTB may hand a packet to an idl
 
 def htb_class(netns: str, ifname: str, rate_bps: int, mtu_bytes: int) -> AddHtb:
     """The HTB root and class for `rate_bps` on one interface (see the module docstring for the buckets)."""
-    cburst_bytes = max(MIN_BURST_BYTES, math.ceil(rate_bps / 8 * BURST_TIME_S))
-    return AddHtb(netns, ifname, rate_bps, burst_bytes=max(cburst_bytes, math.ceil(rate_bps / 8 * CATCH_UP_TIME_S)),
-                  ceil_bps=math.ceil(rate_bps * (1 + CATCH_UP_FRACTION)), cburst_bytes=cburst_bytes,
-                  quantum_bytes=htb_quantum_bytes(rate_bps, mtu_bytes))
+    buckets = htb_buckets(rate_bps)  # the one rule (genie.core.htb), which the fabric model plays too
+    return AddHtb(netns, ifname, rate_bps, burst_bytes=buckets.burst_bytes, ceil_bps=buckets.ceil_bps,
+                  cburst_bytes=buckets.cburst_bytes, quantum_bytes=htb_quantum_bytes(rate_bps, mtu_bytes))
 
 
 def htb_quantum_bytes(rate_bps: int, mtu_bytes: int) -> int:

@@ -1,0 +1,124 @@
+"""HTB's after-idle credit on the fabric model's links, played as a fluid (pure, numpy).
+
+A testbed's rate-shaped link (``--links bucket``, the default without delays or dilation) is an HTB class with
+two token buckets (:mod:`genie.core.htb`, the rule `genie.testbed.shaping` writes): the ceil bucket (depth
+``cburst``, filled at ``ceil = 1.02 x rate``) and the rate bucket (depth ``burst``, filled at ``rate``); every
+byte sent takes a token from both, and a bucket that is empty holds the link to its fill rate. So after an idle
+spell the link sends at the device's speed until the ceil bucket is spent (its ``cburst`` leaves at once), then
+at the ceil until the rate bucket is, then at the rate; the calibration's back-to-back sweeps see only the last.
+
+Here every resource of a link shaped below the device's speed (:data:`DEVICE_RATE_BPS`, what an unshaped veth
+carries in the model) has both buckets, full at time 0, and a *mode* that sets its capacity in the max-min
+solve: ``BURST`` (both buckets hold tokens: the device's speed), ``CEIL`` (the ceil bucket is empty: the ceil),
+``RATE`` (the rate bucket is empty: the rate). Between events the flows' rates are constant, so each bucket
+moves linearly at (its fill rate - the link's load), capped at its depth; an event is a bucket running dry (the
+flow engines take the earliest as a horizon), after which the mode and the capacity change and the rates are
+solved again. A bucket held empty by a link loaded to its fill rate stays empty. The efficiency a calibration
+fits scales the three speeds alike (the ceil and the device's speed are the calibrated rate times 1.02 and
+times device / rate), the bucket depths are the testbed's bytes on the wire (what the flows move).
+
+One message of ``S`` bytes after an idle spell, alone on a link whose buckets last: the burst leaves at the
+device's speed ``D`` while the ceil bucket drains at ``D - ceil``, then the rest at the ceil, so it ends at
+``(S - cburst) / ceil`` whatever ``D`` is (``tests/test_fabric_credit.py``).
+
+The load on each link is summed the same way in every engine (:func:`link_load`: per distinct route in
+ascending order, its flows' count times their rate), so the credit keeps the engines' results bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from genie.core.htb import htb_buckets
+
+from astra_adapter.fabric.network import UNSHAPED_RATE_BPS, FabricNetwork, LinkClass
+
+DEVICE_RATE_BPS = UNSHAPED_RATE_BPS  # a link shaped at or above this has no credit (HTB cannot send faster)
+BURST, CEIL, RATE = 0, 1, 2  # a credit link's mode
+_DRY = 1e-9  # a bucket holding less than this fraction of its depth is empty
+_FULL_LOAD = 1.0 - 1e-9  # a link loaded to this fraction of a bucket's fill rate keeps it empty
+
+
+class LinkCredit:
+    """The buckets of every credit link of one engine's fabric; :meth:`apply` writes the capacity each link's mode
+    gives into the engine's capacity array (in place: the standing queues read the same array)."""
+
+    def __init__(self, network: FabricNetwork, capacity: np.ndarray) -> None:
+        index, ceil, device, cburst, burst = [], [], [], [], []
+        for i, r in enumerate(network.resources):
+            if not r.shaped or r.link_class is LinkClass.LOOPBACK or r.rate_bps >= DEVICE_RATE_BPS:
+                continue
+            b = htb_buckets(r.rate_bps)
+            index.append(i)
+            ceil.append(capacity[i] * (b.ceil_bps / r.rate_bps))
+            device.append(capacity[i] * (DEVICE_RATE_BPS / r.rate_bps))
+            cburst.append(float(b.cburst_bytes))
+            burst.append(float(b.burst_bytes))
+        self.index = np.array(index, dtype=np.int64)
+        self.rate = capacity[self.index].copy()  # bytes per ns, calibrated
+        self.ceil = np.array(ceil, dtype=float)
+        self.device = np.array(device, dtype=float)
+        self.cburst = np.array(cburst, dtype=float)
+        self.burst = np.array(burst, dtype=float)
+        self.c = self.cburst.copy()  # the ceil bucket's tokens (bytes): full, the testbed idle before
+        self.b = self.burst.copy()  # the rate bucket's
+        self.mode = np.full(len(index), BURST, dtype=np.int8)
+        self.key = self.mode.tobytes()  # the modes, for the engines' memo keys (rates depend on them)
+        self._speeds = np.stack((self.device, self.ceil, self.rate)) if index else np.zeros((3, 0))
+        self.capacity = capacity
+        self.apply()
+
+    def __bool__(self) -> bool:
+        return bool(len(self.index))
+
+    def apply(self) -> None:
+        """The capacity of every credit link in its mode, into the engine's array."""
+        self.capacity[self.index] = self._speeds[self.mode, np.arange(len(self.index))]
+
+    def horizon_ns(self, load: np.ndarray | None) -> float:
+        """Time until a bucket runs dry under ``load`` (bytes per ns per resource; None: nothing moves)."""
+        if load is None:
+            return float("inf")
+        x = load[self.index]
+        best = float("inf")
+        over = (self.mode == BURST) & (x > self.ceil)
+        if over.any():
+            best = float(np.min(self.c[over] / (x[over] - self.ceil[over])))
+        over = (self.mode != RATE) & (x > self.rate)
+        if over.any():
+            best = min(best, float(np.min(self.b[over] / (x[over] - self.rate[over]))))
+        return best
+
+    def advance(self, load: np.ndarray | None, dt_ns: float) -> bool:
+        """The buckets ``dt_ns`` on under ``load`` (None: nothing moves); True when some link's mode changed (its
+        capacity is then written)."""
+        if dt_ns <= 0:
+            return False
+        x = load[self.index] if load is not None else np.zeros(len(self.index))
+        c = np.minimum(self.cburst, self.c + (self.ceil - x) * dt_ns)
+        b = np.minimum(self.burst, self.b + (self.rate - x) * dt_ns)
+        c[(c <= _DRY * self.cburst) | ((self.mode == CEIL) & (x >= _FULL_LOAD * self.ceil))] = 0.0
+        b[(b <= _DRY * self.burst) | ((self.mode == RATE) & (x >= _FULL_LOAD * self.rate))] = 0.0
+        self.c, self.b = c, b
+        mode = np.where(b <= 0.0, RATE, np.where(c <= 0.0, CEIL, BURST)).astype(np.int8)
+        if np.array_equal(mode, self.mode):
+            return False
+        self.mode = mode
+        self.key = mode.tobytes()
+        self.apply()
+        return True
+
+
+def link_load(routes: np.ndarray, rates: np.ndarray, table: tuple[np.ndarray, np.ndarray, np.ndarray],
+              num_resources: int) -> np.ndarray | None:
+    """Bytes per ns on every resource from the moving flows' ``routes`` and ``rates`` (each flow of a route has its
+    route's rate), summed per distinct route in ascending order - the same floats in any flow order (None: no
+    flow)."""
+    if not len(routes):
+        return None
+    unique, first, counts = np.unique(routes, return_index=True, return_counts=True)
+    ptr, res, w = table
+    starts, lengths = ptr[unique], ptr[unique + 1] - ptr[unique]
+    index = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+    per_route = counts * rates[first]
+    return np.bincount(res[index], weights=w[index] * np.repeat(per_route, lengths), minlength=num_resources)
