@@ -1,0 +1,121 @@
+"""A multi-peer step run by the compiled exchange loop (`genie/engine/exchange_loop.pyx`, built by the install step;
+issue #36 item 3, benchmarks/README.md "The all-to-all's exchange, compiled").
+
+`SocketTransport.exchange` hands a step here when the pure Python reference would move it with `StepExchange` and
+its epoll wait (`SocketTransport._wait_loop`): every transfer payload-agnostic, at most one new send and one receive
+per peer, every send already queued in the outbox a single payload-agnostic transfer, no spinning. The loop makes
+the reference's system calls in its order; this module turns its outcome into what the reference leaves and raises:
+the sends not yet taken stay queued in the outbox (as `Flow`s, in the reference's order), a failure or a timeout is
+raised worded as the reference words it. Where the module is not built the reference runs every step
+(`ExchangeLoop` is None).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+from typing import Protocol, Sequence
+
+from genie.engine.flows import Flow, PeerFailure, Transfer, closed_failure, send_failure
+
+try:
+    from genie.engine.exchange_loop import DONE, LATE, LATE_ONE, RECV_CLOSED, SEND_FAILED, ExchangeLoop
+except ImportError:  # not built (no compiler at install): the pure Python reference runs every step
+    ExchangeLoop = None
+
+
+class _Link(Protocol):  # genie.engine.transport.PeerLink
+    send: socket.socket
+    recv: socket.socket
+
+
+class CompiledExchange:
+    """One transport's multi-peer steps in the compiled loop: `window`, `links` and `epoll` are the transport's
+    (`SocketTransport`; every socket of `links` registered in `epoll`)."""
+
+    def __init__(self, rank: int, window: memoryview, links: dict[int, _Link], epoll: select.epoll) -> None:
+        self.rank = rank
+        self._links = links
+        self._peers = list(links)  # slot -> peer
+        self._slot = {peer: slot for slot, peer in enumerate(self._peers)}
+        self._loop = ExchangeLoop(window, epoll.fileno(), [(link.send.fileno(), link.recv.fileno())
+                                                           for link in links.values()])
+
+    def exchange(self, outbox: dict[int, Flow], sends: Sequence[Transfer], recvs: Sequence[Transfer],
+                 timeout_s: float, wait_for_sends: bool) -> bool:
+        """Run the step as `SocketTransport.exchange` would past its lone-receive shortcut; False (nothing done)
+        where it is not the loop's shape, and the reference runs it."""
+        slot = self._slot
+        out: list[tuple[int, int]] = []
+        for flow in outbox.values():
+            queue = flow.queue
+            if len(queue) != 1 or queue[0].view is not None:
+                return False
+            out.append((slot[flow.peer], queue[0].size_bytes - flow.pos))
+        new: list[Transfer] = []
+        for t in sends:
+            if t.view is not None or t.peer not in slot:
+                return False
+            if t.size_bytes > 0:
+                new.append(t)
+                out.append((slot[t.peer], t.size_bytes))
+        into = [t for t in recvs if t.size_bytes > 0]
+        if any(t.view is not None or t.peer not in slot for t in recvs) \
+                or len({t.peer for t in new}.union(outbox)) != len(new) + len(outbox) \
+                or len({t.peer for t in into}) != len(into):
+            return False  # several transfers to one peer: one flow of several (the reference's)
+        loop = self._loop
+        send_peers = [*outbox, *(t.peer for t in new)]
+        try:
+            outcome, index, error = loop.run(out, [(slot[t.peer], t.size_bytes) for t in into], wait_for_sends,
+                                             timeout_s)
+        finally:
+            self._requeue(loop, outbox, new)
+        if outcome != DONE:
+            self._raise(outcome, index, error, send_peers, outbox, into, timeout_s)
+        return True
+
+    def _requeue(self, loop, outbox: dict[int, Flow], new: list[Transfer]) -> None:
+        """The sends not yet taken stay queued, in the reference's order (its outbox is the step's pending sends:
+        the queued flows first, then the step's new ones), the ones done leave the outbox."""
+        flows = list(outbox.values())
+        outbox.clear()
+        for i, flow in enumerate(flows):
+            left = loop.sent_left(i)
+            if left:
+                moved = flow.queue[0].size_bytes - flow.pos - left
+                flow.pos += moved
+                flow.done_bytes += moved
+                outbox[flow.peer] = flow
+        for i, t in enumerate(new, len(flows)):
+            left = loop.sent_left(i)
+            if left:
+                flow = Flow(t.peer, self._links[t.peer].send)
+                flow.add(t)
+                flow.pos = flow.done_bytes = t.size_bytes - left
+                outbox[t.peer] = flow
+
+    def _raise(self, outcome: int, index: int, error: int, send_peers: list[int], outbox: dict[int, Flow],
+               into: list[Transfer], timeout_s: float) -> None:
+        """What the reference raises where the loop stopped (`index`: the send's or the receive's)."""
+        loop, rank = self._loop, self.rank
+        if outcome == SEND_FAILED:
+            exc = OSError(error, os.strerror(error))  # BrokenPipeError, ConnectionResetError... by errno
+            if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+                raise send_failure(rank, send_peers[index], exc) from None
+            raise exc
+        if outcome in (RECV_CLOSED, LATE_ONE):
+            t = into[index]
+            got = t.size_bytes - loop.recv_left_of(index)
+            if outcome == RECV_CLOSED:
+                raise closed_failure(rank, t.peer, got, t.size_bytes)
+            raise PeerFailure(f"rank {rank}: op timed out after {timeout_s:g} s receiving from rank {t.peer} "
+                              f"({got}/{t.size_bytes} bytes)")
+        if outcome == LATE:
+            parts = [f"sending to rank {p} ({f.done_bytes}/{f.total_bytes} bytes)" for p, f in sorted(outbox.items())]
+            parts += [f"receiving from rank {t.peer} ({t.size_bytes - left}/{t.size_bytes} bytes)"
+                      for t, left in sorted(((t, loop.recv_left_of(i)) for i, t in enumerate(into)),
+                                            key=lambda x: x[0].peer) if left]
+            raise PeerFailure(f"rank {rank}: op timed out after {timeout_s:g} s " + ", ".join(parts))
+        raise OSError(error, os.strerror(error))  # RECV_FAILED, WAIT_FAILED: as the socket call / epoll raises
