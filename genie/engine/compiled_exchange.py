@@ -47,29 +47,41 @@ class CompiledExchange:
         """Run the step as `SocketTransport.exchange` would past its lone-receive shortcut; False (nothing done)
         where it is not the loop's shape, and the reference runs it."""
         slot = self._slot
-        out: list[tuple[int, int]] = []
-        for flow in outbox.values():
+        out: list[tuple[int, int]] = []  # (slot, bytes left) per send, in the reference's order
+        send_peers: list[int] = []
+        for peer, flow in outbox.items():
             queue = flow.queue
             if len(queue) != 1 or queue[0].view is not None:
                 return False
-            out.append((slot[flow.peer], queue[0].size_bytes - flow.pos))
+            out.append((slot[peer], queue[0].size_bytes - flow.pos))
+            send_peers.append(peer)
         new: list[Transfer] = []
         for t in sends:
-            if t.view is not None or t.peer not in slot:
+            peer = t.peer
+            if t.view is not None or peer not in slot:
                 return False
             if t.size_bytes > 0:
+                if peer in send_peers:
+                    return False  # several transfers to one peer: one flow of several (the reference's)
                 new.append(t)
-                out.append((slot[t.peer], t.size_bytes))
-        into = [t for t in recvs if t.size_bytes > 0]
-        if any(t.view is not None or t.peer not in slot for t in recvs) \
-                or len({t.peer for t in new}.union(outbox)) != len(new) + len(outbox) \
-                or len({t.peer for t in into}) != len(into):
-            return False  # several transfers to one peer: one flow of several (the reference's)
+                send_peers.append(peer)
+                out.append((slot[peer], t.size_bytes))
+        into: list[Transfer] = []
+        recv_slots: list[tuple[int, int]] = []
+        for t in recvs:
+            peer = t.peer
+            if t.view is not None or peer not in slot:
+                return False
+            if t.size_bytes > 0:
+                pair = (slot[peer], t.size_bytes)
+                for s, _ in recv_slots:
+                    if s == pair[0]:
+                        return False
+                into.append(t)
+                recv_slots.append(pair)
         loop = self._loop
-        send_peers = [*outbox, *(t.peer for t in new)]
         try:
-            outcome, index, error = loop.run(out, [(slot[t.peer], t.size_bytes) for t in into], wait_for_sends,
-                                             timeout_s)
+            outcome, index, error = loop.run(out, recv_slots, wait_for_sends, timeout_s)
         finally:
             self._requeue(loop, outbox, new)
         if outcome != DONE:
@@ -79,6 +91,9 @@ class CompiledExchange:
     def _requeue(self, loop, outbox: dict[int, Flow], new: list[Transfer]) -> None:
         """The sends not yet taken stay queued, in the reference's order (its outbox is the step's pending sends:
         the queued flows first, then the step's new ones), the ones done leave the outbox."""
+        if not loop.sends_left():
+            outbox.clear()
+            return
         flows = list(outbox.values())
         outbox.clear()
         for i, flow in enumerate(flows):

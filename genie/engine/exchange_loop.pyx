@@ -202,6 +202,10 @@ cdef class ExchangeLoop:
                 self.phase = P_OVER
                 raise
 
+    def sends_left(self):
+        """How many sends (of the last `run`) their sockets have not taken whole."""
+        return self.left_out
+
     def sent_left(self, int i):
         """Bytes of send `i` (of the last `run`) not yet taken by its socket."""
         if not 0 <= i < self.n_send:
