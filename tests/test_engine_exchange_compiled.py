@@ -17,9 +17,10 @@ from engine_support import run_ranks
 from genie.collectives import check
 from genie.collectives.registry import build_schedule
 from genie.core.collective import Algorithm, Collective
+from genie.core.errors import RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.engine import compiled_exchange, transport as transport_module
-from genie.engine.executor import DataBuffers, run_schedule, transfer_plan
+from genie.engine.executor import DataBuffers, run_schedule, run_timed_ops, transfer_plan
 from genie.engine.transport import PeerFailure, PeerLink, SocketTransport, Transfer, socketpair_mesh
 
 pytestmark = pytest.mark.skipif(compiled_exchange.ExchangeLoop is None and not os.environ.get("CI"),
@@ -281,3 +282,94 @@ def test_steps_not_of_its_shape_stay_on_the_reference(reference_steps):
         assert len(reference_steps) == 3
     finally:
         transport.close()
+
+
+def _alltoall_ops(ranks: int, size_bytes: int, ops: int, *, compiled: bool = True,
+                  buffer_bytes: int | None = None, timeout_s: float = 20):
+    """`ops` timed all-to-alls back to back (`run_timed_ops`, as the bench's timed loop), then one verified op on
+    the same connections. Returns {rank: (spans or None, verification problem)}."""
+    op = CollectiveOp(Collective.ALL_TO_ALL, size_bytes, tuple(range(ranks)), Algorithm.DIRECT, dtype_bytes=4)
+    schedule = build_schedule(op)
+    mesh = socketpair_mesh(ranks, buffer_bytes)
+    out, errors = {}, []
+
+    def rank_main(rank: int) -> None:
+        transport = SocketTransport(rank, mesh[rank], window_bytes=1 << 16, compiled=compiled)
+        mine = schedule.for_rank(rank)
+        try:
+            spans = run_timed_ops(mine, transport, transfer_plan(mine), ops, timeout_s=timeout_s)
+            data = DataBuffers(check.initial_buffers(op, rank))
+            run_schedule(mine, transport, timeout_s=20, data=data)
+            out[rank] = (spans, check.verify_buffers(op, rank, data.arrays))
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    run_ranks(rank_main, ranks, mesh)
+    assert not errors, errors
+    return out
+
+
+@pytest.mark.parametrize("ranks, size_bytes, buffer_bytes", [
+    (4, 4 * 256, None),
+    (8, 8 * 128 << 10, None),      # 128 KiB per peer, over the flush's bulk size: it waits for TCP (socket pairs: 0)
+    (4, 4 * 300_000, 1 << 14),     # sends queued into the flush
+])
+def test_whole_all_to_alls_back_to_back_move_the_bytes(ranks, size_bytes, buffer_bytes, reference_steps):
+    """The bench's timed all-to-alls run in the exchange's op loop: one span per op, in order, no step left to
+    the reference, and the streams where the verified op after them expects them."""
+    done = _alltoall_ops(ranks, size_bytes, 5, buffer_bytes=buffer_bytes)
+    assert len(reference_steps) <= 2 * ranks  # the verified op's step and flush only
+    for rank, (spans, problem) in done.items():
+        assert not problem, problem
+        assert spans is not None and len(spans) == 5
+        assert all(start <= end for start, end in spans)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_without_the_compiled_exchange_the_caller_runs_the_ops():
+    for rank, (spans, problem) in _alltoall_ops(4, 4 * 256, 3, compiled=False).items():
+        assert spans is None and not problem
+
+
+@pytest.mark.parametrize("timeout_s, message", [
+    (0.0, r"^rank 0: op timed out after 0 s at step 0$"),
+    (0.3, r"^rank 0: op timed out after 0\.\d+ s receiving from rank 1 \(0/256 bytes\), receiving from rank 2 "
+          r"\(0/256 bytes\), receiving from rank 3 \(0/256 bytes\)$"),
+])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_whole_ops_fail_as_the_reference_fails(timeout_s, message, compiled):
+    """A silent mesh: the op loop raises what the reference's `run_schedule` raises."""
+    op = CollectiveOp(Collective.ALL_TO_ALL, 4 * 256, tuple(range(4)), Algorithm.DIRECT, dtype_bytes=4)
+    mine = build_schedule(op).for_rank(0)
+    mesh = socketpair_mesh(4)  # the peers' ends stay open and silent
+    transport = SocketTransport(0, mesh[0], compiled=compiled)
+    plan = transfer_plan(mine)
+    with pytest.raises(RunFailure, match=message):
+        if run_timed_ops(mine, transport, plan, 3, timeout_s=timeout_s) is None:
+            run_schedule(mine, transport, timeout_s=timeout_s, plan=plan)
+    transport.close()
+    for peers in mesh[1:]:
+        for link in peers.values():
+            link.close()
+
+
+def test_a_peer_gone_mid_ops_is_named():
+    """Rank 2 closes its end after the first op: the op loop names it as the reference does."""
+    op = CollectiveOp(Collective.ALL_TO_ALL, 3 * 256, tuple(range(3)), Algorithm.DIRECT, dtype_bytes=4)
+    schedule = build_schedule(op)
+    mesh = socketpair_mesh(3)
+    errors: dict = {}
+
+    def rank_main(rank: int) -> None:
+        transport = SocketTransport(rank, mesh[rank])
+        mine = schedule.for_rank(rank)
+        try:
+            run_timed_ops(mine, transport, transfer_plan(mine), 1 if rank == 2 else 50, timeout_s=5)
+            if rank == 2:
+                transport.close()
+        except Exception as exc:
+            errors[rank] = exc
+
+    run_ranks(rank_main, 3, mesh)
+    assert set(errors) == {0, 1}
+    assert all(isinstance(e, PeerFailure) and e.peer == 2 for e in errors.values()), errors

@@ -59,9 +59,12 @@ cdef enum:
     C_LATE = 5          # the epoll wait found the step's time up
     C_INTERRUPTED = 6   # (internal) a blocking call returned EINTR: the caller checks signals, then resumes
     C_WAIT_FAILED = 7   # epoll_wait failed with `error` (select.epoll.poll raises)
+    C_OP_LATE = 8       # (`ExchangeOps`) the op's time was up before its step or its flush began
+    C_SENT_LATE = 9     # (`ExchangeOps`) TCP had not sent every bulk send when the flush's time was up
 
 DONE, SEND_FAILED, RECV_CLOSED, RECV_FAILED, LATE_ONE, LATE, WAIT_FAILED = C_DONE, C_SEND_FAILED, C_RECV_CLOSED, \
     C_RECV_FAILED, C_LATE_ONE, C_LATE, C_WAIT_FAILED
+OP_LATE, SENT_LATE = C_OP_LATE, C_SENT_LATE
 
 # the phases of a step, as the reference goes through them
 cdef enum:
@@ -381,3 +384,6 @@ cdef class ExchangeLoop:
                     self._unwatch()
                     self.phase = P_OVER
                     return C_DONE
+
+
+include "exchange_ops.pxi"

@@ -112,7 +112,7 @@ class SocketTransport:
         for fd in self._fd_peer:
             self._epoll.register(fd, WATCH_IN)
         # multi-peer steps (the all-to-all's) in the compiled exchange loop, the same system calls as below
-        self._compiled_exchange = CompiledExchange(rank, self._window, links, self._epoll) \
+        self._compiled_exchange = CompiledExchange(rank, self._window, links, self._epoll, HELD_BACK_MIN_BYTES) \
             if compiled and ExchangeLoop is not None else None
 
     @property
@@ -173,6 +173,17 @@ class SocketTransport:
         if self._outbox or self._bulk_peers or self._compiled_plans is None:
             return None
         return self._compiled_plans.whole_ops(plan)
+
+    def exchange_ops(self, plan: StepPlan, ops: int, timeout_s: float) -> list[tuple[int, int]] | None:
+        """`ops` whole ops of a one-step multi-peer `plan` (the all-to-all's) back to back in the compiled exchange
+        (`CompiledExchange.run_ops`): their (start ns, end ns). None: not here (not built, not its shape, a send
+        queued, spinning), the caller runs them one by one."""
+        if self._compiled_exchange is None or self.spin_s or self._outbox or self._bulk_peers or len(plan) != 1:
+            return None
+        sends, recvs = plan[0]
+        if len(sends) <= 1 and len(recvs) == 1:  # `exchange`'s lone-receive shape
+            return None
+        return self._compiled_exchange.run_ops(self._outbox, sends, recvs, ops, timeout_s)
 
     def resume_plan(self, steps, plan: StepPlan, stopped: tuple[int, int, int, int], deadline: float,
                     timeout_s: float) -> int:
