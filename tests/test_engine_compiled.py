@@ -268,7 +268,7 @@ def test_an_op_the_loop_stops_in_is_finished_by_the_reference_and_timed_whole():
 
 
 @pytest.mark.parametrize("collective, algorithm, size_bytes", [
-    (Collective.ALL_TO_ALL, Algorithm.DIRECT, 4 * 256),  # several sends and receives per step
+    # (several sends and receives per step: the compiled exchange's op loop, tests/test_engine_exchange_compiled.py)
     (Collective.ALL_REDUCE, Algorithm.RECURSIVE_DOUBLING, 1 << 17),  # in bulk: the flush may wait for TCP
 ])
 def test_ops_the_loop_cannot_run_whole_are_left_to_the_caller(collective, algorithm, size_bytes):

@@ -103,11 +103,14 @@ def run_timed_ops(schedule: RankSchedule, transport: Transport, plan: TransferPl
     timeout_s=timeout_s, plan=plan)` run them, each timed from before its first step to after its flush on
     time.monotonic_ns()'s clock: [(start ns, end ns)] per op. The ops run in the compiled step loop with no
     Python between them (`CompiledSteps.run_ops`); an op the loop stops in is finished by the reference from
-    the step it stopped at, as `run_plan` hands it over. None where the loop cannot run these ops (the caller
-    runs them one by one): not a `SocketTransport`, not built, a step not its shape, or sends in bulk."""
-    steps = transport.whole_ops(plan) if isinstance(transport, SocketTransport) else None
-    if steps is None:
+    the step it stopped at, as `run_plan` hands it over. A one-step plan with several peers (the all-to-all)
+    runs its ops in the compiled exchange instead (`SocketTransport.exchange_ops`). None where neither can run
+    these ops (the caller runs them one by one): not a `SocketTransport`, not built, a plan of neither shape."""
+    if not isinstance(transport, SocketTransport):
         return None
+    steps = transport.whole_ops(plan)
+    if steps is None:  # a one-step multi-peer plan (the all-to-all's): the compiled exchange's op loop, or None
+        return transport.exchange_ops(plan, ops, timeout_s)
     spans: list[tuple[int, int]] = []
     while len(spans) < ops:
         done, outcome, index, done_bytes, error, deadline, start_ns = steps.run_ops(ops - len(spans), timeout_s)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from genie.core.flowpath import FlowTuple
+from genie.engine.compiled_exchange import CompiledExchange, ExchangeLoop
 from genie.engine.compiled_steps import CompiledPlans, StepPlan, run_steps
 from genie.engine.flows import DISCARD, Flow as _Flow, PeerFailure, StepExchange, Transfer
 from genie.engine.flows import closed_failure, send_failure, wait_sent
@@ -110,6 +111,9 @@ class SocketTransport:
         self._epoll = select.epoll()
         for fd in self._fd_peer:
             self._epoll.register(fd, WATCH_IN)
+        # multi-peer steps (the all-to-all's) in the compiled exchange loop, the same system calls as below
+        self._compiled_exchange = CompiledExchange(rank, self._window, links, self._epoll, HELD_BACK_MIN_BYTES) \
+            if compiled and ExchangeLoop is not None else None
 
     @property
     def peers(self) -> frozenset[int]:
@@ -127,6 +131,9 @@ class SocketTransport:
                 self._recv_now(recvs[0], timeout_s)
                 return
             sends = ()  # the rest of that send waits in the outbox
+        if self._compiled_exchange is not None and not self.spin_s \
+                and self._compiled_exchange.exchange(self._outbox, sends, recvs, timeout_s, wait_for_sends):
+            return
         step = StepExchange(self.rank, self._links, sends, recvs, self._window, outbox=self._outbox,
                             wait_for_sends=wait_for_sends)
         if step.progress():  # optimistic pass: small messages usually complete here
@@ -166,6 +173,17 @@ class SocketTransport:
         if self._outbox or self._bulk_peers or self._compiled_plans is None:
             return None
         return self._compiled_plans.whole_ops(plan)
+
+    def exchange_ops(self, plan: StepPlan, ops: int, timeout_s: float) -> list[tuple[int, int]] | None:
+        """`ops` whole ops of a one-step multi-peer `plan` (the all-to-all's) back to back in the compiled exchange
+        (`CompiledExchange.run_ops`): their (start ns, end ns). None: not here (not built, not its shape, a send
+        queued, spinning), the caller runs them one by one."""
+        if self._compiled_exchange is None or self.spin_s or self._outbox or self._bulk_peers or len(plan) != 1:
+            return None
+        sends, recvs = plan[0]
+        if len(sends) <= 1 and len(recvs) == 1:  # `exchange`'s lone-receive shape
+            return None
+        return self._compiled_exchange.run_ops(self._outbox, sends, recvs, ops, timeout_s)
 
     def resume_plan(self, steps, plan: StepPlan, stopped: tuple[int, int, int, int], deadline: float,
                     timeout_s: float) -> int:
@@ -309,7 +327,7 @@ class SocketTransport:
                 self._epoll.modify(fd, WATCH_IN)
 
     def close(self) -> None:
-        self._compiled_plans = None  # their sockets are closed next
+        self._compiled_plans = self._compiled_exchange = None  # their sockets are closed next
         self._epoll.close()
         for link in self._links.values():
             link.close()
