@@ -119,12 +119,33 @@ def test_a_link_loaded_below_its_rate_keeps_its_buckets_and_links_at_the_devices
     run_concurrently(engine, ops)
     modes = _modes(engine)
     assert modes["h0>s0"] == modes["h1>s0"] == BURST and modes["s0>h2"] == RATE
-    assert CEIL == 1
 
 
-def _mixes(rng, count=3):
-    for merged, contention, overhead_ns, network in random_mixes(rng, count):
-        yield merged, contention, overhead_ns, network
+@pytest.mark.parametrize("engine", [FlowEngine, FlatFlowEngine])
+def test_with_flow_contention_a_link_the_solve_fills_reads_as_full_to_its_buckets(engine) -> None:
+    """Two flows meet on a 1 Gbit/s downlink with flow contention c: the solve fills it to its speed / (1 + c) in
+    every mode, which is full to its buckets (the wire's scale, as the standing queues read it). So the buckets
+    drain in the phases one flow alone would see, the bytes move 1 + c slower, the link ends at its rate - and an
+    empty bucket stays empty: a handful of events, not a refill and a burst after every one."""
+    c, size = 0.05, 50 * 10**6
+    params = replace(CREDIT, flow_contention=c)
+    eng = engine(FabricNetwork(star(3, shape=LinkShape(rate_bps=GBIT))), params)
+    horizons = []
+    real = eng.horizon_ns
+
+    def counted() -> float:
+        horizons.append(1)
+        return real()
+
+    eng.horizon_ns = counted
+    ops = [(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size), (0, 2)),
+           (CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, size), (1, 2))]
+    got = run_concurrently(eng, ops)
+    wire = 2 * size * WIRE_BYTES_PER_PAYLOAD_BYTE
+    assert max(got) == pytest.approx(_by_hand_ns(wire * (1 + c), 131072, 1_000_000, GBIT), rel=1e-9)
+    modes = _modes(eng)
+    assert modes["s0>h2"] == RATE and modes["h0>s0"] == modes["h1>s0"] == BURST
+    assert len(horizons) <= 12
 
 
 class _NumpyChains(ChainFlowEngine):

@@ -31,6 +31,7 @@ import numpy as np
 
 from genie.core.htb import htb_buckets
 
+from astra_adapter.fabric.queues import contended_load
 from astra_adapter.fabric.network import UNSHAPED_RATE_BPS, FabricNetwork, LinkClass
 
 DEVICE_RATE_BPS = UNSHAPED_RATE_BPS  # a link shaped at or above this has no credit (HTB cannot send faster)
@@ -110,7 +111,7 @@ class LinkCredit:
 
 
 def link_load(routes: np.ndarray, rates: np.ndarray, table: tuple[np.ndarray, np.ndarray, np.ndarray],
-              num_resources: int) -> np.ndarray | None:
+              num_resources: int, flow_contention: float = 0.0) -> np.ndarray | None:
     """Bytes per ns on every resource from the moving flows' ``routes`` and ``rates`` (each flow of a route has its
     route's rate), summed per distinct route in ascending order - the same floats in any flow order (None: no
     flow)."""
@@ -120,5 +121,11 @@ def link_load(routes: np.ndarray, rates: np.ndarray, table: tuple[np.ndarray, np
     ptr, res, w = table
     starts, lengths = ptr[unique], ptr[unique + 1] - ptr[unique]
     index = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
-    per_route = counts * rates[first]
-    return np.bincount(res[index], weights=w[index] * np.repeat(per_route, lengths), minlength=num_resources)
+    res_i, w_i = res[index], w[index]
+    moved = np.bincount(res_i, weights=w_i * np.repeat(counts * rates[first], lengths), minlength=num_resources)
+    if flow_contention <= 0:
+        return moved
+    # on the wire's scale, as the solve fills a link crossed by n flows (to rate / (1 + c(n - 1))) and as
+    # StandingQueues.load_on reads it: a link the solve fills reads as full, so its empty buckets stay empty
+    flows_on = np.bincount(res_i, weights=w_i * np.repeat(counts.astype(float), lengths), minlength=num_resources)
+    return contended_load(moved, flows_on, flow_contention)

@@ -155,13 +155,14 @@ class FlowEngine:
                                   for r in network.resources])  # bytes per ns (with the credit: now)
         credit = LinkCredit(network, self.capacity) if params.htb_credit else None
         self.credit = credit if credit else None  # the links' HTB buckets (None: off, or no link has them)
-        self._mode_key = b""  # the credit links' modes (the capacities), in every memo key of rates
+        self._mode_key = credit.key if credit else b""  # the credit links' modes (the capacities), in every memo
+        # key of rates
         self._credit_load: np.ndarray | None = None  # the load on each resource at the current rates (credit)
         self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
         self._route_ptr = np.zeros(1, dtype=np.int64)  # the routes' loads as CSR (:meth:`_route_table`)
         self._route_res = np.zeros(0, dtype=np.int64)
         self._route_w = np.zeros(0)
-        self._rates: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._rates: dict[tuple[bytes, bytes], tuple[np.ndarray, np.ndarray]] = {}
         self._moving_rates: dict[tuple, list[np.ndarray]] = {}
         self.ops: list[FabricOp] = []
         self._current: list[np.ndarray | None] = []
@@ -302,7 +303,7 @@ class FlowEngine:
         return res[ptr[rid]:ptr[rid + 1]], w[ptr[rid]:ptr[rid + 1]]
 
     def _solve(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        key = self._mode_key + routes.tobytes()
+        key = (self._mode_key, routes.tobytes())  # a tuple: modes' bytes run into the routes' in a concatenation
         hit = self._rates.get(key)
         if hit is not None:
             return hit
@@ -336,7 +337,8 @@ class FlowEngine:
         return self.credit.horizon_ns(self._credit_load)
 
     def _load_of(self, routes: np.ndarray, rates: np.ndarray) -> np.ndarray | None:
-        return link_load(routes, rates, self._route_table(len(self.network.routes) - 1), len(self.capacity))
+        return link_load(routes, rates, self._route_table(len(self.network.routes) - 1), len(self.capacity),
+                         self.params.flow_contention)
 
     def _credit_advance(self, dt_ns: float) -> None:
         """The buckets ``dt_ns`` on at the load of the last horizon (every engine's advance ends with it); a mode

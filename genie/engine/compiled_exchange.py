@@ -18,7 +18,7 @@ import socket
 from typing import Protocol, Sequence
 
 from genie.core.errors import RunFailure
-from genie.engine.flows import Flow, PeerFailure, Transfer, closed_failure, send_failure, unsent_bytes
+from genie.engine.flows import Flow, PeerFailure, Transfer, closed_failure, send_error, unsent_bytes
 
 try:
     from genie.engine.exchange_loop import (DONE, LATE, LATE_ONE, OP_BEGIN, OP_LATE, OP_STEP, RECV_CLOSED,
@@ -162,10 +162,7 @@ class CompiledExchange:
         """What the reference raises where the loop stopped (`index`: the send's or the receive's)."""
         loop, rank = self._loop, self.rank
         if outcome == SEND_FAILED:
-            exc = OSError(error, os.strerror(error))  # BrokenPipeError, ConnectionResetError... by errno
-            if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
-                raise send_failure(rank, send_peers[index], exc) from None
-            raise exc
+            raise send_error(rank, send_peers[index], error) from None
         if outcome in (RECV_CLOSED, LATE_ONE):
             t = into[index]
             got = t.size_bytes - loop.recv_left_of(index)

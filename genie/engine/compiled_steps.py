@@ -17,7 +17,7 @@ import time
 import socket
 from typing import Protocol, Sequence
 
-from genie.engine.flows import Transfer, closed_failure, send_failure
+from genie.engine.flows import Transfer, closed_failure, send_error
 
 try:
     from genie.engine.step_loop import DONE, LATE, RECV_CLOSED, RECV_SLICE, SEND_BLOCKED, SEND_FAILED, CompiledSteps
@@ -150,10 +150,7 @@ def run_steps(transport: SocketTransport, steps, plan: StepPlan, start: int, dea
         elif outcome == RECV_SLICE:
             transport.finish_recv(recv, done_bytes, timeout_s, deadline, slice_ended=True)
         elif outcome == SEND_FAILED:
-            exc = OSError(error, os.strerror(error))  # BrokenPipeError, ConnectionResetError... by errno
-            if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
-                raise send_failure(transport.rank, sends[0].peer, exc) from None
-            raise exc
+            raise send_error(transport.rank, sends[0].peer, error) from None
         elif outcome == RECV_CLOSED:
             raise closed_failure(transport.rank, recv.peer, done_bytes, recv.size_bytes)
         else:  # RECV_FAILED

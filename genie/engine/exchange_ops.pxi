@@ -114,6 +114,7 @@ cdef class ExchangeOps(ExchangeLoop):
             raise MemoryError()
         self.ops, self.op_k, self.stage = ops, 0, S_BEGIN
         self.n_send = self.n_recv = 0
+        self.left_out = self.left_in = 0  # `sends_left` says nothing of an earlier run's sends
         while True:
             with nogil:
                 outcome = self._ops(timeout_s, &index, &error)

@@ -6,6 +6,7 @@ move as one gathered send / scattered receive."""
 from __future__ import annotations
 
 import fcntl
+import os
 import select
 import socket
 import struct
@@ -74,6 +75,15 @@ class Flow:
 def send_failure(rank: int, peer: int, exc: OSError) -> PeerFailure:
     return PeerFailure(f"rank {rank}: connection to rank {peer} lost while sending ({exc.strerror or exc})",
                        peer=peer)
+
+
+def send_error(rank: int, peer: int, error: int) -> Exception:
+    """What a send that failed with errno `error` in a compiled loop raises, as `pump_send` raises it: a
+    PeerFailure naming `peer` for a broken pipe or a reset, else the OSError itself (by errno)."""
+    exc = OSError(error, os.strerror(error))  # BrokenPipeError, ConnectionResetError... by errno
+    if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+        return send_failure(rank, peer, exc)
+    return exc
 
 
 def closed_failure(rank: int, peer: int, done_bytes: int, total_bytes: int) -> PeerFailure:

@@ -1,8 +1,8 @@
 """From a LinkShape to the qdisc steps on one interface's egress. Pure.
 
 Every shaped veth end gets (each direction of a link is shaped at the sender):
-* ``rate_bps`` -> HTB root ``1:`` with class ``1:1``, its buckets from `genie.core.htb.htb_buckets`. HTB sends only while both of the class's token buckets
-  allow it, and genie gives them two jobs:
+* ``rate_bps`` -> HTB root ``1:`` with class ``1:1``, its buckets from `genie.core.htb.htb_buckets`. HTB sends
+  only while both of the class's token buckets allow it, and genie gives them two jobs:
   - the *ceil* bucket sets the instantaneous rate: ``ceil = rate * 1.02`` with ``cburst = max(128 KiB,
     rate * 1 ms)`` — what the kernel hands over at once (GSO packets up to 64 KiB) and about 1 ms at the rate;
   - the *rate* bucket sets the long-term rate, exactly ``rate``, with ``burst = max(cburst, rate * 8 ms)``.
@@ -204,10 +204,10 @@ def bucket_burst(topology: Topology, links: LinkModel, dilation: TimeDilation,
                  sizes_bytes: Sequence[int]) -> BucketBurst | None:
     """The burst range of `sizes_bytes` on a testbed of `topology` (None: wire links, no rate-shaped link, or
     no size within the burst). The one rule: a size is in the burst range when it is at most the burst of
-    some rate-shaped link's HTB rate bucket (`htb_class` at the link's real rate)."""
+    some rate-shaped link's HTB rate bucket (`genie.core.htb.htb_buckets` at the link's real rate)."""
     if links is LinkModel.WIRE:
         return None
-    bursts = [htb_class("", "", rate, 1500).burst_bytes for link in topology.links
+    bursts = [htb_buckets(rate).burst_bytes for link in topology.links
               if (rate := dilation.real_shape(link.shape).rate_bps) is not None]
     if not bursts:
         return None
