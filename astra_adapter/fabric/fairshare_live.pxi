@@ -155,6 +155,20 @@ cdef class LiveRates:
                 self._recount(r, tally[r])
             tally[r] = 0
 
+    def count_flows(self, const int64_t[::1] routes, const unsigned char[::1] active, Py_ssize_t a, Py_ssize_t b,
+                    int64_t sign, Py_ssize_t num_route_ids):
+        """The moving flows among ``a``..``b`` (``active``; on ``routes``, ids below ``num_route_ids``) counted on
+        their routes (``sign`` 1: they start moving) or uncounted (-1: they stop); the routes whose counts change are
+        marked for the next solve - :meth:`set_moving` of the flows then moving, one slice at a time
+        (astra_adapter/fabric/flat_slots.py)."""
+        cdef Py_ssize_t f
+        cdef int64_t r
+        self._grow(num_route_ids)
+        for f in range(a, b):
+            if active[f]:
+                r = routes[f]
+                self._recount(r, self.count[r] + sign)
+
     def solve(self, const int64_t[::1] ptr, const int64_t[::1] res, const double[::1] w):
         """The rates of the routes whose component holds a changed route (``ptr``/``res``/``w``: the routes' loads
         as CSR, :meth:`astra_adapter.fabric.flows.FlowEngine._route_table`)."""
