@@ -137,3 +137,39 @@ def test_a_pipeline_with_data_parallelism_in_slots_plays_as_rebuilt(slots):
     got = play_on_fabric(trace, FlatFlowEngine(network, params))
     want = play_on_fabric(trace, RebuiltFlatFlowEngine(network, params))
     assert got.spans == want.spans and got.ranks == want.ranks
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_sweeps_skip_the_slots_moving_nothing_with_the_same_floats(seed):
+    """LiveRates.earliest_end_of and move over slots, some idle (every flag 0, count 0): the minimum and the moves
+    of the sweeps over every flow."""
+    from astra_adapter.fabric.fairshare_core import move_flows
+    from astra_adapter.fabric.flows import FlowEngine
+
+    rng = np.random.default_rng(seed)
+    network = FabricNetwork(fabric(), hash_seed=seed)
+    engine = FlowEngine(network, FabricParams())
+    hosts = network.world_size
+    routes = np.array([network.route(int(a), int(b)) for a, b in rng.integers(0, hosts, size=(300, 2)) if a != b],
+                      dtype=np.int64)
+    n = len(routes)
+    starts = np.unique(np.concatenate([[0], rng.integers(0, n, size=40)])).astype(np.int64)
+    active = (rng.random(n) < 0.6).astype(np.uint8)
+    for a, b in zip(starts.tolist(), starts[1:].tolist() + [n]):
+        if rng.random() < 0.3:
+            active[a:b] = 0  # an idle slot
+    counts = np.add.reduceat(active, starts, dtype=np.int64)
+    assert (counts == 0).sum() > 3 and (counts > 0).sum() > 3
+    live = LiveRates(engine.capacity, 0.0)
+    live.count_flows(routes, active, 0, n, 1, len(network.routes))
+    ptr, res, w = engine._route_table(len(network.routes) - 1)
+    live.solve(ptr, res, w)
+    left = rng.random(n) * 1e6
+    done_below = np.where(rng.random(n) < 0.2, 2e6, 1e-6)
+    assert live.earliest_end_of(left, active, routes, starts, counts) == live.earliest_end(left, active, routes)
+    want_left, want_active = left.copy(), active.copy()
+    want_counts = move_flows(want_left, live.flow_rates(routes, active), want_active, done_below, starts, 3.0)
+    got_counts = counts.copy()
+    live.move(left, active, done_below, starts, routes, got_counts, 3.0)
+    assert np.array_equal(got_counts, want_counts) and np.array_equal(active, want_active)
+    assert np.array_equal(left, want_left)

@@ -186,7 +186,8 @@ class OnSlots:
             return 0.0
         best = min((op.latency_ns for op in self._waits.values()), default=float("inf"))
         if slots.flowing:
-            return min(best, self._live.earliest_end(slots.left, slots.active, slots.routes))
+            return min(best, self._live.earliest_end_of(slots.left, slots.active, slots.routes, slots.starts,
+                                                        slots.counts))
         return best
 
     def _slots_advance(self, dt_ns: float) -> None:
