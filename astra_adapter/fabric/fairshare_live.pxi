@@ -155,6 +155,20 @@ cdef class LiveRates:
                 self._recount(r, tally[r])
             tally[r] = 0
 
+    def count_flows(self, const int64_t[::1] routes, const unsigned char[::1] active, Py_ssize_t a, Py_ssize_t b,
+                    int64_t sign, Py_ssize_t num_route_ids):
+        """The moving flows among ``a``..``b`` (``active``; on ``routes``, ids below ``num_route_ids``) counted on
+        their routes (``sign`` 1: they start moving) or uncounted (-1: they stop); the routes whose counts change are
+        marked for the next solve - :meth:`set_moving` of the flows then moving, one slice at a time
+        (astra_adapter/fabric/flat_slots.py)."""
+        cdef Py_ssize_t f
+        cdef int64_t r
+        self._grow(num_route_ids)
+        for f in range(a, b):
+            if active[f]:
+                r = routes[f]
+                self._recount(r, self.count[r] + sign)
+
     def solve(self, const int64_t[::1] ptr, const int64_t[::1] res, const double[::1] w):
         """The rates of the routes whose component holds a changed route (``ptr``/``res``/``w``: the routes' loads
         as CSR, :meth:`astra_adapter.fabric.flows.FlowEngine._route_table`)."""
@@ -292,17 +306,37 @@ cdef class LiveRates:
                     best = quotient
         return best
 
+    def earliest_end_of(self, const double[::1] left, const unsigned char[::1] active, const int64_t[::1] routes,
+                        const int64_t[::1] starts, const int64_t[::1] counts):
+        """:meth:`earliest_end` over the ops' flows from ``starts[k]`` to the next op's start, skipping the ops
+        with no flow moving (``counts[k]`` 0: every flag of theirs 0) - the same quotients, the same minimum."""
+        cdef Py_ssize_t i, k, n = left.shape[0], num_ops = starts.shape[0], end
+        cdef double best = INFINITY, quotient
+        cdef double* rate = self.rate
+        for k in range(num_ops):
+            if not counts[k]:
+                continue
+            end = starts[k + 1] if k + 1 < num_ops else n
+            for i in range(starts[k], end):
+                if active[i]:
+                    quotient = left[i] / rate[routes[i]]
+                    if quotient < best:
+                        best = quotient
+        return best
+
     def move(self, double[::1] left, unsigned char[::1] active, const double[::1] done_below,
              const int64_t[::1] starts, const int64_t[::1] routes, int64_t[::1] counts, double dt_ns):
         """move_flows with each moving flow at its route's rate (the others at 0: the same differences), the
         flows that end taken off their routes' counts; each op's count of moving flows updated in ``counts``
-        (its flows from ``starts[k]`` to the next op's start); the (op index, count) of the ops whose count
-        changed."""
+        (its flows from ``starts[k]`` to the next op's start, which ``counts[k]`` must count: an op counting 0
+        is skipped); the (op index, count) of the ops whose count changed."""
         cdef Py_ssize_t i, k, n = left.shape[0], num_ops = starts.shape[0], end
         cdef int64_t c, r
         cdef double* rate = self.rate
         changed = []
         for k in range(num_ops):
+            if not counts[k]:
+                continue  # none of its flows moves (each flag of its 0): nothing to move, its count stays 0
             end = starts[k + 1] if k + 1 < num_ops else n
             c = 0
             for i in range(starts[k], end):

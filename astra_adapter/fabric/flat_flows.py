@@ -33,7 +33,10 @@ not bit for bit. Without standing queues that solve keeps its state between even
 (:class:`~astra_adapter.fabric.fairshare_core.LiveRates`: the moving flows counted per route at each lay-out,
 each flow uncounted by the move that ends it, a solve walking only from the links of the routes that changed),
 the same floats as the per-call solve (``incremental = False``), the solve no longer walking every flow in
-flight (the sweeps still do).
+flight (the sweeps still do). On that solve each op's flows also stay in a slot of the arrays between events
+(:mod:`astra_adapter.fabric.flat_slots`, ``slots``): a lay-out places only the ops that changed, counting or
+uncounting only their flows per route, instead of concatenating every flowing op's arrays and counting every
+flow again (``slots = False``) - the same floats.
 """
 
 from __future__ import annotations
@@ -43,23 +46,28 @@ import numpy as np
 from astra_adapter.fabric.chain_flows import ChainFlowEngine
 from astra_adapter.fabric.fairshare import (LiveRates, MovingRates, earliest_end_ns, max_min_rates_compacting,
                                             move_flows)
+from astra_adapter.fabric.flat_slots import FlowSlots, OnSlots
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.queues import kept_bytes
 
 
 class _FlatOp(FabricOp):
-    """An op in flight with the ranks busy in its last step memoised (per step and count of moving flows)."""
+    """An op in flight with the ranks busy in its last step memoised (per step and count of moving flows), and
+    where its flows sit in the kept arrays (:mod:`astra_adapter.fabric.flat_slots`)."""
 
-    __slots__ = ("busy_key", "busy")
+    __slots__ = ("busy_key", "busy", "slot", "flowing", "placed_step")
 
     def __init__(self, steps: tuple[StepFlows, ...]) -> None:
         super().__init__(steps)
         self.busy_key: tuple[int, int] | None = None
         self.busy: set[int] = set()
+        self.slot = -1  # its slot in FlowSlots (-1: none)
+        self.flowing = False  # its flows are moving in its slot
+        self.placed_step = -1  # the step its slot holds
 
 
-class FlatFlowEngine(FlowEngine):
+class FlatFlowEngine(OnSlots, FlowEngine):
     """:class:`FlowEngine` with the moving flows of all ops in one set of arrays (see the module doc)."""
 
     _max_min = staticmethod(max_min_rates_compacting)
@@ -68,6 +76,8 @@ class FlatFlowEngine(FlowEngine):
     # one solve of every flow; False: that one solve, compiled, the same floats) - see fairshare_core
     incremental = True  # per component, with the moving routes kept between events (fairshare_core.LiveRates: the
     # same floats as MovingRates per component; False: MovingRates, every moving flow walked at every solve)
+    slots = True  # with the incremental solve, each op's flows kept in a slot of the arrays between events
+    # (flat_slots.FlowSlots: the same floats; False: every flowing op's arrays concatenated again at each lay-out)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -89,6 +99,12 @@ class FlatFlowEngine(FlowEngine):
             MovingRates(self.capacity, params.flow_contention, self.by_component and self.credit is None) \
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
+        network_routes = network.routes
+        self._slots = FlowSlots(self._live, lambda: len(network_routes)) \
+            if self._live is not None and self.slots else None
+        self._pending: dict[int, FabricOp] = {}  # with slots: the ops changed since the last lay-out, by id
+        self._waits: dict[int, FabricOp] = {}  # with slots: the ops paying a step's latency
+        self._halts: dict[int, FabricOp] = {}  # with slots: the ops done, or with nothing to move and no latency
         self.solves = 0  # max-min solves run (the memo's misses)
         self._rate_key: tuple = ()  # the memo key of the rates in self._rate
         self._credit_loads: dict[tuple, np.ndarray | None] = {}  # with the credit: per rates' key, their load
@@ -122,10 +138,16 @@ class FlatFlowEngine(FlowEngine):
     def remove(self, op: FabricOp) -> None:
         self.ops.remove(op)
         self._dirty = True
+        if self._slots is not None:
+            for where in (self._pending, self._waits, self._halts):
+                where.pop(id(op), None)
+            self._slots.release(op)
 
     def _changed(self, op: FabricOp) -> None:
         self.changed.add(id(op))
         self._dirty = True
+        if self._slots is not None:
+            self._pending[id(op)] = op
 
     def _enter_next_step(self, op: FabricOp) -> None:
         op.next_step()
@@ -152,7 +174,11 @@ class FlatFlowEngine(FlowEngine):
     # ---- the flat arrays --------------------------------------------------------------------------------
     def _lay_out(self) -> None:
         """Sort the ops into waiting, flowing and halted, and the flowing ops' flows into one set of arrays
-        (each op's ``left`` and ``active`` then views into them, updated in place)."""
+        (each op's ``left`` and ``active`` then views into them, updated in place). With slots: only the ops
+        changed since the last lay-out placed again, each op's flows in its slot."""
+        if self._slots is not None:
+            self._place_changed()
+            return
         self._waiting, self._flowing, self._halted = [], [], []
         self._pos = {id(op): k for k, op in enumerate(self.ops)}
         self._queue_flat = None
@@ -228,6 +254,8 @@ class FlatFlowEngine(FlowEngine):
 
     # ---- time -------------------------------------------------------------------------------------------
     def horizon_ns(self) -> float:
+        if self._slots is not None:
+            return self._slots_horizon_ns()
         if self._dirty:
             self._lay_out()
         if self._flowing and not self._rated:
@@ -257,6 +285,8 @@ class FlatFlowEngine(FlowEngine):
     def advance(self, dt_ns: float) -> None:
         if self.queues is not None:
             self._advance_in_order(dt_ns)
+        elif self._slots is not None:  # (never with the credit: slots need the incremental solve)
+            self._slots_advance(dt_ns)
         else:
             self._advance_flows(dt_ns)
         self._credit_advance(dt_ns)

@@ -28,6 +28,7 @@ class FabricPlayer(_Player):
         self.engine = engine
         self._of_flow: dict[int, _FlowOp] = {}  # id(op.flow) -> the running op, for the ops whose flow started
         self._flows_started = 0
+        self._with_flow = 0  # the first ops of ``running`` have their flows: the others joined it since (at its end)
         super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
         channels, p2p = trace.channels()
         for key, op in self.op_index.items():  # ("coll", group, k) or ("p2p", src, dst, k): the replay's channel
@@ -37,13 +38,15 @@ class FabricPlayer(_Player):
         return _FlowOp(members, sides, op)
 
     def horizon_ns(self) -> float:
-        for op in self.running:
-            if op.flow is None:  # type: ignore[attr-defined]
+        running = self.running
+        if self._with_flow < len(running):  # ops joined ``running`` (at its end) since: their flows start
+            for op in running[self._with_flow:]:
                 op.flow = self.engine.start(self.engine.plan(op.comm, op.members,  # type: ignore[attr-defined]
                                                              op.channel))  # type: ignore[attr-defined]
                 op.flow_order = self._flows_started  # type: ignore[attr-defined]
                 self._flows_started += 1
                 self._of_flow[id(op.flow)] = op  # type: ignore[arg-type,attr-defined]
+            self._with_flow = len(running)
         return self.engine.horizon_ns()
 
     def advance(self, dt_ns: float) -> None:
@@ -72,6 +75,7 @@ class FabricPlayer(_Player):
                 self.leave(op, rank, t)
             if len(op.gone) == len(op.members):
                 self.running.remove(op)
+                self._with_flow -= 1  # an op with its flow: one of the first
                 self.engine.remove(op.flow)
                 del self._of_flow[id(op.flow)]
             for rank in leaving:

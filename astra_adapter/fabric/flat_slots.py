@@ -1,0 +1,220 @@
+"""The flat engine's flows kept in place between events (pure): each op moving flows holds a slice - a *slot* - of
+one set of arrays (bytes left, moving flags, routes, done thresholds) from its first step that moves until it
+leaves the engine, so an op starting, changing step or leaving writes its own slice, where the rebuilt lay-out
+(``FlatFlowEngine.slots = False``) concatenated every flowing op's arrays again (issue #36 item 6).
+
+A slot keeps its place while its op pays a step's latency (its flags all 0: none of its flows moves, and the
+sweeps step over it), and the op's next step that moves takes the same slot where it has as many flows (a ring's
+steps all have) or a new one at the end. A slot whose op left is dead until the arrays are compacted (when the
+dead flows outnumber the others). The moving flows are counted on their routes in the incremental solve
+(:class:`~astra_adapter.fabric.fairshare_core.LiveRates`) as a slot takes them and uncounted as it gives them
+back, so a solve sees the counts per route a lay-out's recount (``LiveRates.set_moving``) gives; the sweeps
+(``LiveRates.earliest_end``, ``LiveRates.move``) run over the arrays as before, every slot an op's (an idle or
+dead slot moves nothing and counts 0). The per-flow arithmetic, the set of moving flows and the counts per route
+are the rebuilt lay-out's, so every float is the same (``tests/test_fabric_slots.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from astra_adapter.fabric.flows import FabricOp
+
+_MIN_COMPACT = 4096  # dead flows kept at least up to this many before the arrays are compacted
+
+
+class FlowSlots:
+    """The flowing ops' flows, a slot per op (see the module doc). The arrays the sweeps take - ``left``,
+    ``active`` (the moving flags' uint8 view), ``done_below``, ``routes``, ``starts`` (per slot its first flow),
+    ``counts`` (per slot its moving flows) - are views exactly as long as the slots in use; ``ops``: per slot its
+    op (None: dead); ``flowing``: how many ops move flows."""
+
+    def __init__(self, live, num_route_ids: Callable[[], int]) -> None:
+        self._live = live  # LiveRates: counts the moving flows per route
+        self._num_route_ids = num_route_ids  # route ids so far (the network memoises routes as ops are planned)
+        self.ops: list[FabricOp | None] = []
+        self._len: list[int] = []  # per slot its flows
+        self._used = 0  # flows in slots (moving, idle or dead)
+        self._dead = 0  # flows in dead slots
+        self._dead_slots = 0
+        self.flowing = 0
+        self._left = self._done = np.zeros(0)
+        self._flags = np.zeros(0, dtype=bool)
+        self._routes = self._starts = self._counts = np.zeros(0, dtype=np.int64)
+        self._compact(1024, 64)
+
+    def _compact(self, cap: int, slot_cap: int) -> None:
+        """New arrays of ``cap`` flows and ``slot_cap`` slots holding the slots of ops, in their order (the dead
+        dropped; each moving op's ``left`` and ``active`` viewing its new place)."""
+        left, flags, done = np.zeros(cap), np.zeros(cap, dtype=bool), np.zeros(cap)
+        routes, starts, counts = (np.zeros(n, dtype=np.int64) for n in (cap, slot_cap, slot_cap))
+        ops: list[FabricOp | None] = []
+        lens: list[int] = []
+        at = 0
+        for k, op in enumerate(self.ops):
+            if op is None:
+                continue
+            n, a = self._len[k], int(self._starts[k])
+            left[at:at + n], flags[at:at + n] = self._left[a:a + n], self._flags[a:a + n]
+            done[at:at + n], routes[at:at + n] = self._done[a:a + n], self._routes[a:a + n]
+            starts[len(ops)], counts[len(ops)] = at, self._counts[k]
+            op.slot = len(ops)  # type: ignore[attr-defined]
+            if op.left.base is self._left:  # moving in its slot (not yet on to a step the slots do not hold)
+                op.left, op.active = left[at:at + n], flags[at:at + n]
+            ops.append(op)
+            lens.append(n)
+            at += n
+        self._left, self._flags, self._done, self._routes = left, flags, done, routes
+        self._starts, self._counts, self.ops, self._len = starts, counts, ops, lens
+        self._used, self._dead, self._dead_slots = at, 0, 0
+        self._views()
+
+    def _views(self) -> None:
+        n, s = self._used, len(self.ops)
+        self.left, self.active = self._left[:n], self._flags[:n].view(np.uint8)
+        self.done_below, self.routes = self._done[:n], self._routes[:n]
+        self.starts, self.counts = self._starts[:s], self._counts[:s]
+
+    def place(self, op: FabricOp) -> None:
+        """``op``'s step (just entered; its flows move now) into its slot - the one it holds where that has as
+        many flows, else a new one at the end; ``op.left`` and ``op.active`` become views into it, and its
+        moving flows are counted on their routes."""
+        self.idle(op)
+        s = op.steps[op.step]
+        n = len(s.routes)
+        k = op.slot  # type: ignore[attr-defined]
+        if k >= 0 and self._len[k] != n:
+            self.release(op)
+            k = -1
+        if k < 0:
+            if self._used + n > len(self._left) or len(self.ops) >= len(self._starts):
+                self._compact(max(1024, 2 * (self._used - self._dead + n)),
+                              max(64, 2 * (len(self.ops) - self._dead_slots + 1)))
+            k = op.slot = len(self.ops)  # type: ignore[attr-defined]
+            self._starts[k] = self._used
+            self.ops.append(op)
+            self._len.append(n)
+            self._used += n
+            self._views()
+        a = int(self._starts[k])
+        b = a + n
+        self._left[a:b], self._flags[a:b] = op.left, op.active
+        self._done[a:b], self._routes[a:b] = s.done_below, s.routes
+        self._counts[k] = op.active_count
+        op.left, op.active = self._left[a:b], self._flags[a:b]
+        op.flowing = True  # type: ignore[attr-defined]
+        self.flowing += 1
+        self._live.count_flows(self._routes, self._flags.view(np.uint8), a, b, 1, self._num_route_ids())
+
+    def idle(self, op: FabricOp) -> None:
+        """``op`` moves no flow from now (it entered a step's latency, has nothing to move, ended, or leaves): any
+        flow of its slot still moving is uncounted (none is where its last flow just ended)."""
+        if not op.flowing:  # type: ignore[attr-defined]
+            return
+        op.flowing = False  # type: ignore[attr-defined]
+        self.flowing -= 1
+        k = op.slot  # type: ignore[attr-defined]
+        if self._counts[k]:
+            a = int(self._starts[k])
+            b = a + self._len[k]
+            self._live.count_flows(self._routes, self._flags.view(np.uint8), a, b, -1, self._num_route_ids())
+            self._flags[a:b] = False
+            self._counts[k] = 0
+
+    def release(self, op: FabricOp) -> None:
+        """``op`` gives its slot up (it leaves the engine, or its next step has another number of flows)."""
+        self.idle(op)
+        k = op.slot  # type: ignore[attr-defined]
+        if k < 0:
+            return
+        self.ops[k] = None
+        self._dead += self._len[k]
+        self._dead_slots += 1
+        op.slot = -1  # type: ignore[attr-defined]
+        if self._dead > _MIN_COMPACT and 2 * self._dead > self._used or \
+                self._dead_slots > max(64, len(self.ops) - self._dead_slots):
+            self._compact(max(1024, 2 * (self._used - self._dead)), len(self._starts))
+
+
+class OnSlots:
+    """The flat engine's lay-out, horizon and advance on its slots (:class:`FlowSlots`; the engine's ``_slots``,
+    with the incremental solve ``_live``): the ops changed since the last lay-out placed again, the others as
+    they were - the same ops waiting, flowing and halted as the rebuilt lay-out sorts, the same minimum, the same
+    moves. A mixin of :class:`astra_adapter.fabric.flat_flows.FlatFlowEngine`."""
+
+    _slots: FlowSlots | None
+    _live: Any  # fairshare_core.LiveRates
+    _pending: dict[int, FabricOp]
+    _waits: dict[int, FabricOp]
+    _halts: dict[int, FabricOp]
+    _dirty: bool
+    _rated: bool
+    changed: set[int]
+
+    def _place_changed(self) -> None:
+        """The ops changed since the last lay-out sorted into waiting, flowing (their flows into their slots: the
+        moving ones counted per route) and halted - as :meth:`_lay_out` sorts every op."""
+        slots, waits, halts = self._slots, self._waits, self._halts
+        assert slots is not None
+        for key, op in self._pending.items():
+            waits.pop(key, None)
+            halts.pop(key, None)
+            if op.done or (op.latency_ns <= 0 and not op.active_count):
+                slots.idle(op)
+                halts[key] = op
+            elif op.latency_ns > 0:
+                slots.idle(op)
+                waits[key] = op
+            elif not op.flowing or op.placed_step != op.step:  # type: ignore[attr-defined]
+                slots.place(op)
+                op.placed_step = op.step  # type: ignore[attr-defined]
+        self._pending.clear()
+        self._dirty = False
+        self._rated = False
+
+    def _slots_horizon_ns(self) -> float:
+        """:meth:`horizon_ns` on the slots: the same latencies and flows, the same minimum."""
+        slots = self._slots
+        assert slots is not None and self._live is not None
+        if self._dirty:
+            self._place_changed()
+        if slots.flowing and not self._rated:
+            self._rate_flows()
+        if self._halts:
+            return 0.0
+        best = min((op.latency_ns for op in self._waits.values()), default=float("inf"))
+        if slots.flowing:
+            return min(best, self._live.earliest_end_of(slots.left, slots.active, slots.routes, slots.starts,
+                                                        slots.counts))
+        return best
+
+    def _slots_advance(self, dt_ns: float) -> None:
+        """:meth:`advance` on the slots: the same latencies run down, the same flows moved."""
+        slots = self._slots
+        assert slots is not None and self._live is not None
+        for op in self._waits.values():
+            op.latency_ns -= dt_ns
+            if op.latency_ns <= 1e-6:
+                op.latency_ns = 0.0
+                self._changed(op)
+                if not op.active_count:
+                    self._enter_next_step(op)
+        for op in self._halts.values():
+            if not op.done:
+                self._enter_next_step(op)
+        if not slots.flowing:
+            return
+        moved = self._live.move(slots.left, slots.active, slots.done_below, slots.starts, slots.routes,
+                                slots.counts, dt_ns)
+        if moved:
+            self._rated = False
+            changed, of_slot = self.changed, slots.ops
+            for i, count in moved:
+                op = of_slot[i]
+                assert op is not None
+                op.active_count = count
+                changed.add(id(op))
+                if not count:
+                    self._enter_next_step(op)
