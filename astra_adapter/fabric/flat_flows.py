@@ -296,8 +296,9 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         if self._compiled is not None:
             self._compiled.set_capacity(self.capacity)
 
-    def _advance_flows(self, dt_ns: float) -> None:
-        waiting, flowing, halted = self._waiting, self._flowing, self._halted
+    def _run_down(self, waiting, halted, dt_ns: float) -> None:
+        """The ops paying a step's latency ``dt_ns`` on (on to their flows, or their next step, when it is paid),
+        and the halted ops on to their next step."""
         for op in waiting:
             op.latency_ns -= dt_ns
             if op.latency_ns <= 1e-6:
@@ -308,6 +309,10 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         for op in halted:
             if not op.done:
                 self._enter_next_step(op)
+
+    def _advance_flows(self, dt_ns: float) -> None:
+        flowing = self._flowing
+        self._run_down(self._waiting, self._halted, dt_ns)
         if not flowing:
             return
         left, active = self._left, self._active

@@ -194,16 +194,7 @@ class OnSlots:
         """:meth:`advance` on the slots: the same latencies run down, the same flows moved."""
         slots = self._slots
         assert slots is not None and self._live is not None
-        for op in self._waits.values():
-            op.latency_ns -= dt_ns
-            if op.latency_ns <= 1e-6:
-                op.latency_ns = 0.0
-                self._changed(op)
-                if not op.active_count:
-                    self._enter_next_step(op)
-        for op in self._halts.values():
-            if not op.done:
-                self._enter_next_step(op)
+        self._run_down(self._waits.values(), self._halts.values(), dt_ns)
         if not slots.flowing:
             return
         moved = self._live.move(slots.left, slots.active, slots.done_below, slots.starts, slots.routes,
