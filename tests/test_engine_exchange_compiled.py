@@ -234,6 +234,13 @@ def test_a_signal_during_the_wait_runs_its_handler_and_the_step_goes_on():
     runs as usual."""
     transport, far = _rank_with_peers(2, compiled=True)
     calls = []
+    waiter = threading.get_ident()
+
+    def alarm_soon() -> threading.Timer:  # to this thread: a process-wide timer may land on another thread
+        timer = threading.Timer(0.05, signal.pthread_kill, (waiter, signal.SIGALRM))
+        timer.start()
+        return timer
+
     previous = signal.signal(signal.SIGALRM, lambda *_: calls.append(time.monotonic()))
     try:
         def late() -> None:
@@ -244,7 +251,7 @@ def test_a_signal_during_the_wait_runs_its_handler_and_the_step_goes_on():
 
         feeder = threading.Thread(target=late)
         feeder.start()
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        alarm_soon()
         transport.exchange([], [Transfer(1, 1000), Transfer(2, 1000)], timeout_s=5)
         feeder.join()
         assert len(calls) == 1
@@ -253,14 +260,15 @@ def test_a_signal_during_the_wait_runs_its_handler_and_the_step_goes_on():
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGALRM, stop)
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        alarm_soon()
+        started = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
             transport.exchange([], [Transfer(1, 1000), Transfer(2, 1000)], timeout_s=5)
+        assert time.monotonic() - started < 4  # the wait was interrupted, not timed out
         for _, writer in far.values():
             writer.sendall(b"r" * 1000)
         transport.exchange([], [Transfer(1, 1000), Transfer(2, 1000)], timeout_s=5)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         transport.close()
 
