@@ -49,6 +49,18 @@ def reference_steps(monkeypatch):
 def _alltoall(ranks: int, size_bytes: int, *, compiled: bool, ops: int = 3, buffer_bytes: int | None = None):
     """`ops` payload-agnostic all-to-alls, then one verified one on the same connections (a stream left a byte
     off would misalign it), every rank on a thread. Returns {rank: verification problem}."""
+    def untimed(mine, transport):
+        plan = transfer_plan(mine)
+        for _ in range(ops):
+            run_schedule(mine, transport, timeout_s=20, plan=plan)
+
+    return {rank: problem for rank, (_, problem) in _alltoall_runs(ranks, size_bytes, untimed, compiled=compiled,
+                                                                    buffer_bytes=buffer_bytes).items()}
+
+
+def _alltoall_runs(ranks: int, size_bytes: int, run_ops, *, compiled: bool, buffer_bytes: int | None):
+    """Every rank on a thread: ``run_ops(its schedule, its transport)``, then one verified all-to-all on the same
+    connections. Returns {rank: (what run_ops returned, verification problem)}."""
     op = CollectiveOp(Collective.ALL_TO_ALL, size_bytes, tuple(range(ranks)), Algorithm.DIRECT, dtype_bytes=4)
     schedule = build_schedule(op)
     mesh = socketpair_mesh(ranks, buffer_bytes)
@@ -57,13 +69,11 @@ def _alltoall(ranks: int, size_bytes: int, *, compiled: bool, ops: int = 3, buff
     def rank_main(rank: int) -> None:
         transport = SocketTransport(rank, mesh[rank], window_bytes=1 << 16, compiled=compiled)
         mine = schedule.for_rank(rank)
-        plan = transfer_plan(mine)
         try:
-            for _ in range(ops):
-                run_schedule(mine, transport, timeout_s=20, plan=plan)
+            ran = run_ops(mine, transport)
             data = DataBuffers(check.initial_buffers(op, rank))
             run_schedule(mine, transport, timeout_s=20, data=data)
-            out[rank] = check.verify_buffers(op, rank, data.arrays)
+            out[rank] = (ran, check.verify_buffers(op, rank, data.arrays))
         except Exception as exc:  # surfaced by the assertion below
             errors.append(exc)
 
@@ -296,25 +306,10 @@ def _alltoall_ops(ranks: int, size_bytes: int, ops: int, *, compiled: bool = Tru
                   buffer_bytes: int | None = None, timeout_s: float = 20):
     """`ops` timed all-to-alls back to back (`run_timed_ops`, as the bench's timed loop), then one verified op on
     the same connections. Returns {rank: (spans or None, verification problem)}."""
-    op = CollectiveOp(Collective.ALL_TO_ALL, size_bytes, tuple(range(ranks)), Algorithm.DIRECT, dtype_bytes=4)
-    schedule = build_schedule(op)
-    mesh = socketpair_mesh(ranks, buffer_bytes)
-    out, errors = {}, []
+    def timed(mine, transport):
+        return run_timed_ops(mine, transport, transfer_plan(mine), ops, timeout_s=timeout_s)
 
-    def rank_main(rank: int) -> None:
-        transport = SocketTransport(rank, mesh[rank], window_bytes=1 << 16, compiled=compiled)
-        mine = schedule.for_rank(rank)
-        try:
-            spans = run_timed_ops(mine, transport, transfer_plan(mine), ops, timeout_s=timeout_s)
-            data = DataBuffers(check.initial_buffers(op, rank))
-            run_schedule(mine, transport, timeout_s=20, data=data)
-            out[rank] = (spans, check.verify_buffers(op, rank, data.arrays))
-        except Exception as exc:  # surfaced by the assertion below
-            errors.append(exc)
-
-    run_ranks(rank_main, ranks, mesh)
-    assert not errors, errors
-    return out
+    return _alltoall_runs(ranks, size_bytes, timed, compiled=compiled, buffer_bytes=buffer_bytes)
 
 
 @pytest.mark.parametrize("ranks, size_bytes, buffer_bytes", [
