@@ -110,22 +110,16 @@ class LinkCredit:
         return True
 
 
-def link_load(routes: np.ndarray, rates: np.ndarray, table: tuple[np.ndarray, np.ndarray, np.ndarray],
-              num_resources: int, flow_contention: float = 0.0) -> np.ndarray | None:
-    """Bytes per ns on every resource from the moving flows' ``routes`` and ``rates`` (each flow of a route has its
-    route's rate), summed per distinct route in ascending order - the same floats in any flow order (None: no
-    flow)."""
-    if not len(routes):
-        return None
-    unique, first, counts = np.unique(routes, return_index=True, return_counts=True)
-    ptr, res, w = table
-    starts, lengths = ptr[unique], ptr[unique + 1] - ptr[unique]
-    index = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
-    res_i, w_i = res[index], w[index]
-    moved = np.bincount(res_i, weights=w_i * np.repeat(counts * rates[first], lengths), minlength=num_resources)
+def link_load(res: np.ndarray, w: np.ndarray, lengths: np.ndarray, counts: np.ndarray, rates: np.ndarray,
+              num_resources: int, flow_contention: float = 0.0) -> np.ndarray:
+    """Bytes per ns on every resource from the moving flows, per distinct route in ascending order (so the same
+    floats in any flow order): its ``counts`` flows at its per-flow rate (``rates``) over its loads, the routes'
+    CSR rows gathered route by route (``res``, ``w``; ``lengths``: each route's number of entries -
+    :meth:`astra_adapter.fabric.flows.FlowEngine._gather`)."""
+    moved = np.bincount(res, weights=w * np.repeat(counts * rates, lengths), minlength=num_resources)
     if flow_contention <= 0:
         return moved
     # on the wire's scale, as the solve fills a link crossed by n flows (to rate / (1 + c(n - 1))) and as
     # StandingQueues.load_on reads it: a link the solve fills reads as full, so its empty buckets stay empty
-    flows_on = np.bincount(res_i, weights=w_i * np.repeat(counts.astype(float), lengths), minlength=num_resources)
+    flows_on = np.bincount(res, weights=w * np.repeat(counts.astype(float), lengths), minlength=num_resources)
     return contended_load(moved, flows_on, flow_contention)
