@@ -264,6 +264,57 @@ def test_the_incremental_solve_gives_the_component_solves_rates_bit_for_bit(cont
     assert solved > 100 and moved > 20 and live.components_solved > 100
 
 
+@pytest.mark.parametrize("contention", [0.0, 0.05])
+def test_new_capacities_solve_again_the_components_they_touch(contention):
+    """HTB's credit changes links' capacities mid-play (astra_adapter.fabric.credit): LiveRates.set_capacity marks
+    the components holding a resource whose capacity changed, so every rate after the next solve is MovingRates'
+    per-component rate at the new capacities (which solves every component again), bit for bit, the one solve's
+    within REL - and the components it does not touch keep their rates (not solved again). moving_routes gives the
+    moving routes as np.unique does, with their counts and rates."""
+    network = FabricNetwork(fabric(), hash_seed=3)
+    engine = FlowEngine(network, FabricParams(flow_contention=contention))
+    base = engine.capacity.copy()
+    live = LiveRates(engine.capacity, contention)
+    walk = MovingRates(engine.capacity, contention)
+    rng = np.random.default_rng(17)
+    routes = np.zeros(0, dtype=np.int64)
+    active = np.zeros(0, dtype=np.uint8)
+    changed = kept = 0
+    for _ in range(250):
+        change = int(rng.integers(0, 4))
+        if change == 0 or not active.any():  # a group of flows starts
+            hosts = rng.choice(network.world_size, size=int(rng.integers(2, 4)), replace=False)
+            pairs = [(int(a), int(b)) for a in hosts for b in hosts if a != b and rng.random() < 0.7]
+            routes = np.concatenate([routes, np.array([network.route(a, b) for a, b in pairs], dtype=np.int64)])
+            active = np.concatenate([active, np.ones(len(pairs), dtype=np.uint8)])
+        elif change == 1:  # a group leaves
+            keep = np.ones(len(routes), dtype=bool)
+            keep[int(rng.integers(0, len(routes))):][:int(rng.integers(1, 8))] = False
+            routes, active = routes[keep], active[keep]
+        else:  # a few links change mode: the device's speed, the ceil or the rate (as the credit's modes)
+            cap = engine.capacity.copy()
+            some = rng.choice(len(cap), size=int(rng.integers(1, 4)), replace=False)
+            cap[some] = base[some] * rng.choice([1.0, 1.02, 10.0], size=len(some))
+            engine.capacity[:] = cap
+            engine._rates.clear()  # the reference's memo is keyed on the modes, which this test does not keep
+            live.set_capacity(cap)
+            walk.set_capacity(cap)
+            changed += 1
+        live.set_moving(routes, active, len(network.routes))
+        before = live.components_solved
+        ptr, res, w = engine._route_table(len(network.routes) - 1)
+        live.solve(ptr, res, w)
+        want = walk.rates(routes, active, ptr, res, w)
+        assert np.array_equal(live.flow_rates(routes, active), want)
+        assert np.allclose(want, _numpy_rates(engine, routes, active.view(bool)), rtol=REL, atol=0)
+        unique, counts, rates = live.moving_routes()
+        want_unique, first, want_counts = np.unique(routes[active.view(bool)], return_index=True, return_counts=True)
+        assert np.array_equal(unique, want_unique) and np.array_equal(counts, want_counts)
+        assert np.array_equal(rates, want[active.view(bool)][first])
+        kept += change >= 2 and live.components_solved - before < len(_components(engine, routes, active.view(bool)))
+    assert changed > 50 and kept > 10  # capacities changed often, and often left some component alone
+
+
 @pytest.mark.parametrize("params", PARAMS)
 def test_an_uneven_moe_play_incrementally_is_the_component_solves_bit_for_bit(params):
     trace = _moe(seed=1)

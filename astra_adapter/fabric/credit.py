@@ -22,7 +22,8 @@ device's speed ``D`` while the ceil bucket drains at ``D - ceil``, then the rest
 ``(S - cburst) / ceil`` whatever ``D`` is (``tests/test_fabric_credit.py``).
 
 The load on each link is summed the same way in every engine (:func:`link_load`: per distinct route in
-ascending order, its flows' count times their rate), so the credit keeps the engines' results bit for bit.
+ascending order, its flows' count times their rate), so the credit keeps the engines' results bit for bit where
+their rates are (the flat engine's per-component solve: within its relative 1e-9).
 """
 
 from __future__ import annotations

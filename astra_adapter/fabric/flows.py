@@ -326,6 +326,8 @@ class FlowEngine:
             flows_on = np.bincount(resource_of_all, weights=weight_all, minlength=len(capacity))
             capacity = capacity / (1 + self.params.flow_contention * np.maximum(flows_on - 1, 0))
         per_flow = self._max_min(flow_of, resource_of_all, weight_all, capacity, len(unique))
+        if len(self._rates) >= _MEMO_LIMIT:
+            self._rates.clear()
         hit = self._rates[key] = (unique, per_flow)
         return hit
 
