@@ -21,7 +21,8 @@ from genie.core.errors import RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.engine import compiled_exchange, transport as transport_module
 from genie.engine.executor import DataBuffers, run_schedule, run_timed_ops, transfer_plan
-from genie.engine.transport import PeerFailure, PeerLink, SocketTransport, Transfer, socketpair_mesh
+from genie.engine.links import socketpair_mesh
+from genie.engine.transport import PeerFailure, PeerLink, SocketTransport, Transfer
 
 pytestmark = pytest.mark.skipif(compiled_exchange.ExchangeLoop is None and not os.environ.get("CI"),
                                 reason="genie.engine.exchange_loop is not built (pip install -e . builds it)")

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import select
-import socket
-from typing import Protocol, Sequence
+from typing import Sequence
 
 from genie.core.errors import RunFailure
-from genie.engine.flows import Flow, PeerFailure, Transfer, closed_failure, send_error, unsent_bytes
+from genie.engine.flows import Flow, Transfer, closed_failure, send_error, unsent_bytes
+from genie.engine.links import PeerFailure, PeerLink
 
 try:
     from genie.engine.exchange_loop import (DONE, LATE, LATE_ONE, OP_BEGIN, OP_LATE, OP_STEP, RECV_CLOSED,
@@ -27,16 +27,11 @@ except ImportError:  # not built (no compiler at install): the pure Python refer
     ExchangeLoop = ExchangeOps = None
 
 
-class _Link(Protocol):  # genie.engine.transport.PeerLink
-    send: socket.socket
-    recv: socket.socket
-
-
 class CompiledExchange:
     """One transport's multi-peer steps in the compiled loop: `window`, `links` and `epoll` are the transport's
     (`SocketTransport`; every socket of `links` registered in `epoll`)."""
 
-    def __init__(self, rank: int, window: memoryview, links: dict[int, _Link], epoll: select.epoll,
+    def __init__(self, rank: int, window: memoryview, links: dict[int, PeerLink], epoll: select.epoll,
                  bulk_bytes: int) -> None:
         self.rank = rank
         self._links = links
