@@ -22,17 +22,8 @@ caller runs the signal's handler, as CPython does on EINTR) and the step resumes
 import os
 
 from cpython.exc cimport PyErr_CheckSignals
-from libc.errno cimport errno, EAGAIN, EINTR, ECONNRESET  # EWOULDBLOCK is EAGAIN on Linux
-from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.stdlib cimport malloc, free
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-cdef extern from "<sys/socket.h>" nogil:
-    ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
-    ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
-    int MSG_DONTWAIT
-    int MSG_NOSIGNAL
-    int MSG_TRUNC
+include "socket_calls.pxi"
 
 cdef extern from "<sys/epoll.h>" nogil:
     ctypedef union epoll_data_t:
@@ -79,12 +70,6 @@ cdef int64_t _LONGEST_WAIT_NS = 2000000000000000  # ~23 days: epoll_wait's int m
 cdef uint32_t _WATCH_IN = EPOLLIN | EPOLLRDHUP | EPOLLET  # genie.engine.transport.WATCH_IN
 cdef uint32_t _EVENT_IN = EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP  # genie.engine.flows._EPOLL_IN
 cdef uint32_t _EVENT_OUT = EPOLLOUT | EPOLLERR | EPOLLHUP  # genie.engine.flows._EPOLL_OUT
-
-
-cdef inline int64_t _monotonic_ns() noexcept nogil:  # time.monotonic_ns()
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <int64_t> ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
 cdef class ExchangeLoop:
