@@ -384,6 +384,29 @@ def test_without_the_compiled_exchange_the_caller_runs_the_ops():
         assert spans is None and not problem
 
 
+@pytest.mark.parametrize("refused", ["a view", "two transfers to one peer"])
+def test_a_one_step_plan_the_exchange_loop_refuses_is_left_to_the_caller(refused, reference_steps):
+    """Built, but not the loop's shape (real data, or several transfers to one peer in its step): `run_timed_ops`
+    returns None at once - nothing sent, nothing received, no step moved - and the caller runs the ops one by
+    one."""
+    op = CollectiveOp(Collective.ALL_TO_ALL, 3 * 256, tuple(range(3)), Algorithm.DIRECT, dtype_bytes=4)
+    mine = build_schedule(op).for_rank(0)
+    transport, far = _rank_with_peers(2, compiled=True)
+    try:
+        sends = [Transfer(1, 256), Transfer(2, 256)]
+        if refused == "a view":
+            sends[0] = Transfer(1, 256, memoryview(bytearray(256)))
+        else:
+            sends.append(Transfer(1, 16))
+        plan = [(sends, [Transfer(1, 256), Transfer(2, 256)])]
+        assert transport._compiled_exchange is not None
+        assert run_timed_ops(mine, transport, plan, 3, timeout_s=1) is None
+        assert not transport._outbox and not reference_steps
+        assert all(_drain(reader) == 0 for reader, _ in far.values())  # nothing sent
+    finally:
+        transport.close()
+
+
 @pytest.mark.parametrize("timeout_s, message", [
     (0.0, r"^rank 0: op timed out after 0 s at step 0$"),
     (0.3, r"^rank 0: op timed out after 0\.\d+ s receiving from rank 1 \(0/256 bytes\), receiving from rank 2 "

@@ -73,8 +73,12 @@ def test_the_testbed_and_the_model_share_one_bucket_rule() -> None:
 def test_a_message_after_idle_time_ends_in_its_size_less_cburst_over_the_ceil(engine) -> None:
     size = 4 * 2**20
     wire = size * WIRE_BYTES_PER_PAYLOAD_BYTE  # within the 1 MB rate bucket's reach at 2 % above the rate
-    (got,) = run_concurrently(engine(_pair(), CREDIT), _message(size))
+    played = engine(_pair(), CREDIT)
+    (got,) = run_concurrently(played, _message(size))
     assert got == pytest.approx((wire - 131072) / (1.02 * GBIT / 8e9), rel=1e-9)
+    # its path ends with the ceil bucket spent and the rate bucket not: at the ceil; the other way untouched
+    assert _modes(played) == {"h0>s0": CEIL, "s0>h1": CEIL, "h1>s0": BURST, "s0>h0": BURST}
+    assert 0 < played.credit.b.min() < 1_000_000 == played.credit.b.max() and played.credit.c.min() == 0
     (off,) = run_concurrently(engine(_pair(), FabricParams()), _message(size))
     assert off == pytest.approx(wire / (GBIT / 8e9), rel=1e-12)
     assert got < off * (1 - 0.02 + 0.001)  # 2 % faster and the burst's time on top
