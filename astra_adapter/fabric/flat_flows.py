@@ -36,10 +36,9 @@ the same floats as the per-call solve (``incremental = False``), the solve no lo
 flight (the sweeps still do). On that solve each op's flows also stay in a slot of the arrays between events
 (:mod:`astra_adapter.fabric.flat_slots`, ``slots``): a lay-out places only the ops that changed, counting or
 uncounting only their flows per route, instead of concatenating every flowing op's arrays and counting every
-flow again (``slots = False``) - the same floats. With HTB's credit (``FabricParams.htb_credit``) the capacities
-change with the buckets' modes: the solve is told them (``LiveRates.set_capacity`` solves again only the
-components holding a link whose capacity changed), the buckets' load is summed from its per-route rates as the
-reference sums it, and all of the above holds as it is (``tests/test_fabric_credit.py``).
+flow again (``slots = False``) - the same floats. With HTB's credit (``FabricParams.htb_credit``) the solve is
+told the capacities as the buckets' modes change them (``LiveRates.set_capacity``: the components holding such a
+link solved again) and all of the above holds (``tests/test_fabric_credit.py``).
 """
 
 from __future__ import annotations
@@ -109,7 +108,6 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         self._halts: dict[int, FabricOp] = {}  # with slots: the ops done, or with nothing to move and no latency
         self.solves = 0  # max-min solves run (the memo's misses)
         self._rate_key: tuple = ()  # the memo key of the rates in self._rate
-        self._credit_loads: dict[tuple, np.ndarray | None] = {}  # with the credit: per rates' key, their load
         self._left = np.zeros(0)
         self._active = np.zeros(0, dtype=bool)
         self._done_below = np.zeros(0)
@@ -233,9 +231,10 @@ class FlatFlowEngine(OnSlots, FlowEngine):
             self.solves += 1
             ptr, res, w = self._route_table(len(self.network.routes) - 1)
             self._live.solve(ptr, res, w)
-            if self.credit is not None:  # the load, summed per distinct route as the reference sums it
+            if self.credit is not None:  # the load: a function of the routes, their flows and the modes
                 unique, counts, rates = self._live.moving_routes()
-                self._credit_load = self._route_load(unique, counts, rates) if len(unique) else None
+                self._credit_load = self._kept_load((self._mode_key, unique.tobytes(), counts.tobytes()), lambda:
+                                                    self._route_load(unique, counts, rates)) if len(unique) else None
             self._rated = True
             return
         key = self._rate_key = (self._mode_key, self._key_steps, self._active.tobytes())
@@ -252,7 +251,6 @@ class FlatFlowEngine(OnSlots, FlowEngine):
                 rate[self._active] = per_flow[np.searchsorted(unique, moving_routes)]
             if len(self._moving_rates) >= _MEMO_LIMIT:
                 self._moving_rates.clear()
-                self._credit_loads.clear()
             self._moving_rates[key] = rate
         self._rate = rate
         self._rated = True
@@ -283,12 +281,9 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         assert self.credit is not None
         if not flowing:
             self._credit_load = None
-        elif self._live is None:  # a function of the moving set and the modes, as the rates (kept with them)
-            load = self._credit_loads.get(self._rate_key)
-            if load is None:
-                load = self._credit_loads[self._rate_key] = self._load_of(self._routes[self._active],
-                                                                          self._rate[self._active])
-            self._credit_load = load
+        elif self._live is None:  # a function of the moving set and the modes, as the rates
+            self._credit_load = self._kept_load(self._rate_key, lambda: self._load_of(self._routes[self._active],
+                                                                                      self._rate[self._active]))
         # (the incremental solve took the load with the rates: _rate_flows)
         return self.credit.horizon_ns(self._credit_load)
 

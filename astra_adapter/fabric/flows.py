@@ -158,6 +158,7 @@ class FlowEngine:
         self._mode_key = credit.key if credit else b""  # the credit links' modes (the capacities), in every memo
         # key of rates
         self._credit_load: np.ndarray | None = None  # the load on each resource at the current rates (credit)
+        self._credit_loads: dict[tuple, np.ndarray | None] = {}  # an engine that keeps the load: per moving set
         self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
         self._route_ptr = np.zeros(1, dtype=np.int64)  # the routes' loads as CSR (:meth:`_route_table`)
         self._route_res = np.zeros(0, dtype=np.int64)
@@ -349,6 +350,16 @@ class FlowEngine:
             return None
         unique, first, counts = np.unique(routes, return_index=True, return_counts=True)
         return self._route_load(unique, counts, rates[first])
+
+    def _kept_load(self, key: tuple, load_of) -> np.ndarray | None:
+        """The moving flows' load (``load_of()``, :meth:`_load_of`) kept per ``key``: the modes and moving set the
+        rates are a function of (a full-size array per key, up to _MEMO_LIMIT keys)."""
+        load = self._credit_loads.get(key)
+        if load is None:
+            if len(self._credit_loads) >= _MEMO_LIMIT:
+                self._credit_loads.clear()
+            load = self._credit_loads[key] = load_of()
+        return load
 
     def _route_load(self, unique: np.ndarray, counts: np.ndarray, rates: np.ndarray) -> np.ndarray:
         """:meth:`_load_of` from the distinct moving routes ``unique`` (ascending), their flows and per-flow rates."""
