@@ -13,7 +13,7 @@ from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import CollectiveOp
 from genie.engine.program import CLEAR_TO_SEND_BYTES, RENDEZVOUS_MIN_BYTES, clear_to_send
 from genie.engine.socket_mover import SocketMover
-from genie.engine.transport import PeerFailure, socketpair_mesh
+from genie.engine.links import PeerFailure, socketpair_mesh
 from genie.engine.walker import ProgramWalker, node_steps
 
 MiB = 1 << 20

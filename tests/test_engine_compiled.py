@@ -17,7 +17,8 @@ from genie.core.errors import RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.engine import compiled_steps
 from genie.engine.executor import DataBuffers, run_schedule, run_timed_ops, transfer_plan
-from genie.engine.transport import PeerFailure, SocketTransport, socketpair_mesh
+from genie.engine.links import socketpair_mesh
+from genie.engine.transport import PeerFailure, SocketTransport
 
 pytestmark = pytest.mark.skipif(compiled_steps.CompiledSteps is None and not os.environ.get("CI"),
                                 reason="genie.engine.step_loop is not built (pip install -e . builds it)")

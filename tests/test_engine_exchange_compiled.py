@@ -21,7 +21,8 @@ from genie.core.errors import RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.engine import compiled_exchange, transport as transport_module
 from genie.engine.executor import DataBuffers, run_schedule, run_timed_ops, transfer_plan
-from genie.engine.transport import PeerFailure, PeerLink, SocketTransport, Transfer, socketpair_mesh
+from genie.engine.links import socketpair_mesh
+from genie.engine.transport import PeerFailure, PeerLink, SocketTransport, Transfer
 
 pytestmark = pytest.mark.skipif(compiled_exchange.ExchangeLoop is None and not os.environ.get("CI"),
                                 reason="genie.engine.exchange_loop is not built (pip install -e . builds it)")
@@ -238,6 +239,55 @@ def test_a_send_to_a_peer_gone_is_named(compiled):
     transport.close()
 
 
+def test_a_step_the_loop_refuses_leaves_the_last_steps_sends_left_as_they_were():
+    """`load` checks a step before it changes anything `_requeue` reads: after a step that left its sends queued,
+    a refused one (two sends to one slot, more messages than peers, a size 0) leaves what the loop says is left
+    of the last step's sends as it was - so the outbox rebuilt from it is the last step's, not garbage."""
+    transport, far = _rank_with_peers(3, 1 << 13, compiled=True)
+    try:
+        for peer, (_, writer) in far.items():
+            writer.sendall(b"r" * 100)
+        transport.exchange([Transfer(p, 200_000) for p in (1, 2, 3)], [Transfer(p, 100) for p in (1, 2, 3)],
+                           timeout_s=5, wait_for_sends=False)
+        loop = transport._compiled_exchange._loop
+        left = (loop.sends_left(), [loop.sent_left(i) for i in range(3)])
+        assert left[0] == 3 and all(0 < x < 200_000 for x in left[1])
+        for sends, recvs in (([(0, 10), (0, 10)], []), ([(0, 10)] * 4, []), ([(1, 0)], []), ([], [(5, 10)])):
+            with pytest.raises(ValueError):
+                loop.load(sends, recvs)
+            assert (loop.sends_left(), [loop.sent_left(i) for i in range(3)]) == left
+        with pytest.raises(ValueError):
+            loop.run_ops([0, 1, 2, 0], 1, 5.0)  # more bulk sends than peers: nothing began (no op's sends)
+        assert loop.sends_left() == 0
+    finally:
+        transport.close()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("when", ["watch", "unwatch"])
+def test_an_epoll_set_that_lost_a_socket_fails_the_step_as_the_reference_does(compiled, when, reference_steps):
+    """`epoll_ctl` failing (the send socket no longer in the transport's epoll set: ENOENT) raises what
+    `select.epoll.modify` raises in the reference - when the wait starts watching a blocked send, or when it
+    stops (the step done), the latter in place of the step's own outcome."""
+    transport, far = _rank_with_peers(2, 1 << 13, compiled=compiled)
+    fd = transport._links[1].send.fileno()
+    try:
+        if when == "watch":
+            transport._epoll.unregister(fd)
+        else:
+            def lose_then_feed() -> None:
+                time.sleep(0.1)
+                transport._epoll.unregister(fd)
+                far[2][1].sendall(b"r" * 1000)
+
+            threading.Thread(target=lose_then_feed).start()
+        with pytest.raises(FileNotFoundError):
+            transport.exchange([Transfer(1, 200_000)], [Transfer(2, 1000)], timeout_s=2, wait_for_sends=False)
+        assert (len(reference_steps) == 0) == compiled
+    finally:
+        transport.close()
+
+
 def test_a_signal_during_the_wait_runs_its_handler_and_the_step_goes_on():
     """SIGALRM while the loop waits without the GIL: the handler runs (as CPython runs it on EINTR) and the step
     completes once the data comes; a handler that raises ends the step with its exception, and the next step
@@ -332,6 +382,29 @@ def test_whole_all_to_alls_back_to_back_move_the_bytes(ranks, size_bytes, buffer
 def test_without_the_compiled_exchange_the_caller_runs_the_ops():
     for rank, (spans, problem) in _alltoall_ops(4, 4 * 256, 3, compiled=False).items():
         assert spans is None and not problem
+
+
+@pytest.mark.parametrize("refused", ["a view", "two transfers to one peer"])
+def test_a_one_step_plan_the_exchange_loop_refuses_is_left_to_the_caller(refused, reference_steps):
+    """Built, but not the loop's shape (real data, or several transfers to one peer in its step): `run_timed_ops`
+    returns None at once - nothing sent, nothing received, no step moved - and the caller runs the ops one by
+    one."""
+    op = CollectiveOp(Collective.ALL_TO_ALL, 3 * 256, tuple(range(3)), Algorithm.DIRECT, dtype_bytes=4)
+    mine = build_schedule(op).for_rank(0)
+    transport, far = _rank_with_peers(2, compiled=True)
+    try:
+        sends = [Transfer(1, 256), Transfer(2, 256)]
+        if refused == "a view":
+            sends[0] = Transfer(1, 256, memoryview(bytearray(256)))
+        else:
+            sends.append(Transfer(1, 16))
+        plan = [(sends, [Transfer(1, 256), Transfer(2, 256)])]
+        assert transport._compiled_exchange is not None
+        assert run_timed_ops(mine, transport, plan, 3, timeout_s=1) is None
+        assert not transport._outbox and not reference_steps
+        assert all(_drain(reader) == 0 for reader, _ in far.values())  # nothing sent
+    finally:
+        transport.close()
 
 
 @pytest.mark.parametrize("timeout_s, message", [

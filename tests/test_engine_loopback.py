@@ -20,7 +20,8 @@ from genie.core.schedule import CollectiveOp
 from genie.services.bench import BenchRequest, run_bench
 from genie.services.target import loopback_placements
 from genie.engine.executor import DataBuffers, run_schedule
-from genie.engine.transport import PeerFailure, SocketTransport, Transfer, socketpair_mesh
+from genie.engine.links import socketpair_mesh
+from genie.engine.transport import PeerFailure, SocketTransport, Transfer
 
 ALL_CASES = [(c, a) for c in Collective for a in supported_algorithms(c)]
 
@@ -109,7 +110,7 @@ def test_executor_leaves_sends_queued_between_steps_but_not_after_the_op():
 
 
 def test_tcp_connections_use_the_pinned_congestion_control():
-    from genie.engine.transport import CONGESTION_CONTROL, connect_mesh, listen_socket
+    from genie.engine.links import CONGESTION_CONTROL, connect_mesh, listen_socket
 
     available = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
     if CONGESTION_CONTROL.decode() not in available:
@@ -262,7 +263,7 @@ def test_tcp_receive_connections_delay_their_acks_and_keep_doing_so():
 
 
 def test_socket_pairs_are_left_alone():
-    from genie.engine.transport import delay_acks
+    from genie.engine.links import delay_acks
 
     a, b = socket.socketpair()
     try:

@@ -97,6 +97,30 @@ def _random_flows(rng, network: FabricNetwork, flows: int) -> np.ndarray:
     return np.array([network.route(int(a), int(b)) for a, b in pairs], dtype=np.int64)
 
 
+def _group_starts(rng, network: FabricNetwork, routes: np.ndarray, active: np.ndarray, most_hosts: int = 4):
+    """A group of flows starts (2 to `most_hosts` hosts talking among themselves): the arrays with its flows."""
+    hosts = rng.choice(network.world_size, size=int(rng.integers(2, most_hosts + 1)), replace=False)
+    pairs = [(int(a), int(b)) for a in hosts for b in hosts if a != b and rng.random() < 0.7]
+    return (np.concatenate([routes, np.array([network.route(a, b) for a, b in pairs], dtype=np.int64)]),
+            np.concatenate([active, np.ones(len(pairs), dtype=active.dtype)]))
+
+
+def _live_and_walk(hash_seed: int | None, contention: float):
+    """A fabric's network, its reference engine, and on its capacities LiveRates and MovingRates (per component),
+    with no flow yet (routes, moving flags)."""
+    network = FabricNetwork(fabric(), hash_seed=hash_seed)
+    engine = FlowEngine(network, FabricParams(flow_contention=contention))
+    return (network, engine, LiveRates(engine.capacity, contention), MovingRates(engine.capacity, contention),
+            np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8))
+
+
+def _group_leaves(rng, routes: np.ndarray, active: np.ndarray):
+    """A group leaves: its flows drop out of the arrays."""
+    keep = np.ones(len(routes), dtype=bool)
+    keep[int(rng.integers(0, len(routes))):][:int(rng.integers(1, 8))] = False
+    return routes[keep], active[keep]
+
+
 @pytest.mark.parametrize("contention", [0.0, 0.05])
 @pytest.mark.parametrize("seed", [None, 3])
 def test_the_compiled_one_solve_gives_the_numpy_rates_bit_for_bit(contention, seed):
@@ -129,15 +153,10 @@ def test_the_component_solve_gives_each_components_own_rates_bit_for_bit(content
     apart = 0
     for _ in range(200):
         change = int(rng.integers(0, 4))
-        if change == 0 or not active.any():  # a group of flows starts (a few hosts talking among themselves)
-            hosts = rng.choice(network.world_size, size=int(rng.integers(2, 5)), replace=False)
-            pairs = [(int(a), int(b)) for a in hosts for b in hosts if a != b and rng.random() < 0.7]
-            routes = np.concatenate([routes, np.array([network.route(a, b) for a, b in pairs], dtype=np.int64)])
-            active = np.concatenate([active, np.ones(len(pairs), dtype=bool)])
-        elif change == 1:  # a group leaves: its flows drop out of the arrays
-            keep = np.ones(len(routes), dtype=bool)
-            keep[int(rng.integers(0, len(routes))):][:int(rng.integers(1, 8))] = False
-            routes, active = routes[keep], active[keep]
+        if change == 0 or not active.any():
+            routes, active = _group_starts(rng, network, routes, active)
+        elif change == 1:
+            routes, active = _group_leaves(rng, routes, active)
         else:  # flows end
             moving = np.flatnonzero(active)
             active = active.copy()
@@ -212,28 +231,15 @@ def test_the_incremental_solve_gives_the_component_solves_rates_bit_for_bit(cont
     per-component rate for the same flows, bit for bit, and each move the same floats as move_flows."""
     from astra_adapter.fabric.fairshare_core import move_flows
 
-    network = FabricNetwork(fabric(), hash_seed=seed)
-    engine = FlowEngine(network, FabricParams(flow_contention=contention))
-    live = LiveRates(engine.capacity, contention)
-    walk = MovingRates(engine.capacity, contention)
+    network, engine, live, walk, routes, active = _live_and_walk(seed, contention)
     rng = np.random.default_rng(5)
-    routes = np.zeros(0, dtype=np.int64)
-    active = np.zeros(0, dtype=np.uint8)
     solved = moved = 0
     fresh = False  # solved since the flows were last laid out (the engine moves only then)
     for _ in range(300):
         change = int(rng.integers(0, 5))
-        if change == 0 or not active.any():  # a group of flows starts
-            hosts = rng.choice(network.world_size, size=int(rng.integers(2, 5)), replace=False)
-            pairs = [(int(a), int(b)) for a in hosts for b in hosts if a != b and rng.random() < 0.7]
-            routes = np.concatenate([routes, np.array([network.route(a, b) for a, b in pairs], dtype=np.int64)])
-            active = np.concatenate([active, np.ones(len(pairs), dtype=np.uint8)])
-            live.set_moving(routes, active, len(network.routes))
-            fresh = False
-        elif change == 1:  # a group leaves
-            keep = np.ones(len(routes), dtype=bool)
-            keep[int(rng.integers(0, len(routes))):][:int(rng.integers(1, 8))] = False
-            routes, active = routes[keep], active[keep]
+        if change in (0, 1) or not active.any():  # a group of flows starts, or one leaves
+            routes, active = _group_starts(rng, network, routes, active) if change == 0 or not active.any() else \
+                _group_leaves(rng, routes, active)
             live.set_moving(routes, active, len(network.routes))
             fresh = False
         elif change == 2 and fresh:  # flows move, some end: the same floats as move_flows
@@ -262,6 +268,47 @@ def test_the_incremental_solve_gives_the_component_solves_rates_bit_for_bit(cont
             solved += 1
             fresh = True
     assert solved > 100 and moved > 20 and live.components_solved > 100
+
+
+@pytest.mark.parametrize("contention", [0.0, 0.05])
+def test_new_capacities_solve_again_the_components_they_touch(contention):
+    """HTB's credit changes links' capacities mid-play (astra_adapter.fabric.credit): LiveRates.set_capacity marks
+    the components holding a resource whose capacity changed, so every rate after the next solve is MovingRates'
+    per-component rate at the new capacities (which solves every component again), bit for bit, the one solve's
+    within REL - and the components it does not touch keep their rates (not solved again). moving_routes gives the
+    moving routes as np.unique does, with their counts and rates."""
+    network, engine, live, walk, routes, active = _live_and_walk(3, contention)
+    base = engine.capacity.copy()
+    rng = np.random.default_rng(17)
+    changed = kept = 0
+    for _ in range(250):
+        change = int(rng.integers(0, 4))
+        if change == 0 or not active.any():
+            routes, active = _group_starts(rng, network, routes, active, most_hosts=3)
+        elif change == 1:
+            routes, active = _group_leaves(rng, routes, active)
+        else:  # a few links change mode: the device's speed, the ceil or the rate (as the credit's modes)
+            cap = engine.capacity.copy()
+            some = rng.choice(len(cap), size=int(rng.integers(1, 4)), replace=False)
+            cap[some] = base[some] * rng.choice([1.0, 1.02, 10.0], size=len(some))
+            engine.capacity[:] = cap
+            engine._rates.clear()  # the reference's memo is keyed on the modes, which this test does not keep
+            live.set_capacity(cap)
+            walk.set_capacity(cap)
+            changed += 1
+        live.set_moving(routes, active, len(network.routes))
+        before = live.components_solved
+        ptr, res, w = engine._route_table(len(network.routes) - 1)
+        live.solve(ptr, res, w)
+        want = walk.rates(routes, active, ptr, res, w)
+        assert np.array_equal(live.flow_rates(routes, active), want)
+        assert np.allclose(want, _numpy_rates(engine, routes, active.view(bool)), rtol=REL, atol=0)
+        unique, counts, rates = live.moving_routes()
+        want_unique, first, want_counts = np.unique(routes[active.view(bool)], return_index=True, return_counts=True)
+        assert np.array_equal(unique, want_unique) and np.array_equal(counts, want_counts)
+        assert np.array_equal(rates, want[active.view(bool)][first])
+        kept += change >= 2 and live.components_solved - before < len(_components(engine, routes, active.view(bool)))
+    assert changed > 50 and kept > 10  # capacities changed often, and often left some component alone
 
 
 @pytest.mark.parametrize("params", PARAMS)

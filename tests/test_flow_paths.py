@@ -13,7 +13,7 @@ import pytest
 from genie.core.collective import Algorithm, Collective
 from genie.core.flowpath import FlowPath, FlowTuple, SessionPaths
 from genie.core.protocol import Done, decode_message, encode_message
-from genie.engine.transport import PeerLink, flow_tuples
+from genie.engine.links import PeerLink, flow_tuples
 from genie.testbed.flow_paths import session_paths
 from genie.testbed.plan import build_plan
 from genie.testbed.steps import AddAddress, AddRoute

@@ -138,6 +138,7 @@ class ChainFlowEngine(FlowEngine):
         self.solves = 0  # max-min solves run (the memo's misses)
         self.queue_asks = 0  # queue reads asked for (a chunk starting, a step entering, with queues on)
         self.queue_reads = 0  # of them, the reads that built the queues (the others were known to be 0.0)
+        self._last_moving: tuple[list[FabricOp], list] = ([], [None, None])  # _flow_rates' moving set, memo entry
 
     # ---- ops --------------------------------------------------------------------------------------------
     def start(self, steps) -> FabricOp:
@@ -215,8 +216,9 @@ class ChainFlowEngine(FlowEngine):
 
     def _credit_horizon_ns(self, rates: list) -> float:
         """:meth:`FlowEngine._credit_horizon_ns` with the load kept with the moving set's rates (a function of it
-        and the modes, as they are)."""
-        moving, hit = self._moving()
+        and the modes, as they are): the moving set and memo entry :meth:`_flow_rates` just took (the horizon asks
+        for the rates first)."""
+        moving, hit = self._last_moving
         if not moving:
             self._credit_load = None
         else:
@@ -228,7 +230,8 @@ class ChainFlowEngine(FlowEngine):
         return self.credit.horizon_ns(self._credit_load)
 
     def _flow_rates(self) -> list[np.ndarray | None]:
-        moving, (rates, *_) = self._moving()
+        moving, hit = self._last_moving = self._moving()
+        rates = hit[0]
         if not moving:
             return [None] * len(self.ops)
         of = dict(zip(map(id, moving), rates))

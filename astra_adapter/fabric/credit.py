@@ -22,7 +22,8 @@ device's speed ``D`` while the ceil bucket drains at ``D - ceil``, then the rest
 ``(S - cburst) / ceil`` whatever ``D`` is (``tests/test_fabric_credit.py``).
 
 The load on each link is summed the same way in every engine (:func:`link_load`: per distinct route in
-ascending order, its flows' count times their rate), so the credit keeps the engines' results bit for bit.
+ascending order, its flows' count times their rate), so the credit keeps the engines' results bit for bit where
+their rates are (the flat engine's per-component solve: within its relative 1e-9).
 """
 
 from __future__ import annotations
@@ -61,47 +62,70 @@ class LinkCredit:
         self.device = np.array(device, dtype=float)
         self.cburst = np.array(cburst, dtype=float)
         self.burst = np.array(burst, dtype=float)
-        self.c = self.cburst.copy()  # the ceil bucket's tokens (bytes): full, the testbed idle before
-        self.b = self.burst.copy()  # the rate bucket's
-        self.mode = np.full(len(index), BURST, dtype=np.int8)
+        n = len(index)
+        # per bucket (row 0 the ceil bucket, row 1 the rate bucket) and link: its tokens, depth, fill rate, the
+        # tokens below which it is empty, the load that holds it empty, and the mode it is empty in
+        self._tokens = np.stack((self.cburst, self.burst)) if n else np.zeros((2, 0))  # full: idle before
+        self._depth = self._tokens.copy()
+        self._fill = np.stack((self.ceil, self.rate)) if n else np.zeros((2, 0))
+        self._dry = _DRY * self._depth
+        self._full = _FULL_LOAD * self._fill
+        self._empty_in = np.array([[CEIL], [RATE]], dtype=np.int8)
+        self.mode = np.full(n, BURST, dtype=np.int8)
         self.key = self.mode.tobytes()  # the modes, for the engines' memo keys (rates depend on them)
-        self._speeds = np.stack((self.device, self.ceil, self.rate)) if index else np.zeros((3, 0))
+        self._speeds = np.stack((self.device, self.ceil, self.rate)) if n else np.zeros((3, 0))
+        self._columns = np.arange(n)
         self.capacity = capacity
+        self._x: tuple[np.ndarray | None, np.ndarray] = (None, np.zeros(n))  # (load, the links' load in it)
         self.apply()
+
+    @property
+    def c(self) -> np.ndarray:
+        """The ceil bucket's tokens (bytes), per credit link."""
+        return self._tokens[0]
+
+    @property
+    def b(self) -> np.ndarray:
+        """The rate bucket's tokens (bytes), per credit link."""
+        return self._tokens[1]
 
     def __bool__(self) -> bool:
         return bool(len(self.index))
 
     def apply(self) -> None:
-        """The capacity of every credit link in its mode, into the engine's array."""
-        self.capacity[self.index] = self._speeds[self.mode, np.arange(len(self.index))]
+        """The capacity of every credit link in its mode, into the engine's array; which buckets can run dry."""
+        self.capacity[self.index] = self._speeds[self.mode, self._columns]
+        # the ceil bucket drains only in BURST (else it is empty), the rate bucket in BURST and CEIL
+        self._draining = np.stack((self.mode == BURST, self.mode != RATE))
+
+    def _link_load(self, load: np.ndarray) -> np.ndarray:
+        """The credit links' part of ``load`` (kept for the next call with the same array: the advance after a
+        horizon)."""
+        if self._x[0] is not load:
+            self._x = (load, load[self.index])
+        return self._x[1]
 
     def horizon_ns(self, load: np.ndarray | None) -> float:
         """Time until a bucket runs dry under ``load`` (bytes per ns per resource; None: nothing moves)."""
         if load is None:
             return float("inf")
-        x = load[self.index]
-        best = float("inf")
-        over = (self.mode == BURST) & (x > self.ceil)
-        if over.any():
-            best = float(np.min(self.c[over] / (x[over] - self.ceil[over])))
-        over = (self.mode != RATE) & (x > self.rate)
-        if over.any():
-            best = min(best, float(np.min(self.b[over] / (x[over] - self.rate[over]))))
-        return best
+        over = self._link_load(load) - self._fill  # per bucket: how fast it drains (where > 0)
+        draining = self._draining & (over > 0)
+        if not draining.any():
+            return float("inf")
+        return float(np.min(self._tokens[draining] / over[draining]))
 
     def advance(self, load: np.ndarray | None, dt_ns: float) -> bool:
         """The buckets ``dt_ns`` on under ``load`` (None: nothing moves); True when some link's mode changed (its
         capacity is then written)."""
         if dt_ns <= 0:
             return False
-        x = load[self.index] if load is not None else np.zeros(len(self.index))
-        c = np.minimum(self.cburst, self.c + (self.ceil - x) * dt_ns)
-        b = np.minimum(self.burst, self.b + (self.rate - x) * dt_ns)
-        c[(c <= _DRY * self.cburst) | ((self.mode == CEIL) & (x >= _FULL_LOAD * self.ceil))] = 0.0
-        b[(b <= _DRY * self.burst) | ((self.mode == RATE) & (x >= _FULL_LOAD * self.rate))] = 0.0
-        self.c, self.b = c, b
-        mode = np.where(b <= 0.0, RATE, np.where(c <= 0.0, CEIL, BURST)).astype(np.int8)
+        x = self._link_load(load) if load is not None else np.zeros(len(self.index))
+        tokens = np.minimum(self._depth, self._tokens + (self._fill - x) * dt_ns)
+        tokens[(tokens <= self._dry) | ((self.mode == self._empty_in) & (x >= self._full))] = 0.0
+        self._tokens = tokens
+        empty = tokens <= 0.0
+        mode = np.where(empty[1], RATE, np.where(empty[0], CEIL, BURST)).astype(np.int8)
         if np.array_equal(mode, self.mode):
             return False
         self.mode = mode
@@ -110,22 +134,16 @@ class LinkCredit:
         return True
 
 
-def link_load(routes: np.ndarray, rates: np.ndarray, table: tuple[np.ndarray, np.ndarray, np.ndarray],
-              num_resources: int, flow_contention: float = 0.0) -> np.ndarray | None:
-    """Bytes per ns on every resource from the moving flows' ``routes`` and ``rates`` (each flow of a route has its
-    route's rate), summed per distinct route in ascending order - the same floats in any flow order (None: no
-    flow)."""
-    if not len(routes):
-        return None
-    unique, first, counts = np.unique(routes, return_index=True, return_counts=True)
-    ptr, res, w = table
-    starts, lengths = ptr[unique], ptr[unique + 1] - ptr[unique]
-    index = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
-    res_i, w_i = res[index], w[index]
-    moved = np.bincount(res_i, weights=w_i * np.repeat(counts * rates[first], lengths), minlength=num_resources)
+def link_load(res: np.ndarray, w: np.ndarray, lengths: np.ndarray, counts: np.ndarray, rates: np.ndarray,
+              num_resources: int, flow_contention: float = 0.0) -> np.ndarray:
+    """Bytes per ns on every resource from the moving flows, per distinct route in ascending order (so the same
+    floats in any flow order): its ``counts`` flows at its per-flow rate (``rates``) over its loads, the routes'
+    CSR rows gathered route by route (``res``, ``w``; ``lengths``: each route's number of entries -
+    :meth:`astra_adapter.fabric.flows.FlowEngine._gather`)."""
+    moved = np.bincount(res, weights=w * np.repeat(counts * rates, lengths), minlength=num_resources)
     if flow_contention <= 0:
         return moved
     # on the wire's scale, as the solve fills a link crossed by n flows (to rate / (1 + c(n - 1))) and as
     # StandingQueues.load_on reads it: a link the solve fills reads as full, so its empty buckets stay empty
-    flows_on = np.bincount(res_i, weights=w_i * np.repeat(counts.astype(float), lengths), minlength=num_resources)
+    flows_on = np.bincount(res, weights=w * np.repeat(counts.astype(float), lengths), minlength=num_resources)
     return contended_load(moved, flows_on, flow_contention)

@@ -155,6 +155,42 @@ cdef class LiveRates:
                 self._recount(r, tally[r])
             tally[r] = 0
 
+    def set_capacity(self, const double[::1] capacity):
+        """New capacities (HTB's credit: astra_adapter.fabric.credit): every listed route on a resource whose
+        capacity changed is marked, so the next solve fills the components holding those resources again (each as
+        a fresh solve of it would, MovingRates.set_capacity's floats); the others keep their rates."""
+        cdef Py_ssize_t q, k
+        for q in range(self.num_resources):
+            if capacity[q] != self.capacity[q]:
+                self.capacity[q] = capacity[q]
+                for k in range(self.list_len[q]):  # a route moving flows and not listed yet is marked already
+                    self._mark(self.lists[q][k])
+
+    def moving_routes(self):
+        """As of the last solve: the routes flows move on (ascending), their counts of moving flows and their
+        per-flow rates - np.unique of the moving flows' routes with its counts, and each route's rate."""
+        cdef Py_ssize_t i, m = 0
+        cdef int64_t r
+        ids = np.empty(self.num_known, dtype=np.int64)
+        cdef int64_t[::1] out = ids
+        for i in range(self.num_known):  # after a solve every route moving flows is listed
+            r = self.known[i]
+            if self.count[r] > 0:
+                out[m] = r
+                m += 1
+        if m:
+            qsort(&out[0], m, sizeof(int64_t), _ascending)
+        ids = ids[:m]
+        counts = np.empty(m, dtype=np.int64)
+        rates = np.empty(m)
+        cdef int64_t[::1] c = counts
+        cdef double[::1] x = rates
+        for i in range(m):
+            r = out[i]
+            c[i] = self.count[r]
+            x[i] = self.rate[r]
+        return ids, counts, rates
+
     def count_flows(self, const int64_t[::1] routes, const unsigned char[::1] active, Py_ssize_t a, Py_ssize_t b,
                     int64_t sign, Py_ssize_t num_route_ids):
         """The moving flows among ``a``..``b`` (``active``; on ``routes``, ids below ``num_route_ids``) counted on

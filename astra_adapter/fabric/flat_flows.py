@@ -36,7 +36,9 @@ the same floats as the per-call solve (``incremental = False``), the solve no lo
 flight (the sweeps still do). On that solve each op's flows also stay in a slot of the arrays between events
 (:mod:`astra_adapter.fabric.flat_slots`, ``slots``): a lay-out places only the ops that changed, counting or
 uncounting only their flows per route, instead of concatenating every flowing op's arrays and counting every
-flow again (``slots = False``) - the same floats.
+flow again (``slots = False``) - the same floats. With HTB's credit (``FabricParams.htb_credit``) the solve is
+told the capacities as the buckets' modes change them (``LiveRates.set_capacity``: the components holding such a
+link solved again) and all of the above holds (``tests/test_fabric_credit.py``).
 """
 
 from __future__ import annotations
@@ -89,14 +91,13 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         self._waiting: list[FabricOp] = []  # ops paying a step's latency
         self._flowing: list[FabricOp] = []  # ops moving flows, in the order of self.ops (their slices in order)
         self._halted: list[FabricOp] = []  # done, or in a step with nothing to move and no latency: ends now
-        # the incremental solve where it applies (not with standing queues: their reads want per-flow rates)
+        # the incremental solve where it applies (not with standing queues: their reads want per-flow rates); with
+        # HTB's credit it is told the capacities as the buckets' modes change (_capacity_changed)
         self._live = LiveRates(self.capacity, params.flow_contention) \
             if LiveRates is not None and self.compiled_solve and self.by_component and self.incremental \
-            and self.queues is None and self.credit is None else None
-        # with HTB's credit the capacities change as the buckets run dry: one solve of every moving flow (the
-        # reference's floats), told the capacities (_capacity_changed)
+            and self.queues is None else None
         self._compiled = self._live if self._live is not None else \
-            MovingRates(self.capacity, params.flow_contention, self.by_component and self.credit is None) \
+            MovingRates(self.capacity, params.flow_contention, self.by_component) \
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         network_routes = network.routes
@@ -107,7 +108,6 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         self._halts: dict[int, FabricOp] = {}  # with slots: the ops done, or with nothing to move and no latency
         self.solves = 0  # max-min solves run (the memo's misses)
         self._rate_key: tuple = ()  # the memo key of the rates in self._rate
-        self._credit_loads: dict[tuple, np.ndarray | None] = {}  # with the credit: per rates' key, their load
         self._left = np.zeros(0)
         self._active = np.zeros(0, dtype=bool)
         self._done_below = np.zeros(0)
@@ -231,6 +231,10 @@ class FlatFlowEngine(OnSlots, FlowEngine):
             self.solves += 1
             ptr, res, w = self._route_table(len(self.network.routes) - 1)
             self._live.solve(ptr, res, w)
+            if self.credit is not None:  # the load: a function of the routes, their flows and the modes
+                unique, counts, rates = self._live.moving_routes()
+                self._credit_load = self._kept_load((self._mode_key, unique.tobytes(), counts.tobytes()), lambda:
+                                                    self._route_load(unique, counts, rates)) if len(unique) else None
             self._rated = True
             return
         key = self._rate_key = (self._mode_key, self._key_steps, self._active.tobytes())
@@ -247,7 +251,6 @@ class FlatFlowEngine(OnSlots, FlowEngine):
                 rate[self._active] = per_flow[np.searchsorted(unique, moving_routes)]
             if len(self._moving_rates) >= _MEMO_LIMIT:
                 self._moving_rates.clear()
-                self._credit_loads.clear()
             self._moving_rates[key] = rate
         self._rate = rate
         self._rated = True
@@ -260,17 +263,7 @@ class FlatFlowEngine(OnSlots, FlowEngine):
             self._lay_out()
         if self._flowing and not self._rated:
             self._rate_flows()  # also before a halt: the advance by 0 that follows moves the flows by 0
-        credit_ns = float("inf")
-        if self.credit is not None:  # the moving flows' load, summed as the reference sums it
-            if not self._flowing:
-                self._credit_load = None
-            else:  # a function of the moving set and the modes, as the rates (kept with them)
-                load = self._credit_loads.get(self._rate_key)
-                if load is None:
-                    load = self._credit_loads[self._rate_key] = self._load_of(self._routes[self._active],
-                                                                              self._rate[self._active])
-                self._credit_load = load
-            credit_ns = self.credit.horizon_ns(self._credit_load)
+        credit_ns = self._credit_ns(bool(self._flowing)) if self.credit is not None else float("inf")
         if self._halted:
             return 0.0
         best = min(min((op.latency_ns for op in self._waiting), default=float("inf")), credit_ns)
@@ -282,10 +275,22 @@ class FlatFlowEngine(OnSlots, FlowEngine):
                        float(np.min(self._left[active] / self._rate[active])))
         return best
 
+    def _credit_ns(self, flowing: bool) -> float:
+        """With the credit: the moving flows' load, summed as the reference sums it (kept for the advance), and
+        the time until a bucket runs dry under it."""
+        assert self.credit is not None
+        if not flowing:
+            self._credit_load = None
+        elif self._live is None:  # a function of the moving set and the modes, as the rates
+            self._credit_load = self._kept_load(self._rate_key, lambda: self._load_of(self._routes[self._active],
+                                                                                      self._rate[self._active]))
+        # (the incremental solve took the load with the rates: _rate_flows)
+        return self.credit.horizon_ns(self._credit_load)
+
     def advance(self, dt_ns: float) -> None:
         if self.queues is not None:
             self._advance_in_order(dt_ns)
-        elif self._slots is not None:  # (never with the credit: slots need the incremental solve)
+        elif self._slots is not None:
             self._slots_advance(dt_ns)
         else:
             self._advance_flows(dt_ns)
@@ -353,7 +358,6 @@ class FlatFlowEngine(OnSlots, FlowEngine):
             if not op.active_count:
                 emptied.append(op)
         return emptied
-
 
     # ---- standing queues ----------------------------------------------------------------------------------
     def _advance_in_order(self, dt_ns: float) -> None:

@@ -152,6 +152,8 @@ class OnSlots:
     _dirty: bool
     _rated: bool
     changed: set[int]
+    credit: Any  # credit.LinkCredit (None: off)
+    _credit_ns: Callable[[bool], float]
 
     def _place_changed(self) -> None:
         """The ops changed since the last lay-out sorted into waiting, flowing (their flows into their slots: the
@@ -182,9 +184,10 @@ class OnSlots:
             self._place_changed()
         if slots.flowing and not self._rated:
             self._rate_flows()
+        credit_ns = self._credit_ns(bool(slots.flowing)) if self.credit is not None else float("inf")
         if self._halts:
             return 0.0
-        best = min((op.latency_ns for op in self._waits.values()), default=float("inf"))
+        best = min(min((op.latency_ns for op in self._waits.values()), default=float("inf")), credit_ns)
         if slots.flowing:
             return min(best, self._live.earliest_end_of(slots.left, slots.active, slots.routes, slots.starts,
                                                         slots.counts))

@@ -158,6 +158,7 @@ class FlowEngine:
         self._mode_key = credit.key if credit else b""  # the credit links' modes (the capacities), in every memo
         # key of rates
         self._credit_load: np.ndarray | None = None  # the load on each resource at the current rates (credit)
+        self._credit_loads: dict[tuple, np.ndarray | None] = {}  # an engine that keeps the load: per moving set
         self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
         self._route_ptr = np.zeros(1, dtype=np.int64)  # the routes' loads as CSR (:meth:`_route_table`)
         self._route_res = np.zeros(0, dtype=np.int64)
@@ -302,26 +303,32 @@ class FlowEngine:
         ptr, res, w = self._route_table(rid)
         return res[ptr[rid]:ptr[rid + 1]], w[ptr[rid]:ptr[rid + 1]]
 
+    def _gather(self, unique: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The CSR rows (:meth:`_route_table`) of the distinct routes ``unique`` gathered in one go, route by route
+        in the order of ``unique``: each entry's resource and fraction, and each route's number of entries."""
+        ptr, res, w = self._route_table(int(unique[-1]))
+        starts, lengths = ptr[unique], ptr[unique + 1] - ptr[unique]
+        first = np.cumsum(lengths) - lengths  # each route's first entry in the gathered rows
+        index = np.repeat(starts - first, lengths) + np.arange(int(lengths.sum()))
+        return res[index], w[index], lengths
+
     def _solve(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         key = (self._mode_key, routes.tobytes())  # a tuple: modes' bytes run into the routes' in a concatenation
         hit = self._rates.get(key)
         if hit is not None:
             return hit
-        # identical flows get identical max-min rates: solve one per route, weighted by its multiplicity; the
-        # incidence is the routes' CSR rows gathered in one go (route by route, in the order of `unique`)
+        # identical flows get identical max-min rates: solve one per route, weighted by its multiplicity
         unique, counts = np.unique(routes, return_counts=True)
-        ptr, res, w = self._route_table(int(unique[-1]))
-        starts, lengths = ptr[unique], ptr[unique + 1] - ptr[unique]
+        resource_of_all, w, lengths = self._gather(unique)
         flow_of = np.repeat(np.arange(len(unique)), lengths)
-        first = np.cumsum(lengths) - lengths  # each route's first entry in the gathered rows
-        index = np.repeat(starts - first, lengths) + np.arange(int(lengths.sum()))
-        resource_of_all = res[index]
-        weight_all = w[index] * np.repeat(counts, lengths)
+        weight_all = w * np.repeat(counts, lengths)
         capacity = self.capacity
         if self.params.flow_contention > 0:
             flows_on = np.bincount(resource_of_all, weights=weight_all, minlength=len(capacity))
             capacity = capacity / (1 + self.params.flow_contention * np.maximum(flows_on - 1, 0))
         per_flow = self._max_min(flow_of, resource_of_all, weight_all, capacity, len(unique))
+        if len(self._rates) >= _MEMO_LIMIT:
+            self._rates.clear()
         hit = self._rates[key] = (unique, per_flow)
         return hit
 
@@ -337,8 +344,27 @@ class FlowEngine:
         return self.credit.horizon_ns(self._credit_load)
 
     def _load_of(self, routes: np.ndarray, rates: np.ndarray) -> np.ndarray | None:
-        return link_load(routes, rates, self._route_table(len(self.network.routes) - 1), len(self.capacity),
-                         self.params.flow_contention)
+        """The load on every resource (:func:`link_load`) of the moving flows on ``routes`` at ``rates``; None
+        where none moves."""
+        if not len(routes):
+            return None
+        unique, first, counts = np.unique(routes, return_index=True, return_counts=True)
+        return self._route_load(unique, counts, rates[first])
+
+    def _kept_load(self, key: tuple, load_of) -> np.ndarray | None:
+        """The moving flows' load (``load_of()``, :meth:`_load_of`) kept per ``key``: the modes and moving set the
+        rates are a function of (a full-size array per key, up to _MEMO_LIMIT keys)."""
+        load = self._credit_loads.get(key)
+        if load is None:
+            if len(self._credit_loads) >= _MEMO_LIMIT:
+                self._credit_loads.clear()
+            load = self._credit_loads[key] = load_of()
+        return load
+
+    def _route_load(self, unique: np.ndarray, counts: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        """:meth:`_load_of` from the distinct moving routes ``unique`` (ascending), their flows and per-flow rates."""
+        res, w, lengths = self._gather(unique)
+        return link_load(res, w, lengths, counts, rates, len(self.capacity), self.params.flow_contention)
 
     def _credit_advance(self, dt_ns: float) -> None:
         """The buckets ``dt_ns`` on at the load of the last horizon (every engine's advance ends with it); a mode

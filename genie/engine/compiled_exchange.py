@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import select
-import socket
-from typing import Protocol, Sequence
+from typing import Sequence
 
 from genie.core.errors import RunFailure
-from genie.engine.flows import Flow, PeerFailure, Transfer, closed_failure, send_error, unsent_bytes
+from genie.engine.flows import Flow, Transfer, closed_failure, send_error, unsent_bytes
+from genie.engine.links import PeerFailure, PeerLink
 
 try:
     from genie.engine.exchange_loop import (DONE, LATE, LATE_ONE, OP_BEGIN, OP_LATE, OP_STEP, RECV_CLOSED,
@@ -27,16 +27,11 @@ except ImportError:  # not built (no compiler at install): the pure Python refer
     ExchangeLoop = ExchangeOps = None
 
 
-class _Link(Protocol):  # genie.engine.transport.PeerLink
-    send: socket.socket
-    recv: socket.socket
-
-
 class CompiledExchange:
     """One transport's multi-peer steps in the compiled loop: `window`, `links` and `epoll` are the transport's
     (`SocketTransport`; every socket of `links` registered in `epoll`)."""
 
-    def __init__(self, rank: int, window: memoryview, links: dict[int, _Link], epoll: select.epoll,
+    def __init__(self, rank: int, window: memoryview, links: dict[int, PeerLink], epoll: select.epoll,
                  bulk_bytes: int) -> None:
         self.rank = rank
         self._links = links
@@ -55,8 +50,9 @@ class CompiledExchange:
             return False
         out, send_peers, new, into, recv_slots = shape
         loop = self._loop
+        loop.load(out, recv_slots)  # (a ValueError here: nothing began, the outbox stays as it is)
         try:
-            outcome, index, error = loop.run(out, recv_slots, wait_for_sends, timeout_s)
+            outcome, index, error = loop.run(wait_for_sends, timeout_s)
         finally:
             self._requeue(loop, outbox, new)
         if outcome != DONE:
@@ -69,16 +65,21 @@ class CompiledExchange:
         deadline, the step through `exchange`, the flush: the sends left, then TCP's sending of the bulk ones
         when there are several), with no Python between them: [(start ns, end ns)] per op on
         time.monotonic_ns()'s clock. None (nothing done) where the step is not the loop's shape. An op that fails
-        raises what the reference raises; the sends not yet taken are left in the outbox as it leaves them."""
+        raises what the reference raises; the sends not yet taken are left in the outbox as it leaves them.
+        Unlike the reference's `exchange`, it adds nothing to `SocketTransport._bulk_peers` (its flush is in the
+        loop): after an op that fails in its step or its flush's sends the reference still lists that op's bulk
+        peers there and this does not - which matters only to a caller that goes on with the transport after the
+        RunFailure (its next `flush` would then wait for TCP to send to those peers)."""
         shape = self._shape(outbox, sends, recvs)
         if shape is None or outbox:
             return None
         out, send_peers, new, into, recv_slots = shape
         bulk = sorted(t.peer for t in new if t.size_bytes > self._bulk_bytes)  # `flush`: a set of small ints
         loop = self._loop
+        loop.load(out, recv_slots)  # (a ValueError here: nothing began, the outbox stays empty)
         try:
             spans, outcome, stage, index, error, stage_s = loop.run_ops(
-                out, recv_slots, [self._slot[p] for p in bulk] if len(bulk) > 1 else [], ops, timeout_s)
+                [self._slot[p] for p in bulk] if len(bulk) > 1 else [], ops, timeout_s)
         except BaseException:
             self._requeue(loop, outbox, new)
             raise

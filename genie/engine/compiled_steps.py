@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import os
 import time
-import socket
 from typing import Protocol, Sequence
 
 from genie.engine.flows import Transfer, closed_failure, send_error
+from genie.engine.links import PeerLink
 
 try:
     from genie.engine.step_loop import DONE, LATE, RECV_CLOSED, RECV_SLICE, SEND_BLOCKED, SEND_FAILED, CompiledSteps
 except ImportError:  # not built (no compiler at install): the pure Python reference runs every step
     CompiledSteps = None
-
-
-class _Link(Protocol):  # genie.engine.transport.PeerLink
-    send: socket.socket
-    recv: socket.socket
 
 
 class SocketTransport(Protocol):
@@ -53,7 +48,7 @@ class CompiledPlans:
     """One transport's plans, compiled once each (by identity: the caller keeps its plan for the whole case).
     `window`, `links` and `delay_acks` are the transport's (`SocketTransport`)."""
 
-    def __init__(self, window: memoryview, links: dict[int, _Link], delay_acks: dict[int, object],
+    def __init__(self, window: memoryview, links: dict[int, PeerLink], delay_acks: dict[int, object],
                  bulk_bytes: int) -> None:
         self._window = window
         self._links = links

@@ -19,18 +19,11 @@ keeps its progress between calls: an `epoll_wait` or blocking read interrupted b
 caller runs the signal's handler, as CPython does on EINTR) and the step resumes where it was.
 """
 
-from cpython.exc cimport PyErr_CheckSignals
-from libc.errno cimport errno, EAGAIN, EINTR, ECONNRESET  # EWOULDBLOCK is EAGAIN on Linux
-from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.stdlib cimport malloc, free
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+import os
 
-cdef extern from "<sys/socket.h>" nogil:
-    ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
-    ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
-    int MSG_DONTWAIT
-    int MSG_NOSIGNAL
-    int MSG_TRUNC
+from cpython.exc cimport PyErr_CheckSignals
+
+include "socket_calls.pxi"
 
 cdef extern from "<sys/epoll.h>" nogil:
     ctypedef union epoll_data_t:
@@ -58,7 +51,7 @@ cdef enum:
     C_LATE_ONE = 4      # the lone receive left (`index`) found the step's time up when a slice ended empty
     C_LATE = 5          # the epoll wait found the step's time up
     C_INTERRUPTED = 6   # (internal) a blocking call returned EINTR: the caller checks signals, then resumes
-    C_WAIT_FAILED = 7   # epoll_wait failed with `error` (select.epoll.poll raises)
+    C_WAIT_FAILED = 7   # epoll_wait or epoll_ctl failed with `error` (select.epoll.poll / .modify raise)
     C_OP_LATE = 8       # (`ExchangeOps`) the op's time was up before its step or its flush began
     C_SENT_LATE = 9     # (`ExchangeOps`) TCP had not sent every bulk send when the flush's time was up
 
@@ -79,19 +72,17 @@ cdef uint32_t _EVENT_IN = EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP  # genie.en
 cdef uint32_t _EVENT_OUT = EPOLLOUT | EPOLLERR | EPOLLHUP  # genie.engine.flows._EPOLL_OUT
 
 
-cdef inline int64_t _monotonic_ns() noexcept nogil:  # time.monotonic_ns()
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <int64_t> ts.tv_sec * 1000000000 + ts.tv_nsec
-
-
 cdef class ExchangeLoop:
     """One transport's peers as slots (`links`: per slot the send and the receive socket's fd, in the transport's
     order), its epoll set `epoll_fd` (every fd registered with WATCH_IN, data = the fd, as `select.epoll`
     registers) and its `window` (kept alive here). `run` moves one step."""
 
     cdef int slots, epoll_fd, fd_count, max_events, phase, wait_for_sends, n_send, n_recv, n_watched
-    cdef int left_in, left_out
+    cdef int left_in, left_out, n_tmpl_send, n_tmpl_recv
+    cdef int *tmpl_send_slot      # the step `load` took: per send its slot and size (`_begin_step` starts it)
+    cdef Py_ssize_t *tmpl_send_size
+    cdef int *tmpl_recv_slot
+    cdef Py_ssize_t *tmpl_recv_size
     cdef int *send_fd
     cdef int *recv_fd
     cdef int *fd_slot             # fd -> slot (-1: not the transport's)
@@ -123,10 +114,15 @@ cdef class ExchangeLoop:
         self.watched = <int *> malloc(n * sizeof(int))
         self.send_left = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
         self.recv_left = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
+        self.tmpl_send_slot = <int *> malloc(n * sizeof(int))
+        self.tmpl_send_size = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
+        self.tmpl_recv_slot = <int *> malloc(n * sizeof(int))
+        self.tmpl_recv_size = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
         self.fd_slot = <int *> malloc(self.fd_count * sizeof(int))
         self.events = <epoll_event *> malloc(self.max_events * sizeof(epoll_event))
         if not (self.send_fd and self.recv_fd and self.send_at and self.recv_at and self.send_slot
-                and self.recv_slot and self.watched and self.send_left and self.recv_left and self.fd_slot
+                and self.recv_slot and self.watched and self.send_left and self.recv_left and self.tmpl_send_slot
+                and self.tmpl_send_size and self.tmpl_recv_slot and self.tmpl_recv_size and self.fd_slot
                 and self.events):
             raise MemoryError()
         self._window_ref = window
@@ -157,40 +153,46 @@ cdef class ExchangeLoop:
         free(self.watched)
         free(self.send_left)
         free(self.recv_left)
+        free(self.tmpl_send_slot)
+        free(self.tmpl_send_size)
+        free(self.tmpl_recv_slot)
+        free(self.tmpl_recv_size)
         free(self.fd_slot)
         free(self.events)
 
-    def run(self, sends, recvs, bint wait_for_sends, double timeout_s):
-        """Move one step: `sends` [(slot, bytes left)] in the reference's order (the outbox's flows, then the
-        step's new ones), `recvs` [(slot, bytes)] in the step's order, each slot at most once per list and every
-        size > 0. `timeout_s` as `exchange` gets it. Returns (outcome, index, errno); afterwards `sent_left(i)`
-        and `recv_left_of(i)` say what is left of each message."""
+    def load(self, sends, recvs):
+        """The step `run` (or `run_ops`) moves next: `sends` [(slot, bytes left)] in the reference's order (the
+        outbox's flows, then the step's new ones), `recvs` [(slot, bytes)] in the step's order, each slot at most
+        once per list and every size > 0. A ValueError leaves what the last `run` reports (`sends_left`,
+        `sent_left`, `recv_left_of`) as it was: nothing of the step began."""
         cdef int i, slot
-        cdef int outcome
-        cdef double t = timeout_s
-        for i in range(self.slots):
+        cdef Py_ssize_t size
+        cdef int n_send = len(sends), n_recv = len(recvs)
+        if n_send > self.slots or n_recv > self.slots:
+            raise ValueError("more messages than peers")
+        for i in range(self.slots):  # (scratch: which slot has a message; `_begin_step` marks them again)
             self.send_at[i] = -1
             self.recv_at[i] = -1
-        self.n_send = len(sends)
-        self.n_recv = len(recvs)
-        if self.n_send > self.slots or self.n_recv > self.slots:
-            raise ValueError("more messages than peers")
         for i, (slot, size) in enumerate(sends):
             if not 0 <= slot < self.slots or self.send_at[slot] >= 0 or size <= 0:
                 raise ValueError(f"send {i}: slot {slot}, {size} bytes")
-            self.send_slot[i] = slot
-            self.send_left[i] = size
+            self.tmpl_send_slot[i] = slot
+            self.tmpl_send_size[i] = size
             self.send_at[slot] = i
         for i, (slot, size) in enumerate(recvs):
             if not 0 <= slot < self.slots or self.recv_at[slot] >= 0 or size <= 0:
                 raise ValueError(f"receive {i}: slot {slot}, {size} bytes")
-            self.recv_slot[i] = slot
-            self.recv_left[i] = size
+            self.tmpl_recv_slot[i] = slot
+            self.tmpl_recv_size[i] = size
             self.recv_at[slot] = i
-        self.left_out, self.left_in = self.n_send, self.n_recv
-        self.wait_for_sends = wait_for_sends
-        self.n_watched = 0
-        self.phase = P_PASS
+        self.n_tmpl_send, self.n_tmpl_recv = n_send, n_recv
+
+    def run(self, bint wait_for_sends, double timeout_s):
+        """Move the step `load` took. `timeout_s` as `exchange` gets it. Returns (outcome, index, errno);
+        afterwards `sent_left(i)` and `recv_left_of(i)` say what is left of each message."""
+        cdef int outcome
+        cdef double t = timeout_s
+        self._begin_step(wait_for_sends)
         cdef int index = -1, error = 0
         while True:
             with nogil:
@@ -200,10 +202,36 @@ cdef class ExchangeLoop:
             try:
                 PyErr_CheckSignals()  # a handler that raises ends the step, as in the reference
             except BaseException:
-                with nogil:
-                    self._unwatch()
-                self.phase = P_OVER
+                self._interrupted()
                 raise
+
+    cdef void _begin_step(self, int wait_for_sends) noexcept nogil:
+        """The step `load` took, from its start."""
+        cdef int i
+        for i in range(self.n_tmpl_send):
+            self.send_slot[i] = self.tmpl_send_slot[i]
+            self.send_left[i] = self.tmpl_send_size[i]
+            self.send_at[self.send_slot[i]] = i
+        for i in range(self.n_tmpl_recv):
+            self.recv_slot[i] = self.tmpl_recv_slot[i]
+            self.recv_left[i] = self.tmpl_recv_size[i]
+            self.recv_at[self.recv_slot[i]] = i
+        self.n_send, self.n_recv = self.n_tmpl_send, self.n_tmpl_recv
+        self.left_out, self.left_in = self.n_send, self.n_recv
+        self.wait_for_sends = wait_for_sends
+        self.n_watched = 0
+        self.phase = P_PASS
+
+    cdef int _interrupted(self) except -1:
+        """A signal handler raised (the caller re-raises it): the wait's watches undone, as `_wait_loop`'s finally
+        undoes them - where that fails, its OSError replaces the handler's exception, as in the reference."""
+        cdef int err
+        with nogil:
+            err = self._unwatch()
+        self.phase = P_OVER
+        if err:
+            raise OSError(err, os.strerror(err))
+        return 0
 
     def sends_left(self):
         """How many sends (of the last `run`) their sockets have not taken whole."""
@@ -277,18 +305,32 @@ cdef class ExchangeLoop:
         self.left_in -= 1
         return 1
 
-    cdef void _unwatch(self) noexcept nogil:
-        """`_wait_loop`'s finally: the send sockets watched for write readiness back to WATCH_IN, in order."""
+    cdef int _unwatch(self) noexcept nogil:
+        """`_wait_loop`'s finally: the send sockets watched for write readiness back to WATCH_IN, in order; the
+        errno of the first `epoll_ctl` that fails (where `select.epoll.modify` raises, leaving the rest watched),
+        else 0."""
         cdef epoll_event ev
-        cdef int k
+        cdef int k, n = self.n_watched
         if self.phase != P_WAIT:
-            return
-        for k in range(self.n_watched):
+            return 0
+        self.n_watched = 0
+        for k in range(n):
             ev.events = _WATCH_IN
             ev.data.u64 = 0
             ev.data.fd = self.watched[k]
-            epoll_ctl(self.epoll_fd, EPOLL_CTL_MOD, self.watched[k], &ev)  # errors: select.epoll raises; gone fd
-        self.n_watched = 0
+            if epoll_ctl(self.epoll_fd, EPOLL_CTL_MOD, self.watched[k], &ev) < 0:
+                return errno
+        return 0
+
+    cdef int _end_wait(self, int outcome, int *error) noexcept nogil:
+        """The wait over with `outcome`, its watches undone - or C_WAIT_FAILED with the errno where undoing them
+        fails (the reference's finally raises that OSError instead of what the step came to)."""
+        cdef int err = self._unwatch()
+        self.phase = P_OVER
+        if err:
+            error[0] = err
+            return C_WAIT_FAILED
+        return outcome
 
     cdef int _step(self, double timeout_s, int *index, int *error) noexcept nogil:
         cdef int i = 0, k, r, slot, got, ms, outcome = C_DONE
@@ -319,7 +361,10 @@ cdef class ExchangeLoop:
                         ev.events = _WATCH_IN | EPOLLOUT
                         ev.data.u64 = 0
                         ev.data.fd = self.send_fd[self.send_slot[i]]
-                        epoll_ctl(self.epoll_fd, EPOLL_CTL_MOD, ev.data.fd, &ev)
+                        if epoll_ctl(self.epoll_fd, EPOLL_CTL_MOD, ev.data.fd, &ev) < 0:
+                            error[0] = errno  # `select.epoll.modify` raises before `_wait_loop`'s try: the
+                            self.phase = P_OVER  # sockets watched so far stay watched
+                            return C_WAIT_FAILED
                         self.watched[self.n_watched] = ev.data.fd
                         self.n_watched += 1
                 self.deadline_ns = _monotonic_ns() + <int64_t> (timeout_s * 1e9)
@@ -346,9 +391,7 @@ cdef class ExchangeLoop:
         while True:
             remaining_ns = self.deadline_ns - _monotonic_ns()
             if remaining_ns <= 0:
-                self._unwatch()
-                self.phase = P_OVER
-                return C_LATE
+                return self._end_wait(C_LATE, error)
             if remaining_ns < _LONGEST_WAIT_NS:
                 ms = <int> ((remaining_ns + 999999) // 1000000)  # select.epoll.poll rounds its timeout up
             else:
@@ -358,9 +401,7 @@ cdef class ExchangeLoop:
                 if errno == EINTR:
                     return C_INTERRUPTED
                 error[0] = errno
-                self._unwatch()
-                self.phase = P_OVER
-                return C_WAIT_FAILED
+                return self._end_wait(C_WAIT_FAILED, error)
             for k in range(got):
                 ev_mask = self.events[k].events
                 if self.events[k].data.fd >= self.fd_count or self.fd_slot[self.events[k].data.fd] < 0:
@@ -370,20 +411,14 @@ cdef class ExchangeLoop:
                     i = self.recv_at[slot]
                     if i >= 0 and self._pump_recv(i, MSG_DONTWAIT, &outcome, error) < 0:
                         index[0] = i
-                        self._unwatch()
-                        self.phase = P_OVER
-                        return outcome
+                        return self._end_wait(outcome, error)
                 if ev_mask & _EVENT_OUT:
                     i = self.send_at[slot]
                     if i >= 0 and self._pump_send(i, error) < 0:
                         index[0] = i
-                        self._unwatch()
-                        self.phase = P_OVER
-                        return C_SEND_FAILED
+                        return self._end_wait(C_SEND_FAILED, error)
                 if self._done():
-                    self._unwatch()
-                    self.phase = P_OVER
-                    return C_DONE
+                    return self._end_wait(C_DONE, error)
 
 
 include "exchange_ops.pxi"

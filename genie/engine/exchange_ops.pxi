@@ -35,11 +35,7 @@ cdef class ExchangeOps(ExchangeLoop):
     `run_schedule` runs for it without Python — the op's deadline, the step, the flush (the sends left, then the
     wait until TCP has sent the bulk sends, polling every `SENT_POLL_S`) — stamped as the bench stamps it."""
 
-    cdef int n_tmpl_send, n_tmpl_recv, n_bulk, stage
-    cdef int *tmpl_send_slot
-    cdef Py_ssize_t *tmpl_send_size
-    cdef int *tmpl_recv_slot
-    cdef Py_ssize_t *tmpl_recv_size
+    cdef int n_bulk, stage
     cdef int *bulk_fd
     cdef char *bulk_pending
     cdef int64_t op_deadline_ns, sent_deadline_ns, wake_ns
@@ -50,71 +46,50 @@ cdef class ExchangeOps(ExchangeLoop):
 
     def __cinit__(self, *args):
         n = self.slots if self.slots else 1
-        self.tmpl_send_slot = <int *> malloc(n * sizeof(int))
-        self.tmpl_send_size = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
-        self.tmpl_recv_slot = <int *> malloc(n * sizeof(int))
-        self.tmpl_recv_size = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
         self.bulk_fd = <int *> malloc(n * sizeof(int))
         self.bulk_pending = <char *> malloc(n * sizeof(char))
-        if not (self.tmpl_send_slot and self.tmpl_send_size and self.tmpl_recv_slot and self.tmpl_recv_size
-                and self.bulk_fd and self.bulk_pending):
+        if not (self.bulk_fd and self.bulk_pending):
             raise MemoryError()
         self.starts = NULL
         self.ends = NULL
 
     def __dealloc__(self):
-        free(self.tmpl_send_slot)
-        free(self.tmpl_send_size)
-        free(self.tmpl_recv_slot)
-        free(self.tmpl_recv_size)
         free(self.bulk_fd)
         free(self.bulk_pending)
         free(self.starts)
         free(self.ends)
 
-    def run_ops(self, sends, recvs, bulk, Py_ssize_t ops, double timeout_s):
-        """Up to `ops` ops of one step (`sends` and `recvs` as `run` takes them; `bulk` the slots whose sends the
-        flush waits for TCP to send, in the order `wait_sent` looks at them, empty: no wait), each with its own
-        deadline `timeout_s` after it began. Returns (spans, outcome, stage, index, errno, stage timeout):
-        `spans` the (start ns, end ns) of each op done; with an outcome other than DONE the op after them stopped
-        in `stage` (OP_BEGIN, OP_STEP, ...), `index` and `errno` as `run` reports them, the stage's timeout as the
-        reference passes it on (`sent_left` and `recv_left_of` say what is left of that op's messages)."""
+    def run_ops(self, bulk, Py_ssize_t ops, double timeout_s):
+        """Up to `ops` ops of the step `load` took, (`bulk` the slots whose sends the flush waits for TCP to send,
+        in the order `wait_sent` looks at them, empty: no wait), each with its own deadline `timeout_s` after it
+        began. Returns (spans, outcome, stage, index, errno, stage timeout): `spans` the (start ns, end ns) of each
+        op done; with an outcome other than DONE the op after them stopped in `stage` (OP_BEGIN, OP_STEP, ...),
+        `index` and `errno` as `run` reports them, the stage's timeout as the reference passes it on (`sent_left`
+        and `recv_left_of` say what is left of that op's messages). A ValueError (`bulk`) before anything began."""
         cdef int i, outcome, index = -1, error = 0
         if ops <= 0:
             return [], C_DONE, S_BEGIN, -1, 0, timeout_s
-        self.n_tmpl_send = len(sends)
-        self.n_tmpl_recv = len(recvs)
-        self.n_bulk = len(bulk)
-        if self.n_tmpl_send > self.slots or self.n_tmpl_recv > self.slots or self.n_bulk > self.slots:
+        # no op's sends taken yet (what the reference's outbox holds before its first op: nothing), whatever
+        # follows; `sends_left` says nothing of an earlier run's sends
+        self.n_send = self.n_recv = 0
+        self.left_out = self.left_in = 0
+        if len(bulk) > self.slots:
             raise ValueError("more messages than peers")
-        for i in range(self.slots):
-            self.send_at[i] = -1
-            self.recv_at[i] = -1
-        for i, (slot, size) in enumerate(sends):
-            if not 0 <= slot < self.slots or self.send_at[slot] >= 0 or size <= 0:
-                raise ValueError(f"send {i}: slot {slot}, {size} bytes")
-            self.tmpl_send_slot[i] = slot
-            self.tmpl_send_size[i] = size
-            self.send_at[slot] = i
-        for i, (slot, size) in enumerate(recvs):
-            if not 0 <= slot < self.slots or self.recv_at[slot] >= 0 or size <= 0:
-                raise ValueError(f"receive {i}: slot {slot}, {size} bytes")
-            self.tmpl_recv_slot[i] = slot
-            self.tmpl_recv_size[i] = size
-            self.recv_at[slot] = i
+        fds = []
         for i, slot in enumerate(bulk):
             if not 0 <= slot < self.slots:
                 raise ValueError(f"bulk {i}: slot {slot}")
-            self.bulk_fd[i] = self.send_fd[slot]
+            fds.append(self.send_fd[slot])
         free(self.starts)
         free(self.ends)
         self.starts = <int64_t *> malloc(ops * sizeof(int64_t))
         self.ends = <int64_t *> malloc(ops * sizeof(int64_t))
         if not (self.starts and self.ends):
             raise MemoryError()
+        for i, fd in enumerate(fds):
+            self.bulk_fd[i] = fd
+        self.n_bulk = len(fds)
         self.ops, self.op_k, self.stage = ops, 0, S_BEGIN
-        self.n_send = self.n_recv = 0
-        self.left_out = self.left_in = 0  # `sends_left` says nothing of an earlier run's sends
         while True:
             with nogil:
                 outcome = self._ops(timeout_s, &index, &error)
@@ -123,28 +98,10 @@ cdef class ExchangeOps(ExchangeLoop):
             try:
                 PyErr_CheckSignals()
             except BaseException:
-                with nogil:
-                    self._unwatch()
-                self.phase = P_OVER
+                self._interrupted()
                 raise
         spans = [(self.starts[i], self.ends[i]) for i in range(self.op_k)]
         return spans, outcome, self.stage, index, error, self.stage_timeout_s
-
-    cdef void _begin_step(self) noexcept nogil:
-        cdef int i
-        for i in range(self.n_tmpl_send):
-            self.send_slot[i] = self.tmpl_send_slot[i]
-            self.send_left[i] = self.tmpl_send_size[i]
-            self.send_at[self.send_slot[i]] = i
-        for i in range(self.n_tmpl_recv):
-            self.recv_slot[i] = self.tmpl_recv_slot[i]
-            self.recv_left[i] = self.tmpl_recv_size[i]
-            self.recv_at[self.recv_slot[i]] = i
-        self.n_send, self.n_recv = self.n_tmpl_send, self.n_tmpl_recv
-        self.left_out, self.left_in = self.n_send, self.n_recv
-        self.wait_for_sends = 0
-        self.n_watched = 0
-        self.phase = P_PASS
 
     cdef int _ops(self, double timeout_s, int *index, int *error) noexcept nogil:
         cdef int outcome, b, pending
@@ -159,7 +116,7 @@ cdef class ExchangeOps(ExchangeLoop):
                 self.stage_timeout_s = remaining_ns * 1e-9
                 if remaining_ns <= 0:
                     return C_OP_LATE
-                self._begin_step()
+                self._begin_step(0)
                 self.stage = S_STEP
             if self.stage == S_STEP:
                 outcome = self._step(self.stage_timeout_s, index, error)

@@ -13,9 +13,9 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
-from genie.core.errors import RunFailure
+from genie.engine.links import PeerFailure, PeerLink
 
 _MAX_GATHER = 64  # regions per gathered send (well under IOV_MAX)
 _SIOCOUTQNSD = 0x894B  # <linux/sockios.h>: bytes in a TCP socket's send queue that TCP has not sent yet
@@ -27,21 +27,6 @@ _DONTWAIT = socket.MSG_DONTWAIT  # sockets stay in blocking mode; every non-bloc
 DISCARD = int(socket.MSG_TRUNC)  # an int: `|` on the socket module's IntFlag members runs enum code in Python
 _EPOLL_IN = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP | select.EPOLLRDHUP
 _EPOLL_OUT = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
-
-
-class _Link(Protocol):  # genie.engine.transport.PeerLink
-    send: socket.socket
-    recv: socket.socket
-
-
-class PeerFailure(RunFailure):
-    """A peer closed its connection, reset it, or did not keep up within the op timeout. `peer`: the rank whose
-    connection closed or reset, if that is the failure (so an orchestrator can tell it is that rank's death,
-    seen from here); a timeout names no `peer`: the silent rank may be alive and stuck."""
-
-    def __init__(self, message: str, peer: int | None = None) -> None:
-        super().__init__(message)
-        self.peer = peer
 
 
 @dataclass(slots=True)
@@ -207,7 +192,7 @@ def wait_sent(rank: int, socks: dict[int, socket.socket], timeout_s: float) -> N
 
 
 class StepExchange:
-    """The sends and receives of one schedule step in progress over `links` (peer -> `genie.engine.transport.PeerLink`). Driven by
+    """The sends and receives of one schedule step in progress over `links` (peer -> `PeerLink`). Driven by
     `progress()` (try everything) and `on_ready(peer, events)` (a readiness event of either of that peer's
     sockets: a read event tries the receive connection, a write event the send connection).
 
@@ -217,7 +202,7 @@ class StepExchange:
 
     __slots__ = ("rank", "window", "pending_out", "pending_in", "wait_for_sends", "unsent")
 
-    def __init__(self, rank: int, links: dict[int, _Link], sends: Sequence[Transfer],
+    def __init__(self, rank: int, links: dict[int, PeerLink], sends: Sequence[Transfer],
                  recvs: Sequence[Transfer], window: memoryview, *, outbox: dict[int, Flow] | None = None,
                  wait_for_sends: bool = True, drain: dict[int, socket.socket] | None = None) -> None:
         self.rank = rank

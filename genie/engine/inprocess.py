@@ -25,7 +25,7 @@ from genie.core.protocol import CaseResult, Job
 from genie.engine.control import ControlClosed
 from genie.engine.rank import ControlChannel, serve_rank
 from genie.engine.session import Orchestrator, Session, SessionFactory, SessionOptions, SessionResult, read_hello
-from genie.engine.transport import listen_socket
+from genie.engine.links import listen_socket
 
 _POKE = struct.pack("!II", 0xFFFFFFFF, 0xFFFFFFFF)  # a link header from no rank on no channel: refused
 

@@ -3,7 +3,7 @@
 
 Life (`serve_rank`, messages of `genie.core.protocol`): listen on A → `Hello` to the orchestrator (port) →
 `Setup` (the address book and the job) → persistent TCP connections with each peer the job needs, one per
-direction (`genie.engine.transport.PeerLink`) → run the job, reporting a `CaseResult` per case → `Done` →
+direction (`genie.engine.links.PeerLink`) → run the job, reporting a `CaseResult` per case → `Done` →
 wait for `Exit`. Any failure is reported as one `Error` naming this rank (and the peer) before the process
 exits.
 """
@@ -24,7 +24,8 @@ from genie.core.protocol import (Barrier, BenchJob, CaseResult, Done, Error, Go,
                                  Straggler)
 from genie.engine.control import ControlClosed, recv_message, send_message
 from genie.engine.time_slice import request_time_slice
-from genie.engine.transport import SocketTransport, Transport, connect_mesh, flow_tuples, listen_socket
+from genie.engine.links import connect_mesh, flow_tuples, listen_socket
+from genie.engine.transport import SocketTransport, Transport
 
 
 def peak_rss_kb() -> int:

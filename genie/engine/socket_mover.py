@@ -5,7 +5,7 @@ hit EAGAIN, so no edge is missed) and a timerfd for the walker's compute wake-up
 of its channel's sockets; write readiness is watched only where one of its sends is blocked. A collective that
 sent in bulk to several peers completes once TCP has sent all of it, as the bench's op ends
 (`SocketTransport.flush`); while only that is left the mover looks again every `SENT_POLL_S`. Receive
-connections are kept in delayed-ACK mode as the bench's are (`genie.engine.transport.delay_acks`): set at
+connections are kept in delayed-ACK mode as the bench's are (`genie.engine.links.delay_acks`): set at
 start-up and again as each step begins to receive on them.
 """
 

@@ -15,17 +15,7 @@ does not. `run_ops` runs whole ops back to back the same way (the bench's timed 
 them), stamping each op's start and end; an op it stops in goes to the reference from that step.
 """
 
-from libc.errno cimport errno, EAGAIN, EINTR, ECONNRESET  # EWOULDBLOCK is EAGAIN on Linux
-from libc.stdint cimport int64_t
-from libc.stdlib cimport malloc, free
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-
-cdef extern from "<sys/socket.h>" nogil:
-    ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
-    ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
-    int c_setsockopt "setsockopt" (int fd, int level, int name, const void *value, unsigned int size)
-    int MSG_DONTWAIT
-    int MSG_NOSIGNAL
+include "socket_calls.pxi"
 
 cdef extern from "<netinet/in.h>" nogil:
     int IPPROTO_TCP
@@ -51,12 +41,6 @@ cdef inline double _monotonic_s() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + ts.tv_nsec * 1e-9
-
-
-cdef inline int64_t _monotonic_ns() noexcept nogil:  # time.monotonic_ns()
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <int64_t> ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
 cdef class CompiledSteps:

@@ -34,7 +34,7 @@ rate and ceil ``ceil_bps``, and u32 filters send it the pure ACKs: IPv4 with a 2
 length of exactly the two headers (no payload: one filter per TCP data offset), and of the flags URG ACK PSH
 RST SYN FIN only ACK. A segment that carries data, however small, stays in 1:1: in the lane it would overtake
 its flow's queued data. The lane assumes connections that carry data one way, as genie's ranks open them (a
-connection per peer and direction, `genie.engine.transport.PeerLink`). A connection with data both ways
+connection per peer and direction, `genie.engine.links.PeerLink`). A connection with data both ways
 sends its data behind the FIFO and its pure ACKs ahead of it, so its data arrives with ACK fields that Linux
 may find too old (RFC 5961) and discard, data and all: while genie's all-to-all still sent both ways on one
 connection, the lane raised MoE EP8's retransmissions on the oversubscribed leaf-spine about tenfold with no

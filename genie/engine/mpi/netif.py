@@ -45,7 +45,7 @@ def interface_of(address: str, local: list[tuple[str, str]]) -> str | None:
 
 def listen_in_range(address: str, candidates: list[int] | None) -> socket.socket:
     """A TCP listener on `address`: on an ephemeral port (candidates None), or on the first free candidate; its
-    backlog is the system's largest, as `genie.engine.transport.listen_socket`'s."""
+    backlog is the system's largest, as `genie.engine.links.listen_socket`'s."""
     ports = [0] if candidates is None else candidates
     for port in ports:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
