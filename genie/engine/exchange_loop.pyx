@@ -12,6 +12,12 @@ event names (its receive on a read event, its send on a write event) until the s
 calls, in the same order and with the same sizes and flags, run with no Python between them and without the GIL.
 A payload-agnostic message is sent from the start of the transport's window and received with MSG_TRUNC (the
 kernel discards it uncopied; socket pairs copy it into the window), at most a window per call, as the reference.
+One difference in the calls, not in the bytes: a call of at least FILE_SEND_MIN_BYTES to a TCP connection of its
+own (`file_slots`) is a `sendfile` from a memory file holding the window's bytes: TCP takes the file's pages, no copy
+(benchmarks/README.md "The all-to-all's send without its copy"), and charges the socket for them as for a copy.
+`sendfile` has no per-call non-blocking flag: those sockets are O_NONBLOCK while the loop runs (`run`, `run_ops`)
+and get their flags back when it returns or raises. Without a file (no memfd) or where the socket refuses pages,
+the loop sends with `send` as the reference does.
 
 The loop decides nothing the reference does not: where a step fails or times out it stops and says where (an
 outcome, the message's index, the errno); `genie.engine.compiled_exchange` raises what the reference raises. It
@@ -19,11 +25,16 @@ keeps its progress between calls: an `epoll_wait` or blocking read interrupted b
 caller runs the signal's handler, as CPython does on EINTR) and the step resumes where it was.
 """
 
+import os
+import signal
+
 from cpython.exc cimport PyErr_CheckSignals
-from libc.errno cimport errno, EAGAIN, EINTR, ECONNRESET  # EWOULDBLOCK is EAGAIN on Linux
+from libc.errno cimport errno, EAGAIN, EINTR, ECONNRESET, EINVAL, ENOSYS, EOPNOTSUPP, ESPIPE, EOVERFLOW  # EWOULDBLOCK is EAGAIN
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, free
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from posix.types cimport off_t
+from posix.unistd cimport close
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
@@ -46,6 +57,13 @@ cdef extern from "<sys/epoll.h>" nogil:
     int EPOLL_CTL_MOD
     uint32_t EPOLLIN, EPOLLOUT, EPOLLERR, EPOLLHUP, EPOLLRDHUP, EPOLLET
 
+cdef extern from "<sys/sendfile.h>" nogil:
+    ssize_t c_sendfile "sendfile" (int out_fd, int in_fd, off_t *offset, size_t count)
+
+cdef extern from "<fcntl.h>" nogil:
+    int c_fcntl "fcntl" (int fd, int cmd, ...)
+    int F_GETFL, F_SETFL, O_NONBLOCK
+
 cdef extern from "<sys/select.h>" nogil:
     int FD_SETSIZE
 
@@ -61,6 +79,11 @@ cdef enum:
     C_WAIT_FAILED = 7   # epoll_wait failed with `error` (select.epoll.poll raises)
     C_OP_LATE = 8       # (`ExchangeOps`) the op's time was up before its step or its flush began
     C_SENT_LATE = 9     # (`ExchangeOps`) TCP had not sent every bulk send when the flush's time was up
+
+# a send call of at least this many bytes to a `file_slots` socket goes out by sendfile from the window's file (one
+# GSO packet: below it the copy costs less than the pages' lookup and references)
+FILE_SEND_MIN_BYTES = 64 << 10
+cdef Py_ssize_t _FILE_SEND_MIN_BYTES = FILE_SEND_MIN_BYTES
 
 DONE, SEND_FAILED, RECV_CLOSED, RECV_FAILED, LATE_ONE, LATE, WAIT_FAILED = C_DONE, C_SEND_FAILED, C_RECV_CLOSED, \
     C_RECV_FAILED, C_LATE_ONE, C_LATE, C_WAIT_FAILED
@@ -88,7 +111,8 @@ cdef inline int64_t _monotonic_ns() noexcept nogil:  # time.monotonic_ns()
 cdef class ExchangeLoop:
     """One transport's peers as slots (`links`: per slot the send and the receive socket's fd, in the transport's
     order), its epoll set `epoll_fd` (every fd registered with WATCH_IN, data = the fd, as `select.epoll`
-    registers) and its `window` (kept alive here). `run` moves one step."""
+    registers) and its `window` (kept alive here). `run` moves one step. `file_slots`: the slots whose send socket
+    is a TCP connection of its own, whose bulk sends come from a file of the window's bytes now (the module doc)."""
 
     cdef int slots, epoll_fd, fd_count, max_events, phase, wait_for_sends, n_send, n_recv, n_watched
     cdef int left_in, left_out
@@ -107,8 +131,13 @@ cdef class ExchangeLoop:
     cdef unsigned char *window
     cdef Py_ssize_t window_bytes
     cdef object _window_ref
+    cdef int file_fd              # the window's bytes in a memory file (-1: none, every send copies)
+    cdef char *file_ok            # slot -> its sends may come from the file
+    cdef int *file_flags          # slot -> its send socket's flags before this run made it O_NONBLOCK (-1: not)
+    cdef Py_ssize_t file_bytes
 
-    def __cinit__(self, unsigned char[::1] window, int epoll_fd, links):
+    def __cinit__(self, unsigned char[::1] window, int epoll_fd, links, file_slots=()):
+        self.file_fd = -1
         rows = [(int(s), int(r)) for s, r in links]
         self.slots = len(rows)
         n = self.slots if self.slots else 1
@@ -125,9 +154,11 @@ cdef class ExchangeLoop:
         self.recv_left = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
         self.fd_slot = <int *> malloc(self.fd_count * sizeof(int))
         self.events = <epoll_event *> malloc(self.max_events * sizeof(epoll_event))
+        self.file_ok = <char *> malloc(n * sizeof(char))
+        self.file_flags = <int *> malloc(n * sizeof(int))
         if not (self.send_fd and self.recv_fd and self.send_at and self.recv_at and self.send_slot
                 and self.recv_slot and self.watched and self.send_left and self.recv_left and self.fd_slot
-                and self.events):
+                and self.events and self.file_ok and self.file_flags):
             raise MemoryError()
         self._window_ref = window
         self.window = &window[0]
@@ -146,8 +177,22 @@ cdef class ExchangeLoop:
             self.fd_slot[recv_fd] = i
             self.send_at[i] = -1
             self.recv_at[i] = -1
+            self.file_ok[i] = 0
+            self.file_flags[i] = -1
+        slots = sorted({int(slot) for slot in file_slots})
+        if any(not 0 <= slot < self.slots for slot in slots):
+            raise ValueError(f"file slots {slots}: {self.slots} slots")
+        # sendfile cannot pass MSG_NOSIGNAL: only where a broken pipe's SIGPIPE is ignored (Python ignores it)
+        if slots and signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN:
+            self.file_fd = _window_file((<char *> self.window)[:self.window_bytes])
+        for slot in slots:
+            self.file_ok[slot] = self.file_fd >= 0
 
     def __dealloc__(self):
+        if self.file_fd >= 0:
+            close(self.file_fd)
+        free(self.file_ok)
+        free(self.file_flags)
         free(self.send_fd)
         free(self.recv_fd)
         free(self.send_at)
@@ -159,6 +204,35 @@ cdef class ExchangeLoop:
         free(self.recv_left)
         free(self.fd_slot)
         free(self.events)
+
+    @property
+    def file_sent_bytes(self):
+        """Bytes sent from the window's file so far (by sendfile)."""
+        return self.file_bytes
+
+    def file_slots(self):
+        """The slots whose sends may come from the window's file (none: no file)."""
+        return [slot for slot in range(self.slots) if self.file_ok[slot]]
+
+    cdef void _nonblocking(self, int slot) noexcept nogil:
+        """Make `slot`'s send socket O_NONBLOCK for this run (sendfile's only non-blocking mode), keeping its
+        flags to give back; a socket whose flags cannot be read or set (closed) keeps `send`."""
+        cdef int fd = self.send_fd[slot], flags
+        if not self.file_ok[slot] or self.file_flags[slot] >= 0:
+            return
+        flags = c_fcntl(fd, F_GETFL)
+        if flags < 0 or (not flags & O_NONBLOCK and c_fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0):
+            return
+        self.file_flags[slot] = flags
+
+    cdef void _restore_flags(self) noexcept nogil:
+        """The send sockets' flags as they were before the run (errors: a socket closed meanwhile)."""
+        cdef int slot
+        for slot in range(self.slots):
+            if self.file_flags[slot] >= 0:
+                if not self.file_flags[slot] & O_NONBLOCK:
+                    c_fcntl(self.send_fd[slot], F_SETFL, self.file_flags[slot])
+                self.file_flags[slot] = -1
 
     def run(self, sends, recvs, bint wait_for_sends, double timeout_s):
         """Move one step: `sends` [(slot, bytes left)] in the reference's order (the outbox's flows, then the
@@ -192,18 +266,24 @@ cdef class ExchangeLoop:
         self.n_watched = 0
         self.phase = P_PASS
         cdef int index = -1, error = 0
-        while True:
-            with nogil:
-                outcome = self._step(t, &index, &error)
-            if outcome != C_INTERRUPTED:
-                return outcome, index, error
-            try:
-                PyErr_CheckSignals()  # a handler that raises ends the step, as in the reference
-            except BaseException:
+        for i in range(self.n_send):
+            if self.send_left[i] >= _FILE_SEND_MIN_BYTES:
+                self._nonblocking(self.send_slot[i])
+        try:
+            while True:
                 with nogil:
-                    self._unwatch()
-                self.phase = P_OVER
-                raise
+                    outcome = self._step(t, &index, &error)
+                if outcome != C_INTERRUPTED:
+                    return outcome, index, error
+                try:
+                    PyErr_CheckSignals()  # a handler that raises ends the step, as in the reference
+                except BaseException:
+                    with nogil:
+                        self._unwatch()
+                    self.phase = P_OVER
+                    raise
+        finally:
+            self._restore_flags()
 
     def sends_left(self):
         """How many sends (of the last `run`) their sockets have not taken whole."""
@@ -227,12 +307,25 @@ cdef class ExchangeLoop:
     cdef int _pump_send(self, int i, int *error) noexcept nogil:
         """`pump_send`: send until the socket takes no more (0), the message is out (1), or it fails (-1)."""
         cdef ssize_t n
+        cdef off_t offset
         cdef Py_ssize_t left
-        cdef int fd = self.send_fd[self.send_slot[i]]
+        cdef int slot = self.send_slot[i]
+        cdef int fd = self.send_fd[slot]
         while self.send_left[i] > 0:
             left = self.send_left[i]
-            n = c_send(fd, self.window, left if left < self.window_bytes else self.window_bytes,
-                       MSG_DONTWAIT | MSG_NOSIGNAL)
+            if left > self.window_bytes:
+                left = self.window_bytes
+            if left >= _FILE_SEND_MIN_BYTES and self.file_flags[slot] >= 0 and self.file_ok[slot]:
+                offset = 0  # the window's bytes from its start, as `send` takes them; the file's offset stays
+                n = c_sendfile(fd, self.file_fd, &offset, left)
+                if n < 0 and (errno == EINVAL or errno == ENOSYS or errno == EOPNOTSUPP or errno == ESPIPE
+                              or errno == EOVERFLOW):  # refused by the socket or the file, not the connection
+                    self.file_ok[slot] = 0
+                    continue
+                if n > 0:
+                    self.file_bytes += n
+            else:
+                n = c_send(fd, self.window, left, MSG_DONTWAIT | MSG_NOSIGNAL)
             if n < 0:
                 if errno == EINTR:  # CPython retries the call (PEP 475)
                     continue
@@ -387,3 +480,19 @@ cdef class ExchangeLoop:
 
 
 include "exchange_ops.pxi"
+
+
+def _window_file(bytes data):
+    """A memory file holding `data` (its pages are what sendfile hands TCP); -1 where none can be made."""
+    try:
+        fd = os.memfd_create("genie-window", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return -1
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd

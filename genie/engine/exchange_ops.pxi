@@ -48,7 +48,7 @@ cdef class ExchangeOps(ExchangeLoop):
     cdef int64_t *starts
     cdef int64_t *ends
 
-    def __cinit__(self, *args):
+    def __cinit__(self, *args, **kwargs):
         n = self.slots if self.slots else 1
         self.tmpl_send_slot = <int *> malloc(n * sizeof(int))
         self.tmpl_send_size = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
@@ -115,18 +115,24 @@ cdef class ExchangeOps(ExchangeLoop):
         self.ops, self.op_k, self.stage = ops, 0, S_BEGIN
         self.n_send = self.n_recv = 0
         self.left_out = self.left_in = 0  # `sends_left` says nothing of an earlier run's sends
-        while True:
-            with nogil:
-                outcome = self._ops(timeout_s, &index, &error)
-            if outcome != C_INTERRUPTED:
-                break
-            try:
-                PyErr_CheckSignals()
-            except BaseException:
+        for i in range(self.n_tmpl_send):
+            if self.tmpl_send_size[i] >= _FILE_SEND_MIN_BYTES:
+                self._nonblocking(self.tmpl_send_slot[i])
+        try:
+            while True:
                 with nogil:
-                    self._unwatch()
-                self.phase = P_OVER
-                raise
+                    outcome = self._ops(timeout_s, &index, &error)
+                if outcome != C_INTERRUPTED:
+                    break
+                try:
+                    PyErr_CheckSignals()
+                except BaseException:
+                    with nogil:
+                        self._unwatch()
+                    self.phase = P_OVER
+                    raise
+        finally:
+            self._restore_flags()
         spans = [(self.starts[i], self.ends[i]) for i in range(self.op_k)]
         return spans, outcome, self.stage, index, error, self.stage_timeout_s
 
