@@ -279,34 +279,66 @@ def test_a_socket_that_refuses_the_file_s_pages_is_sent_to_by_copy():
         _close(far)
 
 
+def _window_files() -> int:
+    """The memory files of windows this process holds open."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += "genie-window" in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            pass
+    return count
+
+
+def _bulk_exchange(transport: SocketTransport, far: dict, size: int) -> list:
+    got: list = []
+    readers = [threading.Thread(target=_read_all, args=(reader, size, got)) for reader, _ in far.values()]
+    for r in readers:
+        r.start()
+    for _, writer in far.values():
+        writer.sendall(b"r" * 10)
+    transport.exchange([Transfer(p, size) for p in far], [Transfer(p, 10) for p in far], timeout_s=10)
+    for r in readers:
+        r.join(10)
+    return got
+
+
+def test_the_file_is_made_at_the_first_bulk_send_and_closed_with_the_transport():
+    """No memory for a run without bulk sends; one file per transport, gone when the transport closes."""
+    before = _window_files()
+    transport, far = _rank_over_tcp(2)
+    try:
+        assert _bulk_exchange(transport, far, 1000) == [bytes(1000)] * 2
+        assert _window_files() == before
+        assert _bulk_exchange(transport, far, BULK) == [bytes(BULK)] * 2
+        assert _bulk_exchange(transport, far, BULK) == [bytes(BULK)] * 2
+        assert _window_files() == before + 1
+    finally:
+        transport.close()
+        _close(far)
+    assert _window_files() == before
+
+
 def test_without_a_memory_file_or_an_ignored_sigpipe_every_send_copies(monkeypatch):
     """No memfd (an old kernel), or SIGPIPE not ignored (sendfile cannot pass MSG_NOSIGNAL): no file, the loop's
     sends copy and the peers get every byte."""
     def no_memfd(*_):
         raise OSError(38, "Function not implemented")
 
-    with monkeypatch.context() as patch:
-        patch.setattr(os, "memfd_create", no_memfd)
-        made = [_rank_over_tcp(2)]
     previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        made.append(_rank_over_tcp(2))
+        default = _rank_over_tcp(2)
     finally:
         signal.signal(signal.SIGPIPE, previous)
+    assert _loop(default[0]).file_slots() == []
+    made = [default, _rank_over_tcp(2)]
     try:
-        for transport, far in made:
-            assert _loop(transport).file_slots() == []
-            got: list = []
-            readers = [threading.Thread(target=_read_all, args=(reader, BULK, got)) for reader, _ in far.values()]
-            for r in readers:
-                r.start()
-            for _, writer in far.values():
-                writer.sendall(b"r" * 10)
-            transport.exchange([Transfer(1, BULK), Transfer(2, BULK)], [Transfer(1, 10), Transfer(2, 10)],
-                               timeout_s=10)
-            for r in readers:
-                r.join(10)
-            assert got == [bytes(BULK)] * 2 and _loop(transport).file_sent_bytes == 0
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "memfd_create", no_memfd)
+            for transport, far in made:
+                assert _bulk_exchange(transport, far, BULK) == [bytes(BULK)] * 2
+                assert _loop(transport).file_slots() == [] and _loop(transport).file_sent_bytes == 0
+                assert not any(_nonblocking(link.send) for link in transport._links.values())
     finally:
         for transport, far in made:
             transport.close()

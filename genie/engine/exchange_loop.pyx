@@ -131,7 +131,8 @@ cdef class ExchangeLoop:
     cdef unsigned char *window
     cdef Py_ssize_t window_bytes
     cdef object _window_ref
-    cdef int file_fd              # the window's bytes in a memory file (-1: none, every send copies)
+    cdef int file_fd              # the window's bytes in a memory file (-1: none yet, or none to be had)
+    cdef bint file_wanted         # the file is made at the first bulk send (no memory for runs without one)
     cdef char *file_ok            # slot -> its sends may come from the file
     cdef int *file_flags          # slot -> its send socket's flags before this run made it O_NONBLOCK (-1: not)
     cdef Py_ssize_t file_bytes
@@ -183,10 +184,9 @@ cdef class ExchangeLoop:
         if any(not 0 <= slot < self.slots for slot in slots):
             raise ValueError(f"file slots {slots}: {self.slots} slots")
         # sendfile cannot pass MSG_NOSIGNAL: only where a broken pipe's SIGPIPE is ignored (Python ignores it)
-        if slots and signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN:
-            self.file_fd = _window_file((<char *> self.window)[:self.window_bytes])
+        self.file_wanted = bool(slots) and signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
         for slot in slots:
-            self.file_ok[slot] = self.file_fd >= 0
+            self.file_ok[slot] = self.file_wanted
 
     def __dealloc__(self):
         if self.file_fd >= 0:
@@ -206,13 +206,26 @@ cdef class ExchangeLoop:
         free(self.events)
 
     @property
-    def file_sent_bytes(self):
-        """Bytes sent from the window's file so far (by sendfile)."""
+    def file_sent_bytes(self):  # bytes sent from the window's file so far
         return self.file_bytes
 
-    def file_slots(self):
-        """The slots whose sends may come from the window's file (none: no file)."""
+    def file_slots(self):  # the slots whose bulk sends may come from the window's file
         return [slot for slot in range(self.slots) if self.file_ok[slot]]
+
+    cdef void _bulk_send(self, int slot) except *:
+        """A send of at least FILE_SEND_MIN_BYTES to `slot` in this run: the file made if not yet (none to be
+        had: every slot copies), the socket made O_NONBLOCK."""
+        cdef int i
+        if not self.file_ok[slot]:
+            return
+        if self.file_fd < 0:
+            self.file_fd = _window_file((<char *> self.window)[:self.window_bytes], self.file_wanted)
+            self.file_wanted = False
+            if self.file_fd < 0:
+                for i in range(self.slots):
+                    self.file_ok[i] = 0
+                return
+        self._nonblocking(slot)
 
     cdef void _nonblocking(self, int slot) noexcept nogil:
         """Make `slot`'s send socket O_NONBLOCK for this run (sendfile's only non-blocking mode), keeping its
@@ -225,8 +238,7 @@ cdef class ExchangeLoop:
             return
         self.file_flags[slot] = flags
 
-    cdef void _restore_flags(self) noexcept nogil:
-        """The send sockets' flags as they were before the run (errors: a socket closed meanwhile)."""
+    cdef void _restore_flags(self) noexcept nogil:  # the send sockets' flags as before the run
         cdef int slot
         for slot in range(self.slots):
             if self.file_flags[slot] >= 0:
@@ -268,7 +280,7 @@ cdef class ExchangeLoop:
         cdef int index = -1, error = 0
         for i in range(self.n_send):
             if self.send_left[i] >= _FILE_SEND_MIN_BYTES:
-                self._nonblocking(self.send_slot[i])
+                self._bulk_send(self.send_slot[i])
         try:
             while True:
                 with nogil:
@@ -480,19 +492,4 @@ cdef class ExchangeLoop:
 
 
 include "exchange_ops.pxi"
-
-
-def _window_file(bytes data):
-    """A memory file holding `data` (its pages are what sendfile hands TCP); -1 where none can be made."""
-    try:
-        fd = os.memfd_create("genie-window", os.MFD_CLOEXEC)
-    except (AttributeError, OSError):
-        return -1
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError:
-        os.close(fd)
-        return -1
-    return fd
+include "exchange_file.pxi"

@@ -117,7 +117,7 @@ cdef class ExchangeOps(ExchangeLoop):
         self.left_out = self.left_in = 0  # `sends_left` says nothing of an earlier run's sends
         for i in range(self.n_tmpl_send):
             if self.tmpl_send_size[i] >= _FILE_SEND_MIN_BYTES:
-                self._nonblocking(self.tmpl_send_slot[i])
+                self._bulk_send(self.tmpl_send_slot[i])
         try:
             while True:
                 with nogil:
