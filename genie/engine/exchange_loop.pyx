@@ -80,8 +80,8 @@ cdef enum:
     C_OP_LATE = 8       # (`ExchangeOps`) the op's time was up before its step or its flush began
     C_SENT_LATE = 9     # (`ExchangeOps`) TCP had not sent every bulk send when the flush's time was up
 
-# a send call of at least this many bytes to a `file_slots` socket goes out by sendfile from the window's file (one
-# GSO packet: below it the copy costs less than the pages' lookup and references)
+# a send call of at least this many bytes to a `file_slots` socket goes out by sendfile from the window's file: one
+# GSO packet (chosen, not measured; smaller calls, the small messages' steps among them, copy as before)
 FILE_SEND_MIN_BYTES = 64 << 10
 cdef Py_ssize_t _FILE_SEND_MIN_BYTES = FILE_SEND_MIN_BYTES
 
