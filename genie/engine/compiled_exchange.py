@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 from typing import Sequence
 
 from genie.core.errors import RunFailure
@@ -21,10 +22,18 @@ from genie.engine.flows import Flow, Transfer, closed_failure, send_error, unsen
 from genie.engine.links import PeerFailure, PeerLink
 
 try:
-    from genie.engine.exchange_loop import (DONE, LATE, LATE_ONE, OP_BEGIN, OP_LATE, OP_STEP, RECV_CLOSED,
-                                            SEND_FAILED, SENT_LATE, ExchangeLoop, ExchangeOps)
+    from genie.engine.exchange_loop import (DONE, FILE_SEND_MIN_BYTES, LATE, LATE_ONE, OP_BEGIN, OP_LATE, OP_STEP,
+                                            RECV_CLOSED, SEND_FAILED, SENT_LATE, ExchangeLoop, ExchangeOps)
 except ImportError:  # not built (no compiler at install): the pure Python reference runs every step
-    ExchangeLoop = ExchangeOps = None
+    ExchangeLoop = ExchangeOps = FILE_SEND_MIN_BYTES = None
+
+
+def _own_tcp_send(link: PeerLink) -> bool:
+    """A TCP connection that only sends: its bulk sends may come from the window's file (`ExchangeLoop`; its
+    receives discard, so the window's bytes stay what the file holds)."""
+    sock = link.send
+    return sock is not link.recv and sock.family in (socket.AF_INET, socket.AF_INET6) \
+        and sock.type == socket.SOCK_STREAM
 
 
 class CompiledExchange:
@@ -39,7 +48,8 @@ class CompiledExchange:
         self._peers = list(links)  # slot -> peer
         self._slot = {peer: slot for slot, peer in enumerate(self._peers)}
         self._loop = ExchangeOps(window, epoll.fileno(), [(link.send.fileno(), link.recv.fileno())
-                                                           for link in links.values()])
+                                                           for link in links.values()],
+                                 [slot for slot, link in enumerate(links.values()) if _own_tcp_send(link)])
 
     def exchange(self, outbox: dict[int, Flow], sends: Sequence[Transfer], recvs: Sequence[Transfer],
                  timeout_s: float, wait_for_sends: bool) -> bool:

@@ -12,6 +12,12 @@ event names (its receive on a read event, its send on a write event) until the s
 calls, in the same order and with the same sizes and flags, run with no Python between them and without the GIL.
 A payload-agnostic message is sent from the start of the transport's window and received with MSG_TRUNC (the
 kernel discards it uncopied; socket pairs copy it into the window), at most a window per call, as the reference.
+One difference in the calls, not in the bytes: a call of at least FILE_SEND_MIN_BYTES to a TCP connection of its
+own (`file_slots`) is a `sendfile` from a memory file holding the window's bytes: TCP takes the file's pages, no copy
+(benchmarks/README.md "The all-to-all's send without its copy"), and charges the socket for them as for a copy.
+`sendfile` has no per-call non-blocking flag: those sockets are O_NONBLOCK while the loop runs (`run`, `run_ops`)
+and get their flags back when it returns or raises. Without a file (no memfd) or where the socket refuses pages,
+the loop sends with `send` as the reference does.
 
 The loop decides nothing the reference does not: where a step fails or times out it stops and says where (an
 outcome, the message's index, the errno); `genie.engine.compiled_exchange` raises what the reference raises. It
@@ -24,6 +30,7 @@ import os
 from cpython.exc cimport PyErr_CheckSignals
 
 include "socket_calls.pxi"
+include "exchange_file.pxi"
 
 cdef extern from "<sys/epoll.h>" nogil:
     ctypedef union epoll_data_t:
@@ -75,7 +82,8 @@ cdef uint32_t _EVENT_OUT = EPOLLOUT | EPOLLERR | EPOLLHUP  # genie.engine.flows.
 cdef class ExchangeLoop:
     """One transport's peers as slots (`links`: per slot the send and the receive socket's fd, in the transport's
     order), its epoll set `epoll_fd` (every fd registered with WATCH_IN, data = the fd, as `select.epoll`
-    registers) and its `window` (kept alive here). `run` moves one step."""
+    registers) and its `window` (kept alive here). `run` moves one step. `file_slots`: the slots whose send socket
+    is a TCP connection of its own, whose bulk sends come from a file of the window's bytes now (the module doc)."""
 
     cdef int slots, epoll_fd, fd_count, max_events, phase, wait_for_sends, n_send, n_recv, n_watched
     cdef int left_in, left_out, n_tmpl_send, n_tmpl_recv
@@ -98,8 +106,14 @@ cdef class ExchangeLoop:
     cdef unsigned char *window
     cdef Py_ssize_t window_bytes
     cdef object _window_ref
+    cdef int file_fd              # the window's bytes in a memory file (-1: none yet, or none to be had)
+    cdef bint file_wanted         # the file is made at the first bulk send (no memory for runs without one)
+    cdef char *file_ok            # slot -> its sends may come from the file
+    cdef int *file_flags          # slot -> its send socket's flags before this run made it O_NONBLOCK (-1: not)
+    cdef Py_ssize_t file_bytes
 
-    def __cinit__(self, unsigned char[::1] window, int epoll_fd, links):
+    def __cinit__(self, unsigned char[::1] window, int epoll_fd, links, file_slots=()):
+        self.file_fd = -1
         rows = [(int(s), int(r)) for s, r in links]
         self.slots = len(rows)
         n = self.slots if self.slots else 1
@@ -120,10 +134,12 @@ cdef class ExchangeLoop:
         self.tmpl_recv_size = <Py_ssize_t *> malloc(n * sizeof(Py_ssize_t))
         self.fd_slot = <int *> malloc(self.fd_count * sizeof(int))
         self.events = <epoll_event *> malloc(self.max_events * sizeof(epoll_event))
+        self.file_ok = <char *> malloc(n * sizeof(char))
+        self.file_flags = <int *> malloc(n * sizeof(int))
         if not (self.send_fd and self.recv_fd and self.send_at and self.recv_at and self.send_slot
                 and self.recv_slot and self.watched and self.send_left and self.recv_left and self.tmpl_send_slot
                 and self.tmpl_send_size and self.tmpl_recv_slot and self.tmpl_recv_size and self.fd_slot
-                and self.events):
+                and self.events and self.file_ok and self.file_flags):
             raise MemoryError()
         self._window_ref = window
         self.window = &window[0]
@@ -142,8 +158,15 @@ cdef class ExchangeLoop:
             self.fd_slot[recv_fd] = i
             self.send_at[i] = -1
             self.recv_at[i] = -1
+            self.file_ok[i] = 0
+            self.file_flags[i] = -1
+        _file_slots(self, file_slots)
 
     def __dealloc__(self):
+        if self.file_fd >= 0:
+            close(self.file_fd)
+        free(self.file_ok)
+        free(self.file_flags)
         free(self.send_fd)
         free(self.recv_fd)
         free(self.send_at)
@@ -159,6 +182,13 @@ cdef class ExchangeLoop:
         free(self.tmpl_recv_size)
         free(self.fd_slot)
         free(self.events)
+
+    @property
+    def file_sent_bytes(self):  # bytes sent from the window's file so far
+        return self.file_bytes
+
+    def file_slots(self):  # the slots whose bulk sends may come from the window's file
+        return [slot for slot in range(self.slots) if self.file_ok[slot]]
 
     def load(self, sends, recvs):
         """The step `run` (or `run_ops`) moves next: `sends` [(slot, bytes left)] in the reference's order (the
@@ -194,16 +224,20 @@ cdef class ExchangeLoop:
         cdef double t = timeout_s
         self._begin_step(wait_for_sends)
         cdef int index = -1, error = 0
-        while True:
-            with nogil:
-                outcome = self._step(t, &index, &error)
-            if outcome != C_INTERRUPTED:
-                return outcome, index, error
-            try:
-                PyErr_CheckSignals()  # a handler that raises ends the step, as in the reference
-            except BaseException:
-                self._interrupted()
-                raise
+        try:  # (the sockets' flags given back however the run ends: done, failed, a handler's exception)
+            _bulk_sends(self)
+            while True:
+                with nogil:
+                    outcome = self._step(t, &index, &error)
+                if outcome != C_INTERRUPTED:
+                    return outcome, index, error
+                try:
+                    PyErr_CheckSignals()  # a handler that raises ends the step, as in the reference
+                except BaseException:
+                    self._interrupted()
+                    raise
+        finally:
+            _restore_flags(self)
 
     cdef void _begin_step(self, int wait_for_sends) noexcept nogil:
         """The step `load` took, from its start."""
@@ -255,12 +289,25 @@ cdef class ExchangeLoop:
     cdef int _pump_send(self, int i, int *error) noexcept nogil:
         """`pump_send`: send until the socket takes no more (0), the message is out (1), or it fails (-1)."""
         cdef ssize_t n
+        cdef off_t offset
         cdef Py_ssize_t left
-        cdef int fd = self.send_fd[self.send_slot[i]]
+        cdef int slot = self.send_slot[i]
+        cdef int fd = self.send_fd[slot]
         while self.send_left[i] > 0:
             left = self.send_left[i]
-            n = c_send(fd, self.window, left if left < self.window_bytes else self.window_bytes,
-                       MSG_DONTWAIT | MSG_NOSIGNAL)
+            if left > self.window_bytes:
+                left = self.window_bytes
+            if left >= _FILE_SEND_MIN_BYTES and self.file_flags[slot] >= 0 and self.file_ok[slot]:
+                offset = 0  # the window's bytes from its start, as `send` takes them; the file's offset stays
+                n = c_sendfile(fd, self.file_fd, &offset, left)
+                if n < 0 and (errno == EINVAL or errno == ENOSYS or errno == EOPNOTSUPP or errno == ESPIPE
+                              or errno == EOVERFLOW):  # refused by the socket or the file, not the connection
+                    self.file_ok[slot] = 0
+                    continue
+                if n > 0:
+                    self.file_bytes += n
+            else:
+                n = c_send(fd, self.window, left, MSG_DONTWAIT | MSG_NOSIGNAL)
             if n < 0:
                 if errno == EINTR:  # CPython retries the call (PEP 475)
                     continue

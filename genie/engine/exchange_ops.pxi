@@ -44,7 +44,7 @@ cdef class ExchangeOps(ExchangeLoop):
     cdef int64_t *starts
     cdef int64_t *ends
 
-    def __cinit__(self, *args):
+    def __cinit__(self, *args, **kwargs):
         n = self.slots if self.slots else 1
         self.bulk_fd = <int *> malloc(n * sizeof(int))
         self.bulk_pending = <char *> malloc(n * sizeof(char))
@@ -90,16 +90,20 @@ cdef class ExchangeOps(ExchangeLoop):
             self.bulk_fd[i] = fd
         self.n_bulk = len(fds)
         self.ops, self.op_k, self.stage = ops, 0, S_BEGIN
-        while True:
-            with nogil:
-                outcome = self._ops(timeout_s, &index, &error)
-            if outcome != C_INTERRUPTED:
-                break
-            try:
-                PyErr_CheckSignals()
-            except BaseException:
-                self._interrupted()
-                raise
+        try:  # (as in `run`: the sockets' flags given back however the ops end)
+            _bulk_sends(self)
+            while True:
+                with nogil:
+                    outcome = self._ops(timeout_s, &index, &error)
+                if outcome != C_INTERRUPTED:
+                    break
+                try:
+                    PyErr_CheckSignals()
+                except BaseException:
+                    self._interrupted()
+                    raise
+        finally:
+            _restore_flags(self)
         spans = [(self.starts[i], self.ends[i]) for i in range(self.op_k)]
         return spans, outcome, self.stage, index, error, self.stage_timeout_s
 

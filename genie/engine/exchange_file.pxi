@@ -1,0 +1,94 @@
+# The window's bytes in a memory file (included by exchange_loop.pyx): a bulk send over TCP hands the kernel the
+# file's pages by sendfile instead of copying the window (the module doc). Here: the calls only that needs (the
+# ones both compiled loops make are in socket_calls.pxi), the file, and an `ExchangeLoop`'s sockets made
+# O_NONBLOCK for a run and given their flags back.
+
+import signal
+
+from libc.errno cimport EINVAL, ENOSYS, EOPNOTSUPP, ESPIPE, EOVERFLOW
+from posix.types cimport off_t
+from posix.unistd cimport close
+
+cdef extern from "<sys/sendfile.h>" nogil:
+    ssize_t c_sendfile "sendfile" (int out_fd, int in_fd, off_t *offset, size_t count)
+
+cdef extern from "<fcntl.h>" nogil:
+    int c_fcntl "fcntl" (int fd, int cmd, ...)
+    int F_GETFL, F_SETFL, O_NONBLOCK
+
+# a send call of at least this many bytes to a `file_slots` socket goes out by sendfile from the window's file: one
+# GSO packet (chosen, not measured; smaller calls, the small messages' steps among them, copy as before)
+FILE_SEND_MIN_BYTES = 64 << 10
+cdef Py_ssize_t _FILE_SEND_MIN_BYTES = FILE_SEND_MIN_BYTES
+
+
+def _window_file(bytes data, bint wanted):
+    """A memory file holding `data` (its pages are what sendfile hands TCP); -1: not wanted, or none to be had."""
+    if not wanted:
+        return -1
+    try:
+        fd = os.memfd_create("genie-window", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return -1
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd
+
+
+cdef int _file_slots(ExchangeLoop loop, file_slots) except -1:
+    """`loop`'s slots whose bulk sends may come from the file (`__cinit__`: every `file_ok` 0 before)."""
+    slots = sorted({int(slot) for slot in file_slots})
+    if any(not 0 <= slot < loop.slots for slot in slots):
+        raise ValueError(f"file slots {slots}: {loop.slots} slots")
+    # sendfile cannot pass MSG_NOSIGNAL: only where a broken pipe's SIGPIPE is ignored (Python ignores it)
+    loop.file_wanted = bool(slots) and signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    for slot in slots:
+        loop.file_ok[slot] = loop.file_wanted
+    return 0
+
+
+cdef int _bulk_sends(ExchangeLoop loop) except -1:
+    """The sends of at least FILE_SEND_MIN_BYTES in the step `loop.load` took, as a run begins: the file made if not
+    yet (none to be had: every slot copies), their sockets made O_NONBLOCK until `_restore_flags`."""
+    cdef int i, k, slot
+    for k in range(loop.n_tmpl_send):
+        slot = loop.tmpl_send_slot[k]
+        if loop.tmpl_send_size[k] < _FILE_SEND_MIN_BYTES or not loop.file_ok[slot]:
+            continue
+        if loop.file_fd < 0:
+            loop.file_fd = _window_file((<char *> loop.window)[:loop.window_bytes], loop.file_wanted)
+            loop.file_wanted = False
+            if loop.file_fd < 0:
+                for i in range(loop.slots):
+                    loop.file_ok[i] = 0
+                return 0
+        _nonblocking(loop, slot)
+    return 0
+
+
+cdef void _nonblocking(ExchangeLoop loop, int slot) noexcept nogil:
+    """Make `slot`'s send socket O_NONBLOCK for this run (sendfile's only non-blocking mode), keeping its flags to
+    give back; a socket whose flags cannot be read or set (closed) keeps `send`."""
+    cdef int fd = loop.send_fd[slot], flags
+    if not loop.file_ok[slot] or loop.file_flags[slot] >= 0:
+        return
+    flags = c_fcntl(fd, F_GETFL)
+    if flags < 0 or (not flags & O_NONBLOCK and c_fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0):
+        return
+    loop.file_flags[slot] = flags
+
+
+cdef void _restore_flags(ExchangeLoop loop) noexcept nogil:
+    """The send sockets' flags as before the run (`run`, `run_ops`: however it ends, a signal handler's exception
+    through `_interrupted` included)."""
+    cdef int slot
+    for slot in range(loop.slots):
+        if loop.file_flags[slot] >= 0:
+            if not loop.file_flags[slot] & O_NONBLOCK:
+                c_fcntl(loop.send_fd[slot], F_SETFL, loop.file_flags[slot])
+            loop.file_flags[slot] = -1
