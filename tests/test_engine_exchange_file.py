@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from engine_support import run_ranks
 from genie.collectives import check
 from genie.collectives.registry import build_schedule
 from genie.core.collective import Algorithm, Collective
@@ -132,14 +133,7 @@ def test_bulk_tcp_sends_come_from_the_file_and_the_streams_stay_aligned(run_ops,
         except Exception as exc:  # surfaced below
             errors.append(exc)
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    for peers in mesh:
-        for link in peers.values():
-            link.close()
+    run_ranks(rank_main, ranks, mesh)
     assert not errors, errors
     assert all(not p for p in problems.values()), problems
     assert all(b > 0 for b in file_bytes.values()), file_bytes
@@ -151,16 +145,7 @@ def test_the_peers_get_the_window_s_bytes(compiled):
     """What the file sends is what the reference sends from the window: its bytes (zeros), exactly as many."""
     transport, far = _rank_over_tcp(2, compiled=compiled)
     try:
-        got: list = []
-        readers = [threading.Thread(target=_read_all, args=(reader, BULK, got)) for reader, _ in far.values()]
-        for r in readers:
-            r.start()
-        for _, writer in far.values():
-            writer.sendall(b"r" * 100)
-        transport.exchange([Transfer(1, BULK), Transfer(2, BULK)], [Transfer(1, 100), Transfer(2, 100)],
-                           timeout_s=10)
-        for r in readers:
-            r.join(10)
+        got = _bulk_exchange(transport, far, BULK)
         assert got == [bytes(transport._window[:BULK])] * 2 == [bytes(BULK)] * 2
         if compiled:
             assert 0 < _loop(transport).file_sent_bytes <= 2 * BULK
@@ -344,3 +329,24 @@ def test_without_a_memory_file_or_an_ignored_sigpipe_every_send_copies(monkeypat
         for transport, far in made:
             transport.close()
             _close(far)
+
+
+def test_sigpipe_set_back_to_default_after_the_loop_was_built_sends_copy_that_run():
+    """The kernel's SIGPIPE disposition is read as each run begins (a library may reset it after the transport was
+    built): while it is not ignored a bulk send copies - a broken pipe would kill the rank otherwise - and the file
+    is used again once it is ignored again."""
+    transport, far = _rank_over_tcp(2)
+    try:
+        assert _loop(transport).file_slots() != []
+        previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        try:
+            assert _bulk_exchange(transport, far, BULK) == [bytes(BULK)] * 2
+            assert _loop(transport).file_sent_bytes == 0
+            assert not any(_nonblocking(link.send) for link in transport._links.values())
+        finally:
+            signal.signal(signal.SIGPIPE, previous)
+        assert _bulk_exchange(transport, far, BULK) == [bytes(BULK)] * 2
+        assert _loop(transport).file_sent_bytes > 0
+    finally:
+        transport.close()
+        _close(far)

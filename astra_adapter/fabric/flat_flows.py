@@ -225,8 +225,9 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         the steps in flight and which of their flows move; solved on the same sorted routes (in one compiled
         call where :mod:`astra_adapter.fabric.fairshare_core` is built: per connected component and only the
         components that changed, the same rates to a relative ~1e-12 - or, ``by_component`` False, the same
-        floats). Where the incremental solve runs: the components that changed solved, no memo (each rate is the
-        float a memo would have kept, and keeping the rest costs less than a memo's key)."""
+        floats). Where the incremental solve runs: the components that changed solved, no memo of the rates (each
+        rate is the float a memo would have kept, and keeping the rest costs less than a memo's key); with the
+        credit their load is kept per (modes, moving routes, their flows) (:meth:`_kept_load`)."""
         if self._live is not None:
             self.solves += 1
             ptr, res, w = self._route_table(len(self.network.routes) - 1)

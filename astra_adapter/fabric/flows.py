@@ -354,11 +354,11 @@ class FlowEngine:
     def _kept_load(self, key: tuple, load_of) -> np.ndarray | None:
         """The moving flows' load (``load_of()``, :meth:`_load_of`) kept per ``key``: the modes and moving set the
         rates are a function of (a full-size array per key, up to _MEMO_LIMIT keys)."""
-        load = self._credit_loads.get(key)
-        if load is None:
-            if len(self._credit_loads) >= _MEMO_LIMIT:
-                self._credit_loads.clear()
-            load = self._credit_loads[key] = load_of()
+        if key in self._credit_loads:  # (None kept too: nothing moves)
+            return self._credit_loads[key]
+        if len(self._credit_loads) >= _MEMO_LIMIT:
+            self._credit_loads.clear()
+        load = self._credit_loads[key] = load_of()
         return load
 
     def _route_load(self, unique: np.ndarray, counts: np.ndarray, rates: np.ndarray) -> np.ndarray:

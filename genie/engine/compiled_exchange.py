@@ -29,8 +29,10 @@ except ImportError:  # not built (no compiler at install): the pure Python refer
 
 
 def _own_tcp_send(link: PeerLink) -> bool:
-    """A TCP connection that only sends: its bulk sends may come from the window's file (`ExchangeLoop`; its
-    receives discard, so the window's bytes stay what the file holds)."""
+    """A TCP connection that only sends: its bulk sends may come from the window's file (`ExchangeLoop`). The file
+    is the window as it was at the first bulk send; the window may take bytes later (the compiled step loop's
+    receives copy into it), but every payload-agnostic byte of a job is a zero (every window starts zeroed and
+    sends only its own or its file's bytes), so the file still holds what the window does."""
     sock = link.send
     return sock is not link.recv and sock.family in (socket.AF_INET, socket.AF_INET6) \
         and sock.type == socket.SOCK_STREAM

@@ -12,6 +12,14 @@ from posix.unistd cimport close
 cdef extern from "<sys/sendfile.h>" nogil:
     ssize_t c_sendfile "sendfile" (int out_fd, int in_fd, off_t *offset, size_t count)
 
+cdef extern from "<signal.h>" nogil:
+    ctypedef void (*_handler_t)(int)
+    ctypedef struct _sigaction_t "struct sigaction":
+        _handler_t sa_handler
+    int c_sigaction "sigaction" (int signum, const _sigaction_t *act, _sigaction_t *old)
+    _handler_t C_SIG_IGN "SIG_IGN"
+    int C_SIGPIPE "SIGPIPE"
+
 cdef extern from "<fcntl.h>" nogil:
     int c_fcntl "fcntl" (int fd, int cmd, ...)
     int F_GETFL, F_SETFL, O_NONBLOCK
@@ -22,21 +30,22 @@ FILE_SEND_MIN_BYTES = 64 << 10
 cdef Py_ssize_t _FILE_SEND_MIN_BYTES = FILE_SEND_MIN_BYTES
 
 
-def _window_file(bytes data, bint wanted):
-    """A memory file holding `data` (its pages are what sendfile hands TCP); -1: not wanted, or none to be had."""
-    if not wanted:
-        return -1
+def _window_file(window):
+    """A memory file holding the bytes of `window` (a buffer; its pages are what sendfile hands TCP), written from
+    the window itself (no copy of it first); -1: none to be had."""
     try:
         fd = os.memfd_create("genie-window", os.MFD_CLOEXEC)
     except (AttributeError, OSError):
         return -1
     try:
-        view = memoryview(data)
+        view = memoryview(window)
         while view:
             view = view[os.write(fd, view):]
-    except OSError:
+    except BaseException as exc:  # the file is nobody's: closed, whatever ended the writing
         os.close(fd)
-        return -1
+        if isinstance(exc, OSError):
+            return -1
+        raise
     return fd
 
 
@@ -46,9 +55,9 @@ cdef int _file_slots(ExchangeLoop loop, file_slots) except -1:
     if any(not 0 <= slot < loop.slots for slot in slots):
         raise ValueError(f"file slots {slots}: {loop.slots} slots")
     # sendfile cannot pass MSG_NOSIGNAL: only where a broken pipe's SIGPIPE is ignored (Python ignores it)
-    loop.file_wanted = bool(slots) and signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    ignored = signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
     for slot in slots:
-        loop.file_ok[slot] = loop.file_wanted
+        loop.file_ok[slot] = ignored
     return 0
 
 
@@ -56,14 +65,18 @@ cdef int _bulk_sends(ExchangeLoop loop) except -1:
     """The sends of at least FILE_SEND_MIN_BYTES in the step `loop.load` took, as a run begins: the file made if not
     yet (none to be had: every slot copies), their sockets made O_NONBLOCK until `_restore_flags`."""
     cdef int i, k, slot
+    cdef _sigaction_t pipe_action
+    # sendfile cannot pass MSG_NOSIGNAL: this run's bulk sends come from the file only while the kernel ignores
+    # SIGPIPE for the process now (Python ignores it at start-up; a library may have set it back since)
+    if c_sigaction(C_SIGPIPE, NULL, &pipe_action) != 0 or pipe_action.sa_handler != C_SIG_IGN:
+        return 0
     for k in range(loop.n_tmpl_send):
         slot = loop.tmpl_send_slot[k]
         if loop.tmpl_send_size[k] < _FILE_SEND_MIN_BYTES or not loop.file_ok[slot]:
             continue
         if loop.file_fd < 0:
-            loop.file_fd = _window_file((<char *> loop.window)[:loop.window_bytes], loop.file_wanted)
-            loop.file_wanted = False
-            if loop.file_fd < 0:
+            loop.file_fd = _window_file(loop._window_ref)
+            if loop.file_fd < 0:  # (never tried again: no slot's sends may come from a file now)
                 for i in range(loop.slots):
                     loop.file_ok[i] = 0
                 return 0

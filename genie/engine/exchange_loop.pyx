@@ -106,8 +106,8 @@ cdef class ExchangeLoop:
     cdef unsigned char *window
     cdef Py_ssize_t window_bytes
     cdef object _window_ref
-    cdef int file_fd              # the window's bytes in a memory file (-1: none yet, or none to be had)
-    cdef bint file_wanted         # the file is made at the first bulk send (no memory for runs without one)
+    cdef int file_fd              # the window's bytes in a memory file (-1: none yet - it is made at the first bulk
+                                  # send, no memory for runs without one - or none to be had)
     cdef char *file_ok            # slot -> its sends may come from the file
     cdef int *file_flags          # slot -> its send socket's flags before this run made it O_NONBLOCK (-1: not)
     cdef Py_ssize_t file_bytes
@@ -198,6 +198,7 @@ cdef class ExchangeLoop:
         cdef int i, slot
         cdef Py_ssize_t size
         cdef int n_send = len(sends), n_recv = len(recvs)
+        self.n_tmpl_send = self.n_tmpl_recv = 0  # refused below: no step to run, not a mix of two
         if n_send > self.slots or n_recv > self.slots:
             raise ValueError("more messages than peers")
         for i in range(self.slots):  # (scratch: which slot has a message; `_begin_step` marks them again)
@@ -300,8 +301,10 @@ cdef class ExchangeLoop:
             if left >= _FILE_SEND_MIN_BYTES and self.file_flags[slot] >= 0 and self.file_ok[slot]:
                 offset = 0  # the window's bytes from its start, as `send` takes them; the file's offset stays
                 n = c_sendfile(fd, self.file_fd, &offset, left)
-                if n < 0 and (errno == EINVAL or errno == ENOSYS or errno == EOPNOTSUPP or errno == ESPIPE
-                              or errno == EOVERFLOW):  # refused by the socket or the file, not the connection
+                if n == 0 or (n < 0 and (errno == EINVAL or errno == ENOSYS or errno == EOPNOTSUPP
+                                         or errno == ESPIPE or errno == EOVERFLOW)):
+                    # refused by the socket or the file, not the connection (0: the file ended short of the
+                    # window - never, but a `continue` without progress must not spin here without the GIL)
                     self.file_ok[slot] = 0
                     continue
                 if n > 0:
