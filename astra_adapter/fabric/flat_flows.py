@@ -78,6 +78,8 @@ class FlatFlowEngine(OnSlots, FlowEngine):
     # same floats as MovingRates per component; False: MovingRates, every moving flow walked at every solve)
     slots = True  # with the incremental solve, each op's flows kept in a slot of the arrays between events
     # (flat_slots.FlowSlots: the same floats; False: every flowing op's arrays concatenated again at each lay-out)
+    listed = True  # with slots, the sweeps read each slot's list of its moving flows (the same floats; False: every
+    # flow of each slot with a flow moving, its flag tested)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -100,12 +102,13 @@ class FlatFlowEngine(OnSlots, FlowEngine):
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         network_routes = network.routes
-        self._slots = FlowSlots(self._live, lambda: len(network_routes)) \
+        self._slots = FlowSlots(self._live, lambda: len(network_routes), self.listed) \
             if self._live is not None and self.slots else None
         self._pending: dict[int, FabricOp] = {}  # with slots: the ops changed since the last lay-out, by id
         self._waits: dict[int, FabricOp] = {}  # with slots: the ops paying a step's latency
         self._halts: dict[int, FabricOp] = {}  # with slots: the ops done, or with nothing to move and no latency
         self.solves = 0  # max-min solves run (the memo's misses)
+        self._bound_ptr: np.ndarray | None = None  # the route table bound to the incremental solve (LiveRates)
         self._rate_key: tuple = ()  # the memo key of the rates in self._rate
         self._credit_loads: dict[tuple, np.ndarray | None] = {}  # with the credit: per rates' key, their load
         self._left = np.zeros(0)
@@ -229,8 +232,12 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         float a memo would have kept, and keeping the rest costs less than a memo's key)."""
         if self._live is not None:
             self.solves += 1
-            ptr, res, w = self._route_table(len(self.network.routes) - 1)
-            self._live.solve(ptr, res, w)
+            ptr = self._route_ptr
+            if len(ptr) < len(self.network.routes) + 1 or ptr is not self._bound_ptr:  # routes added: bind again
+                ptr, res, w = self._route_table(len(self.network.routes) - 1)
+                self._live.bind_table(ptr, res, w)
+                self._bound_ptr = ptr
+            self._live.solve_bound()  # on the table bound (no buffers taken per call)
             self._rated = True
             return
         key = self._rate_key = (self._mode_key, self._key_steps, self._active.tobytes())
