@@ -61,7 +61,8 @@ def _checked(place_changed):
         for op, a, b, count in zip(slots.ops, slots.starts.tolist(), ends, slots.counts.tolist()):
             assert int(slots.active[a:b].sum()) == count
             # the slot's list: its moving flows, ascending (what the listed sweeps read and keep)
-            assert not slots.listed_sweeps or np.array_equal(slots.listed[a:a + count], a + np.flatnonzero(slots.active[a:b]))
+            assert not slots.listed_sweeps or np.array_equal(slots.listed[a:a + count],
+                                                             a + np.flatnonzero(slots.active[a:b]))
             if op is not None and op.flowing:
                 flowing += 1
                 assert op in engine.ops and op.placed_step == op.step and count == op.active_count > 0

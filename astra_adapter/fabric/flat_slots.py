@@ -13,12 +13,13 @@ back, so a solve sees the counts per route a lay-out's recount (``LiveRates.set_
 dead slot moves nothing and counts 0). The per-flow arithmetic, the set of moving flows and the counts per route
 are the rebuilt lay-out's, so every float is the same (``tests/test_fabric_slots.py``).
 
-The arrays are bound to ``LiveRates`` whenever their views change (``LiveRates.bind_slots``), so a sweep takes no
-array per call (a buffer per array per call cost a few us an event). Each slot also lists its moving flows (their indices, ascending, the first ``counts[k]`` entries of its span of
-``listed``), kept by the move that ends them, so the sweeps (``LiveRates.earliest_end_listed``,
-``LiveRates.move_listed``) read only the flows that move: late in a ring step its slot still spans every flow
-while the last few, slowed on links ECMP made collide, move (at 1024 ranks, draw 0, the sweeps read ~N flows an
-event where the slots span ~M - benchmarks/README.md). The same flows in the same order: the same floats.
+The arrays are bound to ``LiveRates`` whenever their views change (``LiveRates.bind_slots``), so a sweep takes
+no array per call (a buffer per array per call cost a few us an event). Each slot also lists its moving flows
+(their indices, ascending: the first ``counts[k]`` entries of its span of ``listed``), kept by the move that ends
+them, so the sweeps (``LiveRates.earliest_end_listed``, ``LiveRates.move_listed``) read only the flows that move:
+late in a ring step its slot still spans every flow while the last few, slowed on links ECMP made collide, move
+(256 ranks, draw 0: 566 moving flows an event on average, in slots spanning 1216). The same flows in the same
+order: the same floats.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ class FlowSlots:
     op (None: dead); ``flowing``: how many ops move flows."""
 
     def __init__(self, live, num_route_ids: Callable[[], int], listed: bool = True) -> None:
-        self._live = live
-        self.listed_sweeps = listed  # the sweeps read each slot's moving flows from its list (``listed``)  # LiveRates: counts the moving flows per route
+        self._live = live  # LiveRates: counts the moving flows per route
+        self.listed_sweeps = listed  # the sweeps read each slot's moving flows from its list (``listed``)
         self._num_route_ids = num_route_ids  # route ids so far (the network memoises routes as ops are planned)
         self.ops: list[FabricOp | None] = []
         self._len: list[int] = []  # per slot its flows
