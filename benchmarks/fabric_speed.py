@@ -14,7 +14,7 @@ the problem's size: ranks, trace nodes, the flows the model plays per draw, link
 ``--in-process`` also runs the estimate in this process with the trace read and the model timed apart, and
 counts the flows (one play's worth: every op's schedule steps).
 
-``--play flat,flat-rebuilt,flat-scan,flat-walk,flat-one,flat-numpy,reference`` instead plays one draw (``--draw K`` of the
+``--play flat,flat-unlisted,flat-rebuilt,flat-scan,flat-walk,flat-one,flat-numpy,reference`` instead plays one draw (``--draw K`` of the
 ECMP hash, -1: the expected share) in this process on each engine in turn, side by side, each under a CPU-time cap
 (``--cpu-cap S``): the ET read and the trace's compile timed apart, then per engine its CPU and wall time, the
 load average, the events and max-min solves it ran, and the iteration - or, stopped at the cap, how many of the
@@ -126,6 +126,9 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
     class RebuiltFlatFlowEngine(FlatFlowEngine):
         slots = False  # every flowing op's arrays concatenated again at each lay-out (before the slots)
 
+    class UnlistedFlatFlowEngine(FlatFlowEngine):
+        listed = False  # the sweeps over every flow of each slot with a flow moving (before the moving flows' lists)
+
     class OneSolveFlatFlowEngine(FlatFlowEngine):
         by_component = False  # the compiled solve of every moving flow at once (before the per-component solve)
 
@@ -143,7 +146,8 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
 
     signal.signal(signal.SIGXCPU, stop)
     for name in engines:
-        engine = {"flat": FlatFlowEngine, "flat-rebuilt": RebuiltFlatFlowEngine, "flat-walk": WalkFlatFlowEngine,
+        engine = {"flat": FlatFlowEngine, "flat-rebuilt": RebuiltFlatFlowEngine, "flat-unlisted": UnlistedFlatFlowEngine,
+                  "flat-walk": WalkFlatFlowEngine,
                   "flat-one": OneSolveFlatFlowEngine,
                   "flat-scan": scanning, "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](net)
         player = FabricPlayer(trace, engine, compiled)
@@ -211,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the trace read and the model apart in this process, and count the flows")
     parser.add_argument("--ecmp-samples", type=int, help="in process: ECMP hash draws (default: the CLI's)")
     parser.add_argument("--play", help="instead: one play in process on these engines, side by side "
-                        "(comma-separated: flat, flat-rebuilt: its arrays concatenated again at each lay-out, "
+                        "(comma-separated: flat, flat-unlisted: its sweeps over every flow of a slot, "
+                        "flat-rebuilt: its arrays concatenated again at each lay-out, "
                         "flat-scan: its filling scanning every entry each round, "
                         "flat-walk: its solve walking every moving flow, "
                         "flat-one: its compiled solve not per component, "

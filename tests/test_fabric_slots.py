@@ -60,6 +60,9 @@ def _checked(place_changed):
         flowing = 0
         for op, a, b, count in zip(slots.ops, slots.starts.tolist(), ends, slots.counts.tolist()):
             assert int(slots.active[a:b].sum()) == count
+            # the slot's list: its moving flows, ascending (what the listed sweeps read and keep)
+            assert not slots.listed_sweeps or np.array_equal(slots.listed[a:a + count],
+                                                             a + np.flatnonzero(slots.active[a:b]))
             if op is not None and op.flowing:
                 flowing += 1
                 assert op in engine.ops and op.placed_step == op.step and count == op.active_count > 0
@@ -173,3 +176,91 @@ def test_the_sweeps_skip_the_slots_moving_nothing_with_the_same_floats(seed):
     live.move(left, active, done_below, starts, routes, got_counts, 3.0)
     assert np.array_equal(got_counts, want_counts) and np.array_equal(active, want_active)
     assert np.array_equal(left, want_left)
+
+
+class UnlistedFlatFlowEngine(FlatFlowEngine):
+    listed = False  # the sweeps over every flow of a slot with a flow moving, its flag tested
+
+
+def test_the_estimates_engine_sweeps_the_listed_flows():
+    assert FlatFlowEngine(FabricNetwork(fabric()))._slots.listed_sweeps
+    assert not UnlistedFlatFlowEngine(FabricNetwork(fabric()))._slots.listed_sweeps
+
+
+@pytest.mark.parametrize("params", PARAMS)
+@pytest.mark.parametrize("seed", [None, 3])
+def test_the_listed_sweeps_end_random_collectives_as_the_sweeps_over_every_flow(slots, params, seed):
+    rng = np.random.default_rng(11 if seed is None else seed)
+    network = FabricNetwork(fabric(), hash_seed=seed)
+    for _ in range(10):
+        ops = _random_ops(rng, network.world_size)
+        want = run_concurrently(UnlistedFlatFlowEngine(network, params), ops)
+        got = run_concurrently(FlatFlowEngine(network, params), ops)
+        assert got == want  # bit for bit
+
+
+@pytest.mark.parametrize("params", PARAMS)
+@pytest.mark.parametrize("seed", [None, 4])
+def test_an_uneven_moe_play_on_the_listed_sweeps_is_the_one_over_every_flow(slots, params, seed):
+    trace = _moe(seed=3 if seed is None else seed)
+    network = FabricNetwork(fabric(), hash_seed=seed)
+    engine, unlisted = FlatFlowEngine(network, params), UnlistedFlatFlowEngine(network, params)
+    got, want = play_on_fabric(trace, engine), play_on_fabric(trace, unlisted)
+    assert got.spans == want.spans and got.ranks == want.ranks
+    assert engine.solves == unlisted.solves
+    assert engine._live.components_solved == unlisted._live.components_solved
+    assert engine._live.flows_filled == unlisted._live.flows_filled
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_listed_sweeps_are_the_sweeps_over_every_flow_move_by_move(seed):
+    """LiveRates.earliest_end_listed and move_listed, over slots some idle and some with flows ended, move after
+    move until every flow has ended: the same minimum, the same bytes left, flags, counts and changed ops as
+    earliest_end_of and move, the lists keeping each slot's moving flows ascending, and the same routes' counts
+    (a solve after each move gives the same rates)."""
+    rng = np.random.default_rng(seed)
+    network = FabricNetwork(fabric(), hash_seed=seed)
+    from astra_adapter.fabric.flows import FlowEngine
+
+    engine = FlowEngine(network, FabricParams())
+    hosts = network.world_size
+    routes = np.array([network.route(int(a), int(b)) for a, b in rng.integers(0, hosts, size=(400, 2)) if a != b],
+                      dtype=np.int64)
+    n = len(routes)
+    starts = np.unique(np.concatenate([[0], rng.integers(0, n, size=50)])).astype(np.int64)
+    active = (rng.random(n) < 0.7).astype(np.uint8)
+    for a, b in zip(starts.tolist(), starts[1:].tolist() + [n]):
+        if rng.random() < 0.2:
+            active[a:b] = 0  # an idle slot
+    counts = np.add.reduceat(active, starts, dtype=np.int64)
+    listed = np.zeros(n, dtype=np.int64)
+    for a, b, c in zip(starts.tolist(), starts[1:].tolist() + [n], counts.tolist()):
+        listed[a:a + c] = a + np.flatnonzero(active[a:b])
+    ptr, res, w = engine._route_table(len(network.routes) - 1)
+    lives = []
+    for _ in range(2):
+        live = LiveRates(engine.capacity, 0.1)
+        live.count_flows(routes, active, 0, n, 1, len(network.routes))
+        live.solve(ptr, res, w)
+        lives.append(live)
+    got_live, want_live = lives
+    left = rng.random(n) * 1e6
+    done_below = np.full(n, 1e-6)
+    got = [left.copy(), active.copy(), counts.copy()]
+    want = [left.copy(), active.copy(), counts.copy()]
+    moves = 0
+    while want[2].any():
+        end = want_live.earliest_end_of(want[0], want[1], routes, starts, want[2])
+        assert got_live.earliest_end_listed(got[0], routes, starts, got[2], listed) == end
+        dt = end * (1.0 if moves % 3 else rng.random())  # some moves end flows, some not
+        changed = got_live.move_listed(got[0], got[1], done_below, starts, routes, got[2], listed, dt)
+        assert changed == want_live.move(want[0], want[1], done_below, starts, routes, want[2], dt)
+        for g, x in zip(got, want):
+            assert np.array_equal(g, x)
+        for a, b, c in zip(starts.tolist(), starts[1:].tolist() + [n], got[2].tolist()):
+            assert np.array_equal(listed[a:a + c], a + np.flatnonzero(got[1][a:b]))
+        got_live.solve(ptr, res, w)
+        want_live.solve(ptr, res, w)
+        assert np.array_equal(got_live.flow_rates(routes, got[1]), want_live.flow_rates(routes, want[1]))
+        moves += 1
+    assert moves > 20

@@ -44,6 +44,19 @@ cdef class LiveRates:
     cdef int64_t* reached  # resources reached, to clear `seen`
     cdef _Scratch scratch
     cdef public int64_t components_solved  # components filled (a counter for the benchmarks)
+    cdef public int64_t routes_filled  # distinct routes in the components filled (a counter for the benchmarks)
+    cdef public int64_t flows_filled  # moving flows in the components filled (a counter for the benchmarks)
+    # the arrays bound by bind_slots / bind_table, read by the *_bound calls (no buffer taken per call)
+    cdef double[::1] b_left
+    cdef unsigned char[::1] b_active
+    cdef double[::1] b_done
+    cdef int64_t[::1] b_routes
+    cdef int64_t[::1] b_starts
+    cdef int64_t[::1] b_counts
+    cdef int64_t[::1] b_listed
+    cdef int64_t[::1] t_ptr
+    cdef int64_t[::1] t_res
+    cdef double[::1] t_w
     cdef public bint scan_entries  # solve as session 21 did (the routes sorted by qsort, each round of the filling
     # scanning every live entry: _rounds_scanning) - the same floats; for side-by-side timing
 
@@ -208,6 +221,9 @@ cdef class LiveRates:
     def solve(self, const int64_t[::1] ptr, const int64_t[::1] res, const double[::1] w):
         """The rates of the routes whose component holds a changed route (``ptr``/``res``/``w``: the routes' loads
         as CSR, :meth:`astra_adapter.fabric.flows.FlowEngine._route_table`)."""
+        self._solve(ptr, res, w)
+
+    cdef int _solve(self, const int64_t[::1] ptr, const int64_t[::1] res, const double[::1] w) except -1:
         cdef Py_ssize_t i, e, num_dirty = 0, num_walk, num_reached = 0, m, entries
         cdef int64_t r, q, q2, k
         cdef int64_t* lst
@@ -273,12 +289,15 @@ cdef class LiveRates:
                   &self.scratch, self.filled, self.scan_entries)
             for k in range(m):
                 self.rate[self.comp[k]] = self.filled[k]
+                self.flows_filled += self.mult[k]
+            self.routes_filled += m
             self.components_solved += 1
         for i in range(num_reached):
             self.seen[self.reached[i]] = 0
         if self.num_known > (2 * self.num_live + 4096 if self.scan_entries else
                              self.num_live + (self.num_live >> 3) + 256):
             self._compact()  # the walks above step over the listed routes no flow moves on: keep them few
+        return 0
 
     cdef int _list(self, int64_t r, const int64_t[::1] ptr, const int64_t[::1] res) except -1:
         cdef Py_ssize_t e
@@ -359,6 +378,87 @@ cdef class LiveRates:
                     if quotient < best:
                         best = quotient
         return best
+
+    def earliest_end_listed(self, const double[::1] left, const int64_t[::1] routes, const int64_t[::1] starts,
+                            const int64_t[::1] counts, const int64_t[::1] listed):
+        """:meth:`earliest_end_of` reading only the moving flows: op ``k``'s are ``listed[starts[k]:starts[k] +
+        counts[k]]`` (their indices, ascending) - the same quotients, the same minimum, without stepping over the
+        flows of a slot that ended (a ring step's slot keeps its 1024 entries while its last few flows move)."""
+        return self._earliest_listed(left, routes, starts, counts, listed)
+
+    cdef double _earliest_listed(self, const double[::1] left, const int64_t[::1] routes, const int64_t[::1] starts,
+                                 const int64_t[::1] counts, const int64_t[::1] listed) noexcept:
+        cdef Py_ssize_t j, k, i, a, num_ops = starts.shape[0]
+        cdef double best = INFINITY, quotient
+        cdef double* rate = self.rate
+        for k in range(num_ops):
+            a = starts[k]
+            for j in range(a, a + counts[k]):
+                i = listed[j]
+                quotient = left[i] / rate[routes[i]]
+                if quotient < best:
+                    best = quotient
+        return best
+
+    def move_listed(self, double[::1] left, unsigned char[::1] active, const double[::1] done_below,
+                    const int64_t[::1] starts, const int64_t[::1] routes, int64_t[::1] counts, int64_t[::1] listed,
+                    double dt_ns):
+        """:meth:`move` over the moving flows listed per op (as :meth:`earliest_end_listed` reads them): the same
+        flows moved in the same order, the same ends uncounted in the same order; each op's list keeps its flows
+        still moving, in order. The (op index, count) of the ops whose count changed."""
+        return self._move_listed(left, active, done_below, starts, routes, counts, listed, dt_ns)
+
+    cdef list _move_listed(self, double[::1] left, unsigned char[::1] active, const double[::1] done_below,
+                           const int64_t[::1] starts, const int64_t[::1] routes, int64_t[::1] counts,
+                           int64_t[::1] listed, double dt_ns):
+        cdef Py_ssize_t j, k, i, a, num_ops = starts.shape[0]
+        cdef int64_t c, r
+        cdef double* rate = self.rate
+        changed = []
+        for k in range(num_ops):
+            if not counts[k]:
+                continue
+            a = starts[k]
+            c = 0
+            for j in range(a, a + counts[k]):
+                i = listed[j]
+                r = routes[i]
+                left[i] = left[i] - rate[r] * dt_ns
+                if not left[i] > done_below[i]:
+                    active[i] = 0
+                    self._recount(r, self.count[r] - 1)
+                else:
+                    listed[a + c] = i
+                    c += 1
+            if c != counts[k]:
+                counts[k] = c
+                changed.append((k, c))
+        return changed
+
+    def bind_slots(self, double[::1] left, unsigned char[::1] active, double[::1] done_below, int64_t[::1] routes,
+                   int64_t[::1] starts, int64_t[::1] counts, int64_t[::1] listed):
+        """Keep the slots' arrays (astra_adapter/fabric/flat_slots.py: bound again whenever its views change) for
+        :meth:`earliest_end_bound` and :meth:`move_bound`, which then take no array: a call with arrays takes a
+        buffer of each, a few hundred ns apiece, at every event."""
+        self.b_left, self.b_active, self.b_done, self.b_routes = left, active, done_below, routes
+        self.b_starts, self.b_counts, self.b_listed = starts, counts, listed
+
+    def bind_table(self, int64_t[::1] ptr, int64_t[::1] res, double[::1] w):
+        """Keep the routes' loads (CSR, as :meth:`solve` takes them) for :meth:`solve_bound`."""
+        self.t_ptr, self.t_res, self.t_w = ptr, res, w
+
+    def earliest_end_bound(self):
+        """:meth:`earliest_end_listed` on the bound slots."""
+        return self._earliest_listed(self.b_left, self.b_routes, self.b_starts, self.b_counts, self.b_listed)
+
+    def move_bound(self, double dt_ns):
+        """:meth:`move_listed` on the bound slots."""
+        return self._move_listed(self.b_left, self.b_active, self.b_done, self.b_starts, self.b_routes,
+                                 self.b_counts, self.b_listed, dt_ns)
+
+    def solve_bound(self):
+        """:meth:`solve` on the bound table."""
+        self._solve(self.t_ptr, self.t_res, self.t_w)
 
     def move(self, double[::1] left, unsigned char[::1] active, const double[::1] done_below,
              const int64_t[::1] starts, const int64_t[::1] routes, int64_t[::1] counts, double dt_ns):

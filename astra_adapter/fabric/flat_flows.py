@@ -48,10 +48,10 @@ import numpy as np
 from astra_adapter.fabric.chain_flows import ChainFlowEngine
 from astra_adapter.fabric.fairshare import (LiveRates, MovingRates, earliest_end_ns, max_min_rates_compacting,
                                             move_flows)
+from astra_adapter.fabric.flat_queues import OnQueues
 from astra_adapter.fabric.flat_slots import FlowSlots, OnSlots
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
 from astra_adapter.fabric.network import FabricNetwork
-from astra_adapter.fabric.queues import kept_bytes
 
 
 class _FlatOp(FabricOp):
@@ -69,7 +69,7 @@ class _FlatOp(FabricOp):
         self.placed_step = -1  # the step its slot holds
 
 
-class FlatFlowEngine(OnSlots, FlowEngine):
+class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
     """:class:`FlowEngine` with the moving flows of all ops in one set of arrays (see the module doc)."""
 
     _max_min = staticmethod(max_min_rates_compacting)
@@ -80,6 +80,8 @@ class FlatFlowEngine(OnSlots, FlowEngine):
     # same floats as MovingRates per component; False: MovingRates, every moving flow walked at every solve)
     slots = True  # with the incremental solve, each op's flows kept in a slot of the arrays between events
     # (flat_slots.FlowSlots: the same floats; False: every flowing op's arrays concatenated again at each lay-out)
+    listed = True  # with slots, the sweeps read each slot's list of its moving flows (the same floats; False: every
+    # flow of each slot with a flow moving, its flag tested)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -101,12 +103,13 @@ class FlatFlowEngine(OnSlots, FlowEngine):
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         network_routes = network.routes
-        self._slots = FlowSlots(self._live, lambda: len(network_routes)) \
+        self._slots = FlowSlots(self._live, lambda: len(network_routes), self.listed) \
             if self._live is not None and self.slots else None
         self._pending: dict[int, FabricOp] = {}  # with slots: the ops changed since the last lay-out, by id
         self._waits: dict[int, FabricOp] = {}  # with slots: the ops paying a step's latency
         self._halts: dict[int, FabricOp] = {}  # with slots: the ops done, or with nothing to move and no latency
         self.solves = 0  # max-min solves run (the memo's misses)
+        self._bound_ptr: np.ndarray | None = None  # the route table bound to the incremental solve (LiveRates)
         self._rate_key: tuple = ()  # the memo key of the rates in self._rate
         self._left = np.zeros(0)
         self._active = np.zeros(0, dtype=bool)
@@ -230,8 +233,12 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         credit their load is kept per (modes, moving routes, their flows) (:meth:`_kept_load`)."""
         if self._live is not None:
             self.solves += 1
-            ptr, res, w = self._route_table(len(self.network.routes) - 1)
-            self._live.solve(ptr, res, w)
+            ptr = self._route_ptr
+            if len(ptr) < len(self.network.routes) + 1 or ptr is not self._bound_ptr:  # routes added: bind again
+                ptr, res, w = self._route_table(len(self.network.routes) - 1)
+                self._live.bind_table(ptr, res, w)
+                self._bound_ptr = ptr
+            self._live.solve_bound()  # on the table bound (no buffers taken per call)
             if self.credit is not None:  # the load: a function of the routes, their flows and the modes
                 unique, counts, rates = self._live.moving_routes()
                 self._credit_load = self._kept_load((self._mode_key, unique.tobytes(), counts.tobytes()), lambda:
@@ -400,89 +407,6 @@ class FlatFlowEngine(OnSlots, FlowEngine):
         if flowing:
             np.copyto(left, new_left)
             np.copyto(active, new_active)
-
-    def _queue_flows(self) -> tuple[np.ndarray, ...]:
-        """The flowing flows' queue entries as flat arrays (per entry: resource, weight, flat flow index, hop
-        from the sender, on the sender's own link; per flow: window, bytes its connection sends in later steps;
-        per flow and one more: its first entry), built once per lay-out."""
-        if self._queue_flat is None:
-            q = self.queues
-            assert q is not None
-            parts = [self._queue_step(steps, k) for steps, k in self._flow_steps]
-            if parts:
-                flow = np.concatenate([p[2] + a for p, a in zip(parts, self._starts.tolist())])
-                res, w, _, hop, own, win, later = (np.concatenate([p[i] for p in parts]) for i in range(7))
-                self._queue_flat = (res, w, flow, hop, own, win, later,
-                                    np.searchsorted(flow, np.arange(len(self._left) + 1)))
-            else:
-                self._queue_flat = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64),
-                                    np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0),
-                                    np.zeros(1, dtype=np.int64))
-        return self._queue_flat
-
-    def _queue_step(self, steps: tuple[StepFlows, ...], k: int) -> tuple[np.ndarray, ...]:
-        """Of step ``k`` of an op's ``steps``: its queue entries (resource, weight, flow, hop, own link) and per
-        flow its window and the bytes its connection sends in later steps (memoised per plan and step)."""
-        key = (id(steps), k)
-        hit = self._queue_steps.get(key)
-        if hit is None:
-            q = self.queues
-            assert q is not None
-            res, w, flow, win = q.entries(steps[k])
-            hop, own = q.path_order(steps[k])
-            hit = self._queue_steps[key] = (res, w, flow, hop, own, win, q.later_bytes(steps, k))
-        return hit
-
-    def _queue_wait_ns(self, op: FabricOp, left: np.ndarray, active: np.ndarray,
-                       extras: list[tuple[int, FabricOp, bool]]) -> float:
-        """The wait ``op``'s step (just entered) has behind the queues of the flows moving: the flowing flows
-        with bytes left ``left`` and moving flags ``active`` (flat arrays of the lay-out), and ``extras``:
-        (flat index it sits before, op, whether it is ``op`` itself) for each op moving outside them, in the
-        order of ``ops``. As :meth:`FlowEngine._enter_next_step` (0.0 where it adds nothing)."""
-        q = self.queues
-        assert q is not None
-        res, w, flow, hop, own, win, later, first = self._queue_flows()
-        if extras:  # the flat arrays cut at each extra op, its flows and entries in between
-            f_parts: list[tuple] = []
-            e_parts: list[tuple] = []
-            at = offset = 0
-            for cut, xop, mine in extras + [(len(left), None, False)]:
-                if cut > at:
-                    f_parts.append((self._routes[at:cut], active[at:cut], left[at:cut], later[at:cut], win[at:cut],
-                                    active[at:cut]))
-                    ea, eb = int(first[at]), int(first[cut])
-                    e_parts.append((res[ea:eb], w[ea:eb], flow[ea:eb] - at + offset, hop[ea:eb], own[ea:eb]))
-                    offset += cut - at
-                    at = cut
-                if xop is not None:
-                    s = xop.steps[xop.step]
-                    x_res, x_w, x_flow, x_hop, x_own, x_win, x_later = self._queue_step(xop.steps, xop.step)
-                    f_parts.append((s.routes, xop.active, xop.left, x_later, x_win,
-                                    np.zeros(len(s.routes), dtype=bool) if mine else xop.active))
-                    e_parts.append((x_res, x_w, x_flow + offset, x_hop, x_own))
-                    offset += len(s.routes)
-            routes, active, left, later, win, in_flight = (np.concatenate([p[i] for p in f_parts]) for i in range(6))
-            res, w, flow, hop, own = (np.concatenate([p[i] for p in e_parts]) for i in range(5))
-        else:
-            routes, in_flight = self._routes, active
-        if not in_flight.any():
-            return 0.0  # no other op moves
-        moving_routes = routes[active]
-        unique, per_flow = self._solve(np.sort(moving_routes))
-        rate = np.zeros(len(active))
-        rate[active] = per_flow[np.searchsorted(unique, moving_routes)]
-        load = q.load_on(res, w, rate[flow])
-        step = op.steps[op.step]
-        full = q.saturated(load)
-        if not full[q.entries(step)[0]].any():
-            return 0.0  # queues stand only on saturated links, and none is on the step's paths: no wait
-        # the in-flight flows' entries on saturated links, in order: all queued_on reads of them
-        on = np.flatnonzero(full[res] & in_flight[flow])
-        queued = q.queued_on(res[on], w[on], flow[on], hop[on], own[on], kept_bytes(in_flight, left + later, win),
-                             load)
-        if not queued.any():
-            return 0.0
-        return q.delay_ns(queued, step.routes[op.active], step.dst[op.active] if len(op.steps) > 1 else None)
 
 
 def engine_for(network: FabricNetwork, params: FabricParams = FabricParams(),
