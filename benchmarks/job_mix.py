@@ -17,7 +17,8 @@ replay, and a what-if at 256 hosts (run by hand; the testbed parts as root; not 
    draws); the placements estimated at once in ``--workers`` processes (default the CPUs, as `genie estimate
    --placements` does; 1: one after the other, wall time per placement). Target: under 60 s for the what-if.
 
-    sudo .venv/bin/python benchmarks/job_mix.py accuracy [--out DIR] [--iterations N] [--time-dilation N]
+    sudo .venv/bin/python benchmarks/job_mix.py accuracy [--out DIR] [--iterations N] [--job-iterations N]
+                                                         [--time-dilation N]
     .venv/bin/python benchmarks/job_mix.py fit CAL_DIR SWEEP_RUN_DIR...     # fit the fabric model on sweeps
     .venv/bin/python benchmarks/job_mix.py evaluate ACCURACY_DIR --calibration CAL_DIR   # re-estimate, no testbed
     .venv/bin/python benchmarks/job_mix.py scale [--out DIR] [--workers N]
@@ -52,27 +53,44 @@ def _gen(options: dict, path: Path) -> Path:
     return path
 
 
-def scenarios(work: Path) -> dict[str, tuple[Path, tuple[str, ...]]]:
-    """Scenario name -> (mix file, placements to compare)."""
+JOB_ITERATIONS = 3  # the mix file's ``iterations:`` of every job (accuracy's --job-iterations)
+
+
+def scenarios(work: Path, iterations: int = JOB_ITERATIONS) -> dict[str, tuple[Path, tuple[str, ...]]]:
+    """Scenario name -> (mix file, placements to compare). ``iterations`` is every job's ``iterations:`` in the
+    mix files: each job's timed iterations alone, and the longest job's repetitions in the mix (the others loop
+    to cover it), so the replay and the estimate count that many more of each job's iterations alike."""
     work.mkdir(parents=True, exist_ok=True)
     _gen({**BASE, "tp": 2, "dp": 2}, work / "tp2dp2.json")
     _gen({**BASE, "dp": 4}, work / "ddp4.json")
     _gen({**BASE, "seq": 1024, "dp": 4, "ep": 4, "experts": 4, "top_k": 2, "moe_every": 1}, work / "moe-ep4.json")
-    (work / "a.yaml").write_text("jobs:\n  - {name: tp2dp2, trace: tp2dp2.json, iterations: 3}\n"
-                                 "  - {name: ddp4, trace: ddp4.json, iterations: 3}\n")
-    (work / "b.yaml").write_text("jobs:\n  - {name: moe-ep4, trace: moe-ep4.json, iterations: 3}\n"
-                                 "  - {name: ddp4, trace: ddp4.json, iterations: 3}\n")
+    n = int(iterations)
+    (work / "a.yaml").write_text(f"jobs:\n  - {{name: tp2dp2, trace: tp2dp2.json, iterations: {n}}}\n"
+                                 f"  - {{name: ddp4, trace: ddp4.json, iterations: {n}}}\n")
+    (work / "b.yaml").write_text(f"jobs:\n  - {{name: moe-ep4, trace: moe-ep4.json, iterations: {n}}}\n"
+                                 f"  - {{name: ddp4, trace: ddp4.json, iterations: {n}}}\n")
     return {"a": (work / "a.yaml", ("packed", "spread")), "b": (work / "b.yaml", ("spread",))}
 
 
+def saved_job_iterations(work: Path) -> int:
+    """The ``iterations:`` a saved run's mix files were written with (runs before the flag: 3)."""
+    import re
+
+    found = re.search(r"iterations: (\d+)\}", (work / "a.yaml").read_text()) if (work / "a.yaml").is_file() else None
+    return int(found.group(1)) if found else JOB_ITERATIONS
+
+
 def _with_placement(mix: Path, placement: str) -> Path:
-    text = mix.read_text().replace("iterations: 3}", f"iterations: 3, placement: {placement}}}")
+    import re
+
+    text = re.sub(r"iterations: (\d+)\}", lambda m: f"iterations: {m.group(1)}, placement: {placement}}}",
+                  mix.read_text())
     out = mix.with_name(f"{mix.stem}-{placement}.yaml")
     out.write_text(text)
     return out
 
 
-def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
+def run_accuracy(out: Path, iterations: int, dilation: float, job_iterations: int = JOB_ITERATIONS) -> None:
     from genie.services.mix import MixEstimateRequest, run_mix_estimate
     from genie.services.mix_replay import MixReplayCommand, run_mix_replay_command
     from genie.services.options import RunOptions
@@ -81,7 +99,7 @@ def run_accuracy(out: Path, iterations: int, dilation: float) -> None:
     from genie.topology import load_topology_file
 
     work = out / "inputs"
-    mixes = scenarios(work)
+    mixes = scenarios(work, job_iterations)
     from genie.core.dilation import TimeDilation
 
     with service.temporary_testbed(load_topology_file(OVERSUB), name=TESTBED, source=str(OVERSUB),
@@ -138,7 +156,7 @@ def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True, htb
     from genie.measure.mix import JobComparison
 
     rows = []
-    for name, (mix, placements) in scenarios(out / "inputs").items():
+    for name, (mix, placements) in scenarios(out / "inputs", saved_job_iterations(out / "inputs")).items():
         for placement in placements:
             replay_dir = out / f"replay-{name}-{placement}"
             if not (replay_dir / "mix.json").is_file():
@@ -275,7 +293,11 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     acc = sub.add_parser("accuracy")
     acc.add_argument("--out", type=Path, default=Path("/tmp/job-mix-accuracy"))
-    acc.add_argument("--iterations", type=int, default=1)
+    acc.add_argument("--iterations", type=int, default=1, help="timed iterations of the merged mix replay "
+                     "(after 1 warmup; the estimate plays the merged trace once)")
+    acc.add_argument("--job-iterations", type=int, default=JOB_ITERATIONS, help="every job's iterations: in the "
+                     "mix files (default %(default)s): its timed iterations alone, and the longest job's "
+                     "repetitions in the mix - replay and estimate alike")
     acc.add_argument("--time-dilation", type=float, default=1.0, help="bring the testbed up N times slower")
     acc.add_argument("--testbed", default=TESTBED, help="the temporary testbed's name (default %(default)s)")
     ev = sub.add_parser("evaluate")
@@ -308,7 +330,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "accuracy":
         globals()["TESTBED"] = args.testbed  # the name every part of the run uses
-        run_accuracy(args.out, args.iterations, args.time_dilation)
+        run_accuracy(args.out, args.iterations, args.time_dilation, args.job_iterations)
     elif args.what == "evaluate":
         run_evaluate(args.out, args.calibration, not args.no_standing_queues, False if args.no_htb_credit else None)
     elif args.what == "ops":
