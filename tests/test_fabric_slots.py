@@ -93,6 +93,17 @@ def slots(request, monkeypatch):
     return request.param
 
 
+def _random_collectives_end_as(reference: type, params: FabricParams, rng_seed: int, hash_seed: int | None) -> None:
+    """Ten sets of random concurrent collectives end on the estimates' flat engine bit for bit as on ``reference``
+    (a flat engine with one of its ways turned off)."""
+    rng = np.random.default_rng(rng_seed)
+    network = FabricNetwork(fabric(), hash_seed=hash_seed)
+    for _ in range(10):
+        ops = _random_ops(rng, network.world_size)
+        assert run_concurrently(FlatFlowEngine(network, params), ops) == run_concurrently(reference(network, params),
+                                                                                           ops)
+
+
 def test_the_estimates_engine_keeps_its_flows_in_slots():
     engine = FlatFlowEngine(FabricNetwork(fabric()))
     assert engine._slots is not None and RebuiltFlatFlowEngine(FabricNetwork(fabric()))._slots is None
@@ -101,13 +112,7 @@ def test_the_estimates_engine_keeps_its_flows_in_slots():
 @pytest.mark.parametrize("params", PARAMS)
 @pytest.mark.parametrize("seed", [None, 5])
 def test_random_concurrent_collectives_in_slots_end_as_rebuilt(slots, params, seed):
-    rng = np.random.default_rng(7 if seed is None else seed)
-    network = FabricNetwork(fabric(), hash_seed=seed)
-    for _ in range(10):
-        ops = _random_ops(rng, network.world_size)
-        want = run_concurrently(RebuiltFlatFlowEngine(network, params), ops)
-        got = run_concurrently(FlatFlowEngine(network, params), ops)
-        assert got == want  # bit for bit
+    _random_collectives_end_as(RebuiltFlatFlowEngine, params, 7 if seed is None else seed, seed)
     assert CountingFlowSlots.reused > 10 and CountingFlowSlots.appended > 10
 
 
@@ -142,26 +147,34 @@ def test_a_pipeline_with_data_parallelism_in_slots_plays_as_rebuilt(slots):
     assert got.spans == want.spans and got.ranks == want.ranks
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_sweeps_skip_the_slots_moving_nothing_with_the_same_floats(seed):
-    """LiveRates.earliest_end_of and move over slots, some idle (every flag 0, count 0): the minimum and the moves
-    of the sweeps over every flow."""
-    from astra_adapter.fabric.fairshare_core import move_flows
+def _random_slots(seed: int, pairs: int, cuts: int, p_moving: float, p_idle: float):
+    """Random flows on a 3-tier fabric cut into slots: (rng, network, a reference engine, routes, slot starts,
+    moving flags - some slots idle, every flag 0 -, per slot its count of moving flows)."""
     from astra_adapter.fabric.flows import FlowEngine
 
     rng = np.random.default_rng(seed)
     network = FabricNetwork(fabric(), hash_seed=seed)
     engine = FlowEngine(network, FabricParams())
     hosts = network.world_size
-    routes = np.array([network.route(int(a), int(b)) for a, b in rng.integers(0, hosts, size=(300, 2)) if a != b],
+    routes = np.array([network.route(int(a), int(b)) for a, b in rng.integers(0, hosts, size=(pairs, 2)) if a != b],
                       dtype=np.int64)
     n = len(routes)
-    starts = np.unique(np.concatenate([[0], rng.integers(0, n, size=40)])).astype(np.int64)
-    active = (rng.random(n) < 0.6).astype(np.uint8)
+    starts = np.unique(np.concatenate([[0], rng.integers(0, n, size=cuts)])).astype(np.int64)
+    active = (rng.random(n) < p_moving).astype(np.uint8)
     for a, b in zip(starts.tolist(), starts[1:].tolist() + [n]):
-        if rng.random() < 0.3:
+        if rng.random() < p_idle:
             active[a:b] = 0  # an idle slot
-    counts = np.add.reduceat(active, starts, dtype=np.int64)
+    return rng, network, engine, routes, starts, active, np.add.reduceat(active, starts, dtype=np.int64)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_sweeps_skip_the_slots_moving_nothing_with_the_same_floats(seed):
+    """LiveRates.earliest_end_of and move over slots, some idle (every flag 0, count 0): the minimum and the moves
+    of the sweeps over every flow."""
+    from astra_adapter.fabric.fairshare_core import move_flows
+
+    rng, network, engine, routes, starts, active, counts = _random_slots(seed, 300, 40, 0.6, 0.3)
+    n = len(routes)
     assert (counts == 0).sum() > 3 and (counts > 0).sum() > 3
     live = LiveRates(engine.capacity, 0.0)
     live.count_flows(routes, active, 0, n, 1, len(network.routes))
@@ -190,13 +203,7 @@ def test_the_estimates_engine_sweeps_the_listed_flows():
 @pytest.mark.parametrize("params", PARAMS)
 @pytest.mark.parametrize("seed", [None, 3])
 def test_the_listed_sweeps_end_random_collectives_as_the_sweeps_over_every_flow(slots, params, seed):
-    rng = np.random.default_rng(11 if seed is None else seed)
-    network = FabricNetwork(fabric(), hash_seed=seed)
-    for _ in range(10):
-        ops = _random_ops(rng, network.world_size)
-        want = run_concurrently(UnlistedFlatFlowEngine(network, params), ops)
-        got = run_concurrently(FlatFlowEngine(network, params), ops)
-        assert got == want  # bit for bit
+    _random_collectives_end_as(UnlistedFlatFlowEngine, params, 11 if seed is None else seed, seed)
 
 
 @pytest.mark.parametrize("params", PARAMS)
@@ -218,21 +225,8 @@ def test_the_listed_sweeps_are_the_sweeps_over_every_flow_move_by_move(seed):
     move until every flow has ended: the same minimum, the same bytes left, flags, counts and changed ops as
     earliest_end_of and move, the lists keeping each slot's moving flows ascending, and the same routes' counts
     (a solve after each move gives the same rates)."""
-    rng = np.random.default_rng(seed)
-    network = FabricNetwork(fabric(), hash_seed=seed)
-    from astra_adapter.fabric.flows import FlowEngine
-
-    engine = FlowEngine(network, FabricParams())
-    hosts = network.world_size
-    routes = np.array([network.route(int(a), int(b)) for a, b in rng.integers(0, hosts, size=(400, 2)) if a != b],
-                      dtype=np.int64)
+    rng, network, engine, routes, starts, active, counts = _random_slots(seed, 400, 50, 0.7, 0.2)
     n = len(routes)
-    starts = np.unique(np.concatenate([[0], rng.integers(0, n, size=50)])).astype(np.int64)
-    active = (rng.random(n) < 0.7).astype(np.uint8)
-    for a, b in zip(starts.tolist(), starts[1:].tolist() + [n]):
-        if rng.random() < 0.2:
-            active[a:b] = 0  # an idle slot
-    counts = np.add.reduceat(active, starts, dtype=np.int64)
     listed = np.zeros(n, dtype=np.int64)
     for a, b, c in zip(starts.tolist(), starts[1:].tolist() + [n], counts.tolist()):
         listed[a:a + c] = a + np.flatnonzero(active[a:b])
