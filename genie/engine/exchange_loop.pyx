@@ -195,8 +195,7 @@ cdef class ExchangeLoop:
         outbox's flows, then the step's new ones), `recvs` [(slot, bytes)] in the step's order, each slot at most
         once per list and every size > 0. A ValueError leaves what the last `run` reports (`sends_left`,
         `sent_left`, `recv_left_of`) as it was: nothing of the step began."""
-        cdef int i, slot
-        cdef Py_ssize_t size
+        cdef int i
         cdef int n_send = len(sends), n_recv = len(recvs)
         self.n_tmpl_send = self.n_tmpl_recv = 0  # refused below: no step to run, not a mix of two
         if n_send > self.slots or n_recv > self.slots:
@@ -204,19 +203,21 @@ cdef class ExchangeLoop:
         for i in range(self.slots):  # (scratch: which slot has a message; `_begin_step` marks them again)
             self.send_at[i] = -1
             self.recv_at[i] = -1
-        for i, (slot, size) in enumerate(sends):
-            if not 0 <= slot < self.slots or self.send_at[slot] >= 0 or size <= 0:
-                raise ValueError(f"send {i}: slot {slot}, {size} bytes")
-            self.tmpl_send_slot[i] = slot
-            self.tmpl_send_size[i] = size
-            self.send_at[slot] = i
-        for i, (slot, size) in enumerate(recvs):
-            if not 0 <= slot < self.slots or self.recv_at[slot] >= 0 or size <= 0:
-                raise ValueError(f"receive {i}: slot {slot}, {size} bytes")
-            self.tmpl_recv_slot[i] = slot
-            self.tmpl_recv_size[i] = size
-            self.recv_at[slot] = i
+        self._take(sends, "send", self.tmpl_send_slot, self.tmpl_send_size, self.send_at)
+        self._take(recvs, "receive", self.tmpl_recv_slot, self.tmpl_recv_size, self.recv_at)
         self.n_tmpl_send, self.n_tmpl_recv = n_send, n_recv
+
+    cdef int _take(self, messages, str kind, int *slots, Py_ssize_t *sizes, int *at) except -1:
+        """`load`'s check and copy of one list of (slot, size): each slot once and in range, every size > 0."""
+        cdef int i, slot
+        cdef Py_ssize_t size
+        for i, (slot, size) in enumerate(messages):
+            if not 0 <= slot < self.slots or at[slot] >= 0 or size <= 0:
+                raise ValueError(f"{kind} {i}: slot {slot}, {size} bytes")
+            slots[i] = slot
+            sizes[i] = size
+            at[slot] = i
+        return 0
 
     def run(self, bint wait_for_sends, double timeout_s):
         """Move the step `load` took. `timeout_s` as `exchange` gets it. Returns (outcome, index, errno);
