@@ -241,6 +241,7 @@ class RunRecorder:
         self._created = False
         self.run_dir: Path = Path()
         self.manifest: Manifest | None = None
+        self._writing: RunFile | None = None  # the file `write` is putting in place, until the manifest lists it
 
     def __enter__(self) -> RunRecorder:
         check_run_dir(self._out, force=self._force)
@@ -259,6 +260,7 @@ class RunRecorder:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
         assert self.manifest is not None
+        self._list_written()
         if isinstance(exc, InputError) and not self.manifest.files:
             self._discard()  # bad input found before anything was measured: leave nothing half-built
             return
@@ -285,9 +287,23 @@ class RunRecorder:
         """Write run_dir/name atomically and list it in the manifest."""
         payload = data.encode() if isinstance(data, str) else data
         path = self.run_dir / name
+        self._writing = RunFile(name, len(payload), hashlib.sha256(payload).hexdigest())
         write_atomic(path, payload)
-        self._add(RunFile(name, len(payload), hashlib.sha256(payload).hexdigest()))
+        self._add(self._writing)
+        self._writing = None
         return path
+
+    def _list_written(self) -> None:
+        """A file `write` put in place whose listing an exception (Ctrl-C) cut off: listed now, if the run
+        directory holds it whole (an interrupted `write_atomic` leaves the name as it was)."""
+        assert self.manifest is not None
+        entry, self._writing = self._writing, None
+        if entry is None or entry in self.manifest.files:
+            return
+        path = self.run_dir / entry.name
+        if path.is_file() and path.stat().st_size == entry.size_bytes and _sha256_file(path) == entry.sha256:
+            self.manifest = dataclasses.replace(self.manifest, files=tuple(
+                f for f in self.manifest.files if f.name != entry.name) + (entry,))
 
     def record(self, name: str) -> None:
         """List a file some other writer already put into the run directory."""
