@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.iteration_spread import iteration_spread, rank_lateness, report, steps_by_case
+from benchmarks.iteration_spread import iteration_spread, rank_lateness, report, share_lateness_ms, steps_by_case
 
 
 def test_a_short_last_iteration_and_long_short_pairs():
@@ -16,6 +16,7 @@ def test_a_short_last_iteration_and_long_short_pairs():
     s = iteration_spread(times)
     assert s.iterations == 7 and s.within == 4  # 10.0 10.2 9.9 10.1 around the median 10.0
     assert s.misses_before_last == 2 and s.last_over_median == pytest.approx(0.88)
+    assert s.first_over_median == pytest.approx(1.0)
     assert s.lag1_autocorrelation < 0  # the late end lengthens one iteration and shortens the next
     assert s.pairs == 6 and s.pairs_within == 3  # 10.1, (12 + 8) / 2 and 10.0; not 11.1, 8.95, 9.45
 
@@ -56,6 +57,21 @@ def test_report_reads_a_run_directory(tmp_path):
         {"collective": "all_to_all", "size_bytes": 1048576, "iteration_us": [8.0, 8.1, 9.0, 8.0, 7.2]}]}))
     (line,) = report(tmp_path, 0.05)
     assert "within 5% 3/5" in line and "last/median 0.90" in line and "the last one of the misses" in line
+
+
+def test_a_short_first_iteration_and_the_last_ranks_lateness_from_the_nccl_json(tmp_path):
+    # 3 ranks: rank 2 ends every iteration 0.5 ms after the others, 1.5 ms in the second
+    shares = [[6.0, 8.0, 8.0, 8.0], [6.0, 8.0, 8.0, 8.0], [6.5, 9.5, 8.5, 8.5]]
+    assert share_lateness_ms([[x * 1e3 for x in row] for row in shares]) == pytest.approx((0.5, 1.2))
+    times = [max(column) for column in zip(*shares)]  # 6.5 9.5 8.5 8.5: the first iteration short
+    (tmp_path / "sweep.json").write_text(json.dumps({"results": [
+        {"collective": "all_to_all", "size_bytes": 1024, "iteration_us": times}]}))
+    (tmp_path / "nccl_alltoall_perf.json").write_text(json.dumps({"results": [
+        {"size": 1024, "out_of_place_per_iter": {"per_process_max_times_us": shares}}]}))
+    (line,) = report(tmp_path, 0.05)
+    assert "first/median 0.76 (a miss)" in line and "last rank's lateness p50/p90 0.00/0.00 ms" in line
+    with pytest.raises(ValueError):
+        share_lateness_ms([])
 
 
 def test_report_names_an_unreadable_run(tmp_path):

@@ -18,7 +18,7 @@ from genie.report import nccl_json
 from genie.report.compare import COMPARE_COLUMNS, compare_csv, compare_runs, format_compare
 from genie.report.links import LINKS_COLUMNS, SAMPLES_COLUMNS, TCP_COLUMNS, links_csv, samples_csv, tcp_csv
 from genie.report.manifest import InputDigest, RunRecorder
-from genie.report.observe import LinkObserver
+from genie.report.observe import LinkObserver, ProcFile
 from genie.report.rundata import accuracy_pairs, load_run
 from genie.report.sweep import sweep_csv, sweep_json
 from genie.testbed.observed import LinkCounters
@@ -100,11 +100,29 @@ LISTEN 0     128       198.18.0.1:5555    0.0.0.0:*
 """
 
 
+class _FakeDevFile:
+    """A /proc/net/dev kept open (what `ProcFile.open` gives): TX grows by 1000 B per read."""
+
+    def __init__(self, probe):
+        self.probe, self.closed = probe, False
+
+    def read(self):
+        assert not self.closed
+        self.probe.dev_reads += 1
+        return DEV.format(rx=0, tx=self.probe.dev_reads * 1000)
+
+    def close(self):
+        self.closed = True
+
+
 class _FakeProbe:
     """genie.testbed.netlink's two functions, scripted: counters grow by 1 MB per call."""
 
     def __init__(self):
         self.calls = 0
+        self.entered = []  # (namespace, path) of every call into a namespace
+        self.dev_reads = 0
+        self.files = []
 
     def link_counters(self, info):
         self.calls += 1
@@ -113,6 +131,10 @@ class _FakeProbe:
 
     def run_in_netns(self, name, fn):
         self.calls += 1
+        self.entered.append((name, fn.args[0]))
+        if fn.func == ProcFile.open:
+            self.files.append(_FakeDevFile(self))
+            return self.files[-1]
         if fn.args[0] == ("ss", "-tin"):
             return SS
         if fn.args[0].endswith("/snmp"):
@@ -136,6 +158,50 @@ def test_link_observer_with_a_fake_probe():
     assert len(o.tcp) == 1 and o.tcp[0].host == "h0" and o.tcp[0].counters.retrans_segs > 0
     assert o.samples and all(s.bytes > 0 for s in o.samples)
     assert set(o.files()) == {"links.csv", "tcp.csv", "link_samples.csv"}
+
+
+def test_link_samples_read_the_namespace_files_opened_once():
+    """Each sample re-reads /proc/net/dev files opened once per namespace as the observation starts: no thread
+    enters a namespace per sample (on the 2-core VM that cost 1.7 ms of CPU per sample of star-8's 9
+    namespaces, taken from the ranks); the files are closed at the end."""
+    probe = _FakeProbe()
+    with LinkObserver(_info(), probe, interval_s=0.005) as obs:
+        import time
+        time.sleep(0.1)
+    dev = [e for e in probe.entered if e[1] == "/proc/thread-self/net/dev"]
+    assert sorted(dev) == [("ns-h0", "/proc/thread-self/net/dev"), ("ns-s0", "/proc/thread-self/net/dev")]
+    assert len(obs.observation.samples) >= 2 * 3 and all(s.bytes > 0 for s in obs.observation.samples)
+    assert probe.dev_reads >= 2 * 4 and all(f.closed for f in probe.files) and len(probe.files) == 2
+
+
+def test_link_samples_enter_the_namespace_when_its_file_cannot_stay_open():
+    class NoOpen(_FakeProbe):
+        def run_in_netns(self, name, fn):
+            if fn.func == ProcFile.open:
+                raise OSError("no such namespace file")
+            return super().run_in_netns(name, fn)
+
+    probe = NoOpen()
+    with LinkObserver(_info(), probe, interval_s=0.005) as obs:
+        import time
+        time.sleep(0.05)
+    dev = [e for e in probe.entered if e[1] == "/proc/thread-self/net/dev"]
+    assert len(dev) >= 2 * 3  # read per sample, in each namespace
+    assert obs.observation.samples and all(s.bytes > 0 for s in obs.observation.samples)
+    assert "no such namespace file" in obs.observation.error
+
+
+def test_proc_file_reads_again_from_the_start(tmp_path):
+    path = tmp_path / "counters"
+    path.write_text("a" * 70_000)  # longer than one pread
+    f = ProcFile.open(str(path))
+    assert f.read() == "a" * 70_000
+    path.write_text("bc")  # the same inode, new contents
+    assert f.read() == "bc"
+    f.close()
+    f.close()  # closing twice is harmless
+    with pytest.raises(ValueError):
+        f.read()
 
 
 def test_link_observer_never_fails_the_run():

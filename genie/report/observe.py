@@ -5,11 +5,15 @@ How (and why this way):
   It costs ~15 ms per namespace (pyroute2 enters each namespace through a helper process), too much to
   repeat often on a 2-core machine while ranks run, so it is used only twice.
 - over time: a background thread reads ``/proc/net/dev`` of every testbed namespace every `interval_s`
-  (TX bytes per interface; ~1 ms per namespace). The interval grows to 20x the cost of one sample, so the
-  sampler never takes more than ~5% of a core.
+  (TX bytes per interface). Each namespace's file is opened once, as the observation starts, and each sample
+  re-reads the open files from their start (`ProcFile`: a /proc/net file stays bound to the namespace it was
+  opened in): ~5 us per namespace, where entering each namespace again per sample cost ~0.2 ms of CPU per
+  namespace (a thread each) - 1.7 ms per 9-namespace sample, a burst that took a CPU from the ranks of a
+  1 MiB all-to-all every 200 ms (benchmarks/README.md, "What the late rank of an all-to-all waits for"). The
+  interval grows to 20x the cost of one sample, so the sampler never takes more than ~5% of a core.
 - TCP: ``/proc/net/snmp`` of each host namespace before and after (retransmitted segments...).
-Namespace files are read from a short-lived thread that entered the namespace (``run_in_netns``) through
-``/proc/thread-self/net/...``: no subprocess, no dependence on a rank process being alive.
+Namespace files are opened or read from a short-lived thread that entered the namespace (``run_in_netns``)
+through ``/proc/thread-self/net/...``: no subprocess, no dependence on a rank process being alive.
 
 The testbed side comes in as `probe`, an object with ``link_counters(info)`` and ``run_in_netns(name, fn)`` —
 `genie.testbed.netlink` in the CLI, a fake in tests — so this module imports nothing of the testbed.
@@ -18,6 +22,7 @@ The testbed side comes in as `probe`, an object with ``link_counters(info)`` and
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import contextlib
 import functools
@@ -71,6 +76,37 @@ def _read_text(path: str) -> str:
 def _read(path: str) -> Callable[[], str]:
     """What runs inside a namespace: read one /proc file (a partial, so fakes can see the path)."""
     return functools.partial(_read_text, path)
+
+
+class ProcFile:
+    """A /proc file opened once and read again from its start on every `read()`: a namespace's /proc/net
+    files keep showing the namespace they were opened in, whichever thread reads them later."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+
+    @classmethod
+    def open(cls, path: str) -> ProcFile:
+        return cls(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+
+    def read(self) -> str:
+        if self.fd is None:
+            raise ValueError("read of a closed ProcFile")
+        chunks, offset = [], 0
+        while chunk := os.pread(self.fd, 1 << 16, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks).decode()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+
+def _open(path: str) -> Callable[[], ProcFile]:
+    """What runs inside a namespace: open one /proc file to read later from anywhere (a partial, as `_read`)."""
+    return functools.partial(ProcFile.open, path)
 
 
 @dataclass(frozen=True)
@@ -127,6 +163,7 @@ class LinkObserver:
         self._namespaces = sorted({e.netns for e in info.link_ends if e.netns})
         self._hosts = [(h.host, h.netns) for h in info.hosts if h.netns]
         self._snapshots: list[tuple[float, dict[tuple[str, str], int]]] = []
+        self._dev_files: dict[str, Any] = {}  # namespace -> its /proc/net/dev, open for the observation
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._errors: list[str] = []
@@ -139,6 +176,11 @@ class LinkObserver:
         self._tcp_before = self._tcp_snapshot()
         self._t0 = self.clock()
         self._last_report = (0, self._tcp_before)
+        for ns in self._namespaces:
+            opened = self._attempt(f"{ns} /proc/net/dev",
+                                   lambda ns=ns: self.probe.run_in_netns(ns, _open("/proc/thread-self/net/dev")))
+            if opened is not None:
+                self._dev_files[ns] = opened
         if self.interval_s > 0 and self._namespaces:
             self._thread = threading.Thread(target=self._sample_loop, name="genie-link-sampler", daemon=True)
             self._thread.start()
@@ -149,6 +191,9 @@ class LinkObserver:
         if self._thread is not None:
             self._thread.join(timeout=5.0)
         self._sample()
+        for opened in self._dev_files.values():
+            self._attempt("closing /proc/net/dev", opened.close)
+        self._dev_files = {}
         duration_s = (self.clock() - self._t0) / self.scale
         after = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
         tcp_after = self._tcp_snapshot()
@@ -191,8 +236,12 @@ class LinkObserver:
         t = (self.clock() - self._t0) / self.scale
         tx: dict[tuple[str, str], int] = {}
         for ns in self._namespaces:
-            text = self._attempt(f"{ns} /proc/net/dev",
-                                 lambda ns=ns: self.probe.run_in_netns(ns, _read("/proc/thread-self/net/dev")))
+            opened = self._dev_files.get(ns)
+            if opened is not None:
+                text = self._attempt(f"{ns} /proc/net/dev", opened.read)
+            else:  # the file could not be kept open: enter the namespace for this sample
+                text = self._attempt(f"{ns} /proc/net/dev",
+                                     lambda ns=ns: self.probe.run_in_netns(ns, _read("/proc/thread-self/net/dev")))
             if text is None:
                 continue
             for ifname, (_rx, tx_bytes) in parse_proc_net_dev(text).items():
