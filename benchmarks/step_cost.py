@@ -125,8 +125,8 @@ def loopback(args: argparse.Namespace) -> int:
 
 def _bench(tree: str | None, testbed: str, case: list[str], iterations: int) -> dict[int, tuple[float, float]]:
     """One `genie bench` of `tree`: {size_bytes: (median us (genie's median column), the ranks' CPU us per op)}.
-    The CPU is the 8 rank processes' summed /proc/PID/schedstat run time over the case (rank_cpu.csv: its warmup,
-    timed iterations and barriers) over its ops: less swayed by other work on the machine than the wall time."""
+    The CPU is the 8 rank processes' summed /proc/PID/schedstat run time over the case's timed iterations
+    (rank_cpu.csv) over its timed ops: less swayed by other work on the machine than the wall time."""
     env, cwd = _tree_env(tree)
     warmup = 20
     with tempfile.TemporaryDirectory() as tmp:
@@ -143,7 +143,7 @@ def _bench(tree: str | None, testbed: str, case: list[str], iterations: int) -> 
         fields = line.split()
         if fields and fields[0].isdigit() and not line.startswith("#"):
             size = int(fields[0])
-            rows[size] = (float(fields[-2]), cpu_ms.get(size, float("nan")) * 1e3 / (iterations + warmup))
+            rows[size] = (float(fields[-2]), cpu_ms.get(size, float("nan")) * 1e3 / iterations)
     return rows
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from genie.core.collective import Algorithm, Collective
-from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult, Message
+from genie.core.protocol import Barrier, BenchCase, BenchJob, CasePhase, CaseResult, Message
 from genie.core.schedule import CollectiveOp
 from genie.engine.rank import run_bench_job
 from genie.engine.transport import SocketTransport
@@ -40,6 +40,9 @@ def test_a_case_is_reported_only_after_a_barrier_that_follows_its_last_timed_ite
         (_, final_barrier_ns, _), (_, _, result) = control.events[4 * case + 2: 4 * case + 4]
         assert isinstance(result, CaseResult) and result.case == case and len(result.iterations) == 4
         assert all(start <= end <= final_barrier_ns for start, end in result.iterations)
+    # each case's barriers say where they stand: the orchestrator reads the ranks' CPU at TIMED and END
+    tags = [(b.case, b.phase) for kind, _, b in control.events if kind == "barrier"]
+    assert tags == [(c, p) for c in range(2) for p in (CasePhase.WARMUP, CasePhase.TIMED, CasePhase.END)]
 
 
 def test_a_rank_outside_the_group_joins_every_barrier_and_reports_no_iterations():

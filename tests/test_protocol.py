@@ -13,7 +13,7 @@ import pytest
 from genie.core.collective import Algorithm, Collective
 from genie.core.errors import RunFailure
 from genie.core.program import Lane, ProgramNode, RankProgram
-from genie.core.protocol import (Barrier, BenchCase, BenchJob, CaseResult, Done, Error, Exit, Go, Hello, JobKind,
+from genie.core.protocol import (Barrier, BenchCase, BenchJob, CasePhase, CaseResult, Done, Error, Exit, Go, Hello, JobKind,
                                  MessageKind, ProtocolError, ReplayJob, Setup, Straggler, decode_message,
                                  encode_message, job_from_json, job_to_json)
 from genie.core.schedule import CollectiveOp
@@ -53,6 +53,8 @@ MESSAGES = [
     Barrier(),
     Barrier(timed=True),
     Barrier(fault_point=4, case=1, iterations=((10, 20), (20, 31)), restarts=(1,)),
+    Barrier(timed=True, case=3, phase=CasePhase.TIMED),
+    Barrier(case=3, phase=CasePhase.END),
     CaseResult(case=2, rank=1, iterations=((1, 2), (2, 4)), steps=((0, 0, 1, 2, 64, 64, (0, 3)),), restarts=(1,)),
     CaseResult(case=0, rank=1, t0_ns=5000, records=((7, 5000, 5600), (8, 5600, 5700))),
     Done(rank=2),
@@ -148,6 +150,35 @@ def test_the_orchestrator_releases_a_barrier_and_gathers_results():
         assert result.case_results[0][1] == CaseResult(case=0, rank=1, iterations=((1, 2),))
         for _, theirs in pairs.values():
             assert isinstance(recv_message(theirs), Go)
+    finally:
+        for ours, theirs in pairs.values():
+            ours.close()
+            theirs.close()
+
+
+def test_the_orchestrator_tells_of_a_barrier_once_every_rank_waits_and_before_any_is_released():
+    pairs = {r: socket.socketpair() for r in (0, 1)}
+    seen = []
+
+    def on_barrier(barrier):  # no Go may have been sent yet
+        released = []
+        for _, theirs in pairs.values():
+            theirs.setblocking(False)
+            try:
+                released.append(theirs.recv(1, socket.MSG_PEEK))
+            except BlockingIOError:
+                pass
+            theirs.setblocking(True)
+        seen.append((barrier.case, barrier.phase, released))
+
+    try:
+        orchestrator = Orchestrator({r: ours for r, (ours, _) in pairs.items()}, _NoDeaths(), idle_timeout_s=5.0,
+                                    on_barrier=on_barrier)
+        for rank, (_, theirs) in pairs.items():
+            send_message(theirs, Barrier(case=2, phase=CasePhase.TIMED))
+            send_message(theirs, Done(rank=rank))
+        orchestrator.serve(None)
+        assert seen == [(2, CasePhase.TIMED, [])]
     finally:
         for ours, theirs in pairs.values():
             ours.close()

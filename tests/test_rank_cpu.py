@@ -5,16 +5,20 @@ import csv
 import io
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
 from cli_support import run_genie
-from genie.core.collective import Collective
+from genie.core.collective import Algorithm, Collective
 from genie.core.placement import RankPlacement
+from genie.core.protocol import Barrier, CasePhase
+from genie.core.schedule import CollectiveOp
+from genie.engine.inprocess import ThreadSession
 from genie.measure.sched import (STARVED_WAIT_FRACTION, CaseCpu, RankCpu, SchedCounters, case_cpu, parse_schedstat,
                                  rank_cpu_csv, rank_cpu_summary, starved_note)
 from genie.services.bench import BenchRequest, run_bench
-from genie.services.cases import RankCpuReader, read_schedstat
+from genie.services.cases import GroupCase, RankCpuReader, read_schedstat, run_cases
 from genie.services.target import loopback_placements
 
 
@@ -65,28 +69,102 @@ def _placements(n):
     return [RankPlacement(r, f"h{r}", None, "127.0.0.1") for r in range(n)]
 
 
+def _timed(case):
+    return Barrier(case=case, phase=CasePhase.TIMED)
+
+
+def _end(case):
+    return Barrier(case=case, phase=CasePhase.END)
+
+
 def test_reader_uses_one_pid_per_placement_only():
-    readings = {11: [SchedCounters(0, 0, 0), SchedCounters(50, 5, 1), SchedCounters(90, 25, 2)],
-                12: [SchedCounters(0, 0, 0), SchedCounters(30, 0, 1), SchedCounters(60, 10, 2)]}
-    ticks = iter([0, 100, 300])
+    readings = {11: [SchedCounters(0, 0, 0), SchedCounters(50, 5, 1), SchedCounters(60, 5, 1),
+                     SchedCounters(100, 25, 2)],
+                12: [SchedCounters(0, 0, 0), SchedCounters(30, 0, 1), SchedCounters(30, 0, 1),
+                     SchedCounters(60, 10, 2)]}
+    ticks = iter([0, 100, 150, 350])
     reader = RankCpuReader(_placements(2), read=lambda pid: readings[pid].pop(0), clock=lambda: next(ticks))
     reader.started([99])  # an MPI session's mpiexec: not the ranks
+    reader.barrier(_timed(0))
+    reader.barrier(_end(0))
     reader.case_done(0, 8)
     assert reader.cases == []
     reader.started([11, 12])
     reader.started([12, 11])  # a second report changes nothing
-    reader.case_done(0, 8)
-    reader.case_done(1, 16)
+    for case, size in ((0, 8), (1, 16)):
+        reader.barrier(Barrier(case=case, phase=CasePhase.WARMUP))  # no reading: the warmup is not the times
+        reader.barrier(_timed(case))
+        reader.barrier(Barrier())  # untagged (a replay's, a fault point's): no reading
+        reader.barrier(_end(case))
+        reader.case_done(case, size)
     assert reader.cases == [CaseCpu(0, 8, 100, (RankCpu(0, 50, 5), RankCpu(1, 30, 0))),
                             CaseCpu(1, 16, 200, (RankCpu(0, 40, 20), RankCpu(1, 30, 10)))]
 
 
-def test_reader_skips_a_rank_it_cannot_read():
+def test_reader_skips_a_rank_it_cannot_read_and_a_case_without_its_window():
     reader = RankCpuReader(_placements(2), read=lambda pid: SchedCounters(pid, 0, 0) if pid == 11 else None,
                            clock=iter([0, 10]).__next__)
     reader.started([11, 12])
+    reader.barrier(_timed(0))
+    reader.barrier(_end(0))
     reader.case_done(0, 8)
     assert [r.rank for r in reader.cases[0].ranks] == [0]
+    reader.barrier(_end(1))  # a case ended by a fault before its timed barrier, or an MPI session: no figure
+    reader.case_done(1, 16)
+    assert len(reader.cases) == 1
+
+
+class _Kernel:
+    """A fake /proc/PID/schedstat and monotonic clock: time and every process's counters move only when told."""
+
+    def __init__(self) -> None:
+        self.now_ns, self.cpu_ns, self.wait_ns = 0, 0, 0
+
+    def passes(self, wall_ms: int, cpu_ms: int, wait_ms: int) -> None:
+        self.now_ns += wall_ms * 1_000_000
+        self.cpu_ns += cpu_ms * 1_000_000
+        self.wait_ns += wait_ms * 1_000_000
+
+    def read(self, pid: int) -> SchedCounters:
+        return SchedCounters(self.cpu_ns + pid, self.wait_ns, 0)
+
+    def clock(self) -> int:
+        return self.now_ns
+
+
+def test_each_case_is_measured_over_its_own_timed_iterations_not_the_start_up_or_warmup():
+    # rank threads run a real bench job through the real orchestrator; a fake kernel says what the ranks' CPU did:
+    # a start-up (launch, imports, connections) and every warmup that mostly waited for a CPU, timed iterations
+    # that waited 10 % of the time. Measured from the ranks' start (the old baseline) the first case waited 58 %.
+    kernel = _Kernel()
+    placements = loopback_placements(2)
+
+    def sessions(placements, options):
+        def on_barrier(barrier):
+            if barrier.phase is CasePhase.TIMED:
+                kernel.passes(wall_ms=50, cpu_ms=20, wait_ms=30)  # the warmup that just ended
+            elif barrier.phase is CasePhase.END:
+                kernel.passes(wall_ms=20, cpu_ms=15, wait_ms=2)  # the timed iterations that just ended
+            options.on_barrier(barrier)
+
+        class StartingSession:
+            def run(self, job, on_case=None):
+                options.on_pids([101, 102])
+                kernel.passes(wall_ms=500, cpu_ms=100, wait_ms=300)  # the ranks' start-up
+                return ThreadSession(placements, replace(options, on_barrier=on_barrier)).run(job, on_case)
+
+        return StartingSession()
+
+    op = CollectiveOp(Collective.ALL_REDUCE, 1024, (0, 1), Algorithm.RING, dtype_bytes=4)
+    cases = [GroupCase((op,), warmup=2, iterations=3), GroupCase((replace(op, size_bytes=4096),), 2, 3)]
+    outcome = run_cases(cases, placements, sessions=sessions,
+                        cpu=RankCpuReader(placements, read=kernel.read, clock=kernel.clock))
+    assert [(c.case, c.size_bytes) for c in outcome.cpu] == [(0, 1024), (1, 4096)]
+    for c in outcome.cpu:
+        assert c.wall_ns == 20_000_000
+        assert c.ranks == (RankCpu(0, 15_000_000, 2_000_000), RankCpu(1, 15_000_000, 2_000_000))
+        assert c.median_wait_fraction == pytest.approx(0.10)
+    assert starved_note(outcome.cpu) is not None and "10%" in starved_note(outcome.cpu)
 
 
 def test_local_rank_processes_report_their_cpu_per_case():

@@ -208,11 +208,21 @@ class Go:
     start_ns: int
 
 
+class CasePhase(Enum):
+    """Where in a bench case a barrier stands: what follows it (the orchestrator reads the ranks' CPU counters
+    at a case's `TIMED` and `END` barriers, `genie.services.cases.RankCpuReader`)."""
+
+    WARMUP = "warmup"  # the case's warmup (and check) iterations follow
+    TIMED = "timed"  # its timed iterations follow
+    END = "end"  # its timed iterations are over: its result follows
+
+
 @dataclass(frozen=True)
 class Barrier:
     """``timed``: timed ops follow; ``fault_point=k``: timed op k follows (its faults are injected before the
     ranks are released); a bench rank also reports its `case` and its timed `iterations` so far (and the
-    iterations that followed an earlier fault point, `restarts`)."""
+    iterations that followed an earlier fault point, `restarts`). A bench rank tags the three barriers of
+    every case with their `phase` and the `case`."""
 
     kind: ClassVar[MessageKind] = MessageKind.BARRIER
     timed: bool = False
@@ -220,6 +230,7 @@ class Barrier:
     case: int | None = None
     iterations: tuple[tuple[int, int], ...] = ()
     restarts: tuple[int, ...] = ()
+    phase: CasePhase | None = None
 
 
 @dataclass(frozen=True)
@@ -305,7 +316,7 @@ _FIELD_DECODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
     MessageKind.SETUP: {"addresses": _addresses, "job": job_from_json, "socket_buffer_bytes": _optional(int),
                         "spin_s": float, "connect_timeout_s": _optional(float)},
     MessageKind.BARRIER: {"timed": _flag, "fault_point": _optional(int), "case": _optional(int),
-                          "iterations": _pairs, "restarts": _ints},
+                          "iterations": _pairs, "restarts": _ints, "phase": _optional(CasePhase)},
     MessageKind.CASE_RESULT: {"iterations": _pairs, "steps": _rows, "restarts": _ints, "records": _triples},
     MessageKind.DONE: {"flows": lambda v: tuple(FlowTuple.from_json(f) for f in v)},
     MessageKind.ERROR: {"rank": _optional(int), "message": _text},
@@ -315,6 +326,7 @@ _FIELD_DECODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
 _FIELD_ENCODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
     MessageKind.SETUP: {"addresses": lambda a: {str(r): [addr, port] for r, (addr, port) in a.items()},
                         "job": job_to_json},
+    MessageKind.BARRIER: {"phase": lambda p: None if p is None else p.value},
     MessageKind.DONE: {"flows": lambda fs: [f.to_json() for f in fs]},
 }
 

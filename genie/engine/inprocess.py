@@ -122,7 +122,8 @@ class ThreadSession:
             addresses[rank] = (r.address[0], hello.port)
         options = self.options
         control = Orchestrator({rank: r.ours for rank, r in self._ranks.items()}, self,
-                               idle_timeout_s=options.idle_timeout_s, fault_hooks=options.fault_hooks)
+                               idle_timeout_s=options.idle_timeout_s, fault_hooks=options.fault_hooks,
+                               on_barrier=options.on_barrier)
         control.setup(addresses, job, socket_buffer_bytes=options.socket_buffer_bytes, spin_s=options.spin_s)
         result = control.serve(on_case)
         control.release()

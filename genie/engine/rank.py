@@ -20,8 +20,8 @@ from typing import Any, Protocol, Sequence
 
 from genie.core.errors import RunFailure
 from genie.core.process import own_status_field
-from genie.core.protocol import (Barrier, BenchJob, CaseResult, Done, Error, Go, Hello, Job, Message, ReplayJob, Setup,
-                                 Straggler)
+from genie.core.protocol import (Barrier, BenchJob, CasePhase, CaseResult, Done, Error, Go, Hello, Job, Message,
+                                 ReplayJob, Setup, Straggler)
 from genie.engine.control import ControlClosed, recv_message, send_message
 from genie.engine.time_slice import request_time_slice
 from genie.engine.links import connect_mesh, flow_tuples, listen_socket
@@ -100,7 +100,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
         plan = transfer_plan(schedule) if member else None
         tokens = clear_to_send(case.op, rank) if member and case.op.sends_messages else None
         verifier = _Verifier(case.op, rank) if (job.verify and member) else None
-        control.barrier(Barrier())
+        control.barrier(Barrier(case=index, phase=CasePhase.WARMUP))
         for _ in range(case.warmup if member else 0):
             run_schedule(schedule, transport, timeout_s=job.timeout_s,
                          data=verifier.fresh() if verifier else None, clear_to_send=tokens, plan=plan)
@@ -108,7 +108,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
             data = verifier.fresh()
             run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data, clear_to_send=tokens)
             verifier.check(data)
-        control.barrier(Barrier(timed=job.faults))
+        control.barrier(Barrier(timed=job.faults, case=index, phase=CasePhase.TIMED))
         iterations: list[tuple[int, int]] = []
         steps: list[tuple[Any, ...]] = []
         restarts: list[int] = []
@@ -138,7 +138,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
         # report once every rank is done with the case: a rank that reports while others still run its last
         # iteration takes their CPU (on the 2-core VM the last of 12 timed 12 MiB all-to-alls ran 107-116 ms
         # against ~96, every run; with the barrier 95.5-96.9; benchmarks/README.md)
-        control.barrier(Barrier())
+        control.barrier(Barrier(case=index, phase=CasePhase.END))
         control.send(CaseResult(case=index, rank=rank, iterations=tuple(iterations), steps=tuple(steps),
                                 restarts=tuple(restarts)))
 

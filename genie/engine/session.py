@@ -45,6 +45,9 @@ class SessionOptions:
     socket_buffer_bytes: int | None = None
     on_pids: Callable[[list[int]], None] | None = None
     fault_hooks: FaultHooks | None = None  # live fault injection (genie.faults); local sessions only
+    #: told of every barrier once all ranks wait at it, before they are released (a rank's message: the case
+    #: tags are every rank's); sessions whose barriers the orchestrator relays only (not MPI)
+    on_barrier: Callable[[Barrier], None] | None = None
 
 
 class FaultHooks(Protocol):
@@ -128,11 +131,13 @@ class Orchestrator:
     `health` names a rank that went away."""
 
     def __init__(self, conns: dict[int, socket.socket], health: RankHealth, *, idle_timeout_s: float,
-                 fault_hooks: FaultHooks | None = None, start_lead_ns: int | None = None) -> None:
+                 fault_hooks: FaultHooks | None = None, start_lead_ns: int | None = None,
+                 on_barrier: Callable[[Barrier], None] | None = None) -> None:
         self.conns = conns
         self.health = health
         self.idle_timeout_s = idle_timeout_s
         self.fault_hooks = fault_hooks
+        self.on_barrier = on_barrier
         self.start_lead_ns = start_lead_ns if start_lead_ns is not None else max(2_000_000, 150_000 * len(conns))
 
     def send(self, rank: int, message: Message, during: str) -> None:
@@ -231,6 +236,8 @@ class Orchestrator:
             state.reports[rank] = msg
         if len(state.waiting) < len(self.conns):
             return
+        if self.on_barrier is not None:  # every rank waits (the last one's message: the case tags are all's)
+            self.on_barrier(msg)
         hooks = self.fault_hooks
         if hooks is not None and state.fault_point is not None:
             hooks.fault_point(state.fault_point, dict(state.reports))
@@ -264,7 +271,8 @@ def local_sessions(launcher: Launcher | None = None) -> SessionFactory:
     def make(placements: list[RankPlacement], options: SessionOptions) -> Session:
         return RankSession(placements, launcher=launcher, on_pids=options.on_pids,
                            idle_timeout_s=options.idle_timeout_s, spin_s=options.spin_s,
-                           socket_buffer_bytes=options.socket_buffer_bytes, fault_hooks=options.fault_hooks)
+                           socket_buffer_bytes=options.socket_buffer_bytes, fault_hooks=options.fault_hooks,
+                           on_barrier=options.on_barrier)
 
     return make
 
@@ -275,9 +283,11 @@ class RankSession:
     def __init__(self, placements: list[RankPlacement], *, launcher: Launcher | None = None,
                  on_pids: Callable[[list[int]], None] | None = None, startup_timeout_s: float = 60.0,
                  idle_timeout_s: float = 120.0, socket_buffer_bytes: int | None = None,
-                 spin_s: float = 0.0, fault_hooks: FaultHooks | None = None) -> None:
+                 spin_s: float = 0.0, fault_hooks: FaultHooks | None = None,
+                 on_barrier: Callable[[Barrier], None] | None = None) -> None:
         self.spin_s = spin_s
         self.fault_hooks = fault_hooks
+        self.on_barrier = on_barrier
         self.start_lead_ns = max(2_000_000, 150_000 * len(placements))
         self.placements = sorted(placements, key=lambda p: p.rank)
         self.launcher = launcher or NamespaceLauncher()
@@ -303,7 +313,8 @@ class RankSession:
             self._start_ranks(path, workdir)
             ports = self._rendezvous(server)
             control = Orchestrator(self._conns, self, idle_timeout_s=self.idle_timeout_s,
-                                   fault_hooks=self.fault_hooks, start_lead_ns=self.start_lead_ns)
+                                   fault_hooks=self.fault_hooks, start_lead_ns=self.start_lead_ns,
+                                   on_barrier=self.on_barrier)
             control.setup({p.rank: (p.address, ports[p.rank]) for p in self.placements}, job,
                           socket_buffer_bytes=self.socket_buffer_bytes, spin_s=self.spin_s)
             result = control.serve(on_case)

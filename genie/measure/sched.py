@@ -47,8 +47,9 @@ class RankCpu:
 
 @dataclass(frozen=True)
 class CaseCpu:
-    """The ranks' CPU over one case (its warmup, check and timed iterations, and the barriers between them),
-    `wall_ns` long as the orchestrator saw it."""
+    """The ranks' CPU over one case's timed iterations: from every rank waiting at the barrier before the first
+    to every rank waiting at the barrier after the last, `wall_ns` long as the orchestrator saw it (the ranks'
+    start-up, warmup and check iterations are outside it, as they are outside the times measured)."""
 
     case: int
     size_bytes: int

@@ -14,7 +14,7 @@ from genie.core.dilation import NO_DILATION, TimeDilation
 from genie.core.errors import RunFailure
 from genie.core.flowpath import FlowTuple
 from genie.core.placement import RankPlacement
-from genie.core.protocol import Barrier, BenchCase, BenchJob, CaseResult
+from genie.core.protocol import Barrier, BenchCase, BenchJob, CasePhase, CaseResult
 from genie.core.schedule import CollectiveOp
 from genie.engine.launch import Launcher
 from genie.engine.session import FaultHooks, SessionFactory, SessionOptions, local_sessions
@@ -65,10 +65,12 @@ def read_schedstat(pid: int) -> SchedCounters | None:
 
 
 class RankCpuReader:
-    """Reads the rank processes' schedstat when the session reports their PIDs and after every case: the
-    differences are each case's `CaseCpu` (the first case's include the ranks' start-up). Only a PID list
-    with one PID per placement, in placement order, as local sessions report it, is used: an MPI session's
-    mpiexec or a partial list of local ranks would put figures on the wrong ranks."""
+    """Reads the rank processes' schedstat when every rank waits at a case's `TIMED` barrier (before its timed
+    iterations) and at its `END` barrier (after them): the differences are the case's `CaseCpu`, over its timed
+    iterations only - not the ranks' start-up, connection set-up, warmup or check iteration, which the times
+    measured do not hold either. Only a PID list with one PID per placement, in placement order, as local
+    sessions report it, is used: an MPI session's mpiexec or a partial list of local ranks would put figures
+    on the wrong ranks (and an MPI session's barriers are MPI's own: it has no readings)."""
 
     def __init__(self, placements: Sequence[RankPlacement], *, read: Callable[[int], SchedCounters | None]
                  = read_schedstat, clock: Callable[[], int] = time.monotonic_ns) -> None:
@@ -76,20 +78,29 @@ class RankCpuReader:
         self.read, self.clock = read, clock
         self.pids: dict[int, int] = {}
         self.cases: list[CaseCpu] = []
-        self._last: tuple[int, dict[int, SchedCounters]] | None = None
+        self._timed: dict[int, tuple[int, dict[int, SchedCounters]]] = {}  # case -> reading at its TIMED barrier
+        self._windows: dict[int, tuple[tuple[int, dict[int, SchedCounters]], ...]] = {}  # case -> (start, end)
 
     def started(self, pids: Sequence[int]) -> None:
         if len(pids) != len(self.ranks) or self.pids:
             return
         self.pids = dict(zip(self.ranks, pids))
-        self._last = self._reading()
+
+    def barrier(self, barrier: Barrier) -> None:
+        """Every rank waits at `barrier` (none runs the case's ops): a case's timed window opens or closes."""
+        if not self.pids or barrier.case is None:
+            return
+        if barrier.phase is CasePhase.TIMED:
+            self._timed[barrier.case] = self._reading()
+        elif barrier.phase is CasePhase.END and barrier.case in self._timed:
+            self._windows[barrier.case] = (self._timed.pop(barrier.case), self._reading())
 
     def case_done(self, case: int, size_bytes: int) -> None:
-        if self._last is None:
+        window = self._windows.pop(case, None)
+        if window is None:
             return
-        now = self._reading()
-        self.cases.append(case_cpu(case, size_bytes, now[0] - self._last[0], self._last[1], now[1]))
-        self._last = now
+        (t0, before), (t1, after) = window
+        self.cases.append(case_cpu(case, size_bytes, t1 - t0, before, after))
 
     def _reading(self) -> tuple[int, dict[int, SchedCounters]]:
         counters = {rank: c for rank, pid in self.pids.items() if (c := self.read(pid)) is not None}
@@ -131,18 +142,20 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
               on_pids: Callable[[list[int]], None] | None = None,
               progress: Callable[[int, int, CaseStats], None] | None = None,
               sessions: SessionFactory | None = None, fault_hooks: FaultHooks | None = None,
-              fault_points: tuple[int, ...] = (), dilation: TimeDilation = NO_DILATION) -> BenchOutcome:
+              fault_points: tuple[int, ...] = (), dilation: TimeDilation = NO_DILATION,
+              cpu: RankCpuReader | None = None) -> BenchOutcome:
     """Run `cases` in one rank session; `sessions` chooses how ranks are started (default: local processes via
-    `launcher`). `fault_hooks` (genie.faults) inject faults live, pausing the ranks before the timed ops
-    `fault_points`. A fault that ends the run inside a case keeps the iterations measured before it. Under
-    `dilation` timeouts are N times longer and every time comes back in emulated time."""
+    `launcher`); `cpu` reads the ranks' CPU per case (default: a `RankCpuReader` of /proc). `fault_hooks`
+    (genie.faults) inject faults live, pausing the ranks before the timed ops `fault_points`. A fault that ends
+    the run inside a case keeps the iterations measured before it. Under `dilation` timeouts are N times longer
+    and every time comes back in emulated time."""
     timeout_s = real_timeout_s(timeout_s, dilation)
     jobs = {p.rank: rank_job(cases, p.rank, verify=verify, timeout_s=timeout_s, record_steps=record_steps,
                              fault_points=tuple(fault_points), faults=fault_hooks is not None) for p in placements}
     stats: dict[int, CaseStats] = {}
     steps: dict[int, dict[int, list]] = {}
 
-    cpu = RankCpuReader(placements)
+    cpu = cpu if cpu is not None else RankCpuReader(placements)
 
     def pids_known(pids: list[int]) -> None:
         cpu.started(pids)
@@ -169,7 +182,8 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
     longest_case = max((c.warmup + c.iterations for c in cases), default=1) + 1
     partial = _PartialCase(fault_hooks) if fault_hooks is not None else None
     options = SessionOptions(idle_timeout_s=max(120.0, timeout_s * longest_case), spin_s=spin_us / 1e6,
-                             socket_buffer_bytes=socket_buffer_bytes, on_pids=pids_known, fault_hooks=partial)
+                             socket_buffer_bytes=socket_buffer_bytes, on_pids=pids_known, fault_hooks=partial,
+                             on_barrier=cpu.barrier)
     session = (sessions or local_sessions(launcher))(placements, options)
     try:
         result = session.run(lambda rank: jobs[rank], on_case=on_case)
