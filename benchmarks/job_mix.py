@@ -152,7 +152,10 @@ def _compare(out: Path, name: str, placement: str, placed: Path, replay, calibra
 
 
 def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True, htb_credit: bool | None = None) -> None:
-    """Re-estimate every mix replay of an accuracy run directory with another fabric calibration (no testbed)."""
+    """Re-estimate every mix replay of an accuracy run directory with another fabric calibration (no testbed); a
+    run's measured iterations in the mix recounted by today's rule where it saved every repetition
+    (``mix_ops.csv``, benchmarks/job_mix_ops.py ``recounted_together``), else as saved."""
+    from benchmarks.job_mix_ops import recounted_together
     from genie.measure.mix import JobComparison
 
     rows = []
@@ -162,8 +165,11 @@ def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True, htb
             if not (replay_dir / "mix.json").is_file():
                 continue
             doc = json.loads((replay_dir / "mix.json").read_text())
+            recounted = recounted_together(replay_dir, _with_placement(mix, placement)) or {}
             jobs = tuple(JobComparison(j["name"], tuple(j["hosts"]), j["repetitions"],
+                                       recounted[j["name"]][0] if j["name"] in recounted else
                                        _together_ns(replay_dir, j["name"], j["together_ns"]),
+                                       recounted[j["name"]][1] if j["name"] in recounted else
                                        j["together_iterations"], j["alone_ns"], j["alone_iterations"])
                          for j in doc["jobs"])
             replay = type("Replay", (), {"jobs": jobs})

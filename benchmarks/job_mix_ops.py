@@ -114,7 +114,7 @@ def job_ops(run_dir: Path, scenario: str, placement: str, job: str,
                                          world=network.world_size)
             paths, mine, jobs = traced["alone_paths"][j], 0, 1
         timeline = play_draws(merged, [network.with_paths(paths) if paths is not None else network], params)[0]
-        chosen = mixed_repetitions(repetition_times(mix_map, timeline.spans), jobs)[mine]
+        chosen = mixed_repetitions(repetition_times(mix_map, timeline.spans), jobs, mix_map.offsets_ns)[mine]
         reps = {t.repetition for t in chosen}
         model: dict[tuple[int, int], list[float]] = {}
         for rank, rows in enumerate(timeline.spans):
@@ -146,3 +146,49 @@ def format_job_ops(ops: JobOps, min_ms: float = 0.5) -> str:
         lines.append(f" {node:>4} {mine[0].name[:36]:<36} {model:>9.2f} {replay:>9.2f} {model - replay:>+8.2f}   "
                      + " ".join(f"r{s.rank} {s.difference_ms:+.1f}" for s in mine))
     return "\n".join(lines)
+
+
+def recounted_together(replay_dir: Path, mix_file: Path, *, first_fired: bool = False
+                       ) -> dict[str, tuple[float, int]] | None:
+    """Per job of a saved mix replay, its iteration in the mix (the median of its counted repetitions, each its
+    longest rank's own span) and how many were counted, recounted from the replay's ``mix_ops.csv`` (every
+    repetition of the merged replay; runs before session 25 have none: None) by today's rule
+    (:func:`genie.core.jobmix.mixed_repetitions`, the mix's offsets) - or, with ``first_fired``, by the rule before
+    session 25 (counting from the moment the last job's first op fired)."""
+    import json
+
+    from genie.core.jobmix import RepetitionTime, mixed_repetitions, repetition_times
+    from genie.services.mix import MIX_OPS_CSV, place_mix, read_mix
+    from genie.topology import load_topology_file
+    from genie.workloads.mix import merge_jobs
+
+    from benchmarks.job_mix import OVERSUB
+
+    path = replay_dir / MIX_OPS_CSV
+    if not path.is_file():
+        return None
+    mix, traces = read_mix(mix_file)
+    placed = place_mix(mix, traces, load_topology_file(OVERSUB))
+    reps = [int(j["repetitions"]) for j in json.loads((replay_dir / "mix.json").read_text())["jobs"]]
+    _, mix_map = merge_jobs(list(placed.traces), list(placed.names), list(placed.slots), reps,
+                            list(placed.offsets_ns))
+    jobs = len(placed.names)
+    spans: dict[int, list[list[tuple[int, float, float]]]] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            per_rank = spans.setdefault(int(row["iteration"]), [[] for _ in mix_map.ranks])
+            per_rank[int(row["rank"])].append((int(row["node_id"]), float(row["start_ns"]), float(row["end_ns"])))
+    counted: list[list[RepetitionTime]] = [[] for _ in range(jobs)]
+    for per_rank in spans.values():
+        times = repetition_times(mix_map, per_rank)
+        if first_fired:  # the rule before session 25: from the moment the last job's first op fired
+            begin = max(min(t.start_ns for t in times if t.job == j) for j in range(jobs))
+            end = min(max(t.end_ns for t in times if t.job == j) for j in range(jobs))
+            chosen = {j: tuple(t for t in times if t.job == j and t.start_ns >= begin and t.end_ns <= end + 1e-6)
+                      or tuple(t for t in times if t.job == j) for j in range(jobs)}
+        else:
+            chosen = mixed_repetitions(times, jobs, mix_map.offsets_ns)
+        for j in range(jobs):
+            counted[j].extend(chosen[j])
+    return {placed.names[j]: (float(median(t.iteration_ns for t in counted[j])) if counted[j] else 0.0,
+                              len(counted[j])) for j in range(jobs)}

@@ -134,12 +134,70 @@ def test_repetitions_cover_the_longest_job() -> None:
 
 
 def test_mixed_repetitions_are_those_that_saw_every_job() -> None:
-    mix = MixMap((), (), (3, 1))
+    mix = MixMap((), (), (3, 1), (0, 5))
     from genie.core.jobmix import RepetitionTime as R
     times = (R(0, 0, 0, 10), R(0, 1, 10, 20), R(0, 2, 20, 30), R(1, 0, 5, 25))
-    chosen = mixed_repetitions(times, 2)
+    chosen = mixed_repetitions(times, 2, mix.offsets_ns)  # job 1 starts 5 after job 0, as configured
     assert [t.repetition for t in chosen[0]] == [1] and [t.repetition for t in chosen[1]] == [0]
     assert mix.repetitions == (3, 1)
+
+
+def test_a_repetition_counts_from_the_configured_start_not_from_when_the_last_first_op_fired() -> None:
+    # a replay's jobs start after one barrier, their first ops microseconds apart: with no offsets every job's
+    # repetition 0 saw the whole mix, however the first ops' starts jitter (the fabric model, whose jobs start
+    # at exactly 0, keeps them all); the rule before session 25 dropped the first-firing job's repetition 0
+    from genie.core.jobmix import RepetitionTime as R
+    from genie.core.jobmix import mix_begin_ns
+
+    for jitter in (0.0, 2_000.0, -2_000.0):  # ns between the two jobs' first ops
+        j0, j1 = max(0.0, -jitter), max(0.0, jitter)
+        times = (R(0, 0, j0, 100), R(0, 1, 100, 200), R(0, 2, 200, 300),
+                 R(1, 0, j1, 150), R(1, 1, 150, 300))
+        chosen = mixed_repetitions(times, 2)
+        assert [t.repetition for t in chosen[0]] == [0, 1, 2], jitter
+        assert [t.repetition for t in chosen[1]] == [0, 1], jitter
+        assert mix_begin_ns(times, 2) == min(j0, j1)
+    # with offsets: the job of the largest keeps its repetition 0 even when its first op fires a little before
+    # the origin plus its offset; the others' repetitions before it do not count
+    times = (R(0, 0, 1_000, 100_000), R(0, 1, 100_000, 200_000), R(0, 2, 200_000, 300_000),
+             R(1, 0, 50_999, 150_000), R(1, 1, 150_000, 300_000))
+    chosen = mixed_repetitions(times, 2, (0, 50_000))
+    assert [t.repetition for t in chosen[1]] == [0, 1] and [t.repetition for t in chosen[0]] == [1, 2]
+    assert mix_begin_ns(times, 2, (0, 50_000)) == 50_999  # origin min(1_000 - 0, 50_999 - 50_000) + 50_000
+    assert mix_begin_ns((), 2) == 0.0
+
+
+def test_the_replay_counts_the_first_firing_job_s_repetition_0_as_the_estimate_does() -> None:
+    # the merged replay's records, job 0's first op 1 us before job 1's (both from the common barrier at 0):
+    # job 0's outcome in the mix holds all its repetitions, and the fabric estimate's count is the same
+    from types import SimpleNamespace
+
+    from astra_adapter.fabric.mix import _rep_medians
+    from genie.core.placement import RankPlacement
+    from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
+    from genie.engine.program import build_programs
+    from genie.measure.mix import job_outcome
+
+    a, b = ddp(2), ddp(2)
+    merged, mix = merge_jobs([a, b], ["a", "b"], [(0, 1), (2, 3)], [3, 3], [0, 0])
+    spans = []
+    for rank in merged.ranks:
+        first = 1_000 if mix.ranks[rank.rank].job == 0 else 2_000
+        rows, t = [], float(first)
+        for n in rank.nodes:
+            if n.id == 0:
+                continue
+            rows.append((n.id, t, t + 1e6))
+            t += 1e6
+        spans.append(tuple(rows))
+    outcome = ReplayOutcome(tuple(build_programs(merged)), (IterationRecords(0, tuple(
+        RankRecords(r, 0, tuple((i, int(s), int(e)) for i, s, e in rows)) for r, rows in enumerate(spans))),), ())
+    places = tuple(RankPlacement(r, "localhost", None, "127.0.0.1") for r in range(2))
+    counted = [len(job_outcome(outcome, mix, j, tuple(build_programs(t)), places).iterations)
+               for j, t in enumerate((a, b))]
+    assert counted == [3, 2]  # job 1's repetition 2 ends after job 0 finished
+    estimated = _rep_medians(mix, [SimpleNamespace(spans=spans)], 2, mixed=True)
+    assert [n for _, n in estimated] == counted
 
 
 def test_repetition_times_read_the_spans_per_job() -> None:

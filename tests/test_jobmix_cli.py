@@ -93,6 +93,12 @@ def test_replay_a_mix_on_loopback_alone_and_together(mix_dir: Path) -> None:
     assert int(table["a"]["alone_iterations"]) == 2
     manifest = json.loads((run / "manifest.json").read_text())
     assert "jobs/a/together/ops.csv" in {f["name"] for f in manifest["files"]}
+    # the merged replay's every repetition (counted in the mix or not), so they can be counted again
+    reps = {j["name"]: j["repetitions"] for j in json.loads((run / "mix.json").read_text())["jobs"]}
+    merged = [o for o in csv.DictReader((run / "mix_ops.csv").open()) if o["node_id"] != "0"]
+    timed = {o["iteration"] for o in merged}
+    assert len(merged) == len(timed) * 4 * 2 * (reps["a"] + reps["b"])  # 4 ranks a job, fwd + ar each
+    assert "mix_ops.csv" in {f["name"] for f in manifest["files"]}
     shown = run_genie("report", "run", cwd=mix_dir)
     assert shown.returncode == 0 and "Job mix" in (run / "report.html").read_text(), shown.stderr
 

@@ -91,7 +91,7 @@ def _rep_medians(mix: MixMap, timelines, jobs: int, *, mixed: bool) -> list[tupl
     counts = [0] * jobs
     for timeline in timelines:
         times = repetition_times(mix, timeline.spans)
-        chosen = mixed_repetitions(times, jobs) if mixed else {j: tuple(t for t in times if t.job == j)
+        chosen = mixed_repetitions(times, jobs, mix.offsets_ns) if mixed else {j: tuple(t for t in times if t.job == j)
                                                                 for j in range(jobs)}
         for j in range(jobs):
             if chosen[j]:

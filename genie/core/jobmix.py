@@ -102,6 +102,7 @@ class MixMap:
     ranks: tuple[MixRank, ...]
     slots: tuple[int, ...]  # merged rank -> host slot (global rank of the topology)
     repetitions: tuple[int, ...]  # per job
+    offsets_ns: tuple[int, ...] = ()  # per job: its configured start offset (none given: all 0)
 
     def origin(self, rank: int, node_id: int) -> tuple[int, int, int, int] | None:
         """(job, job rank, repetition, original node id) of a merged node; None for the start offset."""
@@ -168,12 +169,32 @@ def repetition_times(mix: MixMap, spans) -> tuple[RepetitionTime, ...]:
                  for (job, rep), per_rank in sorted(ranks.items()))
 
 
-def mixed_repetitions(times: tuple[RepetitionTime, ...], jobs: int) -> dict[int, tuple[RepetitionTime, ...]]:
-    """Per job the repetitions that saw the whole mix: started once every job had started and ended before the
-    first job finished (its last repetition); a job with none such keeps all of its repetitions."""
-    firsts = [min((t.start_ns for t in times if t.job == j), default=0.0) for j in range(jobs)]
+def mix_begin_ns(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...] = ()) -> float:
+    """When every job of a mix is running, by the jobs' configured start offsets, not by when their first ops
+    happened to fire: the mix's origin is the earliest first start less its job's offset (``min_j (first_j -
+    offset_j)``), and every job has started from the origin plus the largest offset. With no offsets (the
+    common case) that is the earliest first start: in a replay the jobs' first ops start microseconds apart
+    after the common barrier, and a rule that waits for the last of them drops the first-starting job's
+    repetition 0 by that jitter, while the fabric model, whose jobs start at exactly 0, keeps it
+    (benchmarks/README.md "Job mixes", sessions 24-25). With offsets the job of the largest one keeps its
+    repetition 0 on both sides, however its first op's start jitters against the origin's."""
+    offsets = [int(offsets_ns[j]) if j < len(offsets_ns) else 0 for j in range(jobs)]
+    firsts = [(min(t.start_ns for t in times if t.job == j), offsets[j]) for j in range(jobs)
+              if any(t.job == j for t in times)]
+    if not firsts:
+        return 0.0
+    return min(first - offset for first, offset in firsts) + max(offsets, default=0)
+
+
+def mixed_repetitions(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...] = ()
+                      ) -> dict[int, tuple[RepetitionTime, ...]]:
+    """Per job the repetitions that saw the whole mix: started at or after every job had started
+    (:func:`mix_begin_ns`, by the jobs' configured ``offsets_ns``) and ended before the first job finished (its
+    last repetition); a job with none such keeps all of its repetitions. One rule for the replay
+    (genie.measure.mix) and the fabric estimate (astra_adapter.fabric.mix), each passing the mix's offsets
+    (:attr:`MixMap.offsets_ns`)."""
     lasts = [max((t.end_ns for t in times if t.job == j), default=0.0) for j in range(jobs)]
-    begin, end = max(firsts, default=0.0), min(lasts, default=0.0)
+    begin, end = mix_begin_ns(times, jobs, offsets_ns), min(lasts, default=0.0)
     out = {}
     for j in range(jobs):
         own = tuple(t for t in times if t.job == j)

@@ -21,7 +21,7 @@ def repetitions_seen(outcome: ReplayOutcome, mix: MixMap, jobs: int
         spans: list[tuple] = [() for _ in mix.ranks]
         for rr in it.ranks:
             spans[rr.rank] = rr.records
-        out.append(mixed_repetitions(repetition_times(mix, spans), jobs))
+        out.append(mixed_repetitions(repetition_times(mix, spans), jobs, mix.offsets_ns))
     return out
 
 

@@ -19,6 +19,7 @@ from genie.core.trace import Trace
 #: trace's), ranks numbered as the topology's slots
 JOBS_PATHS_JSON = "jobs_paths.json"
 ALONE_LABEL, MIX_LABEL = "alone ", "mix"
+MIX_OPS_CSV = "mix_ops.csv"  # a mix replay's merged records, every repetition (genie.services.mix_replay)
 
 
 @dataclass(frozen=True)

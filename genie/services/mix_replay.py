@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from genie.core.errors import InputError
 from genie.core.topology import Host, Topology
-from genie.services.mix import ALONE_LABEL, JOBS_PATHS_JSON, MIX_LABEL
+from genie.services.mix import ALONE_LABEL, JOBS_PATHS_JSON, MIX_LABEL, MIX_OPS_CSV
 from genie.services.options import RunOptions
 from genie.services.replay import ReplayRequest
 
@@ -174,7 +174,8 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
                   ) -> tuple[Any, ...]:
     """The mix replayed on a stage that is up (``genie.services.stage.staged``): each job alone on its slots
     (``alone``), then all at once; every file written to ``stage.run`` (``mix.csv``, ``mix.json``,
-    ``jobs/<name>/{alone,together}/``, ``jobs_paths.json``, ``jobs_links.csv``); the per-job
+    ``jobs/<name>/{alone,together}/``, ``jobs_paths.json``, ``jobs_links.csv``, and ``mix_ops.csv``: the merged
+    replay's every node on every merged rank, all repetitions, times from each timed iteration's start); the per-job
     ``genie.measure.mix.JobComparison`` rows. Shared by ``genie replay --jobs`` and ``genie experiment``."""
     from genie.engine.program import build_programs
     from genie.measure.mix import (JobComparison, job_outcome, job_placements, median_iteration_ns,
@@ -210,6 +211,8 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
         outcome = run_replay(merged, mixed_placements(stage.placements, mixmap), request,
                              source=f"{mix.source}: the mix", on_pids=stage.target.on_pids,
                              sessions=stage.sessions, dilation=stage.dilation)
+    from genie.report.replay import ops_csv
+    stage.run.write(MIX_OPS_CSV, ops_csv(outcome))  # every repetition, before any is chosen: rules re-applicable
     if stage.target.info is not None:  # while the testbed is up: the paths its kernels gave the connections
         mixed_paths = _slot_paths(stage.target.info, outcome.flows, MIX_LABEL, mixmap.slots)
         sessions.append(mixed_paths)

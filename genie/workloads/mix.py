@@ -96,4 +96,4 @@ def merge_jobs(traces: list[Trace], names: list[str], slots: list[tuple[int, ...
             mix_ranks[rank_of[r]] = MixRank(j, r, stride, repetitions[j])
     merged = Trace(tuple(RankTrace(i, tuple(nodes)) for i, nodes in enumerate(rank_nodes)), tuple(groups),
                    (("workload", "job mix: " + ", ".join(names)),))
-    return merged, MixMap(tuple(mix_ranks), tuple(order), tuple(repetitions))
+    return merged, MixMap(tuple(mix_ranks), tuple(order), tuple(repetitions), tuple(int(o) for o in offsets_ns))
