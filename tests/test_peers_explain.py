@@ -70,6 +70,10 @@ def test_a_gap_beyond_the_algorithm_is_called_software():
     steps_pairwise = losses(rows, steps, {False: RATE})[0]
     assert steps_pairwise.peer_algorithm == "pairwise exchange" and steps_pairwise.verdict == Verdict.SOFTWARE
     assert "NOT the algorithm" in explain.explain_line(steps_pairwise)
+    # its 3.5 MiB at 0.1 GB/s take longer than its measured time: no per-step cost is left, and the line says why
+    assert steps_pairwise.step_cost_us == 0.0
+    assert "genie's bytes alone at the rate take 36700 us, more than its measured 9000 us" in \
+        explain.explain_line(steps_pairwise)
 
 
 def test_cells_genie_wins_or_ties_are_not_listed_and_missing_records_say_so():

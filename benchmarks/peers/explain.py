@@ -327,7 +327,8 @@ def explain_line(loss: Loss) -> str:
     c, cp, cost = loss.step_cost_us, loss.peer_step_cost_us, loss.algorithm_cost_us
     cs, cps = _us(c), _us(cp)
     fit = "" if loss.model_us <= loss.genie_us + 0.5 else (
-        f" (genie's bytes alone at the rate take {loss.model_us:.0f} us, more than its measured {loss.genie_us:.0f} us)")
+        f" (genie's bytes alone at the rate take {loss.model_us:.0f} us, more than its measured "
+        f"{loss.genie_us:.0f} us)")
     costs = f"genie {cs} us/step vs {loss.peer}'s implied {cps} us/step" if cp >= 0 else (
         f"genie {cs} us/step, and {loss.peer}'s bytes alone at the wire rate take "
         f"{-cp * loss.peer_steps:.0f} us longer than its whole time: it moves data faster than genie's data path")
