@@ -4,22 +4,22 @@ For every (shape, collective, size) where genie's time is above the best peer's,
 algorithm each side ran, how many steps it takes, and how much of the gap the algorithm accounts for:
 
 - genie's side is measured: the algorithm ``auto`` resolved to (sweep.csv), its steps and bytes per step
-  (``genie bench --steps``: steps.csv of the band's recording pass, run after the timed one), genie's *data
-  rate* on that shape (the bytes per second its steps reach on its largest case: :func:`data_rate_GBps`) and
-  its *per-step software cost*: the median over the case's step records of (step duration - the step's bytes
-  at that rate);
+  (``genie bench --steps``: steps.csv of the band's recording pass, run after the timed one), the *wire rate*
+  of that shape (the per-flow TCP limit the harness measured on the same testbed, `report.FlowLimit`; where
+  it was not measured, the bytes per second genie's steps reach on their largest case, :func:`data_rate_GBps`)
+  and its *per-step cost*: the cell's measured time less its bytes at the wire rate, over its steps. A step
+  record's own duration is not that cost: in a ring a rank waits for the block coming round once per
+  iteration and finds it already in at its other steps (the quiet run of 2026-12-05: median step record 8 us,
+  the 1 KiB ring's iteration 57 us a step);
 - the peer's side is its documented selection for that collective, size and 8 ranks (:func:`peer_algorithm`:
   MPICH's default tuning tree ``maint/tuning/coll/mpir/generic.json``, gloo's only CPU algorithm per
   collective in ``gloo/{allreduce,allgather,alltoall}.cc``) with its steps and bytes per step;
-- the algorithm's cost is genie's model time with its own steps minus the same model with the peer's steps:
-  ``sum(c + bytes_i / rate)`` over each algorithm's steps, ``c`` genie's measured per-step cost. Where it
-  covers the gap, the gap is what running NCCL's (genie's) algorithm costs; where it does not, the rest is
-  genie's software, and the cell says so, beside the peer's implied per-step cost
-  ``(peer time - peer bytes at genie's rate) / peer steps`` (negative: the peer moves its bytes faster than
-  genie's data path does - a data-path gap, not the algorithm).
-
-Both rates come from genie's own steps in the run (a loaded machine moves fewer bytes than the link allows;
-the link's limit would make every step look free of software).
+- the algorithm's cost is genie's time less genie's model of the peer's steps: ``sum(c + bytes_i / rate)``
+  over the peer's steps, ``c`` genie's per-step cost. Where it covers the gap (genie's per-step cost is at
+  most the peer's implied one, ``(peer time - peer bytes at the rate) / peer steps``), the gap is what running
+  NCCL's (genie's) algorithm costs; where it does not, the rest is genie's software, and the cell says so
+  beside the two per-step costs (the peer's negative: the peer moves its bytes faster than the wire rate
+  allows genie - a data-path gap, not the algorithm).
 
 The model is a split, not a measurement. Where genie has a schedule of the peer's algorithm
 (:attr:`PeerAlgorithm.genie_algorithm`: MPICH's recursive-doubling all-gather is genie's ``halving_doubling``,
@@ -147,11 +147,6 @@ class GenieSteps:
     durations_us: tuple[float, ...]
     step_bytes: tuple[float, ...]
 
-    def step_cost_us(self, rate_GBps: float) -> float:
-        """The median per-step software cost: duration minus the step's bytes at ``rate_GBps`` (floored at 0)."""
-        wire = [b / (rate_GBps * 1e3) for b in self.step_bytes]
-        return statistics.median(max(0.0, d - w) for d, w in zip(self.durations_us, wire))
-
     def bytes_per_iteration(self) -> float:
         """A rank's bytes per iteration (the mean over the step records, times the steps per iteration)."""
         return statistics.fmean(self.step_bytes) * self.steps_per_iteration if self.step_bytes else 0.0
@@ -199,10 +194,10 @@ class Loss:
     genie_steps: float
     peer_algorithm: str
     peer_steps: int
-    step_cost_us: float | None  # genie's measured per-step software cost
+    step_cost_us: float | None  # genie's per-step cost: (its time - its bytes at the wire rate) / its steps
     peer_step_cost_us: float | None  # the peer's implied one: (time - wire) / steps
     algorithm_cost_us: float | None  # genie's model with its steps minus with the peer's
-    model_us: float | None  # genie's model of its own time (how well c x steps + wire fits the measurement)
+    model_us: float | None  # genie's model of its own time: its measured time, or its wire time where longer
     verdict: Verdict
     peer_genie_algorithm: Algorithm | None = None  # genie's schedule of the peer's algorithm, if it has one
     peer_like_us: float | None = None  # genie's measured time running that schedule (None: not run)
@@ -214,8 +209,10 @@ class Loss:
 
 
 def data_rate_GBps(steps: Mapping[tuple[bool, Collective, int], GenieSteps], shaped: bool) -> float | None:
-    """genie's data rate on one shape: per collective, the median bytes / duration of the step records of its
-    largest case; the best of those (GB/s). None without records."""
+    """genie's data rate on one shape from its step records alone (the wire rate where the harness has no flow
+    limit): per collective, the median bytes / duration of the step records of its largest case; the best of
+    those (GB/s). None without records. An upper bound: a ring step's block is often in before the step begins
+    (measured 0.65 GB/s on the 1 Gbit/s star, whose TCP flows carry 0.1196)."""
     best = None
     for collective in {c for s, c, _ in steps if s == shaped}:
         size = max(z for s, c, z in steps if s == shaped and c is collective)
@@ -239,8 +236,8 @@ def losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], Gen
            rates_GBps: Mapping[bool, float], *, ranks: int = 8,
            nccl_net_GBps: Mapping[bool, float] | None = None, peer_like: PeerLike | None = None) -> list[Loss]:
     """Every (shape, collective, size) where genie is slower than the fastest peer measured, explained.
-    ``steps``: genie's step records per (shaped, collective, size); ``rates_GBps``: genie's data rate per shape
-    (:func:`data_rate_GBps`); ``nccl_net_GBps``: the per-rank network NCCL's tuner would assume, per shape;
+    ``steps``: genie's step records per (shaped, collective, size); ``rates_GBps``: the wire rate per shape
+    (:func:`wire_rates`); ``nccl_net_GBps``: the per-rank network NCCL's tuner would assume, per shape;
     ``peer_like``: genie's measured times with the peer's algorithm, where the harness ran it."""
     out = []
     for g in sorted((r for r in rows if r.system == GENIE),
@@ -257,10 +254,9 @@ def losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], Gen
         rate = rates_GBps.get(g.shaped)
         c = cp = cost = model = None
         verdict = Verdict.UNKNOWN
-        if rec is not None and alg is not None and rate and rec.durations_us:
-            c = rec.step_cost_us(rate)
-            own = (rec.bytes_per_iteration() / rec.steps_per_iteration,) * round(rec.steps_per_iteration) \
-                if rec.steps_per_iteration else ()
+        if rec is not None and alg is not None and rate and round(rec.steps_per_iteration) > 0:
+            own = (rec.bytes_per_iteration() / rec.steps_per_iteration,) * round(rec.steps_per_iteration)
+            c = max(0.0, (g.time_us - _cost(own, 0.0, rate)) / len(own))
             model = _cost(own, c, rate)
             cost = model - _cost(alg.step_bytes, c, rate)
             cp = (best.time_us - sum(b / (rate * 1e3) for b in alg.step_bytes)) / alg.steps
@@ -312,6 +308,11 @@ def measured_line(loss: Loss) -> str:
             f"({x / loss.peer_us:.2f}x) behind: genie's software")
 
 
+def _us(value: float) -> str:
+    """A per-step cost as the report prints it: tenths below 10 us (the shaped star's steps differ by a few)."""
+    return f"{value:.1f}" if abs(value) < 10 else f"{value:.0f}"
+
+
 def explain_line(loss: Loss) -> str:
     """One cell's explanation, every number from the run."""
     head = (f"{loss.collective.value} {format_size(loss.size_bytes)}: genie {loss.genie_us:.0f} us vs "
@@ -324,13 +325,17 @@ def explain_line(loss: Loss) -> str:
     if loss.verdict == Verdict.UNKNOWN or loss.algorithm_cost_us is None:
         return head + "; not modelled: no step records or no known peer algorithm for this cell; " + measured
     c, cp, cost = loss.step_cost_us, loss.peer_step_cost_us, loss.algorithm_cost_us
-    fit = f" (genie's model {loss.model_us:.0f} us of its measured {loss.genie_us:.0f} us)"
-    costs = f"genie {c:.0f} us/step of software vs {loss.peer}'s implied {cp:.0f} us/step" if cp >= 0 else (
-        f"genie {c:.0f} us/step of software, and {loss.peer}'s bytes alone at genie's data rate take "
+    cs, cps = _us(c), _us(cp)
+    fit = "" if loss.model_us <= loss.genie_us + 0.5 else (
+        f" (genie's bytes alone at the rate take {loss.model_us:.0f} us, more than its measured "
+        f"{loss.genie_us:.0f} us)")
+    costs = f"genie {cs} us/step vs {loss.peer}'s implied {cps} us/step" if cp >= 0 else (
+        f"genie {cs} us/step, and {loss.peer}'s bytes alone at the wire rate take "
         f"{-cp * loss.peer_steps:.0f} us longer than its whole time: it moves data faster than genie's data path")
     if loss.verdict == Verdict.ALGORITHM:
-        why = (f"NCCL-faithful algorithm explains it: at genie's measured {c:.0f} us/step + wire, its steps cost "
-               f"{cost:.0f} us more than the peer's >= the {loss.gap_us:.0f} us gap")
+        why = (f"NCCL-faithful algorithm explains it: at genie's measured {cs} us/step + wire "
+               f"({loss.peer}'s implied {cps} us/step), its {loss.genie_steps:g} steps cost {cost:.0f} us more "
+               f"than the peer's {loss.peer_steps} >= the {loss.gap_us:.0f} us gap")
     elif loss.verdict == Verdict.PARTLY:
         why = (f"the algorithm explains {cost:.0f} us of the {loss.gap_us:.0f} us gap "
                f"({cost / loss.gap_us:.0%}); the other {loss.gap_us - cost:.0f} us is genie's software, "
@@ -341,14 +346,16 @@ def explain_line(loss: Loss) -> str:
     return f"{head}; model: {why}{fit}; {measured}"
 
 
-def format_losses(found: Sequence[Loss], shaped: bool, rate_GBps: float | None) -> str:
+def format_losses(found: Sequence[Loss], shaped: bool, rate_GBps: float | None,
+                  rate_source: str = "genie's step records") -> str:
     mine = [x for x in found if x.shaped == shaped]
     label = shape_label(shaped)
     if not mine:
         return f"# genie vs the best peer, {label}: genie is at least as fast in every cell measured"
-    rate = "not measured" if not rate_GBps else f"{rate_GBps:.4f} GB/s"
-    lines = [f"# where genie loses to the best peer, {label}: genie's data rate {rate} and per-step software cost "
-             f"from its steps.csv of this run; peers' algorithms: {MPICH_SOURCE}; {GLOO_SOURCE}"]
+    rate = "not measured" if not rate_GBps else f"{rate_GBps:.4f} GB/s ({rate_source})"
+    lines = [f"# where genie loses to the best peer, {label}: wire rate {rate}; genie's steps and bytes from its "
+             f"steps.csv of this run, its per-step cost = (its time - its bytes at the wire rate) / its steps; "
+             f"peers' algorithms: {MPICH_SOURCE}; {GLOO_SOURCE}"]
     counts = {v: sum(x.verdict == v for x in mine) for v in
               (Verdict.ALGORITHM, Verdict.PARTLY, Verdict.SOFTWARE, Verdict.UNKNOWN)}
     lines += [f"  {explain_line(x)}" for x in mine]
@@ -361,20 +368,42 @@ def format_losses(found: Sequence[Loss], shaped: bool, rate_GBps: float | None) 
     return "\n".join(lines)
 
 
+#: where a shape's wire rate came from (`wire_rates`)
+FLOW_SOURCE = "the per-flow TCP limit measured"
+STEPS_SOURCE = "genie's step records; no flow limit measured"
+
+
+def wire_rates(steps: Mapping[tuple[bool, Collective, int], GenieSteps],
+               flow_GBps: Mapping[bool, float] | None = None) -> dict[bool, tuple[float, str]]:
+    """Per shape the wire rate (GB/s) and its source: the per-flow TCP limit the harness measured on that shape's
+    testbed (``flow_GBps``, `report.FlowLimit.mean_GBps`), else genie's step records (:func:`data_rate_GBps`)."""
+    out = {}
+    for shaped in (True, False):
+        flow = (flow_GBps or {}).get(shaped)
+        if flow:
+            out[shaped] = (flow, FLOW_SOURCE)
+        elif rate := data_rate_GBps(steps, shaped):
+            out[shaped] = (rate, STEPS_SOURCE)
+    return out
+
+
 def losses_by_shape(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], GenieSteps], *,
-                    shaped_rate_bps: int, ranks: int = 8, peer_like: PeerLike | None = None) -> dict[bool, str]:
-    """The report's "where genie loses" section per shape measured, at genie's data rate of that shape
-    (:func:`data_rate_GBps`); NCCL's protocol choice at the shaped link's rate (unshaped: the tuner's default,
-    a veth's 10 Gbit/s); ``peer_like``: genie's times with the peers' algorithms (:func:`alternatives_to_run`)."""
-    found = shape_losses(rows, steps, shaped_rate_bps=shaped_rate_bps, ranks=ranks, peer_like=peer_like)
-    rates = {shaped: r for shaped in (True, False) if (r := data_rate_GBps(steps, shaped))}
-    return {shaped: format_losses(found, shaped, rates.get(shaped))
+                    shaped_rate_bps: int, ranks: int = 8, peer_like: PeerLike | None = None,
+                    flow_GBps: Mapping[bool, float] | None = None) -> dict[bool, str]:
+    """The report's "where genie loses" section per shape measured, at that shape's wire rate (:func:`wire_rates`);
+    NCCL's protocol choice at the shaped link's rate (unshaped: the tuner's default, a veth's 10 Gbit/s);
+    ``peer_like``: genie's times with the peers' algorithms (:func:`alternatives_to_run`)."""
+    found = shape_losses(rows, steps, shaped_rate_bps=shaped_rate_bps, ranks=ranks, peer_like=peer_like,
+                         flow_GBps=flow_GBps)
+    rates = wire_rates(steps, flow_GBps)
+    return {shaped: format_losses(found, shaped, *rates.get(shaped, (None, "")))
             for shaped in (True, False) if any(r.shaped == shaped for r in rows)}
 
 
 def shape_losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], GenieSteps], *,
-                 shaped_rate_bps: int, ranks: int = 8, peer_like: PeerLike | None = None) -> list[Loss]:
-    """`losses` at each shape's own data rate and NCCL's network (the report's and the harness's one call)."""
-    rates = {shaped: r for shaped in (True, False) if (r := data_rate_GBps(steps, shaped))}
+                 shaped_rate_bps: int, ranks: int = 8, peer_like: PeerLike | None = None,
+                 flow_GBps: Mapping[bool, float] | None = None) -> list[Loss]:
+    """`losses` at each shape's wire rate and NCCL's network (the report's and the harness's one call)."""
+    rates = {shaped: rate for shaped, (rate, _) in wire_rates(steps, flow_GBps).items()}
     return losses(rows, steps, rates, ranks=ranks, nccl_net_GBps={True: shaped_rate_bps / 8e9},
                   peer_like=peer_like)

@@ -262,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = _process_age_s()
     text = report.full_report(rows, ranks=8, flow_limits=flow_limits, scale=scale,
                               header=header or header_lines(args), losses=explain.losses_by_shape(
-                                  rows, steps, shaped_rate_bps=report.SHAPED_RATE_BPS, peer_like=peer_like))
+                                  rows, steps, shaped_rate_bps=report.SHAPED_RATE_BPS, peer_like=peer_like,
+                                  flow_GBps={s: f.mean_GBps for s, f in flow_limits.items() if f is not None}))
     text += "".join(f"# problem: {p}\n" for p in problems)
     text += f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
     text += f"# harness run time {elapsed:.0f} s ({elapsed / 60:.1f} min); results in {out}\n"
