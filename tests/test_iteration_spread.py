@@ -61,15 +61,16 @@ def test_report_reads_a_run_directory(tmp_path):
 
 def test_a_short_first_iteration_and_the_last_ranks_lateness_from_the_nccl_json(tmp_path):
     # 3 ranks: rank 2 ends every iteration 0.5 ms after the others, 1.5 ms in the second
-    shares = [[6.0, 8.0, 8.0, 8.0], [6.0, 8.0, 8.0, 8.0], [6.5, 9.5, 8.5, 8.5]]
-    assert share_lateness_ms([[x * 1e3 for x in row] for row in shares]) == pytest.approx((0.5, 1.2))
-    times = [max(column) for column in zip(*shares)]  # 6.5 9.5 8.5 8.5: the first iteration short
+    shares_ms = [[6.0, 8.0, 8.0, 8.0], [6.0, 8.0, 8.0, 8.0], [6.5, 9.5, 8.5, 8.5]]
+    shares_us = [[x * 1e3 for x in row] for row in shares_ms]  # the JSON's unit
+    assert share_lateness_ms(shares_us) == pytest.approx((0.5, 1.2))
+    times = [max(column) for column in zip(*shares_us)]  # 6.5 9.5 8.5 8.5 ms: the first iteration short
     (tmp_path / "sweep.json").write_text(json.dumps({"results": [
         {"collective": "all_to_all", "size_bytes": 1024, "iteration_us": times}]}))
     (tmp_path / "nccl_alltoall_perf.json").write_text(json.dumps({"results": [
-        {"size": 1024, "out_of_place_per_iter": {"per_process_max_times_us": shares}}]}))
+        {"size": 1024, "out_of_place_per_iter": {"per_process_max_times_us": shares_us}}]}))
     (line,) = report(tmp_path, 0.05)
-    assert "first/median 0.76 (a miss)" in line and "last rank's lateness p50/p90 0.00/0.00 ms" in line
+    assert "first/median 0.76 (a miss)" in line and "last rank's lateness p50/p90 0.50/1.20 ms" in line
     with pytest.raises(ValueError):
         share_lateness_ms([])
 

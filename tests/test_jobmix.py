@@ -153,10 +153,10 @@ def test_a_repetition_counts_from_the_configured_start_not_from_when_the_last_fi
         j0, j1 = max(0.0, -jitter), max(0.0, jitter)
         times = (R(0, 0, j0, 100), R(0, 1, 100, 200), R(0, 2, 200, 300),
                  R(1, 0, j1, 150), R(1, 1, 150, 300))
-        chosen = mixed_repetitions(times, 2)
+        chosen = mixed_repetitions(times, 2, ())
         assert [t.repetition for t in chosen[0]] == [0, 1, 2], jitter
         assert [t.repetition for t in chosen[1]] == [0, 1], jitter
-        assert mix_begin_ns(times, 2) == min(j0, j1)
+        assert mix_begin_ns(times, 2, ()) == min(j0, j1)
     # with offsets: the job of the largest keeps its repetition 0 even when its first op fires a little before
     # the origin plus its offset; the others' repetitions before it do not count
     times = (R(0, 0, 1_000, 100_000), R(0, 1, 100_000, 200_000), R(0, 2, 200_000, 300_000),
@@ -164,7 +164,7 @@ def test_a_repetition_counts_from_the_configured_start_not_from_when_the_last_fi
     chosen = mixed_repetitions(times, 2, (0, 50_000))
     assert [t.repetition for t in chosen[1]] == [0, 1] and [t.repetition for t in chosen[0]] == [1, 2]
     assert mix_begin_ns(times, 2, (0, 50_000)) == 50_999  # origin min(1_000 - 0, 50_999 - 50_000) + 50_000
-    assert mix_begin_ns((), 2) == 0.0
+    assert mix_begin_ns((), 2, ()) == 0.0
 
 
 def test_the_replay_counts_the_first_firing_job_s_repetition_0_as_the_estimate_does() -> None:

@@ -160,14 +160,22 @@ def test_link_observer_with_a_fake_probe():
     assert set(o.files()) == {"links.csv", "tcp.csv", "link_samples.csv"}
 
 
+def _wait_for(condition, timeout_s: float = 10.0) -> None:
+    """Until `condition()` holds (the sampler thread's progress), at most `timeout_s`."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def test_link_samples_read_the_namespace_files_opened_once():
     """Each sample re-reads /proc/net/dev files opened once per namespace as the observation starts: no thread
     enters a namespace per sample (on the 2-core VM that cost 1.7 ms of CPU per sample of star-8's 9
     namespaces, taken from the ranks); the files are closed at the end."""
     probe = _FakeProbe()
     with LinkObserver(_info(), probe, interval_s=0.005) as obs:
-        import time
-        time.sleep(0.1)
+        _wait_for(lambda: probe.dev_reads >= 2 * 3)  # 3 samples of 2 namespaces, however loaded the machine
     dev = [e for e in probe.entered if e[1] == "/proc/thread-self/net/dev"]
     assert sorted(dev) == [("ns-h0", "/proc/thread-self/net/dev"), ("ns-s0", "/proc/thread-self/net/dev")]
     assert len(obs.observation.samples) >= 2 * 3 and all(s.bytes > 0 for s in obs.observation.samples)
@@ -183,8 +191,7 @@ def test_link_samples_enter_the_namespace_when_its_file_cannot_stay_open():
 
     probe = NoOpen()
     with LinkObserver(_info(), probe, interval_s=0.005) as obs:
-        import time
-        time.sleep(0.05)
+        _wait_for(lambda: sum(e[1] == "/proc/thread-self/net/dev" for e in probe.entered) >= 2 * 2)
     dev = [e for e in probe.entered if e[1] == "/proc/thread-self/net/dev"]
     assert len(dev) >= 2 * 3  # read per sample, in each namespace
     assert obs.observation.samples and all(s.bytes > 0 for s in obs.observation.samples)
@@ -202,6 +209,72 @@ def test_proc_file_reads_again_from_the_start(tmp_path):
     f.close()  # closing twice is harmless
     with pytest.raises(ValueError):
         f.read()
+
+
+def test_an_observation_interrupted_while_it_opens_its_files_closes_those_it_opened():
+    class Interrupted(_FakeProbe):  # Ctrl-C as the second namespace's file is opened: `with` skips __exit__
+        def run_in_netns(self, name, fn):
+            if fn.func == ProcFile.open and self.files:
+                raise KeyboardInterrupt
+            return super().run_in_netns(name, fn)
+
+    probe = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        with LinkObserver(_info(), probe, interval_s=0.005):
+            pass
+    assert len(probe.files) == 1 and probe.files[0].closed
+
+
+def test_an_observation_interrupted_while_it_takes_its_last_sample_closes_its_files():
+    class Interrupting(_FakeDevFile):  # a second Ctrl-C as __exit__ reads the files once more
+        def read(self):
+            raise KeyboardInterrupt
+
+    class Probe(_FakeProbe):
+        def run_in_netns(self, name, fn):
+            if fn.func == ProcFile.open:
+                self.files.append(Interrupting(self))
+                return self.files[-1]
+            return super().run_in_netns(name, fn)
+
+    probe = Probe()
+    with pytest.raises(KeyboardInterrupt):
+        with LinkObserver(_info(), probe, interval_s=0):  # no sampler thread: only __exit__ reads
+            pass
+    assert len(probe.files) == 2 and all(f.closed for f in probe.files)
+
+
+def test_a_proc_file_opened_by_a_thread_in_another_namespace_keeps_reading_it_after_the_thread_ended():
+    """What the link sampler relies on: /proc/thread-self/net/dev opened by run_in_netns's short-lived thread
+    shows that thread's namespace, not the reader's, after the thread is gone (an unnamed namespace of the
+    thread's own, which ends with the file)."""
+    import ctypes
+    import os
+    import threading
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    opened = {}
+
+    def body():
+        if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET, this thread only
+            opened["error"] = os.strerror(ctypes.get_errno())
+            return
+        opened["file"] = ProcFile.open("/proc/thread-self/net/dev")
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    if "error" in opened:
+        pytest.skip(f"cannot make a network namespace here: {opened['error']}")
+    f = opened["file"]
+    try:
+        with open("/proc/self/net/dev") as mine:
+            if set(parse_proc_net_dev(mine.read())) == {"lo"}:
+                pytest.skip("this namespace holds only its loopback: the two cannot be told apart")
+        assert set(parse_proc_net_dev(f.read())) == {"lo"}  # the thread's new namespace: its loopback only
+        assert set(parse_proc_net_dev(f.read())) == {"lo"}  # read again, from its start
+    finally:
+        f.close()
 
 
 def test_link_observer_never_fails_the_run():

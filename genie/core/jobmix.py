@@ -169,7 +169,7 @@ def repetition_times(mix: MixMap, spans) -> tuple[RepetitionTime, ...]:
                  for (job, rep), per_rank in sorted(ranks.items()))
 
 
-def mix_begin_ns(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...] = ()) -> float:
+def mix_begin_ns(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...]) -> float:
     """When every job of a mix is running, by the jobs' configured start offsets, not by when their first ops
     happened to fire: the mix's origin is the earliest first start less its job's offset (``min_j (first_j -
     offset_j)``), and every job has started from the origin plus the largest offset. With no offsets (the
@@ -186,7 +186,7 @@ def mix_begin_ns(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple
     return min(first - offset for first, offset in firsts) + max(offsets, default=0)
 
 
-def mixed_repetitions(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...] = ()
+def mixed_repetitions(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...]
                       ) -> dict[int, tuple[RepetitionTime, ...]]:
     """Per job the repetitions that saw the whole mix: started at or after every job had started
     (:func:`mix_begin_ns`, by the jobs' configured ``offsets_ns``) and ended before the first job finished (its

@@ -103,6 +103,10 @@ class ProcFile:
             fd, self.fd = self.fd, None
             os.close(fd)
 
+    def __del__(self) -> None:  # one opened for a caller interrupted before it got it (run_in_netns's join)
+        with contextlib.suppress(Exception):
+            self.close()
+
 
 def _open(path: str) -> Callable[[], ProcFile]:
     """What runs inside a namespace: open one /proc file to read later from anywhere (a partial, as `_read`)."""
@@ -176,24 +180,29 @@ class LinkObserver:
         self._tcp_before = self._tcp_snapshot()
         self._t0 = self.clock()
         self._last_report = (0, self._tcp_before)
-        for ns in self._namespaces:
-            opened = self._attempt(f"{ns} /proc/net/dev",
-                                   lambda ns=ns: self.probe.run_in_netns(ns, _open("/proc/thread-self/net/dev")))
-            if opened is not None:
-                self._dev_files[ns] = opened
-        if self.interval_s > 0 and self._namespaces:
-            self._thread = threading.Thread(target=self._sample_loop, name="genie-link-sampler", daemon=True)
-            self._thread.start()
+        try:
+            for ns in self._namespaces:
+                opened = self._attempt(f"{ns} /proc/net/dev",
+                                       lambda ns=ns: self.probe.run_in_netns(ns, _open("/proc/thread-self/net/dev")))
+                if opened is not None:
+                    self._dev_files[ns] = opened
+            if self.interval_s > 0 and self._namespaces:
+                self._thread = threading.Thread(target=self._sample_loop, name="genie-link-sampler", daemon=True)
+                self._thread.start()
+        except BaseException:  # Ctrl-C while opening: `with` will not call __exit__
+            self._stop.set()
+            self._close_dev_files()
+            raise
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-        self._sample()
-        for opened in self._dev_files.values():
-            self._attempt("closing /proc/net/dev", opened.close)
-        self._dev_files = {}
+        try:
+            if self._thread is not None:
+                self._thread.join(timeout=5.0)
+            self._sample()
+        finally:  # also on a second Ctrl-C while the last sample is taken
+            self._close_dev_files()
         duration_s = (self.clock() - self._t0) / self.scale
         after = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
         tcp_after = self._tcp_snapshot()
@@ -206,6 +215,11 @@ class LinkObserver:
                                            "; ".join(dict.fromkeys(self._errors)) or None)
 
     # -- internals
+    def _close_dev_files(self) -> None:
+        files, self._dev_files = self._dev_files, {}
+        for opened in files.values():
+            self._attempt("closing /proc/net/dev", opened.close)
+
     def _attempt(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()

@@ -180,7 +180,7 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
     from genie.engine.program import build_programs
     from genie.measure.mix import (JobComparison, job_outcome, job_placements, median_iteration_ns,
                                    mixed_iteration_ns, mixed_placements)
-    from genie.report.replay import replay_files
+    from genie.report.replay import ops_csv, replay_files
     from genie.services.replay import run_replay
     from genie.workloads.mix import merge_jobs, repetition_counts
 
@@ -211,7 +211,6 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
         outcome = run_replay(merged, mixed_placements(stage.placements, mixmap), request,
                              source=f"{mix.source}: the mix", on_pids=stage.target.on_pids,
                              sessions=stage.sessions, dilation=stage.dilation)
-    from genie.report.replay import ops_csv
     stage.run.write(MIX_OPS_CSV, ops_csv(outcome))  # every repetition, before any is chosen: rules re-applicable
     if stage.target.info is not None:  # while the testbed is up: the paths its kernels gave the connections
         mixed_paths = _slot_paths(stage.target.info, outcome.flows, MIX_LABEL, mixmap.slots)
