@@ -34,7 +34,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from genie.core.collective import Collective
 from genie.measure.metrics import iteration_times_ns
+from genie.report import nccl_json
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ def report(run: Path, tolerance: float) -> list[str]:
         line = (f"{run.name} {r['collective']} {r['size_bytes']} B: within {tolerance:.0%} {s.within}/{s.iterations} "
                 f"({last}), first/median {s.first_over_median:.2f} ({first}), last/median {s.last_over_median:.2f}, "
                 f"lag-1 autocorrelation {s.lag1_autocorrelation:+.2f}, pairs within {s.pairs_within}/{s.pairs}")
-        stem = r["collective"].replace("all_to_all", "alltoall")
+        stem = nccl_json.BINARIES[Collective(r["collective"])].removesuffix("_perf")
         case_shares = shares.get((stem, int(r["size_bytes"])))
         if case_shares is not None and len(case_shares[0]) == len(times):
             p50, p90 = share_lateness_ms(case_shares)
