@@ -46,8 +46,8 @@ from __future__ import annotations
 import numpy as np
 
 from astra_adapter.fabric.chain_flows import ChainFlowEngine
-from astra_adapter.fabric.fairshare import (LiveRates, MovingRates, earliest_end_ns, max_min_rates_compacting,
-                                            move_flows)
+from astra_adapter.fabric.fairshare import (FlowEvents, LiveRates, MovingRates, earliest_end_ns,
+                                            max_min_rates_compacting, move_flows)
 from astra_adapter.fabric.flat_queues import OnQueues
 from astra_adapter.fabric.flat_slots import FlowSlots, OnSlots
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
@@ -82,6 +82,8 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
     # (flat_slots.FlowSlots: the same floats; False: every flowing op's arrays concatenated again at each lay-out)
     listed = True  # with slots, the sweeps read each slot's list of its moving flows (the same floats; False: every
     # flow of each slot with a flow moving, its flag tested)
+    compiled_loop = True  # with listed slots, the player's events that are only a flow's end inside a step played in
+    # C (fairshare_core.FlowEvents, flow_events: the same floats; False: every event through the Python loop)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -103,12 +105,15 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         network_routes = network.routes
-        self._slots = FlowSlots(self._live, lambda: len(network_routes), self.listed) \
+        self._events = FlowEvents(self._live) if FlowEvents is not None and self._live is not None and self.slots \
+            and self.listed and self.compiled_loop else None
+        self._slots = FlowSlots(self._live, lambda: len(network_routes), self.listed, self._events) \
             if self._live is not None and self.slots else None
         self._pending: dict[int, FabricOp] = {}  # with slots: the ops changed since the last lay-out, by id
         self._waits: dict[int, FabricOp] = {}  # with slots: the ops paying a step's latency
         self._halts: dict[int, FabricOp] = {}  # with slots: the ops done, or with nothing to move and no latency
         self.solves = 0  # max-min solves run (the memo's misses)
+        self.events = 0  # advances (the player's events), in Python or in C (flow_events)
         self._bound_ptr: np.ndarray | None = None  # the route table bound to the incremental solve (LiveRates)
         self._rate_key: tuple = ()  # the memo key of the rates in self._rate
         self._left = np.zeros(0)
@@ -296,6 +301,7 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         return self.credit.horizon_ns(self._credit_load)
 
     def advance(self, dt_ns: float) -> None:
+        self.events += 1
         if self.queues is not None:
             self._advance_in_order(dt_ns)
         elif self._slots is not None:

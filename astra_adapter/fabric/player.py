@@ -29,6 +29,7 @@ class FabricPlayer(_Player):
         self._of_flow: dict[int, _FlowOp] = {}  # id(op.flow) -> the running op, for the ops whose flow started
         self._flows_started = 0
         self._with_flow = 0  # the first ops of ``running`` have their flows: the others joined it since (at its end)
+        self._flow_events = getattr(engine, "flow_events", None)  # the engine's compiled event loop (None: none)
         super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
         channels, p2p = trace.channels()
         for key, op in self.op_index.items():  # ("coll", group, k) or ("p2p", src, dst, k): the replay's channel
@@ -51,6 +52,20 @@ class FabricPlayer(_Player):
 
     def advance(self, dt_ns: float) -> None:
         self.engine.advance(dt_ns)
+
+    def _event(self, t: float) -> float | None:
+        """As the replay's loop, except that where the engine plays events itself (the flat engine's compiled
+        loop: :meth:`astra_adapter.fabric.flat_slots.OnSlots.flow_events`, while every op has its flow started)
+        it plays them up to the first that is more than a flow's end inside a step, its move done; the compute
+        ends due then as after any event. The same events, the same floats."""
+        flow_events = self._flow_events
+        if flow_events is not None and self._with_flow == len(self.running):
+            heap = self.heap
+            after = flow_events(t, heap[0][0] if heap else float("inf"))
+            if after is not None:
+                self._compute_ends(after)
+                return after
+        return super()._event(t)
 
     def settle(self, t: float) -> None:
         """Each member leaves an op when its own part of the last step is done (the replay's ranks leave a
