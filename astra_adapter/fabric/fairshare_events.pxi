@@ -7,7 +7,8 @@
 # flow moved, the flows that ended uncounted, each op whose count changed told), the clock, the compute ends due.
 # Most events are a flow's end inside a step that goes on: a ring step's flows end at ~10 instants, and only the
 # last one ends the step. For such an event the settle asks nothing (an op before its last step has every member
-# busy), nothing is laid out, and the heap has nothing due - so it is the solve, the least quotient, the move and
+# busy; on its last step, where no member's last flow ended, no member leaves), nothing is laid out, and the heap
+# has nothing due - so it is the solve, the least quotient, the move and
 # the clock, all of which LiveRates already does in C. FlowEvents.run plays those events in one call, the same
 # calls in the same order (LiveRates._solve, _earliest_listed, _move_listed) and the clock's same two sums, and
 # hands the first event that is more than that back to Python with its move done: the player then does what its
@@ -22,17 +23,55 @@ cdef class FlowEvents:
     cdef LiveRates live
     cdef unsigned char[::1] notify  # per slot: its op is on its last step (a member may leave when a flow ends)
     cdef list ops  # per slot its op (FlowSlots.ops: None where dead)
+    cdef int64_t[::1] src  # per flow its sending rank
+    cdef int64_t[::1] dst  # and its receiving rank
+    cdef int64_t[::1] busy  # per slot on its last step: its ranks with a flow moving, as last counted (or more)
+    cdef int64_t* stamp  # per rank: the count it was last seen in (_busy_count)
+    cdef int64_t stamps
+    cdef Py_ssize_t num_ranks
     cdef public bint rated  # the rates are those of the moving flows now (the engine's _rated, kept in step)
     cdef public int64_t solves  # solves run by run() (the engine adds them to its count)
     cdef public int64_t events  # events played by run(), the last one's included
 
-    def __cinit__(self, LiveRates live):
+    def __cinit__(self, LiveRates live, Py_ssize_t num_ranks):
         self.live = live
+        self.num_ranks = num_ranks
+        self.stamp = <int64_t*>calloc(max(num_ranks, 1), sizeof(int64_t))
+        if not self.stamp:
+            raise MemoryError()
 
-    def bind(self, unsigned char[::1] notify, list ops):
-        """The slots' flags (per slot: its op is on its last step) and their ops (FlowSlots: bound again whenever
-        its views change)."""
-        self.notify, self.ops = notify, ops
+    def __dealloc__(self):
+        free(self.stamp)
+
+    def bind(self, unsigned char[::1] notify, list ops, int64_t[::1] src, int64_t[::1] dst, int64_t[::1] busy):
+        """The slots' flags (per slot: its op is on its last step), their ops, each flow's ranks and each slot's
+        count of busy ranks (FlowSlots: bound again whenever its views change)."""
+        self.notify, self.ops, self.src, self.dst, self.busy = notify, ops, src, dst, busy
+
+    cdef int64_t _busy_count(self, Py_ssize_t k) noexcept:
+        """Slot ``k``'s distinct ranks sending or receiving a flow that moves (its listed flows): the ranks
+        FabricPlayer.settle finds busy in its op (FlatFlowEngine.busy_ranks: after a move, the flows above their
+        done threshold are the moving ones)."""
+        cdef LiveRates live = self.live
+        cdef Py_ssize_t j, i, a = live.b_starts[k]
+        cdef int64_t r, n = 0
+        cdef int64_t* stamp = self.stamp
+        self.stamps += 1
+        for j in range(a, a + live.b_counts[k]):
+            i = live.b_listed[j]
+            r = self.src[i]
+            if r < 0 or r >= self.num_ranks:
+                return -1  # not a rank of the network: counted as a change (the player's settle decides)
+            if stamp[r] != self.stamps:
+                stamp[r] = self.stamps
+                n += 1
+            r = self.dst[i]
+            if r < 0 or r >= self.num_ranks:
+                return -1
+            if stamp[r] != self.stamps:
+                stamp[r] = self.stamps
+                n += 1
+        return n
 
     def run(self, double t, double t_heap):
         """Events from time ``t`` (the next compute end at ``t_heap``) while each moves flows only inside steps
@@ -46,7 +85,7 @@ cdef class FlowEvents:
         cdef double horizon, dt
         cdef bint op_first, plain
         cdef Py_ssize_t k
-        cdef int64_t c
+        cdef int64_t c, n
         cdef list moved
         cdef int64_t played = 0
         while True:
@@ -69,11 +108,14 @@ cdef class FlowEvents:
             if moved:
                 self.rated = False
             plain = t < t_heap  # no compute end due
-            if plain:
-                for k, c in moved:
-                    if c == 0 or self.notify[k]:
+            for k, c in moved:
+                if c == 0:
+                    plain = False  # a step ended
+                elif self.notify[k]:  # on its last step: a member leaves if it has no flow moving now
+                    n = self._busy_count(k)
+                    if n != self.busy[k]:
+                        self.busy[k] = n  # (busy ranks only go: where the count was stale, one event more in Python)
                         plain = False
-                        break
             if not plain:
                 return (t, moved)
             for k, c in moved:

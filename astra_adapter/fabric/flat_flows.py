@@ -105,7 +105,7 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         network_routes = network.routes
-        self._events = FlowEvents(self._live) if FlowEvents is not None and self._live is not None and self.slots \
+        self._events = FlowEvents(self._live, network.world_size) if FlowEvents is not None and self._live is not None and self.slots \
             and self.listed and self.compiled_loop else None
         self._slots = FlowSlots(self._live, lambda: len(network_routes), self.listed, self._events) \
             if self._live is not None and self.slots else None
@@ -238,11 +238,7 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         credit their load is kept per (modes, moving routes, their flows) (:meth:`_kept_load`)."""
         if self._live is not None:
             self.solves += 1
-            ptr = self._route_ptr
-            if len(ptr) < len(self.network.routes) + 1 or ptr is not self._bound_ptr:  # routes added: bind again
-                ptr, res, w = self._route_table(len(self.network.routes) - 1)
-                self._live.bind_table(ptr, res, w)
-                self._bound_ptr = ptr
+            self._bind_table()
             self._live.solve_bound()  # on the table bound (no buffers taken per call)
             if self.credit is not None:  # the load: a function of the routes, their flows and the modes
                 unique, counts, rates = self._live.moving_routes()
@@ -267,6 +263,14 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
             self._moving_rates[key] = rate
         self._rate = rate
         self._rated = True
+
+    def _bind_table(self) -> None:
+        """The route table bound to the incremental solve again where routes were added since."""
+        ptr = self._route_ptr
+        if len(ptr) < len(self.network.routes) + 1 or ptr is not self._bound_ptr:
+            ptr, res, w = self._route_table(len(self.network.routes) - 1)
+            self._live.bind_table(ptr, res, w)
+            self._bound_ptr = ptr
 
     # ---- time -------------------------------------------------------------------------------------------
     def horizon_ns(self) -> float:

@@ -31,6 +31,7 @@ import numpy as np
 from astra_adapter.fabric.flows import FabricOp
 
 _MIN_COMPACT = 4096  # dead flows kept at least up to this many before the arrays are compacted
+_UNCOUNTED = 1 << 62  # a slot's busy ranks not counted yet (FlowEvents: its first move in C goes on in Python)
 
 
 class FlowSlots:
@@ -54,6 +55,7 @@ class FlowSlots:
         self._flags = np.zeros(0, dtype=bool)
         self._routes = self._starts = self._counts = self._listed = np.zeros(0, dtype=np.int64)
         self._last = np.zeros(0, dtype=np.uint8)  # per slot: its op is on its last step (FlowEvents.bind)
+        self._src = self._dst = self._busy = np.zeros(0, dtype=np.int64)  # per flow its ranks; per slot its busy ones
         self._compact(1024, 64)
 
     def _compact(self, cap: int, slot_cap: int) -> None:
@@ -62,6 +64,7 @@ class FlowSlots:
         left, flags, done = np.zeros(cap), np.zeros(cap, dtype=bool), np.zeros(cap)
         routes, starts, counts, listed = (np.zeros(n, dtype=np.int64) for n in (cap, slot_cap, slot_cap, cap))
         last = np.zeros(slot_cap, dtype=np.uint8)
+        src, dst, busy = np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64), np.zeros(slot_cap, dtype=np.int64)
         ops: list[FabricOp | None] = []
         lens: list[int] = []
         at = 0
@@ -72,6 +75,7 @@ class FlowSlots:
             left[at:at + n], flags[at:at + n] = self._left[a:a + n], self._flags[a:a + n]
             done[at:at + n], routes[at:at + n] = self._done[a:a + n], self._routes[a:a + n]
             starts[len(ops)], counts[len(ops)], last[len(ops)] = at, self._counts[k], self._last[k]
+            src[at:at + n], dst[at:at + n], busy[len(ops)] = self._src[a:a + n], self._dst[a:a + n], self._busy[k]
             c = int(self._counts[k])
             listed[at:at + c] = self._listed[a:a + c] - a + at
             op.slot = len(ops)  # type: ignore[attr-defined]
@@ -83,6 +87,7 @@ class FlowSlots:
         self._left, self._flags, self._done, self._routes = left, flags, done, routes
         self._starts, self._counts, self.ops, self._len = starts, counts, ops, lens
         self._listed, self._last = listed, last
+        self._src, self._dst, self._busy = src, dst, busy
         self._used, self._dead, self._dead_slots = at, 0, 0
         self._views()
 
@@ -96,7 +101,7 @@ class FlowSlots:
             self._live.bind_slots(self.left, self.active, self.done_below, self.routes, self.starts, self.counts,
                                   self.listed)
         if self._events is not None:
-            self._events.bind(self._last[:s], self.ops)
+            self._events.bind(self._last[:s], self.ops, self._src[:n], self._dst[:n], self._busy[:s])
 
     def place(self, op: FabricOp) -> None:
         """``op``'s step (just entered; its flows move now) into its slot - the one it holds where that has as
@@ -125,6 +130,9 @@ class FlowSlots:
         self._done[a:b], self._routes[a:b] = s.done_below, s.routes
         self._counts[k] = op.active_count
         self._last[k] = op.step == len(op.steps) - 1
+        if self._events is not None:
+            self._src[a:b], self._dst[a:b] = s.src, s.dst
+            self._busy[k] = _UNCOUNTED
         moving = np.flatnonzero(self._flags[a:b])
         self._listed[a:a + len(moving)] = moving + a
         op.left, op.active = self._left[a:b], self._flags[a:b]
@@ -178,9 +186,7 @@ class OnSlots:
     _events: Any  # fairshare_core.FlowEvents (None: the per-event loop in Python)
     solves: int
     events: int
-    _bound_ptr: Any
-    _route_ptr: Any
-    network: Any
+    _bind_table: Callable[[], None]
     changed: set[int]
     credit: Any  # credit.LinkCredit (None: off)
     _credit_ns: Callable[[bool], float]
@@ -230,14 +236,18 @@ class OnSlots:
         flow's end inside a step that goes on (``FlowEvents.run``: the solve, the horizon, the move and the clock
         of this engine's horizon and advance and the player's loop, the same calls in the same order); the first
         event that is more than that with its move done here as :meth:`_slots_advance` does it. The clock after
-        the last event played (the player's loop then takes the compute ends due), or None where none was played:
-        the engine is not quiet (an op to lay out, a latency running, an op halted, HTB's credit, routes added
-        since the solve's table was bound) or nothing moves."""
+        the last event played (the player's loop then takes the compute ends due), or None where none was played
+        (a latency running, an op halted, HTB's credit, or nothing moves: the horizon's Python then, after the
+        lay-out done here as the horizon does it first)."""
         events, slots = self._events, self._slots
-        if events is None or self._dirty or self._waits or self._halts or self.credit is not None or \
-                not slots.flowing or self._bound_ptr is not self._route_ptr or \
-                len(self._route_ptr) < len(self.network.routes) + 1:
+        if events is None or self.credit is not None:
             return None
+        if self._dirty:
+            self._place_changed()
+        if self._waits or self._halts or not slots.flowing:
+            return None
+        if not self._rated:
+            self._bind_table()  # (the solve's own first step: _rate_flows)
         events.rated = self._rated
         out = events.run(t, t_heap)
         self._rated = events.rated
