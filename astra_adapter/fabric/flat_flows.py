@@ -105,8 +105,8 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         network_routes = network.routes
-        self._events = FlowEvents(self._live, network.world_size) if FlowEvents is not None and self._live is not None and self.slots \
-            and self.listed and self.compiled_loop else None
+        self._events = FlowEvents(self._live, network.world_size) if FlowEvents is not None and \
+            self._live is not None and self.slots and self.listed and self.compiled_loop else None
         self._slots = FlowSlots(self._live, lambda: len(network_routes), self.listed, self._events) \
             if self._live is not None and self.slots else None
         self._pending: dict[int, FabricOp] = {}  # with slots: the ops changed since the last lay-out, by id

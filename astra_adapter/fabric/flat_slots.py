@@ -64,7 +64,7 @@ class FlowSlots:
         left, flags, done = np.zeros(cap), np.zeros(cap, dtype=bool), np.zeros(cap)
         routes, starts, counts, listed = (np.zeros(n, dtype=np.int64) for n in (cap, slot_cap, slot_cap, cap))
         last = np.zeros(slot_cap, dtype=np.uint8)
-        src, dst, busy = np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64), np.zeros(slot_cap, dtype=np.int64)
+        src, dst, busy = (np.zeros(n, dtype=np.int64) for n in (cap, cap, slot_cap))
         ops: list[FabricOp | None] = []
         lens: list[int] = []
         at = 0
