@@ -75,8 +75,10 @@ def _same_play(trace, network, params) -> CountedEngine:
 
 
 def test_the_estimates_engine_plays_its_events_compiled():
-    assert FlatFlowEngine(FabricNetwork(fabric()))._events is not None
-    assert PythonLoopEngine(FabricNetwork(fabric()))._events is None
+    assert FlatFlowEngine(FabricNetwork(fabric())).plays_events
+    assert not PythonLoopEngine(FabricNetwork(fabric())).plays_events
+    # standing queues read per-flow rates mid-advance: no incremental solve, no compiled loop
+    assert not FlatFlowEngine(FabricNetwork(fabric()), FabricParams(standing_queues=True)).plays_events
 
 
 @pytest.mark.parametrize("params", PARAMS)

@@ -131,6 +131,11 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         self._queue_steps: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}  # (id(steps), k) -> _queue_step
         self._flow_steps: list[tuple[tuple[StepFlows, ...], int]] = []  # the flowing ops' (steps, step) laid out
 
+    @property
+    def plays_events(self) -> bool:
+        """Whether it plays the player's plain events itself, compiled (:meth:`OnSlots.flow_events`)."""
+        return self._events is not None
+
     # ---- ops ----------------------------------------------------------------------------------------
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         op = _FlatOp(steps)
