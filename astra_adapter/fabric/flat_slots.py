@@ -20,6 +20,11 @@ them, so the sweeps (``LiveRates.earliest_end_listed``, ``LiveRates.move_listed`
 late in a ring step its slot still spans every flow while the last few, slowed on links ECMP made collide, move
 (256 ranks, draw 0: 566 moving flows an event on average, in slots spanning 1216). The same flows in the same
 order: the same floats.
+
+On these slots the player's plain events - flows ending inside steps that go on, no member leaving, no compute end
+due - are played in C (:meth:`OnSlots.flow_events`, ``fairshare_core.FlowEvents``: the solve, the earliest end, the
+move and the clock, the same calls in the same order), the first other event handed back with its move done; each
+slot keeps for it whether its op is on its last step, each flow's ranks and its count of busy ranks.
 """
 
 from __future__ import annotations
