@@ -279,6 +279,18 @@ class _Player:
             op.remaining_ns -= dt_ns * rate
 
     def play(self) -> float:
+        self._begin()
+        t = 0.0
+        while self.done < self.total:
+            self.settle(t)
+            after = self._event(t)
+            if after is None:
+                break
+            t = after
+        return t
+
+    def _begin(self) -> None:
+        """The nodes ready at 0 started (the play's first pump)."""
         for rank, order in enumerate(self.nodes):
             node_lane = self.lanes[rank][0]
             for i in range(len(order)):
@@ -289,26 +301,31 @@ class _Player:
                         self.compute_ready[rank].append(i)
         for rank in range(len(self.nodes)):
             self.pump(rank, 0.0)
-        t = 0.0
-        while self.done < self.total:
-            self.settle(t)
-            horizon = self.horizon_ns()
-            t_heap = self.heap[0][0] if self.heap else float("inf")
-            if horizon == float("inf") and t_heap == float("inf"):
-                if self.done < self.total:
-                    raise GenieError(f"measured-mode schedule is stuck: {self._stuck()}")
-                break
-            # advance by the horizon itself when an op's event comes first: late in a long play, t + a tiny
-            # horizon rounds back to t, and advancing by the difference (0) would never reach the event
-            op_first = t + horizon <= t_heap
-            self.advance(horizon if op_first else t_heap - t)
-            t = t + horizon if op_first else t_heap
-            while self.heap and self.heap[0][0] <= t:
-                end, _, rank, i = heapq.heappop(self.heap)
-                self.compute_busy[rank] = False
-                self.finish(rank, i, self.spans[rank][i][0], end)
-                self.pump(rank, end)
+
+    def _event(self, t: float) -> float | None:
+        """One event from ``t`` (after the settle): the horizon, the advance, the compute ends due; the new clock
+        (None: nothing is left to happen, every node done)."""
+        horizon = self.horizon_ns()
+        t_heap = self.heap[0][0] if self.heap else float("inf")
+        if horizon == float("inf") and t_heap == float("inf"):
+            if self.done < self.total:
+                raise GenieError(f"measured-mode schedule is stuck: {self._stuck()}")
+            return None
+        # advance by the horizon itself when an op's event comes first: late in a long play, t + a tiny
+        # horizon rounds back to t, and advancing by the difference (0) would never reach the event
+        op_first = t + horizon <= t_heap
+        self.advance(horizon if op_first else t_heap - t)
+        t = t + horizon if op_first else t_heap
+        self._compute_ends(t)
         return t
+
+    def _compute_ends(self, t: float) -> None:
+        """The compute nodes ending by ``t`` finished, their ranks pumped."""
+        while self.heap and self.heap[0][0] <= t:
+            end, _, rank, i = heapq.heappop(self.heap)
+            self.compute_busy[rank] = False
+            self.finish(rank, i, self.spans[rank][i][0], end)
+            self.pump(rank, end)
 
     def _stuck(self) -> str:
         for rank, order in enumerate(self.nodes):

@@ -14,9 +14,9 @@ the problem's size: ranks, trace nodes, the flows the model plays per draw, link
 ``--in-process`` also runs the estimate in this process with the trace read and the model timed apart, and
 counts the flows (one play's worth: every op's schedule steps).
 
-``--play flat,flat-unlisted,flat-rebuilt,flat-scan,flat-walk,flat-one,flat-numpy,reference`` instead plays one draw (``--draw K`` of the
-ECMP hash, -1: the expected share) in this process on each engine in turn, side by side, each under a CPU-time cap
-(``--cpu-cap S``): the ET read and the trace's compile timed apart, then per engine its CPU and wall time, the
+``--play flat,flat-pyloop,flat-unlisted,flat-rebuilt,flat-scan,flat-walk,flat-one,flat-numpy,reference`` instead
+plays one draw (``--draw K`` of the ECMP hash, -1: the expected share) in this process on each engine in turn, side
+by side, each under a CPU-time cap (``--cpu-cap S``): the ET read and the trace's compile timed apart, then per engine its CPU and wall time, the
 load average, the events and max-min solves it ran, and the iteration - or, stopped at the cap, how many of the
 trace's nodes it had done.
 """
@@ -126,6 +126,9 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
     class RebuiltFlatFlowEngine(FlatFlowEngine):
         slots = False  # every flowing op's arrays concatenated again at each lay-out (before the slots)
 
+    class PyLoopFlatFlowEngine(FlatFlowEngine):
+        compiled_loop = False  # every event through the player's Python loop (before the compiled event loop)
+
     class UnlistedFlatFlowEngine(FlatFlowEngine):
         listed = False  # the sweeps over every flow of each slot with a flow moving (before the moving flows' lists)
 
@@ -146,7 +149,8 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
 
     signal.signal(signal.SIGXCPU, stop)
     for name in engines:
-        engine = {"flat": FlatFlowEngine, "flat-rebuilt": RebuiltFlatFlowEngine, "flat-unlisted": UnlistedFlatFlowEngine,
+        engine = {"flat": FlatFlowEngine, "flat-pyloop": PyLoopFlatFlowEngine, "flat-rebuilt": RebuiltFlatFlowEngine,
+                  "flat-unlisted": UnlistedFlatFlowEngine,
                   "flat-walk": WalkFlatFlowEngine,
                   "flat-one": OneSolveFlatFlowEngine,
                   "flat-scan": scanning, "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](net)
@@ -177,6 +181,7 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
         elif solve is not None and solve.by_component:
             parts = f" ({solve.components_solved} components solved, {solve.components_kept} kept)"
         cpu = time.process_time() - c
+        events[0] = getattr(engine, "events", events[0])  # the engine's count: events played in C too
         print(f"{name}: {cpu:.1f} s CPU, {time.perf_counter() - w:.1f} s wall, load "
               f"{load:.1f}/{os.getloadavg()[0]:.1f}; {events[0]} events ({1e3 * cpu / max(events[0], 1):.3f} ms CPU "
               f"an event), {getattr(engine, 'solves', len(engine._rates))} max-min solves{parts}; "
@@ -215,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the trace read and the model apart in this process, and count the flows")
     parser.add_argument("--ecmp-samples", type=int, help="in process: ECMP hash draws (default: the CLI's)")
     parser.add_argument("--play", help="instead: one play in process on these engines, side by side "
-                        "(comma-separated: flat, flat-unlisted: its sweeps over every flow of a slot, "
+                        "(comma-separated: flat, flat-pyloop: every event through the Python loop, "
+                        "flat-unlisted: its sweeps over every flow of a slot, "
                         "flat-rebuilt: its arrays concatenated again at each lay-out, "
                         "flat-scan: its filling scanning every entry each round, "
                         "flat-walk: its solve walking every moving flow, "

@@ -444,3 +444,4 @@ def move_flows(double[::1] left, const double[::1] rate, unsigned char[::1] acti
 
 include "fairshare_fill.pxi"
 include "fairshare_live.pxi"
+include "fairshare_events.pxi"

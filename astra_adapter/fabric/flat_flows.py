@@ -46,8 +46,8 @@ from __future__ import annotations
 import numpy as np
 
 from astra_adapter.fabric.chain_flows import ChainFlowEngine
-from astra_adapter.fabric.fairshare import (LiveRates, MovingRates, earliest_end_ns, max_min_rates_compacting,
-                                            move_flows)
+from astra_adapter.fabric.fairshare import (FlowEvents, LiveRates, MovingRates, earliest_end_ns,
+                                            max_min_rates_compacting, move_flows)
 from astra_adapter.fabric.flat_queues import OnQueues
 from astra_adapter.fabric.flat_slots import FlowSlots, OnSlots
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepFlows, StepSends
@@ -82,6 +82,8 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
     # (flat_slots.FlowSlots: the same floats; False: every flowing op's arrays concatenated again at each lay-out)
     listed = True  # with slots, the sweeps read each slot's list of its moving flows (the same floats; False: every
     # flow of each slot with a flow moving, its flag tested)
+    compiled_loop = True  # with listed slots, the player's events that are only a flow's end inside a step played in
+    # C (fairshare_core.FlowEvents, flow_events: the same floats; False: every event through the Python loop)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -103,12 +105,15 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
             if MovingRates is not None and self.compiled_solve else None
         self._sweep = self._compiled is not None and move_flows is not None
         network_routes = network.routes
-        self._slots = FlowSlots(self._live, lambda: len(network_routes), self.listed) \
+        self._events = FlowEvents(self._live, network.world_size) if FlowEvents is not None and \
+            self._live is not None and self.slots and self.listed and self.compiled_loop else None
+        self._slots = FlowSlots(self._live, lambda: len(network_routes), self.listed, self._events) \
             if self._live is not None and self.slots else None
         self._pending: dict[int, FabricOp] = {}  # with slots: the ops changed since the last lay-out, by id
         self._waits: dict[int, FabricOp] = {}  # with slots: the ops paying a step's latency
         self._halts: dict[int, FabricOp] = {}  # with slots: the ops done, or with nothing to move and no latency
         self.solves = 0  # max-min solves run (the memo's misses)
+        self.events = 0  # advances (the player's events), in Python or in C (flow_events)
         self._bound_ptr: np.ndarray | None = None  # the route table bound to the incremental solve (LiveRates)
         self._rate_key: tuple = ()  # the memo key of the rates in self._rate
         self._left = np.zeros(0)
@@ -125,6 +130,11 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         self._queue_flat: tuple[np.ndarray, ...] | None = None  # the flowing flows' queue entries (lazy)
         self._queue_steps: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}  # (id(steps), k) -> _queue_step
         self._flow_steps: list[tuple[tuple[StepFlows, ...], int]] = []  # the flowing ops' (steps, step) laid out
+
+    @property
+    def plays_events(self) -> bool:
+        """Whether it plays the player's plain events itself, compiled (:meth:`OnSlots.flow_events`)."""
+        return self._events is not None
 
     # ---- ops ----------------------------------------------------------------------------------------
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
@@ -233,11 +243,7 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         credit their load is kept per (modes, moving routes, their flows) (:meth:`_kept_load`)."""
         if self._live is not None:
             self.solves += 1
-            ptr = self._route_ptr
-            if len(ptr) < len(self.network.routes) + 1 or ptr is not self._bound_ptr:  # routes added: bind again
-                ptr, res, w = self._route_table(len(self.network.routes) - 1)
-                self._live.bind_table(ptr, res, w)
-                self._bound_ptr = ptr
+            self._bind_table()
             self._live.solve_bound()  # on the table bound (no buffers taken per call)
             if self.credit is not None:  # the load: a function of the routes, their flows and the modes
                 unique, counts, rates = self._live.moving_routes()
@@ -262,6 +268,14 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
             self._moving_rates[key] = rate
         self._rate = rate
         self._rated = True
+
+    def _bind_table(self) -> None:
+        """The route table bound to the incremental solve again where routes were added since."""
+        ptr = self._route_ptr
+        if len(ptr) < len(self.network.routes) + 1 or ptr is not self._bound_ptr:
+            ptr, res, w = self._route_table(len(self.network.routes) - 1)
+            self._live.bind_table(ptr, res, w)
+            self._bound_ptr = ptr
 
     # ---- time -------------------------------------------------------------------------------------------
     def horizon_ns(self) -> float:
@@ -296,6 +310,7 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         return self.credit.horizon_ns(self._credit_load)
 
     def advance(self, dt_ns: float) -> None:
+        self.events += 1
         if self.queues is not None:
             self._advance_in_order(dt_ns)
         elif self._slots is not None:

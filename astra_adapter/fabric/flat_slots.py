@@ -20,6 +20,11 @@ them, so the sweeps (``LiveRates.earliest_end_listed``, ``LiveRates.move_listed`
 late in a ring step its slot still spans every flow while the last few, slowed on links ECMP made collide, move
 (256 ranks, draw 0: 566 moving flows an event on average, in slots spanning 1216). The same flows in the same
 order: the same floats.
+
+On these slots the player's plain events - flows ending inside steps that go on, no member leaving, no compute end
+due - are played in C (:meth:`OnSlots.flow_events`, ``fairshare_core.FlowEvents``: the solve, the earliest end, the
+move and the clock, the same calls in the same order), the first other event handed back with its move done; each
+slot keeps for it whether its op is on its last step, each flow's ranks and its count of busy ranks.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import numpy as np
 from astra_adapter.fabric.flows import FabricOp
 
 _MIN_COMPACT = 4096  # dead flows kept at least up to this many before the arrays are compacted
+_UNCOUNTED = 1 << 62  # a slot's busy ranks not counted yet (FlowEvents: its first move in C goes on in Python)
 
 
 class FlowSlots:
@@ -39,8 +45,9 @@ class FlowSlots:
     ``counts`` (per slot its moving flows) - are views exactly as long as the slots in use; ``ops``: per slot its
     op (None: dead); ``flowing``: how many ops move flows."""
 
-    def __init__(self, live, num_route_ids: Callable[[], int], listed: bool = True) -> None:
+    def __init__(self, live, num_route_ids: Callable[[], int], listed: bool = True, events=None) -> None:
         self._live = live  # LiveRates: counts the moving flows per route
+        self._events = events  # FlowEvents: the per-event loop compiled (None: off), bound to the slots too
         self.listed_sweeps = listed  # the sweeps read each slot's moving flows from its list (``listed``)
         self._num_route_ids = num_route_ids  # route ids so far (the network memoises routes as ops are planned)
         self.ops: list[FabricOp | None] = []
@@ -52,6 +59,8 @@ class FlowSlots:
         self._left = self._done = np.zeros(0)
         self._flags = np.zeros(0, dtype=bool)
         self._routes = self._starts = self._counts = self._listed = np.zeros(0, dtype=np.int64)
+        self._last = np.zeros(0, dtype=np.uint8)  # per slot: its op is on its last step (FlowEvents.bind)
+        self._src = self._dst = self._busy = np.zeros(0, dtype=np.int64)  # per flow its ranks; per slot its busy ones
         self._compact(1024, 64)
 
     def _compact(self, cap: int, slot_cap: int) -> None:
@@ -59,6 +68,8 @@ class FlowSlots:
         dropped; each moving op's ``left`` and ``active`` viewing its new place)."""
         left, flags, done = np.zeros(cap), np.zeros(cap, dtype=bool), np.zeros(cap)
         routes, starts, counts, listed = (np.zeros(n, dtype=np.int64) for n in (cap, slot_cap, slot_cap, cap))
+        last = np.zeros(slot_cap, dtype=np.uint8)
+        src, dst, busy = (np.zeros(n, dtype=np.int64) for n in (cap, cap, slot_cap))
         ops: list[FabricOp | None] = []
         lens: list[int] = []
         at = 0
@@ -68,7 +79,8 @@ class FlowSlots:
             n, a = self._len[k], int(self._starts[k])
             left[at:at + n], flags[at:at + n] = self._left[a:a + n], self._flags[a:a + n]
             done[at:at + n], routes[at:at + n] = self._done[a:a + n], self._routes[a:a + n]
-            starts[len(ops)], counts[len(ops)] = at, self._counts[k]
+            starts[len(ops)], counts[len(ops)], last[len(ops)] = at, self._counts[k], self._last[k]
+            src[at:at + n], dst[at:at + n], busy[len(ops)] = self._src[a:a + n], self._dst[a:a + n], self._busy[k]
             c = int(self._counts[k])
             listed[at:at + c] = self._listed[a:a + c] - a + at
             op.slot = len(ops)  # type: ignore[attr-defined]
@@ -79,7 +91,8 @@ class FlowSlots:
             at += n
         self._left, self._flags, self._done, self._routes = left, flags, done, routes
         self._starts, self._counts, self.ops, self._len = starts, counts, ops, lens
-        self._listed = listed
+        self._listed, self._last = listed, last
+        self._src, self._dst, self._busy = src, dst, busy
         self._used, self._dead, self._dead_slots = at, 0, 0
         self._views()
 
@@ -92,6 +105,8 @@ class FlowSlots:
         if self.listed_sweeps:  # the sweeps then take these arrays from LiveRates, not one buffer each per call
             self._live.bind_slots(self.left, self.active, self.done_below, self.routes, self.starts, self.counts,
                                   self.listed)
+        if self._events is not None:
+            self._events.bind(self._last[:s], self.ops, self._src[:n], self._dst[:n], self._busy[:s])
 
     def place(self, op: FabricOp) -> None:
         """``op``'s step (just entered; its flows move now) into its slot - the one it holds where that has as
@@ -119,6 +134,10 @@ class FlowSlots:
         self._left[a:b], self._flags[a:b] = op.left, op.active
         self._done[a:b], self._routes[a:b] = s.done_below, s.routes
         self._counts[k] = op.active_count
+        self._last[k] = op.step == len(op.steps) - 1
+        if self._events is not None:
+            self._src[a:b], self._dst[a:b] = s.src, s.dst
+            self._busy[k] = _UNCOUNTED
         moving = np.flatnonzero(self._flags[a:b])
         self._listed[a:a + len(moving)] = moving + a
         op.left, op.active = self._left[a:b], self._flags[a:b]
@@ -169,6 +188,10 @@ class OnSlots:
     _halts: dict[int, FabricOp]
     _dirty: bool
     _rated: bool
+    _events: Any  # fairshare_core.FlowEvents (None: the per-event loop in Python)
+    solves: int
+    events: int
+    _bind_table: Callable[[], None]
     changed: set[int]
     credit: Any  # credit.LinkCredit (None: off)
     _credit_ns: Callable[[bool], float]
@@ -212,6 +235,43 @@ class OnSlots:
             return min(best, self._live.earliest_end_of(slots.left, slots.active, slots.routes, slots.starts,
                                                         slots.counts))
         return best
+
+    def flow_events(self, t: float, t_heap: float) -> float | None:
+        """The player's events from ``t`` (the next compute end at ``t_heap``) played in C while each is only a
+        flow's end inside a step that goes on (``FlowEvents.run``: the solve, the horizon, the move and the clock
+        of this engine's horizon and advance and the player's loop, the same calls in the same order); the first
+        event that is more than that with its move done here as :meth:`_slots_advance` does it. The clock after
+        the last event played (the player's loop then takes the compute ends due), or None where none was played
+        (a latency running, an op halted, HTB's credit, or nothing moves: the horizon's Python then, after the
+        lay-out done here as the horizon does it first)."""
+        events, slots = self._events, self._slots
+        if events is None or self.credit is not None:
+            return None
+        if self._dirty:
+            self._place_changed()
+        if self._waits or self._halts or not slots.flowing:
+            return None
+        if not self._rated:
+            self._bind_table()  # (the solve's own first step: _rate_flows)
+        events.rated = self._rated
+        out = events.run(t, t_heap)
+        self._rated = events.rated
+        self.solves += events.solves
+        self.events += events.events
+        events.solves = events.events = 0
+        if out is None:
+            return None
+        t, moved = out
+        if moved:  # the last event's move: the rest as _slots_advance
+            changed, of_slot = self.changed, slots.ops
+            for i, count in moved:
+                op = of_slot[i]
+                assert op is not None
+                op.active_count = count
+                changed.add(id(op))
+                if not count:
+                    self._enter_next_step(op)
+        return t
 
     def _slots_advance(self, dt_ns: float) -> None:
         """:meth:`advance` on the slots: the same latencies run down, the same flows moved."""

@@ -29,6 +29,8 @@ class FabricPlayer(_Player):
         self._of_flow: dict[int, _FlowOp] = {}  # id(op.flow) -> the running op, for the ops whose flow started
         self._flows_started = 0
         self._with_flow = 0  # the first ops of ``running`` have their flows: the others joined it since (at its end)
+        # the engine's compiled event loop (None: it has none, or it is off)
+        self._flow_events = engine.flow_events if getattr(engine, "plays_events", False) else None
         super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
         channels, p2p = trace.channels()
         for key, op in self.op_index.items():  # ("coll", group, k) or ("p2p", src, dst, k): the replay's channel
@@ -38,6 +40,10 @@ class FabricPlayer(_Player):
         return _FlowOp(members, sides, op)
 
     def horizon_ns(self) -> float:
+        self._start_flows()
+        return self.engine.horizon_ns()
+
+    def _start_flows(self) -> None:
         running = self.running
         if self._with_flow < len(running):  # ops joined ``running`` (at its end) since: their flows start
             for op in running[self._with_flow:]:
@@ -47,10 +53,24 @@ class FabricPlayer(_Player):
                 self._flows_started += 1
                 self._of_flow[id(op.flow)] = op  # type: ignore[arg-type,attr-defined]
             self._with_flow = len(running)
-        return self.engine.horizon_ns()
 
     def advance(self, dt_ns: float) -> None:
         self.engine.advance(dt_ns)
+
+    def _event(self, t: float) -> float | None:
+        """As the replay's loop, except that where the engine plays events itself (the flat engine's compiled
+        loop: :meth:`astra_adapter.fabric.flat_slots.OnSlots.flow_events`), the new ops' flows started first as
+        the horizon starts them, it plays them up to the first that is more than a flow's end inside a step, its
+        move done; the compute ends due then as after any event. The same events, the same floats."""
+        flow_events = self._flow_events
+        if flow_events is not None:
+            self._start_flows()
+            heap = self.heap
+            after = flow_events(t, heap[0][0] if heap else float("inf"))
+            if after is not None:
+                self._compute_ends(after)
+                return after
+        return super()._event(t)
 
     def settle(self, t: float) -> None:
         """Each member leaves an op when its own part of the last step is done (the replay's ranks leave a
