@@ -195,7 +195,7 @@ def test_link_samples_enter_the_namespace_when_its_file_cannot_stay_open():
     dev = [e for e in probe.entered if e[1] == "/proc/thread-self/net/dev"]
     assert len(dev) >= 2 * 3  # read per sample, in each namespace
     assert obs.observation.samples and all(s.bytes > 0 for s in obs.observation.samples)
-    assert "no such namespace file" in obs.observation.error
+    assert obs.observation.error is None  # nothing was missed: the fallback read every sample
 
 
 def test_proc_file_reads_again_from_the_start(tmp_path):

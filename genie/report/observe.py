@@ -182,10 +182,10 @@ class LinkObserver:
         self._last_report = (0, self._tcp_before)
         try:
             for ns in self._namespaces:
-                opened = self._attempt(f"{ns} /proc/net/dev",
-                                       lambda ns=ns: self.probe.run_in_netns(ns, _open("/proc/thread-self/net/dev")))
-                if opened is not None:
-                    self._dev_files[ns] = opened
+                try:
+                    self._dev_files[ns] = self.probe.run_in_netns(ns, _open("/proc/thread-self/net/dev"))
+                except Exception:  # no error to report: each sample enters the namespace instead (`_sample`)
+                    pass
             if self.interval_s > 0 and self._namespaces:
                 self._thread = threading.Thread(target=self._sample_loop, name="genie-link-sampler", daemon=True)
                 self._thread.start()
