@@ -263,14 +263,7 @@ class OnSlots:
             return None
         t, moved = out
         if moved:  # the last event's move: the rest as _slots_advance
-            changed, of_slot = self.changed, slots.ops
-            for i, count in moved:
-                op = of_slot[i]
-                assert op is not None
-                op.active_count = count
-                changed.add(id(op))
-                if not count:
-                    self._enter_next_step(op)
+            self._moved(moved)
         return t
 
     def _slots_advance(self, dt_ns: float) -> None:
@@ -287,11 +280,16 @@ class OnSlots:
                                     slots.counts, dt_ns)
         if moved:
             self._rated = False
-            changed, of_slot = self.changed, slots.ops
-            for i, count in moved:
-                op = of_slot[i]
-                assert op is not None
-                op.active_count = count
-                changed.add(id(op))
-                if not count:
-                    self._enter_next_step(op)
+            self._moved(moved)
+
+    def _moved(self, moved: list[tuple[int, int]]) -> None:
+        """After a move: each slot's op whose active flow count changed is marked, and one with none left goes
+        on to its next step."""
+        changed, of_slot = self.changed, self._slots.ops
+        for i, count in moved:
+            op = of_slot[i]
+            assert op is not None
+            op.active_count = count
+            changed.add(id(op))
+            if not count:
+                self._enter_next_step(op)
