@@ -182,8 +182,8 @@ def recounted_together(replay_dir: Path, mix_file: Path, *, first_fired: bool = 
     for per_rank in spans.values():
         times = repetition_times(mix_map, per_rank)
         if first_fired:  # the rule before session 25: from the moment the last job's first op fired
-            begin = max(min(t.start_ns for t in times if t.job == j) for j in range(jobs))
-            end = min(max(t.end_ns for t in times if t.job == j) for j in range(jobs))
+            begin = max((min((t.start_ns for t in times if t.job == j), default=0.0) for j in range(jobs)), default=0.0)
+            end = min((max((t.end_ns for t in times if t.job == j), default=0.0) for j in range(jobs)), default=0.0)
             chosen = {j: tuple(t for t in times if t.job == j and t.start_ns >= begin and t.end_ns <= end + 1e-6)
                       or tuple(t for t in times if t.job == j) for j in range(jobs)}
         else:

@@ -254,7 +254,7 @@ def losses(rows: Sequence[Row], steps: Mapping[tuple[bool, Collective, int], Gen
         rate = rates_GBps.get(g.shaped)
         c = cp = cost = model = None
         verdict = Verdict.UNKNOWN
-        if rec is not None and alg is not None and rate and round(rec.steps_per_iteration) > 0:
+        if rec is not None and alg is not None and rate and round(rec.steps_per_iteration) > 0 and rec.step_bytes:
             own = (rec.bytes_per_iteration() / rec.steps_per_iteration,) * round(rec.steps_per_iteration)
             c = max(0.0, (g.time_us - _cost(own, 0.0, rate)) / len(own))
             model = _cost(own, c, rate)

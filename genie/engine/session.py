@@ -46,7 +46,8 @@ class SessionOptions:
     on_pids: Callable[[list[int]], None] | None = None
     fault_hooks: FaultHooks | None = None  # live fault injection (genie.faults); local sessions only
     #: told of every barrier once all ranks wait at it, before they are released (a rank's message: the case
-    #: tags are every rank's); sessions whose barriers the orchestrator relays only (not MPI)
+    #: tags are every rank's); sessions whose barriers the orchestrator relays only (not MPI). It must not raise
+    #: (what it raises ends the run as an error of genie's, not of the ranks)
     on_barrier: Callable[[Barrier], None] | None = None
 
 

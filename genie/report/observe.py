@@ -21,11 +21,10 @@ The testbed side comes in as `probe`, an object with ``link_counters(info)`` and
 
 from __future__ import annotations
 
-import dataclasses
-import os
-
 import contextlib
+import dataclasses
 import functools
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -167,7 +166,7 @@ class LinkObserver:
         self._namespaces = sorted({e.netns for e in info.link_ends if e.netns})
         self._hosts = [(h.host, h.netns) for h in info.hosts if h.netns]
         self._snapshots: list[tuple[float, dict[tuple[str, str], int]]] = []
-        self._dev_files: dict[str, Any] = {}  # namespace -> its /proc/net/dev, open for the observation
+        self._dev_files: dict[str, ProcFile] = {}  # namespace -> its /proc/net/dev, open for the observation
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._errors: list[str] = []
