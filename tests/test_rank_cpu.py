@@ -193,3 +193,18 @@ def test_cli_bench_writes_rank_cpu_csv_and_summary(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["summary"]["rank_cpu_wait_pct"]["cases"] == 2
     assert "rank_cpu.csv" in {f["name"] for f in manifest["files"]}
+
+
+def test_cli_bench_over_mpi_writes_no_rank_cpu_and_succeeds(tmp_path):
+    """Ranks started by MPI are not read (their barriers are MPI's): the run has no CPU rows and still completes
+    (it failed with UnboundLocalError when no case had a reading - found by the Slurm root test)."""
+    from mpi_support import mpiexec_or_skip
+
+    mpiexec_or_skip()
+    out = tmp_path / "run"
+    proc = run_genie("bench", "--loopback", "--ranks", "2", "--launcher", "mpi", "-b", "1K", "-e", "1K", "-n", "2",
+                     "-w", "0", "--no-in-place", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert not (out / "rank_cpu.csv").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "rank_cpu_wait_pct" not in manifest["summary"]

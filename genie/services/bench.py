@@ -277,10 +277,10 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
                                  sorted({s.size_bytes for s in outcome.stats}))
             if burst is not None:
                 stage.run.warn(burst.describe())
+        from genie.measure.sched import rank_cpu_csv, rank_cpu_summary, starved_note
+
         starved = None
         if outcome.cpu:
-            from genie.measure.sched import rank_cpu_csv, rank_cpu_summary, starved_note
-
             stage.run.write("rank_cpu.csv", rank_cpu_csv(outcome.cpu))
             starved = starved_note(outcome.cpu)
             if starved is not None:
