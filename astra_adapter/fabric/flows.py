@@ -145,6 +145,9 @@ class FlowEngine:
     changed: set[int] | None = None
     _max_min = staticmethod(max_min_rates)  # the solve (an engine may take a faster one with the same results)
     ring_op = RingOp  # a ring-like op's state under ring chains (an engine may take a faster one, the same floats)
+    # whether the engine plays the player's plain events itself (``flow_events(t, t_heap)``: the flat engine's
+    # compiled loop, :meth:`astra_adapter.fabric.flat_slots.OnSlots.flow_events`); the others leave them to the player
+    plays_events = False
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: "StepSends | None" = None) -> None:

@@ -30,7 +30,7 @@ class FabricPlayer(_Player):
         self._flows_started = 0
         self._with_flow = 0  # the first ops of ``running`` have their flows: the others joined it since (at its end)
         # the engine's compiled event loop (None: it has none, or it is off)
-        self._flow_events = engine.flow_events if getattr(engine, "plays_events", False) else None
+        self._flow_events = engine.flow_events if engine.plays_events else None  # type: ignore[attr-defined]
         super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
         channels, p2p = trace.channels()
         for key, op in self.op_index.items():  # ("coll", group, k) or ("p2p", src, dst, k): the replay's channel
