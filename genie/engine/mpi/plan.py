@@ -125,11 +125,14 @@ def mpi_hostfile(launch: LaunchMap) -> str:
 
 
 def rank_argv(python: str, launch: LaunchMap, *, transport: str, port_range: range | None = None,
-              clock_rounds: int = 8) -> list[str]:
+              clock_rounds: int = 8, watch: tuple[str, str] | None = None) -> list[str]:
+    """`watch`: (the session's watch socket, its machine's boot id) — ranks on that machine connect to it."""
     argv = [python, "-m", "genie.engine.mpi.rank", "--map-json", launch.dumps(), "--transport", transport,
             "--clock-rounds", str(clock_rounds)]
     if port_range is not None:
         argv += ["--port-range", format_port_range(port_range)]
+    if watch is not None:
+        argv += ["--watch", watch[0], "--watch-boot", watch[1]]
     return argv
 
 

@@ -257,8 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transport", choices=Transport.ALL, default=Transport.TCP)
     parser.add_argument("--port-range", default=None)
     parser.add_argument("--clock-rounds", type=int, default=8)
+    parser.add_argument("--watch", default=None, help="the session's watch socket (genie.engine.mpi.watch)")
+    parser.add_argument("--watch-boot", default=None, help="the boot id of the session's machine")
     args = parser.parse_args(argv)
     die_with_parent()  # an orphaned rank never outlives its launcher (hydra's proxy)
+    rank = launcher_rank(os.environ)
+    if args.watch and rank is not None and args.watch_boot == boot_id():
+        from genie.engine.mpi.watch import hold_watch
+
+        hold_watch(args.watch, rank)  # held until this process ends: its closing says this rank is going
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # rank 0's stdout carries the marker lines alone: keep it aside, send fd 1 (print, C libraries) to stderr
     outbox_fd = os.dup(1)

@@ -31,6 +31,7 @@ from genie.engine.mpi import plan
 from genie.engine.mpi.control import OutboxKind, encode_job
 from genie.engine.mpi.processes import Proc, descendants, identify, stop_tree
 from genie.engine.mpi.slurm import HOSTFILE_ENV, SlurmLaunch, slurm_hostfile, srun_argv
+from genie.engine.mpi.watch import RankWatch
 from genie.engine.session import SessionOptions, SessionResult
 from genie.inventory.model import Inventory
 
@@ -87,13 +88,12 @@ class _Run:
     exit_string: str | None = None
     error_at: float | None = None
     error_ranks: set = field(default_factory=set)  # ranks that reported an error themselves
-    first_dead: int | None = None  # the first rank on this machine seen exiting (pidfd)
+    first_dead: int | None = None  # the first rank on this machine seen going (its watch connection, pidfd)
     first_dead_ns: int | None = None  # when (this machine's monotonic clock)
     dead: set = field(default_factory=set)  # every rank on this machine seen exiting during the run
     first_blamed: int | None = None  # the peer the first error report blames (its connection closed)
     error_times_ns: list = field(default_factory=list)  # (t_ns, blamed rank or None) of reports written here
-    selector: Any = None
-    pidfds: dict = field(default_factory=dict)  # fd -> rank
+    watch: RankWatch | None = None
 
 
 class _LineContext(NamedTuple):
@@ -120,6 +120,7 @@ class MpiSession:
         self.log_path: Path | None = None
         self._known: list[Proc] = []
         self._env: dict[str, str] = {}
+        self._watch: tuple[str, str] | None = None  # the watch socket's path and this machine's boot id
         self.starter = Path(launch.mpiexec).name  # mpiexec or srun, for messages
         if launch.slurm is not None:
             self.rank_nodes = launch.slurm.rank_nodes(self.placements)  # checked before anything starts
@@ -129,7 +130,7 @@ class MpiSession:
         launch = self.launch
         lmap = plan.launch_map(self.placements, launch.inventory)
         rank_cmd = plan.rank_argv(launch.python, lmap, transport=launch.transport, port_range=launch.port_range,
-                                  clock_rounds=launch.clock_rounds)
+                                  clock_rounds=launch.clock_rounds, watch=self._watch)
         command = rank_cmd
         if lmap.namespaced:
             map_path = workdir / "map.json"
@@ -161,6 +162,8 @@ class MpiSession:
         workdir = Path(tempfile.mkdtemp(prefix="genie-mpi-"))
         self.log_path = workdir / "mpiexec.log"
         proc: subprocess.Popen | None = None
+        watch = RankWatch(selectors.DefaultSelector(), workdir / "watch.sock")
+        self._watch = (str(watch.path), _here()) if watch.listening else None
         try:
             argv = self.command(workdir)
             env = plan.launch_env(os.environ, port_range=self.launch.port_range,
@@ -174,8 +177,10 @@ class MpiSession:
             self.mpiexec_pid = proc.pid
             if self.options.on_pids:
                 self.options.on_pids([proc.pid])
-            return self._serve(proc, chunks, on_case)
+            return self._serve(proc, chunks, on_case, watch)
         finally:
+            watch.close()
+            watch.selector.close()
             if proc is not None:
                 stop_tree(proc, self._known)
                 for stream in (proc.stdin, proc.stdout, proc.stderr):
@@ -188,11 +193,11 @@ class MpiSession:
     # -- the streams ---------------------------------------------------------------------------------------
 
     def _serve(self, proc: subprocess.Popen, chunks: list[str],
-               on_case: Callable[[int, dict[int, CaseResult]], None] | None) -> SessionResult:
+               on_case: Callable[[int, dict[int, CaseResult]], None] | None, watch: RankWatch) -> SessionResult:
         result = SessionResult()
-        state = _Run()
+        state = _Run(watch=watch)
         ctx = _LineContext(proc, chunks, state, result, on_case)
-        sel = state.selector = selectors.DefaultSelector()
+        sel = watch.selector
         buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
         for stream in buffers:
             os.set_blocking(stream.fileno(), False)
@@ -214,8 +219,8 @@ class MpiSession:
                         raise RunFailure(self._timeout_message(state, limit))
                     for key, _ in sel.select(timeout=0.1 if state.first_error else 0.5):
                         stream = key.fileobj
-                        if key.data is not None:  # a local rank's pidfd: it exited
-                            self._rank_exited(state, stream)
+                        if watch.owns(key):  # a local rank's watch connection or pidfd
+                            self._ranks_going(state, watch.on_ready(key))
                             continue
                         data = os.read(stream.fileno(), 1 << 16)
                         if not data:
@@ -238,14 +243,12 @@ class MpiSession:
                             else:
                                 self._on_stderr(line, state)
                     log.flush()
-                if not state.done and state.pidfds:  # which rank went first, if mpiexec went quicker than that
+                if not state.done and state.started:  # which rank went first, if mpiexec went quicker than that
                     for key, _ in sel.select(timeout=0.3):
-                        if key.data is not None:
-                            self._rank_exited(state, key.fileobj)
+                        if watch.owns(key):
+                            self._ranks_going(state, watch.on_ready(key))
         finally:
-            sel.close()
-            for fd in state.pidfds:
-                os.close(fd)
+            watch.close()
         if state.first_error:
             silent = self._silent_death(state)
             raise RunFailure(silent or state.first_error)
@@ -347,32 +350,30 @@ class MpiSession:
 
     def _remember_local_ranks(self, proc: subprocess.Popen, state: _Run) -> None:
         """Ranks on this machine (same kernel) are registered and remembered by PID, with mpiexec's tree, and
-        watched (pidfd) so that a rank dying without a word is named — hydra kills the others at once, and its
-        own banner may name any of them."""
+        watched (a pidfd, beside the watch connection each holds: `RankWatch`) so that a rank dying without a
+        word is named — hydra kills the others at once, and its own banner may name any of them."""
         from genie.engine.mpi.rank import boot_id
 
         here = boot_id()
         local = {int(r["pid"]): int(r["rank"]) for r in self.ranks if r.get("boot_id") == here}
         self._known = descendants(proc.pid)
         self._known += [p for p in (identify(pid) for pid in local) if p is not None and p not in self._known]
-        for pid, rank in local.items():
-            try:
-                fd = os.pidfd_open(pid)
-            except (OSError, AttributeError):
-                continue
-            state.pidfds[fd] = rank
-            state.selector.register(fd, selectors.EVENT_READ, rank)
+        if state.watch is not None:
+            state.watch.watch_pids(local)
         if self.options.on_pids and local:  # in rank order, as local sessions report them (not hello order)
             self.options.on_pids(sorted(local, key=local.__getitem__))
 
     @staticmethod
-    def _rank_exited(state: _Run, fd: int) -> None:
-        state.selector.unregister(fd)
-        if not state.done:
-            state.dead.add(state.pidfds[fd])
-        if state.first_dead is None and not state.done:
-            state.first_dead = state.pidfds[fd]
-            state.first_dead_ns = time.monotonic_ns()
+    def _ranks_going(state: _Run, ranks: list[int]) -> None:
+        """Ranks seen going, in the order the kernel saw them (`RankWatch`); counted once the ranks have
+        started and until the run is done."""
+        for rank in ranks:
+            if state.done or not state.started or rank in state.dead:
+                continue
+            state.dead.add(rank)
+            if state.first_dead is None:
+                state.first_dead = rank
+                state.first_dead_ns = time.monotonic_ns()
 
     # -- messages ------------------------------------------------------------------------------------------
 
