@@ -115,6 +115,16 @@ class _FakeDevFile:
         self.closed = True
 
 
+class _FakeSnmpFile(_FakeDevFile):
+    """A /proc/net/snmp kept open: segments out grow by 10 and retransmitted by 1 per read."""
+
+    def read(self):
+        assert not self.closed
+        self.probe.snmp_reads += 1
+        n = self.probe.snmp_reads
+        return SNMP.format(ao=n, ins=0, outs=n * 10, rt=n, rst=0)
+
+
 class _FakeProbe:
     """genie.testbed.netlink's two functions, scripted: counters grow by 1 MB per call."""
 
@@ -122,6 +132,7 @@ class _FakeProbe:
         self.calls = 0
         self.entered = []  # (namespace, path) of every call into a namespace
         self.dev_reads = 0
+        self.snmp_reads = 0
         self.files = []
 
     def link_counters(self, info):
@@ -133,7 +144,7 @@ class _FakeProbe:
         self.calls += 1
         self.entered.append((name, fn.args[0]))
         if fn.func == ProcFile.open:
-            self.files.append(_FakeDevFile(self))
+            self.files.append(_FakeSnmpFile(self) if fn.args[0].endswith("/snmp") else _FakeDevFile(self))
             return self.files[-1]
         if fn.args[0] == ("ss", "-tin"):
             return SS
@@ -179,7 +190,7 @@ def test_link_samples_read_the_namespace_files_opened_once():
     dev = [e for e in probe.entered if e[1] == "/proc/thread-self/net/dev"]
     assert sorted(dev) == [("ns-h0", "/proc/thread-self/net/dev"), ("ns-s0", "/proc/thread-self/net/dev")]
     assert len(obs.observation.samples) >= 2 * 3 and all(s.bytes > 0 for s in obs.observation.samples)
-    assert probe.dev_reads >= 2 * 4 and all(f.closed for f in probe.files) and len(probe.files) == 2
+    assert probe.dev_reads >= 2 * 4 and all(f.closed for f in probe.files) and len(probe.files) == 3  # + snmp
 
 
 def test_link_samples_enter_the_namespace_when_its_file_cannot_stay_open():
@@ -241,7 +252,7 @@ def test_an_observation_interrupted_while_it_takes_its_last_sample_closes_its_fi
     with pytest.raises(KeyboardInterrupt):
         with LinkObserver(_info(), probe, interval_s=0):  # no sampler thread: only __exit__ reads
             pass
-    assert len(probe.files) == 2 and all(f.closed for f in probe.files)
+    assert len(probe.files) == 3 and all(f.closed for f in probe.files)  # two /proc/net/dev, one snmp
 
 
 def test_a_proc_file_opened_by_a_thread_in_another_namespace_keeps_reading_it_after_the_thread_ended():
@@ -403,10 +414,13 @@ def test_link_observer_reports_every_interval():
     """iperf3-style -i lines (`genie bench --interval`): the sampler hands over the last interval's link rates
     and TCP counters; the line starts with '#' so nccl-tests parsers skip it."""
     reports = []
-    with LinkObserver(_info(), _FakeProbe(), interval_s=0.01, report_s=0.03, on_interval=reports.append):
-        import time
-        time.sleep(0.2)
-    assert reports and all(r.t_end_s - r.t_start_s >= 0.03 for r in reports)
+    probe = _FakeProbe()
+    with LinkObserver(_info(), probe, interval_s=0.01, report_s=0.03, on_interval=reports.append):
+        _wait_for(lambda: len(reports) >= 3)
+    assert len(reports) >= 3 and all(r.t_end_s - r.t_start_s >= 0.03 for r in reports)
+    # each host's /proc/net/snmp opened once and re-read per report: no thread enters its namespace per report
+    assert [e for e in probe.entered if str(e[1]).endswith("/snmp")] == [("ns-h0", "/proc/thread-self/net/snmp")]
+    assert probe.snmp_reads >= 3 + 2 and all(f.closed for f in probe.files)
     assert all(r.t_start_s >= prev.t_end_s for prev, r in zip(reports, reports[1:]))  # back to back
     first = reports[0]
     assert first.links and all(s.bytes > 0 for s in first.links) and first.tcp[0].counters.retrans_segs > 0

@@ -167,6 +167,7 @@ class LinkObserver:
         self._hosts = [(h.host, h.netns) for h in info.hosts if h.netns]
         self._snapshots: list[tuple[float, dict[tuple[str, str], int]]] = []
         self._dev_files: dict[str, ProcFile] = {}  # namespace -> its /proc/net/dev, open for the observation
+        self._snmp_files: dict[str, ProcFile] = {}  # host namespace -> its /proc/net/snmp, likewise
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._errors: list[str] = []
@@ -176,21 +177,24 @@ class LinkObserver:
 
     def __enter__(self) -> LinkObserver:
         self._before = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
-        self._tcp_before = self._tcp_snapshot()
-        self._t0 = self.clock()
-        self._last_report = (0, self._tcp_before)
         try:
-            for ns in self._namespaces:
-                try:
-                    self._dev_files[ns] = self.probe.run_in_netns(ns, _open("/proc/thread-self/net/dev"))
-                except Exception:  # no error to report: each sample enters the namespace instead (`_sample`)
-                    pass
+            for files, namespaces, path in ((self._dev_files, self._namespaces, "/proc/thread-self/net/dev"),
+                                            (self._snmp_files, [ns for _h, ns in self._hosts],
+                                             "/proc/thread-self/net/snmp")):
+                for ns in namespaces:
+                    try:
+                        files[ns] = self.probe.run_in_netns(ns, _open(path))
+                    except Exception:  # no error to report: each read enters the namespace instead (`_read_in`)
+                        pass
+            self._tcp_before = self._tcp_snapshot()
+            self._t0 = self.clock()
+            self._last_report = (0, self._tcp_before)
             if self.interval_s > 0 and self._namespaces:
                 self._thread = threading.Thread(target=self._sample_loop, name="genie-link-sampler", daemon=True)
                 self._thread.start()
         except BaseException:  # Ctrl-C while opening: `with` will not call __exit__
             self._stop.set()
-            self._close_dev_files()
+            self._close_files()
             raise
         return self
 
@@ -200,11 +204,11 @@ class LinkObserver:
             if self._thread is not None:
                 self._thread.join(timeout=5.0)
             self._sample()
+            tcp_after = self._tcp_snapshot()
         finally:  # also on a second Ctrl-C while the last sample is taken
-            self._close_dev_files()
+            self._close_files()
         duration_s = (self.clock() - self._t0) / self.scale
         after = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
-        tcp_after = self._tcp_snapshot()
         rates = {i: link.shape.rate_bps for i, link in enumerate(self.info.topology.links)}
         links = diff_link_counters(self._before, after, duration_s=duration_s, rates_bps=rates)
         tcp = [NamespaceTcp(ns, host, diff_tcp(self._tcp_before[ns], tcp_after[ns]))
@@ -214,10 +218,17 @@ class LinkObserver:
                                            "; ".join(dict.fromkeys(self._errors)) or None)
 
     # -- internals
-    def _close_dev_files(self) -> None:
-        files, self._dev_files = self._dev_files, {}
-        for opened in files.values():
-            self._attempt("closing /proc/net/dev", opened.close)
+    def _close_files(self) -> None:
+        files, self._dev_files, self._snmp_files = [*self._dev_files.values(), *self._snmp_files.values()], {}, {}
+        for opened in files:
+            self._attempt("closing a namespace's /proc file", opened.close)
+
+    def _read_in(self, ns: str, opened: dict[str, ProcFile], path: str) -> str | None:
+        """A namespace's /proc file: the one kept open, or (it could not be) read by entering the namespace."""
+        kept = opened.get(ns)
+        if kept is not None:
+            return self._attempt(f"{ns} {path}", kept.read)
+        return self._attempt(f"{ns} {path}", lambda: self.probe.run_in_netns(ns, _read(path)))
 
     def _attempt(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -229,8 +240,7 @@ class LinkObserver:
     def _tcp_snapshot(self) -> dict[str, Any]:
         out = {}
         for _host, ns in self._hosts:
-            text = self._attempt(f"{ns} /proc/net/snmp",
-                                 lambda ns=ns: self.probe.run_in_netns(ns, _read("/proc/thread-self/net/snmp")))
+            text = self._read_in(ns, self._snmp_files, "/proc/thread-self/net/snmp")
             if text is not None:
                 counters = self._attempt(f"{ns} /proc/net/snmp", lambda text=text: parse_snmp_tcp(text))
                 if counters is not None:
@@ -249,12 +259,7 @@ class LinkObserver:
         t = (self.clock() - self._t0) / self.scale
         tx: dict[tuple[str, str], int] = {}
         for ns in self._namespaces:
-            opened = self._dev_files.get(ns)
-            if opened is not None:
-                text = self._attempt(f"{ns} /proc/net/dev", opened.read)
-            else:  # the file could not be kept open: enter the namespace for this sample
-                text = self._attempt(f"{ns} /proc/net/dev",
-                                     lambda ns=ns: self.probe.run_in_netns(ns, _read("/proc/thread-self/net/dev")))
+            text = self._read_in(ns, self._dev_files, "/proc/thread-self/net/dev")
             if text is None:
                 continue
             for ifname, (_rx, tx_bytes) in parse_proc_net_dev(text).items():
