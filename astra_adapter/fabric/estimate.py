@@ -7,6 +7,7 @@ collectives (:func:`sends_beside_collectives`)."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -108,12 +109,35 @@ def fork_map(run, state, count: int, workers: int) -> list:
     pool terminates the workers at once, so Ctrl-C or an error never waits for the calls in flight; a worker
     ignores Ctrl-C (the parent's to handle; its exit ends the worker). :func:`play_draws` and
     :func:`astra_adapter.fabric.mix.estimate_mixes` share it."""
+    global _forking, _fork_hook
     context = multiprocessing.get_context("fork")
-    with context.Pool(workers, initializer=_start_forked_worker, initargs=(run, state)) as pool:
+    if not _fork_hook:
+        os.register_at_fork(after_in_child=_signals_in_forked_worker)
+        _fork_hook = True
+    _forking = True
+    try:
+        pool = context.Pool(workers, initializer=_start_forked_worker, initargs=(run, state))
+    finally:
+        _forking = False
+    with pool:
         return pool.map(_forked_call, range(count), chunksize=1)
 
 
 _forked: tuple | None = None  # in a forked worker of `fork_map` only: (run, state)
+_forking = False  # while `fork_map`'s pool forks its workers
+_fork_hook = False  # `_signals_in_forked_worker` registered (once, by the first `fork_map`)
+
+
+def _signals_in_forked_worker() -> None:
+    """In a worker `fork_map` forks, at once (before any of multiprocessing's start-up code runs): SIGTERM and
+    SIGHUP end it by the kernel's default action. With the parent's Python handler a worker wedged in C - on a
+    lock some other thread of the parent held when it forked - runs no handler, and leaving the pool (its
+    SIGTERM, then a join) would wait for it forever (clean-clone CI, 2026-12-05, under pytest-xdist's threads)."""
+    if _forking:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 
 def _start_forked_worker(run, state) -> None:
