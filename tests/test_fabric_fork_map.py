@@ -8,6 +8,7 @@ import sys
 _PROGRAM = """
 import os, signal
 from astra_adapter.fabric.estimate import fork_map
+from genie.core.process import die_with_parent
 
 def square(state, k):
     return state * k * k
@@ -17,8 +18,8 @@ print(fork_map(square, 1, 3, 2))  # registers fork_map's own fork hook first
 
 forks = []
 never_written, _keep = os.pipe()
-os.register_at_fork(before=lambda: forks.append(1),
-                    after_in_child=lambda: len(forks) == 2 and os.read(never_written, 1))  # 2nd worker: wedged
+os.register_at_fork(before=lambda: forks.append(1),  # 2nd worker: wedged (SIGKILLed if this program is)
+                    after_in_child=lambda: len(forks) == 2 and (die_with_parent(), os.read(never_written, 1)))
 print(fork_map(square, 1, 6, 2))
 """
 
@@ -31,3 +32,50 @@ def test_a_worker_wedged_as_it_starts_does_not_hang_the_pool():
     done = subprocess.run([sys.executable, "-c", _PROGRAM], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[0, 1, 4]", "[0, 1, 4, 9, 16, 25]"]
+
+
+_OTHER_THREAD = """
+import signal, subprocess, sys
+from astra_adapter.fabric import estimate
+
+def square(state, k):
+    return state * k * k
+
+estimate.fork_map(square, 1, 2, 2)  # its fork hook registered
+estimate._forking.add(-1)  # another thread's fork_map is forking its pool right now
+probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+print(subprocess.run([sys.executable, "-c", probe], preexec_fn=lambda: None,  # at-fork hooks run for it
+                     capture_output=True, text=True, check=True).stdout.strip())
+"""
+
+
+def test_a_fork_of_another_thread_keeps_its_signals():
+    """The hook acts in the workers of the thread that forks them only: a program another thread starts at that
+    moment (a preexec_fn runs the hooks) must not inherit an ignored SIGINT, which outlives exec."""
+    done = subprocess.run([sys.executable, "-c", _OTHER_THREAD], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["True"]
+
+
+_CRASH = """
+import os, signal
+from astra_adapter.fabric.estimate import fork_map
+from genie.core.errors import RunFailure
+
+def square_or_die(state, k):
+    if k == 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does to a worker
+    return state * k * k
+
+try:
+    fork_map(square_or_die, 1, 6, 2)
+except RunFailure as exc:
+    print(exc)
+"""
+
+
+def test_a_worker_that_dies_fails_the_map_instead_of_hanging_it():
+    done = subprocess.run([sys.executable, "-c", _CRASH], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("a worker process of the fabric model (pid ")
+    assert done.stdout.rstrip().endswith("died during its plays (signal SIGKILL)")

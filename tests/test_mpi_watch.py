@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import selectors
+import socket
 import subprocess
 import sys
 import time
@@ -29,8 +30,12 @@ time.sleep(60)
 def _holder(path: Path, rank: int, **kwargs) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path), str(rank)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, **kwargs)
-    fd, cloexec = proc.stdout.readline().split()
-    assert cloexec == "1"
+    try:
+        fd, cloexec = proc.stdout.readline().split()
+        assert cloexec == "1"
+    except BaseException:
+        _stop([proc])
+        raise
     return proc, int(fd)
 
 
@@ -60,8 +65,10 @@ def test_the_rank_whose_connection_closed_first_is_named_though_its_process_is_s
     """A slow exit: rank 2's connection is gone while its process lives on (its pidfd says nothing yet); rank 1,
     killed after that, goes with connection and pidfd. The first rank going is rank 2."""
     watch = RankWatch(selectors.DefaultSelector(), tmp_path / "watch.sock")
-    procs = {rank: _holder(watch.path, rank)[0] for rank in (1, 2)}
+    procs = {}
     try:
+        for rank in (1, 2):
+            procs[rank] = _holder(watch.path, rank)[0]
         _accept_all(watch)
         watch.watch_pids({procs[1].pid: 1, procs[2].pid: 2})
         procs[2].stdin.write("close\n")
@@ -116,16 +123,25 @@ def test_a_killed_process_releases_its_watch_connection_before_its_inherited_pip
         watch.selector.close()
 
 
-def test_ranks_going_before_the_start_or_after_the_end_are_not_counted():
-    state = _Run()
-    MpiSession._ranks_going(state, [3])
-    assert state.first_dead is None and state.dead == set()
-    state.started = True
+def test_ranks_going_after_the_end_are_not_counted():
+    state = _Run(started=True)
     MpiSession._ranks_going(state, [1, 0, 1])
     assert (state.first_dead, state.dead) == (1, {0, 1})
     state.done = True
     MpiSession._ranks_going(state, [2])
     assert state.dead == {0, 1}
+
+
+def test_a_rank_gone_before_the_started_line_was_read_is_counted_first_when_it_is():
+    """STARTED travels through hydra's proxy and mpiexec, a watch connection's close straight to the session:
+    a rank that died in between is the first dead once STARTED is read, not a rank hydra killed after it."""
+    state = _Run()
+    MpiSession._ranks_going(state, [2])
+    assert state.first_dead is None and state.dead == set()  # not yet: the run may never start
+    state.started = True
+    MpiSession._count_early(state)
+    MpiSession._ranks_going(state, [1, 0])
+    assert (state.first_dead, state.dead) == (2, {0, 1, 2})
 
 
 def test_a_watch_without_a_socket_still_watches_pids(tmp_path):
@@ -138,5 +154,24 @@ def test_a_watch_without_a_socket_still_watches_pids(tmp_path):
         proc.wait()
         assert _events(watch, 1) == [5]
     finally:
+        watch.close()
+        watch.selector.close()
+
+
+def test_a_rank_line_and_the_close_behind_it_are_one_event(tmp_path):
+    """A rank that died before its line was read: the line and the close are reported together, not the close
+    a select later (behind the closes of ranks killed after it)."""
+    watch = RankWatch(selectors.DefaultSelector(), tmp_path / "watch.sock")
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.connect(str(watch.path))
+        client.sendall(b"4\n")
+        client.close()
+        (key, _), = watch.selector.select(timeout=5)  # the listener
+        assert watch.on_ready(key) == []
+        (key, _), = watch.selector.select(timeout=5)  # the connection: its line, then its end
+        assert watch.on_ready(key) == [4]
+    finally:
+        client.close()
         watch.close()
         watch.selector.close()

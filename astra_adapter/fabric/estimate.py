@@ -11,9 +11,13 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 
-from genie.core.errors import InputError
+from genie.core.errors import InputError, RunFailure
 from genie.core.flowpath import RunPaths, SessionPaths
 from genie.core.process import die_with_parent
 from genie.core.topology import Topology
@@ -105,26 +109,58 @@ def _play_draw(draws: tuple, k: int) -> Timeline:
 
 def fork_map(run, state, count: int, workers: int) -> list:
     """``[run(state, k) for k in range(count)]`` in ``workers`` forked processes, in order: the children get
-    ``state`` by fork, not pickle (``run``, a module-level function, and the results are pickled). Leaving the
-    pool terminates the workers at once, so Ctrl-C or an error never waits for the calls in flight; a worker
-    ignores Ctrl-C (the parent's to handle; its exit ends the worker). :func:`play_draws` and
-    :func:`astra_adapter.fabric.mix.estimate_mixes` share it."""
-    global _forking, _fork_hook
-    context = multiprocessing.get_context("fork")
+    ``state`` by fork, not pickle (``run``, a module-level function, and the results are pickled). Whatever
+    happens the workers are gone when it returns or raises: killed by PID, so Ctrl-C or an error never waits for
+    the calls in flight, and a worker wedged as it started (in C, on a lock another thread of this process held
+    when it forked: seen in clean-clone CI, 2026-12-05) never holds it up. A worker that dies (the OOM killer, a
+    crash) fails the map (RunFailure) instead of leaving it waiting: concurrent.futures' process pool notices
+    (multiprocessing.Pool's map waits forever for the call that worker took). A worker ignores Ctrl-C (the
+    parent's to handle). :func:`play_draws` and :func:`astra_adapter.fabric.mix.estimate_mixes` share it."""
+    global _fork_hook
+    if count == 0:
+        return []
     if not _fork_hook:
         os.register_at_fork(after_in_child=_signals_in_forked_worker)
         _fork_hook = True
-    _forking = True
+    others = set(multiprocessing.active_children())
+    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=_start_forked_worker, initargs=(run, state))
+    forked: list = []
     try:
-        pool = context.Pool(workers, initializer=_start_forked_worker, initargs=(run, state))
+        me = threading.get_ident()
+        _forking.add(me)
+        try:  # with fork, the first submit forks every worker, in this thread, before the pool starts its own
+            futures = [executor.submit(_forked_call, 0)]
+        finally:
+            _forking.discard(me)
+        forked = [p for p in multiprocessing.active_children() if p not in others]
+        futures += [executor.submit(_forked_call, k) for k in range(1, count)]
+        try:
+            return [f.result() for f in futures]
+        except BrokenProcessPool:
+            raise RunFailure(_worker_death(forked)) from None
     finally:
-        _forking = False
-    with pool:
-        return pool.map(_forked_call, range(count), chunksize=1)
+        for process in forked:
+            if process.exitcode is None:
+                process.kill()
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_death(forked: list) -> str:
+    """What ended the worker that broke the pool: the pool SIGTERMs the others once it notices. Its exit status
+    can take a moment to show (the pool's thread may be reaping it at once)."""
+    deadline = time.monotonic() + 2.0
+    while not (ended := [p for p in forked if p.exitcode not in (None, 0)]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gone = next((p for p in ended if p.exitcode != -signal.SIGTERM), ended[0] if ended else None)
+    if gone is None:
+        return "a worker process of the fabric model ended during its plays"
+    how = f"signal {signal.Signals(-gone.exitcode).name}" if gone.exitcode < 0 else f"exit code {gone.exitcode}"
+    return f"a worker process of the fabric model (pid {gone.pid}) died during its plays ({how})"
 
 
 _forked: tuple | None = None  # in a forked worker of `fork_map` only: (run, state)
-_forking = False  # while `fork_map`'s pool forks its workers
+_forking: set[int] = set()  # the threads whose `fork_map` is forking its pool's workers (not other threads' forks)
 _fork_hook = False  # `_signals_in_forked_worker` registered (once, by the first `fork_map`)
 
 
@@ -133,7 +169,8 @@ def _signals_in_forked_worker() -> None:
     SIGHUP end it by the kernel's default action. With the parent's Python handler a worker wedged in C - on a
     lock some other thread of the parent held when it forked - runs no handler, and leaving the pool (its
     SIGTERM, then a join) would wait for it forever (clean-clone CI, 2026-12-05, under pytest-xdist's threads)."""
-    if _forking:
+    if threading.get_ident() in _forking:  # the forking thread is the child's one thread, with the same id
+        _forking.clear()  # the worker's own forks are not fork_map's
         with contextlib.suppress(ValueError, OSError):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGHUP, signal.SIG_DFL)

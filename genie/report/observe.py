@@ -176,7 +176,6 @@ class LinkObserver:
         self._t0 = 0.0
 
     def __enter__(self) -> LinkObserver:
-        self._before = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
         try:
             for files, namespaces, path in ((self._dev_files, self._namespaces, "/proc/thread-self/net/dev"),
                                             (self._snmp_files, [ns for _h, ns in self._hosts],
@@ -186,6 +185,8 @@ class LinkObserver:
                         files[ns] = self.probe.run_in_netns(ns, _open(path))
                     except Exception:  # no error to report: each read enters the namespace instead (`_read_in`)
                         pass
+            # the counters and the clock together, as __exit__ takes them: opening the files took time
+            self._before = self._attempt("link counters", lambda: self.probe.link_counters(self.info)) or []
             self._tcp_before = self._tcp_snapshot()
             self._t0 = self.clock()
             self._last_report = (0, self._tcp_before)

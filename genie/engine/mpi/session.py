@@ -94,6 +94,7 @@ class _Run:
     first_blamed: int | None = None  # the peer the first error report blames (its connection closed)
     error_times_ns: list = field(default_factory=list)  # (t_ns, blamed rank or None) of reports written here
     watch: RankWatch | None = None
+    early: list = field(default_factory=list)  # (rank, t_ns) seen going before rank 0's STARTED line was read
 
 
 class _LineContext(NamedTuple):
@@ -162,9 +163,10 @@ class MpiSession:
         workdir = Path(tempfile.mkdtemp(prefix="genie-mpi-"))
         self.log_path = workdir / "mpiexec.log"
         proc: subprocess.Popen | None = None
-        watch = RankWatch(selectors.DefaultSelector(), workdir / "watch.sock")
-        self._watch = (str(watch.path), _here()) if watch.listening else None
+        watch: RankWatch | None = None
         try:
+            watch = RankWatch(selectors.DefaultSelector(), workdir / "watch.sock")
+            self._watch = (str(watch.path), _here()) if watch.listening else None
             argv = self.command(workdir)
             env = plan.launch_env(os.environ, port_range=self.launch.port_range,
                                   real_hosts=self.launch.inventory is not None)
@@ -178,9 +180,7 @@ class MpiSession:
             if self.options.on_pids:
                 self.options.on_pids([proc.pid])
             return self._serve(proc, chunks, on_case, watch)
-        finally:
-            watch.close()
-            watch.selector.close()
+        finally:  # the processes first: nothing before stop_tree may keep it from running
             if proc is not None:
                 stop_tree(proc, self._known)
                 for stream in (proc.stdin, proc.stdout, proc.stderr):
@@ -188,6 +188,9 @@ class MpiSession:
                         stream.close()
                     except (OSError, ValueError):
                         pass
+            if watch is not None:
+                watch.close()
+                watch.selector.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
     # -- the streams ---------------------------------------------------------------------------------------
@@ -294,6 +297,7 @@ class MpiSession:
         ctx.state.started = True
         self.ranks = list(msg["ranks"])
         self._remember_local_ranks(ctx.proc, ctx.state)
+        self._count_early(ctx.state)
 
     def _on_gathered(self, msg: dict[str, Any], ctx: _LineContext) -> None:
         """Every rank's control message of one gather (`genie.core.protocol`): case results are collected."""
@@ -365,15 +369,32 @@ class MpiSession:
 
     @staticmethod
     def _ranks_going(state: _Run, ranks: list[int]) -> None:
-        """Ranks seen going, in the order the kernel saw them (`RankWatch`); counted once the ranks have
-        started and until the run is done."""
+        """Ranks seen going, in the order the kernel saw them (`RankWatch`), until the run is done; those seen
+        before rank 0's STARTED line was read are kept in order and counted when it is (`_count_early`)."""
         for rank in ranks:
-            if state.done or not state.started or rank in state.dead:
+            if state.done:
                 continue
-            state.dead.add(rank)
-            if state.first_dead is None:
-                state.first_dead = rank
-                state.first_dead_ns = time.monotonic_ns()
+            if state.started:
+                MpiSession._going(state, rank, time.monotonic_ns())
+            else:
+                state.early.append((rank, time.monotonic_ns()))
+
+    @staticmethod
+    def _count_early(state: _Run) -> None:
+        """STARTED came: every rank had given its part of that gather, so a rank seen going before the line
+        was read (it travels through the proxy and mpiexec; a watch connection closes straight here) went
+        during the run."""
+        early, state.early = state.early, []
+        for rank, t_ns in early:
+            MpiSession._going(state, rank, t_ns)
+
+    @staticmethod
+    def _going(state: _Run, rank: int, t_ns: int) -> None:
+        if rank in state.dead:
+            return
+        state.dead.add(rank)
+        if state.first_dead is None:
+            state.first_dead, state.first_dead_ns = rank, t_ns
 
     # -- messages ------------------------------------------------------------------------------------------
 
@@ -404,7 +425,7 @@ class MpiSession:
             # exit this loop noticed first proves less: a loaded machine hands it several exits at once.
             return self._died(next(r for r in self.ranks if r["rank"] == blamed), state)
         if state.first_dead is not None:  # seen here: exact
-            dead = next(r for r in self.ranks if r["rank"] == state.first_dead)
+            dead = next((r for r in self.ranks if r["rank"] == state.first_dead), None)  # a watch line's number
         else:  # on another machine: hydra's banner
             dead = next((r for r in self.ranks if state.dead_pid is not None and r.get("pid") == state.dead_pid),
                         None)

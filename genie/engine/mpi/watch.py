@@ -7,11 +7,13 @@ SIGKILL, while the killed rank had not yet finished exiting; on a loaded machine
 CPU for longer than another rank takes to die — clean-clone CI named the wrong rank so, 2026-12-05).
 
 So each rank also holds, from its start, a connection to a unix socket of the session (`hold_watch`), on a
-file descriptor above every one it inherits. A dying process's files are released last-opened-slot first (the kernel
-queues each release as task work and runs the queue newest first), so that connection closes before the pipes
+file descriptor above every one it inherits. A dying process's files are released highest descriptor first (the
+kernel queues each release as task work and runs the queue newest first), so that connection closes before the pipes
 and the PMI socket the proxy watches: the first rank whose connection closes died first, and every rank the
-proxy killed for it closes its connection later. The pidfd stays as the fallback (a rank that could not
-connect) and ranks on other machines are not watched (`boot_id` differs).
+proxy killed for it closes its connection later. That release order is the kernel's since Linux 5.5 (task work
+runs newest first; before, oldest first, and no kernel promises either): tests/test_mpi_watch.py checks it on
+the kernel it runs on. The pidfd stays as the fallback (a rank that could not connect) and ranks on other
+machines are not watched (`boot_id` differs).
 """
 
 from __future__ import annotations
@@ -109,17 +111,23 @@ class RankWatch:
             self.selector.register(conn, selectors.EVENT_READ, _Connection(conn))
 
     def _read(self, conn: _Connection) -> list[int]:
-        try:
-            data = conn.sock.recv(64)
-        except (BlockingIOError, InterruptedError):
-            return []
-        except OSError:
-            data = b""
-        if data:
-            conn.pending += data
-            if conn.rank is None and b"\n" in conn.pending:
-                line = conn.pending.split(b"\n", 1)[0]
-                conn.rank = int(line) if line.strip().isdigit() else None
+        """Everything the connection holds, to its end if it has ended: a rank line and the close behind it are
+        one event, so a rank whose line was still unread when it died is not reported after later closes."""
+        for _ in range(8):  # a rank writes one short line; a stray writer does not hold the loop
+            try:
+                data = conn.sock.recv(64)
+            except (BlockingIOError, InterruptedError):
+                return []
+            except OSError:
+                data = b""
+            if not data:
+                break
+            if b"\n" not in conn.pending:  # the first line names the rank; nothing after it is kept
+                conn.pending = (conn.pending + data)[:64]
+                if b"\n" in conn.pending:
+                    line = conn.pending.split(b"\n", 1)[0]
+                    conn.rank = int(line) if line.strip().isdigit() else None
+        else:
             return []
         self.selector.unregister(conn.sock)
         conn.sock.close()
