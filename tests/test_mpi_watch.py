@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from genie.engine.mpi.session import MpiSession, _Run
+from genie.engine.session import SessionOptions
 from genie.engine.mpi.watch import RankWatch
 
 _HOLDER = """
@@ -175,3 +176,18 @@ def test_a_rank_line_and_the_close_behind_it_are_one_event(tmp_path):
         client.close()
         watch.close()
         watch.selector.close()
+
+
+def test_after_done_a_rank_seen_going_did_not_die_during_the_run():
+    """Ranks leave as soon as the run is done; their connections may close before rank 0's DONE line is read.
+    If mpiexec then exits non-zero, the message is mpiexec's, after the run - no rank 'died during the run'."""
+    from genie.engine.mpi import MpiLaunch
+    from genie.services.target import loopback_placements
+
+    session = MpiSession(loopback_placements(2), SessionOptions(), MpiLaunch(mpiexec=Path("/usr/bin/mpiexec")))
+    session.ranks = [{"rank": 0, "host": "localhost", "pid": 1}, {"rank": 1, "host": "localhost", "pid": 2}]
+    state = _Run(started=True)
+    MpiSession._ranks_going(state, [1])
+    assert session._exit_message(1, state).startswith("rank 1 on host localhost died during the run")
+    state.done = True
+    assert session._exit_message(1, state) == "mpiexec exited with code 1 after the run"

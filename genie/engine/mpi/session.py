@@ -446,7 +446,9 @@ class MpiSession:
         return f"rank {dead['rank']} on host {dead['host']} died during the run ({how})"
 
     def _exit_message(self, code: int | None, state: _Run) -> str:
-        silent = self._silent_death(state)
+        # after DONE (written past a barrier every rank reached) a rank going is its normal exit, whenever its
+        # watch connection's close came in
+        silent = None if state.done else self._silent_death(state)
         if silent:
             return silent
         status = "did not exit" if code is None else f"exited with code {code}"
