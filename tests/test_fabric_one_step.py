@@ -130,3 +130,56 @@ def test_outside_a_mix_an_all_to_all_stays_in_lock_step() -> None:
     # a single job's estimate (FabricParams without one_step_chains, the flat engine): every rank at the BIG end
     ends, _ = _a2a_ends_ms(False, engine_for(_dumbbell(), FabricParams()))
     assert ends == pytest.approx([(PRE_NS + BIG * WIRE / (TRUNK_BYTES_PER_NS / 4)) / MS] * 4, rel=1e-9)
+
+
+def _two_all_to_alls():
+    """The uneven all-to-all, 10 ms of compute, then a second one in which ranks 0 and 1 send SMALL to each of 2
+    and 3 and 2, 3 send nothing, then 10 ms of compute."""
+    second = [(0, 0, SMALL, SMALL)] * 2 + [(0, 0, 0, 0)] * 2
+    nodes = [[compute_node(0, "pre", duration_ns=PRE_NS),
+              collective_node(1, "a2a", comm_type=CommType.ALL_TO_ALL, size_bytes=sum(SPLITS[r]), process_group="ep",
+                              send_split_bytes=SPLITS[r], data_deps=(0,)),
+              compute_node(2, "post", duration_ns=POST_NS, data_deps=(1,)),
+              collective_node(3, "a2a2", comm_type=CommType.ALL_TO_ALL, size_bytes=sum(second[r]),
+                              process_group="ep", send_split_bytes=second[r], data_deps=(2,)),
+              compute_node(4, "post2", duration_ns=POST_NS, data_deps=(3,))] for r in range(4)]
+    return make_trace(nodes, groups=(ProcessGroup("ep", (0, 1, 2, 3)),))
+
+
+def _second_ends_ms(engine) -> tuple[list[float], list[float]]:
+    timeline = play_on_fabric(_two_all_to_alls(), engine)
+    return ([timeline.spans[r][1][2] / MS for r in range(4)], [timeline.spans[r][3][2] / MS for r in range(4)])
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_a_rank_s_sends_start_when_it_comes_in_not_when_the_last_member_does(reference) -> None:
+    # ranks 0, 1 leave the first all-to-all at t1 (their SMALL receives in), come into the second at t3 = t1 + 10 ms
+    # and post their SMALL sends to 2, 3 then: 8 flows share the trunk until those are through (SMALL at an 8th),
+    # then the first op's BIG flows at a 4th again; 0 and 1 leave the second op at once (sends written, nothing
+    # to receive), 2 and 3 leave the first at the BIG flows' end and the second as they come in (their receives
+    # long in). In lock step the second op starts when 2 and 3 come in, 10 ms after the first op's end.
+    params = FabricParams(one_step_chains=True)  # no standing queues: the rates alone
+    engine = FlowEngine(_dumbbell(), params) if reference else engine_for(_dumbbell(), params)
+    c4, c8 = TRUNK_BYTES_PER_NS / 4, TRUNK_BYTES_PER_NS / 8
+    t1 = PRE_NS + SMALL * WIRE / c4
+    t3 = t1 + POST_NS
+    big_left = BIG * WIRE - SMALL * WIRE - POST_NS * c4 - SMALL * WIRE  # after phases at a 4th, a 4th, an 8th
+    t2 = t3 + SMALL * WIRE / c8 + big_left / c4
+    first, second = _second_ends_ms(engine)
+    assert first == pytest.approx([t1 / MS] * 2 + [t2 / MS] * 2, rel=1e-9)
+    assert second == pytest.approx([t3 / MS] * 2 + [(t2 + POST_NS) / MS] * 2, rel=1e-9)
+    _, locked = _second_ends_ms(FlowEngine(_dumbbell(), FabricParams()))
+    t2_locked = PRE_NS + BIG * WIRE / c4
+    assert locked == pytest.approx([(t2_locked + POST_NS + SMALL * WIRE / c4) / MS] * 4, rel=1e-9)
+
+
+def test_sends_posted_early_queue_behind_the_bytes_ahead_of_them() -> None:
+    # with the standing queues (the mix's parameters) the second op's SMALL flows, posted at t3, wait behind
+    # what the first op's BIG flows keep queued on the trunk (all they have left, each less than a window: the
+    # trunk's rate drains it exactly when they end), then move at a 4th each; 0 and 1 still leave at t3
+    c4 = TRUNK_BYTES_PER_NS / 4
+    t1 = PRE_NS + SMALL * WIRE / c4
+    t2 = PRE_NS + BIG * WIRE / c4
+    first, second = _second_ends_ms(engine_for(_dumbbell(), mix_play_params(FabricParams())))
+    assert first == pytest.approx([t1 / MS] * 2 + [t2 / MS] * 2, rel=1e-9)
+    assert second == pytest.approx([(t1 + POST_NS) / MS] * 2 + [(t2 + SMALL * WIRE / c4) / MS] * 2, rel=1e-9)
