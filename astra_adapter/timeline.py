@@ -239,12 +239,8 @@ class _Player:
                 self.busy[rank].add(lane)
                 op.started[rank] = t
                 op.nodes[rank] = i
-                self.joined(op, rank)
-
-    def joined(self, op: _Op, rank: int) -> None:
-        """``rank`` came into ``op`` (its start noted): the op runs once every member has."""
-        if len(op.started) == len(op.members):
-            self.running.append(op)
+                if len(op.started) == len(op.members):
+                    self.running.append(op)
 
     def settle(self, t: float) -> None:
         """Complete the ops whose time is up (at ``t``)."""

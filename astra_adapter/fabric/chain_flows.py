@@ -81,7 +81,7 @@ class CompiledRingOp(RingOp):
         which = np.empty(len(self.chunk), dtype=bool)
         needed = np.empty(len(self.chunk), dtype=bool)
         any_which, any_needed = ring_starting(self.chunk, self.pred, self._ready8, self._next_ready8, self.count,
-                                              which.view(np.uint8), needed.view(np.uint8), self.joined.view(np.uint8))
+                                              which.view(np.uint8), needed.view(np.uint8))
         return which, needed, any_which, any_needed
 
     def arriving_any(self) -> tuple[np.ndarray, bool]:
@@ -141,14 +141,10 @@ class ChainFlowEngine(FlowEngine):
         self._last_moving: tuple[list[FabricOp], list] = ([], [None, None])  # _flow_rates' moving set, memo entry
 
     # ---- ops --------------------------------------------------------------------------------------------
-    def start(self, steps, joined=None) -> FabricOp:
-        op = super().start(steps, joined)
+    def start(self, steps) -> FabricOp:
+        op = super().start(steps)
         self.changed.add(id(op))
         return op
-
-    def join(self, op, ranks) -> None:
-        super().join(op, ranks)
-        self.changed.add(id(op))  # a rank in with its part done leaves now
 
     def advance(self, dt_ns: float) -> None:
         """:meth:`FlowEngine.advance`, noting the ops whose busy ranks may have changed (:attr:`changed`: the

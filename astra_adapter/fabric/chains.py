@@ -64,7 +64,7 @@ class RingOp:
 
     __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "chunk", "wait", "ready",
                  "next_ready", "next_wait", "pred", "sizes", "before", "latencies", "count", "send_buffer", "_index",
-                 "_remaining", "_done", "_busy_key", "_busy", "joined")
+                 "_remaining", "_done", "_busy_key", "_busy")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
         self.steps = steps
@@ -86,9 +86,6 @@ class RingOp:
         into = {int(d): k for k, d in enumerate(first.dst.tolist())}
         self.pred = np.array([into.get(int(s), -1) for s in first.src.tolist()], dtype=np.int64)
         self.chunk = np.zeros(n, dtype=np.int64)
-        # per connection, whether its sender is in the op: a one-step op starts with its first member, each
-        # connection when its sender comes in (:meth:`only`, :meth:`join`); a ring's are all in from its start
-        self.joined = np.ones(n, dtype=bool)
         self.left = np.zeros(n)
         self.wait = np.zeros(n)
         self.ready = np.zeros(n, dtype=bool)  # its sender has the chunk's data: waiting out ``wait`` or moving
@@ -104,19 +101,11 @@ class RingOp:
         self._busy_key = b""  # busy_ranks: the masks it was last computed from, and its answer
         self._busy: set[int] = set()
 
-    def only(self, ranks) -> None:
-        """Only the connections sent by ``ranks`` (the members in so far) may start."""
-        self.joined[:] = np.isin(self.steps[0].src, list(ranks))
-
-    def join(self, ranks) -> None:
-        """The connections sent by ``ranks`` may start too (their sender came in)."""
-        self.joined |= np.isin(self.steps[0].src, list(ranks))
-
     def startable(self) -> np.ndarray:
-        """Connections not yet on their way whose sender is in the op and has the data for their chunk: the
-        connection into the sender has delivered the chunk before (or there is none, or it is the first chunk)."""
+        """Connections not yet on their way whose sender has the data for their chunk: the connection into the
+        sender has delivered the chunk before (or there is none, or it is the first chunk)."""
         pred_chunk = np.where(self.pred >= 0, self.chunk[np.maximum(self.pred, 0)], self.count)
-        return ~self.ready & self.joined & (self.chunk < self.count) & ((self.chunk == 0) | (pred_chunk >= self.chunk))
+        return ~self.ready & (self.chunk < self.count) & ((self.chunk == 0) | (pred_chunk >= self.chunk))
 
     def arriving(self) -> np.ndarray:
         """Connections on a chunk whose next chunk's data has come in since (not yet counted): it joins the

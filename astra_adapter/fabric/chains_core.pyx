@@ -188,9 +188,8 @@ def queued_of(list in_flight, const unsigned char[::1] full, const double[::1] s
 
 def ring_starting(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
                   const unsigned char[::1] next_ready, int64_t count, unsigned char[::1] which,
-                  unsigned char[::1] needed, const unsigned char[::1] joined):
-    """Which connections start their chunk now (:meth:`RingOp.startable`, ``joined``: its sender is in the op)
-    into ``which``, and into ``needed``
+                  unsigned char[::1] needed):
+    """Which connections start their chunk now (:meth:`RingOp.startable`) into ``which``, and into ``needed``
     those and the ones whose next chunk's data is in once they have (``ChainFlowEngine._begin_chunks``: who takes
     a wait from this read); returns whether any starts and whether any is needed."""
     cdef Py_ssize_t i, n = chunk.shape[0]
@@ -199,7 +198,7 @@ def ring_starting(const int64_t[::1] chunk, const int64_t[::1] pred, const unsig
     for i in range(n):
         k = chunk[i]
         p = chunk[pred[i]] if pred[i] >= 0 else count
-        start = joined[i] and not ready[i] and k < count and (k == 0 or p >= k)
+        start = not ready[i] and k < count and (k == 0 or p >= k)
         early = (ready[i] or start) and not (next_ready[i] and not start) and k + 1 < count and p >= k + 1
         which[i] = start
         needed[i] = start or early

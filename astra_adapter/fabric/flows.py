@@ -17,7 +17,6 @@ default 1) scales its rate.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -210,21 +209,9 @@ class FlowEngine:
             out.append(step)
         return tuple(out)
 
-    def starts_early(self, steps: tuple[StepFlows, ...]) -> bool:
-        """Whether an op of ``steps`` starts when its first member comes in, each connection when its sender does
-        (:meth:`start` with ``joined``, :meth:`join`): a one-step op played per connection
-        (``FabricParams.one_step_chains``) - each rank posts its sends alone, and what it sends a rank that is not
-        in yet lands in that rank's socket (up to its receive buffer: more than the MoE job's 0.8 MB blocks;
-        not modelled) - as the replay's ranks do; every other op when its last member comes in."""
-        return self.params.one_step_chains and one_step(steps)
-
-    def start(self, steps: tuple[StepFlows, ...], joined: Collection[int] | None = None) -> FabricOp:
-        """``steps`` in flight from now; ``joined`` (an op that :meth:`starts_early`): the members in so far,
-        whose connections start (the others' at :meth:`join`)."""
+    def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         if (self.params.ring_chains and ring_like(steps)) or (self.params.one_step_chains and one_step(steps)):
             ring = self.ring_op(steps, self._send_buffers(steps[0].routes))
-            if joined is not None:
-                ring.only(joined)
             self._begin_chunks(ring)
             self.ops.append(ring)
             return ring  # type: ignore[return-value]  # what the engine reads of an op (chains.RingOp)
@@ -232,13 +219,6 @@ class FlowEngine:
         self._enter_next_step(op)
         self.ops.append(op)
         return op
-
-    def join(self, op: FabricOp, ranks: Collection[int]) -> None:
-        """Members ``ranks`` came into ``op`` (started early, :meth:`starts_early`): their connections start now,
-        each waiting behind the queues on its path as they stand now."""
-        assert isinstance(op, RingOp)
-        op.join(ranks)
-        self._begin_chunks(op)
 
     def _send_buffers(self, routes: np.ndarray) -> np.ndarray:
         """Per route, what its sender's socket holds (:func:`genie.core.tcp_window.send_buffer_bytes`, wire bytes)."""

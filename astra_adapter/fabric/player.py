@@ -12,14 +12,11 @@ from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeli
 
 
 class _FlowOp(_Op):
-    __slots__ = ("comm", "flow", "channel", "gone", "flow_order", "steps", "early", "flow_through")
+    __slots__ = ("comm", "flow", "channel", "gone", "flow_order")
 
     def __init__(self, members: tuple[int, ...], sides: tuple | None, comm: CommOp) -> None:
         super().__init__(members, sides, float("inf"))
         self.comm = comm
-        self.steps: tuple | None = None  # its plan on the engine (asked when its first member comes in)
-        self.early = False  # it starts with its first member (FlowEngine.starts_early)
-        self.flow_through = False  # (started early) its flows all through and out of the engine, members still to come
         self.flow: FabricOp | None = None
         self.channel: int | None = None
         self.gone: set[int] = set()  # members that have left the op
@@ -32,7 +29,6 @@ class FabricPlayer(_Player):
         self._of_flow: dict[int, _FlowOp] = {}  # id(op.flow) -> the running op, for the ops whose flow started
         self._flows_started = 0
         self._with_flow = 0  # the first ops of ``running`` have their flows: the others joined it since (at its end)
-        self._settle_now = False  # a member came into an op in flight: it may leave at once (the next event now)
         # the engine's compiled event loop (None: it has none, or it is off)
         self._flow_events = engine.flow_events if engine.plays_events else None  # type: ignore[attr-defined]
         super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
@@ -43,40 +39,16 @@ class FabricPlayer(_Player):
     def _new_op(self, members: tuple[int, ...], sides: tuple | None, op: CommOp, duration_ns) -> _Op:
         return _FlowOp(members, sides, op)
 
-    def joined(self, op: _Op, rank: int) -> None:  # type: ignore[override]
-        """As the replay's: the op runs once every member is in - except an op the engine starts early
-        (:meth:`FlowEngine.starts_early`: a one-step op per connection), which runs from its first member on, each
-        connection from when its sender came in."""
-        assert isinstance(op, _FlowOp)
-        if op.steps is None:
-            op.steps = self.engine.plan(op.comm, op.members, op.channel)  # type: ignore[attr-defined]
-            op.early = self.engine.starts_early(op.steps)
-        if not op.early:
-            if len(op.started) == len(op.members):
-                self.running.append(op)
-        elif len(op.started) == 1:
-            self.running.append(op)  # its flow starts at the next horizon, with the members in by then
-        elif op.flow is not None:
-            self.engine.join(op.flow, (rank,))  # type: ignore[attr-defined]
-            self._settle_now = True
-
     def horizon_ns(self) -> float:
         self._start_flows()
-        horizon = self.engine.horizon_ns()
-        if self._settle_now:  # (the engine's horizon taken all the same: its advance uses the rates it read)
-            self._settle_now = False
-            return 0.0
-        return horizon
+        return self.engine.horizon_ns()
 
     def _start_flows(self) -> None:
         running = self.running
         if self._with_flow < len(running):  # ops joined ``running`` (at its end) since: their flows start
             for op in running[self._with_flow:]:
-                if op.early:  # its members in so far; one whose part is done at once (sends written) leaves now
-                    op.flow = self.engine.start(op.steps, set(op.started))  # type: ignore[attr-defined]
-                    self._settle_now = True
-                else:
-                    op.flow = self.engine.start(op.steps)  # type: ignore[attr-defined]
+                op.flow = self.engine.start(self.engine.plan(op.comm, op.members,  # type: ignore[attr-defined]
+                                                             op.channel))  # type: ignore[attr-defined]
                 op.flow_order = self._flows_started  # type: ignore[attr-defined]
                 self._flows_started += 1
                 self._of_flow[id(op.flow)] = op  # type: ignore[arg-type,attr-defined]
@@ -117,20 +89,15 @@ class FabricPlayer(_Player):
             busy = self.engine.busy_ranks(op.flow)
             if busy is None:
                 continue
-            leaving = [rank for rank in op.members if rank not in busy and rank not in op.gone and rank in op.started]
+            leaving = [rank for rank in op.members if rank not in busy and rank not in op.gone]
             for rank in leaving:
                 op.gone.add(rank)
                 self.leave(op, rank, t)
             if len(op.gone) == len(op.members):
                 self.running.remove(op)
                 self._with_flow -= 1  # an op with its flow: one of the first
-                if not op.flow_through:
-                    self.engine.remove(op.flow)
-                del self._of_flow[id(op.flow)]
-            elif op.flow.done and not op.flow_through:  # started early, through before every member came in: out
-                # of the engine (which would settle it now); the members still to come leave as they come in
                 self.engine.remove(op.flow)
-                op.flow_through = True
+                del self._of_flow[id(op.flow)]
             for rank in leaving:
                 self.pump(rank, t)
         if changed is not None:
