@@ -20,16 +20,6 @@ in - a wait delays only the ranks downstream of that connection, which is what
 the data yet: connection ``s -> d`` moves chunk ``k`` once the connection into ``s`` has delivered chunk
 ``k - 1``. A rank leaves the op when its receives are in and its last send is written into its socket (all but
 the send buffer sent). Rates stay the engine's max-min solve over every flow moving.
-
-A *one-step* op (:func:`one_step`: an all-to-all, a send/recv - one step of flows, every one posted at once) is
-the same state with one chunk per connection (``FabricParams.one_step_chains``). In lock step such an op first
-pays the longest wait of any of its flows behind the standing queues, every member in it, and a rank stays in
-it until its sends are delivered too; the replay's rank (NCCL's kernel on that rank alike) returns when its own
-receives are in and its sends are written: each connection has its own path and queue, and what its socket
-holds arrives after the sender has gone on. Measured on the oversubscribed leaf-spine (benchmarks/README.md
-"Job mixes", session 25): beside a DDP ring, the MoE job's all-to-all ended on its leaf0 ranks after 36-47 ms
-(their receives over lightly loaded uplinks) and on its leaf1 ranks after 82-149 ms (behind the shared queue),
-where the lock-step model ended all four at 153 ms.
 """
 
 from __future__ import annotations
@@ -50,14 +40,8 @@ def ring_like(steps: tuple) -> bool:
                               and np.array_equal(s.routes, first.routes)) for s in steps[1:])
 
 
-def one_step(steps: tuple) -> bool:
-    """True for an op of one step with flows (every send posted at once: an all-to-all, a send/recv): played per
-    connection, each its one chunk, it needs no ring shape (a rank may send and receive several flows)."""
-    return len(steps) == 1 and len(steps[0].src) > 0
-
-
 class RingOp:
-    """A ring-like or one-step op in flight, per connection (see the module doc), with what the engine reads of an op
+    """A ring-like op in flight, per connection (see the module doc), with what the engine reads of an op
     (:class:`astra_adapter.fabric.flows.FabricOp`'s fields): ``step`` stays 0 (every step has the same routes,
     so the engine's rates read ``steps[0]``), ``latency_ns`` 0 (the waits are per connection), ``left`` and
     ``active`` per connection. ``steps``: the op's :class:`astra_adapter.fabric.flows.StepFlows`."""
@@ -82,7 +66,6 @@ class RingOp:
         # per connection, the bytes its socket holds (genie.core.tcp_window.send_buffer_bytes, on the wire's scale):
         # the sender leaves once its last chunk is written and no more than this of it is still to arrive
         self.send_buffer = np.zeros(n) if send_buffer is None else np.asarray(send_buffer, dtype=float)
-        # the connection into each sender (a one-step op's several into one rank: any, never read, one chunk each)
         into = {int(d): k for k, d in enumerate(first.dst.tolist())}
         self.pred = np.array([into.get(int(s), -1) for s in first.src.tolist()], dtype=np.int64)
         self.chunk = np.zeros(n, dtype=np.int64)

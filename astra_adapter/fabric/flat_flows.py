@@ -87,8 +87,8 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
-        if params.ring_chains or params.one_step_chains:
-            raise ValueError("ring and one-step chains run on the reference FlowEngine (engine_for chooses)")
+        if params.ring_chains:
+            raise ValueError("ring chains run on the reference FlowEngine (engine_for chooses)")
         super().__init__(network, params, sends)
         self.changed: set[int] = set()  # ids of the ops whose step or moving flows changed (the player clears it)
         self._dirty = True  # an op started, left, or changed phase: lay the arrays out again
@@ -428,8 +428,7 @@ def engine_for(network: FabricNetwork, params: FabricParams = FabricParams(),
                sends: StepSends | None = None) -> FlowEngine:
     """The engine a play runs on: the flat one (standing queues or not), or where ring chains are modelled (a
     ring's connections each on their own step: state the flat arrays do not keep) the reference's with its known
-    zeros skipped (:class:`astra_adapter.fabric.chain_flows.ChainFlowEngine`); so too with one-step ops per
-    connection (``FabricParams.one_step_chains``)."""
-    if params.ring_chains or params.one_step_chains:
+    zeros skipped (:class:`astra_adapter.fabric.chain_flows.ChainFlowEngine`)."""
+    if params.ring_chains:
         return ChainFlowEngine(network, params, sends)
     return FlatFlowEngine(network, params, sends)

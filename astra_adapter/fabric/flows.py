@@ -28,7 +28,7 @@ from genie.core.sizes import dtype_bytes_for
 from genie.core.tcp_window import send_buffer_bytes
 from genie.collectives.sends import SendStep, step_sends
 
-from astra_adapter.fabric.chains import RingOp, one_step, ring_like
+from astra_adapter.fabric.chains import RingOp, ring_like
 from astra_adapter.fabric.credit import LinkCredit, link_load
 from astra_adapter.fabric.fairshare import max_min_rates
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
@@ -49,10 +49,7 @@ class FabricParams:
     queue lose throughput to drops and retransmissions as they multiply - the incast of an all-to-all; 0: none).
     ``standing_queues``: a step first waits behind the queues other ops' flows keep on saturated links
     (:mod:`astra_adapter.fabric.queues`). ``ring_chains``: a ring's ranks each on their own step, as the replay's
-    are (:mod:`astra_adapter.fabric.chains`), not in lock step. ``one_step_chains``: a one-step op with flows (an
-    all-to-all, a send/recv) played per connection as a ring's are (:func:`astra_adapter.fabric.chains.one_step`):
-    each flow waits behind the queues on its own path, and each rank leaves when its own receives are in and its
-    sends are written into its sockets, not when the op's slowest flow is through. ``htb_credit``: every link shaped below the
+    are (:mod:`astra_adapter.fabric.chains`), not in lock step. ``htb_credit``: every link shaped below the
     device's speed has the testbed's HTB buckets, played as a fluid (:mod:`astra_adapter.fabric.credit`): after an
     idle spell it sends its ceil burst at once, then at 1.02 x its rate until its rate bucket is spent.
     """
@@ -63,7 +60,6 @@ class FabricParams:
     flow_contention: float = 0.0
     standing_queues: bool = False
     ring_chains: bool = False
-    one_step_chains: bool = False
     htb_credit: bool = False
 
     def efficiency_of(self, link_class: LinkClass) -> float:
@@ -210,7 +206,7 @@ class FlowEngine:
         return tuple(out)
 
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
-        if (self.params.ring_chains and ring_like(steps)) or (self.params.one_step_chains and one_step(steps)):
+        if self.params.ring_chains and ring_like(steps):
             ring = self.ring_op(steps, self._send_buffers(steps[0].routes))
             self._begin_chunks(ring)
             self.ops.append(ring)

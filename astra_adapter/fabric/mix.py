@@ -121,8 +121,7 @@ def link_shares(trace: Trace, mix: MixMap, network: FabricNetwork, params: Fabri
 
 def mix_play_params(params: FabricParams, standing_queues: bool = True) -> FabricParams:
     """The parameters a mix's jobs are played with, alone and together: with ``standing_queues`` the links'
-    FIFOs (astra_adapter/fabric/queues.py), the rings' connections each on their own step and a one-step op's
-    (an all-to-all's) each on its own, its ranks leaving at their own receives and written sends
+    FIFOs (astra_adapter/fabric/queues.py) and the rings' connections each on their own step
     (astra_adapter/fabric/chains.py), and then no flow contention - a link shared by several TCP flows delivers
     its whole rate.
 
@@ -136,8 +135,8 @@ def mix_play_params(params: FabricParams, standing_queues: bool = True) -> Fabri
     all-reduce ran at exactly half its alone rate (4110.6 ms against 2 x 2061.3), where the fitted contention
     made it 4219.2 ms. Without the standing queues (the rates alone) the calibration's contention stays."""
     if not standing_queues:
-        return replace(params, standing_queues=False, ring_chains=False, one_step_chains=False)
-    return replace(params, standing_queues=True, ring_chains=True, one_step_chains=True, flow_contention=0.0)
+        return replace(params, standing_queues=False, ring_chains=False)
+    return replace(params, standing_queues=True, ring_chains=True, flow_contention=0.0)
 
 
 def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, ...], ...],
