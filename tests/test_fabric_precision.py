@@ -125,3 +125,21 @@ def test_a_precision_out_of_range_is_a_one_line_error(tmp_path):
                      tmp_path / "o", cwd=root)
     assert done.returncode == 2 and "--end-precision" in done.stderr and done.stderr.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_the_estimates_default_precision_keeps_the_stated_tolerance():
+    """``estimate_fabric`` plays at ``END_PRECISION`` by default: every rank's figures within it of the exact
+    estimate's (the mean over hash draws), and each draw's iteration too."""
+    from astra_adapter.fabric.estimate import estimate_fabric
+    from astra_adapter.fabric.flows import END_PRECISION
+
+    assert 0 < END_PRECISION <= 1e-3
+    topology, trace = fabric(), _moe(seed=9, layers=3)
+    merged = estimate_fabric(trace, topology, ecmp_samples=3)
+    exact = estimate_fabric(trace, topology, ecmp_samples=3, end_precision=0.0)
+    assert any("as one event" in note for note in merged.notes) and not any("as one event" in n for n in exact.notes)
+    for got, want in zip(merged.draw_iterations_ns, exact.draw_iterations_ns):
+        assert abs(got - want) <= END_PRECISION * want
+    for got, want in zip(merged.ranks, exact.ranks):
+        assert abs(got.iteration_ns - want.iteration_ns) <= END_PRECISION * exact.iteration_ns
+        assert abs(got.comm_ns - want.comm_ns) <= END_PRECISION * exact.iteration_ns

@@ -38,7 +38,8 @@ from astra_adapter.measurements import CommOp
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
 ECMP_SAMPLES = 8  # draws of the ECMP hash an estimate and a calibration average over (where there is ECMP)
 _EPS_BYTES = 1e-6
-END_PRECISION = 0.0  # the estimates' FabricParams.end_precision unless told (genie estimate --end-precision)
+END_PRECISION = 1e-3  # the estimates' FabricParams.end_precision unless told (genie estimate --end-precision; measured:
+# the estimate's figures within ~1e-4, 1.1-1.25x less CPU on the 512-1024-rank MoE benchmark - benchmarks/README.md)
 _MEMO_LIMIT = 4096  # configurations of moving flows whose rates the engine keeps
 
 

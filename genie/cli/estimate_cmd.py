@@ -54,7 +54,7 @@ def estimate(
     end_precision: Optional[float] = typer.Option(
         None, "--end-precision", help="Fabric mode: flow ends within this share of their step's time so far are "
         "one event (faster on big traces; the error stays within it: benchmarks/README.md); 0: exact; default "
-        "astra_adapter.fabric.flows.END_PRECISION."),
+        "1e-3 (astra_adapter.fabric.flows.END_PRECISION)."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="A job mix (docs/jobs.md) instead of TRACE: each "
                                                              "job's iteration in the mix and alone on the fabric "
                                                              "model, its slowdown (needs --topology)."),
