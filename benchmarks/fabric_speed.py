@@ -96,13 +96,14 @@ def in_process(trace_dir: Path, topology, ecmp_samples: int | None) -> str:
     return line + "\nsize: " + count_size(trace, topology)
 
 
-def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, cpu_cap_s: float) -> None:
+def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, cpu_cap_s: float,
+                      end_precision: float = 0.0) -> None:
     """One play of draw ``draw`` on each engine (``flat``: the estimate's, ``reference``: FlowEngine), each
     stopped at ``cpu_cap_s`` of CPU; prints what it did."""
     import signal
 
     from astra_adapter.fabric.flat_flows import FlatFlowEngine
-    from astra_adapter.fabric.flows import FlowEngine
+    from astra_adapter.fabric.flows import FabricParams, FlowEngine
     from astra_adapter.fabric.network import FabricNetwork, sample_networks
     from astra_adapter.fabric.player import FabricPlayer
     from astra_adapter.timeline import CompiledTrace, timeline_of
@@ -153,7 +154,8 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
                   "flat-unlisted": UnlistedFlatFlowEngine,
                   "flat-walk": WalkFlatFlowEngine,
                   "flat-one": OneSolveFlatFlowEngine,
-                  "flat-scan": scanning, "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](net)
+                  "flat-scan": scanning, "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](net) \
+            if name != "flat" or not end_precision else FlatFlowEngine(net, FabricParams(end_precision=end_precision))
         player = FabricPlayer(trace, engine, compiled)
         events = [0]
         advance = player.advance
@@ -229,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                         "flat-numpy: its solve not compiled, reference)")
     parser.add_argument("--draw", type=int, default=0, help="--play: the ECMP hash draw (-1: the expected share)")
     parser.add_argument("--cpu-cap", type=float, default=600.0, help="--play: CPU seconds per engine at most")
+    parser.add_argument("--end-precision", type=float, help="flow ends within this share of their step's time as "
+                        "one event (genie estimate --end-precision; --play: the flat engine's FabricParams.end_precision; "
+                        "default: the estimate's, exact in --play)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from genie.topology.writer import dump_topology
@@ -242,13 +247,16 @@ def main(argv: list[str] | None = None) -> int:
         trace_dir = out / "moe" if (out / "moe" / "moe.0.et").exists() else \
             generate(out, args.ranks, args.ep, args.routing_skew, args.layers)
         if args.play:
-            play_side_by_side(trace_dir, topology, args.play.split(","), args.draw, args.cpu_cap)
+            play_side_by_side(trace_dir, topology, args.play.split(","), args.draw, args.cpu_cap,
+                              args.end_precision or 0.0)
             return 0
         walls, cpus = [], []
         for k in range(args.repeat):
             load = os.getloadavg()[0]
             done, wall, cpu = _run(genie_argv("estimate", str(trace_dir), "--topology", str(topo_path), "--mode",
-                                              "fabric", "--out", str(out / f"estimate-{k}")))
+                                              "fabric", "--out", str(out / f"estimate-{k}"),
+                                              *(("--end-precision", f"{args.end_precision:g}")
+                                                if args.end_precision is not None else ())))
             if done.returncode:
                 print(f"genie estimate failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
                 return 1

@@ -57,6 +57,10 @@ cdef class LiveRates:
     cdef int64_t[::1] t_ptr
     cdef int64_t[::1] t_res
     cdef double[::1] t_w
+    cdef public double end_precision  # relative: a flow whose time left after a move is at most this share of its
+    # step's time so far ends with that move (its last bytes dropped; 0: exact, every flow to its own instant)
+    cdef public double now  # the clock the moves have reached (the steps' times so far, for end_precision)
+    cdef double[::1] b_begun  # per slot: when its step's flows started moving (bind_begun)
     cdef public bint scan_entries  # solve as session 21 did (the routes sorted by qsort, each round of the filling
     # scanning every live entry: _rounds_scanning) - the same floats; for side-by-side timing
 
@@ -414,17 +418,25 @@ cdef class LiveRates:
         cdef Py_ssize_t j, k, i, a, num_ops = starts.shape[0]
         cdef int64_t c, r
         cdef double* rate = self.rate
+        cdef double end_t = self.now + dt_ns, slack = 0.0
+        cdef bint merge = self.end_precision > 0
         changed = []
         for k in range(num_ops):
             if not counts[k]:
                 continue
             a = starts[k]
             c = 0
+            if merge:  # the time a flow may have left and still end now: a share of its step's time so far
+                slack = self.end_precision * (end_t - self.b_begun[k])
             for j in range(a, a + counts[k]):
                 i = listed[j]
                 r = routes[i]
                 left[i] = left[i] - rate[r] * dt_ns
                 if not left[i] > done_below[i]:
+                    active[i] = 0
+                    self._recount(r, self.count[r] - 1)
+                elif merge and not left[i] > done_below[i] + rate[r] * slack:
+                    left[i] = 0.0  # ends with this move, its last bytes dropped (its ranks then free)
                     active[i] = 0
                     self._recount(r, self.count[r] - 1)
                 else:
@@ -433,7 +445,13 @@ cdef class LiveRates:
             if c != counts[k]:
                 counts[k] = c
                 changed.append((k, c))
+        self.now = end_t
         return changed
+
+    def bind_begun(self, double[::1] begun):
+        """Per slot, when its step's flows started moving (FlowSlots: bound with the slots) - read by the moves
+        only where ``end_precision`` is set."""
+        self.b_begun = begun
 
     def bind_slots(self, double[::1] left, unsigned char[::1] active, double[::1] done_below, int64_t[::1] routes,
                    int64_t[::1] starts, int64_t[::1] counts, int64_t[::1] listed):

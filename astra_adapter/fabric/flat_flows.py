@@ -100,6 +100,8 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         self._live = LiveRates(self.capacity, params.flow_contention) \
             if LiveRates is not None and self.compiled_solve and self.by_component and self.incremental \
             and self.queues is None else None
+        if params.end_precision > 0 and self._live is not None and self.slots and self.listed:
+            self._live.end_precision = params.end_precision  # (elsewhere - standing queues - every end exact)
         self._compiled = self._live if self._live is not None else \
             MovingRates(self.capacity, params.flow_contention, self.by_component) \
             if MovingRates is not None and self.compiled_solve else None

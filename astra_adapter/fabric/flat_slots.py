@@ -60,6 +60,7 @@ class FlowSlots:
         self._flags = np.zeros(0, dtype=bool)
         self._routes = self._starts = self._counts = self._listed = np.zeros(0, dtype=np.int64)
         self._last = np.zeros(0, dtype=np.uint8)  # per slot: its op is on its last step (FlowEvents.bind)
+        self._begun = np.zeros(0)  # per slot: when its step's flows started moving (LiveRates.end_precision)
         self._src = self._dst = self._busy = np.zeros(0, dtype=np.int64)  # per flow its ranks; per slot its busy ones
         self._compact(1024, 64)
 
@@ -68,7 +69,7 @@ class FlowSlots:
         dropped; each moving op's ``left`` and ``active`` viewing its new place)."""
         left, flags, done = np.zeros(cap), np.zeros(cap, dtype=bool), np.zeros(cap)
         routes, starts, counts, listed = (np.zeros(n, dtype=np.int64) for n in (cap, slot_cap, slot_cap, cap))
-        last = np.zeros(slot_cap, dtype=np.uint8)
+        last, begun = np.zeros(slot_cap, dtype=np.uint8), np.zeros(slot_cap)
         src, dst, busy = (np.zeros(n, dtype=np.int64) for n in (cap, cap, slot_cap))
         ops: list[FabricOp | None] = []
         lens: list[int] = []
@@ -80,6 +81,7 @@ class FlowSlots:
             left[at:at + n], flags[at:at + n] = self._left[a:a + n], self._flags[a:a + n]
             done[at:at + n], routes[at:at + n] = self._done[a:a + n], self._routes[a:a + n]
             starts[len(ops)], counts[len(ops)], last[len(ops)] = at, self._counts[k], self._last[k]
+            begun[len(ops)] = self._begun[k]
             src[at:at + n], dst[at:at + n], busy[len(ops)] = self._src[a:a + n], self._dst[a:a + n], self._busy[k]
             c = int(self._counts[k])
             listed[at:at + c] = self._listed[a:a + c] - a + at
@@ -91,7 +93,7 @@ class FlowSlots:
             at += n
         self._left, self._flags, self._done, self._routes = left, flags, done, routes
         self._starts, self._counts, self.ops, self._len = starts, counts, ops, lens
-        self._listed, self._last = listed, last
+        self._listed, self._last, self._begun = listed, last, begun
         self._src, self._dst, self._busy = src, dst, busy
         self._used, self._dead, self._dead_slots = at, 0, 0
         self._views()
@@ -105,6 +107,7 @@ class FlowSlots:
         if self.listed_sweeps:  # the sweeps then take these arrays from LiveRates, not one buffer each per call
             self._live.bind_slots(self.left, self.active, self.done_below, self.routes, self.starts, self.counts,
                                   self.listed)
+            self._live.bind_begun(self._begun[:s])
         if self._events is not None:
             self._events.bind(self._last[:s], self.ops, self._src[:n], self._dst[:n], self._busy[:s])
 
@@ -135,6 +138,7 @@ class FlowSlots:
         self._done[a:b], self._routes[a:b] = s.done_below, s.routes
         self._counts[k] = op.active_count
         self._last[k] = op.step == len(op.steps) - 1
+        self._begun[k] = self._live.now
         if self._events is not None:
             self._src[a:b], self._dst[a:b] = s.src, s.dst
             self._busy[k] = _UNCOUNTED
@@ -272,6 +276,7 @@ class OnSlots:
         assert slots is not None and self._live is not None
         self._run_down(self._waits.values(), self._halts.values(), dt_ns)
         if not slots.flowing:
+            self._live.now += dt_ns  # (a move keeps the clock: LiveRates.end_precision)
             return
         if slots.listed_sweeps:
             moved = self._live.move_bound(dt_ns)

@@ -38,6 +38,8 @@ from astra_adapter.measurements import CommOp
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
 ECMP_SAMPLES = 8  # draws of the ECMP hash an estimate and a calibration average over (where there is ECMP)
 _EPS_BYTES = 1e-6
+END_PRECISION = 1e-3  # the estimates' FabricParams.end_precision unless told (genie estimate --end-precision; measured:
+# the estimate's figures within ~1e-4, 1.1-1.25x less CPU on the 512-1024-rank MoE benchmark - benchmarks/README.md)
 _MEMO_LIMIT = 4096  # configurations of moving flows whose rates the engine keeps
 
 
@@ -52,6 +54,10 @@ class FabricParams:
     are (:mod:`astra_adapter.fabric.chains`), not in lock step. ``htb_credit``: every link shaped below the
     device's speed has the testbed's HTB buckets, played as a fluid (:mod:`astra_adapter.fabric.credit`): after an
     idle spell it sends its ceil burst at once, then at 1.02 x its rate until its rate bucket is spent.
+    ``end_precision`` (a simulation setting, not fitted): where the flat engine's incremental solve runs, a flow
+    whose time left after an event is at most this share of its step's time so far ends with that event (its last
+    bytes dropped), so flow ends that close are one event - SimGrid's ``surf/precision``, relative; 0: exact,
+    every flow to its own instant (the reference engine, and standing queues, are always exact).
     """
 
     efficiency: tuple[tuple[LinkClass, float], ...] = ()
@@ -61,6 +67,7 @@ class FabricParams:
     standing_queues: bool = False
     ring_chains: bool = False
     htb_credit: bool = False
+    end_precision: float = 0.0
 
     def efficiency_of(self, link_class: LinkClass) -> float:
         return dict(self.efficiency).get(link_class, 1.0)

@@ -13,7 +13,7 @@ from genie.cli.flags import RUN_FLAGS, flag_names
 #: EstimateRequest fields -> flags
 ESTIMATE_FLAGS = {"measurements": "--measurements", "mode": "--mode", "topology": "--topology", "npus": "--npus",
                   "out": "--out", "calibration": "--calibration", "jobs": "--jobs", "placements": "--placements",
-                  "trace": "TRACE"}
+                  "trace": "TRACE", "end_precision": "--end-precision"}
 
 
 def estimate(
@@ -51,6 +51,10 @@ def estimate(
     explain: bool = typer.Option(False, "--explain", help="With an NCCL calibration (nccl or fabric mode): print "
                                                           "per op kind the algorithm, protocol and channels "
                                                           "assumed, and the NCCL model's time of it alone."),
+    end_precision: Optional[float] = typer.Option(
+        None, "--end-precision", help="Fabric mode: flow ends within this share of their step's time so far are "
+        "one event (faster on big traces; the error stays within it: benchmarks/README.md); 0: exact; default "
+        "1e-3 (astra_adapter.fabric.flows.END_PRECISION)."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="A job mix (docs/jobs.md) instead of TRACE: each "
                                                              "job's iteration in the mix and alone on the fabric "
                                                              "model, its slowdown (needs --topology)."),
@@ -86,7 +90,7 @@ def estimate(
     with flag_names(ESTIMATE_FLAGS):
         result = run_estimate(EstimateRequest(trace, tuple(measurements),
                                               EstimateMode.parse(mode) if mode is not None else None, topology,
-                                              extrapolate, share_nic, npus, out, calibration))
+                                              extrapolate, share_nic, npus, out, calibration, end_precision))
     if explain and not result.nccl_choices:
         typer.echo("# --explain: only an NCCL calibration (--calibration with nccl_calibration.json) assumes "
                    "NCCL's choices", err=True)

@@ -25,6 +25,8 @@ class EstimateRequest:
     out: Optional[Path] = None
     calibration: Optional[Path] = None  # a run directory with fabric_calibration.json (fabric mode) or
     # nccl_calibration.json (genie calibrate: nccl mode)
+    end_precision: Optional[float] = None  # fabric mode: flow ends within this share of their step's time as one
+    # event (None: the model's default, astra_adapter.fabric.flows.END_PRECISION; 0: exact)
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,11 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
     if mode is EstimateMode.FABRIC:
         if topology is None:
             raise InputError("the fabric model estimates on a topology: give `topology`", path="topology")
+        from astra_adapter.fabric.flows import END_PRECISION
+        precision = END_PRECISION if request.end_precision is None else request.end_precision
         est, fabric_cal = estimate_fabric_from_runs(loaded, topology, run_dirs=request.measurements,
-                                                    calibration_dir=request.calibration, source=str(request.topology))
+                                                    calibration_dir=request.calibration, source=str(request.topology),
+                                                    end_precision=precision)
     else:
         if request.calibration is not None:
             raise InputError(f"`calibration` (a fabric calibration) needs mode fabric, not {mode.value}",
@@ -83,7 +88,8 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
     inputs = (input_digest(request.trace, "trace"), *(input_digest(m, "measurements") for m in request.measurements),
               *((input_digest(request.topology, "topology"),) if request.topology is not None else ()))
     params = {"mode": mode.value, "extrapolate": request.extrapolate, "share_nic": request.share_nic,
-              "npus": request.npus, "calibration": str(request.calibration) if request.calibration else None}
+              "npus": request.npus, "calibration": str(request.calibration) if request.calibration else None,
+              **({"end_precision": precision} if mode is EstimateMode.FABRIC else {})}
     with RunRecorder("estimate", out=request.out, inputs=inputs, params=params) as run:
         for warning in warnings:
             run.warn(warning)
