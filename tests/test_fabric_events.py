@@ -21,6 +21,7 @@ from astra_adapter.fabric.flows import FabricParams
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.player import play_on_fabric
 from benchmarks.fabric_accuracy import three_tier
+from fabric_cases import fabric, moe as _moe
 
 pytestmark = pytest.mark.skipif(FlowEvents is None, reason="astra_adapter.fabric.fairshare_core is not built "
                                 "(pip install -e . builds it): the compiled event loop runs only there")
@@ -43,16 +44,6 @@ class CountedEngine(FlatFlowEngine):
     def advance(self, dt_ns: float) -> None:
         self.python_events += 1
         super().advance(dt_ns)
-
-
-def fabric():
-    return three_tier(hosts_per_leaf=4, leaves_per_pod=2, pods=2, aggs_per_pod=2, cores=2, ranks_per_host=1)
-
-
-def _moe(seed: int, layers: int = 2):
-    model = model_preset("mixtral-8x7b").with_overrides(num_layers=layers)
-    return expert_parallel(model, device_preset("a100"), ep=8, dp=16,
-                           config=TrainingConfig(routing_skew=1.0, routing_seed=seed))
 
 
 @pytest.fixture(params=["grown", "compacted"])

@@ -8,31 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from genie.workloads.generators import TrainingConfig, expert_parallel
-from genie.workloads.presets import device_preset, model_preset
-
 from astra_adapter.fabric.fairshare import LiveRates
 from astra_adapter.fabric.flat_flows import FlatFlowEngine
 from astra_adapter.fabric.flows import FabricParams
 from astra_adapter.fabric.network import FabricNetwork, sample_networks
 from astra_adapter.fabric.player import play_on_fabric
-from benchmarks.fabric_accuracy import three_tier
+from fabric_cases import fabric, moe as _moe
 
 pytestmark = pytest.mark.skipif(LiveRates is None, reason="astra_adapter.fabric.fairshare_core is not built "
                                 "(pip install -e . builds it): the precision applies on its incremental solve")
 
 PARAMS = [FabricParams(), FabricParams(flow_contention=0.05),
           FabricParams(message_overhead_ns=3000.0, endpoint_delay_ns=20000.0)]
-
-
-def fabric():
-    return three_tier(hosts_per_leaf=4, leaves_per_pod=2, pods=2, aggs_per_pod=2, cores=2, ranks_per_host=1)
-
-
-def _moe(seed: int, layers: int = 2):
-    model = model_preset("mixtral-8x7b").with_overrides(num_layers=layers)
-    return expert_parallel(model, device_preset("a100"), ep=8, dp=16,
-                           config=TrainingConfig(routing_skew=1.0, routing_seed=seed))
 
 
 def _with(params: FabricParams, precision: float) -> FabricParams:
