@@ -179,8 +179,7 @@ def _signals_in_forked_worker() -> None:
 
 def _start_forked_worker(run, state) -> None:
     global _forked
-    die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; its exit ends this worker
+    die_with_parent()  # (SIGINT is ignored from the fork on: `_signals_in_forked_worker`)
     _forked = (run, state)
 
 

@@ -207,51 +207,48 @@ class MpiSession:
             sel.register(stream, selectors.EVENT_READ)
         last = time.monotonic()
         open_streams = 2
-        try:
-            with open(self.log_path, "ab") as log:
-                while open_streams:
-                    if state.first_error is not None:
-                        # a rank's error ends the run; a moment more shows whether hydra names another rank
-                        # that died without a word (the error may only be a peer seeing it go)
-                        if state.error_at is None:
-                            state.error_at = time.monotonic()
-                        elif time.monotonic() - state.error_at > _ERROR_GRACE_S:
-                            break
-                    limit = self.launch.startup_timeout_s if not state.started else self.options.idle_timeout_s
-                    if time.monotonic() - last > limit:
-                        raise RunFailure(self._timeout_message(state, limit))
-                    for key, _ in sel.select(timeout=0.1 if state.first_error else 0.5):
-                        stream = key.fileobj
-                        if watch.owns(key):  # a local rank's watch connection or pidfd
-                            self._ranks_going(state, watch.on_ready(key))
-                            continue
-                        data = os.read(stream.fileno(), 1 << 16)
-                        if not data:
-                            sel.unregister(stream)
-                            open_streams -= 1
-                            continue
-                        last = time.monotonic()
-                        buf = buffers[stream]
-                        if b"\n" not in data:  # a long line (gathered records) arrives in many reads
-                            buf += data
-                            continue
+        with open(self.log_path, "ab") as log:
+            while open_streams:
+                if state.first_error is not None:
+                    # a rank's error ends the run; a moment more shows whether hydra names another rank
+                    # that died without a word (the error may only be a peer seeing it go)
+                    if state.error_at is None:
+                        state.error_at = time.monotonic()
+                    elif time.monotonic() - state.error_at > _ERROR_GRACE_S:
+                        break
+                limit = self.launch.startup_timeout_s if not state.started else self.options.idle_timeout_s
+                if time.monotonic() - last > limit:
+                    raise RunFailure(self._timeout_message(state, limit))
+                for key, _ in sel.select(timeout=0.1 if state.first_error else 0.5):
+                    stream = key.fileobj
+                    if watch.owns(key):  # a local rank's watch connection or pidfd
+                        self._ranks_going(state, watch.on_ready(key))
+                        continue
+                    data = os.read(stream.fileno(), 1 << 16)
+                    if not data:
+                        sel.unregister(stream)
+                        open_streams -= 1
+                        continue
+                    last = time.monotonic()
+                    buf = buffers[stream]
+                    if b"\n" not in data:  # a long line (gathered records) arrives in many reads
                         buf += data
-                        *lines, rest = buf.split(b"\n")
-                        buffers[stream] = bytearray(rest)
-                        for raw in lines:
-                            log.write(raw + b"\n")
-                            line = raw.decode(errors="replace")
-                            if stream is proc.stdout:
-                                self._on_stdout(line, ctx)
-                            else:
-                                self._on_stderr(line, state)
-                    log.flush()
-                if not state.done and state.started:  # which rank went first, if mpiexec went quicker than that
-                    for key, _ in sel.select(timeout=0.3):
-                        if watch.owns(key):
-                            self._ranks_going(state, watch.on_ready(key))
-        finally:
-            watch.close()
+                        continue
+                    buf += data
+                    *lines, rest = buf.split(b"\n")
+                    buffers[stream] = bytearray(rest)
+                    for raw in lines:
+                        log.write(raw + b"\n")
+                        line = raw.decode(errors="replace")
+                        if stream is proc.stdout:
+                            self._on_stdout(line, ctx)
+                        else:
+                            self._on_stderr(line, state)
+                log.flush()
+            if not state.done and state.started:  # which rank went first, if mpiexec went quicker than that
+                for key, _ in sel.select(timeout=0.3):
+                    if watch.owns(key):
+                        self._ranks_going(state, watch.on_ready(key))
         if state.first_error:
             silent = self._silent_death(state)
             raise RunFailure(silent or state.first_error)

@@ -103,9 +103,7 @@ class RankWatch:
         while True:
             try:
                 conn, _ = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
+            except OSError:  # none left (BlockingIOError), or none to take
                 return
             conn.setblocking(False)
             self.selector.register(conn, selectors.EVENT_READ, _Connection(conn))
