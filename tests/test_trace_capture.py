@@ -34,6 +34,13 @@ def _capture(tmp_path: Path, job: str, *extra: str, timeout_s: float = 300) -> s
                           capture_output=True, text=True, timeout=timeout_s)
 
 
+def _why(res: subprocess.CompletedProcess, tmp_path: Path) -> str:
+    """A failed capture's error and the end of its torchrun log (what CI prints when a capture fails)."""
+    log = tmp_path / "cap" / "torchrun.log"
+    tail = log.read_text(errors="replace")[-6000:] if log.is_file() else "(no torchrun.log)"
+    return f"{res.stderr[-2000:]}\n--- torchrun.log (end) ---\n{tail}"
+
+
 def _comms(prefix: Path) -> list[list[tuple]]:
     trace = read_et_set(prefix)
     assert [p for p in validate(trace)] == []
@@ -50,7 +57,7 @@ def _comms(prefix: Path) -> list[list[tuple]]:
 
 def test_ddp_buckets_are_the_all_reduces_ddp_reports(tmp_path: Path) -> None:
     res = _capture(tmp_path, "ddp_buckets.py")
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 0, _why(res, tmp_path)
     report = json.loads((tmp_path / "reports" / "ddp.2.json").read_text())  # steps 0, 1 untraced; 2 traced
     buckets = report["rebuilt_bucket_sizes"]
     assert len(buckets) >= 3 and sum(buckets) == report["param_count"] * 4
@@ -70,7 +77,7 @@ def test_ddp_buckets_are_the_all_reduces_ddp_reports(tmp_path: Path) -> None:
 
 def test_new_group_p2p_and_all_to_all_sequences(tmp_path: Path) -> None:
     res = _capture(tmp_path, "groups_p2p.py")
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 0, _why(res, tmp_path)
     expected = [[tuple(c) for c in json.loads((tmp_path / "reports" / f"calls.{r}.2.json").read_text())]
                 for r in range(4)]
     assert _comms(tmp_path / "cap" / "groups_p2p") == expected
@@ -87,7 +94,7 @@ def test_batch_isend_irecv_pipeline_runs_unchanged_and_replays(tmp_path: Path) -
     """Issue #35 item 2: P2POp(dist.isend/irecv, ...) + batch_isend_irecv as PyTorch's docs write it. Each
     send/recv is captured with its peer, bytes and group (the job's own log), and the trace replays."""
     res = _capture(tmp_path, "pipeline_p2p.py")
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 0, _why(res, tmp_path)
     expected = _calls(tmp_path / "reports", 2)
     assert _comms(tmp_path / "cap" / "pipeline_p2p") == expected
     assert sum(kind in ("send", "recv") for kind, *_ in expected[0]) == 4  # 2 micro-batches, forward + backward
@@ -101,7 +108,7 @@ def test_warmup_0_keeps_subgroups_of_groups_made_after_tracing_began(tmp_path: P
     recorded again at the end of the step, so every TP/DP subgroup op comes back on its pair (6 all-reduces and a
     broadcast per rank), the world's on the world, and the trace replays."""
     res = _capture(tmp_path, "tp_dp.py", "--warmup", "0")
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 0, _why(res, tmp_path)
     expected = _calls(tmp_path / "reports", 0)
     trace = read_et_set(tmp_path / "cap" / "tp_dp")
     assert validate(trace) == ()
@@ -129,6 +136,17 @@ def test_a_crashing_script_is_one_line_exit_2_and_leaves_only_its_log(tmp_path: 
     assert again.returncode == 2 and "boom" in again.stderr and "not empty" not in again.stderr
 
 
+def test_a_rank_killed_by_a_signal_is_named_with_its_signal(tmp_path: Path) -> None:
+    """A rank that dies of a signal prints no error of its own (the others' gloo errors follow from it):
+    the one line names torchrun's root cause, the rank and its signal, before the first error seen."""
+    res = _capture(tmp_path, "killed.py")
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "killed.py" in lines[0]
+    assert "the script failed under torchrun (exit 1): rank 2 (pid " in lines[0]
+    assert ") was killed by SIGKILL" in lines[0]
+
+
 def test_a_hanging_script_times_out(tmp_path: Path) -> None:
     res = _capture(tmp_path, "hang.py", "--timeout", "25")
     assert res.returncode == 2
@@ -149,7 +167,7 @@ def test_moe_all_to_allv_keeps_every_pairs_size_and_replays(tmp_path: Path) -> N
     from genie.services.target import loopback_placements
 
     res = _capture(tmp_path, "moe_alltoallv.py")
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 0, _why(res, tmp_path)
     trace = read_et_set(tmp_path / "cap" / "moe_alltoallv")
     assert validate(trace) == ()
     for r in trace.ranks:
@@ -174,7 +192,7 @@ def test_fsdp2_hsdp_with_a_new_group(tmp_path: Path) -> None:
     """FSDP2 on a 2x2 mesh (HSDP) + a new_group: each rank's sequence is the collectives the job recorded itself,
     and their sizes are the padded shards the job computes from its parameter shapes."""
     res = _capture(tmp_path, "fsdp_hsdp.py")
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 0, _why(res, tmp_path)
     reports = [json.loads((tmp_path / "reports" / f"fsdp.{r}.2.json").read_text()) for r in range(4)]
     assert _comms(tmp_path / "cap" / "fsdp_hsdp") == [[tuple(c) for c in rep["calls"]] for rep in reports]
     for rank, rep in enumerate(reports):
@@ -217,7 +235,7 @@ def test_compute_is_the_step_minus_the_communication_the_job_timed(tmp_path: Pat
     smaller job once missed by 13% (a 9.5 ms preemption at a call boundary: counted as communication by the
     job, as compute here), hence compute of 180+ ms per rank, where such a preemption is below 6%."""
     res = _capture(tmp_path, "compute_comm.py")
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 0, _why(res, tmp_path)
     reports = tmp_path / "reports"
     for rank, (compute, expected, gaps) in enumerate(_compute_error(tmp_path / "cap", reports, "times")):
         assert abs(compute - expected) <= 0.10 * expected, (rank, compute, expected)

@@ -18,6 +18,7 @@ untraced and traced step times, seconds).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import functools
 import json
 import os
@@ -123,6 +124,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
+    faulthandler.enable()  # a rank that crashes in C (SIGSEGV, SIGABRT) says where, in torchrun's log
     import torch
     import torch.distributed as dist
     from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile

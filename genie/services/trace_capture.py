@@ -69,15 +69,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_ROOT_RANK = re.compile(r"^rank\s*:\s*(\d+)")
+_ROOT_EXIT = re.compile(r"^exitcode\s*:\s*(-?\d+)\s*\(pid: (\d+)\)\s*\(?(SIG[A-Z0-9]+)?")
+_CXX_ABORT = re.compile(r"^(?:terminate called .*|what\(\):\s*\S.*|Fatal Python error: .*)$")  # C, C++ crashes
+
+
+def _root_cause(lines: list[str]) -> str | None:
+    """torchrun's "Root Cause (first observed failure)" block as one phrase: which rank, how it ended."""
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("Root Cause"))
+    except StopIteration:
+        return None
+    rank = code = None
+    for ln in lines[start:]:
+        if rank is None and (m := _ROOT_RANK.match(ln)):
+            rank = m.group(1)
+        elif code is None and (m := _ROOT_EXIT.match(ln)):
+            code = m
+    if rank is None or code is None:
+        return None
+    how = (f"was killed by {code.group(3) or 'signal ' + code.group(1)[1:]}" if int(code.group(1)) < 0
+           else f"exited with code {code.group(1)}")
+    return f"rank {rank} (pid {code.group(2)}) {how}"
+
+
 def _failure_line(text: str) -> str:
-    """The most telling line of a failed job's output: the first exception line (the rank that failed first;
-    the others fail after it), else the last line."""
+    """The most telling line of a failed job's output, as one line: torchrun's root cause when a signal ended
+    that rank (it printed no error of its own; the others' errors follow from it), then the first exception line
+    (the rank that failed first; the others fail after it) or a C++ abort's line, then the root cause when it
+    exited with a code; else the last line."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in lines:
-        m = _ERROR_LINE.search(ln)
-        if m and "ChildFailedError" not in ln:
-            return m.group(1)
-    return lines[-1] if lines else "no output"
+    error = next((m.group(1) for ln in lines if (m := _ERROR_LINE.search(ln)) and "ChildFailedError" not in ln),
+                 None)
+    abort = next((ln for ln in lines if _CXX_ABORT.match(ln)), None)
+    cause = _root_cause(lines)
+    first = error or abort
+    if cause is not None and "killed by" in cause:
+        return "; ".join(p for p in (cause, first) if p)
+    if first is not None:
+        return first if cause is None else f"{first} ({cause})"
+    return cause or (lines[-1] if lines else "no output")
 
 
 def _descendants(pid: int) -> list[int]:
