@@ -191,3 +191,36 @@ def test_after_done_a_rank_seen_going_did_not_die_during_the_run():
     assert session._exit_message(1, state).startswith("rank 1 on host localhost died during the run")
     state.done = True
     assert session._exit_message(1, state) == "mpiexec exited with code 1 after the run"
+
+
+_NO_DESCRIPTORS = """
+import os, resource, selectors, socket, sys
+from pathlib import Path
+from genie.engine.mpi.watch import RankWatch
+sel = selectors.DefaultSelector()
+watch = RankWatch(sel, Path(sys.argv[1]))
+client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+client.connect(sys.argv[1])  # waiting in the backlog
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.dup(0))
+except OSError:
+    pass  # every descriptor taken: accept fails with EMFILE
+rounds = 0
+while rounds < 5 and (ready := sel.select(0)):
+    for key, _ in ready:
+        watch.on_ready(key)
+    rounds += 1
+print(rounds, watch.listening, os.path.exists(sys.argv[1]))
+"""
+
+
+def test_a_watch_that_cannot_accept_stops_listening_instead_of_spinning(tmp_path):
+    """Out of descriptors, accept fails with EMFILE and the listener stays ready: the watch must stop listening
+    (the pidfds still tell), or the session's loop would spin on it at full CPU."""
+    done = subprocess.run([sys.executable, "-c", _NO_DESCRIPTORS, str(tmp_path / "w.sock")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "False", "False"]

@@ -103,7 +103,10 @@ class RankWatch:
         while True:
             try:
                 conn, _ = self._listener.accept()
-            except OSError:  # none left (BlockingIOError), or none to take
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):  # none left, or gone already
+                return
+            except OSError:  # no descriptor to take it (EMFILE, ENFILE), no memory: it would stay ready for ever
+                self._stop_listening()  # and spin the session's loop; the pidfds still tell
                 return
             conn.setblocking(False)
             self.selector.register(conn, selectors.EVENT_READ, _Connection(conn))
@@ -140,7 +143,12 @@ class RankWatch:
         for fd in self._pidfds:
             os.close(fd)
         self._pidfds.clear()
+        self._stop_listening()
+
+    def _stop_listening(self) -> None:
         if self._listener is not None:
+            if self._listener.fileno() in self.selector.get_map():
+                self.selector.unregister(self._listener)
             self._listener.close()
             self._listener = None
             try:
