@@ -41,6 +41,9 @@ from astra_adapter.fabric import estimate
 def square(state, k):
     return state * k * k
 
+# Python's own handler, so an exec'd child starts with SIGINT at the default, whatever this program inherited (a
+# job started with `&` by a non-interactive shell, as CI may be, has SIGINT ignored, and exec keeps that)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 estimate.fork_map(square, 1, 2, 2)  # its fork hook registered
 estimate._forking.add(-1)  # another thread's fork_map is forking its pool right now
 probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
