@@ -21,7 +21,7 @@ from genie.report.manifest import InputDigest, RunRecorder
 from genie.report.observe import LinkObserver, ProcFile
 from genie.report.rundata import accuracy_pairs, load_run
 from genie.report.sweep import sweep_csv, sweep_json
-from genie.testbed.observed import LinkCounters
+from genie.testbed.observed import LinkCounters, TcpConnectionInfo
 
 SNMP = """Ip: Forwarding DefaultTTL
 Ip: 2 64
@@ -90,14 +90,20 @@ def test_proc_net_dev_parser():
     assert parse_proc_net_dev(DEV.format(rx=123, tx=456)) == {"lo": (0, 0), "eth0": (123, 456)}
 
 
-SS = """State Recv-Q Send-Q Local Address:Port  Peer Address:Port Process
-ESTAB 0      0         198.18.0.1:37045   198.18.0.4:57824
-	 cubic wscale:10,10 rto:204 rtt:0.5/0.25 ato:40 mss:1448 cwnd:10 bytes_received:12 segs_out:1
-ESTAB 0      0         198.18.0.1:37046   198.18.0.3:57825
-	 cubic wscale:10,10 rto:204 rtt:1.5/0.25 mss:1448 cwnd:30 bbr:(bw:0bps,mrtt:0.025) retrans:0/2
-LISTEN 0     128       198.18.0.1:5555    0.0.0.0:*
-	 cubic rto:1000 cwnd:99
-"""
+class _FakeTcpDiag:
+    """genie.testbed.netlink.TcpDiag: two established connections per namespace (the kernel filters the
+    listener out), their windows 10 and 30 segments, smoothed RTTs 0.5 and 1.5 ms."""
+
+    def __init__(self, probe):
+        self.probe, self.closed = probe, False
+
+    def established(self, netns_name):
+        assert not self.closed
+        self.probe.diag_reads.append(netns_name)
+        return [TcpConnectionInfo(10, 500), TcpConnectionInfo(30, 1500)]
+
+    def close(self):
+        self.closed = True
 
 
 class _FakeDevFile:
@@ -134,11 +140,17 @@ class _FakeProbe:
         self.dev_reads = 0
         self.snmp_reads = 0
         self.files = []
+        self.diags = []
+        self.diag_reads = []
 
     def link_counters(self, info):
         self.calls += 1
         n = self.calls * 1_000_000
         return [_counters(ENDS[0], n, n), _counters(ENDS[1], n, n)]
+
+    def TcpDiag(self):  # noqa: N802 - genie.testbed.netlink's class
+        self.diags.append(_FakeTcpDiag(self))
+        return self.diags[-1]
 
     def run_in_netns(self, name, fn):
         self.calls += 1
@@ -146,8 +158,6 @@ class _FakeProbe:
         if fn.func == ProcFile.open:
             self.files.append(_FakeSnmpFile(self) if fn.args[0].endswith("/snmp") else _FakeDevFile(self))
             return self.files[-1]
-        if fn.args[0] == ("ss", "-tin"):
-            return SS
         if fn.args[0].endswith("/snmp"):
             return SNMP.format(ao=self.calls, ins=0, outs=self.calls * 10, rt=self.calls, rst=0)
         return DEV.format(rx=0, tx=self.calls * 1000)
@@ -427,7 +437,10 @@ def test_link_observer_reports_every_interval():
     first = reports[0]
     assert first.links and all(s.bytes > 0 for s in first.links) and first.tcp[0].counters.retrans_segs > 0
     assert [(s.host, s.count, s.cwnd_mean, s.cwnd_min, s.rtt_ms_mean, s.rtt_ms_max) for s in first.sockets] == [
-        ("h0", 2, 20.0, 10, 1.0, 1.5)]  # ESTAB only: the listener's cwnd is not a connection's
+        ("h0", 2, 20.0, 10, 1.0, 1.5)]
+    # one sock_diag reader for the observation, read per report in the host's namespace, closed at the end
+    assert len(probe.diags) == 1 and probe.diags[0].closed and set(probe.diag_reads) == {"ns-h0"}
+    assert len(probe.diag_reads) >= 3
     line = first.line()
     assert line.startswith("# [") and "h0>s0" in line and "TCP segs out/retrans: h0 " in line
     assert line.endswith("| conns cwnd/rtt: h0 2x 20/1.00ms")

@@ -276,7 +276,7 @@ def _paths_read_are_the_paths_bytes_took(info: core_testbed.TestbedInfo) -> None
 
     from genie.core.flowpath import FlowTuple
     from genie.testbed.flow_paths import read_session_paths
-    from genie.testbed.netlink import link_counters, run_in_netns
+    from genie.testbed.netlink import TcpDiag, link_counters, run_in_netns
 
     h0, h4 = info.endpoint("h0"), info.endpoint("h4")
     listener = run_in_netns(h4.netns, lambda: socket.create_server((h4.address, 0)))
@@ -294,6 +294,10 @@ def _paths_read_are_the_paths_bytes_took(info: core_testbed.TestbedInfo) -> None
     for t in drains:
         t.start()
     flows = [FlowTuple(0, 1, *c.getsockname(), *c.getpeername()) for c in conns]
+    with TcpDiag() as diag:  # sock_diag in each host's namespace: its eight connections, no one else's
+        sent, received = diag.established(h0.netns), diag.established(h4.netns)
+    assert len(sent) == len(received) == 8
+    assert all(c.cwnd_segments >= 1 and c.srtt_us > 0 for c in sent)
     paths = read_session_paths(info, flows, "test")
     assert paths.unresolved == 0 and len(paths.paths) == 8
     spines = [p.nodes[2] for p in paths.paths]

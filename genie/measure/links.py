@@ -191,7 +191,7 @@ def rate_samples(ends: Iterable[_End], snapshots: Sequence[tuple[float, Mapping[
 
 @dataclass(frozen=True)
 class TcpSockets:
-    """A host's established TCP connections at one moment (``ss -tin`` in its namespace): how many, their
+    """A host's established TCP connections at one moment (sock_diag in its namespace): how many, their
     congestion windows (segments) and smoothed RTTs (ms)."""
 
     host: str
@@ -202,22 +202,20 @@ class TcpSockets:
     rtt_ms_max: float
 
 
-def parse_ss_info(host: str, text: str) -> TcpSockets:
-    """``ss -tin`` output -> the host's established connections' cwnd and RTT (sockets without them skipped)."""
-    cwnds, rtts = [], []
-    established = False
-    for line in text.splitlines():
-        if not line.startswith((" ", "\t")):
-            established = line.startswith("ESTAB")
-            continue
-        if not established:
-            continue
-        fields = dict(f.split(":", 1) for f in line.split() if ":" in f and not f.startswith("("))
-        try:
-            cwnds.append(int(fields["cwnd"]))
-            rtts.append(float(fields["rtt"].split("/")[0]))
-        except (KeyError, ValueError):
-            continue
-    if not cwnds:
+class TcpConnectionLike(Protocol):
+    """What `genie.testbed.observed.TcpConnectionInfo` provides (structural: measure imports no testbed)."""
+
+    cwnd_segments: int
+    srtt_us: int
+
+
+def tcp_sockets(host: str, connections: Iterable[TcpConnectionLike]) -> TcpSockets:
+    """A host's established connections (sock_diag's tcp_info, what ``ss -tin`` prints) -> their count, mean
+    and least congestion window and mean and largest smoothed RTT."""
+    found = list(connections)
+    if not found:
         return TcpSockets(host, 0, 0.0, 0, 0.0, 0.0)
-    return TcpSockets(host, len(cwnds), sum(cwnds) / len(cwnds), min(cwnds), sum(rtts) / len(rtts), max(rtts))
+    cwnds = [c.cwnd_segments for c in found]
+    rtts_ms = [c.srtt_us / 1e3 for c in found]
+    return TcpSockets(host, len(found), sum(cwnds) / len(cwnds), min(cwnds), sum(rtts_ms) / len(rtts_ms),
+                      max(rtts_ms))

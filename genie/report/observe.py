@@ -11,12 +11,15 @@ How (and why this way):
   namespace (a thread each) - 1.7 ms per 9-namespace sample, a burst that took a CPU from the ranks of a
   1 MiB all-to-all every 200 ms (benchmarks/README.md, "What the late rank of an all-to-all waits for"). The
   interval grows to 20x the cost of one sample, so the sampler never takes more than ~5% of a core.
-- TCP: ``/proc/net/snmp`` of each host namespace before and after (retransmitted segments...).
+- TCP: ``/proc/net/snmp`` of each host namespace before and after (retransmitted segments...), kept open like
+  /proc/net/dev; with interval reports, also each host's established connections (windows, RTTs) through one
+  sock_diag socket per host namespace (``TcpDiag``), kept open too.
 Namespace files are opened or read from a short-lived thread that entered the namespace (``run_in_netns``)
 through ``/proc/thread-self/net/...``: no subprocess, no dependence on a rank process being alive.
 
-The testbed side comes in as `probe`, an object with ``link_counters(info)`` and ``run_in_netns(name, fn)`` —
-`genie.testbed.netlink` in the CLI, a fake in tests — so this module imports nothing of the testbed.
+The testbed side comes in as `probe`, an object with ``link_counters(info)``, ``run_in_netns(name, fn)`` and
+``TcpDiag()`` — `genie.testbed.netlink` in the CLI, a fake in tests — so this module imports nothing of the
+testbed.
 """
 
 from __future__ import annotations
@@ -32,15 +35,23 @@ from typing import Any, Callable, Iterator, Protocol
 
 from genie.core.testbed import TestbedInfo
 from genie.measure.links import (LinkDirectionTraffic, LinkRateSample, NamespaceTcp, TcpSockets, diff_link_counters,
-                                diff_tcp, parse_proc_net_dev, parse_snmp_tcp, parse_ss_info, rate_samples)
+                                diff_tcp, parse_proc_net_dev, parse_snmp_tcp, rate_samples, tcp_sockets)
 from genie.report.links import links_csv, samples_csv, tcp_csv
 from genie.report.manifest import RunRecorder
+
+
+class TcpConnectionReader(Protocol):
+    def established(self, netns_name: str) -> list[Any]: ...
+
+    def close(self) -> None: ...
 
 
 class TestbedProbe(Protocol):
     def link_counters(self, info: TestbedInfo) -> list[Any]: ...
 
     def run_in_netns(self, name: str, fn: Callable[[], Any]) -> Any: ...
+
+    def TcpDiag(self) -> TcpConnectionReader: ...  # noqa: N802 - the class genie.testbed.netlink exports
 
 
 @dataclass(frozen=True)
@@ -135,17 +146,6 @@ class IntervalReport:
                 + (f" | conns cwnd/rtt: {socks}" if socks else ""))
 
 
-def _command_output(argv: tuple[str, ...]) -> str:
-    """A read-only tool's stdout (run in the calling thread's namespace: the child inherits it)."""
-    import subprocess
-
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=5, check=True).stdout
-
-
-def _command(argv: tuple[str, ...]) -> Callable[[], str]:
-    return functools.partial(_command_output, argv)
-
-
 class LinkObserver:
     """``with LinkObserver(info, netlink) as obs: run()`` then ``obs.observation``. Never fails the run: a
     counter that cannot be read leaves its part out and says why in ``observation.error``. With
@@ -168,6 +168,7 @@ class LinkObserver:
         self._snapshots: list[tuple[float, dict[tuple[str, str], int]]] = []
         self._dev_files: dict[str, ProcFile] = {}  # namespace -> its /proc/net/dev, open for the observation
         self._snmp_files: dict[str, ProcFile] = {}  # host namespace -> its /proc/net/snmp, likewise
+        self._connections: TcpConnectionReader | None = None  # with interval reports: sockets' windows, RTTs
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._errors: list[str] = []
@@ -190,6 +191,8 @@ class LinkObserver:
             self._tcp_before = self._tcp_snapshot()
             self._t0 = self.clock()
             self._last_report = (0, self._tcp_before)
+            if self.on_interval is not None and self.report_s > 0:  # its sockets open as the reports read them
+                self._connections = self._attempt("sock_diag", self.probe.TcpDiag)
             if self.interval_s > 0 and self._namespaces:
                 self._thread = threading.Thread(target=self._sample_loop, name="genie-link-sampler", daemon=True)
                 self._thread.start()
@@ -223,6 +226,9 @@ class LinkObserver:
         files, self._dev_files, self._snmp_files = [*self._dev_files.values(), *self._snmp_files.values()], {}, {}
         for opened in files:
             self._attempt("closing a namespace's /proc file", opened.close)
+        connections, self._connections = self._connections, None
+        if connections is not None:
+            self._attempt("closing sock_diag", connections.close)
 
     def _read_in(self, ns: str, opened: dict[str, ProcFile], path: str) -> str | None:
         """A namespace's /proc file: the one kept open, or (it could not be) read by entering the namespace."""
@@ -249,8 +255,10 @@ class LinkObserver:
         return out
 
     def _sockets(self, host: str, ns: str) -> TcpSockets | None:
-        text = self._attempt(f"{ns} ss -tin", lambda: self.probe.run_in_netns(ns, _command(("ss", "-tin"))))
-        found = None if text is None else self._attempt(f"{ns} ss -tin", lambda: parse_ss_info(host, text))
+        reader = self._connections
+        if reader is None:
+            return None
+        found = self._attempt(f"{ns} sock_diag", lambda: tcp_sockets(host, reader.established(ns)))
         if found is None or self.scale == 1:
             return found
         return dataclasses.replace(found, rtt_ms_mean=found.rtt_ms_mean / self.scale,

@@ -24,6 +24,15 @@ class LinkCounters:
 
 
 @dataclass(frozen=True)
+class TcpConnectionInfo:
+    """One established TCP connection's state as the kernel reports it (sock_diag's tcp_info, what `ss -tin`
+    prints): its congestion window and smoothed RTT."""
+
+    cwnd_segments: int
+    srtt_us: int
+
+
+@dataclass(frozen=True)
 class QdiscStatus:
     kind: str  # as the kernel names it: htb, netem, pfifo, noqueue...
     handle: str  # "1:"

@@ -12,9 +12,9 @@ from genie.testbed.netlink.backend import (HOST_STEP_TYPES, HTB_CLASS, HTB_ROOT,
                                            clear_local_root_qdisc, list_genie_namespaces, local_addresses,
                                            probe_netem, remove_namespace, replace_egress_qdiscs, run_in_netns,
                                            set_link_state, write_sysctl)
-from genie.testbed.netlink.reading import (FlowRoutes, inspect_namespace, link_counters)
+from genie.testbed.netlink.reading import (FlowRoutes, TcpDiag, inspect_namespace, link_counters)
 
 __all__ = ["namespace_pids", "HOST_STEP_TYPES", "HTB_CLASS", "HTB_ROOT", "HostNetlinkBackend", "LEAF_HANDLE",
            "NetlinkBackend", "TC_H_ROOT", "add_routes", "change_htb_class", "clear_local_root_qdisc",
            "list_genie_namespaces", "local_addresses", "probe_netem", "remove_namespace", "replace_egress_qdiscs",
-           "run_in_netns", "set_link_state", "write_sysctl", "FlowRoutes", "inspect_namespace", "link_counters"]
+           "run_in_netns", "set_link_state", "write_sysctl", "FlowRoutes", "TcpDiag", "inspect_namespace", "link_counters"]
