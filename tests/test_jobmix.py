@@ -398,27 +398,3 @@ def test_a_long_play_with_tiny_step_latencies_ends() -> None:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert est.iteration_ns > 30_000_000_000
-
-
-def test_a_jittered_mix_is_seeded_pooled_and_lengthens_each_compute_node_by_its_draw() -> None:
-    from astra_adapter.fabric.mix import PlayJitter, estimate_mix, jittered_trace
-
-    traces, names = [ddp(4), ddp(4)], ["a", "b"]
-    slots = place_jobs([JobPlacement(PlacementPolicy.SPREAD)] * 2, [4, 4], TOPO)
-    merged, mix = merge_jobs(traces, names, list(slots), [2, 2], [0, 0], world=8)
-    jitter = PlayJitter(((5_000, 7_000), ()), plays=3, seed=4)
-    played = jittered_trace(merged, mix, jitter, 1)
-    for rank, (before, after) in enumerate(zip(merged.ranks, played.ranks)):
-        for x, y in zip(before.nodes, after.nodes):
-            grown = y.duration_ns - x.duration_ns
-            expected = {5_000, 7_000} if x.kind is NodeKind.COMPUTE and mix.ranks[rank].job == 0 else {0}
-            assert grown in expected
-    assert jittered_trace(merged, mix, jitter, 1) == played and jittered_trace(merged, mix, jitter, 2) != played
-
-    def run(j):
-        return estimate_mix(traces, names, slots, [0, 0], [2, 2], TOPO, ecmp_samples=0, jitter=j, workers=1)
-
-    exact, jittered = run(None), run(jitter)
-    assert run(PlayJitter(((), ()), plays=3)) == exact  # nothing to draw: the exact play
-    assert run(jitter) == jittered and run(jitter).jobs[0].mixed_samples == 3 * exact.jobs[0].mixed_samples
-    assert jittered.jobs[0].alone_ns > exact.jobs[0].alone_ns and jittered.jobs[1].alone_ns == exact.jobs[1].alone_ns

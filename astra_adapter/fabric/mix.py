@@ -22,7 +22,7 @@ from statistics import fmean, median
 from genie.core.flowpath import SessionPaths
 from genie.core.jobmix import MixMap, mixed_repetitions, repetition_times
 from genie.core.topology import Topology
-from genie.core.trace import NodeKind, RankTrace, Trace
+from genie.core.trace import Trace
 from genie.workloads.mix import merge_jobs, repetition_counts
 
 from astra_adapter.fabric.estimate import fork_map, play_draws, sample_networks
@@ -83,86 +83,20 @@ class MixEstimate:
         return tuple(s for s in self.links if s.jobs > 1)
 
 
-@dataclass(frozen=True)
-class PlayJitter:
-    """Seeded start jitter for a mix's plays (none by default: every op at its exact trace time). Each compute
-    node of job ``j`` (its start-offset node included) is lengthened by a delay drawn with replacement from
-    ``delays_ns[j]`` - what the op that follows it waits on the testbed before it starts (measured: a replay's
-    launch delays, :func:`benchmarks.job_mix_jitter`); every play draws anew (``numpy`` seeded with ``(seed,
-    play)``), ``plays`` of them per hash draw, and the repetition times of the plays are pooled before the
-    median. Pure: the same seed gives the same estimate."""
-
-    delays_ns: tuple[tuple[int, ...], ...]  # per job; an empty tuple: that job unjittered
-    plays: int = 8
-    seed: int = 0
-
-    def for_job(self, job: int) -> "PlayJitter":
-        return PlayJitter((self.delays_ns[job] if job < len(self.delays_ns) else (),), self.plays, self.seed)
-
-
-def jittered_trace(trace: Trace, mix: MixMap, jitter: PlayJitter, play: int) -> Trace:
-    """The merged trace of one jittered play: every compute node of a jittered job lengthened by its draw."""
-    import numpy as np
-
-    rng = np.random.default_rng([jitter.seed, play])
-    ranks = []
-    for i, rank in enumerate(trace.ranks):
-        job = mix.ranks[i].job
-        pool = jitter.delays_ns[job] if 0 <= job < len(jitter.delays_ns) else ()
-        computes = [k for k, n in enumerate(rank.nodes) if n.kind is NodeKind.COMPUTE]
-        if not pool or not computes:
-            ranks.append(rank)
-            continue
-        delays = np.asarray(pool, dtype=np.int64)[rng.integers(0, len(pool), len(computes))]
-        nodes = list(rank.nodes)
-        for k, d in zip(computes, delays.tolist()):
-            nodes[k] = replace(nodes[k], duration_ns=max(0, nodes[k].duration_ns + int(d)))
-        ranks.append(RankTrace(rank.rank, tuple(nodes), rank.metadata))
-    return replace(trace, ranks=tuple(ranks))
-
-
-def _play_jitter_call(state: tuple, k: int):
-    trace, mix, nets, params, jitter = state
-    play, draw = divmod(k, len(nets))
-    return play_draws(jittered_trace(trace, mix, jitter, play), [nets[draw]], params, workers=1)[0]
-
-
-def _plays(trace: Trace, mix: MixMap, nets: list[FabricNetwork], params: FabricParams,
-           jitter: PlayJitter | None, workers: int | None) -> list[list]:
-    """Per hash draw, the timelines of its plays: one exact play, or ``jitter.plays`` jittered ones (in
-    ``workers`` forked processes, default the CPUs this process may use)."""
-    if jitter is None or not any(jitter.delays_ns):
-        return [[t] for t in play_draws(trace, nets, params, workers=workers)]
-    count = jitter.plays * len(nets)
-    if workers is None:
-        workers = len(os.sched_getaffinity(0))
-    workers = min(workers, count)
-    state = (trace, mix, nets, params, jitter)
-    played = ([_play_jitter_call(state, k) for k in range(count)] if workers <= 1
-              else fork_map(_play_jitter_call, state, count, workers))
-    return [[played[p * len(nets) + d] for p in range(jitter.plays)] for d in range(len(nets))]
-
-
 def _rep_medians(mix: MixMap, timelines, jobs: int, *, mixed: bool) -> list[tuple[float, int]]:
-    """Per job (the mean over every draw of its median repetition time - the repetitions of a draw's plays
-    pooled -, repetitions counted): in the mix each repetition's
-    :attr:`genie.core.jobmix.RepetitionTime.iteration_ns` (its longest rank's span), alone its window.
-    ``timelines``: per draw, its timeline or a list of its plays' timelines."""
+    """Per job (the mean over every draw's timeline of its median repetition time, repetitions counted): in the
+    mix each repetition's :attr:`genie.core.jobmix.RepetitionTime.iteration_ns` (its longest rank's span),
+    alone its window."""
     medians: list[list[float]] = [[] for _ in range(jobs)]
     counts = [0] * jobs
-    for draw in timelines:
-        plays = draw if isinstance(draw, list) else [draw]
-        pooled: list[list[float]] = [[] for _ in range(jobs)]
-        for timeline in plays:
-            times = repetition_times(mix, timeline.spans)
-            chosen = mixed_repetitions(times, jobs, mix.offsets_ns) if mixed else {
-                j: tuple(t for t in times if t.job == j) for j in range(jobs)}
-            for j in range(jobs):
-                pooled[j] += [t.iteration_ns if mixed else t.duration_ns for t in chosen[j]]
+    for timeline in timelines:
+        times = repetition_times(mix, timeline.spans)
+        chosen = mixed_repetitions(times, jobs, mix.offsets_ns) if mixed else {j: tuple(t for t in times if t.job == j)
+                                                                for j in range(jobs)}
         for j in range(jobs):
-            if pooled[j]:
-                medians[j].append(median(pooled[j]))
-                counts[j] += len(pooled[j])
+            if chosen[j]:
+                medians[j].append(median(t.iteration_ns if mixed else t.duration_ns for t in chosen[j]))
+                counts[j] += len(chosen[j])
     return [(fmean(m) if m else 0.0, n) for m, n in zip(medians, counts)]
 
 
@@ -211,7 +145,7 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
                  ecmp_samples: int = ECMP_SAMPLES, source: str | None = None,
                  alone_paths: tuple[SessionPaths | None, ...] = (), mixed_paths: SessionPaths | None = None,
                  repetitions: tuple[int, ...] = (), standing_queues: bool = True,
-                 workers: int | None = None, jitter: PlayJitter | None = None) -> MixEstimate:
+                 workers: int | None = None) -> MixEstimate:
     """Every job alone on its slots, then all at once (each repeated as :func:`repetition_counts` says, or
     ``repetitions``). With ECMP, the mean over ``ecmp_samples`` hash draws - or, given the paths a replay's
     sessions took (``alone_paths`` per job, ``mixed_paths``; ranks numbered as the topology's slots), on
@@ -234,11 +168,11 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
     for j in range(jobs):
         solo, solo_map = merge_jobs([traces[j]], [names[j]], [slots[j]], [1], [0], world=world)
         draws = networks(alone_paths[j] if j < len(alone_paths) else None)
-        timelines = _plays(solo, solo_map, draws, params, jitter and jitter.for_job(j), workers)
+        timelines = play_draws(solo, draws, params, workers=workers)
         alone.append(_rep_medians(solo_map, timelines, 1, mixed=False)[0][0])
     reps = repetitions or repetition_counts(alone, offsets_ns, iterations)
     merged, mix = merge_jobs(list(traces), list(names), list(slots), list(reps), list(offsets_ns), world=world)
-    mixed = _rep_medians(mix, _plays(merged, mix, networks(mixed_paths), params, jitter, workers), jobs,
+    mixed = _rep_medians(mix, play_draws(merged, networks(mixed_paths), params, workers=workers), jobs,
                          mixed=True)
     rank_hosts = topology.rank_hosts()
     estimates = tuple(JobEstimate(names[j], slots[j], reps[j], alone[j], mixed[j][0], mixed[j][1],
