@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self
 
 from pyroute2 import IPRoute
 from pyroute2.netlink import NETLINK_SOCK_DIAG, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR
@@ -139,45 +139,66 @@ class _flow_rtmsg(rtmsg):
     _nlmsg_base__compiled_nla = False
 
 
-class FlowRoutes:
-    """Which interface a namespace's kernel sends one TCP flow out of, as ``ip route get DST from SRC [iif IIF]
-    ipproto tcp sport S dport D`` asks it: the next hop its ECMP hash picks for exactly that 5-tuple. One
-    netlink socket per namespace, opened inside it (a socket stays in the namespace it was made in)."""
+class _NamespaceSockets:
+    """Netlink sockets of one protocol, one per testbed namespace, each opened inside its namespace (a socket
+    stays in the namespace it was made in) by the first request there and kept until :meth:`close`; requests
+    numbered in turn."""
+
+    protocol = socket.NETLINK_ROUTE
 
     def __init__(self) -> None:
-        self._open: dict[str, tuple[socket.socket, dict[str, int], dict[int, str]]] = {}
+        self._open: dict[str, socket.socket] = {}
         self._sequence = 0
 
-    def __enter__(self) -> FlowRoutes:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
 
     def close(self) -> None:
-        for sock, _, _ in self._open.values():
+        for sock in self._open.values():
             sock.close()
         self._open.clear()
 
+    def _socket(self, name: str) -> socket.socket:
+        sock = self._open.get(name)
+        if sock is None:
+            sock = self._open[name] = run_in_netns(
+                name, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, self.protocol))
+            sock.settimeout(5.0)  # the kernel always answers; a read never waits for ever regardless
+        return sock
+
+    def _next_sequence(self) -> int:
+        self._sequence += 1
+        return self._sequence
+
+
+class FlowRoutes(_NamespaceSockets):
+    """Which interface a namespace's kernel sends one TCP flow out of, as ``ip route get DST from SRC [iif IIF]
+    ipproto tcp sport S dport D`` asks it: the next hop its ECMP hash picks for exactly that 5-tuple. One
+    netlink socket per namespace, opened inside it, with the namespace's interface names read there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._interfaces: dict[str, tuple[dict[str, int], dict[int, str]]] = {}
+
     def _namespace(self, name: str) -> tuple[socket.socket, dict[str, int], dict[int, str]]:
-        opened = self._open.get(name)
-        if opened is None:
-            def inside() -> tuple[socket.socket, dict[str, int], dict[int, str]]:
-                sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-                pairs = socket.if_nameindex()
-                return sock, {n: i for i, n in pairs}, {i: n for i, n in pairs}
-            opened = self._open[name] = run_in_netns(name, inside)
-        return opened
+        interfaces = self._interfaces.get(name)
+        if interfaces is None:
+            pairs = run_in_netns(name, socket.if_nameindex)
+            interfaces = self._interfaces[name] = ({n: i for i, n in pairs}, {i: n for i, n in pairs})
+        return self._socket(name), *interfaces
 
     def output_interface(self, netns_name: str, flow: FlowTuple, iif: str | None = None) -> str | None:
         """The interface `flow` leaves namespace `netns_name` by (arriving on `iif`; None: sent from there), or
         None when the kernel has no route for it."""
         sock, index, names = self._namespace(netns_name)
-        self._sequence += 1
+        sequence = self._next_sequence()
         msg = _flow_rtmsg()
         msg["header"]["type"] = RTM_GETROUTE
         msg["header"]["flags"] = NLM_F_REQUEST
-        msg["header"]["sequence_number"] = self._sequence
+        msg["header"]["sequence_number"] = sequence
         msg["family"] = socket.AF_INET
         msg["dst_len"] = msg["src_len"] = 32
         attrs: list[tuple[str, Any]] = [("RTA_DST", flow.dst_ip), ("RTA_SRC", flow.src_ip),
@@ -201,43 +222,21 @@ class FlowRoutes:
 _INET_DIAG_INFO = 2  # the tcp_info attribute of a sock_diag answer (linux/inet_diag.h)
 
 
-class TcpDiag:
+class TcpDiag(_NamespaceSockets):
     """The established IPv4 TCP connections of testbed namespaces, with their congestion window and smoothed RTT:
-    what ``ss -tin`` prints, asked of the kernel over sock_diag without a process per read. One sock_diag
-    socket per namespace, opened inside it (a socket stays in the namespace it was made in) and kept until
-    :meth:`close`."""
+    what ``ss -tin`` prints, asked of the kernel over sock_diag (one socket per namespace, kept) without a
+    process per read."""
 
-    def __init__(self) -> None:
-        self._open: dict[str, socket.socket] = {}
-        self._sequence = 0
-
-    def __enter__(self) -> TcpDiag:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        for sock in self._open.values():
-            sock.close()
-        self._open.clear()
-
-    def _socket(self, name: str) -> socket.socket:
-        sock = self._open.get(name)
-        if sock is None:
-            sock = self._open[name] = run_in_netns(
-                name, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG))
-            sock.settimeout(5.0)  # the kernel always ends a dump; a read never waits for ever regardless
-        return sock
+    protocol = NETLINK_SOCK_DIAG
 
     def established(self, netns_name: str) -> list[TcpConnectionInfo]:
         """Every established IPv4 TCP connection of namespace `netns_name` (a testbed carries IPv4 only)."""
         sock = self._socket(netns_name)
-        self._sequence += 1
+        sequence = self._next_sequence()
         req = inet_diag_req()
         req["header"]["type"] = SOCK_DIAG_BY_FAMILY
         req["header"]["flags"] = NLM_F_REQUEST | NLM_F_DUMP
-        req["header"]["sequence_number"] = self._sequence
+        req["header"]["sequence_number"] = sequence
         req["sdiag_family"] = socket.AF_INET
         req["sdiag_protocol"] = socket.IPPROTO_TCP
         req["idiag_states"] = 1 << SS_ESTABLISHED
@@ -251,10 +250,10 @@ class TcpDiag:
             data = sock.recv(1 << 16)
             offset = 0
             while offset + 16 <= len(data):
-                length, kind, _flags, sequence = struct.unpack_from("=IHHI", data, offset)
+                length, kind, _flags, answer_to = struct.unpack_from("=IHHI", data, offset)
                 if length < 16:
                     raise OSError(f"{netns_name}: a malformed sock_diag answer")
-                if sequence == self._sequence:
+                if answer_to == sequence:
                     if kind == NLMSG_DONE:
                         return found
                     if kind == NLMSG_ERROR:
