@@ -1,0 +1,114 @@
+"""The max-min fill by levels (issue #36 item 6): the pure reference (fairshare.max_min_levels) against progressive
+filling (fairshare.max_min_rates_compacting) to a relative 1e-12 on random cases; the compiled fill
+(fairshare_levels.pxi, ``LiveRates.levels``) against the reference from scratch, bit for bit, after random removals
+and additions, with flow contention and capacities changed; whole plays on it (pure)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from astra_adapter.fabric.fairshare import level_key, max_min_levels, max_min_rates_compacting
+from astra_adapter.fabric.flows import FabricParams, FlowEngine
+from astra_adapter.fabric.network import FabricNetwork
+from benchmarks.fabric_accuracy import three_tier
+
+REL = 1e-12
+
+
+def big_fabric():
+    return three_tier(hosts_per_leaf=8, leaves_per_pod=4, pods=2, aggs_per_pod=2, cores=2, ranks_per_host=1)
+
+
+def groups_and_ring(rng, network: FabricNetwork) -> np.ndarray:
+    """Routes of a few all-to-all groups of random hosts (flows repeated on some routes) and, half the time, a ring
+    over every host that joins them into one component (test_fabric_fill.py's cases)."""
+    n = network.world_size
+    pairs = []
+    for _ in range(int(rng.integers(1, 6))):
+        hosts = rng.choice(n, size=int(rng.integers(3, 12)), replace=False).tolist()
+        pairs += [(a, b) for a in hosts for b in hosts if a != b and rng.random() < 0.8]
+    if rng.random() < 0.5:
+        pairs += [(h, (h + 1) % n) for h in range(n)]
+    pairs += [pairs[int(k)] for k in rng.integers(0, len(pairs), size=len(pairs) // 4)]
+    return np.array([network.route(a, b) for a, b in pairs], dtype=np.int64)
+
+
+def random_table(rng, num_links: int, num_routes: int, nice: bool):
+    """Random routes (1-5 links each, ascending, weights 1, 1/2, 1/4 or random) as a CSR table, and capacities
+    (a few round values with many exact ties, or random floats)."""
+    ptr, res, w = [0], [], []
+    for _ in range(num_routes):
+        links = np.sort(rng.choice(num_links, size=int(rng.integers(1, min(5, num_links) + 1)), replace=False))
+        res += links.tolist()
+        w += (rng.choice([1.0, 1.0, 1.0, 0.5, 0.25], size=len(links)) if nice else
+              rng.uniform(0.1, 1.0, size=len(links))).tolist()
+        ptr.append(len(res))
+    capacity = rng.choice([1.0, 1.0, 2.0, 4.0, 10.0, 1.25], size=num_links) if nice else \
+        rng.uniform(0.5, 20.0, size=num_links)
+    return np.array(ptr, dtype=np.int64), np.array(res, dtype=np.int64), np.array(w), capacity
+
+
+def compacting(ids, mult, ptr, res, w, capacity, contention):
+    """Progressive filling of the same routes (FlowEngine._solve's incidence and contention scaling)."""
+    flow_of, resource_of, weight = [], [], []
+    for i, r in enumerate(ids.tolist()):
+        for e in range(ptr[r], ptr[r + 1]):
+            flow_of.append(i), resource_of.append(res[e]), weight.append(w[e] * mult[i])
+    resource_of, weight = np.array(resource_of, dtype=np.int64), np.array(weight)
+    if contention > 0:
+        flows_on = np.bincount(resource_of, weights=weight, minlength=len(capacity))
+        capacity = capacity / (1 + contention * np.maximum(flows_on - 1, 0))
+    return max_min_rates_compacting(np.array(flow_of, dtype=np.int64), resource_of, weight, capacity, len(ids))
+
+
+def relative_gap(got: np.ndarray, want: np.ndarray) -> float:
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    return float(np.max(np.abs(got[finite] - want[finite]) / want[finite], initial=0.0))
+
+
+def test_a_key_is_kept_above_the_last_event_on_its_resource():
+    assert level_key(2.0, 3, (1.0, 5)) == (2.0, 3)
+    assert level_key(1.0, 7, (1.0, 5)) == (1.0, 7)  # the same level, a larger resource: after it
+    assert level_key(0.5, 7, (1.0, 5)) == (1.0, 7)
+    assert level_key(1.0, 3, (1.0, 5)) == (math.nextafter(1.0, math.inf), 3)  # a smaller one: the next float up
+    assert level_key(0.0, 0, (0.0, -1)) == (0.0, 0)
+
+
+@pytest.mark.parametrize("contention", [0.0, 0.05])
+@pytest.mark.parametrize("seed", [None, 4])
+def test_the_reference_fill_by_levels_is_progressive_filling_on_a_fabric(contention, seed):
+    network = FabricNetwork(big_fabric(), hash_seed=seed)
+    engine = FlowEngine(network, FabricParams(flow_contention=contention))
+    rng = np.random.default_rng(9)
+    worst, levels = 0.0, 0
+    for _ in range(25):
+        routes = groups_and_ring(rng, network)
+        ids, mult = np.unique(routes, return_counts=True)
+        ptr, res, w = engine._route_table(len(network.routes) - 1)
+        got = max_min_levels(ids, mult, ptr, res, w, engine.capacity, contention)
+        worst = max(worst, relative_gap(got, compacting(ids, mult, ptr, res, w, engine.capacity, contention)))
+        levels = max(levels, len(np.unique(got)))
+    assert worst < REL and levels > 5
+
+
+@pytest.mark.parametrize("nice", [True, False])
+def test_the_reference_fill_by_levels_is_progressive_filling_on_random_routes(nice):
+    """Many exact ties (round capacities and weights) or none (random floats); flows repeated on routes."""
+    rng = np.random.default_rng(5 if nice else 6)
+    worst = 0.0
+    for _ in range(150):
+        num_links = int(rng.integers(10, 80))
+        ptr, res, w, capacity = random_table(rng, num_links, int(rng.integers(5, 200)), nice)
+        ids = np.flatnonzero(rng.random(len(ptr) - 1) < 0.8).astype(np.int64)
+        mult = rng.choice([1, 1, 1, 2, 3], size=len(ids)).astype(np.int64)
+        contention = float(rng.choice([0.0, 0.0, 0.05]))
+        keys: list = []
+        got = max_min_levels(ids, mult, ptr, res, w, capacity, contention, keys)
+        worst = max(worst, relative_gap(got, compacting(ids, mult, ptr, res, w, capacity, contention)))
+        for i, (x, q) in enumerate(keys):
+            assert x == got[i] and (q in res[ptr[ids[i]]:ptr[ids[i] + 1]].tolist() or math.isinf(x))
+    assert worst < REL
