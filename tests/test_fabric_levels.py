@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from astra_adapter.fabric.fairshare import level_key, max_min_levels, max_min_rates_compacting
+from astra_adapter.fabric.fairshare import LiveRates, level_key, max_min_levels, max_min_rates_compacting
 from astra_adapter.fabric.flows import FabricParams, FlowEngine
 from astra_adapter.fabric.network import FabricNetwork
 from benchmarks.fabric_accuracy import three_tier
@@ -112,3 +112,120 @@ def test_the_reference_fill_by_levels_is_progressive_filling_on_random_routes(ni
         for i, (x, q) in enumerate(keys):
             assert x == got[i] and (q in res[ptr[ids[i]]:ptr[ids[i] + 1]].tolist() or math.isinf(x))
     assert worst < REL
+
+
+compiled = pytest.mark.skipif(LiveRates is None, reason="astra_adapter.fabric.fairshare_core is not built")
+
+
+class Flows:
+    """Flows on routes of a CSR table, started and ended at random, solved by LiveRates(levels=True) as the flat
+    engine drives it, each solve checked against the reference from scratch, bit for bit."""
+
+    def __init__(self, live, capacity, contention, table) -> None:
+        self.live, self.capacity, self.contention, self.table = live, capacity, contention, table
+        self.routes = np.zeros(0, dtype=np.int64)
+        self.active = np.zeros(0, dtype=np.uint8)
+        self.solves = 0
+
+    def start(self, routes: np.ndarray) -> None:
+        self.routes = np.concatenate((self.routes, routes))
+        self.active = np.concatenate((self.active, np.ones(len(routes), dtype=np.uint8)))
+
+    def end(self, rng, most: int) -> None:
+        moving = np.flatnonzero(self.active)
+        self.active[moving[rng.integers(0, len(moving), size=int(rng.integers(1, most + 1)))]] = 0
+
+    def check(self) -> None:
+        ptr, res, w = self.table()
+        self.live.set_moving(self.routes, self.active, len(ptr) - 1)
+        self.live.solve(ptr, res, w)
+        ids, counts, rates = self.live.moving_routes()
+        want = max_min_levels(ids, counts, ptr, res, w, self.capacity, self.contention)
+        assert np.array_equal(rates, want), np.flatnonzero(rates != want)
+        self.solves += 1
+
+
+def fabric_flows(contention: float, seed):
+    network = FabricNetwork(big_fabric(), hash_seed=seed)
+    engine = FlowEngine(network, FabricParams(flow_contention=contention))
+    live = LiveRates(engine.capacity, contention, True)
+    return network, engine, Flows(live, engine.capacity.copy(), contention,
+                                  lambda: engine._route_table(len(network.routes) - 1))
+
+
+@compiled
+@pytest.mark.parametrize("contention", [0.0, 0.05])
+@pytest.mark.parametrize("seed", [None, 4])
+def test_the_compiled_fill_by_levels_after_flows_end_is_the_reference_from_scratch(contention, seed):
+    """Flows end a few at a time (some on routes other flows still take): each refill gives the floats of the
+    reference's fill from scratch; most solves are refills of a region, none has an event before k*."""
+    network, _, flows = fabric_flows(contention, seed)
+    rng = np.random.default_rng(13)
+    for _ in range(5):
+        flows.start(groups_and_ring(rng, network))
+        while flows.active.any():
+            flows.check()
+            flows.end(rng, 40)
+    live = flows.live
+    assert flows.solves > 40 and live.refills > 0.7 * flows.solves and live.levels_early == 0
+    assert live.routes_filled > 0
+
+
+@compiled
+@pytest.mark.parametrize("contention", [0.0, 0.05])
+def test_the_compiled_fill_by_levels_with_flows_starting_and_ending_is_the_reference(contention):
+    network, _, flows = fabric_flows(contention, 2)
+    rng = np.random.default_rng(17)
+    for _ in range(60):
+        if not flows.active.any() or rng.random() < 0.25:
+            flows.start(groups_and_ring(rng, network)[:int(rng.integers(1, 60))])
+        else:
+            flows.end(rng, 20)
+        flows.check()
+    assert flows.live.refills > 10 and flows.live.components_solved > 10 and flows.live.levels_early == 0
+
+
+@compiled
+@pytest.mark.parametrize("contention", [0.0, 0.05])
+def test_the_compiled_fill_by_levels_with_capacities_changed_is_the_reference(contention):
+    """New capacities (HTB's credit) between solves: the components holding them filled again from scratch."""
+    network, engine, flows = fabric_flows(contention, None)
+    rng = np.random.default_rng(19)
+    flows.start(groups_and_ring(rng, network))
+    flows.start(groups_and_ring(rng, network))
+    while flows.active.any():
+        if rng.random() < 0.3:
+            links = rng.integers(0, len(flows.capacity), size=8)
+            flows.capacity[links] = engine.capacity[links] * rng.choice([0.5, 1.0, 2.0], size=8)
+            flows.live.set_capacity(flows.capacity)
+        flows.check()
+        flows.end(rng, 30)
+    assert flows.solves > 20 and flows.live.levels_early == 0
+
+
+@compiled
+@pytest.mark.parametrize("nice", [True, False])
+def test_the_compiled_fill_by_levels_on_random_routes_is_the_reference(nice):
+    """Random routes (many exact ties, or none), flows repeated on routes, ended one class at a time (the routes at
+    the highest level, as a ring step's fastest flows end first) or at random."""
+    rng = np.random.default_rng(21 if nice else 22)
+    refills = 0
+    for _ in range(40):
+        table = random_table(rng, int(rng.integers(10, 80)), int(rng.integers(5, 200)), nice)
+        ptr, res, w, capacity = table
+        contention = float(rng.choice([0.0, 0.0, 0.05]))
+        flows = Flows(LiveRates(capacity, contention, True), capacity, contention, lambda: table[:3])
+        ids = np.flatnonzero(rng.random(len(ptr) - 1) < 0.8)
+        flows.start(np.repeat(ids, rng.choice([1, 1, 1, 2, 3], size=len(ids))).astype(np.int64))
+        while flows.active.any():
+            flows.check()
+            if rng.random() < 0.4:
+                _, _, rates = flows.live.moving_routes()
+                top = rates[np.isfinite(rates)].max(initial=0.0)
+                on_top = np.isin(flows.routes, flows.live.moving_routes()[0][rates >= top]) & (flows.active > 0)
+                flows.active[np.flatnonzero(on_top)[:int(rng.integers(1, on_top.sum() + 1))]] = 0
+            else:
+                flows.end(rng, max(1, int(flows.active.sum()) // 10))
+        refills += flows.live.refills
+        assert flows.live.levels_early == 0
+    assert refills > 300
