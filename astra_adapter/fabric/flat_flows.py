@@ -84,6 +84,8 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
     # flow of each slot with a flow moving, its flag tested)
     compiled_loop = True  # with listed slots, the player's events that are only a flow's end inside a step played in
     # C (fairshare_core.FlowEvents, flow_events: the same floats; False: every event through the Python loop)
+    level_fill = False  # the incremental solve filling by levels (fairshare_levels.pxi: after flows end only the
+    # routes at or above the first ended one's level refilled; rates to ~1e-14 relative of the fill by rounds)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -97,7 +99,7 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         self._halted: list[FabricOp] = []  # done, or in a step with nothing to move and no latency: ends now
         # the incremental solve where it applies (not with standing queues: their reads want per-flow rates); with
         # HTB's credit it is told the capacities as the buckets' modes change (_capacity_changed)
-        self._live = LiveRates(self.capacity, params.flow_contention) \
+        self._live = LiveRates(self.capacity, params.flow_contention, self.level_fill) \
             if LiveRates is not None and self.compiled_solve and self.by_component and self.incremental \
             and self.queues is None else None
         if params.end_precision > 0 and self._live is not None and self.slots and self.listed:
