@@ -10,10 +10,19 @@ import math
 import numpy as np
 import pytest
 
+from genie.core.topology import LinkShape
+from genie.topology.builders import star
+from genie.workloads.generators import TrainingConfig, expert_parallel, pipeline_parallel
+from genie.workloads.presets import device_preset, model_preset
+
 from astra_adapter.fabric.fairshare import LiveRates, level_key, max_min_levels, max_min_rates_compacting
+from astra_adapter.fabric.flat_flows import FlatFlowEngine
 from astra_adapter.fabric.flows import FabricParams, FlowEngine
 from astra_adapter.fabric.network import FabricNetwork
+from astra_adapter.fabric.player import play_on_fabric
 from benchmarks.fabric_accuracy import three_tier
+from fabric_cases import fabric as small_fabric, moe
+from test_fabric_rates_compiled import _same_play as same_play
 
 REL = 1e-12
 
@@ -229,3 +238,69 @@ def test_the_compiled_fill_by_levels_on_random_routes_is_the_reference(nice):
         refills += flows.live.refills
         assert flows.live.levels_early == 0
     assert refills > 300
+
+
+class LevelsEngine(FlatFlowEngine):
+    level_fill = True
+
+
+class LevelsPythonLoopEngine(LevelsEngine):
+    compiled_loop = False
+
+
+PARAMS = [FabricParams(), FabricParams(flow_contention=0.05),
+          FabricParams(message_overhead_ns=3000.0, endpoint_delay_ns=20000.0)]
+
+
+def _levels_play(trace, network, params):
+    """A play filled by levels on the compiled loop and on the Python loop (bit for bit), and on the fill by
+    rounds (the default: every time within a relative 1e-9); the play filled by levels."""
+    engine = LevelsEngine(network, params)
+    got = play_on_fabric(trace, engine)
+    python = LevelsPythonLoopEngine(network, params)
+    want = play_on_fabric(trace, python)
+    assert got.spans == want.spans and got.ranks == want.ranks
+    assert engine.solves == python.solves and engine.events == python.events
+    assert engine._live.refills == python._live.refills > 0 and engine._live.levels_early == 0
+    same_play(got, play_on_fabric(trace, FlatFlowEngine(network, params)))
+    return got
+
+
+@compiled
+@pytest.mark.parametrize("params", PARAMS)
+@pytest.mark.parametrize("seed", [None, 2])
+def test_an_uneven_moe_play_filled_by_levels(params, seed):
+    _levels_play(moe(seed=1 if seed is None else seed), FabricNetwork(small_fabric(), hash_seed=seed), params)
+
+
+@compiled
+def test_a_pipeline_with_data_parallelism_filled_by_levels():
+    model = model_preset("gpt3-1.3b").with_overrides(num_layers=4)
+    trace = pipeline_parallel(model, device_preset("a100"), pp=4, dp=4, config=TrainingConfig(micro_batches=4))
+    _levels_play(trace, FabricNetwork(small_fabric(), hash_seed=1), FabricParams(message_overhead_ns=3000.0))
+
+
+@compiled
+def test_a_play_with_the_credit_filled_by_levels():
+    """HTB's credit changes capacities as the buckets' modes change (set_capacity: components from scratch)."""
+    model = model_preset("mixtral-8x7b").with_overrides(num_layers=1)
+    trace = expert_parallel(model, device_preset("a100"), ep=8, dp=8,
+                            config=TrainingConfig(routing_skew=1.0, routing_seed=3))
+    network = FabricNetwork(star(8, shape=LinkShape(rate_bps=1_000_000_000)))
+    params = FabricParams(htb_credit=True)
+    engine = LevelsEngine(network, params)
+    got = play_on_fabric(trace, engine)
+    assert engine.credit is not None and engine._live.levels
+    same_play(got, play_on_fabric(trace, FlatFlowEngine(network, params)))
+    same_play(got, play_on_fabric(trace, FlowEngine(network, params)))
+
+
+@compiled
+def test_a_bigger_moe_play_filled_by_levels_is_the_reference_engines():
+    topology = three_tier(hosts_per_leaf=4, leaves_per_pod=2, pods=4, aggs_per_pod=2, cores=2, ranks_per_host=1)
+    model = model_preset("mixtral-8x7b").with_overrides(num_layers=1)
+    trace = expert_parallel(model, device_preset("a100"), ep=8, dp=32,
+                            config=TrainingConfig(routing_skew=1.0, routing_seed=5))
+    network = FabricNetwork(topology, hash_seed=7)
+    params = FabricParams(flow_contention=0.02)
+    same_play(_levels_play(trace, network, params), play_on_fabric(trace, FlowEngine(network, params)))
