@@ -183,7 +183,8 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
         parts = ""
         if solve is not None and getattr(engine, "_live", None) is not None:  # LiveRates: only components solved
             parts = f" ({solve.components_solved} components solved" + \
-                (f", {solve.refills} regions refilled, {solve.routes_filled} routes filled)" if solve.levels else ")")
+                (f", {solve.refills} regions refilled, {solve.routes_filled} routes filled, "
+                 f"{solve.routes_refilled} of them in regions)" if solve.levels else ")")
         elif solve is not None and solve.by_component:
             parts = f" ({solve.components_solved} components solved, {solve.components_kept} kept)"
         cpu = time.process_time() - c

@@ -31,15 +31,15 @@ def big_fabric():
     return three_tier(hosts_per_leaf=8, leaves_per_pod=4, pods=2, aggs_per_pod=2, cores=2, ranks_per_host=1)
 
 
-def groups_and_ring(rng, network: FabricNetwork) -> np.ndarray:
-    """Routes of a few all-to-all groups of random hosts (flows repeated on some routes) and, half the time, a ring
-    over every host that joins them into one component (test_fabric_fill.py's cases)."""
+def groups_and_ring(rng, network: FabricNetwork, ring: float = 0.5) -> np.ndarray:
+    """Routes of a few all-to-all groups of random hosts (flows repeated on some routes) and, at odds ``ring``, a
+    ring over every host that joins them into one component (test_fabric_fill.py's cases)."""
     n = network.world_size
     pairs = []
     for _ in range(int(rng.integers(1, 6))):
         hosts = rng.choice(n, size=int(rng.integers(3, 12)), replace=False).tolist()
         pairs += [(a, b) for a in hosts for b in hosts if a != b and rng.random() < 0.8]
-    if rng.random() < 0.5:
+    if rng.random() < ring:
         pairs += [(h, (h + 1) % n) for h in range(n)]
     pairs += [pairs[int(k)] for k in rng.integers(0, len(pairs), size=len(pairs) // 4)]
     return np.array([network.route(a, b) for a, b in pairs], dtype=np.int64)
@@ -192,6 +192,25 @@ def test_the_compiled_fill_by_levels_with_flows_starting_and_ending_is_the_refer
             flows.end(rng, 20)
         flows.check()
     assert flows.live.refills > 10 and flows.live.components_solved > 10 and flows.live.levels_early == 0
+
+
+@compiled
+@pytest.mark.parametrize("contention", [0.0, 0.05])
+@pytest.mark.parametrize("seed", [None, 4])
+def test_the_compiled_fill_by_levels_with_flows_starting_and_ending_at_once_is_the_reference(contention, seed):
+    """Flows start and others end before one solve (a ring's step ends and its next starts): the changed routes'
+    components filled from scratch; solves where flows only end refill their region."""
+    network, _, flows = fabric_flows(contention, seed)
+    rng = np.random.default_rng(23)
+    flows.start(groups_and_ring(rng, network, ring=0.0))
+    for _ in range(80):
+        if flows.active.any():
+            flows.end(rng, 30)
+        fresh = groups_and_ring(rng, network, ring=0.1)
+        flows.start(fresh[rng.random(len(fresh)) < rng.choice([0.0, 0.02, 0.1])])
+        flows.check()
+    live = flows.live
+    assert live.refills > 10 and live.components_solved > 10 and live.levels_early == 0
 
 
 @compiled

@@ -384,6 +384,7 @@ cdef int _levels_solve(LiveRates live, const int64_t[::1] ptr_v, const int64_t[:
         _levels_run(live, live.reached, num_reached, live.comp, m, ptr, res, w)
         live.refills += 1
         live.routes_filled += m
+        live.routes_refilled += m
     for i in range(num_reached):
         live.seen[live.reached[i]] = 0
     if live.num_known > live.num_live + (live.num_live >> 3) + 256:

@@ -48,6 +48,7 @@ cdef class LiveRates:
     cdef _Levels lv
     cdef readonly bint levels  # filled by levels (fairshare_levels.pxi): after flows end, only the region above k*
     cdef public int64_t refills  # by levels: the region refills (a counter for the benchmarks)
+    cdef public int64_t routes_refilled  # by levels: routes in the regions refilled (a counter for the benchmarks)
     cdef public int64_t levels_early  # by levels: events before k* in a refill (never: a check for the tests)
     cdef public int64_t components_solved  # components filled (a counter for the benchmarks)
     cdef public int64_t routes_filled  # distinct routes in the components filled (a counter for the benchmarks)
