@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 from astra_adapter.fabric.fairshare import LiveRates, MovingRates
-from astra_adapter.fabric.flat_flows import FlatFlowEngine
 from astra_adapter.fabric.flows import FabricParams, FlowEngine
 from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.player import play_on_fabric
 from benchmarks.fabric_accuracy import three_tier
-from test_fabric_rates_compiled import _moe, _numpy_rates
+from test_fabric_rates_compiled import RoundsFlatFlowEngine, _moe, _numpy_rates
 
 pytestmark = pytest.mark.skipif(MovingRates is None and not os.environ.get("CI"),
                                 reason="astra_adapter.fabric.fairshare_core is not built (pip install -e . builds it)")
@@ -95,7 +94,7 @@ def test_the_incremental_solve_by_resource_gives_the_scanning_solves_floats(cont
 def test_an_uneven_moe_play_fills_by_resource_as_it_fills_scanning(params):
     trace = _moe(seed=2, dp=32)
     network = FabricNetwork(fabric(), hash_seed=3)
-    engine, scanning = FlatFlowEngine(network, params), FlatFlowEngine(network, params)
+    engine, scanning = RoundsFlatFlowEngine(network, params), RoundsFlatFlowEngine(network, params)
     scanning._live.scan_entries = True
     got, want = play_on_fabric(trace, engine), play_on_fabric(trace, scanning)
     assert got.spans == want.spans and got.ranks == want.ranks

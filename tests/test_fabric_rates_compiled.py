@@ -47,6 +47,10 @@ class WalkFlatFlowEngine(FlatFlowEngine):
     incremental = False  # MovingRates per component: every moving flow walked at every solve
 
 
+class RoundsFlatFlowEngine(FlatFlowEngine):
+    level_fill = False  # LiveRates filling by rounds, as MovingRates does (the default fills by levels: within ~1e-14)
+
+
 def fabric():
     return three_tier(hosts_per_leaf=4, leaves_per_pod=2, pods=2, aggs_per_pod=2, cores=2, ranks_per_host=1)
 
@@ -315,12 +319,13 @@ def test_new_capacities_solve_again_the_components_they_touch(contention):
 def test_an_uneven_moe_play_incrementally_is_the_component_solves_bit_for_bit(params):
     trace = _moe(seed=1)
     network = FabricNetwork(fabric(), hash_seed=2)
-    engine = FlatFlowEngine(network, params)
+    engine = RoundsFlatFlowEngine(network, params)
     assert engine._live is not None
     got = play_on_fabric(trace, engine)
     want = play_on_fabric(trace, WalkFlatFlowEngine(network, params))
     assert got.spans == want.spans and got.ranks == want.ranks
     assert engine._live.components_solved > engine.solves  # components solved apart
+    _same_play(play_on_fabric(trace, FlatFlowEngine(network, params)), want)  # filled by levels (the default)
 
 
 @pytest.mark.parametrize("params", PARAMS)
@@ -339,7 +344,8 @@ def test_a_pipeline_with_data_parallelism_by_component_plays_as_the_reference():
     model = model_preset("gpt3-1.3b").with_overrides(num_layers=4)
     trace = pipeline_parallel(model, device_preset("a100"), pp=4, dp=4, config=TrainingConfig(micro_batches=4))
     network = FabricNetwork(fabric(), hash_seed=1)
-    got = play_on_fabric(trace, FlatFlowEngine(network))
+    got = play_on_fabric(trace, RoundsFlatFlowEngine(network))
     _same_play(got, play_on_fabric(trace, FlowEngine(network)))
+    _same_play(play_on_fabric(trace, FlatFlowEngine(network)), got)  # filled by levels (the default)
     walked = play_on_fabric(trace, WalkFlatFlowEngine(network))
     assert got.spans == walked.spans and got.ranks == walked.ranks  # the incremental solve: the same floats

@@ -30,8 +30,8 @@ ring moves, so a flow's end re-solves its group's few dozen flows instead of eve
 
 from libc.stdlib cimport malloc, calloc, realloc, free, qsort
 from libc.string cimport memcpy, memset
-from libc.math cimport INFINITY
-from libc.stdint cimport int64_t
+from libc.math cimport INFINITY, nextafter
+from libc.stdint cimport int64_t, INT64_MAX
 
 import numpy as np
 
@@ -443,5 +443,6 @@ def move_flows(double[::1] left, const double[::1] rate, unsigned char[::1] acti
 
 
 include "fairshare_fill.pxi"
+include "fairshare_levels.pxi"
 include "fairshare_live.pxi"
 include "fairshare_events.pxi"

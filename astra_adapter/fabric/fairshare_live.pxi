@@ -37,12 +37,19 @@ cdef class LiveRates:
     cdef int64_t** lists  # resource -> the listed routes loading it (some may have count 0)
     cdef int64_t* list_len
     cdef int64_t* list_cap
+    cdef double** list_w  # resource -> each listed route's fraction there (fairshare_levels.pxi)
+    cdef char* list_unsorted  # resource -> its list is not ascending (fairshare_levels.pxi sorts it when it needs)
     cdef char* dirty  # resource -> loaded by a changed route (and on `walk`... until walked)
     cdef char* seen  # resource -> reached by this solve's walks
     cdef int64_t* dirty_stack
     cdef int64_t* walk  # resources to walk from
     cdef int64_t* reached  # resources reached, to clear `seen`
     cdef _Scratch scratch
+    cdef _Levels lv
+    cdef readonly bint levels  # filled by levels (fairshare_levels.pxi): after flows end, only the region above k*
+    cdef public int64_t refills  # by levels: the region refills (a counter for the benchmarks)
+    cdef public int64_t routes_refilled  # by levels: routes in the regions refilled (a counter for the benchmarks)
+    cdef public int64_t levels_early  # by levels: events before k* in a refill (never: a check for the tests)
     cdef public int64_t components_solved  # components filled (a counter for the benchmarks)
     cdef public int64_t routes_filled  # distinct routes in the components filled (a counter for the benchmarks)
     cdef public int64_t flows_filled  # moving flows in the components filled (a counter for the benchmarks)
@@ -64,25 +71,29 @@ cdef class LiveRates:
     cdef public bint scan_entries  # solve as session 21 did (the routes sorted by qsort, each round of the filling
     # scanning every live entry: _rounds_scanning) - the same floats; for side-by-side timing
 
-    def __cinit__(self, double[::1] capacity, double contention):
+    def __cinit__(self, double[::1] capacity, double contention, bint levels=False):
         cdef Py_ssize_t q
         self.capacity = capacity.copy()
         self.contention = contention
+        self.levels = levels
         self.num_resources = capacity.shape[0]
         n = max(self.num_resources, 1)
         self.lists = <int64_t**>calloc(n, sizeof(int64_t*))
         self.list_len = <int64_t*>calloc(n, sizeof(int64_t))
         self.list_cap = <int64_t*>calloc(n, sizeof(int64_t))
+        self.list_w = <double**>calloc(n, sizeof(double*))
+        self.list_unsorted = <char*>calloc(n, 1)
         self.dirty = <char*>calloc(n, 1)
         self.seen = <char*>calloc(n, 1)
         self.dirty_stack = <int64_t*>malloc(n * sizeof(int64_t))
         self.walk = <int64_t*>malloc(n * sizeof(int64_t))
         self.reached = <int64_t*>malloc(n * sizeof(int64_t))
-        if not (self.lists and self.list_len and self.list_cap and self.dirty and self.seen and self.dirty_stack
+        if not (self.lists and self.list_len and self.list_cap and self.list_w and self.list_unsorted and self.dirty and self.seen and self.dirty_stack
                 and self.walk and self.reached):
             raise MemoryError()
         memset(&self.scratch, 0, sizeof(_Scratch))
         _scratch_alloc(&self.scratch, 1024, self.num_resources, 1024)
+        _levels_alloc(&self.lv, n)
         self._grow(1024)
 
     def __dealloc__(self):
@@ -90,7 +101,11 @@ cdef class LiveRates:
         if self.lists:
             for q in range(self.num_resources):
                 free(self.lists[q])
+                free(self.list_w[q])
         free(self.lists)
+        free(self.list_w)
+        free(self.list_unsorted)
+        _levels_free(&self.lv, self.num_resources)
         free(self.list_len)
         free(self.list_cap)
         free(self.dirty)
@@ -128,6 +143,7 @@ cdef class LiveRates:
         self.comp = <int64_t*>_grown(self.comp, old, size, sizeof(int64_t))
         self.mult = <int64_t*>_grown(self.mult, old, size, sizeof(int64_t))
         self.filled = <double*>_grown(self.filled, old, size, sizeof(double))
+        _levels_grow(&self.lv, old, size)
         self.route_cap = size
         return 0
 
@@ -180,6 +196,7 @@ cdef class LiveRates:
         for q in range(self.num_resources):
             if capacity[q] != self.capacity[q]:
                 self.capacity[q] = capacity[q]
+                self.lv.full = 1  # (by levels: the components those routes are in, from scratch)
                 for k in range(self.list_len[q]):  # a route moving flows and not listed yet is marked already
                     self._mark(self.lists[q][k])
 
@@ -231,11 +248,13 @@ cdef class LiveRates:
         cdef Py_ssize_t i, e, num_dirty = 0, num_walk, num_reached = 0, m, entries
         cdef int64_t r, q, q2, k
         cdef int64_t* lst
+        if self.levels:
+            return _levels_solve(self, ptr, res, w)
         for i in range(self.num_changed):  # list the new routes; their resources are dirty
             r = self.changed_stack[i]
             self.changed[r] = 0
             if self.count[r] > 0 and not self.listed[r]:
-                self._list(r, ptr, res)
+                self._list(r, ptr, res, w)
             if ptr[r + 1] == ptr[r]:
                 self.rate[r] = INFINITY  # crosses nothing: unbounded
             for e in range(ptr[r], ptr[r + 1]):
@@ -303,7 +322,7 @@ cdef class LiveRates:
             self._compact()  # the walks above step over the listed routes no flow moves on: keep them few
         return 0
 
-    cdef int _list(self, int64_t r, const int64_t[::1] ptr, const int64_t[::1] res) except -1:
+    cdef int _list(self, int64_t r, const int64_t[::1] ptr, const int64_t[::1] res, const double[::1] w) except -1:
         cdef Py_ssize_t e
         cdef int64_t q, size
         for e in range(ptr[r], ptr[r + 1]):
@@ -311,8 +330,12 @@ cdef class LiveRates:
             if self.list_len[q] == self.list_cap[q]:
                 size = max(8, 2 * self.list_cap[q])
                 self.lists[q] = <int64_t*>_grown(self.lists[q], self.list_cap[q], size, sizeof(int64_t))
+                self.list_w[q] = <double*>_grown(self.list_w[q], self.list_cap[q], size, sizeof(double))
                 self.list_cap[q] = size
+            if self.list_len[q] and self.lists[q][self.list_len[q] - 1] > r:
+                self.list_unsorted[q] = 1
             self.lists[q][self.list_len[q]] = r
+            self.list_w[q][self.list_len[q]] = w[e]
             self.list_len[q] += 1
         self.listed[r] = 1
         self.known[self.num_known] = r
@@ -329,6 +352,7 @@ cdef class LiveRates:
                 r = self.lists[q][k]
                 if self.count[r] > 0:
                     self.lists[q][m] = r
+                    self.list_w[q][m] = self.list_w[q][k]
                     m += 1
             self.list_len[q] = m
         m = 0

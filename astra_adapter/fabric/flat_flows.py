@@ -33,7 +33,11 @@ not bit for bit. Without standing queues that solve keeps its state between even
 (:class:`~astra_adapter.fabric.fairshare_core.LiveRates`: the moving flows counted per route at each lay-out,
 each flow uncounted by the move that ends it, a solve walking only from the links of the routes that changed),
 the same floats as the per-call solve (``incremental = False``), the solve no longer walking every flow in
-flight (the sweeps still do). On that solve each op's flows also stay in a slot of the arrays between events
+flight (the sweeps still do) - where it fills by rounds (``level_fill = False``). By default it fills by levels
+(:mod:`astra_adapter.fabric.fairshare_core`'s fairshare_levels.pxi, reference
+:func:`~astra_adapter.fabric.fairshare.max_min_levels`): after flows end, only the routes at or above the level of
+the first that ended, reachable from them, are filled again, bit for bit what a fill from scratch gives; the same
+rates as by rounds to a relative ~1e-14. On that solve each op's flows also stay in a slot of the arrays between events
 (:mod:`astra_adapter.fabric.flat_slots`, ``slots``): a lay-out places only the ops that changed, counting or
 uncounting only their flows per route, instead of concatenating every flowing op's arrays and counting every
 flow again (``slots = False``) - the same floats. With HTB's credit (``FabricParams.htb_credit``) the solve is
@@ -84,6 +88,9 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
     # flow of each slot with a flow moving, its flag tested)
     compiled_loop = True  # with listed slots, the player's events that are only a flow's end inside a step played in
     # C (fairshare_core.FlowEvents, flow_events: the same floats; False: every event through the Python loop)
+    level_fill = True  # the incremental solve filling by levels (fairshare_levels.pxi: after flows end only the
+    # routes at or above the first ended one's level refilled; rates to ~1e-14 relative of the fill by rounds;
+    # False: by rounds, MovingRates' floats per component)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -97,7 +104,7 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         self._halted: list[FabricOp] = []  # done, or in a step with nothing to move and no latency: ends now
         # the incremental solve where it applies (not with standing queues: their reads want per-flow rates); with
         # HTB's credit it is told the capacities as the buckets' modes change (_capacity_changed)
-        self._live = LiveRates(self.capacity, params.flow_contention) \
+        self._live = LiveRates(self.capacity, params.flow_contention, self.level_fill) \
             if LiveRates is not None and self.compiled_solve and self.by_component and self.incremental \
             and self.queues is None else None
         if params.end_precision > 0 and self._live is not None and self.slots and self.listed:
