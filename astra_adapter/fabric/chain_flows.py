@@ -48,7 +48,8 @@ try:  # a ring's per-event work compiled, the same floats (built by the install 
 except ImportError:  # not built: RingOp's numpy methods run
     moving_load = queued_of = ring_arriving = ring_begin = ring_horizon = ring_move = ring_remaining = \
         ring_starting = None
-from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
+from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends, ring_chunk_bytes
+from astra_adapter.fabric.queues import fifo_wait_ns
 from astra_adapter.fabric.network import FabricNetwork
 
 
@@ -278,11 +279,18 @@ class ChainFlowEngine(FlowEngine):
         queued, _ = read
         incidence = self.queues.incidence
         capacity = self.capacity
-        for rid in set(routes[needed].tolist()):
-            res, w = incidence(rid)
+        flows_on = None
+        chunk = None
+        for k in np.flatnonzero(needed).tolist():
+            res, w = incidence(int(routes[k]))
             q = queued[res]
             if q.any() or not self._zero_waits_known:
-                waits[routes == rid] = float(np.sum(w * q / capacity[res]))
+                if flows_on is None:
+                    ops, hit = self._moving()
+                    flows_on = self.queues.flows_on([(o.steps[o.step], rate) for o, rate in zip(ops, hit[0])
+                                                     if o is not op])
+                    chunk = ring_chunk_bytes(self.queues, op)
+                waits[k] = fifo_wait_ns(w, q, capacity[res], flows_on[res], float(chunk[k]))
         return waits
 
     def _enter_next_step(self, op: FabricOp) -> None:
