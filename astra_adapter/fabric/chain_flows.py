@@ -17,7 +17,7 @@ answer is not needed, and some of it is known without being computed:
 - only the connections starting a chunk now, or whose next chunk's data has come in, take their wait (the
   reference computes every connection's and reads theirs); a path without a queue on it waits 0.0 (the same
   sum of zeros), the others sum the same terms with the same numpy call as the reference's
-  :meth:`StandingQueues.flow_waits_ns`;
+  :meth:`StandingQueues.chunk_waits_ns`;
 - the player asks only the ops whose busy ranks may have changed (:attr:`ChainFlowEngine.changed`, as the flat
   engine keeps it), and a moving set's load and saturated resources are kept with its rates;
 - a ring's per-event arithmetic runs compiled (:class:`CompiledRingOp`, ``fabric/chains_core.pyx``): its move
@@ -269,7 +269,7 @@ class ChainFlowEngine(FlowEngine):
 
     def _connection_waits(self, op: RingOp, needed: np.ndarray) -> np.ndarray:
         """Per connection of ``op`` (read where ``needed``), its wait behind the queues the other ops' flows
-        keep now: :meth:`FlowEngine._queued` and :meth:`StandingQueues.flow_waits_ns`, with the parts whose
+        keep now: :meth:`FlowEngine._queued` and :meth:`StandingQueues.chunk_waits_ns`, with the parts whose
         answer is 0.0 skipped."""
         routes = op.steps[0].routes
         waits = np.zeros(len(routes))

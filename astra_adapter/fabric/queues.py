@@ -218,13 +218,6 @@ class StandingQueues:
         np.add.at(queued, res[at], w[at] * keep)
         return np.minimum(queued, self.limit)
 
-    def flow_waits_ns(self, queued: np.ndarray, routes: np.ndarray) -> np.ndarray:
-        """Per flow (its route id), its wait behind the queues on its path: each link's queued bytes over the
-        link's rate, summed along the path (a ring's connection on its own, astra_adapter.fabric.chains)."""
-        waits = {rid: float(np.sum(w * queued[res] / self.capacity[res]))
-                 for rid in set(routes.tolist()) for res, w in (self.incidence(rid),)}
-        return np.array([waits[r] for r in routes.tolist()])
-
     def flows_on(self, rated: list) -> np.ndarray:
         """Per resource, how many flows of ``(step, rates)`` move on it (weighted as the load is): the flows a chunk
         that joins a queue there shares the resource's rate with once it moves (:func:`fifo_wait_ns`)."""
