@@ -139,6 +139,49 @@ def test_a_pair_s_all_reduce_behind_a_queue_one_way_waits_it_once() -> None:
     assert np.isfinite(one_way) and np.isfinite(both)
 
 
+def test_a_chunk_behind_a_queue_passes_it_as_a_fifo_does_not_queue_then_share() -> None:
+    # measured (benchmarks/README.md "Job mixes", the bucket0 section): the spread TP job's 196 KB all-reduces
+    # behind DDP's two-flow queues took ~0-9 ms more than its 512 B ones; waiting the queue and then moving at a
+    # third of the link gave ~10 ms more. A FIFO passes a chunk of b bytes behind Q in (Q + b) / rate.
+    from astra_adapter.fabric.queues import fifo_wait_ns
+
+    one = np.ones(1)
+    assert fifo_wait_ns(one, np.array([6e6]), np.array([0.0625]), np.array([2.0]), 1e5) == pytest.approx(5.8e6 / 0.0625)
+    assert fifo_wait_ns(one, np.array([1e5]), np.array([0.0625]), np.array([2.0]), 1e5) == 0.0  # not below 0
+
+    def leaves(size: int, engine_type=FlowEngine) -> dict[int, float]:
+        engine = engine_type(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+        for pair in [(0, 2), (0, 2)]:  # two long flows keep 2 windows queued on sw0 -> sw1
+            engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
+        t = 0.0
+        while t < 200e6:
+            dt = min(engine.horizon_ns(), 200e6 - t)
+            engine.advance(dt)
+            t += dt
+        return _leave_times(engine, engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, size),
+                                                              (1, 3))))
+
+    # a long chunk counts only the burst its sender's own link lets out at once (TCP small queues): the rest comes
+    # ACK-clocked, at its share
+    from astra_adapter.fabric.flows import ring_chunk_bytes
+    from genie.core.tcp_window import sender_queue_bytes
+
+    engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+    ring = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 10**8), (1, 3)))
+    assert ring_chunk_bytes(engine.queues, ring).tolist() == [float(sender_queue_bytes(10**9))] * 2
+
+    queue_ns = 2 * window_bytes() / FABRIC_BYTES_PER_NS  # 100.7 ms
+    chunk_ns = 98_304 * WIRE_BYTES_PER_PAYLOAD_BYTE / FABRIC_BYTES_PER_NS  # one 98 KB chunk at the link's rate
+    for engine_type in (FlowEngine, ChainFlowEngine):
+        assert max(leaves(512, engine_type).values()) == pytest.approx(queue_ns, rel=1e-3)  # the wait alone
+        big = leaves(196_608, engine_type)
+        # each chunk on 1 -> 3 waits (Q - 2 b) / rate, then moves at a third of the link (3 b): rank 1 leaves at
+        # Q + 2 b, rank 3 at Q + 4 b (the second chunk, queued behind the first, moves once that one is through);
+        # a wait of Q / rate and then the share gave Q + 4 b and Q + 6 b
+        assert big[1] == pytest.approx(queue_ns + 2 * chunk_ns, rel=1e-4)
+        assert big[3] == pytest.approx(queue_ns + 4 * chunk_ns, rel=1e-4)
+
+
 def test_a_chunk_joins_the_queue_when_its_data_comes_in_not_when_its_connection_is_free() -> None:
     # a TP pair 1 <-> 3 with 1 -> 3 behind one long flow's window (50 ms) and 3 -> 1 behind two (100 ms): the second
     # step's chunk 3 -> 1 has its data at 50 ms (1 -> 3's first chunk in) and waits the 100 ms queue from then;

@@ -17,7 +17,7 @@ answer is not needed, and some of it is known without being computed:
 - only the connections starting a chunk now, or whose next chunk's data has come in, take their wait (the
   reference computes every connection's and reads theirs); a path without a queue on it waits 0.0 (the same
   sum of zeros), the others sum the same terms with the same numpy call as the reference's
-  :meth:`StandingQueues.flow_waits_ns`;
+  :meth:`StandingQueues.chunk_waits_ns`;
 - the player asks only the ops whose busy ranks may have changed (:attr:`ChainFlowEngine.changed`, as the flat
   engine keeps it), and a moving set's load and saturated resources are kept with its rates;
 - a ring's per-event arithmetic runs compiled (:class:`CompiledRingOp`, ``fabric/chains_core.pyx``): its move
@@ -48,7 +48,8 @@ try:  # a ring's per-event work compiled, the same floats (built by the install 
 except ImportError:  # not built: RingOp's numpy methods run
     moving_load = queued_of = ring_arriving = ring_begin = ring_horizon = ring_move = ring_remaining = \
         ring_starting = None
-from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
+from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends, ring_chunk_bytes
+from astra_adapter.fabric.queues import fifo_wait_ns
 from astra_adapter.fabric.network import FabricNetwork
 
 
@@ -268,7 +269,7 @@ class ChainFlowEngine(FlowEngine):
 
     def _connection_waits(self, op: RingOp, needed: np.ndarray) -> np.ndarray:
         """Per connection of ``op`` (read where ``needed``), its wait behind the queues the other ops' flows
-        keep now: :meth:`FlowEngine._queued` and :meth:`StandingQueues.flow_waits_ns`, with the parts whose
+        keep now: :meth:`FlowEngine._queued` and :meth:`StandingQueues.chunk_waits_ns`, with the parts whose
         answer is 0.0 skipped."""
         routes = op.steps[0].routes
         waits = np.zeros(len(routes))
@@ -278,11 +279,18 @@ class ChainFlowEngine(FlowEngine):
         queued, _ = read
         incidence = self.queues.incidence
         capacity = self.capacity
-        for rid in set(routes[needed].tolist()):
-            res, w = incidence(rid)
+        flows_on = None
+        chunk = None
+        for k in np.flatnonzero(needed).tolist():
+            res, w = incidence(int(routes[k]))
             q = queued[res]
             if q.any() or not self._zero_waits_known:
-                waits[routes == rid] = float(np.sum(w * q / capacity[res]))
+                if flows_on is None:
+                    ops, hit = self._moving()
+                    flows_on = self.queues.flows_on([(o.steps[o.step], rate) for o, rate in zip(ops, hit[0])
+                                                     if o is not op])
+                    chunk = ring_chunk_bytes(self.queues, op)
+                waits[k] = fifo_wait_ns(w, q, capacity[res], flows_on[res], float(chunk[k]))
         return waits
 
     def _enter_next_step(self, op: FabricOp) -> None:

@@ -241,7 +241,7 @@ class FlowEngine:
         waits = np.zeros(len(which))
         queued = self._queued(op) if self.queues is not None and which.any() else None
         if queued is not None:
-            waits = self.queues.flow_waits_ns(queued, op.steps[0].routes)
+            waits = self._chunk_waits(op, queued)
         if which.any():
             op.begin(which, waits)
         early = op.arriving()
@@ -249,8 +249,17 @@ class FlowEngine:
             if self.queues is not None and queued is None:
                 queued = self._queued(op)
                 if queued is not None:
-                    waits = self.queues.flow_waits_ns(queued, op.steps[0].routes)
+                    waits = self._chunk_waits(op, queued)
             op.queue_next(early, waits)
+
+    def _chunk_waits(self, op: RingOp, queued: np.ndarray) -> np.ndarray:
+        """Per connection of ``op``, its chunk's wait behind ``queued`` as a FIFO gives it
+        (:func:`astra_adapter.fabric.queues.fifo_wait_ns`: beside the other ops' flows moving now)."""
+        assert self.queues is not None
+        rated = [(o.steps[o.step], rate) for o, rate in zip(self.ops, self._flow_rates())
+                 if rate is not None and o is not op]
+        return self.queues.chunk_waits_ns(queued, op.steps[0].routes, ring_chunk_bytes(self.queues, op),
+                                          self.queues.flows_on(rated))
 
     def _queued(self, op) -> np.ndarray | None:
         """Bytes standing in each resource's queue, kept by the flows moving now other than ``op``'s, at the
@@ -476,3 +485,13 @@ def run_concurrently(engine: FlowEngine, ops: list[tuple[CommOp, tuple[int, ...]
         engine.advance(dt)
         t += dt
     return finished
+
+
+def ring_chunk_bytes(queues, op: RingOp) -> np.ndarray:
+    """Per connection of a ring-like op, the chunk a FIFO wait is reckoned with: its first step's wire bytes (a
+    ring's chunks are one size), up to what its sender's own link queues at once (TCP small queues,
+    :func:`genie.core.tcp_window.sender_queue_bytes`: the burst that reaches the bottleneck at the host's rate;
+    the rest of a long chunk comes ACK-clocked, at its share)."""
+    net = queues.network
+    return np.minimum(op.sizes[0], [queues.sender_limit[net.routes[rid].loads[0][0]] if net.routes[rid].loads else 0.0
+                                    for rid in op.steps[0].routes.tolist()])

@@ -16,7 +16,9 @@ what TCP small queues lets into that qdisc (:func:`genie.core.tcp_window.sender_
 most the link's queue limit (``Resource.queue_limit_bytes``). A link is saturated when the max-min rates fill
 what it delivers to that many flows (:func:`contended_load`). Only other ops' flows count: a step's own flows
 start together, so they find no queue of their own (their sharing is the rates'). A step of a multi-step op
-pays its flows' waits as :func:`step_wait_ns` combines them. Measured against the testbed in
+pays its flows' waits as :func:`step_wait_ns` combines them; a ring's chunk (ring chains) waits as a FIFO
+passes it, the queue less what its max-min share charges again once it moves (:func:`fifo_wait_ns`). Measured
+against the testbed in
 benchmarks/README.md "Job mixes" (the spread TP job behind DDP's queues).
 """
 
@@ -216,12 +218,24 @@ class StandingQueues:
         np.add.at(queued, res[at], w[at] * keep)
         return np.minimum(queued, self.limit)
 
-    def flow_waits_ns(self, queued: np.ndarray, routes: np.ndarray) -> np.ndarray:
-        """Per flow (its route id), its wait behind the queues on its path: each link's queued bytes over the
-        link's rate, summed along the path (a ring's connection on its own, astra_adapter.fabric.chains)."""
-        waits = {rid: float(np.sum(w * queued[res] / self.capacity[res]))
-                 for rid in set(routes.tolist()) for res, w in (self.incidence(rid),)}
-        return np.array([waits[r] for r in routes.tolist()])
+    def flows_on(self, rated: list) -> np.ndarray:
+        """Per resource, how many flows of ``(step, rates)`` move on it (weighted as the load is): the flows a chunk
+        that joins a queue there shares the resource's rate with once it moves (:func:`fifo_wait_ns`)."""
+        n = np.zeros(len(self.capacity))
+        for step, rate in rated:
+            res, w, flow, _ = self._arrays(step)
+            n += np.bincount(res, weights=w * (rate[flow] > 0), minlength=len(self.capacity))
+        return n
+
+    def chunk_waits_ns(self, queued: np.ndarray, routes: np.ndarray, chunk_bytes: np.ndarray,
+                       flows_on: np.ndarray) -> np.ndarray:
+        """Per ring connection (its route id and the chunk it starts, wire bytes), its wait behind the queues on
+        its path as a FIFO gives it (:func:`fifo_wait_ns`)."""
+        out = np.zeros(len(routes))
+        for k, rid in enumerate(routes.tolist()):
+            res, w = self.incidence(rid)
+            out[k] = fifo_wait_ns(w, queued[res], self.capacity[res], flows_on[res], float(chunk_bytes[k]))
+        return out
 
     def delay_ns(self, queued: np.ndarray, step_routes: np.ndarray, receivers: np.ndarray | None = None) -> float:
         """The wait a step pays behind the queues on its flows' paths: the longest one flow has, or with
@@ -250,6 +264,22 @@ class StandingQueues:
                 np.concatenate([p[1] for p in parts]) if parts else np.zeros(0),
                 np.concatenate(([0], np.cumsum([len(p[0]) for p in parts], dtype=np.int64))).astype(np.int64))
         return hit
+
+
+def fifo_wait_ns(w: np.ndarray, queued: np.ndarray, capacity: np.ndarray, flows_on: np.ndarray,
+                 chunk_bytes: float) -> float:
+    """A ring chunk's wait behind the queues along its path (per resource: its weight ``w``, ``queued`` bytes,
+    ``capacity`` in bytes/ns, the ``flows_on`` it of other ops), a FIFO's: ``(queued - n x chunk) / rate`` each.
+
+    A chunk of ``b`` bytes that joins a FIFO behind ``Q`` bytes leaves it ``(Q + b) / rate`` later: its bytes
+    pass the link at the link's rate in their turn. The engine, after the wait, moves the chunk at its max-min
+    share of the link, ``rate / (n + 1)`` beside the ``n`` flows that keep the queue: ``(n + 1) b / rate``. So the
+    wait is the queue less the ``n b`` the share charges again, at least 0. ``chunk_bytes`` is the chunk up to
+    what its sender's own link lets out at once (``astra_adapter.fabric.flows.ring_chunk_bytes``). Measured on
+    the oversubscribed leaf-spine (benchmarks/README.md "Job mixes", the bucket0 section): the spread TP job's
+    196 KB all-reduces behind DDP's queues took 0.7-9.3 ms more than its 512 B ones in the replay, where
+    queue-then-share gave 5.4-13.1 ms more (3.3-9.8 with this wait)."""
+    return float(np.sum(w * np.maximum(queued - flows_on * chunk_bytes, 0.0) / capacity))
 
 
 def step_wait_ns(waits_ns: np.ndarray, receivers: np.ndarray) -> float:
