@@ -22,7 +22,7 @@ from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.fabric.player import play_on_fabric
 from benchmarks.fabric_accuracy import three_tier
 from fabric_cases import fabric as small_fabric, moe
-from test_fabric_rates_compiled import _same_play as same_play
+from test_fabric_rates_compiled import RoundsFlatFlowEngine, _same_play as same_play
 
 REL = 1e-12
 
@@ -273,7 +273,7 @@ PARAMS = [FabricParams(), FabricParams(flow_contention=0.05),
 
 def _levels_play(trace, network, params):
     """A play filled by levels on the compiled loop and on the Python loop (bit for bit), and on the fill by
-    rounds (the default: every time within a relative 1e-9); the play filled by levels."""
+    rounds (every time within a relative 1e-9); the play filled by levels."""
     engine = LevelsEngine(network, params)
     got = play_on_fabric(trace, engine)
     python = LevelsPythonLoopEngine(network, params)
@@ -281,7 +281,7 @@ def _levels_play(trace, network, params):
     assert got.spans == want.spans and got.ranks == want.ranks
     assert engine.solves == python.solves and engine.events == python.events
     assert engine._live.refills == python._live.refills > 0 and engine._live.levels_early == 0
-    same_play(got, play_on_fabric(trace, FlatFlowEngine(network, params)))
+    same_play(got, play_on_fabric(trace, RoundsFlatFlowEngine(network, params)))
     return got
 
 
@@ -310,7 +310,7 @@ def test_a_play_with_the_credit_filled_by_levels():
     engine = LevelsEngine(network, params)
     got = play_on_fabric(trace, engine)
     assert engine.credit is not None and engine._live.levels
-    same_play(got, play_on_fabric(trace, FlatFlowEngine(network, params)))
+    same_play(got, play_on_fabric(trace, RoundsFlatFlowEngine(network, params)))
     same_play(got, play_on_fabric(trace, FlowEngine(network, params)))
 
 

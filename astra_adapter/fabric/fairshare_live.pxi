@@ -7,7 +7,9 @@
 # each found by a walk from those resources through the routes that move - not a union-find over every moving
 # route - and each filled as MovingRates fills a component (_fill on its routes ascending, with their counts), so
 # every rate is the float MovingRates gives: a component untouched since the last solve is exactly one of the
-# last solve's (its rates kept), the others are solved as MovingRates solves them. Rates are kept per route, and
+# last solve's (its rates kept), the others are solved as MovingRates solves them. With ``levels`` (the flat
+# engine's default) the solve fills by levels instead (fairshare_levels.pxi: after flows only end, the region at
+# or above k*; the floats of fairshare.max_min_levels, not MovingRates'). Rates are kept per route, and
 # the per-event sweeps (earliest_end, move) read them through each flow's route, so no per-flow rate array is
 # built either.
 
@@ -191,7 +193,8 @@ cdef class LiveRates:
     def set_capacity(self, const double[::1] capacity):
         """New capacities (HTB's credit: astra_adapter.fabric.credit): every listed route on a resource whose
         capacity changed is marked, so the next solve fills the components holding those resources again (each as
-        a fresh solve of it would, MovingRates.set_capacity's floats); the others keep their rates."""
+        a fresh solve of it would: MovingRates.set_capacity's floats, or by levels fairshare.max_min_levels'); the
+        others keep their rates."""
         cdef Py_ssize_t q, k
         for q in range(self.num_resources):
             if capacity[q] != self.capacity[q]:
@@ -240,8 +243,9 @@ cdef class LiveRates:
                 self._recount(r, self.count[r] + sign)
 
     def solve(self, const int64_t[::1] ptr, const int64_t[::1] res, const double[::1] w):
-        """The rates of the routes whose component holds a changed route (``ptr``/``res``/``w``: the routes' loads
-        as CSR, :meth:`astra_adapter.fabric.flows.FlowEngine._route_table`)."""
+        """The rates of the routes whose component holds a changed route - by levels, after flows only end, of the
+        region at or above k* (``ptr``/``res``/``w``: the routes' loads as CSR,
+        :meth:`astra_adapter.fabric.flows.FlowEngine._route_table`)."""
         self._solve(ptr, res, w)
 
     cdef int _solve(self, const int64_t[::1] ptr, const int64_t[::1] res, const double[::1] w) except -1:
