@@ -96,28 +96,31 @@ def _large_receive_buffer(sock: socket.socket) -> None:
 
 
 def serve(bind: str, port: int, lifetime_s: float, *, udp_on: bool = True, tcp_on: bool = True) -> dict[str, Any]:
-    """UDP echo/counter (``udp_on``) and TCP sink (``tcp_on``) on `port` until `lifetime_s` or ``quit``."""
+    """UDP echo/counter (``udp_on``) and TCP sink (``tcp_on``) on `port` until `lifetime_s` or ``quit``. Port 0:
+    one the kernel picks (the TCP listener's, the UDP socket bound to the same), said in the ready line."""
     selector = selectors.DefaultSelector()
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     listener = socket.socket()
-    if udp_on:
-        _large_receive_buffer(udp)  # a busy machine may not run us for a while: count, do not drop
-        udp.bind((bind, port))
-        udp.setblocking(False)
-        selector.register(udp, selectors.EVENT_READ, "udp")
     if tcp_on:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((bind, port))
+        port = listener.getsockname()[1]
         listener.listen(4)
         listener.setblocking(False)
         selector.register(listener, selectors.EVENT_READ, "listen")
+    if udp_on:
+        _large_receive_buffer(udp)  # a busy machine may not run us for a while: count, do not drop
+        udp.bind((bind, port))
+        port = udp.getsockname()[1]
+        udp.setblocking(False)
+        selector.register(udp, selectors.EVENT_READ, "udp")
     counts: dict[int, int] = {}  # loss stream id -> probes received
     buffer = bytearray(4 << 20)
     sinks: dict[socket.socket, _Sink] = {}
     results: dict[int, dict[str, Any]] = {}  # flow id -> timeline of a finished bulk flow
     flows = 0
     deadline = time.monotonic() + lifetime_s
-    print(json.dumps({"ready": True}), flush=True)
+    print(json.dumps({"ready": True, "port": port}), flush=True)
     while time.monotonic() < deadline:
         for key, _ in selector.select(timeout=0.2):
             if key.data == "udp":
