@@ -29,6 +29,15 @@ def _dumbbell() -> FabricNetwork:
         "  - {endpoints: [h2, sw1]}\n  - {endpoints: [h3, sw1]}\n  - {endpoints: [sw0, sw1], bandwidth: 500mbit}\n"))
 
 
+def _advance_to(engine, end_ns: float) -> None:
+    """Move `engine` on, event by event, to `end_ns` (0 the start)."""
+    t = 0.0
+    while t < end_ns:
+        dt = min(engine.horizon_ns(), end_ns - t)
+        engine.advance(dt)
+        t += dt
+
+
 def _leave_times(engine: FlowEngine, op, until_done: bool = True) -> dict[int, float]:
     """When each member of ``op`` leaves it (the engine's busy ranks), playing the engine until ``op`` is done."""
     members = set(int(r) for s in op.steps for r in (*s.src.tolist(), *s.dst.tolist()))
@@ -123,11 +132,7 @@ def test_a_pair_s_all_reduce_behind_a_queue_one_way_waits_it_once() -> None:
         engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
         for pair in longs:
             engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
-        t = 0.0
-        while t < 200e6:  # the long flows' windows queue on the fabric link
-            dt = min(engine.horizon_ns(), 200e6 - t)
-            engine.advance(dt)
-            t += dt
+        _advance_to(engine, 200e6)  # the long flows' windows queue on the fabric link
         op = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 512), (1, 3)))
         return _leave_times(engine, op)
 
@@ -153,11 +158,7 @@ def test_a_chunk_behind_a_queue_passes_it_as_a_fifo_does_not_queue_then_share() 
         engine = engine_type(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
         for pair in [(0, 2), (0, 2)]:  # two long flows keep 2 windows queued on sw0 -> sw1
             engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
-        t = 0.0
-        while t < 200e6:
-            dt = min(engine.horizon_ns(), 200e6 - t)
-            engine.advance(dt)
-            t += dt
+        _advance_to(engine, 200e6)
         return _leave_times(engine, engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, size),
                                                               (1, 3))))
 
@@ -190,11 +191,7 @@ def test_a_chunk_joins_the_queue_when_its_data_comes_in_not_when_its_connection_
     engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
     for pair in ((0, 2), (2, 0), (2, 1)):
         engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
-    t = 0.0
-    while t < 300e6:
-        dt = min(engine.horizon_ns(), 300e6 - t)
-        engine.advance(dt)
-        t += dt
+    _advance_to(engine, 300e6)
     left = _leave_times(engine, engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 512),
                                                          (1, 3))))
     queue_ns = window_bytes() / FABRIC_BYTES_PER_NS
@@ -267,11 +264,7 @@ def test_a_ring_queues_only_the_chunks_its_sender_has_the_data_for() -> None:
         engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
         ring = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, size_bytes), (0, 2)))
         assert isinstance(ring, RingOp) and ring.count == 2
-        t = 0.0
-        while t < 1e6:
-            dt = min(engine.horizon_ns(), 1e6 - t)
-            engine.advance(dt)
-            t += dt
+        _advance_to(engine, 1e6)
         chunk_left = size_bytes / 2 * WIRE_BYTES_PER_PAYLOAD_BYTE - 1e6 * FABRIC_BYTES_PER_NS
         probe = engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 512), (1, 3)))
         t = 0.0
