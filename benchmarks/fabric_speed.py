@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                         "default: the estimate's, exact in --play)")
     parser.add_argument("--ring-model", choices=("lockstep", "coflow"), help="a ring step's connections each a "
                         "flow, or one at the ring's bottleneck rate (genie estimate --ring-model; --play: "
-                        "FabricParams.ring_model; default: the estimate's, lockstep in --play)")
+                        "FabricParams.ring_model; default: the estimate's (coflow), lockstep in --play)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from genie.topology.writer import dump_topology

@@ -239,7 +239,7 @@ def test_not_with_ring_chains_or_standing_queues():
 
 
 def test_the_ring_model_parses_and_refuses_unknown_names():
-    assert RingModel.parse(" Coflow ") is RingModel.COFLOW and RING_MODEL is RingModel.LOCKSTEP
+    assert RingModel.parse(" Coflow ") is RingModel.COFLOW and RING_MODEL is RingModel.COFLOW
     from genie.core.errors import InputError
     with pytest.raises(InputError, match="ring model"):
         RingModel.parse("pipelined")

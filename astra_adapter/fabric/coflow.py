@@ -18,7 +18,13 @@ members as busy until it ends (``StepFlows.ranks``), so on a ring's last step it
 
 Not with ring chains or standing queues (a job mix's estimate, :func:`astra_adapter.fabric.mix.mix_play_params`):
 the chains model each connection on its own chunk - a finer model of the same pipelining - and the queues read
-each flow's own path and rate (``FabricParams`` refuses the pair; a mix plays lock step).
+each flow's own path and rate (``FabricParams`` refuses the pair; a mix plays lock step). An NCCL plan's step over
+several channels' rings (:mod:`astra_adapter.fabric.nccl_flows`) sends several flows per rank: not ring-like, lock
+step.
+
+:data:`RING_MODEL` (coflow) is what the estimates play unless told (``estimate_fabric``, ``genie estimate --mode
+fabric --ring-model``, the experiment's fabric row); ``FabricParams()`` - the engines, calibration's fits, job
+mixes - stays lock step.
 """
 
 from __future__ import annotations
@@ -42,7 +48,10 @@ class RingModel(Enum):
         return parse_enum_value(cls, text, "ring model", path=path)
 
 
-RING_MODEL = RingModel.LOCKSTEP  # the estimates' FabricParams.ring_model unless told (genie estimate --ring-model)
+RING_MODEL = RingModel.COFLOW  # the estimates' FabricParams.ring_model unless told (genie estimate --ring-model): measured
+# 3-5.5x less CPU on the 512-1024-rank MoE benchmark, the accuracy experiments' estimates unchanged or closer to their
+# replays (benchmarks/README.md "The coflow ring model"); FabricParams itself (the engines, calibration's fits, job
+# mixes) stays lock step
 
 
 def coflow_steps(steps: tuple, network, params) -> tuple:

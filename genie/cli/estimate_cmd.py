@@ -58,7 +58,7 @@ def estimate(
     ring_model: Optional[str] = typer.Option(
         None, "--ring-model", help="Fabric mode: lockstep (each connection of a ring step its own max-min flow, the "
         "step ending with its slowest) | coflow (a ring step one flow at the ring's bottleneck rate: NCCL's pipelined "
-        "ring; one event a step); default lockstep (astra_adapter.fabric.coflow.RING_MODEL)."),
+        "ring; one event a step); default coflow (astra_adapter.fabric.coflow.RING_MODEL)."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="A job mix (docs/jobs.md) instead of TRACE: each "
                                                              "job's iteration in the mix and alone on the fabric "
                                                              "model, its slowdown (needs --topology)."),
