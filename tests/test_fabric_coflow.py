@@ -117,6 +117,9 @@ def test_a_coflow_loads_a_link_by_its_members_on_it(engine):
     assert route.delay_ns == 20_000.0 and steps[0].latency_ns == 20_000.0
     (t,) = run_concurrently(engine(network, COFLOW), [(_ring(), order)])
     assert t == pytest.approx(3 * (20_000.0 + steps[0].wire_bytes[0] / (C / 2)), rel=1e-12)
+    # with flow contention the weight counts as that many flows: sw0 - sw1 delivers C / (1 + 0.5), half each
+    (t,) = run_concurrently(engine(network, replace(COFLOW, flow_contention=0.5)), [(_ring(), order)])
+    assert t == pytest.approx(3 * (20_000.0 + steps[0].wire_bytes[0] / (C / 1.5 / 2)), rel=1e-12)
     assert network.coflow_route(steps[0].routes) is not None and \
         FlowEngine(network, COFLOW).plan(_ring(), order)[0].routes[0] == steps[0].routes[0]  # memoised
 
