@@ -16,11 +16,13 @@
 # bottleneck-precedence descendants of Ros-Giralt et al., SIGMETRICS 2020). The refill restores R's resources'
 # ``F`` and last key from a per-resource log of the events that touched them (the last entry before k*), and runs
 # the events over R alone: every rate and log entry is the float a fill from scratch gives
-# (tests/test_fabric_levels.py checks it against fairshare.max_min_levels). Additions and new capacities fill the
-# components they touch from scratch (a component's events do not interact with another's).
+# (tests/test_fabric_levels.py checks it against fairshare.max_min_levels). When flows start too, the floor is
+# lower: where the new counts' fill first departs from the old one (fairshare_levels_add.pxi); the region above it is
+# refilled the same way (LiveRates.add_fill; off, such solves fill their components from scratch). New capacities
+# fill the components they touch from scratch (a component's events do not interact with another's).
 #
-# Cost: a removal refills R (at 512 ranks, draw 1, ~4 % of the entries of the component today's fill redoes);
-# an addition walks and fills its component, as today.
+# Cost: a removal refills R (at 512 ranks, draw 1, ~4 % of the entries of the component today's fill redoes); an
+# addition's region holds ~40 % of the routes of the components it joins (benchmarks/README.md).
 
 
 cdef struct _LogEntry:  # an event that touched a resource: its key, and the resource's frozen load after it
@@ -282,8 +284,9 @@ cdef int _levels_run(LiveRates live, const int64_t* links, Py_ssize_t num_links,
 
 cdef int _levels_solve(LiveRates live, const int64_t[::1] ptr_v, const int64_t[::1] res_v,
                        const double[::1] w_v) except -1:
-    """LiveRates._solve by levels (see the comment above): the changed routes listed; where only counts fell, the
-    refill of the region at or above k*; else each changed route's component filled from scratch."""
+    """LiveRates._solve by levels (see the comment above): the changed routes listed; the refill of the region at
+    or above the floor (k* where counts only fell); after new capacities (or flows started, without ``add_fill``)
+    each changed route's component filled from scratch."""
     cdef _Levels* v = &live.lv
     cdef const int64_t* ptr = &ptr_v[0]
     cdef const int64_t* res = &res_v[0]
