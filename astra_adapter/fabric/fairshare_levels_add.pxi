@@ -10,7 +10,9 @@
 #   the old fill (the state after the earlier one: F and the last key from the log, the routes growing those frozen
 #   after it or new): q's key with the new counts, if below the next event touching q (then the new fill takes
 #   q there, an event the old one did not have); and the old fill's own event on q (q takes more routes there, or
-#   comes at another key). After q's last event, its key if a route still grows on it (a new one).
+#   comes at another key - where only counts change the first rule already holds it: a changed route on q that had
+#   flows froze before or at it, and with only new routes on q its key can only fall; a new capacity needs it).
+#   After q's last event, its key if a route still grows on it (a new one).
 # A resource whose routes only lost flows needs no scan: its L only falls, its capacity only rises, so (IEEE
 # rounding being monotone) its key only rises, and its own event is a changed route's freeze (the first rule).
 # The region above D is then refilled as after flows end (tests/test_fabric_levels.py checks every solve against
