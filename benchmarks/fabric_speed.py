@@ -14,7 +14,7 @@ the problem's size: ranks, trace nodes, the flows the model plays per draw, link
 ``--in-process`` also runs the estimate in this process with the trace read and the model timed apart, and
 counts the flows (one play's worth: every op's schedule steps).
 
-``--play flat,flat-levels,flat-rounds,flat-pyloop,flat-unlisted,flat-rebuilt,flat-scan,flat-walk,flat-one,flat-numpy,reference``
+``--play flat,flat-levels,flat-rounds,flat-scratchadd,flat-pyloop,flat-unlisted,flat-rebuilt,flat-scan,flat-walk,flat-one,flat-numpy,reference``
 instead plays one draw (``--draw K`` of the ECMP hash, -1: the expected share) in this process on each engine in turn, side
 by side, each under a CPU-time cap (``--cpu-cap S``): the ET read and the trace's compile timed apart, then per engine its CPU and wall time, the
 load average, the events and max-min solves it ran, and the iteration - or, stopped at the cap, how many of the
@@ -141,6 +141,9 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
     class LevelsFlatFlowEngine(FlatFlowEngine):
         level_fill = True  # filled by levels: after flows end, only the region above the first ended one's level
 
+    class ScratchAddsFlatFlowEngine(FlatFlowEngine):
+        add_fill = False  # by levels, the components flows start in filled from scratch (before the additions' refill)
+
     class RoundsFlatFlowEngine(FlatFlowEngine):
         level_fill = False  # filled by rounds, each changed component from scratch (before the fill by levels)
 
@@ -164,7 +167,7 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
                   "flat-unlisted": UnlistedFlatFlowEngine,
                   "flat-walk": WalkFlatFlowEngine,
                   "flat-one": OneSolveFlatFlowEngine, "flat-levels": LevelsFlatFlowEngine,
-                  "flat-rounds": RoundsFlatFlowEngine,
+                  "flat-rounds": RoundsFlatFlowEngine, "flat-scratchadd": ScratchAddsFlatFlowEngine,
                   "flat-scan": scanning, "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](
             net, replace(params, end_precision=end_precision) if name == "flat" else params)
         player = FabricPlayer(trace, engine, compiled)
@@ -191,8 +194,9 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
         parts = ""
         if solve is not None and getattr(engine, "_live", None) is not None:  # LiveRates: only components solved
             parts = f" ({solve.components_solved} components solved" + \
-                (f", {solve.refills} regions refilled, {solve.routes_filled} routes filled, "
-                 f"{solve.routes_refilled} of them in regions)" if solve.levels else ")")
+                (f", {solve.refills} regions refilled ({solve.add_refills} with flows started), "
+                 f"{solve.routes_filled} routes filled, {solve.routes_refilled} of them in regions "
+                 f"({solve.routes_add_refilled} with flows started))" if solve.levels else ")")
         elif solve is not None and solve.by_component:
             parts = f" ({solve.components_solved} components solved, {solve.components_kept} kept)"
         cpu = time.process_time() - c
@@ -243,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                         "flat-one: its compiled solve not per component, "
                         "flat-levels: its solve filling by levels (the default), "
                         "flat-rounds: its solve filling by rounds (before), "
+                        "flat-scratchadd: by levels, its components with flows started filled from scratch "
+                        "(before), "
                         "flat-numpy: its solve not compiled, reference)")
     parser.add_argument("--draw", type=int, default=0, help="--play: the ECMP hash draw (-1: the expected share)")
     parser.add_argument("--cpu-cap", type=float, default=600.0, help="--play: CPU seconds per engine at most")

@@ -1,7 +1,8 @@
 """The max-min fill by levels (issue #36 item 6): the pure reference (fairshare.max_min_levels) against progressive
 filling (fairshare.max_min_rates_compacting) to a relative 1e-12 on random cases; the compiled fill
 (fairshare_levels.pxi, ``LiveRates.levels``) against the reference from scratch, bit for bit, after random removals
-and additions, with flow contention and capacities changed; whole plays on it (pure)."""
+and additions (each refilling only a region: fairshare_levels_add.pxi), with flow contention and capacities changed;
+whole plays on it (pure)."""
 
 from __future__ import annotations
 
@@ -154,10 +155,11 @@ class Flows:
         self.solves += 1
 
 
-def fabric_flows(contention: float, seed):
+def fabric_flows(contention: float, seed, add_fill: bool = True):
     network = FabricNetwork(big_fabric(), hash_seed=seed)
     engine = FlowEngine(network, FabricParams(flow_contention=contention))
     live = LiveRates(engine.capacity, contention, True)
+    live.add_fill = add_fill
     return network, engine, Flows(live, engine.capacity.copy(), contention,
                                   lambda: engine._route_table(len(network.routes) - 1))
 
@@ -180,10 +182,20 @@ def test_the_compiled_fill_by_levels_after_flows_end_is_the_reference_from_scrat
     assert live.routes_filled > 0
 
 
+def started_refills(live, add_fill: bool, most: int = 10) -> None:
+    """After flows started: regions refilled (``add_fill``), else components filled from scratch."""
+    assert live.refills > 10 and live.levels_early == 0
+    if add_fill:
+        assert live.add_refills > most and live.components_solved == 0
+    else:
+        assert live.add_refills == 0 and live.components_solved > most
+
+
 @compiled
 @pytest.mark.parametrize("contention", [0.0, 0.05])
-def test_the_compiled_fill_by_levels_with_flows_starting_and_ending_is_the_reference(contention):
-    network, _, flows = fabric_flows(contention, 2)
+@pytest.mark.parametrize("add_fill", [True, False])
+def test_the_compiled_fill_by_levels_with_flows_starting_and_ending_is_the_reference(contention, add_fill):
+    network, _, flows = fabric_flows(contention, 2, add_fill)
     rng = np.random.default_rng(17)
     for _ in range(60):
         if not flows.active.any() or rng.random() < 0.25:
@@ -191,16 +203,19 @@ def test_the_compiled_fill_by_levels_with_flows_starting_and_ending_is_the_refer
         else:
             flows.end(rng, 20)
         flows.check()
-    assert flows.live.refills > 10 and flows.live.components_solved > 10 and flows.live.levels_early == 0
+    started_refills(flows.live, add_fill)
 
 
 @compiled
 @pytest.mark.parametrize("contention", [0.0, 0.05])
 @pytest.mark.parametrize("seed", [None, 4])
-def test_the_compiled_fill_by_levels_with_flows_starting_and_ending_at_once_is_the_reference(contention, seed):
-    """Flows start and others end before one solve (a ring's step ends and its next starts): the changed routes'
-    components filled from scratch; solves where flows only end refill their region."""
-    network, _, flows = fabric_flows(contention, seed)
+@pytest.mark.parametrize("add_fill", [True, False])
+def test_the_compiled_fill_by_levels_with_flows_starting_and_ending_at_once_is_the_reference(contention, seed,
+                                                                                             add_fill):
+    """Flows start and others end before one solve (a ring's step ends and its next starts): the region above
+    where the started flows change the fill refilled (or, without ``add_fill``, the changed routes' components
+    from scratch); solves where flows only end refill their region."""
+    network, _, flows = fabric_flows(contention, seed, add_fill)
     rng = np.random.default_rng(23)
     flows.start(groups_and_ring(rng, network, ring=0.0))
     for _ in range(80):
@@ -209,8 +224,7 @@ def test_the_compiled_fill_by_levels_with_flows_starting_and_ending_at_once_is_t
         fresh = groups_and_ring(rng, network, ring=0.1)
         flows.start(fresh[rng.random(len(fresh)) < rng.choice([0.0, 0.02, 0.1])])
         flows.check()
-    live = flows.live
-    assert live.refills > 10 and live.components_solved > 10 and live.levels_early == 0
+    started_refills(flows.live, add_fill)
 
 
 @compiled
@@ -259,12 +273,58 @@ def test_the_compiled_fill_by_levels_on_random_routes_is_the_reference(nice):
     assert refills > 300
 
 
+@compiled
+@pytest.mark.parametrize("nice", [True, False])
+def test_the_compiled_fill_by_levels_after_random_batches_is_the_reference(nice):
+    """Random routes (many exact ties, or none), flows repeated on routes; batches of flows starting, ending, both,
+    or new capacities (with flows starting) before each solve: every solve the reference from scratch, bit for bit,
+    and the same floats with the additions' components filled from scratch (``add_fill`` off)."""
+    rng = np.random.default_rng(31 if nice else 32)
+    added = 0
+    for _ in range(25):
+        table = random_table(rng, int(rng.integers(3, 60)), int(rng.integers(3, 150)), nice)
+        ptr, res, w, capacity = table
+        contention = float(rng.choice([0.0, 0.0, 0.05, 0.5]))
+        flows = Flows(LiveRates(capacity, contention, True), capacity.copy(), contention, lambda: table[:3])
+        scratch = LiveRates(capacity, contention, True)
+        scratch.add_fill = False
+        num_routes = len(ptr) - 1
+        for _ in range(30):
+            kind = rng.random()
+            moving = np.flatnonzero(flows.active)
+            if kind < 0.85 or not len(moving):
+                if kind < 0.35 or not len(moving):  # flows start
+                    flows.start(rng.integers(0, num_routes, size=int(rng.integers(1, max(2, num_routes // 6)))))
+                elif kind < 0.55:  # flows end
+                    flows.end(rng, max(1, len(moving) // 6))
+                else:  # both
+                    flows.end(rng, max(1, len(moving) // 8))
+                    flows.start(rng.integers(0, num_routes, size=int(rng.integers(1, max(2, num_routes // 8)))))
+            else:  # new capacities, and a few flows start
+                links = rng.integers(0, len(capacity), size=int(rng.integers(1, 4)))
+                flows.capacity[links] = capacity[links] * rng.choice([0.5, 1.0, 1.5, 2.0], size=len(links))
+                flows.live.set_capacity(flows.capacity)
+                scratch.set_capacity(flows.capacity)
+                flows.start(rng.integers(0, num_routes, size=2))
+            flows.check()
+            scratch.set_moving(flows.routes, flows.active, num_routes)
+            scratch.solve(*table[:3])
+            assert all(np.array_equal(a, b) for a, b in zip(scratch.moving_routes(), flows.live.moving_routes()))
+        assert flows.live.levels_early == 0
+        added += flows.live.add_refills
+    assert added > 200
+
+
 class LevelsEngine(FlatFlowEngine):
     level_fill = True
 
 
 class LevelsPythonLoopEngine(LevelsEngine):
     compiled_loop = False
+
+
+class ScratchAddsEngine(LevelsEngine):
+    add_fill = False
 
 
 PARAMS = [FabricParams(), FabricParams(flow_contention=0.05),
@@ -281,6 +341,11 @@ def _levels_play(trace, network, params):
     assert got.spans == want.spans and got.ranks == want.ranks
     assert engine.solves == python.solves and engine.events == python.events
     assert engine._live.refills == python._live.refills > 0 and engine._live.levels_early == 0
+    assert engine._live.add_refills == python._live.add_refills > 0
+    scratch = ScratchAddsEngine(network, params)  # the components flows join filled from scratch: the same floats
+    again = play_on_fabric(trace, scratch)
+    assert got.spans == again.spans and got.ranks == again.ranks
+    assert scratch._live.add_refills == 0 and scratch._live.components_solved > 0
     same_play(got, play_on_fabric(trace, RoundsFlatFlowEngine(network, params)))
     return got
 

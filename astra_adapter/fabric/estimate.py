@@ -151,9 +151,13 @@ def _worker_death(forked: list) -> str:
     """What ended the worker that broke the pool: the pool SIGTERMs the others once it notices. Its exit status
     can take a moment to show (the pool's thread may be reaping it at once)."""
     deadline = time.monotonic() + 2.0
-    while not (ended := [p for p in forked if p.exitcode not in (None, 0)]) and time.monotonic() < deadline:
+    while True:  # until the death that is not the pool's SIGTERM shows (the pool may reap the others first)
+        ended = [p for p in forked if p.exitcode not in (None, 0)]
+        gone = next((p for p in ended if p.exitcode != -signal.SIGTERM), None)
+        if gone is not None or all(p.exitcode is not None for p in forked) or time.monotonic() >= deadline:
+            break
         time.sleep(0.01)
-    gone = next((p for p in ended if p.exitcode != -signal.SIGTERM), ended[0] if ended else None)
+    gone = gone or (ended[0] if ended else None)
     if gone is None:
         return "a worker process of the fabric model ended during its plays"
     how = f"signal {signal.Signals(-gone.exitcode).name}" if gone.exitcode < 0 else f"exit code {gone.exitcode}"

@@ -444,5 +444,6 @@ def move_flows(double[::1] left, const double[::1] rate, unsigned char[::1] acti
 
 include "fairshare_fill.pxi"
 include "fairshare_levels.pxi"
+include "fairshare_levels_add.pxi"
 include "fairshare_live.pxi"
 include "fairshare_events.pxi"

@@ -16,11 +16,13 @@
 # bottleneck-precedence descendants of Ros-Giralt et al., SIGMETRICS 2020). The refill restores R's resources'
 # ``F`` and last key from a per-resource log of the events that touched them (the last entry before k*), and runs
 # the events over R alone: every rate and log entry is the float a fill from scratch gives
-# (tests/test_fabric_levels.py checks it against fairshare.max_min_levels). Additions and new capacities fill the
-# components they touch from scratch (a component's events do not interact with another's).
+# (tests/test_fabric_levels.py checks it against fairshare.max_min_levels). When flows start too, the floor is
+# lower: where the new counts' fill first departs from the old one (fairshare_levels_add.pxi); the region above it is
+# refilled the same way (LiveRates.add_fill; off, such solves fill their components from scratch). New capacities
+# fill the components they touch from scratch (a component's events do not interact with another's).
 #
-# Cost: a removal refills R (at 512 ranks, draw 1, ~4 % of the entries of the component today's fill redoes);
-# an addition walks and fills its component, as today.
+# Cost: a removal refills R (at 512 ranks, draw 1, ~4 % of the entries of the component today's fill redoes); an
+# addition's region holds ~40 % of the routes of the components it joins (benchmarks/README.md).
 
 
 cdef struct _LogEntry:  # an event that touched a resource: its key, and the resource's frozen load after it
@@ -226,24 +228,13 @@ cdef int _levels_run(LiveRates live, const int64_t* links, Py_ssize_t num_links,
     cdef _Levels* v = &live.lv
     cdef Py_ssize_t i, k, e, num_touched
     cdef int64_t q, q2, r, at
-    cdef double x, total
-    cdef double c = live.contention
+    cdef double x
     cdef _LogEntry* entry
     for i in range(num_links):
         q = links[i]
         if live.list_unsorted[q]:
             _sort_list(live, q)
-        v.cap[q] = live.capacity[q]
-        if c > 0:  # scaled by every moving flow on it, summed in ascending route order (as _fill)
-            total = 0
-            for k in range(live.list_len[q]):
-                r = live.lists[q][k]
-                if live.count[r] > 0:
-                    total += live.list_w[q][k] * <double>live.count[r]
-            total -= 1
-            if total < 0:
-                total = 0
-            v.cap[q] = live.capacity[q] / (1 + c * total)
+        v.cap[q] = _levels_cap(live, q)  # (contention-scaled: fairshare_levels_add.pxi)
     for i in range(num_links):
         _levels_key(live, links[i])
     while v.heap_len:
@@ -293,14 +284,16 @@ cdef int _levels_run(LiveRates live, const int64_t* links, Py_ssize_t num_links,
 
 cdef int _levels_solve(LiveRates live, const int64_t[::1] ptr_v, const int64_t[::1] res_v,
                        const double[::1] w_v) except -1:
-    """LiveRates._solve by levels (see the comment above): the changed routes listed; where only counts fell, the
-    refill of the region at or above k*; else each changed route's component filled from scratch."""
+    """LiveRates._solve by levels (see the comment above): the changed routes listed; the refill of the region at
+    or above the floor (k* where counts only fell); after new capacities (or flows started, without ``add_fill``)
+    each changed route's component filled from scratch."""
     cdef _Levels* v = &live.lv
     cdef const int64_t* ptr = &ptr_v[0]
     cdef const int64_t* res = &res_v[0]
     cdef const double* w = &w_v[0]
     cdef Py_ssize_t i, e, k, n, num_fallen = 0, num_reached = 0, num_walk = 0, m = 0, start
     cdef int64_t r, q, q2
+    cdef Py_ssize_t num_grown = 0
     cdef bint full = v.full, grew = False
     cdef double floor_level = INFINITY
     cdef int64_t floor_at = INT64_MAX
@@ -314,12 +307,29 @@ cdef int _levels_solve(LiveRates live, const int64_t[::1] ptr_v, const int64_t[:
         if ptr[r + 1] == ptr[r]:
             live.rate[r] = INFINITY  # crosses nothing: unbounded
         elif live.count[r] != v.solved[r] or full:
-            grew = grew or live.count[r] > v.solved[r]
+            if v.solved[r] > 0:  # the least old key of the changed routes: k* (the floor where flows only end)
+                if _before(v.key_level[r], v.key_at[r], floor_level, floor_at):
+                    floor_level, floor_at = v.key_level[r], v.key_at[r]
+            else:  # new: growing through all the old fill
+                v.key_level[r], v.key_at[r] = INFINITY, INT64_MAX
+            if live.count[r] > v.solved[r]:
+                grew = True
+                for e in range(ptr[r], ptr[r + 1]):  # its resources: scanned for the floor below
+                    q = res[e]
+                    if not live.dirty[q]:
+                        live.dirty[q] = 1
+                        live.dirty_stack[num_grown] = q
+                        num_grown += 1
             v.fallen[num_fallen] = r
             num_fallen += 1
         v.solved[r] = live.count[r]
     live.num_changed = 0
-    if full or grew:  # each changed route's component from scratch
+    for i in range(num_grown):  # (by levels `dirty` is scratch for this only)
+        q = live.dirty_stack[i]
+        live.dirty[q] = 0
+        if live.add_fill and not full:
+            _add_floor(live, q, &floor_level, &floor_at)
+    if full or (grew and not live.add_fill):  # each changed route's component from scratch
         v.floor_level, v.floor_at = -INFINITY, -1
         for i in range(num_fallen):
             r = v.fallen[i]
@@ -351,11 +361,7 @@ cdef int _levels_solve(LiveRates live, const int64_t[::1] ptr_v, const int64_t[:
                     _levels_run(live, &live.reached[start], num_reached - start, live.comp, m, ptr, res, w)
                     live.components_solved += 1
                     live.routes_filled += m
-    elif num_fallen:  # counts only fell: the region at or above the least key of the routes that fell, refilled
-        for i in range(num_fallen):
-            r = v.fallen[i]
-            if _before(v.key_level[r], v.key_at[r], floor_level, floor_at):
-                floor_level, floor_at = v.key_level[r], v.key_at[r]
+    elif num_fallen:  # the region at or above the floor (k*, or lower where flows started), refilled
         v.floor_level, v.floor_at = floor_level, floor_at
         for i in range(num_fallen):
             num_walk = _reach(live, v.fallen[i], ptr, res, num_walk, &num_reached)
@@ -385,6 +391,9 @@ cdef int _levels_solve(LiveRates live, const int64_t[::1] ptr_v, const int64_t[:
         live.refills += 1
         live.routes_filled += m
         live.routes_refilled += m
+        if grew:
+            live.add_refills += 1
+            live.routes_add_refilled += m
     for i in range(num_reached):
         live.seen[live.reached[i]] = 0
     if live.num_known > live.num_live + (live.num_live >> 3) + 256:

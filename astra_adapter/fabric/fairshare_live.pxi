@@ -49,11 +49,11 @@ cdef class LiveRates:
     cdef _Scratch scratch
     cdef _Levels lv
     cdef readonly bint levels  # filled by levels (fairshare_levels.pxi): after flows end, only the region above k*
-    cdef public int64_t refills  # by levels: the region refills (a counter for the benchmarks)
-    cdef public int64_t routes_refilled  # by levels: routes in the regions refilled (a counter for the benchmarks)
+    cdef public bint add_fill  # by levels, after flows start too only a region refilled (fairshare_levels_add.pxi)
+    cdef public int64_t refills, add_refills  # by levels: the region refills; those with flows started (counters)
+    cdef public int64_t routes_refilled, routes_add_refilled  # by levels: the routes in those regions (counters)
     cdef public int64_t levels_early  # by levels: events before k* in a refill (never: a check for the tests)
-    cdef public int64_t components_solved  # components filled (a counter for the benchmarks)
-    cdef public int64_t routes_filled  # distinct routes in the components filled (a counter for the benchmarks)
+    cdef public int64_t components_solved, routes_filled  # components filled, the distinct routes in them (counters)
     cdef public int64_t flows_filled  # moving flows in the components filled (a counter for the benchmarks)
     # the arrays bound by bind_slots / bind_table, read by the *_bound calls (no buffer taken per call)
     cdef double[::1] b_left
@@ -77,7 +77,7 @@ cdef class LiveRates:
         cdef Py_ssize_t q
         self.capacity = capacity.copy()
         self.contention = contention
-        self.levels = levels
+        self.levels = self.add_fill = levels
         self.num_resources = capacity.shape[0]
         n = max(self.num_resources, 1)
         self.lists = <int64_t**>calloc(n, sizeof(int64_t*))

@@ -91,6 +91,8 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
     level_fill = True  # the incremental solve filling by levels (fairshare_levels.pxi: after flows end only the
     # routes at or above the first ended one's level refilled; rates to ~1e-14 relative of the fill by rounds;
     # False: by rounds, MovingRates' floats per component)
+    add_fill = True  # by levels, after flows start too only the region above where they change the fill refilled
+    # (fairshare_levels_add.pxi: the same floats; False: the components they join filled from scratch)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
                  sends: StepSends | None = None) -> None:
@@ -107,6 +109,8 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         self._live = LiveRates(self.capacity, params.flow_contention, self.level_fill) \
             if LiveRates is not None and self.compiled_solve and self.by_component and self.incremental \
             and self.queues is None else None
+        if self._live is not None:
+            self._live.add_fill = self.level_fill and self.add_fill
         if params.end_precision > 0 and self._live is not None and self.slots and self.listed:
             self._live.end_precision = params.end_precision  # (elsewhere - standing queues - every end exact)
         self._compiled = self._live if self._live is not None else \
