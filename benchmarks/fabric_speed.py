@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from statistics import median
 
@@ -97,11 +98,12 @@ def in_process(trace_dir: Path, topology, ecmp_samples: int | None) -> str:
 
 
 def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, cpu_cap_s: float,
-                      end_precision: float = 0.0) -> None:
+                      end_precision: float = 0.0, ring_model: str = "lockstep") -> None:
     """One play of draw ``draw`` on each engine (``flat``: the estimate's, ``reference``: FlowEngine), each
     stopped at ``cpu_cap_s`` of CPU; prints what it did."""
     import signal
 
+    from astra_adapter.fabric.coflow import RingModel
     from astra_adapter.fabric.flat_flows import FlatFlowEngine
     from astra_adapter.fabric.flows import FabricParams, FlowEngine
     from astra_adapter.fabric.network import FabricNetwork, sample_networks
@@ -145,8 +147,10 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
     class RoundsFlatFlowEngine(FlatFlowEngine):
         level_fill = False  # filled by rounds, each changed component from scratch (before the fill by levels)
 
-    def scanning(net):  # the flat engine with session 21's solve: qsort, each filling round scanning every entry
-        engine = RoundsFlatFlowEngine(net)
+    params = FabricParams(ring_model=RingModel.parse(ring_model))  # (the end precision: ``flat`` only, below)
+
+    def scanning(net, params):  # the flat engine with session 21's solve: qsort, each round scanning every entry
+        engine = RoundsFlatFlowEngine(net, params)
         if engine._live is not None:
             engine._live.scan_entries = True
         return engine
@@ -164,8 +168,8 @@ def play_side_by_side(trace_dir: Path, topology, engines: list[str], draw: int, 
                   "flat-walk": WalkFlatFlowEngine,
                   "flat-one": OneSolveFlatFlowEngine, "flat-levels": LevelsFlatFlowEngine,
                   "flat-rounds": RoundsFlatFlowEngine, "flat-scratchadd": ScratchAddsFlatFlowEngine,
-                  "flat-scan": scanning, "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](net) \
-            if name != "flat" or not end_precision else FlatFlowEngine(net, FabricParams(end_precision=end_precision))
+                  "flat-scan": scanning, "flat-numpy": NumpyFlatFlowEngine, "reference": FlowEngine}[name](
+            net, replace(params, end_precision=end_precision) if name == "flat" else params)
         player = FabricPlayer(trace, engine, compiled)
         events = [0]
         advance = player.advance
@@ -251,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--end-precision", type=float, help="flow ends within this share of their step's time as "
                         "one event (genie estimate --end-precision; --play: the flat engine's FabricParams.end_precision; "
                         "default: the estimate's, exact in --play)")
+    parser.add_argument("--ring-model", choices=("lockstep", "coflow"), help="a ring step's connections each a "
+                        "flow, or one at the ring's bottleneck rate (genie estimate --ring-model; --play: "
+                        "FabricParams.ring_model; default: the estimate's (coflow), lockstep in --play)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from genie.topology.writer import dump_topology
@@ -265,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             generate(out, args.ranks, args.ep, args.routing_skew, args.layers)
         if args.play:
             play_side_by_side(trace_dir, topology, args.play.split(","), args.draw, args.cpu_cap,
-                              args.end_precision or 0.0)
+                              args.end_precision or 0.0, args.ring_model or "lockstep")
             return 0
         walls, cpus = [], []
         for k in range(args.repeat):
@@ -273,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             done, wall, cpu = _run(genie_argv("estimate", str(trace_dir), "--topology", str(topo_path), "--mode",
                                               "fabric", "--out", str(out / f"estimate-{k}"),
                                               *(("--end-precision", f"{args.end_precision:g}")
-                                                if args.end_precision is not None else ())))
+                                                if args.end_precision is not None else ()),
+                                              *(("--ring-model", args.ring_model) if args.ring_model else ())))
             if done.returncode:
                 print(f"genie estimate failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
                 return 1

@@ -164,7 +164,7 @@ def test_a_chunk_behind_a_queue_passes_it_as_a_fifo_does_not_queue_then_share() 
 
     # a long chunk counts only the burst its sender's own link lets out at once (TCP small queues): the rest comes
     # ACK-clocked, at its share
-    from astra_adapter.fabric.flows import ring_chunk_bytes
+    from astra_adapter.fabric.queues import ring_chunk_bytes
     from genie.core.tcp_window import sender_queue_bytes
 
     engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))

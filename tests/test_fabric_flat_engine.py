@@ -17,6 +17,7 @@ from genie.core.collective import Algorithm, Collective
 from genie.workloads.generators import TrainingConfig, expert_parallel, pipeline_parallel
 from genie.workloads.presets import device_preset, model_preset
 
+from astra_adapter.fabric.coflow import RING_MODEL
 from astra_adapter.fabric.estimate import estimate_fabric
 from astra_adapter.fabric.fairshare import max_min_rates, max_min_rates_compacting
 from astra_adapter.fabric.flat_flows import FlatFlowEngine, engine_for
@@ -123,7 +124,8 @@ def test_the_estimate_plays_on_the_flat_engine_with_or_without_queues():
     assert type(engine_for(network, FabricParams(standing_queues=True))) is FlatFlowEngine
     trace = _moe(layers=1, seed=4)
     est = estimate_fabric(trace, small_fabric(), ecmp_samples=2)  # the CLI's path: draws on engine_for's engine
-    want = [play_on_fabric(trace, FlowEngine(network.with_hash_seed(k))).iteration_ns for k in range(2)]
+    params = FabricParams(ring_model=RING_MODEL)  # (the estimates' ring model)
+    want = [play_on_fabric(trace, FlowEngine(network.with_hash_seed(k), params)).iteration_ns for k in range(2)]
     assert est.draw_iterations_ns == tuple(want)
 
 

@@ -48,7 +48,8 @@ try:  # a ring's per-event work compiled, the same floats (built by the install 
 except ImportError:  # not built: RingOp's numpy methods run
     moving_load = queued_of = ring_arriving = ring_begin = ring_horizon = ring_move = ring_remaining = \
         ring_starting = None
-from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends, ring_chunk_bytes
+from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
+from astra_adapter.fabric.queues import ring_chunk_bytes
 from astra_adapter.fabric.queues import fifo_wait_ns
 from astra_adapter.fabric.network import FabricNetwork
 

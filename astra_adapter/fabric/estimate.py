@@ -23,6 +23,7 @@ from genie.core.process import die_with_parent
 from genie.core.topology import Topology
 from genie.core.trace import NodeKind, Trace
 
+from astra_adapter.fabric.coflow import RING_MODEL, RingModel
 from astra_adapter.fabric.flat_flows import engine_for
 from astra_adapter.fabric.flows import ECMP_SAMPLES, END_PRECISION, FabricParams, StepSends
 from astra_adapter.fabric.network import FabricNetwork, sample_networks
@@ -205,14 +206,15 @@ def _mean_ranks(timelines: list[Timeline]) -> tuple[RankTimes, ...]:
 def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = FabricParams(), *,
                     source: str | None = None, notes: tuple[str, ...] = (),
                     ecmp_samples: int = ECMP_SAMPLES, paths: tuple[SessionPaths, ...] = (),
-                    end_precision: float = END_PRECISION) -> TraceEstimate:
+                    end_precision: float = END_PRECISION, ring_model: RingModel = RING_MODEL) -> TraceEstimate:
     """The trace played under the replay's rules with every op on the fabric model; with ECMP, the mean over
     ``ecmp_samples`` draws of the hash (0: the expected share, one run) - or, given the ``paths`` the replay's
     sessions took on a testbed, the mean over those sessions' networks. Flow ends within ``end_precision`` of
-    their step's time are one event (``FabricParams.end_precision``; 0: exact)."""
+    their step's time are one event (``FabricParams.end_precision``; 0: exact); ``ring_model``: a ring step's
+    connections each a flow, or one (``FabricParams.ring_model``, :mod:`astra_adapter.fabric.coflow`)."""
     if not 0.0 <= end_precision < 1.0:
         raise InputError(f"end precision {end_precision:g} is not in [0, 1)", path="end_precision")
-    params = replace(params, end_precision=end_precision)
+    params = replace(params, end_precision=end_precision, ring_model=ring_model)
     network = FabricNetwork(topology, source=source)
     if trace.num_ranks != network.world_size:
         raise InputError(f"the trace has {trace.num_ranks} ranks but topology {topology.name} runs "
@@ -233,7 +235,8 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
                  + f", message overhead {params.message_overhead_ns / 1e3:.1f} us, endpoint delay "
                  f"{params.endpoint_delay_ns / 1e3:.1f} us" + (
                      f", flow ends within {end_precision:g} of their step's time as one event" if end_precision else
-                     ""),)
+                     "") + (", a ring step one flow at its bottleneck rate (coflow ring model)"
+                            if ring_model is RingModel.COFLOW else ""),)
     est = TraceEstimate(EstimateMode.FABRIC, ranks, (), (), draws)
     if draws:
         described += (f"one {'session' if traced else 'ECMP hash draw (what one testbed session gets)'} gives an "
@@ -244,7 +247,8 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
 
 
 def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), calibration_dir=None,
-                              source: str | None = None, end_precision: float = END_PRECISION):
+                              source: str | None = None, end_precision: float = END_PRECISION,
+                              ring_model: RingModel = RING_MODEL):
     """``genie estimate --mode fabric``: the fabric model's parameters from ``calibration_dir`` (a run directory
     with ``fabric_calibration.json``, fitted on another topology with the same link classes), else fitted on
     ``topology`` from the measurements in ``run_dirs`` (taken to come from that topology), else nominal rates.
@@ -259,14 +263,16 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
         params, fitted, cal_source = load_fabric_params(calibration_dir)
         notes = check_classes(fitted, network, calibration_source=cal_source)
         return estimate_fabric(trace, topology, params, source=source, end_precision=end_precision,
+                               ring_model=ring_model,
                                notes=(f"calibration from {cal_source}", *notes)), None
     if run_dirs:
         measurements = read_measurements(list(run_dirs))
         paths, note = _sweep_paths(network, read_run_paths(list(run_dirs)))
         cal = calibrate_fabric(measurements, network, paths=paths, weights=workload_weights(trace, measurements))
         return estimate_fabric(trace, topology, cal.params, source=source, end_precision=end_precision,
+                               ring_model=ring_model,
                                notes=(*cal.notes, *note, *cal.warnings())), cal
-    return estimate_fabric(trace, topology, source=source, end_precision=end_precision,
+    return estimate_fabric(trace, topology, source=source, end_precision=end_precision, ring_model=ring_model,
                            notes=("uncalibrated: every link at its nominal rate, no overhead",)), None
 
 

@@ -192,8 +192,7 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         key = (op.step, op.active_count)
         if op.busy_key != key:
             s = op.steps[op.step]
-            left = s.moving & (op.left > s.done_below)
-            op.busy = set(s.src[left].tolist()) | set(s.dst[left].tolist())
+            op.busy = s.busy_of(s.moving & (op.left > s.done_below))
             op.busy_key = key
         return op.busy
 

@@ -29,10 +29,11 @@ from genie.core.tcp_window import send_buffer_bytes
 from genie.collectives.sends import SendStep, step_sends
 
 from astra_adapter.fabric.chains import RingOp, ring_like
+from astra_adapter.fabric.coflow import RingModel, coflow_steps
 from astra_adapter.fabric.credit import LinkCredit, link_load
 from astra_adapter.fabric.fairshare import max_min_rates
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
-from astra_adapter.fabric.queues import StandingQueues
+from astra_adapter.fabric.queues import StandingQueues, ring_chunk_bytes
 from astra_adapter.measurements import CommOp
 
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
@@ -57,7 +58,8 @@ class FabricParams:
     ``end_precision`` (a simulation setting, not fitted): where the flat engine's incremental solve runs, a flow
     whose time left after an event is at most this share of its step's time so far ends with that event (its last
     bytes dropped), so flow ends that close are one event - SimGrid's ``surf/precision``, relative; 0: exact,
-    every flow to its own instant (the reference engine, and standing queues, are always exact).
+    every flow to its own instant (the reference engine, and standing queues, are always exact). ``ring_model``:
+    lock step, or a ring step one flow (:mod:`astra_adapter.fabric.coflow`; not with ring chains or queues).
     """
 
     efficiency: tuple[tuple[LinkClass, float], ...] = ()
@@ -68,6 +70,11 @@ class FabricParams:
     ring_chains: bool = False
     htb_credit: bool = False
     end_precision: float = 0.0
+    ring_model: RingModel = RingModel.LOCKSTEP
+
+    def __post_init__(self) -> None:
+        if self.ring_model is RingModel.COFLOW and (self.ring_chains or self.standing_queues):
+            raise ValueError("the coflow ring model plays lock-step flows: not with ring chains or standing queues")
 
     def efficiency_of(self, link_class: LinkClass) -> float:
         return dict(self.efficiency).get(link_class, 1.0)
@@ -77,7 +84,7 @@ class StepFlows:
     """One step of an op: its flows' routes and payload bytes, and its latency before they move."""
 
     __slots__ = ("routes", "src", "dst", "bytes", "latency_ns", "wire_bytes", "moving", "moving_count",
-                 "done_below")
+                 "done_below", "ranks")
 
     def __init__(self, routes: np.ndarray, src: np.ndarray, dst: np.ndarray, size_bytes: np.ndarray,
                  latency_ns: float) -> None:
@@ -90,6 +97,12 @@ class StepFlows:
         self.moving = self.wire_bytes > _EPS_BYTES
         self.moving_count = int(np.count_nonzero(self.moving))
         self.done_below = _EPS_BYTES + 1e-9 * float(size_bytes.max(initial=0.0))  # a flow with less left is done
+        self.ranks: np.ndarray | None = None  # a coflow step's member ranks, busy while its one flow moves
+
+    def busy_of(self, left: np.ndarray) -> set[int]:
+        """The ranks busy while the flows ``left`` (a mask) are not done: theirs, or a coflow step's every rank."""
+        return (set(self.ranks.tolist()) if left.any() else set()) if self.ranks is not None else \
+            set(self.src[left].tolist()) | set(self.dst[left].tolist())
 
 
 class FabricOp:
@@ -187,7 +200,7 @@ class FlowEngine:
         key = (op.collective, op.algorithm, op.size_bytes, members, channel, op.split_bytes)
         steps = self._plans.get(key)
         if steps is None:
-            steps = self._plans[key] = self._build(op, members, channel)
+            steps = self._plans[key] = coflow_steps(self._build(op, members, channel), self.network, self.params)
         return steps
 
     def _build(self, op: CommOp, members: tuple[int, ...], channel: int | None) -> tuple[StepFlows, ...]:
@@ -297,8 +310,7 @@ class FlowEngine:
         if op.step < len(op.steps) - 1 or op.latency_ns > 0:
             return None
         s = op.steps[op.step]
-        left = s.moving & (op.left > s.done_below)
-        return set(s.src[left].tolist()) | set(s.dst[left].tolist())
+        return s.busy_of(s.moving & (op.left > s.done_below))
 
     def remove(self, op: FabricOp) -> None:
         self.ops.remove(op)
@@ -486,12 +498,3 @@ def run_concurrently(engine: FlowEngine, ops: list[tuple[CommOp, tuple[int, ...]
         t += dt
     return finished
 
-
-def ring_chunk_bytes(queues, op: RingOp) -> np.ndarray:
-    """Per connection of a ring-like op, the chunk a FIFO wait is reckoned with: its first step's wire bytes (a
-    ring's chunks are one size), up to what its sender's own link queues at once (TCP small queues,
-    :func:`genie.core.tcp_window.sender_queue_bytes`: the burst that reaches the bottleneck at the host's rate;
-    the rest of a long chunk comes ACK-clocked, at its share)."""
-    net = queues.network
-    return np.minimum(op.sizes[0], [queues.sender_limit[net.routes[rid].loads[0][0]] if net.routes[rid].loads else 0.0
-                                    for rid in op.steps[0].routes.tolist()])

@@ -25,6 +25,7 @@ from genie.core.topology import Topology
 from genie.core.trace import Trace
 from genie.workloads.mix import merge_jobs, repetition_counts
 
+from astra_adapter.fabric.coflow import RingModel
 from astra_adapter.fabric.estimate import fork_map, play_draws, sample_networks
 from astra_adapter.fabric.flows import ECMP_SAMPLES, FabricParams, FlowEngine
 from astra_adapter.fabric.network import FabricNetwork, LinkClass
@@ -133,10 +134,14 @@ def mix_play_params(params: FabricParams, standing_queues: bool = True) -> Fabri
     one 500 Mbit/s spine link, took 4592.8-4594.4 ms in every run - the model without contention says 4597.6 ms,
     with each run's fitted contention (0 to 0.025) up to 4711.7 ms; beside the DDP ring, the MoE job's 82 MB ring
     all-reduce ran at exactly half its alone rate (4110.6 ms against 2 x 2061.3), where the fitted contention
-    made it 4219.2 ms. Without the standing queues (the rates alone) the calibration's contention stays."""
+    made it 4219.2 ms. Without the standing queues (the rates alone) the calibration's contention stays.
+
+    ``params.ring_model`` is not applied with standing queues: the chains model each ring connection on its own
+    chunk (the pipelining the coflow ring model, astra_adapter/fabric/coflow.py, abstracts), so they play lock
+    step; without them the ring model given stays."""
     if not standing_queues:
         return replace(params, standing_queues=False, ring_chains=False)
-    return replace(params, standing_queues=True, ring_chains=True, flow_contention=0.0)
+    return replace(params, standing_queues=True, ring_chains=True, flow_contention=0.0, ring_model=RingModel.LOCKSTEP)
 
 
 def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, ...], ...],

@@ -28,6 +28,8 @@ import random
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
 from genie.core.errors import InputError, parse_enum_value
 from genie.core.flowpath import SessionPaths
 from genie.core.tcp_window import queue_limit_bytes
@@ -109,6 +111,7 @@ class FabricNetwork:
         self.neighbours = adjacency(topology)
         self._distances: dict[str, dict[str, int]] = {}
         self._route_ids: dict[tuple[str, str], int] = {}
+        self._coflow_ids: dict[bytes, int] = {}
         self.routes: list[Route] = []
 
     @property
@@ -164,6 +167,23 @@ class FabricNetwork:
                 rng = None if self.hash_seed is None else random.Random(f"{self.hash_seed}:{src_rank}:{dst_rank}")
                 route = self._expected_route(src, dst, rng)
             self.routes.append(route)
+        return rid
+
+    def coflow_route(self, members: "np.ndarray") -> int:
+        """The route id of one flow loading every resource as the routes ``members`` (route ids) together do: per
+        resource the sum of their fractions there (summed in ascending member order), its delay their longest
+        (the coflow ring, :mod:`astra_adapter.fabric.coflow`). Memoised on the members."""
+        ids = np.sort(np.asarray(members, dtype=np.int64))
+        key = ids.tobytes()
+        rid = self._coflow_ids.get(key)
+        if rid is None:
+            loads: dict[int, float] = {}
+            for r in ids.tolist():
+                for res, w in self.routes[r].loads:
+                    loads[res] = loads.get(res, 0.0) + w
+            rid = self._coflow_ids[key] = len(self.routes)
+            self.routes.append(Route(tuple(sorted(loads.items())),
+                                     max((self.routes[r].delay_ns for r in ids.tolist()), default=0.0)))
         return rid
 
     def _observed_route(self, paths: tuple[tuple[str, ...], ...]) -> Route | None:

@@ -275,7 +275,7 @@ def fifo_wait_ns(w: np.ndarray, queued: np.ndarray, capacity: np.ndarray, flows_
     pass the link at the link's rate in their turn. The engine, after the wait, moves the chunk at its max-min
     share of the link, ``rate / (n + 1)`` beside the ``n`` flows that keep the queue: ``(n + 1) b / rate``. So the
     wait is the queue less the ``n b`` the share charges again, at least 0. ``chunk_bytes`` is the chunk up to
-    what its sender's own link lets out at once (``astra_adapter.fabric.flows.ring_chunk_bytes``). Measured on
+    what its sender's own link lets out at once (``ring_chunk_bytes``). Measured on
     the oversubscribed leaf-spine (benchmarks/README.md "Job mixes", the bucket0 section): the spread TP job's
     196 KB all-reduces behind DDP's queues took 0.7-9.3 ms more than its 512 B ones in the replay, where
     queue-then-share gave 5.4-13.1 ms more (3.3-9.8 with this wait)."""
@@ -300,3 +300,13 @@ def step_wait_ns(waits_ns: np.ndarray, receivers: np.ndarray) -> float:
     if len(np.unique(receivers)) == len(receivers):
         return float(np.mean(waits_ns))
     return float(np.max(waits_ns))
+
+
+def ring_chunk_bytes(queues, op) -> np.ndarray:
+    """Per connection of a ring-like op, the chunk a FIFO wait is reckoned with: its first step's wire bytes (a
+    ring's chunks are one size), up to what its sender's own link queues at once (TCP small queues,
+    :func:`genie.core.tcp_window.sender_queue_bytes`: the burst that reaches the bottleneck at the host's rate;
+    the rest of a long chunk comes ACK-clocked, at its share)."""
+    net = queues.network
+    return np.minimum(op.sizes[0], [queues.sender_limit[net.routes[rid].loads[0][0]] if net.routes[rid].loads else 0.0
+                                    for rid in op.steps[0].routes.tolist()])

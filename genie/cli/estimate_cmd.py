@@ -13,7 +13,7 @@ from genie.cli.flags import RUN_FLAGS, flag_names
 #: EstimateRequest fields -> flags
 ESTIMATE_FLAGS = {"measurements": "--measurements", "mode": "--mode", "topology": "--topology", "npus": "--npus",
                   "out": "--out", "calibration": "--calibration", "jobs": "--jobs", "placements": "--placements",
-                  "trace": "TRACE", "end_precision": "--end-precision"}
+                  "trace": "TRACE", "end_precision": "--end-precision", "ring_model": "--ring-model"}
 
 
 def estimate(
@@ -55,6 +55,10 @@ def estimate(
         None, "--end-precision", help="Fabric mode: flow ends within this share of their step's time so far are "
         "one event (faster on big traces; the error stays within it: benchmarks/README.md); 0: exact; default "
         "1e-3 (astra_adapter.fabric.flows.END_PRECISION)."),
+    ring_model: Optional[str] = typer.Option(
+        None, "--ring-model", help="Fabric mode: lockstep (each connection of a ring step its own max-min flow, the "
+        "step ending with its slowest) | coflow (a ring step one flow at the ring's bottleneck rate: NCCL's pipelined "
+        "ring; one event a step); default coflow (astra_adapter.fabric.coflow.RING_MODEL)."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="A job mix (docs/jobs.md) instead of TRACE: each "
                                                              "job's iteration in the mix and alone on the fabric "
                                                              "model, its slowdown (needs --topology)."),
@@ -84,13 +88,16 @@ def estimate(
     if trace is None:
         from genie.core.errors import InputError
         raise InputError("give a TRACE (or --jobs FILE)")
+    from astra_adapter.fabric.coflow import RingModel
     from astra_adapter.workload_estimate import EstimateMode, format_estimate
     from genie.services.estimate import EstimateRequest, run_estimate
 
     with flag_names(ESTIMATE_FLAGS):
         result = run_estimate(EstimateRequest(trace, tuple(measurements),
                                               EstimateMode.parse(mode) if mode is not None else None, topology,
-                                              extrapolate, share_nic, npus, out, calibration, end_precision))
+                                              extrapolate, share_nic, npus, out, calibration, end_precision,
+                                              RingModel.parse(ring_model, path="ring_model")
+                                              if ring_model is not None else None))
     if explain and not result.nccl_choices:
         typer.echo("# --explain: only an NCCL calibration (--calibration with nccl_calibration.json) assumes "
                    "NCCL's choices", err=True)
