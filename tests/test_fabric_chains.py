@@ -256,16 +256,18 @@ def test_a_ring_s_kept_answers_are_its_state_s_at_every_event_of_a_random_mix(se
 
 
 def test_a_ring_queues_only_the_chunks_its_sender_has_the_data_for() -> None:
-    # a 2-rank ring all-reduce 0 <-> 2 across the dumbbell's fabric link; 1 ms in, a 512 B message 1 -> 3 meets
+    # a 2-rank ring all-reduce 0 <-> 2 across the dumbbell's fabric link; a while in, a 512 B message 1 -> 3 meets
     # the queue 0 -> 2 keeps on sw0 -> sw1. Rank 0 has only its first chunk's data (its second comes with 2 -> 0's
     # first chunk), so that queue is the first chunk's rest: a sender writes only the data it holds. With chunks
     # larger than a window the queue is the window, as before.
-    def probe_ns(size_bytes: int) -> tuple[float, float]:
+    # (the probe comes once the ring's queue has refilled from empty at h0's 1 Gbit/s: 10 ms in for the small
+    # chunks, whose rest is then below what 0 -> 2 has put on the fabric link's queue, 100 ms for the large ones)
+    def probe_ns(size_bytes: int, at_ns: float) -> tuple[float, float]:
         engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
         ring = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, size_bytes), (0, 2)))
         assert isinstance(ring, RingOp) and ring.count == 2
-        _advance_to(engine, 1e6)
-        chunk_left = size_bytes / 2 * WIRE_BYTES_PER_PAYLOAD_BYTE - 1e6 * FABRIC_BYTES_PER_NS
+        _advance_to(engine, at_ns)
+        chunk_left = size_bytes / 2 * WIRE_BYTES_PER_PAYLOAD_BYTE - at_ns * FABRIC_BYTES_PER_NS
         probe = engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 512), (1, 3)))
         t = 0.0
         while engine.busy_ranks(probe) != set():  # to the probe's end (None: all its ranks still in it); a
@@ -278,11 +280,11 @@ def test_a_ring_queues_only_the_chunks_its_sender_has_the_data_for() -> None:
         return t, chunk_left
 
     queue_ns = window_bytes() / FABRIC_BYTES_PER_NS
-    small, chunk_left = probe_ns(2_000_000)  # chunks of ~1 MB: less than a window (3 MiB)
+    small, chunk_left = probe_ns(2_000_000, 10e6)  # chunks of ~1 MB: less than a window (3 MiB)
     assert chunk_left < window_bytes()
     # the wait behind the chunk's rest, then the message itself (512 B, a few microseconds at its share)
     assert small == pytest.approx(chunk_left / FABRIC_BYTES_PER_NS, rel=0.01)
     assert small < 0.6 * min(2 * chunk_left, window_bytes()) / FABRIC_BYTES_PER_NS  # not both chunks' bytes
-    large, chunk_left = probe_ns(40_000_000)  # chunks of ~20 MB: the window stands
+    large, chunk_left = probe_ns(40_000_000, 100e6)  # chunks of ~20 MB: the window stands
     assert chunk_left > window_bytes()
     assert large == pytest.approx(queue_ns, rel=0.01)

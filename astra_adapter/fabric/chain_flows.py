@@ -59,22 +59,24 @@ class CompiledRingOp(RingOp):
     (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays). Its flag arrays stay the
     same objects for the op's life (``active`` refreshed in place), so their byte views are taken once."""
 
-    __slots__ = ("busy_moved", "_ready8", "_active8", "_next_ready8")
+    __slots__ = ("busy_moved", "_ready8", "_active8", "_next_ready8", "_had")
 
-    def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
-        super().__init__(steps, send_buffer)
+    def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None,
+                 inject: np.ndarray | None = None) -> None:
+        super().__init__(steps, send_buffer, inject)
         self.busy_moved = True  # the ranks busy in it may have changed since the engine last looked
         self._ready8 = self.ready.view(np.uint8)
         self._active8 = self.active.view(np.uint8)
         self._next_ready8 = self.next_ready.view(np.uint8)
         self.sizes = np.ascontiguousarray(self.sizes, dtype=float)  # the compiled calls' layout (the same values)
         self.latencies = np.ascontiguousarray(self.latencies, dtype=float)
+        self._had = np.empty(len(self.chunk))  # ring_move's scratch: what each connection had (RingOp._had_bytes)
 
     def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
         self._remaining = None
         self.active_count = ring_begin(which.view(np.uint8), self.chunk, self._next_ready8, self.next_wait,
                                        extra_wait_ns, self._ready8, self.left, self.wait, self.sizes, self.latencies,
-                                       self._done, self._active8)
+                                       self._done, self._active8, self.fill, self.fill_start)
         self.busy_moved = True  # connections ready: a last chunk within its send buffer is written
 
     def starting(self) -> tuple[np.ndarray, np.ndarray, bool, bool]:
@@ -102,7 +104,8 @@ class CompiledRingOp(RingOp):
         self._remaining = None
         went, count, written = ring_move(self.chunk, self.left, self.wait, self._ready8, self._active8,
                                          self._next_ready8, self.next_wait, rate if self.active_count else None,
-                                         dt_ns, self._done, self.count - 1, self.send_buffer)
+                                         dt_ns, self._done, self.count - 1, self.send_buffer, self.fill,
+                                         self.inject, self.pred, self.sizes, self.before, self.count, self._had)
         self.active_count = count
         if went:
             self.done = bool(np.all(self.chunk >= self.count))
@@ -339,7 +342,7 @@ class ChainFlowEngine(FlowEngine):
             entries = q.moving_entries(s, o.active)  # (hop, resource, weight, flow, own link) of its moving flows
             if not hot[entries[1]].any():
                 continue  # adds to no queue on the paths read
-            left = o.remaining_bytes() if isinstance(o, RingOp) else o.left + q.later_bytes(o.steps, o.step)
+            left = o.standing_bytes() if isinstance(o, RingOp) else o.left + q.later_bytes(o.steps, o.step)
             if compiled:
                 hop, res_on, w_on, flow_on, own_on = entries
                 in_flight.append((hop, res_on, w_on, flow_on, own_on.view(np.uint8), o.active.view(np.uint8), left,

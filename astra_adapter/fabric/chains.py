@@ -26,6 +26,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from genie.core.tcp_window import send_buffer_bytes
+
+
+def ring_sides(network, capacity: np.ndarray, step, refill: bool, wire_per_payload: float
+               ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per connection of a ring-like op's ``step`` on ``network`` (resource ``capacity`` in bytes/ns): what its
+    sender's socket holds (:func:`genie.core.tcp_window.send_buffer_bytes`, wire bytes) and, with ``refill``, the
+    rate its sender's own link puts its bytes on the wire - the link out of the sender's host on its route
+    (infinite where it has none, a loopback): how fast the connection refills its queue after a step's gap
+    (:meth:`RingOp.standing_bytes`)."""
+    buffers, inject = [], []
+    for src, rid in zip(step.src.tolist(), step.routes.tolist()):
+        route = network.routes[rid]
+        rate = network.resources[route.loads[0][0]].rate_bps if route.loads else 0
+        buffers.append(send_buffer_bytes(rate, 2 * route.delay_ns / 1000) * wire_per_payload)
+        host = network.rank_hosts[src]
+        own = [r for r, _ in route.loads if network.resources[r].a == host != network.resources[r].b]
+        inject.append(float(capacity[own[0]]) if own else np.inf)
+    return np.array(buffers), np.array(inject) if refill else None
+
 
 def ring_like(steps: tuple) -> bool:
     """True for a multi-step op whose every step runs the same connections (same sender -> receiver, same
@@ -48,9 +68,10 @@ class RingOp:
 
     __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "chunk", "wait", "ready",
                  "next_ready", "next_wait", "pred", "sizes", "before", "latencies", "count", "send_buffer", "_index",
-                 "_remaining", "_done", "_busy_key", "_busy")
+                 "_remaining", "_done", "_busy_key", "_busy", "inject", "fill", "fill_start")
 
-    def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None) -> None:
+    def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None,
+                 inject: np.ndarray | None = None) -> None:
         self.steps = steps
         self.latency_ns = 0.0
         self.done = False
@@ -66,6 +87,11 @@ class RingOp:
         # per connection, the bytes its socket holds (genie.core.tcp_window.send_buffer_bytes, on the wire's scale):
         # the sender leaves once its last chunk is written and no more than this of it is still to arrive
         self.send_buffer = np.zeros(n) if send_buffer is None else np.asarray(send_buffer, dtype=float)
+        # per connection, the rate its sender's own link puts bytes on the wire (bytes/ns; None: at once), and the
+        # bytes it has put into the queues since it last started a chunk from empty (:meth:`standing_bytes`)
+        self.inject = None if inject is None else np.asarray(inject, dtype=float)
+        self.fill_start = np.inf if inject is None else 0.0
+        self.fill = np.full(n, self.fill_start)
         into = {int(d): k for k, d in enumerate(first.dst.tolist())}
         self.pred = np.array([into.get(int(s), -1) for s in first.src.tolist()], dtype=np.int64)
         self.chunk = np.zeros(n, dtype=np.int64)
@@ -109,6 +135,7 @@ class RingOp:
         self._remaining = None
         k = self.chunk[which]
         extra_wait_ns = np.where(self.next_ready, self.next_wait, extra_wait_ns)
+        self.fill[which & ~self.next_ready] = self.fill_start  # nothing of it in flight: it fills from empty
         self.next_ready[which] = False
         self.next_wait[which] = 0.0
         self.ready[which] = True
@@ -119,6 +146,7 @@ class RingOp:
     def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
         """``dt_ns`` passes: waits run down, moving connections move at ``rate``; a connection whose chunk is
         through goes on to the next (not yet ready). True when some connection finished a chunk."""
+        had = self._had_bytes(dt_ns, rate)
         self._remaining = None
         waiting = self.ready & ~self.active
         if waiting.any():
@@ -126,6 +154,9 @@ class RingOp:
         if self.next_ready.any():
             self.next_wait[self.next_ready] = np.maximum(self.next_wait[self.next_ready] - dt_ns, 0.0)
         if rate is not None and self.active_count:
+            if self.inject is not None:  # what its sender puts on the wire beyond what the bottleneck takes
+                grow = self.inject - rate
+                self.fill = np.where(self.active, np.where(grow > 0, self.fill + grow * dt_ns, np.inf), self.fill)
             self.left = np.where(self.active, self.left - rate * dt_ns, self.left)
         through = self.ready & (self.wait <= 1e-6) & (self.left <= self._done)
         went = bool(through.any())
@@ -135,7 +166,20 @@ class RingOp:
             self.left[through] = 0.0
             self.done = bool(np.all(self.chunk >= self.count))  # the chunks only change here
         self._refresh()
+        if had is not None:
+            np.minimum(self.fill, had, out=self.fill)
         return went
+
+    def _had_bytes(self, dt_ns: float, rate: np.ndarray | None) -> np.ndarray | None:
+        """Per connection, the least it had to send over the next ``dt_ns`` moved at ``rate``: what it has now less
+        what it moves - the data that comes in at the end of that time (a chunk going through upstream) not yet
+        counted. Its queue holds no more than that (:meth:`standing_bytes`); None without a refill (``inject``)."""
+        if self.inject is None:
+            return None
+        had = self.remaining_bytes().copy()
+        if rate is not None and self.active_count:
+            had -= np.where(self.active, rate * dt_ns, 0.0)
+        return np.maximum(had, 0.0, out=had)
 
     def horizon_ns(self, rate: np.ndarray | None) -> float:
         """Time to the next wait running out, chunk going through, or last chunk fitting in its sender's socket
@@ -184,6 +228,29 @@ class RingOp:
         later = np.where(on, self.before[held, self._index] - self.before[k + 1, self._index], 0.0)
         self._remaining = np.where(self.ready, self.left, np.where(on, self.sizes[k, self._index], 0.0)) + later
         return self._remaining
+
+    def standing_bytes(self) -> np.ndarray:
+        """Per connection, what it keeps in the queues on its path (up to its window, astra_adapter.fabric.queues):
+        what its sender has to send (:meth:`remaining_bytes`), but no more than it has put on the wire beyond what
+        its bottleneck took since it last started a chunk from empty (``fill``).
+
+        A ring's step ends when its last bytes are through: its connections' queues drain with them, and the next
+        step's bytes follow only when the sender's receive of the step is in (the engine starts the chunk then,
+        after the step's latency). They leave the sender at its own link's rate (``inject``, the sender's link,
+        one ring connection per rank) while the bottleneck takes them at the flow's share (``rate``), so the
+        queue refills at the difference, up to the window: a spine link two DDP ring flows share (each 250 of
+        500 Mbit/s) refills its 6 MiB in (3 MiB / (1000 - 250 Mbit/s)) = 33.5 ms from 1 Gbit/s hosts (measured:
+        back at 5 MiB ~30 ms after the dip's bottom, benchmarks/README.md "Job mixes"), not at once. A connection
+        whose next chunk's data came in while it was still sending keeps its fill, but the queue never holds more
+        than the sender had left to send (:meth:`move` lowers ``fill`` to that): one fed as its chunk's last bytes
+        drain (a balanced ring's every connection, at the same moment) refills from what it had left, one fed a
+        window or more before its chunk's end keeps its window (its stream did not pause). Measured on the
+        oversubscribed leaf-spine (benchmarks/README.md, "The spread TP2xDP2 job at the DDP ring's step
+        boundaries"): the TP ops starting in the first 20 ms after a DDP ring step's end took 41 ms (mean), the
+        window at once charged them 60 (+ 20 ms before the end: 16 ms). Where the sender's own link is the
+        bottleneck (``inject <= rate``) its queue is there and fills at once."""
+        left = self.remaining_bytes()
+        return left if self.inject is None else np.minimum(left, self.fill)
 
     def _refresh(self) -> None:
         self.active = self.ready & (self.wait <= 1e-6) & (self.left > self._done)

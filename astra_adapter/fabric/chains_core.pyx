@@ -17,21 +17,55 @@ import numpy as np
 cdef double _THROUGH = 1e-6  # chains.RingOp: a wait at most this is over
 
 
+cdef inline double _remaining(Py_ssize_t i, const int64_t[::1] chunk, const int64_t[::1] pred,
+                              const unsigned char[::1] ready, const double[::1] left, const double[:, ::1] sizes,
+                              const double[:, ::1] before, int64_t count):
+    """:meth:`RingOp.remaining_bytes` of connection ``i`` (:func:`ring_remaining`'s arithmetic)."""
+    cdef int64_t k = chunk[i] if chunk[i] < count - 1 else count - 1
+    cdef bint on = chunk[i] < count
+    cdef int64_t p = chunk[pred[i]] if pred[i] >= 0 else count
+    cdef int64_t held = p + 1 if p + 1 < count else count
+    cdef double later, now
+    if held < k + 1:
+        held = k + 1
+    later = before[held, i] - before[k + 1, i] if on else 0.0
+    if ready[i]:
+        now = left[i]
+    else:
+        now = sizes[k, i] if on else 0.0
+    return now + later
+
+
 def ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned char[::1] ready,
               unsigned char[::1] active, const unsigned char[::1] next_ready, double[::1] next_wait,
-              rate, double dt_ns, double done_bytes, int64_t last, const double[::1] send_buffer):
-    """:meth:`RingOp.move`'s arithmetic in place (``rate``: None or the connections' rates): returns (whether
-    some connection finished a chunk, the count of moving connections after, whether a connection on its
-    ``last`` chunk got within its ``send_buffer`` - its sender's last send is written then). ``active`` is
-    refreshed."""
+              rate, double dt_ns, double done_bytes, int64_t last, const double[::1] send_buffer,
+              double[::1] fill, inject, const int64_t[::1] pred, const double[:, ::1] sizes,
+              const double[:, ::1] before, int64_t count, double[::1] had):
+    """:meth:`RingOp.move`'s arithmetic in place (``rate``: None or the connections' rates; ``inject``: None or
+    the senders' link rates, whose excess over ``rate`` a moving connection adds to its ``fill``, which then is
+    at most what the connection had left to send - ``RingOp._had_bytes``, into ``had`` - before the data that
+    comes in at the end): returns (whether some connection finished a chunk, the count of moving connections
+    after, whether a connection on its ``last`` chunk got within its ``send_buffer`` - its sender's last send is
+    written then). ``active`` is refreshed."""
     cdef Py_ssize_t i, n = chunk.shape[0]
     cdef double[::1] r
+    cdef const double[::1] inj
     cdef bint moved = rate is not None
+    cdef bint filling = moved and inject is not None
+    cdef bint bounded = inject is not None
     cdef bint went = False, written = False
-    cdef Py_ssize_t count = 0
-    cdef double x
+    cdef Py_ssize_t count_on = 0
+    cdef double x, grow
     if moved:
         r = rate
+    if filling:
+        inj = inject
+    if bounded:  # before anything moves: what each connection has, less what it moves now
+        for i in range(n):
+            x = _remaining(i, chunk, pred, ready, left, sizes, before, count)
+            if moved and active[i]:
+                x = x - r[i] * dt_ns
+            had[i] = x if x > 0.0 else 0.0
     for i in range(n):
         if ready[i] and not active[i]:  # in its latency or wait
             x = wait[i] - dt_ns
@@ -39,6 +73,9 @@ def ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned c
         if next_ready[i]:
             x = next_wait[i] - dt_ns
             next_wait[i] = x if x > 0.0 else 0.0
+        if filling and active[i]:
+            grow = inj[i] - r[i]
+            fill[i] = fill[i] + grow * dt_ns if grow > 0 else INFINITY
         if moved and active[i]:
             x = left[i]
             left[i] = x - r[i] * dt_ns
@@ -50,8 +87,12 @@ def ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned c
             left[i] = 0.0
             went = True
         active[i] = ready[i] and wait[i] <= _THROUGH and left[i] > done_bytes
-        count += active[i]
-    return went, count, written
+        count_on += active[i]
+    if bounded:
+        for i in range(n):
+            if had[i] < fill[i]:
+                fill[i] = had[i]
+    return went, count_on, written
 
 
 def ring_horizon(const unsigned char[::1] ready, const unsigned char[::1] active, const double[::1] wait,
@@ -224,15 +265,17 @@ def ring_arriving(const int64_t[::1] chunk, const int64_t[::1] pred, const unsig
 def ring_begin(const unsigned char[::1] which, const int64_t[::1] chunk, unsigned char[::1] next_ready,
                double[::1] next_wait, const double[::1] extra_wait_ns, unsigned char[::1] ready, double[::1] left,
                double[::1] wait, const double[:, ::1] sizes, const double[::1] latencies, double done_bytes,
-               unsigned char[::1] active):
+               unsigned char[::1] active, double[::1] fill, double fill_start):
     """:meth:`RingOp.begin` in place: connections ``which`` start their chunk (its size left; its latency plus
-    the wait it began when its data came in, else ``extra_wait_ns``), then every connection's moving flag
-    refreshed; returns the count moving."""
+    the wait it began when its data came in, else ``extra_wait_ns`` and its ``fill`` from ``fill_start``), then
+    every connection's moving flag refreshed; returns the count moving."""
     cdef Py_ssize_t i, n = chunk.shape[0], count = 0
     cdef double extra
     for i in range(n):
         if which[i]:
             extra = next_wait[i] if next_ready[i] else extra_wait_ns[i]
+            if not next_ready[i]:
+                fill[i] = fill_start
             next_ready[i] = 0
             next_wait[i] = 0.0
             ready[i] = 1

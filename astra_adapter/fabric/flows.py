@@ -25,10 +25,9 @@ from genie.core.collective import Collective
 from genie.core.alltoallv import matrix_op_size
 from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
-from genie.core.tcp_window import send_buffer_bytes
 from genie.collectives.sends import SendStep, step_sends
 
-from astra_adapter.fabric.chains import RingOp, ring_like
+from astra_adapter.fabric.chains import RingOp, ring_like, ring_sides
 from astra_adapter.fabric.coflow import RingModel, coflow_steps
 from astra_adapter.fabric.credit import LinkCredit, link_load
 from astra_adapter.fabric.fairshare import max_min_rates
@@ -183,6 +182,7 @@ class FlowEngine:
         self._credit_load: np.ndarray | None = None  # the load on each resource at the current rates (credit)
         self._credit_loads: dict[tuple, np.ndarray | None] = {}  # an engine that keeps the load: per moving set
         self._plans: dict[tuple, tuple[StepFlows, ...]] = {}
+        self._sides: dict[int, tuple] = {}  # per ring-like step (id): its senders' socket bytes and link rates
         self._route_ptr = np.zeros(1, dtype=np.int64)  # the routes' loads as CSR (:meth:`_route_table`)
         self._route_res = np.zeros(0, dtype=np.int64)
         self._route_w = np.zeros(0)
@@ -227,7 +227,7 @@ class FlowEngine:
 
     def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
         if self.params.ring_chains and ring_like(steps):
-            ring = self.ring_op(steps, self._send_buffers(steps[0].routes))
+            ring = self.ring_op(steps, *self._ring_sides(steps[0]))
             self._begin_chunks(ring)
             self.ops.append(ring)
             return ring  # type: ignore[return-value]  # what the engine reads of an op (chains.RingOp)
@@ -236,14 +236,14 @@ class FlowEngine:
         self.ops.append(op)
         return op
 
-    def _send_buffers(self, routes: np.ndarray) -> np.ndarray:
-        """Per route, what its sender's socket holds (:func:`genie.core.tcp_window.send_buffer_bytes`, wire bytes)."""
-        out = []
-        for rid in routes.tolist():
-            route = self.network.routes[rid]
-            rate = self.network.resources[route.loads[0][0]].rate_bps if route.loads else 0
-            out.append(send_buffer_bytes(rate, 2 * route.delay_ns / 1000) * WIRE_BYTES_PER_PAYLOAD_BYTE)
-        return np.array(out)
+    def _ring_sides(self, step: StepFlows) -> tuple[np.ndarray, np.ndarray | None]:
+        """Per connection of a ring-like op's ``step``, what its sender's socket holds and (with standing queues)
+        its sender's link rate (:func:`astra_adapter.fabric.chains.ring_sides`), kept per step (held with it)."""
+        hit = self._sides.get(id(step))
+        if hit is None or hit[0] is not step:
+            hit = self._sides[id(step)] = (step, ring_sides(self.network, self.capacity, step,
+                                                            self.queues is not None, WIRE_BYTES_PER_PAYLOAD_BYTE))
+        return hit[1]
 
     def _begin_chunks(self, op: RingOp) -> None:
         """The connections of a ring-like op whose senders have their chunk's data start it; with standing
@@ -279,7 +279,7 @@ class FlowEngine:
         max-min rates they have now (None: no other op moves)."""
         assert self.queues is not None
         moving = [(o, rate) for o, rate in zip(self.ops, self._flow_rates()) if rate is not None]
-        in_flight = [(o.steps[o.step], o.active, o.remaining_bytes() if isinstance(o, RingOp) else
+        in_flight = [(o.steps[o.step], o.active, o.standing_bytes() if isinstance(o, RingOp) else
                       o.left + self.queues.later_bytes(o.steps, o.step)) for o, _ in moving if o is not op]
         if not in_flight:
             return None
