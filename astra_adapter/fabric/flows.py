@@ -241,10 +241,7 @@ class FlowEngine:
         its sender's link rate (:func:`astra_adapter.fabric.chains.ring_sides`), kept per step (held with it)."""
         hit = self._sides.get(id(step))
         if hit is None or hit[0] is not step:
-            # the senders' links at their rates, not their modes at this op's start (a host link idle before
-            # is in its after-idle burst then, at the device's speed: its refill would be 10 times too fast)
-            capacity = self.capacity if self.credit is None else self.credit.sustained(self.capacity)
-            hit = self._sides[id(step)] = (step, ring_sides(self.network, capacity, step,
+            hit = self._sides[id(step)] = (step, ring_sides(self.network, self.capacity, step,
                                                             self.queues is not None, WIRE_BYTES_PER_PAYLOAD_BYTE))
         return hit[1]
 
