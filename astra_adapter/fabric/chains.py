@@ -26,7 +26,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from genie.core.htb import CATCH_UP_FRACTION
 from genie.core.tcp_window import send_buffer_bytes
+
+# a connection moving faster than its sender's link's ceil (HTB's rate x 1.02) does so only in an after-idle burst
+# of every link on its path (astra_adapter.fabric.credit): nothing queues then (RingOp.move)
+SENDER_CEIL = 1.0 + CATCH_UP_FRACTION
 
 
 def ring_sides(network, capacity: np.ndarray, step, refill: bool, wire_per_payload: float
@@ -155,8 +160,12 @@ class RingOp:
             self.next_wait[self.next_ready] = np.maximum(self.next_wait[self.next_ready] - dt_ns, 0.0)
         if rate is not None and self.active_count:
             if self.inject is not None:  # what its sender puts on the wire beyond what the bottleneck takes
+                # (at or near its sender's rate: its own link holds it, the queue is there; above its ceil: a
+                # burst of every link on its path after idle, which queues nothing - the fill stays)
                 grow = self.inject - rate
-                self.fill = np.where(self.active, np.where(grow > 0, self.fill + grow * dt_ns, np.inf), self.fill)
+                grown = np.where(grow > 0, self.fill + grow * dt_ns,
+                                 np.where(rate <= self.inject * SENDER_CEIL, np.inf, self.fill))
+                self.fill = np.where(self.active, grown, self.fill)
             self.left = np.where(self.active, self.left - rate * dt_ns, self.left)
         through = self.ready & (self.wait <= 1e-6) & (self.left <= self._done)
         went = bool(through.any())

@@ -14,7 +14,10 @@ from libc.stdint cimport int64_t
 
 import numpy as np
 
+from astra_adapter.fabric.chains import SENDER_CEIL
+
 cdef double _THROUGH = 1e-6  # chains.RingOp: a wait at most this is over
+cdef double sender_ceil = SENDER_CEIL  # chains.RingOp.move: faster than its sender's link's ceil is a burst
 
 
 cdef inline double _remaining(Py_ssize_t i, const int64_t[::1] chunk, const int64_t[::1] pred,
@@ -75,7 +78,10 @@ def ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned c
             next_wait[i] = x if x > 0.0 else 0.0
         if filling and active[i]:
             grow = inj[i] - r[i]
-            fill[i] = fill[i] + grow * dt_ns if grow > 0 else INFINITY
+            if grow > 0:
+                fill[i] = fill[i] + grow * dt_ns
+            elif r[i] <= inj[i] * sender_ceil:  # its sender's link holds it (else: a burst, the fill stays)
+                fill[i] = INFINITY
         if moved and active[i]:
             x = left[i]
             left[i] = x - r[i] * dt_ns

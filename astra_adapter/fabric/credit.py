@@ -92,6 +92,14 @@ class LinkCredit:
     def __bool__(self) -> bool:
         return bool(len(self.index))
 
+    def sustained(self, capacity: np.ndarray) -> np.ndarray:
+        """``capacity`` with every credit link at its rate, whatever its mode now: what a link carries once its
+        buckets are spent (a ring connection's refill after its step's gap, astra_adapter.fabric.chains.ring_sides,
+        outlasts the 131 KB a 1 Gbit/s host link's ceil bucket lets out at the device's speed)."""
+        out = np.array(capacity, dtype=float)
+        out[self.index] = self.rate
+        return out
+
     def apply(self) -> None:
         """The capacity of every credit link in its mode, into the engine's array; which buckets can run dry."""
         self.capacity[self.index] = self._speeds[self.mode, self._columns]

@@ -38,8 +38,7 @@ from astra_adapter.measurements import CommOp
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
 ECMP_SAMPLES = 8  # draws of the ECMP hash an estimate and a calibration average over (where there is ECMP)
 _EPS_BYTES = 1e-6
-END_PRECISION = 1e-3  # the estimates' FabricParams.end_precision unless told (genie estimate --end-precision; measured:
-# the estimate's figures within ~1e-4, 1.1-1.25x less CPU on the 512-1024-rank MoE benchmark - benchmarks/README.md)
+END_PRECISION = 1e-3  # the estimates' end_precision unless told (genie estimate --end-precision; benchmarks/README.md)
 _MEMO_LIMIT = 4096  # configurations of moving flows whose rates the engine keeps
 
 
@@ -237,12 +236,13 @@ class FlowEngine:
         return op
 
     def _ring_sides(self, step: StepFlows) -> tuple[np.ndarray, np.ndarray | None]:
-        """Per connection of a ring-like op's ``step``, what its sender's socket holds and (with standing queues)
-        its sender's link rate (:func:`astra_adapter.fabric.chains.ring_sides`), kept per step (held with it)."""
+        """Per connection of a ring-like op's ``step``: its sender's socket bytes and (standing queues) its sender's
+        link's sustained rate, never a burst's (:func:`astra_adapter.fabric.chains.ring_sides`); kept per step."""
         hit = self._sides.get(id(step))
         if hit is None or hit[0] is not step:
-            hit = self._sides[id(step)] = (step, ring_sides(self.network, self.capacity, step,
-                                                            self.queues is not None, WIRE_BYTES_PER_PAYLOAD_BYTE))
+            hit = self._sides[id(step)] = (step, ring_sides(
+                self.network, self.capacity if self.credit is None else self.credit.sustained(self.capacity), step,
+                self.queues is not None, WIRE_BYTES_PER_PAYLOAD_BYTE))
         return hit[1]
 
     def _begin_chunks(self, op: RingOp) -> None:
