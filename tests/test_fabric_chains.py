@@ -15,27 +15,10 @@ from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.measurements import CommOp
 from genie.core.collective import Algorithm, Collective
 from genie.core.tcp_window import send_buffer_bytes, window_bytes
-from genie.topology.reader import load_topology
+from tests.fabric_cases import advance_to, dumbbell
 
 HOST_BYTES_PER_NS = 1e9 / 8 / 1e9
 FABRIC_BYTES_PER_NS = 500e6 / 8 / 1e9
-
-
-def _dumbbell() -> FabricNetwork:
-    """h0, h1 on sw0 and h2, h3 on sw1 (1 Gbit/s host links), sw0 - sw1 at 500 Mbit/s; no delays."""
-    return FabricNetwork(load_topology(
-        "name: d\ndefaults: {bandwidth: 1gbit}\nhosts: [{name: h0}, {name: h1}, {name: h2}, {name: h3}]\n"
-        "switches: [{name: sw0}, {name: sw1}]\nlinks:\n  - {endpoints: [h0, sw0]}\n  - {endpoints: [h1, sw0]}\n"
-        "  - {endpoints: [h2, sw1]}\n  - {endpoints: [h3, sw1]}\n  - {endpoints: [sw0, sw1], bandwidth: 500mbit}\n"))
-
-
-def _advance_to(engine, end_ns: float) -> None:
-    """Move `engine` on, event by event, to `end_ns` (0 the start)."""
-    t = 0.0
-    while t < end_ns:
-        dt = min(engine.horizon_ns(), end_ns - t)
-        engine.advance(dt)
-        t += dt
 
 
 def _leave_times(engine: FlowEngine, op, until_done: bool = True) -> dict[int, float]:
@@ -61,7 +44,7 @@ ALLREDUCE = CommOp(Collective.ALL_REDUCE, Algorithm.RING, 4, 40_000_000)
 
 
 def test_a_ring_s_steps_run_the_same_connections_and_other_shapes_do_not() -> None:
-    engine = FlowEngine(_dumbbell())
+    engine = FlowEngine(dumbbell())
     assert ring_like(engine.plan(ALLREDUCE, (0, 1, 2, 3)))
     assert not ring_like(engine.plan(CommOp(Collective.ALL_TO_ALL, Algorithm.DIRECT, 4, 4_000_000), (0, 1, 2, 3)))
     assert not ring_like(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 1000), (0, 1)))
@@ -70,18 +53,18 @@ def test_a_ring_s_steps_run_the_same_connections_and_other_shapes_do_not() -> No
 def test_ring_chains_run_on_the_reference_engine_s_chain_form() -> None:
     # ChainFlowEngine is the reference FlowEngine with the work whose answer is known skipped
     # (tests/test_fabric_chain_engine.py compares the two span for span)
-    assert isinstance(engine_for(_dumbbell(), FabricParams(ring_chains=True)), ChainFlowEngine)
-    assert not isinstance(engine_for(_dumbbell(), FabricParams(ring_chains=True)), FlatFlowEngine)
-    assert isinstance(engine_for(_dumbbell(), FabricParams()), FlatFlowEngine)
+    assert isinstance(engine_for(dumbbell(), FabricParams(ring_chains=True)), ChainFlowEngine)
+    assert not isinstance(engine_for(dumbbell(), FabricParams(ring_chains=True)), FlatFlowEngine)
+    assert isinstance(engine_for(dumbbell(), FabricParams()), FlatFlowEngine)
     with pytest.raises(ValueError):  # the flat engine has no per-connection state: it would play lock step
-        FlatFlowEngine(_dumbbell(), FabricParams(ring_chains=True))
+        FlatFlowEngine(dumbbell(), FabricParams(ring_chains=True))
 
 
 def test_a_ring_with_a_slow_connection_ends_rank_by_rank_as_its_chain_of_receives_says() -> None:
     # ring 0 -> 1 -> 2 -> 3 -> 0 on the dumbbell; a long message h1 -> h2 shares the whole path of the ring's
     # 1 -> 2 connection, which so moves at 250 Mbit/s; 0 -> 1 and 2 -> 3 stay on one switch (1 Gbit/s) and
     # 3 -> 0 crosses the fabric alone (500 Mbit/s). No connection of the ring shares a link with another.
-    engine = FlowEngine(_dumbbell(), FabricParams(ring_chains=True))
+    engine = FlowEngine(dumbbell(), FabricParams(ring_chains=True))
     engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**10), (1, 2)))
     steps = engine.plan(ALLREDUCE, (0, 1, 2, 3))
     ring = engine.start(steps)
@@ -106,7 +89,7 @@ def test_a_ring_with_a_slow_connection_ends_rank_by_rank_as_its_chain_of_receive
     # within the last one
     assert max(got.values()) - min(got.values()) > chunk / rate[1]
     assert got[1] < max(got.values()) - 0.9 * socket / rate[1]
-    lock = FlowEngine(_dumbbell(), FabricParams())
+    lock = FlowEngine(dumbbell(), FabricParams())
     lock.start(lock.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**10), (1, 2)))
     locked = _leave_times(lock, lock.start(lock.plan(ALLREDUCE, (0, 1, 2, 3))))
     assert min(locked.values()) >= 5 * chunk / rate[1]
@@ -115,7 +98,7 @@ def test_a_ring_with_a_slow_connection_ends_rank_by_rank_as_its_chain_of_receive
 
 def test_an_even_ring_alone_is_the_same_in_chains_as_in_lock_step() -> None:
     for params in (FabricParams(), FabricParams(ring_chains=True)):
-        engine = FlowEngine(_dumbbell(), params)
+        engine = FlowEngine(dumbbell(), params)
         got = _leave_times(engine, engine.start(engine.plan(ALLREDUCE, (0, 1, 2, 3))))
         # 0 -> 1 and 2 -> 3 at 1 Gbit/s, 1 -> 2 and 3 -> 0 across the fabric at 500 Mbit/s: the slow ones lead
         assert max(got.values()) == pytest.approx(6 * ALLREDUCE.size_bytes / 4 * WIRE_BYTES_PER_PAYLOAD_BYTE
@@ -129,10 +112,10 @@ def test_a_pair_s_all_reduce_behind_a_queue_one_way_waits_it_once() -> None:
         return max(allreduce_leaves(longs).values())
 
     def allreduce_leaves(longs: list[tuple[int, int]]) -> dict[int, float]:
-        engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+        engine = FlowEngine(dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
         for pair in longs:
             engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
-        _advance_to(engine, 200e6)  # the long flows' windows queue on the fabric link
+        advance_to(engine, 200e6)  # the long flows' windows queue on the fabric link
         op = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 512), (1, 3)))
         return _leave_times(engine, op)
 
@@ -155,10 +138,10 @@ def test_a_chunk_behind_a_queue_passes_it_as_a_fifo_does_not_queue_then_share() 
     assert fifo_wait_ns(one, np.array([1e5]), np.array([0.0625]), np.array([2.0]), 1e5) == 0.0  # not below 0
 
     def leaves(size: int, engine_type=FlowEngine) -> dict[int, float]:
-        engine = engine_type(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+        engine = engine_type(dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
         for pair in [(0, 2), (0, 2)]:  # two long flows keep 2 windows queued on sw0 -> sw1
             engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
-        _advance_to(engine, 200e6)
+        advance_to(engine, 200e6)
         return _leave_times(engine, engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, size),
                                                               (1, 3))))
 
@@ -167,7 +150,7 @@ def test_a_chunk_behind_a_queue_passes_it_as_a_fifo_does_not_queue_then_share() 
     from astra_adapter.fabric.queues import ring_chunk_bytes
     from genie.core.tcp_window import sender_queue_bytes
 
-    engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+    engine = FlowEngine(dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
     ring = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 10**8), (1, 3)))
     assert ring_chunk_bytes(engine.queues, ring).tolist() == [float(sender_queue_bytes(10**9))] * 2
 
@@ -188,10 +171,10 @@ def test_a_chunk_joins_the_queue_when_its_data_comes_in_not_when_its_connection_
     # step's chunk 3 -> 1 has its data at 50 ms (1 -> 3's first chunk in) and waits the 100 ms queue from then;
     # 1 -> 3's second chunk has its data at 100 ms and waits 50 ms from then: both ranks are done at 150 ms (the
     # replay: a pair behind queues both ways waits both, one after the other)
-    engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+    engine = FlowEngine(dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
     for pair in ((0, 2), (2, 0), (2, 1)):
         engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 10**9), pair))
-    _advance_to(engine, 300e6)
+    advance_to(engine, 300e6)
     left = _leave_times(engine, engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 512),
                                                          (1, 3))))
     queue_ns = window_bytes() / FABRIC_BYTES_PER_NS
@@ -263,10 +246,10 @@ def test_a_ring_queues_only_the_chunks_its_sender_has_the_data_for() -> None:
     # (the probe comes once the ring's queue has refilled from empty at h0's 1 Gbit/s: 10 ms in for the small
     # chunks, whose rest is then below what 0 -> 2 has put on the fabric link's queue, 100 ms for the large ones)
     def probe_ns(size_bytes: int, at_ns: float) -> tuple[float, float]:
-        engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+        engine = FlowEngine(dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
         ring = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, size_bytes), (0, 2)))
         assert isinstance(ring, RingOp) and ring.count == 2
-        _advance_to(engine, at_ns)
+        advance_to(engine, at_ns)
         chunk_left = size_bytes / 2 * WIRE_BYTES_PER_PAYLOAD_BYTE - at_ns * FABRIC_BYTES_PER_NS
         probe = engine.start(engine.plan(CommOp(Collective.SEND_RECV, Algorithm.P2P, 2, 512), (1, 3)))
         t = 0.0

@@ -10,32 +10,15 @@ import pytest
 from astra_adapter.fabric.chain_flows import ChainFlowEngine
 from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.flows import WIRE_BYTES_PER_PAYLOAD_BYTE, FabricParams, FlowEngine
-from astra_adapter.fabric.network import FabricNetwork
 from astra_adapter.measurements import CommOp
 from genie.core.collective import Algorithm, Collective
 from genie.core.tcp_window import window_bytes
-from genie.topology.reader import load_topology
+from tests.fabric_cases import advance_to, dumbbell
 
 HOST_BYTES_PER_NS = 1e9 / 8 / 1e9
 FABRIC_BYTES_PER_NS = 500e6 / 8 / 1e9
 REFILL_BYTES_PER_NS = HOST_BYTES_PER_NS - FABRIC_BYTES_PER_NS  # what a 1 Gbit/s sender adds to a 500 Mbit/s queue
 PAIR_RING = CommOp(Collective.ALL_REDUCE, Algorithm.RING, 2, 40_000_000)  # two 20 MB chunks per connection
-
-
-def _dumbbell() -> FabricNetwork:
-    """h0, h1 on sw0 and h2, h3 on sw1 (1 Gbit/s host links), sw0 - sw1 at 500 Mbit/s; no delays."""
-    return FabricNetwork(load_topology(
-        "name: d\ndefaults: {bandwidth: 1gbit}\nhosts: [{name: h0}, {name: h1}, {name: h2}, {name: h3}]\n"
-        "switches: [{name: sw0}, {name: sw1}]\nlinks:\n  - {endpoints: [h0, sw0]}\n  - {endpoints: [h1, sw0]}\n"
-        "  - {endpoints: [h2, sw1]}\n  - {endpoints: [h3, sw1]}\n  - {endpoints: [sw0, sw1], bandwidth: 500mbit}\n"))
-
-
-def _advance_to(engine, end_ns: float) -> None:
-    t = 0.0
-    while t < end_ns:
-        dt = min(engine.horizon_ns(), end_ns - t)
-        engine.advance(dt)
-        t += dt
 
 
 def _probe_ns(engine: FlowEngine, pair: tuple[int, int] = (1, 3)) -> float:
@@ -55,7 +38,7 @@ def _probe_ns(engine: FlowEngine, pair: tuple[int, int] = (1, 3)) -> float:
 def _ring(engine_class, *, head_start_bytes: int = 0) -> tuple[FlowEngine, RingOp]:
     """The 2-rank ring 0 <-> 2 across the fabric link; with ``head_start_bytes``, a send 1 -> 3 of that size beside
     it from the start, which holds 0 -> 2 back on sw0 -> sw1 (2 -> 0 runs alone on sw1 -> sw0)."""
-    engine = engine_class(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+    engine = engine_class(dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
     ring = engine.start(engine.plan(PAIR_RING, (0, 2)))
     assert isinstance(ring, RingOp)
     if head_start_bytes:
@@ -74,16 +57,16 @@ def test_a_ring_s_queue_refills_at_its_sender_s_rate_after_the_step_s_gap(engine
     queue_ns = window_bytes() / FABRIC_BYTES_PER_NS
     # (each probe's own 512 B take ~17 us at its share of the link: abs 50 us)
     engine, _ = _ring(engine_class)
-    _advance_to(engine, 10e6)  # the first step starts from empty too: 10 ms of refilling
+    advance_to(engine, 10e6)  # the first step starts from empty too: 10 ms of refilling
     assert _probe_ns(engine) == pytest.approx(10e6 * REFILL_BYTES_PER_NS / FABRIC_BYTES_PER_NS, abs=5e4)
     engine, _ = _ring(engine_class)
-    _advance_to(engine, 200e6)
+    advance_to(engine, 200e6)
     assert _probe_ns(engine) == pytest.approx(queue_ns, abs=5e4)
     engine, _ = _ring(engine_class)
-    _advance_to(engine, step_ns - 20e6)  # the step's last 20 ms of bytes (the drain, as before)
+    advance_to(engine, step_ns - 20e6)  # the step's last 20 ms of bytes (the drain, as before)
     assert _probe_ns(engine) == pytest.approx(20e6, abs=5e4)
     engine, _ = _ring(engine_class)
-    _advance_to(engine, step_ns + 5e6)  # 5 ms into the next step: what 5 ms of refilling put there
+    advance_to(engine, step_ns + 5e6)  # 5 ms into the next step: what 5 ms of refilling put there
     after = _probe_ns(engine)
     assert after == pytest.approx(5e6 * REFILL_BYTES_PER_NS / FABRIC_BYTES_PER_NS, abs=5e4)
     assert after < 0.2 * queue_ns
@@ -95,12 +78,12 @@ def test_the_refill_runs_at_the_sender_s_rate_not_its_link_s_after_idle_burst(en
     # ring starts (idle before: the device's 10 Gbit/s for its 131 KB ceil bucket); the queue on sw0 -> sw1 still
     # refills at h0's 1 Gbit/s less the link's share - 10 ms in, ~10 ms of queue, not a whole window
     # (benchmarks/README.md "A 2-rank all-reduce at the DDP ring's step boundaries")
-    engine = engine_class(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True, htb_credit=True))
+    engine = engine_class(dumbbell(), FabricParams(standing_queues=True, ring_chains=True, htb_credit=True))
     assert engine.credit is not None
     ring = engine.start(engine.plan(PAIR_RING, (0, 2)))
     assert isinstance(ring, RingOp) and ring.inject is not None
     assert ring.inject == pytest.approx(HOST_BYTES_PER_NS)
-    _advance_to(engine, 10e6)
+    advance_to(engine, 10e6)
     waited = _probe_ns(engine)
     assert waited == pytest.approx(10e6 * REFILL_BYTES_PER_NS / FABRIC_BYTES_PER_NS, rel=0.1)
     assert waited < 0.3 * window_bytes() / FABRIC_BYTES_PER_NS
@@ -125,7 +108,7 @@ def test_a_connection_fed_just_before_its_chunk_ends_refills_from_what_it_had_le
         t += dt
     left = float(ring.left[out])  # 0 -> 2's own chunk's rest then: all of it queued on sw0 -> sw1
     assert 0.5e6 < left < 0.5 * window_bytes() and int(ring.chunk[out]) == 0
-    _advance_to(engine, 5e6)
+    advance_to(engine, 5e6)
     # in those 5 ms the link took 5 ms of it and h0 added 5 ms at its own rate
     expected_ns = (left - 5e6 * FABRIC_BYTES_PER_NS + 5e6 * HOST_BYTES_PER_NS) / FABRIC_BYTES_PER_NS
     waited = _probe_ns(engine)
@@ -137,7 +120,7 @@ def test_a_connection_fed_long_before_its_chunk_ends_keeps_its_window() -> None:
     # a 4-rank ring 0 -> 1 -> 2 -> 3 -> 0: 0 -> 1 and 2 -> 3 on 1 Gbit/s host links, 1 -> 2 and 3 -> 0 across the
     # fabric at 500 Mbit/s. Rank 1 has each next chunk long before 1 -> 2 is through with its own: its stream
     # never pauses, so at its chunk boundaries its queue stays a window (no refill from empty)
-    engine = FlowEngine(_dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
+    engine = FlowEngine(dumbbell(), FabricParams(standing_queues=True, ring_chains=True))
     op = engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, 4, 40_000_000), (0, 1, 2, 3)))
     assert isinstance(op, RingOp)
     slow = int(np.flatnonzero((op.steps[0].src == 1) & (op.steps[0].dst == 2))[0])

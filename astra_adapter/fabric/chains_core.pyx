@@ -140,22 +140,8 @@ def ring_remaining(const int64_t[::1] chunk, const int64_t[::1] pred, const unsi
     ready, else the chunk's size; 0 past its last) plus the later chunks whose data its sender holds (``before``'s
     difference; 0 past its last), the same two operations on the same floats as the numpy method."""
     cdef Py_ssize_t i, n = chunk.shape[0]
-    cdef int64_t k, p, held
-    cdef bint on
-    cdef double later, now
     for i in range(n):
-        k = chunk[i] if chunk[i] < count - 1 else count - 1
-        on = chunk[i] < count
-        p = chunk[pred[i]] if pred[i] >= 0 else count
-        held = p + 1 if p + 1 < count else count
-        if held < k + 1:
-            held = k + 1
-        later = before[held, i] - before[k + 1, i] if on else 0.0
-        if ready[i]:
-            now = left[i]
-        else:
-            now = sizes[k, i] if on else 0.0
-        out[i] = now + later
+        out[i] = _remaining(i, chunk, pred, ready, left, sizes, before, count)
 
 
 def moving_load(list rated, Py_ssize_t num_resources, double flow_contention):
