@@ -118,9 +118,9 @@ class FabricPlayer(_Player):
 def play_on_fabric(trace: Trace, engine: FlowEngine, compiled: CompiledTrace | None = None) -> Timeline:
     """``trace`` played with every op on ``engine``; ``compiled`` (:class:`CompiledTrace` of ``trace``) is shared
     by several plays of one trace. The cyclic garbage collector is paused during the play: what a play allocates
-    (ops, their steps' arrays, the events' tuples) is freed by reference counts, its few cycles (about 14,000
-    objects in a 1024-rank play) wait for the collector's next run, and its collections would only rescan the
-    young records (benchmarks/README.md, "The play's Python side")."""
+    (ops, their steps' arrays, the events' tuples) is freed by reference counts, and its few cycles (311 objects in
+    a 1024-rank draw-1 play, against some 2,700 collections and one full one rescanning the trace's records) wait
+    for the collector's next run (benchmarks/README.md, "The play's Python side")."""
     with _collector_paused():
         return timeline_of(FabricPlayer(trace, engine, compiled))
 
