@@ -7,6 +7,8 @@ only when they grow (pure)."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -145,6 +147,35 @@ def test_a_pipeline_with_data_parallelism_in_slots_plays_as_rebuilt(slots):
     got = play_on_fabric(trace, FlatFlowEngine(network, params))
     want = play_on_fabric(trace, RebuiltFlatFlowEngine(network, params))
     assert got.spans == want.spans and got.ranks == want.ranks
+
+
+class CollectorWatchingEngine(FlatFlowEngine):
+    """Records whether the cyclic collector was on as each op started."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.collector_on: list[bool] = []
+
+    def start(self, steps):
+        self.collector_on.append(gc.isenabled())
+        return super().start(steps)
+
+
+def test_the_collector_is_paused_during_a_play_and_left_as_it_was():
+    model = model_preset("gpt3-1.3b").with_overrides(num_layers=2)
+    trace = pipeline_parallel(model, device_preset("a100"), pp=2, dp=2, config=TrainingConfig(micro_batches=2))
+    network = FabricNetwork(fabric(), hash_seed=1)
+    assert gc.isenabled()
+    engine = CollectorWatchingEngine(network)
+    paused = play_on_fabric(trace, engine)
+    assert engine.collector_on and not any(engine.collector_on) and gc.isenabled()
+    assert paused.spans == play_on_fabric(trace, RebuiltFlatFlowEngine(network)).spans
+    gc.disable()  # off before the play (a caller's own pause): still off after it
+    try:
+        play_on_fabric(trace, FlatFlowEngine(network))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def _random_slots(seed: int, pairs: int, cuts: int, p_moving: float, p_idle: float):

@@ -52,6 +52,7 @@ class FlowSlots:
         self._num_route_ids = num_route_ids  # route ids so far (the network memoises routes as ops are planned)
         self.ops: list[FabricOp | None] = []
         self._len: list[int] = []  # per slot its flows
+        self._held: list = []  # per slot the step (StepFlows) whose routes, threshold and ranks it holds
         self._used = 0  # flows in slots (moving, idle or dead)
         self._dead = 0  # flows in dead slots
         self._dead_slots = 0
@@ -73,6 +74,7 @@ class FlowSlots:
         src, dst, busy = (np.zeros(n, dtype=np.int64) for n in (cap, cap, slot_cap))
         ops: list[FabricOp | None] = []
         lens: list[int] = []
+        held: list = []
         at = 0
         for k, op in enumerate(self.ops):
             if op is None:
@@ -90,15 +92,17 @@ class FlowSlots:
                 op.left, op.active = left[at:at + n], flags[at:at + n]
             ops.append(op)
             lens.append(n)
+            held.append(self._held[k])
             at += n
         self._left, self._flags, self._done, self._routes = left, flags, done, routes
-        self._starts, self._counts, self.ops, self._len = starts, counts, ops, lens
+        self._starts, self._counts, self.ops, self._len, self._held = starts, counts, ops, lens, held
         self._listed, self._last, self._begun = listed, last, begun
         self._src, self._dst, self._busy = src, dst, busy
         self._used, self._dead, self._dead_slots = at, 0, 0
         self._views()
 
     def _views(self) -> None:
+        self._flags_u8 = self._flags.view(np.uint8)  # (the moving flags as LiveRates reads them: one view kept)
         n, s = self._used, len(self.ops)
         self.left, self.active = self._left[:n], self._flags[:n].view(np.uint8)
         self.done_below, self.routes = self._done[:n], self._routes[:n]
@@ -130,24 +134,28 @@ class FlowSlots:
             self._starts[k] = self._used
             self.ops.append(op)
             self._len.append(n)
+            self._held.append(None)
             self._used += n
             self._views()
         a = int(self._starts[k])
         b = a + n
         self._left[a:b], self._flags[a:b] = op.left, op.active
-        self._done[a:b], self._routes[a:b] = s.done_below, s.routes
+        if self._held[k] is not s:  # (a ring's next step is most often the same step: these in place already)
+            self._done[a:b], self._routes[a:b] = s.done_below, s.routes
+            if self._events is not None:
+                self._src[a:b], self._dst[a:b] = s.src, s.dst
+            self._held[k] = s
         self._counts[k] = op.active_count
         self._last[k] = op.step == len(op.steps) - 1
         self._begun[k] = self._live.now
         if self._events is not None:
-            self._src[a:b], self._dst[a:b] = s.src, s.dst
             self._busy[k] = _UNCOUNTED
-        moving = np.flatnonzero(self._flags[a:b])
+        moving = self._flags[a:b].nonzero()[0]  # (np.flatnonzero's indices: a 1-d slice; its wrapper cost more)
         self._listed[a:a + len(moving)] = moving + a
         op.left, op.active = self._left[a:b], self._flags[a:b]
         op.flowing = True  # type: ignore[attr-defined]
         self.flowing += 1
-        self._live.count_flows(self._routes, self._flags.view(np.uint8), a, b, 1, self._num_route_ids())
+        self._live.count_flows(self._routes, self._flags_u8, a, b, 1, self._num_route_ids())
 
     def idle(self, op: FabricOp) -> None:
         """``op`` moves no flow from now (it entered a step's latency, has nothing to move, ended, or leaves): any
@@ -160,7 +168,7 @@ class FlowSlots:
         if self._counts[k]:
             a = int(self._starts[k])
             b = a + self._len[k]
-            self._live.count_flows(self._routes, self._flags.view(np.uint8), a, b, -1, self._num_route_ids())
+            self._live.count_flows(self._routes, self._flags_u8, a, b, -1, self._num_route_ids())
             self._flags[a:b] = False
             self._counts[k] = 0
 
