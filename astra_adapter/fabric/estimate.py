@@ -187,9 +187,11 @@ def _kill_workers(executor: ProcessPoolExecutor, forked: list) -> None:
     would wait forever for the rest of a message cut short (the parent holds the pipe's write end too). A
     worker sends under the result queue's write lock, so holding it here, no send is under way (one that is
     ends first: the pool's thread reads it) and the workers die before their next one (CPython's
-    ProcessPoolExecutor keeps it as ``_result_queue._wlock``; without it, killed as they are)."""
+    ProcessPoolExecutor keeps it as ``_result_queue._wlock``; without it, killed as they are). A lock a worker
+    took to its death (killed mid-send: its pool is broken anyway) is waited for 10 s at most."""
     lock = getattr(getattr(executor, "_result_queue", None), "_wlock", None)
-    with lock if lock is not None else contextlib.nullcontext():
+    held = lock is not None and lock.acquire(timeout=10.0)
+    try:
         killed = [p for p in forked if p.exitcode is None]
         for process in killed:
             process.kill()
@@ -197,6 +199,9 @@ def _kill_workers(executor: ProcessPoolExecutor, forked: list) -> None:
         deadline = time.monotonic() + 5.0
         while ended and time.monotonic() < deadline:
             ended -= set(multiprocessing.connection.wait(list(ended), deadline - time.monotonic()))
+    finally:
+        if held:
+            lock.release()
 
 
 def _worker_death(forked: list) -> str:
