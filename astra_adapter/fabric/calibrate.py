@@ -140,8 +140,10 @@ def calibrate_fabric(measurements: tuple[Measurement, ...] | list[Measurement], 
                      ecmp_samples: int = ECMP_SAMPLES, paths: tuple[SessionPaths, ...] = (),
                      weights: tuple[float, ...] | None = None) -> FabricCalibration:
     """Fit the fabric model's per-class efficiencies, message overhead and endpoint delay (with ECMP: the model
-    is the mean over ``ecmp_samples`` hash draws, as the estimate's - or, given the ``paths`` the sweep's
-    sessions took on a testbed, the mean over those sessions' networks: the draws the measurements really got).
+    is the mean over all ``ecmp_samples`` hash draws, a fixed set: a fit compares many points, the estimate's
+    stopping rule (:func:`astra_adapter.fabric.estimate.draws_enough`) does not apply - or, given the ``paths``
+    the sweep's sessions took on a testbed, the mean over those sessions' networks: the draws the measurements
+    really got).
     ``weights``: one per measurement (:func:`astra_adapter.measurements.workload_weights`), each point's
     squared relative error counted that many times; None: all 1."""
     traced = bool(paths) and network.multipath

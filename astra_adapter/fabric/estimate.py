@@ -8,13 +8,16 @@ collectives (:func:`sends_beside_collectives`)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from genie.core.errors import InputError, RunFailure
@@ -85,13 +88,36 @@ def fabric_by_default(trace: Trace, topology: Topology) -> bool:
 
 
 PARALLEL_MIN_NODES = 20_000  # traces this big play their draws in parallel (a draw of 8 ranks: ~0.1 s)
+MIN_DRAWS = 4  # the fewest ECMP hash draws an estimate stops at: their spread from >= 3 degrees of freedom
+DRAW_PRECISION = 1e-3  # an estimate's hash draws stop once their mean's standard error is within this share of it
+# (genie estimate --draw-precision; 0: all ECMP_SAMPLES; the 0.1 % of END_PRECISION - benchmarks/README.md)
 
 
-def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *,
-               workers: int | None = None) -> list[Timeline]:
+def draw_standard_error(iterations_ns: Sequence[int]) -> float:
+    """The standard error of the draws' mean iteration (sample standard deviation, ddof=1, over sqrt(k)) as a
+    share of that mean (0 with fewer than 2 draws or a zero mean)."""
+    k = len(iterations_ns)
+    mean = sum(iterations_ns) / k if k else 0.0
+    if k < 2 or not mean:
+        return 0.0
+    return math.sqrt(sum((x - mean) ** 2 for x in iterations_ns) / (k - 1) / k) / mean
+
+
+def draws_enough(iterations_ns: Sequence[int], precision: float) -> bool:
+    """True when the hash draws played so far (draws 0..k-1, in index order) pin their mean: at least
+    :data:`MIN_DRAWS` of them and its standard error (:func:`draw_standard_error`) within ``precision`` of it.
+    A precision of 0: never (every draw is played). A function of the draws' values alone, so where the draws
+    stop never depends on timing or on how many workers play them."""
+    return precision > 0 and len(iterations_ns) >= MIN_DRAWS and draw_standard_error(iterations_ns) <= precision
+
+
+def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *, workers: int | None = None,
+               enough: Callable[[list[Timeline]], bool] | None = None) -> list[Timeline]:
     """The trace played on each network, in order. Big traces with several draws play them in ``workers``
     forked processes (default: the CPUs this process may use), which inherit the trace's compiled structure
-    instead of pickling it; each play is the same pure function either way, so the results are identical."""
+    instead of pickling it; each play is the same pure function either way, so the results are identical.
+    With ``enough``: the plays of networks 0..k-1 for the first k where ``enough`` of them is true (the plays
+    in flight are killed), else all of them - the same k whatever the workers."""
     compiled = CompiledTrace(trace)  # shared by the draws' plays
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if sum(len(r.nodes) for r in trace.ranks) >= PARALLEL_MIN_NODES \
@@ -99,8 +125,13 @@ def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *,
     workers = min(workers, len(nets))
     if workers <= 1:
         sends = StepSends()
-        return [play_on_fabric(trace, engine_for(n, params, sends), compiled) for n in nets]
-    return fork_map(_play_draw, (trace, nets, params, compiled, StepSends()), len(nets), workers)
+        played: list[Timeline] = []
+        for n in nets:
+            played.append(play_on_fabric(trace, engine_for(n, params, sends), compiled))
+            if enough is not None and enough(played):
+                break
+        return played
+    return fork_map(_play_draw, (trace, nets, params, compiled, StepSends()), len(nets), workers, enough=enough)
 
 
 def _play_draw(draws: tuple, k: int) -> Timeline:
@@ -108,8 +139,9 @@ def _play_draw(draws: tuple, k: int) -> Timeline:
     return play_on_fabric(trace, engine_for(nets[k], params, sends), compiled)
 
 
-def fork_map(run, state, count: int, workers: int) -> list:
-    """``[run(state, k) for k in range(count)]`` in ``workers`` forked processes, in order: the children get
+def fork_map(run, state, count: int, workers: int, *, enough: Callable[[list], bool] | None = None) -> list:
+    """``[run(state, k) for k in range(count)]`` in ``workers`` forked processes, in order (with ``enough``:
+    only up to the first k results, in index order, of which ``enough`` is true): the children get
     ``state`` by fork, not pickle (``run``, a module-level function, and the results are pickled). Whatever
     happens the workers are gone when it returns or raises: killed by PID, so Ctrl-C or an error never waits for
     the calls in flight, and a worker wedged as it started (in C, on a lock another thread of this process held
@@ -136,15 +168,40 @@ def fork_map(run, state, count: int, workers: int) -> list:
             _forking.discard(me)
         forked = [p for p in multiprocessing.active_children() if p not in others]
         futures += [executor.submit(_forked_call, k) for k in range(1, count)]
+        results: list = []
         try:
-            return [f.result() for f in futures]
+            for f in futures:
+                results.append(f.result())
+                if enough is not None and enough(results):
+                    break
+            return results
         except BrokenProcessPool:
             raise RunFailure(_worker_death(forked)) from None
     finally:
-        for process in forked:
-            if process.exitcode is None:
-                process.kill()
+        _kill_workers(executor, forked)
         executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _kill_workers(executor: ProcessPoolExecutor, forked: list) -> None:
+    """Kill the pool's workers still alive, none of them halfway through sending a result: the pool's thread
+    would wait forever for the rest of a message cut short (the parent holds the pipe's write end too). A
+    worker sends under the result queue's write lock, so holding it here, no send is under way (one that is
+    ends first: the pool's thread reads it) and the workers die before their next one (CPython's
+    ProcessPoolExecutor keeps it as ``_result_queue._wlock``; without it, killed as they are). A lock a worker
+    took to its death (killed mid-send: its pool is broken anyway) is waited for 10 s at most."""
+    lock = getattr(getattr(executor, "_result_queue", None), "_wlock", None)
+    held = lock is not None and lock.acquire(timeout=10.0)
+    try:
+        killed = [p for p in forked if p.exitcode is None]
+        for process in killed:
+            process.kill()
+        ended = {p.sentinel for p in killed}  # ready once a process is gone (the pool's thread reaps it)
+        deadline = time.monotonic() + 5.0
+        while ended and time.monotonic() < deadline:
+            ended -= set(multiprocessing.connection.wait(list(ended), deadline - time.monotonic()))
+    finally:
+        if held:
+            lock.release()
 
 
 def _worker_death(forked: list) -> str:
@@ -206,14 +263,20 @@ def _mean_ranks(timelines: list[Timeline]) -> tuple[RankTimes, ...]:
 def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = FabricParams(), *,
                     source: str | None = None, notes: tuple[str, ...] = (),
                     ecmp_samples: int = ECMP_SAMPLES, paths: tuple[SessionPaths, ...] = (),
-                    end_precision: float = END_PRECISION, ring_model: RingModel = RING_MODEL) -> TraceEstimate:
+                    end_precision: float = END_PRECISION, ring_model: RingModel = RING_MODEL,
+                    draw_precision: float = DRAW_PRECISION) -> TraceEstimate:
     """The trace played under the replay's rules with every op on the fabric model; with ECMP, the mean over
-    ``ecmp_samples`` draws of the hash (0: the expected share, one run) - or, given the ``paths`` the replay's
-    sessions took on a testbed, the mean over those sessions' networks. Flow ends within ``end_precision`` of
+    draws of the hash (``ecmp_samples``: 0, the expected share, one run): draws 0, 1, ... in turn until the
+    standard error of their mean is within ``draw_precision`` of it (:func:`draws_enough`: at least
+    :data:`MIN_DRAWS`), at most ``ecmp_samples`` (``draw_precision`` 0: all of them) - or, given the ``paths``
+    the replay's sessions took on a testbed, the mean over all those sessions' networks. Flow ends within
+    ``end_precision`` of
     their step's time are one event (``FabricParams.end_precision``; 0: exact); ``ring_model``: a ring step's
     connections each a flow, or one (``FabricParams.ring_model``, :mod:`astra_adapter.fabric.coflow`)."""
     if not 0.0 <= end_precision < 1.0:
         raise InputError(f"end precision {end_precision:g} is not in [0, 1)", path="end_precision")
+    if not 0.0 <= draw_precision < 1.0:
+        raise InputError(f"draw precision {draw_precision:g} is not in [0, 1)", path="draw_precision")
     params = replace(params, end_precision=end_precision, ring_model=ring_model)
     network = FabricNetwork(topology, source=source)
     if trace.num_ranks != network.world_size:
@@ -222,14 +285,19 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
     network.check_connected()
     traced = bool(paths) and network.multipath
     nets = [network.with_paths(p) for p in paths] if traced else sample_networks(network, ecmp_samples)
-    timelines = play_draws(trace, nets, params)
+    adaptive = not traced and len(nets) > 1 and draw_precision > 0
+
+    def enough(played: list[Timeline]) -> bool:
+        return draws_enough([t.iteration_ns for t in played], draw_precision)
+
+    timelines = play_draws(trace, nets, params, enough=enough if adaptive else None)
     ranks = _mean_ranks(timelines)
     draws = tuple(t.iteration_ns for t in timelines) if len(nets) > 1 or traced else ()
     if traced:
         ecmp = f"ECMP as the replay's connections took it: mean over its {len(nets)} session(s)"
     else:
-        ecmp = f"mean of {len(nets)} ECMP hash draws" if len(nets) > 1 else (
-            "ECMP as the expected share" if network.multipath else "no ECMP")
+        ecmp = f"mean of {len(timelines)} ECMP hash draws ({_draws_stop(timelines, draw_precision)})" \
+            if len(nets) > 1 else ("ECMP as the expected share" if network.multipath else "no ECMP")
     described = (f"fabric model on {topology.name} ({ecmp}): {len(network.resources)} link directions, "
                  f"efficiency " + ", ".join(f"{c.value} {params.efficiency_of(c):.3f}" for c in network.classes())
                  + f", message overhead {params.message_overhead_ns / 1e3:.1f} us, endpoint delay "
@@ -246,9 +314,19 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
     return replace(est, notes=(*described, *notes))
 
 
+def _draws_stop(timelines: list[Timeline], precision: float) -> str:
+    """Why the hash draws stopped where they did, with their mean's standard error."""
+    error = draw_standard_error([t.iteration_ns for t in timelines]) * 100
+    if not precision:
+        return f"standard error {error:.2f} %"
+    if draws_enough([t.iteration_ns for t in timelines], precision):
+        return f"standard error {error:.2f} % <= {precision * 100:g} %"
+    return f"standard error {error:.2f} % > {precision * 100:g} %: all {len(timelines)}, the most"
+
+
 def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), calibration_dir=None,
                               source: str | None = None, end_precision: float = END_PRECISION,
-                              ring_model: RingModel = RING_MODEL):
+                              ring_model: RingModel = RING_MODEL, draw_precision: float = DRAW_PRECISION):
     """``genie estimate --mode fabric``: the fabric model's parameters from ``calibration_dir`` (a run directory
     with ``fabric_calibration.json``, fitted on another topology with the same link classes), else fitted on
     ``topology`` from the measurements in ``run_dirs`` (taken to come from that topology), else nominal rates.
@@ -263,16 +341,17 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
         params, fitted, cal_source = load_fabric_params(calibration_dir)
         notes = check_classes(fitted, network, calibration_source=cal_source)
         return estimate_fabric(trace, topology, params, source=source, end_precision=end_precision,
-                               ring_model=ring_model,
+                               ring_model=ring_model, draw_precision=draw_precision,
                                notes=(f"calibration from {cal_source}", *notes)), None
     if run_dirs:
         measurements = read_measurements(list(run_dirs))
         paths, note = _sweep_paths(network, read_run_paths(list(run_dirs)))
         cal = calibrate_fabric(measurements, network, paths=paths, weights=workload_weights(trace, measurements))
         return estimate_fabric(trace, topology, cal.params, source=source, end_precision=end_precision,
-                               ring_model=ring_model,
+                               ring_model=ring_model, draw_precision=draw_precision,
                                notes=(*cal.notes, *note, *cal.warnings())), cal
     return estimate_fabric(trace, topology, source=source, end_precision=end_precision, ring_model=ring_model,
+                           draw_precision=draw_precision,
                            notes=("uncalibrated: every link at its nominal rate, no overhead",)), None
 
 

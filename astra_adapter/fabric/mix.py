@@ -152,7 +152,8 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
                  repetitions: tuple[int, ...] = (), standing_queues: bool = True,
                  workers: int | None = None) -> MixEstimate:
     """Every job alone on its slots, then all at once (each repeated as :func:`repetition_counts` says, or
-    ``repetitions``). With ECMP, the mean over ``ecmp_samples`` hash draws - or, given the paths a replay's
+    ``repetitions``). With ECMP, the mean over all ``ecmp_samples`` hash draws (a fixed set: no
+    stopping rule as :func:`astra_adapter.fabric.estimate.estimate_fabric`'s) - or, given the paths a replay's
     sessions took (``alone_paths`` per job, ``mixed_paths``; ranks numbered as the topology's slots), on
     exactly those routes: the hash draw each session really got. ``standing_queues``: a step first waits for
     the other ops' queued windows on the full links it crosses (astra_adapter/fabric/queues.py), and a ring's

@@ -13,7 +13,8 @@ from genie.cli.flags import RUN_FLAGS, flag_names
 #: EstimateRequest fields -> flags
 ESTIMATE_FLAGS = {"measurements": "--measurements", "mode": "--mode", "topology": "--topology", "npus": "--npus",
                   "out": "--out", "calibration": "--calibration", "jobs": "--jobs", "placements": "--placements",
-                  "trace": "TRACE", "end_precision": "--end-precision", "ring_model": "--ring-model"}
+                  "trace": "TRACE", "end_precision": "--end-precision", "ring_model": "--ring-model",
+                  "draw_precision": "--draw-precision"}
 
 
 def estimate(
@@ -59,6 +60,10 @@ def estimate(
         None, "--ring-model", help="Fabric mode: lockstep (each connection of a ring step its own max-min flow, the "
         "step ending with its slowest) | coflow (a ring step one flow at the ring's bottleneck rate: NCCL's pipelined "
         "ring; one event a step); default coflow (astra_adapter.fabric.coflow.RING_MODEL)."),
+    draw_precision: Optional[float] = typer.Option(
+        None, "--draw-precision", help="Fabric mode with ECMP: hash draws stop (at 4 or more, of 8) once the standard "
+        "error of their mean iteration is within this share of it; 0: all 8; default 1e-3 "
+        "(astra_adapter.fabric.estimate.DRAW_PRECISION)."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="A job mix (docs/jobs.md) instead of TRACE: each "
                                                              "job's iteration in the mix and alone on the fabric "
                                                              "model, its slowdown (needs --topology)."),
@@ -97,7 +102,7 @@ def estimate(
                                               EstimateMode.parse(mode) if mode is not None else None, topology,
                                               extrapolate, share_nic, npus, out, calibration, end_precision,
                                               RingModel.parse(ring_model, path="ring_model")
-                                              if ring_model is not None else None))
+                                              if ring_model is not None else None, draw_precision))
     if explain and not result.nccl_choices:
         typer.echo("# --explain: only an NCCL calibration (--calibration with nccl_calibration.json) assumes "
                    "NCCL's choices", err=True)

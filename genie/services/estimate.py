@@ -28,6 +28,8 @@ class EstimateRequest:
     end_precision: Optional[float] = None  # fabric mode: flow ends within this share of their step's time as one
     # event (None: the model's default, astra_adapter.fabric.flows.END_PRECISION; 0: exact)
     ring_model: Optional[Any] = None  # fabric mode: astra_adapter.fabric.coflow.RingModel (None: its RING_MODEL)
+    draw_precision: Optional[float] = None  # fabric mode: ECMP hash draws stop once their mean's standard error is
+    # within this share of it (None: astra_adapter.fabric.estimate.DRAW_PRECISION; 0: all of them)
 
 
 @dataclass(frozen=True)
@@ -74,12 +76,15 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
         if topology is None:
             raise InputError("the fabric model estimates on a topology: give `topology`", path="topology")
         from astra_adapter.fabric.coflow import RING_MODEL
+        from astra_adapter.fabric.estimate import DRAW_PRECISION
         from astra_adapter.fabric.flows import END_PRECISION
         precision = END_PRECISION if request.end_precision is None else request.end_precision
         ring_model = RING_MODEL if request.ring_model is None else request.ring_model
+        draws = DRAW_PRECISION if request.draw_precision is None else request.draw_precision
         est, fabric_cal = estimate_fabric_from_runs(loaded, topology, run_dirs=request.measurements,
                                                     calibration_dir=request.calibration, source=str(request.topology),
-                                                    end_precision=precision, ring_model=ring_model)
+                                                    end_precision=precision, ring_model=ring_model,
+                                                    draw_precision=draws)
     else:
         if request.calibration is not None:
             raise InputError(f"`calibration` (a fabric calibration) needs mode fabric, not {mode.value}",
@@ -92,7 +97,8 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
               *((input_digest(request.topology, "topology"),) if request.topology is not None else ()))
     params = {"mode": mode.value, "extrapolate": request.extrapolate, "share_nic": request.share_nic,
               "npus": request.npus, "calibration": str(request.calibration) if request.calibration else None,
-              **({"end_precision": precision, "ring_model": ring_model.value} if mode is EstimateMode.FABRIC else {})}
+              **({"end_precision": precision, "ring_model": ring_model.value, "draw_precision": draws}
+                 if mode is EstimateMode.FABRIC else {})}
     with RunRecorder("estimate", out=request.out, inputs=inputs, params=params) as run:
         for warning in warnings:
             run.warn(warning)
