@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -51,6 +52,19 @@ def _interruption(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
+def _send_again(signum: int, main_ident: int, hook) -> None:
+    """Send ``signum`` to the main thread (a blocking call there returns early to handle it) once it runs no
+    frame of ``hook`` (checked every 10 ms)."""
+    while True:
+        time.sleep(0.01)
+        frame = sys._current_frames().get(main_ident)
+        while frame is not None and frame.f_code is not hook:
+            frame = frame.f_back
+        if frame is None:
+            signal.pthread_kill(main_ident, signum)
+            return
+
+
 @contextmanager
 def signals_raise() -> Iterator[SignalGuard]:
     """Inside the block SIGTERM/SIGHUP raise `Terminated` and SIGINT raises KeyboardInterrupt, so a critical
@@ -69,10 +83,24 @@ def signals_raise() -> Iterator[SignalGuard]:
         guard.received.append(signum)
         raise _interruption(signum)
 
+    def redeliver(unraisable) -> None:
+        """An interruption raised where Python drops exceptions (an at-fork hook - logging's runs at every fork -,
+        a ``__del__``) would be lost, and the command would run on to its end: a thread sends the signal again
+        once the main thread has left this hook (handled in here, it would be dropped too), and again if the
+        main thread drops it again."""
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and guard.received and \
+                not _is_forked_child(owner_pid):
+            threading.Thread(target=_send_again, args=(guard.received[-1], threading.main_thread().ident,
+                                                       redeliver.__code__), daemon=True).start()
+            return
+        dropped(unraisable)
+
     previous = {sig: signal.signal(sig, raise_interrupt) for sig in _HANDLED}
+    dropped, sys.unraisablehook = sys.unraisablehook, redeliver
     try:
         yield guard
     finally:
+        sys.unraisablehook = dropped
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
