@@ -239,10 +239,10 @@ class FlowEngine:
         """Per connection of a ring-like op's ``step``: its sender's socket bytes and (standing queues) its sender's
         link's sustained rate, never a burst's (:func:`astra_adapter.fabric.chains.ring_sides`); kept per step."""
         hit = self._sides.get(id(step))
-        if hit is None or hit[0] is not step:
-            hit = self._sides[id(step)] = (step, ring_sides(
-                self.network, self.capacity if self.credit is None else self.credit.sustained(self.capacity), step,
-                self.queues is not None, WIRE_BYTES_PER_PAYLOAD_BYTE))
+        if hit is None:  # (the step is kept with its entry: its id names no other step while it is here)
+            cap = self.capacity if self.queues is None or self.credit is None else self.credit.sustained(self.capacity)
+            hit = self._sides[id(step)] = (step, ring_sides(self.network, cap, step, self.queues is not None,
+                                                            WIRE_BYTES_PER_PAYLOAD_BYTE))
         return hit[1]
 
     def _begin_chunks(self, op: RingOp) -> None:

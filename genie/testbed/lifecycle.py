@@ -42,9 +42,11 @@ class SignalGuard:
 
     def __init__(self) -> None:
         self.received: list[int] = []
+        self.lost: int | None = None  # a signal whose exception Python dropped, not raised since (signals_raise)
 
     def check(self) -> None:
         if self.received:
+            self.lost = None  # raised here: not sent again
             raise _interruption(self.received[0])
 
 
@@ -52,16 +54,18 @@ def _interruption(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
-def _send_again(signum: int, main_ident: int, hook) -> None:
-    """Send ``signum`` to the main thread (a blocking call there returns early to handle it) once it runs no
-    frame of ``hook`` (checked every 10 ms)."""
+def _send_again(guard: SignalGuard, main_ident: int, hook) -> None:
+    """Send ``guard.lost`` to the main thread (a blocking call there returns early to handle it) once it runs no
+    frame of ``hook`` (checked every 10 ms), unless it was raised in the meantime (``check()``, another signal)."""
     while True:
         time.sleep(0.01)
         frame = sys._current_frames().get(main_ident)
         while frame is not None and frame.f_code is not hook:
             frame = frame.f_back
         if frame is None:
-            signal.pthread_kill(main_ident, signum)
+            signum, guard.lost = guard.lost, None
+            if signum is not None:
+                signal.pthread_kill(main_ident, signum)
             return
 
 
@@ -81,6 +85,7 @@ def signals_raise() -> Iterator[SignalGuard]:
         if _is_forked_child(owner_pid):
             os._exit(128 + signum)  # what the default action would do
         guard.received.append(signum)
+        guard.lost = None  # raised again (if dropped again, redeliver says so)
         raise _interruption(signum)
 
     def redeliver(unraisable) -> None:
@@ -90,8 +95,9 @@ def signals_raise() -> Iterator[SignalGuard]:
         main thread drops it again."""
         if isinstance(unraisable.exc_value, KeyboardInterrupt) and guard.received and \
                 not _is_forked_child(owner_pid):
-            threading.Thread(target=_send_again, args=(guard.received[-1], threading.main_thread().ident,
-                                                       redeliver.__code__), daemon=True).start()
+            guard.lost = guard.received[-1]
+            threading.Thread(target=_send_again, args=(guard, threading.main_thread().ident, redeliver.__code__),
+                             daemon=True).start()
             return
         dropped(unraisable)
 
