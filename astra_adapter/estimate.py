@@ -12,8 +12,6 @@ intervals into ASTRA-sim's statistics:
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from genie.core.files import InputKind, read_input
 from genie.core.intervals import union_ns
 from genie.core.trace import Trace
 
+from astra_adapter.collector import collector_paused
 from astra_adapter.collective_plan import ring_log_lines
 from astra_adapter.config import NetworkBackend, NetworkConfig, RemoteMemoryConfig, SystemConfig, load_network, \
     load_remote_memory, load_system
@@ -127,20 +126,8 @@ def estimate(trace: Trace, system: SystemConfig, network: NetworkConfig,
     ``holds``: find where the one communication slot per NPU held a send or collective back
     (:mod:`astra_adapter.slot_holds`). ``compiled``: the congestion-aware backend's compiled loop where it is
     built (:mod:`astra_adapter.aware_core`; same results); False runs the pure Python reference."""
-    with _collector_paused():
+    with collector_paused():
         return _estimate(trace, system, network, remote_memory, queues_per_dim, symmetry, backend, holds, compiled)
-
-
-@contextmanager
-def _collector_paused():
-    """Millions of small acyclic records: the cyclic garbage collector would only rescan them, repeatedly."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _estimate(trace: Trace, system: SystemConfig, network: NetworkConfig, remote_memory: RemoteMemoryConfig | None,

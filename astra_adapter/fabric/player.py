@@ -4,12 +4,9 @@ communication op timed by the flow engine instead of a fixed duration (pure)."""
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
-from typing import Iterator
-
 from genie.core.trace import Trace
 
+from astra_adapter.collector import collector_paused
 from astra_adapter.fabric.flows import FabricOp, FlowEngine
 from astra_adapter.measurements import CommOp
 from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeline_of
@@ -121,16 +118,7 @@ def play_on_fabric(trace: Trace, engine: FlowEngine, compiled: CompiledTrace | N
     (ops, their steps' arrays, the events' tuples) is freed by reference counts, and its few cycles (311 objects in
     a 1024-rank draw-1 play, against some 2,700 collections and one full one rescanning the trace's records) wait
     for the collector's next run (benchmarks/README.md, "The play's Python side")."""
-    with _collector_paused():
+    with collector_paused():
         return timeline_of(FabricPlayer(trace, engine, compiled))
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
