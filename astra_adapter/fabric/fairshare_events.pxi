@@ -14,6 +14,19 @@
 # hands the first event that is more than that back to Python with its move done: the player then does what its
 # loop does after a move (each op whose count changed told, a step that ended entered, the compute ends due).
 # So every float is the Python loop's (tests/test_fabric_events.py).
+#
+# A ring (coflow) step's end is such an event too where the op's next step is the same step object (the plans
+# memoise identical steps: a ring's 2(n-1) steps are most often one), pays no latency and is not the op's last
+# (`again`: per slot, how many such entries are left, set by FlowSlots.place). The Python loop would enter it
+# (FabricOp.next_step), settle nothing (every member is busy before the last step), and place the op again in its
+# own slot (FlowSlots.place: the step's bytes and moving flags copied in, its moving flows listed and counted on
+# their routes) before the next solve - so run() does that here (_enter): the same copies, the same recounts in
+# the same order (the move's uncounts, then each entered slot's counts in the order of the move's list, as the
+# ops enter the pending lay-out), the op's step, placed step and count written back. Where the event is more than
+# that (a compute end due, a member leaving, another step ending) nothing is entered here: Python does it all.
+
+
+cdef int64_t _UNCOUNTED_BUSY = 1 << 62  # flat_slots._UNCOUNTED: a slot's busy ranks not counted yet
 
 
 cdef class FlowEvents:
@@ -32,6 +45,10 @@ cdef class FlowEvents:
     cdef public bint rated  # the rates are those of the moving flows now (the engine's _rated, kept in step)
     cdef public int64_t solves  # solves run by run() (the engine adds them to its count)
     cdef public int64_t events  # events played by run(), the last one's included
+    cdef int64_t[::1] again  # per slot: entries of its op's next step (the same step) left to run() (_enter)
+    cdef double[::1] init_left  # per flow: its held step's bytes (StepFlows.wire_bytes), what an entry copies in
+    cdef unsigned char[::1] init_flags  # and its moving flag (StepFlows.moving)
+    cdef public int64_t entered  # ring steps entered by run() (a counter for the tests and benchmarks)
 
     def __cinit__(self, LiveRates live, Py_ssize_t num_ranks):
         self.live = live
@@ -43,10 +60,43 @@ cdef class FlowEvents:
     def __dealloc__(self):
         free(self.stamp)
 
-    def bind(self, unsigned char[::1] notify, list ops, int64_t[::1] src, int64_t[::1] dst, int64_t[::1] busy):
+    def bind(self, unsigned char[::1] notify, list ops, int64_t[::1] src, int64_t[::1] dst, int64_t[::1] busy,
+             int64_t[::1] again, double[::1] init_left, unsigned char[::1] init_flags):
         """The slots' flags (per slot: its op is on its last step), their ops, each flow's ranks and each slot's
-        count of busy ranks (FlowSlots: bound again whenever its views change)."""
+        count of busy ranks; per slot the entries of the same step left to run(), per flow its step's bytes and
+        moving flag (FlowSlots: bound again whenever its views change)."""
         self.notify, self.ops, self.src, self.dst, self.busy = notify, ops, src, dst, busy
+        self.again, self.init_left, self.init_flags = again, init_left, init_flags
+
+    cdef int _enter(self, Py_ssize_t k) except -1:
+        """Slot ``k``'s op on to its next step, the same step as the one that just ended (``again[k]`` > 0): what
+        FabricOp.next_step and FlowSlots.place do there - the step's bytes and flags copied into the slot, its
+        moving flows listed (ascending) and counted on their routes in index order, the slot's start time and
+        busy count reset - and the op's step, placed step and count of moving flows written back."""
+        cdef LiveRates live = self.live
+        cdef Py_ssize_t a = live.b_starts[k], b, i
+        cdef int64_t m = 0, r
+        b = live.b_starts[k + 1] if k + 1 < live.b_starts.shape[0] else live.b_left.shape[0]
+        for i in range(a, b):
+            live.b_left[i] = self.init_left[i]
+            live.b_active[i] = self.init_flags[i]
+            if self.init_flags[i]:
+                live.b_listed[a + m] = i
+                m += 1
+        live.b_counts[k] = m
+        live.b_begun[k] = live.now
+        self.busy[k] = _UNCOUNTED_BUSY
+        self.again[k] -= 1
+        for i in range(a, b):  # (FlowSlots.place's count_flows: +1 per moving flow, in index order)
+            if live.b_active[i]:
+                r = live.b_routes[i]
+                live._recount(r, live.count[r] + 1)
+        op = self.ops[k]
+        op.step = op.step + 1
+        op.placed_step = op.step
+        op.active_count = m
+        self.entered += 1
+        return 0
 
     cdef int64_t _busy_count(self, Py_ssize_t k) noexcept:
         """Slot ``k``'s distinct ranks sending or receiving a flow that moves (its listed flows): the ranks
@@ -83,7 +133,7 @@ cdef class FlowEvents:
         ends due at ``t``) the player's."""
         cdef LiveRates live = self.live
         cdef double horizon, dt
-        cdef bint op_first, plain
+        cdef bint op_first, plain, enter
         cdef Py_ssize_t k
         cdef int64_t c, n
         cdef list moved
@@ -108,9 +158,13 @@ cdef class FlowEvents:
             if moved:
                 self.rated = False
             plain = t < t_heap  # no compute end due
+            enter = False
             for k, c in moved:
                 if c == 0:
-                    plain = False  # a step ended
+                    if self.again[k] > 0:
+                        enter = True  # a ring step ended whose next step is the same: entered here (if plain)
+                    else:
+                        plain = False  # a step ended
                 elif self.notify[k]:  # on its last step: a member leaves if it has no flow moving now
                     n = self._busy_count(k)
                     if n != self.busy[k]:
@@ -119,4 +173,7 @@ cdef class FlowEvents:
             if not plain:
                 return (t, moved)
             for k, c in moved:
-                self.ops[k].active_count = c
+                if c == 0:
+                    self._enter(k)  # (in the move's order: the order the ops enter the pending lay-out)
+                else:
+                    self.ops[k].active_count = c

@@ -24,7 +24,11 @@ order: the same floats.
 On these slots the player's plain events - flows ending inside steps that go on, no member leaving, no compute end
 due - are played in C (:meth:`OnSlots.flow_events`, ``fairshare_core.FlowEvents``: the solve, the earliest end, the
 move and the clock, the same calls in the same order), the first other event handed back with its move done; each
-slot keeps for it whether its op is on its last step, each flow's ranks and its count of busy ranks.
+slot keeps for it whether its op is on its last step, each flow's ranks and its count of busy ranks. A coflow ring
+step's end whose next step is the same step object, with no latency and not the op's last, is entered there too
+(``FlowEvents._enter``: the slot's bytes, flags, list and count reset from its step's, the same recounts in the same
+order; the op's step written back): each slot keeps for it how many such entries are left (:func:`repeats_of`) and
+each flow's step bytes and moving flag.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ class FlowSlots:
         self._last = np.zeros(0, dtype=np.uint8)  # per slot: its op is on its last step (FlowEvents.bind)
         self._begun = np.zeros(0)  # per slot: when its step's flows started moving (LiveRates.end_precision)
         self._src = self._dst = self._busy = np.zeros(0, dtype=np.int64)  # per flow its ranks; per slot its busy ones
+        self._again = np.zeros(0, dtype=np.int64)  # per slot: entries of the same step left to FlowEvents (repeats_of)
+        self._init, self._init_flags = np.zeros(0), np.zeros(0, dtype=np.uint8)  # per flow: its step's bytes, flag
+        self._repeats: dict[int, tuple[tuple, list[int]]] = {}  # id(an op's steps) -> (steps, repeats_of(steps))
         self._compact(1024, 64)
 
     def _compact(self, cap: int, slot_cap: int) -> None:
@@ -71,7 +78,8 @@ class FlowSlots:
         left, flags, done = np.zeros(cap), np.zeros(cap, dtype=bool), np.zeros(cap)
         routes, starts, counts, listed = (np.zeros(n, dtype=np.int64) for n in (cap, slot_cap, slot_cap, cap))
         last, begun = np.zeros(slot_cap, dtype=np.uint8), np.zeros(slot_cap)
-        src, dst, busy = (np.zeros(n, dtype=np.int64) for n in (cap, cap, slot_cap))
+        src, dst, busy, again = (np.zeros(n, dtype=np.int64) for n in (cap, cap, slot_cap, slot_cap))
+        init, init_flags = np.zeros(cap), np.zeros(cap, dtype=np.uint8)
         ops: list[FabricOp | None] = []
         lens: list[int] = []
         held: list = []
@@ -85,6 +93,8 @@ class FlowSlots:
             starts[len(ops)], counts[len(ops)], last[len(ops)] = at, self._counts[k], self._last[k]
             begun[len(ops)] = self._begun[k]
             src[at:at + n], dst[at:at + n], busy[len(ops)] = self._src[a:a + n], self._dst[a:a + n], self._busy[k]
+            init[at:at + n], init_flags[at:at + n], again[len(ops)] = \
+                self._init[a:a + n], self._init_flags[a:a + n], self._again[k]
             c = int(self._counts[k])
             listed[at:at + c] = self._listed[a:a + c] - a + at
             op.slot = len(ops)  # type: ignore[attr-defined]
@@ -98,6 +108,7 @@ class FlowSlots:
         self._starts, self._counts, self.ops, self._len, self._held = starts, counts, ops, lens, held
         self._listed, self._last, self._begun = listed, last, begun
         self._src, self._dst, self._busy = src, dst, busy
+        self._again, self._init, self._init_flags = again, init, init_flags
         self._used, self._dead, self._dead_slots = at, 0, 0
         self._views()
 
@@ -113,7 +124,8 @@ class FlowSlots:
                                   self.listed)
             self._live.bind_begun(self._begun[:s])
         if self._events is not None:
-            self._events.bind(self._last[:s], self.ops, self._src[:n], self._dst[:n], self._busy[:s])
+            self._events.bind(self._last[:s], self.ops, self._src[:n], self._dst[:n], self._busy[:s],
+                              self._again[:s], self._init[:n], self._init_flags[:n])
 
     def place(self, op: FabricOp) -> None:
         """``op``'s step (just entered; its flows move now) into its slot - the one it holds where that has as
@@ -144,12 +156,17 @@ class FlowSlots:
             self._done[a:b], self._routes[a:b] = s.done_below, s.routes
             if self._events is not None:
                 self._src[a:b], self._dst[a:b] = s.src, s.dst
+                self._init[a:b], self._init_flags[a:b] = s.wire_bytes, s.moving
             self._held[k] = s
         self._counts[k] = op.active_count
         self._last[k] = op.step == len(op.steps) - 1
         self._begun[k] = self._live.now
         if self._events is not None:
             self._busy[k] = _UNCOUNTED
+            hit = self._repeats.get(id(op.steps))
+            if hit is None:  # (the steps kept with their entry: their id names no other tuple while it is here)
+                hit = self._repeats[id(op.steps)] = (op.steps, repeats_of(op.steps))
+            self._again[k] = hit[1][op.step]
         moving = self._flags[a:b].nonzero()[0]  # (np.flatnonzero's indices: a 1-d slice; its wrapper cost more)
         self._listed[a:a + len(moving)] = moving + a
         op.left, op.active = self._left[a:b], self._flags[a:b]
@@ -185,6 +202,21 @@ class FlowSlots:
         if self._dead > _MIN_COMPACT and 2 * self._dead > self._used or \
                 self._dead_slots > max(64, len(self.ops) - self._dead_slots):
             self._compact(max(1024, 2 * (self._used - self._dead)), len(self._starts))
+
+
+def repeats_of(steps: tuple) -> list[int]:
+    """Per step index ``j`` of an op's ``steps``: how many steps after it are that same coflow ring step
+    (:mod:`astra_adapter.fabric.coflow`; the plans memoise identical steps), in a row, paying no latency and before
+    the last step - those FlowEvents enters itself (the Python loop would enter each with nothing but the op placed
+    again in its own slot: see fairshare_events.pxi). Lock-step steps are left to Python (they would enter the
+    same way, bit for bit; kept to the coflow ring, the estimates' model, where its 330 k returns a 1024-rank play
+    were: benchmarks/README.md)."""
+    out = [0] * len(steps)
+    for j in range(len(steps) - 3, -1, -1):  # (j + 1 must be before the last step, len(steps) - 1)
+        s = steps[j]
+        if steps[j + 1] is s and s.latency_ns <= 0 and s.ranks is not None:
+            out[j] = out[j + 1] + 1
+    return out
 
 
 class OnSlots:
@@ -250,8 +282,9 @@ class OnSlots:
 
     def flow_events(self, t: float, t_heap: float) -> float | None:
         """The player's events from ``t`` (the next compute end at ``t_heap``) played in C while each is only a
-        flow's end inside a step that goes on (``FlowEvents.run``: the solve, the horizon, the move and the clock
-        of this engine's horizon and advance and the player's loop, the same calls in the same order); the first
+        flow's end inside a step that goes on, or a coflow ring step's end entering the same step again
+        (``FlowEvents.run``: the solve, the horizon, the move and the clock of this engine's horizon and advance and
+        the player's loop, and the entry of :meth:`FlowSlots.place`, the same calls in the same order); the first
         event that is more than that with its move done here as :meth:`_slots_advance` does it. The clock after
         the last event played (the player's loop then takes the compute ends due), or None where none was played
         (a latency running, an op halted, HTB's credit, or nothing moves: the horizon's Python then, after the
