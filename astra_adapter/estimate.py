@@ -20,7 +20,7 @@ from genie.core.files import InputKind, read_input
 from genie.core.intervals import union_ns
 from genie.core.trace import Trace
 
-from astra_adapter.collector import collector_paused
+from genie.core.collector import collector_paused
 from astra_adapter.collective_plan import ring_log_lines
 from astra_adapter.config import NetworkBackend, NetworkConfig, RemoteMemoryConfig, SystemConfig, load_network, \
     load_remote_memory, load_system

@@ -20,6 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from genie.core.collector import collector_paused
 from genie.core.errors import InputError, RunFailure
 from genie.core.flowpath import RunPaths, SessionPaths
 from genie.core.process import die_with_parent
@@ -112,30 +113,49 @@ def draws_enough(iterations_ns: Sequence[int], precision: float) -> bool:
 
 
 def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *, workers: int | None = None,
-               enough: Callable[[list[Timeline]], bool] | None = None) -> list[Timeline]:
+               enough: Callable[[list[Timeline]], bool] | None = None,
+               before_plays: Callable[[], object] | None = None) -> list[Timeline]:
     """The trace played on each network, in order. Big traces with several draws play them in ``workers``
     forked processes (default: the CPUs this process may use), which inherit the trace's compiled structure
-    instead of pickling it; each play is the same pure function either way, so the results are identical.
+    and every op's sends (built here first, :func:`op_sends`) instead of pickling or building them each; each
+    play is the same pure function either way, so the results are identical.
     With ``enough``: the plays of networks 0..k-1 for the first k where ``enough`` of them is true (the plays
-    in flight are killed), else all of them - the same k whatever the workers."""
-    compiled = CompiledTrace(trace)  # shared by the draws' plays
+    in flight are killed), else all of them - the same k whatever the workers. ``before_plays()`` is called
+    once the trace is compiled and its sends built, before the first play (``genie estimate`` joins the
+    trace's check there, run beside them)."""
+    with collector_paused():  # millions of acyclic records: the collector would only rescan them
+        compiled = CompiledTrace(trace)  # shared by the draws' plays
+        sends = op_sends(compiled)
+    if before_plays is not None:
+        before_plays()
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if sum(len(r.nodes) for r in trace.ranks) >= PARALLEL_MIN_NODES \
             else 1
     workers = min(workers, len(nets))
     if workers <= 1:
-        sends = StepSends()
         played: list[Timeline] = []
         for n in nets:
             played.append(play_on_fabric(trace, engine_for(n, params, sends), compiled))
             if enough is not None and enough(played):
                 break
         return played
-    return fork_map(_play_draw, (trace, nets, params, compiled, StepSends()), len(nets), workers, enough=enough)
+    return fork_map(_play_draw, (trace, nets, params, compiled, sends), len(nets), workers, enough=enough)
+
+
+def op_sends(compiled: CompiledTrace) -> StepSends:
+    """The sends of every op of ``compiled`` (each op's plan, independent of the network and the parameters),
+    built once: the draws' plays share them (a forked worker by copy on write). A play asks for exactly these
+    (the player plans each op it starts from ``compiled.ops``), so building them first changes no result; at
+    1024 ranks they were ~2.7 s of CPU in each draw worker's first play (benchmarks/README.md, "The 1024-rank
+    CLI's parent")."""
+    sends = StepSends()
+    for members, _, op in compiled.ops.values():
+        sends.of(op, members)
+    return sends
 
 
 def _play_draw(draws: tuple, k: int) -> Timeline:
-    trace, nets, params, compiled, sends = draws  # sends: one per worker, as in turn (forked empty into each)
+    trace, nets, params, compiled, sends = draws  # sends: built before the fork, shared by every worker's plays
     return play_on_fabric(trace, engine_for(nets[k], params, sends), compiled)
 
 
@@ -264,7 +284,8 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
                     source: str | None = None, notes: tuple[str, ...] = (),
                     ecmp_samples: int = ECMP_SAMPLES, paths: tuple[SessionPaths, ...] = (),
                     end_precision: float = END_PRECISION, ring_model: RingModel = RING_MODEL,
-                    draw_precision: float = DRAW_PRECISION) -> TraceEstimate:
+                    draw_precision: float = DRAW_PRECISION,
+                    before_plays: Callable[[], object] | None = None) -> TraceEstimate:
     """The trace played under the replay's rules with every op on the fabric model; with ECMP, the mean over
     draws of the hash (``ecmp_samples``: 0, the expected share, one run): draws 0, 1, ... in turn until the
     standard error of their mean is within ``draw_precision`` of it (:func:`draws_enough`: at least
@@ -272,7 +293,8 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
     the replay's sessions took on a testbed, the mean over all those sessions' networks. Flow ends within
     ``end_precision`` of
     their step's time are one event (``FabricParams.end_precision``; 0: exact); ``ring_model``: a ring step's
-    connections each a flow, or one (``FabricParams.ring_model``, :mod:`astra_adapter.fabric.coflow`)."""
+    connections each a flow, or one (``FabricParams.ring_model``, :mod:`astra_adapter.fabric.coflow`);
+    ``before_plays()``: called before the trace's first play (:func:`play_draws`)."""
     if not 0.0 <= end_precision < 1.0:
         raise InputError(f"end precision {end_precision:g} is not in [0, 1)", path="end_precision")
     if not 0.0 <= draw_precision < 1.0:
@@ -290,7 +312,7 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
     def enough(played: list[Timeline]) -> bool:
         return draws_enough([t.iteration_ns for t in played], draw_precision)
 
-    timelines = play_draws(trace, nets, params, enough=enough if adaptive else None)
+    timelines = play_draws(trace, nets, params, enough=enough if adaptive else None, before_plays=before_plays)
     ranks = _mean_ranks(timelines)
     draws = tuple(t.iteration_ns for t in timelines) if len(nets) > 1 or traced else ()
     if traced:
@@ -326,11 +348,13 @@ def _draws_stop(timelines: list[Timeline], precision: float) -> str:
 
 def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), calibration_dir=None,
                               source: str | None = None, end_precision: float = END_PRECISION,
-                              ring_model: RingModel = RING_MODEL, draw_precision: float = DRAW_PRECISION):
+                              ring_model: RingModel = RING_MODEL, draw_precision: float = DRAW_PRECISION,
+                              before_plays: Callable[[], object] | None = None):
     """``genie estimate --mode fabric``: the fabric model's parameters from ``calibration_dir`` (a run directory
     with ``fabric_calibration.json``, fitted on another topology with the same link classes), else fitted on
     ``topology`` from the measurements in ``run_dirs`` (taken to come from that topology), else nominal rates.
-    Returns (estimate, the calibration fitted here or None)."""
+    ``before_plays()``: called before the trace's first play. Returns (estimate, the calibration fitted here or
+    None)."""
     from astra_adapter.fabric.calibrate import calibrate_fabric
     from astra_adapter.fabric.calibration_io import check_classes, load_fabric_params
     from astra_adapter.measurements import read_measurements, read_run_paths, workload_weights
@@ -342,16 +366,16 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
         notes = check_classes(fitted, network, calibration_source=cal_source)
         return estimate_fabric(trace, topology, params, source=source, end_precision=end_precision,
                                ring_model=ring_model, draw_precision=draw_precision,
-                               notes=(f"calibration from {cal_source}", *notes)), None
+                               before_plays=before_plays, notes=(f"calibration from {cal_source}", *notes)), None
     if run_dirs:
         measurements = read_measurements(list(run_dirs))
         paths, note = _sweep_paths(network, read_run_paths(list(run_dirs)))
         cal = calibrate_fabric(measurements, network, paths=paths, weights=workload_weights(trace, measurements))
         return estimate_fabric(trace, topology, cal.params, source=source, end_precision=end_precision,
-                               ring_model=ring_model, draw_precision=draw_precision,
+                               ring_model=ring_model, draw_precision=draw_precision, before_plays=before_plays,
                                notes=(*cal.notes, *note, *cal.warnings())), cal
     return estimate_fabric(trace, topology, source=source, end_precision=end_precision, ring_model=ring_model,
-                           draw_precision=draw_precision,
+                           draw_precision=draw_precision, before_plays=before_plays,
                            notes=("uncalibrated: every link at its nominal rate, no overhead",)), None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from genie.core.trace import Trace
 
-from astra_adapter.collector import collector_paused
+from genie.core.collector import collector_paused
 from astra_adapter.fabric.flows import FabricOp, FlowEngine
 from astra_adapter.measurements import CommOp
 from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeline_of

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from astra_adapter.calibrate import Calibration
 from astra_adapter.workload_estimate import EstimateMode, TraceEstimate
@@ -44,6 +44,49 @@ class EstimateResult:
 
 
 def run_estimate(request: EstimateRequest) -> EstimateResult:
+    """The estimate in its run directory. The cyclic garbage collector is paused throughout (and so in the fabric
+    model's forked draw workers): the trace, its compile and the plays are millions of acyclic records it would
+    only rescan - about a third of the 1024-rank MoE estimate's serial CPU before its draws (benchmarks/README.md,
+    "The 1024-rank CLI's parent"); reference counting frees them."""
+    from genie.core.collector import collector_paused
+
+    with collector_paused():
+        return _run_estimate(request)
+
+
+CHECK_ASIDE_MIN_NODES = 20_000  # traces this big are checked in a forked child beside the fabric model's compile
+
+
+def _run_estimate(request: EstimateRequest) -> EstimateResult:
+    """The trace read, then checked - a big one in a forked child (:class:`genie.core.forked_call.ForkedCall`)
+    while this process goes on to the fabric model's compile and plans; its check is joined before the first play,
+    and before any other error is raised (a bad trace's error comes first, as when the check ran before all)."""
+    from genie.topology import load_topology_file
+    from genie.workloads.analysis import check, checked_problems, validate
+    from genie.workloads.loader import load_trace
+
+    topology = load_topology_file(request.topology) if request.topology is not None else None
+    loaded = load_trace(request.trace, npus=request.npus)
+    source = str(request.trace)
+    if sum(len(r.nodes) for r in loaded.ranks) < CHECK_ASIDE_MIN_NODES:
+        warnings = check(loaded, source=source)
+        return _estimate_checked(request, loaded, topology, lambda: warnings)
+    from genie.core.forked_call import ForkedCall
+
+    with ForkedCall(validate, loaded) as validation:
+        def checked() -> tuple[str, ...]:
+            return checked_problems(validation.result(), source=source)
+        try:
+            return _estimate_checked(request, loaded, topology, checked)
+        except Exception:
+            checked()  # the trace's own error, if it has one, before any other
+            raise
+
+
+def _estimate_checked(request: EstimateRequest, loaded, topology,
+                      checked: Callable[[], tuple[str, ...]]) -> EstimateResult:
+    """The estimate of the loaded trace; ``checked()`` its check (warnings; InputError naming the file), called
+    before the trace is played or estimated."""
     from astra_adapter.calibration_io import CALIBRATION_CSV, CALIBRATION_JSON, calibration_csv, calibration_json
     from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json
     from astra_adapter.fabric.estimate import estimate_fabric_from_runs, fabric_by_default
@@ -51,11 +94,7 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
     from astra_adapter.workload_estimate import estimate_csv, estimate_from_runs
     from genie.core.errors import InputError
     from genie.report.manifest import RunRecorder, input_digest
-    from genie.services.replay import load_checked_trace
-    from genie.topology import load_topology_file
 
-    topology = load_topology_file(request.topology) if request.topology is not None else None
-    loaded, warnings = load_checked_trace(request.trace, request.npus)
     mode = request.mode
     nccl_calibration = False
     if request.calibration is not None and mode in (None, EstimateMode.FABRIC):
@@ -67,7 +106,7 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
         contends = topology is not None and (groups_share_links(loaded, topology) or sends_beside_collectives(loaded))
         mode = EstimateMode.FABRIC if contends else EstimateMode.NCCL
     if mode is EstimateMode.NCCL or nccl_calibration:
-        return _estimate_nccl(request, loaded, topology, warnings, mode)
+        return _estimate_nccl(request, loaded, topology, checked(), mode)
     if mode is None:
         fabric = topology is not None and (request.calibration is not None or fabric_by_default(loaded, topology))
         mode = EstimateMode.FABRIC if fabric else EstimateMode.MEASURED
@@ -84,8 +123,10 @@ def run_estimate(request: EstimateRequest) -> EstimateResult:
         est, fabric_cal = estimate_fabric_from_runs(loaded, topology, run_dirs=request.measurements,
                                                     calibration_dir=request.calibration, source=str(request.topology),
                                                     end_precision=precision, ring_model=ring_model,
-                                                    draw_precision=draws)
+                                                    draw_precision=draws, before_plays=checked)
+        warnings = checked()
     else:
+        warnings = checked()
         if request.calibration is not None:
             raise InputError(f"`calibration` (a fabric calibration) needs mode fabric, not {mode.value}",
                              path="calibration")

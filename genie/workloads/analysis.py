@@ -265,7 +265,12 @@ def check(trace: Trace, *, source: str | None = None) -> tuple[str, ...]:
     """Raise InputError for the first error (noting how many more there are); else the warnings, one line
     each kind, for the command to print and record (e.g. the dependencies on missing nodes a Chakra
     converter left, which the replay treats as met)."""
-    problems = validate(trace)
+    return checked_problems(validate(trace), source=source)
+
+
+def checked_problems(problems: tuple[Problem, ...], *, source: str | None = None) -> tuple[str, ...]:
+    """:func:`check` of the problems :func:`validate` found (where they were found apart: ``genie estimate``
+    validates a big trace in a forked child beside the fabric model's compile)."""
     refused = errors(problems)
     if refused:
         more = f" (and {len(refused) - 1} more problem(s))" if len(refused) > 1 else ""
