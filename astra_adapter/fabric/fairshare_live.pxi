@@ -9,9 +9,10 @@
 # every rate is the float MovingRates gives: a component untouched since the last solve is exactly one of the
 # last solve's (its rates kept), the others are solved as MovingRates solves them. With ``levels`` (the flat
 # engine's default) the solve fills by levels instead (fairshare_levels.pxi: after flows only end, the region at
-# or above k*; the floats of fairshare.max_min_levels, not MovingRates'). Rates are kept per route, and
-# the per-event sweeps (earliest_end, move) read them through each flow's route, so no per-flow rate array is
-# built either.
+# or above k*; the floats of fairshare.max_min_levels, not MovingRates'). Rates are kept per route (each beside
+# its inverse: the listed earliest-end sweep multiplies and divides only the flows that can be the least, see
+# _NEAR), and the per-event sweeps (earliest_end, move) read them through each flow's route, so no per-flow rate
+# array is built either.
 
 
 cdef class LiveRates:
@@ -23,7 +24,7 @@ cdef class LiveRates:
     cdef Py_ssize_t num_resources
     cdef Py_ssize_t route_cap  # per-route arrays' size
     cdef int64_t* count  # route -> flows moving on it
-    cdef double* rate  # route r -> at 2r its per-flow rate (where count > 0, as of the last solve), at 2r + 1 its
+    cdef double* rate_pairs  # route r -> at 2r its per-flow rate (where count > 0, as of the last solve), at 2r + 1 its
     # inverse where that is safe (_inverse), else NaN (_earliest_listed's filter): the two on one cache line, as the
     # sweeps read them (the earliest end the inverse, the move the rate), route by route in the flows' order
     cdef int64_t* cands  # _earliest_listed's candidates (flow indices)
@@ -120,7 +121,7 @@ cdef class LiveRates:
         free(self.walk)
         free(self.reached)
         free(self.count)
-        free(self.rate)
+        free(self.rate_pairs)
         free(self.cands)
         free(self.listed)
         free(self.changed)
@@ -140,9 +141,9 @@ cdef class LiveRates:
             return 0
         size = max(num_route_ids + 1024, 2 * old)
         self.count = <int64_t*>_grown(self.count, old, size, sizeof(int64_t))
-        self.rate = <double*>_grown(self.rate, 2 * old, 2 * size, sizeof(double))
+        self.rate_pairs = <double*>_grown(self.rate_pairs, 2 * old, 2 * size, sizeof(double))
         for q in range(old, size):
-            self.rate[2 * q + 1] = _inverse(0.0)
+            self.rate_pairs[2 * q + 1] = _inverse(0.0)
         self.listed = <char*>_grown(self.listed, old, size, 1)
         self.changed = <char*>_grown(self.changed, old, size, 1)
         self.in_comp = <char*>_grown(self.in_comp, old, size, 1)
@@ -163,8 +164,8 @@ cdef class LiveRates:
             self.num_changed += 1
 
     cdef inline void _set_rate(self, int64_t r, double x) noexcept:
-        self.rate[2 * r] = x
-        self.rate[2 * r + 1] = _inverse(x)
+        self.rate_pairs[2 * r] = x
+        self.rate_pairs[2 * r + 1] = _inverse(x)
 
     cdef inline void _recount(self, int64_t r, int64_t flows) noexcept:
         if (self.count[r] > 0) != (flows > 0):
@@ -236,7 +237,7 @@ cdef class LiveRates:
         for i in range(m):
             r = out[i]
             c[i] = self.count[r]
-            x[i] = self.rate[2 * r]
+            x[i] = self.rate_pairs[2 * r]
         return ids, counts, rates
 
     def count_flows(self, const int64_t[::1] routes, const unsigned char[::1] active, Py_ssize_t a, Py_ssize_t b,
@@ -388,7 +389,7 @@ cdef class LiveRates:
         cdef Py_ssize_t f
         for f in range(routes.shape[0]):
             if active[f]:
-                rate[f] = self.rate[2 * routes[f]]
+                rate[f] = self.rate_pairs[2 * routes[f]]
         return out
 
     def earliest_end(self, const double[::1] left, const unsigned char[::1] active, const int64_t[::1] routes):
@@ -396,7 +397,7 @@ cdef class LiveRates:
         quotients); inf where none moves."""
         cdef Py_ssize_t i
         cdef double best = INFINITY, quotient
-        cdef double* rate = self.rate
+        cdef double* rate = self.rate_pairs
         for i in range(left.shape[0]):
             if active[i]:
                 quotient = left[i] / rate[2 * routes[i]]
@@ -410,7 +411,7 @@ cdef class LiveRates:
         with no flow moving (``counts[k]`` 0: every flag of theirs 0) - the same quotients, the same minimum."""
         cdef Py_ssize_t i, k, n = left.shape[0], num_ops = starts.shape[0], end
         cdef double best = INFINITY, quotient
-        cdef double* rate = self.rate
+        cdef double* rate = self.rate_pairs
         for k in range(num_ops):
             if not counts[k]:
                 continue
@@ -432,14 +433,14 @@ cdef class LiveRates:
     cdef double _earliest_listed(self, const double[::1] left, const int64_t[::1] routes, const int64_t[::1] starts,
                                  const int64_t[::1] counts, const int64_t[::1] listed) noexcept:
         """The least quotient ``left[i] / rate`` over the listed flows, without a division per flow: each flow's
-        ``left[i] * inv_rate`` (within 1.5 ulp of its quotient, where ``_inverse`` is not NaN) filters the flows
+        ``left[i] * inverse`` (within ~2 u of ``left[i] / rate``, where ``_inverse`` is not NaN) filters the flows
         whose quotient can be the least - those within a relative ``_NEAR`` of the least product (and every flow
         whose product is NaN) - and only those are divided, so the minimum is the divided quotients' as before,
         the same float (see the comment at ``_NEAR``)."""
         cdef Py_ssize_t j, k, i, a, n = 0, num_ops = starts.shape[0]
         cdef double near = INFINITY, below = INFINITY, product, best = INFINITY, quotient
-        cdef double* inv = self.rate + 1  # (the inverses: inv[2 * r])
-        cdef double* rate = self.rate
+        cdef double* inv = self.rate_pairs + 1  # (the inverses: inv[2 * r])
+        cdef double* rate = self.rate_pairs
         cdef int64_t* cands = self.cands
         for k in range(num_ops):
             a = starts[k]
@@ -481,7 +482,7 @@ cdef class LiveRates:
         fallback)."""
         cdef Py_ssize_t j, k, i, a, num_ops = starts.shape[0]
         cdef double best = INFINITY, quotient
-        cdef double* rate = self.rate
+        cdef double* rate = self.rate_pairs
         for k in range(num_ops):
             a = starts[k]
             for j in range(a, a + counts[k]):
@@ -504,7 +505,7 @@ cdef class LiveRates:
                            int64_t[::1] listed, double dt_ns):
         cdef Py_ssize_t j, k, i, a, num_ops = starts.shape[0]
         cdef int64_t c, r
-        cdef double* rate = self.rate
+        cdef double* rate = self.rate_pairs
         cdef double end_t = self.now + dt_ns, slack = 0.0
         cdef bint merge = self.end_precision > 0
         changed = []
@@ -573,7 +574,7 @@ cdef class LiveRates:
         is skipped); the (op index, count) of the ops whose count changed."""
         cdef Py_ssize_t i, k, n = left.shape[0], num_ops = starts.shape[0], end
         cdef int64_t c, r
-        cdef double* rate = self.rate
+        cdef double* rate = self.rate_pairs
         changed = []
         for k in range(num_ops):
             if not counts[k]:
