@@ -30,7 +30,7 @@ ring moves, so a flow's end re-solves its group's few dozen flows instead of eve
 
 from libc.stdlib cimport malloc, calloc, realloc, free, qsort
 from libc.string cimport memcpy, memset
-from libc.math cimport INFINITY, nextafter
+from libc.math cimport INFINITY, NAN, fabs, nextafter
 from libc.stdint cimport int64_t, INT64_MAX
 
 import numpy as np

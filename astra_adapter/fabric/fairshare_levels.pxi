@@ -249,7 +249,7 @@ cdef int _levels_run(LiveRates live, const int64_t* links, Py_ssize_t num_links,
             if not live.in_comp[r]:
                 continue
             live.in_comp[r] = 0
-            live.rate[r] = x
+            live._set_rate(r, x)
             v.key_level[r] = x
             v.key_at[r] = at
             for e in range(ptr[r], ptr[r + 1]):
@@ -276,7 +276,7 @@ cdef int _levels_run(LiveRates live, const int64_t* links, Py_ssize_t num_links,
         r = routes[i]
         if live.in_comp[r]:
             live.in_comp[r] = 0
-            live.rate[r] = INFINITY
+            live._set_rate(r, INFINITY)
             v.key_level[r] = INFINITY
             v.key_at[r] = INT64_MAX
     return 0
@@ -305,7 +305,7 @@ cdef int _levels_solve(LiveRates live, const int64_t[::1] ptr_v, const int64_t[:
         if live.count[r] > 0 and not live.listed[r]:
             live._list(r, ptr_v, res_v, w_v)
         if ptr[r + 1] == ptr[r]:
-            live.rate[r] = INFINITY  # crosses nothing: unbounded
+            live._set_rate(r, INFINITY)  # crosses nothing: unbounded
         elif live.count[r] != v.solved[r] or full:
             if v.solved[r] > 0:  # the least old key of the changed routes: k* (the floor where flows only end)
                 if _before(v.key_level[r], v.key_at[r], floor_level, floor_at):

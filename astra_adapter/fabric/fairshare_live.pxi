@@ -9,9 +9,10 @@
 # every rate is the float MovingRates gives: a component untouched since the last solve is exactly one of the
 # last solve's (its rates kept), the others are solved as MovingRates solves them. With ``levels`` (the flat
 # engine's default) the solve fills by levels instead (fairshare_levels.pxi: after flows only end, the region at
-# or above k*; the floats of fairshare.max_min_levels, not MovingRates'). Rates are kept per route, and
-# the per-event sweeps (earliest_end, move) read them through each flow's route, so no per-flow rate array is
-# built either.
+# or above k*; the floats of fairshare.max_min_levels, not MovingRates'). Rates are kept per route (each beside
+# its inverse: the listed earliest-end sweep multiplies and divides only the flows that can be the least, see
+# _NEAR), and the per-event sweeps (earliest_end, move) read them through each flow's route, so no per-flow rate
+# array is built either.
 
 
 cdef class LiveRates:
@@ -23,7 +24,11 @@ cdef class LiveRates:
     cdef Py_ssize_t num_resources
     cdef Py_ssize_t route_cap  # per-route arrays' size
     cdef int64_t* count  # route -> flows moving on it
-    cdef double* rate  # route -> its per-flow rate (where count > 0, as of the last solve)
+    cdef double* rate_pairs  # route r -> at 2r its per-flow rate (where count > 0, as of the last solve), at 2r + 1 its
+    # inverse where that is safe (_inverse), else NaN (_earliest_listed's filter): the two on one cache line, as the
+    # sweeps read them (the earliest end the inverse, the move the rate), route by route in the flows' order
+    cdef int64_t* cands  # _earliest_listed's candidates (flow indices)
+    cdef Py_ssize_t cands_cap
     cdef char* listed  # route -> in the lists of its resources (and in `known`)
     cdef char* changed  # route -> its count changed since the last solve (and on `changed_stack`)
     cdef char* in_comp  # route -> in the component being walked
@@ -116,7 +121,8 @@ cdef class LiveRates:
         free(self.walk)
         free(self.reached)
         free(self.count)
-        free(self.rate)
+        free(self.rate_pairs)
+        free(self.cands)
         free(self.listed)
         free(self.changed)
         free(self.in_comp)
@@ -130,12 +136,14 @@ cdef class LiveRates:
 
     cdef int _grow(self, Py_ssize_t num_route_ids) except -1:
         """Per-route arrays for route ids below ``num_route_ids`` (new entries zero)."""
-        cdef Py_ssize_t old = self.route_cap, size
+        cdef Py_ssize_t old = self.route_cap, size, q
         if num_route_ids <= old:
             return 0
         size = max(num_route_ids + 1024, 2 * old)
         self.count = <int64_t*>_grown(self.count, old, size, sizeof(int64_t))
-        self.rate = <double*>_grown(self.rate, old, size, sizeof(double))
+        self.rate_pairs = <double*>_grown(self.rate_pairs, 2 * old, 2 * size, sizeof(double))
+        for q in range(old, size):
+            self.rate_pairs[2 * q + 1] = _inverse(0.0)
         self.listed = <char*>_grown(self.listed, old, size, 1)
         self.changed = <char*>_grown(self.changed, old, size, 1)
         self.in_comp = <char*>_grown(self.in_comp, old, size, 1)
@@ -154,6 +162,10 @@ cdef class LiveRates:
             self.changed[r] = 1
             self.changed_stack[self.num_changed] = r
             self.num_changed += 1
+
+    cdef inline void _set_rate(self, int64_t r, double x) noexcept:
+        self.rate_pairs[2 * r] = x
+        self.rate_pairs[2 * r + 1] = _inverse(x)
 
     cdef inline void _recount(self, int64_t r, int64_t flows) noexcept:
         if (self.count[r] > 0) != (flows > 0):
@@ -225,7 +237,7 @@ cdef class LiveRates:
         for i in range(m):
             r = out[i]
             c[i] = self.count[r]
-            x[i] = self.rate[r]
+            x[i] = self.rate_pairs[2 * r]
         return ids, counts, rates
 
     def count_flows(self, const int64_t[::1] routes, const unsigned char[::1] active, Py_ssize_t a, Py_ssize_t b,
@@ -260,7 +272,7 @@ cdef class LiveRates:
             if self.count[r] > 0 and not self.listed[r]:
                 self._list(r, ptr, res, w)
             if ptr[r + 1] == ptr[r]:
-                self.rate[r] = INFINITY  # crosses nothing: unbounded
+                self._set_rate(r, INFINITY)  # crosses nothing: unbounded
             for e in range(ptr[r], ptr[r + 1]):
                 q = res[e]
                 if not self.dirty[q]:
@@ -315,7 +327,7 @@ cdef class LiveRates:
             _fill(self.comp, self.mult, m, &ptr[0], &res[0], &w[0], &self.capacity[0], self.contention,
                   &self.scratch, self.filled, self.scan_entries)
             for k in range(m):
-                self.rate[self.comp[k]] = self.filled[k]
+                self._set_rate(self.comp[k], self.filled[k])
                 self.flows_filled += self.mult[k]
             self.routes_filled += m
             self.components_solved += 1
@@ -377,7 +389,7 @@ cdef class LiveRates:
         cdef Py_ssize_t f
         for f in range(routes.shape[0]):
             if active[f]:
-                rate[f] = self.rate[routes[f]]
+                rate[f] = self.rate_pairs[2 * routes[f]]
         return out
 
     def earliest_end(self, const double[::1] left, const unsigned char[::1] active, const int64_t[::1] routes):
@@ -385,10 +397,10 @@ cdef class LiveRates:
         quotients); inf where none moves."""
         cdef Py_ssize_t i
         cdef double best = INFINITY, quotient
-        cdef double* rate = self.rate
+        cdef double* rate = self.rate_pairs
         for i in range(left.shape[0]):
             if active[i]:
-                quotient = left[i] / rate[routes[i]]
+                quotient = left[i] / rate[2 * routes[i]]
                 if quotient < best:
                     best = quotient
         return best
@@ -399,14 +411,14 @@ cdef class LiveRates:
         with no flow moving (``counts[k]`` 0: every flag of theirs 0) - the same quotients, the same minimum."""
         cdef Py_ssize_t i, k, n = left.shape[0], num_ops = starts.shape[0], end
         cdef double best = INFINITY, quotient
-        cdef double* rate = self.rate
+        cdef double* rate = self.rate_pairs
         for k in range(num_ops):
             if not counts[k]:
                 continue
             end = starts[k + 1] if k + 1 < num_ops else n
             for i in range(starts[k], end):
                 if active[i]:
-                    quotient = left[i] / rate[routes[i]]
+                    quotient = left[i] / rate[2 * routes[i]]
                     if quotient < best:
                         best = quotient
         return best
@@ -420,14 +432,62 @@ cdef class LiveRates:
 
     cdef double _earliest_listed(self, const double[::1] left, const int64_t[::1] routes, const int64_t[::1] starts,
                                  const int64_t[::1] counts, const int64_t[::1] listed) noexcept:
-        cdef Py_ssize_t j, k, i, a, num_ops = starts.shape[0]
-        cdef double best = INFINITY, quotient
-        cdef double* rate = self.rate
+        """The least quotient ``left[i] / rate`` over the listed flows, without a division per flow: each flow's
+        ``left[i] * inverse`` (within ~2 u of ``left[i] / rate``, where ``_inverse`` is not NaN) filters the flows
+        whose quotient can be the least - those within a relative ``_NEAR`` of the least product (and every flow
+        whose product is NaN) - and only those are divided, so the minimum is the divided quotients' as before,
+        the same float (see the comment at ``_NEAR``)."""
+        cdef Py_ssize_t j, k, i, a, n = 0, num_ops = starts.shape[0]
+        cdef double near = INFINITY, below = INFINITY, product, best = INFINITY, quotient
+        cdef double* inv = self.rate_pairs + 1  # (the inverses: inv[2 * r])
+        cdef double* rate = self.rate_pairs
+        cdef int64_t* cands = self.cands
         for k in range(num_ops):
             a = starts[k]
             for j in range(a, a + counts[k]):
                 i = listed[j]
-                quotient = left[i] / rate[routes[i]]
+                product = left[i] * inv[2 * routes[i]]
+                if not product > below:  # (NaN too)
+                    if n == self.cands_cap:
+                        if self._more_cands() < 0:
+                            return self._earliest_divided(left, routes, starts, counts, listed)
+                        cands = self.cands
+                    cands[n] = i
+                    n += 1
+                    if product < near:
+                        near = product
+                        below = near + fabs(near) * _NEAR + _NEAR_ABS
+        if not near < _SAFE:  # products near overflow (or none finite): every quotient divided
+            return self._earliest_divided(left, routes, starts, counts, listed)
+        for j in range(n):
+            i = cands[j]
+            if not left[i] * inv[2 * routes[i]] > below:
+                quotient = left[i] / rate[2 * routes[i]]
+                if quotient < best:
+                    best = quotient
+        return best
+
+    cdef int _more_cands(self) noexcept:
+        cdef Py_ssize_t size = max(1024, 2 * self.cands_cap)
+        cdef int64_t* p = <int64_t*>realloc(self.cands, size * sizeof(int64_t))
+        if p == NULL:
+            return -1
+        self.cands, self.cands_cap = p, size
+        return 0
+
+    cdef double _earliest_divided(self, const double[::1] left, const int64_t[::1] routes,
+                                  const int64_t[::1] starts, const int64_t[::1] counts,
+                                  const int64_t[::1] listed) noexcept:
+        """The least quotient by dividing every listed flow's (the sweep as it was; ``_earliest_listed``'s
+        fallback)."""
+        cdef Py_ssize_t j, k, i, a, num_ops = starts.shape[0]
+        cdef double best = INFINITY, quotient
+        cdef double* rate = self.rate_pairs
+        for k in range(num_ops):
+            a = starts[k]
+            for j in range(a, a + counts[k]):
+                i = listed[j]
+                quotient = left[i] / rate[2 * routes[i]]
                 if quotient < best:
                     best = quotient
         return best
@@ -445,7 +505,7 @@ cdef class LiveRates:
                            int64_t[::1] listed, double dt_ns):
         cdef Py_ssize_t j, k, i, a, num_ops = starts.shape[0]
         cdef int64_t c, r
-        cdef double* rate = self.rate
+        cdef double* rate = self.rate_pairs
         cdef double end_t = self.now + dt_ns, slack = 0.0
         cdef bint merge = self.end_precision > 0
         changed = []
@@ -459,11 +519,11 @@ cdef class LiveRates:
             for j in range(a, a + counts[k]):
                 i = listed[j]
                 r = routes[i]
-                left[i] = left[i] - rate[r] * dt_ns
+                left[i] = left[i] - rate[2 * r] * dt_ns
                 if not left[i] > done_below[i]:
                     active[i] = 0
                     self._recount(r, self.count[r] - 1)
-                elif merge and not left[i] > done_below[i] + rate[r] * slack:
+                elif merge and not left[i] > done_below[i] + rate[2 * r] * slack:
                     left[i] = 0.0  # ends with this move, its last bytes dropped (its ranks then free)
                     active[i] = 0
                     self._recount(r, self.count[r] - 1)
@@ -514,7 +574,7 @@ cdef class LiveRates:
         is skipped); the (op index, count) of the ops whose count changed."""
         cdef Py_ssize_t i, k, n = left.shape[0], num_ops = starts.shape[0], end
         cdef int64_t c, r
-        cdef double* rate = self.rate
+        cdef double* rate = self.rate_pairs
         changed = []
         for k in range(num_ops):
             if not counts[k]:
@@ -524,7 +584,7 @@ cdef class LiveRates:
             for i in range(starts[k], end):
                 if active[i]:
                     r = routes[i]
-                    left[i] = left[i] - rate[r] * dt_ns
+                    left[i] = left[i] - rate[2 * r] * dt_ns
                     if not left[i] > done_below[i]:
                         active[i] = 0
                         self._recount(r, self.count[r] - 1)
@@ -534,6 +594,29 @@ cdef class LiveRates:
                 counts[k] = c
                 changed.append((k, c))
         return changed
+
+
+# _earliest_listed's filter. With r = fl(1 / rate) for a rate in [_SAFE_RATE_MIN, _SAFE_RATE_MAX] (normal, finite, and so
+# is r) and left finite, the product p = fl(left * r) is within (1 + u)^2 - 1 < 2.0001 u (u = 2^-53, relative) of
+# left / rate and the quotient q = fl(left / rate) within u of it, so |p - q| <= 3.0002 u |q| where neither
+# underflows (where one does, within 2^-1074 absolute: _NEAR_ABS covers it). Let q* be the least quotient, of flow
+# f, and P the least product. Then P >= q* (1 - 3.0002 u) for q* >= 0 and p_f <= q* (1 + 3.0002 u), so
+# p_f <= P + |P| _NEAR + _NEAR_ABS for any _NEAR >= 7 u: f is among the flows kept and divided, and the minimum of
+# their quotients is q*. (Negative quotients - never, left stays above its done threshold - hold by the same
+# bounds with |q*|.) A NaN product (a rate outside the range, or infinite: r is NaN) is always kept; the least product
+# at or above _SAFE (overflow near) falls back to dividing every flow.
+cdef double _NEAR = 1e-12
+cdef double _NEAR_ABS = 1e-290
+cdef double _SAFE = 1e290
+cdef double _SAFE_RATE_MIN = 1e-280
+cdef double _SAFE_RATE_MAX = 1e280
+
+
+cdef inline double _inverse(double rate) noexcept:
+    """1 / rate where _earliest_listed's bounds hold (see above), else NaN (its flows' quotients always divided)."""
+    if rate >= _SAFE_RATE_MIN and rate <= _SAFE_RATE_MAX:
+        return 1.0 / rate
+    return NAN
 
 
 cdef void* _grown(void* p, Py_ssize_t old, Py_ssize_t size, size_t item) except NULL:
