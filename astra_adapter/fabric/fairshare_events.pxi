@@ -133,7 +133,7 @@ cdef class FlowEvents:
         ends due at ``t``) the player's."""
         cdef LiveRates live = self.live
         cdef double horizon, dt
-        cdef bint op_first, plain, enter
+        cdef bint op_first, plain
         cdef Py_ssize_t k
         cdef int64_t c, n
         cdef list moved
@@ -158,12 +158,9 @@ cdef class FlowEvents:
             if moved:
                 self.rated = False
             plain = t < t_heap  # no compute end due
-            enter = False
             for k, c in moved:
                 if c == 0:
-                    if self.again[k] > 0:
-                        enter = True  # a ring step ended whose next step is the same: entered here (if plain)
-                    else:
+                    if self.again[k] <= 0:  # (else a ring step whose next step is the same: entered below if plain)
                         plain = False  # a step ended
                 elif self.notify[k]:  # on its last step: a member leaves if it has no flow moving now
                     n = self._busy_count(k)

@@ -12,6 +12,7 @@ this process (PR_SET_PDEATHSIG) and ignores Ctrl-C (this process's to handle).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pickle
 import select
@@ -36,7 +37,12 @@ class ForkedCall:
         self._pid: int | None = None
         self._read = -1
         read, write = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except BaseException:  # (no child: the pipe is not kept)
+            os.close(read)
+            os.close(write)
+            raise
         if pid == 0:  # the child: never returns
             _child(fn, arg, read, write)
         os.close(write)
@@ -99,11 +105,10 @@ class ForkedCall:
 
 
 def _readable(fd: int, timeout_s: float) -> bool:
-    while True:
-        try:
-            return bool(select.select([fd], [], [], timeout_s)[0])
-        except InterruptedError:  # pragma: no cover - PEP 475 retries select itself
-            continue
+    """Whether ``fd`` has data or its end (poll: select refuses descriptors at or above FD_SETSIZE, 1024)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(math.ceil(timeout_s * 1000)))  # (PEP 475: retried after a signal)
 
 
 def _child(fn: Callable[[Any], Any], arg: Any, read: int, write: int) -> None:
