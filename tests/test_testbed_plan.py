@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from genie.core.dilation import TimeDilation
 from genie.core.errors import InputError
 from genie.core.testbed import LinkModel, Shaping
 from genie.core.topology import Host, Link, LinkShape, Switch, SwitchKind, Topology
 from genie.testbed.layout import check_testbed_name, netns_name, plan_layout
-from genie.testbed.plan import build_plan, describe_plan, plan_testbed
+from genie.testbed.plan import RTO_MIN_US, build_plan, describe_plan, dilated_rto_min_us, plan_testbed
 from genie.testbed.shaping import htb_class, htb_quantum_bytes
 from genie.testbed.steps import (AddAddress, AddHtb, AddNetem, AddPfifo, AddRoute, CreateNetns, CreateVethPair,
                                  QdiscParent, SetSysctl, Shaper, step_namespaces)
@@ -280,3 +281,24 @@ def test_describe_plan_numbers_steps() -> None:
     assert lines[0] == " 1. netns add genie-one-h0"
     assert lines[-2].endswith("genie-one-s0: link set eth0 up")
     assert lines[-1] == "19. genie-one-h0: sysctl net.ipv4.tcp_slow_start_after_idle=0"
+
+
+@pytest.mark.parametrize(("factor", "rto_min_us"), [(10, 2_000_000), (30, 6_000_000), (2.5, 500_000),
+                                                     (600, 120_000_000), (1000, 120_000_000)])
+def test_dilation_sets_every_hosts_minimum_rto(factor: float, rto_min_us: int) -> None:
+    """Under dilation N the hosts' minimum RTO is the kernel's 200 ms x N, at most the kernel's 120 s ceiling,
+    set only where the kernel has the key; switches get none."""
+    plan = build_plan(star(4), "d", netem_available=True, dilation=TimeDilation(factor, "test"))
+    rto = [s for s in plan.steps if isinstance(s, SetSysctl) and s.key == RTO_MIN_US]
+    assert [(s.netns, s.value) for s in rto] == [(f"genie-d-h{i}", str(rto_min_us)) for i in range(4)]
+    assert all(s.if_present for s in rto)
+    shown = f"genie-d-h0: sysctl net.ipv4.tcp_rto_min_us={rto_min_us} (where the kernel has it)"
+    assert any(line.endswith(shown) for line in describe_plan(plan.steps))  # what --dry-run prints
+    assert dilated_rto_min_us(TimeDilation(factor, "test")) == rto_min_us
+
+
+@pytest.mark.parametrize("factor", [1.0, 0.5])
+def test_no_dilation_keeps_the_kernels_minimum_rto(factor: float) -> None:
+    plan = build_plan(star(4), "d", netem_available=True, dilation=TimeDilation(factor, "test"))
+    assert not [s for s in plan.steps if isinstance(s, SetSysctl) and s.key == RTO_MIN_US]
+    assert dilated_rto_min_us(TimeDilation(factor, "test")) is None

@@ -13,7 +13,7 @@ from genie.core.errors import InputError
 from genie.core.testbed import LinkModel, TestbedInfo
 from genie.core.units import format_rate
 from genie.testbed import service
-from genie.testbed.plan import describe_plan
+from genie.testbed.plan import RTO_MIN_US, describe_plan, rto_min_settable
 from genie.testbed.service import DownReport
 from genie.testbed.steps import ShaperChoice
 
@@ -175,6 +175,9 @@ def _print_up(info: TestbedInfo) -> None:
     if info.dilation.active:
         typer.echo(f"  {info.dilation.describe()}: links shaped at rate/{info.dilation.factor:g}, delay "
                    f"x{info.dilation.factor:g}; runs on it report the topology's own time")
+        if info.dilation.factor > 1 and not rto_min_settable():
+            typer.echo(f"  note: this kernel has no {RTO_MIN_US} (Linux < 6.11): TCP's minimum RTO stays 200 ms "
+                       f"real, {1000 * 0.2 / info.dilation.factor:g} ms of the fabric's time (docs/dilation.md)")
         for limit in info.dilation.limits:
             typer.echo(f"    {limit.name}: {limit.detail}")
     for host in info.hosts:

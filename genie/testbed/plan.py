@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
+from pathlib import Path
 
 import dataclasses
 
@@ -57,6 +58,15 @@ BRIDGE_NETFILTER_OFF = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge
 #: slower than the sweep that calibrates it (measured: the MoE replay's first all-to-all after the DP
 #: all-reduces took 420-650 ms where the sweep's took 261 ms, and the whole iteration 6.2 s against 5.8 s).
 SLOW_START_AFTER_IDLE = "net.ipv4.tcp_slow_start_after_idle"
+#: TCP's minimum retransmission timeout, per namespace since Linux 6.11 (`RTO_MIN_SYSCTL` in steps.py: set only
+#: where the kernel has it). Under time dilation N the links' delays and queues are N x longer in real time, but
+#: the 200 ms floor stays real: at 30x one all-to-all run of 1-4 MiB on star-8 --links wire took a spurious
+#: timeout (undone by its DSACK) that 6 s did not (benchmarks/README.md, "TCP's minimum RTO under time dilation").
+RTO_MIN_US = "net.ipv4.tcp_rto_min_us"
+LINUX_RTO_MIN_US = 200_000  # the kernel's TCP_RTO_MIN, the sysctl's default
+#: The kernel clamps every RTO at tcp_rto_max_ms (TCP_RTO_MAX, 120 s; the sysctl refuses more), so a larger
+#: minimum does nothing: factors above 600 get 120 s.
+LINUX_RTO_MAX_US = 120_000_000
 
 
 @dataclass(frozen=True)
@@ -110,7 +120,7 @@ def build_plan(topology: Topology, name: str, *, netem_available: bool, shaper: 
     for index, link in enumerate(topology.links):
         steps.extend(_link_steps(layout, index, link, shaper, links, fixed_macs=bool(emulation)))
     steps.extend(routing.routes)
-    steps.extend(host_tcp_steps(layout))
+    steps.extend(host_tcp_steps(layout, dilation))
     steps.extend(emulation)
     info = dataclasses.replace(_testbed_info(layout, steps), topology=stated, dilation=dilation, links=links)
     return TestbedPlan(info, tuple(steps))
@@ -185,11 +195,30 @@ def node_shaping_steps(layout: TestbedLayout, node: str, shaper: Shaper,
     return steps
 
 
-def host_tcp_steps(layout: TestbedLayout) -> list[PlanStep]:
-    """The hosts' TCP settings: no slow start after idle (SLOW_START_AFTER_IDLE) in every host, and buffer
-    maxima where a delayed path needs them (`genie.testbed.userspace.tcp_buffer_steps`)."""
-    return ([SetSysctl(layout.netns_of(host.name), SLOW_START_AFTER_IDLE, "0") for host in layout.topology.hosts]
-            + tcp_buffer_steps(layout))
+def host_tcp_steps(layout: TestbedLayout, dilation: TimeDilation = NO_DILATION) -> list[PlanStep]:
+    """The hosts' TCP settings: no slow start after idle (SLOW_START_AFTER_IDLE) in every host, under
+    `dilation` N > 1 the minimum RTO N x the kernel's (`dilated_rto_min_us`), and buffer maxima where a delayed
+    path needs them (`genie.testbed.userspace.tcp_buffer_steps`)."""
+    rto_min_us = dilated_rto_min_us(dilation)
+    steps: list[PlanStep] = []
+    for host in layout.topology.hosts:
+        steps.append(SetSysctl(layout.netns_of(host.name), SLOW_START_AFTER_IDLE, "0"))
+        if rto_min_us is not None:
+            steps.append(SetSysctl(layout.netns_of(host.name), RTO_MIN_US, str(rto_min_us)))
+    return steps + tcp_buffer_steps(layout)
+
+
+def rto_min_settable() -> bool:
+    """Does this kernel have the per-namespace RTO_MIN_US (read in genie's own namespace, changes nothing)?"""
+    return Path("/proc/sys/" + RTO_MIN_US.replace(".", "/")).exists()
+
+
+def dilated_rto_min_us(dilation: TimeDilation) -> int | None:
+    """TCP's minimum RTO under `dilation`: the kernel's 200 ms x N, at most the kernel's RTO ceiling
+    (LINUX_RTO_MAX_US); None without dilation or below 1 (the kernel's own default stays)."""
+    if dilation.factor <= 1:
+        return None
+    return min(round(LINUX_RTO_MIN_US * dilation.factor), LINUX_RTO_MAX_US)
 
 
 def _plan_routes(layout: TestbedLayout) -> _Routing:

@@ -42,6 +42,9 @@ class QdiscParent(Enum):
 #: applied only where the kernel has it. A property of the key, not a field of the step: testbed records stay
 #: readable by genie versions before it.
 MODULE_SYSCTL_PREFIXES = ("net.bridge.",)
+#: Sysctls newer than some kernels genie runs on, applied likewise only where the kernel has them:
+#: ``net.ipv4.tcp_rto_min_us`` (Linux 6.11, `genie.testbed.plan.RTO_MIN_US`).
+OPTIONAL_SYSCTL_KEYS = ("net.ipv4.tcp_rto_min_us",)
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,9 @@ class SetSysctl:
 
     @property
     def if_present(self) -> bool:
-        """Set only where the kernel has the key (`MODULE_SYSCTL_PREFIXES`), else skipped."""
-        return self.key.startswith(MODULE_SYSCTL_PREFIXES)
+        """Set only where the kernel has the key (`MODULE_SYSCTL_PREFIXES`, `OPTIONAL_SYSCTL_KEYS`), else
+        skipped."""
+        return self.key.startswith(MODULE_SYSCTL_PREFIXES) or self.key in OPTIONAL_SYSCTL_KEYS
 
     def describe(self) -> str:
         where = " (where the kernel has it)" if self.if_present else ""
