@@ -29,8 +29,8 @@ from genie.core.topology import Link, Switch, SwitchKind, Topology
 from genie.testbed.layout import (BRIDGE_IFNAME, NETNS_PREFIX, EndLayout, Segment, SegmentKind, TestbedLayout,
                                   check_testbed_name, plan_layout)
 from genie.testbed.shaping import check_delay_emulation, default_link_model, shaper_summary, shaping_steps
-from genie.testbed.steps import (AddAddress, AddBridge, AddRoute, CreateNetns, CreateVethPair, EnslaveLink, NextHop,
-                                 PlanStep, SetLinkUp, SetSysctl, Shaper)
+from genie.testbed.steps import (RTO_MIN_US, AddAddress, AddBridge, AddRoute, CreateNetns, CreateVethPair,
+                                 EnslaveLink, NextHop, PlanStep, SetLinkUp, SetSysctl, Shaper)
 from genie.testbed.userspace import tcp_buffer_steps, userspace_steps, veth_macs
 from genie.topology.routing import shortest_paths_next_hops
 from genie.topology.validation import validate_topology
@@ -58,11 +58,10 @@ BRIDGE_NETFILTER_OFF = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge
 #: slower than the sweep that calibrates it (measured: the MoE replay's first all-to-all after the DP
 #: all-reduces took 420-650 ms where the sweep's took 261 ms, and the whole iteration 6.2 s against 5.8 s).
 SLOW_START_AFTER_IDLE = "net.ipv4.tcp_slow_start_after_idle"
-#: TCP's minimum retransmission timeout, per namespace since Linux 6.11 (`RTO_MIN_SYSCTL` in steps.py: set only
-#: where the kernel has it). Under time dilation N the links' delays and queues are N x longer in real time, but
+#: TCP's minimum retransmission timeout (`genie.testbed.steps.RTO_MIN_US`: set only where the kernel has it).
+#: Under time dilation N the links' delays and queues are N x longer in real time, but
 #: the 200 ms floor stays real: at 30x one all-to-all run of 1-4 MiB on star-8 --links wire took a spurious
 #: timeout (undone by its DSACK) that 6 s did not (benchmarks/README.md, "TCP's minimum RTO under time dilation").
-RTO_MIN_US = "net.ipv4.tcp_rto_min_us"
 LINUX_RTO_MIN_US = 200_000  # the kernel's TCP_RTO_MIN, the sysctl's default
 #: The kernel clamps every RTO at tcp_rto_max_ms (TCP_RTO_MAX, 120 s; the sysctl refuses more), so a larger
 #: minimum does nothing: factors above 600 get 120 s.

@@ -42,9 +42,11 @@ class QdiscParent(Enum):
 #: applied only where the kernel has it. A property of the key, not a field of the step: testbed records stay
 #: readable by genie versions before it.
 MODULE_SYSCTL_PREFIXES = ("net.bridge.",)
-#: Sysctls newer than some kernels genie runs on, applied likewise only where the kernel has them:
-#: ``net.ipv4.tcp_rto_min_us`` (Linux 6.11, `genie.testbed.plan.RTO_MIN_US`).
-OPTIONAL_SYSCTL_KEYS = ("net.ipv4.tcp_rto_min_us",)
+#: TCP's minimum retransmission timeout, per namespace since Linux 6.11 (set under time dilation:
+#: `genie.testbed.plan.dilated_rto_min_us`).
+RTO_MIN_US = "net.ipv4.tcp_rto_min_us"
+#: Sysctls newer than some kernels genie runs on, applied likewise only where the kernel has them.
+OPTIONAL_SYSCTL_KEYS = (RTO_MIN_US,)
 
 
 @dataclass(frozen=True)
