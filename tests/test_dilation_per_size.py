@@ -23,7 +23,7 @@ from genie.testbed.dilation_plan import plan_per_size, single_plan
 from genie.testbed.dilation_rules import HostFigures, choose_dilation
 from genie.testbed.kernel_model import KernelModel, KernelNetlink
 from genie.testbed.plan import build_plan
-from genie.testbed.steps import Shaper
+from genie.testbed.steps import RTO_MIN_US, Shaper
 from genie.linkemu.line import message_wire_bytes
 from genie.topology import load_topology_file, star
 
@@ -135,6 +135,22 @@ def test_redilate_reshapes_every_link_and_back() -> None:
     assert delays == {100.0}
     live.redilate(up)
     assert _egress(kernel) == built
+
+
+def _rto_min_us(kernel: KernelModel, live: LiveTestbed) -> set[str | None]:
+    return {kernel.namespaces[h.netns].sysctls.get(RTO_MIN_US) for h in live.info.hosts if h.netns}
+
+
+def test_redilate_sets_every_hosts_minimum_rto_and_back() -> None:
+    kernel = KernelModel()
+    live = _testbed(kernel, TimeDilation(1000.0, "auto"), KernelNetlink(kernel))
+    assert _rto_min_us(kernel, live) == {"120000000"}  # 200 ms x 1000 is past the kernel's RTO ceiling
+    live.redilate(TimeDilation(100.0, "auto"))
+    assert _rto_min_us(kernel, live) == {"20000000"}
+    live.redilate(TimeDilation(1.0, "auto"))
+    assert _rto_min_us(kernel, live) == {"200000"}  # the kernel's own
+    live.redilate(TimeDilation(1000.0, "auto"))
+    assert _rto_min_us(kernel, live) == {"120000000"}
 
 
 def test_a_failed_reshape_leaves_the_testbed_as_it_was() -> None:

@@ -31,8 +31,9 @@ from genie.core.testbed import LinkEnd, TestbedInfo
 from genie.core.topology import LinkShape
 from genie.faults import bulk
 from genie.faults.model import LinkTarget, PlannedFault
+from genie.testbed.plan import LINUX_RTO_MIN_US, dilated_rto_min_us
 from genie.testbed.shaping import emulator_limit_packets, is_wire, shaping_steps
-from genie.testbed.steps import AddHtb, AddRoute, PlanStep, Shaper, StartEmulator
+from genie.testbed.steps import RTO_MIN_US, AddHtb, AddRoute, PlanStep, Shaper, StartEmulator
 
 CONFIRM_TIMEOUT_S = 5.0
 
@@ -155,13 +156,19 @@ class LiveTestbed:
 
     def redilate(self, dilation: TimeDilation) -> None:
         """Every shaped link end at `dilation` instead (its stated shape kept): rate / N and delay x N of the
-        new N, through the same qdisc and emulator changes as a degrade. Applying the testbed's own dilation
-        again restores it; a failure part-way leaves some ends changed: apply the dilation before again."""
+        new N, through the same qdisc and emulator changes as a degrade, and every host's TCP minimum RTO that of
+        the new N (`genie.testbed.plan.dilated_rto_min_us`, the kernel's 200 ms at N <= 1; skipped where the
+        kernel lacks the key, as `testbed up` skips it). Applying the testbed's own dilation again restores it;
+        a failure part-way leaves some ends changed: apply the dilation before again."""
         was, self.dilation = self.dilation, dilation
         for end in self.info.link_ends:
             if end.netns is not None:
                 self._reshape(end, self._shapes.get((end.node, end.peer), self.configured(end)), was)
         self._push_overrides()
+        rto_min_us = dilated_rto_min_us(dilation) or LINUX_RTO_MIN_US
+        for host in self.info.hosts:
+            if host.netns is not None:
+                self._netlink().write_sysctl(host.netns, RTO_MIN_US, str(rto_min_us), if_present=True)
 
     # ---- LiveNetwork
     def _remember(self, link_index: int, change: str | None) -> None:

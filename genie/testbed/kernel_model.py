@@ -338,6 +338,10 @@ class KernelNetlink:
             raise _error(errno.ENOENT, f"{step.netns}: {step.ifname} has no HTB class")
         interface.htb = step
 
+    def write_sysctl(self, netns: str, key: str, value: str, *, if_present: bool = False) -> None:
+        self._call()  # the model kernel has every key, so `if_present` never skips
+        self.kernel.apply(SetSysctl(netns, key, value))
+
     def replace_egress_qdiscs(self, netns: str, ifname: str, steps: list[PlanStep]) -> None:
         self._call()
         interface = self.kernel.interface(netns, ifname)
