@@ -47,10 +47,6 @@ class EagerSends:
     entering apart"): the spread TP2xDP2 job's all-reduces whose ranks entered 50 ms or more apart left them
     59-78 ms apart (median) on the testbed, 0.1-4.9 ms apart in the model that waited for the last member."""
 
-    # per op's steps (by its first step's id; the entry keeps the steps): its connections under the clear-to-send
-    # size, and a ring of them never started, whose queue reads are a new ring's (None: not ring-like, or none)
-    _eager_rings: dict | None = None
-
     @property
     def reads_eager_sends(self) -> bool:
         return self.queues is not None and self.params.ring_chains
@@ -58,21 +54,14 @@ class EagerSends:
     def eager_waits(self, steps, rank: int) -> np.ndarray | None:
         """Per connection of the ring-like op ``steps`` that ``rank`` sends on eagerly (under the clear-to-send
         size), its chunk 0's wait behind the queues now, as ``rank`` enters the op (nan elsewhere; None: none)."""
-        if not self.reads_eager_sends:
+        if not self.reads_eager_sends or not ring_like(steps):
             return None
-        if self._eager_rings is None:
-            self._eager_rings = {}
         first = steps[0]
-        hit = self._eager_rings.get(id(first))
-        if hit is None or hit[0] is not steps:
-            small = ring_like(steps) and sum(step.bytes for step in steps) < RENDEZVOUS_MIN_BYTES
-            ring = self.ring_op(steps, *self._ring_sides(first)) if np.any(small) else None
-            hit = self._eager_rings[id(first)] = (steps, small, ring)
-        _, small, ring = hit
-        mask = small & (first.src == rank) if ring is not None else None
-        if mask is None or not mask.any():
+        mask = (first.src == rank) & (sum(step.bytes for step in steps) < RENDEZVOUS_MIN_BYTES)
+        if not mask.any():
             return None
-        return np.where(mask, self._start_waits(ring, mask), np.nan)
+        op = self.ring_op(steps, *self._ring_sides(first))
+        return np.where(mask, self._start_waits(op, mask), np.nan)
 
     def _start_waits(self, op, needed: np.ndarray) -> np.ndarray:
         """The chunk waits ``op``'s connections ``needed`` read now (the engine's own read)."""
