@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_adapter.fabric.chains import RingOp, with_eager_waits
+from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.fairshare import MovingRates
 
 try:  # a ring's per-event work compiled, the same floats (built by the install step when it can be)
@@ -151,8 +151,8 @@ class ChainFlowEngine(FlowEngine):
         self._last_moving: tuple[list[FabricOp], list] = ([], [None, None])  # _flow_rates' moving set, memo entry
 
     # ---- ops --------------------------------------------------------------------------------------------
-    def start(self, steps, held: np.ndarray | None = None, eager_waits: np.ndarray | None = None) -> FabricOp:
-        op = super().start(steps, held, eager_waits)
+    def start(self, steps, held: np.ndarray | None = None) -> FabricOp:
+        op = super().start(steps, held)
         self.changed.add(id(op))
         return op
 
@@ -252,13 +252,13 @@ class ChainFlowEngine(FlowEngine):
         return [of.get(id(op)) for op in self.ops]
 
     # ---- standing queues --------------------------------------------------------------------------------
-    def _begin_chunks(self, op: RingOp, eager_waits: np.ndarray | None = None) -> None:
+    def _begin_chunks(self, op: RingOp) -> None:
         if isinstance(op, CompiledRingOp):  # the same masks, compiled
             which, needed, any_which, any_needed = op.starting()
             waits = self._connection_waits(op, needed) if self.queues is not None and any_needed else \
                 np.zeros(len(which))
             if any_which:
-                op.begin(which, with_eager_waits(waits, eager_waits))
+                op.begin(which, waits)
             early, any_early = op.arriving_any()
             if any_early:
                 op.queue_next(early, waits)
@@ -275,13 +275,10 @@ class ChainFlowEngine(FlowEngine):
             if needed.any():
                 waits = self._connection_waits(op, needed)
         if which.any():
-            op.begin(which, with_eager_waits(waits, eager_waits))
+            op.begin(which, waits)
         early = op.arriving()
         if early.any():
             op.queue_next(early, waits)
-
-    def _start_waits(self, op: RingOp, needed: np.ndarray) -> np.ndarray:
-        return self._connection_waits(op, needed)
 
     def _connection_waits(self, op: RingOp, needed: np.ndarray) -> np.ndarray:
         """Per connection of ``op`` (read where ``needed``), its wait behind the queues the other ops' flows

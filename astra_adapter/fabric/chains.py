@@ -34,47 +34,6 @@ from genie.core.tcp_window import RENDEZVOUS_MIN_BYTES, send_buffer_bytes
 SENDER_CEIL = 1.0 + CATCH_UP_FRACTION
 
 
-class EagerSends:
-    """A flow engine's reads for ring-like ops whose ranks enter them at different times (a mix's play, standing
-    queues and ring chains). The player starts an op once its last member has entered it; the replay's ranks do
-    not wait for each other there: a rank writes its first step's sends when it enters the op - below the
-    clear-to-send size at once (:data:`genie.core.tcp_window.RENDEZVOUS_MIN_BYTES` per peer and op, as
-    ``genie.engine.program.clear_to_send``), into the FIFOs on its path. So such a connection's chunk 0 reads
-    the queues when its sender enters the op (:meth:`eager_waits`), and at the op's start waits only what is
-    left of that (:meth:`start`'s ``eager_waits``): a FIFO's chunk leaves it at ``t + queue / rate`` whatever
-    happens after ``t``. Its bytes still move from the op's start, at their share (a 98 KB chunk: a few ms at
-    most where a FIFO passed them already). Measured (benchmarks/README.md, "The 2-rank all-reduce's ranks
-    entering apart"): the spread TP2xDP2 job's all-reduces whose ranks entered 50 ms or more apart left them
-    59-78 ms apart (median) on the testbed, 0.1-4.9 ms apart in the model that waited for the last member."""
-
-    @property
-    def reads_eager_sends(self) -> bool:
-        return self.queues is not None and self.params.ring_chains
-
-    def eager_waits(self, steps, rank: int) -> np.ndarray | None:
-        """Per connection of the ring-like op ``steps`` that ``rank`` sends on eagerly (under the clear-to-send
-        size), its chunk 0's wait behind the queues now, as ``rank`` enters the op (nan elsewhere; None: none)."""
-        if not self.reads_eager_sends or not ring_like(steps):
-            return None
-        first = steps[0]
-        mask = (first.src == rank) & (sum(step.bytes for step in steps) < RENDEZVOUS_MIN_BYTES)
-        if not mask.any():
-            return None
-        op = self.ring_op(steps, *self._ring_sides(first))
-        return np.where(mask, self._start_waits(op, mask), np.nan)
-
-    def _start_waits(self, op, needed: np.ndarray) -> np.ndarray:
-        """The chunk waits ``op``'s connections ``needed`` read now (the engine's own read)."""
-        queued = self._queued(op)
-        return self._chunk_waits(op, queued) if queued is not None else np.zeros(len(needed))
-
-
-def with_eager_waits(waits: np.ndarray, eager_waits: np.ndarray | None) -> np.ndarray:
-    """``waits``, where a chunk was sent eagerly before its op started (``eager_waits`` not nan) what is left of
-    the wait it read then."""
-    return waits if eager_waits is None else np.where(np.isnan(eager_waits), waits, eager_waits)
-
-
 def ring_sides(network, capacity: np.ndarray, step, refill: bool, wire_per_payload: float
                ) -> tuple[np.ndarray, np.ndarray | None]:
     """Per connection of a ring-like op's ``step`` on ``network`` (resource ``capacity`` in bytes/ns): what its

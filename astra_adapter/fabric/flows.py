@@ -27,7 +27,7 @@ from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
 from genie.collectives.sends import SendStep, step_sends
 
-from astra_adapter.fabric.chains import EagerSends, PairStarts, RingOp, ring_like, ring_sides
+from astra_adapter.fabric.chains import PairStarts, RingOp, ring_like, ring_sides
 from astra_adapter.fabric.coflow import RingModel, coflow_steps
 from astra_adapter.fabric.credit import LinkCredit, link_load
 from astra_adapter.fabric.fairshare import max_min_rates
@@ -155,7 +155,7 @@ class StepSends:
         return hit
 
 
-class FlowEngine(PairStarts, EagerSends):
+class FlowEngine(PairStarts):
     """Running ops on one fabric: ``horizon_ns`` (time to the next change at the current rates), ``advance``."""
 
     # the ids of the ops whose busy ranks may have changed since the player last asked (None: any op's; an
@@ -224,11 +224,10 @@ class FlowEngine(PairStarts, EagerSends):
             out.append(step)
         return tuple(out)
 
-    def start(self, steps: tuple[StepFlows, ...], held: np.ndarray | None = None,
-              eager_waits: np.ndarray | None = None) -> FabricOp:
-        if self.params.ring_chains and ring_like(steps):  # (held, eager_waits: chains.PairStarts, EagerSends)
-            ring = self._new_ring(steps, held)
-            self._begin_chunks(ring, eager_waits)
+    def start(self, steps: tuple[StepFlows, ...], held: np.ndarray | None = None) -> FabricOp:
+        if self.params.ring_chains and ring_like(steps):  # (held: connections held at chunk 0, chains.PairStarts)
+            ring = self._new_ring(steps, held)  # (chains.PairStarts)
+            self._begin_chunks(ring)
             self.ops.append(ring)
             return ring  # type: ignore[return-value]  # what the engine reads of an op (chains.RingOp)
         op = FabricOp(steps)
@@ -246,7 +245,7 @@ class FlowEngine(PairStarts, EagerSends):
                                                             WIRE_BYTES_PER_PAYLOAD_BYTE))
         return hit[1]
 
-    def _begin_chunks(self, op: RingOp, eager_waits: np.ndarray | None = None) -> None:
+    def _begin_chunks(self, op: RingOp) -> None:
         """The connections of a ring-like op whose senders have their chunk's data start it; with standing
         queues each chunk waits behind the queues on its own path from when its data came in (only its downstream
         ranks wait for it; a chunk whose data came in while the connection was still on its previous one joined
@@ -257,7 +256,7 @@ class FlowEngine(PairStarts, EagerSends):
         if queued is not None:
             waits = self._chunk_waits(op, queued)
         if which.any():
-            op.begin(which, with_eager_waits(waits, eager_waits))
+            op.begin(which, waits)
         early = op.arriving()
         if early.any():
             if self.queues is not None and queued is None:

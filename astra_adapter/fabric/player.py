@@ -2,9 +2,7 @@
 compute lane, collectives one at a time per process-group channel, messages per peer lane, overlap), with every
 communication op timed by the flow engine instead of a fixed duration (pure). An op's flows start once its last
 member has entered it, except a big ring's under ring chains: its connections start pair by pair, each when its
-sender and its receiver have entered (:class:`astra_adapter.fabric.chains.PairStarts`), and the first chunks a
-member sends eagerly on entering a small ring-like op before the others (:class:`astra_adapter.fabric.chains.
-EagerSends`: they read the queues then)."""
+sender and its receiver have entered (:class:`astra_adapter.fabric.chains.PairStarts`)."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeli
 
 
 class _FlowOp(_Op):
-    __slots__ = ("comm", "flow", "channel", "gone", "flow_order", "pairs", "held", "early", "eager")
+    __slots__ = ("comm", "flow", "channel", "gone", "flow_order", "pairs", "held", "early")
 
     def __init__(self, members: tuple[int, ...], sides: tuple | None, comm: CommOp) -> None:
         super().__init__(members, sides, float("inf"))
@@ -35,9 +33,6 @@ class _FlowOp(_Op):
         self.pairs: tuple | bool | None = None
         self.held: np.ndarray | None = None
         self.early = False
-        # per connection, when the chunk 0 its sender wrote on entering the op eagerly leaves the queues (nan: none;
-        # chains.EagerSends), then at the op's start what is left of its wait; None: no member wrote early
-        self.eager = None
 
 
 def _flow_order(op: _FlowOp) -> int:
@@ -55,7 +50,6 @@ class FabricPlayer(_Player):
         super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
         self.reads_member_starts = engine.params.ring_chains  # a big ring's pairs start on their own (_member_started)
         self._entered: list[_FlowOp] = []  # running ops with held connections a member entered since the last horizon
-        self._eager_reads = getattr(engine, "reads_eager_sends", False)  # (ring chains and queues: reads)
         channels, p2p = trace.channels()
         for key, op in self.op_index.items():  # ("coll", group, k) or ("p2p", src, dst, k): the replay's channel
             op.channel = channels.get(key[1]) if key[0] == "coll" else p2p  # type: ignore[attr-defined]
@@ -73,8 +67,6 @@ class FabricPlayer(_Player):
             pairs = op.pairs = len(op.members) > 2 and op.comm.collective is not Collective.SEND_RECV and \
                 self.engine.pair_starts(self.engine.plan(op.comm, op.members, op.channel)) or False
         if pairs is False:
-            if self._eager_reads:
-                self._eager_started(op, rank, t)
             return len(op.started) == len(op.members)
         if op.early:
             if op.flow is not None:
@@ -93,20 +85,6 @@ class FabricPlayer(_Player):
         started = list(op.started)
         return np.isin(src, started) & np.isin(dst, started)
 
-    def _eager_started(self, op: _Op, rank: int, t: float) -> None:
-        """A member entering an op before its last one writes its sends below the clear-to-send size into the
-        queues now (:class:`astra_adapter.fabric.chains.EagerSends`): they wait from now; at the last member's
-        entry (the op's start) the rest of each such wait."""
-        assert isinstance(op, _FlowOp)
-        if len(op.started) == len(op.members):
-            if op.eager is not None:
-                op.eager = np.maximum(op.eager - t, 0.0)  # (nan stays nan)
-            return
-        waits = self.engine.eager_waits(self.engine.plan(op.comm, op.members, op.channel), rank)
-        if waits is not None:
-            leave = waits + t
-            op.eager = leave if op.eager is None else np.where(np.isnan(leave), op.eager, leave)
-
     def horizon_ns(self) -> float:
         self._start_flows()
         return self.engine.horizon_ns()
@@ -123,12 +101,11 @@ class FabricPlayer(_Player):
         if self._with_flow < len(running):  # ops joined ``running`` (at its end) since: their flows start
             for op in running[self._with_flow:]:
                 plan = self.engine.plan(op.comm, op.members, op.channel)  # type: ignore[attr-defined]
-                eager = op.eager  # type: ignore[attr-defined]
                 if op.early:  # type: ignore[attr-defined]
                     op.held = ~self._ready(op)  # type: ignore[arg-type,attr-defined]
                     op.flow = self.engine.start(plan, op.held)  # type: ignore[attr-defined]
                 else:
-                    op.flow = self.engine.start(plan) if eager is None else self.engine.start(plan, None, eager)
+                    op.flow = self.engine.start(plan)  # type: ignore[attr-defined]
                 op.flow_order = self._flows_started  # type: ignore[attr-defined]
                 self._flows_started += 1
                 self._of_flow[id(op.flow)] = op  # type: ignore[arg-type,attr-defined]
