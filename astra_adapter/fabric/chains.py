@@ -119,7 +119,7 @@ class PairStarts:
                 hit = self._fifos[id(first)] = (first, fifo_sharing(self.network, capacity, first,  # type: ignore
                                                                      inject), windows)
             if hit[1] is not None:
-                ring.fifo, ring.fits = hit[1], ring.sizes <= hit[2]
+                ring.fifo, ring.fits, ring.windows = hit[1], ring.sizes <= hit[2], hit[2]
         return ring
 
 
@@ -163,7 +163,7 @@ class RingOp:
     __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "chunk", "wait", "ready",
                  "next_ready", "next_wait", "pred", "sizes", "before", "latencies", "count", "send_buffer", "_index",
                  "_remaining", "_done", "_busy_key", "_busy", "inject", "fill", "fill_start", "held", "holding",
-                 "fifo", "fits")
+                 "fifo", "fits", "windows", "queued_seq", "next_seq", "_seq")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None,
                  inject: np.ndarray | None = None) -> None:
@@ -212,42 +212,66 @@ class RingOp:
         # and per chunk and connection whether the chunk fits its window (all of it in the queue at once)
         self.fifo: tuple | None = None
         self.fits: np.ndarray | None = None
+        self.windows: np.ndarray | None = None  # per connection, its window (bytes)
+        # with a FIFO order: per connection, when its chunk joined the queues (an order number: a chunk fed early
+        # at its feed, :meth:`queue_next`, another at its start), and when its next chunk did (fed early)
+        self._seq = 0
+        self.queued_seq = np.zeros(n, dtype=np.int64)
+        self.next_seq = np.zeros(n, dtype=np.int64)
 
     def fifo_waits(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> np.ndarray:
         """``extra_wait_ns`` of connections ``which`` starting their chunk now, with the FIFO order of chunks
-        that fit their window (:attr:`fifo`): such a chunk of a connection not fed early (``next_ready``) waits,
-        on each link it shares with other connections of the op where its bytes queue, the bytes of theirs
-        queued ahead of it at the link's rate - a chunk fitting its window begun before (its bytes left) and one
-        starting now before it (fed early, or a lower connection index: a tie at one instant is the model's,
-        the replay's arrivals are never equal); the longest of its links. Max-min shares would end them
-        together; a FIFO serves them in turn (measured: DDP's bucket0, benchmarks/README.md "The DDP ring's
-        step-boundary drains")."""
-        fifo, fits = self.fifo, self.fits
-        if fifo is None or fits is None:
+        that fit their window (:attr:`fifo`): such a chunk waits, on each link it shares with other connections of
+        the op where its bytes queue, the bytes of theirs queued ahead of it at the link's rate (the longest of its
+        links). A chunk not fed early joins the queue now, behind the rest of their chunks under way and of the
+        ones starting now fed early or with a lower connection index (a tie at one instant is the model's, the
+        replay's arrivals are never equal). A chunk fed early (``next_ready``: its data came in while its
+        connection was still on its previous chunk) joined at its feed (:meth:`queue_next`): it waits the rest of
+        their chunks queued before that and their next chunks fed before it (up to their windows), added to what
+        is left of its wait behind the other ops' queues (``next_wait``). Max-min shares would end them together;
+        a FIFO serves them in turn (measured: DDP's bucket0, benchmarks/README.md "The DDP ring's step-boundary
+        drains"; the way back's two connections, both fed early every step, "The DDP ring's bucket1 gap")."""
+        fifo, fits, windows = self.fifo, self.fits, self.windows
+        if fifo is None or fits is None or windows is None:
             return extra_wait_ns
         chunk, ready, left, sizes, fed, count = self.chunk, self.ready, self.left, self.sizes, self.next_ready, \
             self.count
+        queued, nxt = self.queued_seq, self.next_seq
+        self._seq += 1
+        now = self._seq
         out = None
-        for c in np.flatnonzero(which & ~fed).tolist():
+        for c in np.flatnonzero(which).tolist():
             if not fits[chunk[c], c]:
                 continue
+            key = nxt[c] if fed[c] else now
             longest = 0.0
             for rate, others in fifo[c]:
                 ahead = 0.0
                 for p in others:
                     k = chunk[p]
-                    if k >= count or not fits[k, p]:
+                    if k >= count:
                         continue
-                    if ready[p]:
-                        ahead += left[p]
-                    elif which[p] and (fed[p] or p < c):
-                        ahead += sizes[k, p]
+                    mine = 0.0
+                    if which[p]:  # starting now too: its chunk joined at its feed, or now
+                        at = nxt[p] if fed[p] else now
+                        if fits[k, p] and (at < key or (at == key and p < c)):
+                            mine = sizes[k, p]
+                    else:
+                        if ready[p] and fits[k, p] and queued[p] < key:
+                            mine = left[p]
+                        if fed[c] and fed[p] and k + 1 < count and fits[k + 1, p] and nxt[p] < key:
+                            mine += sizes[k + 1, p]
+                    ahead += min(mine, windows[p])
                 if ahead / rate > longest:
                     longest = ahead / rate
             if longest > 0.0:
-                if out is None:
-                    out = np.array(extra_wait_ns, dtype=float)
-                out[c] += longest
+                if fed[c]:  # begin reads what is left of its wait behind the other ops' queues
+                    self.next_wait[c] += longest
+                else:
+                    if out is None:
+                        out = np.array(extra_wait_ns, dtype=float)
+                    out[c] += longest
+        queued[which] = np.where(fed[which], nxt[which], now)
         return extra_wait_ns if out is None else out
 
     def hold(self, which: np.ndarray | None) -> "RingOp":
@@ -281,6 +305,9 @@ class RingOp:
         """The next chunk of connections ``which`` joined the queues now: ``wait_ns`` behind them from now."""
         self.next_ready[which] = True
         self.next_wait[which] = wait_ns[which]
+        if self.fifo is not None:
+            self._seq += 1
+            self.next_seq[which] = self._seq
 
     def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
         """Connections ``which`` (mask) start their chunk: its latency plus its wait behind the standing
