@@ -12,7 +12,9 @@ remains to decide is *when* it runs, and that follows ``genie replay`` (``genie.
 
 A collective starts on a rank when it heads its channel and its dependencies are done, and runs once every
 member has started it (the replay's ranks wait for each other inside the op); all members finish together
-``duration`` later. The k-th send from a to b pairs with the k-th receive at b from a.
+``duration`` later. (A subclass may run an op earlier, :meth:`_Player._member_started`: the fabric player runs
+a big ring's connections pair by pair, :class:`astra_adapter.fabric.chains.PairStarts`.) The k-th send from a to
+b pairs with the k-th receive at b from a.
 
 With ``share_nic`` (the default), ops in flight at the same time share each rank's link, as they do on the
 testbed: every op loads its ranks' transmit and receive sides (a collective all of its members' both sides, a
@@ -198,6 +200,13 @@ class _Player:
     def _new_op(self, members: tuple[int, ...], sides: tuple | None, op: CommOp, duration_ns) -> _Op:
         return _Op(members, sides, float(duration_ns(op)))
 
+    reads_member_starts = False  # a subclass that decides when an op runs (:meth:`_member_started`)
+
+    def _member_started(self, op: _Op, rank: int, t: float) -> bool:
+        """``rank`` has started ``op`` at ``t``: whether the op runs from now (called where
+        :attr:`reads_member_starts`; here, and by default, once every member has started it)."""
+        return len(op.started) == len(op.members)
+
     # ---- events ---------------------------------------------------------------------------------------
     def finish(self, rank: int, i: int, start: float, end: float) -> None:
         work = [(i, start, end)]
@@ -239,7 +248,10 @@ class _Player:
                 self.busy[rank].add(lane)
                 op.started[rank] = t
                 op.nodes[rank] = i
-                if len(op.started) == len(op.members):
+                if self.reads_member_starts:
+                    if self._member_started(op, rank, t):
+                        self.running.append(op)
+                elif len(op.started) == len(op.members):
                     self.running.append(op)
 
     def settle(self, t: float) -> None:

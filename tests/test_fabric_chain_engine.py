@@ -45,7 +45,7 @@ def test_random_job_mixes_with_chains_and_queues_play_as_the_reference(engine, s
     # 2-4 jobs at random host slots and start offsets, each repeated twice: rings whose connections run at
     # unequal rates beside other jobs' elephants, chunks starting mid-advance in every order of the engine's ops
     rng = np.random.default_rng(seed)
-    chained = skipped = 0
+    chained = skipped = paired = 0
     for merged, contention, overhead_ns, network in random_mixes(rng):
         params = replace(CHAINS, flow_contention=contention, message_overhead_ns=overhead_ns)
         want = play_on_fabric(merged, FlowEngine(network, params))
@@ -56,8 +56,10 @@ def test_random_job_mixes_with_chains_and_queues_play_as_the_reference(engine, s
         chained += want.spans != play_on_fabric(merged, FlowEngine(network, replace(params,
                                                                                    ring_chains=False))).spans
         skipped += fast.queue_reads < fast.queue_asks
+        paired += fast.releases
     assert chained  # the chains changed the play: they were exercised
     assert skipped  # some reads were known to be 0.0 and skipped: the short cut was exercised
+    assert paired  # some big rings started pair by pair (chains.PairStarts): their releases were exercised
 
 
 @pytest.mark.parametrize("engine", [ChainFlowEngine, _Numpy])

@@ -73,6 +73,7 @@ class CompiledRingOp(RingOp):
         self._had = np.empty(len(self.chunk))  # ring_move's scratch: what each connection had (RingOp._had_bytes)
 
     def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
+        extra_wait_ns = self.fifo_waits(which, extra_wait_ns)
         self._remaining = None
         self.active_count = ring_begin(which.view(np.uint8), self.chunk, self._next_ready8, self.next_wait,
                                        extra_wait_ns, self._ready8, self.left, self.wait, self.sizes, self.latencies,
@@ -86,6 +87,10 @@ class CompiledRingOp(RingOp):
         needed = np.empty(len(self.chunk), dtype=bool)
         any_which, any_needed = ring_starting(self.chunk, self.pred, self._ready8, self._next_ready8, self.count,
                                               which.view(np.uint8), needed.view(np.uint8))
+        if self.holding:  # a held connection (chunk 0, not ready) starts nothing and takes no wait
+            which &= ~self.held
+            needed &= ~self.held
+            any_which, any_needed = bool(which.any()), bool(needed.any())
         return which, needed, any_which, any_needed
 
     def arriving_any(self) -> tuple[np.ndarray, bool]:
@@ -146,10 +151,14 @@ class ChainFlowEngine(FlowEngine):
         self._last_moving: tuple[list[FabricOp], list] = ([], [None, None])  # _flow_rates' moving set, memo entry
 
     # ---- ops --------------------------------------------------------------------------------------------
-    def start(self, steps) -> FabricOp:
-        op = super().start(steps)
+    def start(self, steps, held: np.ndarray | None = None) -> FabricOp:
+        op = super().start(steps, held)
         self.changed.add(id(op))
         return op
+
+    def release(self, op: RingOp, which: np.ndarray) -> None:
+        super().release(op, which)
+        self.changed.add(id(op))
 
     def advance(self, dt_ns: float) -> None:
         """:meth:`FlowEngine.advance`, noting the ops whose busy ranks may have changed (:attr:`changed`: the

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from genie.core.htb import CATCH_UP_FRACTION
-from genie.core.tcp_window import send_buffer_bytes
+from genie.core.tcp_window import RENDEZVOUS_MIN_BYTES, send_buffer_bytes
 
 # a connection moving faster than its sender's link's ceil (HTB's rate x 1.02) does so only in an after-idle burst
 # of every link on its path (astra_adapter.fabric.credit): nothing queues then (RingOp.move)
@@ -52,6 +52,95 @@ def ring_sides(network, capacity: np.ndarray, step, refill: bool, wire_per_paylo
     return np.array(buffers), np.array(inject) if refill else None
 
 
+def pair_start_connections(steps: tuple) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, int]]] | None:
+    """A ring-like op (:func:`ring_like`) whose every connection moves at least the clear-to-send size over the
+    op (:data:`genie.core.tcp_window.RENDEZVOUS_MIN_BYTES`, payload) and whose every rank both sends and receives
+    in it: its connections' senders and receivers, and per rank the peer it sends to and the one it receives
+    from. Such a connection starts when its own pair is in - its sender has entered the op and holds its
+    receiver's clear-to-send token, sent when the receiver entered (``genie.engine.program.clear_to_send``) -
+    not when the op's last member enters (:attr:`RingOp.held`). None for any other op (it starts at its last
+    member's entry)."""
+    if not ring_like(steps):
+        return None
+    first = steps[0]
+    src, dst = first.src.tolist(), first.dst.tolist()
+    if set(src) != set(dst) or not np.all(sum(step.bytes for step in steps) >= RENDEZVOUS_MIN_BYTES):
+        return None
+    into = dict(zip(dst, src))
+    return first.src, first.dst, {s: (d, into[s]) for s, d in zip(src, dst)}
+
+
+class PairStarts:
+    """A flow engine's ring-like ops that start pair by pair (with ring chains): the replay's sender of at least
+    the clear-to-send size per peer and op waits for its receiver's token, sent when the receiver enters the op
+    (``genie.engine.program.clear_to_send``), not for the op's last member. Measured (benchmarks/README.md, "The
+    DDP ring's step-boundary drains"): the two DDP ranks fed over one uplink left each all-reduce 8-31 ms apart on
+    the testbed, together (0.0 ms) in a model that started the whole ring at its last member's entry."""
+
+    _pairs: dict | None = None  # per plan (by id): it, and its pair-start connections (pair_starts)
+    releases = 0  # held connections released (a counter for the tests and benchmarks)
+
+    def pair_starts(self, steps: tuple) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, int]]] | None:
+        """With ring chains, :func:`pair_start_connections` of the plan ``steps`` (kept per plan): the player starts
+        such an op at its first pair in, ``held`` the others (``start``), and releases each as its pair comes in."""
+        if not self.params.ring_chains:  # type: ignore[attr-defined]
+            return None
+        if self._pairs is None:
+            self._pairs = {}
+        hit = self._pairs.get(id(steps))
+        if hit is None or hit[0] is not steps:  # (the entry keeps its steps: their id names no other while here)
+            hit = self._pairs[id(steps)] = (steps, pair_start_connections(steps))
+        return hit[1]
+
+    def release(self, op: RingOp, which: np.ndarray) -> None:
+        """Held connections ``which`` (mask) of the ring ``op`` may start: their pairs are in (now)."""
+        op.release(which)
+        self.releases += int(np.count_nonzero(which))
+        self._begin_chunks(op)  # type: ignore[attr-defined]
+
+    _fifos: dict | None = None  # per plan (by its first step's id): it, and its FIFO table (RingOp.fifo)
+
+    def _new_ring(self, steps: tuple, held: np.ndarray | None) -> "RingOp":
+        """A ring-like op's state (the engine's ``ring_op``), ``held`` its connections held at chunk 0 and, with
+        standing queues, its connections' shared links for the FIFO order of their chunks
+        (:meth:`RingOp.fifo_waits`)."""
+        first = steps[0]
+        buffers, inject = self._ring_sides(first)  # type: ignore[attr-defined]
+        ring = self.ring_op(steps, buffers, inject).hold(held)  # type: ignore[attr-defined]
+        if self.queues is not None and inject is not None:  # type: ignore[attr-defined]
+            if self._fifos is None:
+                self._fifos = {}
+            hit = self._fifos.get(id(first))
+            if hit is None or hit[0] is not first:
+                capacity = self.capacity if self.credit is None else \
+                    self.credit.sustained(self.capacity)  # type: ignore[attr-defined]
+                windows = np.array([self.queues.window_bytes(rid)  # type: ignore[attr-defined]
+                                    for rid in first.routes.tolist()])
+                hit = self._fifos[id(first)] = (first, fifo_sharing(self.network, capacity, first,  # type: ignore
+                                                                     inject), windows)
+            if hit[1] is not None:
+                ring.fifo, ring.fits, ring.windows = hit[1], ring.sizes <= hit[2], hit[2]
+        return ring
+
+
+def fifo_sharing(network, capacity: np.ndarray, step, inject: np.ndarray) -> tuple | None:
+    """Per connection of a ring-like op's ``step`` on ``network``: the links of its path it shares with other
+    connections of the op and where its bytes queue (the link's ``capacity`` below its sender's own rate,
+    ``inject``), as (rate in bytes/ns, the other connections) - :meth:`RingOp.fifo_waits`; None where none shares
+    one. Only whole-path links count (an ECMP route's expected shares do not)."""
+    full = [{r for r, w in network.routes[rid].loads if w == 1.0} for rid in step.routes.tolist()]
+    out, shared = [], False
+    for c, mine in enumerate(full):
+        rows = []
+        for r in sorted(mine):
+            others = tuple(p for p in range(len(full)) if p != c and r in full[p])
+            if others and capacity[r] < inject[c]:
+                rows.append((float(capacity[r]), others))
+        out.append(tuple(rows))
+        shared = shared or bool(rows)
+    return tuple(out) if shared else None
+
+
 def ring_like(steps: tuple) -> bool:
     """True for a multi-step op whose every step runs the same connections (same sender -> receiver, same
     routes), each rank sending at most one flow and receiving at most one per step: a ring's shape."""
@@ -73,7 +162,8 @@ class RingOp:
 
     __slots__ = ("steps", "step", "latency_ns", "left", "active", "active_count", "done", "chunk", "wait", "ready",
                  "next_ready", "next_wait", "pred", "sizes", "before", "latencies", "count", "send_buffer", "_index",
-                 "_remaining", "_done", "_busy_key", "_busy", "inject", "fill", "fill_start")
+                 "_remaining", "_done", "_busy_key", "_busy", "inject", "fill", "fill_start", "held", "holding",
+                 "fifo", "fits", "windows", "queued_seq", "next_seq", "_seq")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None,
                  inject: np.ndarray | None = None) -> None:
@@ -114,12 +204,95 @@ class RingOp:
         self._remaining: np.ndarray | None = None  # remaining_bytes until the state next changes
         self._busy_key = b""  # busy_ranks: the masks it was last computed from, and its answer
         self._busy: set[int] = set()
+        # per connection, held at its chunk 0 until its pair is in (:func:`pair_start_connections`; the player
+        # releases it, :meth:`release`); ``holding``: any held
+        self.held = np.zeros(n, dtype=bool)
+        self.holding = False
+        # per connection, its shared links where chunks queue in arrival order (fifo_sharing; None: no FIFO order),
+        # and per chunk and connection whether the chunk fits its window (all of it in the queue at once)
+        self.fifo: tuple | None = None
+        self.fits: np.ndarray | None = None
+        self.windows: np.ndarray | None = None  # per connection, its window (bytes)
+        # with a FIFO order: per connection, when its chunk joined the queues (an order number: a chunk fed early
+        # at its feed, :meth:`queue_next`, another at its start), and when its next chunk did (fed early)
+        self._seq = 0
+        self.queued_seq = np.zeros(n, dtype=np.int64)
+        self.next_seq = np.zeros(n, dtype=np.int64)
+
+    def fifo_waits(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> np.ndarray:
+        """``extra_wait_ns`` of connections ``which`` starting their chunk now, with the FIFO order of chunks
+        that fit their window (:attr:`fifo`): such a chunk waits, on each link it shares with other connections of
+        the op where its bytes queue, the bytes of theirs queued ahead of it at the link's rate (the longest of its
+        links). A chunk not fed early joins the queue now, behind the rest of their chunks under way and of the
+        ones starting now fed early or with a lower connection index (a tie at one instant is the model's, the
+        replay's arrivals are never equal). A chunk fed early (``next_ready``: its data came in while its
+        connection was still on its previous chunk) joined at its feed (:meth:`queue_next`): it waits the rest of
+        their chunks queued before that and their next chunks fed before it (up to their windows), added to what
+        is left of its wait behind the other ops' queues (``next_wait``). Max-min shares would end them together;
+        a FIFO serves them in turn (measured: DDP's bucket0, benchmarks/README.md "The DDP ring's step-boundary
+        drains"; the way back's two connections, both fed early every step, "The DDP ring's bucket1 gap")."""
+        fifo, fits, windows = self.fifo, self.fits, self.windows
+        if fifo is None or fits is None or windows is None:
+            return extra_wait_ns
+        chunk, ready, left, sizes, fed, count = self.chunk, self.ready, self.left, self.sizes, self.next_ready, \
+            self.count
+        queued, nxt = self.queued_seq, self.next_seq
+        self._seq += 1
+        now = self._seq
+        out = None
+        for c in np.flatnonzero(which).tolist():
+            if not fits[chunk[c], c]:
+                continue
+            key = nxt[c] if fed[c] else now
+            longest = 0.0
+            for rate, others in fifo[c]:
+                ahead = 0.0
+                for p in others:
+                    k = chunk[p]
+                    if k >= count:
+                        continue
+                    mine = 0.0
+                    if which[p]:  # starting now too: its chunk joined at its feed, or now
+                        at = nxt[p] if fed[p] else now
+                        if fits[k, p] and (at < key or (at == key and p < c)):
+                            mine = sizes[k, p]
+                    else:
+                        if ready[p] and fits[k, p] and queued[p] < key:
+                            mine = left[p]
+                        if fed[c] and fed[p] and k + 1 < count and fits[k + 1, p] and nxt[p] < key:
+                            mine += sizes[k + 1, p]
+                    ahead += min(mine, windows[p])
+                if ahead / rate > longest:
+                    longest = ahead / rate
+            if longest > 0.0:
+                if fed[c]:  # begin reads what is left of its wait behind the other ops' queues
+                    self.next_wait[c] += longest
+                else:
+                    if out is None:
+                        out = np.array(extra_wait_ns, dtype=float)
+                    out[c] += longest
+        queued[which] = np.where(fed[which], nxt[which], now)
+        return extra_wait_ns if out is None else out
+
+    def hold(self, which: np.ndarray | None) -> "RingOp":
+        """Connections ``which`` (mask; None: none) wait at their chunk 0 until released (set before the op's first
+        chunks start); the op."""
+        if which is not None:
+            self.held = np.array(which, dtype=bool)
+            self.holding = bool(self.held.any())
+        return self
+
+    def release(self, which: np.ndarray) -> None:
+        """Connections ``which`` (mask) are no longer held: their chunk 0 starts at the engine's next chunk starts."""
+        self.held &= ~which
+        self.holding = bool(self.held.any())
 
     def startable(self) -> np.ndarray:
-        """Connections not yet on their way whose sender has the data for their chunk: the connection into the
-        sender has delivered the chunk before (or there is none, or it is the first chunk)."""
+        """Connections not yet on their way (nor held) whose sender has the data for their chunk: the connection
+        into the sender has delivered the chunk before (or there is none, or it is the first chunk)."""
         pred_chunk = np.where(self.pred >= 0, self.chunk[np.maximum(self.pred, 0)], self.count)
-        return ~self.ready & (self.chunk < self.count) & ((self.chunk == 0) | (pred_chunk >= self.chunk))
+        which = ~self.ready & (self.chunk < self.count) & ((self.chunk == 0) | (pred_chunk >= self.chunk))
+        return which & ~self.held if self.holding else which
 
     def arriving(self) -> np.ndarray:
         """Connections on a chunk whose next chunk's data has come in since (not yet counted): it joins the
@@ -132,11 +305,15 @@ class RingOp:
         """The next chunk of connections ``which`` joined the queues now: ``wait_ns`` behind them from now."""
         self.next_ready[which] = True
         self.next_wait[which] = wait_ns[which]
+        if self.fifo is not None:
+            self._seq += 1
+            self.next_seq[which] = self._seq
 
     def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
         """Connections ``which`` (mask) start their chunk: its latency plus its wait behind the standing
         queues - ``extra_wait_ns`` (from now), or what is left of the wait it began when its data came in while
-        the connection was still on its previous chunk - then its bytes."""
+        the connection was still on its previous chunk - then its bytes (and the FIFO order, :meth:`fifo_waits`)."""
+        extra_wait_ns = self.fifo_waits(which, extra_wait_ns)
         self._remaining = None
         k = self.chunk[which]
         extra_wait_ns = np.where(self.next_ready, self.next_wait, extra_wait_ns)

@@ -27,7 +27,7 @@ from genie.core.schedule import CollectiveOp
 from genie.core.sizes import dtype_bytes_for
 from genie.collectives.sends import SendStep, step_sends
 
-from astra_adapter.fabric.chains import RingOp, ring_like, ring_sides
+from astra_adapter.fabric.chains import PairStarts, RingOp, ring_like, ring_sides
 from astra_adapter.fabric.coflow import RingModel, coflow_steps
 from astra_adapter.fabric.credit import LinkCredit, link_load
 from astra_adapter.fabric.fairshare import max_min_rates
@@ -155,7 +155,7 @@ class StepSends:
         return hit
 
 
-class FlowEngine:
+class FlowEngine(PairStarts):
     """Running ops on one fabric: ``horizon_ns`` (time to the next change at the current rates), ``advance``."""
 
     # the ids of the ops whose busy ranks may have changed since the player last asked (None: any op's; an
@@ -224,9 +224,9 @@ class FlowEngine:
             out.append(step)
         return tuple(out)
 
-    def start(self, steps: tuple[StepFlows, ...]) -> FabricOp:
-        if self.params.ring_chains and ring_like(steps):
-            ring = self.ring_op(steps, *self._ring_sides(steps[0]))
+    def start(self, steps: tuple[StepFlows, ...], held: np.ndarray | None = None) -> FabricOp:
+        if self.params.ring_chains and ring_like(steps):  # (held: connections held at chunk 0, chains.PairStarts)
+            ring = self._new_ring(steps, held)  # (chains.PairStarts)
             self._begin_chunks(ring)
             self.ops.append(ring)
             return ring  # type: ignore[return-value]  # what the engine reads of an op (chains.RingOp)

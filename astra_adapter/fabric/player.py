@@ -1,9 +1,14 @@
 """A trace played on the fabric model: the replay's DAG rules (:mod:`astra_adapter.timeline`: compute on the
 compute lane, collectives one at a time per process-group channel, messages per peer lane, overlap), with every
-communication op timed by the flow engine instead of a fixed duration (pure)."""
+communication op timed by the flow engine instead of a fixed duration (pure). An op's flows start once its last
+member has entered it, except a big ring's under ring chains: its connections start pair by pair, each when its
+sender and its receiver have entered (:class:`astra_adapter.fabric.chains.PairStarts`)."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from genie.core.collective import Collective
 from genie.core.trace import Trace
 
 from genie.core.collector import collector_paused
@@ -13,7 +18,7 @@ from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeli
 
 
 class _FlowOp(_Op):
-    __slots__ = ("comm", "flow", "channel", "gone", "flow_order")
+    __slots__ = ("comm", "flow", "channel", "gone", "flow_order", "pairs", "held", "early")
 
     def __init__(self, members: tuple[int, ...], sides: tuple | None, comm: CommOp) -> None:
         super().__init__(members, sides, float("inf"))
@@ -22,6 +27,12 @@ class _FlowOp(_Op):
         self.channel: int | None = None
         self.gone: set[int] = set()  # members that have left the op
         self.flow_order = 0  # when its flow started, among the player's ops (their order in ``running``)
+        # a ring whose connections start pair by pair: chains.pair_start_connections (None: not asked yet; False:
+        # the op starts at its last member's entry), its connections still held, whether it runs (before its last
+        # member's entry)
+        self.pairs: tuple | bool | None = None
+        self.held: np.ndarray | None = None
+        self.early = False
 
 
 def _flow_order(op: _FlowOp) -> int:
@@ -37,6 +48,8 @@ class FabricPlayer(_Player):
         # the engine's compiled event loop (None: it has none, or it is off)
         self._flow_events = engine.flow_events if engine.plays_events else None  # type: ignore[attr-defined]
         super().__init__(trace, lambda op: float("inf"), share_nic=False, compiled=compiled)
+        self.reads_member_starts = engine.params.ring_chains  # a big ring's pairs start on their own (_member_started)
+        self._entered: list[_FlowOp] = []  # running ops with held connections a member entered since the last horizon
         channels, p2p = trace.channels()
         for key, op in self.op_index.items():  # ("coll", group, k) or ("p2p", src, dst, k): the replay's channel
             op.channel = channels.get(key[1]) if key[0] == "coll" else p2p  # type: ignore[attr-defined]
@@ -44,16 +57,55 @@ class FabricPlayer(_Player):
     def _new_op(self, members: tuple[int, ...], sides: tuple | None, op: CommOp, duration_ns) -> _Op:
         return _FlowOp(members, sides, op)
 
+    def _member_started(self, op: _Op, rank: int, t: float) -> bool:
+        """Whether ``op`` runs from now, ``rank`` having entered it: at its last member's entry, or a ring whose
+        connections start pair by pair (the engine's ``pair_starts``) at the entry that completes its first pair;
+        a later entry releases the connections whose pair it completes, at the next horizon (:meth:`_start_flows`)."""
+        assert isinstance(op, _FlowOp)
+        pairs = op.pairs
+        if pairs is None:
+            pairs = op.pairs = len(op.members) > 2 and op.comm.collective is not Collective.SEND_RECV and \
+                self.engine.pair_starts(self.engine.plan(op.comm, op.members, op.channel)) or False
+        if pairs is False:
+            return len(op.started) == len(op.members)
+        if op.early:
+            if op.flow is not None:
+                self._entered.append(op)
+            return False
+        to, fro = pairs[2][rank]  # a first pair in has ``rank`` in it: with the peer it sends to or receives from
+        if to in op.started or fro in op.started:
+            op.early = True
+            return True
+        return False
+
+    @staticmethod
+    def _ready(op: _FlowOp) -> np.ndarray:
+        """Per connection of a pair-start ring ``op``: both its ranks have entered."""
+        src, dst, _ = op.pairs  # type: ignore[misc]
+        started = list(op.started)
+        return np.isin(src, started) & np.isin(dst, started)
+
     def horizon_ns(self) -> float:
         self._start_flows()
         return self.engine.horizon_ns()
 
     def _start_flows(self) -> None:
+        if self._entered:  # running rings' connections whose pairs came in since: released, in entry order
+            for op in self._entered:
+                released = op.held & self._ready(op)  # type: ignore[operator]
+                if released.any():
+                    op.held &= ~released  # type: ignore[operator]
+                    self.engine.release(op.flow, released)  # type: ignore[arg-type]
+            self._entered.clear()
         running = self.running
         if self._with_flow < len(running):  # ops joined ``running`` (at its end) since: their flows start
             for op in running[self._with_flow:]:
-                op.flow = self.engine.start(self.engine.plan(op.comm, op.members,  # type: ignore[attr-defined]
-                                                             op.channel))  # type: ignore[attr-defined]
+                plan = self.engine.plan(op.comm, op.members, op.channel)  # type: ignore[attr-defined]
+                if op.early:  # type: ignore[attr-defined]
+                    op.held = ~self._ready(op)  # type: ignore[arg-type,attr-defined]
+                    op.flow = self.engine.start(plan, op.held)  # type: ignore[attr-defined]
+                else:
+                    op.flow = self.engine.start(plan)  # type: ignore[attr-defined]
                 op.flow_order = self._flows_started  # type: ignore[attr-defined]
                 self._flows_started += 1
                 self._of_flow[id(op.flow)] = op  # type: ignore[arg-type,attr-defined]
@@ -69,7 +121,7 @@ class FabricPlayer(_Player):
         move done; the compute ends due then as after any event. The same events, the same floats."""
         flow_events = self._flow_events
         if flow_events is not None:
-            if self._with_flow < len(self.running):
+            if self._with_flow < len(self.running) or self._entered:
                 self._start_flows()
             heap = self.heap
             after = flow_events(t, heap[0][0] if heap else float("inf"))

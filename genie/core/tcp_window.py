@@ -20,6 +20,9 @@ DEFAULT_TCP_WMEM = (4096, 16384, 4194304)
 MAX_TCP_BUFFER_BYTES = 256 * 1024**2
 TXQUEUELEN_PACKETS = 1000  # a veth's default tx_queue_len: the limit of HTB's default leaf FIFO
 GSO_MAX_BYTES = 65536  # the largest segment a veth hands its qdisc at once
+# A collective's data to a peer waits for that peer's clear-to-send token only from this many bytes per peer and op
+# on (genie.engine.program.clear_to_send); below it a rank writes its sends when it enters the op (eagerly).
+RENDEZVOUS_MIN_BYTES = 1 << 20
 
 
 def tcp_buffer_bytes(rate_bps: int, rtt_us: float) -> int:

@@ -22,6 +22,7 @@ from genie.core.errors import InputError
 from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.schedule import CollectiveOp, Recv, Schedule, Send, Step
 from genie.core.sizes import trace_op_size
+from genie.core.tcp_window import RENDEZVOUS_MIN_BYTES
 from genie.core.trace import NodeKind, Trace, TraceNode
 
 
@@ -37,8 +38,8 @@ def cached_schedule(op: CollectiveOp) -> Schedule:
 # once - taking a share of a link the receiver's other ops are using. Measured on star-8, 1 Gbit/s: a 2-rank
 # 84 MiB all-reduce took 732 ms alone and 819 -> 1017 ms over 6 iterations when the partner of the receiver's
 # next op entered it 130 ms early. Below RENDEZVOUS_MIN_BYTES per peer and op the data goes eagerly (as MPI's
-# eager protocol): what fits a window anyway, and a small op does not pay the extra round trip.
-RENDEZVOUS_MIN_BYTES = 1 << 20
+# eager protocol): what fits a window anyway, and a small op does not pay the extra round trip
+# (RENDEZVOUS_MIN_BYTES lives in genie.core.tcp_window: the fabric model reads it too).
 CLEAR_TO_SEND_BYTES = 8
 
 
