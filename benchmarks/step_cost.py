@@ -43,9 +43,11 @@ def _child(size_bytes: int, ops: int, mode: str) -> None:
     """Rank 0 and rank 1 (a fork) of a 2-rank recursive-doubling all-reduce; rank 0 prints its CPU us/op."""
     from genie.collectives.registry import build_schedule
     from genie.core.collective import Algorithm, Collective
+    from genie.core.congestion import CongestionControl
     from genie.core.schedule import CollectiveOp
     from genie.engine import executor
     from genie.engine import transport as tp
+    from genie.engine.links import _tune
 
     listener = socket.create_server(("127.0.0.1", 0))
     a_out = socket.create_connection(listener.getsockname())
@@ -53,7 +55,7 @@ def _child(size_bytes: int, ops: int, mode: str) -> None:
     b_out = socket.create_connection(listener.getsockname())
     a_in, _ = listener.accept()
     for sock in (a_out, b_in, b_out, a_in):
-        tp._tune(sock, None)
+        _tune(sock, None, CongestionControl.CUBIC)
     schedule = build_schedule(CollectiveOp(Collective.ALL_REDUCE, size_bytes, (0, 1),
                                            Algorithm.RECURSIVE_DOUBLING))
     child = os.fork()

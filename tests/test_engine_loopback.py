@@ -15,6 +15,7 @@ from engine_support import run_ranks
 from genie.collectives import check
 from genie.collectives.registry import build_schedule, supported_algorithms
 from genie.core.collective import Algorithm, Collective
+from genie.core.congestion import CongestionControl
 from genie.core.errors import RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.services.bench import BenchRequest, run_bench
@@ -109,13 +110,14 @@ def test_executor_leaves_sends_queued_between_steps_but_not_after_the_op():
     assert any(queued_during)
 
 
-def test_tcp_connections_use_the_pinned_congestion_control():
-    from genie.engine.links import CONGESTION_CONTROL, connect_mesh, listen_socket
+@pytest.mark.parametrize("congestion", list(CongestionControl))
+def test_tcp_connections_use_the_pinned_congestion_control(congestion: CongestionControl):
+    from genie.engine.links import connect_mesh, listen_socket
 
     available = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
-    if CONGESTION_CONTROL.decode() not in available:
-        pytest.skip(f"{CONGESTION_CONTROL.decode()} is not available on this kernel")
-    if os.geteuid() != 0 and CONGESTION_CONTROL.decode() not in \
+    if congestion.value not in available:
+        pytest.skip(f"{congestion.value} is not available on this kernel")
+    if os.geteuid() != 0 and congestion.value not in \
             open("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read().split():
         pytest.skip("choosing a congestion control outside the allowed list needs root")
     listeners = [listen_socket("127.0.0.1") for _ in range(2)]
@@ -123,7 +125,8 @@ def test_tcp_connections_use_the_pinned_congestion_control():
     meshes = [None, None]
 
     def side(r):
-        meshes[r] = connect_mesh(r, listeners[r], addresses, frozenset({(0, 1 - r)}), timeout_s=10)
+        meshes[r] = connect_mesh(r, listeners[r], addresses, frozenset({(0, 1 - r)}), timeout_s=10,
+                                 congestion=congestion)
 
     threads = [threading.Thread(target=side, args=(r,)) for r in range(2)]
     for t in threads:
@@ -136,7 +139,7 @@ def test_tcp_connections_use_the_pinned_congestion_control():
             assert link.send is not link.recv  # a connection per direction
             for sock in link.sockets():
                 algo = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0")
-                assert algo == CONGESTION_CONTROL
+                assert algo == congestion.value.encode()
     finally:
         for mesh in meshes:
             for link in (mesh or {}).values():

@@ -11,6 +11,7 @@ import struct
 import pytest
 
 from genie.core.collective import Algorithm, Collective
+from genie.core.congestion import CongestionControl
 from genie.core.errors import RunFailure
 from genie.core.program import Lane, ProgramNode, RankProgram
 from genie.core.protocol import (Barrier, BenchCase, BenchJob, CasePhase, CaseResult, Done, Error, Exit, Go, Hello, JobKind,
@@ -47,7 +48,7 @@ def test_every_job_kind_round_trips_through_json(job):
 MESSAGES = [
     Hello(rank=3, port=40123, pid=999),
     Setup(addresses={0: ("198.18.0.1", 1234), 1: ("198.18.0.2", 5678)}, job=BENCH, socket_buffer_bytes=1 << 20,
-          spin_s=0.001, connect_timeout_s=12.0),
+          spin_s=0.001, connect_timeout_s=12.0, congestion_control=CongestionControl.RENO),
     Setup(addresses={1: ("127.0.0.1", 1)}, job=REPLAY),
     Go(start_ns=123_456_789),
     Barrier(),

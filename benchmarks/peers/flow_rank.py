@@ -10,7 +10,7 @@ flow is ready: a start time T0 on CLOCK_MONOTONIC (shared by all namespaces of t
 starts sending at T0 and counts the bytes it receives between T0 + warmup and T0 + warmup + duration. It
 prints one JSON line: {"bytes": B, "seconds": S, "GBps": B / S / 1e9, "retrans_segs": R} (R: TCP
 retransmissions of its namespace while it sent). The sending socket uses the congestion control genie's
-connections pin (`genie.engine.links.CONGESTION_CONTROL`), so the limit is measured with the same TCP.
+undilated connections pin (`genie.core.congestion`), so the limit is measured with the same TCP.
 """
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     deadline_ns = time.monotonic_ns() + int(args.setup_timeout_s * 1e9)
     out = connect(_endpoint(args.connect), deadline_ns)
     try:
-        from genie.engine.links import CONGESTION_CONTROL
+        from genie.core.congestion import CongestionControl
 
-        out.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CONGESTION_CONTROL)
+        out.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CongestionControl.CUBIC.value.encode())
     except OSError:
         pass  # the namespace's default stays (as it does for genie's own connections)
     listener.settimeout(args.setup_timeout_s)

@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any, Callable, ClassVar
 
 from genie.core.collective import Algorithm, Collective
+from genie.core.congestion import CongestionControl
 from genie.core.errors import RunFailure
 from genie.core.flowpath import FlowTuple
 from genie.core.program import Lane, ProgramNode, RankProgram
@@ -200,6 +201,7 @@ class Setup:
     socket_buffer_bytes: int | None = None
     spin_s: float = 0.0
     connect_timeout_s: float | None = None  # None: the job's op timeout
+    congestion_control: CongestionControl = CongestionControl.CUBIC  # every data connection's (genie.core.congestion)
 
 
 @dataclass(frozen=True)
@@ -314,7 +316,8 @@ def _addresses(v: Any) -> dict[int, tuple[str, int]]:
 #: per message kind, how each field's JSON value becomes its typed value (fields absent here are plain ints)
 _FIELD_DECODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
     MessageKind.SETUP: {"addresses": _addresses, "job": job_from_json, "socket_buffer_bytes": _optional(int),
-                        "spin_s": float, "connect_timeout_s": _optional(float)},
+                        "spin_s": float, "connect_timeout_s": _optional(float),
+                        "congestion_control": CongestionControl},
     MessageKind.BARRIER: {"timed": _flag, "fault_point": _optional(int), "case": _optional(int),
                           "iterations": _pairs, "restarts": _ints, "phase": _optional(CasePhase)},
     MessageKind.CASE_RESULT: {"iterations": _pairs, "steps": _rows, "restarts": _ints, "records": _triples},
@@ -325,7 +328,7 @@ _FIELD_DECODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
 #: per message kind, the fields whose JSON form is not the value itself (tuples become lists on their own)
 _FIELD_ENCODERS: dict[MessageKind, dict[str, Callable[[Any], Any]]] = {
     MessageKind.SETUP: {"addresses": lambda a: {str(r): [addr, port] for r, (addr, port) in a.items()},
-                        "job": job_to_json},
+                        "job": job_to_json, "congestion_control": lambda c: c.value},
     MessageKind.BARRIER: {"phase": lambda p: None if p is None else p.value},
     MessageKind.DONE: {"flows": lambda fs: [f.to_json() for f in fs]},
 }

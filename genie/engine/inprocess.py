@@ -124,7 +124,8 @@ class ThreadSession:
         control = Orchestrator({rank: r.ours for rank, r in self._ranks.items()}, self,
                                idle_timeout_s=options.idle_timeout_s, fault_hooks=options.fault_hooks,
                                on_barrier=options.on_barrier)
-        control.setup(addresses, job, socket_buffer_bytes=options.socket_buffer_bytes, spin_s=options.spin_s)
+        control.setup(addresses, job, socket_buffer_bytes=options.socket_buffer_bytes, spin_s=options.spin_s,
+                      congestion=options.congestion)
         result = control.serve(on_case)
         control.release()
         self._join(time.monotonic() + self.stop_timeout_s)

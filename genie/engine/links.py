@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from genie.core.congestion import CongestionControl
 from genie.core.errors import RunFailure
 from genie.core.flowpath import FlowTuple
 
@@ -59,12 +60,6 @@ class PeerLink:
                 pass
 
 
-# Linux's default congestion control, pinned so results do not depend on the machine's default (this CI
-# machine defaults to bbr, whose bandwidth probing and 200 ms PROBE_RTT cwnd cuts cost 1-3% of a 1 Gbit/s ring
-# and stretch single steps; measured 0.1154-0.1176 GB/s with bbr vs 0.1179-0.1188 with cubic, 64 MiB ring
-# all-reduce, 8 hosts). Where the kernel refuses (algorithm missing, or not in the allowed list for a
-# non-root rank), the socket keeps the namespace's default.
-CONGESTION_CONTROL = b"cubic"
 
 
 def delay_acks(sock: socket.socket) -> Callable[[], None] | None:
@@ -86,11 +81,14 @@ def delay_acks(sock: socket.socket) -> Callable[[], None] | None:
     return again
 
 
-def _tune(sock: socket.socket, buffer_bytes: int | None) -> None:
+def _tune(sock: socket.socket, buffer_bytes: int | None, congestion: CongestionControl) -> None:
+    """No Nagle; `congestion` pinned (`genie.core.congestion`: results must not depend on the machine's default;
+    where the kernel refuses - the module missing, or not allowed for a non-root rank - the socket keeps the
+    namespace's default); the buffers `buffer_bytes` if set."""
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CONGESTION_CONTROL)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.value.encode())
         except OSError:
             pass
     if buffer_bytes:
@@ -110,20 +108,21 @@ def listen_socket(address: str) -> socket.socket:
 
 
 def connect_mesh(rank: int, listener: socket.socket, addresses: dict[int, tuple[str, int]],
-                 links: frozenset[tuple[int, int]], timeout_s: float,
-                 buffer_bytes: int | None = None) -> dict[tuple[int, int], PeerLink]:
+                 links: frozenset[tuple[int, int]], timeout_s: float, buffer_bytes: int | None = None,
+                 congestion: CongestionControl = CongestionControl.CUBIC) -> dict[tuple[int, int], PeerLink]:
     """A `PeerLink` per (channel, peer) link: this rank connects its send connection to each peer and accepts
     each peer's (link sets are symmetric). A channel is a communicator: ops of different channels may be in
     flight at once, each on its own connections, as NCCL gives each communicator its own. Connecting comes
-    first: `listener`'s backlog (`listen_socket`) holds the peers' connections until they are accepted.
-    Returns {(channel, peer): PeerLink}."""
+    first: `listener`'s backlog (`listen_socket`) holds the peers' connections until they are accepted. Every
+    connection uses `congestion` (`genie.core.congestion`). Returns {(channel, peer): PeerLink}."""
     deadline = time.monotonic() + timeout_s
     sends: dict[tuple[int, int], socket.socket] = {}
     recvs: dict[tuple[int, int], socket.socket] = {}
     expected = set(links)
     try:
         for channel, peer in sorted(links):
-            sends[(channel, peer)] = _connect(rank, channel, peer, addresses[peer], deadline, buffer_bytes)
+            sends[(channel, peer)] = _connect(rank, channel, peer, addresses[peer], deadline, buffer_bytes,
+                                              congestion)
         listener.settimeout(1.0)
         while expected:
             if time.monotonic() > deadline:
@@ -138,7 +137,7 @@ def connect_mesh(rank: int, listener: socket.socket, addresses: dict[int, tuple[
             if (channel, peer) not in expected:
                 conn.close()
                 raise PeerFailure(f"rank {rank}: unexpected connection from rank {peer} (channel {channel})")
-            _tune(conn, buffer_bytes)
+            _tune(conn, buffer_bytes, congestion)
             conn.settimeout(None)
             recvs[(channel, peer)] = conn
             expected.discard((channel, peer))
@@ -160,10 +159,10 @@ def _recv_header(conn: socket.socket) -> bytes:
 
 
 def _connect(rank: int, channel: int, peer: int, address: tuple[str, int], deadline: float,
-             buffer_bytes: int | None) -> socket.socket:
+             buffer_bytes: int | None, congestion: CongestionControl) -> socket.socket:
     while True:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        _tune(sock, buffer_bytes)
+        _tune(sock, buffer_bytes, congestion)
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         try:
             sock.connect(address)

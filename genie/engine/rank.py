@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any, Protocol, Sequence
 
+from genie.core.congestion import CongestionControl
 from genie.core.errors import RunFailure
 from genie.core.process import own_status_field
 from genie.core.protocol import (Barrier, BenchJob, CasePhase, CaseResult, Done, Error, Go, Hello, Job, Message,
@@ -221,9 +222,11 @@ class _Verifier:
 
 def run_job_over_tcp(job: Job, rank: int, listener: socket.socket, addresses: dict[int, tuple[str, int]],
                      control: Control, links: dict, *, connect_timeout_s: float | None = None,
-                     socket_buffer_bytes: int | None = None, spin_s: float = 0.0) -> SocketTransport | None:
+                     socket_buffer_bytes: int | None = None, spin_s: float = 0.0,
+                     congestion: CongestionControl = CongestionControl.CUBIC) -> SocketTransport | None:
     """Connect to the peers the job needs (a `PeerLink` per (channel, peer)), close `listener`, run the job
-    (bench or replay). The connections land in `links`, and the bench transport is returned: the caller
+    (bench or replay), every connection with `congestion`. The connections land in `links`, and the bench
+    transport is returned: the caller
     closes them (also on failure) once every rank is done. Connecting may take the job's op timeout unless
     `connect_timeout_s` says otherwise."""
     match job:
@@ -235,7 +238,7 @@ def run_job_over_tcp(job: Job, rank: int, listener: socket.socket, addresses: di
             raise RunFailure(f"rank {rank}: cannot run a {type(job).__name__}")
     timeout_s = job.timeout_s if connect_timeout_s is None else connect_timeout_s
     links.update(connect_mesh(rank, listener, addresses, wanted, timeout_s=timeout_s,
-                              buffer_bytes=socket_buffer_bytes))
+                              buffer_bytes=socket_buffer_bytes, congestion=congestion))
     listener.close()
     if isinstance(job, ReplayJob):
         from genie.engine.socket_mover import SocketMover
@@ -264,7 +267,8 @@ def serve_rank(control: ControlChannel, rank: int, listener: socket.socket, link
             raise RunFailure(f"rank {rank}: expected the setup, got a {setup.kind.value} message")
         transport = run_job_over_tcp(setup.job, rank, listener, setup.addresses, control, links,
                                      connect_timeout_s=setup.connect_timeout_s,
-                                     socket_buffer_bytes=setup.socket_buffer_bytes, spin_s=setup.spin_s)
+                                     socket_buffer_bytes=setup.socket_buffer_bytes, spin_s=setup.spin_s,
+                                     congestion=setup.congestion_control)
         control.send(Done(rank=rank, peak_rss_kb=peak_rss_kb(), flows=flow_tuples(rank, links)))
         control.receive()  # `Exit`: every rank is done, connections may close
         return 0

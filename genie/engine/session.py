@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+from genie.core.congestion import CongestionControl
 from genie.core.errors import RunFailure
 from genie.core.flowpath import FlowTuple
 from genie.core.placement import RankPlacement
@@ -43,6 +44,7 @@ class SessionOptions:
     idle_timeout_s: float = 120.0
     spin_s: float = 0.0
     socket_buffer_bytes: int | None = None
+    congestion: CongestionControl = CongestionControl.CUBIC  # every data connection's (genie.core.congestion)
     on_pids: Callable[[list[int]], None] | None = None
     fault_hooks: FaultHooks | None = None  # live fault injection (genie.faults); local sessions only
     #: told of every barrier once all ranks wait at it, before they are released (a rank's message: the case
@@ -149,10 +151,12 @@ class Orchestrator:
             raise self.health.dead_rank_error(rank, during) from None
 
     def setup(self, addresses: dict[int, tuple[str, int]], job: Job | Callable[[int], Job], *,
-              socket_buffer_bytes: int | None, spin_s: float) -> None:
+              socket_buffer_bytes: int | None, spin_s: float,
+              congestion: CongestionControl = CongestionControl.CUBIC) -> None:
         for rank in self.conns:
             self.send(rank, Setup(addresses=addresses, job=job(rank) if callable(job) else job,
-                                  socket_buffer_bytes=socket_buffer_bytes, spin_s=spin_s), "startup")
+                                  socket_buffer_bytes=socket_buffer_bytes, spin_s=spin_s,
+                                  congestion_control=congestion), "startup")
 
     def release(self) -> None:
         """Every rank reported done: tell them to exit (one that is gone already has nothing left to do)."""
@@ -272,8 +276,8 @@ def local_sessions(launcher: Launcher | None = None) -> SessionFactory:
     def make(placements: list[RankPlacement], options: SessionOptions) -> Session:
         return RankSession(placements, launcher=launcher, on_pids=options.on_pids,
                            idle_timeout_s=options.idle_timeout_s, spin_s=options.spin_s,
-                           socket_buffer_bytes=options.socket_buffer_bytes, fault_hooks=options.fault_hooks,
-                           on_barrier=options.on_barrier)
+                           socket_buffer_bytes=options.socket_buffer_bytes, congestion=options.congestion,
+                           fault_hooks=options.fault_hooks, on_barrier=options.on_barrier)
 
     return make
 
@@ -284,6 +288,7 @@ class RankSession:
     def __init__(self, placements: list[RankPlacement], *, launcher: Launcher | None = None,
                  on_pids: Callable[[list[int]], None] | None = None, startup_timeout_s: float = 60.0,
                  idle_timeout_s: float = 120.0, socket_buffer_bytes: int | None = None,
+                 congestion: CongestionControl = CongestionControl.CUBIC,
                  spin_s: float = 0.0, fault_hooks: FaultHooks | None = None,
                  on_barrier: Callable[[Barrier], None] | None = None) -> None:
         self.spin_s = spin_s
@@ -296,6 +301,7 @@ class RankSession:
         self.startup_timeout_s = startup_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.socket_buffer_bytes = socket_buffer_bytes
+        self.congestion = congestion
         self._procs: dict[int, subprocess.Popen] = {}
         self._logs: dict[int, Path] = {}
         self._conns: dict[int, socket.socket] = {}
@@ -317,7 +323,8 @@ class RankSession:
                                    fault_hooks=self.fault_hooks, start_lead_ns=self.start_lead_ns,
                                    on_barrier=self.on_barrier)
             control.setup({p.rank: (p.address, ports[p.rank]) for p in self.placements}, job,
-                          socket_buffer_bytes=self.socket_buffer_bytes, spin_s=self.spin_s)
+                          socket_buffer_bytes=self.socket_buffer_bytes, spin_s=self.spin_s,
+                          congestion=self.congestion)
             result = control.serve(on_case)
             control.release()
             self._reap()

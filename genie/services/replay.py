@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional
 
+from genie.core.congestion import congestion_control_for
 from genie.core.dilation import NO_DILATION, DilationMode, TimeDilation
 from genie.core.errors import InputError
 from genie.core.trace import Trace
@@ -112,7 +113,7 @@ def run_replay(trace: Trace, placements: list[RankPlacement], request: ReplayReq
             progress(len(results), request.iterations)
 
     options = SessionOptions(idle_timeout_s=max(120.0, common["timeout_s"] * 2), on_pids=on_pids,
-                             fault_hooks=fault_hooks)
+                             fault_hooks=fault_hooks, congestion=congestion_control_for(dilation.factor))
     session = (sessions or local_sessions(launcher))(placements, options)
     result = session.run(lambda rank: ReplayJob(program=real_program(by_rank[rank], dilation),
                                                 stragglers=real_stragglers(tuple(stragglers.get(rank, ())),

@@ -26,6 +26,7 @@ import sys
 import time
 from typing import Any
 
+from genie.core.congestion import CongestionControl
 from genie.core.errors import EnvironmentProblem, GenieError, RunFailure
 from genie.core.process import die_with_parent
 from genie.core.protocol import BenchJob, Job, ReplayJob, job_from_json
@@ -207,7 +208,8 @@ class _Rank:
                 job, rank, listener, {r: (a, int(p)) for r, (a, p) in enumerate(book)}, control, self.links,
                 connect_timeout_s=(None if settings.get("connect_timeout_s") is None
                                    else float(settings["connect_timeout_s"])),
-                socket_buffer_bytes=settings.get("socket_buffer_bytes"), spin_s=float(settings.get("spin_s", 0.0)))
+                socket_buffer_bytes=settings.get("socket_buffer_bytes"), spin_s=float(settings.get("spin_s", 0.0)),
+                congestion=CongestionControl(settings.get("congestion_control", CongestionControl.CUBIC.value)))
         else:
             data_comm = comm.Dup()  # data never matches control messages
             try:

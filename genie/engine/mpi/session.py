@@ -154,7 +154,8 @@ class MpiSession:
             on_case: Callable[[int, dict[int, CaseResult]], None] | None = None) -> SessionResult:
         envelope: dict[str, Any] = {"socket_buffer_bytes": self.options.socket_buffer_bytes,
                                     "spin_s": self.options.spin_s,
-                                    "connect_timeout_s": self.launch.connect_timeout_s}
+                                    "connect_timeout_s": self.launch.connect_timeout_s,
+                                    "congestion_control": self.options.congestion.value}
         if callable(job):
             envelope["jobs"] = {str(p.rank): job_to_json(job(p.rank)) for p in self.placements}
         else:
