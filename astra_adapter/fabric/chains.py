@@ -114,8 +114,7 @@ class PairStarts:
             if hit is None or hit[0] is not first:
                 capacity = self.capacity if self.credit is None else \
                     self.credit.sustained(self.capacity)  # type: ignore[attr-defined]
-                windows = np.array([self.queues.window_bytes(rid)  # type: ignore[attr-defined]
-                                    for rid in first.routes.tolist()])
+                windows = self.queues.entries(first)[3]  # type: ignore[attr-defined]  # each flow's window
                 hit = self._fifos[id(first)] = (first, fifo_sharing(self.network, capacity, first,  # type: ignore
                                                                      inject), windows)
             if hit[1] is not None:
@@ -129,11 +128,15 @@ def fifo_sharing(network, capacity: np.ndarray, step, inject: np.ndarray) -> tup
     ``inject``), as (rate in bytes/ns, the other connections) - :meth:`RingOp.fifo_waits`; None where none shares
     one. Only whole-path links count (an ECMP route's expected shares do not)."""
     full = [{r for r, w in network.routes[rid].loads if w == 1.0} for rid in step.routes.tolist()]
+    users: dict[int, list[int]] = {}  # per link, the connections crossing it whole (ascending)
+    for c, mine in enumerate(full):
+        for r in mine:
+            users.setdefault(r, []).append(c)
     out, shared = [], False
     for c, mine in enumerate(full):
         rows = []
         for r in sorted(mine):
-            others = tuple(p for p in range(len(full)) if p != c and r in full[p])
+            others = tuple(p for p in users[r] if p != c)
             if others and capacity[r] < inject[c]:
                 rows.append((float(capacity[r]), others))
         out.append(tuple(rows))

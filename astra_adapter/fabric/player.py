@@ -18,7 +18,7 @@ from astra_adapter.timeline import CompiledTrace, Timeline, _Op, _Player, timeli
 
 
 class _FlowOp(_Op):
-    __slots__ = ("comm", "flow", "channel", "gone", "flow_order", "pairs", "held", "early")
+    __slots__ = ("comm", "flow", "channel", "gone", "flow_order", "pairs", "early")
 
     def __init__(self, members: tuple[int, ...], sides: tuple | None, comm: CommOp) -> None:
         super().__init__(members, sides, float("inf"))
@@ -28,10 +28,9 @@ class _FlowOp(_Op):
         self.gone: set[int] = set()  # members that have left the op
         self.flow_order = 0  # when its flow started, among the player's ops (their order in ``running``)
         # a ring whose connections start pair by pair: chains.pair_start_connections (None: not asked yet; False:
-        # the op starts at its last member's entry), its connections still held, whether it runs (before its last
-        # member's entry)
+        # the op starts at its last member's entry), and whether it runs (before its last member's entry; its
+        # connections still held are its flow's, RingOp.held)
         self.pairs: tuple | bool | None = None
-        self.held: np.ndarray | None = None
         self.early = False
 
 
@@ -92,9 +91,8 @@ class FabricPlayer(_Player):
     def _start_flows(self) -> None:
         if self._entered:  # running rings' connections whose pairs came in since: released, in entry order
             for op in self._entered:
-                released = op.held & self._ready(op)  # type: ignore[operator]
+                released = op.flow.held & self._ready(op)  # type: ignore[union-attr,attr-defined]
                 if released.any():
-                    op.held &= ~released  # type: ignore[operator]
                     self.engine.release(op.flow, released)  # type: ignore[arg-type]
             self._entered.clear()
         running = self.running
@@ -102,8 +100,7 @@ class FabricPlayer(_Player):
             for op in running[self._with_flow:]:
                 plan = self.engine.plan(op.comm, op.members, op.channel)  # type: ignore[attr-defined]
                 if op.early:  # type: ignore[attr-defined]
-                    op.held = ~self._ready(op)  # type: ignore[arg-type,attr-defined]
-                    op.flow = self.engine.start(plan, op.held)  # type: ignore[attr-defined]
+                    op.flow = self.engine.start(plan, ~self._ready(op))  # type: ignore[arg-type,attr-defined]
                 else:
                     op.flow = self.engine.start(plan)  # type: ignore[attr-defined]
                 op.flow_order = self._flows_started  # type: ignore[attr-defined]

@@ -60,8 +60,6 @@ class PeerLink:
                 pass
 
 
-
-
 def delay_acks(sock: socket.socket) -> Callable[[], None] | None:
     """Put a connection that only receives data in delayed-ACK ("pingpong") mode, as Linux does by itself for
     a connection with data both ways (TCP_QUICKACK=0). Otherwise each read that empties the socket of a segment

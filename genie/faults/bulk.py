@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from genie.core.congestion import CongestionControl
 from genie.core.process import die_with_parent
 from genie.testbed.emulators import python_env
 from genie.testbed.lifecycle import terminate_pids
@@ -70,9 +71,9 @@ def _wait_ready(proc: subprocess.Popen) -> int:
 
 
 def start(src: str, src_netns: str | None, dst: str, dst_netns: str | None, dst_address: str,
-          on_pids=None) -> CrossTraffic:
-    """Start the receiver in `dst_netns`, then the sender in `src_netns`; `on_pids` is told of each PID as
-    soon as it exists."""
+          on_pids=None, congestion: CongestionControl = CongestionControl.CUBIC) -> CrossTraffic:
+    """Start the receiver in `dst_netns`, then the sender in `src_netns` with `congestion` (as the ranks'
+    connections, `genie.core.congestion`); `on_pids` is told of each PID as soon as it exists."""
     common = dict(stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
                   close_fds=True, env=python_env(), cwd="/")
     receiver = subprocess.Popen(_argv(dst_netns, ["recv", "--address", dst_address]), stdout=subprocess.PIPE,
@@ -81,7 +82,8 @@ def start(src: str, src_netns: str | None, dst: str, dst_netns: str | None, dst_
         if on_pids:
             on_pids([receiver.pid])
         port = _wait_ready(receiver)
-        sender = subprocess.Popen(_argv(src_netns, ["send", "--address", dst_address, "--port", str(port)]),
+        sender = subprocess.Popen(_argv(src_netns, ["send", "--address", dst_address, "--port", str(port),
+                                                    "--congestion", congestion.value]),
                                   stdout=subprocess.DEVNULL, **common)
         if on_pids:
             on_pids([sender.pid])
@@ -126,10 +128,15 @@ def _receive(address: str) -> int:
                 sock.close()
 
 
-def _send(address: str, port: int) -> int:
+def _send(address: str, port: int, congestion: str | None) -> int:
     payload = memoryview(bytes(CHUNK_BYTES))
     with socket.create_connection((address, port), timeout=10.0) as sock:
         sock.settimeout(None)
+        if congestion:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.encode())
+            except OSError:
+                pass  # the namespace's default stays (as for the ranks' connections, genie.engine.links)
         while True:
             sock.sendall(payload)
 
@@ -139,10 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("role", choices=["recv", "send"])
     parser.add_argument("--address", required=True)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--congestion", default=None)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        return _receive(args.address) if args.role == "recv" else _send(args.address, args.port)
+        return _receive(args.address) if args.role == "recv" else _send(args.address, args.port, args.congestion)
     except (OSError, KeyboardInterrupt):
         return 1
 

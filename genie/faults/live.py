@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from genie.core.congestion import congestion_control_for
 from genie.core.dilation import TimeDilation
 from genie.core.errors import EnvironmentProblem
 from genie.core.testbed import LinkEnd, TestbedInfo
@@ -209,7 +210,8 @@ class LiveTestbed:
 
     def start_cross_traffic(self, src: str, dst: str) -> bulk.CrossTraffic:
         a, b = self.info.endpoint(src), self.info.endpoint(dst)
-        flow = bulk.start(src, a.netns, dst, b.netns, b.address, on_pids=self.on_pids)
+        flow = bulk.start(src, a.netns, dst, b.netns, b.address, on_pids=self.on_pids,
+                          congestion=congestion_control_for(self.dilation.factor))
         with self._lock:
             self._flows.append(flow)
         return flow

@@ -183,9 +183,9 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
     longest_case = max((c.warmup + c.iterations for c in cases), default=1) + 1
     partial = _PartialCase(fault_hooks) if fault_hooks is not None else None
     options = SessionOptions(idle_timeout_s=max(120.0, timeout_s * longest_case), spin_s=spin_us / 1e6,
-                             socket_buffer_bytes=socket_buffer_bytes, congestion=congestion_control_for(dilation.factor),
-                             on_pids=pids_known, fault_hooks=partial,
-                             on_barrier=cpu.barrier)
+                             socket_buffer_bytes=socket_buffer_bytes,
+                             congestion=congestion_control_for(dilation.factor), on_pids=pids_known,
+                             fault_hooks=partial, on_barrier=cpu.barrier)
     session = (sessions or local_sessions(launcher))(placements, options)
     try:
         result = session.run(lambda rank: jobs[rank], on_case=on_case)
