@@ -101,12 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     listener.listen(1)
     deadline_ns = time.monotonic_ns() + int(args.setup_timeout_s * 1e9)
     out = connect(_endpoint(args.connect), deadline_ns)
-    try:
-        from genie.core.congestion import CongestionControl
+    from genie.core.congestion import CongestionControl, pin_congestion
 
-        out.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CongestionControl.CUBIC.value.encode())
-    except OSError:
-        pass  # the namespace's default stays (as it does for genie's own connections)
+    pin_congestion(out, CongestionControl.CUBIC)
     listener.settimeout(args.setup_timeout_s)
     conn, _ = listener.accept()
     conn.settimeout(None)

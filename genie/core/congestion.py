@@ -1,4 +1,5 @@
-"""Which TCP congestion control the ranks' connections use, and why it follows the time dilation (pure).
+"""Which TCP congestion control the ranks' connections use, and why it follows the time dilation (the rule is
+pure; :func:`pin_congestion` sets it on a socket).
 
 Undilated, cubic (Linux's default), pinned per socket so results do not depend on the machine's default (this
 CI machine defaults to bbr, whose bandwidth probing and 200 ms PROBE_RTT window cuts cost 1-3 % of a 1 Gbit/s
@@ -20,6 +21,7 @@ reno in 3 of 3 at both.
 
 from __future__ import annotations
 
+import socket
 from enum import Enum
 
 
@@ -33,3 +35,13 @@ class CongestionControl(Enum):
 def congestion_control_for(dilation_factor: float) -> CongestionControl:
     """The ranks' congestion control at time dilation `dilation_factor` (1: none): cubic undilated, reno above."""
     return CongestionControl.RENO if dilation_factor > 1 else CongestionControl.CUBIC
+
+
+def pin_congestion(sock: socket.socket, congestion: CongestionControl) -> None:
+    """Set `congestion` on TCP socket `sock` (before it connects, so its first segments use it too). Where the
+    kernel refuses - the module missing, or not in `tcp_allowed_congestion_control` for a non-root process - the
+    socket keeps its namespace's default."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.value.encode())
+    except OSError:
+        pass

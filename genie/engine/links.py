@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from genie.core.congestion import CongestionControl
+from genie.core.congestion import CongestionControl, pin_congestion
 from genie.core.errors import RunFailure
 from genie.core.flowpath import FlowTuple
 
@@ -80,15 +80,11 @@ def delay_acks(sock: socket.socket) -> Callable[[], None] | None:
 
 
 def _tune(sock: socket.socket, buffer_bytes: int | None, congestion: CongestionControl) -> None:
-    """No Nagle; `congestion` pinned (`genie.core.congestion`: results must not depend on the machine's default;
-    where the kernel refuses - the module missing, or not allowed for a non-root rank - the socket keeps the
-    namespace's default); the buffers `buffer_bytes` if set."""
+    """No Nagle; `congestion` pinned (`genie.core.congestion.pin_congestion`: results must not depend on the
+    machine's default); the buffers `buffer_bytes` if set."""
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.value.encode())
-        except OSError:
-            pass
+        pin_congestion(sock, congestion)
     if buffer_bytes:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)

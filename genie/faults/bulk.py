@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from genie.core.congestion import CongestionControl
+from genie.core.congestion import CongestionControl, pin_congestion
 from genie.core.process import die_with_parent
 from genie.testbed.emulators import python_env
 from genie.testbed.lifecycle import terminate_pids
@@ -128,15 +128,13 @@ def _receive(address: str) -> int:
                 sock.close()
 
 
-def _send(address: str, port: int, congestion: str | None) -> int:
+def _send(address: str, port: int, congestion: CongestionControl) -> int:
     payload = memoryview(bytes(CHUNK_BYTES))
-    with socket.create_connection((address, port), timeout=10.0) as sock:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        pin_congestion(sock, congestion)
+        sock.settimeout(10.0)
+        sock.connect((address, port))
         sock.settimeout(None)
-        if congestion:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.encode())
-            except OSError:
-                pass  # the namespace's default stays (as for the ranks' connections, genie.engine.links)
         while True:
             sock.sendall(payload)
 
@@ -146,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("role", choices=["recv", "send"])
     parser.add_argument("--address", required=True)
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--congestion", default=None)
+    parser.add_argument("--congestion", type=CongestionControl, default=CongestionControl.CUBIC)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
