@@ -56,19 +56,23 @@ def _gen(options: dict, path: Path) -> Path:
 JOB_ITERATIONS = 3  # the mix file's ``iterations:`` of every job (accuracy's --job-iterations)
 
 
-def scenarios(work: Path, iterations: int = JOB_ITERATIONS) -> dict[str, tuple[Path, tuple[str, ...]]]:
+def scenarios(work: Path, iterations: int = JOB_ITERATIONS, *, write: bool = True
+              ) -> dict[str, tuple[Path, tuple[str, ...]]]:
     """Scenario name -> (mix file, placements to compare). ``iterations`` is every job's ``iterations:`` in the
     mix files: each job's timed iterations alone, and the longest job's repetitions in the mix (the others loop
-    to cover it), so the replay and the estimate count that many more of each job's iterations alike."""
-    work.mkdir(parents=True, exist_ok=True)
-    _gen({**BASE, "tp": 2, "dp": 2}, work / "tp2dp2.json")
-    _gen({**BASE, "dp": 4}, work / "ddp4.json")
-    _gen({**BASE, "seq": 1024, "dp": 4, "ep": 4, "experts": 4, "top_k": 2, "moe_every": 1}, work / "moe-ep4.json")
-    n = int(iterations)
-    (work / "a.yaml").write_text(f"jobs:\n  - {{name: tp2dp2, trace: tp2dp2.json, iterations: {n}}}\n"
-                                 f"  - {{name: ddp4, trace: ddp4.json, iterations: {n}}}\n")
-    (work / "b.yaml").write_text(f"jobs:\n  - {{name: moe-ep4, trace: moe-ep4.json, iterations: {n}}}\n"
-                                 f"  - {{name: ddp4, trace: ddp4.json, iterations: {n}}}\n")
+    to cover it), so the replay and the estimate count that many more of each job's iterations alike. ``write``
+    False: a saved run's own traces and mix files, as they were replayed (today's generators may differ)."""
+    if write:
+        work.mkdir(parents=True, exist_ok=True)
+        _gen({**BASE, "tp": 2, "dp": 2}, work / "tp2dp2.json")
+        _gen({**BASE, "dp": 4}, work / "ddp4.json")
+        _gen({**BASE, "seq": 1024, "dp": 4, "ep": 4, "experts": 4, "top_k": 2, "moe_every": 1},
+             work / "moe-ep4.json")
+        n = int(iterations)
+        (work / "a.yaml").write_text(f"jobs:\n  - {{name: tp2dp2, trace: tp2dp2.json, iterations: {n}}}\n"
+                                     f"  - {{name: ddp4, trace: ddp4.json, iterations: {n}}}\n")
+        (work / "b.yaml").write_text(f"jobs:\n  - {{name: moe-ep4, trace: moe-ep4.json, iterations: {n}}}\n"
+                                     f"  - {{name: ddp4, trace: ddp4.json, iterations: {n}}}\n")
     return {"a": (work / "a.yaml", ("packed", "spread")), "b": (work / "b.yaml", ("spread",))}
 
 
@@ -159,7 +163,7 @@ def run_evaluate(out: Path, calibration: Path, standing_queues: bool = True, htb
     from genie.measure.mix import JobComparison
 
     rows = []
-    for name, (mix, placements) in scenarios(out / "inputs", saved_job_iterations(out / "inputs")).items():
+    for name, (mix, placements) in scenarios(out / "inputs", saved_job_iterations(out / "inputs"), write=False).items():
         for placement in placements:
             replay_dir = out / f"replay-{name}-{placement}"
             if not (replay_dir / "mix.json").is_file():
