@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from astra_adapter.fabric.mix import JobEstimate, LinkShare, MixEstimate, format_ranking
 from genie.core.errors import InputError
 from genie.core.jobmix import JobPlacement, MixMap, PlacementPolicy, mixed_repetitions, repetition_times
 from genie.core.topology import LinkShape
@@ -398,3 +399,15 @@ def test_a_long_play_with_tiny_step_latencies_ends() -> None:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert est.iteration_ns > 30_000_000_000
+
+
+def test_ranking_names_the_shared_links_or_says_none():
+    def est(placement, links):
+        jobs = (JobEstimate("a", (0, 1), 3, 100.0, 110.0, 3), JobEstimate("b", (2, 3), 3, 100.0, 100.0, 3))
+        return MixEstimate(placement, jobs, links)
+
+    apart = est("packed", (LinkShare("leaf0", "spine0", (5.0, 0.0)),))  # one job only: not shared
+    together = est("spread", tuple(LinkShare(f"leaf{k}", "spine0", (5.0, 5.0)) for k in range(8)))
+    lines = format_ranking([apart, together]).splitlines()
+    assert lines[2].endswith("  none")
+    assert lines[3].endswith("8: " + ", ".join(f"leaf{k}->spine0" for k in range(6)) + " ...")

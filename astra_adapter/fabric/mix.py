@@ -235,6 +235,6 @@ def format_ranking(ranked: list[MixEstimate]) -> str:
     for k, e in enumerate(ranked, 1):
         lines.append(f" {k:>4} {e.placement:<12} {e.mean_slowdown_pct:>6.1f}% {e.max_slowdown_pct:>6.1f}% "
                      + " ".join(f"{j.slowdown_pct:>9.1f}%" for j in e.jobs)
-                     + f"  {len(e.shared_links)}: " + ", ".join(f"{s.a}->{s.b}" for s in e.shared_links[:6])
-                     + (" ..." if len(e.shared_links) > 6 else ""))
+                     + (f"  {len(e.shared_links)}: " + ", ".join(f"{s.a}->{s.b}" for s in e.shared_links[:6])
+                        + (" ..." if len(e.shared_links) > 6 else "") if e.shared_links else "  none"))
     return "\n".join(lines)
