@@ -388,3 +388,82 @@ def test_cli_experiment_under_auto_replays_at_the_replays_factor(tmp_path: Path,
     assert [(s["size_bytes"], s["factor"]) for s in dilation["per_size"]] == [(16 << 10, 1000), (64 << 20, 200)]
     assert [d.factor for d in up] == [1000] and dilation["factor"] == 1000  # up at the smallest size's
     assert "time dilation per size: 16384 B 1000, 67108864 B 200; replay 200" in result.stdout + result.stderr
+
+
+# ---- a sweep size weighs the collective it runs, not one message of the size ----------------------------------
+WIRE_FIGURES = HostFigures(ranks=8, step_us=522.0, aggregate_bps=4 * GBIT, emulator_late_us=184.0)
+
+
+def _all_to_all(size: int, ranks: int = 8) -> CollectiveOp:
+    return CollectiveOp(Collective.ALL_TO_ALL, size, tuple(range(ranks)), Algorithm.DIRECT, dtype_bytes=4)
+
+
+def test_a_steps_sends_at_once_share_the_hosts_link() -> None:
+    from genie.services.dilation import collective_steps
+    from genie.testbed.dilation_rules import (host_egress, iteration_floor, message_floor_us, path_floors,
+                                              step_floor_us)
+
+    topology = load_topology_file(TOPOLOGIES / "star-8.yaml")  # 1 Gbit/s per host, one link each
+    floors, egress = path_floors(topology), host_egress(topology)
+    assert egress == (GBIT, 1500)
+    steps = collective_steps((_all_to_all(1 << 20),), "1MiB all_to_all")
+    assert steps.label == "1MiB all_to_all" and len(steps.ranks) == 8
+    (node,) = steps.ranks[0]
+    sends = sum(n for _, n in node.steps)
+    assert sends == 7 and max(size for size, _ in node.steps) == 128 << 10
+    # 7 messages of 128 KiB leave one host at once: at least their bytes at the host's 1 Gbit/s, not one's
+    one = message_floor_us(floors, 128 << 10)
+    shared = 7 * 8 * message_wire_bytes(128 << 10, 1500) / GBIT * 1e6
+    assert step_floor_us(floors, egress, 128 << 10, 7) == pytest.approx(shared) and shared > 6 * one
+    assert step_floor_us(floors, egress, 128 << 10, 1) == one  # one send: its message's time, as before
+    floor = iteration_floor(topology, steps)
+    assert floor.steps == 7 and floor.floor_us == pytest.approx(sum(step_floor_us(floors, egress, size, n)
+                                                                    for size, n in node.steps))
+    # a host with an unshaped link bounds nothing
+    assert host_egress(star(2, shape=LinkShape(delay_us=1.0))) is None
+
+
+def test_a_sweep_size_weighs_the_collective_it_runs() -> None:
+    from genie.services.bench import BenchRequest, size_steps
+
+    topology = load_topology_file(TOPOLOGIES / "star-8.yaml")
+    request = BenchRequest(collectives=(Collective.ALL_TO_ALL,), min_bytes=1 << 20, max_bytes=4 << 20)
+    sizes = sweep_sizes(1 << 20, 4 << 20, 2)
+    by_message = plan_per_size(topology, WIRE_FIGURES, sizes)
+    weighed = plan_per_size(topology, WIRE_FIGURES, sizes, size_steps=size_steps(request, topology))
+    # one message of the size: 522 us is 2 % of a 1 MiB message at N = 3, and 2 serves the rest (throughput)
+    assert [s.dilation.factor for s in by_message.sizes] == [3, 2, 2]
+    # the all-to-all: 7 sends per rank pay the per-step cost, against its least time (7 x 128 KiB on one link)
+    assert [s.dilation.factor for s in weighed.sizes] == [25, 15, 6]
+    first = weighed.sizes[0].dilation
+    assert first.reason == "auto: software needs N >= 23.8 for the 1MiB all_to_all, rounded up"
+    software = {limit.name: limit for limit in first.limits}["software"]
+    assert "rank 0's 1MiB all_to_all (7 steps in at least 7.676 ms" in software.detail
+    assert {limit.name for limit in first.limits} == {"software", "throughput", "emulator"}  # no wake-ups
+    # wake-ups measured for an experiment's replay are not a sweep size's: its iterations do not sleep
+    woken = plan_per_size(topology, HostFigures(8, 522.0, 4 * GBIT, 184.0, wake_us=50_000.0), sizes,
+                          size_steps=size_steps(request, topology))
+    assert [s.dilation.factor for s in woken.sizes] == [25, 15, 6]
+    # several collectives at a size: the largest factor of them
+    both = BenchRequest(collectives=(Collective.ALL_REDUCE, Collective.ALL_TO_ALL), min_bytes=1 << 20,
+                        max_bytes=4 << 20)
+    mixed = plan_per_size(topology, WIRE_FIGURES, sizes, size_steps=size_steps(both, topology))
+    ring = plan_per_size(topology, WIRE_FIGURES, sizes, size_steps=size_steps(
+        BenchRequest(min_bytes=1 << 20, max_bytes=4 << 20), topology))
+    assert [s.dilation.factor for s in mixed.sizes] == [max(a.dilation.factor, b.dilation.factor)
+                                                         for a, b in zip(weighed.sizes, ring.sizes)]
+    # too few ranks on the topology for the run: nothing to weigh (the run refuses it itself)
+    assert size_steps(BenchRequest(ranks=9), topology) == {}
+
+
+def test_cli_dry_run_weighs_the_collective(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genie.services import host_probe
+
+    monkeypatch.setattr(host_probe, "measure_host", lambda *_a, **_k: WIRE_FIGURES)
+    for sizes, factors in ((("-b", "1M", "-e", "4M"), [25, 15, 6]), (("-b", "1M", "-e", "1M"), [25])):
+        result = run_genie("bench", "--topology", TOPOLOGIES / "star-8.yaml",  # wire links: dilated's default
+                           "--time-dilation", "auto", "--collective", "all_to_all", *sizes, "--dry-run")
+        assert result.returncode == 0, result.stdout + result.stderr
+        rows = [line for line in result.stdout.splitlines() if "N = " in line]
+        assert [float(row.split("N = ")[1].split()[0]) for row in rows] == factors
+        assert "for the 1MiB all_to_all" in rows[0]

@@ -163,10 +163,13 @@ class IterationSteps:
     """A replay's iteration rank by rank, as ``auto`` weighs it for one clock over a whole trace: every step
     pays the host's per-step cost once, and the iteration lasts at least its longest chain of nodes at the
     stated fabric's wire (`genie.testbed.dilation_rules.iteration_floor`). `smallest_bytes`: the smallest
-    message (what ``auto`` weighed before it weighed the iteration, still reported)."""
+    message (what ``auto`` weighed before it weighed the iteration, still reported). `label`: what the steps
+    are, as ``auto``'s reason names them ("iteration" for a replay; a sweep size's collective, such as "1MiB
+    all_to_all", for the steps a bench runs at that size)."""
 
     ranks: tuple[tuple[StepNode, ...], ...]
     smallest_bytes: int | None = None
+    label: str = "iteration"
 
 
 NO_DILATION = TimeDilation()

@@ -126,27 +126,54 @@ def sweep_cases(request: BenchRequest, ranks: int, *, per_node: int | None = Non
                          path="ranks")
     if not 0 <= request.root < ranks:
         raise InputError(f"must be a rank of the group (0..{ranks - 1}), got {request.root}", path="root")
-    group = tuple(range(ranks))
     cases = []
     for collective in request.collectives:
         for size in sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes):
-            size = aligned_size(collective, size, ranks)
-            algorithm = request.algorithm
-            if algorithm is Algorithm.AUTO and collective is Collective.SEND_RECV:
-                algorithm = Algorithm.RING  # nccl-tests' sendrecv: the ring shift (p2p: --algorithm p2p)
-            elif algorithm is Algorithm.AUTO:
-                algorithm = choose_algorithm(collective, size, ranks, ranks_per_node=per_node,
-                                             net_GBps=link_rate_bps / 8e9 if link_rate_bps else None)
-            root, peer = (0, ranks - 1) if collective is Collective.SEND_RECV else (request.root, None)
-            op = CollectiveOp(collective=collective, size_bytes=size, group=group, algorithm=algorithm,
-                              root=root, peer=peer, chunks=request.chunks, dtype_bytes=DEFAULT_DTYPE_BYTES)
-            check_schedule(op, field="algorithm")
-            ops = (op,)
-            if request.pairs:
-                ops = tuple(replace(op, group=(i, i + request.pairs), root=i, peer=i + request.pairs)
-                            for i in range(request.pairs))
+            ops = case_ops(request, collective, size, ranks, per_node=per_node, link_rate_bps=link_rate_bps)
             cases += [GroupCase(ops, request.warmup, request.iterations)] * (2 if request.in_place else 1)
     return cases
+
+
+def case_ops(request: BenchRequest, collective: Collective, size: int, ranks: int, *, per_node: int | None = None,
+             link_rate_bps: int | None = None) -> tuple[CollectiveOp, ...]:
+    """The ops of one case of the sweep (`sweep_cases`): `collective` at the sweep's `size` (aligned for it) on
+    `ranks` ranks, AUTO's algorithm resolved, or the disjoint pairs of `request.pairs`."""
+    size = aligned_size(collective, size, ranks)
+    algorithm = request.algorithm
+    if algorithm is Algorithm.AUTO and collective is Collective.SEND_RECV:
+        algorithm = Algorithm.RING  # nccl-tests' sendrecv: the ring shift (p2p: --algorithm p2p)
+    elif algorithm is Algorithm.AUTO:
+        algorithm = choose_algorithm(collective, size, ranks, ranks_per_node=per_node,
+                                     net_GBps=link_rate_bps / 8e9 if link_rate_bps else None)
+    root, peer = (0, ranks - 1) if collective is Collective.SEND_RECV else (request.root, None)
+    op = CollectiveOp(collective=collective, size_bytes=size, group=tuple(range(ranks)), algorithm=algorithm,
+                      root=root, peer=peer, chunks=request.chunks, dtype_bytes=DEFAULT_DTYPE_BYTES)
+    check_schedule(op, field="algorithm")
+    if request.pairs:
+        return tuple(replace(op, group=(i, i + request.pairs), root=i, peer=i + request.pairs)
+                     for i in range(request.pairs))
+    return (op,)
+
+
+def size_steps(request: BenchRequest, topology: Any) -> dict[int, tuple[Any, ...]]:
+    """What each size of the sweep runs on a testbed of `topology` (`genie.core.topology.Topology`), as ``auto``
+    weighs a size (`genie.services.dilation.collective_steps`, one per collective): the ranks the run takes,
+    ranks per host and link rate as the run's algorithm choice has them. Empty when the topology has too few
+    ranks (the run refuses that itself) or fewer than 2 are asked for."""
+    from genie.core.units import format_size
+    from genie.report.manifest import topology_summary
+    from genie.services.dilation import collective_steps
+
+    hosts = topology.rank_hosts()
+    ranks = request.ranks or len(hosts)
+    if not 2 <= ranks <= len(hosts) or (request.pairs and 2 * request.pairs > ranks):
+        return {}
+    per_node = max(hosts[:ranks].count(host) for host in set(hosts[:ranks]))
+    rate = topology_summary(topology).get("link_rate_bps")
+    return {size: tuple(collective_steps(case_ops(request, collective, size, ranks, per_node=per_node,
+                                                  link_rate_bps=rate), f"{format_size(size)} {collective.value}")
+                        for collective in request.collectives)
+            for size in sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes)}
 
 
 def check_schedule(op: CollectiveOp, *, field: str, what: str = "") -> None:
@@ -223,7 +250,8 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
               "steps": request.record_steps, "in_place": request.in_place}
     with staged("bench", opts, ranks=request.ranks, loopback_ranks=request.ranks, params=params,
                 bounds=lambda n, _faults: bench_bounds(build_job(request, request.ranks or n)),
-                smallest_message_bytes=request.min_bytes, sweep_sizes_bytes=tuple(sizes)) as stage:
+                smallest_message_bytes=request.min_bytes, sweep_sizes_bytes=tuple(sizes),
+                size_steps=lambda topology: size_steps(request, topology)) as stage:
         target = stage.target
         meta = {"target": target.name, "ranks": len(stage.placements), "verify": request.verify,
                 "iterations": request.iterations, "warmup": request.warmup}
@@ -320,5 +348,6 @@ def plan_bench_dilation(cmd: BenchCommand) -> tuple[Any, Any]:
     if opts.topology is None:
         raise InputError("a dry run plans the testbed of a topology: give one", path="topology")
     topology = load_topology_file(opts.topology)
-    plan, _ = resolve_dilation_plan(opts.time_dilation, topology, sizes, source=str(opts.topology))
+    plan, _ = resolve_dilation_plan(opts.time_dilation, topology, sizes, source=str(opts.topology),
+                                    size_steps=lambda topo: size_steps(request, topo))
     return plan, topology

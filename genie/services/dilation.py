@@ -100,8 +100,6 @@ def replay_iteration(programs) -> IterationSteps:
     """The rank programs' iteration as ``auto`` weighs it for a replay (`genie.core.dilation.IterationSteps`):
     each node's dependencies, compute and message steps — a collective's steps of its schedule for the rank,
     with the clear-to-send step before it where the engine runs one; a send or receive one step."""
-    from genie.engine.program import cached_schedule, clear_to_send
-
     ranks = []
     for program in programs:
         index = {node.id: i for i, node in enumerate(program.nodes)}
@@ -109,16 +107,38 @@ def replay_iteration(programs) -> IterationSteps:
         for node in program.nodes:
             steps: tuple[tuple[int, int], ...] = ()
             if node.lane is Lane.COLLECTIVE and node.op is not None and node.op.sends_messages:
-                token = clear_to_send(node.op, program.rank)
-                schedule = ((token,) if token else ()) + cached_schedule(node.op).for_rank(program.rank).steps
-                steps = tuple((max(m.size_bytes for m in (*step.sends, *step.recvs)), max(1, len(step.sends)))
-                              for step in schedule if step.sends or step.recvs)
+                steps = op_steps(node.op, program.rank)
             elif node.lane in (Lane.SEND, Lane.RECV) and node.size_bytes > 0:
                 steps = ((node.size_bytes, 1),)
             nodes.append(StepNode(tuple(index[d] for d in node.deps if d in index),
                                   node.duration_ns if node.lane is Lane.COMPUTE else 0, steps))
         ranks.append(tuple(nodes))
     return IterationSteps(tuple(ranks), smallest_message_bytes(programs))
+
+
+def op_steps(op, rank: int) -> tuple[tuple[int, int], ...]:
+    """A collective's steps for `rank` as ``auto`` weighs them (`genie.core.dilation.StepNode.steps`): its
+    schedule's steps, with the clear-to-send step before them where the engine runs one, each as (its largest
+    message, the messages it sends; a step that only receives counts 1)."""
+    from genie.engine.program import cached_schedule, clear_to_send
+
+    token = clear_to_send(op, rank)
+    schedule = ((token,) if token else ()) + cached_schedule(op).for_rank(rank).steps
+    return tuple((max(m.size_bytes for m in (*step.sends, *step.recvs)), max(1, len(step.sends)))
+                 for step in schedule if step.sends or step.recvs)
+
+
+def collective_steps(ops, label: str) -> IterationSteps:
+    """What one iteration of a bench case (`ops`: the collectives it runs at once, `genie.core.schedule.
+    CollectiveOp`) asks of each rank, as ``auto`` weighs a sweep size (`genie.testbed.dilation_plan`): each
+    rank's steps of every op it is in, one node per op, all starting together."""
+    world = sorted({rank for op in ops for rank in op.group})
+    ranks = []
+    for rank in range(max(world) + 1 if world else 0):
+        ranks.append(tuple(StepNode(steps=op_steps(op, rank)) for op in ops
+                           if rank in op.group and op.sends_messages))
+    sizes = [op.size_bytes for op in ops if op.sends_messages and op.size_bytes > 0]
+    return IterationSteps(tuple(ranks), min(sizes) if sizes else None, label)
 
 
 # ---- a sweep's dilation per size, made real between sizes ------------------------------------------------

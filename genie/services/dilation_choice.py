@@ -4,7 +4,7 @@ this module sits above both)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from genie.core.dilation import DilationChoice, DilationMode, IterationSteps, TimeDilation, fixed_dilation
 from genie.core.errors import InputError
@@ -41,20 +41,23 @@ def resolve_dilation(choice: DilationChoice, topology: Topology, *, source: Opti
 
 def resolve_dilation_plan(choice: DilationChoice, topology: Topology, sizes: Sequence[int], *,
                           source: Optional[str] = None, links: Optional[LinkModel] = None,
-                          iteration: Optional[IterationSteps] = None) -> tuple[DilationPlan, LinkModel]:
+                          iteration: Optional[IterationSteps] = None,
+                          size_steps: Optional[Callable[[Topology], Any]] = None) -> tuple[DilationPlan, LinkModel]:
     """A sweep's dilation per size (`genie.testbed.dilation_plan`) and the link model of its testbed: under
-    ``auto`` this host is measured once and each size gets its own factor, and an experiment's replay
-    `iteration` the replay's (InputError naming the first size, or the replay, whose factor the topology
-    cannot hold: nothing is brought up); a fixed factor (or none) is every size's and the replay's."""
+    ``auto`` this host is measured once and each size gets its own factor (weighing the collectives
+    `size_steps(topology)` says each size runs, where given), and an experiment's replay `iteration` the
+    replay's (InputError naming the first size, or the replay, whose factor the topology cannot hold: nothing
+    is brought up); a fixed factor (or none) is every size's and the replay's."""
     from genie.testbed.dilation_plan import plan_per_size, single_plan
     from genie.testbed.shaping import default_link_model
 
-    if choice.mode is DilationMode.AUTO and (len(set(sizes)) > 1 or iteration is not None):
+    if choice.mode is DilationMode.AUTO and (len(set(sizes)) > 1 or iteration is not None or size_steps is not None):
         from genie.services.host_probe import measure_host
 
         model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
         figures = measure_host(topology, model, wakes=iteration is not None)
-        plan = plan_per_size(topology, figures, sizes, source=source, iteration=iteration)
+        plan = plan_per_size(topology, figures, sizes, source=source, iteration=iteration,
+                             size_steps=size_steps(topology) if size_steps is not None else None)
         return plan, links or default_link_model(topology, plan.first)
     dilation, model = resolve_dilation(choice, topology, source=source, links=links,
                                        reference_bytes=min(sizes) if sizes else None)

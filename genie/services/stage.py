@@ -60,7 +60,8 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
            name: str | None = None,
            fits: Callable[[list[RankPlacement]], list[RankPlacement]] = lambda placements: placements,
            smallest_message_bytes: int | None = None, sweep_sizes_bytes: Sequence[int] = (),
-           iteration: IterationSteps | None = None) -> Iterator[Stage]:
+           iteration: IterationSteps | None = None, size_steps: Callable[[Any], Any] | None = None
+           ) -> Iterator[Stage]:
     """The stage of one `kind` run (bench, replay, experiment). `ranks`: the first N ranks of the target
     (None: all); `loopback_ranks`: how many ranks loopback gets; `bounds(ranks, faults)` the run's fault
     bounds (`genie.faults.validation.RunBounds`) for a rank count and the faults asked for; `fits(placements)`
@@ -69,7 +70,9 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
     `smallest_message_bytes` is what ``--time-dilation auto`` protects (the run's smallest message), a
     replay's `iteration` instead when given;
     `sweep_sizes_bytes`, a sweep's sizes: under ``auto`` each gets its own factor, and an experiment's replay
-    `iteration` beside them its own (the target's `dilation_plan`)."""
+    `iteration` beside them its own (the target's `dilation_plan`); `size_steps(topology)`: the collectives
+    each size runs there, as ``auto`` weighs a size (`genie.testbed.dilation_plan.plan_per_size`; None: one
+    message of the size)."""
     from genie.faults import service as faults_service
     from genie.report.manifest import RunRecorder
 
@@ -83,7 +86,7 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
                                        loopback_ranks if opts.loopback else ranks, command=kind,
                                        shared=opts.shared, dilation=opts.time_dilation,
                                        reference_bytes=smallest_message_bytes, sweep_sizes=sweep_sizes_bytes,
-                                       iteration=iteration)
+                                       iteration=iteration, size_steps=size_steps)
     with launch_target(choice, opts.inventory, open_testbed) as target:
         placements = fits(target.placements)
         check_launch(choice, placements)

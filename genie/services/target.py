@@ -45,7 +45,8 @@ class Target:
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
                 ranks: Optional[int], *, command: str, shared: bool = False,
                 dilation: DilationChoice = DilationChoice(), reference_bytes: Optional[int] = None,
-                sweep_sizes: Sequence[int] = (), iteration: Optional[IterationSteps] = None) -> Iterator[Target]:
+                sweep_sizes: Sequence[int] = (), iteration: Optional[IterationSteps] = None,
+                size_steps: Optional[Callable[[Any], Any]] = None) -> Iterator[Target]:
     """The chosen target; a topology's testbed lives only inside this block. `command` names the service in
     the error when not exactly one target is given. A live testbed is held for this run (a second run on it
     is refused) unless `shared`: then the target carries a warning for the manifest. `dilation`: a topology's
@@ -53,7 +54,8 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
     `reference_bytes`, or for a replay's `iteration`); a running testbed keeps its own (a different factor asked for is refused); loopback
     takes a fixed factor (compute and reported times only). A sweep's `sweep_sizes` under ``auto``: each size
     its own factor, and with an `iteration` the experiment's replay beside it its own (the target's
-    `dilation_plan`; the testbed comes up at the smallest size's)."""
+    `dilation_plan`; the testbed comes up at the smallest size's; `size_steps(topology)`: what each size runs,
+    as ``auto`` weighs it)."""
     from genie.services.dilation import loopback_dilation, running_dilation
     from genie.services.dilation_choice import resolve_dilation
 
@@ -99,7 +101,7 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
         from genie.services.dilation_choice import resolve_dilation_plan
 
         planned, links = resolve_dilation_plan(dilation, topo, sweep_sizes, source=str(topology),
-                                               iteration=iteration)
+                                               iteration=iteration, size_steps=size_steps)
         chosen, plan = planned.first, (planned if planned.per_size else None)
     else:
         chosen, links = resolve_dilation(dilation, topo, source=str(topology), reference_bytes=reference_bytes,

@@ -2,9 +2,12 @@
 row does not run at the factor its 1 KiB row needs; an experiment's replay beside its sweep at the factor
 ``auto`` chooses for a replay (its iteration, as `genie replay` has it).
 
-``auto``'s factor protects a run's smallest figure (one message of the size between the two closest hosts,
-`genie.testbed.dilation_rules.choose_dilation`): a bigger message needs a smaller factor for the same share of
-software cost, down to what the host's throughput needs. The host is measured once
+``auto``'s factor protects a size's figure: in `genie bench` the collective it runs at that size, weighed as a
+replay's iteration is (every send of its busiest rank pays the host's per-step cost, against the collective's
+least time, a step's sends at once sharing their host's links: an all-to-all's 7 sends per rank on 8 ranks
+are 7 x the per-step cost where one message of the size was 1 x), elsewhere one message of the size between
+the two closest hosts (`genie.testbed.dilation_rules.choose_dilation`): a bigger size needs a smaller factor
+for the same share of software cost, down to what the host's throughput needs. The host is measured once
 (`genie.testbed.dilation_rules.HostFigures`); the plan is then a pure function of those figures, the topology
 and the sizes: size -> factor -> the links' real shapes. `genie bench --dry-run` prints it; the bench service
 applies it between sizes through the live testbed (`genie.faults.live.LiveTestbed.redilate`, the mechanism the
@@ -14,7 +17,7 @@ fault injector changes shapes with).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from genie.core.dilation import IterationSteps, TimeDilation
 from genie.core.errors import InputError
@@ -95,15 +98,22 @@ def single_plan(sizes: Iterable[int], dilation: TimeDilation) -> DilationPlan:
 
 
 def plan_per_size(topology: Topology, figures: Any, sizes: Sequence[int], *, source: Optional[str] = None,
-                  iteration: Optional[IterationSteps] = None) -> DilationPlan:
+                  iteration: Optional[IterationSteps] = None,
+                  size_steps: Optional[Mapping[int, Sequence[IterationSteps]]] = None) -> DilationPlan:
     """``auto``'s factor for each size of a sweep, from this host's `figures`
     (`genie.testbed.dilation_rules.HostFigures`, measured once), and with an experiment's replay `iteration`
     (`genie.services.dilation.replay_iteration`) the replay's: ``auto``'s rule for a replay, as `genie replay`
-    has it. InputError naming the first size (or the replay) the topology cannot hold a factor for, and the
-    limit that needs it."""
+    has it. A size's figure is one message of that size between the two closest hosts, or, where `size_steps`
+    gives the collectives the sweep runs at that size (`genie.services.dilation.collective_steps`, one per
+    case), each collective's iteration as a replay's is weighed (every send of its busiest rank pays the
+    per-step cost, against the collective's least time; no wake-ups: a bench's iterations follow each other
+    without a timed sleep), the largest factor of them. InputError naming the first size (or the replay) the
+    topology cannot hold a factor for, and the limit that needs it."""
+    import dataclasses
+
     from genie.testbed.dilation_rules import check_dilation_holds, choose_dilation
 
-    def held(what: str, **figure: Any) -> TimeDilation:
+    def held(what: str, figures: Any = figures, **figure: Any) -> TimeDilation:
         try:
             dilation = choose_dilation(topology, figures, source=source, **figure)
             check_dilation_holds(topology, dilation, source=source)
@@ -111,6 +121,14 @@ def plan_per_size(topology: Topology, figures: Any, sizes: Sequence[int], *, sou
             raise InputError(f"{what}: {exc.detail}", source=exc.source, path=exc.path) from None
         return dilation
 
-    planned = tuple(SizeDilation(size, held(f"size {format_size(size)}", reference_bytes=size))
-                    for size in sorted(set(sizes)))
+    def for_size(size: int) -> TimeDilation:
+        what = f"size {format_size(size)}"
+        collectives = (size_steps or {}).get(size)
+        if not collectives:
+            return held(what, reference_bytes=size)
+        stepped = dataclasses.replace(figures, wake_us=None)
+        return max((held(what, iteration=steps, figures=stepped) for steps in collectives),
+                   key=lambda dilation: dilation.factor)
+
+    planned = tuple(SizeDilation(size, for_size(size)) for size in sorted(set(sizes)))
     return DilationPlan(planned, None if iteration is None else held("the replay", iteration=iteration))

@@ -161,6 +161,32 @@ def message_floor_us(floors: frozenset[PathFloor], size_bytes: int) -> float:
     return min((message_us(floor, size_bytes) for floor in floors), default=0.0)
 
 
+def host_egress(topology: Topology) -> tuple[int, int] | None:
+    """The most any one host can send at once: its shaped links' rates summed, with their largest MTU, for the
+    host where that sum is largest; None when a host has an unshaped link (nothing bounds what it sends)."""
+    best: tuple[int, int] | None = None
+    for host in topology.hosts:
+        shapes = [link.shape for link in topology.links if host.name in link.endpoints]
+        if not shapes or any(shape.rate_bps is None for shape in shapes):
+            return None
+        egress = (sum(shape.rate_bps for shape in shapes), max(shape.mtu_bytes for shape in shapes))
+        best = egress if best is None or egress[0] > best[0] else best
+    return best
+
+
+def step_floor_us(floors: frozenset[PathFloor], egress: tuple[int, int] | None, size_bytes: int,
+                  sends: int) -> float:
+    """The least time one step of a rank takes: its largest message (`size_bytes`) between the two closest
+    hosts (`message_floor_us`), and at least its `sends` messages leaving one host at once serialized at that
+    host's links' summed rate (`host_egress`: an all-to-all's 7 sends per rank on a star share the host's one
+    link; a ring's one send per step is its message's time)."""
+    one = message_floor_us(floors, size_bytes)
+    if sends <= 1 or egress is None:
+        return one
+    rate_bps, mtu = egress
+    return max(one, sends * 8 * message_wire_bytes(size_bytes, mtu) / rate_bps * 1e6)
+
+
 @dataclass(frozen=True)
 class IterationFloor:
     """One rank of a replay as the host's costs weigh on it: its `steps` (each pays the host's per-step cost
@@ -168,7 +194,7 @@ class IterationFloor:
     node that hands over to communication or ends the iteration — a compute node followed only by compute
     is made up by the next one's deadline, `genie.engine.walker`) and the least time its iteration takes on
     the stated fabric (`floor_us`: its longest chain of dependent nodes, compute at its duration and each
-    message step at its `message_floor_us`), with that chain's compute (`compute_us`)."""
+    message step at its `step_floor_us`), with that chain's compute (`compute_us`)."""
 
     rank: int
     steps: int
@@ -179,8 +205,8 @@ class IterationFloor:
 
 def rank_floors(topology: Topology, iteration: IterationSteps) -> list[IterationFloor]:
     """Every rank of `iteration` that sends a message, as an `IterationFloor`."""
-    floors = path_floors(topology)
-    wire = functools.lru_cache(maxsize=None)(lambda size: message_floor_us(floors, size))
+    floors, egress = path_floors(topology), host_egress(topology)
+    wire = functools.lru_cache(maxsize=None)(lambda size, sends: step_floor_us(floors, egress, size, sends))
     out = []
     for rank, nodes in enumerate(iteration.ranks):
         ends: list[tuple[float, float]] = []  # per node: (the chain's end, its compute), in microseconds
@@ -189,7 +215,7 @@ def rank_floors(topology: Topology, iteration: IterationSteps) -> list[Iteration
         followed = [False] * len(nodes)
         for node in nodes:
             start, compute = max((ends[d] for d in node.deps if d < len(ends)), default=(0.0, 0.0))
-            took = node.compute_ns / 1e3 + sum(wire(size) for size, _ in node.steps)
+            took = node.compute_ns / 1e3 + sum(wire(size, sends) for size, sends in node.steps)
             ends.append((start + took, compute + node.compute_ns / 1e3))
             steps += sum(sends for _, sends in node.steps)
             for d in node.deps:
@@ -256,9 +282,9 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
     floor = iteration_floor(topology, iteration) if iteration is not None else None
     if floor is not None:
         per_us = floor.steps / floor.floor_us  # the per-step costs' share of the iteration is cost x per_us / N
-        what = (f"rank {floor.rank}'s iteration ({floor.steps} steps in at least {floor.floor_us / 1e3:.4g} ms, "
-                f"{floor.compute_us / 1e3:.4g} ms of it compute)")
-        driver_text = "for the iteration"
+        what = (f"rank {floor.rank}'s {iteration.label} ({floor.steps} steps in at least "
+                f"{floor.floor_us / 1e3:.4g} ms, {floor.compute_us / 1e3:.4g} ms of it compute)")
+        driver_text = f"for the {iteration.label}"
     else:
         step_us, pair = smallest_step_us(topology, reference_bytes)
         per_us = 1 / step_us if math.isfinite(step_us) else None
