@@ -23,7 +23,7 @@ cdef double sender_ceil = SENDER_CEIL  # chains.RingOp.move: faster than its sen
 cdef inline double _remaining(Py_ssize_t i, const int64_t[::1] chunk, const int64_t[::1] pred,
                               const unsigned char[::1] ready, const double[::1] left, const double[:, ::1] sizes,
                               const double[:, ::1] before, int64_t count):
-    """:meth:`RingOp.remaining_bytes` of connection ``i`` (:func:`ring_remaining`'s arithmetic)."""
+    """:meth:`RingOp.remaining_bytes` of connection ``i`` (:func:`_ring_remaining`'s arithmetic)."""
     cdef int64_t k = chunk[i] if chunk[i] < count - 1 else count - 1
     cdef bint on = chunk[i] < count
     cdef int64_t p = chunk[pred[i]] if pred[i] >= 0 else count
