@@ -78,3 +78,46 @@ def test_random_concurrent_collectives_with_chains_end_when_the_reference_says(e
         assert run_concurrently(engine(network, params), ops) == want  # bit for bit
         chained += want != run_concurrently(FlowEngine(network, replace(params, ring_chains=False)), ops)
     assert chained
+
+
+def _ring(engine, members: tuple[int, ...]):
+    from astra_adapter.measurements import CommOp
+    from genie.core.collective import Algorithm, Collective
+
+    return engine.start(engine.plan(CommOp(Collective.ALL_REDUCE, Algorithm.RING, len(members), 1 << 22), members))
+
+
+def test_a_queue_read_whose_paths_no_other_moving_flow_crosses_solves_no_rates() -> None:
+    # two rings under different leaves share no link: a read for one has no queue whatever the other's rates,
+    # answered before the moving set is solved; a ring across the spines crosses the first one's links: solved
+    engine = ChainFlowEngine(FabricNetwork(MIX_TOPOLOGY), CHAINS)
+    first = _ring(engine, (0, 1, 2, 3))
+    while not first.active_count:  # its chunks through their latency: its flows move
+        engine.advance(engine.horizon_ns())
+    for members, solved in (((4, 5, 6, 7), 0), ((1, 5, 9, 13), 1)):
+        op = _ring(engine, members)
+        engine._moving_rates.clear()  # the moving set not known: a read that needs its rates solves them
+        solves = engine.solves
+        read = engine._read_queues(op, op.steps[0], np.ones(len(op.active), dtype=bool))
+        assert engine.solves == solves + solved
+        if not solved:
+            assert read is None
+
+
+def test_flows_on_kept_per_step_and_flows_with_a_rate_counts_as_fresh() -> None:
+    engine = ChainFlowEngine(FabricNetwork(MIX_TOPOLOGY), CHAINS)
+    q = engine.queues
+    steps = [_ring(engine, members).steps[0] for members in ((0, 1, 2, 3), (1, 5, 9, 13), (2, 6, 10, 14))]
+    rng = np.random.default_rng(4)
+
+    def fresh(rated):  # StandingQueues.flows_on as it was: each step's count again, added in order
+        n = np.zeros(len(engine.capacity))
+        for step, rate in rated:
+            res, w, flow, _ = q.entries(step)
+            n += np.bincount(res, weights=w * (rate[flow] > 0), minlength=len(engine.capacity))
+        return n
+
+    for _ in range(40):  # the same steps with other flows moving: other counts, kept apart
+        rated = [(s, rng.random(len(s.routes)) * (rng.random(len(s.routes)) < 0.6)) for s in steps]
+        assert q.flows_on(rated).tobytes() == fresh(rated).tobytes()
+    assert 0 < len(q._flows_of) <= 3 * 2 ** 4  # kept per step and set of flows with a rate

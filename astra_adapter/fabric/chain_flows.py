@@ -22,7 +22,12 @@ answer is not needed, and some of it is known without being computed:
   engine keeps it), and a moving set's load and saturated resources are kept with its rates;
 - a ring's per-event arithmetic runs compiled (:class:`CompiledRingOp`, ``fabric/chains_core.pyx``): its move
   and horizon, its chunk starts (which connections start, which take a wait, the start itself) and the bytes its
-  senders hold, each one call on its per-connection arrays;
+  senders hold, each one call on its per-connection arrays, held as typed views once
+  (:class:`astra_adapter.fabric.chains_core.RingState`);
+- a queue read whose paths no other op's moving flow crosses has no queue whatever the rates: answered 0.0
+  before the moving set is solved (a read takes the set's rates only where another op's flow is on its paths);
+  the flows each step moves on a resource are kept per (step, flows with a rate)
+  (:meth:`StandingQueues.flows_on`), the chunk a ring's FIFO wait is reckoned with per plan;
 - a queue read's load on every resource and its queue sums run compiled (``chains_core.moving_load`` and
   ``queued_of``: :meth:`StandingQueues.load` and :meth:`StandingQueues.queued_bytes`, the same terms added in
   the same order);
@@ -43,11 +48,9 @@ from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.fairshare import MovingRates
 
 try:  # a ring's per-event work compiled, the same floats (built by the install step when it can be)
-    from astra_adapter.fabric.chains_core import (moving_load, queued_of, ring_arriving, ring_begin, ring_horizon,
-                                                  ring_move, ring_remaining, ring_starting)
+    from astra_adapter.fabric.chains_core import RingState, moving_load, queued_of
 except ImportError:  # not built: RingOp's numpy methods run
-    moving_load = queued_of = ring_arriving = ring_begin = ring_horizon = ring_move = ring_remaining = \
-        ring_starting = None
+    RingState = moving_load = queued_of = None
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
 from astra_adapter.fabric.queues import ring_chunk_bytes
 from astra_adapter.fabric.queues import fifo_wait_ns
@@ -56,28 +59,30 @@ from astra_adapter.fabric.network import FabricNetwork
 
 class CompiledRingOp(RingOp):
     """:class:`RingOp` with :meth:`move`, :meth:`horizon_ns` and :meth:`remaining_bytes` in one compiled call each
-    (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays). Its flag arrays stay the
-    same objects for the op's life (``active`` refreshed in place), so their byte views are taken once."""
+    (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays). Its per-connection arrays
+    stay the same objects for the op's life (written in place only: ``active`` refreshed in place), so their
+    byte views are taken once, and :class:`astra_adapter.fabric.chains_core.RingState` holds them as typed views
+    for its per-event calls."""
 
-    __slots__ = ("busy_moved", "_ready8", "_active8", "_next_ready8", "_had")
+    __slots__ = ("busy_moved", "_state")
 
     def __init__(self, steps: tuple, send_buffer: np.ndarray | None = None,
                  inject: np.ndarray | None = None) -> None:
         super().__init__(steps, send_buffer, inject)
         self.busy_moved = True  # the ranks busy in it may have changed since the engine last looked
-        self._ready8 = self.ready.view(np.uint8)
-        self._active8 = self.active.view(np.uint8)
-        self._next_ready8 = self.next_ready.view(np.uint8)
         self.sizes = np.ascontiguousarray(self.sizes, dtype=float)  # the compiled calls' layout (the same values)
         self.latencies = np.ascontiguousarray(self.latencies, dtype=float)
-        self._had = np.empty(len(self.chunk))  # ring_move's scratch: what each connection had (RingOp._had_bytes)
+        # the arrays as typed views, once (the flags' byte views; a scratch for what each connection had,
+        # RingOp._had_bytes)
+        self._state = RingState(self.chunk, self.left, self.wait, self.ready.view(np.uint8),
+                                self.active.view(np.uint8), self.next_ready.view(np.uint8), self.next_wait,
+                                self.send_buffer, self.fill, self.inject, self.pred, self.sizes, self.before,
+                                self.latencies, self._done, self.count, np.empty(len(self.chunk)))
 
     def begin(self, which: np.ndarray, extra_wait_ns: np.ndarray) -> None:
         extra_wait_ns = self.fifo_waits(which, extra_wait_ns)
         self._remaining = None
-        self.active_count = ring_begin(which.view(np.uint8), self.chunk, self._next_ready8, self.next_wait,
-                                       extra_wait_ns, self._ready8, self.left, self.wait, self.sizes, self.latencies,
-                                       self._done, self._active8, self.fill, self.fill_start)
+        self.active_count = self._state.begin(which.view(np.uint8), extra_wait_ns, self.fill_start)
         self.busy_moved = True  # connections ready: a last chunk within its send buffer is written
 
     def starting(self) -> tuple[np.ndarray, np.ndarray, bool, bool]:
@@ -85,8 +90,7 @@ class CompiledRingOp(RingOp):
         data is in once they have (who takes a wait from a queue read now), and whether any of each."""
         which = np.empty(len(self.chunk), dtype=bool)
         needed = np.empty(len(self.chunk), dtype=bool)
-        any_which, any_needed = ring_starting(self.chunk, self.pred, self._ready8, self._next_ready8, self.count,
-                                              which.view(np.uint8), needed.view(np.uint8))
+        any_which, any_needed = self._state.starting(which.view(np.uint8), needed.view(np.uint8))
         if self.holding:  # a held connection (chunk 0, not ready) starts nothing and takes no wait
             which &= ~self.held
             needed &= ~self.held
@@ -96,8 +100,7 @@ class CompiledRingOp(RingOp):
     def arriving_any(self) -> tuple[np.ndarray, bool]:
         """:meth:`arriving`, and whether any."""
         early = np.empty(len(self.chunk), dtype=bool)
-        return early, ring_arriving(self.chunk, self.pred, self._ready8, self._next_ready8, self.count,
-                                    early.view(np.uint8))
+        return early, self._state.arriving(early.view(np.uint8))
 
     def _refresh(self) -> None:
         active = self.active  # RingOp._refresh's mask, written into the same array
@@ -107,10 +110,7 @@ class CompiledRingOp(RingOp):
 
     def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
         self._remaining = None
-        went, count, written = ring_move(self.chunk, self.left, self.wait, self._ready8, self._active8,
-                                         self._next_ready8, self.next_wait, rate if self.active_count else None,
-                                         dt_ns, self._done, self.count - 1, self.send_buffer, self.fill,
-                                         self.inject, self.pred, self.sizes, self.before, self.count, self._had)
+        went, count, written = self._state.move(rate if self.active_count else None, dt_ns)
         self.active_count = count
         if went:
             self.done = bool(np.all(self.chunk >= self.count))
@@ -119,13 +119,12 @@ class CompiledRingOp(RingOp):
         return went
 
     def horizon_ns(self, rate: np.ndarray | None) -> float:
-        return ring_horizon(self._ready8, self._active8, self.wait, self.left,
-                            rate if self.active_count else None, self.chunk, self.count - 1, self.send_buffer)
+        return self._state.horizon(rate if self.active_count else None)
 
     def remaining_bytes(self) -> np.ndarray:
         if self._remaining is None:  # kept until the state next changes (RingOp.remaining_bytes)
             out = self._remaining = np.empty(len(self.chunk))
-            ring_remaining(self.chunk, self.pred, self._ready8, self.left, self.sizes, self.before, self.count, out)
+            self._state.remaining(out)
         return self._remaining
 
 
@@ -133,7 +132,7 @@ class ChainFlowEngine(FlowEngine):
     """:class:`FlowEngine` for plays with ring chains (see the module doc): the same results, less work."""
 
     compiled_solve = True  # new moving sets solved on fairshare_core where it is built (the same floats)
-    ring_op = CompiledRingOp if ring_move is not None else RingOp
+    ring_op = CompiledRingOp if RingState is not None else RingOp
     compiled_queues = moving_load is not None  # queue reads' load and sums on chains_core (the same floats)
 
     def __init__(self, network: FabricNetwork, params: FabricParams = FabricParams(),
@@ -149,6 +148,7 @@ class ChainFlowEngine(FlowEngine):
         self.queue_asks = 0  # queue reads asked for (a chunk starting, a step entering, with queues on)
         self.queue_reads = 0  # of them, the reads that built the queues (the others were known to be 0.0)
         self._last_moving: tuple[list[FabricOp], list] = ([], [None, None])  # _flow_rates' moving set, memo entry
+        self._chunks: dict[int, tuple] = {}  # per ring plan's first step (id): it, its ring_chunk_bytes
 
     # ---- ops --------------------------------------------------------------------------------------------
     def start(self, steps, held: np.ndarray | None = None) -> FabricOp:
@@ -187,11 +187,17 @@ class ChainFlowEngine(FlowEngine):
             self._compiled.set_capacity(self.capacity)
 
     # ---- rates ----------------------------------------------------------------------------------------
-    def _moving(self) -> tuple[list[FabricOp], list]:
-        """The ops moving flows now, in the order of ``ops``, and the memo entry of that moving set: [their
-        rates, (load, saturated) once a queue read asked for them]. Keyed on the steps and one string of their
-        moving flags (a step's flows are as many as its routes, so the string splits one way only)."""
-        moving = [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active_count]
+    def _moving_ops(self) -> list[FabricOp]:
+        """The ops moving flows now, in the order of ``ops``."""
+        return [op for op in self.ops if not op.done and op.latency_ns <= 0 and op.active_count]
+
+    def _moving(self, moving: list[FabricOp] | None = None) -> tuple[list[FabricOp], list]:
+        """The ops moving flows now (``moving``: :meth:`_moving_ops` taken since nothing changed), in the order of
+        ``ops``, and the memo entry of that moving set: [their rates, (load, saturated) once a queue read asked for
+        them]. Keyed on the steps and one string of their moving flags (a step's flows are as many as its routes,
+        so the string splits one way only)."""
+        if moving is None:
+            moving = self._moving_ops()
         if not moving:
             return moving, [None, None]
         key = (self._mode_key, tuple(id(op.steps[op.step]) for op in moving),
@@ -289,7 +295,7 @@ class ChainFlowEngine(FlowEngine):
         read = self._read_queues(op, op.steps[0], needed)
         if read is None:
             return waits
-        queued, _ = read
+        queued, _, ops, hit = read
         incidence = self.queues.incidence
         capacity = self.capacity
         flows_on = None
@@ -298,13 +304,21 @@ class ChainFlowEngine(FlowEngine):
             res, w = incidence(int(routes[k]))
             q = queued[res]
             if q.any() or not self._zero_waits_known:
-                if flows_on is None:
-                    ops, hit = self._moving()
+                if flows_on is None:  # (the moving set the read took: nothing moved since)
                     flows_on = self.queues.flows_on([(o.steps[o.step], rate) for o, rate in zip(ops, hit[0])
                                                      if o is not op])
-                    chunk = ring_chunk_bytes(self.queues, op)
+                    chunk = self._chunk_bytes(op)
                 waits[k] = fifo_wait_ns(w, q, capacity[res], flows_on[res], float(chunk[k]))
         return waits
+
+    def _chunk_bytes(self, op: RingOp) -> np.ndarray:
+        """:func:`astra_adapter.fabric.queues.ring_chunk_bytes` of ``op``, a function of its first step (its
+        routes and wire bytes): kept per first step (the entry keeps the step, so its id names no other)."""
+        first = op.steps[0]
+        hit = self._chunks.get(id(first))
+        if hit is None or hit[0] is not first:
+            hit = self._chunks[id(first)] = (first, ring_chunk_bytes(self.queues, op))
+        return hit[1]
 
     def _enter_next_step(self, op: FabricOp) -> None:
         op.next_step()
@@ -316,16 +330,28 @@ class ChainFlowEngine(FlowEngine):
             op.latency_ns += self.queues.delay_ns(read[0], step.routes[op.active],
                                                   step.dst[op.active] if len(op.steps) > 1 else None)
 
-    def _read_queues(self, op, step, needed: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    def _read_queues(self, op, step, needed: np.ndarray) -> tuple[np.ndarray, np.ndarray, list, list] | None:
         """The queues the flows moving now other than ``op``'s keep, on the resources the paths of ``step``'s
-        flows ``needed`` cross (elsewhere 0), and the load; None where every one of those is 0 (no other op
-        moves, or no resource on those paths is saturated)."""
+        flows ``needed`` cross (elsewhere 0), the load, and the moving set and memo entry read (:meth:`_moving`);
+        None where every one of those queues is 0 (no other op's moving flow crosses those paths - known without
+        the rates -, or no resource on them is saturated)."""
         q = self.queues
         assert q is not None
         self.queue_asks += 1
-        ops, hit = self._moving()
-        if not any(o is not op for o in ops):
+        ops = self._moving_ops()
+        res, _, flow, _ = q.entries(step)
+        mine = res[needed[flow]]  # the resources on the paths read
+        on_path = np.zeros(len(self.capacity), dtype=bool)
+        on_path[mine] = True
+        crossing = []  # the other ops with a moving flow on a path read (only they may add to its queues)
+        for o in ops:
+            if o is not op:
+                entries = q.moving_entries(o.steps[o.step], o.active)  # (hop, resource, weight, flow, own link)
+                if on_path[entries[1]].any():
+                    crossing.append((o, entries))
+        if not crossing:  # no queue on the paths read whatever the rates: answered without solving them
             return None
+        ops, hit = self._moving(ops)
         if hit[1] is None:  # the load and its saturated resources: a function of the moving set, as its rates
             if self.compiled_queues:
                 load = moving_load([q.entries(o.steps[o.step])[:3] + (rate,) for o, rate in zip(ops, hit[0])],
@@ -335,20 +361,14 @@ class ChainFlowEngine(FlowEngine):
             full = q.saturated(load)
             hit[1] = (load, full, full.view(np.uint8))
         load, full, full8 = hit[1]
-        moving = zip(ops, hit[0])
-        res, _, flow, _ = q.entries(step)
-        mine = res[needed[flow]]
         hot = np.zeros(len(full), dtype=bool)
         hot[mine[full[mine]]] = True  # the saturated resources on the paths read
         if not hot.any():
             return None
         in_flight = []
         compiled = self.compiled_queues
-        for o, _ in moving:
-            if o is op:
-                continue
+        for o, entries in crossing:
             s = o.steps[o.step]
-            entries = q.moving_entries(s, o.active)  # (hop, resource, weight, flow, own link) of its moving flows
             if not hot[entries[1]].any():
                 continue  # adds to no queue on the paths read
             left = o.standing_bytes() if isinstance(o, RingOp) else o.left + q.later_bytes(o.steps, o.step)
@@ -363,4 +383,4 @@ class ChainFlowEngine(FlowEngine):
         queued = queued_of(in_flight, full8, q.sender_limit, q.limit) if compiled else \
             q.queued_bytes(in_flight, load)
         self.queue_reads += 1
-        return queued, load
+        return queued, load, ops, hit

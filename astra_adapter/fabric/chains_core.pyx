@@ -23,7 +23,7 @@ cdef double sender_ceil = SENDER_CEIL  # chains.RingOp.move: faster than its sen
 cdef inline double _remaining(Py_ssize_t i, const int64_t[::1] chunk, const int64_t[::1] pred,
                               const unsigned char[::1] ready, const double[::1] left, const double[:, ::1] sizes,
                               const double[:, ::1] before, int64_t count):
-    """:meth:`RingOp.remaining_bytes` of connection ``i`` (:func:`ring_remaining`'s arithmetic)."""
+    """:meth:`RingOp.remaining_bytes` of connection ``i`` (:func:`_ring_remaining`'s arithmetic)."""
     cdef int64_t k = chunk[i] if chunk[i] < count - 1 else count - 1
     cdef bint on = chunk[i] < count
     cdef int64_t p = chunk[pred[i]] if pred[i] >= 0 else count
@@ -39,30 +39,25 @@ cdef inline double _remaining(Py_ssize_t i, const int64_t[::1] chunk, const int6
     return now + later
 
 
-def ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned char[::1] ready,
-              unsigned char[::1] active, const unsigned char[::1] next_ready, double[::1] next_wait,
-              rate, double dt_ns, double done_bytes, int64_t last, const double[::1] send_buffer,
-              double[::1] fill, inject, const int64_t[::1] pred, const double[:, ::1] sizes,
-              const double[:, ::1] before, int64_t count, double[::1] had):
-    """:meth:`RingOp.move`'s arithmetic in place (``rate``: None or the connections' rates; ``inject``: None or
-    the senders' link rates, whose excess over ``rate`` a moving connection adds to its ``fill``, which then is
-    at most what the connection had left to send - ``RingOp._had_bytes``, into ``had`` - before the data that
-    comes in at the end): returns (whether some connection finished a chunk, the count of moving connections
-    after, whether a connection on its ``last`` chunk got within its ``send_buffer`` - its sender's last send is
-    written then). ``active`` is refreshed."""
+cdef (bint, Py_ssize_t, bint) _ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait,
+                                         unsigned char[::1] ready, unsigned char[::1] active,
+                                         const unsigned char[::1] next_ready, double[::1] next_wait,
+                                         const double[::1] r, bint moved, double dt_ns, double done_bytes,
+                                         int64_t last, const double[::1] send_buffer, double[::1] fill,
+                                         const double[::1] inj, bint bounded, const int64_t[::1] pred,
+                                         const double[:, ::1] sizes, const double[:, ::1] before, int64_t count,
+                                         double[::1] had) noexcept:
+    """:meth:`RingOp.move`'s arithmetic in place (``r``: the connections' rates, read only where ``moved``;
+    ``inj``: the senders' link rates, read only where ``bounded``, whose excess over ``r`` a moving connection adds
+    to its ``fill``, which then is at most what the connection had left to send - ``RingOp._had_bytes``, into
+    ``had`` - before the data that comes in at the end): returns (whether some connection finished a chunk, the
+    count of moving connections after, whether a connection on its ``last`` chunk got within its
+    ``send_buffer`` - its sender's last send is written then). ``active`` is refreshed."""
     cdef Py_ssize_t i, n = chunk.shape[0]
-    cdef double[::1] r
-    cdef const double[::1] inj
-    cdef bint moved = rate is not None
-    cdef bint filling = moved and inject is not None
-    cdef bint bounded = inject is not None
+    cdef bint filling = moved and bounded
     cdef bint went = False, written = False
     cdef Py_ssize_t count_on = 0
     cdef double x, grow
-    if moved:
-        r = rate
-    if filling:
-        inj = inject
     if bounded:  # before anything moves: what each connection has, less what it moves now
         for i in range(n):
             x = _remaining(i, chunk, pred, ready, left, sizes, before, count)
@@ -101,18 +96,14 @@ def ring_move(int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned c
     return went, count_on, written
 
 
-def ring_horizon(const unsigned char[::1] ready, const unsigned char[::1] active, const double[::1] wait,
-                 const double[::1] left, rate, const int64_t[::1] chunk, int64_t last,
-                 const double[::1] send_buffer):
+cdef double _ring_horizon(const unsigned char[::1] ready, const unsigned char[::1] active,
+                          const double[::1] wait, const double[::1] left, const double[::1] r, bint moved,
+                          const int64_t[::1] chunk, int64_t last, const double[::1] send_buffer) noexcept:
     """:meth:`RingOp.horizon_ns`: the least of the idle connections' waits (0.0 if one has none left), each
-    moving connection's ``left / rate``, and for one on its ``last`` chunk still above its send buffer
-    ``(left - send_buffer) / rate``; inf where nothing is pending."""
+    moving connection's ``left / r`` (``r`` read only where ``moved``), and for one on its ``last`` chunk still
+    above its send buffer ``(left - send_buffer) / r``; inf where nothing is pending."""
     cdef Py_ssize_t i, n = ready.shape[0]
     cdef double best = INFINITY, q
-    cdef double[::1] r
-    cdef bint moved = rate is not None
-    if moved:
-        r = rate
     for i in range(n):
         if ready[i] and not active[i]:
             if not wait[i] > 0:
@@ -133,9 +124,9 @@ def ring_horizon(const unsigned char[::1] ready, const unsigned char[::1] active
     return best
 
 
-def ring_remaining(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
-                   const double[::1] left, const double[:, ::1] sizes, const double[:, ::1] before,
-                   int64_t count, double[::1] out):
+cdef void _ring_remaining(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
+                          const double[::1] left, const double[:, ::1] sizes, const double[:, ::1] before,
+                          int64_t count, double[::1] out) noexcept:
     """:meth:`RingOp.remaining_bytes` into ``out``: per connection the rest of its chunk (``left`` where it is
     ready, else the chunk's size; 0 past its last) plus the later chunks whose data its sender holds (``before``'s
     difference; 0 past its last), the same two operations on the same floats as the numpy method."""
@@ -219,9 +210,9 @@ def queued_of(list in_flight, const unsigned char[::1] full, const double[::1] s
     return out
 
 
-def ring_starting(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
-                  const unsigned char[::1] next_ready, int64_t count, unsigned char[::1] which,
-                  unsigned char[::1] needed):
+cdef (bint, bint) _ring_starting(const int64_t[::1] chunk, const int64_t[::1] pred,
+                                 const unsigned char[::1] ready, const unsigned char[::1] next_ready, int64_t count,
+                                 unsigned char[::1] which, unsigned char[::1] needed) noexcept:
     """Which connections start their chunk now (:meth:`RingOp.startable`) into ``which``, and into ``needed``
     those and the ones whose next chunk's data is in once they have (``ChainFlowEngine._begin_chunks``: who takes
     a wait from this read); returns whether any starts and whether any is needed."""
@@ -240,8 +231,8 @@ def ring_starting(const int64_t[::1] chunk, const int64_t[::1] pred, const unsig
     return any_which, any_needed
 
 
-def ring_arriving(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
-                  const unsigned char[::1] next_ready, int64_t count, unsigned char[::1] early):
+cdef bint _ring_arriving(const int64_t[::1] chunk, const int64_t[::1] pred, const unsigned char[::1] ready,
+                         const unsigned char[::1] next_ready, int64_t count, unsigned char[::1] early) noexcept:
     """:meth:`RingOp.arriving` into ``early``; returns whether any."""
     cdef Py_ssize_t i, n = chunk.shape[0]
     cdef int64_t p
@@ -254,10 +245,11 @@ def ring_arriving(const int64_t[::1] chunk, const int64_t[::1] pred, const unsig
     return found
 
 
-def ring_begin(const unsigned char[::1] which, const int64_t[::1] chunk, unsigned char[::1] next_ready,
-               double[::1] next_wait, const double[::1] extra_wait_ns, unsigned char[::1] ready, double[::1] left,
-               double[::1] wait, const double[:, ::1] sizes, const double[::1] latencies, double done_bytes,
-               unsigned char[::1] active, double[::1] fill, double fill_start):
+cdef Py_ssize_t _ring_begin(const unsigned char[::1] which, const int64_t[::1] chunk,
+                            unsigned char[::1] next_ready, double[::1] next_wait, const double[::1] extra_wait_ns,
+                            unsigned char[::1] ready, double[::1] left, double[::1] wait,
+                            const double[:, ::1] sizes, const double[::1] latencies, double done_bytes,
+                            unsigned char[::1] active, double[::1] fill, double fill_start) noexcept:
     """:meth:`RingOp.begin` in place: connections ``which`` start their chunk (its size left; its latency plus
     the wait it began when its data came in, else ``extra_wait_ns`` and its ``fill`` from ``fill_start``), then
     every connection's moving flag refreshed; returns the count moving."""
@@ -277,3 +269,75 @@ def ring_begin(const unsigned char[::1] which, const int64_t[::1] chunk, unsigne
         active[i] = ready[i] and wait[i] <= _THROUGH and left[i] > done_bytes
         count += active[i]
     return count
+
+
+cdef class RingState:
+    """A ring's per-connection arrays (:class:`astra_adapter.fabric.chain_flows.CompiledRingOp`'s: the same array
+    objects for the op's life, written in place only) held as typed views once, so that its per-event calls take a
+    buffer of their own arguments alone (the rates, the masks asked for), not of every array at every call: the
+    256-host what-if's spread placement spent ~11 % of its play acquiring them (benchmarks/README.md, session 31).
+    The arithmetic is the module's functions' above: :meth:`move`, :meth:`horizon`, :meth:`remaining`,
+    :meth:`starting`, :meth:`arriving`, :meth:`begin`."""
+
+    cdef int64_t[::1] chunk
+    cdef double[::1] left, wait, next_wait, fill, had
+    cdef unsigned char[::1] ready, active, next_ready
+    cdef const double[::1] send_buffer, inj, latencies
+    cdef const int64_t[::1] pred
+    cdef const double[:, ::1] sizes, before
+    cdef bint bounded
+    cdef double done_bytes
+    cdef int64_t count
+
+    def __init__(self, int64_t[::1] chunk, double[::1] left, double[::1] wait, unsigned char[::1] ready,
+                 unsigned char[::1] active, unsigned char[::1] next_ready, double[::1] next_wait,
+                 const double[::1] send_buffer, double[::1] fill, inject, const int64_t[::1] pred,
+                 const double[:, ::1] sizes, const double[:, ::1] before, const double[::1] latencies,
+                 double done_bytes, int64_t count, double[::1] had):
+        """``ready``, ``active``, ``next_ready``: the flag arrays' byte views; ``inject``: None or the senders' link
+        rates; ``count``: chunks per connection; ``had``: :meth:`move`'s scratch."""
+        self.chunk, self.left, self.wait, self.ready, self.active = chunk, left, wait, ready, active
+        self.next_ready, self.next_wait, self.send_buffer, self.fill = next_ready, next_wait, send_buffer, fill
+        self.bounded = inject is not None
+        if self.bounded:
+            self.inj = inject
+        self.pred, self.sizes, self.before, self.latencies = pred, sizes, before, latencies
+        self.done_bytes, self.count, self.had = done_bytes, count, had
+
+    def move(self, rate, double dt_ns):
+        """:meth:`RingOp.move` (``rate``: None or the connections' rates): (whether some connection finished a
+        chunk, the count moving after, whether a last send got written)."""
+        cdef const double[::1] r
+        if rate is not None:
+            r = rate
+        return _ring_move(self.chunk, self.left, self.wait, self.ready, self.active, self.next_ready,
+                          self.next_wait, r, rate is not None, dt_ns, self.done_bytes, self.count - 1,
+                          self.send_buffer, self.fill, self.inj, self.bounded, self.pred, self.sizes, self.before,
+                          self.count, self.had)
+
+    def horizon(self, rate):
+        """:meth:`RingOp.horizon_ns` (``rate``: None or the connections' rates)."""
+        cdef const double[::1] r
+        if rate is not None:
+            r = rate
+        return _ring_horizon(self.ready, self.active, self.wait, self.left, r, rate is not None, self.chunk,
+                             self.count - 1, self.send_buffer)
+
+    def remaining(self, double[::1] out):
+        """:meth:`RingOp.remaining_bytes` into ``out``."""
+        _ring_remaining(self.chunk, self.pred, self.ready, self.left, self.sizes, self.before, self.count, out)
+
+    def starting(self, unsigned char[::1] which, unsigned char[::1] needed):
+        """Which connections start their chunk now into ``which``, and who takes a wait into ``needed``
+        (:func:`_ring_starting`); whether any of each."""
+        return _ring_starting(self.chunk, self.pred, self.ready, self.next_ready, self.count, which, needed)
+
+    def arriving(self, unsigned char[::1] early):
+        """:meth:`RingOp.arriving` into ``early``; whether any."""
+        return _ring_arriving(self.chunk, self.pred, self.ready, self.next_ready, self.count, early)
+
+    def begin(self, const unsigned char[::1] which, const double[::1] extra_wait_ns, double fill_start):
+        """:meth:`RingOp.begin`'s start of connections ``which`` (after the FIFO order's waits); the count moving."""
+        return _ring_begin(which, self.chunk, self.next_ready, self.next_wait, extra_wait_ns, self.ready, self.left,
+                           self.wait, self.sizes, self.latencies, self.done_bytes, self.active, self.fill,
+                           fill_start)

@@ -32,6 +32,8 @@ from genie.topology.graph import hop_distances
 from astra_adapter.fabric.network import FabricNetwork
 
 _MOVING_MEMO = 8192  # (step, moving flows) whose queue entries :meth:`StandingQueues.moving_entries` keeps
+_FLOWS_MEMO = 1024  # (step, flows with a rate) whose flows per resource :meth:`StandingQueues.flows_on` keeps (an
+# array the size of the resources each)
 _FULL = 1.0 - 1e-6  # a resource loaded to this fraction of its capacity is saturated
 
 
@@ -90,6 +92,7 @@ class StandingQueues:
         self._later: dict[int, tuple[np.ndarray, ...]] = {}
         self._rows: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._moving: dict[tuple[int, bytes], tuple[np.ndarray, ...]] = {}  # :meth:`moving_entries`
+        self._flows_of: dict[tuple[int, bytes], np.ndarray] = {}  # :meth:`flows_on`, per step and flows with a rate
 
     def later_bytes(self, steps: tuple, k: int) -> np.ndarray:
         """Per flow of ``steps[k]``, the wire bytes its connection (same sender and receiver) still sends in the
@@ -220,11 +223,21 @@ class StandingQueues:
 
     def flows_on(self, rated: list) -> np.ndarray:
         """Per resource, how many flows of ``(step, rates)`` move on it (weighted as the load is): the flows a chunk
-        that joins a queue there shares the resource's rate with once it moves (:func:`fifo_wait_ns`)."""
+        that joins a queue there shares the resource's rate with once it moves (:func:`fifo_wait_ns`). Each step's
+        count is a function of the step and which of its flows have a rate: kept per (step, those flows), and
+        added step by step in the order given (the same floats as counting each again)."""
         n = np.zeros(len(self.capacity))
+        kept = self._flows_of
         for step, rate in rated:
-            res, w, flow, _ = self._arrays(step)
-            n += np.bincount(res, weights=w * (rate[flow] > 0), minlength=len(self.capacity))
+            key = (id(step), (rate > 0).tobytes())
+            part = kept.get(key)
+            if part is None:
+                res, w, flow, _ = self._arrays(step)
+                part = np.bincount(res, weights=w * (rate[flow] > 0), minlength=len(self.capacity))
+                if len(kept) >= _FLOWS_MEMO:
+                    kept.clear()
+                kept[key] = part
+            n += part
         return n
 
     def chunk_waits_ns(self, queued: np.ndarray, routes: np.ndarray, chunk_bytes: np.ndarray,
