@@ -234,21 +234,30 @@ def _bench(out: Path) -> tuple[Path, ...]:
     return tuple(runs)
 
 
-def _ranking(rows: list[dict]) -> None:
+def placement_order(rows: list[dict], key: str) -> dict[str, list[str]]:
+    """Per scenario with several placements: its placements by their jobs' mean ``key`` (a slowdown), least
+    first (a missing value counts 0)."""
+    out = {}
     for scenario in sorted({r["scenario"] for r in rows}):
         mine = [r for r in rows if r["scenario"] == scenario]
         placements = sorted({r["placement"] for r in mine})
         if len(placements) < 2:
             continue
-        def mean(key: str, p: str) -> float:
+
+        def mean(p: str) -> float:
             values = [r[key] or 0.0 for r in mine if r["placement"] == p]
             return sum(values) / len(values)
 
-        meas = sorted(placements, key=lambda p: mean("measured_slowdown_pct", p))
-        for key in ("estimated_slowdown_pct", "draws_slowdown_pct"):
-            est = sorted(placements, key=lambda p: mean(key, p))
-            print(f"scenario {scenario}: ranking by {key} {est}, measured {meas}: "
-                  f"{'equal' if est == meas else 'DIFFERENT'}")
+        out[scenario] = sorted(placements, key=mean)
+    return out
+
+
+def _ranking(rows: list[dict]) -> None:
+    meas = placement_order(rows, "measured_slowdown_pct")
+    for key in ("estimated_slowdown_pct", "draws_slowdown_pct"):
+        for scenario, est in placement_order(rows, key).items():
+            print(f"scenario {scenario}: ranking by {key} {est}, measured {meas[scenario]}: "
+                  f"{'equal' if est == meas[scenario] else 'DIFFERENT'}")
 
 
 def run_scale(out: Path, standing_queues: bool = True, workers: int | None = None, htb_credit: bool = True) -> None:

@@ -96,20 +96,10 @@ def summarize(rows: list[dict]) -> Summary:
 
 def ranking_equal(rows: list[dict]) -> list[tuple[str, bool]]:
     """Per scenario with several placements: the estimated ranking (replay paths) equal to the measured one."""
-    out = []
-    for scenario in sorted({r["scenario"] for r in rows}):
-        mine = [r for r in rows if r["scenario"] == scenario]
-        placements = sorted({r["placement"] for r in mine})
-        if len(placements) < 2:
-            continue
+    from benchmarks.job_mix import placement_order
 
-        def mean(key: str, p: str) -> float:
-            values = [r[key] or 0.0 for r in mine if r["placement"] == p]
-            return sum(values) / len(values)
-
-        out.append((scenario, sorted(placements, key=lambda p: mean("estimated_slowdown_pct", p))
-                    == sorted(placements, key=lambda p: mean("measured_slowdown_pct", p))))
-    return out
+    measured = placement_order(rows, "measured_slowdown_pct")
+    return [(s, order == measured[s]) for s, order in placement_order(rows, "estimated_slowdown_pct").items()]
 
 
 def evaluate(names: list[str], htb_credit: bool | None) -> None:
@@ -126,6 +116,10 @@ def evaluate(names: list[str], htb_credit: bool | None) -> None:
             print(f"## {run.name} ({run.recorded_utc}, {run.commit}): {run.note}", flush=True)
             run_evaluate(out, out / "calibration", True, htb_credit)
             rows = json.loads((out / "evaluate.json").read_text())
+            saved = {row_key(r) for r in json.loads((out / "accuracy.json").read_text())}
+            if saved != {row_key(r) for r in rows}:  # job_mix.py's scenarios no longer those the run replayed
+                raise SystemExit(f"{run.archive()}: re-estimated rows {sorted(row_key(r) for r in rows)} are not "
+                                 f"the run's {sorted(saved)}")
             kept = [r for r in rows if row_key(r) not in run.excluded]
             for r in rows:
                 if row_key(r) in run.excluded:

@@ -170,9 +170,11 @@ def size_steps(request: BenchRequest, topology: Any) -> dict[int, tuple[Any, ...
         return {}
     per_node = max(hosts[:ranks].count(host) for host in set(hosts[:ranks]))
     rate = topology_summary(topology).get("link_rate_bps")
-    return {size: tuple(collective_steps(case_ops(request, collective, size, ranks, per_node=per_node,
-                                                  link_rate_bps=rate), f"{format_size(size)} {collective.value}")
-                        for collective in request.collectives)
+    def weighed(collective: Collective, size: int) -> Any:
+        ops = case_ops(request, collective, size, ranks, per_node=per_node, link_rate_bps=rate)
+        return collective_steps(ops, f"{format_size(ops[0].size_bytes)} {collective.value}")  # as aligned
+
+    return {size: tuple(weighed(collective, size) for collective in request.collectives)
             for size in sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes)}
 
 

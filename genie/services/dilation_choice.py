@@ -54,10 +54,10 @@ def resolve_dilation_plan(choice: DilationChoice, topology: Topology, sizes: Seq
     if choice.mode is DilationMode.AUTO and (len(set(sizes)) > 1 or iteration is not None or size_steps is not None):
         from genie.services.host_probe import measure_host
 
+        weighed = size_steps(topology) if size_steps is not None else None  # refuses bad input before the probe
         model = links or default_link_model(topology, TimeDilation(2.0))  # what a dilated testbed will have
         figures = measure_host(topology, model, wakes=iteration is not None)
-        plan = plan_per_size(topology, figures, sizes, source=source, iteration=iteration,
-                             size_steps=size_steps(topology) if size_steps is not None else None)
+        plan = plan_per_size(topology, figures, sizes, source=source, iteration=iteration, size_steps=weighed)
         return plan, links or default_link_model(topology, plan.first)
     dilation, model = resolve_dilation(choice, topology, source=source, links=links,
                                        reference_bytes=min(sizes) if sizes else None)

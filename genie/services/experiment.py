@@ -28,8 +28,9 @@ from astra_adapter.experiment import (ExperimentResult, PreparedExperiment, Stat
 from astra_adapter.experiment_spec import ExperimentSpec
 from genie.core.dilation import DilationMode
 from genie.core.errors import InputError
+from genie.core.units import format_size
 from genie.services.connection_paths import PathRecorder
-from genie.services.dilation import replay_iteration
+from genie.services.dilation import collective_steps, replay_iteration
 from genie.services.options import RunOptions
 from genie.core.records import ReplayOutcome
 
@@ -107,17 +108,25 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     load_before = os.getloadavg()[0]
     say(f"bringing up {prepared.topology.name}" if opts.topology is not None else
         f"running on {opts.testbed or ('loopback' if opts.loopback else opts.inventory)}")
-    iteration, every_size = None, ()
+    iteration, every_size, size_steps = None, (), None
     if opts.time_dilation.mode is DilationMode.AUTO:
         # each sweep size at its own factor; the replay (one clock) at genie replay's: weighed on its iteration
         iteration = replay_iteration(build_programs(prepared.trace, source=source))
         every_size = tuple(sorted({size for _, size in items}))
+
+        def size_steps(_topology: Any) -> dict[int, tuple[Any, ...]]:
+            """Each size weighed on the cases the sweep runs at it (genie bench's rule, `bench.size_steps`)."""
+            return {size: tuple(collective_steps(ops, f"{format_size(ops[0].size_bytes)} {case.collective.value}")
+                                for case, s in items if s == size for ops in (sweep_ops(case, s),))
+                    for size in every_size}
+
         if opts.topology is not None and (opts.faults or opts.faults_file):
             raise InputError("under auto the sweep's sizes and the replay run at their own time dilations, and "
                              "faults are timed on one clock: give a fixed factor (--time-dilation N)", path="faults")
     with staged("experiment", opts, ranks=None, loopback_ranks=prepared.trace.num_ranks, params=params,
                 bounds=bounds, inputs=inputs, fits=lambda p: check_fits(prepared.trace, p, source=source),
-                name=f"experiment-{spec.name}", iteration=iteration, sweep_sizes_bytes=every_size) as stage:
+                name=f"experiment-{spec.name}", iteration=iteration, sweep_sizes_bytes=every_size,
+                size_steps=size_steps) as stage:
         plan = stage.target.dilation_plan
         dilator, replay_dilation = None, stage.dilation
         if plan is not None and stage.target.info is not None:

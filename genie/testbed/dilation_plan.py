@@ -2,10 +2,11 @@
 row does not run at the factor its 1 KiB row needs; an experiment's replay beside its sweep at the factor
 ``auto`` chooses for a replay (its iteration, as `genie replay` has it).
 
-``auto``'s factor protects a size's figure: in `genie bench` the collective it runs at that size, weighed as a
-replay's iteration is (every send of its busiest rank pays the host's per-step cost, against the collective's
-least time, a step's sends at once sharing their host's links: an all-to-all's 7 sends per rank on 8 ranks
-are 7 x the per-step cost where one message of the size was 1 x), elsewhere one message of the size between
+``auto``'s factor protects a size's figure: in `genie bench` and an experiment's sweep the collectives run at
+that size, weighed as a replay's iteration is (every send of its busiest rank pays the host's per-step cost,
+against the collective's least time, a step's sends at once sharing their host's links: an all-to-all's 7
+sends per rank on 8 ranks are 7 x the per-step cost where one message of the size was 1 x), elsewhere one
+message of the size between
 the two closest hosts (`genie.testbed.dilation_rules.choose_dilation`): a bigger size needs a smaller factor
 for the same share of software cost, down to what the host's throughput needs. The host is measured once
 (`genie.testbed.dilation_rules.HostFigures`); the plan is then a pure function of those figures, the topology
