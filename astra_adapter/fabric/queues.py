@@ -92,7 +92,7 @@ class StandingQueues:
         self._later: dict[int, tuple[np.ndarray, ...]] = {}
         self._rows: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._moving: dict[tuple[int, bytes], tuple[np.ndarray, ...]] = {}  # :meth:`moving_entries`
-        self._flows_of: dict[tuple[int, bytes], np.ndarray] = {}  # :meth:`flows_on`, per step and flows with a rate
+        self._flows_of: dict[tuple[int, bytes], tuple] = {}  # :meth:`flows_on`, per step and flows with a rate
 
     def later_bytes(self, steps: tuple, k: int) -> np.ndarray:
         """Per flow of ``steps[k]``, the wire bytes its connection (same sender and receiver) still sends in the
@@ -230,14 +230,14 @@ class StandingQueues:
         kept = self._flows_of
         for step, rate in rated:
             key = (id(step), (rate > 0).tobytes())
-            part = kept.get(key)
-            if part is None:
+            hit = kept.get(key)
+            if hit is None or hit[0] is not step:  # the entry keeps its step: its id names no other
                 res, w, flow, _ = self._arrays(step)
-                part = np.bincount(res, weights=w * (rate[flow] > 0), minlength=len(self.capacity))
+                hit = (step, np.bincount(res, weights=w * (rate[flow] > 0), minlength=len(self.capacity)))
                 if len(kept) >= _FLOWS_MEMO:
                     kept.clear()
-                kept[key] = part
-            n += part
+                kept[key] = hit
+            n += hit[1]
         return n
 
     def chunk_waits_ns(self, queued: np.ndarray, routes: np.ndarray, chunk_bytes: np.ndarray,
