@@ -408,7 +408,7 @@ def test_a_steps_sends_at_once_share_the_hosts_link() -> None:
     topology = load_topology_file(TOPOLOGIES / "star-8.yaml")  # 1 Gbit/s per host, one link each
     floors, egress = path_floors(topology), host_egress(topology)
     assert egress == (GBIT, 1500)
-    steps = collective_steps((_all_to_all(1 << 20),), "1MiB all_to_all")
+    steps = collective_steps((_all_to_all(1 << 20),))
     assert steps.label == "1MiB all_to_all" and len(steps.ranks) == 8
     (node,) = steps.ranks[0]
     sends = sum(n for _, n in node.steps)

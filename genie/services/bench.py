@@ -160,7 +160,6 @@ def size_steps(request: BenchRequest, topology: Any) -> dict[int, tuple[Any, ...
     weighs a size (`genie.services.dilation.collective_steps`, one per collective): the ranks the run takes,
     ranks per host and link rate as the run's algorithm choice has them. Empty when the topology has too few
     ranks (the run refuses that itself) or fewer than 2 are asked for."""
-    from genie.core.units import format_size
     from genie.report.manifest import topology_summary
     from genie.services.dilation import collective_steps
 
@@ -170,11 +169,8 @@ def size_steps(request: BenchRequest, topology: Any) -> dict[int, tuple[Any, ...
         return {}
     per_node = max(hosts[:ranks].count(host) for host in set(hosts[:ranks]))
     rate = topology_summary(topology).get("link_rate_bps")
-    def weighed(collective: Collective, size: int) -> Any:
-        ops = case_ops(request, collective, size, ranks, per_node=per_node, link_rate_bps=rate)
-        return collective_steps(ops, f"{format_size(ops[0].size_bytes)} {collective.value}")  # as aligned
-
-    return {size: tuple(weighed(collective, size) for collective in request.collectives)
+    return {size: tuple(collective_steps(case_ops(request, collective, size, ranks, per_node=per_node,
+                                                  link_rate_bps=rate)) for collective in request.collectives)
             for size in sweep_sizes(request.min_bytes, request.max_bytes, request.factor, request.step_bytes)}
 
 

@@ -128,16 +128,20 @@ def op_steps(op, rank: int) -> tuple[tuple[int, int], ...]:
                  for step in schedule if step.sends or step.recvs)
 
 
-def collective_steps(ops, label: str) -> IterationSteps:
+def collective_steps(ops) -> IterationSteps:
     """What one iteration of a bench case (`ops`: the collectives it runs at once, `genie.core.schedule.
     CollectiveOp`) asks of each rank, as ``auto`` weighs a sweep size (`genie.testbed.dilation_plan`): each
-    rank's steps of every op it is in, one node per op, all starting together."""
+    rank's steps of every op it is in, one node per op, all starting together; labelled by its first op's
+    size (as aligned) and collective, as ``auto``'s reason names it ("1MiB all_to_all")."""
+    from genie.core.units import format_size
+
     world = sorted({rank for op in ops for rank in op.group})
     ranks = []
     for rank in range(max(world) + 1 if world else 0):
         ranks.append(tuple(StepNode(steps=op_steps(op, rank)) for op in ops
                            if rank in op.group and op.sends_messages))
     sizes = [op.size_bytes for op in ops if op.sends_messages and op.size_bytes > 0]
+    label = f"{format_size(ops[0].size_bytes)} {ops[0].collective.value}" if ops else "iteration"
     return IterationSteps(tuple(ranks), min(sizes) if sizes else None, label)
 
 

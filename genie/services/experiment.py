@@ -28,7 +28,6 @@ from astra_adapter.experiment import (ExperimentResult, PreparedExperiment, Stat
 from astra_adapter.experiment_spec import ExperimentSpec
 from genie.core.dilation import DilationMode
 from genie.core.errors import InputError
-from genie.core.units import format_size
 from genie.services.connection_paths import PathRecorder
 from genie.services.dilation import collective_steps, replay_iteration
 from genie.services.options import RunOptions
@@ -116,8 +115,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
 
         def size_steps(_topology: Any) -> dict[int, tuple[Any, ...]]:
             """Each size weighed on the cases the sweep runs at it (genie bench's rule, `bench.size_steps`)."""
-            return {size: tuple(collective_steps(ops, f"{format_size(ops[0].size_bytes)} {case.collective.value}")
-                                for case, s in items if s == size for ops in (sweep_ops(case, s),))
+            return {size: tuple(collective_steps(sweep_ops(case, s)) for case, s in items if s == size)
                     for size in every_size}
 
         if opts.topology is not None and (opts.faults or opts.faults_file):
