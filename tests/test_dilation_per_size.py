@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from genie.core.collective import Algorithm, Collective
-from genie.core.dilation import TimeDilation
+from genie.core.dilation import TimeDilation, WeighedStep
 from genie.core.errors import InputError, RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.core.topology import LinkShape
@@ -269,7 +269,7 @@ def test_a_replays_iteration_is_its_steps_and_the_chain_they_wait_on() -> None:
     assert iteration.smallest_bytes == 512 << 10 and len(iteration.ranks) == 2
     compute, reduce, beside = iteration.ranks[0]
     assert (compute.compute_ns, compute.steps) == (1_000_000, ())
-    assert reduce.deps == (0,) and reduce.steps == ((256 << 10, 1), (256 << 10, 1))  # 2 ring steps, no token
+    assert reduce.deps == (0,) and reduce.steps == (WeighedStep(256 << 10, ((1, 256 << 10),)),) * 2  # 2 ring steps, no token
     assert (beside.deps, beside.compute_ns) == ((), 500_000)
     topology = star(2, shape=LinkShape(rate_bps=100 * GBIT, delay_us=1.0))
     floors = path_floors(topology)
@@ -283,7 +283,7 @@ def test_a_replays_iteration_is_its_steps_and_the_chain_they_wait_on() -> None:
     assert floor.floor_us == pytest.approx(1000.0 + 2 * step_us)  # the longest chain, not the sum of all
     # a collective whose peer gets >= 1 MiB runs a clear-to-send token first: a step of its own
     big = replay_iteration(_programs(text.replace("512KiB", "4MiB"))).ranks[0][1]
-    assert big.steps[0] == (8, 1) and len(big.steps) == 3
+    assert big.steps[0] == WeighedStep(8, ((1, 8),)) and len(big.steps) == 3
 
 
 def test_auto_sizes_a_replay_by_its_iteration_not_its_smallest_message() -> None:
@@ -400,6 +400,52 @@ def _all_to_all(size: int, ranks: int = 8) -> CollectiveOp:
     return CollectiveOp(Collective.ALL_TO_ALL, size, tuple(range(ranks)), Algorithm.DIRECT, dtype_bytes=4)
 
 
+def test_an_uneven_all_to_alls_sends_leave_the_host_as_their_own_bytes() -> None:
+    """All-to-allv: the host's link carries each send's own bytes, not every send at the largest one's size."""
+    from genie.services.dilation import collective_steps
+    from genie.testbed.dilation_rules import message_floor_us, path_floors, rank_floors
+
+    topology = load_topology_file(TOPOLOGIES / "star-8.yaml")
+    floors = path_floors(topology)
+    big, small = 512 << 10, 4 << 10
+    split = tuple(tuple(0 if i == j else (big if (i, j) == (0, 1) else small) for j in range(8)) for i in range(8))
+    op = CollectiveOp(Collective.ALL_TO_ALL, 8 * big, tuple(range(8)), Algorithm.DIRECT, dtype_bytes=4,
+                      split_bytes=split)
+    (node,) = collective_steps((op,)).ranks[0]
+    sent = sorted(size for step in node.steps for _, size in step.sends)
+    assert sent == [small] * 6 + [big]
+    floor = next(f for f in rank_floors(topology, collective_steps((op,))) if f.rank == 0)
+    # rank 0's sends leave at once: 512 KiB + 6 x 4 KiB at 1 Gbit/s (not 7 x 512 KiB), and never less than its
+    # largest message's own time between two hosts
+    together = sum(8 * message_wire_bytes(n, 1500) for n in sent) / GBIT * 1e6
+    assert floor.floor_us == pytest.approx(sum(max(message_floor_us(floors, step.largest_bytes), together)
+                                               if len(step.sends) > 1 else message_floor_us(floors, step.largest_bytes)
+                                               for step in node.steps))
+    assert floor.floor_us < 2 * 8 * message_wire_bytes(big, 1500) / GBIT * 1e6  # far from 7 x the largest
+
+
+def test_sends_to_ranks_on_the_same_host_do_not_leave_it() -> None:
+    """Two ranks per host: an all-to-all's send to the rank beside it stays on the host (no wire), so the
+    host's link carries the other six, and the per-step cost still counts all seven messages."""
+    from genie.services.dilation import collective_steps
+    from genie.testbed.dilation_rules import message_floor_us, path_floors, rank_floors
+
+    shape = LinkShape(rate_bps=GBIT, delay_us=1.0)
+    two_per_host = star(4, shape=shape, ranks_per_host=2)
+    one_per_host = star(8, shape=shape)
+    steps = collective_steps((_all_to_all(1 << 20),))
+    (node,) = steps.ranks[0]
+    assert [peer for step in node.steps for peer, _ in step.sends] == list(range(1, 8))
+    floors = path_floors(two_per_host)
+    block = 128 << 10
+    six = 6 * 8 * message_wire_bytes(block, 1500) / GBIT * 1e6
+    shared = next(f for f in rank_floors(two_per_host, steps) if f.rank == 0)
+    alone = next(f for f in rank_floors(one_per_host, steps) if f.rank == 0)
+    assert shared.steps == alone.steps == 7
+    assert shared.floor_us == pytest.approx(max(message_floor_us(floors, block), six))
+    assert alone.floor_us == pytest.approx(7 * 8 * message_wire_bytes(block, 1500) / GBIT * 1e6)
+
+
 def test_a_steps_sends_at_once_share_the_hosts_link() -> None:
     from genie.services.dilation import collective_steps
     from genie.testbed.dilation_rules import (host_egress, iteration_floor, message_floor_us, path_floors,
@@ -411,16 +457,17 @@ def test_a_steps_sends_at_once_share_the_hosts_link() -> None:
     steps = collective_steps((_all_to_all(1 << 20),))
     assert steps.label == "1MiB all_to_all" and len(steps.ranks) == 8
     (node,) = steps.ranks[0]
-    sends = sum(n for _, n in node.steps)
-    assert sends == 7 and max(size for size, _ in node.steps) == 128 << 10
+    sends = sum(step.messages for step in node.steps)
+    assert sends == 7 and max(step.largest_bytes for step in node.steps) == 128 << 10
     # 7 messages of 128 KiB leave one host at once: at least their bytes at the host's 1 Gbit/s, not one's
     one = message_floor_us(floors, 128 << 10)
     shared = 7 * 8 * message_wire_bytes(128 << 10, 1500) / GBIT * 1e6
-    assert step_floor_us(floors, egress, 128 << 10, 7) == pytest.approx(shared) and shared > 6 * one
-    assert step_floor_us(floors, egress, 128 << 10, 1) == one  # one send: its message's time, as before
+    assert step_floor_us(floors, egress, 128 << 10, (128 << 10,) * 7) == pytest.approx(shared) and shared > 6 * one
+    assert step_floor_us(floors, egress, 128 << 10, (128 << 10,)) == one  # one send: its message's time, as before
     floor = iteration_floor(topology, steps)
-    assert floor.steps == 7 and floor.floor_us == pytest.approx(sum(step_floor_us(floors, egress, size, n)
-                                                                    for size, n in node.steps))
+    assert floor.steps == 7 and floor.floor_us == pytest.approx(
+        sum(step_floor_us(floors, egress, step.largest_bytes, tuple(size for _, size in step.sends))
+            for step in node.steps))
     # a host with an unshaped link bounds nothing
     assert host_egress(star(2, shape=LinkShape(delay_us=1.0))) is None
 

@@ -148,14 +148,28 @@ class TimeDilation:
 
 
 @dataclass(frozen=True)
+class WeighedStep:
+    """One message step of a rank as ``auto`` weighs it: its largest message (sent or received) in bytes, and
+    what it sends, each as (the peer's global rank, bytes). Every message sent pays the host's per-step cost
+    once (a step that only receives, once: `messages`); the sends to ranks on other hosts leave the host at
+    once through its links (`genie.testbed.dilation_rules.step_floor_us`)."""
+
+    largest_bytes: int
+    sends: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def messages(self) -> int:
+        return max(1, len(self.sends))
+
+
+@dataclass(frozen=True)
 class StepNode:
     """One node of a replayed rank's iteration as ``auto`` weighs it (`IterationSteps`): the nodes it waits for
-    (indexes into its rank's nodes, all before it), its compute time, and its message steps, each as (the
-    step's largest message in bytes, the messages it sends; a step that only receives counts 1)."""
+    (indexes into its rank's nodes, all before it), its compute time, and its message steps (`WeighedStep`)."""
 
     deps: tuple[int, ...] = ()
     compute_ns: int = 0
-    steps: tuple[tuple[int, int], ...] = ()
+    steps: tuple[WeighedStep, ...] = ()
 
 
 @dataclass(frozen=True)

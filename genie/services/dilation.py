@@ -11,7 +11,7 @@ import dataclasses
 from typing import Optional
 
 from genie.core.dilation import (NO_DILATION, DilationChoice, DilationMode, IterationSteps, StepNode, TimeDilation,
-                                 fixed_dilation)
+                                 WeighedStep, fixed_dilation)
 from genie.core.errors import InputError, RunFailure
 from genie.core.limits import MAX_TIMEOUT_S
 from genie.core.program import Lane, RankProgram
@@ -105,26 +105,28 @@ def replay_iteration(programs) -> IterationSteps:
         index = {node.id: i for i, node in enumerate(program.nodes)}
         nodes = []
         for node in program.nodes:
-            steps: tuple[tuple[int, int], ...] = ()
+            steps: tuple[WeighedStep, ...] = ()
             if node.lane is Lane.COLLECTIVE and node.op is not None and node.op.sends_messages:
                 steps = op_steps(node.op, program.rank)
-            elif node.lane in (Lane.SEND, Lane.RECV) and node.size_bytes > 0:
-                steps = ((node.size_bytes, 1),)
+            elif node.lane is Lane.SEND and node.size_bytes > 0:
+                steps = (WeighedStep(node.size_bytes, ((node.peer, node.size_bytes),)),)
+            elif node.lane is Lane.RECV and node.size_bytes > 0:
+                steps = (WeighedStep(node.size_bytes),)
             nodes.append(StepNode(tuple(index[d] for d in node.deps if d in index),
                                   node.duration_ns if node.lane is Lane.COMPUTE else 0, steps))
         ranks.append(tuple(nodes))
     return IterationSteps(tuple(ranks), smallest_message_bytes(programs))
 
 
-def op_steps(op, rank: int) -> tuple[tuple[int, int], ...]:
-    """A collective's steps for `rank` as ``auto`` weighs them (`genie.core.dilation.StepNode.steps`): its
-    schedule's steps, with the clear-to-send step before them where the engine runs one, each as (its largest
-    message, the messages it sends; a step that only receives counts 1)."""
+def op_steps(op, rank: int) -> tuple[WeighedStep, ...]:
+    """A collective's steps for `rank` as ``auto`` weighs them (`genie.core.dilation.WeighedStep`): its
+    schedule's steps, with the clear-to-send step before them where the engine runs one."""
     from genie.engine.program import cached_schedule, clear_to_send
 
     token = clear_to_send(op, rank)
     schedule = ((token,) if token else ()) + cached_schedule(op).for_rank(rank).steps
-    return tuple((max(m.size_bytes for m in (*step.sends, *step.recvs)), max(1, len(step.sends)))
+    return tuple(WeighedStep(max(m.size_bytes for m in (*step.sends, *step.recvs)),
+                             tuple((send.peer, send.size_bytes) for send in step.sends))
                  for step in schedule if step.sends or step.recvs)
 
 

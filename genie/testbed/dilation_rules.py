@@ -16,7 +16,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from genie.core.dilation import HostLimit, IterationSteps, TimeDilation
+from genie.core.dilation import HostLimit, IterationSteps, TimeDilation, WeighedStep
 from genie.core.errors import InputError
 from genie.core.topology import Topology
 from genie.core.units import format_rate
@@ -175,16 +175,17 @@ def host_egress(topology: Topology) -> tuple[int, int] | None:
 
 
 def step_floor_us(floors: frozenset[PathFloor], egress: tuple[int, int] | None, size_bytes: int,
-                  sends: int) -> float:
+                  leaving: tuple[int, ...] = ()) -> float:
     """The least time one step of a rank takes: its largest message (`size_bytes`) between the two closest
-    hosts (`message_floor_us`), and at least its `sends` messages leaving one host at once serialized at that
-    host's links' summed rate (`host_egress`: an all-to-all's 7 sends per rank on a star share the host's one
-    link; a ring's one send per step is its message's time)."""
+    hosts (`message_floor_us`), and at least the messages it sends to ranks on other hosts (`leaving`: their
+    sizes) leaving its host at once, each serialized at that host's links' summed rate (`host_egress`: an
+    all-to-all's 7 sends per rank on a star share the host's one link; a ring's one send per step is its
+    message's time)."""
     one = message_floor_us(floors, size_bytes)
-    if sends <= 1 or egress is None:
+    if len(leaving) <= 1 or egress is None:
         return one
     rate_bps, mtu = egress
-    return max(one, sends * 8 * message_wire_bytes(size_bytes, mtu) / rate_bps * 1e6)
+    return max(one, sum(8 * message_wire_bytes(size, mtu) for size in leaving) / rate_bps * 1e6)
 
 
 @dataclass(frozen=True)
@@ -206,18 +207,26 @@ class IterationFloor:
 def rank_floors(topology: Topology, iteration: IterationSteps) -> list[IterationFloor]:
     """Every rank of `iteration` that sends a message, as an `IterationFloor`."""
     floors, egress = path_floors(topology), host_egress(topology)
-    wire = functools.lru_cache(maxsize=None)(lambda size, sends: step_floor_us(floors, egress, size, sends))
+    hosts = topology.rank_hosts()  # global ranks numbered host by host (`genie.services.placement`)
+    wire = functools.lru_cache(maxsize=None)(lambda size, leaving: step_floor_us(floors, egress, size, leaving))
     out = []
     for rank, nodes in enumerate(iteration.ranks):
+        host = hosts[rank] if rank < len(hosts) else None
+
+        def leaving(step: WeighedStep) -> tuple[int, ...]:
+            """The sizes of the step's sends to a rank on another host (a rank past the topology's: another)."""
+            return tuple(size for peer, size in step.sends
+                         if host is None or peer >= len(hosts) or hosts[peer] != host)
+
         ends: list[tuple[float, float]] = []  # per node: (the chain's end, its compute), in microseconds
         steps = 0
         handed_over = [False] * len(nodes)  # a node with a dependent that is not compute (or none at all)
         followed = [False] * len(nodes)
         for node in nodes:
             start, compute = max((ends[d] for d in node.deps if d < len(ends)), default=(0.0, 0.0))
-            took = node.compute_ns / 1e3 + sum(wire(size, sends) for size, sends in node.steps)
+            took = node.compute_ns / 1e3 + sum(wire(step.largest_bytes, leaving(step)) for step in node.steps)
             ends.append((start + took, compute + node.compute_ns / 1e3))
-            steps += sum(sends for _, sends in node.steps)
+            steps += sum(step.messages for step in node.steps)
             for d in node.deps:
                 if d < len(nodes):
                     followed[d] = True
