@@ -231,3 +231,23 @@ def test_the_compiled_load_says_saturated_as_standing_queues_do() -> None:
         assert full.tobytes() == q.saturated(want).tobytes()
         saturated += int(full.sum())
     assert saturated  # some resources were full
+
+
+def test_a_compiled_rings_busy_ranks_and_standing_bytes_are_ringops() -> None:
+    # event by event through two rings that share the spines: RingOp's numpy methods on the same state
+    _core()
+    engine = ChainFlowEngine(FabricNetwork(MIX_TOPOLOGY), CHAINS)
+    ops = [_ring(engine, members) for members in ((0, 1, 2, 3), (1, 5, 9, 13))]
+    assert all(isinstance(op, CompiledRingOp) and op.inject is not None for op in ops)
+    events = changed = 0
+    while not all(op.done for op in ops) and events < 3000:
+        for op in ops:
+            op._busy_key = b""  # each answer made afresh
+            got = op.busy_ranks()
+            op._busy_key = b""
+            assert got == RingOp.busy_ranks(op)
+            assert op.standing_bytes().tobytes() == RingOp.standing_bytes(op).tobytes()
+            changed += bool(op.fill.min() < np.inf)
+        engine.advance(engine.horizon_ns())
+        events += 1
+    assert all(op.done for op in ops) and changed

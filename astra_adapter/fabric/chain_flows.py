@@ -59,8 +59,9 @@ from astra_adapter.fabric.network import FabricNetwork
 
 
 class CompiledRingOp(RingOp):
-    """:class:`RingOp` with :meth:`move`, :meth:`horizon_ns` and :meth:`remaining_bytes` in one compiled call each
-    (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays). Its per-connection arrays
+    """:class:`RingOp` with :meth:`move`, :meth:`horizon_ns`, :meth:`remaining_bytes`, :meth:`standing_bytes` and
+    :meth:`busy_ranks`' masks in one compiled call each (:mod:`astra_adapter.fabric.chains_core`: the same
+    arithmetic on the same arrays). Its per-connection arrays
     stay the same objects for the op's life (written in place only: ``active`` refreshed in place), so their
     byte views are taken once, and :class:`astra_adapter.fabric.chains_core.RingState` holds them as typed views
     for its per-event calls."""
@@ -127,6 +128,15 @@ class CompiledRingOp(RingOp):
             out = self._remaining = np.empty(len(self.chunk))
             self._state.remaining(out)
         return self._remaining
+
+    def standing_bytes(self) -> np.ndarray:
+        return self.remaining_bytes() if self.inject is None else self._state.standing()
+
+    def busy_ranks(self) -> set[int]:
+        receiving = np.empty(len(self.chunk), dtype=bool)
+        sending = np.empty(len(self.chunk), dtype=bool)
+        self._state.busy(receiving.view(np.uint8), sending.view(np.uint8))
+        return self._busy_of(receiving, sending)
 
 
 class ChainFlowEngine(FlowEngine):
@@ -205,7 +215,7 @@ class ChainFlowEngine(FlowEngine):
             moving = self._moving_ops()
         if not moving:
             return moving, [None, None]
-        key = (self._mode_key, tuple(id(op.steps[op.step]) for op in moving),
+        key = (self._mode_key, tuple([id(op.steps[op.step]) for op in moving]),
                b"".join([op.active.tobytes() for op in moving]))
         hit = self._moving_rates.get(key)
         if hit is None:
@@ -261,6 +271,8 @@ class ChainFlowEngine(FlowEngine):
         rates = hit[0]
         if not moving:
             return [None] * len(self.ops)
+        if len(moving) == len(self.ops):  # every op moving (``moving`` keeps the order of ``ops``)
+            return list(rates)
         of = dict(zip(map(id, moving), rates))
         return [of.get(id(op)) for op in self.ops]
 

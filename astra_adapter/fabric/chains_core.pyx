@@ -504,6 +504,29 @@ cdef class RingState:
         """:meth:`RingOp.arriving` into ``early``; whether any."""
         return _ring_arriving(self.chunk, self.pred, self.ready, self.next_ready, self.count, early)
 
+    def busy(self, unsigned char[::1] receiving, unsigned char[::1] sending):
+        """:meth:`RingOp.busy_ranks`' masks: into ``receiving`` the connections before the end of their last chunk,
+        into ``sending`` those of them not on their last chunk with at most their send buffer left to write."""
+        cdef Py_ssize_t i
+        cdef bint on
+        for i in range(self.chunk.shape[0]):
+            on = self.chunk[i] < self.count
+            receiving[i] = on
+            sending[i] = on and not (self.chunk[i] == self.count - 1 and self.ready[i]
+                                     and self.left[i] <= self.send_buffer[i])
+
+    def standing(self):
+        """:meth:`RingOp.standing_bytes`: per connection what its sender has to send (:meth:`remaining`), at most its
+        ``fill`` (``np.minimum``: the fill where it is less, else the bytes; nan from either)."""
+        cdef Py_ssize_t i, n = self.chunk.shape[0]
+        out = np.empty(n)
+        cdef double[::1] o = out
+        cdef double x
+        for i in range(n):
+            x = _remaining(i, self.chunk, self.pred, self.ready, self.left, self.sizes, self.before, self.count)
+            o[i] = x if (x <= self.fill[i] or x != x) else self.fill[i]
+        return out
+
     def begin(self, const unsigned char[::1] which, const double[::1] extra_wait_ns, double fill_start):
         """:meth:`RingOp.begin`'s start of connections ``which`` (after the FIFO order's waits); the count moving."""
         return _ring_begin(which, self.chunk, self.next_ready, self.next_wait, extra_wait_ns, self.ready, self.left,
