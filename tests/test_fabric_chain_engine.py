@@ -251,3 +251,21 @@ def test_a_compiled_rings_busy_ranks_and_standing_bytes_are_ringops() -> None:
         engine.advance(engine.horizon_ns())
         events += 1
     assert all(op.done for op in ops) and changed
+
+
+def test_a_compiled_lock_step_move_is_the_numpy_one() -> None:
+    # FlowEngine._advance_lock_step's arrays: left - rate x dt (no fused product), the flags above done_below
+    core = _core()
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        n = int(rng.integers(1, 50))
+        left = rng.random(n) * 10.0 ** rng.integers(0, 8, n)
+        rate = rng.random(n) * (rng.random(n) < 0.8) / 3.0
+        active = rate > 0
+        dt, done_below = float(rng.random() * 1e5), float(rng.random() * 100)
+        got_left, got_active, count = core.lock_step_move(left, rate, active.view(np.uint8), dt, done_below)
+        want_left = left - rate * dt
+        want_active = active & (want_left > done_below)
+        assert got_left.tobytes() == want_left.tobytes()
+        assert got_active.dtype == bool and got_active.tobytes() == want_active.tobytes()
+        assert count == int(np.count_nonzero(want_active))

@@ -48,10 +48,11 @@ from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.fairshare import MovingRates
 
 try:  # a ring's per-event work compiled, the same floats (built by the install step when it can be)
-    from astra_adapter.fabric.chains_core import (MovingEntries, RingState, StepEntries, flows_on_of, moving_load,
-                                                  queued_of, ring_waits)
+    from astra_adapter.fabric.chains_core import (MovingEntries, RingState, StepEntries, flows_on_of, lock_step_move,
+                                                  moving_load, queued_of, ring_waits)
 except ImportError:  # not built: RingOp's numpy methods run
-    MovingEntries = RingState = StepEntries = flows_on_of = moving_load = queued_of = ring_waits = None
+    MovingEntries = RingState = StepEntries = flows_on_of = lock_step_move = moving_load = queued_of = \
+        ring_waits = None
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
 from astra_adapter.fabric.queues import SATURATED_FRACTION, ring_chunk_bytes
 from astra_adapter.fabric.queues import fifo_wait_ns
@@ -196,6 +197,17 @@ class ChainFlowEngine(FlowEngine):
                 if op.done or was != (op.step, op.latency_ns > 0, op.active_count):
                     changed.add(id(op))
         self._credit_advance(dt_ns)
+
+    def _advance_lock_step(self, op: FabricOp, rate: np.ndarray | None, dt_ns: float) -> None:
+        """:meth:`FlowEngine._advance_lock_step`, its flows' move in one compiled call (``chains_core.lock_step_move``:
+        new arrays, the same floats) where it is built."""
+        if op.latency_ns > 0 or rate is None or not self.compiled_queues:
+            super()._advance_lock_step(op, rate, dt_ns)
+            return
+        op.left, op.active, op.active_count = lock_step_move(op.left, rate, op.active.view(np.uint8), dt_ns,
+                                                             op.steps[op.step].done_below)
+        if not op.active_count:
+            self._enter_next_step(op)
 
     def _capacity_changed(self) -> None:
         if self._compiled is not None:

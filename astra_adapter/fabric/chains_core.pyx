@@ -144,6 +144,23 @@ cdef void _ring_remaining(const int64_t[::1] chunk, const int64_t[::1] pred, con
         out[i] = _remaining(i, chunk, pred, ready, left, sizes, before, count)
 
 
+def lock_step_move(const double[::1] left, const double[::1] rate, const unsigned char[::1] active, double dt_ns,
+                   double done_below):
+    """A lock-step op's flows ``dt_ns`` on at ``rate`` (``FlowEngine._advance_lock_step``): new arrays - ``left -
+    rate x dt_ns`` (every flow: the same product and difference), its moving flags ``active & (left > done_below)``
+    (bool) - and the count moving."""
+    cdef Py_ssize_t i, n = left.shape[0], count = 0
+    left_out = np.empty(n)
+    active_out = np.empty(n, dtype=bool)
+    cdef double[::1] moved = left_out
+    cdef unsigned char[::1] on = active_out.view(np.uint8)
+    for i in range(n):
+        moved[i] = left[i] - rate[i] * dt_ns
+        on[i] = active[i] and moved[i] > done_below
+        count += on[i]
+    return left_out, active_out, count
+
+
 cdef class StepEntries:
     """A step's entries (:meth:`astra_adapter.fabric.queues.StandingQueues.entries`: per entry its resource,
     weight and flow index) held as typed views once: the per-read calls below take a buffer of the rates alone."""
