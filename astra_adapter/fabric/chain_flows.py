@@ -28,9 +28,15 @@ answer is not needed, and some of it is known without being computed:
   before the moving set is solved (a read takes the set's rates only where another op's flow is on its paths);
   the flows each step moves on a resource are kept per (step, flows with a rate)
   (:meth:`StandingQueues.flows_on`), the chunk a ring's FIFO wait is reckoned with per plan;
-- a queue read's load on every resource and its queue sums run compiled (``chains_core.moving_load`` and
-  ``queued_of``: :meth:`StandingQueues.load` and :meth:`StandingQueues.queued_bytes`, the same terms added in
-  the same order);
+- a queue read's load on every resource, its saturated resources and its queue sums run compiled
+  (``chains_core.moving_load`` and ``queued_of``: :meth:`StandingQueues.load`, :meth:`StandingQueues.saturated`
+  and :meth:`StandingQueues.queued_bytes`, the same terms added in the same order), on a step's arrays held as
+  typed views once (``chains_core.StepEntries``, ``MovingEntries``); which other ops cross the paths read, and
+  which of them a saturated resource there, is a test of sets of resources (kept with the moving entries);
+- a ring's connection waits run compiled (``chains_core.ring_waits``: :func:`fifo_wait_ns` per connection, summed
+  as ``np.sum`` does, and ``flows_on_of``: :meth:`StandingQueues.flows_on`), and so do a lock-step op's move
+  (``lock_step_move``), a ring's busy ranks' masks and its standing bytes;
+- a moving set's routes one after the other are kept per its steps, its moving flags are its memo key's bytes;
 - the max-min solve on moving sets the memo has not seen runs compiled
   (:class:`astra_adapter.fabric.fairshare_core.MovingRates` as one solve of every moving flow, the same floats
   as the numpy solve) where it is built.
