@@ -207,7 +207,7 @@ class ChainFlowEngine(FlowEngine):
     def _advance_lock_step(self, op: FabricOp, rate: np.ndarray | None, dt_ns: float) -> None:
         """:meth:`FlowEngine._advance_lock_step`, its flows' move in one compiled call (``chains_core.lock_step_move``:
         new arrays, the same floats) where it is built."""
-        if op.latency_ns > 0 or rate is None or not self.compiled_queues:
+        if op.latency_ns > 0 or rate is None or not self.compiled_queues:  # (chains_core built and on)
             super()._advance_lock_step(op, rate, dt_ns)
             return
         op.left, op.active, op.active_count = lock_step_move(op.left, rate, op.active.view(np.uint8), dt_ns,
