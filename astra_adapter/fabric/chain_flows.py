@@ -28,9 +28,15 @@ answer is not needed, and some of it is known without being computed:
   before the moving set is solved (a read takes the set's rates only where another op's flow is on its paths);
   the flows each step moves on a resource are kept per (step, flows with a rate)
   (:meth:`StandingQueues.flows_on`), the chunk a ring's FIFO wait is reckoned with per plan;
-- a queue read's load on every resource and its queue sums run compiled (``chains_core.moving_load`` and
-  ``queued_of``: :meth:`StandingQueues.load` and :meth:`StandingQueues.queued_bytes`, the same terms added in
-  the same order);
+- a queue read's load on every resource, its saturated resources and its queue sums run compiled
+  (``chains_core.moving_load`` and ``queued_of``: :meth:`StandingQueues.load`, :meth:`StandingQueues.saturated`
+  and :meth:`StandingQueues.queued_bytes`, the same terms added in the same order), on a step's arrays held as
+  typed views once (``chains_core.StepEntries``, ``MovingEntries``); which other ops cross the paths read, and
+  which of them a saturated resource there, is a test of sets of resources (kept with the moving entries);
+- a ring's connection waits run compiled (``chains_core.ring_waits``: :func:`fifo_wait_ns` per connection, summed
+  as ``np.sum`` does, and ``flows_on_of``: :meth:`StandingQueues.flows_on`), and so do a lock-step op's move
+  (``lock_step_move``), a ring's busy ranks' masks and its standing bytes;
+- a moving set's routes one after the other are kept per its steps, its moving flags are its memo key's bytes;
 - the max-min solve on moving sets the memo has not seen runs compiled
   (:class:`astra_adapter.fabric.fairshare_core.MovingRates` as one solve of every moving flow, the same floats
   as the numpy solve) where it is built.
@@ -48,18 +54,21 @@ from astra_adapter.fabric.chains import RingOp
 from astra_adapter.fabric.fairshare import MovingRates
 
 try:  # a ring's per-event work compiled, the same floats (built by the install step when it can be)
-    from astra_adapter.fabric.chains_core import RingState, moving_load, queued_of
+    from astra_adapter.fabric.chains_core import (MovingEntries, RingState, StepEntries, flows_on_of, lock_step_move,
+                                                  moving_load, queued_of, ring_waits)
 except ImportError:  # not built: RingOp's numpy methods run
-    RingState = moving_load = queued_of = None
+    MovingEntries = RingState = StepEntries = flows_on_of = lock_step_move = moving_load = queued_of = \
+        ring_waits = None
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
-from astra_adapter.fabric.queues import ring_chunk_bytes
+from astra_adapter.fabric.queues import SATURATED_FRACTION, ring_chunk_bytes
 from astra_adapter.fabric.queues import fifo_wait_ns
 from astra_adapter.fabric.network import FabricNetwork
 
 
 class CompiledRingOp(RingOp):
-    """:class:`RingOp` with :meth:`move`, :meth:`horizon_ns` and :meth:`remaining_bytes` in one compiled call each
-    (:mod:`astra_adapter.fabric.chains_core`: the same arithmetic on the same arrays). Its per-connection arrays
+    """:class:`RingOp` with :meth:`move`, :meth:`horizon_ns`, :meth:`remaining_bytes`, :meth:`standing_bytes` and
+    :meth:`busy_ranks`' masks in one compiled call each (:mod:`astra_adapter.fabric.chains_core`: the same
+    arithmetic on the same arrays). Its per-connection arrays
     stay the same objects for the op's life (written in place only: ``active`` refreshed in place), so their
     byte views are taken once, and :class:`astra_adapter.fabric.chains_core.RingState` holds them as typed views
     for its per-event calls."""
@@ -110,10 +119,10 @@ class CompiledRingOp(RingOp):
 
     def move(self, dt_ns: float, rate: np.ndarray | None) -> bool:
         self._remaining = None
-        went, count, written = self._state.move(rate if self.active_count else None, dt_ns)
+        went, count, written, done = self._state.move(rate if self.active_count else None, dt_ns)
         self.active_count = count
         if went:
-            self.done = bool(np.all(self.chunk >= self.count))
+            self.done = done
         if went or written:  # busy_ranks reads the chunks, the ready flags and the last chunks' bytes left
             self.busy_moved = True
         return went
@@ -126,6 +135,15 @@ class CompiledRingOp(RingOp):
             out = self._remaining = np.empty(len(self.chunk))
             self._state.remaining(out)
         return self._remaining
+
+    def standing_bytes(self) -> np.ndarray:
+        return self.remaining_bytes() if self.inject is None else self._state.standing()
+
+    def busy_ranks(self) -> set[int]:
+        receiving = np.empty(len(self.chunk), dtype=bool)
+        sending = np.empty(len(self.chunk), dtype=bool)
+        self._state.busy(receiving.view(np.uint8), sending.view(np.uint8))
+        return self._busy_of(receiving, sending)
 
 
 class ChainFlowEngine(FlowEngine):
@@ -148,7 +166,11 @@ class ChainFlowEngine(FlowEngine):
         self.queue_asks = 0  # queue reads asked for (a chunk starting, a step entering, with queues on)
         self.queue_reads = 0  # of them, the reads that built the queues (the others were known to be 0.0)
         self._last_moving: tuple[list[FabricOp], list] = ([], [None, None])  # _flow_rates' moving set, memo entry
-        self._chunks: dict[int, tuple] = {}  # per ring plan's first step (id): it, its ring_chunk_bytes
+        self._chunks: dict[int, tuple] = {}  # per ring plan's first step (id): :meth:`_chunks_of`
+        # per moving set's steps (their ids): the steps, their routes one after the other, each one's flows' bounds
+        self._steps_routes: dict[tuple, tuple] = {}
+        self._step_entries: dict[int, tuple] = {}  # per step (id): it, its entries as typed views (_entries_of)
+        self._moving_views: dict[int, tuple] = {}  # per moving entries (id): them, as typed views
 
     # ---- ops --------------------------------------------------------------------------------------------
     def start(self, steps, held: np.ndarray | None = None) -> FabricOp:
@@ -182,6 +204,17 @@ class ChainFlowEngine(FlowEngine):
                     changed.add(id(op))
         self._credit_advance(dt_ns)
 
+    def _advance_lock_step(self, op: FabricOp, rate: np.ndarray | None, dt_ns: float) -> None:
+        """:meth:`FlowEngine._advance_lock_step`, its flows' move in one compiled call (``chains_core.lock_step_move``:
+        new arrays, the same floats) where it is built."""
+        if op.latency_ns > 0 or rate is None or not self.compiled_queues:  # (chains_core built and on)
+            super()._advance_lock_step(op, rate, dt_ns)
+            return
+        op.left, op.active, op.active_count = lock_step_move(op.left, rate, op.active.view(np.uint8), dt_ns,
+                                                             op.steps[op.step].done_below)
+        if not op.active_count:
+            self._enter_next_step(op)
+
     def _capacity_changed(self) -> None:
         if self._compiled is not None:
             self._compiled.set_capacity(self.capacity)
@@ -200,20 +233,21 @@ class ChainFlowEngine(FlowEngine):
             moving = self._moving_ops()
         if not moving:
             return moving, [None, None]
-        key = (self._mode_key, tuple(id(op.steps[op.step]) for op in moving),
-               np.concatenate([op.active for op in moving]).tobytes())
+        key = (self._mode_key, tuple([id(op.steps[op.step]) for op in moving]),
+               b"".join([op.active.tobytes() for op in moving]))
         hit = self._moving_rates.get(key)
         if hit is None:
             self.solves += 1
-            hit = [self._solve_moving(moving), None]
+            hit = [self._solve_moving(moving, key), None]
             if len(self._moving_rates) >= _MEMO_LIMIT:
                 self._moving_rates.clear()
             self._moving_rates[key] = hit
         return moving, hit
 
-    def _solve_moving(self, moving: list[FabricOp]) -> list[np.ndarray]:
+    def _solve_moving(self, moving: list[FabricOp], key: tuple) -> list[np.ndarray]:
         """Each moving op's flows' max-min rates (0 for a flow not moving): :meth:`FlowEngine._flow_rates`'s
-        solve, compiled where it is built."""
+        solve, compiled where it is built (``key``: :meth:`_moving`'s, whose last part is the moving flags, one
+        byte per flow in the moving ops' order)."""
         if self._compiled is None:
             rates = []
             routes = np.sort(np.concatenate([op.steps[op.step].routes[op.active] for op in moving]))
@@ -223,16 +257,17 @@ class ChainFlowEngine(FlowEngine):
                 rate[op.active] = per_flow[np.searchsorted(unique, op.steps[op.step].routes[op.active])]
                 rates.append(rate)
             return rates
-        routes = np.concatenate([op.steps[op.step].routes for op in moving])
-        active = np.concatenate([op.active for op in moving])
+        steps = self._steps_routes.get(key[1])
+        if steps is None or any(a is not b for a, b in zip(steps[0], (op.steps[op.step] for op in moving))):
+            first = [op.steps[op.step] for op in moving]  # the entry keeps its steps: their ids name no others
+            bounds = np.cumsum([0] + [len(op.active) for op in moving]).tolist()
+            steps = (first, np.concatenate([s.routes for s in first]), list(zip(bounds[:-1], bounds[1:])))
+            if len(self._steps_routes) >= _MEMO_LIMIT:
+                self._steps_routes.clear()
+            self._steps_routes[key[1]] = steps
         ptr, res, w = self._route_table(len(self.network.routes) - 1)
-        rate = self._compiled.rates(routes, active.view(np.uint8), ptr, res, w)
-        out, a = [], 0
-        for op in moving:  # each op's slice of the flows
-            b = a + len(op.active)
-            out.append(rate[a:b])
-            a = b
-        return out
+        rate = self._compiled.rates(steps[1], np.frombuffer(key[2], dtype=np.uint8), ptr, res, w)
+        return [rate[a:b] for a, b in steps[2]]  # each op's slice of the flows
 
     def _credit_horizon_ns(self, rates: list) -> float:
         """:meth:`FlowEngine._credit_horizon_ns` with the load kept with the moving set's rates (a function of it
@@ -254,6 +289,8 @@ class ChainFlowEngine(FlowEngine):
         rates = hit[0]
         if not moving:
             return [None] * len(self.ops)
+        if len(moving) == len(self.ops):  # every op moving (``moving`` keeps the order of ``ops``)
+            return list(rates)
         of = dict(zip(map(id, moving), rates))
         return [of.get(id(op)) for op in self.ops]
 
@@ -296,6 +333,15 @@ class ChainFlowEngine(FlowEngine):
         if read is None:
             return waits
         queued, _, ops, hit = read
+        if self.compiled_queues and self._zero_waits_known:  # the loop below in one call (the same floats)
+            ptr, res, w = self._route_table(self._chunks_of(op)[2])
+            needed8 = needed.view(np.uint8)
+            if ring_waits(routes, needed8, ptr, res, w, queued, self.capacity, None, None, None):
+                flows_on = flows_on_of([(self._entries_of(o.steps[o.step]), rate) for o, rate in zip(ops, hit[0])
+                                        if o is not op], len(self.capacity))
+                ring_waits(routes, needed8, ptr, res, w, queued, self.capacity, flows_on, self._chunks_of(op)[1],
+                           waits)
+            return waits
         incidence = self.queues.incidence
         capacity = self.capacity
         flows_on = None
@@ -311,14 +357,42 @@ class ChainFlowEngine(FlowEngine):
                 waits[k] = fifo_wait_ns(w, q, capacity[res], flows_on[res], float(chunk[k]))
         return waits
 
+    def _entries_of(self, step) -> StepEntries:
+        """``step``'s queue entries (:meth:`StandingQueues.entries`) as compiled typed views, kept per step (the entry
+        keeps the step, so its id names no other)."""
+        hit = self._step_entries.get(id(step))
+        if hit is None or hit[0] is not step:
+            res, w, flow, _ = self.queues.entries(step)
+            if len(self._step_entries) >= _MEMO_LIMIT:
+                self._step_entries.clear()
+            hit = self._step_entries[id(step)] = (step, StepEntries(res, w, flow))
+        return hit[1]
+
+    def _moving_entries_of(self, step, entries: tuple) -> MovingEntries:
+        """``step``'s moving entries ``entries`` (:meth:`StandingQueues.moving_entries`) and its flows' windows as
+        compiled typed views, kept per entries (the entry keeps them, so their id names no others)."""
+        hit = self._moving_views.get(id(entries))
+        if hit is None or hit[0] is not entries:
+            hop, res, w, flow, own, _ = entries
+            if len(self._moving_views) >= _MEMO_LIMIT:
+                self._moving_views.clear()
+            hit = self._moving_views[id(entries)] = (entries, MovingEntries(hop, res, w, flow, own.view(np.uint8),
+                                                                            self.queues.entries(step)[3]))
+        return hit[1]
+
     def _chunk_bytes(self, op: RingOp) -> np.ndarray:
         """:func:`astra_adapter.fabric.queues.ring_chunk_bytes` of ``op``, a function of its first step (its
-        routes and wire bytes): kept per first step (the entry keeps the step, so its id names no other)."""
+        routes and wire bytes): kept per first step (:meth:`_chunks_of`)."""
+        return self._chunks_of(op)[1]
+
+    def _chunks_of(self, op: RingOp) -> tuple:
+        """Per ring plan's first step: it, its :func:`astra_adapter.fabric.queues.ring_chunk_bytes` and its
+        highest route id (the route table read covers it); the entry keeps the step, so its id names no other."""
         first = op.steps[0]
         hit = self._chunks.get(id(first))
         if hit is None or hit[0] is not first:
-            hit = self._chunks[id(first)] = (first, ring_chunk_bytes(self.queues, op))
-        return hit[1]
+            hit = self._chunks[id(first)] = (first, ring_chunk_bytes(self.queues, op), int(first.routes.max()))
+        return hit
 
     def _enter_next_step(self, op: FabricOp) -> None:
         op.next_step()
@@ -341,41 +415,40 @@ class ChainFlowEngine(FlowEngine):
         ops = self._moving_ops()
         res, _, flow, _ = q.entries(step)
         mine = res[needed[flow]]  # the resources on the paths read
-        on_path = np.zeros(len(self.capacity), dtype=bool)
-        on_path[mine] = True
+        on_path = set(mine.tolist())
         crossing = []  # the other ops with a moving flow on a path read (only they may add to its queues)
         for o in ops:
             if o is not op:
-                entries = q.moving_entries(o.steps[o.step], o.active)  # (hop, resource, weight, flow, own link)
-                if on_path[entries[1]].any():
+                # (hop, resource, weight, flow, own link; the set of those resources)
+                entries = q.moving_entries(o.steps[o.step], o.active)
+                if not on_path.isdisjoint(entries[5]):
                     crossing.append((o, entries))
         if not crossing:  # no queue on the paths read whatever the rates: answered without solving them
             return None
         ops, hit = self._moving(ops)
         if hit[1] is None:  # the load and its saturated resources: a function of the moving set, as its rates
-            if self.compiled_queues:
-                load = moving_load([q.entries(o.steps[o.step])[:3] + (rate,) for o, rate in zip(ops, hit[0])],
-                                   len(self.capacity), q.flow_contention)
+            if self.compiled_queues:  # with StandingQueues.saturated's flags
+                full = np.empty(len(self.capacity), dtype=bool)
+                load = moving_load([(self._entries_of(o.steps[o.step]), rate) for o, rate in zip(ops, hit[0])],
+                                   len(self.capacity), q.flow_contention, self.capacity, q.limit,
+                                   SATURATED_FRACTION, full.view(np.uint8))
             else:
                 load = q.load([(o.steps[o.step], rate) for o, rate in zip(ops, hit[0])])
-            full = q.saturated(load)
+                full = q.saturated(load)
             hit[1] = (load, full, full.view(np.uint8))
         load, full, full8 = hit[1]
-        hot = np.zeros(len(full), dtype=bool)
-        hot[mine[full[mine]]] = True  # the saturated resources on the paths read
-        if not hot.any():
+        hot = set(mine[full[mine]].tolist())  # the saturated resources on the paths read
+        if not hot:
             return None
         in_flight = []
         compiled = self.compiled_queues
         for o, entries in crossing:
             s = o.steps[o.step]
-            if not hot[entries[1]].any():
+            if hot.isdisjoint(entries[5]):
                 continue  # adds to no queue on the paths read
             left = o.standing_bytes() if isinstance(o, RingOp) else o.left + q.later_bytes(o.steps, o.step)
             if compiled:
-                hop, res_on, w_on, flow_on, own_on = entries
-                in_flight.append((hop, res_on, w_on, flow_on, own_on.view(np.uint8), o.active.view(np.uint8), left,
-                                  q.entries(s)[3]))
+                in_flight.append((self._moving_entries_of(s, entries), o.active.view(np.uint8), left))
             else:
                 in_flight.append((s, o.active, left))
         if not in_flight:

@@ -394,7 +394,11 @@ class RingOp:
         socket holds arrives after it has gone on)."""
         receiving = self.chunk < self.count
         written = (self.chunk == self.count - 1) & self.ready & (self.left <= self.send_buffer)
-        sending = receiving & ~written
+        return self._busy_of(receiving, receiving & ~written)
+
+    def _busy_of(self, receiving: np.ndarray, sending: np.ndarray) -> set[int]:
+        """:meth:`busy_ranks` from its masks: the receivers of the connections ``receiving`` and the senders of those
+        ``sending``."""
         key = receiving.tobytes() + sending.tobytes()
         if key != self._busy_key:  # the same ranks as last asked for most events: kept (callers only read it)
             first = self.steps[0]

@@ -96,6 +96,15 @@ cdef (bint, Py_ssize_t, bint) _ring_move(int64_t[::1] chunk, double[::1] left, d
     return went, count_on, written
 
 
+cdef bint _ring_done(const int64_t[::1] chunk, int64_t count) noexcept:
+    """Every connection past its last chunk (``np.all(chunk >= count)``)."""
+    cdef Py_ssize_t i
+    for i in range(chunk.shape[0]):
+        if chunk[i] < count:
+            return False
+    return True
+
+
 cdef double _ring_horizon(const unsigned char[::1] ready, const unsigned char[::1] active,
                           const double[::1] wait, const double[::1] left, const double[::1] r, bint moved,
                           const int64_t[::1] chunk, int64_t last, const double[::1] send_buffer) noexcept:
@@ -133,81 +142,6 @@ cdef void _ring_remaining(const int64_t[::1] chunk, const int64_t[::1] pred, con
     cdef Py_ssize_t i, n = chunk.shape[0]
     for i in range(n):
         out[i] = _remaining(i, chunk, pred, ready, left, sizes, before, count)
-
-
-def moving_load(list rated, Py_ssize_t num_resources, double flow_contention):
-    """:meth:`astra_adapter.fabric.queues.StandingQueues.load` (``load_on``) from per step moving ``(resources,
-    weights, flow index, rates)``: per resource the sum of ``weight x rate`` in the entries' order (as
-    ``np.bincount``), times the contention factor of its moving flows (``queues.contended_load``)."""
-    moved_out = np.zeros(num_resources)
-    cdef double[::1] moved = moved_out
-    cdef double[::1] flows_on
-    cdef const int64_t[::1] res
-    cdef const double[::1] w
-    cdef const int64_t[::1] flow
-    cdef const double[::1] rate
-    cdef Py_ssize_t e, q
-    cdef double x, r
-    cdef bint contended = flow_contention > 0
-    if contended:
-        flows_out = np.zeros(num_resources)
-        flows_on = flows_out
-    for res, w, flow, rate in rated:
-        for e in range(res.shape[0]):
-            r = rate[flow[e]]
-            moved[res[e]] += w[e] * r
-            if contended:
-                flows_on[res[e]] += w[e] * (1.0 if r > 0 else 0.0)
-    if contended:
-        for q in range(num_resources):
-            x = flows_on[q] - 1.0
-            moved[q] = moved[q] * (1.0 + flow_contention * (x if x > 0.0 else 0.0))
-    return moved_out
-
-
-def queued_of(list in_flight, const unsigned char[::1] full, const double[::1] sender_limit,
-              const double[::1] limit):
-    """:meth:`astra_adapter.fabric.queues.StandingQueues.queued_bytes` on the resources ``full`` marks saturated:
-    per in-flight step its moving entries ``(hop, resource, weight, flow index ascending, own link)`` and per flow
-    its moving flag, bytes left and window. Each flow queues what it keeps (its bytes left up to its window; on
-    its sender's own link up to ``sender_limit``) at its first saturated resource along its path (the least hop,
-    the first such entry on a tie), added in the flows' order as ``np.add.at``; each queue at most ``limit``."""
-    cdef Py_ssize_t num_resources = full.shape[0]
-    out = np.zeros(num_resources)
-    cdef double[::1] queued = out
-    cdef const int64_t[::1] hop
-    cdef const int64_t[::1] res
-    cdef const double[::1] w
-    cdef const int64_t[::1] flow
-    cdef const unsigned char[::1] own
-    cdef const unsigned char[::1] active
-    cdef const double[::1] left
-    cdef const double[::1] window
-    cdef Py_ssize_t e, best, m, q
-    cdef int64_t f
-    cdef double keep
-    for hop, res, w, flow, own, active, left, window in in_flight:
-        m = res.shape[0]
-        e = 0
-        while e < m:
-            f = flow[e]
-            best = -1
-            while e < m and flow[e] == f:
-                if full[res[e]] and (best < 0 or hop[e] < hop[best]):
-                    best = e
-                e += 1
-            if best < 0:
-                continue
-            keep = left[f] if active[f] else 0.0
-            if window[f] < keep:
-                keep = window[f]
-            if own[best] and sender_limit[res[best]] < keep:
-                keep = sender_limit[res[best]]
-            queued[res[best]] += w[best] * keep
-    for q in range(num_resources):
-        if limit[q] < queued[q]:
-            queued[q] = limit[q]
-    return out
 
 
 cdef (bint, bint) _ring_starting(const int64_t[::1] chunk, const int64_t[::1] pred,
@@ -306,14 +240,18 @@ cdef class RingState:
 
     def move(self, rate, double dt_ns):
         """:meth:`RingOp.move` (``rate``: None or the connections' rates): (whether some connection finished a
-        chunk, the count moving after, whether a last send got written)."""
+        chunk, the count moving after, whether a last send got written, whether every connection is past its last
+        chunk - read where one finished a chunk, the chunks change only then)."""
         cdef const double[::1] r
+        cdef bint went, written
+        cdef Py_ssize_t count_on
         if rate is not None:
             r = rate
-        return _ring_move(self.chunk, self.left, self.wait, self.ready, self.active, self.next_ready,
-                          self.next_wait, r, rate is not None, dt_ns, self.done_bytes, self.count - 1,
-                          self.send_buffer, self.fill, self.inj, self.bounded, self.pred, self.sizes, self.before,
-                          self.count, self.had)
+        went, count_on, written = _ring_move(self.chunk, self.left, self.wait, self.ready, self.active,
+                                             self.next_ready, self.next_wait, r, rate is not None, dt_ns,
+                                             self.done_bytes, self.count - 1, self.send_buffer, self.fill, self.inj,
+                                             self.bounded, self.pred, self.sizes, self.before, self.count, self.had)
+        return went, count_on, written, went and _ring_done(self.chunk, self.count)
 
     def horizon(self, rate):
         """:meth:`RingOp.horizon_ns` (``rate``: None or the connections' rates)."""
@@ -336,8 +274,34 @@ cdef class RingState:
         """:meth:`RingOp.arriving` into ``early``; whether any."""
         return _ring_arriving(self.chunk, self.pred, self.ready, self.next_ready, self.count, early)
 
+    def busy(self, unsigned char[::1] receiving, unsigned char[::1] sending):
+        """:meth:`RingOp.busy_ranks`' masks: into ``receiving`` the connections before the end of their last chunk,
+        into ``sending`` those of them not on their last chunk with at most their send buffer left to write."""
+        cdef Py_ssize_t i
+        cdef bint on
+        for i in range(self.chunk.shape[0]):
+            on = self.chunk[i] < self.count
+            receiving[i] = on
+            sending[i] = on and not (self.chunk[i] == self.count - 1 and self.ready[i]
+                                     and self.left[i] <= self.send_buffer[i])
+
+    def standing(self):
+        """:meth:`RingOp.standing_bytes`: per connection what its sender has to send (:meth:`remaining`), at most its
+        ``fill`` (``np.minimum``: the fill where it is less, else the bytes; nan from either)."""
+        cdef Py_ssize_t i, n = self.chunk.shape[0]
+        out = np.empty(n)
+        cdef double[::1] o = out
+        cdef double x
+        for i in range(n):
+            x = _remaining(i, self.chunk, self.pred, self.ready, self.left, self.sizes, self.before, self.count)
+            o[i] = x if (x <= self.fill[i] or x != x) else self.fill[i]
+        return out
+
     def begin(self, const unsigned char[::1] which, const double[::1] extra_wait_ns, double fill_start):
         """:meth:`RingOp.begin`'s start of connections ``which`` (after the FIFO order's waits); the count moving."""
         return _ring_begin(which, self.chunk, self.next_ready, self.next_wait, extra_wait_ns, self.ready, self.left,
                            self.wait, self.sizes, self.latencies, self.done_bytes, self.active, self.fill,
                            fill_start)
+
+
+include "chains_reads.pxi"

@@ -34,7 +34,7 @@ from astra_adapter.fabric.network import FabricNetwork
 _MOVING_MEMO = 8192  # (step, moving flows) whose queue entries :meth:`StandingQueues.moving_entries` keeps
 _FLOWS_MEMO = 1024  # (step, flows with a rate) whose flows per resource :meth:`StandingQueues.flows_on` keeps (an
 # array the size of the resources each)
-_FULL = 1.0 - 1e-6  # a resource loaded to this fraction of its capacity is saturated
+SATURATED_FRACTION = 1.0 - 1e-6  # a resource loaded to this fraction of its capacity is saturated
 
 
 def contended_load(moved: np.ndarray, flows_on: np.ndarray, flow_contention: float) -> np.ndarray:
@@ -171,7 +171,7 @@ class StandingQueues:
         offset = 0
         for step, active, left in in_flight:
             res, w, flow, win = self._arrays(step)
-            hop, res_on, w_on, flow_on, own_on = self.moving_entries(step, active)
+            hop, res_on, w_on, flow_on, own_on, _ = self.moving_entries(step, active)
             hop_l.append(hop)
             own_l.append(own_on)
             res_l.append(res_on)
@@ -184,9 +184,10 @@ class StandingQueues:
         return self.queued_on(np.concatenate(res_l), np.concatenate(w_l), np.concatenate(flow_l),
                               np.concatenate(hop_l), np.concatenate(own_l), np.concatenate(keep_l), load)
 
-    def moving_entries(self, step, active: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(hop, resource, weight, flow index, own link) of ``step``'s entries whose flow is ``active`` (memoised
-        per step and set of moving flows: a ring's connections keep one set for most of the op)."""
+    def moving_entries(self, step, active: np.ndarray) -> tuple:
+        """(hop, resource, weight, flow index, own link) of ``step``'s entries whose flow is ``active``, and the
+        set of those resources (memoised per step and set of moving flows: a ring's connections keep one set for
+        most of the op)."""
         key = (id(step), active.tobytes())
         hit = self._moving.get(key)
         if hit is None:
@@ -195,12 +196,12 @@ class StandingQueues:
             hop, own = self.path_order(step)
             if len(self._moving) >= _MOVING_MEMO:
                 self._moving.clear()
-            hit = self._moving[key] = (hop[on], res[on], w[on], flow[on], own[on])
+            hit = self._moving[key] = (hop[on], res[on], w[on], flow[on], own[on], frozenset(res[on].tolist()))
         return hit
 
     def saturated(self, load: np.ndarray) -> np.ndarray:
         """Per resource, whether a queue can stand on it: loaded full (``load``, :meth:`load`) and with room."""
-        return (load >= _FULL * self.capacity) & (self.limit > 0)
+        return (load >= SATURATED_FRACTION * self.capacity) & (self.limit > 0)
 
     def queued_on(self, res: np.ndarray, w: np.ndarray, flow: np.ndarray, hop: np.ndarray, own: np.ndarray,
                   keep: np.ndarray, load: np.ndarray) -> np.ndarray:
