@@ -114,7 +114,7 @@ def draws_enough(iterations_ns: Sequence[int], precision: float) -> bool:
 
 def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *, workers: int | None = None,
                enough: Callable[[list[Timeline]], bool] | None = None,
-               before_plays: Callable[[], object] | None = None) -> list[Timeline]:
+               before_plays: Callable[[], object] | None = None, spans: bool = True) -> list[Timeline]:
     """The trace played on each network, in order. Big traces with several draws play them in ``workers``
     forked processes (default: the CPUs this process may use), which inherit the trace's compiled structure
     and every op's sends (built here first, :func:`op_sends`) instead of pickling or building them each; each
@@ -122,7 +122,8 @@ def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *,
     With ``enough``: the plays of networks 0..k-1 for the first k where ``enough`` of them is true (the plays
     in flight are killed), else all of them - the same k whatever the workers. ``before_plays()`` is called
     once the trace is compiled and its sends built, before the first play (``genie estimate`` joins the
-    trace's check there, run beside them)."""
+    trace's check there, run beside them). ``spans=False``: the timelines without their nodes' spans (a forked
+    worker then sends back only the ranks' times: ~11 MB less to pickle a 1024-rank draw)."""
     with collector_paused():  # millions of acyclic records: the collector would only rescan them
         compiled = CompiledTrace(trace)  # shared by the draws' plays
         sends = op_sends(compiled)
@@ -135,11 +136,12 @@ def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *,
     if workers <= 1:
         played: list[Timeline] = []
         for n in nets:
-            played.append(play_on_fabric(trace, engine_for(n, params, sends), compiled))
+            timeline = play_on_fabric(trace, engine_for(n, params, sends), compiled)
+            played.append(timeline if spans else Timeline(timeline.ranks))
             if enough is not None and enough(played):
                 break
         return played
-    return fork_map(_play_draw, (trace, nets, params, compiled, sends), len(nets), workers, enough=enough)
+    return fork_map(_play_draw, (trace, nets, params, compiled, sends, spans), len(nets), workers, enough=enough)
 
 
 def op_sends(compiled: CompiledTrace) -> StepSends:
@@ -155,8 +157,9 @@ def op_sends(compiled: CompiledTrace) -> StepSends:
 
 
 def _play_draw(draws: tuple, k: int) -> Timeline:
-    trace, nets, params, compiled, sends = draws  # sends: built before the fork, shared by every worker's plays
-    return play_on_fabric(trace, engine_for(nets[k], params, sends), compiled)
+    trace, nets, params, compiled, sends, spans = draws  # sends: built before the fork, shared by every worker's plays
+    played = play_on_fabric(trace, engine_for(nets[k], params, sends), compiled)
+    return played if spans else Timeline(played.ranks)
 
 
 def fork_map(run, state, count: int, workers: int, *, enough: Callable[[list], bool] | None = None) -> list:
@@ -312,7 +315,8 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
     def enough(played: list[Timeline]) -> bool:
         return draws_enough([t.iteration_ns for t in played], draw_precision)
 
-    timelines = play_draws(trace, nets, params, enough=enough if adaptive else None, before_plays=before_plays)
+    timelines = play_draws(trace, nets, params, enough=enough if adaptive else None, before_plays=before_plays,
+                           spans=False)  # (the estimate reads the ranks' times alone)
     ranks = _mean_ranks(timelines)
     draws = tuple(t.iteration_ns for t in timelines) if len(nets) > 1 or traced else ()
     if traced:
