@@ -50,3 +50,22 @@ def test_the_estimate_is_the_mean_of_the_draws_ranks():
     assert est.draw_iterations_ns == tuple(t.iteration_ns for t in played)
     assert est.ranks == estimate._mean_ranks(played)
 
+
+def test_with_workers_the_check_is_joined_once_they_are_forked_and_its_error_ends_the_draws():
+    import multiprocessing
+
+    trace = moe(seed=3, layers=2)
+    nets = sample_networks(FabricNetwork(fabric()), ECMP_SAMPLES)[:3]
+    before = set(multiprocessing.active_children())
+    seen = []
+    played = estimate.play_draws(trace, nets, FabricParams(), workers=2, spans=False,
+                                 before_plays=lambda: seen.append(len(set(multiprocessing.active_children()) - before)))
+    assert seen == [2] and len(played) == 3  # called once, both workers forked (and playing) by then
+    assert [t.ranks for t in played] == [t.ranks for t in estimate.play_draws(trace, nets, FabricParams(), workers=1)]
+
+    def refuse():
+        raise RuntimeError("the trace is bad")
+
+    with pytest.raises(RuntimeError, match="the trace is bad"):
+        estimate.play_draws(trace, nets, FabricParams(), workers=2, before_plays=refuse)
+    assert not set(multiprocessing.active_children()) - before  # the workers killed, reaped
