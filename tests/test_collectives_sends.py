@@ -62,3 +62,41 @@ def test_auto_resolves_as_build_schedule_does():
 def test_a_bad_op_is_refused_as_build_schedule_refuses_it():
     with pytest.raises(InvalidCollectiveOp):
         step_sends(CollectiveOp(C.ALL_REDUCE, 6, group_of(4), A.RING))  # not a multiple of dtype_bytes
+
+
+def _splits(n: int, seed: int, zeros: float, e: int) -> tuple[tuple[int, ...], ...]:
+    import random
+    rng = random.Random(seed)
+    return tuple(tuple(0 if rng.random() < zeros else e * rng.randint(1, 50) for _ in range(n)) for _ in range(n))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("zeros", [0.0, 0.3, 0.8, 1.0])  # some or all pairs send nothing (1.0: the step dropped)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("dtype_bytes", [1, 4])
+def test_the_vectorised_alltoallv_equals_the_schedule(n, zeros, seed, dtype_bytes):
+    from genie.collectives.sends import _direct_alltoallv_sends
+    from genie.core.alltoallv import matrix_op_size
+    splits = _splits(n, seed, zeros, dtype_bytes)
+    size, _ = matrix_op_size(splits)
+    op = CollectiveOp(C.ALL_TO_ALL, max(size, dtype_bytes), group_of(n), A.DIRECT, dtype_bytes=dtype_bytes,
+                      split_bytes=splits)
+    slow = schedule_sends(build_schedule(op))
+    assert as_lists(_direct_alltoallv_sends(op)) == as_lists(slow)
+    assert as_lists(step_sends(op)) == as_lists(slow)
+    assert [s.src.dtype for s in step_sends(op)] == [s.src.dtype for s in slow]
+
+
+def test_only_the_own_block_moving_keeps_the_step_with_no_send():
+    op = CollectiveOp(C.ALL_TO_ALL, 8, group_of(3), A.DIRECT, dtype_bytes=4,
+                      split_bytes=((8, 0, 0), (0, 0, 0), (0, 0, 4)))
+    fast, slow = step_sends(op), schedule_sends(build_schedule(op))
+    assert len(fast) == len(slow) == 1 and as_lists(fast) == as_lists(slow)
+
+
+def test_a_bad_alltoallv_is_refused_as_build_schedule_refuses_it():
+    op = CollectiveOp(C.ALL_TO_ALL, 8, group_of(2), A.DIRECT, dtype_bytes=4, split_bytes=((4, 4), (4,)))
+    with pytest.raises(InvalidCollectiveOp):
+        build_schedule(op)
+    with pytest.raises(InvalidCollectiveOp):
+        step_sends(op)

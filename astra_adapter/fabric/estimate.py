@@ -114,32 +114,37 @@ def draws_enough(iterations_ns: Sequence[int], precision: float) -> bool:
 
 def play_draws(trace: Trace, nets: list[FabricNetwork], params: FabricParams, *, workers: int | None = None,
                enough: Callable[[list[Timeline]], bool] | None = None,
-               before_plays: Callable[[], object] | None = None) -> list[Timeline]:
+               before_plays: Callable[[], object] | None = None, spans: bool = True) -> list[Timeline]:
     """The trace played on each network, in order. Big traces with several draws play them in ``workers``
     forked processes (default: the CPUs this process may use), which inherit the trace's compiled structure
     and every op's sends (built here first, :func:`op_sends`) instead of pickling or building them each; each
     play is the same pure function either way, so the results are identical.
     With ``enough``: the plays of networks 0..k-1 for the first k where ``enough`` of them is true (the plays
     in flight are killed), else all of them - the same k whatever the workers. ``before_plays()`` is called
-    once the trace is compiled and its sends built, before the first play (``genie estimate`` joins the
-    trace's check there, run beside them)."""
+    once the trace is compiled and its sends built, before any play's result is taken (``genie estimate`` joins
+    the trace's check there, run beside them): in this process before the first play; with workers, once they
+    are forked and playing (the check's last second beside the first draws, not before them: its error still
+    comes first, the draws in flight killed). ``spans=False``: the timelines without their nodes' spans (a forked
+    worker then sends back only the ranks' times: ~11 MB less to pickle a 1024-rank draw)."""
     with collector_paused():  # millions of acyclic records: the collector would only rescan them
         compiled = CompiledTrace(trace)  # shared by the draws' plays
         sends = op_sends(compiled)
-    if before_plays is not None:
-        before_plays()
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if sum(len(r.nodes) for r in trace.ranks) >= PARALLEL_MIN_NODES \
             else 1
     workers = min(workers, len(nets))
     if workers <= 1:
+        if before_plays is not None:
+            before_plays()
         played: list[Timeline] = []
         for n in nets:
-            played.append(play_on_fabric(trace, engine_for(n, params, sends), compiled))
+            timeline = play_on_fabric(trace, engine_for(n, params, sends), compiled)
+            played.append(timeline if spans else Timeline(timeline.ranks))
             if enough is not None and enough(played):
                 break
         return played
-    return fork_map(_play_draw, (trace, nets, params, compiled, sends), len(nets), workers, enough=enough)
+    return fork_map(_play_draw, (trace, nets, params, compiled, sends, spans), len(nets), workers, enough=enough,
+                    when_forked=before_plays)
 
 
 def op_sends(compiled: CompiledTrace) -> StepSends:
@@ -155,11 +160,13 @@ def op_sends(compiled: CompiledTrace) -> StepSends:
 
 
 def _play_draw(draws: tuple, k: int) -> Timeline:
-    trace, nets, params, compiled, sends = draws  # sends: built before the fork, shared by every worker's plays
-    return play_on_fabric(trace, engine_for(nets[k], params, sends), compiled)
+    trace, nets, params, compiled, sends, spans = draws  # sends: built before the fork, shared by every worker's plays
+    played = play_on_fabric(trace, engine_for(nets[k], params, sends), compiled)
+    return played if spans else Timeline(played.ranks)
 
 
-def fork_map(run, state, count: int, workers: int, *, enough: Callable[[list], bool] | None = None) -> list:
+def fork_map(run, state, count: int, workers: int, *, enough: Callable[[list], bool] | None = None,
+             when_forked: Callable[[], object] | None = None) -> list:
     """``[run(state, k) for k in range(count)]`` in ``workers`` forked processes, in order (with ``enough``:
     only up to the first k results, in index order, of which ``enough`` is true): the children get
     ``state`` by fork, not pickle (``run``, a module-level function, and the results are pickled). Whatever
@@ -168,7 +175,9 @@ def fork_map(run, state, count: int, workers: int, *, enough: Callable[[list], b
     when it forked: seen in clean-clone CI, 2026-12-05) never holds it up. A worker that dies (the OOM killer, a
     crash) fails the map (RunFailure) instead of leaving it waiting: concurrent.futures' process pool notices
     (multiprocessing.Pool's map waits forever for the call that worker took). A worker ignores Ctrl-C (the
-    parent's to handle). :func:`play_draws` and :func:`astra_adapter.fabric.mix.estimate_mixes` share it."""
+    parent's to handle). ``when_forked()``: called here once the workers are forked and every call submitted, before
+    any result is taken (its error ends the map as any other). :func:`play_draws` and
+    :func:`astra_adapter.fabric.mix.estimate_mixes` share it."""
     global _fork_hook
     if count == 0:
         return []
@@ -188,6 +197,8 @@ def fork_map(run, state, count: int, workers: int, *, enough: Callable[[list], b
             _forking.discard(me)
         forked = [p for p in multiprocessing.active_children() if p not in others]
         futures += [executor.submit(_forked_call, k) for k in range(1, count)]
+        if when_forked is not None:
+            when_forked()
         results: list = []
         try:
             for f in futures:
@@ -312,7 +323,8 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
     def enough(played: list[Timeline]) -> bool:
         return draws_enough([t.iteration_ns for t in played], draw_precision)
 
-    timelines = play_draws(trace, nets, params, enough=enough if adaptive else None, before_plays=before_plays)
+    timelines = play_draws(trace, nets, params, enough=enough if adaptive else None, before_plays=before_plays,
+                           spans=False)  # (the estimate reads the ranks' times alone)
     ranks = _mean_ranks(timelines)
     draws = tuple(t.iteration_ns for t in timelines) if len(nets) > 1 or traced else ()
     if traced:

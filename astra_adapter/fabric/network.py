@@ -123,7 +123,12 @@ class FabricNetwork:
         return tuple(c for c in LinkClass if c in present)
 
     def with_hash_seed(self, seed: int | None) -> "FabricNetwork":
-        return FabricNetwork(self.topology, source=self.source, hash_seed=seed, paths=self.paths)
+        """This network with another draw of the ECMP hash. The hop distances (the topology's alone) are one
+        memo shared with this network's other draws: a 1024-host draw computes them once per process, not once
+        per draw (~0.3 s each)."""
+        drawn = FabricNetwork(self.topology, source=self.source, hash_seed=seed, paths=self.paths)
+        drawn._distances = self._distances
+        return drawn
 
     def with_paths(self, paths: SessionPaths) -> "FabricNetwork":
         """This network with the routes one session's connections took (the hash draw it got)."""
