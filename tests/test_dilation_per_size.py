@@ -269,7 +269,7 @@ def test_a_replays_iteration_is_its_steps_and_the_chain_they_wait_on() -> None:
     assert iteration.smallest_bytes == 512 << 10 and len(iteration.ranks) == 2
     compute, reduce, beside = iteration.ranks[0]
     assert (compute.compute_ns, compute.steps) == (1_000_000, ())
-    assert reduce.deps == (0,) and reduce.steps == (WeighedStep(256 << 10, ((1, 256 << 10),)),) * 2  # 2 ring steps, no token
+    assert reduce.deps == (0,) and reduce.steps == (WeighedStep(256 << 10, ((1, 256 << 10),), ((1, 256 << 10),)),) * 2  # 2 ring steps, no token
     assert (beside.deps, beside.compute_ns) == ((), 500_000)
     topology = star(2, shape=LinkShape(rate_bps=100 * GBIT, delay_us=1.0))
     floors = path_floors(topology)
@@ -283,7 +283,7 @@ def test_a_replays_iteration_is_its_steps_and_the_chain_they_wait_on() -> None:
     assert floor.floor_us == pytest.approx(1000.0 + 2 * step_us)  # the longest chain, not the sum of all
     # a collective whose peer gets >= 1 MiB runs a clear-to-send token first: a step of its own
     big = replay_iteration(_programs(text.replace("512KiB", "4MiB"))).ranks[0][1]
-    assert big.steps[0] == WeighedStep(8, ((1, 8),)) and len(big.steps) == 3
+    assert big.steps[0] == WeighedStep(8, ((1, 8),), ((1, 8),)) and len(big.steps) == 3
 
 
 def test_auto_sizes_a_replay_by_its_iteration_not_its_smallest_message() -> None:
@@ -444,6 +444,21 @@ def test_sends_to_ranks_on_the_same_host_do_not_leave_it() -> None:
     assert shared.steps == alone.steps == 7
     assert shared.floor_us == pytest.approx(max(message_floor_us(floors, block), six))
     assert alone.floor_us == pytest.approx(7 * 8 * message_wire_bytes(block, 1500) / GBIT * 1e6)
+
+
+def test_a_step_that_never_leaves_its_host_takes_no_wire_time() -> None:
+    """A TP all-reduce whose group sits on one host talks over loopback: its steps still pay the per-step cost,
+    but no floor of the stated fabric's links; a ring across the hosts keeps its floor."""
+    from genie.services.dilation import collective_steps
+    from genie.testbed.dilation_rules import rank_floors
+
+    topology = star(2, shape=LinkShape(rate_bps=GBIT, delay_us=1.0), ranks_per_host=4)
+    tp = collective_steps(tuple(CollectiveOp(Collective.ALL_REDUCE, 4 << 20, group, Algorithm.RING, dtype_bytes=4)
+                                for group in ((0, 1, 2, 3), (4, 5, 6, 7))))
+    assert rank_floors(topology, tp) == []  # every step on its host: no rank has a floor on the fabric
+    across = collective_steps((CollectiveOp(Collective.ALL_REDUCE, 4 << 20, (0, 4), Algorithm.RING, dtype_bytes=4),))
+    (floor,) = rank_floors(topology, across)[:1]
+    assert floor.rank == 0 and floor.floor_us > 0
 
 
 def test_a_steps_sends_at_once_share_the_hosts_link() -> None:

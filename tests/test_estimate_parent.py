@@ -181,6 +181,34 @@ def test_a_bad_trace_checked_aside_is_refused_first_as_before(tmp_path, monkeypa
     assert done.returncode == 2 and "the trace has 4 ranks but topology" in done.stderr
 
 
+def test_a_bad_trace_whose_draws_are_forked_is_refused_first_and_leaves_no_worker(tmp_path, monkeypatch):
+    """The check joined once the draw workers are forked (`fork_map`'s ``when_forked``): the trace's own error,
+    one line, exit 2, nothing written, and every worker gone."""
+    import multiprocessing
+
+    import astra_adapter.fabric.estimate as fabric_estimate
+    import genie.services.estimate as service
+
+    monkeypatch.setattr(service, "CHECK_ASIDE_MIN_NODES", 0)
+    monkeypatch.setattr(fabric_estimate, "PARALLEL_MIN_NODES", 0)  # the draws in forked workers
+    joined = []
+    fork_map = fabric_estimate.fork_map
+
+    def watched(*args, **kwargs):
+        joined.append(kwargs.get("when_forked") is not None)
+        return fork_map(*args, **kwargs)
+
+    monkeypatch.setattr(fabric_estimate, "fork_map", watched)
+    bad = tmp_path / "bad8.yaml"
+    bad.write_text(_BAD.replace("ranks: 4", "ranks: 8").replace("[0, 1, 2, 3]", "[0, 1, 2, 3, 4, 5, 6, 7]"))
+    before = set(multiprocessing.active_children())
+    done = _estimate(tmp_path, "out", bad, ROOT / "topologies" / "leaf-spine-2x4.yaml")
+    assert joined == [True]  # the check was joined in the workers' map, not before it
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+    assert "depends on missing node 99" in done.stderr
+    assert not set(multiprocessing.active_children()) - before
+
+
 def test_the_estimate_and_the_read_leave_the_collector_as_they_found_it(tmp_path):
     from genie.workloads.loader import load_trace
 

@@ -60,7 +60,7 @@ except ImportError:  # not built: RingOp's numpy methods run
     MovingEntries = RingState = StepEntries = flows_on_of = lock_step_move = moving_load = queued_of = \
         ring_waits = None
 from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, FlowEngine, StepSends
-from astra_adapter.fabric.queues import SATURATED_FRACTION, ring_chunk_bytes
+from astra_adapter.fabric.queues import SATURATED_FRACTION, MovingQueueEntries, ring_chunk_bytes
 from astra_adapter.fabric.queues import fifo_wait_ns
 from astra_adapter.fabric.network import FabricNetwork
 
@@ -368,7 +368,7 @@ class ChainFlowEngine(FlowEngine):
             hit = self._step_entries[id(step)] = (step, StepEntries(res, w, flow))
         return hit[1]
 
-    def _moving_entries_of(self, step, entries: tuple) -> MovingEntries:
+    def _moving_entries_of(self, step, entries: MovingQueueEntries) -> MovingEntries:
         """``step``'s moving entries ``entries`` (:meth:`StandingQueues.moving_entries`) and its flows' windows as
         compiled typed views, kept per entries (the entry keeps them, so their id names no others)."""
         hit = self._moving_views.get(id(entries))
@@ -421,7 +421,7 @@ class ChainFlowEngine(FlowEngine):
             if o is not op:
                 # (hop, resource, weight, flow, own link; the set of those resources)
                 entries = q.moving_entries(o.steps[o.step], o.active)
-                if not on_path.isdisjoint(entries[5]):
+                if not on_path.isdisjoint(entries.resources):
                     crossing.append((o, entries))
         if not crossing:  # no queue on the paths read whatever the rates: answered without solving them
             return None
@@ -444,7 +444,7 @@ class ChainFlowEngine(FlowEngine):
         compiled = self.compiled_queues
         for o, entries in crossing:
             s = o.steps[o.step]
-            if hot.isdisjoint(entries[5]):
+            if hot.isdisjoint(entries.resources):
                 continue  # adds to no queue on the paths read
             left = o.standing_bytes() if isinstance(o, RingOp) else o.left + q.later_bytes(o.steps, o.step)
             if compiled:

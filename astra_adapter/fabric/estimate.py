@@ -305,7 +305,8 @@ def estimate_fabric(trace: Trace, topology: Topology, params: FabricParams = Fab
     ``end_precision`` of
     their step's time are one event (``FabricParams.end_precision``; 0: exact); ``ring_model``: a ring step's
     connections each a flow, or one (``FabricParams.ring_model``, :mod:`astra_adapter.fabric.coflow`);
-    ``before_plays()``: called before the trace's first play (:func:`play_draws`)."""
+    ``before_plays()``: called before any play's result is taken (:func:`play_draws`: with workers, once they are
+    forked and playing)."""
     if not 0.0 <= end_precision < 1.0:
         raise InputError(f"end precision {end_precision:g} is not in [0, 1)", path="end_precision")
     if not 0.0 <= draw_precision < 1.0:
@@ -365,7 +366,7 @@ def estimate_fabric_from_runs(trace: Trace, topology: Topology, *, run_dirs=(), 
     """``genie estimate --mode fabric``: the fabric model's parameters from ``calibration_dir`` (a run directory
     with ``fabric_calibration.json``, fitted on another topology with the same link classes), else fitted on
     ``topology`` from the measurements in ``run_dirs`` (taken to come from that topology), else nominal rates.
-    ``before_plays()``: called before the trace's first play. Returns (estimate, the calibration fitted here or
+    ``before_plays()``: as :func:`estimate_fabric`'s. Returns (estimate, the calibration fitted here or
     None)."""
     from astra_adapter.fabric.calibrate import calibrate_fabric
     from astra_adapter.fabric.calibration_io import check_classes, load_fabric_params

@@ -206,6 +206,11 @@ class FabricNetwork:
                 delay += part * self.resources[rid].delay_ns
         return Route(tuple(sorted(loads.items())), delay)
 
+    def hops_from(self, host: str) -> dict[str, int]:
+        """Every node's hop distance from ``host`` (the links are both ways: also its distance to ``host``),
+        memoised per topology - shared by this network's hash draws (:meth:`with_hash_seed`)."""
+        return self._distance(host)
+
     def _distance(self, dst: str) -> dict[str, int]:
         distance = self._distances.get(dst)
         if distance is None:

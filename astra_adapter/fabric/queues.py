@@ -24,12 +24,24 @@ benchmarks/README.md "Job mixes" (the spread TP job behind DDP's queues).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from genie.core.tcp_window import sender_queue_bytes, testbed_window_bytes
-from genie.topology.graph import hop_distances
 
 from astra_adapter.fabric.network import FabricNetwork
+
+class MovingQueueEntries(NamedTuple):
+    """A step's queue entries whose flow moves (:meth:`StandingQueues.moving_entries`), in entry order."""
+
+    hop: np.ndarray  # each entry's hop from its flow's sending host
+    res: np.ndarray  # its resource
+    w: np.ndarray  # its flow's weight there
+    flow: np.ndarray  # its flow's index (ascending)
+    own: np.ndarray  # whether it is its sender's own link
+    resources: frozenset[int]  # the set of those resources (crossing tests)
+
 
 _MOVING_MEMO = 8192  # (step, moving flows) whose queue entries :meth:`StandingQueues.moving_entries` keeps
 _FLOWS_MEMO = 1024  # (step, flows with a rate) whose flows per resource :meth:`StandingQueues.flows_on` keeps (an
@@ -91,7 +103,7 @@ class StandingQueues:
         self._steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._later: dict[int, tuple[np.ndarray, ...]] = {}
         self._rows: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._moving: dict[tuple[int, bytes], tuple[np.ndarray, ...]] = {}  # :meth:`moving_entries`
+        self._moving: dict[tuple[int, bytes], MovingQueueEntries] = {}  # :meth:`moving_entries`
         self._flows_of: dict[tuple[int, bytes], tuple] = {}  # :meth:`flows_on`, per step and flows with a rate
 
     def later_bytes(self, steps: tuple, k: int) -> np.ndarray:
@@ -138,7 +150,7 @@ class StandingQueues:
             res, _, flow, _ = self._arrays(step)
             senders = [self.network.rank_hosts[rank] for rank in step.src.tolist()]
             for host in set(senders) - self._hops.keys():
-                self._hops[host] = hop_distances(self.network.neighbours, host)
+                self._hops[host] = self.network.hops_from(host)  # the network's memo (one per topology)
             entries = [(self.network.resources[r], senders[f]) for r, f in zip(res.tolist(), flow.tolist())]
             hop = np.array([self._hops[host].get(r.a, 0) for r, host in entries], dtype=np.int64)
             own = np.array([r.a == host != r.b for r, host in entries], dtype=bool)
@@ -184,7 +196,7 @@ class StandingQueues:
         return self.queued_on(np.concatenate(res_l), np.concatenate(w_l), np.concatenate(flow_l),
                               np.concatenate(hop_l), np.concatenate(own_l), np.concatenate(keep_l), load)
 
-    def moving_entries(self, step, active: np.ndarray) -> tuple:
+    def moving_entries(self, step, active: np.ndarray) -> MovingQueueEntries:
         """(hop, resource, weight, flow index, own link) of ``step``'s entries whose flow is ``active``, and the
         set of those resources (memoised per step and set of moving flows: a ring's connections keep one set for
         most of the op)."""
@@ -196,7 +208,8 @@ class StandingQueues:
             hop, own = self.path_order(step)
             if len(self._moving) >= _MOVING_MEMO:
                 self._moving.clear()
-            hit = self._moving[key] = (hop[on], res[on], w[on], flow[on], own[on], frozenset(res[on].tolist()))
+            hit = self._moving[key] = MovingQueueEntries(hop[on], res[on], w[on], flow[on], own[on],
+                                                         frozenset(res[on].tolist()))
         return hit
 
     def saturated(self, load: np.ndarray) -> np.ndarray:

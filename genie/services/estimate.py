@@ -59,8 +59,9 @@ CHECK_ASIDE_MIN_NODES = 20_000  # traces this big are checked in a forked child 
 
 def _run_estimate(request: EstimateRequest) -> EstimateResult:
     """The trace read, then checked - a big one in a forked child (:class:`genie.core.forked_call.ForkedCall`)
-    while this process goes on to the fabric model's compile and plans; its check is joined before the first play,
-    and before any other error is raised (a bad trace's error comes first, as when the check ran before all)."""
+    while this process goes on to the fabric model's compile and plans; its check is joined before the first play's
+    result is taken (with draw workers, once they are forked: `astra_adapter.fabric.estimate.play_draws`), and
+    before any other error is raised (a bad trace's error comes first, as when the check ran before all)."""
     from genie.topology import load_topology_file
     from genie.workloads.analysis import check, checked_problems, validate
     from genie.workloads.loader import load_trace
@@ -86,7 +87,8 @@ def _run_estimate(request: EstimateRequest) -> EstimateResult:
 def _estimate_checked(request: EstimateRequest, loaded, topology,
                       checked: Callable[[], tuple[str, ...]]) -> EstimateResult:
     """The estimate of the loaded trace; ``checked()`` its check (warnings; InputError naming the file), called
-    before the trace is played or estimated."""
+    before any play's result is taken (`astra_adapter.fabric.estimate.play_draws`: with draw workers, once they are
+    forked and playing) or the trace is estimated otherwise."""
     from astra_adapter.calibration_io import CALIBRATION_CSV, CALIBRATION_JSON, calibration_csv, calibration_json
     from astra_adapter.fabric.calibration_io import FABRIC_CALIBRATION_JSON, fabric_calibration_json
     from astra_adapter.fabric.estimate import estimate_fabric_from_runs, fabric_by_default

@@ -213,10 +213,18 @@ def rank_floors(topology: Topology, iteration: IterationSteps) -> list[Iteration
     for rank, nodes in enumerate(iteration.ranks):
         host = hosts[rank] if rank < len(hosts) else None
 
-        def leaving(step: WeighedStep) -> tuple[int, ...]:
-            """The sizes of the step's sends to a rank on another host (a rank past the topology's: another)."""
-            return tuple(size for peer, size in step.sends
-                         if host is None or peer >= len(hosts) or hosts[peer] != host)
+        def away(peer: int) -> bool:
+            """A rank on another host than this one (a rank past the topology's: another)."""
+            return host is None or peer >= len(hosts) or hosts[peer] != host
+
+        def step_us(step: WeighedStep) -> float:
+            """The step's least wire time: none when no message it sends or receives leaves this host (ranks of
+            one host talk over loopback, not the stated fabric), else `step_floor_us` of its largest message to
+            or from another host, with its sends to other hosts leaving at once."""
+            crossing = [size for peer, size in (*step.sends, *step.recvs) if away(peer)]
+            if not crossing:
+                return 0.0
+            return wire(max(crossing), tuple(size for peer, size in step.sends if away(peer)))
 
         ends: list[tuple[float, float]] = []  # per node: (the chain's end, its compute), in microseconds
         steps = 0
@@ -224,7 +232,7 @@ def rank_floors(topology: Topology, iteration: IterationSteps) -> list[Iteration
         followed = [False] * len(nodes)
         for node in nodes:
             start, compute = max((ends[d] for d in node.deps if d < len(ends)), default=(0.0, 0.0))
-            took = node.compute_ns / 1e3 + sum(wire(step.largest_bytes, leaving(step)) for step in node.steps)
+            took = node.compute_ns / 1e3 + sum(step_us(step) for step in node.steps)
             ends.append((start + took, compute + node.compute_ns / 1e3))
             steps += sum(step.messages for step in node.steps)
             for d in node.deps:
