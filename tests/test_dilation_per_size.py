@@ -269,7 +269,8 @@ def test_a_replays_iteration_is_its_steps_and_the_chain_they_wait_on() -> None:
     assert iteration.smallest_bytes == 512 << 10 and len(iteration.ranks) == 2
     compute, reduce, beside = iteration.ranks[0]
     assert (compute.compute_ns, compute.steps) == (1_000_000, ())
-    assert reduce.deps == (0,) and reduce.steps == (WeighedStep(256 << 10, ((1, 256 << 10),), ((1, 256 << 10),)),) * 2  # 2 ring steps, no token
+    assert reduce.deps == (0,) and reduce.steps == (WeighedStep(((1, 256 << 10),), ((1, 256 << 10),)),) * 2  # 2 ring steps, no token
+    assert reduce.steps[0].largest_bytes == 256 << 10
     assert (beside.deps, beside.compute_ns) == ((), 500_000)
     topology = star(2, shape=LinkShape(rate_bps=100 * GBIT, delay_us=1.0))
     floors = path_floors(topology)
@@ -283,7 +284,8 @@ def test_a_replays_iteration_is_its_steps_and_the_chain_they_wait_on() -> None:
     assert floor.floor_us == pytest.approx(1000.0 + 2 * step_us)  # the longest chain, not the sum of all
     # a collective whose peer gets >= 1 MiB runs a clear-to-send token first: a step of its own
     big = replay_iteration(_programs(text.replace("512KiB", "4MiB"))).ranks[0][1]
-    assert big.steps[0] == WeighedStep(8, ((1, 8),), ((1, 8),)) and len(big.steps) == 3
+    assert big.steps[0] == WeighedStep(((1, 8),), ((1, 8),)) and len(big.steps) == 3
+    assert big.steps[0].largest_bytes == 8
 
 
 def test_auto_sizes_a_replay_by_its_iteration_not_its_smallest_message() -> None:

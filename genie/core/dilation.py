@@ -149,19 +149,22 @@ class TimeDilation:
 
 @dataclass(frozen=True)
 class WeighedStep:
-    """One message step of a rank as ``auto`` weighs it: its largest message (sent or received) in bytes, what
-    it sends and what it receives, each as (the peer's global rank, bytes). Every message sent pays the host's
-    per-step cost once (a step that only receives, once: `messages`); only the messages to or from ranks on
-    other hosts take wire time, and the sends among them leave the host at once through its links
-    (`genie.testbed.dilation_rules.step_floor_us`)."""
+    """One message step of a rank as ``auto`` weighs it: what it sends and what it receives, each as (the peer's
+    global rank, bytes). Every message sent pays the host's per-step cost once (a step that only receives, once:
+    `messages`); only the messages to or from ranks on other hosts take wire time, and the sends among them leave
+    the host at once through its links (`genie.testbed.dilation_rules.step_floor_us`)."""
 
-    largest_bytes: int
     sends: tuple[tuple[int, int], ...] = ()
     recvs: tuple[tuple[int, int], ...] = ()
 
     @property
     def messages(self) -> int:
         return max(1, len(self.sends))
+
+    @property
+    def largest_bytes(self) -> int:
+        """Its largest message, sent or received (0 with none)."""
+        return max((size for _, size in (*self.sends, *self.recvs)), default=0)
 
 
 @dataclass(frozen=True)

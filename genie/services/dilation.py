@@ -109,9 +109,9 @@ def replay_iteration(programs) -> IterationSteps:
             if node.lane is Lane.COLLECTIVE and node.op is not None and node.op.sends_messages:
                 steps = op_steps(node.op, program.rank)
             elif node.lane is Lane.SEND and node.size_bytes > 0:
-                steps = (WeighedStep(node.size_bytes, ((node.peer, node.size_bytes),)),)
+                steps = (WeighedStep(((node.peer, node.size_bytes),)),)
             elif node.lane is Lane.RECV and node.size_bytes > 0:
-                steps = (WeighedStep(node.size_bytes, (), ((node.peer, node.size_bytes),)),)
+                steps = (WeighedStep((), ((node.peer, node.size_bytes),)),)
             nodes.append(StepNode(tuple(index[d] for d in node.deps if d in index),
                                   node.duration_ns if node.lane is Lane.COMPUTE else 0, steps))
         ranks.append(tuple(nodes))
@@ -125,8 +125,7 @@ def op_steps(op, rank: int) -> tuple[WeighedStep, ...]:
 
     token = clear_to_send(op, rank)
     schedule = ((token,) if token else ()) + cached_schedule(op).for_rank(rank).steps
-    return tuple(WeighedStep(max(m.size_bytes for m in (*step.sends, *step.recvs)),
-                             tuple((send.peer, send.size_bytes) for send in step.sends),
+    return tuple(WeighedStep(tuple((send.peer, send.size_bytes) for send in step.sends),
                              tuple((recv.peer, recv.size_bytes) for recv in step.recvs))
                  for step in schedule if step.sends or step.recvs)
 
