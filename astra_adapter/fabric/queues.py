@@ -97,7 +97,6 @@ class StandingQueues:
         self.limit = np.array([float(r.queue_limit_bytes) for r in network.resources])
         self.sender_limit = np.array([float(sender_queue_bytes(r.rate_bps)) for r in network.resources])
         self._order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._hops: dict[str, dict[str, int]] = {}  # per sending host: hops to every node
         self.incidence = incidence  # route id -> (resources, weights), sorted by resource
         self._windows: dict[int, float] = {}
         self._steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -149,10 +148,9 @@ class StandingQueues:
         if hit is None:
             res, _, flow, _ = self._arrays(step)
             senders = [self.network.rank_hosts[rank] for rank in step.src.tolist()]
-            for host in set(senders) - self._hops.keys():
-                self._hops[host] = self.network.hops_from(host)  # the network's memo (one per topology)
+            hops = {host: self.network.hops_from(host) for host in set(senders)}  # the network's memo
             entries = [(self.network.resources[r], senders[f]) for r, f in zip(res.tolist(), flow.tolist())]
-            hop = np.array([self._hops[host].get(r.a, 0) for r, host in entries], dtype=np.int64)
+            hop = np.array([hops[host].get(r.a, 0) for r, host in entries], dtype=np.int64)
             own = np.array([r.a == host != r.b for r, host in entries], dtype=bool)
             hit = self._order[id(step)] = (hop, own)
         return hit
