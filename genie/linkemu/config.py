@@ -78,6 +78,9 @@ class EmulatorConfig:
     queues: tuple[QueueSpec, ...]
     realtime: bool = True  # SCHED_FIFO when permitted: wake-ups on time although the machine is busy
     wake_compensation: bool = True  # release early by the measured wake-up latency (genie.linkemu.emulator)
+    #: the per-packet path compiled (genie/linkemu/line_core.pyx) where it is built; False: the pure Python
+    #: reference (genie.linkemu.line and nfqueue), the same decisions
+    compiled: bool = True
 
     def describe(self) -> str:
         """One line: per queue the chains by source, then the stages."""
@@ -110,6 +113,7 @@ class EmulatorConfig:
                          for q in data["queues"]),
             realtime=bool(data.get("realtime", True)),
             wake_compensation=bool(data.get("wake_compensation", True)),
+            compiled=bool(data.get("compiled", True)),
         )
 
     @staticmethod

@@ -28,6 +28,11 @@ from genie.linkemu.config import EmulatorConfig
 from genie.linkemu.line import DelayLine
 from genie.linkemu.nfqueue import NfQueue, QueuedPacket
 
+try:
+    from genie.linkemu.line_core import CompiledLine
+except ImportError:  # not built (no compiler at install): the pure Python reference runs
+    CompiledLine = None
+
 PR_SET_TIMERSLACK = 29
 REALTIME_PRIORITY = 10
 IDLE_WAKE_S = 0.25  # housekeeping period with nothing held
@@ -126,7 +131,8 @@ def _calibrate(poller: Callable[[float], object], samples: int = 20) -> int:
 class Emulator:
     def __init__(self, config: EmulatorConfig, *, stats_path: Path | None = None) -> None:
         self.config = config
-        self.line = DelayLine(config)
+        self.line = delay_line(config)
+        self.compiled = CompiledLine is not None and isinstance(self.line, CompiledLine)
         self.stats_path = stats_path
         self.overrides_path = overrides_path_for(stats_path) if stats_path is not None else None
         self.overrides_generation = 0
@@ -208,34 +214,54 @@ class Emulator:
                         pass
                 slept = True
                 timer_wake = not readable and due is not None and not signalled
-            decisions: list[tuple[int, int, bool]] = []
-            packets = queue.read()
-            if packets:
-                self._admit(packets, decisions, planner if slept else None)
-            now = time.monotonic_ns()
-            head = line.next_release_ns()
-            released = line.due(planner.horizon_ns(now))
-            if released:
-                if head is not None:
-                    late = now - planner.target_ns(head)
-                    self._late_samples.append(late)
-                    self.late_ns_max = max(self.late_ns_max, late)
-                    if timer_wake:
-                        planner.observe_late(late)
-                decisions.extend((r.queue_num, r.packet_id, True) for r in released)
-                self.accepted += len(released)
-            if decisions:
-                queue.verdicts(decisions)
+            cycle = self._cycle_compiled if self.compiled else self._cycle_python
+            now, head, released = cycle(queue, planner, planner if slept else None)
+            if released and head is not None:
+                late = now - planner.target_ns(head)
+                self._late_samples.append(late)
+                self.late_ns_max = max(self.late_ns_max, late)
+                if timer_wake:
+                    planner.observe_late(late)
             if now >= next_stats:
                 self._write_stats(queue)
                 next_stats = now + STATS_PERIOD_NS
 
-    def _admit(self, packets: list[QueuedPacket], decisions: list[tuple[int, int, bool]],
-               woke: WakePlanner | None) -> None:
-        """Admit `packets` to the line (drops into `decisions`); `woke` learns the wake-up lag of the first one
-        when they were read right after a sleep."""
+    def _cycle_python(self, queue: NfQueue, planner: WakePlanner,
+                      woke: WakePlanner | None) -> tuple[int, int | None, int]:
+        """The reference: read the queued packets, admit them, release the due ones, answer drops and releases
+        in one batch. Returns the time after admission, the head release time before releasing, the released
+        count."""
+        decisions: list[tuple[int, int, bool]] = []
+        packets = queue.read()
+        if packets:
+            now_mono = time.monotonic_ns()
+            self._admit(packets, decisions, woke, now_mono, time.time_ns() - now_mono)
+        now = time.monotonic_ns()
+        head = self.line.next_release_ns()
+        released = self.line.due(planner.horizon_ns(now))
+        decisions.extend((r.queue_num, r.packet_id, True) for r in released)
+        self.accepted += len(released)
+        if decisions:
+            queue.verdicts(decisions)
+        return now, head, len(released)
+
+    def _cycle_compiled(self, queue: NfQueue, planner: WakePlanner,
+                        woke: WakePlanner | None) -> tuple[int, int | None, int]:
+        """`_cycle_python` with the per-packet work in `CompiledLine` (the same decisions and system calls)."""
+        line = self.line
         now_mono = time.monotonic_ns()
-        offset = time.time_ns() - now_mono  # realtime - monotonic
+        line.read_admit(queue.fileno(), now_mono, time.time_ns() - now_mono)
+        if woke is not None and line.first_lag_ns >= 0:
+            woke.observe_wake_lag(line.first_lag_ns)
+        now = time.monotonic_ns()
+        head = line.next_release_ns()
+        return now, head, line.release(queue.fileno(), planner.horizon_ns(now))
+
+    def _admit(self, packets: list[QueuedPacket], decisions: list[tuple[int, int, bool]],
+               woke: WakePlanner | None, now_mono: int, offset: int) -> None:
+        """Admit `packets`, read at `now_mono` (monotonic ns; `offset`: realtime - monotonic), to the line (drops
+        into `decisions`); `woke` learns the wake-up lag of the first one when they were read right after a
+        sleep."""
         line = self.line
         for packet in packets:
             arrival = now_mono
@@ -256,17 +282,18 @@ class Emulator:
             "netns": self.config.netns,
             "scheduling": self.scheduling,
             "uptime_s": round((time.monotonic_ns() - self.started_ns) / 1e9, 3),
-            "accepted": self.accepted,
-            "dropped": self.dropped,
+            "path": "compiled" if self.compiled else "python",
+            "accepted": self.accepted + (self.line.accepted if self.compiled else 0),
+            "dropped": self.dropped + (self.line.dropped if self.compiled else 0),
             "held": len(self.line),
             "passed_through": self.line.passed_through,
             "late_max_us": round(self.late_ns_max / 1000, 1),
             "late_median_us": _median_us(self._late_samples),
-            "read_lag_median_us": _median_us(self._lag_samples),
+            "read_lag_median_us": _median_us(self.line.lag_samples() if self.compiled else self._lag_samples),
             "wake_margin_us": round(self._planner.margin_ns / 1000, 1),
             "compensation_us": round(self._planner.compensation_ns / 1000, 1),
-            "socket_overflows": queue.overflows if queue else 0,
-            "verdict_errors": queue.errors if queue else 0,
+            "socket_overflows": (queue.overflows if queue else 0) + (self.line.overflows if self.compiled else 0),
+            "verdict_errors": (queue.errors if queue else 0) + (self.line.errors if self.compiled else 0),
             "stages": self.line.counters(),
             "overrides_generation": self.overrides_generation,
         }
@@ -280,7 +307,15 @@ class Emulator:
             pass  # statistics are best effort; the emulation goes on
 
 
-def _median_us(samples: collections.deque[int]) -> float | None:
+def delay_line(config: EmulatorConfig) -> DelayLine:
+    """The compiled line where it is built and the config asks for it (`EmulatorConfig.compiled`), else the
+    pure Python reference."""
+    if config.compiled and CompiledLine is not None:
+        return CompiledLine(config)  # type: ignore[no-any-return]
+    return DelayLine(config)
+
+
+def _median_us(samples: collections.deque[int] | list[int]) -> float | None:
     if not samples:
         return None
     ordered = sorted(samples)
