@@ -11,17 +11,21 @@ import os
 import random
 import socket
 import struct
+import threading
+import time
 
 import pytest
 
 from genie.linkemu import emulator as emulator_module
 from genie.linkemu.config import EmulatorConfig, QueueSpec, SourceRoute, StageSpec
-from genie.linkemu.emulator import Emulator, delay_line
+from genie.linkemu.emulator import Emulator, WakePlanner, delay_line
 from genie.linkemu.line import DelayLine
 from genie.linkemu.nfqueue import (_NFGEN, _NLMSG, _PACKET_TYPE, NFQA_CAP_LEN, NFQA_HWADDR, NFQA_PACKET_HDR,
                                    NFQA_PAYLOAD, NFQA_TIMESTAMP, NLMSG_ERROR, NfQueue, _attr)
 
-CompiledLine = emulator_module.CompiledLine
+CompiledLine, CompiledPlanner = emulator_module.CompiledLine, emulator_module.CompiledPlanner
+if CompiledLine is not None:
+    from genie.linkemu.line_core import SIGNALLED, UNTIL
 pytestmark = pytest.mark.skipif(CompiledLine is None and not os.environ.get("CI"),
                                 reason="genie.linkemu.line_core is not built (pip install -e . builds it)")
 
@@ -241,3 +245,87 @@ def test_a_wrong_chain_index_is_refused_like_the_reference() -> None:
         DelayLine(bad)
     with pytest.raises(IndexError):
         CompiledLine(bad)
+
+
+# ---- the wake-up planner and the loop --------------------------------------------------------------------------
+@pytest.mark.parametrize("compensate,cap", [(True, 100_000), (True, 30_000), (False, 100_000)])
+def test_the_compiled_planner_learns_and_plans_as_the_reference_does(compensate: bool, cap: int) -> None:
+    rng = random.Random(11)
+    reference = WakePlanner(40_000, compensate=compensate, max_compensation_ns=cap)
+    compiled = CompiledPlanner(40_000, compensate=compensate, max_compensation_ns=cap)
+    learned = set()
+    for _ in range(4000):
+        draw = rng.random()
+        if draw < 0.4:
+            lag = rng.choice((rng.randrange(-1000, 200_000), rng.randrange(0, 3_000_000)))
+            reference.observe_wake_lag(lag), compiled.observe_wake_lag(lag)
+        elif draw < 0.8:
+            late = rng.choice((rng.randrange(-700_000, 900_000), rng.randrange(-5_000, 20_000)))
+            reference.observe_late(late), compiled.observe_late(late)
+        now = rng.randrange(0, 10**9)
+        due = rng.choice((None, now + rng.randrange(-100_000, 1_000_000)))
+        state = [(p.margin_ns, p.compensation_ns, p.should_sleep(now, due), p.horizon_ns(now))
+                 + ((p.target_ns(due), p.timeout_s(now, due)) if due is not None else ())
+                 for p in (reference, compiled)]
+        assert state[0] == state[1]
+        learned.add(state[0][:2])
+    assert len(learned) > 100  # the sequence moved the margin and the compensation
+
+
+def _fake_queue(sock: socket.socket) -> object:
+    class Queue:
+        def fileno(self) -> int:
+            return sock.fileno()
+    return Queue()
+
+
+def test_the_compiled_loop_releases_on_time_and_returns_for_statistics_and_signals() -> None:
+    config = EmulatorConfig("genie-t-h1", (StageSpec("d", 3 * MS),), (QueueSpec(0, "eth0", (0,)),))
+    inside, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    inside.setblocking(False), peer.setblocking(False)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK)
+    line, planner = CompiledLine(config), CompiledPlanner(50_000)
+    start = time.monotonic_ns()
+    peer.send(b"".join(_packet(i, 0, length=1500, mac=None, stamp_ns=None) for i in range(1, 41)))
+    assert line.run(inside.fileno(), wake_r, planner, start + 40 * MS) == UNTIL
+    assert time.monotonic_ns() >= start + 40 * MS
+    verdicts = b"".join(_received(peer))
+    assert [struct.unpack_from("!II", verdicts, i + 24) for i in range(0, len(verdicts), 32)] == \
+        [(1, i) for i in range(1, 41)]  # accepted, in arrival order
+    assert len(line) == 0 and line.accepted == 40 and line.late_samples() and line.late_ns_max > -3 * MS
+    # a release is never earlier than its due time less the compensation and half the margin
+    assert all(late >= -(planner.compensation_ns + 50_000) for late in line.late_samples())
+    os.write(wake_w, b"x")
+    before = time.monotonic_ns()
+    assert line.run(inside.fileno(), wake_r, planner, before + 10 * 10**9) == SIGNALLED
+    assert time.monotonic_ns() - before < 5 * 10**8
+    with pytest.raises(BlockingIOError):
+        os.read(wake_r, 1)  # the wake-up byte was taken
+    for fd in (wake_r, wake_w):
+        os.close(fd)
+    inside.close(), peer.close()
+
+
+def test_the_emulator_runs_the_compiled_loop_until_stopped() -> None:
+    config = EmulatorConfig("genie-t-h1", (StageSpec("d", 1 * MS),), (QueueSpec(0, "eth0", (0,)),))
+    inside, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    inside.setblocking(False), peer.setblocking(False)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK)
+    emulator = Emulator(config)
+    peer.send(b"".join(_packet(i, 0, length=9000, mac=None, stamp_ns=None) for i in range(1, 6)))
+
+    def stop() -> None:
+        time.sleep(0.05)
+        emulator.stop()
+        os.write(wake_w, b"x")  # what Python's signal wake-up fd gets
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    emulator._loop(_fake_queue(inside), CompiledPlanner(50_000), wake_r)
+    stopper.join()
+    stats = emulator.stats()
+    assert stats["path"] == "compiled" and stats["accepted"] == 5 and stats["held"] == 0
+    assert stats["late_median_us"] is not None and len(b"".join(_received(peer))) == 5 * 32
+    for fd in (wake_r, wake_w):
+        os.close(fd)
+    inside.close(), peer.close()

@@ -29,9 +29,9 @@ from genie.linkemu.line import DelayLine
 from genie.linkemu.nfqueue import NfQueue, QueuedPacket
 
 try:
-    from genie.linkemu.line_core import CompiledLine
+    from genie.linkemu.line_core import CompiledLine, CompiledPlanner
 except ImportError:  # not built (no compiler at install): the pure Python reference runs
-    CompiledLine = None
+    CompiledLine = CompiledPlanner = None
 
 PR_SET_TIMERSLACK = 29
 REALTIME_PRIORITY = 10
@@ -144,7 +144,7 @@ class Emulator:
         self._late_samples: collections.deque[int] = collections.deque(maxlen=LATE_SAMPLES)
         self._lag_samples: collections.deque[int] = collections.deque(maxlen=LATE_SAMPLES)
         self.scheduling = "other"
-        self._planner = WakePlanner(compensate=config.wake_compensation)
+        self._planner = WakePlanner(compensate=config.wake_compensation)  # until run() calibrates it
         self.started_ns = time.monotonic_ns()
 
     def stop(self, _signum: int = 0, _frame: FrameType | None = None) -> None:
@@ -173,8 +173,8 @@ class Emulator:
         with NfQueue() as queue:
             for spec in self.config.queues:
                 queue.bind(spec.queue_num, maxlen=QUEUE_MAXLEN)
-            planner = WakePlanner(_calibrate(lambda s: select.select([queue], [], [], s)),
-                                  compensate=self.config.wake_compensation)
+            planner = (CompiledPlanner if self.compiled else WakePlanner)(
+                _calibrate(lambda s: select.select([queue], [], [], s)), compensate=self.config.wake_compensation)
             self._planner = planner
             wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)  # a signal ends a sleep at once
@@ -188,7 +188,11 @@ class Emulator:
 
     def _loop(self, queue: NfQueue, planner: WakePlanner, wake_fd: int | None = None) -> None:
         """Never spins: select() sleeps until the margin before the next release target or a packet arrives;
-        a release closer than half the margin goes at once."""
+        a release closer than half the margin goes at once. The compiled line runs this loop in C between
+        statistics and signals (`CompiledLine.run`, `_loop_compiled`)."""
+        if self.compiled:
+            self._loop_compiled(queue, planner, wake_fd)
+            return
         line = self.line
         next_stats = time.monotonic_ns() + STATS_PERIOD_NS
         while not self.stopping:
@@ -214,8 +218,7 @@ class Emulator:
                         pass
                 slept = True
                 timer_wake = not readable and due is not None and not signalled
-            cycle = self._cycle_compiled if self.compiled else self._cycle_python
-            now, head, released = cycle(queue, planner, planner if slept else None)
+            now, head, released = self._cycle_python(queue, planner, planner if slept else None)
             if released and head is not None:
                 late = now - planner.target_ns(head)
                 self._late_samples.append(late)
@@ -245,17 +248,19 @@ class Emulator:
             queue.verdicts(decisions)
         return now, head, len(released)
 
-    def _cycle_compiled(self, queue: NfQueue, planner: WakePlanner,
-                        woke: WakePlanner | None) -> tuple[int, int | None, int]:
-        """`_cycle_python` with the per-packet work in `CompiledLine` (the same decisions and system calls)."""
+    def _loop_compiled(self, queue: NfQueue, planner: WakePlanner, wake_fd: int | None) -> None:
+        """`_loop` with every wake-up in C: Python only between statistics (every second) and after signals."""
         line = self.line
-        now_mono = time.monotonic_ns()
-        line.read_admit(queue.fileno(), now_mono, time.time_ns() - now_mono)
-        if woke is not None and line.first_lag_ns >= 0:
-            woke.observe_wake_lag(line.first_lag_ns)
-        now = time.monotonic_ns()
-        head = line.next_release_ns()
-        return now, head, line.release(queue.fileno(), planner.horizon_ns(now))
+        next_stats = time.monotonic_ns() + STATS_PERIOD_NS
+        while not self.stopping:
+            if self._reload:
+                self.reload_overrides()
+                self._write_stats(queue)
+            line.run(queue.fileno(), -1 if wake_fd is None else wake_fd, planner, next_stats)
+            now = time.monotonic_ns()
+            if now >= next_stats:
+                self._write_stats(queue)
+                next_stats = now + STATS_PERIOD_NS
 
     def _admit(self, packets: list[QueuedPacket], decisions: list[tuple[int, int, bool]],
                woke: WakePlanner | None, now_mono: int, offset: int) -> None:
@@ -287,8 +292,8 @@ class Emulator:
             "dropped": self.dropped + (self.line.dropped if self.compiled else 0),
             "held": len(self.line),
             "passed_through": self.line.passed_through,
-            "late_max_us": round(self.late_ns_max / 1000, 1),
-            "late_median_us": _median_us(self._late_samples),
+            "late_max_us": round(max(self.late_ns_max, self.line.late_ns_max if self.compiled else 0) / 1000, 1),
+            "late_median_us": _median_us(self.line.late_samples() if self.compiled else self._late_samples),
             "read_lag_median_us": _median_us(self.line.lag_samples() if self.compiled else self._lag_samples),
             "wake_margin_us": round(self._planner.margin_ns / 1000, 1),
             "compensation_us": round(self._planner.compensation_ns / 1000, 1),

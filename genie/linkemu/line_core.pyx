@@ -21,6 +21,8 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from genie.linkemu.line import DelayLine, DropReason, Released, mac_bytes
 
+include "wake_planner.pxi"
+
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
     ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
@@ -143,6 +145,9 @@ cdef class CompiledLine:
     cdef readonly int64_t first_lag_ns
     cdef int64_t *lags
     cdef int64_t lag_count
+    cdef int64_t *lates
+    cdef int64_t late_count
+    cdef readonly int64_t late_ns_max
 
     def __init__(self, config):
         cdef int i, j, position
@@ -213,6 +218,7 @@ cdef class CompiledLine:
         self.buffer = <unsigned char *> self._alloc(BUFFER_BYTES)
         self.out = <unsigned char *> self._alloc(MAX_VERDICTS_PER_SEND * VERDICT_BYTES)
         self.lags = <int64_t *> self._alloc(LAG_SAMPLES * sizeof(int64_t))
+        self.lates = <int64_t *> self._alloc(LATE_SAMPLES * sizeof(int64_t))
         self.first_lag_ns = -1
 
     cdef void *_alloc(self, size_t size) except NULL:
@@ -229,7 +235,7 @@ cdef class CompiledLine:
         free(self.lost); free(self.overflow); free(self.chain_start); free(self.chain_length)
         free(self.chain_stages); free(self.route_queue); free(self.route_mac_length); free(self.route_mac)
         free(self.route_chain); free(self.default_queue); free(self.default_chain); free(self.heap)
-        free(self.buffer); free(self.out); free(self.lags)
+        free(self.buffer); free(self.out); free(self.lags); free(self.lates)
 
     cdef void _copy_specs(self):
         cdef int i
@@ -405,11 +411,14 @@ cdef class CompiledLine:
 
     # ---- the emulator's cycle ---------------------------------------------------------------------------------
     def read_admit(self, int fd, int64_t now_mono_ns, int64_t realtime_offset_ns, int max_datagrams=256):
+        """The reference's `NfQueue.read` then `Emulator._admit` (see `_read_admit`)."""
+        return self._read_admit(fd, now_mono_ns, realtime_offset_ns, max_datagrams)
+
+    cdef int _read_admit(self, int fd, int64_t now_mono_ns, int64_t realtime_offset_ns, int max_datagrams) except -1:
         """Read every packet queued on the non-blocking netlink socket `fd` (at most `max_datagrams`
         datagrams) and admit it, arriving at its kernel stamp (CLOCK_REALTIME less `realtime_offset_ns`, no
         later than `now_mono_ns`) or at `now_mono_ns`; drops are answered by the next `release`. Returns the
-        packets read; `first_lag_ns` is the first stamped packet's read lag (-1: none). The reference:
-        `NfQueue.read` then `Emulator._admit`."""
+        packets read; `first_lag_ns` is the first stamped packet's read lag (-1: none)."""
         cdef int datagram, queue_num, mac_length, attr_length, attr_type, chain
         cdef ssize_t size
         cdef Py_ssize_t offset, position, end, data
@@ -504,6 +513,9 @@ cdef class CompiledLine:
         return read
 
     def release(self, int fd, int64_t horizon_ns):
+        return self._release(fd, horizon_ns)
+
+    cdef int _release(self, int fd, int64_t horizon_ns) except -1:
         """Release every packet due up to `horizon_ns` and send the verdicts pending (drops first, in the order
         decided, then the releases in release order; 512 per datagram). Returns the packets released."""
         cdef Held item
@@ -515,6 +527,71 @@ cdef class CompiledLine:
         self.accepted += released
         self._flush(fd)
         return released
+
+    def run(self, int fd, int wake_fd, CompiledPlanner planner, int64_t until_ns):
+        """The reference's `Emulator._loop` until `until_ns` (monotonic; the next statistics) or a signal's
+        wake-up byte on `wake_fd` (-1: none): sleep in select() until the margin before the next release target
+        or a packet arrives, read and admit, release what is due, learn the margin and the wake-up lag. Returns
+        UNTIL or SIGNALLED (Python then runs the signal handlers, writes statistics, calls again)."""
+        cdef int64_t now, due, head, late, timeout_ns, now_mono
+        cdef bint has_due, slept, timer_wake, signalled, queue_readable
+        cdef int released, ready, top
+        cdef fd_set readable
+        cdef timeval tv
+        cdef char drain[64]
+        while True:
+            now = _clock_ns(CLOCK_MONOTONIC)
+            has_due = self.heap_size > 0
+            due = self.heap[0].release_ns if has_due else 0
+            slept = timer_wake = signalled = False
+            if not has_due or planner.target_ns(due) - now > planner.margin_ns // 2:
+                timeout_ns = IDLE_WAKE_NS if not has_due else planner.target_ns(due) - planner.margin_ns - now
+                tv.tv_sec = timeout_ns // 1000000000 if timeout_ns > 0 else 0
+                tv.tv_usec = (timeout_ns % 1000000000 + 999) // 1000 if timeout_ns > 0 else 0  # up, as Python's
+                if tv.tv_sec == 0 and tv.tv_usec < MIN_SLEEP_US:
+                    tv.tv_usec = MIN_SLEEP_US
+                FD_ZERO(&readable)
+                FD_SET(fd, &readable)
+                top = fd
+                if wake_fd >= 0:
+                    FD_SET(wake_fd, &readable)
+                    top = wake_fd if wake_fd > fd else fd
+                ready = c_select(top + 1, &readable, NULL, NULL, &tv)
+                if ready < 0:
+                    if errno == EINTR:
+                        return C_SIGNALLED
+                    raise OSError(errno, "select")
+                queue_readable = ready > 0 and FD_ISSET(fd, &readable)
+                signalled = wake_fd >= 0 and ready > 0 and FD_ISSET(wake_fd, &readable)
+                if signalled:
+                    c_read(wake_fd, drain, 64)
+                slept = True
+                timer_wake = not queue_readable and has_due and not signalled
+            now_mono = _clock_ns(CLOCK_MONOTONIC)
+            self._read_admit(fd, now_mono, _clock_ns(CLOCK_REALTIME) - now_mono, 256)
+            if slept and self.first_lag_ns >= 0:
+                planner.observe_wake_lag(self.first_lag_ns)
+            now = _clock_ns(CLOCK_MONOTONIC)
+            has_due = self.heap_size > 0
+            head = self.heap[0].release_ns if has_due else 0
+            released = self._release(fd, planner.horizon_ns(now))
+            if released and has_due:
+                late = now - planner.target_ns(head)
+                self.lates[self.late_count % LATE_SAMPLES] = late
+                self.late_count += 1
+                if late > self.late_ns_max:
+                    self.late_ns_max = late
+                if timer_wake:
+                    planner.observe_late(late)
+            if signalled:
+                return C_SIGNALLED
+            if now >= until_ns:
+                return C_UNTIL
+
+    def late_samples(self):
+        """The last (up to 4096) release latenesses of `run`, in ns."""
+        cdef int64_t count = self.late_count if self.late_count < LATE_SAMPLES else LATE_SAMPLES
+        return [self.lates[i % LATE_SAMPLES] for i in range(self.late_count - count, self.late_count)]
 
     cdef int _verdict(self, int fd, int queue_num, uint32_t packet_id, bint accept) except -1:
         cdef unsigned char *message = self.out + self.out_count * VERDICT_BYTES
