@@ -17,50 +17,24 @@ from libc.errno cimport errno, EAGAIN, EINTR, ENOBUFS
 from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t, INT64_MAX
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
-from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from genie.linkemu.line import DelayLine, DropReason, Released, mac_bytes
 
+include "nfqueue_messages.pxi"
 include "wake_planner.pxi"
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
     ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
 
-cdef extern from "<arpa/inet.h>" nogil:
-    uint16_t ntohs(uint16_t)
-    uint32_t ntohl(uint32_t)
-    uint16_t htons(uint16_t)
-    uint32_t htonl(uint32_t)
-
-cdef extern from "<endian.h>" nogil:
-    uint64_t be64toh(uint64_t)
-
-# netlink / nfqueue constants (the same as genie/linkemu/nfqueue.py) and the wire's framing
-# (genie/linkemu/line.py: TCP_IP_HEADER_BYTES, ETHERNET_HEADER_BYTES)
+# the wire's framing (genie/linkemu/line.py: TCP_IP_HEADER_BYTES, ETHERNET_HEADER_BYTES), what `admit` returns
+# for a drop, and the read lags kept
 cdef enum:
-    NLMSG_BYTES = 16
-    NFGEN_BYTES = 4
-    NLA_BYTES = 4
-    NLMSG_ERROR = 2
-    PACKET_TYPE = (3 << 8) | 0
-    VERDICT_TYPE = (3 << 8) | 1
-    NLM_F_REQUEST = 1
-    NLA_TYPE_MASK = 0x3FFF
-    NFQA_PACKET_HDR = 1
-    NFQA_VERDICT_HDR = 2
-    NFQA_TIMESTAMP = 4
-    NFQA_HWADDR = 9
-    NFQA_PAYLOAD = 10
-    NFQA_CAP_LEN = 13
-    VERDICT_BYTES = 32
-    MAX_VERDICTS_PER_SEND = 512
-    BUFFER_BYTES = 1 << 17
-    LAG_SAMPLES = 4096
     TCP_IP_HEADER_BYTES = 52
     ETHERNET_HEADER_BYTES = 14
     LOSS = -1
     LIMIT = -2
+    LAG_SAMPLES = 4096
 
 
 cdef struct Held:
@@ -419,17 +393,13 @@ cdef class CompiledLine:
         datagrams) and admit it, arriving at its kernel stamp (CLOCK_REALTIME less `realtime_offset_ns`, no
         later than `now_mono_ns`) or at `now_mono_ns`; drops are answered by the next `release`. Returns the
         packets read; `first_lag_ns` is the first stamped packet's read lag (-1: none)."""
-        cdef int datagram, queue_num, mac_length, attr_length, attr_type, chain
+        cdef int datagram, chain
         cdef ssize_t size
-        cdef Py_ssize_t offset, position, end, data
-        cdef uint32_t length, packet_id
+        cdef Py_ssize_t offset
+        cdef uint32_t length
         cdef uint16_t msg_type
-        cdef int64_t payload_length, cap_length, stamp, arrival, lag, fate
-        cdef bint has_cap, has_stamp
-        cdef const unsigned char *mac
-        cdef uint16_t u16
-        cdef uint32_t u32
-        cdef uint64_t u64a, u64b
+        cdef int64_t arrival, lag, fate
+        cdef QueuedPacket packet
         cdef int read = 0
         self.first_lag_ns = -1
         for datagram in range(max_datagrams):
@@ -452,63 +422,22 @@ cdef class CompiledLine:
                 if msg_type == NLMSG_ERROR:
                     self.errors += 1
                 elif msg_type == PACKET_TYPE:
-                    end = offset + length if offset + length <= size else size
-                    memcpy(&u16, self.buffer + offset + NLMSG_BYTES + 2, 2)
-                    queue_num = ntohs(u16)
-                    position = offset + NLMSG_BYTES + NFGEN_BYTES
-                    packet_id = 0
-                    payload_length = 0
-                    has_cap = has_stamp = False
-                    cap_length = stamp = 0
-                    mac_length = -1
-                    mac = NULL
-                    while position + NLA_BYTES <= end:
-                        memcpy(&u16, self.buffer + position, 2)
-                        attr_length = u16
-                        if attr_length < NLA_BYTES:
-                            break
-                        memcpy(&u16, self.buffer + position + 2, 2)
-                        attr_type = u16 & NLA_TYPE_MASK
-                        data = position + NLA_BYTES
-                        if attr_type == NFQA_PACKET_HDR and data + 4 <= end:
-                            memcpy(&u32, self.buffer + data, 4)
-                            packet_id = ntohl(u32)
-                        elif attr_type == NFQA_PAYLOAD:
-                            payload_length = attr_length - NLA_BYTES
-                        elif attr_type == NFQA_CAP_LEN and data + 4 <= end:
-                            memcpy(&u32, self.buffer + data, 4)
-                            cap_length = ntohl(u32)
-                            has_cap = True
-                        elif attr_type == NFQA_HWADDR and data + 2 <= end:
-                            memcpy(&u16, self.buffer + data, 2)
-                            mac_length = ntohs(u16)
-                            if mac_length > 8:
-                                mac_length = 8
-                            if data + 4 + mac_length > end:
-                                mac_length = <int> (end - data - 4) if end - data - 4 > 0 else 0
-                            mac = self.buffer + data + 4
-                        elif attr_type == NFQA_TIMESTAMP and data + 16 <= end:
-                            memcpy(&u64a, self.buffer + data, 8)
-                            memcpy(&u64b, self.buffer + data + 8, 8)
-                            stamp = <int64_t> be64toh(u64a) * 1000000000 + <int64_t> be64toh(u64b) * 1000
-                            has_stamp = True
-                        position += (attr_length + 3) & ~3
+                    _parse_packet(self.buffer, offset, offset + length if offset + length <= size else size, &packet)
                     arrival = now_mono_ns
-                    if has_stamp:
-                        if stamp - realtime_offset_ns < now_mono_ns:
-                            arrival = stamp - realtime_offset_ns
+                    if packet.has_stamp:
+                        if packet.stamp_ns - realtime_offset_ns < now_mono_ns:
+                            arrival = packet.stamp_ns - realtime_offset_ns
                         lag = now_mono_ns - arrival
                         self.lags[self.lag_count % LAG_SAMPLES] = lag
                         self.lag_count += 1
                         if self.first_lag_ns < 0:
                             self.first_lag_ns = lag
-                    chain = self._chain(queue_num, mac_length, mac)
-                    fate = self._admit(queue_num, packet_id, arrival, cap_length if has_cap else payload_length,
-                                       chain)
+                    chain = self._chain(packet.queue_num, packet.mac_length, packet.mac)
+                    fate = self._admit(packet.queue_num, packet.packet_id, arrival, packet.length_bytes, chain)
                     read += 1
                     if fate < 0:
                         self.dropped += 1
-                        self._verdict(fd, queue_num, packet_id, False)
+                        self._verdict(fd, packet.queue_num, packet.packet_id, False)
                 offset += (length + 3) & ~3
         return read
 
@@ -533,60 +462,7 @@ cdef class CompiledLine:
         wake-up byte on `wake_fd` (-1: none): sleep in select() until the margin before the next release target
         or a packet arrives, read and admit, release what is due, learn the margin and the wake-up lag. Returns
         UNTIL or SIGNALLED (Python then runs the signal handlers, writes statistics, calls again)."""
-        cdef int64_t now, due, head, late, timeout_ns, now_mono
-        cdef bint has_due, slept, timer_wake, signalled, queue_readable
-        cdef int released, ready, top
-        cdef fd_set readable
-        cdef timeval tv
-        cdef char drain[64]
-        while True:
-            now = _clock_ns(CLOCK_MONOTONIC)
-            has_due = self.heap_size > 0
-            due = self.heap[0].release_ns if has_due else 0
-            slept = timer_wake = signalled = False
-            if not has_due or planner.target_ns(due) - now > planner.margin_ns // 2:
-                timeout_ns = IDLE_WAKE_NS if not has_due else planner.target_ns(due) - planner.margin_ns - now
-                tv.tv_sec = timeout_ns // 1000000000 if timeout_ns > 0 else 0
-                tv.tv_usec = (timeout_ns % 1000000000 + 999) // 1000 if timeout_ns > 0 else 0  # up, as Python's
-                if tv.tv_sec == 0 and tv.tv_usec < MIN_SLEEP_US:
-                    tv.tv_usec = MIN_SLEEP_US
-                FD_ZERO(&readable)
-                FD_SET(fd, &readable)
-                top = fd
-                if wake_fd >= 0:
-                    FD_SET(wake_fd, &readable)
-                    top = wake_fd if wake_fd > fd else fd
-                ready = c_select(top + 1, &readable, NULL, NULL, &tv)
-                if ready < 0:
-                    if errno == EINTR:
-                        return C_SIGNALLED
-                    raise OSError(errno, "select")
-                queue_readable = ready > 0 and FD_ISSET(fd, &readable)
-                signalled = wake_fd >= 0 and ready > 0 and FD_ISSET(wake_fd, &readable)
-                if signalled:
-                    c_read(wake_fd, drain, 64)
-                slept = True
-                timer_wake = not queue_readable and has_due and not signalled
-            now_mono = _clock_ns(CLOCK_MONOTONIC)
-            self._read_admit(fd, now_mono, _clock_ns(CLOCK_REALTIME) - now_mono, 256)
-            if slept and self.first_lag_ns >= 0:
-                planner.observe_wake_lag(self.first_lag_ns)
-            now = _clock_ns(CLOCK_MONOTONIC)
-            has_due = self.heap_size > 0
-            head = self.heap[0].release_ns if has_due else 0
-            released = self._release(fd, planner.horizon_ns(now))
-            if released and has_due:
-                late = now - planner.target_ns(head)
-                self.lates[self.late_count % LATE_SAMPLES] = late
-                self.late_count += 1
-                if late > self.late_ns_max:
-                    self.late_ns_max = late
-                if timer_wake:
-                    planner.observe_late(late)
-            if signalled:
-                return C_SIGNALLED
-            if now >= until_ns:
-                return C_UNTIL
+        return _run(self, fd, wake_fd, planner, until_ns)
 
     def late_samples(self):
         """The last (up to 4096) release latenesses of `run`, in ns."""
@@ -594,22 +470,8 @@ cdef class CompiledLine:
         return [self.lates[i % LATE_SAMPLES] for i in range(self.late_count - count, self.late_count)]
 
     cdef int _verdict(self, int fd, int queue_num, uint32_t packet_id, bint accept) except -1:
-        cdef unsigned char *message = self.out + self.out_count * VERDICT_BYTES
-        cdef uint32_t u32
-        cdef uint16_t u16
         self.seq += 1
-        u32 = VERDICT_BYTES; memcpy(message, &u32, 4)
-        u16 = VERDICT_TYPE; memcpy(message + 4, &u16, 2)
-        u16 = NLM_F_REQUEST; memcpy(message + 6, &u16, 2)
-        u32 = self.seq; memcpy(message + 8, &u32, 4)
-        u32 = 0; memcpy(message + 12, &u32, 4)
-        message[16] = 0  # AF_UNSPEC
-        message[17] = 0
-        u16 = htons(<uint16_t> queue_num); memcpy(message + 18, &u16, 2)
-        u16 = 12; memcpy(message + 20, &u16, 2)
-        u16 = NFQA_VERDICT_HDR; memcpy(message + 22, &u16, 2)
-        u32 = htonl(1 if accept else 0); memcpy(message + 24, &u32, 4)
-        u32 = htonl(packet_id); memcpy(message + 28, &u32, 4)
+        _pack_verdict(self.out + self.out_count * VERDICT_BYTES, self.seq, queue_num, packet_id, accept)
         self.out_count += 1
         if self.out_count == MAX_VERDICTS_PER_SEND:
             self._flush(fd)
@@ -632,3 +494,6 @@ cdef class CompiledLine:
 
 cdef inline bint _before(const Held *a, const Held *b) noexcept nogil:
     return a.release_ns < b.release_ns or (a.release_ns == b.release_ns and a.order < b.order)
+
+
+include "emulator_loop.pxi"
