@@ -81,10 +81,13 @@ def test_a_rank_failing_mid_op_wakes_the_ranks_waiting_on_it_in_data_transfers()
     op = CollectiveOp(Collective.ALL_REDUCE, 1 << 16, (0, 1, 2), Algorithm.RING, dtype_bytes=4)
 
     # only rank 1 checks the data: its peers send content-free bytes. The check is an untimed iteration after
-    # the warmup (nccl-tests' -c), so rank 1's warmup + check pair with its peers' first two warmup iterations;
-    # the peers' third one waits on rank 1, which has failed by then
+    # the timed loop (nccl-tests' -c) behind one more barrier, which the peers meet with a fault point's barrier
+    # before their third timed op; so rank 1's check pairs with that op, fails, and the peers' next op waits on
+    # rank 1, which has failed by then
     def job(rank: int) -> BenchJob:
-        return BenchJob(cases=(BenchCase(op, 1 if rank == 1 else 3, 50),), verify=rank == 1, timeout_s=30.0)
+        if rank == 1:
+            return BenchJob(cases=(BenchCase(op, 1, 2),), verify=True, timeout_s=30.0)
+        return BenchJob(cases=(BenchCase(op, 1, 50),), fault_points=(2,), timeout_s=30.0)
 
     # rank 1's error and its peers' (its connections closed or reset after it) race to the orchestrator, as with
     # processes; a peer that was never woken would instead fail with "op timed out" after 30 s

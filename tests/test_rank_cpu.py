@@ -114,6 +114,21 @@ def test_reader_skips_a_rank_it_cannot_read_and_a_case_without_its_window():
     assert len(reader.cases) == 1
 
 
+def test_a_check_barrier_closes_the_timed_window_before_the_check_iteration_runs():
+    """With -c the check iteration (real data) runs after the timed loop, between a CHECK and the END barrier:
+    its CPU is not the timed iterations'."""
+    ticks = iter([0, 100, 900])
+    readings = {11: [SchedCounters(0, 0, 0), SchedCounters(50, 5, 1), SchedCounters(800, 300, 9)]}
+    reader = RankCpuReader(_placements(1), read=lambda pid: readings[pid].pop(0), clock=lambda: next(ticks))
+    reader.started([11])
+    reader.barrier(_timed(0))
+    reader.barrier(Barrier(case=0, phase=CasePhase.CHECK))
+    reader.barrier(_end(0))  # no second reading: the window closed at the check
+    reader.case_done(0, 8)
+    assert reader.cases == [CaseCpu(0, 8, 100, (RankCpu(0, 50, 5),))]
+    assert readings[11] == [SchedCounters(800, 300, 9)]
+
+
 class _Kernel:
     """A fake /proc/PID/schedstat and monotonic clock: time and every process's counters move only when told."""
 

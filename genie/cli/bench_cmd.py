@@ -124,7 +124,7 @@ def bench(
     nthreads: int = typer.Option(1, "--nthreads", "-t", help="nccl-tests' -t: ranks = t x g (when --ranks is not "
                                                              "given; a genie rank is a process)."),
     ngpus: int = typer.Option(1, "--ngpus", "-g", help="nccl-tests' -g: ranks = t x g."),
-    check: str = typer.Option("1", "--check", "-c", help="Check iterations (nccl-tests' -c): before the timed loop, "
+    check: str = typer.Option("1", "--check", "-c", help="Check iterations (nccl-tests' -c): after the timed loop, "
                                                        "move real data once and check it; 0: off."),
     verify: bool = typer.Option(False, "--verify", help="Same as -c 1 (the default)."),
     op: str = typer.Option("sum", "--op", "-o", help="Reduction (sum only)."),

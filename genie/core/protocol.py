@@ -214,9 +214,10 @@ class CasePhase(Enum):
     """Where in a bench case a barrier stands: what follows it (the orchestrator reads the ranks' CPU counters
     at a case's `TIMED` and `END` barriers, `genie.services.cases.RankCpuReader`)."""
 
-    WARMUP = "warmup"  # the case's warmup (and check) iterations follow
+    WARMUP = "warmup"  # the case's warmup iterations follow
     TIMED = "timed"  # its timed iterations follow
-    END = "end"  # its timed iterations are over: its result follows
+    CHECK = "check"  # its timed iterations are over: its check iteration follows (with -c)
+    END = "end"  # its timed iterations (and check) are over: its result follows
 
 
 @dataclass(frozen=True)

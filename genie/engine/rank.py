@@ -84,8 +84,10 @@ def job_peers(job: BenchJob, rank: int) -> frozenset[int]:
 
 
 def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Control) -> None:
-    """For each case: barrier, warmup (then, with `job.verify`, one untimed check iteration with real data, as
-    nccl-tests' -c), barrier, timed iterations, barrier; report per-iteration start/end (ns). Before
+    """For each case: barrier, warmup (as the timed iterations run: no real data), barrier, timed iterations,
+    then, with `job.verify`, one untimed check iteration with real data (nccl-tests' -c, which checks after its
+    timed loop: real data's work does not run just before the timed iterations), barrier; report per-iteration
+    start/end (ns). Before
     a timed op that is a fault point (`job.fault_points`, counted over the whole sweep) every rank waits at
     one more barrier while the orchestrator injects; that iteration is then timed from its own start."""
     from genie.collectives.registry import build_schedule
@@ -103,12 +105,7 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
         verifier = _Verifier(case.op, rank) if (job.verify and member) else None
         control.barrier(Barrier(case=index, phase=CasePhase.WARMUP))
         for _ in range(case.warmup if member else 0):
-            run_schedule(schedule, transport, timeout_s=job.timeout_s,
-                         data=verifier.fresh() if verifier else None, clear_to_send=tokens, plan=plan)
-        if verifier:  # nccl-tests' check iteration (-c): real data, checked, not timed
-            data = verifier.fresh()
-            run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data, clear_to_send=tokens)
-            verifier.check(data)
+            run_schedule(schedule, transport, timeout_s=job.timeout_s, clear_to_send=tokens, plan=plan)
         control.barrier(Barrier(timed=job.faults, case=index, phase=CasePhase.TIMED))
         iterations: list[tuple[int, int]] = []
         steps: list[tuple[Any, ...]] = []
@@ -136,6 +133,14 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
             iterations.append((start, end))
             steps.extend((it, r.step_index, r.start_ns, r.end_ns, r.sent_bytes, r.received_bytes, tuple(r.peers))
                          for r in records)
+        if job.verify:  # nccl-tests' check iteration (-c), after the timed loop as there: real data, checked;
+            # every rank done with its last timed iteration first (the check's copies and reductions would take
+            # the CPU of a rank still in it), and the case's timed CPU window closes here
+            control.barrier(Barrier(case=index, phase=CasePhase.CHECK))
+        if verifier:
+            data = verifier.fresh()
+            run_schedule(schedule, transport, timeout_s=job.timeout_s, data=data, clear_to_send=tokens)
+            verifier.check(data)
         # report once every rank is done with the case: a rank that reports while others still run its last
         # iteration takes their CPU (on the 2-core VM the last of 12 timed 12 MiB all-to-alls ran 107-116 ms
         # against ~96, every run; with the barrier 95.5-96.9; benchmarks/README.md)
