@@ -11,7 +11,6 @@ import os
 import random
 import socket
 import struct
-import threading
 import time
 
 import pytest
@@ -268,12 +267,17 @@ def test_the_compiled_planner_learns_and_plans_as_the_reference_does(compensate:
                  + ((p.target_ns(due), p.timeout_s(now, due)) if due is not None else ())
                  for p in (reference, compiled)]
         assert state[0] == state[1]
+        # what the loop gives select(): the reference's max(timeout, MIN_SLEEP_S), rounded up to a microsecond
+        gap = 250 * MS if due is None else reference.target_ns(due) - reference.margin_ns - now
+        assert compiled.select_timeout_us(now, due) == max(1, -(-max(0, gap) // US))
         learned.add(state[0][:2])
     assert len(learned) > 100  # the sequence moved the margin and the compensation
 
 
 def _fake_queue(sock: socket.socket) -> object:
     class Queue:
+        seq = 0
+
         def fileno(self) -> int:
             return sock.fileno()
     return Queue()
@@ -284,7 +288,7 @@ def test_the_compiled_loop_releases_on_time_and_returns_for_statistics_and_signa
     inside, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     inside.setblocking(False), peer.setblocking(False)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK)
-    line, planner = CompiledLine(config), CompiledPlanner(50_000)
+    line, planner = CompiledLine(config), CompiledPlanner(50_000, compensate=True, max_compensation_ns=100_000)
     start = time.monotonic_ns()
     peer.send(b"".join(_packet(i, 0, length=1500, mac=None, stamp_ns=None) for i in range(1, 41)))
     assert line.run(inside.fileno(), wake_r, planner, start + 40 * MS) == UNTIL
@@ -293,6 +297,9 @@ def test_the_compiled_loop_releases_on_time_and_returns_for_statistics_and_signa
     assert [struct.unpack_from("!II", verdicts, i + 24) for i in range(0, len(verdicts), 32)] == \
         [(1, i) for i in range(1, 41)]  # accepted, in arrival order
     assert len(line) == 0 and line.accepted == 40 and line.late_samples() and line.late_ns_max > -3 * MS
+    # it slept between the reads and releases (a loop that spins while a packet is held wakes thousands of times
+    # in 40 ms: the first read, a release or a few, the statistics)
+    assert line.cycles < 100
     # a release is never earlier than its due time less the compensation and half the (largest) margin
     assert all(late >= -(planner.compensation_ns + MAX_MARGIN_NS // 2) for late in line.late_samples())
     os.write(wake_w, b"x")
@@ -306,26 +313,97 @@ def test_the_compiled_loop_releases_on_time_and_returns_for_statistics_and_signa
     inside.close(), peer.close()
 
 
-def test_the_emulator_runs_the_compiled_loop_until_stopped() -> None:
+def test_the_emulator_runs_the_compiled_loop_until_a_real_signal_stops_it() -> None:
+    """A real signal 50 ms in (SIGALRM standing for SIGTERM: the handler is `Emulator.stop`, the wake-up fd is
+    Python's, as `Emulator.run` sets them): the C loop returns on the wake-up byte, Python runs the handler, the
+    loop ends - well before the statistics' second. (A thread cannot stand in for the signal: `run` holds the GIL,
+    so the thread would run only once `run` returned for the statistics.)"""
+    import signal
+
     config = EmulatorConfig("genie-t-h1", (StageSpec("d", 1 * MS),), (QueueSpec(0, "eth0", (0,)),))
     inside, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     inside.setblocking(False), peer.setblocking(False)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK)
     emulator = Emulator(config)
     peer.send(b"".join(_packet(i, 0, length=9000, mac=None, stamp_ns=None) for i in range(1, 6)))
-
-    def stop() -> None:
-        time.sleep(0.05)
-        emulator.stop()
-        os.write(wake_w, b"x")  # what Python's signal wake-up fd gets
-
-    stopper = threading.Thread(target=stop)
-    stopper.start()
-    emulator._loop(_fake_queue(inside), CompiledPlanner(50_000), wake_r)
-    stopper.join()
+    previous_handler = signal.signal(signal.SIGALRM, emulator.stop)
+    previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    try:
+        start = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        emulator._loop(_fake_queue(inside), CompiledPlanner(50_000, compensate=True, max_compensation_ns=100_000), wake_r)
+        elapsed_s = time.monotonic() - start
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGALRM, previous_handler)
+    assert emulator.stopping and 0.05 <= elapsed_s < 0.5
     stats = emulator.stats()
     assert stats["path"] == "compiled" and stats["accepted"] == 5 and stats["held"] == 0
     assert stats["late_median_us"] is not None and len(b"".join(_received(peer))) == 5 * 32
     for fd in (wake_r, wake_w):
         os.close(fd)
     inside.close(), peer.close()
+
+
+@pytest.mark.parametrize("bogus", [
+    struct.pack("=IHHII", 0xFFFFFFFF, NLMSG_ERROR, 0, 0, 0) + bytes(4),  # nlmsg_len wraps (length + 3) to 0
+    struct.pack("=IHHII", 0xFFFFFFFD, _PACKET_TYPE, 0, 0, 0) + bytes(64),
+    struct.pack("=IHHII", 16, _PACKET_TYPE, 0, 0, 0),  # a packet message without its nfgenmsg
+])
+def test_a_bogus_message_length_ends_the_datagram_in_both_paths(bogus: bytes) -> None:
+    """NLMSG_OK: a message whose length is under the header or past the bytes read ends the datagram (the C loop
+    must never spin on it: run in a child with a timeout); the packets before it are read, as the reference reads
+    them."""
+    import subprocess
+    import sys
+
+    good = _packet(1, 0, length=1500, mac=None, stamp_ns=None)
+    script = (
+        "import socket, sys\n"
+        "from genie.linkemu.line_core import CompiledLine\n"
+        "from genie.linkemu.config import EmulatorConfig, QueueSpec, StageSpec\n"
+        "a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM); a.setblocking(False)\n"
+        "b.send(bytes.fromhex(sys.argv[1]))\n"
+        "line = CompiledLine(EmulatorConfig('x', (StageSpec('d', 1000),), (QueueSpec(0, 'eth0', (0,)),)))\n"
+        "print(line.read_admit(a.fileno(), 0, 0))\n")
+    done = subprocess.run([sys.executable, "-c", script, (good + bogus).hex()], capture_output=True, text=True,
+                          timeout=20)
+    assert done.returncode == 0, done.stderr
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.setblocking(False)
+    b.send(good + bogus)
+    assert int(done.stdout) == len(_reference_queue(a).read()) == 1
+    a.close(), b.close()
+
+
+def test_the_compiled_constants_and_planner_defaults_are_the_references() -> None:
+    from genie.linkemu import line_core, nfqueue
+
+    assert line_core.CONSTANTS == {name: getattr(emulator_module, name) for name in (
+        "MIN_MARGIN_NS", "MAX_MARGIN_NS", "LAG_WINDOW", "LAG_RECOMPUTE_EVERY", "MAX_WAKE_LAG_SAMPLE_NS",
+        "LATE_SAMPLES", "MARGIN_GAIN")} | {"IDLE_WAKE_NS": round(emulator_module.IDLE_WAKE_S * 1e9),
+                                           "MAX_VERDICTS_PER_SEND": nfqueue.MAX_VERDICTS_PER_SEND}
+
+
+def test_a_signal_ends_the_loop_while_releases_are_due_every_cycle() -> None:
+    """A wake-up byte waiting while the loop never sleeps (packets ~1 us apart on a wire: a release due at every
+    cycle): `run` returns SIGNALLED at once, as the reference's loop sees `stopping` every cycle, not once the line
+    has drained (or at the statistics' time)."""
+    config = EmulatorConfig("genie-t-h1", (StageSpec("wire", 0, rate_bps=12_000_000_000, limit_packets=10**7),),
+                            (QueueSpec(0, "eth0", (0,)),))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # verdicts to itself on loopback: a send never blocks
+    sock.bind(("127.0.0.1", 0))
+    sock.connect(sock.getsockname())
+    sock.setblocking(False)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK)
+    line, now = CompiledLine(config), time.monotonic_ns()
+    for i in range(200_000):
+        line.admit(0, i + 1, now, 1500)
+    os.write(wake_w, b"x")
+    planner = CompiledPlanner(50_000, compensate=True, max_compensation_ns=100_000)
+    assert line.run(sock.fileno(), wake_r, planner, now + 10 * 10**9) == SIGNALLED
+    assert len(line) > 0  # returned within its first cycles, not after the line drained and it slept
+    for fd in (wake_r, wake_w):
+        os.close(fd)
+    sock.close()

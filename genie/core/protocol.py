@@ -212,7 +212,8 @@ class Go:
 
 class CasePhase(Enum):
     """Where in a bench case a barrier stands: what follows it (the orchestrator reads the ranks' CPU counters
-    at a case's `TIMED` and `END` barriers, `genie.services.cases.RankCpuReader`)."""
+    at a case's `TIMED` barrier and at its `CHECK` barrier, or its `END` one without -c:
+    `genie.services.cases.RankCpuReader`)."""
 
     WARMUP = "warmup"  # the case's warmup iterations follow
     TIMED = "timed"  # its timed iterations follow

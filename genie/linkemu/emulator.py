@@ -174,7 +174,8 @@ class Emulator:
             for spec in self.config.queues:
                 queue.bind(spec.queue_num, maxlen=QUEUE_MAXLEN)
             planner = (CompiledPlanner if self.compiled else WakePlanner)(
-                _calibrate(lambda s: select.select([queue], [], [], s)), compensate=self.config.wake_compensation)
+                _calibrate(lambda s: select.select([queue], [], [], s)), compensate=self.config.wake_compensation,
+                max_compensation_ns=MAX_COMPENSATION_NS)
             self._planner = planner
             wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)  # a signal ends a sleep at once
@@ -256,7 +257,9 @@ class Emulator:
             if self._reload:
                 self.reload_overrides()
                 self._write_stats(queue)
+            line.seq = queue.seq  # one sequence of netlink messages on the socket (close()'s unbind acks match theirs)
             line.run(queue.fileno(), -1 if wake_fd is None else wake_fd, planner, next_stats)
+            queue.seq = line.seq
             now = time.monotonic_ns()
             if now >= next_stats:
                 self._write_stats(queue)

@@ -3,7 +3,7 @@
 
 
 cdef int _run(CompiledLine self, int fd, int wake_fd, CompiledPlanner planner, int64_t until_ns) except -1:
-    cdef int64_t now, due, head, late, timeout_ns, timeout_us, now_mono
+    cdef int64_t now, due, head, late, timeout_us, now_mono
     cdef bint has_due, slept, timer_wake, signalled, queue_readable
     cdef int released, ready, top
     cdef fd_set readable
@@ -14,11 +14,9 @@ cdef int _run(CompiledLine self, int fd, int wake_fd, CompiledPlanner planner, i
         has_due = self.heap_size > 0
         due = self.heap[0].release_ns if has_due else 0
         slept = timer_wake = signalled = False
-        if not has_due or planner.target_ns(due) - now > planner.margin_ns // 2:
-            timeout_ns = IDLE_WAKE_NS if not has_due else planner.target_ns(due) - planner.margin_ns - now
-            timeout_us = (timeout_ns + 999) // 1000 if timeout_ns > 0 else 0  # rounded up, as Python's select
-            if timeout_us < MIN_SLEEP_US:
-                timeout_us = MIN_SLEEP_US
+        self.cycles += 1
+        if planner.sleeps(now, has_due, due):
+            timeout_us = planner.sleep_us(now, has_due, due)
             tv.tv_sec = timeout_us // 1000000
             tv.tv_usec = timeout_us % 1000000
             FD_ZERO(&readable)
@@ -38,6 +36,8 @@ cdef int _run(CompiledLine self, int fd, int wake_fd, CompiledPlanner planner, i
                 c_read(wake_fd, drain, 64)
             slept = True
             timer_wake = not queue_readable and has_due and not signalled
+        elif wake_fd >= 0 and c_read(wake_fd, drain, 64) > 0:  # (non-blocking) a release due at once every cycle
+            signalled = True  # must not hold a signal until the statistics: the reference sees it every cycle
         now_mono = _clock_ns(CLOCK_MONOTONIC)
         self._read_admit(fd, now_mono, _clock_ns(CLOCK_REALTIME) - now_mono, 256)
         if slept and self.first_lag_ns >= 0:

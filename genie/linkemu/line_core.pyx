@@ -122,6 +122,7 @@ cdef class CompiledLine:
     cdef int64_t *lates
     cdef int64_t late_count
     cdef readonly int64_t late_ns_max
+    cdef readonly int64_t cycles  # wake-ups of `run` (select or not): the loop never spins
 
     def __init__(self, config):
         cdef int i, j, position
@@ -417,12 +418,12 @@ cdef class CompiledLine:
             while offset + NLMSG_BYTES <= size:
                 memcpy(&length, self.buffer + offset, 4)
                 memcpy(&msg_type, self.buffer + offset + 4, 2)
-                if length < NLMSG_BYTES:
+                if length < NLMSG_BYTES or length > size - offset:  # NLMSG_OK: no header, or past what was read
                     break
                 if msg_type == NLMSG_ERROR:
                     self.errors += 1
-                elif msg_type == PACKET_TYPE:
-                    _parse_packet(self.buffer, offset, offset + length if offset + length <= size else size, &packet)
+                elif msg_type == PACKET_TYPE and length >= NLMSG_BYTES + NFGEN_BYTES:
+                    _parse_packet(self.buffer, offset, offset + length, &packet)
                     arrival = now_mono_ns
                     if packet.has_stamp:
                         if packet.stamp_ns - realtime_offset_ns < now_mono_ns:
@@ -438,7 +439,7 @@ cdef class CompiledLine:
                     if fate < 0:
                         self.dropped += 1
                         self._verdict(fd, packet.queue_num, packet.packet_id, False)
-                offset += (length + 3) & ~3
+                offset += (<Py_ssize_t> length + 3) & ~(<Py_ssize_t> 3)  # (in 64 bits: a uint32 near 2**32 wraps to 0)
         return read
 
     def release(self, int fd, int64_t horizon_ns):

@@ -85,6 +85,15 @@ class NfQueue:
     def fileno(self) -> int:
         return self._sock.fileno()
 
+    @property
+    def seq(self) -> int:
+        """The last netlink sequence number sent (a compiled line answering on this socket continues it)."""
+        return self._seq
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        self._seq = value
+
     def close(self) -> None:
         for queue_num in self._queues:
             try:
@@ -151,9 +160,9 @@ class NfQueue:
             offset = 0
             while offset + _NLMSG.size <= size:
                 length, msg_type, _, _, _ = _NLMSG.unpack_from(buffer, offset)
-                if length < _NLMSG.size:
+                if length < _NLMSG.size or length > size - offset:  # NLMSG_OK: no header, or past what was read
                     break
-                if msg_type == _PACKET_TYPE:
+                if msg_type == _PACKET_TYPE and length >= _NLMSG.size + _NFGEN.size:
                     packets.append(_parse_packet(buffer, offset, length))
                 elif msg_type == NLMSG_ERROR:
                     self.errors += 1

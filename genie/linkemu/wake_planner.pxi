@@ -34,6 +34,12 @@ cdef enum:
     C_SIGNALLED = 1  # a signal's wake-up byte: Python runs the handlers
 cdef double MARGIN_GAIN = 0.125
 UNTIL, SIGNALLED = C_UNTIL, C_SIGNALLED
+#: the constants above and in nfqueue_messages.pxi, for tests/test_linkemu_compiled.py to hold them to the
+#: reference's (genie.linkemu.emulator, nfqueue)
+CONSTANTS = {"MIN_MARGIN_NS": MIN_MARGIN_NS, "MAX_MARGIN_NS": MAX_MARGIN_NS, "LAG_WINDOW": LAG_WINDOW,
+             "LAG_RECOMPUTE_EVERY": LAG_RECOMPUTE_EVERY, "MAX_WAKE_LAG_SAMPLE_NS": MAX_WAKE_LAG_SAMPLE_NS,
+             "IDLE_WAKE_NS": IDLE_WAKE_NS, "LATE_SAMPLES": LATE_SAMPLES, "MARGIN_GAIN": MARGIN_GAIN,
+             "MAX_VERDICTS_PER_SEND": MAX_VERDICTS_PER_SEND}
 
 
 cdef inline int64_t _clock_ns(int clock) noexcept nogil:  # time.monotonic_ns() / time.time_ns()
@@ -54,7 +60,7 @@ cdef class CompiledPlanner:
     cdef int64_t lag_count  # observations kept so far (all of them: the window is the last 63)
     cdef int64_t seen
 
-    def __init__(self, int64_t margin_ns=50000, *, bint compensate=True, int64_t max_compensation_ns=100000):
+    def __init__(self, int64_t margin_ns, *, bint compensate, int64_t max_compensation_ns):  # (no defaults of its own)
         self.margin_ns = margin_ns
         self.compensate = compensate
         self.max_compensation_ns = max_compensation_ns
@@ -76,7 +82,22 @@ cdef class CompiledPlanner:
         return gap / 1e9 if gap > 0 else 0.0
 
     def should_sleep(self, int64_t now_ns, due_ns):
-        return due_ns is None or self.target_ns(due_ns) - now_ns > self.margin_ns // 2
+        return self.sleeps(now_ns, due_ns is not None, 0 if due_ns is None else due_ns)
+
+    def select_timeout_us(self, int64_t now_ns, due_ns):
+        """What `CompiledLine.run` gives select() (us): the reference's `max(timeout, MIN_SLEEP_S)` rounded up as
+        Python's select rounds it."""
+        return self.sleep_us(now_ns, due_ns is not None, 0 if due_ns is None else due_ns)
+
+    cdef bint sleeps(self, int64_t now_ns, bint has_due, int64_t due_ns) except -1:
+        """The reference's `should_sleep`: the one rule of the loop and of `should_sleep`."""
+        return not has_due or self.target_ns(due_ns) - now_ns > self.margin_ns // 2
+
+    cdef int64_t sleep_us(self, int64_t now_ns, bint has_due, int64_t due_ns) except -1:
+        """select()'s timeout: the idle period, else until the margin before the target; at least 1 us."""
+        cdef int64_t gap = IDLE_WAKE_NS if not has_due else self.target_ns(due_ns) - self.margin_ns - now_ns
+        cdef int64_t us = (gap + 999) // 1000 if gap > 0 else 0  # rounded up, as Python's select
+        return us if us > MIN_SLEEP_US else MIN_SLEEP_US
 
     cpdef int64_t horizon_ns(self, int64_t now_ns):
         return now_ns + self.compensation() + self.margin_ns // 2
