@@ -407,3 +407,17 @@ def test_a_signal_ends_the_loop_while_releases_are_due_every_cycle() -> None:
     for fd in (wake_r, wake_w):
         os.close(fd)
     sock.close()
+
+
+def test_without_the_extension_the_emulator_runs_the_pure_python_reference(monkeypatch) -> None:
+    """An install without a compiler (the extension is optional): the import fails, the reference runs."""
+    monkeypatch.setattr(emulator_module, "CompiledLine", None)
+    monkeypatch.setattr(emulator_module, "CompiledPlanner", None)
+    assert type(delay_line(CONFIG)) is DelayLine
+    emulator = Emulator(CONFIG)
+    assert not emulator.compiled and emulator.stats()["path"] == "python"
+
+
+def test_the_config_chooses_the_reference_where_the_extension_is_built() -> None:
+    assert type(delay_line(dataclasses.replace(CONFIG, compiled=False))) is DelayLine
+    assert type(delay_line(CONFIG)) is CompiledLine
