@@ -189,46 +189,56 @@ class Emulator:
 
     def _loop(self, queue: NfQueue, planner: WakePlanner, wake_fd: int | None = None) -> None:
         """Never spins: select() sleeps until the margin before the next release target or a packet arrives;
-        a release closer than half the margin goes at once. The compiled line runs this loop in C between
-        statistics and signals (`CompiledLine.run`, `_loop_compiled`)."""
-        if self.compiled:
-            self._loop_compiled(queue, planner, wake_fd)
-            return
-        line = self.line
+        a release closer than half the margin goes at once. Between wake-ups: live overrides after SIGUSR1 and
+        the statistics every second. The compiled line runs the wake-ups in C until the statistics are due or a
+        signal came (`CompiledLine.run`); the reference, one wake-up at a time (`_wake_python`)."""
         next_stats = time.monotonic_ns() + STATS_PERIOD_NS
         while not self.stopping:
             if self._reload:
                 self.reload_overrides()
                 self._write_stats(queue)
-            now = time.monotonic_ns()
-            due = line.next_release_ns()
-            timer_wake = slept = False
-            if planner.should_sleep(now, due):
-                timeout = IDLE_WAKE_S if due is None else planner.timeout_s(now, due)
-                try:
-                    readable, _, _ = select.select([queue] if wake_fd is None else [queue, wake_fd], [], [],
-                                                   max(timeout, MIN_SLEEP_S))
-                except InterruptedError:
-                    continue
-                signalled = wake_fd is not None and wake_fd in readable
-                if signalled:
-                    readable.remove(wake_fd)
-                    try:
-                        os.read(wake_fd, 64)
-                    except BlockingIOError:
-                        pass
-                slept = True
-                timer_wake = not readable and due is not None and not signalled
-            now, head, released = self._cycle_python(queue, planner, planner if slept else None)
-            if released and head is not None:
-                late = now - planner.target_ns(head)
-                self._late_samples.append(late)
-                self.late_ns_max = max(self.late_ns_max, late)
-                if timer_wake:
-                    planner.observe_late(late)
+            if self.compiled:
+                self.line.seq = queue.seq  # one sequence of netlink messages on the socket (close()'s unbind
+                self.line.run(queue.fileno(), -1 if wake_fd is None else wake_fd, planner, next_stats)  # acks
+                queue.seq = self.line.seq
+                now = time.monotonic_ns()
+            else:
+                now = self._wake_python(queue, planner, wake_fd)
             if now >= next_stats:
                 self._write_stats(queue)
                 next_stats = now + STATS_PERIOD_NS
+
+    def _wake_python(self, queue: NfQueue, planner: WakePlanner, wake_fd: int | None) -> int:
+        """One wake-up of the reference loop: sleep unless a release is closer than half the margin, then
+        `_cycle_python`; the release lateness learned. Returns the time after the cycle."""
+        line = self.line
+        now = time.monotonic_ns()
+        due = line.next_release_ns()
+        timer_wake = slept = False
+        if planner.should_sleep(now, due):
+            timeout = IDLE_WAKE_S if due is None else planner.timeout_s(now, due)
+            try:
+                readable, _, _ = select.select([queue] if wake_fd is None else [queue, wake_fd], [], [],
+                                               max(timeout, MIN_SLEEP_S))
+            except InterruptedError:
+                return time.monotonic_ns()
+            signalled = wake_fd is not None and wake_fd in readable
+            if signalled:
+                readable.remove(wake_fd)
+                try:
+                    os.read(wake_fd, 64)
+                except BlockingIOError:
+                    pass
+            slept = True
+            timer_wake = not readable and due is not None and not signalled
+        now, head, released = self._cycle_python(queue, planner, planner if slept else None)
+        if released and head is not None:
+            late = now - planner.target_ns(head)
+            self._late_samples.append(late)
+            self.late_ns_max = max(self.late_ns_max, late)
+            if timer_wake:
+                planner.observe_late(late)
+        return now
 
     def _cycle_python(self, queue: NfQueue, planner: WakePlanner,
                       woke: WakePlanner | None) -> tuple[int, int | None, int]:
@@ -248,22 +258,6 @@ class Emulator:
         if decisions:
             queue.verdicts(decisions)
         return now, head, len(released)
-
-    def _loop_compiled(self, queue: NfQueue, planner: WakePlanner, wake_fd: int | None) -> None:
-        """`_loop` with every wake-up in C: Python only between statistics (every second) and after signals."""
-        line = self.line
-        next_stats = time.monotonic_ns() + STATS_PERIOD_NS
-        while not self.stopping:
-            if self._reload:
-                self.reload_overrides()
-                self._write_stats(queue)
-            line.seq = queue.seq  # one sequence of netlink messages on the socket (close()'s unbind acks match theirs)
-            line.run(queue.fileno(), -1 if wake_fd is None else wake_fd, planner, next_stats)
-            queue.seq = line.seq
-            now = time.monotonic_ns()
-            if now >= next_stats:
-                self._write_stats(queue)
-                next_stats = now + STATS_PERIOD_NS
 
     def _admit(self, packets: list[QueuedPacket], decisions: list[tuple[int, int, bool]],
                woke: WakePlanner | None, now_mono: int, offset: int) -> None:
