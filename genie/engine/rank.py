@@ -87,9 +87,9 @@ def run_bench_job(job: BenchJob, rank: int, transport: Transport, control: Contr
     """For each case: barrier, warmup (as the timed iterations run: no real data), barrier, timed iterations,
     then, with `job.verify`, one untimed check iteration with real data (nccl-tests' -c, which checks after its
     timed loop: real data's work does not run just before the timed iterations), barrier; report per-iteration
-    start/end (ns). Before
-    a timed op that is a fault point (`job.fault_points`, counted over the whole sweep) every rank waits at
-    one more barrier while the orchestrator injects; that iteration is then timed from its own start."""
+    start/end (ns). Before a timed op that is a fault point (`job.fault_points`, counted over the whole sweep)
+    every rank waits at one more barrier while the orchestrator injects; that iteration is then timed from its
+    own start."""
     from genie.collectives.registry import build_schedule
     from genie.engine.executor import run_schedule, run_timed_ops, transfer_plan
     from genie.engine.program import clear_to_send
