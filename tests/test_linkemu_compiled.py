@@ -148,6 +148,16 @@ def _received(sock: socket.socket) -> list[bytes]:
             return out
 
 
+class _Horizon:
+    """A planner that releases what is due by a fixed time (the cycle asks it nothing else)."""
+
+    def __init__(self, horizon_ns: int) -> None:
+        self.horizon = horizon_ns
+
+    def horizon_ns(self, _now_ns: int) -> int:
+        return self.horizon
+
+
 def test_the_cycle_reads_admits_releases_and_answers_as_the_reference_does() -> None:
     """Datagrams of several packet messages (stamped or not, with or without MAC and capture length, an error
     reply between them) read at an injected clock: the compiled `read_admit` + `release` send the very verdict
@@ -159,12 +169,15 @@ def test_the_cycle_reads_admits_releases_and_answers_as_the_reference_does() -> 
         for sock in pair:
             sock.setblocking(False)
     (ref_in, ref_peer), (com_in, com_peer) = pairs
-    reference = Emulator(dataclasses.replace(CONFIG, compiled=False))
-    assert not reference.compiled and isinstance(reference.line, DelayLine)
-    queue = _reference_queue(ref_in)
-    compiled = CompiledLine(CONFIG)
     offset = 1_700_000_000 * 10**9  # realtime - monotonic
     now, packet_id, lags = 2_000 * MS, 0, []
+    reference = Emulator(dataclasses.replace(CONFIG, compiled=False), clock=lambda: now,
+                         realtime_clock=lambda: now + offset)
+    assert not reference.compiled and isinstance(reference.line, DelayLine)
+    queue = _reference_queue(ref_in)
+    reads, read_queue = [], queue.read
+    queue.read = lambda: reads.append(read_queue()) or reads[-1]  # what each cycle read
+    compiled = CompiledLine(CONFIG)
     for round_ in range(60):
         now += rng.choice((10 * US, 400 * US, 3 * MS))
         for _ in range(rng.choice((0, 1, 3))):  # datagrams this round
@@ -182,20 +195,12 @@ def test_the_cycle_reads_admits_releases_and_answers_as_the_reference_does() -> 
             ref_peer.send(datagram)
             com_peer.send(datagram)
         horizon = now + rng.choice((0, 100 * US))
-        decisions: list[tuple[int, int, bool]] = []
-        packets = queue.read()
-        if packets:
-            reference._admit(packets, decisions, None, now, offset)
-        head = reference.line.next_release_ns()
-        released = reference.line.due(horizon)
-        decisions.extend((r.queue_num, r.packet_id, True) for r in released)
-        queue.verdicts(decisions)
-        reference.accepted += len(released)
+        cycle_now, head, released = reference._cycle_python(queue, _Horizon(horizon), None)  # the reference itself
         read = compiled.read_admit(com_in.fileno(), now, offset)
         lags.append(compiled.first_lag_ns)
-        assert read == len(packets)
+        assert cycle_now == now and read == len(reads.pop())
         assert compiled.next_release_ns() == head
-        assert compiled.release(com_in.fileno(), horizon) == len(released)
+        assert compiled.release(com_in.fileno(), horizon) == released
         assert _received(com_peer) == _received(ref_peer)
     assert compiled.accepted == reference.accepted > 0 and compiled.dropped == reference.dropped > 0
     assert compiled.errors == queue.errors > 0 and compiled.seq == queue._seq
@@ -391,10 +396,10 @@ def test_the_compiled_constants_and_planner_defaults_are_the_references() -> Non
 
 
 def test_a_signal_ends_the_loop_while_releases_are_due_every_cycle() -> None:
-    """A wake-up byte waiting while the loop never sleeps (packets ~1 us apart on a wire: a release due at every
+    """A wake-up byte waiting while the loop never sleeps (packets ~10 us apart on a wire: a release due at every
     cycle): `run` returns SIGNALLED at once, as the reference's loop sees `stopping` every cycle, not once the line
     has drained (or at the statistics' time)."""
-    config = EmulatorConfig("genie-t-h1", (StageSpec("wire", 0, rate_bps=12_000_000_000, limit_packets=10**7),),
+    config = EmulatorConfig("genie-t-h1", (StageSpec("wire", 0, rate_bps=1_200_000_000, limit_packets=10**7),),
                             (QueueSpec(0, "eth0", (0,)),))
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # verdicts to itself on loopback: a send never blocks
     sock.bind(("127.0.0.1", 0))
@@ -425,3 +430,45 @@ def test_without_the_extension_the_emulator_runs_the_pure_python_reference(monke
 def test_the_config_chooses_the_reference_where_the_extension_is_built() -> None:
     assert type(delay_line(dataclasses.replace(CONFIG, compiled=False))) is DelayLine
     assert type(delay_line(CONFIG)) is CompiledLine
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_bad_overrides_file_changes_nothing_and_a_good_one_applies(compiled: bool, tmp_path, capsys) -> None:
+    """The fault injector's overrides file (then SIGUSR1): a valid one applies and reports its generation; one with
+    a value out of its bounds (a delay that would take release times past 64 bits in the compiled line, a rate of
+    0, a limit of 2**40, a loss of 101 %, a string) or not the expected shape is refused whole, on both paths: the
+    line keeps the last good change, the generation stays, a line on stderr names the file."""
+    config = EmulatorConfig("genie-t-h1", (StageSpec("w", 0, rate_bps=10**9, limit_packets=10**6),
+                                           StageSpec("d", MS, limit_packets=10**6)), (QueueSpec(0, "eth0", (0, 1)),))
+    stats = tmp_path / "genie-t-h1.stats.json"
+    emulator = Emulator(dataclasses.replace(config, compiled=compiled), stats_path=stats)
+    assert emulator.compiled is compiled
+    overrides = emulator.overrides_path
+
+    def release_of(packet_id: int, at_ns: int) -> int:
+        emulator.line.admit(0, packet_id, at_ns, 1500)
+        return emulator.line.next_release_ns()
+
+    overrides.write_text('{"generation": 1, "stages": {"w": {"rate_bps": 100000000}, "d": {"delay_ns": 2000000}}}')
+    emulator.reload_overrides()
+    assert emulator.overrides_generation == 1
+    slow = release_of(1, 0)  # 1514 B on the wire at 100 Mbit/s, then 2 ms
+    assert slow == 121_120 + 2 * MS
+    emulator.line.drain()
+    for index, bad in enumerate(('{"generation": 2, "stages": {"d": {"delay_ns": 9223372036854775000}}}',
+                '{"generation": 2, "stages": {"w": {"rate_bps": 0}}}',
+                '{"generation": 2, "stages": {"w": {"limit_packets": 1099511627776}}}',
+                '{"generation": 2, "stages": {"d": {"loss_pct": 101}}}',
+                '{"generation": 2, "stages": {"d": {"delay_ns": "5ms"}}}',
+                '{"generation": 2, "stages": {"d": {"delay_ns": true}}}',
+                '{"generation": 2, "stages": ["d"]}', '{"generation": "two", "stages": {}}', '{"generation"')):
+        overrides.write_text(bad)
+        emulator.reload_overrides()
+        assert emulator.overrides_generation == 1, bad
+        assert f"cannot apply {overrides}" in capsys.readouterr().err
+        at = (index + 1) * 10 * MS
+        assert release_of(index + 2, at) == at + 121_120 + 2 * MS, bad  # the last good change still holds
+        emulator.line.drain()
+    overrides.write_text('{"generation": 3, "stages": {}}')  # back to the configuration
+    emulator.reload_overrides()
+    assert emulator.overrides_generation == 3 and release_of(99, 200 * MS) == 200 * MS + 12_112 + MS

@@ -129,8 +129,13 @@ def _calibrate(poller: Callable[[float], object], samples: int = 20) -> int:
 
 
 class Emulator:
-    def __init__(self, config: EmulatorConfig, *, stats_path: Path | None = None) -> None:
+    def __init__(self, config: EmulatorConfig, *, stats_path: Path | None = None,
+                 clock: Callable[[], int] = time.monotonic_ns, realtime_clock: Callable[[], int] = time.time_ns) -> None:
+        """``clock`` (monotonic ns) and ``realtime_clock`` (CLOCK_REALTIME ns, the kernel's packet stamps'):
+        what the reference loop reads the time from (tests inject them; the compiled loop reads the clocks in C)."""
         self.config = config
+        self._clock = clock
+        self._realtime_clock = realtime_clock
         self.line = delay_line(config)
         self.compiled = CompiledLine is not None and isinstance(self.line, CompiledLine)
         self.stats_path = stats_path
@@ -145,7 +150,7 @@ class Emulator:
         self._lag_samples: collections.deque[int] = collections.deque(maxlen=LATE_SAMPLES)
         self.scheduling = "other"
         self._planner = WakePlanner(compensate=config.wake_compensation)  # until run() calibrates it
-        self.started_ns = time.monotonic_ns()
+        self.started_ns = clock()
 
     def stop(self, _signum: int = 0, _frame: FrameType | None = None) -> None:
         self.stopping = True
@@ -162,11 +167,12 @@ class Emulator:
             return
         try:
             doc = json.loads(self.overrides_path.read_text())
-        except (OSError, ValueError) as exc:
-            sys.stderr.write(f"genie.linkemu: cannot read {self.overrides_path}: {exc}\n")
+            generation = int(doc.get("generation") or 0)
+            self.line.apply_overrides(doc.get("stages") or {})  # all or nothing
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            sys.stderr.write(f"genie.linkemu: cannot apply {self.overrides_path}: {exc}\n")
             return
-        self.line.apply_overrides(doc.get("stages") or {})
-        self.overrides_generation = int(doc.get("generation") or 0)
+        self.overrides_generation = generation
 
     def run(self, ready: Callable[[], None]) -> None:
         self.scheduling = _tune_scheduling(self.config.realtime)
@@ -192,7 +198,7 @@ class Emulator:
         a release closer than half the margin goes at once. Between wake-ups: live overrides after SIGUSR1 and
         the statistics every second. The compiled line runs the wake-ups in C until the statistics are due or a
         signal came (`CompiledLine.run`); the reference, one wake-up at a time (`_wake_python`)."""
-        next_stats = time.monotonic_ns() + STATS_PERIOD_NS
+        next_stats = self._clock() + STATS_PERIOD_NS
         while not self.stopping:
             if self._reload:
                 self.reload_overrides()
@@ -201,7 +207,7 @@ class Emulator:
                 self.line.seq = queue.seq  # one sequence of netlink messages on the socket (close()'s unbind
                 self.line.run(queue.fileno(), -1 if wake_fd is None else wake_fd, planner, next_stats)  # acks
                 queue.seq = self.line.seq
-                now = time.monotonic_ns()
+                now = self._clock()
             else:
                 now = self._wake_python(queue, planner, wake_fd)
             if now >= next_stats:
@@ -212,7 +218,7 @@ class Emulator:
         """One wake-up of the reference loop: sleep unless a release is closer than half the margin, then
         `_cycle_python`; the release lateness learned. Returns the time after the cycle."""
         line = self.line
-        now = time.monotonic_ns()
+        now = self._clock()
         due = line.next_release_ns()
         timer_wake = slept = False
         if planner.should_sleep(now, due):
@@ -221,7 +227,7 @@ class Emulator:
                 readable, _, _ = select.select([queue] if wake_fd is None else [queue, wake_fd], [], [],
                                                max(timeout, MIN_SLEEP_S))
             except InterruptedError:
-                return time.monotonic_ns()
+                return self._clock()
             signalled = wake_fd is not None and wake_fd in readable
             if signalled:
                 readable.remove(wake_fd)
@@ -248,9 +254,9 @@ class Emulator:
         decisions: list[tuple[int, int, bool]] = []
         packets = queue.read()
         if packets:
-            now_mono = time.monotonic_ns()
-            self._admit(packets, decisions, woke, now_mono, time.time_ns() - now_mono)
-        now = time.monotonic_ns()
+            now_mono = self._clock()
+            self._admit(packets, decisions, woke, now_mono, self._realtime_clock() - now_mono)
+        now = self._clock()
         head = self.line.next_release_ns()
         released = self.line.due(planner.horizon_ns(now))
         decisions.extend((r.queue_num, r.packet_id, True) for r in released)
@@ -283,7 +289,7 @@ class Emulator:
             "pid": os.getpid(),
             "netns": self.config.netns,
             "scheduling": self.scheduling,
-            "uptime_s": round((time.monotonic_ns() - self.started_ns) / 1e9, 3),
+            "uptime_s": round((self._clock() - self.started_ns) / 1e9, 3),
             "path": "compiled" if self.compiled else "python",
             "accepted": self.accepted + (self.line.accepted if self.compiled else 0),
             "dropped": self.dropped + (self.line.dropped if self.compiled else 0),

@@ -31,10 +31,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from genie.core.limits import MAX_RATE_BPS, MAX_TIME_NS
 from genie.linkemu.config import EmulatorConfig, StageSpec
+from genie.topology.link_properties import MAX_QUEUE_PACKETS
 
 SEED_SALT_DELAY = 0x5EED_DE1A
-_LIVE_FIELDS = frozenset({"delay_ns", "jitter_ns", "loss_pct", "limit_packets", "rate_bps"})
+# the fields a live change may set, each with its bounds: within them no release time leaves 64 bits (the
+# compiled line's arithmetic) however long the host has been up
+_LIVE_FIELDS: dict[str, tuple[type, float, float]] = {
+    "delay_ns": (int, 0, MAX_TIME_NS), "jitter_ns": (int, 0, MAX_TIME_NS), "loss_pct": (float, 0.0, 100.0),
+    "limit_packets": (int, 1, MAX_QUEUE_PACKETS), "rate_bps": (int, 1, MAX_RATE_BPS)}
 
 
 class BernoulliLoss:
@@ -256,15 +262,33 @@ class DelayLine:
 
     def apply_overrides(self, overrides: dict[str, dict[str, object]]) -> None:
         """Stage name -> new StageSpec fields (delay_ns, jitter_ns, loss_pct, limit_packets, rate_bps); stages
-        not named go back to their configured spec."""
-        for stage, spec in zip(self.stages, self._configured):
-            changes = overrides.get(spec.name) or {}
-            stage.update(dataclasses.replace(spec, **{k: v for k, v in changes.items() if k in _LIVE_FIELDS}))
+        not named go back to their configured spec. A value of the wrong type or out of its bounds
+        (`_LIVE_FIELDS`; ``rate_bps`` may be None, no wire) raises ValueError and changes nothing."""
+        specs = [dataclasses.replace(spec, **_live_changes(spec.name, overrides.get(spec.name) or {}))
+                 for spec in self._configured]
+        for stage, spec in zip(self.stages, specs):
+            stage.update(spec)
 
     def counters(self) -> dict[str, dict[str, int]]:
         return {stage.spec.name: {"packets": stage.counters.packets, "lost": stage.counters.lost,
                                   "overflow": stage.counters.overflow, "held_segments": stage.held_segments}
                 for stage in self.stages}
+
+
+def _live_changes(stage: str, changes: dict[str, object]) -> dict[str, object]:
+    """The live fields of ``changes`` (others are ignored), each checked against its type and bounds."""
+    out = {}
+    for key, value in changes.items():
+        if key not in _LIVE_FIELDS:
+            continue
+        kind, low, high = _LIVE_FIELDS[key]
+        if not (value is None and key == "rate_bps"):
+            number = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
+            if isinstance(value, bool) or not number or not low <= value <= high:
+                raise ValueError(f"stage {stage!r}: {key} must be a{'n integer' if kind is int else ' number'} "
+                                 f"in [{low:g}, {high:g}], got {value!r}")
+        out[key] = value
+    return out
 
 
 def mac_bytes(text: str) -> bytes:
