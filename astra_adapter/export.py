@@ -352,11 +352,11 @@ class Simulator:
 
 def command_line(workload: str, comm_group: str | None, simulator: Simulator = Simulator()) -> str:
     fallback = " ".join(shlex.quote(a) for a in simulator.argv)
-    argv = [f"${{ASTRA_SIM:-{fallback}}}", f"--workload-configuration={workload}",
+    argv = [f"${{ASTRA_SIM:-{fallback}}}", shlex.quote(f"--workload-configuration={workload}"),
             "--system-configuration=system.json", "--network-configuration=network.yml",
             "--remote-memory-configuration=remote_memory.json"]
-    if comm_group:
-        argv.append(f"--comm-group-configuration={comm_group}")
+    if comm_group:  # the names are the user's (--name): quoted, never shell text
+        argv.append(shlex.quote(f"--comm-group-configuration={comm_group}"))
     env = ""
     if simulator.python_path:
         env = f"PYTHONPATH={shlex.quote(simulator.python_path)}${{PYTHONPATH:+:$PYTHONPATH}} "

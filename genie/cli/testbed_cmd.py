@@ -60,12 +60,13 @@ def down_command(
     name: Optional[str] = typer.Argument(None, help="Testbed to tear down."),
     all_testbeds: bool = typer.Option(False, "--all", help="Every testbed, plus leftover genie-* namespaces."),
     force: bool = typer.Option(False, "--force", help="Forget a corrupt or foreign state record of NAME and remove "
-                                                      "only its genie-NAME-* namespaces."),
+                                                      "only its genie-NAME-* namespaces; with --all, also tear "
+                                                      "down testbeds in use."),
 ) -> None:
     """End the testbed's processes and remove everything it created."""
     if (name is None) == (not all_testbeds):
         raise InputError("give a testbed NAME or --all (not both)", path="down")
-    report = service.down_all() if all_testbeds else service.down(name, force=force)  # type: ignore[arg-type]
+    report = service.down_all(force=force) if all_testbeds else service.down(name, force=force)  # type: ignore[arg-type]
     _print_down(report)
 
 
@@ -186,6 +187,11 @@ def _print_up(info: TestbedInfo) -> None:
 
 
 def _print_down(report: DownReport) -> None:
+    for name in report.in_use:
+        typer.echo(f"left testbed {name} up: in use (a run holds it, or its `up` still runs); "
+                   f"`genie testbed down {name}` or `down --all --force` ends it", err=True)
+    for netns in report.shared_namespaces:
+        typer.echo(f"left {netns} alone: it is this machine's own network namespace, not one genie made", err=True)
     if not report.testbeds and not report.orphan_namespaces:
         typer.echo("nothing to tear down")
         return

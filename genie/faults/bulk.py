@@ -45,9 +45,7 @@ class CrossTraffic:
 
 def _argv(netns: str | None, args: list[str]) -> list[str]:
     inner = [sys.executable, "-m", "genie.faults.bulk", *args]
-    if netns is None:
-        return inner
-    if not netns.startswith("genie-"):
+    if netns is None or not netns.startswith("genie-"):  # None would be this (the root) namespace
         raise ValueError(f"refusing to start cross-traffic outside genie's namespaces: {netns!r}")
     return ["ip", "netns", "exec", netns, *inner]
 

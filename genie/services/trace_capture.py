@@ -25,6 +25,7 @@ from statistics import median
 
 from genie.core.errors import EnvironmentProblem, GenieError, InputError
 from genie.core.files import write_atomic
+from genie.core.process import die_with_parent
 from genie.services.trace_import import CommLine, comm_lines
 from genie.workloads.loader import OutputFormat, save_trace
 from genie.workloads.pytorch_files import read_pytorch_set
@@ -158,7 +159,7 @@ def _run_job(request: CaptureRequest, raw: Path, kept_log: Path) -> None:
     log = raw.parent / LOG_NAME
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_parent)  # a SIGKILLed genie: it ends too
         try:
             code = proc.wait(timeout=request.timeout_s)
         except subprocess.TimeoutExpired:

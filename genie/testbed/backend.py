@@ -88,11 +88,13 @@ class TestbedBackend:
 
 def apply_plan(backend: Backend, steps: Sequence[PlanStep], *,
                before_step: Callable[[int], None] | None = None,
-               check_interrupt: Callable[[], None] | None = None) -> None:
+               check_interrupt: Callable[[], None] | None = None,
+               rollback_failures: list[tuple[PlanStep, Exception]] | None = None) -> None:
     """Apply `steps` in order. ``before_step(k)`` runs before step k (0-based) is applied, so a write-ahead log
     can record that steps [0, k] may exist; ``check_interrupt()`` runs before every step and after the last
     one (see `SignalGuard.check`). On any failure or interrupt: undo the applied steps in reverse, then raise
-    (StepFailed for an error of the backend, the original exception otherwise)."""
+    (StepFailed for an error of the backend, the original exception otherwise). The steps the rollback could not
+    undo are added to `rollback_failures`."""
     applied: list[PlanStep] = []
     try:
         for index, step in enumerate(steps):
@@ -113,7 +115,9 @@ def apply_plan(backend: Backend, steps: Sequence[PlanStep], *,
             check_interrupt()
     except BaseException:
         with signals_deferred():
-            undo_steps(backend, applied)
+            failures = undo_steps(backend, applied)
+        if rollback_failures is not None:
+            rollback_failures.extend(failures)
         raise
 
 

@@ -154,17 +154,18 @@ def process_start_ticks(pid: int) -> int | None:
 def terminate_pids(pids: Iterable[int], *, grace_s: float = 1.0) -> list[int]:
     """SIGTERM each PID, wait up to `grace_s` for them to exit, SIGKILL the rest. Never signals this process.
     Returns the PIDs that were signalled. Callers pass only PIDs of processes genie started or found inside its
-    own namespaces."""
+    own namespaces. Each PID's start time is taken here and checked again before every signal: a process that
+    ended during the grace period and whose PID the kernel gave to another is never signalled."""
     me = os.getpid()
-    targets = sorted({pid for pid in pids if pid > 1 and pid != me})
-    signalled = [pid for pid in targets if _signal(pid, signal.SIGTERM)]
+    targets = {pid: process_start_ticks(pid) for pid in sorted(set(pids)) if pid > 1 and pid != me}
+    signalled = [pid for pid, start in targets.items() if _signal(pid, start, signal.SIGTERM)]
     deadline = time.monotonic() + grace_s
     alive = list(signalled)
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
         alive = [pid for pid in alive if _alive(pid)]
     for pid in alive:
-        _signal(pid, signal.SIGKILL)
+        _signal(pid, targets[pid], signal.SIGKILL)
     deadline = time.monotonic() + grace_s
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -172,7 +173,10 @@ def terminate_pids(pids: Iterable[int], *, grace_s: float = 1.0) -> list[int]:
     return signalled
 
 
-def _signal(pid: int, sig: int) -> bool:
+def _signal(pid: int, start: int | None, sig: int) -> bool:
+    """Send `sig` to `pid` if it is still the process that started at `start`."""
+    if start is None or process_start_ticks(pid) != start:
+        return False
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -5,7 +5,25 @@ from __future__ import annotations
 
 import os
 
+from genie.core.errors import EnvironmentProblem
 from genie.testbed.layout import NETNS_DIR
+
+
+class SharedNamespace(EnvironmentProblem):
+    """A ``genie-*`` name bound to a namespace genie never makes for a testbed: this machine's own (the one
+    genie runs in, or init's). Its processes are the machine's: genie neither ends them nor removes the name."""
+
+
+def _own_namespaces() -> set[tuple[int, int]]:
+    """(device, inode) of this process's network namespace and of init's (when readable)."""
+    own = set()
+    for path in ("/proc/self/ns/net", "/proc/1/ns/net"):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        own.add((st.st_dev, st.st_ino))
+    return own
 
 
 def netns_path(name: str) -> str:
@@ -17,11 +35,16 @@ def netns_exists(name: str) -> bool:
 
 
 def namespace_pids(name: str) -> list[int]:
-    """PIDs of the processes whose network namespace is `name` (compared by device and inode)."""
+    """PIDs of the processes whose network namespace is `name` (compared by device and inode). SharedNamespace
+    when `name` is bound to this process's or init's namespace (``ip netns attach genie-x 1`` makes one): every
+    process of the machine would be "inside" it."""
     try:
         target = os.stat(netns_path(name))
     except FileNotFoundError:
         return []
+    if (target.st_dev, target.st_ino) in _own_namespaces():
+        raise SharedNamespace(f"namespace {name} is this machine's own network namespace, not one genie made: "
+                              f"genie leaves it alone (remove the name with `ip netns delete {name}`)")
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -17,7 +17,7 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +30,12 @@ from genie.testbed.emulators import EmulatorProcess, remove_emulator_files, stat
 from genie.testbed.environment import KERNEL, TestbedEnvironment
 from genie.testbed.layout import NETNS_PREFIX, check_testbed_name
 from genie.testbed.lifecycle import process_start_ticks, signals_deferred, signals_raise
+from genie.testbed.namespaces import SharedNamespace
 from genie.testbed.observed import EmulatorStatus, NamespaceStatus
 from genie.testbed.plan import build_plan
 from genie.testbed.shaping import default_link_model, needs_emulation
 from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, record_names, record_path,
-                                 save_record, state_dir)
+                                 run_lock, save_record, state_dir)
 from genie.testbed.steps import CreateNetns, PlanStep, Shaper, ShaperChoice
 
 _temporary_numbers = itertools.count()
@@ -67,6 +68,8 @@ class DownReport:
     testbeds: tuple[str, ...]  # testbeds torn down
     orphan_namespaces: tuple[str, ...] = ()  # genie-* namespaces without a state record, removed
     pids_ended: tuple[int, ...] = ()
+    in_use: tuple[str, ...] = ()  # testbeds left up: a run holds them, or the process that made them still runs
+    shared_namespaces: tuple[str, ...] = ()  # genie-* names bound to this machine's own namespace: left alone
 
 
 def require_net_admin(environment: TestbedEnvironment = KERNEL) -> None:
@@ -120,7 +123,8 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
     plan = build_plan(topology, name, netem_available=netem, shaper=resolved, source=source_text,
                       dilation=dilation, links=links)
     record = TestbedRecord(plan.info, plan.steps, applied_count=0, complete=False, shaper=resolved,
-                           owner_pid=os.getpid(), source=source_path, source_digest=_digest(source_path))
+                           owner_pid=os.getpid(), owner_start_ticks=process_start_ticks(os.getpid()),
+                           source=source_path, source_digest=_digest(source_path))
     busy = [ns for ns in record.namespaces if environment.netns_exists(ns)]
     if busy:
         raise GenieError(f"namespace {busy[0]} already exists (another testbed?); choose another --name or run "
@@ -142,12 +146,14 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
         save_record(current())
 
     created = False
+    leaked: list[tuple[PlanStep, Exception]] = []  # steps the rollback could not undo
     try:
         with signals_raise() as guard, environment.backend(name, on_started) as backend:
             with signals_deferred():
                 create_record(record)  # exclusive: loses cleanly against a concurrent `up` of the same name
                 created = True
-            apply_plan(backend, plan.steps, before_step=before_step, check_interrupt=guard.check)
+            apply_plan(backend, plan.steps, before_step=before_step, check_interrupt=guard.check,
+                       rollback_failures=leaked)
             try:
                 with signals_deferred():
                     progress["applied"] = len(plan.steps)
@@ -160,8 +166,12 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
         if created:
             with signals_deferred():
                 environment.end_emulators([EmulatorProcess(*e) for e in emulators])
-                delete_record(name)
-                remove_emulator_files(name)
+                left = tuple(s for s, _ in leaked if isinstance(s, CreateNetns) and environment.netns_exists(s.netns))
+                if left:  # kept, naming only what is left: `genie testbed down NAME` removes it
+                    save_record(dataclasses.replace(record, steps=left, applied_count=len(left), emulators=()))
+                else:
+                    delete_record(name)
+                    remove_emulator_files(name)
         raise
     return plan.info
 
@@ -205,7 +215,10 @@ def _outside_prefix(record: TestbedRecord) -> list[str]:
     named = {getattr(step, f.name) for step in record.steps for f in dataclasses.fields(step)
              if f.name.startswith("netns")}
     named |= {EmulatorProcess(*e).netns for e in record.emulators}
-    return sorted(str(n) for n in named if n is not None and not (isinstance(n, str) and n.startswith(prefix)))
+    outside = {n for n in named if n is not None and not (isinstance(n, str) and n.startswith(prefix))}
+    runs_in = {h.netns for h in record.info.hosts} | {e.netns for e in record.info.link_ends}  # None: the root's
+    outside |= {n for n in runs_in if not (isinstance(n, str) and n.startswith(prefix))}
+    return sorted(str(n) for n in outside)
 
 
 def _remove_prefixed(name: str, environment: TestbedEnvironment) -> tuple[list[int], list[str]]:
@@ -221,19 +234,28 @@ def _remove_prefixed(name: str, environment: TestbedEnvironment) -> tuple[list[i
     prefix = f"{NETNS_PREFIX}{name}-"
     mine = [ns for ns in environment.list_genie_namespaces() if ns.startswith(prefix) and ns not in claimed]
     pids: list[int] = []
+    removed = []
     for netns in mine:
-        pids += environment.end_processes(environment.namespace_pids(netns))
+        try:
+            pids += environment.end_processes(environment.namespace_pids(netns))
+        except SharedNamespace:
+            continue  # not genie's: neither its processes nor its name
         environment.remove_namespace(netns)
-    return pids, mine
+        removed.append(netns)
+    return pids, removed
 
 
-def down_all(*, environment: TestbedEnvironment = KERNEL) -> DownReport:
-    """Tear down every recorded testbed, then every ``genie-*`` namespace no remaining record claims (leftovers
-    of a killed run). Unreadable records are dropped once their namespaces are gone."""
+def down_all(*, force: bool = False, environment: TestbedEnvironment = KERNEL) -> DownReport:
+    """Tear down every recorded testbed, then every ``genie-*`` namespace no record claims (leftovers of a
+    killed run). A testbed a run holds (`run_lock`) or whose maker still runs (an `up` under way, the temporary
+    testbed of a live run) is left up and named in ``in_use``, unless `force`. Records are read again after the
+    namespaces are listed: an `up` records its testbed before its first namespace, so one running meanwhile
+    keeps what it made. Unreadable records are dropped once their namespaces are gone."""
     require_net_admin(environment)
     torn: list[str] = []
     pids: list[int] = []
     unreadable: list[str] = []
+    in_use: list[str] = []
     with signals_deferred():
         for name in record_names():
             try:
@@ -244,13 +266,32 @@ def down_all(*, environment: TestbedEnvironment = KERNEL) -> DownReport:
             if _outside_prefix(record):
                 unreadable.append(name)  # touch nothing it names: its genie-* namespaces go with the orphans
                 continue
-            pids += _teardown(record, environment)
-            delete_record(name)
+            with ExitStack() as held:
+                try:
+                    held.enter_context(run_lock(name))  # held through the teardown: no run starts on it meanwhile
+                    busy = _maker_running(record)
+                except InputError:
+                    busy = True
+                if busy and not force:
+                    in_use.append(name)
+                    continue
+                pids += _teardown(record, environment)
+                delete_record(name)
             torn.append(name)
-        orphans = environment.list_genie_namespaces()
-        for netns in orphans:
-            pids += environment.end_processes(environment.namespace_pids(netns))
+        listed = environment.list_genie_namespaces()
+        claimed = _claimed_namespaces(skip=set(unreadable))  # read after listing (see above)
+        orphans: list[str] = []
+        shared: list[str] = []
+        for netns in listed:
+            if netns in claimed:
+                continue
+            try:
+                pids += environment.end_processes(environment.namespace_pids(netns))
+            except SharedNamespace:
+                shared.append(netns)
+                continue
             environment.remove_namespace(netns)
+            orphans.append(netns)
         for name in unreadable:
             delete_record(name)
         recorded = set(record_names())
@@ -258,7 +299,31 @@ def down_all(*, environment: TestbedEnvironment = KERNEL) -> DownReport:
         for directory in sorted(leftovers.iterdir()) if leftovers.is_dir() else []:
             if directory.name not in recorded:
                 remove_emulator_files(directory.name)
-    return DownReport(tuple(torn), tuple(orphans), tuple(pids))
+    return DownReport(tuple(torn), tuple(orphans), tuple(pids), tuple(in_use), tuple(shared))
+
+
+def _claimed_namespaces(*, skip: set[str]) -> set[str]:
+    """The namespaces the readable records (other than those in `skip`) name."""
+    claimed: set[str] = set()
+    for name in record_names():
+        if name in skip:
+            continue
+        try:
+            claimed.update(load_record(name).namespaces)
+        except GenieError:
+            continue
+    return claimed
+
+
+def _maker_running(record: TestbedRecord) -> bool:
+    """Is the process that brought the testbed up still running (an `up` under way, or the run a temporary
+    testbed belongs to)? Its PID with the recorded start time, so a PID the kernel gave to another process since
+    does not count; a record without the start time (older genie): any process with the PID counts, the safe
+    side."""
+    if record.owner_pid == os.getpid():
+        return False
+    ticks = process_start_ticks(record.owner_pid)
+    return ticks is not None and (record.owner_start_ticks is None or ticks == record.owner_start_ticks)
 
 
 def status(name: str, *, environment: TestbedEnvironment = KERNEL) -> TestbedStatus:
@@ -327,6 +392,9 @@ def load_info(name: str) -> TestbedInfo:
     if not record.complete:
         raise GenieError(f"testbed {name!r} is not completely up (its `up` failed or is still running); "
                          f"run `genie testbed down {name}`")
+    if outside := _outside_prefix(record):  # ranks, cross-traffic and live changes would run there
+        raise InputError(f"testbed {name!r}: its state record names {outside[0]!r}, outside {NETNS_PREFIX}{name}-*",
+                         source=str(record_path(name)))
     return record.info
 
 

@@ -48,6 +48,7 @@ class TestbedRecord:
     source_digest: str | None = None  # sha256 of the topology file
     registered_pids: tuple[tuple[int, int | None], ...] = ()  # (pid, start ticks) of processes to end on down
     emulators: tuple[tuple[str, int, int | None], ...] = ()  # (netns, pid, start ticks) of link emulators
+    owner_start_ticks: int | None = None  # owner_pid's start time (None: not known - records before 2026-12-06)
 
     @property
     def name(self) -> str:
@@ -98,10 +99,14 @@ def load_record(name: str) -> TestbedRecord:
         raise InputError(f"unreadable testbed state: {exc}; `genie testbed down {name} --force` removes it",
                          source=str(path)) from None
     try:
-        return record_from_dict(data)
+        record = record_from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"unreadable testbed state: missing or bad field {exc}; `genie testbed down {name} "
                          "--force` removes it", source=str(path)) from None
+    if record.name != name or data.get("name") != name:  # a copied or renamed record: another testbed's
+        raise InputError(f"testbed state of {record.name!r}, not of {name!r}; `genie testbed down {name} --force` "
+                         "removes it", source=str(path))
+    return record
 
 
 def delete_record(name: str) -> None:
@@ -144,6 +149,7 @@ def record_to_dict(record: TestbedRecord, *, steps: bool = True) -> dict[str, An
         "source_digest": record.source_digest,
         "shaper": record.shaper.value,
         "owner_pid": record.owner_pid,
+        "owner_start_ticks": record.owner_start_ticks,
         "complete": record.complete,
         "applied_count": record.applied_count,
         "registered_pids": [list(p) for p in record.registered_pids],
@@ -165,6 +171,7 @@ def record_from_dict(data: dict[str, Any]) -> TestbedRecord:
         complete=bool(data["complete"]),
         shaper=Shaper(data["shaper"]),
         owner_pid=int(data["owner_pid"]),
+        owner_start_ticks=None if data.get("owner_start_ticks") is None else int(data["owner_start_ticks"]),
         source=data.get("source"),
         source_digest=data.get("source_digest"),
         registered_pids=tuple((int(p), None if s is None else int(s)) for p, s in data.get("registered_pids", [])),

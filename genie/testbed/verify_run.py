@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import select
 import subprocess
 import sys
 import time
@@ -78,8 +80,7 @@ class Probes:
         self.servers[(host, what)] = proc
         if self.on_started is not None:
             self.on_started(proc.pid)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # the server prints {"ready": true} once bound
+        line = _first_line(proc, host, SERVER_READY_S)  # the server prints {"ready": true} once bound
         if not line:
             _, err = proc.communicate(timeout=5)
             raise EnvironmentProblem(f"{host}: probe server failed: {(err.strip().splitlines() or ['?'])[-1]}")
@@ -101,6 +102,23 @@ class Probes:
             reason = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
             raise EnvironmentProblem(f"{host}: probe {args[0]} failed: {reason}")
         return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _first_line(proc: subprocess.Popen[str], host: str, timeout_s: float) -> str:
+    """The process's first line of output ("" if it ended first); EnvironmentProblem after `timeout_s` (a probe
+    server over ssh can hang before it binds: ssh's ConnectTimeout covers the connection only)."""
+    assert proc.stdout is not None
+    fd, data = proc.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout_s
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise EnvironmentProblem(f"{host}: the probe server was not ready within {timeout_s:g} s")
+        chunk = os.read(fd, 256)
+        if not chunk:
+            return ""
+        data += chunk
+    return data.decode(errors="replace")
 
 
 def flow_cpu_busy(flow: Mapping[str, object]) -> float | None:

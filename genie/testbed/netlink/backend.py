@@ -140,6 +140,7 @@ class NetlinkBackend:
 
     def _ipr(self, name: str) -> IPRoute:
         if name not in self._sockets:
+            _check_testbed_namespace(name)
             if not netns_exists(name):
                 raise FileNotFoundError(f"namespace {name} does not exist")
             self._sockets[name] = IPRoute(netns=name, flags=0)
@@ -402,8 +403,15 @@ def probe_netem() -> bool:
         remove_namespace(scratch)
 
 
+def _check_testbed_namespace(name: object) -> None:
+    """The live changes act inside a testbed namespace only: ``IPRoute(netns=None)`` is the root namespace."""
+    if not isinstance(name, str) or not name.startswith(NETNS_PREFIX):
+        raise EnvironmentProblem(f"refusing to change a link outside genie's namespaces: {name!r}")
+
+
 def set_link_state(name: str, ifname: str, up: bool) -> None:
     """Set interface `ifname` of testbed namespace `name` administratively up or down."""
+    _check_testbed_namespace(name)
     _configure_pyroute2()
     with signals_deferred(), IPRoute(netns=name, flags=0) as ipr:
         found = ipr.link_lookup(ifname=ifname)
@@ -415,8 +423,9 @@ def set_link_state(name: str, ifname: str, up: bool) -> None:
 def change_htb_class(step: AddHtb) -> None:
     """Change the HTB class 1:1 (and the ACK lane 1:2) on the step's interface in place to the step's rates
     (queued packets are kept)."""
-    _configure_pyroute2()
     name, ifname = step.netns, step.ifname
+    _check_testbed_namespace(name)
+    _configure_pyroute2()
     with signals_deferred(), IPRoute(netns=name, flags=0) as ipr:
         found = ipr.link_lookup(ifname=ifname)
         if not found:
