@@ -46,6 +46,19 @@ def test_a_mix_file_reads_every_field(tmp_path: Path) -> None:
         ("a", tmp_path / "a.json", PlacementPolicy.SPREAD, 2_000_000, 3)
     assert (b.name, b.placement) == ("job1", JobPlacement(PlacementPolicy.RANDOM, 7))
     assert c.placement.hosts == ("h0", "h1") and dict(c.generate)["dp"] == 2
+    inline = parse_job_mix("jobs:\n  - {trace: a.json, placement: 'random:5'}\n", source="m.yaml")
+    assert inline.jobs[0].placement == JobPlacement(PlacementPolicy.RANDOM, 5)
+
+
+def test_placements_random_needs_its_seed() -> None:
+    """`--placements random` is refused (a seed nobody chose places the jobs on hosts no one asked for);
+    random:SEED is the policy with that seed."""
+    from genie.services.mix import parse_placements
+
+    with pytest.raises(InputError) as info:
+        parse_placements(("packed,random",))
+    assert info.value.path == "placements" and "random needs a seed" in str(info.value)
+    assert parse_placements(("random:0",)) == (JobPlacement(PlacementPolicy.RANDOM, 0),)
 
 
 @pytest.mark.parametrize("text, path, words", [
@@ -59,6 +72,11 @@ def test_a_mix_file_reads_every_field(tmp_path: Path) -> None:
     ("jobs:\n  - {trace: a.json, colour: red}\n", "jobs[0].colour", "unknown key"),
     ("jobs: []\n", "jobs", "non-empty"),
     ("jobs:\n  - {trace: a.json, name: ../x}\n", "jobs[0].name", "letters"),
+    # random without a seed: an error naming the seed, not a silent seed 0 (session 34's walk-through)
+    ("jobs:\n  - {trace: a.json, placement: random}\n", "jobs[0].seed", "random needs a seed"),
+    ("jobs:\n  - {trace: a.json, placement: 'random:x'}\n", "jobs[0].placement", "not an integer"),
+    ("jobs:\n  - {trace: a.json, placement: 'random:3', seed: 4}\n", "jobs[0].placement", "once"),
+    ("jobs:\n  - {trace: a.json, placement: spread, seed: x}\n", "jobs[0].seed", "integer"),
 ])
 def test_a_bad_mix_file_names_the_job_and_field(text: str, path: str, words: str) -> None:
     with pytest.raises(InputError) as info:

@@ -48,16 +48,25 @@ class JobPlacement:
         return f"random:{self.seed}" if self.policy is PlacementPolicy.RANDOM else self.policy.value
 
     @classmethod
-    def parse(cls, text: str) -> "JobPlacement":
-        """``packed``, ``spread`` or ``random[:SEED]`` (ValueError otherwise)."""
-        name, _, seed = str(text).strip().partition(":")
+    def parse(cls, text: str, seed: int | None = None) -> "JobPlacement":
+        """``packed``, ``spread`` or ``random:SEED`` (or ``random`` with ``seed`` given apart, as a mix file's
+        ``seed:``); ValueError otherwise. ``random`` needs a seed: a draw nobody chose would place the job on
+        hosts that no one asked for, and the same seed places it on the same hosts."""
+        name, _, inline = str(text).strip().partition(":")
         policy = PlacementPolicy.parse(name)
-        if seed and policy is not PlacementPolicy.RANDOM:
+        if (inline or seed is not None) and policy is not PlacementPolicy.RANDOM:
             raise ValueError(f"only random takes a seed, not {text!r}")
-        try:
-            return cls(policy, int(seed) if seed else 0)
-        except ValueError:
-            raise ValueError(f"the seed of {text!r} is not an integer") from None
+        if inline and seed is not None:
+            raise ValueError(f"give the seed once: {text!r} and a seed {seed}")
+        if inline:
+            try:
+                seed = int(inline)
+            except ValueError:
+                raise ValueError(f"the seed of {text!r} is not an integer") from None
+        if policy is PlacementPolicy.RANDOM and seed is None:
+            raise ValueError("random needs a seed (random:SEED, or seed: N in a mix file): the same seed places "
+                             "the job on the same hosts")
+        return cls(policy, seed if seed is not None else 0)
 
 
 @dataclass(frozen=True)

@@ -92,18 +92,19 @@ def _placement(item: dict, fail) -> JobPlacement:
     text = item.get("placement", PlacementPolicy.PACKED.value)
     if not isinstance(text, str):
         raise fail(f"expected packed, spread or random, got {describe(text)}", "placement")
+    seed = item.get("seed")
+    if "seed" in item and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise fail(f"expected an integer, got {describe(seed)}", "seed")
     try:
-        placement = JobPlacement.parse(text)
+        policy = PlacementPolicy.parse(text.partition(":")[0])
     except ValueError as exc:
         raise fail(str(exc), "placement") from None
-    if "seed" in item:
-        seed = item["seed"]
-        if placement.policy is not PlacementPolicy.RANDOM:
-            raise fail("only placement random takes a seed", "seed")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise fail(f"expected an integer, got {describe(seed)}", "seed")
-        placement = JobPlacement(PlacementPolicy.RANDOM, seed)
-    return placement
+    try:
+        return JobPlacement.parse(text, seed)
+    except ValueError as exc:  # the seed's rules are JobPlacement's; the field named is the one to change
+        random, given = policy is PlacementPolicy.RANDOM, "seed" in item
+        missing = random and not given and ":" not in text
+        raise fail(str(exc), "seed" if missing or (given and not random) else "placement") from None
 
 
 def load_job_mix(path: str | Path) -> JobMix:
