@@ -50,6 +50,8 @@ def test_estimate_ranks_placements_of_a_mix(mix_dir: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     page = (mix_dir / "est" / "report.html").read_text()
     assert "Job mix" in page and "leaf0-&gt;spine0" in page
+    # every number with its unit (session 34): the per-job link columns are payload bytes, the per-job table ms
+    assert "<th>a_bytes</th>" in page and "<th>b_bytes</th>" in page and "<th>alone_ms</th>" in page
     assert (mix_dir / "est" / "plots" / "mix_slowdown.png").is_file()
 
 
