@@ -114,3 +114,41 @@ def test_replay_a_mix_without_the_alone_runs(mix_dir: Path) -> None:
     assert not (mix_dir / "run" / "jobs" / "a" / "alone").exists()
     mix = json.loads((mix_dir / "run" / "mix.json").read_text())
     assert mix["estimated_alone_ns"][0] >= 2_000_000  # job a's compute alone: the critical path on loopback
+
+
+def test_a_mix_replay_stopped_in_a_later_job_keeps_the_alone_runs_that_finished(mix_dir: Path) -> None:
+    """Ctrl-C while job b runs alone (session 34's walk-through on the oversubscribed leaf-spine): the run
+    directory keeps job a's alone replay, written as it finished and listed, and its manifest says
+    `interrupted` (until then every job's files were written only once the mix had run: all of it lost)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    save_trace(_ddp(4, 1_000, 120_000_000_000), mix_dir / "long.json", to=OutputFormat.JSON)  # 120 s alone
+    (mix_dir / "stop.yaml").write_text("jobs:\n  - {name: a, trace: a.json}\n  - {name: b, trace: long.json}\n")
+    out = mix_dir / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "genie.cli.main", "replay", "--jobs", "stop.yaml", "--loopback",
+                             "--out", str(out)], cwd=mix_dir, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("# job b alone"):  # printed once job a's alone run is over
+                break
+        else:
+            pytest.fail("the mix ended before job b ran alone")
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted", manifest["status"]
+    listed = {f["name"] for f in manifest["files"]}
+    for name in ("ops.csv", "ranks.csv", "replay.json"):
+        assert f"jobs/a/alone/{name}" in listed and (out / "jobs" / "a" / "alone" / name).is_file(), name
+    assert json.loads((out / "jobs" / "a" / "alone" / "replay.json").read_text())["meta"]["run"] == "alone"
+    assert not (out / "jobs" / "b").exists() and not (out / "mix.csv").exists()

@@ -200,6 +200,11 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
                 dilation=stage.dilation)
             sessions.append(_slot_paths(stage.target.info, alone_outcomes[j].flows,
                                         ALONE_LABEL + placed.names[j], placed.slots[j]))
+            # written as it finishes: a run stopped later (Ctrl-C in the next job or the mix) keeps it
+            meta = {"job": placed.names[j], "hosts": list(placed.hosts(j)), "target": stage.target.name,
+                    "mix": str(jobs_path), "run": "alone"}
+            for file_name, text in replay_files(alone_outcomes[j], meta)[1].items():
+                stage.run.write(f"jobs/{placed.names[j]}/alone/{file_name}", text)
         alone_ns = [median_iteration_ns(alone_outcomes[j]) for j in range(len(traces))]
     else:
         alone_ns = list(estimated_alone_ns or ())
@@ -227,9 +232,6 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
         for file_name, text in replay_files(mine, {**meta, "run": "together"})[1].items():
             stage.run.write(f"jobs/{name}/together/{file_name}", text)
         alone = alone_outcomes.get(j)
-        if alone is not None:
-            for file_name, text in replay_files(alone, {**meta, "run": "alone"})[1].items():
-                stage.run.write(f"jobs/{name}/alone/{file_name}", text)
         rows.append(JobComparison(name, placed.hosts(j), reps[j], mixed_iteration_ns(mine),
                                   len(mine.iterations), median_iteration_ns(alone) if alone else None,
                                   len(alone.iterations) if alone else 0))
