@@ -161,6 +161,20 @@ def test_mixed_repetitions_are_those_that_saw_every_job() -> None:
     assert mix.repetitions == (3, 1)
 
 
+def test_a_job_with_no_repetition_inside_the_mix_keeps_all_and_is_named() -> None:
+    # session 34's replay: job 1 (offset 2) ended at 38, job 0's repetition 0 began before job 1 did and its
+    # repetition 1 ended after job 1's end; the rule keeps all of job 0's, and says which job that is
+    from genie.core.jobmix import RepetitionTime as R
+    from genie.core.jobmix import jobs_outside_the_mix
+
+    times = (R(0, 0, 0, 18), R(0, 1, 18, 40), R(0, 2, 40, 50), R(0, 3, 50, 60), R(1, 0, 2, 20), R(1, 1, 20, 38))
+    chosen = mixed_repetitions(times, 2, (0, 2))
+    assert [t.repetition for t in chosen[0]] == [0, 1, 2, 3] and [t.repetition for t in chosen[1]] == [0, 1]
+    assert jobs_outside_the_mix(times, 2, (0, 2)) == (0,)
+    assert jobs_outside_the_mix(times, 2, (0, 0)) == ()  # without the offset repetition 0 saw the whole mix
+    assert jobs_outside_the_mix((), 2, ()) == ()
+
+
 def test_a_repetition_counts_from_the_configured_start_not_from_when_the_last_first_op_fired() -> None:
     # a replay's jobs start after one barrier, their first ops microseconds apart: with no offsets every job's
     # repetition 0 saw the whole mix, however the first ops' starts jitter (the fabric model, whose jobs start

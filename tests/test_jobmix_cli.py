@@ -152,3 +152,36 @@ def test_a_mix_replay_stopped_in_a_later_job_keeps_the_alone_runs_that_finished(
         assert f"jobs/a/alone/{name}" in listed and (out / "jobs" / "a" / "alone" / name).is_file(), name
     assert json.loads((out / "jobs" / "a" / "alone" / "replay.json").read_text())["meta"]["run"] == "alone"
     assert not (out / "jobs" / "b").exists() and not (out / "mix.csv").exists()
+
+
+def test_a_job_none_of_whose_repetitions_saw_the_whole_mix_is_named(mix_dir: Path) -> None:
+    """Job a's one repetition starts before job b's start offset (the mix begins at the last job's start), so
+    none of a's repetitions saw the whole mix and its together time is over all of them: the run says so on
+    stderr, in the manifest's warnings and in mix.json (session 34: on the oversubscribed leaf-spine a TP job's
+    "together" median came from 5 repetitions of which 3 ran after the DDP job had ended, 1036 ms where its
+    repetitions beside DDP took 1949-2298 ms - and nothing said so)."""
+    save_trace(_ddp(4, 1_000, 100_000_000), mix_dir / "slow.json", to=OutputFormat.JSON)
+    save_trace(_ddp(4, 1_000, 30_000_000), mix_dir / "fast.json", to=OutputFormat.JSON)
+    (mix_dir / "cut.yaml").write_text("jobs:\n  - {name: a, trace: slow.json}\n"
+                                      "  - {name: b, trace: fast.json, start_offset: 5ms}\n")
+    r = run_genie("replay", "--jobs", "cut.yaml", "--loopback", "--no-alone", "--out", "run", cwd=mix_dir)
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "WARNING" in line]
+    assert len(warned) == 1 and "job a: none of its repetitions" in warned[0], r.stderr
+    manifest = json.loads((mix_dir / "run" / "manifest.json").read_text())
+    assert [w for w in manifest["warnings"] if "job a:" in w] and not [w for w in manifest["warnings"] if "job b:" in w]
+    seen = {j["name"]: j["saw_the_whole_mix"] for j in json.loads((mix_dir / "run" / "mix.json").read_text())["jobs"]}
+    assert seen == {"a": False, "b": True}
+
+
+def test_the_estimate_names_a_job_none_of_whose_repetitions_saw_the_whole_mix(mix_dir: Path) -> None:
+    """The fabric model plays the same rule: job a's one repetition starts before job b's offset."""
+    save_trace(_ddp(4, 1_000, 100_000_000), mix_dir / "slow.json", to=OutputFormat.JSON)
+    save_trace(_ddp(4, 1_000, 30_000_000), mix_dir / "fast.json", to=OutputFormat.JSON)
+    (mix_dir / "cut.yaml").write_text("jobs:\n  - {name: a, trace: slow.json}\n"
+                                      "  - {name: b, trace: fast.json, start_offset: 5ms}\n")
+    r = run_genie("estimate", "--jobs", "cut.yaml", "--topology", str(OVERSUB), "--out", "est", cwd=mix_dir)
+    assert r.returncode == 0, r.stderr
+    assert "WARNING: job a: none of its repetitions" in r.stdout and "job b: none" not in r.stdout, r.stdout
+    notes = json.loads((mix_dir / "est" / "jobs_estimate.json").read_text())["placements"][0]["notes"]
+    assert [n for n in notes if "job a: none" in n]

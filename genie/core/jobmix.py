@@ -195,18 +195,31 @@ def mix_begin_ns(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple
     return min(first - offset for first, offset in firsts) + max(offsets, default=0)
 
 
+def _inside_the_mix(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...]
+                    ) -> dict[int, tuple[RepetitionTime, ...]]:
+    """Per job its repetitions that started at or after every job had started (:func:`mix_begin_ns`) and ended
+    before the first job finished (its last repetition); possibly none."""
+    lasts = [max((t.end_ns for t in times if t.job == j), default=0.0) for j in range(jobs)]
+    begin, end = mix_begin_ns(times, jobs, offsets_ns), min(lasts, default=0.0)
+    return {j: tuple(t for t in times if t.job == j and t.start_ns >= begin and t.end_ns <= end + 1e-6)
+            for j in range(jobs)}
+
+
 def mixed_repetitions(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...]
                       ) -> dict[int, tuple[RepetitionTime, ...]]:
     """Per job the repetitions that saw the whole mix: started at or after every job had started
     (:func:`mix_begin_ns`, by the jobs' configured ``offsets_ns``) and ended before the first job finished (its
-    last repetition); a job with none such keeps all of its repetitions. One rule for the replay
-    (genie.measure.mix) and the fabric estimate (astra_adapter.fabric.mix), each passing the mix's offsets
-    (:attr:`MixMap.offsets_ns`)."""
-    lasts = [max((t.end_ns for t in times if t.job == j), default=0.0) for j in range(jobs)]
-    begin, end = mix_begin_ns(times, jobs, offsets_ns), min(lasts, default=0.0)
-    out = {}
-    for j in range(jobs):
-        own = tuple(t for t in times if t.job == j)
-        inside = tuple(t for t in own if t.start_ns >= begin and t.end_ns <= end + 1e-6)
-        out[j] = inside or own
-    return out
+    last repetition); a job with none such keeps all of its repetitions (:func:`jobs_outside_the_mix` names
+    them). One rule for the replay (genie.measure.mix) and the fabric estimate (astra_adapter.fabric.mix), each
+    passing the mix's offsets (:attr:`MixMap.offsets_ns`)."""
+    inside = _inside_the_mix(times, jobs, offsets_ns)
+    return {j: inside[j] or tuple(t for t in times if t.job == j) for j in range(jobs)}
+
+
+def jobs_outside_the_mix(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...]
+                         ) -> tuple[int, ...]:
+    """The jobs none of whose repetitions saw the whole mix, so that :func:`mixed_repetitions` keeps all of
+    theirs - some of which ran beside fewer jobs, or after the others had finished (a job slowed by the mix
+    whose longest partner ran faster in it than alone, or whose first repetition a start offset cut)."""
+    inside = _inside_the_mix(times, jobs, offsets_ns)
+    return tuple(j for j in range(jobs) if not inside[j] and any(t.job == j for t in times))

@@ -134,6 +134,13 @@ def format_mix_table(rows) -> str:
     return "\n".join(lines)
 
 
+def outside_mix_warning(name: str, iterations: int) -> str:
+    """What a job none of whose repetitions saw the whole mix reports (genie.core.jobmix.jobs_outside_the_mix)."""
+    return (f"job {name}: none of its repetitions ran from the last job's start to the first job's end, so its "
+            f"together time is the median of all {iterations}, some beside fewer jobs or none (give the job that "
+            f"finished first more iterations, or the jobs no start offset)")
+
+
 def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None] = lambda _m: None
                            ) -> MixReplayResult:
     from genie.engine.program import build_programs
@@ -178,7 +185,7 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
     replay's every node on every merged rank, all repetitions, times from each timed iteration's start); the per-job
     ``genie.measure.mix.JobComparison`` rows. Shared by ``genie replay --jobs`` and ``genie experiment``."""
     from genie.engine.program import build_programs
-    from genie.measure.mix import (JobComparison, job_outcome, job_placements, median_iteration_ns,
+    from genie.measure.mix import (JobComparison, job_outcome, job_placements, jobs_outside_mix, median_iteration_ns,
                                    mixed_iteration_ns, mixed_placements)
     from genie.report.replay import ops_csv, replay_files
     from genie.services.replay import run_replay
@@ -235,10 +242,16 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
         rows.append(JobComparison(name, placed.hosts(j), reps[j], mixed_iteration_ns(mine),
                                   len(mine.iterations), median_iteration_ns(alone) if alone else None,
                                   len(alone.iterations) if alone else 0))
+    outside = jobs_outside_mix(outcome, mixmap, len(traces))
+    for j in outside:
+        message = outside_mix_warning(placed.names[j], rows[j].together_iterations)
+        stage.run.warn(message)
+        progress(f"WARNING: {message}")
     stage.run.write("mix.csv", mix_csv(rows))
     stage.run.write("mix.json", json.dumps({"jobs": [
         {"name": r.name, "hosts": list(r.hosts), "repetitions": r.repetitions, "alone_ns": r.alone_ns,
          "together_ns": r.together_ns, "slowdown_pct": r.slowdown_pct,
-         "alone_iterations": r.alone_iterations, "together_iterations": r.together_iterations}
-        for r in rows], "estimated_alone_ns": None if run_alone else alone_ns}, indent=2) + "\n")
+         "alone_iterations": r.alone_iterations, "together_iterations": r.together_iterations,
+         "saw_the_whole_mix": j not in outside}
+        for j, r in enumerate(rows)], "estimated_alone_ns": None if run_alone else alone_ns}, indent=2) + "\n")
     return tuple(rows)
