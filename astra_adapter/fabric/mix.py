@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from statistics import fmean, median
 
 from genie.core.flowpath import SessionPaths
-from genie.core.jobmix import MixMap, jobs_outside_the_mix, mixed_repetitions, repetition_times
+from genie.core.jobmix import (MixMap, jobs_outside_the_mix, mixed_repetitions, outside_the_mix_warning,
+                               repetition_times)
 from genie.core.topology import Topology
 from genie.core.trace import Trace
 from genie.workloads.mix import merge_jobs, repetition_counts
@@ -190,9 +191,7 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
         ecmp = "ECMP as the replay's sessions took it"
     notes = (f"fabric model on {topology.name} ({ecmp}); repetitions per job "
              + ", ".join(f"{n} x{r}" for n, r in zip(names, reps)),)
-    notes += tuple(f"WARNING: job {names[j]}: none of its repetitions ran from the last job's start to the first "
-                   f"job's end, so its mixed time is the median of all {reps[j]}, some beside fewer jobs or none"
-                   for j in outside)
+    notes += tuple(f"WARNING: {outside_the_mix_warning(names[j], reps[j], 'mixed')}" for j in outside)
     return MixEstimate(placement, estimates, link_shares(merged, mix, network, params, jobs), notes)
 
 

@@ -223,3 +223,11 @@ def jobs_outside_the_mix(times: tuple[RepetitionTime, ...], jobs: int, offsets_n
     whose longest partner ran faster in it than alone, or whose first repetition a start offset cut)."""
     inside = _inside_the_mix(times, jobs, offsets_ns)
     return tuple(j for j in range(jobs) if not inside[j] and any(t.job == j for t in times))
+
+
+def outside_the_mix_warning(name: str, repetitions: int, what: str) -> str:
+    """What the replay and the estimate say of a job :func:`jobs_outside_the_mix` names (``what``: the time it
+    reports, "together" or "mixed")."""
+    return (f"job {name}: none of its repetitions ran from the last job's start to the first job's end, so its "
+            f"{what} time is the median of all {repetitions}, some beside fewer jobs or none (give the job that "
+            f"finished first more iterations, or the jobs no start offset)")

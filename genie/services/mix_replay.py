@@ -134,13 +134,6 @@ def format_mix_table(rows) -> str:
     return "\n".join(lines)
 
 
-def outside_mix_warning(name: str, iterations: int) -> str:
-    """What a job none of whose repetitions saw the whole mix reports (genie.core.jobmix.jobs_outside_the_mix)."""
-    return (f"job {name}: none of its repetitions ran from the last job's start to the first job's end, so its "
-            f"together time is the median of all {iterations}, some beside fewer jobs or none (give the job that "
-            f"finished first more iterations, or the jobs no start offset)")
-
-
 def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None] = lambda _m: None
                            ) -> MixReplayResult:
     from genie.engine.program import build_programs
@@ -184,6 +177,7 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
     ``jobs/<name>/{alone,together}/``, ``jobs_paths.json``, ``jobs_links.csv``, and ``mix_ops.csv``: the merged
     replay's every node on every merged rank, all repetitions, times from each timed iteration's start); the per-job
     ``genie.measure.mix.JobComparison`` rows. Shared by ``genie replay --jobs`` and ``genie experiment``."""
+    from genie.core.jobmix import outside_the_mix_warning
     from genie.engine.program import build_programs
     from genie.measure.mix import (JobComparison, job_outcome, job_placements, jobs_outside_mix, median_iteration_ns,
                                    mixed_iteration_ns, mixed_placements)
@@ -244,7 +238,7 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
                                   len(alone.iterations) if alone else 0))
     outside = jobs_outside_mix(outcome, mixmap, len(traces))
     for j in outside:
-        message = outside_mix_warning(placed.names[j], rows[j].together_iterations)
+        message = outside_the_mix_warning(placed.names[j], rows[j].together_iterations, "together")
         stage.run.warn(message)
         progress(f"WARNING: {message}")
     stage.run.write("mix.csv", mix_csv(rows))
