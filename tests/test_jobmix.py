@@ -443,3 +443,18 @@ def test_ranking_names_the_shared_links_or_says_none():
     lines = format_ranking([apart, together]).splitlines()
     assert lines[2].endswith("  none")
     assert lines[3].endswith("8: " + ", ".join(f"leaf{k}->spine0" for k in range(6)) + " ...")
+
+
+@pytest.mark.parametrize("options, path, words", [
+    ("{model: gpt3-125m, colour: red}", "jobs[0].generate.colour", "unknown option (expected one of model,"),
+    ("{model: gpt3-125m, layers: two}", "jobs[0].generate.layers", "expected an integer, got 'two'"),
+    ("{model: nosuch}", "jobs[0].generate.model", "unknown model 'nosuch'"),
+])
+def test_a_bad_generate_option_is_named_as_the_file_spells_it(options: str, path: str, words: str) -> None:
+    # session 34: these were `jobs[0].generate: GeneratorOptions.__init__() got an unexpected keyword argument
+    # 'colour'` and `... '<' not supported between instances of 'str' and 'int'`
+    mix = parse_job_mix(f"jobs:\n  - {{generate: {options}}}\n", source="m.yaml")
+    with pytest.raises(InputError) as info:
+        load_job_traces(mix)
+    assert info.value.path == path and info.value.source == "m.yaml" and words in str(info.value), str(info.value)
+    assert "GeneratorOptions" not in str(info.value) and "instances of" not in str(info.value)

@@ -129,6 +129,8 @@ def load_job_traces(mix: JobMix) -> tuple[Trace, ...]:
             else:
                 trace = generate_from_options(GeneratorOptions.parse(dict(job.generate)))
         except InputError as exc:
+            if job.trace_path is None and exc.path:  # a `genie trace gen` option: jobs[j].generate.<option>
+                raise InputError(exc.detail, source=mix.source, path=f"{where}.{exc.path}") from None
             what = f"{exc.source}: " if exc.source and exc.source != mix.source else ""
             inner = f"{exc.path}: " if exc.path else ""
             raise InputError(f"{what}{inner}{exc.detail}", source=mix.source, path=where) from None
