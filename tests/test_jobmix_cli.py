@@ -207,3 +207,16 @@ def test_a_mix_estimate_s_manifest_covers_the_play_and_names_the_topology(mix_di
     assert manifest["duration_s"] >= 0.3 and manifest["status"] == "complete"
     assert manifest["topology"]["name"] == "leaf-spine-2x4-oversub" and manifest["topology"]["hosts"] == 8
     assert manifest["params"]["placements"] == ["as placed"]
+
+
+def test_a_mix_replay_without_a_target_asks_for_one(mix_dir: Path) -> None:
+    """No --topology, --testbed or --loopback: the one-line error every replay gives, before the jobs are placed
+    (it was `topology loopback has no host 'h0'` for a mix with explicit hosts, and the target's error named
+    --replay-run, an estimate flag, for the others)."""
+    (mix_dir / "hosts.yaml").write_text("jobs:\n  - {trace: a.json, hosts: [h0, h1, h2, h3]}\n")
+    for mix in ("hosts.yaml", "mix.yaml"):
+        r = run_genie("replay", "--jobs", mix, "--out", "run", cwd=mix_dir)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "give exactly one of --topology FILE, --testbed NAME, --loopback" in r.stderr, r.stderr
+        assert "loopback has no host" not in r.stderr and "--replay-run" not in r.stderr
+        assert not (mix_dir / "run").exists()

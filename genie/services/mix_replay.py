@@ -147,6 +147,9 @@ def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None
     if opts.faults or opts.faults_file is not None:
         raise InputError("faults are not injected into a job mix (replay a job alone to study one)",
                          path="faults")
+    if opts.inventory is None:  # the target's hosts place the jobs: none given is not loopback's
+        from genie.services.target import check_one_target
+        check_one_target(opts.topology, opts.testbed, opts.loopback, command="replay")
     mix, traces = read_mix(cmd.jobs)
     total = sum(t.num_ranks for t in traces)
     placed = place_mix(mix, traces, _target_topology(opts, total))
