@@ -1,5 +1,6 @@
 """`genie experiment` with a job mix as its workload (issue #34 item 1): the spec, the per-job comparison, and
-the whole path on loopback (no root; tests/test_experiment_mix_root.py runs it on a testbed)."""
+the whole path on loopback (no root; tests/test_experiment_root.py::test_a_job_mix_experiment_runs_on_a_testbed
+runs it on a testbed)."""
 
 from __future__ import annotations
 

@@ -46,6 +46,19 @@ def test_a_mix_file_reads_every_field(tmp_path: Path) -> None:
         ("a", tmp_path / "a.json", PlacementPolicy.SPREAD, 2_000_000, 3)
     assert (b.name, b.placement) == ("job1", JobPlacement(PlacementPolicy.RANDOM, 7))
     assert c.placement.hosts == ("h0", "h1") and dict(c.generate)["dp"] == 2
+    inline = parse_job_mix("jobs:\n  - {trace: a.json, placement: 'random:5'}\n", source="m.yaml")
+    assert inline.jobs[0].placement == JobPlacement(PlacementPolicy.RANDOM, 5)
+
+
+def test_placements_random_needs_its_seed() -> None:
+    """`--placements random` is refused (a seed nobody chose places the jobs on hosts no one asked for);
+    random:SEED is the policy with that seed."""
+    from genie.services.mix import parse_placements
+
+    with pytest.raises(InputError) as info:
+        parse_placements(("packed,random",))
+    assert info.value.path == "placements" and "random needs a seed" in str(info.value)
+    assert parse_placements(("random:0",)) == (JobPlacement(PlacementPolicy.RANDOM, 0),)
 
 
 @pytest.mark.parametrize("text, path, words", [
@@ -59,6 +72,11 @@ def test_a_mix_file_reads_every_field(tmp_path: Path) -> None:
     ("jobs:\n  - {trace: a.json, colour: red}\n", "jobs[0].colour", "unknown key"),
     ("jobs: []\n", "jobs", "non-empty"),
     ("jobs:\n  - {trace: a.json, name: ../x}\n", "jobs[0].name", "letters"),
+    # random without a seed: an error naming the seed, not a silent seed 0 (session 34's walk-through)
+    ("jobs:\n  - {trace: a.json, placement: random}\n", "jobs[0].seed", "random needs a seed"),
+    ("jobs:\n  - {trace: a.json, placement: 'random:x'}\n", "jobs[0].placement", "not an integer"),
+    ("jobs:\n  - {trace: a.json, placement: 'random:3', seed: 4}\n", "jobs[0].placement", "once"),
+    ("jobs:\n  - {trace: a.json, placement: spread, seed: x}\n", "jobs[0].seed", "integer"),
 ])
 def test_a_bad_mix_file_names_the_job_and_field(text: str, path: str, words: str) -> None:
     with pytest.raises(InputError) as info:
@@ -141,6 +159,20 @@ def test_mixed_repetitions_are_those_that_saw_every_job() -> None:
     chosen = mixed_repetitions(times, 2, mix.offsets_ns)  # job 1 starts 5 after job 0, as configured
     assert [t.repetition for t in chosen[0]] == [1] and [t.repetition for t in chosen[1]] == [0]
     assert mix.repetitions == (3, 1)
+
+
+def test_a_job_with_no_repetition_inside_the_mix_keeps_all_and_is_named() -> None:
+    # session 34's replay: job 1 (offset 2) ended at 38, job 0's repetition 0 began before job 1 did and its
+    # repetition 1 ended after job 1's end; the rule keeps all of job 0's, and says which job that is
+    from genie.core.jobmix import RepetitionTime as R
+    from genie.core.jobmix import jobs_outside_the_mix
+
+    times = (R(0, 0, 0, 18), R(0, 1, 18, 40), R(0, 2, 40, 50), R(0, 3, 50, 60), R(1, 0, 2, 20), R(1, 1, 20, 38))
+    chosen = mixed_repetitions(times, 2, (0, 2))
+    assert [t.repetition for t in chosen[0]] == [0, 1, 2, 3] and [t.repetition for t in chosen[1]] == [0, 1]
+    assert jobs_outside_the_mix(times, 2, (0, 2)) == (0,)
+    assert jobs_outside_the_mix(times, 2, (0, 0)) == ()  # without the offset repetition 0 saw the whole mix
+    assert jobs_outside_the_mix((), 2, ()) == ()
 
 
 def test_a_repetition_counts_from_the_configured_start_not_from_when_the_last_first_op_fired() -> None:
@@ -411,3 +443,18 @@ def test_ranking_names_the_shared_links_or_says_none():
     lines = format_ranking([apart, together]).splitlines()
     assert lines[2].endswith("  none")
     assert lines[3].endswith("8: " + ", ".join(f"leaf{k}->spine0" for k in range(6)) + " ...")
+
+
+@pytest.mark.parametrize("options, path, words", [
+    ("{model: gpt3-125m, colour: red}", "jobs[0].generate.colour", "unknown option (expected one of model,"),
+    ("{model: gpt3-125m, layers: two}", "jobs[0].generate.layers", "expected an integer, got 'two'"),
+    ("{model: nosuch}", "jobs[0].generate.model", "unknown model 'nosuch'"),
+])
+def test_a_bad_generate_option_is_named_as_the_file_spells_it(options: str, path: str, words: str) -> None:
+    # session 34: these were `jobs[0].generate: GeneratorOptions.__init__() got an unexpected keyword argument
+    # 'colour'` and `... '<' not supported between instances of 'str' and 'int'`
+    mix = parse_job_mix(f"jobs:\n  - {{generate: {options}}}\n", source="m.yaml")
+    with pytest.raises(InputError) as info:
+        load_job_traces(mix)
+    assert info.value.path == path and info.value.source == "m.yaml" and words in str(info.value), str(info.value)
+    assert "GeneratorOptions" not in str(info.value) and "instances of" not in str(info.value)

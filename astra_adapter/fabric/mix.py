@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from statistics import fmean, median
 
 from genie.core.flowpath import SessionPaths
-from genie.core.jobmix import MixMap, mixed_repetitions, repetition_times
+from genie.core.jobmix import (MixMap, jobs_outside_the_mix, mixed_repetitions, outside_the_mix_warning,
+                               repetition_times)
 from genie.core.topology import Topology
 from genie.core.trace import Trace
 from genie.workloads.mix import merge_jobs, repetition_counts
@@ -178,8 +179,10 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
         alone.append(_rep_medians(solo_map, timelines, 1, mixed=False)[0][0])
     reps = repetitions or repetition_counts(alone, offsets_ns, iterations)
     merged, mix = merge_jobs(list(traces), list(names), list(slots), list(reps), list(offsets_ns), world=world)
-    mixed = _rep_medians(mix, play_draws(merged, networks(mixed_paths), params, workers=workers), jobs,
-                         mixed=True)
+    timelines = play_draws(merged, networks(mixed_paths), params, workers=workers)
+    mixed = _rep_medians(mix, timelines, jobs, mixed=True)
+    outside = sorted({j for timeline in timelines
+                      for j in jobs_outside_the_mix(repetition_times(mix, timeline.spans), jobs, mix.offsets_ns)})
     rank_hosts = topology.rank_hosts()
     estimates = tuple(JobEstimate(names[j], slots[j], reps[j], alone[j], mixed[j][0], mixed[j][1],
                                   tuple(rank_hosts[s] for s in slots[j])) for j in range(jobs))
@@ -188,6 +191,7 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
         ecmp = "ECMP as the replay's sessions took it"
     notes = (f"fabric model on {topology.name} ({ecmp}); repetitions per job "
              + ", ".join(f"{n} x{r}" for n, r in zip(names, reps)),)
+    notes += tuple(f"WARNING: {outside_the_mix_warning(names[j], reps[j], 'mixed')}" for j in outside)
     return MixEstimate(placement, estimates, link_shares(merged, mix, network, params, jobs), notes)
 
 

@@ -54,7 +54,7 @@ def replay_mix(trace: Optional[Path], jobs: Path, run, *, iterations: int, warmu
         raise InputError("give a TRACE or --jobs FILE, not both")
     command = MixReplayCommand(jobs, ReplayRequest(iterations=iterations, warmup=warmup, timeout_s=timeout), run,
                                alone=alone)
-    with flag_names({**RUN_FLAGS, **MIX_ESTIMATE_FLAGS, "iterations": "--iterations", "warmup": "--warmup"}):
+    with flag_names({**RUN_FLAGS, "jobs": "--jobs", "iterations": "--iterations", "warmup": "--warmup"}):
         result = run_mix_replay_command(command, lambda message: typer.echo(f"# {message}", err=True))
     if as_json:
         typer.echo(json.dumps({"run_dir": str(result.run_dir), "status": result.status.value,

@@ -48,16 +48,25 @@ class JobPlacement:
         return f"random:{self.seed}" if self.policy is PlacementPolicy.RANDOM else self.policy.value
 
     @classmethod
-    def parse(cls, text: str) -> "JobPlacement":
-        """``packed``, ``spread`` or ``random[:SEED]`` (ValueError otherwise)."""
-        name, _, seed = str(text).strip().partition(":")
+    def parse(cls, text: str, seed: int | None = None) -> "JobPlacement":
+        """``packed``, ``spread`` or ``random:SEED`` (or ``random`` with ``seed`` given apart, as a mix file's
+        ``seed:``); ValueError otherwise. ``random`` needs a seed: a draw nobody chose would place the job on
+        hosts that no one asked for, and the same seed places it on the same hosts."""
+        name, _, inline = str(text).strip().partition(":")
         policy = PlacementPolicy.parse(name)
-        if seed and policy is not PlacementPolicy.RANDOM:
+        if (inline or seed is not None) and policy is not PlacementPolicy.RANDOM:
             raise ValueError(f"only random takes a seed, not {text!r}")
-        try:
-            return cls(policy, int(seed) if seed else 0)
-        except ValueError:
-            raise ValueError(f"the seed of {text!r} is not an integer") from None
+        if inline and seed is not None:
+            raise ValueError(f"give the seed once: {text!r} and a seed {seed}")
+        if inline:
+            try:
+                seed = int(inline)
+            except ValueError:
+                raise ValueError(f"the seed of {text!r} is not an integer") from None
+        if policy is PlacementPolicy.RANDOM and seed is None:
+            raise ValueError("random needs a seed (random:SEED, or seed: N in a mix file): the same seed places "
+                             "the job on the same hosts")
+        return cls(policy, seed if seed is not None else 0)
 
 
 @dataclass(frozen=True)
@@ -186,18 +195,39 @@ def mix_begin_ns(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple
     return min(first - offset for first, offset in firsts) + max(offsets, default=0)
 
 
+def _inside_the_mix(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...]
+                    ) -> dict[int, tuple[RepetitionTime, ...]]:
+    """Per job its repetitions that started at or after every job had started (:func:`mix_begin_ns`) and ended
+    before the first job finished (its last repetition); possibly none."""
+    lasts = [max((t.end_ns for t in times if t.job == j), default=0.0) for j in range(jobs)]
+    begin, end = mix_begin_ns(times, jobs, offsets_ns), min(lasts, default=0.0)
+    return {j: tuple(t for t in times if t.job == j and t.start_ns >= begin and t.end_ns <= end + 1e-6)
+            for j in range(jobs)}
+
+
 def mixed_repetitions(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...]
                       ) -> dict[int, tuple[RepetitionTime, ...]]:
     """Per job the repetitions that saw the whole mix: started at or after every job had started
     (:func:`mix_begin_ns`, by the jobs' configured ``offsets_ns``) and ended before the first job finished (its
-    last repetition); a job with none such keeps all of its repetitions. One rule for the replay
-    (genie.measure.mix) and the fabric estimate (astra_adapter.fabric.mix), each passing the mix's offsets
-    (:attr:`MixMap.offsets_ns`)."""
-    lasts = [max((t.end_ns for t in times if t.job == j), default=0.0) for j in range(jobs)]
-    begin, end = mix_begin_ns(times, jobs, offsets_ns), min(lasts, default=0.0)
-    out = {}
-    for j in range(jobs):
-        own = tuple(t for t in times if t.job == j)
-        inside = tuple(t for t in own if t.start_ns >= begin and t.end_ns <= end + 1e-6)
-        out[j] = inside or own
-    return out
+    last repetition); a job with none such keeps all of its repetitions (:func:`jobs_outside_the_mix` names
+    them). One rule for the replay (genie.measure.mix) and the fabric estimate (astra_adapter.fabric.mix), each
+    passing the mix's offsets (:attr:`MixMap.offsets_ns`)."""
+    inside = _inside_the_mix(times, jobs, offsets_ns)
+    return {j: inside[j] or tuple(t for t in times if t.job == j) for j in range(jobs)}
+
+
+def jobs_outside_the_mix(times: tuple[RepetitionTime, ...], jobs: int, offsets_ns: tuple[int, ...]
+                         ) -> tuple[int, ...]:
+    """The jobs none of whose repetitions saw the whole mix, so that :func:`mixed_repetitions` keeps all of
+    theirs - some of which ran beside fewer jobs, or after the others had finished (a job slowed by the mix
+    whose longest partner ran faster in it than alone, or whose first repetition a start offset cut)."""
+    inside = _inside_the_mix(times, jobs, offsets_ns)
+    return tuple(j for j in range(jobs) if not inside[j] and any(t.job == j for t in times))
+
+
+def outside_the_mix_warning(name: str, repetitions: int, what: str) -> str:
+    """What the replay and the estimate say of a job :func:`jobs_outside_the_mix` names (``what``: the time it
+    reports, "together" or "mixed")."""
+    return (f"job {name}: none of its repetitions ran from the last job's start to the first job's end, so its "
+            f"{what} time is the median of all {repetitions}, some beside fewer jobs or none (give the job that "
+            f"finished first more iterations, or the jobs no start offset)")

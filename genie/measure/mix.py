@@ -7,22 +7,36 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from statistics import median
 
-from genie.core.jobmix import MixMap, RepetitionTime, longest_rank_span_ns, mixed_repetitions, repetition_times
+from genie.core.jobmix import (MixMap, RepetitionTime, jobs_outside_the_mix, longest_rank_span_ns, mixed_repetitions,
+                               repetition_times)
 from genie.core.placement import RankPlacement
 from genie.core.program import RankProgram
 from genie.core.records import IterationRecords, RankRecords, ReplayOutcome
 
 
-def repetitions_seen(outcome: ReplayOutcome, mix: MixMap, jobs: int
-                     ) -> list[dict[int, tuple[RepetitionTime, ...]]]:
-    """Per timed iteration of the merged replay, each job's repetitions that saw the whole mix."""
+def _iteration_times(outcome: ReplayOutcome, mix: MixMap) -> list[tuple[RepetitionTime, ...]]:
+    """Per timed iteration of the merged replay, every job's repetition times."""
     out = []
     for it in outcome.iterations:
         spans: list[tuple] = [() for _ in mix.ranks]
         for rr in it.ranks:
             spans[rr.rank] = rr.records
-        out.append(mixed_repetitions(repetition_times(mix, spans), jobs, mix.offsets_ns))
+        out.append(repetition_times(mix, spans))
     return out
+
+
+def repetitions_seen(outcome: ReplayOutcome, mix: MixMap, jobs: int
+                     ) -> list[dict[int, tuple[RepetitionTime, ...]]]:
+    """Per timed iteration of the merged replay, each job's repetitions that saw the whole mix."""
+    return [mixed_repetitions(times, jobs, mix.offsets_ns) for times in _iteration_times(outcome, mix)]
+
+
+def jobs_outside_mix(outcome: ReplayOutcome, mix: MixMap, jobs: int) -> tuple[int, ...]:
+    """The jobs that in some timed iteration of the merged replay had no repetition that saw the whole mix
+    (:func:`genie.core.jobmix.jobs_outside_the_mix`): their iterations "together" are all of theirs."""
+    found = {j for times in _iteration_times(outcome, mix)
+             for j in jobs_outside_the_mix(times, jobs, mix.offsets_ns)}
+    return tuple(sorted(found))
 
 
 def job_outcome(outcome: ReplayOutcome, mix: MixMap, job: int, programs: tuple[RankProgram, ...],

@@ -35,8 +35,9 @@ def slowdown_bars(frame: pd.DataFrame) -> bytes | None:
 
 
 def mix_links_table(links: pd.DataFrame) -> pd.DataFrame:
-    """One row per link direction (and placement), one column per job; the directions crossed by more than one
-    job (where the jobs meet) first."""
+    """One row per link direction (and placement), one column per job named with its unit (``<job>_bytes``: the
+    payload bytes the job's flows put on the direction), ``jobs`` the number of jobs crossing it; the directions
+    crossed by more than one job (where the jobs meet) first."""
     value = next((c for c in ("payload_bytes", "connections") if c in links), None)
     if value is None or "job" not in links or "link" not in links:
         return links
@@ -45,6 +46,8 @@ def mix_links_table(links: pd.DataFrame) -> pd.DataFrame:
                           value: _numeric(links, value).fillna(0.0).astype(float)})
     table = frame.pivot_table(index=index, columns="job", values=value, aggfunc="sum").fillna(0.0)
     jobs = (table > 0).sum(axis=1)
+    unit = "bytes" if value == "payload_bytes" else value
+    table = table.rename(columns={job: f"{job}_{unit}" for job in table.columns})
     table = table.assign(jobs=jobs).reset_index()
     table.columns = [str(c) for c in table.columns]
     return table.sort_values(["jobs", *index], ascending=[False, *([True] * len(index))]).reset_index(drop=True)
@@ -63,7 +66,7 @@ def mix_section(run: Any) -> Section:
     tables: tuple = (("per job", shown),)
     links = getattr(run, "mix_links", None)
     if links is not None and not links.empty:
-        tables += (("traffic per link direction and job (jobs > 1: where they meet)", mix_links_table(links)),)
+        tables += (("payload bytes per link direction and job (jobs > 1: where they meet)", mix_links_table(links)),)
     return Section("Job mix", lines=("each job's iteration beside the other jobs and alone on the same hosts "
                                      "(docs/jobs.md)",),
                    plots=(PagePlot("mix_slowdown.png", "slowdown per job", slowdown_bars(frame)),), tables=tables)

@@ -145,7 +145,7 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
     from astra_adapter.fabric.calibration_io import load_fabric_params
     from astra_adapter.fabric.flows import FabricParams
     from astra_adapter.fabric.mix import estimate_mixes, rank_placements
-    from genie.report.manifest import RunRecorder, input_digest
+    from genie.report.manifest import RunRecorder, input_digest, topology_summary
     from genie.topology import load_topology_file
 
     if request.topology is None:
@@ -176,24 +176,24 @@ def run_mix_estimate(request: MixEstimateRequest) -> MixEstimateResult:
         from dataclasses import replace
         params = replace(params, htb_credit=True)
         notes = (*notes, "HTB's after-idle credit on the links shaped below 10 Gbit/s")
-    estimates = []
     calls = [((list(p.traces), p.names, p.slots, p.offsets_ns, p.iterations, topology, params),
               {"placement": p.placement, "source": str(request.topology), "standing_queues": request.standing_queues,
                **traced}) for p in placed]
-    for est in estimate_mixes(calls):  # several placements at once where there are CPUs for them
-        estimates.append(type(est)(est.placement, est.jobs, est.links, est.notes + notes))
-    ranked = len(estimates) > 1
-    if ranked:
-        estimates = rank_placements(estimates)
     inputs = (input_digest(request.jobs, "jobs"), input_digest(request.topology, "topology"),
               *(input_digest(m, "measurements") for m in request.measurements),
               *(input_digest(j.trace_path, "trace") for j in mix.jobs
                 if j.trace_path is not None and j.trace_path.is_file()))
-    params_doc = {"placements": [e.placement for e in estimates],
-                  "calibration": str(request.calibration) if request.calibration else None,
-                  "standing_queues": request.standing_queues, "htb_credit": htb_credit}
-    with RunRecorder("estimate", name="estimate-jobs", out=request.out, inputs=inputs,
-                     params=params_doc) as run:
+    # the run's record opens before the play, so its duration is the estimate's (the 256-host what-if: a minute)
+    with RunRecorder("estimate", name="estimate-jobs", out=request.out, inputs=inputs) as run:
+        run.describe(topology=topology_summary(topology))
+        estimates = [type(est)(est.placement, est.jobs, est.links, est.notes + notes)
+                     for est in estimate_mixes(calls)]  # several placements at once where there are CPUs for them
+        ranked = len(estimates) > 1
+        if ranked:
+            estimates = rank_placements(estimates)
+        run.describe(params={"placements": [e.placement for e in estimates],
+                             "calibration": str(request.calibration) if request.calibration else None,
+                             "standing_queues": request.standing_queues, "htb_credit": htb_credit})
         run.write("jobs_estimate.csv", estimates_csv(estimates))
         run.write("jobs_links.csv", links_csv([(e.placement, [j.name for j in e.jobs], e.links)
                                                for e in estimates]))

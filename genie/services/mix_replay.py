@@ -147,6 +147,9 @@ def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None
     if opts.faults or opts.faults_file is not None:
         raise InputError("faults are not injected into a job mix (replay a job alone to study one)",
                          path="faults")
+    if opts.inventory is None:  # the target's hosts place the jobs: none given is not loopback's
+        from genie.services.target import check_one_target
+        check_one_target(opts.topology, opts.testbed, opts.loopback, command="replay")
     mix, traces = read_mix(cmd.jobs)
     total = sum(t.num_ranks for t in traces)
     placed = place_mix(mix, traces, _target_topology(opts, total))
@@ -177,8 +180,9 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
     ``jobs/<name>/{alone,together}/``, ``jobs_paths.json``, ``jobs_links.csv``, and ``mix_ops.csv``: the merged
     replay's every node on every merged rank, all repetitions, times from each timed iteration's start); the per-job
     ``genie.measure.mix.JobComparison`` rows. Shared by ``genie replay --jobs`` and ``genie experiment``."""
+    from genie.core.jobmix import outside_the_mix_warning
     from genie.engine.program import build_programs
-    from genie.measure.mix import (JobComparison, job_outcome, job_placements, median_iteration_ns,
+    from genie.measure.mix import (JobComparison, job_outcome, job_placements, jobs_outside_mix, median_iteration_ns,
                                    mixed_iteration_ns, mixed_placements)
     from genie.report.replay import ops_csv, replay_files
     from genie.services.replay import run_replay
@@ -200,6 +204,11 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
                 dilation=stage.dilation)
             sessions.append(_slot_paths(stage.target.info, alone_outcomes[j].flows,
                                         ALONE_LABEL + placed.names[j], placed.slots[j]))
+            # written as it finishes: a run stopped later (Ctrl-C in the next job or the mix) keeps it
+            meta = {"job": placed.names[j], "hosts": list(placed.hosts(j)), "target": stage.target.name,
+                    "mix": str(jobs_path), "run": "alone"}
+            for file_name, text in replay_files(alone_outcomes[j], meta)[1].items():
+                stage.run.write(f"jobs/{placed.names[j]}/alone/{file_name}", text)
         alone_ns = [median_iteration_ns(alone_outcomes[j]) for j in range(len(traces))]
     else:
         alone_ns = list(estimated_alone_ns or ())
@@ -227,16 +236,19 @@ def replay_mix_on(stage, placed, request: ReplayRequest, *, alone: bool, jobs_pa
         for file_name, text in replay_files(mine, {**meta, "run": "together"})[1].items():
             stage.run.write(f"jobs/{name}/together/{file_name}", text)
         alone = alone_outcomes.get(j)
-        if alone is not None:
-            for file_name, text in replay_files(alone, {**meta, "run": "alone"})[1].items():
-                stage.run.write(f"jobs/{name}/alone/{file_name}", text)
         rows.append(JobComparison(name, placed.hosts(j), reps[j], mixed_iteration_ns(mine),
                                   len(mine.iterations), median_iteration_ns(alone) if alone else None,
                                   len(alone.iterations) if alone else 0))
+    outside = jobs_outside_mix(outcome, mixmap, len(traces))
+    for j in outside:
+        message = outside_the_mix_warning(placed.names[j], rows[j].together_iterations, "together")
+        stage.run.warn(message)
+        progress(f"WARNING: {message}")
     stage.run.write("mix.csv", mix_csv(rows))
     stage.run.write("mix.json", json.dumps({"jobs": [
         {"name": r.name, "hosts": list(r.hosts), "repetitions": r.repetitions, "alone_ns": r.alone_ns,
          "together_ns": r.together_ns, "slowdown_pct": r.slowdown_pct,
-         "alone_iterations": r.alone_iterations, "together_iterations": r.together_iterations}
-        for r in rows], "estimated_alone_ns": None if run_alone else alone_ns}, indent=2) + "\n")
+         "alone_iterations": r.alone_iterations, "together_iterations": r.together_iterations,
+         "saw_the_whole_mix": j not in outside}
+        for j, r in enumerate(rows)], "estimated_alone_ns": None if run_alone else alone_ns}, indent=2) + "\n")
     return tuple(rows)

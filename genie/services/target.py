@@ -41,6 +41,14 @@ class Target:
         return [{"rank": p.rank, "host": p.host, "netns": p.netns} for p in self.placements]
 
 
+def check_one_target(topology: Optional[Path], testbed: Optional[str], loopback: bool, *, command: str) -> None:
+    """InputError (naming `command`) unless exactly one of a topology, a testbed or loopback is given."""
+    chosen = sum(x is not None and x is not False for x in (topology, testbed, loopback or None))
+    if chosen != 1:
+        raise InputError("give exactly one of `topology` FILE, `testbed` NAME, `loopback` "
+                         "(or `inventory` FILE with `launcher` mpi)", path=command)
+
+
 @contextlib.contextmanager
 def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool,
                 ranks: Optional[int], *, command: str, shared: bool = False,
@@ -61,10 +69,7 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
 
     from genie.report.manifest import InputDigest, input_digest, topology_summary
 
-    chosen = sum(x is not None and x is not False for x in (topology, testbed, loopback or None))
-    if chosen != 1:
-        raise InputError("give exactly one of `topology` FILE, `testbed` NAME, `loopback` "
-                         "(or `inventory` FILE with `launcher` mpi)", path=command)
+    check_one_target(topology, testbed, loopback, command=command)
     if loopback:
         yield Target(loopback_placements(ranks or 2), None, "loopback", dilation=loopback_dilation(dilation))
         return

@@ -92,18 +92,19 @@ def _placement(item: dict, fail) -> JobPlacement:
     text = item.get("placement", PlacementPolicy.PACKED.value)
     if not isinstance(text, str):
         raise fail(f"expected packed, spread or random, got {describe(text)}", "placement")
+    seed = item.get("seed")
+    if "seed" in item and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise fail(f"expected an integer, got {describe(seed)}", "seed")
     try:
-        placement = JobPlacement.parse(text)
+        policy = PlacementPolicy.parse(text.partition(":")[0])
     except ValueError as exc:
         raise fail(str(exc), "placement") from None
-    if "seed" in item:
-        seed = item["seed"]
-        if placement.policy is not PlacementPolicy.RANDOM:
-            raise fail("only placement random takes a seed", "seed")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise fail(f"expected an integer, got {describe(seed)}", "seed")
-        placement = JobPlacement(PlacementPolicy.RANDOM, seed)
-    return placement
+    try:
+        return JobPlacement.parse(text, seed)
+    except ValueError as exc:  # the seed's rules are JobPlacement's; the field named is the one to change
+        random, given = policy is PlacementPolicy.RANDOM, "seed" in item
+        missing = random and not given and ":" not in text
+        raise fail(str(exc), "seed" if missing or (given and not random) else "placement") from None
 
 
 def load_job_mix(path: str | Path) -> JobMix:
@@ -128,6 +129,8 @@ def load_job_traces(mix: JobMix) -> tuple[Trace, ...]:
             else:
                 trace = generate_from_options(GeneratorOptions.parse(dict(job.generate)))
         except InputError as exc:
+            if job.trace_path is None and exc.path:  # a `genie trace gen` option: jobs[j].generate.<option>
+                raise InputError(exc.detail, source=mix.source, path=f"{where}.{exc.path}") from None
             what = f"{exc.source}: " if exc.source and exc.source != mix.source else ""
             inner = f"{exc.path}: " if exc.path else ""
             raise InputError(f"{what}{inner}{exc.detail}", source=mix.source, path=where) from None

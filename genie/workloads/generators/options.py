@@ -49,9 +49,18 @@ class GeneratorOptions:
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> "GeneratorOptions":
         """From option name -> value as typed (the enums as their text); missing options take their defaults.
-        InputError naming the option for a bad enum text; ValueError or TypeError for a value of the wrong kind,
-        an unknown option or no model."""
+        InputError naming the option for a bad enum text or an unknown option; ValueError or TypeError for a value
+        of the wrong kind or no model."""
         parsed = dict(values)
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = [str(name) for name in parsed if name not in known]
+        if unknown:
+            raise InputError(f"unknown option (expected one of {', '.join(known)})", path=unknown[0])
+        for field in dataclasses.fields(cls):  # the counts: an integer (a YAML file may give any value)
+            value = parsed.get(field.name)
+            if str(field.type).startswith("int") and value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int)):
+                raise InputError(f"expected an integer, got {value!r}", path=field.name)
         for name, kind in (("model", str), ("device", str), ("efficiency", float), ("bucket_mb", float),
                            ("sequence_parallel", bool), ("routing_skew", float)):
             if name in parsed:
