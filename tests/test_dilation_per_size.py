@@ -167,6 +167,68 @@ def test_a_failed_reshape_leaves_the_testbed_as_it_was() -> None:
     assert _egress(kernel) == built and dilator.current == up and live.dilation == up
 
 
+def _bucket_testbed(kernel: KernelModel, dilation: TimeDilation) -> LiveTestbed:
+    """A rate-only testbed on bucket links: a live reshape changes each end's HTB class in place (as the
+    userspace-shaped testbeds' links do, whose delays live in the link emulators)."""
+    from genie.core.testbed import LinkModel
+
+    plan = build_plan(star(3, shape=LinkShape(rate_bps=100 * GBIT)), "fk-gone", netem_available=True,
+                      shaper=Shaper.KERNEL, dilation=dilation, links=LinkModel.BUCKET)
+    apply_plan(FakeBackend(kernel=kernel), plan.steps)
+    return LiveTestbed(plan.info, plan.steps, Shaper.KERNEL, netlink=KernelNetlink(kernel))
+
+
+def _delete_root_qdisc(kernel: KernelModel, live: LiveTestbed) -> None:
+    """What `tc qdisc del dev eth0 root` in a host's namespace does under a running sweep."""
+    end = next(e for e in live.info.link_ends if e.netns and e.node == "h1")
+    interface = kernel.interface(end.netns, end.ifname)
+    interface.htb = interface.leaf = interface.ack_leaf = None
+
+
+def test_a_reshape_that_cannot_be_undone_fails_in_one_line_and_keeps_the_sizes_before_it() -> None:
+    """A qdisc genie made deleted under the sweep before a reshape: the reshape fails, so does putting it back;
+    the run fails with that one RunFailure (the end-of-sweep restore does not replace it with the kernel's
+    error)."""
+    sizes = [1024, 64 << 20]
+    plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
+    kernel = KernelModel()
+    live = _bucket_testbed(kernel, plan.first)  # up at the smallest size's factor, as a sweep's testbed is
+    _delete_root_qdisc(kernel, live)
+    seen, rows = [], []
+    with pytest.raises(RunFailure) as info:
+        run_cases_per_size(_cases(sizes), plan, SizeDilator(live.info, live), _fake_run(seen),
+                           lambda *row: rows.append(row))
+    message = str(info.value)
+    assert "for size 64MiB failed" in message and f"restoring its shapes at {plan.first.factor:g} failed too" in message
+    assert "genie testbed down fk-gone" in message and "\n" not in message
+    assert rows == [(1, 2, "stats 1024")]
+
+
+def test_putting_the_links_back_after_the_sweep_fails_in_one_line() -> None:
+    """The sizes ran, then the last reshape (back to the testbed's own factor) fails: a RunFailure naming the
+    testbed and the factors, not the kernel's error; the rows are all kept."""
+    sizes = [1024, 64 << 20]
+    plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
+    kernel = KernelModel()
+    live = _bucket_testbed(kernel, plan.first)
+    seen, rows = [], []
+    run = _fake_run(seen)
+
+    def deleting(part, **kwargs):  # the qdisc goes while the last size runs
+        if part[0].op.size_bytes == 64 << 20:
+            _delete_root_qdisc(kernel, live)
+        return run(part, **kwargs)
+
+    dilator = SizeDilator(live.info, live)
+    with pytest.raises(RunFailure) as info:
+        run_cases_per_size(_cases(sizes), plan, dilator, deleting, lambda *row: rows.append(row))
+    message = str(info.value)
+    assert message.startswith(f"putting testbed fk-gone's links back at time dilation {plan.first.factor:g} "
+                              f"(from {plan.sizes[-1].dilation.factor:g}) failed")
+    assert "genie testbed down fk-gone" in message and "\n" not in message
+    assert [r[0] for r in rows] == [1, 2]
+
+
 # ---- the sweep in runs of one factor ----------------------------------------------------------------------------
 def _cases(sizes) -> list[GroupCase]:
     return [GroupCase((CollectiveOp(Collective.ALL_REDUCE, s, (0, 1), Algorithm.RING, dtype_bytes=4),), 1, 2)

@@ -153,7 +153,8 @@ class SizeDilator:
     `info` between sizes, through `genie.faults.live.LiveTestbed` (`live`: a fake in tests). `use(d)` reshapes
     every link to `d` when it differs from the current one; a reshape that fails restores the testbed's own
     dilation and raises RunFailure (the sizes measured so far are already written). `restore()` (always called
-    at the end) puts the testbed back as it was brought up."""
+    at the end) puts the testbed back as it was brought up; a failure there is a RunFailure too (one line naming
+    the testbed), not the kernel's error."""
 
     def __init__(self, info: TestbedInfo, live=None) -> None:
         if live is None:
@@ -180,9 +181,16 @@ class SizeDilator:
         self.current = dilation
 
     def restore(self) -> None:
-        if self.current.factor != self.info.dilation.factor:
+        if self.current.factor == self.info.dilation.factor:
+            return
+        try:
             self.live.redilate(self.info.dilation)
-            self.current = self.info.dilation
+        except Exception as exc:  # noqa: BLE001 - any failure of the live change: one line, not a traceback
+            raise RunFailure(f"putting testbed {self.info.name}'s links back at time dilation "
+                             f"{self.info.dilation.factor:g} (from {self.current.factor:g}) failed "
+                             f"({type(exc).__name__}: {exc}): `genie testbed down {self.info.name}`; "
+                             "what ran before is kept") from None
+        self.current = self.info.dilation
 
     def _put_back(self) -> str:
         try:
