@@ -595,3 +595,25 @@ def test_cli_dry_run_weighs_the_collective(tmp_path: Path, monkeypatch: pytest.M
         rows = [line for line in result.stdout.splitlines() if "N = " in line]
         assert [float(row.split("N = ")[1].split()[0]) for row in rows] == factors
         assert "for the 1MiB all_to_all" in rows[0]
+
+
+# ---- a running testbed keeps its factor ----------------------------------------------------------------------------
+def test_auto_on_a_running_testbed_brought_up_at_auto_says_what_to_do_instead() -> None:
+    """`genie testbed up T --time-dilation auto`, then `genie bench --testbed T --time-dilation auto`: refused
+    (a running testbed keeps its factor), and the advice is not to bring it up at auto again (which it was)."""
+    from genie.cli.flags import RUN_FLAGS, flag_names
+    from genie.core.dilation import DilationChoice
+    from genie.services.dilation import running_dilation
+
+    up = TimeDilation(500.0, "auto: software needs N >= 490.5 for a 1024-byte message, rounded up")
+    info = build_plan(star(2, shape=LinkShape(rate_bps=GBIT)), "fk-auto", netem_available=True, dilation=up).info
+    assert running_dilation(info, DilationChoice.parse("500")) == up  # its own factor, given: fine
+    with pytest.raises(InputError) as caught, flag_names(RUN_FLAGS):
+        running_dilation(info, DilationChoice.parse("auto"))
+    message = str(caught.value)
+    assert message.startswith("--time-dilation: testbed fk-auto runs at time dilation 500")
+    assert "--time-dilation auto`" not in message and "keeps its factor" in message
+    assert "give the topology (--topology FILE) instead of the testbed" in message and "\n" not in message
+    with pytest.raises(InputError) as caught:  # another fixed factor: bring it up at that one
+        running_dilation(info, DilationChoice.parse("10"))
+    assert "`genie testbed up --time-dilation 10`" in str(caught.value)

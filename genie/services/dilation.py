@@ -23,6 +23,11 @@ def running_dilation(info: TestbedInfo, choice: DilationChoice) -> TimeDilation:
     """A running testbed's own dilation; asking for another one is refused (its links are shaped already)."""
     if choice.is_none or (choice.mode is DilationMode.FIXED and choice.factor == info.dilation.factor):
         return info.dilation
+    if choice.mode is DilationMode.AUTO:  # bringing it up again at auto would give it a factor of its own again
+        raise InputError(f"testbed {info.name} runs at time dilation {info.dilation.factor:g} (how it was brought "
+                         "up), and a running testbed keeps its factor: auto chooses one (per size, in a sweep) "
+                         "only for a topology it brings up itself: leave the option out, or give the topology "
+                         "(`topology` FILE) instead of the testbed", path="time_dilation")
     raise InputError(f"testbed {info.name} runs at time dilation {info.dilation.factor:g} (how it was brought up), "
                      f"not {choice.describe()}: leave the option out, or bring the topology up again with "
                      f"`genie testbed up --time-dilation {choice.describe()}`", path="time_dilation")
