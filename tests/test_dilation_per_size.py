@@ -617,3 +617,37 @@ def test_auto_on_a_running_testbed_brought_up_at_auto_says_what_to_do_instead() 
     with pytest.raises(InputError) as caught:  # another fixed factor: bring it up at that one
         running_dilation(info, DilationChoice.parse("10"))
     assert "`genie testbed up --time-dilation 10`" in str(caught.value)
+
+
+# ---- the report says what each size ran at, and why ------------------------------------------------------------
+def test_the_html_report_of_a_per_size_run_names_each_sizes_factor_and_why(tmp_path: Path) -> None:
+    """`genie report show` on a bench run under auto: the factor the testbed came up at, each size's and the
+    limits auto weighed, from the manifest; a fixed factor in one row; an undilated run none."""
+    import json
+
+    from genie.core.collective import Collective
+    from genie.core.units import format_size
+    from genie.report.html import build_page
+    from genie.report.rundata import load_run
+    from report_runs import bench_run
+
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    plan = plan_per_size(topology, FIGURES, [1024, 64 << 20])
+    t = (100.0, 101.0, 102.0)
+    out = bench_run(tmp_path / "b", [(Collective.ALL_REDUCE, 8, 1024, t), (Collective.ALL_REDUCE, 8, 64 << 20, t)])
+    manifest = out / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["time_dilation"] = {**plan.first.to_dict(), "per_size": plan.to_dict()}  # what a run under auto records
+    manifest.write_text(json.dumps(doc))
+    page = build_page(load_run(out)).html
+    for entry in plan.sizes:
+        assert f"<td>time dilation, {format_size(entry.size_bytes)}</td><td>time dilation " \
+               f"{entry.dilation.factor:g} (auto: " in page
+    assert plan.sizes[-1].dilation.reason.replace(">", "&gt;") in page
+    assert all(f"auto&#39;s limit: {limit.name}" in page for limit in plan.first.limits)
+    doc["time_dilation"] = TimeDilation(10.0, "asked for").to_dict()
+    manifest.write_text(json.dumps(doc))
+    assert "<td>time dilation</td><td>time dilation 10 (asked for)</td>" in build_page(load_run(out)).html
+    doc["time_dilation"] = TimeDilation().to_dict()
+    manifest.write_text(json.dumps(doc))
+    assert "time dilation" not in build_page(load_run(out)).html
