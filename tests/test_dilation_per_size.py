@@ -13,6 +13,7 @@ from genie.core.dilation import TimeDilation, WeighedStep
 from genie.core.errors import InputError, RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.core.topology import LinkShape
+from genie.core.units import format_size
 from genie.faults.live import LiveTestbed
 from genie.services.bench import sweep_sizes
 from genie.services.cases import BenchOutcome, GroupCase, run_cases_per_size
@@ -50,6 +51,8 @@ def test_each_size_gets_autos_factor_for_that_size() -> None:
     assert factors[-1] == 200 and "throughput" in plan.sizes[-1].dilation.reason
     assert plan.dilation_for(64 << 20).factor == 200 and plan.dilation_for(1000).factor == factors[0]
     assert plan.dilation_for(5000) == plan.sizes[1].dilation  # an aligned size between two planned ones
+    assert plan.reasons() == [f"{format_size(s.size_bytes)}: time dilation {s.dilation.factor:g} "
+                              f"({s.dilation.reason})" for s in plan.sizes]  # what the run prints at its end
     lines = plan.describe(topology)
     assert len(lines) == len(SIZES) and "100gbit 1us -> 500mbit 200us" in lines[-1]
     assert plan.to_dict()[-1] == {"size_bytes": 64 << 20, "factor": 200.0, "reason": plan.sizes[-1].dilation.reason}
@@ -453,7 +456,11 @@ def test_cli_experiment_under_auto_replays_at_the_replays_factor(tmp_path: Path,
     assert [(s["size_bytes"], s["factor"]) for s in dilation["per_size"]] == [(16 << 10, 1500), (64 << 20, 200)]
     assert "for the 16KiB all_reduce" in dilation["per_size"][0]["reason"]
     assert [d.factor for d in up] == [1500] and dilation["factor"] == 1500  # up at the smallest size's
-    assert "time dilation per size: 16384 B 1500, 67108864 B 200; replay 200" in result.stdout + result.stderr
+    said = result.stdout + result.stderr  # each size's factor and why, and the replay's, before the sweep
+    assert "# time dilation per size (docs/dilation.md):\n" in said
+    assert f"#   16KiB: time dilation 1500 ({dilation['per_size'][0]['reason']})\n" in said
+    assert f"#   64MiB: time dilation 200 ({dilation['per_size'][1]['reason']})\n" in said
+    assert f"#   the replay: time dilation 200 ({replay.reason})\n" in said
 
 
 # ---- a sweep size weighs the collective it runs, not one message of the size ----------------------------------
@@ -626,7 +633,6 @@ def test_the_html_report_of_a_per_size_run_names_each_sizes_factor_and_why(tmp_p
     import json
 
     from genie.core.collective import Collective
-    from genie.core.units import format_size
     from genie.report.html import build_page
     from genie.report.rundata import load_run
     from report_runs import bench_run
