@@ -657,3 +657,15 @@ def test_the_html_report_of_a_per_size_run_names_each_sizes_factor_and_why(tmp_p
     doc["time_dilation"] = TimeDilation().to_dict()
     manifest.write_text(json.dumps(doc))
     assert "time dilation" not in build_page(load_run(out)).html
+
+
+def test_a_bench_at_one_factor_says_which_and_why(tmp_path: Path) -> None:
+    """A sweep whose sizes share one factor (a fixed one, or auto's for a single size) says it at the end, as a
+    replay does; before, only a per-size plan was printed."""
+    result = run_genie("bench", "--loopback", "--ranks", "2", "-b", "1K", "-e", "4K", "-n", "1", "-w", "0",
+                       "-c", "0", "--time-dilation", "4", "--out", tmp_path / "r")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "\n# time dilation 4 (asked for)\n" in result.stdout
+    result = run_genie("bench", "--loopback", "--ranks", "2", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
+                       "-c", "0", "--out", tmp_path / "u")
+    assert result.returncode == 0 and "time dilation" not in result.stdout + result.stderr

@@ -249,6 +249,8 @@ def bench(
                    "docs/dilation.md):", err=as_json)
         for line in result.dilation_plan.reasons():
             typer.echo(f"#   {line}", err=as_json)
+    elif result.dilation is not None and result.dilation.active:  # one factor for every size: which, and why
+        typer.echo(f"# {result.dilation.describe()}", err=as_json)
     echo_capture(result.capture, err=as_json)
     if printer.failed:
         raise typer.Exit(1)
