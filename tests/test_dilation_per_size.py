@@ -205,6 +205,14 @@ def test_a_reshape_that_cannot_be_undone_fails_in_one_line_and_keeps_the_sizes_b
     assert "for size 64MiB failed" in message and f"restoring its shapes at {plan.first.factor:g} failed too" in message
     assert "genie testbed down fk-gone" in message and "\n" not in message
     assert rows == [(1, 2, "stats 1024")]
+    # the run's own scratch testbed (of a topology): the run removes it, so the message does not send the user there
+    kernel = KernelModel()
+    live = _bucket_testbed(kernel, plan.first)
+    _delete_root_qdisc(kernel, live)
+    with pytest.raises(RunFailure) as info:
+        run_cases_per_size(_cases(sizes), plan, SizeDilator(live.info, live, scratch=True), _fake_run([]),
+                           lambda *row: None)
+    assert "the run removes its scratch testbed" in str(info.value) and "testbed down" not in str(info.value)
 
 
 def test_putting_the_links_back_after_the_sweep_fails_in_one_line() -> None:
@@ -439,7 +447,7 @@ def test_cli_experiment_under_auto_replays_at_the_replays_factor(tmp_path: Path,
         up.append(dilation)
         yield build_plan(topology, "fk-exp", netem_available=True, dilation=dilation, links=links).info
 
-    def stop(_info):  # where the experiment would first reshape the links: the manifest is written by then
+    def stop(_info, **_k):  # where the experiment would first reshape the links: the manifest is written by then
         raise RunFailure("stopped before reshaping the links")
 
     monkeypatch.setattr(service, "temporary_testbed", testbed)

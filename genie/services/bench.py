@@ -259,7 +259,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
         if plan is not None and target.info is not None:
             from genie.services.dilation import SizeDilator
 
-            dilator = SizeDilator(target.info)
+            dilator = SizeDilator(target.info, scratch=opts.topology is not None)
             meta["time_dilation_per_size"] = plan.to_dict()
         files = SweepRecorder(stage.run, meta)
         devices = target.devices()

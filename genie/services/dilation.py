@@ -159,15 +159,20 @@ class SizeDilator:
     every link to `d` when it differs from the current one; a reshape that fails restores the testbed's own
     dilation and raises RunFailure (the sizes measured so far are already written). `restore()` (always called
     at the end) puts the testbed back as it was brought up; a failure there is a RunFailure too (one line naming
-    the testbed), not the kernel's error."""
+    the testbed), not the kernel's error. Where the links cannot be put back the message says what becomes of
+    the testbed: a `scratch` one (the run's own, of a topology) the run removes; another, `genie testbed down`."""
 
-    def __init__(self, info: TestbedInfo, live=None) -> None:
+    def __init__(self, info: TestbedInfo, live=None, *, scratch: bool = False) -> None:
         if live is None:
             from genie.faults.live import LiveTestbed
 
             live = LiveTestbed.of(info.name)
-        self.info, self.live = info, live
+        self.info, self.live, self.scratch = info, live, scratch
         self.current = info.dilation
+
+    def _remedy(self) -> str:
+        return ("the run removes its scratch testbed" if self.scratch
+                else f"`genie testbed down {self.info.name}`")
 
     def use(self, dilation: TimeDilation, *, size_bytes: int | None) -> None:
         """Every link reshaped to `dilation` for the sweep's size `size_bytes` (None: an experiment's replay)."""
@@ -193,7 +198,7 @@ class SizeDilator:
         except Exception as exc:  # noqa: BLE001 - any failure of the live change: one line, not a traceback
             raise RunFailure(f"putting testbed {self.info.name}'s links back at time dilation "
                              f"{self.info.dilation.factor:g} (from {self.current.factor:g}) failed "
-                             f"({type(exc).__name__}: {exc}): `genie testbed down {self.info.name}`; "
+                             f"({type(exc).__name__}: {exc}): {self._remedy()}; "
                              "what ran before is kept") from None
         self.current = self.info.dilation
 
@@ -202,6 +207,6 @@ class SizeDilator:
             self.live.redilate(self.info.dilation)
         except Exception as exc:  # noqa: BLE001
             return (f"restoring its shapes at {self.info.dilation.factor:g} failed too ({type(exc).__name__}: "
-                    f"{exc}): `genie testbed down {self.info.name}`")
+                    f"{exc}): {self._remedy()}")
         self.current = self.info.dilation
         return f"its links are back at time dilation {self.info.dilation.factor:g}"

@@ -134,7 +134,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
             say("time dilation per size (docs/dilation.md):")
             for line in dataclasses.replace(plan, replay=replay_dilation).reasons():
                 say(f"  {line}")
-            dilator = SizeDilator(stage.target.info)
+            dilator = SizeDilator(stage.target.info, scratch=opts.topology is not None)
         for warning in prepared.warnings:
             stage.run.warn(warning)
         pooled: list[list[int]] = [[] for _ in items]
