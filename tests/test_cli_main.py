@@ -102,3 +102,16 @@ def test_a_missing_trace_is_refused_before_the_engine_or_any_reader_loads(argv: 
     assert result["code"] == 2 and "missing.json: no such file" in result["err"]
     loaded = [m for m in result["modules"] if any(m == h or m.startswith(h + ".") for h in TRACE_REFUSAL_HEAVY)]
     assert loaded == []
+
+
+@pytest.mark.parametrize("argv, option", [(("bench",), "--time-dilation"), (("replay",), "--time-dilation"),
+                                          (("testbed", "up"), "--time-dilation"), (("testbed", "up"), "--links")])
+def test_an_options_help_names_a_document_that_explains_it(argv: tuple[str, ...], option: str) -> None:
+    """The document an option's --help points to (`(docs/X.md)`) describes that option."""
+    from pathlib import Path
+
+    text = run_genie(*argv, "--help").stdout
+    block = text.split(f"  {option}", 1)[1]
+    block = re.split(r"\n  -", block, maxsplit=1)[0]  # up to the next option
+    (doc,) = re.findall(r"docs/[a-z_-]+\.md", " ".join(block.split()).replace("- ", "-"))
+    assert option in (Path(__file__).resolve().parent.parent / doc).read_text(), (option, doc)

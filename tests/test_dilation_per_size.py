@@ -13,6 +13,7 @@ from genie.core.dilation import TimeDilation, WeighedStep
 from genie.core.errors import InputError, RunFailure
 from genie.core.schedule import CollectiveOp
 from genie.core.topology import LinkShape
+from genie.core.units import format_size
 from genie.faults.live import LiveTestbed
 from genie.services.bench import sweep_sizes
 from genie.services.cases import BenchOutcome, GroupCase, run_cases_per_size
@@ -50,6 +51,8 @@ def test_each_size_gets_autos_factor_for_that_size() -> None:
     assert factors[-1] == 200 and "throughput" in plan.sizes[-1].dilation.reason
     assert plan.dilation_for(64 << 20).factor == 200 and plan.dilation_for(1000).factor == factors[0]
     assert plan.dilation_for(5000) == plan.sizes[1].dilation  # an aligned size between two planned ones
+    assert plan.reasons() == [f"{format_size(s.size_bytes)}: time dilation {s.dilation.factor:g} "
+                              f"({s.dilation.reason})" for s in plan.sizes]  # what the run prints at its end
     lines = plan.describe(topology)
     assert len(lines) == len(SIZES) and "100gbit 1us -> 500mbit 200us" in lines[-1]
     assert plan.to_dict()[-1] == {"size_bytes": 64 << 20, "factor": 200.0, "reason": plan.sizes[-1].dilation.reason}
@@ -165,6 +168,76 @@ def test_a_failed_reshape_leaves_the_testbed_as_it_was() -> None:
     message = str(info.value)
     assert "for size 1MiB failed" in message and "back at time dilation 1000" in message and "\n" not in message
     assert _egress(kernel) == built and dilator.current == up and live.dilation == up
+
+
+def _bucket_testbed(kernel: KernelModel, dilation: TimeDilation) -> LiveTestbed:
+    """A rate-only testbed on bucket links: a live reshape changes each end's HTB class in place (as the
+    userspace-shaped testbeds' links do, whose delays live in the link emulators)."""
+    from genie.core.testbed import LinkModel
+
+    plan = build_plan(star(3, shape=LinkShape(rate_bps=100 * GBIT)), "fk-gone", netem_available=True,
+                      shaper=Shaper.KERNEL, dilation=dilation, links=LinkModel.BUCKET)
+    apply_plan(FakeBackend(kernel=kernel), plan.steps)
+    return LiveTestbed(plan.info, plan.steps, Shaper.KERNEL, netlink=KernelNetlink(kernel))
+
+
+def _delete_root_qdisc(kernel: KernelModel, live: LiveTestbed) -> None:
+    """What `tc qdisc del dev eth0 root` in a host's namespace does under a running sweep."""
+    end = next(e for e in live.info.link_ends if e.netns and e.node == "h1")
+    interface = kernel.interface(end.netns, end.ifname)
+    interface.htb = interface.leaf = interface.ack_leaf = None
+
+
+def test_a_reshape_that_cannot_be_undone_fails_in_one_line_and_keeps_the_sizes_before_it() -> None:
+    """A qdisc genie made deleted under the sweep before a reshape: the reshape fails, so does putting it back;
+    the run fails with that one RunFailure (the end-of-sweep restore does not replace it with the kernel's
+    error)."""
+    sizes = [1024, 64 << 20]
+    plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
+    kernel = KernelModel()
+    live = _bucket_testbed(kernel, plan.first)  # up at the smallest size's factor, as a sweep's testbed is
+    _delete_root_qdisc(kernel, live)
+    seen, rows = [], []
+    with pytest.raises(RunFailure) as info:
+        run_cases_per_size(_cases(sizes), plan, SizeDilator(live.info, live), _fake_run(seen),
+                           lambda *row: rows.append(row))
+    message = str(info.value)
+    assert "for size 64MiB failed" in message and f"restoring its shapes at {plan.first.factor:g} failed too" in message
+    assert "genie testbed down fk-gone" in message and "\n" not in message
+    assert rows == [(1, 2, "stats 1024")]
+    # the run's own scratch testbed (of a topology): the run removes it, so the message does not send the user there
+    kernel = KernelModel()
+    live = _bucket_testbed(kernel, plan.first)
+    _delete_root_qdisc(kernel, live)
+    with pytest.raises(RunFailure) as info:
+        run_cases_per_size(_cases(sizes), plan, SizeDilator(live.info, live, scratch=True), _fake_run([]),
+                           lambda *row: None)
+    assert "the run removes its scratch testbed" in str(info.value) and "testbed down" not in str(info.value)
+
+
+def test_putting_the_links_back_after_the_sweep_fails_in_one_line() -> None:
+    """The sizes ran, then the last reshape (back to the testbed's own factor) fails: a RunFailure naming the
+    testbed and the factors, not the kernel's error; the rows are all kept."""
+    sizes = [1024, 64 << 20]
+    plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
+    kernel = KernelModel()
+    live = _bucket_testbed(kernel, plan.first)
+    seen, rows = [], []
+    run = _fake_run(seen)
+
+    def deleting(part, **kwargs):  # the qdisc goes while the last size runs
+        if part[0].op.size_bytes == 64 << 20:
+            _delete_root_qdisc(kernel, live)
+        return run(part, **kwargs)
+
+    dilator = SizeDilator(live.info, live)
+    with pytest.raises(RunFailure) as info:
+        run_cases_per_size(_cases(sizes), plan, dilator, deleting, lambda *row: rows.append(row))
+    message = str(info.value)
+    assert message.startswith(f"putting testbed fk-gone's links back at time dilation {plan.first.factor:g} "
+                              f"(from {plan.sizes[-1].dilation.factor:g}) failed")
+    assert "genie testbed down fk-gone" in message and "\n" not in message
+    assert [r[0] for r in rows] == [1, 2]
 
 
 # ---- the sweep in runs of one factor ----------------------------------------------------------------------------
@@ -374,7 +447,7 @@ def test_cli_experiment_under_auto_replays_at_the_replays_factor(tmp_path: Path,
         up.append(dilation)
         yield build_plan(topology, "fk-exp", netem_available=True, dilation=dilation, links=links).info
 
-    def stop(_info):  # where the experiment would first reshape the links: the manifest is written by then
+    def stop(_info, **_k):  # where the experiment would first reshape the links: the manifest is written by then
         raise RunFailure("stopped before reshaping the links")
 
     monkeypatch.setattr(service, "temporary_testbed", testbed)
@@ -391,7 +464,11 @@ def test_cli_experiment_under_auto_replays_at_the_replays_factor(tmp_path: Path,
     assert [(s["size_bytes"], s["factor"]) for s in dilation["per_size"]] == [(16 << 10, 1500), (64 << 20, 200)]
     assert "for the 16KiB all_reduce" in dilation["per_size"][0]["reason"]
     assert [d.factor for d in up] == [1500] and dilation["factor"] == 1500  # up at the smallest size's
-    assert "time dilation per size: 16384 B 1500, 67108864 B 200; replay 200" in result.stdout + result.stderr
+    said = result.stdout + result.stderr  # each size's factor and why, and the replay's, before the sweep
+    assert "# time dilation per size (docs/dilation.md):\n" in said
+    assert f"#   16KiB: time dilation 1500 ({dilation['per_size'][0]['reason']})\n" in said
+    assert f"#   64MiB: time dilation 200 ({dilation['per_size'][1]['reason']})\n" in said
+    assert f"#   the replay: time dilation 200 ({replay.reason})\n" in said
 
 
 # ---- a sweep size weighs the collective it runs, not one message of the size ----------------------------------
@@ -533,3 +610,70 @@ def test_cli_dry_run_weighs_the_collective(tmp_path: Path, monkeypatch: pytest.M
         rows = [line for line in result.stdout.splitlines() if "N = " in line]
         assert [float(row.split("N = ")[1].split()[0]) for row in rows] == factors
         assert "for the 1MiB all_to_all" in rows[0]
+
+
+# ---- a running testbed keeps its factor ----------------------------------------------------------------------------
+def test_auto_on_a_running_testbed_brought_up_at_auto_says_what_to_do_instead() -> None:
+    """`genie testbed up T --time-dilation auto`, then `genie bench --testbed T --time-dilation auto`: refused
+    (a running testbed keeps its factor), and the advice is not to bring it up at auto again (which it was)."""
+    from genie.cli.flags import RUN_FLAGS, flag_names
+    from genie.core.dilation import DilationChoice
+    from genie.services.dilation import running_dilation
+
+    up = TimeDilation(500.0, "auto: software needs N >= 490.5 for a 1024-byte message, rounded up")
+    info = build_plan(star(2, shape=LinkShape(rate_bps=GBIT)), "fk-auto", netem_available=True, dilation=up).info
+    assert running_dilation(info, DilationChoice.parse("500")) == up  # its own factor, given: fine
+    with pytest.raises(InputError) as caught, flag_names(RUN_FLAGS):
+        running_dilation(info, DilationChoice.parse("auto"))
+    message = str(caught.value)
+    assert message.startswith("--time-dilation: testbed fk-auto runs at time dilation 500")
+    assert "--time-dilation auto`" not in message and "keeps its factor" in message
+    assert "give the topology (--topology FILE) instead of the testbed" in message and "\n" not in message
+    with pytest.raises(InputError) as caught:  # another fixed factor: bring it up at that one
+        running_dilation(info, DilationChoice.parse("10"))
+    assert "`genie testbed up --time-dilation 10`" in str(caught.value)
+
+
+# ---- the report says what each size ran at, and why ------------------------------------------------------------
+def test_the_html_report_of_a_per_size_run_names_each_sizes_factor_and_why(tmp_path: Path) -> None:
+    """`genie report show` on a bench run under auto: the factor the testbed came up at, each size's and the
+    limits auto weighed, from the manifest; a fixed factor in one row; an undilated run none."""
+    import json
+
+    from genie.core.collective import Collective
+    from genie.report.html import build_page
+    from genie.report.rundata import load_run
+    from report_runs import bench_run
+
+    topology = load_topology_file(TOPOLOGIES / "star-8-100g.yaml")
+    plan = plan_per_size(topology, FIGURES, [1024, 64 << 20])
+    t = (100.0, 101.0, 102.0)
+    out = bench_run(tmp_path / "b", [(Collective.ALL_REDUCE, 8, 1024, t), (Collective.ALL_REDUCE, 8, 64 << 20, t)])
+    manifest = out / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["time_dilation"] = {**plan.first.to_dict(), "per_size": plan.to_dict()}  # what a run under auto records
+    manifest.write_text(json.dumps(doc))
+    page = build_page(load_run(out)).html
+    for entry in plan.sizes:
+        assert f"<td>time dilation, {format_size(entry.size_bytes)}</td><td>time dilation " \
+               f"{entry.dilation.factor:g} (auto: " in page
+    assert plan.sizes[-1].dilation.reason.replace(">", "&gt;") in page
+    assert all(f"auto&#39;s limit: {limit.name}" in page for limit in plan.first.limits)
+    doc["time_dilation"] = TimeDilation(10.0, "asked for").to_dict()
+    manifest.write_text(json.dumps(doc))
+    assert "<td>time dilation</td><td>time dilation 10 (asked for)</td>" in build_page(load_run(out)).html
+    doc["time_dilation"] = TimeDilation().to_dict()
+    manifest.write_text(json.dumps(doc))
+    assert "time dilation" not in build_page(load_run(out)).html
+
+
+def test_a_bench_at_one_factor_says_which_and_why(tmp_path: Path) -> None:
+    """A sweep whose sizes share one factor (a fixed one, or auto's for a single size) says it at the end, as a
+    replay does; before, only a per-size plan was printed."""
+    result = run_genie("bench", "--loopback", "--ranks", "2", "-b", "1K", "-e", "4K", "-n", "1", "-w", "0",
+                       "-c", "0", "--time-dilation", "4", "--out", tmp_path / "r")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "\n# time dilation 4 (asked for)\n" in result.stdout
+    result = run_genie("bench", "--loopback", "--ranks", "2", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
+                       "-c", "0", "--out", tmp_path / "u")
+    assert result.returncode == 0 and "time dilation" not in result.stdout + result.stderr

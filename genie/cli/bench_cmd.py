@@ -245,10 +245,12 @@ def bench(
     if result.cpu_starved is not None:
         typer.echo(f"# note: {result.cpu_starved}", err=as_json)
     if result.dilation_plan is not None:
-        from genie.core.units import format_size
-
-        typer.echo("# time dilation per size: " + ", ".join(
-            f"{format_size(s.size_bytes)} {s.dilation.factor:g}" for s in result.dilation_plan.sizes), err=as_json)
+        typer.echo("# time dilation per size (a rank session per factor, the links reshaped between them; "
+                   "docs/dilation.md):", err=as_json)
+        for line in result.dilation_plan.reasons():
+            typer.echo(f"#   {line}", err=as_json)
+    elif result.dilation is not None and result.dilation.active:  # one factor for every size: which, and why
+        typer.echo(f"# {result.dilation.describe()}", err=as_json)
     echo_capture(result.capture, err=as_json)
     if printer.failed:
         raise typer.Exit(1)

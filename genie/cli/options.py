@@ -21,7 +21,7 @@ AS_JSON = typer.Option(False, "--json", help="Print the result document as JSON 
 TIME_DILATION = typer.Option(
     None, "--time-dilation", metavar="N|auto",
     help="Run the topology's fabric N times slower (links at rate/N, delay x N, compute x N) and report every "
-         "time and rate in the fabric's own time; auto measures this host and picks N (docs/testbed.md).")
+         "time and rate in the fabric's own time; auto measures this host and picks N (docs/dilation.md).")
 
 # (parameter, annotation, option): the RunOptions fields every rank-running command takes
 _TARGET = (("topology", Optional[Path], TOPOLOGY), ("testbed", Optional[str], TESTBED),

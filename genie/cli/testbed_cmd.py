@@ -34,7 +34,7 @@ def up_command(
         None, "--links", case_sensitive=False,
         help="wire: every packet serialized at its link's rate (no message beats the wire, at any size); bucket: "
              "HTB's token buckets only (cheapest; bursts of ~1 ms at line rate after idle). Default: wire on a "
-             "dilated testbed or one with delays, else bucket (docs/testbed.md)."),
+             "dilated testbed or one with delays, else bucket (docs/dilation.md)."),
 ) -> None:
     """Build the topology as namespaces, veths, bridges, routes and qdiscs."""
     from genie.cli.flags import flag_names

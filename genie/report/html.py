@@ -101,12 +101,35 @@ def _facts(run: RunData) -> list[tuple[str, str]]:
         rate = t.get("link_rate_bps")
         facts.append(("topology", f"{t.get('name')}: {t.get('hosts')} hosts, {t.get('switches')} switches, "
                                   f"{t.get('links')} links" + (f", host links {rate / 1e9:g} Gbit/s" if rate else "")))
+    facts += _dilation_facts(m.time_dilation)
     for i in m.inputs:
         facts.append((f"input ({i.role})", f"{i.path} sha256 {i.sha256 or 'unreadable'}"))
     if m.seed is not None:
         facts.append(("seed", str(m.seed)))
     if m.params:
         facts.append(("parameters", ", ".join(f"{k}={v}" for k, v in m.params.items())))
+    return facts
+
+
+def _dilation_facts(recorded: Any) -> list[tuple[str, str]]:
+    """The manifest's `time_dilation` (docs/dilation.md): the factor and why, each size's where a sweep ran its
+    sizes at their own, and an experiment's replay's; nothing for an undilated run."""
+    from genie.core.dilation import TimeDilation
+    from genie.core.units import format_size
+
+    if not recorded:
+        return []
+    facts = []
+    dilation = TimeDilation.from_dict(recorded)
+    per_size, replay = recorded.get("per_size") or (), recorded.get("replay")
+    if dilation.active or per_size or replay:
+        facts.append(("time dilation, the testbed's" if per_size else "time dilation", dilation.describe()))
+    for entry in per_size:
+        facts.append((f"time dilation, {format_size(int(entry['size_bytes']))}",
+                      TimeDilation.from_dict(entry).describe()))
+    if replay:
+        facts.append(("time dilation, the replay", TimeDilation.from_dict(replay).describe()))
+    facts += [(f"auto's limit: {limit.name}", limit.detail) for limit in dilation.limits]
     return facts
 
 

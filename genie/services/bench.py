@@ -75,6 +75,7 @@ class BenchResult:
     burst: Any = None  # genie.testbed.shaping.BucketBurst: sizes the bucket links can carry faster than a wire
     cpu_starved: str | None = None  # genie.measure.sched.starved_note: the ranks waited for a CPU that much
     dilation_plan: Any = None  # genie.testbed.dilation_plan.DilationPlan when sizes ran at their own factors
+    dilation: Any = None  # genie.core.dilation.TimeDilation the run (or, per size, its testbed) came up at
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int, step_bytes: int = 0) -> list[int]:
@@ -258,7 +259,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
         if plan is not None and target.info is not None:
             from genie.services.dilation import SizeDilator
 
-            dilator = SizeDilator(target.info)
+            dilator = SizeDilator(target.info, scratch=opts.topology is not None)
             meta["time_dilation_per_size"] = plan.to_dict()
         files = SweepRecorder(stage.run, meta)
         devices = target.devices()
@@ -316,7 +317,7 @@ def run_bench_command(cmd: BenchCommand, progress: BenchProgress, *, on_start: C
     run = stage.run
     return BenchResult(run.run_dir, run.status, run.manifest.duration_s, outcome, doc, watch.links(),
                        watch.capture, (target.topology or {}).get("link_rate_bps"), files.nccl_documents, burst,
-                       starved, plan)
+                       starved, plan, stage.dilation)
 
 
 def check_per_size(request: BenchRequest, opts: RunOptions) -> None:

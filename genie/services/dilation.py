@@ -23,6 +23,11 @@ def running_dilation(info: TestbedInfo, choice: DilationChoice) -> TimeDilation:
     """A running testbed's own dilation; asking for another one is refused (its links are shaped already)."""
     if choice.is_none or (choice.mode is DilationMode.FIXED and choice.factor == info.dilation.factor):
         return info.dilation
+    if choice.mode is DilationMode.AUTO:  # bringing it up again at auto would give it a factor of its own again
+        raise InputError(f"testbed {info.name} runs at time dilation {info.dilation.factor:g} (how it was brought "
+                         "up), and a running testbed keeps its factor: auto chooses one (per size, in a sweep) "
+                         "only for a topology it brings up itself: leave the option out, or give the topology "
+                         "(`topology` FILE) instead of the testbed", path="time_dilation")
     raise InputError(f"testbed {info.name} runs at time dilation {info.dilation.factor:g} (how it was brought up), "
                      f"not {choice.describe()}: leave the option out, or bring the topology up again with "
                      f"`genie testbed up --time-dilation {choice.describe()}`", path="time_dilation")
@@ -153,15 +158,21 @@ class SizeDilator:
     `info` between sizes, through `genie.faults.live.LiveTestbed` (`live`: a fake in tests). `use(d)` reshapes
     every link to `d` when it differs from the current one; a reshape that fails restores the testbed's own
     dilation and raises RunFailure (the sizes measured so far are already written). `restore()` (always called
-    at the end) puts the testbed back as it was brought up."""
+    at the end) puts the testbed back as it was brought up; a failure there is a RunFailure too (one line naming
+    the testbed), not the kernel's error. Where the links cannot be put back the message says what becomes of
+    the testbed: a `scratch` one (the run's own, of a topology) the run removes; another, `genie testbed down`."""
 
-    def __init__(self, info: TestbedInfo, live=None) -> None:
+    def __init__(self, info: TestbedInfo, live=None, *, scratch: bool = False) -> None:
         if live is None:
             from genie.faults.live import LiveTestbed
 
             live = LiveTestbed.of(info.name)
-        self.info, self.live = info, live
+        self.info, self.live, self.scratch = info, live, scratch
         self.current = info.dilation
+
+    def _remedy(self) -> str:
+        return ("the run removes its scratch testbed" if self.scratch
+                else f"`genie testbed down {self.info.name}`")
 
     def use(self, dilation: TimeDilation, *, size_bytes: int | None) -> None:
         """Every link reshaped to `dilation` for the sweep's size `size_bytes` (None: an experiment's replay)."""
@@ -180,15 +191,22 @@ class SizeDilator:
         self.current = dilation
 
     def restore(self) -> None:
-        if self.current.factor != self.info.dilation.factor:
+        if self.current.factor == self.info.dilation.factor:
+            return
+        try:
             self.live.redilate(self.info.dilation)
-            self.current = self.info.dilation
+        except Exception as exc:  # noqa: BLE001 - any failure of the live change: one line, not a traceback
+            raise RunFailure(f"putting testbed {self.info.name}'s links back at time dilation "
+                             f"{self.info.dilation.factor:g} (from {self.current.factor:g}) failed "
+                             f"({type(exc).__name__}: {exc}): {self._remedy()}; "
+                             "what ran before is kept") from None
+        self.current = self.info.dilation
 
     def _put_back(self) -> str:
         try:
             self.live.redilate(self.info.dilation)
         except Exception as exc:  # noqa: BLE001
             return (f"restoring its shapes at {self.info.dilation.factor:g} failed too ({type(exc).__name__}: "
-                    f"{exc}): `genie testbed down {self.info.name}`")
+                    f"{exc}): {self._remedy()}")
         self.current = self.info.dilation
         return f"its links are back at time dilation {self.info.dilation.factor:g}"

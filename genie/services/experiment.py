@@ -131,10 +131,10 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
             from genie.services.dilation import SizeDilator
 
             replay_dilation = plan.replay or stage.dilation
-            say("time dilation per size: " + ", ".join(f"{s.size_bytes} B {s.dilation.factor:g}"
-                                                       for s in plan.sizes)
-                + f"; replay {replay_dilation.factor:g}")
-            dilator = SizeDilator(stage.target.info)
+            say("time dilation per size (docs/dilation.md):")
+            for line in dataclasses.replace(plan, replay=replay_dilation).reasons():
+                say(f"  {line}")
+            dilator = SizeDilator(stage.target.info, scratch=opts.topology is not None)
         for warning in prepared.warnings:
             stage.run.warn(warning)
         pooled: list[list[int]] = [[] for _ in items]

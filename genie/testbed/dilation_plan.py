@@ -67,6 +67,11 @@ class DilationPlan:
     def to_dict(self) -> list[dict[str, Any]]:
         return [s.to_dict() for s in self.sizes]
 
+    def reasons(self) -> list[str]:
+        """One line per size, and the replay's: the factor it ran at and why (what a run prints at its end)."""
+        lines = [f"{format_size(entry.size_bytes)}: {entry.dilation.describe()}" for entry in self.sizes]
+        return lines + ([f"the replay: {self.replay.describe()}"] if self.replay is not None else [])
+
     def describe(self, topology: Topology) -> list[str]:
         """One line per size: its factor, why, and the real shape of each distinct stated link shape."""
         lines = []
