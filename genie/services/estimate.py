@@ -62,30 +62,35 @@ def _run_estimate(request: EstimateRequest) -> EstimateResult:
     while this process goes on to the fabric model's compile and plans; its check is joined before the first play's
     result is taken (with draw workers, once they are forked: `astra_adapter.fabric.estimate.play_draws`), and
     before any other error is raised (a bad trace's error comes first, as when the check ran before all)."""
+    from genie.report.manifest import RunRecorder, input_digest
     from genie.topology import load_topology_file
     from genie.workloads.analysis import check, checked_problems, validate
     from genie.workloads.loader import load_trace
 
-    topology = load_topology_file(request.topology) if request.topology is not None else None
-    loaded = load_trace(request.trace, npus=request.npus)
-    source = str(request.trace)
-    if sum(len(r.nodes) for r in loaded.ranks) < CHECK_ASIDE_MIN_NODES:
-        warnings = check(loaded, source=source)
-        return _estimate_checked(request, loaded, topology, lambda: warnings)
-    from genie.core.forked_call import ForkedCall
+    inputs = (input_digest(request.trace, "trace"), *(input_digest(m, "measurements") for m in request.measurements),
+              *((input_digest(request.topology, "topology"),) if request.topology is not None else ()))
+    # the run's record opens first, so its duration is the estimate's (bad input still leaves no run directory)
+    with RunRecorder("estimate", out=request.out, inputs=inputs) as run:
+        topology = load_topology_file(request.topology) if request.topology is not None else None
+        loaded = load_trace(request.trace, npus=request.npus)
+        source = str(request.trace)
+        if sum(len(r.nodes) for r in loaded.ranks) < CHECK_ASIDE_MIN_NODES:
+            warnings = check(loaded, source=source)
+            return _estimate_checked(request, loaded, topology, lambda: warnings, run)
+        from genie.core.forked_call import ForkedCall
 
-    with ForkedCall(validate, loaded) as validation:
-        def checked() -> tuple[str, ...]:
-            return checked_problems(validation.result(), source=source)
-        try:
-            return _estimate_checked(request, loaded, topology, checked)
-        except Exception:
-            checked()  # the trace's own error, if it has one, before any other
-            raise
+        with ForkedCall(validate, loaded) as validation:
+            def checked() -> tuple[str, ...]:
+                return checked_problems(validation.result(), source=source)
+            try:
+                return _estimate_checked(request, loaded, topology, checked, run)
+            except Exception:
+                checked()  # the trace's own error, if it has one, before any other
+                raise
 
 
-def _estimate_checked(request: EstimateRequest, loaded, topology,
-                      checked: Callable[[], tuple[str, ...]]) -> EstimateResult:
+def _estimate_checked(request: EstimateRequest, loaded, topology, checked: Callable[[], tuple[str, ...]],
+                      run: Any) -> EstimateResult:
     """The estimate of the loaded trace; ``checked()`` its check (warnings; InputError naming the file), called
     before any play's result is taken (`astra_adapter.fabric.estimate.play_draws`: with draw workers, once they are
     forked and playing) or the trace is estimated otherwise."""
@@ -95,7 +100,6 @@ def _estimate_checked(request: EstimateRequest, loaded, topology,
     from astra_adapter.mapping import map_topology
     from astra_adapter.workload_estimate import estimate_csv, estimate_from_runs
     from genie.core.errors import InputError
-    from genie.report.manifest import RunRecorder, input_digest
 
     mode = request.mode
     nccl_calibration = False
@@ -108,7 +112,7 @@ def _estimate_checked(request: EstimateRequest, loaded, topology,
         contends = topology is not None and (groups_share_links(loaded, topology) or sends_beside_collectives(loaded))
         mode = EstimateMode.FABRIC if contends else EstimateMode.NCCL
     if mode is EstimateMode.NCCL or nccl_calibration:
-        return _estimate_nccl(request, loaded, topology, checked(), mode)
+        return _estimate_nccl(request, loaded, topology, checked(), run, mode)
     if mode is None:
         fabric = topology is not None and (request.calibration is not None or fabric_by_default(loaded, topology))
         mode = EstimateMode.FABRIC if fabric else EstimateMode.MEASURED
@@ -136,26 +140,24 @@ def _estimate_checked(request: EstimateRequest, loaded, topology,
         est, calibration = estimate_from_runs(loaded, list(request.measurements), mode, mapping=mapping,
                                               topology=topology, extrapolate=request.extrapolate,
                                               share_nic=request.share_nic)
-    inputs = (input_digest(request.trace, "trace"), *(input_digest(m, "measurements") for m in request.measurements),
-              *((input_digest(request.topology, "topology"),) if request.topology is not None else ()))
     params = {"mode": mode.value, "extrapolate": request.extrapolate, "share_nic": request.share_nic,
               "npus": request.npus, "calibration": str(request.calibration) if request.calibration else None,
               **({"end_precision": precision, "ring_model": ring_model.value, "draw_precision": draws}
                  if mode is EstimateMode.FABRIC else {})}
-    with RunRecorder("estimate", out=request.out, inputs=inputs, params=params) as run:
-        for warning in warnings:
-            run.warn(warning)
-        path = run.write("estimate.csv", estimate_csv(est))
-        if calibration is not None and calibration.points:
-            run.write(CALIBRATION_JSON, calibration_json(calibration))
-            run.write(CALIBRATION_CSV, calibration_csv(calibration))
-        if fabric_cal is not None:
-            run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(fabric_cal))
-        run.set_summary({"iteration_ns": est.iteration_ns, "ranks": len(est.ranks)})
+    run.describe(params=params)
+    for warning in warnings:
+        run.warn(warning)
+    path = run.write("estimate.csv", estimate_csv(est))
+    if calibration is not None and calibration.points:
+        run.write(CALIBRATION_JSON, calibration_json(calibration))
+        run.write(CALIBRATION_CSV, calibration_csv(calibration))
+    if fabric_cal is not None:
+        run.write(FABRIC_CALIBRATION_JSON, fabric_calibration_json(fabric_cal))
+    run.set_summary({"iteration_ns": est.iteration_ns, "ranks": len(est.ranks)})
     return EstimateResult(run.run_dir, est, calibration, path, fabric_cal, warnings=warnings)
 
 
-def _estimate_nccl(request: EstimateRequest, loaded, topology, warnings: tuple[str, ...],
+def _estimate_nccl(request: EstimateRequest, loaded, topology, warnings: tuple[str, ...], run: Any,
                    mode: EstimateMode = EstimateMode.NCCL) -> EstimateResult:
     """With a real cluster's calibration (genie calibrate): NCCL mode, every op through the NCCL model; or
     fabric mode, every op's NCCL choice as flows on the topology's links (astra_adapter.fabric.nccl_flows)."""
@@ -164,7 +166,7 @@ def _estimate_nccl(request: EstimateRequest, loaded, topology, warnings: tuple[s
     from astra_adapter.nccl.estimate import choices_csv, estimate_nccl
     from astra_adapter.workload_estimate import estimate_csv
     from genie.core.errors import InputError
-    from genie.report.manifest import RunRecorder, input_digest
+    from genie.report.manifest import input_digest
 
     if request.calibration is None:
         raise InputError("the NCCL model needs a calibration: give `calibration` (a genie calibrate run "
@@ -182,12 +184,11 @@ def _estimate_nccl(request: EstimateRequest, loaded, topology, warnings: tuple[s
     est = result.estimate
     inputs = (input_digest(request.trace, "trace"), input_digest(Path(cal_file), "calibration"),
               input_digest(request.topology, "topology"))
-    params_doc = {"mode": mode.value, "npus": request.npus, "calibration": str(request.calibration)}
-    with RunRecorder("estimate", out=request.out, inputs=inputs, params=params_doc) as run:
-        for warning in warnings:
-            run.warn(warning)
-        path = run.write("estimate.csv", estimate_csv(est))
-        run.write("nccl_choices.csv", choices_csv(result.choices))
-        run.set_summary({"iteration_ns": est.iteration_ns, "ranks": len(est.ranks),
-                         "op_kinds": len(result.choices)})
+    run.describe(inputs=inputs, params={"mode": mode.value, "npus": request.npus,
+                                        "calibration": str(request.calibration)})
+    for warning in warnings:
+        run.warn(warning)
+    path = run.write("estimate.csv", estimate_csv(est))
+    run.write("nccl_choices.csv", choices_csv(result.choices))
+    run.set_summary({"iteration_ns": est.iteration_ns, "ranks": len(est.ranks), "op_kinds": len(result.choices)})
     return EstimateResult(run.run_dir, est, None, path, None, result.choices, warnings)
