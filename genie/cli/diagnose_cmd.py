@@ -17,7 +17,9 @@ DIAGNOSE_FLAGS = {"bandwidth_bytes": "--size", "latency_bytes": "--size", "bandw
 
 def diagnose(
     testbed: str = typer.Option(..., "--testbed", help="A testbed that is up."),
-    size: str = typer.Option("8M", "--size", help="Message size of the bandwidth test."),
+    size: Optional[str] = typer.Option(
+        None, "--size", help="Message size of the bandwidth test (default 8M; under time dilation the largest power "
+        "of two up to 8M whose transfer lasts at most 0.5 s real: docs/diagnose.md)."),
     iters: int = typer.Option(3, "--iterations", "--iters", "-n", help="Bandwidth iterations per pair."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-diagnose)."),
     time_dilation: Optional[str] = options.TIME_DILATION,
@@ -30,11 +32,13 @@ def diagnose(
 
     from genie.core.dilation import DilationChoice
 
-    request = DiagnoseRequest(bandwidth_bytes=parse_size(size, "--size"), bandwidth_iterations=iters)
+    request = DiagnoseRequest(bandwidth_bytes=None if size is None else parse_size(size, "--size"),
+                              bandwidth_iterations=iters)
     with flag_names(DIAGNOSE_FLAGS):
         dilation = DilationChoice.parse(time_dilation)
         result = run_diagnose_command(DiagnoseCommand(testbed, request, out, dilation),
-                                      progress=lambda: count_progress("diagnose", "tests"))
+                                      progress=lambda: count_progress("diagnose", "tests"),
+                                      notice=lambda line: typer.echo(line, err=True))
     typer.echo(format_diagnosis(result.diagnosis))
     typer.echo(f"# results in {result.run_dir}")
     if result.diagnosis.flagged:

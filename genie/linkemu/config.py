@@ -17,6 +17,10 @@ from typing import Any
 NS_PER_US = 1000
 
 
+#: the most an emulator releases a packet before its time: its wake-up compensation's bound (genie.linkemu.emulator)
+MAX_COMPENSATION_NS = 100_000
+
+
 @dataclass(frozen=True)
 class StageSpec:
     """One link direction: ``name`` is ``links[i] a>b``; times in nanoseconds; ``limit_packets`` counts

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 
 from genie.core.files import write_atomic
-from genie.linkemu.config import EmulatorConfig
+from genie.linkemu.config import MAX_COMPENSATION_NS, EmulatorConfig
 from genie.linkemu.line import DelayLine
 from genie.linkemu.nfqueue import NfQueue, QueuedPacket
 
@@ -42,7 +42,6 @@ MIN_MARGIN_NS, MAX_MARGIN_NS = 2_000, 500_000
 MARGIN_GAIN = 0.125  # weight of each lateness sample in the wake margin
 LAG_WINDOW = 63  # wake-up lag samples in the running median
 LAG_RECOMPUTE_EVERY = 8
-MAX_COMPENSATION_NS = 100_000
 MAX_WAKE_LAG_SAMPLE_NS = 2_000_000  # longer lags are preemptions, not wake-ups
 QUEUE_MAXLEN = 1 << 20
 LATE_SAMPLES = 4096

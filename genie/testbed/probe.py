@@ -28,6 +28,7 @@ from typing import Any
 
 ECHO, COUNT, QUERY, QUIT, ANSWER = b"E", b"L", b"Q", b"X", b"A"
 _PROBE = struct.Struct("!cIQ")  # kind, sequence, send time (ns)
+ECHO_IP_BYTES = 20 + 8 + _PROBE.size  # an RTT probe's IP packet (IPv4 and UDP headers): what a wire serializes
 _ANSWER = struct.Struct("!cII")  # ANSWER, stream id, count
 _FLOW = struct.Struct("!cQ")  # first bytes of a TCP connection: BULK or RESULT, flow id
 BULK, RESULT = b"B", b"R"

@@ -12,6 +12,7 @@ interface numbers (``eth3`` -> queue 3); one emulator process per namespace hand
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 from genie.core.tcp_window import DEFAULT_TCP_RMEM, DEFAULT_TCP_WMEM, tcp_buffer_bytes
@@ -176,3 +177,32 @@ def _host_rate_bps(layout: TestbedLayout, host: str) -> int:
     rates = [layout.topology.links[end.link_index].shape.rate_bps for end in layout.ends if end.node == host]
     known = [rate for rate in rates if rate is not None]
     return max(known) if known else UNSHAPED_RATE_BPS
+
+
+def packet_wire_ns(layout: TestbedLayout, hops: tuple[Hop, ...], length_bytes: int,
+                   links: LinkModel = LinkModel.BUCKET) -> tuple[int, int]:
+    """What the link emulators' wires hold one lone IP packet of `length_bytes` for on a path (`hops`), by their
+    own rule (`genie.linkemu.line.Stage.pass_ns`, from idle wires; delays, jitter and loss left out), and how
+    many emulators it crosses (one per L3 receiver whose chain of stages has a wire): (ns, emulators). A chain
+    ends at each L3 receiver, which emulates every hop since the last one (a bridged segment's two hops: one
+    chain), so each chain's first stage starts with its slack. (0, 0) without wire links."""
+    from genie.linkemu.line import Stage
+
+    finder = PathFinder(layout)
+    total_ns = crossings = 0
+    chain: list[Hop] = []
+    for index, hop in enumerate(hops):
+        chain.append(hop)
+        if finder.is_bridge(hop.dst) and index < len(hops) - 1:
+            continue
+        stages = [Stage(dataclasses.replace(stage_spec(layout, h, hop.dst, links), delay_ns=0, jitter_ns=0))
+                  for h in chain if needs_emulation(layout.topology.links[h.link_index].shape, links)]
+        chain = []
+        if not any(stage.spec.rate_bps for stage in stages):
+            continue
+        start = first = last = max(stage.spec.wire_slack_ns for stage in stages)  # wires idle since time 0
+        for position, stage in enumerate(stages):
+            first, last = stage.pass_ns(first, last, length_bytes, arriving=position == 0)
+        total_ns += last - start
+        crossings += 1
+    return total_ns, crossings

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from genie.core.errors import EnvironmentProblem
+from genie.core.testbed import LinkModel
 from genie.testbed.emulators import python_env
 from genie.testbed.layout import NETNS_PREFIX, TestbedLayout, plan_layout
 from genie.testbed.lifecycle import terminate_pids
@@ -141,16 +142,17 @@ def verify_testbed(name: str, settings: VerifySettings = VerifySettings(), *,
     probes = Probes(namespace_probe_command({h.host: h.netns for h in info.hosts}),
                     on_started=lambda pid: register_pids(name, [pid]))
     rows = measure_links(layout, probes, {h.host: h.address for h in info.hosts}, settings, pairs=pairs,
-                         progress=progress)
+                         progress=progress, links=info.links)
     return [emulated_row(row, info.dilation) for row in rows]
 
 
 def measure_links(layout: TestbedLayout, probes: Probes, address: Mapping[str, str],
                   settings: VerifySettings = VerifySettings(), *, pairs: Sequence[tuple[str, str]] | None = None,
-                  progress: Callable[[str], None] | None = None) -> list[VerifyRow]:
+                  progress: Callable[[str], None] | None = None, links: LinkModel = LinkModel.BUCKET
+                  ) -> list[VerifyRow]:
     """The link checks of `layout`'s topology, run through `probes` between the hosts at `address` (their rank
     addresses): a namespace testbed, or a lab's VMs (`genie.services.lab`). Rows in pair order."""
-    targets = choose_pairs(layout, pairs)
+    targets = choose_pairs(layout, pairs, links)
     if progress and pairs is None and (skipped := uncovered_links(layout, targets)):
         progress("not crossed by any measured path (equal-cost alternatives): "
                  + ", ".join(f"links[{i}]" for i in skipped))
