@@ -677,3 +677,34 @@ def test_a_bench_at_one_factor_says_which_and_why(tmp_path: Path) -> None:
     result = run_genie("bench", "--loopback", "--ranks", "2", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
                        "-c", "0", "--out", tmp_path / "u")
     assert result.returncode == 0 and "time dilation" not in result.stdout + result.stderr
+
+
+def test_putting_the_links_back_never_takes_the_place_of_the_run_s_own_failure() -> None:
+    """Ctrl-C while a size runs, and the end-of-sweep reshape fails too: the run is still interrupted (its
+    manifest `interrupted`, exit 130), the reshape's failure a note on it (review2 s34)."""
+    sizes = [1024, 64 << 20]
+    plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
+    kernel = KernelModel()
+    live = _bucket_testbed(kernel, plan.first)
+
+    def interrupted(part, **kwargs):
+        if part[0].op.size_bytes == 64 << 20:
+            _delete_root_qdisc(kernel, live)
+            raise KeyboardInterrupt
+        return _fake_run([])(part, **kwargs)
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        run_cases_per_size(_cases(sizes), plan, SizeDilator(live.info, live, scratch=True), interrupted,
+                           lambda *row: None)
+    assert any("putting testbed fk-gone's links back" in note for note in info.value.__notes__)
+
+
+def test_an_experiment_s_sweep_leaves_the_links_to_the_replay_s_reshape() -> None:
+    """`restore=False`: the sweep ends at its last size's factor (the experiment reshapes to the replay's at
+    once, not through the testbed's own factor first: one reshape of every link end a round, not two)."""
+    sizes = [1024, 64 << 20]
+    plan = plan_per_size(load_topology_file(TOPOLOGIES / "star-8-100g.yaml"), FIGURES, sizes)
+    live = _bucket_testbed(KernelModel(), plan.first)
+    dilator = SizeDilator(live.info, live, scratch=True)
+    run_cases_per_size(_cases(sizes), plan, dilator, _fake_run([]), lambda *row: None, restore=False)
+    assert dilator.current == plan.sizes[-1].dilation != plan.first

@@ -4,6 +4,7 @@ environments and a private state directory only."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from genie.core.errors import InputError
 from genie.testbed import namespaces, service
 from genie.testbed.environment import FakeEnvironment
-from genie.testbed.state import STATE_DIR_ENV, load_record, record_path, run_lock
+from genie.testbed.state import STATE_DIR_ENV, load_record, record_path, run_lock, save_record
 from genie.topology import load_topology_file
 
 STAR4 = load_topology_file(Path(__file__).resolve().parents[1] / "topologies" / "star-4.yaml")
@@ -71,9 +72,9 @@ def test_down_all_tears_down_a_testbed_whose_makers_pid_names_another_process_no
     env = FakeEnvironment()
     service.up(STAR4, name="tmp2-0", environment=env)
     assert load_record("tmp2-0").owner_start_ticks == service.process_start_ticks(os.getpid())
-    real = service.process_start_ticks
+    record = load_record("tmp2-0")  # the maker's PID now names a newer process: another start time
+    save_record(dataclasses.replace(record, owner_start_ticks=record.owner_start_ticks - 1))
     monkeypatch.setattr(os, "getpid", lambda: 1)  # seen from another process
-    monkeypatch.setattr(service, "process_start_ticks", lambda pid: real(pid) + 1)  # the PID: a newer process
     assert service.down_all(environment=env).testbeds == ("tmp2-0",)
     assert _namespaces(env, "tmp2-0") == []
 
@@ -124,3 +125,71 @@ def test_a_namespace_the_rollback_could_not_remove_stays_recorded() -> None:
     env.fail_undo = frozenset()
     service.down("rb", environment=env)
     assert _namespaces(env, "rb") == [] and not record_path("rb").exists()
+
+
+def test_down_all_tears_down_a_testbed_whose_maker_was_killed_but_not_yet_reaped() -> None:
+    """A SIGKILLed run whose parent has not waited for it yet is a zombie: /proc still shows its PID with the
+    same start time, but it holds nothing; its testbed is a killed run's leftover (review2 s34)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = FakeEnvironment()
+    service.up(STAR4, name="zomb", environment=env)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = service.process_start_ticks(proc.pid)
+        save_record(dataclasses.replace(load_record("zomb"), owner_pid=proc.pid, owner_start_ticks=start))
+        assert service.down_all(environment=env).in_use == ("zomb",)  # the maker runs: left up
+        os.kill(proc.pid, signal.SIGKILL)
+        while service.process_alive(proc.pid):  # a zombie until reaped below
+            time.sleep(0.01)
+        assert service.process_start_ticks(proc.pid) == start  # /proc still names it
+        report = service.down_all(environment=env)
+        assert report.testbeds == ("zomb",) and report.in_use == ()
+        assert _namespaces(env, "zomb") == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_down_all_leaves_a_testbed_a_shared_run_uses() -> None:
+    """`shared` runs (and verify) take no exclusive hold, but `down --all` must not end their ranks either."""
+    env = FakeEnvironment()
+    service.up(STAR4, name="beside", environment=env)
+    with run_lock("beside", shared=True), run_lock("beside", shared=True):  # two shared runs at once: allowed
+        with run_lock("beside"):  # and an exclusive one beside them, as before
+            pass
+        report = service.down_all(environment=env)
+    assert report.in_use == ("beside",) and len(_namespaces(env, "beside")) == 5
+    assert service.down_all(environment=env).testbeds == ("beside",)
+
+
+def test_down_all_keeps_the_emulator_files_of_a_testbed_brought_up_while_it_ran(state_dir: Path) -> None:
+    """Another process's `up` right after down --all's last read of the records (once the namespaces are
+    gone): the files of its live emulators (stats, overrides, logs) stay, as its namespaces do (review2 s34)."""
+    import sys
+
+    env = FakeEnvironment()
+    names, listing = service.record_names, env.list_genie_namespaces
+    listed = []
+
+    def list_namespaces() -> list[str]:
+        listed.append(True)
+        return listing()
+
+    def names_then_an_up() -> list[str]:
+        found = names()
+        if listed and sys._getframe(1).f_code.co_name == "down_all" and not record_path("late").exists():
+            service.up(STAR4, name="late", environment=env)
+            (state_dir / "emulators" / "late").mkdir(parents=True)  # as its emulators' start makes it
+        return found
+
+    env.list_genie_namespaces = list_namespaces  # type: ignore[method-assign]
+    service.record_names = names_then_an_up  # type: ignore[attr-defined]
+    try:
+        service.down_all(environment=env)
+    finally:
+        service.record_names = names  # type: ignore[attr-defined]
+    assert load_record("late").complete and (state_dir / "emulators" / "late").is_dir()

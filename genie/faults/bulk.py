@@ -11,17 +11,15 @@ addresses inside genie's namespaces.
 from __future__ import annotations
 
 import argparse
-import os
 import select
 import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 from genie.core.congestion import CongestionControl, pin_congestion
-from genie.core.process import die_with_parent
+from genie.core.process import die_with_parent, first_line
 from genie.testbed.emulators import python_env
 from genie.testbed.lifecycle import terminate_pids
 
@@ -51,17 +49,12 @@ def _argv(netns: str | None, args: list[str]) -> list[str]:
 
 
 def _wait_ready(proc: subprocess.Popen) -> int:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    line = b""
-    while not line.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([proc.stdout], [], [], remaining)[0]:
-            raise RuntimeError(f"the cross-traffic receiver did not become ready within {READY_TIMEOUT_S:g} s")
-        chunk = os.read(proc.stdout.fileno(), 64)
-        if not chunk:
-            raise RuntimeError(f"the cross-traffic receiver exited with code {proc.wait(timeout=5)}")
-        line += chunk
+    try:
+        line = first_line(proc, READY_TIMEOUT_S)
+    except TimeoutError:
+        raise RuntimeError(f"the cross-traffic receiver did not become ready within {READY_TIMEOUT_S:g} s") from None
+    if not line:
+        raise RuntimeError(f"the cross-traffic receiver exited with code {proc.wait(timeout=5)}")
     word, _, port = line.decode().strip().partition(" ")
     if word != "ready":
         raise RuntimeError(f"unexpected answer from the cross-traffic receiver: {line!r}")

@@ -67,9 +67,9 @@ class LiveTestbed:
 
     @classmethod
     def of(cls, name: str, on_pids: Callable[[list[int]], None] | None = None) -> LiveTestbed:
-        from genie.testbed.state import load_record
+        from genie.testbed.state import load_trusted_record
 
-        record = load_record(name)
+        record = load_trusted_record(name)
         return cls(record.info, record.steps, record.shaper, on_pids=on_pids, emulators=record.emulators)
 
     def _netlink(self) -> Any:

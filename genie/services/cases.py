@@ -203,12 +203,14 @@ def run_cases(cases: Sequence[GroupCase], placements: list[RankPlacement], *, ve
 
 
 def run_cases_per_size(cases: list[GroupCase], plan: Any, dilator: Any, run: Callable[..., BenchOutcome],
-                       on_case: Callable[[int, int, CaseStats], None]) -> BenchOutcome:
+                       on_case: Callable[[int, int, CaseStats], None], *, restore: bool = True) -> BenchOutcome:
     """`cases` in runs of consecutive sizes at one factor of `plan` (`genie.testbed.dilation_plan`): each run
     reshaped by `dilator` (`genie.services.dilation.SizeDilator`), then `run(part, dilation=, progress=)` (one
     rank session: `run_cases` with the caller's options); `on_case(done, total, stats)` over the whole list.
-    The outcomes are joined as one sweep's; the testbed is put back at its own dilation at the end, whatever
-    happens (a failure keeps what `on_case` was given)."""
+    The outcomes are joined as one sweep's; the testbed is put back at its own dilation at the end (not with
+    `restore` False: the caller reshapes it next itself) and on any failure (a failure keeps what `on_case` was
+    given, and stays the run's error: one of putting the links back is added to it as a note, never in its place,
+    so a Ctrl-C stays an interruption)."""
     segments: list[tuple[Any, list[GroupCase]]] = []
     for case in cases:
         dilation = plan.dilation_for(case.op.size_bytes)
@@ -225,7 +227,13 @@ def run_cases_per_size(cases: list[GroupCase], plan: Any, dilator: Any, run: Cal
             parts.append(run(part, dilation=dilation,
                              progress=lambda d, _t, stats, base=base: on_case(base + d, len(cases), stats)))
             offset += len(part)
-    finally:
+    except BaseException as exc:
+        try:
+            dilator.restore()
+        except RunFailure as failed:
+            exc.add_note(str(failed))
+        raise
+    if restore:
         dilator.restore()
     return _joined(parts)
 

@@ -147,7 +147,8 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
                     part, stage.placements, timeout_s=spec.timeout_s, on_pids=stage.target.on_pids,
                     sessions=stage.sessions, **{"progress": bench_progress, "dilation": stage.dilation, **more})
                 swept = (sweep(cases) if dilator is None else
-                         run_cases_per_size(cases, plan, dilator, sweep, bench_progress))
+                         run_cases_per_size(cases, plan, dilator, sweep, bench_progress,
+                                            restore=False))  # reshaped to the replay's at once, below
                 if dilator is not None:
                     dilator.use(replay_dilation, size_bytes=None)
                 for acc, stats in zip(pooled, swept.stats):

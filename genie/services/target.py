@@ -91,7 +91,7 @@ def open_target(topology: Optional[Path], testbed: Optional[str], loopback: bool
                               for i, how in sorted(left.items()) if i < len(info.topology.links))
             warnings += (f"a killed fault run left links of {info.name} changed ({links}): this run measures "
                          f"them so; `genie testbed down {info.name}` and up again restores them",)
-        with contextlib.nullcontext() if shared else run_lock(info.name):
+        with run_lock(info.name, shared=shared):
             yield Target(placements_for(info, ranks), (lambda pids: service.register_pids(info.name, pids)),
                          info.name, info, (InputDigest("topology", record.source or f"testbed {info.name}",
                                                        record.source_digest, 1),),

@@ -62,7 +62,7 @@ def check_pairs(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
 def run_verify(request: VerifyRequest, progress: Callable[[str], None] | None = None) -> VerifyResult:
     from genie.report.manifest import InputDigest
     from genie.testbed.service import broken_message, dead_emulators, load_info
-    from genie.testbed.state import load_record
+    from genie.testbed.state import load_record, run_lock
     from genie.testbed.verify_run import verify_testbed
 
     from genie.services.dilation import running_dilation
@@ -74,12 +74,13 @@ def run_verify(request: VerifyRequest, progress: Callable[[str], None] | None = 
     if dead:  # every measurement across its delay-shaped links would only time out
         raise RunFailure(broken_message(info.name, dead))
     topology_input = InputDigest("topology", record.source or f"testbed {info.name}", record.source_digest, 1)
-    return record_verify(info.name, info.topology, topology_input, request.settings, request.pairs,
-                         lambda: verify_testbed(request.testbed, request.settings,
-                                                pairs=list(request.pairs) if request.pairs is not None else None,
-                                                progress=progress),
-                         out=request.out, csv_path=request.csv_path, shaper=info.shaper,
-                         dilation=info.dilation.to_dict())
+    with run_lock(info.name, shared=True):  # beside runs, as before; `down --all` leaves it alone meanwhile
+        return record_verify(info.name, info.topology, topology_input, request.settings, request.pairs,
+                             lambda: verify_testbed(request.testbed, request.settings,
+                                                    pairs=list(request.pairs) if request.pairs is not None else None,
+                                                    progress=progress),
+                             out=request.out, csv_path=request.csv_path, shaper=info.shaper,
+                             dilation=info.dilation.to_dict())
 
 
 def record_verify(target: str, topology: Topology, topology_input: InputDigest | Path, settings: VerifySettings,

@@ -11,17 +11,16 @@ ended by PID (matched with its start time).
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import genie
 from genie.core.errors import EnvironmentProblem
+from genie.core.process import first_line
 from genie.testbed.layout import NETNS_DIR, NETNS_PREFIX
 from genie.testbed.lifecycle import process_start_ticks, terminate_pids
 from genie.testbed.state import state_dir
@@ -153,21 +152,14 @@ class EmulatorBackend:
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], netns: str, log: Path) -> None:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    line = b""
-    while not line.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise EnvironmentProblem(f"{netns}: the link emulator did not become ready within "
-                                     f"{READY_TIMEOUT_S:g} s (log: {log})")
-        readable, _, _ = select.select([proc.stdout], [], [], remaining)
-        if readable:
-            chunk = os.read(proc.stdout.fileno(), 256)
-            if not chunk:
-                proc.wait(timeout=5)
-                raise EnvironmentProblem(f"{netns}: the link emulator failed to start: {_last_line(log)}")
-            line += chunk
+    try:
+        line = first_line(proc, READY_TIMEOUT_S)
+    except TimeoutError:
+        raise EnvironmentProblem(f"{netns}: the link emulator did not become ready within "
+                                 f"{READY_TIMEOUT_S:g} s (log: {log})") from None
+    if not line:
+        proc.wait(timeout=5)
+        raise EnvironmentProblem(f"{netns}: the link emulator failed to start: {_last_line(log)}")
     if not line.startswith(b"ready"):
         raise EnvironmentProblem(f"{netns}: unexpected answer from the link emulator: {line!r}")
 

@@ -140,15 +140,35 @@ def signals_deferred() -> Iterator[None]:
         raise _interruption(received[0])
 
 
+def _stat(pid: int) -> tuple[bytes, int] | None:
+    """(state, start ticks) of process `pid` from /proc/PID/stat (fields 3 and 22), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[19])
+
+
 def process_start_ticks(pid: int) -> int | None:
     """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22), None if it is gone.
     A (pid, start) pair names one process even after its PID is reused."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            text = stat.read().decode(errors="replace")
-    except OSError:
-        return None
-    return int(text.rsplit(")", 1)[1].split()[19])
+    found = _stat(pid)
+    return None if found is None else found[1]
+
+
+def process_alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie. Zombies are left for their parent to reap (it may be a
+    Popen of the caller that wants the exit status)."""
+    found = _stat(pid)
+    return found is not None and found[0] not in (b"Z", b"X")
+
+
+def same_process(pid: int, start_ticks: int | None) -> bool:
+    """Is `pid` still the process that started at `start_ticks`, and running (a killed process its parent has
+    not reaped yet is a zombie: it holds nothing any more)? False for an unknown start time."""
+    found = _stat(pid)
+    return start_ticks is not None and found is not None and found[1] == start_ticks and found[0] not in (b"Z", b"X")
 
 
 def terminate_pids(pids: Iterable[int], *, grace_s: float = 1.0) -> list[int]:
@@ -163,13 +183,13 @@ def terminate_pids(pids: Iterable[int], *, grace_s: float = 1.0) -> list[int]:
     alive = list(signalled)
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
-        alive = [pid for pid in alive if _alive(pid)]
+        alive = [pid for pid in alive if process_alive(pid)]
     for pid in alive:
         _signal(pid, targets[pid], signal.SIGKILL)
     deadline = time.monotonic() + grace_s
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
-        alive = [pid for pid in alive if _alive(pid)]
+        alive = [pid for pid in alive if process_alive(pid)]
     return signalled
 
 
@@ -182,14 +202,3 @@ def _signal(pid: int, start: int | None, sig: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
-
-
-def _alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie. Zombies are left for their parent to reap (it may be a
-    Popen of the caller that wants the exit status)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")

@@ -29,13 +29,14 @@ from genie.testbed.backend import apply_plan, undo_steps
 from genie.testbed.emulators import EmulatorProcess, remove_emulator_files, stats_path
 from genie.testbed.environment import KERNEL, TestbedEnvironment
 from genie.testbed.layout import NETNS_PREFIX, check_testbed_name
-from genie.testbed.lifecycle import process_start_ticks, signals_deferred, signals_raise
+from genie.testbed.lifecycle import (process_alive, process_start_ticks, same_process, signals_deferred,
+                                     signals_raise)
 from genie.testbed.namespaces import SharedNamespace
 from genie.testbed.observed import EmulatorStatus, NamespaceStatus
 from genie.testbed.plan import build_plan
 from genie.testbed.shaping import default_link_model, needs_emulation
-from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, record_names, record_path,
-                                 run_lock, save_record, state_dir)
+from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, load_trusted_record,
+                                 outside_prefix, record_names, record_path, save_record, state_dir, teardown_lock)
 from genie.testbed.steps import CreateNetns, PlanStep, Shaper, ShaperChoice
 
 _temporary_numbers = itertools.count()
@@ -185,7 +186,7 @@ def down(name: str, *, force: bool = False, environment: TestbedEnvironment = KE
     require_net_admin(environment)
     try:
         record = load_record(name)
-        outside = _outside_prefix(record)
+        outside = outside_prefix(record)
         if outside:
             raise GenieError(f"testbed {name!r}: its state record names {outside[0]!r}, outside "
                              f"{NETNS_PREFIX}{name}-*; genie touches nothing outside its prefix "
@@ -200,57 +201,50 @@ def down(name: str, *, force: bool = False, environment: TestbedEnvironment = KE
         record = None
     with signals_deferred():
         if record is None:
-            pids, removed = _remove_prefixed(name, environment)
+            pids, removed, shared = _remove_prefixed(name, environment)
             delete_record(name)
             remove_emulator_files(name)
-            return DownReport((name,), tuple(removed), tuple(pids))
+            return DownReport((name,), tuple(removed), tuple(pids), shared_namespaces=tuple(shared))
         pids = _teardown(record, environment)
         delete_record(name)
     return DownReport((name,), (), tuple(pids))
 
 
-def _outside_prefix(record: TestbedRecord) -> list[str]:
-    """The namespaces a record names that are not ``genie-<its name>-*`` (a hand-written or damaged record)."""
-    prefix = f"{NETNS_PREFIX}{record.name}-"
-    named = {getattr(step, f.name) for step in record.steps for f in dataclasses.fields(step)
-             if f.name.startswith("netns")}
-    named |= {EmulatorProcess(*e).netns for e in record.emulators}
-    outside = {n for n in named if n is not None and not (isinstance(n, str) and n.startswith(prefix))}
-    runs_in = {h.netns for h in record.info.hosts} | {e.netns for e in record.info.link_ends}  # None: the root's
-    outside |= {n for n in runs_in if not (isinstance(n, str) and n.startswith(prefix))}
-    return sorted(str(n) for n in outside)
-
-
-def _remove_prefixed(name: str, environment: TestbedEnvironment) -> tuple[list[int], list[str]]:
+def _remove_prefixed(name: str, environment: TestbedEnvironment) -> tuple[list[int], list[str], list[str]]:
     """End what runs in the ``genie-<name>-*`` namespaces no readable record of another testbed claims, and
-    remove them."""
-    claimed: set[str] = set()
-    for other in record_names():
-        if other != name:
-            try:
-                claimed.update(load_record(other).namespaces)
-            except GenieError:
-                continue
+    remove them (`_remove_unclaimed`)."""
     prefix = f"{NETNS_PREFIX}{name}-"
-    mine = [ns for ns in environment.list_genie_namespaces() if ns.startswith(prefix) and ns not in claimed]
+    listed = [ns for ns in environment.list_genie_namespaces() if ns.startswith(prefix)]
+    return _remove_unclaimed(listed, _claimed_namespaces(skip={name}), environment)
+
+
+def _remove_unclaimed(listed: Iterable[str], claimed: set[str], environment: TestbedEnvironment
+                      ) -> tuple[list[int], list[str], list[str]]:
+    """End what runs in each of `listed` not in `claimed` and remove it; a name bound to this machine's own
+    namespace (SharedNamespace) is left alone. Returns (PIDs ended, namespaces removed, names left alone)."""
     pids: list[int] = []
-    removed = []
-    for netns in mine:
+    removed: list[str] = []
+    shared: list[str] = []
+    for netns in listed:
+        if netns in claimed:
+            continue
         try:
             pids += environment.end_processes(environment.namespace_pids(netns))
-        except SharedNamespace:
-            continue  # not genie's: neither its processes nor its name
+        except SharedNamespace:  # not genie's: neither its processes nor its name
+            shared.append(netns)
+            continue
         environment.remove_namespace(netns)
         removed.append(netns)
-    return pids, removed
+    return pids, removed, shared
 
 
 def down_all(*, force: bool = False, environment: TestbedEnvironment = KERNEL) -> DownReport:
     """Tear down every recorded testbed, then every ``genie-*`` namespace no record claims (leftovers of a
-    killed run). A testbed a run holds (`run_lock`) or whose maker still runs (an `up` under way, the temporary
-    testbed of a live run) is left up and named in ``in_use``, unless `force`. Records are read again after the
-    namespaces are listed: an `up` records its testbed before its first namespace, so one running meanwhile
-    keeps what it made. Unreadable records are dropped once their namespaces are gone."""
+    killed run). A testbed a run holds (`run_lock`: a shared run's and a verify's too) or whose maker still runs
+    (an `up` under way, the temporary testbed of a live run) is left up and named in ``in_use``, unless `force`.
+    Records are read again after the namespaces are listed: an `up` records its testbed before its first
+    namespace, so one running meanwhile keeps what it made. Unreadable records are dropped once their
+    namespaces are gone."""
     require_net_admin(environment)
     torn: list[str] = []
     pids: list[int] = []
@@ -263,12 +257,12 @@ def down_all(*, force: bool = False, environment: TestbedEnvironment = KERNEL) -
             except GenieError:
                 unreadable.append(name)
                 continue
-            if _outside_prefix(record):
+            if outside_prefix(record):
                 unreadable.append(name)  # touch nothing it names: its genie-* namespaces go with the orphans
                 continue
             with ExitStack() as held:
                 try:
-                    held.enter_context(run_lock(name))  # held through the teardown: no run starts on it meanwhile
+                    held.enter_context(teardown_lock(name))  # held through the teardown: no run starts on it meanwhile
                     busy = _maker_running(record)
                 except InputError:
                     busy = True
@@ -280,23 +274,14 @@ def down_all(*, force: bool = False, environment: TestbedEnvironment = KERNEL) -
             torn.append(name)
         listed = environment.list_genie_namespaces()
         claimed = _claimed_namespaces(skip=set(unreadable))  # read after listing (see above)
-        orphans: list[str] = []
-        shared: list[str] = []
-        for netns in listed:
-            if netns in claimed:
-                continue
-            try:
-                pids += environment.end_processes(environment.namespace_pids(netns))
-            except SharedNamespace:
-                shared.append(netns)
-                continue
-            environment.remove_namespace(netns)
-            orphans.append(netns)
+        ended, orphans, shared = _remove_unclaimed(listed, claimed, environment)
+        pids += ended
         for name in unreadable:
             delete_record(name)
-        recorded = set(record_names())
         leftovers = state_dir() / "emulators"
-        for directory in sorted(leftovers.iterdir()) if leftovers.is_dir() else []:
+        directories = sorted(leftovers.iterdir()) if leftovers.is_dir() else []
+        recorded = set(record_names())  # read after listing, as for the namespaces: an `up` records first
+        for directory in directories:
             if directory.name not in recorded:
                 remove_emulator_files(directory.name)
     return DownReport(tuple(torn), tuple(orphans), tuple(pids), tuple(in_use), tuple(shared))
@@ -318,12 +303,13 @@ def _claimed_namespaces(*, skip: set[str]) -> set[str]:
 def _maker_running(record: TestbedRecord) -> bool:
     """Is the process that brought the testbed up still running (an `up` under way, or the run a temporary
     testbed belongs to)? Its PID with the recorded start time, so a PID the kernel gave to another process since
-    does not count; a record without the start time (older genie): any process with the PID counts, the safe
-    side."""
+    does not count, nor a killed maker its parent has not reaped yet (a zombie); a record without the start
+    time (older genie): any live process with the PID counts, the safe side."""
     if record.owner_pid == os.getpid():
         return False
-    ticks = process_start_ticks(record.owner_pid)
-    return ticks is not None and (record.owner_start_ticks is None or ticks == record.owner_start_ticks)
+    if record.owner_start_ticks is None:
+        return process_alive(record.owner_pid)
+    return same_process(record.owner_pid, record.owner_start_ticks)
 
 
 def status(name: str, *, environment: TestbedEnvironment = KERNEL) -> TestbedStatus:
@@ -388,13 +374,10 @@ def list_testbeds(*, environment: TestbedEnvironment = KERNEL) -> list[TestbedSu
 def load_info(name: str) -> TestbedInfo:
     """The TestbedInfo of a testbed that is fully up (for the engine and measurements)."""
     check_testbed_name(name)
-    record = load_record(name)
+    record = load_trusted_record(name)
     if not record.complete:
         raise GenieError(f"testbed {name!r} is not completely up (its `up` failed or is still running); "
                          f"run `genie testbed down {name}`")
-    if outside := _outside_prefix(record):  # ranks, cross-traffic and live changes would run there
-        raise InputError(f"testbed {name!r}: its state record names {outside[0]!r}, outside {NETNS_PREFIX}{name}-*",
-                         source=str(record_path(name)))
     return record.info
 
 

@@ -24,6 +24,7 @@ from genie.core.files import write_atomic
 from genie.core.testbed import HostEndpoint, LinkEnd, LinkModel, Shaping, TestbedInfo
 from genie.core.topology import Host, Link, LinkRole, Switch, SwitchKind, Topology
 from genie.linkemu.config import EmulatorConfig
+from genie.testbed.layout import NETNS_PREFIX
 from genie.testbed.steps import (STEP_TYPES, AddHtb, AddRoute, CreateNetns, NextHop, PlanStep, QdiscParent, Shaper,
                                  StartEmulator)
 from genie.topology.link_properties import make_shape
@@ -109,13 +110,38 @@ def load_record(name: str) -> TestbedRecord:
     return record
 
 
+def outside_prefix(record: TestbedRecord) -> list[str]:
+    """The namespaces a record names that are not ``genie-<its name>-*`` (a hand-written or damaged record): in
+    its steps and emulators, and where its hosts and link ends run (None there: the root namespace)."""
+    prefix = f"{NETNS_PREFIX}{record.name}-"
+    named = {getattr(step, f.name) for step in record.steps for f in dataclasses.fields(step)
+             if f.name.startswith("netns")}
+    named |= {netns for netns, _pid, _start in record.emulators}
+    outside = {n for n in named if n is not None and not (isinstance(n, str) and n.startswith(prefix))}
+    runs_in = {h.netns for h in record.info.hosts} | {e.netns for e in record.info.link_ends}
+    outside |= {n for n in runs_in if not (isinstance(n, str) and n.startswith(prefix))}
+    return sorted(str(n) for n in outside)
+
+
+def load_trusted_record(name: str) -> TestbedRecord:
+    """`load_record`, refused when it names anything outside ``genie-<name>-*`` (`outside_prefix`): how every
+    run, live change and cross-traffic reads a testbed (`genie.testbed.service.load_info`,
+    `genie.faults.live.LiveTestbed.of`), so none acts on what the record does not own."""
+    record = load_record(name)
+    if outside := outside_prefix(record):
+        raise InputError(f"testbed {name!r}: its state record names {outside[0]!r}, outside {NETNS_PREFIX}{name}-*",
+                         source=str(record_path(name)))
+    return record
+
+
 def delete_record(name: str) -> None:
     try:
         record_path(name).unlink()
     except FileNotFoundError:
         pass
     live_changes_path(name).unlink(missing_ok=True)  # the testbed's links are gone with it
-    (state_dir() / f"{name}.lock").unlink(missing_ok=True)  # and so is what a run could hold
+    for suffix in ("lock", "use"):  # and so is what a run could hold
+        (state_dir() / f"{name}.{suffix}").unlink(missing_ok=True)
 
 
 _STEPS_JSON: list[tuple[tuple[PlanStep, ...], str]] = []  # the last plan written, as JSON
@@ -246,28 +272,61 @@ def topology_from_dict(data: dict[str, Any]) -> Topology:
     )
 
 
-@contextlib.contextmanager
-def run_lock(name: str) -> Iterator[None]:
-    """Hold testbed `name` for one run: a second run on it at once is refused (its numbers and link counters
-    would mix with this one's). An flock on ``<state dir>/<name>.lock``: the kernel releases it when the run
-    ends, however it ends (also SIGKILL), so a stale lock cannot outlive its run."""
+def _lock_fd(name: str, suffix: str) -> int:
     directory = state_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    return os.open(directory / f"{name}.{suffix}", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+
+@contextlib.contextmanager
+def run_lock(name: str, *, shared: bool = False) -> Iterator[None]:
+    """Hold testbed `name` for one run: a second run on it at once is refused (its numbers and link counters
+    would mix with this one's). An flock on ``<state dir>/<name>.lock``: the kernel releases it when the run
+    ends, however it ends (also SIGKILL), so a stale lock cannot outlive its run. A `shared` run (beside
+    others: both runs' numbers disturbed) takes no such lock; every run, shared or not, holds ``<name>.use``
+    shared, so that `down --all` (`teardown_lock`) sees it."""
+    use = _lock_fd(name, "use")
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(use, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
-            raise InputError(f"testbed {name!r} is in use by another run (pid {holder}); wait for it to end, or "
-                             "give `shared` to run beside it (both runs' numbers will be disturbed)",
-                             path="testbed") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+            raise InputError(f"testbed {name!r} is being torn down", path="testbed") from None
+        if shared:
+            yield
+            return
+        fd = _lock_fd(name, "lock")
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+                raise InputError(f"testbed {name!r} is in use by another run (pid {holder}); wait for it to end, "
+                                 "or give `shared` to run beside it (both runs' numbers will be disturbed)",
+                                 path="testbed") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+    finally:
+        os.close(use)
+
+
+@contextlib.contextmanager
+def teardown_lock(name: str) -> Iterator[None]:
+    """Hold testbed `name` against every run while it is torn down: InputError if any run uses it (shared or
+    not, `run_lock`); while held, no run starts on it."""
+    fds = [_lock_fd(name, "lock"), _lock_fd(name, "use")]
+    try:
+        for fd in fds:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise InputError(f"testbed {name!r} is in use by a run", path="testbed") from None
         yield
     finally:
-        os.close(fd)  # releases the lock
+        for fd in fds:
+            os.close(fd)
 
 
 # ---- live changes: links a fault run changed, until it restores them -------------------------------------

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import select
 import subprocess
 import sys
 import time
@@ -21,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from genie.core.errors import EnvironmentProblem
+from genie.core.process import first_line
 from genie.core.testbed import LinkModel
 from genie.testbed.emulators import python_env
 from genie.testbed.layout import NETNS_PREFIX, TestbedLayout, plan_layout
@@ -106,20 +105,12 @@ class Probes:
 
 
 def _first_line(proc: subprocess.Popen[str], host: str, timeout_s: float) -> str:
-    """The process's first line of output ("" if it ended first); EnvironmentProblem after `timeout_s` (a probe
+    """The probe server's first line ("" if it ended first); EnvironmentProblem after `timeout_s` (a probe
     server over ssh can hang before it binds: ssh's ConnectTimeout covers the connection only)."""
-    assert proc.stdout is not None
-    fd, data = proc.stdout.fileno(), b""
-    deadline = time.monotonic() + timeout_s
-    while not data.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise EnvironmentProblem(f"{host}: the probe server was not ready within {timeout_s:g} s")
-        chunk = os.read(fd, 256)
-        if not chunk:
-            return ""
-        data += chunk
-    return data.decode(errors="replace")
+    try:
+        return first_line(proc, timeout_s).decode(errors="replace")
+    except TimeoutError:
+        raise EnvironmentProblem(f"{host}: the probe server was not ready within {timeout_s:g} s") from None
 
 
 def flow_cpu_busy(flow: Mapping[str, object]) -> float | None:
