@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from statistics import fmean, median
 
 from genie.core.flowpath import SessionPaths
-from genie.core.jobmix import (MixMap, jobs_outside_the_mix, mixed_repetitions, outside_the_mix_warning,
+from genie.core.jobmix import (MixMap, jobs_outside_in_any, mixed_repetitions, outside_the_mix_warning,
                                repetition_times)
 from genie.core.topology import Topology
 from genie.core.trace import Trace
@@ -181,8 +181,7 @@ def estimate_mix(traces: list[Trace], names: list[str], slots: tuple[tuple[int, 
     merged, mix = merge_jobs(list(traces), list(names), list(slots), list(reps), list(offsets_ns), world=world)
     timelines = play_draws(merged, networks(mixed_paths), params, workers=workers)
     mixed = _rep_medians(mix, timelines, jobs, mixed=True)
-    outside = sorted({j for timeline in timelines
-                      for j in jobs_outside_the_mix(repetition_times(mix, timeline.spans), jobs, mix.offsets_ns)})
+    outside = jobs_outside_in_any((repetition_times(mix, t.spans) for t in timelines), jobs, mix.offsets_ns)
     rank_hosts = topology.rank_hosts()
     estimates = tuple(JobEstimate(names[j], slots[j], reps[j], alone[j], mixed[j][0], mixed[j][1],
                                   tuple(rank_hosts[s] for s in slots[j])) for j in range(jobs))

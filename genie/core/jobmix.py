@@ -10,6 +10,7 @@ each merged node is, so every measurement splits per job again.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -223,6 +224,13 @@ def jobs_outside_the_mix(times: tuple[RepetitionTime, ...], jobs: int, offsets_n
     whose longest partner ran faster in it than alone, or whose first repetition a start offset cut)."""
     inside = _inside_the_mix(times, jobs, offsets_ns)
     return tuple(j for j in range(jobs) if not inside[j] and any(t.job == j for t in times))
+
+
+def jobs_outside_in_any(runs: Iterable[tuple[RepetitionTime, ...]], jobs: int, offsets_ns: tuple[int, ...]
+                       ) -> tuple[int, ...]:
+    """The jobs :func:`jobs_outside_the_mix` names in any of ``runs`` (a replay's timed iterations, or the fabric
+    model's hash draws), ascending."""
+    return tuple(sorted({j for times in runs for j in jobs_outside_the_mix(times, jobs, offsets_ns)}))
 
 
 def outside_the_mix_warning(name: str, repetitions: int, what: str) -> str:

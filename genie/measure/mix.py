@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from statistics import median
 
-from genie.core.jobmix import (MixMap, RepetitionTime, jobs_outside_the_mix, longest_rank_span_ns, mixed_repetitions,
+from genie.core.jobmix import (MixMap, RepetitionTime, jobs_outside_in_any, longest_rank_span_ns, mixed_repetitions,
                                repetition_times)
 from genie.core.placement import RankPlacement
 from genie.core.program import RankProgram
@@ -34,9 +34,7 @@ def repetitions_seen(outcome: ReplayOutcome, mix: MixMap, jobs: int
 def jobs_outside_mix(outcome: ReplayOutcome, mix: MixMap, jobs: int) -> tuple[int, ...]:
     """The jobs that in some timed iteration of the merged replay had no repetition that saw the whole mix
     (:func:`genie.core.jobmix.jobs_outside_the_mix`): their iterations "together" are all of theirs."""
-    found = {j for times in _iteration_times(outcome, mix)
-             for j in jobs_outside_the_mix(times, jobs, mix.offsets_ns)}
-    return tuple(sorted(found))
+    return jobs_outside_in_any(_iteration_times(outcome, mix), jobs, mix.offsets_ns)
 
 
 def job_outcome(outcome: ReplayOutcome, mix: MixMap, job: int, programs: tuple[RankProgram, ...],
