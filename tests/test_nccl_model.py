@@ -195,6 +195,22 @@ def test_genie_calibrate_refuses_bad_output_in_one_line(tmp_path, text, message)
     assert not out.exists()
 
 
+def test_genie_calibrate_warns_of_an_output_whose_check_failed(tmp_path):
+    """nccl-tests' `# Out of bounds values : N FAILED` (wrong results): calibrated, with a warning on stdout and in
+    the manifest naming the file and the line."""
+    text = (DGX / "all_reduce-8r.txt").read_text()
+    assert "# Out of bounds values : 0 OK" in text
+    failed = tmp_path / "ar.txt"
+    failed.write_text(text.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 12 FAILED"))
+    line = text.splitlines().index(next(t for t in text.splitlines() if "Out of bounds values" in t)) + 1
+    out = tmp_path / "cal"
+    r = run_genie("calibrate", str(failed), "--topology", str(DGX / "topology.yaml"), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    warning = f"{failed}: line {line}: nccl-tests counted 12 wrong value(s) (its check FAILED)"
+    assert f"# warning: {warning}" in r.stdout
+    assert any(w.startswith(warning) for w in json.loads((out / "manifest.json").read_text())["warnings"])
+
+
 def test_genie_calibrate_refuses_a_topology_smaller_than_the_output(tmp_path):
     r = run_genie("calibrate", str(DATA / "nccltests309-h100-ndr-2node-4node" / "all_reduce-32r.txt"), "--topology",
                   str(DATA / "nccltests309-h100-ndr-2node-4node" / "topology.yaml"), "--out", str(tmp_path / "c"))

@@ -157,6 +157,29 @@ def test_real_summary_tables_are_refused():
     assert info.value.path == "line 3"
 
 
+
+def test_a_failed_check_is_read_from_the_footer():
+    """`# Out of bounds values : N FAILED`: nccl-tests found wrong results; the table keeps its rows and says so
+    (each table its own footer); `0 OK` and `-c 0` (N/A) are no failure."""
+    failed = H100_TWO_NODES.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 1536 FAILED")
+    (table,) = _parse(failed).tables
+    assert len(table.rows) == 3 and table.wrong is not None
+    assert (table.wrong.count, table.wrong.at) == (1536, "line 28")
+    assert "line 28: nccl-tests counted 1536 wrong value(s)" in table.wrong.describe("x.txt")
+    assert _parse(H100_TWO_NODES).tables[0].wrong is None
+    (one, two) = _parse(A40_HEADERLESS.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED")
+                        ).tables
+    assert one.wrong is not None and one.wrong.count == 3 and two.wrong is None
+
+
+def test_a_failed_check_is_read_from_the_json():
+    doc = json.loads(_json())
+    doc["results"][2]["in_place"]["nwrong"] = 7.0
+    doc["results"][3]["out_of_place"]["nwrong"] = 2
+    (table,) = parse_nccl_tests(json.dumps(doc).encode(), source="r.json").tables
+    assert table.wrong is not None and (table.wrong.count, table.wrong.at) == (9, "results[2].in_place.nwrong")
+    assert parse_nccl_tests(_json().encode(), source="r.json").tables[0].wrong is None
+
 # ---------------------------------------------------------------------------------------------- genie's writers
 
 def _stats(collective, ranks, size, time_us, dtype=4, spread=37):

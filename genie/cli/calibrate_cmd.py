@@ -77,6 +77,8 @@ def calibrate(
                    f"{len(result.predictions)} points")
     for finding in result.findings:
         typer.echo(f"# expected? {finding.describe()}")
+    for text in result.warnings:
+        typer.echo(f"# warning: {text}")
     typer.echo(f"# wrote {result.run_dir}")
 
 

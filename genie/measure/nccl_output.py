@@ -26,6 +26,7 @@ from genie.core.collective import Collective
 from genie.core.errors import InputError
 from genie.core.jsondoc import JsonSyntaxError, decode_json
 from genie.core.sizes import PER_RANK_SPLIT
+from genie.measure.nccl_check import WrongValues, add_wrong, footer_wrong
 from genie.measure.nccl_devices import NcclDevice, device, device_line, gpus_per_thread, header_gpus_per_thread
 from genie.measure.nccl_log_lines import rejoin_rows
 
@@ -72,6 +73,7 @@ class NcclTable:
     nccl_version: str  # '' if unknown
     title: str  # the nearest preceding `### ` line's text, or ''
     gpus_per_thread: int = 1  # one host thread launched each call on so many GPUs (nccl_devices.gpus_per_thread)
+    wrong: WrongValues | None = None  # the wrong elements nccl-tests' own check counted (nccl_check)
 
     def nodes(self) -> tuple[str, ...]:
         """The distinct hosts in rank order (empty when no device names its host)."""
@@ -190,6 +192,7 @@ class _Segment:
     rows: list[_RawRow] = field(default_factory=list)
     gpus_per_thread: int = 0  # the header's nGpus (0: not printed)
     stage: int = 0  # how far nccl-tests' printing order got (see _read_text)
+    wrong: WrongValues | None = None  # the footer's count (text), the results' nwrong (JSON)
 
 
 def _fail(source: str, where: str | None, message: str) -> InputError:
@@ -229,8 +232,7 @@ def _text_row(tokens: list[str], layout: _Layout, number: int, source: str) -> _
         raise _fail(source, where, f"{e} is not a number (a row cut mid-way?)") from None
     bodies: list[Any] = [None if None in (v := [figures[i] for i in b]) else tuple(v) for b in layout.bodies] + [None]
     redop = tokens[layout.redop_at] if layout.redop_at is not None else "none"
-    return _RawRow(int(tokens[0]), int(tokens[1]), tokens[2], redop, int(root), (bodies[0], bodies[1]),
-                   number, 0)
+    return _RawRow(int(tokens[0]), int(tokens[1]), tokens[2], redop, int(root), (bodies[0], bodies[1]), number, 0)
 
 
 def _read_text(text: str, source: str) -> list[_Segment]:
@@ -268,6 +270,7 @@ def _read_text(text: str, source: str) -> list[_Segment]:
             title = line[3:].strip()
             seg = close()
         elif _FOOTER.match(line):
+            seg.wrong = add_wrong(seg.wrong, footer_wrong(line), f"line {number}")
             seg = close()
         elif m and stage == 1:
             seg.version = _version(int(m.group(1)))
@@ -337,6 +340,7 @@ def _read_json(text: str, source: str) -> _Segment:
             keys = ("cpu_time" if "cpu_time" in b else "time", "alg_bw", "bus_bw")
             values = [_json_value(b.get(k), f"{at}.{phase.value}.{k}", source) for k in keys]
             bodies.append(None if None in values else tuple(values))
+            seg.wrong = add_wrong(seg.wrong, b.get("nwrong"), f"{at}.{phase.value}.nwrong")
         dtype, redop = r.get("type"), r.get("redop")
         if not isinstance(dtype, str):
             raise _fail(source, f"{at}.type", f"expected a type name, got {dtype!r:.40}")
@@ -477,7 +481,7 @@ def _table(seg: _Segment, source: str, given: Collective | None, given_ranks: in
         rows.append(NcclRow(r.size, r.count, r.dtype, r.redop, r.root, out[0][0], out[1][0], out[2][0], ip[0], ip[1],
                             ip[2], r.line))
     return NcclTable(source, collective, ranks, tuple(seg.devices), tuple(rows), seg.first_line, seg.version,
-                     seg.title, gpus_per_thread(seg.gpus_per_thread, seg.devices))
+                     seg.title, gpus_per_thread(seg.gpus_per_thread, seg.devices), seg.wrong)
 
 
 def parse_nccl_tests(data: bytes, *, source: str, collective: Collective | None = None,

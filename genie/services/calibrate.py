@@ -38,6 +38,7 @@ class CalibrateResult:
     findings: tuple[Finding, ...]
     predictions: tuple[Residual, ...]
     calibration_path: Path
+    warnings: tuple[str, ...] = ()  # outputs whose nccl-tests check counted wrong values (also in the manifest)
 
     @property
     def prediction_geomean_pct(self) -> float | None:
@@ -142,6 +143,7 @@ def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
     result = fit(cluster, train)
     predictions = predict_all(cluster, result.params, held_out)
     findings = check(cluster, result.nominal, train + held_out)
+    warnings = tuple(t.wrong.describe(t.source) for t in train_tables + predict_tables if t.wrong)
     inputs = (*(input_digest(p, "nccl-tests") for p in request.outputs),
               *(input_digest(p, "predict") for p in request.predict), input_digest(request.topology, "topology"))
     params = {"gpu": gpu, "interconnect": request.interconnect.value, "nic_path": request.nic_path.value,
@@ -165,7 +167,7 @@ def run_calibrate(request: CalibrateRequest) -> CalibrateResult:
             from astra_adapter.nccl.fit import geomean_abs_error_pct
             summary["predicted_points"] = len(predictions)
             summary["prediction_geomean_error_pct"] = round(geomean_abs_error_pct(predictions), 3)
-        for f in findings:
-            run.warn(f.describe())
+        for text in warnings + tuple(f.describe() for f in findings):
+            run.warn(text)
         run.set_summary(summary)
-    return CalibrateResult(run.run_dir, result, findings, predictions, path)
+    return CalibrateResult(run.run_dir, result, findings, predictions, path, warnings)
