@@ -82,3 +82,18 @@ def test_cpu_captured_comm_ops_are_counted() -> None:
     assert comm_ops_as_compute(make_trace([cpu[2:]])) == {}
 
 
+def test_cpu_captured_comm_ops_are_a_validation_warning() -> None:
+    """The rule `trace show` counts by is one validation warning, so validate, estimate, replay and the ASTRA-sim
+    export say it too (the trace still runs, the op as the compute it was written as)."""
+    from genie.core.trace import make_trace
+    from genie.workloads.analysis import ProblemKind, Severity, check
+    cpu = [compute_node(1, "c10d::allreduce_", duration_ns=5), compute_node(2, "gloo:all_reduce", duration_ns=9),
+           compute_node(3, "aten::mm", duration_ns=3)]
+    problems = validate(make_trace([cpu]))
+    assert [(p.kind, p.severity, p.node_id) for p in problems] == [(ProblemKind.COMM_AS_COMPUTE, Severity.WARNING, 1),
+                                                                  (ProblemKind.COMM_AS_COMPUTE, Severity.WARNING, 2)]
+    (line,) = check(make_trace([cpu]), source="w")
+    assert line.startswith("w: comm_as_compute: 2 warning(s), first: rank 0 node 1: c10d::allreduce_ is a compute node")
+    assert validate(make_trace([cpu[2:]])) == ()
+
+

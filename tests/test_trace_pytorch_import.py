@@ -98,6 +98,18 @@ def test_show_warns_on_chakra_converter_output_of_a_cpu_capture() -> None:
     assert "c10d::allreduce_ x12" in res.stderr and "genie trace import" in res.stderr
     val = genie("validate", DDP / "chakra" / "ddp")
     assert val.returncode == 0 and "warning: dangling_dependency: rank 0 node 1" in val.stderr
+    assert "warning: comm_as_compute: rank 0 node" in val.stderr and "(26 warning(s))" in val.stdout
+
+
+def test_estimate_warns_on_chakra_converter_output_of_a_cpu_capture(tmp_path: Path) -> None:
+    """Its 22 communication ops are compute nodes: the estimate runs (no traffic for them) and says so."""
+    res = subprocess.run([sys.executable, "-m", "genie.cli.main", "estimate", str(DDP / "chakra" / "ddp"), "--mode",
+                          "fabric", "--topology", "topologies/star-4.yaml", "--out", str(tmp_path / "e")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "comm_as_compute: 22 warning(s), first: rank 0 node" in res.stderr
+    manifest = json.loads((tmp_path / "e" / "manifest.json").read_text())
+    assert any("comm_as_compute: 22 warning(s)" in w for w in manifest["warnings"])
 
 
 def _copy_set(dst: Path) -> Path:

@@ -40,6 +40,7 @@ class ProblemKind(Enum):
     BAD_ROOT = "bad_root"
     P2P_MISMATCH = "p2p_mismatch"
     SPLIT_MISMATCH = "split_mismatch"  # an all-to-allv whose per-peer sizes are malformed or disagree pairwise
+    COMM_AS_COMPUTE = "comm_as_compute"  # tolerated: communication written as compute (comm_ops_as_compute)
 
     @property
     def severity(self) -> Severity:
@@ -49,7 +50,10 @@ class ProblemKind(Enum):
         # index"): the ASTRA-sim export drops them (drop_missing_deps).
         # Every other format (genie's own JSON/YAML, generated, PARAM, PyTorch, ASTRA-sim text) has no such
         # habit: there a dependency on a node that does not exist is a typo, refused (MISSING_DEPENDENCY).
-        return Severity.WARNING if self is ProblemKind.DANGLING_DEPENDENCY else Severity.ERROR
+        # A communication op written as a compute node (chakra_converter on a CPU capture) replays as the compute
+        # it was recorded as: the trace runs, but without that op's traffic, which the user is told.
+        tolerated = (ProblemKind.DANGLING_DEPENDENCY, ProblemKind.COMM_AS_COMPUTE)
+        return Severity.WARNING if self in tolerated else Severity.ERROR
 
 
 # the trace formats (Trace.info "format") whose converters leave dependencies on nodes they removed
@@ -253,6 +257,11 @@ def validate(trace: Trace) -> tuple[Problem, ...]:
     problems += _p2p_problems(orders)
     problems += [Problem(ProblemKind.SPLIT_MISMATCH, p.message, p.rank, p.node_id)
                  for p in split_problems(trace, orders)]
+    problems += [Problem(ProblemKind.COMM_AS_COMPUTE, f"{n.name} is a compute node: communication that "
+                         "chakra_converter wrote as compute (it makes communication nodes only from GPU kernels), "
+                         "timed as compute, its traffic not modelled; import the PyTorch traces themselves instead",
+                         r.rank, n.id)
+                 for r in trace.ranks for n in r.nodes if is_comm_as_compute(n)]
     return tuple(problems)
 
 
@@ -376,15 +385,15 @@ def critical_path(trace: Trace) -> CriticalPath:
 _COMM_OP_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms")
 
 
+def is_comm_as_compute(node: TraceNode) -> bool:
+    """A COMPUTE node that is really communication: what Chakra's converter writes for a CPU (gloo) capture, where
+    it makes COMM nodes only from GPU (NCCL) kernels."""
+    return node.kind is NodeKind.COMPUTE and node.name.startswith(_COMM_OP_PREFIXES)
+
+
 def comm_ops_as_compute(trace: Trace) -> dict[str, int]:
-    """{op name: nodes over all ranks} of COMPUTE nodes that are really communication: what Chakra's converter
-    writes for a CPU (gloo) capture, where it makes COMM nodes only from GPU (NCCL) kernels."""
-    found: Counter = Counter()
-    for r in trace.ranks:
-        for n in r.nodes:
-            if n.kind is NodeKind.COMPUTE and n.name.startswith(_COMM_OP_PREFIXES):
-                found[n.name] += 1
-    return dict(found)
+    """{op name: nodes over all ranks} of the nodes :func:`is_comm_as_compute` finds."""
+    return dict(Counter(n.name for r in trace.ranks for n in r.nodes if is_comm_as_compute(n)))
 
 
 # ---- summary -------------------------------------------------------------------------------------------
