@@ -112,6 +112,22 @@ def test_estimate_warns_on_chakra_converter_output_of_a_cpu_capture(tmp_path: Pa
     assert any("comm_as_compute: 22 warning(s)" in w for w in manifest["warnings"])
 
 
+def test_chakra_trace_link_output_is_named_in_the_warning(tmp_path: Path) -> None:
+    """chakra_trace_link's output (the execution trace with Kineto's ts / inclusive_dur merged into its nodes) is read
+    as an execution trace without Kineto; the warning says which file it is and what to import instead."""
+    for r in range(4):
+        doc = json.loads(gzip.decompress((DDP / f"host.{r}.json.gz").read_bytes()))
+        for i, node in enumerate(doc["nodes"]):
+            node.update(ts=1000 + i, inclusive_dur=2, exclusive_dur=1)
+        (tmp_path / f"linked.{r}.json").write_text(json.dumps(doc))
+    res = genie("import", tmp_path, tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    assert f"{tmp_path / 'linked.0.json'}: chakra_trace_link's output, whose merged Kineto times genie does not " \
+           "read: compute durations are 0 (import the execution trace and the Kineto trace it was linked from)" \
+        in res.stderr
+    plain = genie("import", DDP / "host.0.json.gz", tmp_path / "plain")
+    assert "no Kineto trace beside it" in plain.stderr and "chakra_trace_link" not in plain.stderr
+
 def _copy_set(dst: Path) -> Path:
     dst.mkdir()
     for r in range(4):

@@ -114,6 +114,7 @@ class HostTrace:
     pid: int | None
     nodes: tuple[HostNode, ...]
     groups: tuple[GroupRecord, ...]
+    linked: bool = False  # chakra_trace_link's output (Kineto's times merged into the nodes: not read)
 
     def children(self) -> dict[int, list[HostNode]]:
         out: dict[int, list[HostNode]] = {}
@@ -202,7 +203,9 @@ def read_execution_trace(doc: object, *, source: str, world_size: int) -> HostTr
             for rec in parse_pg_records(node.values[0], world_size=world_size, source=source):
                 groups.setdefault(rec.name, rec)
     pid = doc.get("pid")
-    return HostTrace(source, schema, pid if isinstance(pid, int) else None, tuple(nodes), tuple(groups.values()))
+    linked = any(isinstance(n, dict) and "inclusive_dur" in n for n in doc["nodes"])
+    return HostTrace(source, schema, pid if isinstance(pid, int) else None, tuple(nodes), tuple(groups.values()),
+                     linked)
 
 
 # ---- communication ops ---------------------------------------------------------------------------------

@@ -403,7 +403,10 @@ def _rank_nodes(inp: RankInput, groups: tuple[ProcessGroup, ...], world: str | N
     nodes += comm_nodes
     nodes.sort(key=lambda t: (t[0], t[1].id))
     compute_ns = sum(s.duration_ns for s in segments)
-    if inp.kineto is None:
+    if inp.kineto is None and host.linked:
+        warnings.append(f"{host.source}: chakra_trace_link's output, whose merged Kineto times genie does not read: "
+                        "compute durations are 0 (import the execution trace and the Kineto trace it was linked from)")
+    elif inp.kineto is None:
         warnings.append(f"{host.source}: no Kineto trace beside it: compute durations are 0")
     return [n for _, n in nodes], RankReport(rank, step_ns, compute_ns, len(ops), gap_ns, wait_ns)
 
