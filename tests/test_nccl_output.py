@@ -158,6 +158,18 @@ def test_real_summary_tables_are_refused():
 
 
 
+def test_a_file_of_two_collectives_is_told_apart_by_a_title_line():
+    """all_reduce then all_gather (8 ranks: all_gather's rows read as alltoall's too) pasted into one file: a flag
+    cannot name the second table alone, a `### <binary>_perf` title above it can, and the error says so."""
+    case = Path(__file__).resolve().parents[1] / "benchmarks/data/real-nccl/superbench-a100sxm4-40g-8gpu-1node"
+    ar, ag = ("".join(t for t in (case / f"{c}-8r.txt").read_text().splitlines(True) if not t.startswith("###"))
+              for c in ("all_reduce", "all_gather"))
+    with pytest.raises(InputError, match=r"could be all_gather or all_to_all .*: give the collective \(for one table "
+                       r"of several, a `### <binary>_perf` line above it\)"):
+        parse_nccl_tests((ar + ag).encode(), source="two.log")
+    out = parse_nccl_tests((ar + "### all_gather_perf -b 1 -e 8G\n" + ag).encode(), source="two.log")
+    assert [(t.collective, t.ranks) for t in out.tables] == [(Collective.ALL_REDUCE, 8), (Collective.ALL_GATHER, 8)]
+
 def test_a_failed_check_is_read_from_the_footer():
     """`# Out of bounds values : N FAILED`: nccl-tests found wrong results; the table keeps its rows and says so
     (each table its own footer); `0 OK` and `-c 0` (N/A) are no failure."""

@@ -437,7 +437,7 @@ def _collective(seg: _Segment, source: str, given: Collective | None, ranks: int
         raise _fail(source, first.at("bus_bw"), f"{shown} with redop {first.redop!r}, root {first.root} fits no "
                     "nccl-tests collective" + (f" on {ranks} ranks" if ranks else ""))
     raise _fail(source, first.at("redop"), f"the rows could be {' or '.join(c.value for c in fits)} ({shown}): "
-                "give the collective")
+                "give the collective (for one table of several, a `### <binary>_perf` line above it)")
 
 
 def _ranks(seg: _Segment, source: str, collective: Collective, ratio: tuple[float, float]) -> int:
