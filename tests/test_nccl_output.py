@@ -170,6 +170,21 @@ def test_a_file_of_two_collectives_is_told_apart_by_a_title_line():
     out = parse_nccl_tests((ar + "### all_gather_perf -b 1 -e 8G\n" + ag).encode(), source="two.log")
     assert [(t.collective, t.ranks) for t in out.tables] == [(Collective.ALL_REDUCE, 8), (Collective.ALL_GATHER, 8)]
 
+def test_kubectl_timestamps_and_a_powershell_utf16_file():
+    """`kubectl logs --timestamps` puts an RFC 3339 time before each line (before srun's label too); Windows
+    PowerShell's `>` saves UTF-16 with a byte-order mark: both read as the plain output, line numbers kept."""
+    plain = _parse(H100_TWO_NODES, source="x.txt").tables
+    stamped = "".join(f"2025-03-04T12:00:{i % 60:02d}.{i:09d}Z {line}" for i, line in
+                      enumerate(H100_TWO_NODES.splitlines(True)))
+    offset = "".join(f"2025-03-04T12:00:00+01:00\t{line}" for line in H100_TWO_NODES.splitlines(True))
+    for data in (stamped.encode(), offset.encode(), H100_TWO_NODES.encode("utf-16"),
+                 H100_TWO_NODES.encode("utf-16-be").join([b"\xfe\xff", b""])):
+        assert parse_nccl_tests(data, source="x.txt").tables == plain
+    cut = H100_TWO_NODES.replace("103538   82.96  155.56    N/A", "")  # the last row cut: the error's line kept
+    with pytest.raises(InputError, match=r"row has 9 columns") as info:
+        parse_nccl_tests(cut.encode("utf-16"), source="x.txt")
+    assert info.value.path == "line 27"
+
 def test_a_failed_check_is_read_from_the_footer():
     """`# Out of bounds values : N FAILED`: nccl-tests found wrong results; the table keeps its rows and says so
     (each table its own footer); `0 OK` and `-c 0` (N/A) are no failure."""

@@ -6,6 +6,7 @@ so that an input growing while it is read cannot take more memory than the limit
 
 from __future__ import annotations
 
+import codecs
 import os
 import secrets
 import stat
@@ -43,6 +44,14 @@ def describe_size(size_bytes: int) -> str:
 def _too_big(kind: InputKind, source: str, what: str = "") -> InputError:
     return InputError(f"{what or kind.label} is larger than the {describe_size(kind.limit_bytes)} genie reads "
                       f"of any {kind.label}", source=source)
+
+
+def decode_text(data: bytes) -> str:
+    """Text as editors and shells save it: UTF-8 (a byte-order mark dropped), or UTF-16 with its byte-order mark
+    (Windows PowerShell's ``>`` writes it); bytes that do not decode become U+FFFD."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
 
 
 def read_input(path: str | os.PathLike[str], kind: InputKind, *, head_bytes: int | None = None) -> bytes:

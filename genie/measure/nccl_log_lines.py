@@ -1,4 +1,6 @@
-"""nccl-tests stdout cut by NCCL's own log lines (pure): putting a row back together before it is read.
+"""nccl-tests stdout as launchers and loggers hand it over (pure): the prefixes they put on each line taken off
+(:func:`output_lines`: ``srun --label``'s `` 0: ``, ``mpirun --tag-output``'s ``[1,0]<stdout>:``, the RFC 3339
+timestamp of ``kubectl logs --timestamps``), and a row cut by NCCL's own log lines put back together.
 
 nccl-tests prints a row's size, count, type, redop and root before it runs the collective, and the row's figures
 after. NCCL may log in between with ``NCCL_DEBUG=INFO``: NCCL >= 2.22 connects peers lazily at a collective's first
@@ -12,6 +14,10 @@ from __future__ import annotations
 
 import re
 
+#: a logger's timestamp (kubectl logs --timestamps: RFC 3339, UTC or an offset), then a launcher's label (srun
+#: --label, mpirun --tag-output)
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?[ \t]")
+_LABEL = re.compile(r"^(?:\s*\d+:(?:\s|$)|\[\d+,\d+\]<std(?:out|err)>:)")
 #: a row's head as nccl-tests prints it before running the collective (size, count, type, [redop], [root]) with
 #: NCCL's log prefix ("host:pid:tid [dev] NCCL INFO") glued to it; the root is read as short as it can be, so a
 #: host name that starts with a digit is not taken for part of it
@@ -35,3 +41,9 @@ def rejoin_rows(lines: list[str]) -> list[str]:
     if pending is not None:
         out[pending] = lines[pending]
     return out
+
+
+def output_lines(text: str) -> list[str]:
+    """``text``'s lines, stripped, each without its logger's timestamp and launcher's label, and with the rows NCCL's
+    log lines cut joined again (:func:`rejoin_rows`); line numbers stay the file's."""
+    return rejoin_rows([_LABEL.sub("", _TIMESTAMP.sub("", raw, count=1), count=1).strip() for raw in text.split("\n")])

@@ -24,11 +24,12 @@ from typing import Any
 from genie.collectives.busbw import busbw_factor
 from genie.core.collective import Collective
 from genie.core.errors import InputError
+from genie.core.files import decode_text
 from genie.core.jsondoc import JsonSyntaxError, decode_json
 from genie.core.sizes import PER_RANK_SPLIT
 from genie.measure.nccl_check import WrongValues, add_wrong, footer_wrong
 from genie.measure.nccl_devices import NcclDevice, device, device_line, gpus_per_thread, header_gpus_per_thread
-from genie.measure.nccl_log_lines import rejoin_rows
+from genie.measure.nccl_log_lines import output_lines
 
 MAX_INPUT_BYTES = 64 << 20
 MAX_ROWS = 100_000
@@ -111,7 +112,6 @@ _KINDS = {(False, False): (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Col
           (False, True): (Collective.REDUCE,),
           (True, True): (Collective.BROADCAST, Collective.GATHER, Collective.SCATTER)}
 
-_LABEL = re.compile(r"^(?:\s*\d+:(?:\s|$)|\[\d+,\d+\]<std(?:out|err)>:)")  # srun --label, mpirun --tag-output
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\b.*?\bnccl-library=(\d+)")
 _NCCL_VERSION = re.compile(r"\bNCCL version\s+v?(\d+\.\d+(?:\.\d+)?)")
@@ -245,7 +245,7 @@ def _read_text(text: str, source: str) -> list[_Segment]:
         segments.extend([seg] if seg.rows else [])
         return _Segment(title=title)
 
-    for number, line in enumerate(rejoin_rows([_LABEL.sub("", raw, count=1).strip() for raw in text.split("\n")]), 1):
+    for number, line in enumerate(output_lines(text), 1):
         tokens = line.split()
         # what nccl-tests prints in order (version, test banner, devices, header, rows): an earlier stage (or a
         # repeat of one printed once) begins the next table
@@ -495,6 +495,6 @@ def parse_nccl_tests(data: bytes, *, source: str, collective: Collective | None 
         raise _fail(source, "ranks", f"the rank count must be >= 1, got {ranks}")
     if collective is not None and collective not in BINARIES.values():
         raise _fail(source, "collective", f"nccl-tests has no {collective.value} test")
-    text = bytes(data).decode("utf-8", errors="replace").lstrip("\ufeff")
+    text = decode_text(bytes(data))
     segments = [_read_json(text, source)] if text.lstrip().startswith("{") else _read_text(text, source)
     return NcclTestsOutput(source, tuple(_table(s, source, collective, ranks) for s in segments))
