@@ -158,6 +158,22 @@ def test_expected_flags_the_anomalous_run_and_not_the_clean_one():
     assert len(findings) == 1 and findings[0].ratio < 0.3 and "GPU-NIC path" in findings[0].cause
 
 
+
+def test_expected_checks_each_run_of_a_file_of_several():
+    """Two 2-node runs of one shape in one file (a healthy-looking one, then one at a quarter of the NICs): each run
+    is checked on its own and named by its table's line (the better one hid the worse)."""
+    case = DATA / "nccltests290-h100-ndr-1node-2node-anomalous"
+    text = b"".join((case / name).read_bytes() for name in ("all_reduce-16r.txt", "all_reduce-16r-ring-ibtuned.txt"))
+    tables = parse_nccl_tests(text, source="both.txt").tables
+    cluster = cluster_from_topology(load_topology_file(case / "topology.yaml"), gpu="H100",
+                                    interconnect=Interconnect.NVSWITCH, source="t")
+    findings = check(cluster, nominal_params(cluster), sum((table_observations(t, cluster) for t in tables), ()))
+    assert [(f.line, round(f.measured_busbw_gb_s, 1)) for f in findings] == [(t.first_line, bw) for t, bw in
+                                                                             zip(tables, (166.2, 102.1))]
+    assert findings[1].describe().startswith(f"both.txt: line {tables[1].first_line}: all_reduce on 16 ranks")
+    alone = check(cluster, nominal_params(cluster), table_observations(tables[0], cluster))
+    assert [f.line for f in alone] == [0] and alone[0].describe().startswith("both.txt: all_reduce")
+
 def test_genie_calibrate_writes_the_calibration_and_predictions(tmp_path):
     out = tmp_path / "cal"
     r = run_genie("calibrate", str(DGX / "all_reduce-8r.txt"), "--topology", str(DGX / "topology.yaml"),

@@ -59,7 +59,7 @@ def calibration_json(fit: Fit, findings: tuple[Finding, ...], sources: tuple[str
            "findings": [{"source": f.source, "collective": f.collective, "ranks": f.ranks, "nodes": f.nodes,
                          "measured_busbw_gb_s": round(f.measured_busbw_gb_s, 3),
                          "expected_busbw_gb_s": round(f.expected_busbw_gb_s, 3), "cause": f.cause,
-                         "confidence": f.confidence.value} for f in findings]}
+                         "confidence": f.confidence.value, "line": f.line} for f in findings]}
     return json.dumps(doc, indent=1) + "\n"
 
 

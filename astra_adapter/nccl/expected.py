@@ -5,6 +5,7 @@ finding is printed, written to the calibration and left for the user to act on."
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 
@@ -36,13 +37,15 @@ class Finding:
     expected_busbw_gb_s: float
     cause: str
     confidence: Confidence
+    line: int = 0  # the table's line, where its file has several tables (0: one)
 
     @property
     def ratio(self) -> float:
         return self.measured_busbw_gb_s / self.expected_busbw_gb_s if self.expected_busbw_gb_s else 0.0
 
     def describe(self) -> str:
-        return (f"{self.source}: {self.collective} on {self.ranks} ranks / {self.nodes} node(s) reaches "
+        where = f"{self.source}: line {self.line}" if self.line else self.source
+        return (f"{where}: {self.collective} on {self.ranks} ranks / {self.nodes} node(s) reaches "
                 f"{self.measured_busbw_gb_s:.1f} GB/s bus bandwidth where the hardware description predicts "
                 f"{self.expected_busbw_gb_s:.1f} ({self.ratio:.0%}): likely {self.cause} "
                 f"(confidence {self.confidence.value})")
@@ -76,13 +79,14 @@ def _cause(cluster: Cluster, nominal: NcclParams, o: Observation, measured: floa
 
 
 def check(cluster: Cluster, nominal: NcclParams, observations: tuple[Observation, ...]) -> tuple[Finding, ...]:
-    """One finding per table (source and collective) whose largest points fall below ``SHORT_RATIO`` of the
-    nominal model's bus bandwidth."""
-    groups: dict[tuple[str, str, int], list[Observation]] = {}
+    """One finding per table (each run of a file of several; named by its line there) whose largest points fall
+    below ``SHORT_RATIO`` of the nominal model's bus bandwidth."""
+    groups: dict[tuple[str, int, str, int], list[Observation]] = {}
     for o in observations:
-        groups.setdefault((o.source, o.call.collective.value, o.call.ranks), []).append(o)
+        groups.setdefault((o.source, o.table, o.call.collective.value, o.call.ranks), []).append(o)
+    tables = Counter(source for source, *_ in groups)
     findings = []
-    for (source, collective, ranks), group in sorted(groups.items()):
+    for (source, table, collective, ranks), group in sorted(groups.items()):
         large = [o for o in group if o.call.size_bytes >= LARGE_BYTES] or [max(group, key=lambda o: o.call.size_bytes)]
         best = max(large, key=lambda o: _busbw(o, o.measured_us))
         expected_p = predict(cluster, nominal, best.call)
@@ -92,5 +96,6 @@ def check(cluster: Cluster, nominal: NcclParams, observations: tuple[Observation
             algorithm = expected_p.choice.algorithm if expected_p.choice else None
             confidence = Confidence.HIGH if measured < 0.45 * expected else Confidence.MEDIUM
             findings.append(Finding(source, collective, ranks, best.call.nodes, measured, expected,
-                                    _cause(cluster, nominal, best, measured, expected, algorithm), confidence))
+                                    _cause(cluster, nominal, best, measured, expected, algorithm), confidence,
+                                    table if tables[source] > 1 else 0))
     return tuple(findings)

@@ -43,6 +43,7 @@ class Observation:
     measured_us: float
     source: str = ""
     line: int = 0
+    table: int = 0  # the line of its table's column titles in `source` (several tables a file: several runs)
 
 
 @dataclass(frozen=True)

@@ -71,5 +71,5 @@ def table_observations(table: NcclTable, cluster: Cluster, *, gpus_per_node: int
                          f"{max_nodes} node(s) ({max_nodes * cluster.gpus_per_node} GPUs)", source=table.source,
                          path=f"line {table.first_line}")
     return tuple(Observation(Call(table.collective, table.ranks, nodes, row.size_bytes, table.gpus_per_thread),
-                             _row_time(row, time), table.source, row.line)
+                             _row_time(row, time), table.source, row.line, table.first_line)
                  for row in table.rows if row.size_bytes > 0 and row.time_us > 0)

@@ -220,6 +220,12 @@ def compare_section(run: RunData) -> Section:
                    (("Comparison (compare.csv)", frame),))
 
 
+def _finding_line(finding: dict) -> str:
+    """': line N' where a finding names its table's line (a file of several runs), else ''."""
+    line = finding.get("line")
+    return f": line {line}" if isinstance(line, int) and line > 0 else ""
+
+
 def nccl_calibration_section(run: RunData) -> Section:
     """genie calibrate: the cluster, the fitted parameters against the hardware's nominal ones, the findings,
     every point's residual and the predictions."""
@@ -232,9 +238,9 @@ def nccl_calibration_section(run: RunData) -> Section:
              f"{_float(cluster.get('nic_gb_s')) or 0:.4g} GB/s per node",
              f"rms error {_float(doc.get('rms_error_pct')) or 0:.2f} % over {doc.get('points')} point(s)"]
     findings = doc.get("findings") if isinstance(doc.get("findings"), list) else []
-    lines += [f"expected? {f.get('source')}: {f.get('collective')} reaches {f.get('measured_busbw_gb_s')} GB/s "
-              f"where the hardware predicts {f.get('expected_busbw_gb_s')}: likely {f.get('cause')} "
-              f"(confidence {f.get('confidence')})" for f in findings if isinstance(f, dict)]
+    lines += [f"expected? {f.get('source')}{_finding_line(f)}: {f.get('collective')} reaches "
+              f"{f.get('measured_busbw_gb_s')} GB/s where the hardware predicts {f.get('expected_busbw_gb_s')}: "
+              f"likely {f.get('cause')} (confidence {f.get('confidence')})" for f in findings if isinstance(f, dict)]
     params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
     nominal = doc.get("nominal") if isinstance(doc.get("nominal"), dict) else {}
     fitted = set(doc.get("fitted") or ())
