@@ -97,3 +97,18 @@ def test_cpu_captured_comm_ops_are_a_validation_warning() -> None:
     assert validate(make_trace([cpu[2:]])) == ()
 
 
+def test_a_gpu_captures_launching_cpu_ops_are_not_communication_as_compute() -> None:
+    """A GPU capture keeps the CPU ops that launched each kernel (c10d op -> record_param_comms -> the COMM node,
+    each naming its caller in ctrl_deps): their tree is the launch; a gloo op beside it with no kernel is not."""
+    from genie.core.trace import make_trace
+    from genie.workloads.analysis import comm_as_compute
+    launch = [compute_node(1, "c10d::allreduce_"), compute_node(2, "record_param_comms", ctrl_deps=(1,)),
+              compute_node(3, "nccl:all_reduce", ctrl_deps=(1,)),
+              collective_node(4, "ncclDevKernel_AllReduce", comm_type=CommType.ALL_REDUCE, size_bytes=64,
+                              ctrl_deps=(2,))]
+    cpu_only = [compute_node(5, "c10d::allreduce_"), compute_node(6, "gloo:all_reduce")]
+    assert comm_as_compute(tuple(launch)) == ()
+    assert [n.id for n in comm_as_compute(tuple(launch + cpu_only))] == [5, 6]
+    assert comm_ops_as_compute(make_trace([launch + cpu_only])) == {"c10d::allreduce_": 1, "gloo:all_reduce": 1}
+
+

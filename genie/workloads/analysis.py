@@ -261,7 +261,7 @@ def validate(trace: Trace) -> tuple[Problem, ...]:
                          "chakra_converter wrote as compute (it makes communication nodes only from GPU kernels), "
                          "timed as compute, its traffic not modelled; import the PyTorch traces themselves instead",
                          r.rank, n.id)
-                 for r in trace.ranks for n in r.nodes if is_comm_as_compute(n)]
+                 for r in trace.ranks for n in comm_as_compute(r.nodes)]
     return tuple(problems)
 
 
@@ -385,15 +385,26 @@ def critical_path(trace: Trace) -> CriticalPath:
 _COMM_OP_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms")
 
 
-def is_comm_as_compute(node: TraceNode) -> bool:
-    """A COMPUTE node that is really communication: what Chakra's converter writes for a CPU (gloo) capture, where
-    it makes COMM nodes only from GPU (NCCL) kernels."""
-    return node.kind is NodeKind.COMPUTE and node.name.startswith(_COMM_OP_PREFIXES)
+def comm_as_compute(nodes: tuple[TraceNode, ...]) -> tuple[TraceNode, ...]:
+    """One rank's COMPUTE nodes that are really communication: what Chakra's converter writes for a CPU (gloo)
+    capture, where it makes COMM nodes only from GPU (NCCL) kernels. A GPU capture keeps the CPU ops that launched
+    each kernel (``c10d::send`` -> ``record_param_comms`` -> the COMM node, each naming its caller in ctrl_deps):
+    a c10d op's call tree that a COMM node depends on is its launch, not missing communication."""
+    named = {n.id: n for n in nodes if n.kind is NodeKind.COMPUTE and n.name.startswith(_COMM_OP_PREFIXES)}
+
+    def top(node: TraceNode) -> int:  # the outermost communication op of its call tree
+        seen = {node.id}
+        while (parent := next((named[d] for d in node.ctrl_deps if d in named and d not in seen), None)):
+            node = parent
+            seen.add(node.id)
+        return node.id
+    launched = {top(named[d]) for n in nodes if n.kind.is_comm for d in n.deps if d in named}
+    return tuple(n for n in named.values() if top(n) not in launched)
 
 
 def comm_ops_as_compute(trace: Trace) -> dict[str, int]:
-    """{op name: nodes over all ranks} of the nodes :func:`is_comm_as_compute` finds."""
-    return dict(Counter(n.name for r in trace.ranks for n in r.nodes if is_comm_as_compute(n)))
+    """{op name: nodes over all ranks} of the nodes :func:`comm_as_compute` finds."""
+    return dict(Counter(n.name for r in trace.ranks for n in comm_as_compute(r.nodes)))
 
 
 # ---- summary -------------------------------------------------------------------------------------------
