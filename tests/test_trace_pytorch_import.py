@@ -77,7 +77,12 @@ def test_gzip_single_file_and_no_kineto(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "host.0.json").write_bytes(gzip.decompress((DDP / "host.0.json.gz").read_bytes()))
-    assert load_trace(raw / "host.0.json").num_ranks == 1
+    # rank 0 of the 4-rank job alone: its world says 4 ranks, so its all-reduces are not 1-rank no-ops
+    with pytest.raises(InputError, match=r"host\.0\.json: ## process_group:init ##\[0\]\.group_size: process group "
+                                         r"'0' has 4 ranks \(group_size\), 1 rank\(s\) given: give every rank's trace"):
+        load_trace(raw / "host.0.json")
+    res = genie("import", raw / "host.0.json", tmp_path / "one")
+    assert res.returncode == 2 and "group_size" in res.stderr and not (tmp_path / "one.0.et").exists()
 
 
 def test_cli_import_writes_et_that_reads_back(tmp_path: Path) -> None:
@@ -125,8 +130,12 @@ def test_chakra_trace_link_output_is_named_in_the_warning(tmp_path: Path) -> Non
     assert f"{tmp_path / 'linked.0.json'}: chakra_trace_link's output, whose merged Kineto times genie does not " \
            "read: compute durations are 0 (import the execution trace and the Kineto trace it was linked from)" \
         in res.stderr
-    plain = genie("import", DDP / "host.0.json.gz", tmp_path / "plain")
-    assert "no Kineto trace beside it" in plain.stderr and "chakra_trace_link" not in plain.stderr
+    (tmp_path / "plain").mkdir()
+    for r in range(4):
+        shutil.copy(DDP / f"host.{r}.json.gz", tmp_path / "plain")
+    plain = genie("import", tmp_path / "plain", tmp_path / "plain-out")
+    assert plain.returncode == 0, plain.stderr
+    assert "no Kineto trace beside it" in plain.stderr and "chakra_trace_link's output" not in plain.stderr
 
 def _copy_set(dst: Path) -> Path:
     dst.mkdir()

@@ -6,6 +6,8 @@ whose only input is a JSON list of the process groups the rank knows: ``pg_name`
 converter copies it into a METADATA node whose ``inputs.values`` is that input list printed by Python
 (``['[{"pg_name": "0", ...}]']``); ASTRA-sim builds its communicator groups from it
 (``Workload::issue_pytorch_pg_metadata``: cut two characters off each end, parse the JSON, empty ranks = all).
+A ``group_size`` that is not the group's member count (the world's: the ranks whose traces were given) is refused:
+a job read from some of its ranks' traces would run its world's collectives on fewer ranks.
 
 This module reads both forms (the raw JSON string and the converter's printed list) into ProcessGroups and
 merges what the ranks say; ranks that disagree on a group's members are an InputError.
@@ -65,6 +67,12 @@ def parse_pg_records(values: str, *, world_size: int, source: str) -> tuple[Grou
         if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
             raise InputError("ranks must be a list of integers", source=source, path=f"{where}.ranks")
         members = tuple(ranks) if ranks else tuple(range(world_size))
+        size = item.get("group_size")
+        if isinstance(size, int) and not isinstance(size, bool) and size != len(members):
+            # the world of a job of which only some ranks' traces were given: its collectives would run on fewer
+            held = f"{world_size} rank(s) given: give every rank's trace" if not ranks else f"ranks lists {len(ranks)}"
+            raise InputError(f"process group {item['pg_name']!r} has {size} ranks (group_size), {held}",
+                             source=source, path=f"{where}.group_size")
         records.append(GroupRecord(item["pg_name"], str(item.get("pg_desc", "")), members))
     return tuple(records)
 
