@@ -94,6 +94,10 @@ def test_loader_sniffs_every_format(tmp_path: Path) -> None:
         with pytest.raises(InputError, match="--npus"):
             load_trace(EXTERNAL / "microAllReduce.txt")
         assert load_trace(EXTERNAL / "microAllReduce.txt", npus=8).num_ranks == 8
+    # one ET file named anything.et (chakra_converter --output_filename): Chakra ET, one rank
+    (tmp_path / "rank3.et").write_bytes((case / "workload" / "all_reduce.3.et").read_bytes())
+    assert detect_format(tmp_path / "rank3.et") == (TraceFormat.CHAKRA_ET, tmp_path / "rank3.et")
+    assert load_trace(tmp_path / "rank3.et").num_ranks == 1
     (tmp_path / "junk.bin").write_bytes(b"\x00\x01")
     with pytest.raises(InputError, match="cannot tell the trace format"):
         load_trace(tmp_path / "junk.bin")

@@ -48,7 +48,7 @@ def _sniff_file(path: Path, head: bytes) -> TraceFormat:
 
     if pytorch_files.sniff_execution_trace(head):
         return TraceFormat.PYTORCH_ET
-    if _ET_FILE.match(path.name) or head[:2] == b"\x1f\x8b":
+    if _ET_FILE.match(path.name) or path.name.endswith((".et", ".et.gz")) or head[:2] == b"\x1f\x8b":
         return TraceFormat.CHAKRA_ET
     text = head.decode("utf-8", errors="replace").lstrip()
     if text.startswith("["):
