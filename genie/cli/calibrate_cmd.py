@@ -31,7 +31,9 @@ def calibrate(
     interconnect: str = typer.Option("nvswitch", "--interconnect",
                                      help="How a node's GPUs meet: nvswitch | nvlink | pcie."),
     collective: Optional[str] = typer.Option(None, "--collective",
-                                             help="The collective, for outputs that do not say."),
+                                             help="The collective of every table whose output does not print "
+                                                  "it (`# Collective test starting`); one table of several: a "
+                                                  "`### <binary>_perf` line above it instead."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<time>-calibrate)."),
     nccl_env: List[str] = typer.Option([], "--nccl-env", help="An NCCL setting the cluster ran with, e.g. "
                                                               "NCCL_ALGO=Ring,Tree, NCCL_PROTO=^LL128, "
