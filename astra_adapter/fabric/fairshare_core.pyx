@@ -26,6 +26,11 @@ gained or lost flows) is exactly a component of the last call - the same routes 
 its rates are kept, not solved again; each component's rates are a function of its own routes only, so keeping
 them gives the floats a fresh solve would. In an MoE play the expert groups share no link while no data-parallel
 ring moves, so a flow's end re-solves its group's few dozen flows instead of every flow in flight.
+
+One solve of every moving route (``by_component`` False: the chain engine's, bit for bit the numpy path's) has
+none of that to do - every route is in its one component, solved at every call - so it skips the union-find and
+the record of the call, and keeps its working space between calls (:meth:`MovingRates._rates_one`); the chain
+engine binds its route table once (:meth:`MovingRates.bind_table`) instead of passing it at every call.
 """
 
 from libc.stdlib cimport malloc, calloc, realloc, free, qsort
