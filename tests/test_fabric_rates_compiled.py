@@ -143,6 +143,35 @@ def test_the_compiled_one_solve_gives_the_numpy_rates_bit_for_bit(contention, se
         assert not got[~active].any()
 
 
+@pytest.mark.parametrize("ranks_per_host, ways, seed", [(1, 2, 5), (2, 2, 5), (1, 3, None)])
+def test_the_one_solve_on_a_bound_table_gives_the_numpy_rates_bit_for_bit(ranks_per_host, ways, seed):
+    """rates_bound (the chain engine's call: the route table bound once, re-bound as it grows, the moving flags
+    one ``bytes``) gives the numpy path's rates, on sets of up to ~2,500 flows (the kept working space grown
+    past its first size), with routes between two ranks of one host among them; before a table is bound it
+    refuses. With ``ways`` 3 and the expected ECMP share (seed None) the loads are thirds, whose sums depend on
+    their order: the routes must be solved in ascending order, as np.unique gives them."""
+    network = FabricNetwork(three_tier(hosts_per_leaf=4, leaves_per_pod=2, pods=2, aggs_per_pod=ways, cores=ways,
+                                       ranks_per_host=ranks_per_host), hash_seed=seed)
+    engine = FlowEngine(network, FabricParams())
+    solve = MovingRates(engine.capacity, 0.0, False)
+    with pytest.raises(ValueError, match="bind_table"):
+        solve.rates_bound(np.zeros(1, dtype=np.int64), b"\x01")
+    rng = np.random.default_rng(11)
+    bound = None
+    for k in range(60):
+        flows = int(rng.integers(0, 2500 if k % 10 == 9 else 80))
+        routes = _random_flows(rng, network, flows)
+        active = rng.random(flows) < 0.8
+        ptr, res, w = engine._route_table(len(network.routes) - 1)
+        if ptr is not bound:
+            solve.bind_table(ptr, res, w)
+            bound = ptr
+        got = solve.rates_bound(routes, active.view(np.uint8).tobytes())
+        assert np.array_equal(got, _numpy_rates(engine, routes, active))
+        assert np.array_equal(got, solve.rates(routes, active.view(np.uint8), ptr, res, w))
+        assert not got[~active].any()
+
+
 @pytest.mark.parametrize("contention", [0.0, 0.05])
 @pytest.mark.parametrize("seed", [None, 3])
 def test_the_component_solve_gives_each_components_own_rates_bit_for_bit(contention, seed):

@@ -171,6 +171,7 @@ class ChainFlowEngine(FlowEngine):
         self._steps_routes: dict[tuple, tuple] = {}
         self._step_entries: dict[int, tuple] = {}  # per step (id): it, its entries as typed views (_entries_of)
         self._moving_views: dict[int, tuple] = {}  # per moving entries (id): them, as typed views
+        self._bound_table: np.ndarray | None = None  # the route table's ptr bound to the compiled solve
 
     # ---- ops --------------------------------------------------------------------------------------------
     def start(self, steps, held: np.ndarray | None = None) -> FabricOp:
@@ -266,7 +267,10 @@ class ChainFlowEngine(FlowEngine):
                 self._steps_routes.clear()
             self._steps_routes[key[1]] = steps
         ptr, res, w = self._route_table(len(self.network.routes) - 1)
-        rate = self._compiled.rates(steps[1], np.frombuffer(key[2], dtype=np.uint8), ptr, res, w)
+        if ptr is not self._bound_table:  # (the table's arrays are new objects whenever it grows)
+            self._compiled.bind_table(ptr, res, w)
+            self._bound_table = ptr
+        rate = self._compiled.rates_bound(steps[1], key[2])
         return [rate[a:b] for a, b in steps[2]]  # each op's slice of the flows
 
     def _credit_horizon_ns(self, rates: list) -> float:

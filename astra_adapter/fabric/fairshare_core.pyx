@@ -26,6 +26,11 @@ gained or lost flows) is exactly a component of the last call - the same routes 
 its rates are kept, not solved again; each component's rates are a function of its own routes only, so keeping
 them gives the floats a fresh solve would. In an MoE play the expert groups share no link while no data-parallel
 ring moves, so a flow's end re-solves its group's few dozen flows instead of every flow in flight.
+
+One solve of every moving route (``by_component`` False: the chain engine's, bit for bit the numpy path's) has
+none of that to do - every route is in its one component, solved at every call - so it skips the union-find and
+the record of the call, and keeps its working space between calls (:meth:`MovingRates._rates_one`); the chain
+engine binds its route table once (:meth:`MovingRates.bind_table`) instead of passing it at every call.
 """
 
 from libc.stdlib cimport malloc, calloc, realloc, free, qsort
@@ -196,6 +201,31 @@ cdef class MovingRates:
     cdef public int64_t components_solved  # components filled (counters for the benchmarks)
     cdef public int64_t components_kept  # components whose last rates were kept
     cdef public bint scan_entries  # fill each round scanning every live entry (_rounds_scanning; the same floats)
+    # one solve of every moving route (by_component False): its working space kept between calls, grown as needed
+    cdef _Scratch one_scratch
+    cdef int64_t* one_ids  # the distinct moving routes (then those crossing a resource), ascending
+    cdef int64_t* one_mult  # their multiplicities
+    cdef double* one_filled  # their per-flow rates
+    cdef double* one_rate  # per distinct route (index: `slot`) its per-flow rate
+    cdef Py_ssize_t one_cap  # routes the four arrays above hold
+    cdef const int64_t[::1] t_ptr  # the route table bound by bind_table, read by rates_bound
+    cdef const int64_t[::1] t_res
+    cdef const double[::1] t_w
+    cdef bint t_bound  # a table is bound
+
+    def __cinit__(self, *args, **kwargs):
+        memset(&self.one_scratch, 0, sizeof(_Scratch))
+        self.one_ids = self.one_mult = NULL
+        self.one_filled = self.one_rate = NULL
+        self.one_cap = 0
+        self.t_bound = False
+
+    def __dealloc__(self):
+        _scratch_free(&self.one_scratch)
+        free(self.one_ids)
+        free(self.one_mult)
+        free(self.one_filled)
+        free(self.one_rate)
 
     def __init__(self, double[::1] capacity, double contention, bint by_component=True):
         self.capacity = capacity.copy()
@@ -234,6 +264,9 @@ cdef class MovingRates:
         cdef Py_ssize_t num_resources = self.capacity.shape[0]
         out = np.zeros(n)
         cdef double[::1] rate = out
+        if not self.by_component:
+            self._rates_one(routes, active, ptr, res, w, rate)
+            return out
         cdef Py_ssize_t f, k, i, e, c, num_routes = 0, entries, num_comps = 0
         cdef int64_t r, q, a, b, top, whole
         if ptr.shape[0] - 1 > self.slot.shape[0]:
@@ -405,6 +438,101 @@ cdef class MovingRates:
             free(per_route)
             free(mult)
             free(filled)
+
+
+    def bind_table(self, const int64_t[::1] ptr, const int64_t[::1] res, const double[::1] w):
+        """The routes' loads as CSR (:meth:`astra_adapter.fabric.flows.FlowEngine._route_table`) that
+        :meth:`rates_bound` reads, held as typed views (bound again whenever the table grows)."""
+        self.t_ptr, self.t_res, self.t_w = ptr, res, w
+        self.t_bound = True
+
+    def rates_bound(self, const int64_t[::1] routes, const unsigned char[::1] active):
+        """:meth:`rates` on the route table bound last (:meth:`bind_table`), which covers every route in
+        ``routes``; ``active`` may be any buffer of bytes (a moving set's flags as one ``bytes``)."""
+        if not self.t_bound:
+            raise ValueError("no route table bound (bind_table)")
+        if self.by_component:
+            return self.rates(routes, active, self.t_ptr, self.t_res, self.t_w)
+        out = np.zeros(routes.shape[0])
+        self._rates_one(routes, active, self.t_ptr, self.t_res, self.t_w, out)
+        return out
+
+    cdef int _grow_one(self, Py_ssize_t routes) except -1:
+        """Room for ``routes`` distinct routes in the one-solve arrays (their contents not kept)."""
+        cdef Py_ssize_t size = max(routes, 2 * self.one_cap, 1024)
+        free(self.one_ids)
+        free(self.one_mult)
+        free(self.one_filled)
+        free(self.one_rate)
+        self.one_ids = <int64_t*>malloc(size * sizeof(int64_t))
+        self.one_mult = <int64_t*>malloc(size * sizeof(int64_t))
+        self.one_filled = <double*>malloc(size * sizeof(double))
+        self.one_rate = <double*>malloc(size * sizeof(double))
+        self.one_cap = size
+        if not (self.one_ids and self.one_mult and self.one_filled and self.one_rate):
+            self.one_cap = 0
+            raise MemoryError()
+        return 0
+
+    cdef int _rates_one(self, const int64_t[::1] routes, const unsigned char[::1] active, const int64_t[::1] ptr,
+                        const int64_t[::1] res, const double[::1] w, double[::1] rate) except -1:
+        """:meth:`rates` as one solve of every moving route (``by_component`` False), written into ``rate``: the
+        distinct moving routes ascending (as np.unique), each with its multiplicity, those crossing a resource
+        filled together by :func:`_fill` (a route crossing nothing: unbounded) - the calls the general path makes
+        for its one component, on working space kept between calls instead of allocated per call, without its
+        union-find (every route is in the one component) and its record of the last call (which only a solve
+        per component reads)."""
+        cdef Py_ssize_t n = routes.shape[0], f, k, m = 0, num_routes = 0, entries = 0
+        cdef int64_t r
+        if ptr.shape[0] - 1 > self.slot.shape[0]:
+            self._grow(ptr.shape[0] - 1)
+        cdef int64_t[::1] slot = self.slot
+        if n > self.one_cap:
+            self._grow_one(n)
+        cdef int64_t* ids = self.one_ids
+        cdef int64_t* mult = self.one_mult
+        cdef double* per_route = self.one_rate
+        try:
+            for f in range(n):
+                if active[f]:
+                    r = routes[f]
+                    if slot[r] < 0:
+                        slot[r] = num_routes
+                        ids[num_routes] = r
+                        num_routes += 1
+            qsort(ids, num_routes, sizeof(int64_t), _ascending)
+            for k in range(num_routes):
+                slot[ids[k]] = k
+                mult[k] = 0
+                per_route[k] = INFINITY  # crosses nothing: unbounded (else filled below)
+            for f in range(n):
+                if active[f]:
+                    mult[slot[routes[f]]] += 1
+            for k in range(num_routes):  # the routes crossing a resource, ascending, with their multiplicities
+                r = ids[k]
+                if ptr[r + 1] > ptr[r]:
+                    ids[m] = r
+                    mult[m] = mult[k]
+                    entries += ptr[r + 1] - ptr[r]
+                    m += 1
+            if m:
+                self.components_solved += 1
+                if entries > self.one_scratch.entries or m > self.one_scratch.routes \
+                        or self.capacity.shape[0] > self.one_scratch.resources:
+                    _scratch_alloc(&self.one_scratch, max(entries, 2 * self.one_scratch.entries),
+                                   self.capacity.shape[0], max(m, 2 * self.one_scratch.routes))
+                _fill(ids, mult, m, &ptr[0], &res[0], &w[0], &self.capacity[0], self.contention, &self.one_scratch,
+                      self.one_filled, self.scan_entries)
+                for k in range(m):
+                    per_route[slot[ids[k]]] = self.one_filled[k]
+            for f in range(n):
+                if active[f]:
+                    rate[f] = per_route[slot[routes[f]]]
+        finally:
+            for f in range(n):  # (every route slotted above: the moving ones)
+                if active[f]:
+                    slot[routes[f]] = -1
+        return 0
 
 
 def earliest_end_ns(const double[::1] left, const double[::1] rate, const unsigned char[::1] active):
