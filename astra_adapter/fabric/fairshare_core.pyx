@@ -268,7 +268,7 @@ cdef class MovingRates:
             self._rates_one(routes, active, ptr, res, w, rate)
             return out
         cdef Py_ssize_t f, k, i, e, c, num_routes = 0, entries, num_comps = 0
-        cdef int64_t r, q, a, b, top, whole
+        cdef int64_t r, q, a, b, top
         if ptr.shape[0] - 1 > self.slot.shape[0]:
             self._grow(ptr.shape[0] - 1)
         cdef int64_t[::1] slot = self.slot
@@ -289,8 +289,8 @@ cdef class MovingRates:
         cdef _Scratch scratch
         memset(&scratch, 0, sizeof(_Scratch))
         try:
-            # the distinct moving routes and how many flows take each (one solve of them all: ascending, as
-            # np.unique; per component: each dirty component's sorted when it is filled)
+            # the distinct moving routes and how many flows take each (each dirty component's sorted when it is
+            # filled; one solve of them all: _rates_one)
             for f in range(n):
                 if active[f]:
                     r = routes[f]
@@ -298,8 +298,6 @@ cdef class MovingRates:
                         slot[r] = num_routes
                         distinct[num_routes] = r
                         num_routes += 1
-            if not self.by_component:
-                qsort(distinct, num_routes, sizeof(int64_t), _ascending)
             count = <int64_t*>calloc(max(num_routes, 1), sizeof(int64_t))
             for k in range(num_routes):
                 slot[distinct[k]] = k
@@ -318,24 +316,14 @@ cdef class MovingRates:
                 if slot[r] < 0:
                     for e in range(ptr[r], ptr[r + 1]):
                         dirty[res[e]] = 1
-            # the connected components: union-find over the resources each route loads (not by component: one
-            # component of every route, always solved)
+            # the connected components: union-find over the resources each route loads
             parent = <int64_t*>malloc(max(num_resources, 1) * sizeof(int64_t))
             for q in range(num_resources):
                 parent[q] = q
-                if not self.by_component:
-                    dirty[q] = 1
-            whole = -1
             for k in range(num_routes):
                 r = distinct[k]
                 if ptr[r + 1] > ptr[r]:
                     top = _root(parent, res[ptr[r]])
-                    if not self.by_component:
-                        if whole < 0:
-                            whole = top
-                        elif top != whole:
-                            parent[top] = whole
-                            top = whole
                     for e in range(ptr[r] + 1, ptr[r + 1]):
                         q = _root(parent, res[e])
                         if q != top:
@@ -394,13 +382,9 @@ cdef class MovingRates:
                     self.components_kept += 1
                     continue
                 self.components_solved += 1
-                if self.by_component:  # its routes ascending (np.unique of its routes alone)
-                    for i in range(a, b):
-                        sorted_ids[i - a] = distinct[order[i]]
-                    qsort(sorted_ids, b - a, sizeof(int64_t), _ascending)
-                else:
-                    for i in range(a, b):
-                        sorted_ids[i - a] = distinct[order[i]]
+                for i in range(a, b):  # its routes ascending (np.unique of its routes alone)
+                    sorted_ids[i - a] = distinct[order[i]]
+                qsort(sorted_ids, b - a, sizeof(int64_t), _ascending)
                 for i in range(a, b):
                     mult[i - a] = count[slot[sorted_ids[i - a]]]
                 _fill(sorted_ids, mult, b - a, &ptr[0], &res[0], &w[0], &self.capacity[0], self.contention, &scratch,
