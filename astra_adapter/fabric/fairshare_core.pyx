@@ -186,6 +186,22 @@ cdef void _fill(const int64_t* ids, const int64_t* mult, Py_ssize_t m, const int
         moving[i] = 0
 
 
+cdef Py_ssize_t _distinct_routes(const int64_t[::1] routes, const unsigned char[::1] active, int64_t[::1] slot,
+                                 int64_t* distinct) noexcept:
+    """The distinct routes of the moving flows into ``distinct``, in the order first met, each marked with its
+    place in ``slot`` (-1 where not marked: the caller unmarks them); returns how many."""
+    cdef Py_ssize_t f, num = 0
+    cdef int64_t r
+    for f in range(routes.shape[0]):
+        if active[f]:
+            r = routes[f]
+            if slot[r] < 0:
+                slot[r] = num
+                distinct[num] = r
+                num += 1
+    return num
+
+
 cdef class MovingRates:
     """The solve over one fabric's resources (capacities in bytes per ns, the flow contention), with its
     scratch space and the last call's per-route state kept between calls."""
@@ -291,13 +307,7 @@ cdef class MovingRates:
         try:
             # the distinct moving routes and how many flows take each (each dirty component's sorted when it is
             # filled; one solve of them all: _rates_one)
-            for f in range(n):
-                if active[f]:
-                    r = routes[f]
-                    if slot[r] < 0:
-                        slot[r] = num_routes
-                        distinct[num_routes] = r
-                        num_routes += 1
+            num_routes = _distinct_routes(routes, active, slot, distinct)
             count = <int64_t*>calloc(max(num_routes, 1), sizeof(int64_t))
             for k in range(num_routes):
                 slot[distinct[k]] = k
@@ -477,13 +487,7 @@ cdef class MovingRates:
         cdef int64_t* mult = self.one_mult
         cdef double* per_route = self.one_rate
         try:
-            for f in range(n):
-                if active[f]:
-                    r = routes[f]
-                    if slot[r] < 0:
-                        slot[r] = num_routes
-                        ids[num_routes] = r
-                        num_routes += 1
+            num_routes = _distinct_routes(routes, active, slot, ids)
             qsort(ids, num_routes, sizeof(int64_t), _ascending)
             for k in range(num_routes):
                 slot[ids[k]] = k
