@@ -378,3 +378,28 @@ def test_a_pipeline_with_data_parallelism_by_component_plays_as_the_reference():
     _same_play(play_on_fabric(trace, FlatFlowEngine(network)), got)  # filled by levels (the default)
     walked = play_on_fabric(trace, WalkFlatFlowEngine(network))
     assert got.spans == walked.spans and got.ranks == walked.ranks  # the incremental solve: the same floats
+
+
+def test_the_compiled_busy_ranks_are_the_steps_own():
+    """busy_ranks_of (the flat engine's busy ranks of a last step, compiled) gives StepFlows.busy_of's set: the
+    ranks of the flows that move and are above the done threshold, on random steps with flows not moving, done,
+    just above the threshold and NaN left; int32 ranks are read as the same numbers."""
+    from astra_adapter.fabric.fairshare import busy_ranks_of
+    from astra_adapter.fabric.flows import StepFlows
+
+    rng = np.random.default_rng(5)
+    for k in range(300):
+        n = int(rng.integers(0, 40))
+        dtype = np.int32 if k % 3 == 0 else np.int64
+        src = rng.integers(0, 16, size=n).astype(dtype)
+        dst = rng.integers(0, 16, size=n).astype(dtype)
+        sizes = np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * 1e6)
+        step = StepFlows(np.arange(n, dtype=np.int64), src, dst, sizes, 0.0)
+        left = step.wire_bytes * rng.random(n)
+        left[rng.random(n) < 0.2] = step.done_below  # at the threshold: done
+        left[rng.random(n) < 0.1] = np.nextafter(step.done_below, np.inf)  # just above: busy
+        left[rng.random(n) < 0.05] = np.nan
+        want = step.busy_of(step.moving & (left > step.done_below))
+        got = busy_ranks_of(*step.busy_arrays(), left, step.done_below)
+        assert got == want
+        assert all(type(r) is int for r in got)

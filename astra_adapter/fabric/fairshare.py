@@ -15,9 +15,10 @@ import numpy as np
 
 try:  # the flat engine's whole rate solve and per-event sweeps compiled, the same floats (built by the install
     # step when it can be)
-    from astra_adapter.fabric.fairshare_core import FlowEvents, LiveRates, MovingRates, earliest_end_ns, move_flows
+    from astra_adapter.fabric.fairshare_core import (FlowEvents, LiveRates, MovingRates, busy_ranks_of,
+                                                     earliest_end_ns, move_flows)
 except ImportError:  # not built: the numpy solve below and the flat engine's numpy sweeps run
-    FlowEvents = LiveRates = MovingRates = earliest_end_ns = move_flows = None
+    FlowEvents = LiveRates = MovingRates = busy_ranks_of = earliest_end_ns = move_flows = None
 
 _REL_EPS = 1e-9  # fairshare_core.pyx has the same
 

@@ -523,6 +523,19 @@ cdef class MovingRates:
         return 0
 
 
+def busy_ranks_of(const int64_t[:] src, const int64_t[:] dst, const unsigned char[:] moving, const double[:] left,
+                  double done_below):
+    """The ranks sending or receiving a flow of a step that moves and is not done: ``StepFlows.busy_of(moving &
+    (left > done_below))`` for a step of flows (not a coflow step's), the same set."""
+    cdef set out = set()
+    cdef Py_ssize_t i
+    for i in range(src.shape[0]):
+        if moving[i] and left[i] > done_below:
+            out.add(src[i])
+            out.add(dst[i])
+    return out
+
+
 def earliest_end_ns(const double[::1] left, const double[::1] rate, const unsigned char[::1] active):
     """The least ``left / rate`` over the moving flows (``np.min(left[active] / rate[active])``: the same
     quotients, and a minimum is exact); inf where none moves."""

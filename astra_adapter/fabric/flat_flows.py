@@ -50,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 from astra_adapter.fabric.chain_flows import ChainFlowEngine
-from astra_adapter.fabric.fairshare import (FlowEvents, LiveRates, MovingRates, earliest_end_ns,
+from astra_adapter.fabric.fairshare import (FlowEvents, LiveRates, MovingRates, busy_ranks_of, earliest_end_ns,
                                             max_min_rates_compacting, move_flows)
 from astra_adapter.fabric.flat_queues import OnQueues
 from astra_adapter.fabric.flat_slots import FlowSlots, OnSlots
@@ -192,7 +192,11 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         key = (op.step, op.active_count)
         if op.busy_key != key:
             s = op.steps[op.step]
-            op.busy = s.busy_of(s.moving & (op.left > s.done_below))
+            if busy_ranks_of is not None and s.ranks is None:  # (compiled: the same set)
+                src, dst, moving = s.busy_arrays()
+                op.busy = busy_ranks_of(src, dst, moving, op.left, s.done_below)
+            else:
+                op.busy = s.busy_of(s.moving & (op.left > s.done_below))
             op.busy_key = key
         return op.busy
 
