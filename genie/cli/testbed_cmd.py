@@ -11,7 +11,7 @@ from genie.cli import options
 
 from genie.core.errors import InputError
 from genie.core.testbed import LinkModel, TestbedInfo
-from genie.core.units import format_rate
+from genie.core.units import describe_rate
 from genie.testbed import service
 from genie.testbed.plan import RTO_MIN_US, describe_plan, rto_min_settable
 from genie.testbed.service import DownReport
@@ -99,7 +99,7 @@ def status_command(name: str = typer.Argument(..., help="Testbed name.")) -> Non
             for q in iface.qdiscs:
                 if q.kind == "noqueue":
                     continue
-                rate = f" rate {format_rate(q.rate_bps)}" if q.rate_bps else ""
+                rate = f" rate {describe_rate(q.rate_bps)}" if q.rate_bps else ""
                 detail = f" {q.detail}" if q.detail else ""
                 parts.append(f"qdisc {q.kind} {q.handle} parent {q.parent}{rate}{detail}")
             typer.echo("  ".join(parts))
