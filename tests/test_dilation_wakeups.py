@@ -145,3 +145,38 @@ def test_a_replay_under_auto_measures_the_wake_ups_and_a_sweep_does_not(tmp_path
                        "-n", "1", "--out", tmp_path / "b")
     assert result.returncode == 2 and "stopped before" in result.stderr, result.stderr
     assert asked == [True, False]
+
+
+# ---- the throughput probe: only a shortfall that a lower rate relieves is the host's throughput (session 35) --
+STAR_2M = star(4, shape=LinkShape(rate_bps=2 * 10**6))  # 8 Mbit/s asked at once: far under any host's limit
+
+
+def _probe(monkeypatch: pytest.MonkeyPatch, share) -> tuple[float, list[int]]:  # type: ignore[no-untyped-def]
+    """`_shaped_throughput` on STAR_2M with the probe's measurement replaced by `share(rate per host)`."""
+    from genie.core.testbed import LinkModel
+    from genie.services import host_probe
+
+    rates: list[int] = []
+
+    def efficiency(_topology, _links, _hosts, rate_bps: int) -> float:  # type: ignore[no-untyped-def]
+        rates.append(rate_bps)
+        return share(rate_bps)
+
+    monkeypatch.setattr(host_probe, "_efficiency", efficiency)
+    return host_probe._shaped_throughput(STAR_2M, LinkModel.WIRE, 8e6), rates
+
+
+def test_the_throughput_probe_does_not_blame_throughput_when_slower_links_deliver_less(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured on a 4-host 2 Mbit/s star (wire): 0.99 of the payload limit at 2 Mbit/s, 0.86 at 0.8 - a fixed
+    cost per message weighs more the slower the link. The probe dilated on (x2.5 per round, each round worse)
+    and `auto` blamed throughput: `needs N >= 150 on this host (throughput), but the topology holds only up to
+    33.03`. Lowering the rate did not help, so throughput is not the limit: the first rate counts as carried."""
+    carried, rates = _probe(monkeypatch, lambda rate: 0.97 - 0.1 * (2e6 / rate - 1))
+    assert carried == 8e6 and rates == [2 * 10**6, 8 * 10**5]  # one look lower, then it stops
+
+
+def test_the_throughput_probe_still_finds_a_real_throughput_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that carries 1.5 Mbit/s in all: each lower rate delivers a larger share, until one holds."""
+    carried, rates = _probe(monkeypatch, lambda rate: min(1.0, 1.5e6 / (4 * rate)))
+    assert carried == 8e6 / 8 and rates == [2 * 10**6, 8 * 10**5, 250_000]  # N = 1, 2.5, 8: held at 8
