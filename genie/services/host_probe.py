@@ -172,10 +172,9 @@ def _shaped_throughput(topology: Topology, links: LinkModel, demand_bps: float) 
     """The largest real aggregate (bit/s) at which the probe's shaped links delivered GOOD_EFFICIENCY with every
     host sending: the topology's demand / N for the smallest N tried that held (see the module docstring).
     Raising N lowers every link's rate: a host short of throughput then delivers a larger share. When it
-    delivers a smaller share instead (measured on a 2 Mbit/s star: 0.99 of the payload limit at 2 Mbit/s, 0.86
-    at 0.8, 0.90 with 4 iterations - each message's fixed costs, the wire stages' store-and-forward and TCP's
-    ramp, weigh more the slower the link, and the slowest rank of several sets an iteration), the shortfall is
-    not this host's throughput, and dilating further only makes it worse: the probe stops there, and the
+    delivers a smaller share instead (measured on a 2 Mbit/s star: 0.99 of the payload limit at 2 Mbit/s,
+    0.86-0.90 at 0.8 but 0.979 there with a 3x longer message: a cost per message that does not shrink with the
+    rate, docs/dilation.md), the shortfall is not this host's throughput, and dilating further only makes it worse: the probe stops there, and the
     aggregate of the last factor at which the share had still grown (the first one tried, when none) counts as
     carried."""
     from genie.testbed.dilation_rules import nice_factor
