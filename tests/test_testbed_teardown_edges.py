@@ -69,13 +69,16 @@ def test_down_all_that_leaves_a_testbed_up_exits_1_naming_it_and_why(monkeypatch
     assert load_record("made").owner_pid == 1  # init: a maker that still runs
     with run_lock("busy"):
         result = _genie_down_all(env, monkeypatch)
+        again = _genie_down_all(env, monkeypatch)  # idle is down by now: only what is left up
     assert result.returncode == 1, result
+    assert again.returncode == 1 and "nothing to tear down" not in again.stdout, again
     assert "testbed idle is down" in result.stdout
     assert "left testbed busy up: a run holds it" in result.stderr
     assert "left testbed made up: the process that made it still runs (pid 1)" in result.stderr
     forced = _genie_down_all(env, monkeypatch, "--force")
     assert forced.returncode == 0 and "testbed busy is down" in forced.stdout, forced
-    assert _genie_down_all(env, monkeypatch).returncode == 0  # nothing left: nothing to tear down is success
+    nothing = _genie_down_all(env, monkeypatch)
+    assert nothing.returncode == 0 and nothing.stdout == "nothing to tear down\n"  # nothing left: success
 
 
 def test_down_all_reports_why_each_testbed_was_left() -> None:

@@ -198,7 +198,7 @@ def _print_down(report: DownReport) -> None:
     for netns in report.not_owned:
         typer.echo(f"left {netns} alone: no longer the namespace this testbed's `up` made (another testbed's?)",
                    err=True)
-    if not report.testbeds and not report.orphan_namespaces:
+    if not report.testbeds and not report.orphan_namespaces and report.complete:
         typer.echo("nothing to tear down")
     for name in report.testbeds:
         typer.echo(f"testbed {name} is down")
