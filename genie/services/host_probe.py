@@ -20,6 +20,8 @@ The probe runs on scratch testbeds built by the same planner and shapers as the 
   to the next at once (nccl-tests' sendrecv ring shift: one step per iteration, so per-step software costs do
   not pass for a lack of throughput); the factor is raised (x2.5, from a first guess) until the links deliver
   at least `GOOD_EFFICIENCY` of their payload limit. The aggregate that held is what `choose_dilation` weighs.
+  When the topology's own rates fall short, the star is first tried at `CHECK_RATE_BPS` per host: slow links
+  deliver less than their payload limit whatever the host (`_shaped_throughput`).
 It takes 10-60 s.
 """
 
