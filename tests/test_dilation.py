@@ -106,11 +106,25 @@ def test_a_wire_needs_netem_or_the_userspace_emulator() -> None:
     assert build_plan(topology, "w", netem_available=False, links=LinkModel.BUCKET).steps
 
 
+def test_dry_run_rates_read_with_units() -> None:
+    """A dilated plan's rates (1 Gbit/s / 30) print as people read them, not as ``33333333bit``; one format
+    (`genie.core.units.describe_rate`) for every rate printed to a user, `format_rate` for what is read again."""
+    from genie.core.units import describe_rate, format_rate, parse_rate_bps
+
+    result = run_genie("testbed", "up", TOPOLOGIES / "star-4.yaml", "--dry-run", "--time-dilation", "30",
+                       "--links", "bucket")
+    assert result.returncode == 0, result.stderr
+    assert "class 1:1 rate 33.3 Mbit/s burst" in result.stdout and "bit " not in result.stdout.replace("Mbit/s", "")
+    assert [describe_rate(b) for b in (33333333, 10**9, 999_999_999, 1500, 0)] == [
+        "33.3 Mbit/s", "1 Gbit/s", "1 Gbit/s", "1.5 kbit/s", "0 bit/s"]
+    assert parse_rate_bps(format_rate(33333333)) == 33333333  # what is written back stays exact
+
+
 def test_cli_dry_run_shows_the_dilated_plan_and_refuses_auto() -> None:
     result = run_genie("testbed", "up", TOPOLOGIES / "star-4.yaml", "--dry-run", "--time-dilation", "10",
                        "--links", "bucket")
     assert result.returncode == 0, (result.stdout + result.stderr)
-    assert "rate 100mbit" in (result.stdout + result.stderr) and "rate 1gbit" not in (result.stdout + result.stderr)
+    assert "rate 100 Mbit/s" in (result.stdout + result.stderr) and "rate 1 Gbit/s" not in (result.stdout + result.stderr)
     result = run_genie("testbed", "up", TOPOLOGIES / "star-4.yaml", "--dry-run", "--time-dilation", "auto")
     assert result.returncode == 2 and "--time-dilation" in (result.stdout + result.stderr) and "dry run" in (result.stdout + result.stderr)
     result = run_genie("testbed", "up", TOPOLOGIES / "star-4.yaml", "--dry-run", "--time-dilation", "0.1")

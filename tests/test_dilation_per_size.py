@@ -54,7 +54,7 @@ def test_each_size_gets_autos_factor_for_that_size() -> None:
     assert plan.reasons() == [f"{format_size(s.size_bytes)}: time dilation {s.dilation.factor:g} "
                               f"({s.dilation.reason})" for s in plan.sizes]  # what the run prints at its end
     lines = plan.describe(topology)
-    assert len(lines) == len(SIZES) and "100gbit 1us -> 500mbit 200us" in lines[-1]
+    assert len(lines) == len(SIZES) and "100 Gbit/s 1us -> 500 Mbit/s 200us" in lines[-1]
     assert plan.to_dict()[-1] == {"size_bytes": 64 << 20, "factor": 200.0, "reason": plan.sizes[-1].dilation.reason}
 
 

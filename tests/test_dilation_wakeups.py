@@ -145,3 +145,39 @@ def test_a_replay_under_auto_measures_the_wake_ups_and_a_sweep_does_not(tmp_path
                        "-n", "1", "--out", tmp_path / "b")
     assert result.returncode == 2 and "stopped before" in result.stderr, result.stderr
     assert asked == [True, False]
+
+
+# ---- the throughput probe: only a shortfall that a lower rate relieves is the host's throughput (session 35) --
+STAR_2M = star(4, shape=LinkShape(rate_bps=2 * 10**6))  # 8 Mbit/s asked at once: far under any host's limit
+
+
+def _probe(monkeypatch: pytest.MonkeyPatch, share) -> tuple[float, list[int]]:  # type: ignore[no-untyped-def]
+    """`_shaped_throughput` on STAR_2M with the probe's measurement replaced by `share(rate per host)`."""
+    from genie.core.testbed import LinkModel
+    from genie.services import host_probe
+
+    rates: list[int] = []
+
+    def efficiency(_topology, _links, _hosts, rate_bps: int, **_: object) -> float:  # type: ignore[no-untyped-def]
+        rates.append(rate_bps)
+        return share(rate_bps)
+
+    monkeypatch.setattr(host_probe, "_efficiency", efficiency)
+    return host_probe._shaped_throughput(STAR_2M, LinkModel.WIRE, 8e6), rates
+
+
+def test_the_throughput_probe_does_not_blame_throughput_for_slow_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured on a 4-host wire star: 0.86-0.90 of the payload limit at 0.8 Mbit/s per host, 0.99 at 2 and at
+    100 Mbit/s - a cost per message that weighs more the slower the link. The probe lowered the rates on
+    (x2.5 per round, each round slower links) and `auto` blamed throughput: `needs N >= 150 on this host
+    (throughput), but the topology holds only up to 13.21`. This host carries 100 Mbit/s per host: the
+    shortfall is the slow links', and that aggregate counts as carried."""
+    carried, rates = _probe(monkeypatch, lambda rate: 0.99 if rate >= 10**7 else 0.86)
+    assert carried == 4 * 10**8 and rates == [2 * 10**6, 10**8]  # host_probe.CHECK_RATE_BPS per host
+
+
+def test_the_throughput_probe_still_finds_a_real_throughput_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that carries 1.5 Mbit/s in all: the faster check fails too, and each lower rate delivers a larger
+    share until one holds."""
+    carried, rates = _probe(monkeypatch, lambda rate: min(1.0, 1.5e6 / (4 * rate)))
+    assert carried == 8e6 / 8 and rates == [2 * 10**6, 10**8, 8 * 10**5, 250_000]  # N = 1 (+ check), 2.5, 8

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+from pathlib import Path
+
 import pytest
 
 from cli_support import run_genie
@@ -25,6 +27,8 @@ from genie.topology import star
 
 BENCH = RunBounds(timed_ops=20, max_duration_s=25 * 60.0, ranks=4, has_compute=False, command="bench")
 REPLAY = RunBounds(timed_ops=3, max_duration_s=100.0, ranks=4, has_compute=True, command="replay")
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -263,6 +267,22 @@ def test_cli_bad_faults_exit_2_with_one_line(tmp_path, args, words):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], proc.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("typed, args", [
+    ("--fault", ["--fault", "straggler rank=0 factor=2 at=0s"]),
+    ("--faults", ["--faults", "faults.yaml"]),
+])
+@pytest.mark.parametrize("target, words", [
+    (["--loopback", "--launcher", "mpi"], "faults are injected on genie's own testbeds: use --launcher local"),
+    (["--topology", str(ROOT / "topologies" / "star-4.yaml"), "--time-dilation", "auto", "-b", "1K", "-e", "4K"],
+     "a sweep under auto runs each size at its own time dilation"),
+])
+def test_cli_fault_errors_name_the_flag_typed(tmp_path, typed, args, target, words):
+    """A refusal of the faults names the flag the user gave them with: --fault SPEC or --faults FILE."""
+    (tmp_path / "faults.yaml").write_text("faults:\n  - {kind: straggler, rank: 0, factor: 2, at: 0s}\n")
+    proc = run_genie("bench", *target, *args, "--out", str(tmp_path / "run"), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"genie: error: {typed}: {words}"), proc.stderr
 
 
 def test_cli_replay_rejects_an_op_past_the_end(tmp_path):

@@ -449,6 +449,14 @@ def test_ranking_names_the_shared_links_or_says_none():
     ("{model: gpt3-125m, colour: red}", "jobs[0].generate.colour", "unknown option (expected one of model,"),
     ("{model: gpt3-125m, layers: two}", "jobs[0].generate.layers", "expected an integer, got 'two'"),
     ("{model: nosuch}", "jobs[0].generate.model", "unknown model 'nosuch'"),
+    # session 35: options were checked by their type's name as a string, others converted blindly: `no` was a
+    # true flag, `true` an efficiency of 1.0, `fast` a ValueError naming only `generate`, 7 a model named '7'
+    ("{model: gpt3-125m, sequence_parallel: 'no'}", "jobs[0].generate.sequence_parallel",
+     "expected true or false, got 'no'"),
+    ("{model: gpt3-125m, efficiency: true}", "jobs[0].generate.efficiency", "expected a number, got True"),
+    ("{model: gpt3-125m, efficiency: fast}", "jobs[0].generate.efficiency", "expected a number, got 'fast'"),
+    ("{model: 7}", "jobs[0].generate.model", "expected a name, got 7"),
+    ("{model: gpt3-125m, dp: null}", "jobs[0].generate.dp", "expected a value, got none"),
 ])
 def test_a_bad_generate_option_is_named_as_the_file_spells_it(options: str, path: str, words: str) -> None:
     # session 34: these were `jobs[0].generate: GeneratorOptions.__init__() got an unexpected keyword argument

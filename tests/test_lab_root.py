@@ -19,7 +19,7 @@ import pytest
 
 from genie.lab import Lab, MachineRole, NetworkKind, plan_lab
 from genie.lab.render import network_args, write_lab
-from genie.services.lab import LabVerifyRequest, run_lab_verify, shape_record_path
+from genie.services.lab import LabVerifyRequest, load_rendered_lab, run_lab_verify, shape_record_path
 from genie.testbed.backend import apply_plan, undo_steps
 from genie.testbed.netlink import NetlinkBackend, inspect_namespace, list_genie_namespaces
 from genie.testbed.steps import AddAddress, CreateNetns, CreateVethPair, PlanStep, SetLinkUp
@@ -65,8 +65,13 @@ def in_netns(machine: str, argv: list[str], env: dict[str, str]) -> subprocess.C
 
 
 def lab_shape(machine: str, lab_dir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return in_netns(machine, [sys.executable, "-m", "genie.cli.main", "lab", "shape", str(lab_dir), "--machine",
-                              machine, *args], env)
+    """`genie lab shape` in the stand-in of VM `machine`: its namespace, and a UTS namespace of its own carrying
+    the VM's hostname (`genie lab shape` acts only where the hostname is the lab VM's; this machine's own
+    hostname is never changed)."""
+    hostname = load_rendered_lab(lab_dir).lab.machine(machine).hostname
+    genie = [sys.executable, "-m", "genie.cli.main", "lab", "shape", str(lab_dir), "--machine", machine, *args]
+    return in_netns(machine, ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *genie],
+                    env)
 
 
 def provision(lab: Lab, lab_dir: Path, env: dict[str, str], shaper: str) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from genie.core.errors import InputError
-from genie.testbed import namespaces, service
+from genie.testbed import namespaces, service, teardown
 from genie.testbed.environment import FakeEnvironment
 from genie.testbed.state import STATE_DIR_ENV, load_record, record_path, run_lock, save_record
 from genie.topology import load_topology_file
@@ -172,7 +172,7 @@ def test_down_all_keeps_the_emulator_files_of_a_testbed_brought_up_while_it_ran(
     import sys
 
     env = FakeEnvironment()
-    names, listing = service.record_names, env.list_genie_namespaces
+    names, listing = teardown.record_names, env.list_genie_namespaces
     listed = []
 
     def list_namespaces() -> list[str]:
@@ -187,9 +187,9 @@ def test_down_all_keeps_the_emulator_files_of_a_testbed_brought_up_while_it_ran(
         return found
 
     env.list_genie_namespaces = list_namespaces  # type: ignore[method-assign]
-    service.record_names = names_then_an_up  # type: ignore[attr-defined]
+    teardown.record_names = names_then_an_up  # type: ignore[attr-defined]
     try:
         service.down_all(environment=env)
     finally:
-        service.record_names = names  # type: ignore[attr-defined]
+        teardown.record_names = names  # type: ignore[attr-defined]
     assert load_record("late").complete and (state_dir / "emulators" / "late").is_dir()

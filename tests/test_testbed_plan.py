@@ -39,7 +39,7 @@ def test_star_4_golden_plan() -> None:
         preamble += [f"netns add {name}", f"{name}: link set lo up",
                      f"{name}: sysctl net.ipv6.conf.all.disable_ipv6=1",
                      f"{name}: sysctl net.ipv6.conf.default.disable_ipv6=1"]
-    htb = "tc htb dev {dev} root 1: class 1:1 rate 1gbit burst 1000000B ceil 1020mbit cburst 128KiB quantum 200000; class 1:2 (pure ACKs, prio 0) rate 1020mbit"
+    htb = "tc htb dev {dev} root 1: class 1:1 rate 1 Gbit/s burst 1000000B ceil 1.02 Gbit/s cburst 128KiB quantum 200000; class 1:2 (pure ACKs, prio 0) rate 1.02 Gbit/s"
     links = []
     for i in range(4):
         h = f"genie-s4-h{i}"
@@ -218,7 +218,7 @@ def test_netem_hangs_under_the_htb_class_when_available() -> None:
         (f"genie-n-h{i}", "eth0", parent) for i in (0, 1) for parent in (QdiscParent.HTB_CLASS, QdiscParent.ACK_CLASS)]
     # a delayed topology's links are wires (LinkModel.WIRE by default): netem serializes at the rate too
     assert netem[0] == AddNetem("genie-n-h0", "eth0", QdiscParent.HTB_CLASS, 100.0, 10.0, 0.5, 500, GBIT)
-    assert netem[0].describe() == ("genie-n-h0: tc netem dev eth0 parent 1:1 rate 1gbit delay 100us jitter 10us "
+    assert netem[0].describe() == ("genie-n-h0: tc netem dev eth0 parent 1:1 rate 1 Gbit/s delay 100us jitter 10us "
                                    "loss 0.5% limit 500")
     # the ACK lane's pure ACKs are delayed, jittered and lost alike, but not serialized
     assert netem[1] == AddNetem("genie-n-h0", "eth0", QdiscParent.ACK_CLASS, 100.0, 10.0, 0.5, 500, None)

@@ -405,7 +405,7 @@ def test_name_in_use_and_second_up_of_the_same_file_are_refused(state_dir: Path)
     assert first in done.stdout
     done = run_genie("testbed", "status", first)
     assert done.returncode == 0
-    assert "qdisc htb 1: parent root rate 1gbit" in done.stdout
+    assert "qdisc htb 1: parent root rate 1 Gbit/s" in done.stdout
     assert run_genie("testbed", "down", first).returncode == 0
     assert _ours() == []
 

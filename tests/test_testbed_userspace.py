@@ -39,7 +39,7 @@ def test_two_hosts_golden_userspace_plan() -> None:
     shape = LinkShape(rate_bps=GBIT, delay_us=1000.0, loss_pct=2.0)
     lines = [step.describe() for step in plan_testbed(_pair(shape), "u", netem_available=False,
                                                         shaper=Shaper.USERSPACE)]
-    htb = "tc htb dev eth0 root 1: class 1:1 rate 1gbit burst 1000000B ceil 1020mbit cburst 128KiB quantum 200000; class 1:2 (pure ACKs, prio 0) rate 1020mbit"
+    htb = "tc htb dev eth0 root 1: class 1:1 rate 1 Gbit/s burst 1000000B ceil 1.02 Gbit/s cburst 128KiB quantum 200000; class 1:2 (pure ACKs, prio 0) rate 1.02 Gbit/s"
     assert lines[8:] == [
         "veth genie-u-h0:eth0 <-> genie-u-h1:eth0 mtu 1500 mac 02:67:00:00:00:00 / 02:67:00:00:00:01",
         "genie-u-h0: addr add 198.18.0.1/30 dev eth0",
@@ -51,10 +51,10 @@ def test_two_hosts_golden_userspace_plan() -> None:
         "genie-u-h0: sysctl net.ipv4.tcp_slow_start_after_idle=0",
         "genie-u-h1: sysctl net.ipv4.tcp_slow_start_after_idle=0",
         "genie-u-h0: start link emulator (python -m genie.linkemu): queue 0 on eth0 [others: links[0] h1>h0]; "
-        "stages: links[0] h1>h0 wire 1gbit delay 1ms loss 2% limit 1000 seed 922845397",
+        "stages: links[0] h1>h0 wire 1 Gbit/s delay 1ms loss 2% limit 1000 seed 922845397",
         "genie-u-h0: iptables -w 5 -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0",
         "genie-u-h1: start link emulator (python -m genie.linkemu): queue 0 on eth0 [others: links[0] h0>h1]; "
-        "stages: links[0] h0>h1 wire 1gbit delay 1ms loss 2% limit 1000 seed 1590549650",
+        "stages: links[0] h0>h1 wire 1 Gbit/s delay 1ms loss 2% limit 1000 seed 1590549650",
         "genie-u-h1: iptables -w 5 -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0",
     ]
 

@@ -17,7 +17,7 @@ RUN_FLAGS: Mapping[str, str] = {
     "topology": "--topology", "testbed": "--testbed", "loopback": "--loopback", "launcher": "--launcher",
     "transport": "--transport", "inventory": "--inventory", "mpiexec": "--mpiexec", "port_range": "--port-range",
     "out": "--out", "sample_ms": "--sample-ms", "capture": "--capture", "faults_file": "--faults",
-    "faults": "--faults", "fault": "--fault", "timeout_s": "--timeout", "force": "--force",
+    "faults": "--fault", "fault": "--fault", "timeout_s": "--timeout", "force": "--force",
     "shared": "--shared", "time_dilation": "--time-dilation",
 }
 _HEAD = re.compile(r"^([a-z][a-z0-9_]*)(.*)$", re.S)

@@ -11,7 +11,7 @@ from genie.cli import options
 
 from genie.core.errors import InputError
 from genie.core.testbed import LinkModel, TestbedInfo
-from genie.core.units import format_rate
+from genie.core.units import describe_rate
 from genie.testbed import service
 from genie.testbed.plan import RTO_MIN_US, describe_plan, rto_min_settable
 from genie.testbed.service import DownReport
@@ -63,7 +63,8 @@ def down_command(
                                                       "only its genie-NAME-* namespaces; with --all, also tear "
                                                       "down testbeds in use."),
 ) -> None:
-    """End the testbed's processes and remove everything it created."""
+    """End the testbed's processes and remove everything it created. Exit code 1 when --all leaves a testbed up
+    (in use, or its maker still runs: each named on stderr, with the reason)."""
     if (name is None) == (not all_testbeds):
         raise InputError("give a testbed NAME or --all (not both)", path="down")
     report = service.down_all(force=force) if all_testbeds else service.down(name, force=force)  # type: ignore[arg-type]
@@ -98,7 +99,7 @@ def status_command(name: str = typer.Argument(..., help="Testbed name.")) -> Non
             for q in iface.qdiscs:
                 if q.kind == "noqueue":
                     continue
-                rate = f" rate {format_rate(q.rate_bps)}" if q.rate_bps else ""
+                rate = f" rate {describe_rate(q.rate_bps)}" if q.rate_bps else ""
                 detail = f" {q.detail}" if q.detail else ""
                 parts.append(f"qdisc {q.kind} {q.handle} parent {q.parent}{rate}{detail}")
             typer.echo("  ".join(parts))
@@ -187,17 +188,23 @@ def _print_up(info: TestbedInfo) -> None:
 
 
 def _print_down(report: DownReport) -> None:
-    for name in report.in_use:
-        typer.echo(f"left testbed {name} up: in use (a run holds it, or its `up` still runs); "
-                   f"`genie testbed down {name}` or `down --all --force` ends it", err=True)
+    """What `down` did; exit code 1 when it left a testbed up (`down --all`: in use, or its maker still runs),
+    each named on stderr with the reason."""
+    for left in report.left_up:
+        typer.echo(f"left testbed {left.name} up: {left.describe()}; `genie testbed down {left.name}` or "
+                   f"`down --all --force` ends it", err=True)
     for netns in report.shared_namespaces:
         typer.echo(f"left {netns} alone: it is this machine's own network namespace, not one genie made", err=True)
-    if not report.testbeds and not report.orphan_namespaces:
+    for netns in report.not_owned:
+        typer.echo(f"left {netns} alone: no longer the namespace this testbed's `up` made (another testbed's?)",
+                   err=True)
+    if not report.testbeds and not report.orphan_namespaces and report.complete:
         typer.echo("nothing to tear down")
-        return
     for name in report.testbeds:
         typer.echo(f"testbed {name} is down")
     for netns in report.orphan_namespaces:
         typer.echo(f"removed leftover namespace {netns}")
     if report.pids_ended:
         typer.echo(f"ended {len(report.pids_ended)} processes: {' '.join(map(str, report.pids_ended))}")
+    if not report.complete:
+        raise typer.Exit(1)

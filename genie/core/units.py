@@ -83,10 +83,25 @@ def parse_size_bytes(text: str | int) -> int:
 
 
 def format_rate(bps: int) -> str:
+    """A rate written back in genie's input syntax, exactly (``1gbit``, ``33333333bit``): for files and specs
+    that are read again (a topology written out, a fault's spec). What a person reads: `describe_rate`."""
     for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
         if bps >= scale and bps % scale == 0:
             return f"{bps // scale}{unit}"
     return f"{bps}bit"
+
+
+_READ_UNITS = (("Tbit/s", 10**12), ("Gbit/s", 10**9), ("Mbit/s", 10**6), ("kbit/s", 10**3))
+
+
+def describe_rate(bps: float) -> str:
+    """A rate as people read it, to 3 significant digits: 33333333 -> ``33.3 Mbit/s``, 10**9 -> ``1 Gbit/s``,
+    999999999 -> ``1 Gbit/s``. The one format for every rate printed to a user (plans, status, limits)."""
+    rounded = float(f"{bps:.3g}")
+    for unit, scale in _READ_UNITS:
+        if rounded >= scale:
+            return f"{rounded / scale:.3g} {unit}"
+    return f"{rounded:.3g} bit/s"
 
 
 def format_size(size_bytes: int) -> str:

@@ -34,9 +34,10 @@ def read_faults(path: Path | None, specs: Sequence[str]) -> list[Fault]:
     return faults + parse_fault_specs(list(specs))
 
 
-def check_launcher(faults: Sequence[Fault], local: bool) -> None:
+def check_launcher(faults: Sequence[Fault], local: bool, field: str) -> None:
+    """Faults need the local launcher; the error names `field` (`RunOptions.faults_field`)."""
     if faults and not local:
-        raise InputError("faults are injected on genie's own testbeds: use `launcher` local", path="faults")
+        raise InputError("faults are injected on genie's own testbeds: use `launcher` local", path=field)
 
 
 def bench_bounds(job: Any) -> RunBounds:

@@ -73,11 +73,29 @@ def lab_interfaces(lab: Lab, machine: str, addresses: Mapping[str, str]) -> tupl
     return tuple(found)
 
 
-def plan_machine_shaping(lab: Lab, machine: str, shaper: Shaper, addresses: Mapping[str, str]) -> MachineShaping:
-    """The testbed's shaping steps for `machine`, renamed to the VM's interfaces."""
+def _check_machine(lab: Lab, machine: str) -> None:
     if machine not in {m.name for m in lab.machines}:
         raise InputError(f"expected one of the lab's VMs ({', '.join(m.name for m in lab.machines)}), "
                          f"got {machine!r}", path="machine")
+
+
+def check_lab_machine(lab: Lab, machine: str, hostname: str) -> None:
+    """Refuse to shape the network of a machine that is not lab VM `machine`: `genie lab shape` changes the
+    real network of the machine it runs on (qdiscs on its NICs, iptables rules, an emulator), so it acts only
+    where this machine's `hostname` (short name, case-insensitive) is the one Vagrant gave that VM
+    (``node.vm.hostname`` in the Vagrantfile; `LabMachine.hostname`). The workstation that rendered the lab, or
+    any other machine, carries no lab VM's hostname; a wrong ``--machine`` inside the lab is refused too."""
+    _check_machine(lab, machine)
+    expected = lab.machine(machine).hostname
+    if hostname.split(".")[0].lower() != expected.lower():
+        raise EnvironmentProblem(f"refusing to shape this machine's network: its hostname is {hostname!r}, not "
+                                 f"{expected!r} (lab {lab.name}'s VM {machine}); `genie lab shape` runs inside "
+                                 "that VM (provisioner \"shape\"); --dry-run only prints the steps")
+
+
+def plan_machine_shaping(lab: Lab, machine: str, shaper: Shaper, addresses: Mapping[str, str]) -> MachineShaping:
+    """The testbed's shaping steps for `machine`, renamed to the VM's interfaces."""
+    _check_machine(lab, machine)
     interfaces = lab_interfaces(lab, machine, addresses)
     rename = {i.testbed_ifname: i.ifname for i in interfaces}
     layout = plan_layout(lab.topology, LAYOUT_NAME)

@@ -14,6 +14,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from genie.core.units import describe_rate
+
 NS_PER_US = 1000
 
 
@@ -43,7 +45,7 @@ class StageSpec:
     wire_slack_ns: int = 0
 
     def describe(self) -> str:
-        parts = [self.name] + ([f"wire {_rate(self.rate_bps)}"] if self.rate_bps else []) + [
+        parts = [self.name] + ([f"wire {describe_rate(self.rate_bps)}"] if self.rate_bps else []) + [
             f"delay {_time(self.delay_ns)}"]
         if self.jitter_ns:
             parts.append(f"jitter {_time(self.jitter_ns)}{' reorder' if self.reorder else ''}")
@@ -123,13 +125,6 @@ class EmulatorConfig:
     @staticmethod
     def from_json(text: str) -> EmulatorConfig:
         return EmulatorConfig.from_dict(json.loads(text))
-
-
-def _rate(bps: int) -> str:
-    for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
-        if bps >= scale:
-            return f"{bps / scale:g}{unit}"
-    return f"{bps}bit"
 
 
 def _time(ns: int) -> str:

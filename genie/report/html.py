@@ -14,6 +14,7 @@ import jinja2
 import pandas as pd
 
 from genie import __version__
+from genie.core.units import describe_rate
 from genie.report import kind_sections, sections
 from genie.report.mix_section import mix_section
 from genie.report.rundata import RunData, RunKind
@@ -100,7 +101,7 @@ def _facts(run: RunData) -> list[tuple[str, str]]:
         t = m.topology
         rate = t.get("link_rate_bps")
         facts.append(("topology", f"{t.get('name')}: {t.get('hosts')} hosts, {t.get('switches')} switches, "
-                                  f"{t.get('links')} links" + (f", host links {rate / 1e9:g} Gbit/s" if rate else "")))
+                                  f"{t.get('links')} links" + (f", host links {describe_rate(rate)}" if rate else "")))
     facts += _dilation_facts(m.time_dilation)
     for i in m.inputs:
         facts.append((f"input ({i.role})", f"{i.path} sha256 {i.sha256 or 'unreadable'}"))

@@ -330,7 +330,7 @@ def check_per_size(request: BenchRequest, opts: RunOptions) -> None:
     if (opts.time_dilation.mode is DilationMode.AUTO and several and opts.topology is not None
             and (opts.faults or opts.faults_file)):
         raise InputError("a sweep under auto runs each size at its own time dilation, and faults are timed on "
-                         "one clock: give a fixed factor (--time-dilation N) or one size", path="faults")
+                         "one clock: give a fixed factor (--time-dilation N) or one size", path=opts.faults_field)
 
 
 def plan_bench_dilation(cmd: BenchCommand) -> tuple[Any, Any]:

@@ -74,7 +74,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
     opts = _options(cmd)
     if (opts.faults or opts.faults_file) and spec.rounds != 1:
         raise InputError("faults are injected into the replay of an experiment with `rounds: 1`; this one has "
-                         f"{spec.rounds}", path="faults")
+                         f"{spec.rounds}", path=opts.faults_field)
     rounds = spec.rounds
     sweep_each, replay_each = -(-spec.sweep_iterations // rounds), -(-spec.replay_iterations // rounds)
     replay_request = ReplayRequest(iterations=replay_each, warmup=spec.replay_warmup, timeout_s=spec.timeout_s)
@@ -120,7 +120,7 @@ def run_experiment_command(cmd: ExperimentCommand, progress: Progress | None = N
 
         if opts.topology is not None and (opts.faults or opts.faults_file):
             raise InputError("under auto the sweep's sizes and the replay run at their own time dilations, and "
-                             "faults are timed on one clock: give a fixed factor (--time-dilation N)", path="faults")
+                             "faults are timed on one clock: give a fixed factor (--time-dilation N)", path=opts.faults_field)
     with staged("experiment", opts, ranks=None, loopback_ranks=prepared.trace.num_ranks, params=params,
                 bounds=bounds, inputs=inputs, fits=lambda p: check_fits(prepared.trace, p, source=source),
                 name=f"experiment-{spec.name}", iteration=iteration, sweep_sizes_bytes=every_size,

@@ -68,7 +68,7 @@ def run_mix_experiment(cmd: Any, progress: Progress | None = None) -> MixExperim
     from genie.report.sweep import sweep_csv, sweep_json
     from genie.services.cases import GroupCase, run_cases
     from genie.services.connection_paths import PathRecorder
-    from genie.services.mix import estimates_csv, links_csv, replay_paths
+    from genie.services.mix import estimates_csv, links_csv, refuse_faults, replay_paths
     from genie.services.mix_replay import replay_mix_on
     from genie.services.replay import ReplayRequest
     from genie.services.stage import staged
@@ -77,8 +77,7 @@ def run_mix_experiment(cmd: Any, progress: Progress | None = None) -> MixExperim
     say = progress or (lambda _msg: None)
     spec = cmd.spec
     opts = cmd.options
-    if opts.faults or opts.faults_file is not None:
-        raise InputError("faults are not injected into a job mix (replay a job alone to study one)", path="faults")
+    refuse_faults(opts)
     if opts.inventory is None and opts.testbed is None and not opts.loopback:
         opts = dataclasses.replace(opts, topology=spec.topology_path)
     placed = _placed(spec)

@@ -185,12 +185,17 @@ def shape_record_path(machine: str) -> Path:
 
 
 def run_lab_shape(request: LabShapeRequest) -> LabShapeResult:
-    """Plan (and unless ``dry_run`` apply) the shaping of lab VM ``request.machine`` in this namespace."""
-    from genie.lab.shape import plan_machine_shaping
+    """Plan (and unless ``dry_run`` apply) the shaping of lab VM ``request.machine`` in this namespace; refused
+    before anything is probed or changed unless this machine is that VM (`genie.lab.shape.check_lab_machine`)."""
+    import socket
+
+    from genie.lab.shape import check_lab_machine, plan_machine_shaping
     from genie.testbed import netlink
     from genie.testbed.service import require_net_admin, resolve_shaper
 
     rendered = load_rendered_lab(request.lab_dir)
+    if not request.dry_run:  # it changes this machine's network (--remove too)
+        check_lab_machine(rendered.lab, request.machine, socket.gethostname())
     shaper = resolve_shaper(rendered.lab.topology, request.shaper, netem_available=netlink.probe_netem)
     shaping = plan_machine_shaping(rendered.lab, request.machine, shaper,
                                    {**netlink.local_addresses(), **local_macs()})

@@ -274,3 +274,11 @@ def _doc(e) -> dict:
             "jobs": [{"name": j.name, "hosts": list(j.hosts), "repetitions": j.repetitions, "alone_ns": j.alone_ns,
                       "mixed_ns": j.mixed_ns, "slowdown_pct": j.slowdown_pct} for j in e.jobs],
             "shared_links": [f"{s.a}->{s.b}" for s in e.shared_links], "notes": list(e.notes)}
+
+
+def refuse_faults(opts: Any) -> None:
+    """A job mix is replayed without faults (`genie replay --jobs`, an experiment's mix): InputError naming the
+    faults given (`RunOptions.faults_field`)."""
+    if opts.faults or opts.faults_file is not None:
+        raise InputError("faults are not injected into a job mix (replay a job alone to study one)",
+                         path=opts.faults_field)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from genie.core.errors import InputError
 from genie.core.topology import Host, Topology
 from genie.services.mix import ALONE_LABEL, JOBS_PATHS_JSON, MIX_LABEL, MIX_OPS_CSV
 from genie.services.options import RunOptions
@@ -138,15 +137,13 @@ def run_mix_replay_command(cmd: MixReplayCommand, progress: Callable[[str], None
                            ) -> MixReplayResult:
     from genie.engine.program import build_programs
     from genie.report.manifest import input_digest
-    from genie.services.mix import place_mix, read_mix
+    from genie.services.mix import place_mix, read_mix, refuse_faults
     from genie.services.replay import check_request
     from genie.services.stage import staged
 
     opts, request = cmd.options, cmd.request
     check_request(request)
-    if opts.faults or opts.faults_file is not None:
-        raise InputError("faults are not injected into a job mix (replay a job alone to study one)",
-                         path="faults")
+    refuse_faults(opts)
     if opts.inventory is None:  # the target's hosts place the jobs: none given is not loopback's
         from genie.services.target import check_one_target
         check_one_target(opts.topology, opts.testbed, opts.loopback, command="replay")

@@ -41,6 +41,12 @@ class RunOptions:
     #: the dilation it was brought up with
     time_dilation: DilationChoice = DilationChoice()
 
+    @property
+    def faults_field(self) -> str:
+        """The field of the faults given, for an error refusing them (it names the flag the user typed):
+        `faults_file` (``--faults FILE``) when a file was given, else `faults` (``--fault SPEC``)."""
+        return "faults_file" if self.faults_file is not None else "faults"
+
     def check(self) -> None:
         from genie.report.rundir import check_run_dir
 

@@ -80,7 +80,7 @@ def staged(kind: str, opts: RunOptions, *, ranks: int | None, bounds: Callable[[
     faults = faults_service.read_faults(opts.faults_file, list(opts.faults))
     choice = resolve_launch(opts.launcher, opts.transport, opts.inventory, opts.mpiexec, ranks=ranks,
                             port_range=opts.port_range, other_target=opts.target_option())
-    faults_service.check_launcher(faults, choice.sessions is None)
+    faults_service.check_launcher(faults, choice.sessions is None, opts.faults_field)
     faults_service.precheck_topology(faults, opts.topology, lambda n: bounds(n, faults))
     open_testbed = lambda: open_target(opts.topology, opts.testbed, opts.loopback,  # noqa: E731
                                        loopback_ranks if opts.loopback else ranks, command=kind,

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from genie.core.dilation import IterationSteps, TimeDilation
 from genie.core.errors import InputError
 from genie.core.topology import LinkShape, Topology
-from genie.core.units import format_rate, format_size
+from genie.core.units import describe_rate, format_size
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def distinct_shapes(topology: Topology) -> list[LinkShape]:
 
 
 def _shape_text(shape: LinkShape) -> str:
-    rate = "unshaped" if shape.rate_bps is None else format_rate(shape.rate_bps)
+    rate = "unshaped" if shape.rate_bps is None else describe_rate(shape.rate_bps)
     return f"{rate} {shape.delay_us:g}us" if shape.delay_us else rate
 
 

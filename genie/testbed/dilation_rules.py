@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from genie.core.dilation import HostLimit, IterationSteps, TimeDilation, WeighedStep
 from genie.core.errors import InputError
 from genie.core.topology import Topology
-from genie.core.units import format_rate
+from genie.core.units import describe_rate
 from genie.linkemu.line import TCP_IP_HEADER_BYTES, message_wire_bytes
 from genie.topology.link_properties import MAX_DELAY_US
 
@@ -60,8 +60,8 @@ def check_dilation_holds(topology: Topology, dilation: TimeDilation, *, source: 
             packet_s = 8 * (shape.mtu_bytes + ETHERNET_HEADER_BYTES) / real.rate_bps
             if packet_s > TCP_MIN_RTO_S:
                 raise InputError(
-                    f"time dilation {n:g} cannot hold: {format_rate(shape.rate_bps)} / {n:g} = "
-                    f"{format_rate(real.rate_bps)} takes {packet_s * 1e3:.0f} ms per {shape.mtu_bytes}-byte packet, "
+                    f"time dilation {n:g} cannot hold: {describe_rate(shape.rate_bps)} / {n:g} = "
+                    f"{describe_rate(real.rate_bps)} takes {packet_s * 1e3:.0f} ms per {shape.mtu_bytes}-byte packet, "
                     f"longer than TCP's minimum retransmission timeout ({TCP_MIN_RTO_S * 1e3:.0f} ms); the largest "
                     f"factor this topology holds is {max_factor(topology):.4g}", source=source,
                     path=f"links[{index}].bandwidth")
@@ -317,8 +317,8 @@ def choose_dilation(topology: Topology, figures: HostFigures, *, source: str | N
     if demand and 0 < figures.aggregate_bps < float("inf"):
         need = demand / figures.aggregate_bps
         limits.append(HostLimit("throughput", figures.aggregate_bps, "bit/s", need,
-                                f"the hosts' links ask {format_rate(round(demand))} at once; shaped links on this "
-                                f"host delivered their rate up to {format_rate(round(figures.aggregate_bps))} "
+                                f"the hosts' links ask {describe_rate(round(demand))} at once; shaped links on this "
+                                f"host delivered their rate up to {describe_rate(round(figures.aggregate_bps))} "
                                 f"in all: N >= {need:.4g}"))
     if figures.emulator_late_us is not None and per_us is not None:
         need = figures.emulator_late_us * per_us / TARGET_SHARE

@@ -53,6 +53,9 @@ class TestbedEnvironment(Protocol):
 
     def netns_exists(self, name: str) -> bool: ...
 
+    def namespace_identity(self, name: str) -> tuple[int, int] | None:
+        """(device, inode) of namespace `name` (`genie.testbed.namespaces.identity`), None if it does not exist."""
+
     def namespace_pids(self, name: str) -> list[int]:
         """PIDs of the processes inside namespace `name`."""
 
@@ -124,6 +127,11 @@ class KernelEnvironment:
         from genie.testbed.namespaces import netns_exists
 
         return netns_exists(name)
+
+    def namespace_identity(self, name: str) -> tuple[int, int] | None:
+        from genie.testbed.namespaces import identity
+
+        return identity(name)
 
     def namespace_pids(self, name: str) -> list[int]:
         from genie.testbed.namespaces import namespace_pids
@@ -197,6 +205,9 @@ class FakeEnvironment:
 
     def netns_exists(self, name: str) -> bool:
         return self.kernel.netns_exists(name)
+
+    def namespace_identity(self, name: str) -> tuple[int, int] | None:
+        return self.kernel.namespace_identity(name)
 
     def namespace_pids(self, name: str) -> list[int]:
         return self.kernel.namespace_pids(name)

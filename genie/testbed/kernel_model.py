@@ -57,6 +57,7 @@ class Namespace:
     routes: dict[str, AddRoute] = field(default_factory=dict)  # static routes by destination
     sysctls: dict[str, str] = field(default_factory=dict)
     queue_rules: list[tuple[str, int]] = field(default_factory=list)  # (ifname, queue number)
+    inode: int = 0  # the namespace's identity: a new one every time a namespace is made
 
 
 @dataclass
@@ -64,10 +65,14 @@ class KernelModel:
     namespaces: dict[str, Namespace] = field(default_factory=dict)
     processes: dict[int, str] = field(default_factory=dict)  # PID -> namespace it was started in
     _pids: itertools.count[int] = field(default_factory=lambda: itertools.count(FAKE_PID_BASE))
+    _inodes: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     # ---- queries ---------------------------------------------------------------------------------------------
     def netns_exists(self, name: str) -> bool:
         return name in self.namespaces
+
+    def namespace_identity(self, name: str) -> tuple[int, int] | None:
+        return (0, self.namespaces[name].inode) if name in self.namespaces else None
 
     def genie_namespaces(self) -> list[str]:
         return sorted(name for name in self.namespaces if name.startswith(NETNS_PREFIX))
@@ -102,7 +107,8 @@ class KernelModel:
             case CreateNetns(netns=name):
                 if name in self.namespaces:
                     raise _error(errno.EEXIST, f"namespace {name} already exists")
-                self.namespaces[name] = Namespace({"lo": Interface("loopback", LOOPBACK_MTU_BYTES)})
+                self.namespaces[name] = Namespace({"lo": Interface("loopback", LOOPBACK_MTU_BYTES)},
+                                                  inode=next(self._inodes))
             case SetSysctl(netns=name, key=key, value=value):
                 self._namespace(name).sysctls[key] = value
             case SetLinkUp(netns=name, ifname=ifname):

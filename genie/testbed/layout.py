@@ -25,6 +25,10 @@ NETNS_DIR = "/run/netns"  # where named namespaces live (ip netns, pyroute2)
 TESTBED_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 BRIDGE_IFNAME = "br0"
 MAX_IFNAME_CHARS = 15
+#: the scratch namespaces `up` probes the kernel in are ``genie-probe-<pid>-<start ticks>`` (`probe_netns_name`):
+#: no testbed may be named so that its namespaces could take such a name
+PROBE_NAME = "probe"
+_PROBE_NETNS = re.compile(rf"{NETNS_PREFIX}{PROBE_NAME}-(\d+)-(\d+)")
 
 
 class SegmentKind(Enum):
@@ -103,6 +107,9 @@ def testbed_name_problem(name: object) -> str | None:
     if not isinstance(name, str) or not TESTBED_NAME_PATTERN.fullmatch(name):
         return (f"expected a testbed name of 1-32 letters, digits, '-' or '_' starting with a letter or digit, "
                 f"got {name!r}")
+    if name == PROBE_NAME or name.startswith(f"{PROBE_NAME}-"):
+        return (f"testbed names {PROBE_NAME!r} and {PROBE_NAME}-* are genie's own (its kernel probes' scratch "
+                f"namespaces are {NETNS_PREFIX}{PROBE_NAME}-<pid>-<start>), got {name!r}")
     return None
 
 
@@ -114,6 +121,17 @@ def check_testbed_name(name: object) -> str:
 
 def netns_name(testbed: str, node: str) -> str:
     return f"{NETNS_PREFIX}{testbed}-{node}"
+
+
+def probe_netns_name(pid: int, start_ticks: int | None) -> str:
+    """The scratch namespace process `pid` (started at `start_ticks`) probes the kernel in."""
+    return f"{NETNS_PREFIX}{PROBE_NAME}-{pid}-{start_ticks or 0}"
+
+
+def probe_owner(netns: str) -> tuple[int, int] | None:
+    """(pid, start ticks) of the process whose probe namespace `netns` is, None if it is not one."""
+    found = _PROBE_NETNS.fullmatch(netns)
+    return None if found is None else (int(found[1]), int(found[2]))
 
 
 def ifname(index: int) -> str:

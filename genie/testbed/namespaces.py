@@ -34,6 +34,16 @@ def netns_exists(name: str) -> bool:
     return os.path.exists(netns_path(name))
 
 
+def identity(name: str) -> tuple[int, int] | None:
+    """(device, inode) of the namespace the name `name` is bound to, None if there is none: one namespace, as long
+    as it exists (a namespace removed and made again under the same name - by another testbed - is another)."""
+    try:
+        st = os.stat(netns_path(name))
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def namespace_pids(name: str) -> list[int]:
     """PIDs of the processes whose network namespace is `name` (compared by device and inode). SharedNamespace
     when `name` is bound to this process's or init's namespace (``ip netns attach genie-x 1`` makes one): every

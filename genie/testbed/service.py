@@ -1,9 +1,8 @@
-"""Bringing testbeds up and down: checks, write-ahead state, apply with rollback, teardown, inspection.
+"""Bringing testbeds up, and inspecting them: checks, write-ahead state, apply with rollback.
 
 Every check runs before anything is created. `up` records the testbed in the state directory before the first
-step and rolls back on any failure, Ctrl-C or SIGTERM. `down` ends every process inside the testbed's
-namespaces (by PID), undoes the applied steps in reverse and removes the namespaces, with signals deferred so
-it always runs to the end. `down_all` also removes ``genie-*`` namespaces that no state record claims.
+step and rolls back on any failure, Ctrl-C or SIGTERM; it notes each namespace's identity once made, so that
+teardown (`genie.testbed.teardown`: `down`, `down_all`, re-exported here) removes only what it made.
 
 Everything that touches the machine goes through a `TestbedEnvironment` (``environment=``; the default `KERNEL`
 is pyroute2 plus the userspace emulator backend, `FakeEnvironment` an in-memory model of the same).
@@ -17,27 +16,30 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from genie.core.dilation import NO_DILATION, TimeDilation
-from genie.core.errors import EnvironmentProblem, GenieError, InputError
+from genie.core.errors import EnvironmentProblem, GenieError
 from genie.core.testbed import LinkModel, Shaping, TestbedInfo
 from genie.core.topology import Topology
 from genie.testbed.backend import apply_plan, undo_steps
 from genie.testbed.emulators import EmulatorProcess, remove_emulator_files, stats_path
 from genie.testbed.environment import KERNEL, TestbedEnvironment
-from genie.testbed.layout import NETNS_PREFIX, check_testbed_name
-from genie.testbed.lifecycle import (process_alive, process_start_ticks, same_process, signals_deferred,
-                                     signals_raise)
-from genie.testbed.namespaces import SharedNamespace
+from genie.testbed.layout import check_testbed_name
+from genie.testbed.lifecycle import process_alive, process_start_ticks, signals_deferred, signals_raise
 from genie.testbed.observed import EmulatorStatus, NamespaceStatus
 from genie.testbed.plan import build_plan
 from genie.testbed.shaping import default_link_model, needs_emulation
 from genie.testbed.state import (TestbedRecord, create_record, delete_record, load_record, load_trusted_record,
-                                 outside_prefix, record_names, record_path, save_record, state_dir, teardown_lock)
+                                 record_names, save_record)
 from genie.testbed.steps import CreateNetns, PlanStep, Shaper, ShaperChoice
+from genie.testbed.teardown import DownReport, LeftUp, LeftUpReason, down, down_all, require_net_admin
+
+__all__ = ["CreateNetns", "DownReport", "LeftUp", "LeftUpReason", "TestbedStatus", "TestbedSummary", "down",
+           "down_all", "list_testbeds", "load_info", "process_alive", "process_start_ticks", "register_pids",
+           "require_net_admin", "resolve_shaper", "status", "temporary_testbed", "up"]
 
 _temporary_numbers = itertools.count()
 
@@ -62,20 +64,6 @@ class TestbedStatus:
     namespaces: tuple[NamespaceStatus, ...]
     shaper: Shaper = Shaper.KERNEL
     emulators: tuple[EmulatorStatus, ...] = ()
-
-
-@dataclass(frozen=True)
-class DownReport:
-    testbeds: tuple[str, ...]  # testbeds torn down
-    orphan_namespaces: tuple[str, ...] = ()  # genie-* namespaces without a state record, removed
-    pids_ended: tuple[int, ...] = ()
-    in_use: tuple[str, ...] = ()  # testbeds left up: a run holds them, or the process that made them still runs
-    shared_namespaces: tuple[str, ...] = ()  # genie-* names bound to this machine's own namespace: left alone
-
-
-def require_net_admin(environment: TestbedEnvironment = KERNEL) -> None:
-    if not environment.has_net_admin():
-        raise EnvironmentProblem("needs CAP_NET_ADMIN: run as root")
 
 
 def resolve_shaper(topology: Topology, choice: ShaperChoice | Shaper, *,
@@ -126,21 +114,22 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
     record = TestbedRecord(plan.info, plan.steps, applied_count=0, complete=False, shaper=resolved,
                            owner_pid=os.getpid(), owner_start_ticks=process_start_ticks(os.getpid()),
                            source=source_path, source_digest=_digest(source_path))
-    busy = [ns for ns in record.namespaces if environment.netns_exists(ns)]
-    if busy:
-        raise GenieError(f"namespace {busy[0]} already exists (another testbed?); choose another --name or run "
-                         "`genie testbed down --all`")
+    _refuse_taken_namespaces(record, environment)
     progress = {"applied": 0}
     emulators: list[tuple[str, int, int | None]] = []
+    identities: list[tuple[str, int, int]] = []
 
     def current(**changes: object) -> TestbedRecord:
         return dataclasses.replace(record, applied_count=progress["applied"], emulators=tuple(emulators),
-                                   **changes)  # type: ignore[arg-type]
+                                   namespace_ids=tuple(identities), **changes)  # type: ignore[arg-type]
 
     def before_step(index: int) -> None:
         progress["applied"] = index + 1
-        if isinstance(plan.steps[index], CreateNetns):  # all else lives inside namespaces recorded here
-            save_record(current())
+        made = plan.steps[index - 1] if index else None  # applied just now
+        if isinstance(made, CreateNetns) and (identity := environment.namespace_identity(made.netns)):
+            identities.append((made.netns, *identity))  # noted before anything else happens in it
+        if isinstance(plan.steps[index], CreateNetns) or isinstance(made, CreateNetns):
+            save_record(current())  # all else lives inside namespaces recorded (and noted) here
 
     def on_started(process: EmulatorProcess) -> None:  # recorded before the emulator is waited for
         emulators.append((process.netns, process.pid, process.start_ticks))
@@ -169,147 +158,12 @@ def up(topology: Topology, *, name: str, source: str | os.PathLike[str] | None =
                 environment.end_emulators([EmulatorProcess(*e) for e in emulators])
                 left = tuple(s for s, _ in leaked if isinstance(s, CreateNetns) and environment.netns_exists(s.netns))
                 if left:  # kept, naming only what is left: `genie testbed down NAME` removes it
-                    save_record(dataclasses.replace(record, steps=left, applied_count=len(left), emulators=()))
+                    save_record(dataclasses.replace(current(), steps=left, applied_count=len(left), emulators=()))
                 else:
                     delete_record(name)
                     remove_emulator_files(name)
         raise
     return plan.info
-
-
-def down(name: str, *, force: bool = False, environment: TestbedEnvironment = KERNEL) -> DownReport:
-    """End the testbed's processes, undo its steps, remove its namespaces and its state record. A record
-    that cannot be read, or that names anything outside ``genie-<name>-*``, is refused; with `force` genie
-    forgets it and removes only the ``genie-<name>-*`` namespaces no other testbed claims (and what runs in
-    them), whatever the record says."""
-    check_testbed_name(name)
-    require_net_admin(environment)
-    try:
-        record = load_record(name)
-        outside = outside_prefix(record)
-        if outside:
-            raise GenieError(f"testbed {name!r}: its state record names {outside[0]!r}, outside "
-                             f"{NETNS_PREFIX}{name}-*; genie touches nothing outside its prefix "
-                             f"(`genie testbed down {name} --force` forgets the record)")
-    except InputError:  # unreadable
-        if not force:
-            raise
-        record = None
-    except GenieError:
-        if not force or not record_path(name).exists():
-            raise
-        record = None
-    with signals_deferred():
-        if record is None:
-            pids, removed, shared = _remove_prefixed(name, environment)
-            delete_record(name)
-            remove_emulator_files(name)
-            return DownReport((name,), tuple(removed), tuple(pids), shared_namespaces=tuple(shared))
-        pids = _teardown(record, environment)
-        delete_record(name)
-    return DownReport((name,), (), tuple(pids))
-
-
-def _remove_prefixed(name: str, environment: TestbedEnvironment) -> tuple[list[int], list[str], list[str]]:
-    """End what runs in the ``genie-<name>-*`` namespaces no readable record of another testbed claims, and
-    remove them (`_remove_unclaimed`)."""
-    prefix = f"{NETNS_PREFIX}{name}-"
-    listed = [ns for ns in environment.list_genie_namespaces() if ns.startswith(prefix)]
-    return _remove_unclaimed(listed, _claimed_namespaces(skip={name}), environment)
-
-
-def _remove_unclaimed(listed: Iterable[str], claimed: set[str], environment: TestbedEnvironment
-                      ) -> tuple[list[int], list[str], list[str]]:
-    """End what runs in each of `listed` not in `claimed` and remove it; a name bound to this machine's own
-    namespace (SharedNamespace) is left alone. Returns (PIDs ended, namespaces removed, names left alone)."""
-    pids: list[int] = []
-    removed: list[str] = []
-    shared: list[str] = []
-    for netns in listed:
-        if netns in claimed:
-            continue
-        try:
-            pids += environment.end_processes(environment.namespace_pids(netns))
-        except SharedNamespace:  # not genie's: neither its processes nor its name
-            shared.append(netns)
-            continue
-        environment.remove_namespace(netns)
-        removed.append(netns)
-    return pids, removed, shared
-
-
-def down_all(*, force: bool = False, environment: TestbedEnvironment = KERNEL) -> DownReport:
-    """Tear down every recorded testbed, then every ``genie-*`` namespace no record claims (leftovers of a
-    killed run). A testbed a run holds (`run_lock`: a shared run's and a verify's too) or whose maker still runs
-    (an `up` under way, the temporary testbed of a live run) is left up and named in ``in_use``, unless `force`.
-    Records are read again after the namespaces are listed: an `up` records its testbed before its first
-    namespace, so one running meanwhile keeps what it made. Unreadable records are dropped once their
-    namespaces are gone."""
-    require_net_admin(environment)
-    torn: list[str] = []
-    pids: list[int] = []
-    unreadable: list[str] = []
-    in_use: list[str] = []
-    with signals_deferred():
-        for name in record_names():
-            try:
-                record = load_record(name)
-            except GenieError:
-                unreadable.append(name)
-                continue
-            if outside_prefix(record):
-                unreadable.append(name)  # touch nothing it names: its genie-* namespaces go with the orphans
-                continue
-            with ExitStack() as held:
-                try:
-                    held.enter_context(teardown_lock(name))  # held through the teardown: no run starts on it meanwhile
-                    busy = _maker_running(record)
-                except InputError:
-                    busy = True
-                if busy and not force:
-                    in_use.append(name)
-                    continue
-                pids += _teardown(record, environment)
-                delete_record(name)
-            torn.append(name)
-        listed = environment.list_genie_namespaces()
-        claimed = _claimed_namespaces(skip=set(unreadable))  # read after listing (see above)
-        ended, orphans, shared = _remove_unclaimed(listed, claimed, environment)
-        pids += ended
-        for name in unreadable:
-            delete_record(name)
-        leftovers = state_dir() / "emulators"
-        directories = sorted(leftovers.iterdir()) if leftovers.is_dir() else []
-        recorded = set(record_names())  # read after listing, as for the namespaces: an `up` records first
-        for directory in directories:
-            if directory.name not in recorded:
-                remove_emulator_files(directory.name)
-    return DownReport(tuple(torn), tuple(orphans), tuple(pids), tuple(in_use), tuple(shared))
-
-
-def _claimed_namespaces(*, skip: set[str]) -> set[str]:
-    """The namespaces the readable records (other than those in `skip`) name."""
-    claimed: set[str] = set()
-    for name in record_names():
-        if name in skip:
-            continue
-        try:
-            claimed.update(load_record(name).namespaces)
-        except GenieError:
-            continue
-    return claimed
-
-
-def _maker_running(record: TestbedRecord) -> bool:
-    """Is the process that brought the testbed up still running (an `up` under way, or the run a temporary
-    testbed belongs to)? Its PID with the recorded start time, so a PID the kernel gave to another process since
-    does not count, nor a killed maker its parent has not reaped yet (a zombie); a record without the start
-    time (older genie): any live process with the PID counts, the safe side."""
-    if record.owner_pid == os.getpid():
-        return False
-    if record.owner_start_ticks is None:
-        return process_alive(record.owner_pid)
-    return same_process(record.owner_pid, record.owner_start_ticks)
 
 
 def status(name: str, *, environment: TestbedEnvironment = KERNEL) -> TestbedStatus:
@@ -412,22 +266,24 @@ def temporary_testbed(topology: Topology, name: str | None = None, *,
             down(name, environment=environment)
 
 
-def _teardown(record: TestbedRecord, environment: TestbedEnvironment) -> list[int]:
-    created = [step.netns for step in record.steps[:record.applied_count] if isinstance(step, CreateNetns)]
-    registered = [pid for pid, start in record.registered_pids
-                  if start is not None and process_start_ticks(pid) == start]
-    emulators = [p.pid for p in (EmulatorProcess(*e) for e in record.emulators) if environment.emulator_running(p)]
-    inside = [pid for netns in created for pid in environment.namespace_pids(netns)]
-    ended = environment.end_processes(registered + emulators + inside)
-    with environment.backend(record.name) as backend:
-        undo_steps(backend, record.steps[:record.applied_count])
-    for netns in created:
-        environment.remove_namespace(netns)
-    remove_emulator_files(record.name)
-    left = [netns for netns in created if environment.netns_exists(netns)]
-    if left:
-        raise EnvironmentProblem(f"testbed {record.name!r}: could not remove namespace {left[0]}")
-    return ended
+def _refuse_taken_namespaces(record: TestbedRecord, environment: TestbedEnvironment) -> None:
+    """Refuse a plan one of whose namespaces exists or another testbed's record names (two testbeds' names can
+    map to one namespace: ``a`` with node ``b-h0`` and ``a-b`` with node ``h0`` are both ``genie-a-b-h0``)."""
+    busy = [ns for ns in record.namespaces if environment.netns_exists(ns)]
+    if busy:
+        raise GenieError(f"namespace {busy[0]} already exists (another testbed?); choose another --name or run "
+                         "`genie testbed down --all`")
+    mine = set(record.namespaces)
+    for other in record_names():
+        if other == record.name:
+            continue
+        try:
+            clash = sorted(mine & set(load_record(other).namespaces))
+        except GenieError:
+            continue
+        if clash:
+            raise GenieError(f"namespace {clash[0]} of testbed {record.name!r} is named by testbed {other!r} too "
+                             "(the two names map nodes to one namespace); choose another --name")
 
 
 def _refuse_duplicate(name: str, source_path: str | None) -> None:

@@ -50,6 +50,9 @@ class TestbedRecord:
     registered_pids: tuple[tuple[int, int | None], ...] = ()  # (pid, start ticks) of processes to end on down
     emulators: tuple[tuple[str, int, int | None], ...] = ()  # (netns, pid, start ticks) of link emulators
     owner_start_ticks: int | None = None  # owner_pid's start time (None: not known - records before 2026-12-06)
+    #: (netns, device, inode) of each namespace `up` made, noted once made (`genie.testbed.namespaces.identity`):
+    #: teardown removes a namespace only while it is still that one (records before 2026-12-06: none)
+    namespace_ids: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def name(self) -> str:
@@ -58,6 +61,18 @@ class TestbedRecord:
     @property
     def namespaces(self) -> tuple[str, ...]:
         return tuple(step.netns for step in self.steps if isinstance(step, CreateNetns))
+
+    def namespace_identity(self, netns: str) -> tuple[int, int] | None:
+        """(device, inode) of namespace `netns` as `up` made it, None if not noted."""
+        for name, device, inode in self.namespace_ids:
+            if name == netns:
+                return device, inode
+        return None
+
+
+def step_namespaces(step: PlanStep) -> set[object]:
+    """The namespaces a step names (its ``netns*`` fields; None would be the root namespace)."""
+    return {getattr(step, f.name) for f in dataclasses.fields(step) if f.name.startswith("netns")}
 
 
 def state_dir() -> Path:
@@ -114,8 +129,7 @@ def outside_prefix(record: TestbedRecord) -> list[str]:
     """The namespaces a record names that are not ``genie-<its name>-*`` (a hand-written or damaged record): in
     its steps and emulators, and where its hosts and link ends run (None there: the root namespace)."""
     prefix = f"{NETNS_PREFIX}{record.name}-"
-    named = {getattr(step, f.name) for step in record.steps for f in dataclasses.fields(step)
-             if f.name.startswith("netns")}
+    named = {netns for step in record.steps for netns in step_namespaces(step)}
     named |= {netns for netns, _pid, _start in record.emulators}
     outside = {n for n in named if n is not None and not (isinstance(n, str) and n.startswith(prefix))}
     runs_in = {h.netns for h in record.info.hosts} | {e.netns for e in record.info.link_ends}
@@ -180,6 +194,7 @@ def record_to_dict(record: TestbedRecord, *, steps: bool = True) -> dict[str, An
         "applied_count": record.applied_count,
         "registered_pids": [list(p) for p in record.registered_pids],
         "emulators": [list(e) for e in record.emulators],
+        "namespace_ids": [list(n) for n in record.namespace_ids],
         "info": info_to_dict(record.info),
     }
     if steps:
@@ -202,6 +217,7 @@ def record_from_dict(data: dict[str, Any]) -> TestbedRecord:
         source_digest=data.get("source_digest"),
         registered_pids=tuple((int(p), None if s is None else int(s)) for p, s in data.get("registered_pids", [])),
         emulators=tuple((str(n), int(p), None if s is None else int(s)) for n, p, s in data.get("emulators", [])),
+        namespace_ids=tuple((str(n), int(d), int(i)) for n, d, i in data.get("namespace_ids", [])),
     )
 
 

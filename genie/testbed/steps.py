@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from genie.core.units import format_rate, format_size
+from genie.core.units import describe_rate, format_size
 from genie.linkemu.config import EmulatorConfig
 
 
@@ -183,10 +183,10 @@ class AddHtb:
     quantum_bytes: int
 
     def describe(self) -> str:
-        return (f"{self.netns}: tc htb dev {self.ifname} root 1: class 1:1 rate {format_rate(self.rate_bps)} "
-                f"burst {format_size(self.burst_bytes)} ceil {format_rate(self.ceil_bps)} "
+        return (f"{self.netns}: tc htb dev {self.ifname} root 1: class 1:1 rate {describe_rate(self.rate_bps)} "
+                f"burst {format_size(self.burst_bytes)} ceil {describe_rate(self.ceil_bps)} "
                 f"cburst {format_size(self.cburst_bytes)} quantum {self.quantum_bytes}; class 1:2 (pure ACKs, "
-                f"prio 0) rate {format_rate(self.ceil_bps)}")
+                f"prio 0) rate {describe_rate(self.ceil_bps)}")
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ class AddNetem:
     rate_bps: int | None = None  # the wire: netem serializes every packet at this rate (LinkModel.WIRE)
 
     def describe(self) -> str:
-        parts = ([f"rate {format_rate(self.rate_bps)}"] if self.rate_bps else []) + [f"delay {self.delay_us:g}us"]
+        parts = ([f"rate {describe_rate(self.rate_bps)}"] if self.rate_bps else []) + [f"delay {self.delay_us:g}us"]
         if self.jitter_us:
             parts.append(f"jitter {self.jitter_us:g}us")
         if self.loss_pct:

@@ -31,7 +31,7 @@ from genie.core.dilation import TimeDilation
 from genie.core.testbed import LinkModel
 from genie.core.errors import InputError
 from genie.core.files import write_atomic
-from genie.core.units import format_rate
+from genie.core.units import describe_rate
 from genie.testbed.layout import TestbedLayout
 from genie.testbed.paths import HostPath, PathFinder, one_way_delay_us, path_loss_pct, path_rate_bps
 from genie.testbed.probe import ECHO_IP_BYTES
@@ -240,7 +240,7 @@ def throughput_row(target: PairTargets, src: str, dst: str, rate_bps: int | None
         return VerifyRow(target.links, target.route, direction, Metric.THROUGHPUT, None, _round(measured_bps),
                          None, "", Status.INFO, f"unshaped: one TCP flow reaches this here ({cpu})")
     expected = goodput_bps(rate_bps, target.mtu_bytes)
-    note = f"TCP goodput of {format_rate(rate_bps)} is {expected / 1e6:.1f} Mbit/s; {cpu}"
+    note = f"TCP goodput of {describe_rate(rate_bps)} is {describe_rate(expected)}; {cpu}"
     if measured_bps is None:
         return VerifyRow(target.links, target.route, direction, Metric.THROUGHPUT, expected, None, None,
                          f"±{RATE_TOLERANCE_PCT:g}%", Status.FAIL, "no data received; " + note)

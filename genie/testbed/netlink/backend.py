@@ -24,9 +24,9 @@ from pyroute2.netlink.rtnl import RTM_NEWTFILTER
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
 from genie.core.errors import EnvironmentProblem
-from genie.testbed.layout import NETNS_DIR, NETNS_PREFIX
+from genie.testbed.layout import NETNS_DIR, NETNS_PREFIX, probe_netns_name
 from genie.testbed.namespaces import netns_exists, netns_path
-from genie.testbed.lifecycle import signals_deferred
+from genie.testbed.lifecycle import process_start_ticks, signals_deferred
 from genie.testbed.steps import (AddAddress, AddBridge, AddHtb, AddNetem, AddPfifo, AddRoute, CreateNetns,
                                  CreateVethPair, EnslaveLink, PlanStep, QdiscParent, SetLinkUp, SetSysctl)
 
@@ -384,9 +384,10 @@ def _leaf_handle(parent: QdiscParent) -> int:
 @functools.cache
 def probe_netem() -> bool:
     """Can this kernel add a netem qdisc? Tried once per process on ``lo`` of a scratch namespace
-    (``genie-probe-<pid>``), which is removed afterwards."""
+    (``genie-probe-<pid>-<start ticks>``, `genie.testbed.layout.probe_netns_name`: `down --all` leaves it alone
+    while this process runs), which is removed afterwards."""
     _configure_pyroute2()
-    scratch = f"{NETNS_PREFIX}probe-{os.getpid()}"
+    scratch = probe_netns_name(os.getpid(), process_start_ticks(os.getpid()))
     remove_namespace(scratch)
     netns.create(scratch)
     try:

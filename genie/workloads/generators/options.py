@@ -5,9 +5,11 @@ each caller maps that to its own spelling (``--layers``, ``workload.generate.lay
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from genie.core.errors import InputError
@@ -49,26 +51,45 @@ class GeneratorOptions:
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> "GeneratorOptions":
         """From option name -> value as typed (the enums as their text); missing options take their defaults.
-        InputError naming the option for a bad enum text or an unknown option; ValueError or TypeError for a value
-        of the wrong kind or no model."""
-        parsed = dict(values)
+        Each value is checked against its field's type (`_typed`): InputError naming the option for an unknown
+        option, a value of the wrong kind or a bad enum text."""
         known = [f.name for f in dataclasses.fields(cls)]
-        unknown = [str(name) for name in parsed if name not in known]
+        unknown = [str(name) for name in values if name not in known]
         if unknown:
             raise InputError(f"unknown option (expected one of {', '.join(known)})", path=unknown[0])
-        for field in dataclasses.fields(cls):  # the counts: an integer (a YAML file may give any value)
-            value = parsed.get(field.name)
-            if str(field.type).startswith("int") and value is not None and (
-                    isinstance(value, bool) or not isinstance(value, int)):
-                raise InputError(f"expected an integer, got {value!r}", path=field.name)
-        for name, kind in (("model", str), ("device", str), ("efficiency", float), ("bucket_mb", float),
-                           ("sequence_parallel", bool), ("routing_skew", float)):
-            if name in parsed:
-                parsed[name] = kind(parsed[name])
-        for name, enum in (("dtype", Dtype), ("dp_mode", DataParallelMode), ("order", RankOrder)):
-            if name in parsed and not isinstance(parsed[name], enum):
-                parsed[name] = enum.parse(str(parsed[name]))
-        return cls(**parsed)
+        hints = typing.get_type_hints(cls)
+        return cls(**{name: _typed(name, hints[name], value) for name, value in values.items()})
+
+
+def _typed(name: str, hint: Any, value: object) -> Any:
+    """`value` of option `name` as its field's type `hint` (``int``, ``float | None``, an enum ...): an integer is
+    an int (not a bool), a number an int or a float (not a bool), a flag a bool, a name a str, an enum its member
+    or its text; None only where the field allows it. InputError naming the option otherwise."""
+    kinds = typing.get_args(hint) or (hint,)
+    if value is None:
+        if type(None) in kinds:
+            return None
+        raise InputError("expected a value, got none", path=name)
+    (kind,) = [k for k in kinds if k is not type(None)]
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return value if isinstance(value, kind) else kind.parse(str(value))  # type: ignore[attr-defined]
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise InputError(f"expected true or false, got {value!r}", path=name)
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise InputError(f"expected an integer, got {value!r}", path=name)
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise InputError(f"expected a number, got {value!r}", path=name)
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise InputError(f"expected a name, got {value!r}", path=name)
+    raise TypeError(f"option {name}: no check for values of type {hint!r}")
 
 
 GENERATOR_OPTIONS = tuple(f.name for f in dataclasses.fields(GeneratorOptions))
