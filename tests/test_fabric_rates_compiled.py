@@ -385,6 +385,7 @@ def test_the_compiled_busy_ranks_are_the_steps_own():
     ranks of the flows that move and are above the done threshold, on random steps with flows not moving, done,
     just above the threshold and NaN left; int32 ranks are read as the same numbers."""
     from astra_adapter.fabric.fairshare import busy_ranks_of
+    from astra_adapter.fabric.flat_flows import busy_arrays
     from astra_adapter.fabric.flows import StepFlows
 
     rng = np.random.default_rng(5)
@@ -400,6 +401,6 @@ def test_the_compiled_busy_ranks_are_the_steps_own():
         left[rng.random(n) < 0.1] = np.nextafter(step.done_below, np.inf)  # just above: busy
         left[rng.random(n) < 0.05] = np.nan
         want = step.busy_of(step.moving & (left > step.done_below))
-        got = busy_ranks_of(*step.busy_arrays(), left, step.done_below)
+        got = busy_ranks_of(*busy_arrays(step), left, step.done_below)
         assert got == want
         assert all(type(r) is int for r in got)

@@ -58,6 +58,17 @@ from astra_adapter.fabric.flows import _MEMO_LIMIT, FabricOp, FabricParams, Flow
 from astra_adapter.fabric.network import FabricNetwork
 
 
+def busy_arrays(step: StepFlows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A step's flows' ranks as int64 and their moving flags as bytes: what the compiled
+    :func:`astra_adapter.fabric.fairshare_core.busy_ranks_of` reads (kept on the step, whose arrays are never
+    written; its slot ``compiled_busy``, unset until asked)."""
+    arrays = getattr(step, "compiled_busy", None)
+    if arrays is None:
+        arrays = step.compiled_busy = (np.asarray(step.src, dtype=np.int64), np.asarray(step.dst, dtype=np.int64),
+                                      step.moving.view(np.uint8))
+    return arrays
+
+
 class _FlatOp(FabricOp):
     """An op in flight with the ranks busy in its last step memoised (per step and count of moving flows), and
     where its flows sit in the kept arrays (:mod:`astra_adapter.fabric.flat_slots`)."""
@@ -193,7 +204,7 @@ class FlatFlowEngine(OnSlots, OnQueues, FlowEngine):
         if op.busy_key != key:
             s = op.steps[op.step]
             if busy_ranks_of is not None and s.ranks is None:  # (compiled: the same set)
-                src, dst, moving = s.busy_arrays()
+                src, dst, moving = busy_arrays(s)
                 op.busy = busy_ranks_of(src, dst, moving, op.left, s.done_below)
             else:
                 op.busy = s.busy_of(s.moving & (op.left > s.done_below))

@@ -82,7 +82,7 @@ class StepFlows:
     """One step of an op: its flows' routes and payload bytes, and its latency before they move."""
 
     __slots__ = ("routes", "src", "dst", "bytes", "latency_ns", "wire_bytes", "moving", "moving_count",
-                 "done_below", "ranks", "_busy_arrays")
+                 "done_below", "ranks", "compiled_busy")
 
     def __init__(self, routes: np.ndarray, src: np.ndarray, dst: np.ndarray, size_bytes: np.ndarray,
                  latency_ns: float) -> None:
@@ -96,15 +96,6 @@ class StepFlows:
         self.moving_count = int(np.count_nonzero(self.moving))
         self.done_below = _EPS_BYTES + 1e-9 * float(size_bytes.max(initial=0.0))  # a flow with less left is done
         self.ranks: np.ndarray | None = None  # a coflow step's member ranks, busy while its one flow moves
-        self._busy_arrays: tuple | None = None  # busy_arrays(), once asked
-
-    def busy_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The flows' ranks as int64 and their moving flags as bytes: what the compiled
-        :func:`astra_adapter.fabric.fairshare_core.busy_ranks_of` reads (kept: a step's arrays are never written)."""
-        if self._busy_arrays is None:
-            self._busy_arrays = (np.asarray(self.src, dtype=np.int64), np.asarray(self.dst, dtype=np.int64),
-                                 self.moving.view(np.uint8))
-        return self._busy_arrays
 
     def busy_of(self, left: np.ndarray) -> set[int]:
         """The ranks busy while the flows ``left`` (a mask) are not done: theirs, or a coflow step's every rank."""
